@@ -1,0 +1,259 @@
+"""The asyncio shell: accepts connections and moves bytes, nothing more.
+
+Each connection is a :class:`KafkaConnection` (an ``asyncio.BufferedProtocol``)
+reading each request straight into a buffer from the memory pool, one request
+processed at a time, responses written in order. Muting is
+``pause_reading``/``resume_reading`` driven by :class:`ChannelMuteState`.
+Decoding, handling and encoding live in the sans-IO layers; handlers that must
+wait (acks=all, long-poll fetch) hand back an awaitable and the connection stays
+muted until it resolves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import itertools
+import logging
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from tidegate.network.memory_pool import MemoryPool
+from tidegate.network.mute_state import ChannelMuteState, MuteReason
+from tidegate.network.receive import InvalidReceiveError, NetworkReceive
+
+log = logging.getLogger(__name__)
+
+_connection_ids = itertools.count(1)
+
+
+@dataclass(frozen=True, slots=True)
+class RequestContext:
+    """Who sent a request and on which listener (Kafka's RequestContext)."""
+
+    connection_id: int
+    listener_name: str
+    client_address: str
+    client_port: int
+
+
+class RequestProcessor(Protocol):
+    """What the shell needs from the broker: bytes in, response bytes (or None) out.
+
+    ``process`` returns ``bytes`` to send, ``None`` for no response (acks=0), or
+    an awaitable resolving to either while the connection stays muted.
+    """
+
+    def process(self, payload: bytearray, ctx: RequestContext, release: Callable[[], None]) -> Any: ...
+
+
+class ConnectionClosed(Exception):
+    """Raised by a processor to close the connection that sent the request."""
+
+
+class KafkaConnection(asyncio.BufferedProtocol):
+    def __init__(self, server: SocketServer, listener_name: str) -> None:
+        self.server = server
+        self.listener_name = listener_name
+        self.connection_id = next(_connection_ids)
+        self.receive = NetworkReceive(server.max_request_size, server.pool)
+        self.mute_state = ChannelMuteState()
+        self.transport: asyncio.Transport | None = None
+        self.ctx: RequestContext | None = None
+        self.closed = False
+        self.in_flight: asyncio.Future | None = None
+        self._reading_paused = False
+
+    # -- asyncio callbacks -------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:
+                pass
+        transport.set_write_buffer_limits(high=self.server.send_buffer_bytes)
+        peer = transport.get_extra_info("peername") or ("?", 0)
+        self.ctx = RequestContext(self.connection_id, self.listener_name, str(peer[0]), int(peer[1]))
+        self.server.connections.add(self)
+        if self.server.draining:
+            self.mute(MuteReason.SHUTDOWN)
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.receive.get_buffer()
+
+    def buffer_updated(self, nbytes: int) -> None:
+        try:
+            self.receive.advance(nbytes)
+        except InvalidReceiveError as exc:
+            log.warning("closing connection %s from %s: %s", self.connection_id, self._peer(), exc)
+            self.close()
+            return
+        if self.receive.requires_memory:
+            # KIP-72 seam: the pool has no room for this body yet.
+            self.mute(MuteReason.MEMORY)
+            self.server.memory_muted.add(self)
+            return
+        if self.receive.complete():
+            receive = self.receive
+            self.receive = NetworkReceive(self.server.max_request_size, self.server.pool)
+            self._process(receive)
+
+    def eof_received(self) -> bool | None:
+        return None  # close the transport
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.receive.release()
+        self.server.connections.discard(self)
+        self.server.memory_muted.discard(self)
+        if self.in_flight is not None and not self.in_flight.done():
+            self.in_flight.cancel()
+
+    def pause_writing(self) -> None:
+        self.mute(MuteReason.SEND_BUFFER)
+
+    def resume_writing(self) -> None:
+        self.unmute(MuteReason.SEND_BUFFER)
+
+    # -- muting ------------------------------------------------------------
+    def mute(self, reason: MuteReason) -> None:
+        self.mute_state.mute(reason)
+        self._sync_reading()
+
+    def unmute(self, reason: MuteReason) -> None:
+        self.mute_state.unmute(reason)
+        self._sync_reading()
+
+    def _sync_reading(self) -> None:
+        if self.closed or self.transport is None:
+            return
+        want_paused = self.mute_state.muted
+        if want_paused and not self._reading_paused:
+            self.transport.pause_reading()
+            self._reading_paused = True
+        elif not want_paused and self._reading_paused:
+            self._reading_paused = False
+            self.transport.resume_reading()
+
+    # -- requests ----------------------------------------------------------
+    def _process(self, receive: NetworkReceive) -> None:
+        payload = receive.payload()
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            if not released:
+                released = True
+                if payload:
+                    self.server.pool.release(payload)
+
+        assert self.ctx is not None
+        try:
+            result = self.server.processor.process(payload, self.ctx, release)
+        except ConnectionClosed as exc:
+            release()
+            log.warning("closing connection %s from %s: %s", self.connection_id, self._peer(), exc)
+            self.close()
+            return
+        except Exception:
+            release()
+            log.exception("error processing a request from %s; closing the connection", self._peer())
+            self.close()
+            return
+        if inspect.isawaitable(result):
+            self.mute(MuteReason.IN_FLIGHT)
+            fut = asyncio.ensure_future(result)
+            self.in_flight = fut
+            fut.add_done_callback(lambda f: self._complete(f, release))
+        else:
+            release()
+            self._send(result)
+
+    def _complete(self, fut: asyncio.Future, release: Callable[[], None]) -> None:
+        release()
+        self.in_flight = None
+        if fut.cancelled() or self.closed:
+            return
+        exc = fut.exception()
+        if exc is not None:
+            if isinstance(exc, ConnectionClosed):
+                log.warning("closing connection %s from %s: %s", self.connection_id, self._peer(), exc)
+            else:
+                log.error("error completing a request from %s", self._peer(), exc_info=exc)
+            self.close()
+            return
+        self._send(fut.result())
+        self.unmute(MuteReason.IN_FLIGHT)
+        self.server.on_idle(self)
+
+    def _send(self, data: bytes | None) -> None:
+        if data is not None and not self.closed and self.transport is not None:
+            self.transport.write(data)
+
+    def close(self) -> None:
+        if self.transport is not None and not self.closed:
+            self.closed = True
+            self.transport.close()
+
+    def _peer(self) -> str:
+        return f"{self.ctx.client_address}:{self.ctx.client_port}" if self.ctx else "?"
+
+
+class SocketServer:
+    """Listeners and their connections; Kafka's SocketServer, one event loop."""
+
+    def __init__(
+        self,
+        processor: RequestProcessor,
+        pool: MemoryPool,
+        max_request_size: int,
+        send_buffer_bytes: int = 4 * 1024 * 1024,
+    ) -> None:
+        self.processor = processor
+        self.pool = pool
+        self.max_request_size = max_request_size
+        self.send_buffer_bytes = send_buffer_bytes
+        self.connections: set[KafkaConnection] = set()
+        self.memory_muted: set[KafkaConnection] = set()
+        self.servers: list[asyncio.base_events.Server] = []
+        self.bound: dict[str, tuple[str, int]] = {}
+        self.draining = False
+
+    async def start_listener(self, name: str, host: str, port: int) -> tuple[str, int]:
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(
+            lambda: KafkaConnection(self, name),
+            host=host or None,
+            port=port,
+            reuse_address=True,
+            backlog=1024,
+        )
+        self.servers.append(server)
+        sockname = server.sockets[0].getsockname()
+        self.bound[name] = (sockname[0], sockname[1])
+        return self.bound[name]
+
+    def on_idle(self, connection: KafkaConnection) -> None:
+        """A connection finished its in-flight request (hook for shutdown draining)."""
+
+    async def shutdown(self, timeout: float = 10.0) -> None:
+        """Stop accepting, stop reading, let in-flight requests answer, then close."""
+        self.draining = True
+        for server in self.servers:
+            server.close()
+        for conn in list(self.connections):
+            conn.mute(MuteReason.SHUTDOWN)
+        pending = [c.in_flight for c in self.connections if c.in_flight is not None]
+        if pending:
+            await asyncio.wait(pending, timeout=timeout)
+        for conn in list(self.connections):
+            if conn.transport is not None:
+                conn.closed = True
+                conn.transport.close()  # flushes buffered responses before closing
+        for server in self.servers:
+            await server.wait_closed()

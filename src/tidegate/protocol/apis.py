@@ -1,0 +1,60 @@
+"""The API keys tidegate implements and the version range of each.
+
+ApiVersions advertises exactly this table, and the request decoder refuses
+anything outside it, so what is advertised and what is implemented cannot
+drift apart. Ranges are at least what Kafka 4.0 clients need (see
+docs/protocol.md); kio supplies the schema for every version listed.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+
+class ApiKey(enum.IntEnum):
+    PRODUCE = 0
+    FETCH = 1
+    LIST_OFFSETS = 2
+    METADATA = 3
+    API_VERSIONS = 18
+    CREATE_TOPICS = 19
+    DELETE_TOPICS = 20
+    DESCRIBE_CONFIGS = 32
+    CREATE_PARTITIONS = 37
+    DESCRIBE_CLUSTER = 60
+
+
+@dataclass(frozen=True, slots=True)
+class ApiRange:
+    key: ApiKey
+    min_version: int
+    max_version: int
+
+    def supports(self, version: int) -> bool:
+        return self.min_version <= version <= self.max_version
+
+
+SUPPORTED_APIS: dict[int, ApiRange] = {
+    r.key: r
+    for r in (
+        ApiRange(ApiKey.PRODUCE, 3, 12),
+        ApiRange(ApiKey.FETCH, 4, 17),
+        ApiRange(ApiKey.LIST_OFFSETS, 1, 10),
+        ApiRange(ApiKey.METADATA, 0, 13),
+        ApiRange(ApiKey.API_VERSIONS, 0, 4),
+        ApiRange(ApiKey.CREATE_TOPICS, 2, 7),
+        ApiRange(ApiKey.DELETE_TOPICS, 1, 6),
+        ApiRange(ApiKey.DESCRIBE_CONFIGS, 1, 4),
+        ApiRange(ApiKey.CREATE_PARTITIONS, 0, 3),
+        ApiRange(ApiKey.DESCRIBE_CLUSTER, 0, 2),
+    )
+}
+
+
+def api_name(api_key: int) -> str:
+    """Kafka's request name (``Produce``, ``ListOffsets`` ...), used in logs and metrics."""
+    try:
+        return "".join(part.capitalize() for part in ApiKey(api_key).name.split("_"))
+    except ValueError:
+        return f"Unknown({api_key})"

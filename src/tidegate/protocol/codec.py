@@ -1,0 +1,271 @@
+"""Request decoding and response encoding on top of kio.
+
+kio gives one frozen dataclass per API version, generated from Kafka's own JSON
+message specs; it decodes natively and encodes in Python. Handlers in
+``tidegate.server.apis`` describe a response once, as nested dicts, and
+:func:`build` turns that description into the dataclass of whichever version the
+client asked for: fields that version lacks are dropped, fields it has but the
+handler did not set take their schema default. Milliseconds become the
+timedeltas kio expects and ints become ``ErrorCode`` members.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import io
+import struct
+import types
+import typing
+from functools import cache
+from typing import Any
+
+from kio.index import load_request_schema, load_response_schema
+from kio.schema.errors import ErrorCode
+from kio.serial import entity_reader, entity_writer
+
+from tidegate.protocol.apis import SUPPORTED_APIS
+
+_I16_I16_I32 = struct.Struct(">hhi")
+_I32 = struct.Struct(">i")
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+
+
+class InvalidRequestError(Exception):
+    """The bytes of a request do not parse: the connection that sent them is closed."""
+
+
+class UnsupportedVersionError(Exception):
+    """A request for an API key or version outside :data:`SUPPORTED_APIS`."""
+
+    def __init__(self, api_key: int, api_version: int, correlation_id: int) -> None:
+        super().__init__(f"unsupported api_key={api_key} api_version={api_version}")
+        self.api_key = api_key
+        self.api_version = api_version
+        self.correlation_id = correlation_id
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RequestHeader:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    flexible: bool
+
+    @property
+    def response_header_version(self) -> int:
+        # KIP-511: ApiVersions responses always use header v0 so that a client
+        # can parse the answer whatever version it asked for.
+        if self.api_key == 18:
+            return 0
+        return 1 if self.flexible else 0
+
+
+# ---------------------------------------------------------------------------
+# decoding
+
+
+@cache
+def _request_reader(api_key: int, version: int) -> tuple[Any, Any, bool]:
+    cls = load_request_schema(api_key, version)
+    flexible = bool(cls.__flexible__)
+    return entity_reader(cls.__header_schema__), entity_reader(cls), flexible
+
+
+def peek_header(buf: Any) -> tuple[int, int, int]:
+    """api_key, api_version, correlation_id: the part every header version shares."""
+    if len(buf) < 8:
+        raise InvalidRequestError(f"request of {len(buf)} bytes is shorter than a header")
+    return _I16_I16_I32.unpack_from(buf, 0)
+
+
+def decode_request(buf: Any) -> tuple[RequestHeader, Any]:
+    """Decode header and body of one request (the frame without its size prefix).
+
+    Raises :class:`UnsupportedVersionError` for keys/versions tidegate does not
+    implement (the caller answers UNSUPPORTED_VERSION) and
+    :class:`InvalidRequestError` for bytes that do not parse.
+    """
+    api_key, api_version, correlation_id = peek_header(buf)
+    supported = SUPPORTED_APIS.get(api_key)
+    if supported is None or not supported.supports(api_version):
+        raise UnsupportedVersionError(api_key, api_version, correlation_id)
+    header_reader, body_reader, flexible = _request_reader(api_key, api_version)
+    try:
+        kio_header, offset = header_reader(buf, 0)
+        body, size = body_reader(buf, offset)
+    except Exception as exc:  # kio raises a variety of errors on garbage
+        raise InvalidRequestError(
+            f"cannot decode api_key={api_key} v{api_version}: {exc!r}"
+        ) from exc
+    if offset + size != len(buf):
+        raise InvalidRequestError(
+            f"api_key={api_key} v{api_version}: {len(buf) - offset - size} trailing bytes"
+        )
+    header = RequestHeader(api_key, api_version, correlation_id, kio_header.client_id, flexible)
+    return header, body
+
+
+# ---------------------------------------------------------------------------
+# building responses from plain values
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _FieldPlan:
+    name: str
+    kind: str  # "entity", "entities", "timedelta", "datetime", "error", "value"
+    target: Any
+    default: Any
+
+
+def _zero_for(tp: Any) -> Any:
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType) and type(None) in typing.get_args(tp):
+        return None
+    if origin is tuple:
+        return ()
+    base = tp if isinstance(tp, type) else None
+    if base is None:
+        return None
+    if issubclass(base, bool):
+        return False
+    if issubclass(base, ErrorCode):
+        return ErrorCode.none
+    if issubclass(base, datetime.timedelta):
+        return datetime.timedelta(0)
+    if issubclass(base, int):
+        return 0
+    if issubclass(base, float):
+        return 0.0
+    if issubclass(base, str):
+        return ""
+    if issubclass(base, bytes):
+        return b""
+    return None
+
+
+@cache
+def _plan(cls: type) -> tuple[_FieldPlan, ...]:
+    hints = typing.get_type_hints(cls)
+    plans = []
+    for f in dataclasses.fields(cls):
+        tp = hints[f.name]
+        origin = typing.get_origin(tp)
+        args = typing.get_args(tp)
+        inner = tp
+        if origin in (typing.Union, types.UnionType):
+            non_none = [a for a in args if a is not type(None)]
+            inner = non_none[0] if len(non_none) == 1 else tp
+            origin = typing.get_origin(inner)
+            args = typing.get_args(inner)
+        if origin is tuple and args and dataclasses.is_dataclass(args[0]):
+            kind, target = "entities", args[0]
+        elif isinstance(inner, type) and dataclasses.is_dataclass(inner):
+            kind, target = "entity", inner
+        elif isinstance(inner, type) and issubclass(inner, datetime.timedelta):
+            kind, target = "timedelta", inner
+        elif isinstance(inner, type) and issubclass(inner, datetime.datetime):
+            kind, target = "datetime", inner
+        elif isinstance(inner, type) and issubclass(inner, ErrorCode):
+            kind, target = "error", inner
+        else:
+            kind, target = "value", inner
+        if f.default is not dataclasses.MISSING:
+            default = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            default = f.default_factory()
+        else:
+            default = _zero_for(tp)
+        plans.append(_FieldPlan(f.name, kind, target, default))
+    return tuple(plans)
+
+
+def _convert(plan: _FieldPlan, value: Any) -> Any:
+    if value is None:
+        return None
+    kind = plan.kind
+    if kind == "value":
+        return value
+    if kind == "error":
+        return value if isinstance(value, ErrorCode) else ErrorCode(int(value))
+    if kind == "timedelta":
+        if isinstance(value, datetime.timedelta):
+            return value
+        return datetime.timedelta(milliseconds=value)
+    if kind == "datetime":
+        if isinstance(value, datetime.datetime):
+            return value
+        return _EPOCH + datetime.timedelta(milliseconds=value)
+    if kind == "entities":
+        return tuple(build(plan.target, v) if isinstance(v, dict) else v for v in value)
+    # "entity"
+    return build(plan.target, value) if isinstance(value, dict) else value
+
+
+def build(cls: type, values: dict[str, Any]) -> Any:
+    """Build a kio dataclass of ``cls`` from a dict, tolerating version differences."""
+    kwargs = {}
+    for plan in _plan(cls):
+        if plan.name in values:
+            kwargs[plan.name] = _convert(plan, values[plan.name])
+        else:
+            kwargs[plan.name] = plan.default
+    return cls(**kwargs)
+
+
+def response_class(api_key: int, version: int) -> type:
+    return load_response_schema(api_key, version)
+
+
+def request_class(api_key: int, version: int) -> type:
+    return load_request_schema(api_key, version)
+
+
+# ---------------------------------------------------------------------------
+# encoding
+
+
+@cache
+def _writer(cls: type) -> Any:
+    return entity_writer(cls)
+
+
+def encode_response(header: RequestHeader, response: Any) -> bytes:
+    """Frame one response: size prefix, response header, body."""
+    out = io.BytesIO()
+    out.write(b"\x00\x00\x00\x00")
+    out.write(_I32.pack(header.correlation_id))
+    if header.response_header_version >= 1:
+        out.write(b"\x00")  # empty tagged fields
+    _writer(type(response))(out, response)
+    data = out.getbuffer()
+    _I32.pack_into(data, 0, len(data) - 4)
+    del data
+    return out.getvalue()
+
+
+def encode_error_only(correlation_id: int, error_code: int) -> bytes:
+    """A response that is just a header v0 and an int16 error code.
+
+    Used to answer UNSUPPORTED_VERSION for an API key or version tidegate does
+    not implement, where no response schema of that version exists to fill in.
+    For ApiVersions itself the v0 body starts with the same int16, so a client
+    reading it as ApiVersions v0 sees the error (see the api_versions handler
+    for the full KIP-511 answer).
+    """
+    return struct.pack(">iih", 6, correlation_id, error_code)
+
+
+def ms(value: Any) -> int:
+    """Milliseconds from a kio timedelta (or an int already in ms)."""
+    if isinstance(value, datetime.timedelta):
+        return (value.days * 86400 + value.seconds) * 1000 + value.microseconds // 1000
+    return int(value)
+
+
+def timestamp_ms(value: Any) -> int:
+    """Milliseconds since the epoch from a kio datetime (or an int already in ms)."""
+    if isinstance(value, datetime.datetime):
+        return ms(value - _EPOCH)
+    return int(value)
