@@ -1,0 +1,174 @@
+"""tidegate.cli: the ``tidegate`` command."""
+
+from __future__ import annotations
+
+import logging
+import re
+import subprocess
+import sys
+import types
+
+import pytest
+from click.testing import CliRunner
+
+import tidegate.server
+from tidegate import __version__
+from tidegate.cli import LOG_FORMAT, main
+from tidegate.config import BROKER_CONFIG, BrokerConfig, ConfigError
+
+
+@pytest.fixture
+def runner() -> CliRunner:
+    return CliRunner()
+
+
+class FakeBroker:
+    """Stands in for tidegate.server.broker: records the config ``run`` was given."""
+
+    def __init__(self, exit_code: int | None = 0, error: Exception | None = None) -> None:
+        self.configs: list[BrokerConfig] = []
+        self.exit_code = exit_code
+        self.error = error
+
+    def run(self, config: BrokerConfig) -> int | None:
+        self.configs.append(config)
+        if self.error is not None:
+            raise self.error
+        return self.exit_code
+
+
+@pytest.fixture
+def install_broker(monkeypatch):
+    def install(fake: FakeBroker) -> FakeBroker:
+        module = types.ModuleType("tidegate.server.broker")
+        module.run = fake.run
+        monkeypatch.setitem(sys.modules, "tidegate.server.broker", module)
+        monkeypatch.setattr(tidegate.server, "broker", module, raising=False)
+        return fake
+
+    return install
+
+
+@pytest.fixture
+def basic_config_calls(monkeypatch) -> list[dict]:
+    calls: list[dict] = []
+    monkeypatch.setattr(logging, "basicConfig", lambda **kw: calls.append(kw))
+    return calls
+
+
+def test_version(runner):
+    result = runner.invoke(main, ["--version"])
+    assert result.exit_code == 0
+    assert result.output.strip() == f"tidegate, version {__version__}"
+
+
+def test_python_dash_m_entry_point():
+    proc = subprocess.run(
+        [sys.executable, "-m", "tidegate", "--version"], capture_output=True, text=True, check=False
+    )
+    assert proc.returncode == 0
+    assert __version__ in proc.stdout
+
+
+def test_serve_help_documents_every_broker_key(runner):
+    result = runner.invoke(main, ["serve", "--help"])
+    assert result.exit_code == 0
+    out = result.output
+    assert out.startswith("Usage: tidegate serve [OPTIONS] [SERVER_PROPERTIES]")
+    flat = re.sub(r"\s+", " ", out)
+    for option in ("--config", "--override", "--log-level", "SERVER_PROPERTIES"):
+        assert option in out
+    for name, key in BROKER_CONFIG.items():
+        assert f"\n  {name} (" in out, name
+        default = "null" if key.default is None else key.default_string
+        assert f"default {default}" in flat, name
+        assert key.doc in flat, name
+    assert "num.partitions (int, default 1, valid [1,...])" in out
+    assert "The default number of partitions for new topics." in out
+
+
+def test_invalid_value_exits_2_with_message_on_stderr(runner, install_broker):
+    fake = install_broker(FakeBroker())
+    result = runner.invoke(main, ["serve", "--override", "num.partitions=-3"])
+    assert result.exit_code == 2
+    assert result.stderr.strip() == (
+        "tidegate: Invalid value -3 for configuration num.partitions: Value must be at least 1"
+    )
+    assert fake.configs == []  # the broker never started
+
+
+def test_unknown_key_in_file_exits_2(runner, tmp_path, install_broker):
+    install_broker(FakeBroker())
+    props = tmp_path / "server.properties"
+    props.write_text("log.dir.foo=/x\n", encoding="utf-8")
+    result = runner.invoke(main, ["serve", str(props)])
+    assert result.exit_code == 2
+    assert result.stderr.startswith("tidegate: Unknown configuration 'log.dir.foo'")
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["--override", "num.partitions"], "expected key=value"),
+        (["--override", "listeners=SSL://127.0.0.1:9093"], "not supported yet"),
+        (["--config", "/nonexistent/server.properties"], "does not exist"),
+    ],
+)
+def test_config_errors_exit_2(runner, install_broker, args, fragment):
+    install_broker(FakeBroker())
+    result = runner.invoke(main, ["serve", *args])
+    assert result.exit_code == 2
+    assert result.stderr.startswith("tidegate: ")
+    assert fragment in result.stderr
+
+
+def test_serve_runs_broker_with_file_and_overrides(
+    runner, tmp_path, install_broker, basic_config_calls
+):
+    fake = install_broker(FakeBroker(exit_code=0))
+    props = tmp_path / "server.properties"
+    props.write_text("num.partitions=3\nnode.id=4\n", encoding="utf-8")
+    result = runner.invoke(main, ["serve", str(props), "--override", "num.partitions=6"])
+    assert result.exit_code == 0, result.output
+    (config,) = fake.configs
+    assert config.num_partitions == 6  # override wins over the file
+    assert config.node_id == 4
+
+
+def test_serve_accepts_config_flag(runner, tmp_path, install_broker, basic_config_calls):
+    fake = install_broker(FakeBroker())
+    props = tmp_path / "server.properties"
+    props.write_text("node.id=9\n", encoding="utf-8")
+    result = runner.invoke(main, ["serve", "--config", str(props)])
+    assert result.exit_code == 0
+    assert fake.configs[0].node_id == 9
+
+
+def test_serve_rejects_two_different_properties_files(runner, tmp_path, install_broker):
+    fake = install_broker(FakeBroker())
+    result = runner.invoke(main, ["serve", "a.properties", "--config", "b.properties"])
+    assert result.exit_code == 2
+    assert "not both" in result.output
+    assert fake.configs == []
+
+
+def test_serve_exits_with_the_brokers_exit_code(runner, install_broker, basic_config_calls):
+    install_broker(FakeBroker(exit_code=3))
+    assert runner.invoke(main, ["serve"]).exit_code == 3
+
+
+def test_config_error_raised_by_the_broker_exits_2(runner, install_broker, basic_config_calls):
+    install_broker(FakeBroker(error=ConfigError("cluster.id mismatch")))
+    result = runner.invoke(main, ["serve"])
+    assert result.exit_code == 2
+    assert result.stderr.strip() == "tidegate: cluster.id mismatch"
+
+
+def test_log_level_configures_logging(runner, install_broker, basic_config_calls):
+    install_broker(FakeBroker())
+    assert runner.invoke(main, ["serve"]).exit_code == 0
+    assert runner.invoke(main, ["serve", "--log-level", "debug"]).exit_code == 0
+    assert [c["level"] for c in basic_config_calls] == ["INFO", "DEBUG"]
+    assert all(c["format"] == LOG_FORMAT and "asctime" in c["format"] for c in basic_config_calls)
+    result = runner.invoke(main, ["serve", "--log-level", "chatty"])
+    assert result.exit_code == 2
