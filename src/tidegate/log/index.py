@@ -1,0 +1,386 @@
+"""Sparse offset and time indexes of a log segment, in Kafka's on-disk formats.
+
+``NNNNNNNNNNNNNNNNNNNN.index``: 8-byte entries, relative offset (int32) and
+file position (int32), big-endian. ``.timeindex``: 12-byte entries, timestamp
+(int64) and relative offset (int32). Offsets are stored relative to the
+segment's base offset, as Kafka does.
+
+Both indexes keep their entries in memory (``array``s, searched with
+``bisect``) and append new entries to the file with ``os.pwrite``. They do not
+preallocate (Kafka mmaps a preallocated file and trims it on close), so a
+file's size is always a whole number of entries unless something tore it.
+
+An index is only a hint: a segment can always rebuild it by scanning its log
+(:meth:`tidegate.log.segment.LogSegment.recover`). :meth:`sanity_check` decides
+whether a loaded index can be trusted.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import sys
+from array import array
+from bisect import bisect_left, bisect_right
+from pathlib import Path
+
+__all__ = ["CorruptIndexError", "InvalidIndexEntryError", "OffsetIndex", "TimeIndex"]
+
+_BIG_ENDIAN_HOST = sys.byteorder == "big"
+_INT32_MAX = 2**31 - 1
+
+
+class InvalidIndexEntryError(Exception):
+    """An index operation that would break the index's ordering."""
+
+
+class CorruptIndexError(Exception):
+    """An index file that cannot be trusted and must be rebuilt."""
+
+
+def _load_file(path: Path) -> bytes | None:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        return None
+
+
+def _strictly_increasing(a: array) -> bool:
+    n = len(a)
+    if n < 2:
+        return True
+    # Compare the array with itself shifted by one, at C speed.
+    return all(map(int.__lt__, a[: n - 1], a[1:]))
+
+
+def _non_decreasing(a: array) -> bool:
+    n = len(a)
+    if n < 2:
+        return True
+    return all(map(int.__le__, a[: n - 1], a[1:]))
+
+
+class _Index:
+    """Common file handling: an append-only file of fixed-size entries."""
+
+    ENTRY_SIZE = 0
+    SUFFIX = ""
+
+    __slots__ = ("_dirty", "_fd", "_missing", "base_offset", "path")
+
+    def __init__(self, path: Path, base_offset: int) -> None:
+        self.path = Path(path)
+        self.base_offset = base_offset
+        self._fd: int | None = None
+        #: Written since the last fsync.
+        self._dirty = False
+        #: The file did not exist when loaded.
+        self._missing = False
+
+    # -- file ------------------------------------------------------------------
+
+    def _ensure_fd(self) -> int:
+        fd = self._fd
+        if fd is None:
+            fd = self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        return fd
+
+    def _write_at(self, data, position: int) -> None:
+        fd = self._ensure_fd()
+        view = memoryview(data)
+        while view:
+            n = os.pwrite(fd, view, position)
+            view = view[n:]
+            position += n
+        self._dirty = True
+
+    def _write_all(self, data: bytes) -> None:
+        """Replace the file's content with ``data``."""
+        fd = self._ensure_fd()
+        os.ftruncate(fd, 0)
+        if data:
+            self._write_at(data, 0)
+        self._dirty = True
+
+    def _truncate_file(self, entries: int) -> None:
+        os.ftruncate(self._ensure_fd(), entries * self.ENTRY_SIZE)
+        self._dirty = True
+
+    @property
+    def dirty(self) -> bool:
+        return self._dirty
+
+    @property
+    def was_missing(self) -> bool:
+        return self._missing
+
+    def dup_fd_for_flush(self) -> int | None:
+        """A duplicate of the file descriptor if there is anything to fsync, clearing dirty."""
+        if not self._dirty or self._fd is None:
+            return None
+        self._dirty = False
+        return os.dup(self._fd)
+
+    def flush(self) -> None:
+        if self._dirty and self._fd is not None:
+            os.fsync(self._fd)
+        self._dirty = False
+
+    def release_fd(self) -> None:
+        """Close the file descriptor (reopened on the next write). Unsynced writes stay dirty."""
+        if self._fd is not None and not self._dirty:
+            os.close(self._fd)
+            self._fd = None
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def delete(self) -> None:
+        self.close()
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+    def file_size(self) -> int:
+        try:
+            return os.stat(self.path).st_size
+        except FileNotFoundError:
+            return 0
+
+
+class OffsetIndex(_Index):
+    """Maps offsets to file positions. Entries: (last offset of a batch, batch position).
+
+    Keys are strictly increasing, as are positions. :meth:`lookup` returns the
+    position of the largest entry whose offset is <= the target (0 if none), the
+    place to start scanning for the batch that contains the target.
+    """
+
+    ENTRY_SIZE = 8
+    SUFFIX = ".index"
+    _ENTRY = struct.Struct(">ii")
+
+    __slots__ = ("_pos", "_rel")
+
+    def __init__(self, path: Path, base_offset: int) -> None:
+        super().__init__(path, base_offset)
+        self._rel = array("i")
+        self._pos = array("i")
+
+    @classmethod
+    def load(cls, path: Path, base_offset: int) -> OffsetIndex:
+        """Read the file (if any). Raises :class:`CorruptIndexError` on a torn file."""
+        idx = cls(path, base_offset)
+        data = _load_file(idx.path)
+        if data is None:
+            idx._missing = True
+            return idx
+        if len(data) % cls.ENTRY_SIZE:
+            raise CorruptIndexError(f"{path}: size {len(data)} is not a multiple of 8")
+        both = array("i")
+        both.frombytes(data)
+        if not _BIG_ENDIAN_HOST:
+            both.byteswap()
+        idx._rel = both[0::2]
+        idx._pos = both[1::2]
+        return idx
+
+    def sanity_check(self, log_size: int) -> None:
+        """Raise :class:`CorruptIndexError` unless entries are ordered and inside the log."""
+        rel, pos = self._rel, self._pos
+        if not rel:
+            return
+        if rel[0] < 0 or pos[0] < 0:
+            raise CorruptIndexError(f"{self.path}: negative entry")
+        if not _strictly_increasing(rel) or not _strictly_increasing(pos):
+            raise CorruptIndexError(f"{self.path}: entries are not increasing")
+        if pos[-1] >= log_size:
+            raise CorruptIndexError(
+                f"{self.path}: entry points at position {pos[-1]} beyond the log ({log_size})"
+            )
+
+    # -- queries ---------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self._rel)
+
+    def entries(self) -> list[tuple[int, int]]:
+        """All entries as (absolute offset, position)."""
+        base = self.base_offset
+        return [(base + r, p) for r, p in zip(self._rel, self._pos)]
+
+    def last_entry(self) -> tuple[int, int]:
+        """(offset, position) of the last entry, or (base_offset, 0) when empty."""
+        if not self._rel:
+            return self.base_offset, 0
+        return self.base_offset + self._rel[-1], self._pos[-1]
+
+    def lookup_entry(self, offset: int) -> tuple[int, int]:
+        """The largest entry with offset <= ``offset``, or (base_offset, 0)."""
+        rel = offset - self.base_offset
+        rel = min(rel, _INT32_MAX)
+        i = bisect_right(self._rel, rel) - 1
+        if i < 0:
+            return self.base_offset, 0
+        return self.base_offset + self._rel[i], self._pos[i]
+
+    def lookup(self, offset: int) -> int:
+        """File position of the largest entry with offset <= ``offset`` (0 if none)."""
+        rel = offset - self.base_offset
+        rel = min(rel, _INT32_MAX)
+        i = bisect_right(self._rel, rel) - 1
+        return self._pos[i] if i >= 0 else 0
+
+    # -- updates ---------------------------------------------------------------
+
+    def append(self, offset: int, position: int) -> None:
+        rel = offset - self.base_offset
+        if self._rel and (rel <= self._rel[-1] or position <= self._pos[-1]):
+            raise InvalidIndexEntryError(
+                f"offset index entry ({offset}, {position}) is not after the last entry "
+                f"{self.last_entry()}"
+            )
+        if rel < 0 or rel > _INT32_MAX:
+            raise InvalidIndexEntryError(
+                f"offset {offset} out of range for segment {self.base_offset}"
+            )
+        self._write_at(self._ENTRY.pack(rel, position), len(self._rel) * 8)
+        self._rel.append(rel)
+        self._pos.append(position)
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove the entries whose offset is >= ``offset``."""
+        i = bisect_left(self._rel, offset - self.base_offset)
+        if i < len(self._rel):
+            del self._rel[i:]
+            del self._pos[i:]
+            self._truncate_file(i)
+
+    def reset(self, entries: list[tuple[int, int]] | None = None) -> None:
+        """Replace every entry (absolute offsets) and rewrite the file."""
+        base = self.base_offset
+        rel = array("i", [o - base for o, _ in entries or ()])
+        pos = array("i", [p for _, p in entries or ()])
+        both = array("i", bytes(8 * len(rel)))
+        both[0::2] = rel
+        both[1::2] = pos
+        if not _BIG_ENDIAN_HOST:
+            both.byteswap()
+        self._write_all(both.tobytes())
+        self._rel, self._pos = rel, pos
+        self._missing = False
+
+
+class TimeIndex(_Index):
+    """Maps timestamps to offsets. Entries: (max timestamp so far, offset of that batch).
+
+    Timestamps are strictly increasing (an entry is only added when the segment's
+    max timestamp grew, Kafka's ``maybeAppend``), offsets non-decreasing. The
+    offset of an entry is the last offset of the batch that carried the timestamp.
+    """
+
+    ENTRY_SIZE = 12
+    SUFFIX = ".timeindex"
+    _ENTRY = struct.Struct(">qi")
+
+    __slots__ = ("_rel", "_ts")
+
+    def __init__(self, path: Path, base_offset: int) -> None:
+        super().__init__(path, base_offset)
+        self._ts = array("q")
+        self._rel = array("i")
+
+    @classmethod
+    def load(cls, path: Path, base_offset: int) -> TimeIndex:
+        idx = cls(path, base_offset)
+        data = _load_file(idx.path)
+        if data is None:
+            idx._missing = True
+            return idx
+        if len(data) % cls.ENTRY_SIZE:
+            raise CorruptIndexError(f"{path}: size {len(data)} is not a multiple of 12")
+        pairs = list(cls._ENTRY.iter_unpack(data))
+        idx._ts = array("q", [t for t, _ in pairs])
+        idx._rel = array("i", [r for _, r in pairs])
+        return idx
+
+    def sanity_check(self, next_offset: int) -> None:
+        """Raise :class:`CorruptIndexError` unless ordered and below ``next_offset``."""
+        if not self._ts:
+            return
+        if self._rel[0] < 0:
+            raise CorruptIndexError(f"{self.path}: negative offset")
+        if not _strictly_increasing(self._ts) or not _non_decreasing(self._rel):
+            raise CorruptIndexError(f"{self.path}: entries are not increasing")
+        if self.base_offset + self._rel[-1] >= next_offset:
+            raise CorruptIndexError(
+                f"{self.path}: entry for offset {self.base_offset + self._rel[-1]} "
+                f"beyond the log end {next_offset}"
+            )
+
+    def __len__(self) -> int:
+        return len(self._ts)
+
+    def entries(self) -> list[tuple[int, int]]:
+        """All entries as (timestamp, absolute offset)."""
+        base = self.base_offset
+        return [(t, base + r) for t, r in zip(self._ts, self._rel)]
+
+    def last_entry(self) -> tuple[int, int]:
+        """(timestamp, offset) of the last entry, or (-1, base_offset) when empty."""
+        if not self._ts:
+            return -1, self.base_offset
+        return self._ts[-1], self.base_offset + self._rel[-1]
+
+    def lookup(self, timestamp: int) -> tuple[int, int]:
+        """Kafka's ``TimeIndex.lookup``: the last entry with timestamp <= ``timestamp``.
+
+        Returns ``(timestamp, offset)``, or ``(-1, base_offset)`` if every entry is
+        newer. Every batch before that entry's offset has a smaller max timestamp,
+        so the first batch with maxTimestamp >= ``timestamp`` is found by scanning
+        forward from there (which is what ``LogSegment.find_offset_by_timestamp`` does).
+        """
+        i = bisect_right(self._ts, timestamp) - 1
+        if i < 0:
+            return -1, self.base_offset
+        return self._ts[i], self.base_offset + self._rel[i]
+
+    def maybe_append(self, timestamp: int, offset: int) -> bool:
+        """Append (timestamp, offset) if ``timestamp`` is newer than the last entry."""
+        if self._ts and timestamp <= self._ts[-1]:
+            return False
+        rel = offset - self.base_offset
+        if self._rel and rel < self._rel[-1]:
+            raise InvalidIndexEntryError(
+                f"time index offset {offset} is before the last entry {self.last_entry()}"
+            )
+        if rel < 0 or rel > _INT32_MAX:
+            raise InvalidIndexEntryError(
+                f"offset {offset} out of range for segment {self.base_offset}"
+            )
+        self._write_at(self._ENTRY.pack(timestamp, rel), len(self._ts) * 12)
+        self._ts.append(timestamp)
+        self._rel.append(rel)
+        return True
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove the entries whose offset is >= ``offset``."""
+        i = bisect_left(self._rel, offset - self.base_offset)
+        if i < len(self._ts):
+            del self._ts[i:]
+            del self._rel[i:]
+            self._truncate_file(i)
+
+    def reset(self, entries: list[tuple[int, int]] | None = None) -> None:
+        """Replace every entry ((timestamp, absolute offset)) and rewrite the file."""
+        base = self.base_offset
+        pack = self._ENTRY.pack
+        ents = entries or []
+        self._write_all(b"".join(pack(t, o - base) for t, o in ents))
+        self._ts = array("q", [t for t, _ in ents])
+        self._rel = array("i", [o - base for _, o in ents])
+        self._missing = False
