@@ -1,0 +1,884 @@
+"""One partition's log: a directory of segments, Kafka's ``UnifiedLog``/``LocalLog``.
+
+Layout (Kafka's): ``<log.dirs>/<topic>-<partition>/`` holding
+``{base_offset:020d}.log``/``.index``/``.timeindex`` per segment, plus three small
+files of our own: ``recovery-point`` and ``log-start-offset`` (checkpoints,
+replaced atomically with tmp + fsync + rename) and ``clean-shutdown`` (written
+last by :meth:`Log.close`, removed by the next open).
+
+Plain synchronous object: no asyncio, no threads, time passed in. The one
+concession to an asyncio caller is the split flush (:meth:`Log.begin_flush`,
+:meth:`FlushTicket.run` on a worker thread, :meth:`Log.complete_flush`).
+
+Durability contract: every offset below :attr:`Log.recovery_point` has been
+fsynced. After a crash (kill -9 or power loss) the next open re-validates every
+segment from the one holding the recovery point on (or all of them if the
+checkpoint is lost), keeping every whole CRC-valid batch and cutting the log at
+the first torn or corrupt one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import re
+import shutil
+import threading
+from bisect import bisect_right
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from .config import LogConfig
+from .record_batch import NO_TIMESTAMP, assign_offsets, validate_batches
+from .segment import LogSegment
+
+__all__ = [
+    "CLEAN_SHUTDOWN_FILE",
+    "EARLIEST_TIMESTAMP",
+    "LATEST_TIMESTAMP",
+    "LOG_START_OFFSET_FILE",
+    "MAX_TIMESTAMP",
+    "RECOVERY_POINT_FILE",
+    "AppendInfo",
+    "FlushTicket",
+    "Log",
+    "LogClosedError",
+    "OffsetOutOfRangeError",
+    "parse_partition_dir",
+    "partition_dir",
+]
+
+RECOVERY_POINT_FILE = "recovery-point"
+LOG_START_OFFSET_FILE = "log-start-offset"
+CLEAN_SHUTDOWN_FILE = "clean-shutdown"
+_TMP_MARK = ".tmp-"
+_SEGMENT_RE = re.compile(r"^(\d{20})\.(log|index|timeindex)$")
+_INT32_MAX = 2**31 - 1
+_tmp_counter = itertools.count()
+
+#: ListOffsets special timestamps understood by :meth:`Log.offset_for_timestamp`.
+LATEST_TIMESTAMP = -1
+EARLIEST_TIMESTAMP = -2
+MAX_TIMESTAMP = -3
+
+_fdatasync = getattr(os, "fdatasync", os.fsync)
+
+
+class OffsetOutOfRangeError(Exception):
+    """OFFSET_OUT_OF_RANGE: a read or seek outside [log_start_offset, log_end_offset]."""
+
+    error_code = 1
+
+    def __init__(self, message: str, log_start_offset: int = -1, log_end_offset: int = -1):
+        super().__init__(message)
+        self.log_start_offset = log_start_offset
+        self.log_end_offset = log_end_offset
+
+
+class LogClosedError(RuntimeError):
+    """The log was closed or deleted."""
+
+
+def partition_dir(log_dir: Path, topic: str, partition: int) -> Path:
+    """Kafka's partition directory: ``<log_dir>/<topic>-<partition>``."""
+    return Path(log_dir) / f"{topic}-{partition}"
+
+
+def parse_partition_dir(name: str) -> tuple[str, int]:
+    """Inverse of :func:`partition_dir` on a directory name (topics may contain '-')."""
+    topic, sep, part = name.rpartition("-")
+    if not sep or not topic or not part.isdigit():
+        raise ValueError(f"not a partition directory name: {name!r}")
+    return topic, int(part)
+
+
+# -- checkpoint files -----------------------------------------------------------
+
+
+def _read_checkpoint(dir_fd: int, name: str) -> int | None:
+    """Read a checkpoint file; None if absent or unreadable (treated as 'unknown')."""
+    try:
+        fd = os.open(name, os.O_RDONLY, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return None
+    try:
+        text = os.read(fd, 256).decode("ascii", "replace")
+    finally:
+        os.close(fd)
+    lines = text.split("\n")
+    if len(lines) < 2 or lines[0] != "0":
+        return None
+    try:
+        value = int(lines[1])
+    except ValueError:
+        return None
+    return value if value >= 0 else None
+
+
+def _write_checkpoint(dir_fd: int, name: str, value: int) -> None:
+    """Replace ``name`` atomically: write a tmp file, fsync it, rename it over.
+
+    The directory itself is not fsynced: losing the rename leaves the previous,
+    lower value, which is always safe (more recovery, never less).
+    """
+    tmp = f"{name}{_TMP_MARK}{os.getpid()}-{threading.get_ident()}-{next(_tmp_counter)}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644, dir_fd=dir_fd)
+    try:
+        os.write(fd, f"0\n{value}\n".encode("ascii"))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+
+
+# -- public records --------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class AppendInfo:
+    """Result of :meth:`Log.append` (what a ProduceResponse partition needs)."""
+
+    first_offset: int
+    last_offset: int
+    #: The append time for a LogAppendTime topic, -1 for CreateTime (Produce's log_append_time_ms).
+    log_append_time_ms: int
+    num_records: int
+    #: Largest maxTimestamp among the appended batches (the append time for LogAppendTime).
+    max_timestamp: int
+    #: Log start offset after the append (Produce v5+ log_start_offset).
+    log_start_offset: int
+    size_bytes: int
+
+
+class FlushTicket:
+    """The fsync half of a flush, safe to run on a worker thread.
+
+    Owns duplicated file descriptors (so the segments may be rolled, deleted or
+    closed meanwhile) and closes them in :meth:`run` (or :meth:`discard`). After
+    the fsyncs :meth:`run` also rewrites the ``recovery-point`` checkpoint, unless
+    the log was truncated or deleted since the ticket was issued.
+    """
+
+    __slots__ = (
+        "_dir_fd",
+        "_done",
+        "_generation",
+        "_log",
+        "_segments",
+        "_sync_dir",
+        "checkpoint_error",
+        "fds",
+        "synced",
+        "target_offset",
+    )
+
+    def __init__(
+        self,
+        target_offset: int,
+        fds: list[int],
+        dir_fd: int | None,
+        sync_dir: bool,
+        log: Log | None,
+        generation: int,
+        segments: list[LogSegment],
+    ) -> None:
+        self.target_offset = target_offset
+        self.fds = fds
+        #: True once every fsync succeeded.
+        self.synced = False
+        #: An error writing the checkpoint file (the fsyncs themselves succeeded).
+        self.checkpoint_error: OSError | None = None
+        self._dir_fd = dir_fd
+        self._sync_dir = sync_dir
+        self._log = log
+        self._generation = generation
+        self._segments = segments
+        self._done = False
+
+    def _still_valid(self) -> bool:
+        log = self._log
+        return log is not None and log._generation == self._generation
+
+    def run(self) -> None:
+        """fsync everything, then write the checkpoint; always closes the descriptors."""
+        if self._done:
+            return
+        try:
+            for fd in self.fds:
+                _fdatasync(fd)
+            if self._sync_dir and self._dir_fd is not None:
+                os.fsync(self._dir_fd)
+            self.synced = True
+            if self._dir_fd is not None and self._log is not None and self._still_valid():
+                try:
+                    _write_checkpoint(self._dir_fd, RECOVERY_POINT_FILE, self.target_offset)
+                except OSError as e:  # e.g. the directory was deleted meanwhile
+                    self.checkpoint_error = e
+        finally:
+            self._close_fds()
+
+    def discard(self) -> None:
+        """Give the ticket up without syncing (closes the descriptors)."""
+        if not self._done:
+            self._close_fds()
+
+    def _close_fds(self) -> None:
+        self._done = True
+        for fd in self.fds:
+            os.close(fd)
+        self.fds = []
+        if self._dir_fd is not None:
+            os.close(self._dir_fd)
+            self._dir_fd = None
+
+    def __del__(self) -> None:
+        # A ticket dropped without run()/discard() must not leak descriptors.
+        if not self._done:
+            with contextlib.suppress(OSError):
+                self._close_fds()
+
+
+# -- the log ---------------------------------------------------------------------
+
+
+class Log:
+    """One partition's log.
+
+    Opening a directory loads its segments; without a clean-shutdown marker the
+    segments from the recovery point on are recovered (CRC-checked, torn tail
+    cut). Any segment whose indexes are missing or implausible is rebuilt.
+    """
+
+    def __init__(
+        self,
+        directory: Path,
+        config: LogConfig,
+        now_ms: int,
+        *,
+        leader_epoch: int = 0,
+    ) -> None:
+        self.directory = Path(directory)
+        self.config = config
+        #: Stamped into every appended batch's partitionLeaderEpoch (as Kafka's leader does).
+        #: Keep it equal to the leader epoch the broker reports in Metadata.
+        self.leader_epoch = leader_epoch
+        self._segments: list[LogSegment] = []
+        self._bases: list[int] = []
+        self._log_start_offset = 0
+        self._recovery_point = 0
+        self._last_flush_ms = now_ms
+        self._generation = 0
+        self._dir_dirty = False
+        self._pending_index_sync: list[LogSegment] = []
+        self._closed = False
+        #: Whether the directory was opened after a clean shutdown (for tests and metrics).
+        self.had_clean_shutdown = False
+        #: Bytes cut from torn or corrupt tails while opening.
+        self.recovered_truncated_bytes = 0
+        created = not self.directory.exists()
+        self.directory.mkdir(parents=True, exist_ok=True)
+        if created:
+            _fsync_dir(self.directory.parent)
+        self._dir_fd = os.open(self.directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        try:
+            self._load(now_ms)
+        except BaseException:
+            for seg in self._segments:
+                seg.close()
+            os.close(self._dir_fd)
+            raise
+
+    # -- loading ---------------------------------------------------------------
+
+    def _load(self, now_ms: int) -> None:
+        d = self.directory
+        dir_fd = self._dir_fd
+        clean = os.path.exists(d / CLEAN_SHUTDOWN_FILE)
+        self.had_clean_shutdown = clean
+        bases: set[int] = set()
+        strays: list[str] = []
+        for name in os.listdir(d):
+            if _TMP_MARK in name:
+                strays.append(name)
+                continue
+            m = _SEGMENT_RE.match(name)
+            if m and m.group(2) == "log":
+                bases.add(int(m.group(1)))
+        for name in os.listdir(d):
+            m = _SEGMENT_RE.match(name)
+            if m and m.group(2) != "log" and int(m.group(1)) not in bases:
+                strays.append(name)  # an index without its log (Kafka deletes those too)
+        for name in strays:
+            os.unlink(d / name)
+        rp_ckpt = _read_checkpoint(dir_fd, RECOVERY_POINT_FILE)
+        lso_ckpt = _read_checkpoint(dir_fd, LOG_START_OFFSET_FILE)
+        rp = rp_ckpt if rp_ckpt is not None else 0
+        interval = self.config.index_interval_bytes
+
+        segs: list[LogSegment] = []
+        try:
+            for base in sorted(bases):
+                segs.append(LogSegment.open(d, base, interval, now_ms))
+        except BaseException:
+            for s in segs:
+                s.close()
+            raise
+        self._segments = segs
+
+        i = 0
+        while i < len(segs):
+            seg = segs[i]
+            is_last = i == len(segs) - 1
+            next_base = None if is_last else segs[i + 1].base_offset
+            # Segments that may hold unflushed data: the one containing the
+            # recovery point and everything after it.
+            unflushed = next_base is None or next_base > rp
+            if (not clean and unflushed) or not seg.load(next_base):
+                truncated = seg.recover()
+                self.recovered_truncated_bytes += truncated
+                if truncated and not is_last:
+                    # The log must stay contiguous: what followed the damage goes too.
+                    for later in segs[i + 1 :]:
+                        later.delete()
+                    del segs[i + 1 :]
+                    self._dir_dirty = True
+            i += 1
+
+        lso = lso_ckpt if lso_ckpt is not None else 0
+        if segs:
+            lso = max(lso, segs[0].base_offset)
+        if not segs:
+            segs.append(LogSegment.create(d, lso, interval, now_ms))
+            self._dir_dirty = True
+        self._segments = segs
+        self._bases = [s.base_offset for s in segs]
+        self._log_start_offset = lso
+        leo = segs[-1].next_offset
+        if lso > leo:
+            # Everything up to the checkpointed start offset is gone (e.g. an unflushed
+            # tail lost after DeleteRecords/retention): start empty at the start offset.
+            self._truncate_fully_and_start_at(lso, now_ms)
+        leo = self.log_end_offset
+        self._recovery_point = leo if clean else min(max(rp, 0), leo)
+        self._recovery_point = max(self._recovery_point, self._log_start_offset)
+
+        if clean:
+            os.unlink(d / CLEAN_SHUTDOWN_FILE)
+            self._dir_dirty = True
+        if self._dir_dirty:
+            # Before accepting writes, make the marker's removal (and any segment
+            # deletion above) durable: a later crash must not look like a clean stop.
+            os.fsync(dir_fd)
+            self._dir_dirty = False
+
+    # -- properties --------------------------------------------------------------
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        """The next offset to be assigned."""
+        return self._segments[-1].next_offset
+
+    @property
+    def high_watermark(self) -> int:
+        """Offsets below it are committed; a single-node broker commits on append."""
+        return self._segments[-1].next_offset
+
+    @property
+    def recovery_point(self) -> int:
+        """Every offset below this has been fsynced."""
+        return self._recovery_point
+
+    flushed_offset = recovery_point
+
+    @property
+    def unflushed_messages(self) -> int:
+        return self.log_end_offset - self._recovery_point
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.size for s in self._segments)
+
+    @property
+    def segments(self) -> list[LogSegment]:
+        """The segments, oldest first (a copy of the list)."""
+        return list(self._segments)
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self._segments[-1]
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def update_config(self, config: LogConfig) -> None:
+        """Apply new topic settings (AlterConfigs); they take effect from the next call."""
+        self.config = config
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LogClosedError(f"log {self.directory} is closed")
+
+    # -- append ------------------------------------------------------------------
+
+    def append(
+        self,
+        records,
+        now_ms: int,
+        *,
+        from_client: bool = True,
+        single_batch: bool = False,
+        auto_flush: bool = True,
+    ) -> AppendInfo:
+        """Validate, assign offsets to and append a Produce partition's records.
+
+        ``records`` is modified in place (offsets, leader epoch, LogAppendTime), so it
+        must be writable (bytearray or writable memoryview); ``bytes`` is copied
+        first. Validation errors (:mod:`tidegate.log.record_batch` exceptions) are
+        raised before anything is written. The bytes are in the OS page cache when
+        this returns. With ``auto_flush`` the log is fsynced here once
+        ``flush.messages`` messages are unflushed; an asyncio caller passes
+        ``auto_flush=False`` and checks :meth:`flush_due` to flush off-thread.
+        See :func:`~tidegate.log.record_batch.validate_batches` for ``from_client``
+        and ``single_batch``. An ``OSError`` while writing leaves the log as it was.
+        """
+        self._check_open()
+        if isinstance(records, bytes):
+            records = bytearray(records)
+        config = self.config
+        v = validate_batches(
+            records,
+            config.max_message_bytes,
+            from_client=from_client,
+            single_batch=single_batch,
+        )
+        log_append_time = now_ms if config.message_timestamp_type == "LogAppendTime" else None
+        max_ts = log_append_time if log_append_time is not None else v.max_timestamp
+        first = self.log_end_offset
+        last = first + v.num_records - 1
+        segment = self._maybe_roll(v.size_bytes, max_ts, last, now_ms)
+        assign_offsets(
+            records,
+            first,
+            log_append_time,
+            partition_leader_epoch=self.leader_epoch,
+            positions=v.positions,
+        )
+        segment.append(records, last)
+        if auto_flush and self.unflushed_messages >= config.flush_messages:
+            self.flush(now_ms=now_ms)
+        return AppendInfo(
+            first_offset=first,
+            last_offset=last,
+            log_append_time_ms=log_append_time if log_append_time is not None else -1,
+            num_records=v.num_records,
+            max_timestamp=max_ts,
+            log_start_offset=self._log_start_offset,
+            size_bytes=v.size_bytes,
+        )
+
+    def _should_roll(
+        self, seg: LogSegment, size: int, max_ts: int, max_offset: int, now_ms: int
+    ) -> bool:
+        """Kafka's ``LogSegment.shouldRoll`` (no roll jitter; never rolls an empty segment)."""
+        if seg.size == 0:
+            return False
+        cfg = self.config
+        return (
+            seg.size > cfg.segment_bytes - size
+            or seg.time_waited_for_roll(now_ms, max_ts) > cfg.segment_ms
+            or max_offset - seg.base_offset > _INT32_MAX
+        )
+
+    def _maybe_roll(self, size: int, max_ts: int, max_offset: int, now_ms: int) -> LogSegment:
+        seg = self._segments[-1]
+        if self._should_roll(seg, size, max_ts, max_offset, now_ms):
+            return self.roll(now_ms)
+        return seg
+
+    def roll(self, now_ms: int) -> LogSegment:
+        """Start a new active segment at the log end offset (no-op if the active one is empty)."""
+        self._check_open()
+        old = self._segments[-1]
+        if old.size == 0:
+            return old
+        old.on_become_inactive()
+        if old.indexes_dirty:
+            self._pending_index_sync.append(old)
+        new = LogSegment.create(
+            self.directory, old.next_offset, self.config.index_interval_bytes, now_ms
+        )
+        self._segments.append(new)
+        self._bases.append(new.base_offset)
+        self._dir_dirty = True
+        return new
+
+    # -- read ------------------------------------------------------------------
+
+    def read(self, offset: int, max_bytes: int, *, min_one_batch: bool = True) -> bytes:
+        """Whole batches from the one containing ``offset``, up to ``max_bytes``.
+
+        The first batch is returned even if larger than ``max_bytes`` unless
+        ``min_one_batch`` is False (Kafka sets it for the first partition of a
+        Fetch response only). Data comes from one segment per call. At the log end
+        offset the result is ``b""``; outside [log_start_offset, log_end_offset]
+        :class:`OffsetOutOfRangeError` is raised. Batches may start before
+        ``offset`` (clients skip those records).
+        """
+        self._check_open()
+        leo = self.log_end_offset
+        lso = self._log_start_offset
+        if offset < lso or offset > leo:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is outside [{lso}, {leo}] for {self.directory.name}", lso, leo
+            )
+        if offset == leo:
+            return b""
+        segs = self._segments
+        i = bisect_right(self._bases, offset) - 1
+        i = max(i, 0)
+        while i < len(segs):
+            data = segs[i].read(offset, max_bytes, min_one_batch=min_one_batch)
+            if data is not None:
+                return data
+            i += 1
+        return b""
+
+    # -- timestamps ------------------------------------------------------------------
+
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """ListOffsets: ``(offset, timestamp)`` for a target timestamp, or None.
+
+        For ``timestamp >= 0``: the base offset of the first batch (at or after the
+        log start offset) whose maxTimestamp >= ``timestamp``, with that maxTimestamp.
+        Kafka answers with the first *record* whose timestamp >= target, which
+        needs the records decompressed; the broker only reads batch headers, so this
+        is exact for one-record batches and otherwise an offset at most one batch
+        early, from which a consumer that seeks there reaches the same records.
+        None when no batch is that recent (Kafka's "no offset").
+
+        The special values are accepted too: -1 (latest) → (log end offset, -1),
+        -2 (earliest) → (log start offset, -1), -3 → :meth:`max_timestamp_offset`.
+        """
+        self._check_open()
+        if timestamp == LATEST_TIMESTAMP:
+            return self.log_end_offset, NO_TIMESTAMP
+        if timestamp == EARLIEST_TIMESTAMP:
+            return self._log_start_offset, NO_TIMESTAMP
+        if timestamp == MAX_TIMESTAMP:
+            return self.max_timestamp_offset()
+        if timestamp < 0:
+            raise ValueError(f"unsupported ListOffsets timestamp {timestamp}")
+        lso = self._log_start_offset
+        for seg in self._segments:
+            if seg.max_timestamp >= timestamp and seg.next_offset > lso:
+                found = seg.find_offset_by_timestamp(timestamp, lso)
+                if found is not None:
+                    return found
+        return None
+
+    def max_timestamp_offset(self) -> tuple[int, int] | None:
+        """ListOffsets MAX_TIMESTAMP (-3): (offset, timestamp) of the batch with the largest
+        timestamp (the first such batch), None if no batch carries a timestamp.
+
+        The offset is that batch's base offset (Kafka returns the record's offset;
+        see :meth:`offset_for_timestamp` for the same approximation).
+        """
+        self._check_open()
+        best: LogSegment | None = None
+        for seg in self._segments:
+            if seg.max_timestamp >= 0 and (best is None or seg.max_timestamp > best.max_timestamp):
+                best = seg
+        if best is None:
+            return None
+        found = best.find_batch(best.offset_of_max_timestamp)
+        if found is None:
+            return None
+        _pos, h = found
+        return max(h.base_offset, self._log_start_offset), h.max_timestamp
+
+    # -- flushing ----------------------------------------------------------------
+
+    def begin_flush(self, up_to: int | None = None, *, now_ms: int | None = None) -> FlushTicket:
+        """First half of a flush, on the log's own thread: collect what to fsync.
+
+        ``up_to`` (exclusive, default the log end offset) is the recovery point the
+        ticket will establish. Pass the ticket's :meth:`FlushTicket.run` to a worker
+        thread, then call :meth:`complete_flush` back on this thread.
+        """
+        self._check_open()
+        if now_ms is not None:
+            self._last_flush_ms = now_ms
+        leo = self.log_end_offset
+        target = leo if up_to is None else max(0, min(up_to, leo))
+        rp = self._recovery_point
+        segs = self._segments
+        i = max(0, bisect_right(self._bases, rp) - 1)
+        chosen: list[LogSegment] = []
+        fds: list[int] = []
+        try:
+            for seg in segs[i:]:
+                needs_data = seg.next_offset > rp and seg.base_offset < target
+                seg_fds = (
+                    seg.dup_fds_for_flush(needs_data) if needs_data or seg.indexes_dirty else []
+                )
+                if seg_fds:
+                    fds.extend(seg_fds)
+                    chosen.append(seg)
+            for seg in self._pending_index_sync:
+                if seg not in chosen:
+                    seg_fds = seg.dup_fds_for_flush(False)
+                    if seg_fds:
+                        fds.extend(seg_fds)
+                        chosen.append(seg)
+            self._pending_index_sync = []
+            sync_dir = self._dir_dirty
+            self._dir_dirty = False
+            dir_fd = os.dup(self._dir_fd) if (sync_dir or target > rp) else None
+        except BaseException:
+            for fd in fds:
+                os.close(fd)
+            raise
+        return FlushTicket(
+            max(rp, target),
+            fds,
+            dir_fd,
+            sync_dir,
+            self if target > rp else None,
+            self._generation,
+            chosen,
+        )
+
+    def complete_flush(self, ticket: FlushTicket) -> bool:
+        """Second half: advance the recovery point to the ticket's target once it ran.
+
+        Returns False (and changes nothing) if the ticket did not sync or is stale
+        (the log was truncated since it was issued).
+        """
+        if not ticket.synced or ticket._generation != self._generation or self._closed:
+            return False
+        self._recovery_point = max(self._recovery_point, ticket.target_offset)
+        active = self._segments[-1]
+        rp = self._recovery_point
+        for seg in ticket._segments:
+            if seg is not active and seg.next_offset <= rp:
+                seg.release_index_fds()
+        return True
+
+    def flush(self, up_to: int | None = None, *, now_ms: int | None = None) -> None:
+        """fsync everything below ``up_to`` (default: the log end offset) on this thread."""
+        ticket = self.begin_flush(up_to, now_ms=now_ms)
+        ticket.run()
+        self.complete_flush(ticket)
+
+    def flush_due(self, now_ms: int) -> bool:
+        """Whether ``flush.messages`` or ``flush.ms`` asks for a flush now."""
+        unflushed = self.unflushed_messages
+        if unflushed <= 0:
+            return False
+        cfg = self.config
+        return unflushed >= cfg.flush_messages or now_ms - self._last_flush_ms >= cfg.flush_ms
+
+    def maybe_flush_by_time(self, now_ms: int) -> bool:
+        """Flush if ``flush.ms`` has passed since the last flush and data is unflushed."""
+        self._check_open()
+        if self.unflushed_messages > 0 and now_ms - self._last_flush_ms >= self.config.flush_ms:
+            self.flush(now_ms=now_ms)
+            return True
+        return False
+
+    # -- retention ---------------------------------------------------------------
+
+    def apply_retention(self, now_ms: int) -> int:
+        """Delete old segments as Kafka's ``deleteOldSegments``; return how many.
+
+        In order: segments whose largest timestamp is more than ``retention.ms`` old;
+        oldest segments while the log exceeds ``retention.bytes`` by at least the
+        segment's size; segments wholly below the log start offset. Only a prefix of
+        the log goes, never past the high watermark. If every segment is deletable
+        the active one is rolled first (Kafka's behaviour), so the log becomes empty
+        at its end offset. The log start offset moves to the first remaining segment.
+        """
+        self._check_open()
+        cfg = self.config
+        deleted = 0
+        if cfg.retention_ms >= 0:
+            retention_ms = cfg.retention_ms
+            deleted += self._delete_old_segments(
+                lambda seg, nxt: now_ms - seg.largest_timestamp() > retention_ms, now_ms
+            )
+        if cfg.retention_bytes >= 0:
+            diff = self.size_bytes - cfg.retention_bytes
+            if diff > 0:
+                remaining = [diff]
+
+                def over_size(seg: LogSegment, nxt: LogSegment | None) -> bool:
+                    if remaining[0] - seg.size >= 0:
+                        remaining[0] -= seg.size
+                        return True
+                    return False
+
+                deleted += self._delete_old_segments(over_size, now_ms)
+        deleted += self._delete_old_segments(
+            lambda seg, nxt: nxt is not None and nxt.base_offset <= self._log_start_offset, now_ms
+        )
+        return deleted
+
+    def _delete_old_segments(
+        self, predicate: Callable[[LogSegment, LogSegment | None], bool], now_ms: int
+    ) -> int:
+        segs = self._segments
+        hw = self.high_watermark
+        n = 0
+        for i, seg in enumerate(segs):
+            nxt = segs[i + 1] if i + 1 < len(segs) else None
+            upper = nxt.base_offset if nxt is not None else self.log_end_offset
+            if nxt is None and seg.size == 0:
+                break
+            if upper > hw or not predicate(seg, nxt):
+                break
+            n += 1
+        if n == 0:
+            return 0
+        if n == len(segs):
+            self.roll(now_ms)
+        doomed = self._segments[:n]
+        del self._segments[:n]
+        del self._bases[:n]
+        for seg in doomed:
+            if seg in self._pending_index_sync:
+                self._pending_index_sync.remove(seg)
+            seg.delete()
+        self._dir_dirty = True
+        self._set_log_start_offset(max(self._log_start_offset, self._segments[0].base_offset))
+        return n
+
+    def _set_log_start_offset(self, offset: int) -> None:
+        if offset == self._log_start_offset:
+            return
+        self._log_start_offset = offset
+        _write_checkpoint(self._dir_fd, LOG_START_OFFSET_FILE, offset)
+        self._recovery_point = max(self._recovery_point, offset)
+
+    def increment_log_start_offset(self, offset: int) -> int:
+        """DeleteRecords: move the log start offset up to ``offset`` (at most the high
+        watermark) and delete the segments now wholly below it. Returns the new start."""
+        self._check_open()
+        if offset > self.high_watermark or offset < 0:
+            raise OffsetOutOfRangeError(
+                f"cannot move the log start offset to {offset}: outside [0, {self.high_watermark}]",
+                self._log_start_offset,
+                self.log_end_offset,
+            )
+        if offset > self._log_start_offset:
+            self._set_log_start_offset(offset)
+            self._delete_old_segments(
+                lambda seg, nxt: nxt is not None and nxt.base_offset <= self._log_start_offset, 0
+            )
+        return self._log_start_offset
+
+    # -- truncation, close, delete --------------------------------------------------
+
+    def truncate_to(self, offset: int, now_ms: int = 0) -> int:
+        """Remove every batch ending at or after ``offset``; return the new log end offset.
+
+        A batch containing ``offset`` is removed whole. Below the log start offset
+        the log is emptied and restarted at ``offset``. Pending flush tickets become
+        stale; the recovery point is lowered (and checkpointed) if needed.
+        """
+        self._check_open()
+        if offset >= self.log_end_offset:
+            return self.log_end_offset
+        self._generation += 1
+        if offset < self._log_start_offset or offset <= self._segments[0].base_offset:
+            self._truncate_fully_and_start_at(offset, now_ms)
+            return offset
+        while len(self._segments) > 1 and self._segments[-1].base_offset >= offset:
+            seg = self._segments.pop()
+            self._bases.pop()
+            if seg in self._pending_index_sync:
+                self._pending_index_sync.remove(seg)
+            seg.delete()
+            self._dir_dirty = True
+        self._segments[-1].truncate_to(offset)
+        leo = self.log_end_offset
+        if self._recovery_point > leo:
+            self._recovery_point = leo
+            _write_checkpoint(self._dir_fd, RECOVERY_POINT_FILE, leo)
+        if self._log_start_offset > leo:
+            self._log_start_offset = leo
+            _write_checkpoint(self._dir_fd, LOG_START_OFFSET_FILE, leo)
+        return leo
+
+    def _truncate_fully_and_start_at(self, offset: int, now_ms: int) -> None:
+        self._generation += 1
+        for seg in self._segments:
+            seg.delete()
+        self._pending_index_sync = []
+        seg = LogSegment.create(self.directory, offset, self.config.index_interval_bytes, now_ms)
+        self._segments = [seg]
+        self._bases = [offset]
+        self._dir_dirty = True
+        self._log_start_offset = offset
+        self._recovery_point = offset
+        _write_checkpoint(self._dir_fd, LOG_START_OFFSET_FILE, offset)
+        _write_checkpoint(self._dir_fd, RECOVERY_POINT_FILE, offset)
+
+    def close(self) -> None:
+        """Flush everything, checkpoint, write the clean-shutdown marker, close files."""
+        if self._closed:
+            return
+        self._segments[-1].on_become_inactive()
+        self._pending_index_sync.append(self._segments[-1])
+        self.flush()
+        dir_fd = self._dir_fd
+        _write_checkpoint(dir_fd, RECOVERY_POINT_FILE, self._recovery_point)
+        _write_checkpoint(dir_fd, LOG_START_OFFSET_FILE, self._log_start_offset)
+        fd = os.open(
+            CLEAN_SHUTDOWN_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644, dir_fd=dir_fd
+        )
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.fsync(dir_fd)
+        self._release()
+
+    def delete(self) -> None:
+        """Close every file and remove the partition directory (DeleteTopics)."""
+        if not self._closed:
+            self._generation += 1
+            self._release()
+        shutil.rmtree(self.directory, ignore_errors=True)
+        try:
+            _fsync_dir(self.directory.parent)
+        except OSError:
+            pass
+
+    def _release(self) -> None:
+        self._closed = True
+        for seg in self._segments:
+            seg.close()
+        os.close(self._dir_fd)
+        self._dir_fd = -1
+
+    def __repr__(self) -> str:
+        return (
+            f"Log({str(self.directory)!r}, log_start_offset={self._log_start_offset}, "
+            f"log_end_offset={self.log_end_offset if self._segments else '?'}, "
+            f"segments={len(self._segments)})"
+        )
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
