@@ -363,3 +363,28 @@ def test_kill_9_during_appends(tmp_path):
     assert len(log.segments) > 5
     assert log.append(batch(), 0).first_offset == log.log_end_offset - 2
     log.close()
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").exists(), reason="needs /proc")
+def test_open_descriptors_stay_about_one_per_segment(tmp_path):
+    log, ranges = filled(tmp_path, batches=40)  # 10 segments
+    crash(log)
+    assert not (tmp_path / "t-0" / RECOVERY_POINT_FILE).exists()  # full recovery: all rebuilt
+    before = len(os.listdir("/proc/self/fd"))
+    again = open_log(tmp_path)
+    opened = len(os.listdir("/proc/self/fd")) - before
+    # one per segment log file, the directory, and the active segment's two indexes
+    assert opened <= len(again.segments) + 3
+    assert_serves(again, ranges)
+    again.close()
+    assert len(os.listdir("/proc/self/fd")) == before
+
+
+def test_a_dropped_flush_ticket_closes_its_descriptors(tmp_path):
+    log, _ = filled(tmp_path, batches=3)
+    before = len(os.listdir("/proc/self/fd"))
+    ticket = log.begin_flush()
+    assert len(os.listdir("/proc/self/fd")) > before
+    del ticket
+    assert len(os.listdir("/proc/self/fd")) == before
+    log.close()

@@ -346,6 +346,9 @@ class Log:
                     self._dir_dirty = True
             i += 1
 
+        for seg in segs[:-1]:
+            seg.release_index_fds()  # rebuilt indexes are synced; reopened if ever written
+
         lso = lso_ckpt if lso_ckpt is not None else 0
         if segs:
             lso = max(lso, segs[0].base_offset)
