@@ -1,0 +1,279 @@
+"""Helpers shared by the benchmarks: spawning brokers, ports, CPU sampling, tables.
+
+Nothing here imports tidegate: the benchmarks drive brokers over the wire only, so they
+run unchanged against tidegate, Kafka, or any other Kafka-compatible broker.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    """A TCP port on loopback that nothing is bound to right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for_port(
+    host: str, port: int, timeout: float = 30.0, alive=lambda: True
+) -> None:
+    """Wait until something accepts TCP connections on host:port.
+
+    ``alive`` is polled too, so a broker that dies while starting fails fast
+    instead of after the whole timeout.
+    """
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not alive():
+            raise RuntimeError(f"broker process exited before listening on {host}:{port}")
+        try:
+            with socket.create_connection((host, port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise TimeoutError(f"nothing listening on {host}:{port} after {timeout:.0f}s")
+
+
+def default_tidegate_python() -> str:
+    venv = REPO_ROOT / ".venv" / "bin" / "python"
+    return str(venv) if venv.exists() else sys.executable
+
+
+class SpawnedTidegate:
+    """``python -m tidegate serve`` on a free loopback port with a throw-away log dir.
+
+    ``restart()`` gives a fresh broker (new process, new empty log dir), so every
+    benchmark case starts from the same state.
+    """
+
+    kind = "tidegate"
+
+    def __init__(self, python: str | None = None, overrides: list[str] | None = None,
+                 log_level: str | None = None, start_timeout: float = 60.0):
+        self.python = python or default_tidegate_python()
+        self.overrides = list(overrides or [])
+        self.log_level = log_level
+        self.start_timeout = start_timeout
+        self.port = free_port()
+        self.workdir = Path(tempfile.mkdtemp(prefix="tidegate-bench-"))
+        self.proc: subprocess.Popen | None = None
+        self.generation = 0
+        self.log_path: Path | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
+    def start(self) -> "SpawnedTidegate":
+        self.generation += 1
+        data = self.workdir / f"data-{self.generation}"
+        self.log_path = self.workdir / f"broker-{self.generation}.log"
+        args = [self.python, "-m", "tidegate", "serve",
+                "--override", f"listeners=PLAINTEXT://127.0.0.1:{self.port}",
+                "--override", f"log.dirs={data}"]
+        for ov in self.overrides:
+            args += ["--override", ov]
+        if self.log_level:
+            args += ["--log-level", self.log_level]
+        with open(self.log_path, "ab") as logf:
+            self.proc = subprocess.Popen(args, stdout=logf, stderr=subprocess.STDOUT,
+                                         cwd=REPO_ROOT, start_new_session=True)
+        try:
+            wait_for_port("127.0.0.1", self.port, self.start_timeout,
+                          alive=lambda: self.proc.poll() is None)
+        except Exception as e:
+            tail = self.log_tail()
+            self.stop()
+            raise RuntimeError(f"tidegate did not start: {e}\n--- broker log tail ---\n{tail}") from e
+        return self
+
+    def stop(self, timeout: float = 30.0) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                print(f"tidegate pid {self.proc.pid} ignored SIGTERM for {timeout:.0f}s; killing",
+                      file=sys.stderr)
+                self.proc.kill()
+                self.proc.wait(10)
+        self.proc = None
+        # drop the previous generation's data: a 200k x 1 KiB case is ~200 MB on disk
+        for d in self.workdir.glob("data-*"):
+            shutil.rmtree(d, ignore_errors=True)
+
+    def restart(self) -> "SpawnedTidegate":
+        self.stop()
+        return self.start()
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def log_tail(self, n: int = 40) -> str:
+        if self.log_path is None or not self.log_path.exists():
+            return "(no log)"
+        lines = self.log_path.read_text(errors="replace").splitlines()
+        return "\n".join(lines[-n:])
+
+    def error_lines(self, n: int = 3) -> list[str]:
+        """The last n distinct ERROR/CRITICAL log lines and exception lines, oldest first."""
+        if self.log_path is None or not self.log_path.exists():
+            return []
+        out: list[str] = []
+        for ln in reversed(self.log_path.read_text(errors="replace").splitlines()):
+            s = ln.strip()
+            key = s.split("] ", 1)[-1]  # without the timestamp
+            if (" ERROR " in s or " CRITICAL " in s or
+                    (s and not s.startswith(("File ", "Traceback", "^", "handle:", "[")) and
+                     s.split(":")[0].endswith(("Error", "Exception")))) and key not in out:
+                out.append(key)
+                if len(out) == n:
+                    break
+        return list(reversed(out))
+
+    def cleanup(self) -> None:
+        self.stop()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+class SpawnedPeer:
+    """The peer broker (Tansu, in-memory) via ``peer-broker.sh start|stop PORT``.
+
+    Tansu never frees memory, so restarting it between cases is the only way to give
+    every case the same starting point.
+    """
+
+    kind = "peer"
+
+    def __init__(self, script: str | os.PathLike, start_timeout: float = 120.0):
+        self.script = str(script)
+        self.start_timeout = start_timeout
+        self.port = free_port()
+        self._pid: int | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self._pid
+
+    def _run(self, cmd: str, timeout: float) -> str:
+        out = subprocess.run(["bash", self.script, cmd, str(self.port)], capture_output=True,
+                             text=True, timeout=timeout)
+        if out.returncode != 0:
+            raise RuntimeError(f"{self.script} {cmd} {self.port} failed ({out.returncode}): "
+                               f"{out.stderr.strip()}")
+        return out.stdout
+
+    def start(self) -> "SpawnedPeer":
+        out = self._run("start", self.start_timeout)
+        lines = [ln.strip() for ln in out.splitlines() if ln.strip()]
+        if not lines or not lines[-1].isdigit():
+            raise RuntimeError(f"peer script printed no pid: {out!r}")
+        self._pid = int(lines[-1])
+        wait_for_port("127.0.0.1", self.port, 30.0, alive=self.alive)
+        return self
+
+    def alive(self) -> bool:
+        if self._pid is None:
+            return False
+        try:
+            os.kill(self._pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            pass
+        try:  # a zombie counts as dead
+            import psutil
+            return psutil.Process(self._pid).status() != psutil.STATUS_ZOMBIE
+        except Exception:
+            return True
+
+    def stop(self) -> None:
+        if self._pid is None:
+            return
+        pid = self._pid
+        self._run("stop", 30.0)
+        # wait for it to go so the next start can bind the same port
+        deadline = time.monotonic() + 15
+        while self.alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if self.alive():
+            os.kill(pid, signal.SIGKILL)
+        self._pid = None
+
+    def restart(self) -> "SpawnedPeer":
+        self.stop()
+        return self.start()
+
+    def cleanup(self) -> None:
+        self.stop()
+
+
+class CpuMeter:
+    """CPU seconds (user+system, including children) a process used between two marks."""
+
+    def __init__(self, pid: int | None):
+        self.pid = pid
+        self._proc = None
+        if pid is not None:
+            import psutil
+            self._proc = psutil.Process(pid)
+
+    def now(self) -> float | None:
+        if self._proc is None:
+            return None
+        try:
+            t = self._proc.cpu_times()
+        except Exception:
+            return None
+        return t.user + t.system + getattr(t, "children_user", 0.0) + getattr(t, "children_system", 0.0)
+
+    def rss_mb(self) -> float | None:
+        if self._proc is None:
+            return None
+        try:
+            return self._proc.memory_info().rss / 1e6
+        except Exception:
+            return None
+
+
+def percentile(sorted_values: list[float], q: float) -> float | None:
+    """Nearest-rank percentile (q in 0..100) of an already sorted list."""
+    if not sorted_values:
+        return None
+    k = max(0, min(len(sorted_values) - 1, int(round(q / 100.0 * len(sorted_values) + 0.5)) - 1))
+    return sorted_values[k]
+
+
+def format_table(headers: list[str], rows: list[list[str]]) -> str:
+    widths = [len(h) for h in headers]
+    for r in rows:
+        for i, c in enumerate(r):
+            widths[i] = max(widths[i], len(c))
+    def line(cells):
+        return "  ".join(c.ljust(widths[i]) if i == 0 else c.rjust(widths[i])
+                         for i, c in enumerate(cells)).rstrip()
+    out = [line(headers)]
+    out += [line(r) for r in rows]
+    return "\n".join(out)
