@@ -72,10 +72,16 @@ def test_garbage_body_is_invalid_request():
         decode_request(raw)
 
 
-def test_trailing_bytes_are_invalid():
-    raw = encode_request(3, 1, 1, "c", {"topics": []}) + b"junk"
+def test_trailing_bytes_are_ignored_as_kafka_does():
+    raw = encode_request(3, 1, 1, "c", {"topics": [{"name": "x"}]}) + b"junk"
+    header, body = decode_request(raw)
+    assert [t.name for t in body.topics] == ["x"]
+
+
+def test_truncated_body_is_invalid():
+    raw = encode_request(3, 1, 1, "c", {"topics": [{"name": "abc"}]})
     with pytest.raises(InvalidRequestError):
-        decode_request(raw)
+        decode_request(raw[:-2])
 
 
 def test_short_header_is_invalid():

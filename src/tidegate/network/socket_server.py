@@ -67,8 +67,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._reading_paused = False
 
     # -- asyncio callbacks -------------------------------------------------
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
+    def connection_made(self, transport: Any) -> None:
         self.transport = transport
         sock = transport.get_extra_info("socket")
         if sock is not None:

@@ -92,6 +92,8 @@ def decode_request(buf: Any) -> tuple[RequestHeader, Any]:
     if supported is None or not supported.supports(api_version):
         raise UnsupportedVersionError(api_key, api_version, correlation_id)
     header_reader, body_reader, flexible = _request_reader(api_key, api_version)
+    if not isinstance(buf, bytes):
+        buf = memoryview(buf).toreadonly()  # kio reads only from read-only buffers
     try:
         kio_header, offset = header_reader(buf, 0)
         body, size = body_reader(buf, offset)
@@ -99,10 +101,8 @@ def decode_request(buf: Any) -> tuple[RequestHeader, Any]:
         raise InvalidRequestError(
             f"cannot decode api_key={api_key} v{api_version}: {exc!r}"
         ) from exc
-    if offset + size != len(buf):
-        raise InvalidRequestError(
-            f"api_key={api_key} v{api_version}: {len(buf) - offset - size} trailing bytes"
-        )
+    # Like Kafka's generated parsers, bytes after the last field are ignored
+    # (librdkafka pads some requests); a body that ends early fails above.
     header = RequestHeader(api_key, api_version, correlation_id, kio_header.client_id, flexible)
     return header, body
 

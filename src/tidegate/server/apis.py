@@ -1,0 +1,689 @@
+"""Request handlers: Kafka's KafkaApis, as functions of decoded requests.
+
+Every handler takes the request header, the kio request of the version the client
+sent and the connection context, and returns the response as plain nested dicts
+(Kafka field names), which :func:`tidegate.protocol.codec.build` turns into the
+matching kio response version. A handler that must wait (acks=all until the data
+is durable, a fetch until min_bytes arrive) returns a coroutine instead; the
+network shell keeps the connection muted until it resolves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from tidegate.config import BrokerConfig, ConfigError, describe_topic_configs, validate_topic_configs
+from tidegate.log.record_batch import RecordBatchError
+from tidegate.network.socket_server import ConnectionClosed, RequestContext
+from tidegate.protocol.apis import SUPPORTED_APIS, ApiKey
+from tidegate.protocol.codec import (
+    InvalidRequestError,
+    RequestHeader,
+    UnsupportedVersionError,
+    build,
+    decode_request,
+    encode_error_only,
+    encode_response,
+    ms,
+    response_class,
+)
+from tidegate.server.metadata import InvalidTopicError, validate_topic_name
+from tidegate.server.replica_manager import ReplicaManager
+
+log = logging.getLogger(__name__)
+
+NO_TIMESTAMP = -1
+EARLIEST_TIMESTAMP = -2
+LATEST_TIMESTAMP = -1
+MAX_TIMESTAMP = -3
+EARLIEST_LOCAL_TIMESTAMP = -4
+LATEST_TIERED_TIMESTAMP = -5
+AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
+RESOURCE_TOPIC = 2
+RESOURCE_BROKER = 4
+ZERO_UUID = uuid.UUID(int=0)
+
+FlushTo = Callable[[Any, int], Awaitable[None]]
+
+
+class KafkaApis:
+    def __init__(
+        self,
+        config: BrokerConfig,
+        cluster_id: str,
+        replicas: ReplicaManager,
+        flush_to: FlushTo,
+        now_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+    ) -> None:
+        self.config = config
+        self.cluster_id = cluster_id
+        self.node_id = config.node_id
+        self.replicas = replicas
+        self.store = replicas.store
+        self.flush_to = flush_to
+        self.now_ms = now_ms
+        self.handlers: dict[int, Callable[[RequestHeader, Any, RequestContext], Any]] = {
+            ApiKey.PRODUCE: self.handle_produce,
+            ApiKey.FETCH: self.handle_fetch,
+            ApiKey.LIST_OFFSETS: self.handle_list_offsets,
+            ApiKey.METADATA: self.handle_metadata,
+            ApiKey.API_VERSIONS: self.handle_api_versions,
+            ApiKey.CREATE_TOPICS: self.handle_create_topics,
+            ApiKey.DELETE_TOPICS: self.handle_delete_topics,
+            ApiKey.DESCRIBE_CONFIGS: self.handle_describe_configs,
+            ApiKey.CREATE_PARTITIONS: self.handle_create_partitions,
+            ApiKey.DESCRIBE_CLUSTER: self.handle_describe_cluster,
+        }
+        assert set(self.handlers) == set(SUPPORTED_APIS), "advertised and handled APIs differ"
+        # Ports actually bound per listener name, for listeners configured with port 0.
+        self.bound_ports: dict[str, int] = {}
+        self._fetch_waiters: dict[tuple[str, int], set[asyncio.Future]] = {}
+        replicas.append_listeners.append(self._wake_fetchers)
+
+    # -- entry point from the network shell ---------------------------------
+    def process(self, payload: bytearray, ctx: RequestContext, release: Callable[[], None]) -> Any:
+        """Decode, handle, encode. Returns bytes, None (no response) or an awaitable."""
+        try:
+            header, body = decode_request(payload)
+        except UnsupportedVersionError as exc:
+            release()
+            log.info("%s from %s:%s", exc, ctx.client_address, ctx.client_port)
+            return self._unsupported_version(exc)
+        except InvalidRequestError as exc:
+            raise ConnectionClosed(str(exc)) from exc
+        if header.api_key != ApiKey.PRODUCE:
+            release()  # everything but Produce is fully decoded: its bytes are not needed
+        result = self.handlers[header.api_key](header, body, ctx)
+        release()  # Produce: records are appended by now
+        if result is None:
+            return None
+        if asyncio.iscoroutine(result):
+            return self._finish_async(header, result)
+        return self._encode(header, result)
+
+    async def _finish_async(self, header: RequestHeader, coro: Awaitable[Any]) -> bytes | None:
+        result = await coro
+        return None if result is None else self._encode(header, result)
+
+    def _encode(self, header: RequestHeader, values: dict) -> bytes:
+        return encode_response(header, build(response_class(header.api_key, header.api_version), values))
+
+    def _unsupported_version(self, exc: UnsupportedVersionError) -> bytes:
+        if exc.api_key == ApiKey.API_VERSIONS:
+            # KIP-511: answer with a v0 body carrying the supported range, so the
+            # client can retry with a version both sides know.
+            header = RequestHeader(exc.api_key, 0, exc.correlation_id, None, False)
+            values = self._api_versions_body()
+            values["error_code"] = ErrorCode.unsupported_version
+            return self._encode(header, values)
+        return encode_error_only(exc.correlation_id, ErrorCode.unsupported_version.value)
+
+    # -- helpers --------------------------------------------------------------
+    def _endpoint(self, ctx: RequestContext | None) -> tuple[str, int]:
+        """The advertised endpoint of the listener the request came in on."""
+        listeners = self.config.advertised_listeners
+        chosen = listeners[0]
+        for lst in listeners:
+            if ctx is not None and lst.name == ctx.listener_name:
+                chosen = lst
+                break
+        port = chosen.port or self.bound_ports.get(chosen.name, 0)
+        return chosen.host, port
+
+    def _topic_by_id(self, topic_id: uuid.UUID | None):
+        return None if topic_id is None else self.store.get_by_id(topic_id)
+
+    # -- ApiVersions ----------------------------------------------------------
+    def _api_versions_body(self) -> dict:
+        return {
+            "error_code": ErrorCode.none,
+            "api_keys": [
+                {"api_key": int(r.key), "min_version": r.min_version, "max_version": r.max_version}
+                for r in SUPPORTED_APIS.values()
+            ],
+            "throttle_time": 0,
+            "supported_features": [],
+            "finalized_features_epoch": -1,
+            "finalized_features": [],
+            "zk_migration_ready": False,
+        }
+
+    def handle_api_versions(self, header: RequestHeader, req: Any, ctx: RequestContext) -> dict:
+        return self._api_versions_body()
+
+    # -- Metadata -------------------------------------------------------------
+    def _partition_metadata(self, partitions: int) -> list[dict]:
+        node = self.node_id
+        return [
+            {
+                "error_code": ErrorCode.none,
+                "partition_index": p,
+                "leader_id": node,
+                "leader_epoch": 0,
+                "replica_nodes": (node,),
+                "isr_nodes": (node,),
+                "offline_replicas": (),
+            }
+            for p in range(partitions)
+        ]
+
+    def _topic_metadata(self, info) -> dict:
+        return {
+            "error_code": ErrorCode.none,
+            "name": info.name,
+            "topic_id": info.topic_id,
+            "is_internal": False,
+            "partitions": self._partition_metadata(info.partitions),
+            "topic_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+        }
+
+    def handle_metadata(self, header: RequestHeader, req: Any, ctx: RequestContext) -> dict:
+        version = header.api_version
+        topics_out = []
+        if req.topics is None or (version == 0 and not req.topics):
+            # null (v1+) or empty (v0) means every topic
+            topics_out = [self._topic_metadata(info) for info in self.store.topics.values()]
+        else:
+            allow_auto = getattr(req, "allow_auto_topic_creation", True)
+            for t in req.topics:
+                name = t.name
+                if name is None:
+                    info = self._topic_by_id(getattr(t, "topic_id", None))
+                    if info is None:
+                        topics_out.append(
+                            {
+                                "error_code": ErrorCode.unknown_topic_id,
+                                "name": None,
+                                "topic_id": getattr(t, "topic_id", ZERO_UUID),
+                                "partitions": [],
+                            }
+                        )
+                        continue
+                else:
+                    info = self.store.get(name)
+                if info is None:
+                    topics_out.append(self._auto_create(name, allow_auto))
+                else:
+                    topics_out.append(self._topic_metadata(info))
+        host, port = self._endpoint(ctx)
+        return {
+            "throttle_time": 0,
+            "brokers": [{"node_id": self.node_id, "host": host, "port": port, "rack": None}],
+            "cluster_id": self.cluster_id,
+            "controller_id": self.node_id,
+            "topics": topics_out,
+            "cluster_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+        }
+
+    def _auto_create(self, name: str, allow_auto: bool) -> dict:
+        error = ErrorCode.unknown_topic_or_partition
+        try:
+            validate_topic_name(name)
+        except InvalidTopicError:
+            return {"error_code": ErrorCode.invalid_topic_exception, "name": name, "partitions": []}
+        if allow_auto and self.config.get("auto.create.topics.enable"):
+            info = self.replicas.create_topic(name, self.config.get("num.partitions"), {})
+            log.info("auto-created topic %s with %d partition(s)", name, info.partitions)
+            return self._topic_metadata(info)
+        return {"error_code": error, "name": name, "topic_id": ZERO_UUID, "partitions": []}
+
+    # -- Produce ---------------------------------------------------------------
+    def handle_produce(self, header: RequestHeader, req: Any, ctx: RequestContext) -> Any:
+        acks = req.acks
+        now = self.now_ms()
+        responses = []
+        to_flush: list[tuple[Any, int]] = []
+        for topic in req.topic_data:
+            name = topic.name
+            info = self.store.get(name)
+            parts = []
+            for pd in topic.partition_data:
+                part = {
+                    "index": pd.index,
+                    "error_code": ErrorCode.none,
+                    "base_offset": -1,
+                    "log_append_time": -1,
+                    "log_start_offset": -1,
+                    "record_errors": [],
+                    "error_message": None,
+                }
+                parts.append(part)
+                if acks not in (0, 1, -1):
+                    part["error_code"] = ErrorCode.invalid_required_acks
+                    continue
+                plog = self.replicas.get_log(name, pd.index) if info is not None else None
+                if plog is None:
+                    part["error_code"] = ErrorCode.unknown_topic_or_partition
+                    continue
+                if req.transactional_id is not None:
+                    part["error_code"] = ErrorCode.transactional_id_authorization_failed
+                    part["error_message"] = "transactions are not supported by this broker yet"
+                    continue
+                records = pd.records
+                if not records:
+                    part["error_code"] = ErrorCode.corrupt_message
+                    part["error_message"] = "empty records"
+                    continue
+                try:
+                    appended = plog.append(bytearray(records), now, single_batch=True)
+                except RecordBatchError as exc:
+                    part["error_code"] = ErrorCode(exc.error_code)
+                    part["error_message"] = str(exc)
+                    log.info("produce to %s-%d rejected: %s", name, pd.index, exc)
+                    continue
+                part["base_offset"] = appended.first_offset
+                part["log_append_time"] = appended.log_append_time_ms
+                part["log_start_offset"] = plog.log_start_offset
+                self.replicas.notify_append(name, pd.index)
+                if acks == -1:
+                    to_flush.append((plog, appended.last_offset))
+            responses.append({"name": name, "partition_responses": parts})
+        if acks == 0:
+            return None
+        body = {"responses": responses, "throttle_time": 0, "node_endpoints": []}
+        if to_flush:
+            return self._await_durable(to_flush, body)
+        return body
+
+    async def _await_durable(self, to_flush: list[tuple[Any, int]], body: dict) -> dict:
+        # acks=all on one node: answered once the batch is fsynced (docs/durability.md).
+        await asyncio.gather(*(self.flush_to(plog, last) for plog, last in to_flush))
+        return body
+
+    # -- Fetch -------------------------------------------------------------------
+    def _fetch_targets(self, header: RequestHeader, req: Any) -> list[tuple[Any, str | None, Any]]:
+        """(request topic, topic name or None if unknown, topic info) per requested topic."""
+        out = []
+        for t in req.topics:
+            if header.api_version >= 13:
+                info = self._topic_by_id(t.topic_id)
+            else:
+                info = self.store.get(t.topic)
+            out.append((t, info))
+        return out
+
+    def _read_fetch(self, header: RequestHeader, req: Any, targets) -> tuple[dict, int]:
+        remaining = req.max_bytes if header.api_version >= 3 else 2**31 - 1
+        total = 0
+        responses = []
+        by_id = header.api_version >= 13
+        for t, info in targets:
+            parts = []
+            for p in t.partitions:
+                out = {
+                    "partition_index": p.partition,
+                    "error_code": ErrorCode.none,
+                    "high_watermark": -1,
+                    "last_stable_offset": -1,
+                    "log_start_offset": -1,
+                    "aborted_transactions": None,
+                    "preferred_read_replica": -1,
+                    "records": b"",
+                }
+                parts.append(out)
+                plog = self.replicas.get_log(info.name, p.partition) if info is not None else None
+                if plog is None:
+                    out["error_code"] = (
+                        ErrorCode.unknown_topic_id if by_id else ErrorCode.unknown_topic_or_partition
+                    )
+                    continue
+                hw = plog.high_watermark
+                out["high_watermark"] = hw
+                out["last_stable_offset"] = hw
+                out["log_start_offset"] = plog.log_start_offset
+                if p.fetch_offset < plog.log_start_offset or p.fetch_offset > plog.log_end_offset:
+                    out["error_code"] = ErrorCode.offset_out_of_range
+                    continue
+                # KIP-74: the first batch is returned even when it exceeds the limits,
+                # so a consumer can always make progress.
+                limit = min(p.partition_max_bytes, remaining)
+                data = plog.read(p.fetch_offset, max(limit, 0))
+                if total and len(data) > remaining:
+                    data = b""
+                out["records"] = bytes(data)
+                total += len(data)
+                remaining -= len(data)
+            responses.append(
+                {
+                    "topic": t.topic if not by_id else None,
+                    "topic_id": t.topic_id if by_id else None,
+                    "partitions": parts,
+                }
+            )
+        body = {
+            "throttle_time": 0,
+            "error_code": ErrorCode.none,
+            "session_id": 0,  # no fetch session: clients send full fetches (KIP-227 allows it)
+            "responses": responses,
+            "node_endpoints": [],
+        }
+        return body, total
+
+    def handle_fetch(self, header: RequestHeader, req: Any, ctx: RequestContext) -> Any:
+        targets = self._fetch_targets(header, req)
+        body, total = self._read_fetch(header, req, targets)
+        max_wait = ms(req.max_wait)
+        if max_wait <= 0 or total >= req.min_bytes or not targets or self._has_error(body):
+            return body
+        return self._long_poll(header, req, targets, max_wait)
+
+    @staticmethod
+    def _has_error(body: dict) -> bool:
+        return any(p["error_code"] != ErrorCode.none for t in body["responses"] for p in t["partitions"])
+
+    async def _long_poll(self, header, req, targets, max_wait_ms: int) -> dict:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max_wait_ms / 1000
+        keys = [(info.name, p.partition) for t, info in targets if info is not None for p in t.partitions]
+        while True:
+            fut = loop.create_future()
+            for key in keys:
+                self._fetch_waiters.setdefault(key, set()).add(fut)
+            try:
+                await asyncio.wait_for(fut, max(deadline - loop.time(), 0))
+            except TimeoutError:
+                pass
+            finally:
+                for key in keys:
+                    waiters = self._fetch_waiters.get(key)
+                    if waiters is not None:
+                        waiters.discard(fut)
+                        if not waiters:
+                            del self._fetch_waiters[key]
+            body, total = self._read_fetch(header, req, self._fetch_targets(header, req))
+            if total >= req.min_bytes or loop.time() >= deadline or self._has_error(body):
+                return body
+
+    def _wake_fetchers(self, topic: str, partition: int) -> None:
+        waiters = self._fetch_waiters.pop((topic, partition), None)
+        if waiters:
+            for fut in waiters:
+                if not fut.done():
+                    fut.set_result(None)
+
+    # -- ListOffsets --------------------------------------------------------------
+    def handle_list_offsets(self, header: RequestHeader, req: Any, ctx: RequestContext) -> dict:
+        topics = []
+        for t in req.topics:
+            info = self.store.get(t.name)
+            parts = []
+            for p in t.partitions:
+                out = {
+                    "partition_index": p.partition_index,
+                    "error_code": ErrorCode.none,
+                    "timestamp": NO_TIMESTAMP,
+                    "offset": -1,
+                    "leader_epoch": 0,
+                }
+                parts.append(out)
+                plog = self.replicas.get_log(t.name, p.partition_index) if info is not None else None
+                if plog is None:
+                    out["error_code"] = ErrorCode.unknown_topic_or_partition
+                    continue
+                ts = p.timestamp
+                if ts == LATEST_TIMESTAMP or ts == LATEST_TIERED_TIMESTAMP:
+                    out["offset"] = plog.high_watermark
+                elif ts in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
+                    out["offset"] = plog.log_start_offset
+                elif ts == MAX_TIMESTAMP:
+                    found = plog.max_timestamp_offset()
+                    if found is not None:
+                        out["offset"], out["timestamp"] = found
+                elif ts < 0:
+                    out["error_code"] = ErrorCode.invalid_request
+                else:
+                    found = plog.offset_for_timestamp(ts)
+                    if found is not None:
+                        out["offset"], out["timestamp"] = found
+            topics.append({"name": t.name, "partitions": parts})
+        return {"throttle_time": 0, "topics": topics}
+
+    # -- CreateTopics -----------------------------------------------------------------
+    def handle_create_topics(self, header: RequestHeader, req: Any, ctx: RequestContext) -> dict:
+        results = []
+        seen: dict[str, int] = {}
+        for t in req.topics:
+            seen[t.name] = seen.get(t.name, 0) + 1
+        for t in req.topics:
+            results.append(self._create_one(t, req.validate_only, seen[t.name] > 1))
+        return {"throttle_time": 0, "topics": results}
+
+    def _create_one(self, t: Any, validate_only: bool, duplicate: bool) -> dict:
+        name = t.name
+
+        def fail(code: ErrorCode, message: str) -> dict:
+            return {
+                "name": name,
+                "topic_id": ZERO_UUID,
+                "error_code": code,
+                "error_message": message,
+                "num_partitions": -1,
+                "replication_factor": -1,
+                "configs": None,
+            }
+
+        if duplicate:
+            return fail(ErrorCode.invalid_request, f"Duplicate topic name {name} in the request")
+        try:
+            validate_topic_name(name)
+        except InvalidTopicError as exc:
+            return fail(ErrorCode.invalid_topic_exception, str(exc))
+        if self.store.get(name) is not None:
+            return fail(ErrorCode.topic_already_exists, f"Topic '{name}' already exists.")
+        if t.assignments:
+            partitions = len(t.assignments)
+            for a in t.assignments:
+                if tuple(a.broker_ids) != (self.node_id,):
+                    return fail(
+                        ErrorCode.invalid_replica_assignment,
+                        f"replica assignment {list(a.broker_ids)} names brokers other than "
+                        f"the single node {self.node_id}",
+                    )
+            if t.num_partitions != -1 or t.replication_factor != -1:
+                return fail(
+                    ErrorCode.invalid_request,
+                    "Both numPartitions or replicationFactor and replicasAssignments were set. "
+                    "Both cannot be used at the same time.",
+                )
+        else:
+            partitions = t.num_partitions
+            if partitions == -1:
+                partitions = self.config.get("num.partitions")
+            if partitions <= 0:
+                return fail(ErrorCode.invalid_partitions, "Number of partitions must be larger than 0.")
+            rf = t.replication_factor
+            if rf == -1:
+                rf = self.config.get("default.replication.factor")
+            if rf <= 0:
+                return fail(
+                    ErrorCode.invalid_replication_factor, "Replication factor must be larger than 0."
+                )
+            if rf > 1:
+                return fail(
+                    ErrorCode.invalid_replication_factor,
+                    f"Unable to replicate the partition {rf} time(s): The target replication "
+                    "factor of " + str(rf) + " cannot be reached because only 1 broker(s) are "
+                    "registered.",
+                )
+        try:
+            configs = validate_topic_configs({c.name: c.value for c in t.configs or ()})
+        except ConfigError as exc:
+            return fail(ErrorCode.invalid_config, str(exc))
+        if validate_only:
+            topic_id = ZERO_UUID
+        else:
+            info = self.replicas.create_topic(name, partitions, configs)
+            topic_id = info.topic_id
+            log.info("created topic %s (%d partitions, configs %s)", name, partitions, configs)
+        described = [
+            {
+                "name": e.name,
+                "value": e.value,
+                "read_only": e.read_only,
+                "config_source": e.source,
+                "is_sensitive": e.is_sensitive,
+            }
+            for e in describe_topic_configs(self.config, configs)
+        ]
+        return {
+            "name": name,
+            "topic_id": topic_id,
+            "error_code": ErrorCode.none,
+            "error_message": None,
+            "num_partitions": partitions,
+            "replication_factor": 1,
+            "configs": described,
+        }
+
+    # -- DeleteTopics -------------------------------------------------------------------
+    def handle_delete_topics(self, header: RequestHeader, req: Any, ctx: RequestContext) -> dict:
+        if header.api_version >= 6:
+            wanted = [(t.name, t.topic_id) for t in req.topics]
+        else:
+            wanted = [(n, None) for n in req.topic_names]
+        responses = []
+        for name, topic_id in wanted:
+            if name is None:
+                info = self._topic_by_id(topic_id)
+                missing = ErrorCode.unknown_topic_id
+            else:
+                info = self.store.get(name)
+                missing = ErrorCode.unknown_topic_or_partition
+            if info is None:
+                responses.append(
+                    {
+                        "name": name,
+                        "topic_id": topic_id or ZERO_UUID,
+                        "error_code": missing,
+                        "error_message": None,
+                    }
+                )
+                continue
+            self.replicas.delete_topic(info.name)
+            self._wake_deleted(info)
+            log.info("deleted topic %s", info.name)
+            responses.append(
+                {"name": info.name, "topic_id": info.topic_id, "error_code": ErrorCode.none}
+            )
+        return {"throttle_time": 0, "responses": responses}
+
+    def _wake_deleted(self, info) -> None:
+        for p in range(info.partitions):
+            self._wake_fetchers(info.name, p)
+
+    # -- CreatePartitions ------------------------------------------------------------------
+    def handle_create_partitions(self, header: RequestHeader, req: Any, ctx: RequestContext) -> dict:
+        results = []
+        for t in req.topics:
+            info = self.store.get(t.name)
+            result = {"name": t.name, "error_code": ErrorCode.none, "error_message": None}
+            results.append(result)
+            if info is None:
+                result["error_code"] = ErrorCode.unknown_topic_or_partition
+                result["error_message"] = f"The topic '{t.name}' does not exist."
+                continue
+            if t.count <= info.partitions:
+                result["error_code"] = ErrorCode.invalid_partitions
+                result["error_message"] = (
+                    f"Topic currently has {info.partitions} partitions, which is higher than or "
+                    f"equal to the requested {t.count}."
+                )
+                continue
+            if t.assignments and any(tuple(a.broker_ids) != (self.node_id,) for a in t.assignments):
+                result["error_code"] = ErrorCode.invalid_replica_assignment
+                result["error_message"] = f"assignments must name only broker {self.node_id}"
+                continue
+            if not req.validate_only:
+                self.replicas.add_partitions(t.name, t.count)
+                log.info("topic %s now has %d partitions", t.name, t.count)
+        return {"throttle_time": 0, "results": results}
+
+    # -- DescribeConfigs ----------------------------------------------------------------------
+    def handle_describe_configs(self, header: RequestHeader, req: Any, ctx: RequestContext) -> dict:
+        include_synonyms = getattr(req, "include_synonyms", False)
+        include_doc = getattr(req, "include_documentation", False)
+        results = []
+        for r in req.resources:
+            result = {
+                "error_code": ErrorCode.none,
+                "error_message": None,
+                "resource_type": r.resource_type,
+                "resource_name": r.resource_name,
+                "configs": [],
+            }
+            results.append(result)
+            if r.resource_type == RESOURCE_TOPIC:
+                info = self.store.get(r.resource_name)
+                if info is None:
+                    result["error_code"] = ErrorCode.unknown_topic_or_partition
+                    result["error_message"] = f"Topic {r.resource_name} does not exist"
+                    continue
+                entries = describe_topic_configs(self.config, info.configs)
+            elif r.resource_type == RESOURCE_BROKER:
+                if r.resource_name not in ("", str(self.node_id)):
+                    result["error_code"] = ErrorCode.invalid_request
+                    result["error_message"] = (
+                        f"Unexpected broker id, expected {self.node_id} or empty string, "
+                        f"but received {r.resource_name}"
+                    )
+                    continue
+                entries = self.config.describe()
+            else:
+                result["error_code"] = ErrorCode.invalid_request
+                result["error_message"] = f"Unsupported resource type {r.resource_type}"
+                continue
+            keys = set(r.configuration_keys) if r.configuration_keys else None
+            result["configs"] = [
+                {
+                    "name": e.name,
+                    "value": e.value,
+                    "read_only": e.read_only,
+                    "config_source": e.source,
+                    "is_sensitive": e.is_sensitive,
+                    "synonyms": [
+                        {"name": s.name, "value": s.value, "source": s.source} for s in e.synonyms
+                    ]
+                    if include_synonyms
+                    else [],
+                    "config_type": e.config_type,
+                    "documentation": e.documentation if include_doc else None,
+                }
+                for e in entries
+                if keys is None or e.name in keys
+            ]
+        return {"throttle_time": 0, "results": results}
+
+    # -- DescribeCluster --------------------------------------------------------------------------
+    def handle_describe_cluster(self, header: RequestHeader, req: Any, ctx: RequestContext) -> dict:
+        endpoint_type = getattr(req, "endpoint_type", 1)
+        if endpoint_type != 1:
+            return {
+                "throttle_time": 0,
+                "error_code": ErrorCode.unsupported_endpoint_type,
+                "error_message": "tidegate has no separate controller endpoints",
+                "endpoint_type": endpoint_type,
+                "cluster_id": self.cluster_id,
+                "controller_id": -1,
+                "brokers": [],
+                "cluster_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+            }
+        host, port = self._endpoint(ctx)
+        return {
+            "throttle_time": 0,
+            "error_code": ErrorCode.none,
+            "error_message": None,
+            "endpoint_type": 1,
+            "cluster_id": self.cluster_id,
+            "controller_id": self.node_id,
+            "brokers": [
+                {"broker_id": self.node_id, "host": host, "port": port, "rack": None, "is_fenced": False}
+            ],
+            "cluster_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+        }

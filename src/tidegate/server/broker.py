@@ -1,0 +1,179 @@
+"""Starting and stopping a broker: the thin asyncio shell around the sans-IO core.
+
+``run(config)`` is what ``tidegate serve`` calls. It locks the data directory,
+opens the logs (recovering after a crash), starts the listeners and a
+maintenance task (time-based flush, retention), and on SIGINT/SIGTERM drains:
+listeners close, in-flight requests are answered, logs are flushed and closed,
+and the process exits 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import logging
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+from tidegate.config import BrokerConfig, topic_log_config
+from tidegate.network import memory_pool
+from tidegate.network.socket_server import SocketServer
+from tidegate.server.apis import KafkaApis
+from tidegate.server.metadata import TopicStore, load_or_create_meta
+from tidegate.server.replica_manager import ReplicaManager
+
+log = logging.getLogger(__name__)
+
+LOCK_FILE = ".lock"
+MAINTENANCE_TICK_S = 1.0
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class LogFlusher:
+    """fsync on a worker thread, shared by every waiter (a simple group commit).
+
+    ``flush_to(log, offset)`` returns once every offset <= ``offset`` is on disk.
+    While one fsync of a log runs, later callers wait for it and, if it did not
+    cover them, share the next one, so concurrent acks=all producers on a
+    partition pay for one fsync per round instead of one each.
+    """
+
+    def __init__(self) -> None:
+        self._running: dict[int, asyncio.Future] = {}
+
+    async def flush_to(self, plog: Any, offset: int) -> None:
+        loop = asyncio.get_running_loop()
+        while plog.recovery_point <= offset:
+            running = self._running.get(id(plog))
+            if running is not None:
+                await asyncio.shield(running)
+                continue
+            fut = loop.create_future()
+            self._running[id(plog)] = fut
+            try:
+                ticket = plog.begin_flush()
+                await loop.run_in_executor(None, ticket.run)
+                plog.complete_flush(ticket)
+            finally:
+                del self._running[id(plog)]
+                fut.set_result(None)
+
+
+class Broker:
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.data_dir = Path(config.log_dir).resolve()
+        self._lock_fd: int | None = None
+        self.replicas: ReplicaManager | None = None
+        self.apis: KafkaApis | None = None
+        self.socket_server: SocketServer | None = None
+        self._maintenance: asyncio.Task | None = None
+        self.bound: dict[str, tuple[str, int]] = {}
+
+    def _lock(self) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.data_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise RuntimeError(
+                f"{self.data_dir} is in use by another tidegate process (lock {LOCK_FILE})"
+            ) from None
+        self._lock_fd = fd
+
+    async def start(self) -> None:
+        self._lock()
+        cluster_id = load_or_create_meta(
+            self.data_dir, self.config.node_id, self.config.get("cluster.id")
+        )
+        store = TopicStore(self.data_dir)
+        self.replicas = ReplicaManager(
+            self.data_dir,
+            store,
+            lambda info: topic_log_config(self.config, info.configs),
+            now_ms,
+        )
+        started = time.monotonic()
+        self.replicas.load()
+        log.info(
+            "loaded %d partition log(s) of %d topic(s) from %s in %.2fs",
+            len(self.replicas.logs),
+            len(store.topics),
+            self.data_dir,
+            time.monotonic() - started,
+        )
+        self.flusher = LogFlusher()
+        self.apis = KafkaApis(self.config, cluster_id, self.replicas, self.flusher.flush_to, now_ms)
+        self.socket_server = SocketServer(
+            self.apis, memory_pool.NONE, self.config.get("socket.request.max.bytes")
+        )
+        for listener in self.config.listeners:
+            host, port = await self.socket_server.start_listener(
+                listener.name, listener.host, listener.port
+            )
+            self.bound[listener.name] = (host, port)
+            self.apis.bound_ports[listener.name] = port
+            log.info("listening on %s://%s:%d", listener.name, host, port)
+        self._maintenance = asyncio.create_task(self._maintain())
+        log.info("tidegate node %d of cluster %s started", self.config.node_id, cluster_id)
+
+    async def _maintain(self) -> None:
+        interval_ms = self.config.get("log.retention.check.interval.ms")
+        next_retention = now_ms() + interval_ms
+        while True:
+            await asyncio.sleep(MAINTENANCE_TICK_S)
+            now = now_ms()
+            due = now >= next_retention
+            if due:
+                next_retention = now + interval_ms
+            try:
+                assert self.replicas is not None
+                self.replicas.maintenance(now, due)
+            except Exception:
+                log.exception("log maintenance failed")
+
+    async def shutdown(self) -> None:
+        log.info("shutting down")
+        if self._maintenance is not None:
+            self._maintenance.cancel()
+        if self.socket_server is not None:
+            await self.socket_server.shutdown()
+        if self.replicas is not None:
+            self.replicas.close()  # flushes every log and writes its clean-shutdown marker
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+        log.info("shut down cleanly")
+
+
+async def serve(config: BrokerConfig) -> int:
+    broker = Broker(config)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await broker.start()
+    except Exception as exc:
+        log.error("could not start: %s", exc)
+        await broker.shutdown()
+        return 1
+    await stop.wait()
+    await broker.shutdown()
+    return 0
+
+
+def run(config: BrokerConfig) -> int:
+    """Run a broker until SIGINT/SIGTERM; the exit code for ``tidegate serve``."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(serve(config))
+    return uvloop.run(serve(config))

@@ -1,0 +1,158 @@
+"""Topic metadata that must survive restarts: names, ids, partition counts, configs.
+
+Kafka keeps this in its ``__cluster_metadata`` log; a single-node tidegate keeps
+one small JSON document, replaced atomically (write, fsync, rename, fsync the
+directory) on every change, so a crash leaves either the old or the new state.
+``meta.properties`` carries the cluster id and node id as Kafka's does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+TOPICS_FILE = "__tidegate_topics.json"
+META_PROPERTIES = "meta.properties"
+MAX_TOPIC_NAME_LENGTH = 249
+_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
+
+
+class InvalidTopicError(ValueError):
+    """A topic name Kafka would reject (INVALID_TOPIC_EXCEPTION)."""
+
+
+def validate_topic_name(name: str | None) -> None:
+    """Kafka's Topic.validate rules."""
+    if not name:
+        raise InvalidTopicError("Topic name is illegal, it can't be empty")
+    if name in (".", ".."):
+        raise InvalidTopicError("Topic name cannot be \".\" or \"..\"")
+    if len(name) > MAX_TOPIC_NAME_LENGTH:
+        raise InvalidTopicError(
+            f"Topic name is illegal, it can't be longer than {MAX_TOPIC_NAME_LENGTH} characters"
+        )
+    if not _LEGAL_TOPIC.match(name):
+        raise InvalidTopicError(
+            f"Topic name \"{name}\" is illegal, it contains a character other than "
+            "ASCII alphanumerics, '.', '_' and '-'"
+        )
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+@dataclass(slots=True)
+class TopicInfo:
+    name: str
+    topic_id: uuid.UUID
+    partitions: int
+    configs: dict[str, str] = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return {
+            "name": self.name,
+            "topic_id": str(self.topic_id),
+            "partitions": self.partitions,
+            "configs": self.configs,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict) -> TopicInfo:
+        return cls(d["name"], uuid.UUID(d["topic_id"]), int(d["partitions"]), dict(d["configs"]))
+
+
+class TopicStore:
+    """The persisted topic table, with lookups by name and by id."""
+
+    def __init__(self, directory: Path) -> None:
+        self.path = directory / TOPICS_FILE
+        self.topics: dict[str, TopicInfo] = {}
+        self.by_id: dict[uuid.UUID, TopicInfo] = {}
+        if self.path.exists():
+            doc = json.loads(self.path.read_bytes())
+            for d in doc["topics"]:
+                info = TopicInfo.from_json(d)
+                self.topics[info.name] = info
+                self.by_id[info.topic_id] = info
+
+    def _persist(self) -> None:
+        doc = {"version": 1, "topics": [t.to_json() for t in self.topics.values()]}
+        write_atomically(self.path, json.dumps(doc, indent=1, sort_keys=True).encode())
+
+    def get(self, name: str) -> TopicInfo | None:
+        return self.topics.get(name)
+
+    def get_by_id(self, topic_id: uuid.UUID) -> TopicInfo | None:
+        return self.by_id.get(topic_id)
+
+    def create(self, name: str, partitions: int, configs: dict[str, str]) -> TopicInfo:
+        assert name not in self.topics
+        info = TopicInfo(name, uuid.uuid4(), partitions, dict(configs))
+        self.topics[name] = info
+        self.by_id[info.topic_id] = info
+        self._persist()
+        return info
+
+    def delete(self, name: str) -> TopicInfo:
+        info = self.topics.pop(name)
+        self.by_id.pop(info.topic_id, None)
+        self._persist()
+        return info
+
+    def set_partitions(self, name: str, partitions: int) -> None:
+        self.topics[name].partitions = partitions
+        self._persist()
+
+
+def load_or_create_meta(directory: Path, node_id: int, cluster_id: str | None) -> str:
+    """Read (or write, on first start) ``meta.properties``; return the cluster id.
+
+    A data directory belongs to one cluster and one node: starting it with a
+    different ``node.id`` or ``cluster.id`` is refused, as Kafka refuses it.
+    """
+    path = directory / META_PROPERTIES
+    if path.exists():
+        props = {}
+        for line in path.read_text().splitlines():
+            line = line.strip()
+            if line and not line.startswith("#") and "=" in line:
+                k, v = line.split("=", 1)
+                props[k.strip()] = v.strip()
+        stored_node = int(props.get("node.id", node_id))
+        if stored_node != node_id:
+            raise RuntimeError(
+                f"{path} belongs to node.id {stored_node}, not the configured {node_id}"
+            )
+        stored_cluster = props["cluster.id"]
+        if cluster_id is not None and cluster_id != stored_cluster:
+            raise RuntimeError(
+                f"{path} belongs to cluster.id {stored_cluster}, not the configured {cluster_id}"
+            )
+        return stored_cluster
+    if cluster_id is None:
+        # Kafka's cluster ids are 16 random bytes, base64url without padding.
+        import base64
+
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    write_atomically(
+        path,
+        f"#\n#tidegate\nversion=1\nnode.id={node_id}\ncluster.id={cluster_id}\n".encode(),
+    )
+    return cluster_id

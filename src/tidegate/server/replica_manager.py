@@ -1,0 +1,132 @@
+"""Partition logs of a single-node broker: opening, creating, deleting, appending.
+
+Kafka splits this between LogManager (directories and log lifecycle) and
+ReplicaManager (append/read on the partitions this broker leads). One node leads
+every partition, so one object serves both roles here. Each partition directory
+carries a ``partition.metadata`` file with its topic id, as Kafka's does, so a
+directory left behind by a deleted topic is never mistaken for a new topic of the
+same name.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+from tidegate.log.config import LogConfig
+from tidegate.log.log import Log
+from tidegate.server.metadata import TopicInfo, TopicStore, write_atomically
+
+log = logging.getLogger(__name__)
+
+PARTITION_METADATA = "partition.metadata"
+
+TopicPartition = tuple[str, int]
+
+
+def partition_dir(root: Path, topic: str, partition: int) -> Path:
+    return root / f"{topic}-{partition}"
+
+
+def _read_topic_id(directory: Path) -> uuid.UUID | None:
+    try:
+        for line in (directory / PARTITION_METADATA).read_text().splitlines():
+            if line.startswith("topic_id:"):
+                return uuid.UUID(line.split(":", 1)[1].strip())
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+class ReplicaManager:
+    def __init__(
+        self,
+        root: Path,
+        store: TopicStore,
+        log_config_for: Callable[[TopicInfo], LogConfig],
+        now_ms: Callable[[], int],
+    ) -> None:
+        self.root = root
+        self.store = store
+        self.log_config_for = log_config_for
+        self.now_ms = now_ms
+        self.logs: dict[TopicPartition, Log] = {}
+        # Called after every successful append with (topic, partition): the seam
+        # where waiting fetches (and later the purgatory) are woken.
+        self.append_listeners: list[Callable[[str, int], None]] = []
+
+    # -- lifecycle ---------------------------------------------------------
+    def load(self) -> None:
+        """Open every partition of every stored topic; remove directories of deleted topics."""
+        wanted: dict[Path, TopicInfo] = {}
+        for info in self.store.topics.values():
+            for p in range(info.partitions):
+                wanted[partition_dir(self.root, info.name, p)] = info
+        for child in sorted(self.root.iterdir()):
+            if not child.is_dir():
+                continue
+            info = wanted.get(child)
+            if info is None or _read_topic_id(child) not in (None, info.topic_id):
+                log.info("removing %s: it belongs to no live topic", child)
+                shutil.rmtree(child, ignore_errors=True)
+        for info in self.store.topics.values():
+            self._open_partitions(info, 0, info.partitions)
+
+    def _open_partitions(self, info: TopicInfo, start: int, end: int) -> None:
+        config = self.log_config_for(info)
+        now = self.now_ms()
+        for p in range(start, end):
+            directory = partition_dir(self.root, info.name, p)
+            directory.mkdir(parents=True, exist_ok=True)
+            meta = directory / PARTITION_METADATA
+            if not meta.exists():
+                write_atomically(meta, f"version: 0\ntopic_id: {info.topic_id}\n".encode())
+            self.logs[(info.name, p)] = Log(directory, config, now)
+
+    def create_topic(self, name: str, partitions: int, configs: dict[str, str]) -> TopicInfo:
+        info = self.store.create(name, partitions, configs)
+        self._open_partitions(info, 0, partitions)
+        return info
+
+    def add_partitions(self, name: str, count: int) -> None:
+        info = self.store.topics[name]
+        old = info.partitions
+        self.store.set_partitions(name, count)
+        self._open_partitions(info, old, count)
+
+    def delete_topic(self, name: str) -> TopicInfo:
+        info = self.store.delete(name)
+        for p in range(info.partitions):
+            plog = self.logs.pop((name, p), None)
+            if plog is not None:
+                plog.delete()
+            shutil.rmtree(partition_dir(self.root, name, p), ignore_errors=True)
+        return info
+
+    def close(self) -> None:
+        for plog in self.logs.values():
+            try:
+                plog.close()
+            except Exception:
+                log.exception("error closing %s", plog)
+        self.logs.clear()
+
+    # -- data path ---------------------------------------------------------
+    def get_log(self, topic: str, partition: int) -> Log | None:
+        return self.logs.get((topic, partition))
+
+    def notify_append(self, topic: str, partition: int) -> None:
+        for listener in self.append_listeners:
+            listener(topic, partition)
+
+    def maintenance(self, now_ms: int, retention_due: bool) -> None:
+        """Time-based flush (flush.ms) and, when due, retention on every partition."""
+        for plog in list(self.logs.values()):
+            plog.maybe_flush_by_time(now_ms)
+            if retention_due:
+                deleted = plog.apply_retention(now_ms)
+                if deleted:
+                    log.info("retention deleted %d segment(s) of %s", deleted, plog)
