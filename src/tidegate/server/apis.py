@@ -101,7 +101,8 @@ class KafkaApis:
         if header.api_key != ApiKey.PRODUCE:
             release()  # everything but Produce is fully decoded: its bytes are not needed
         result = self.handlers[header.api_key](header, body, ctx)
-        release()  # Produce: records are appended by now
+        if header.api_key == ApiKey.PRODUCE:
+            release()  # records are appended by now
         if result is None:
             return None
         if asyncio.iscoroutine(result):
