@@ -342,12 +342,11 @@ class KafkaApis:
                 if p.fetch_offset < plog.log_start_offset or p.fetch_offset > plog.log_end_offset:
                     out["error_code"] = ErrorCode.offset_out_of_range
                     continue
-                # KIP-74: the first batch is returned even when it exceeds the limits,
-                # so a consumer can always make progress.
+                # KIP-74: the first batch of the first partition with data is returned
+                # even when it exceeds the limits, so a consumer can always make
+                # progress; every later partition stays within both limits.
                 limit = min(p.partition_max_bytes, remaining)
-                data = plog.read(p.fetch_offset, max(limit, 0))
-                if total and len(data) > remaining:
-                    data = b""
+                data = plog.read(p.fetch_offset, max(limit, 0), min_one_batch=total == 0)
                 out["records"] = bytes(data)
                 total += len(data)
                 remaining -= len(data)
