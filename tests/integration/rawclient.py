@@ -1,0 +1,181 @@
+"""A tiny blocking raw-socket Kafka client for tests.
+
+Encodes a request with kio (any API key/version kio knows, whatever the broker
+supports), sends it with a chosen correlation id, reads exactly one
+size-prefixed response and decodes it with kio after the right response header:
+header v0 for ApiVersions (KIP-511) and non-flexible versions, header v1 (one
+extra tagged-fields byte) for flexible versions.
+
+It also sends arbitrary bytes, so tests can speak broken Kafka on purpose.
+"""
+
+from __future__ import annotations
+
+import io
+import socket
+import struct
+import time
+from typing import Any
+
+from kio.index import load_request_schema, load_response_schema
+from kio.serial import entity_reader, entity_writer
+
+from tidegate.protocol.codec import build
+
+_I32 = struct.Struct(">i")
+
+
+class ConnectionClosedByBroker(Exception):
+    """The broker closed the connection (EOF or reset) while a response was expected."""
+
+
+def encode_request(
+    api_key: int,
+    version: int,
+    correlation_id: int,
+    body: Any,
+    client_id: str | None = "rawclient",
+) -> bytes:
+    """Header + body of a request (no size prefix). ``body`` is a kio object or a dict."""
+    cls = load_request_schema(api_key, version)
+    header_cls = cls.__header_schema__
+    out = io.BytesIO()
+    entity_writer(header_cls)(
+        out,
+        header_cls(
+            request_api_key=api_key,
+            request_api_version=version,
+            correlation_id=correlation_id,
+            client_id=client_id,
+        ),
+    )
+    if isinstance(body, dict):
+        body = build(cls, body)
+    entity_writer(cls)(out, body)
+    return out.getvalue()
+
+
+def frame(payload: bytes) -> bytes:
+    """Size-prefix a request payload."""
+    return _I32.pack(len(payload)) + payload
+
+
+def response_header_size(api_key: int, version: int) -> int:
+    """Bytes of the response header before the body: correlation id (+ tagged fields)."""
+    if api_key == 18:
+        return 4
+    flexible = bool(load_response_schema(api_key, version).__flexible__)
+    return 5 if flexible else 4
+
+
+def decode_response(api_key: int, version: int, data: bytes) -> tuple[int, Any]:
+    """(correlation id, kio response) from a response frame without its size prefix."""
+    (correlation_id,) = _I32.unpack_from(data, 0)
+    cls = load_response_schema(api_key, version)
+    body, _ = entity_reader(cls)(data, response_header_size(api_key, version))
+    return correlation_id, body
+
+
+class RawClient:
+    """One blocking TCP connection to a broker."""
+
+    def __init__(self, host: str, port: int, timeout: float = 10.0) -> None:
+        self.sock = socket.create_connection((host, port), timeout=timeout)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._next_correlation_id = 1
+
+    @classmethod
+    def connect(cls, bootstrap: str, timeout: float = 10.0) -> RawClient:
+        host, port = bootstrap.rsplit(":", 1)
+        return cls(host, int(port), timeout)
+
+    def __enter__(self) -> RawClient:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+    # -- bytes ------------------------------------------------------------------
+    def send_raw(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def _recv_exactly(self, n: int) -> bytes:
+        buf = bytearray()
+        while len(buf) < n:
+            try:
+                chunk = self.sock.recv(n - len(buf))
+            except ConnectionResetError as exc:
+                raise ConnectionClosedByBroker("connection reset") from exc
+            if not chunk:
+                raise ConnectionClosedByBroker(f"EOF after {len(buf)} of {n} bytes")
+            buf += chunk
+        return bytes(buf)
+
+    def recv_frame(self) -> bytes:
+        """One size-prefixed response, without its size prefix."""
+        (size,) = _I32.unpack(self._recv_exactly(4))
+        assert 0 <= size < 1 << 30, f"implausible response size {size}"
+        return self._recv_exactly(size)
+
+    def closed_by_peer(self, timeout: float = 5.0) -> bool:
+        """True once the broker has closed the connection (EOF or reset) within ``timeout``.
+
+        Any response bytes that arrive meanwhile are read and discarded.
+        """
+        deadline = time.monotonic() + timeout
+        old = self.sock.gettimeout()
+        try:
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self.sock.settimeout(left)
+                try:
+                    chunk = self.sock.recv(65536)
+                except (ConnectionResetError, BrokenPipeError):
+                    return True
+                except TimeoutError:
+                    return False
+                if not chunk:
+                    return True
+        finally:
+            self.sock.settimeout(old)
+
+    # -- requests -------------------------------------------------------------------
+    def next_correlation_id(self) -> int:
+        cid = self._next_correlation_id
+        self._next_correlation_id += 1
+        return cid
+
+    def send(
+        self,
+        api_key: int,
+        version: int,
+        body: Any,
+        correlation_id: int | None = None,
+        client_id: str | None = "rawclient",
+    ) -> int:
+        if correlation_id is None:
+            correlation_id = self.next_correlation_id()
+        self.send_raw(frame(encode_request(api_key, version, correlation_id, body, client_id)))
+        return correlation_id
+
+    def request(
+        self,
+        api_key: int,
+        version: int,
+        body: Any,
+        correlation_id: int | None = None,
+        client_id: str | None = "rawclient",
+    ) -> Any:
+        """Send one request, read and decode its response; checks the correlation id."""
+        cid = self.send(api_key, version, body, correlation_id, client_id)
+        got, response = decode_response(api_key, version, self.recv_frame())
+        assert got == cid, f"correlation id {got} in the response, {cid} in the request"
+        return response
