@@ -1,36 +1,104 @@
 """Memory for incoming requests (KIP-72).
 
 The network layer takes every request body's buffer from a pool *before* the
-body is read. This release ships the unbounded :data:`NONE` pool; the bounded
-``SimpleMemoryPool`` (``queued.max.request.bytes``) plugs into the same seam.
+body is read (``NetworkReceive.try_allocate``) and gives it back with
+:meth:`MemoryPool.release` once the request no longer needs it. Two pools plug
+into that seam:
+
+* :data:`NONE` -- Kafka's ``MemoryPool.NONE``: unbounded, used when
+  ``queued.max.request.bytes`` <= 0.
+* :class:`SimpleMemoryPool` -- Kafka's ``SimpleMemoryPool``: a byte bound on
+  the memory held by requests, with the depletion ("dry spell") metrics.
+
+:func:`create_pool` is the broker's wiring rule and
+:func:`validate_queued_max_request_bytes` its configuration check.
+
+Everything here is sans-IO and single-threaded: pools are called from the event
+loop only (tidegate runs one loop where Kafka runs processor threads, so there
+are no atomics or locks). Time comes from an injected clock returning
+**milliseconds** (int or float, monotonic); :func:`monotonic_ms` is the default.
 """
 
 from __future__ import annotations
 
+import logging
+import time
+from collections.abc import Callable
 from typing import Protocol
+
+log = logging.getLogger(__name__)
+
+Clock = Callable[[], float]
+"""A monotonic clock in milliseconds (fractions allowed)."""
+
+ReleaseListener = Callable[[], None]
+"""Called with no arguments after a release gave memory back to a pool."""
+
+
+def monotonic_ms() -> float:
+    """The default clock: ``time.monotonic_ns()`` as fractional milliseconds."""
+    return time.monotonic_ns() / 1_000_000
 
 
 class MemoryPool(Protocol):
-    def try_allocate(self, size: int) -> bytearray | None: ...
+    """A non-blocking pool; every buffer from :meth:`try_allocate` must be released once."""
 
-    def release(self, buffer: bytearray) -> None: ...
+    def try_allocate(self, size: int) -> bytearray | None:
+        """A zero-filled buffer of exactly ``size`` bytes, or None if there is no memory."""
+        ...
+
+    def release(self, buffer: bytearray) -> None:
+        """Give back a buffer returned by :meth:`try_allocate` of this pool."""
+        ...
 
     @property
     def size(self) -> int: ...
 
     @property
-    def available(self) -> int: ...
+    def available(self) -> int:
+        """Bytes that may still be allocated; negative when a pool over-allocated."""
+        ...
 
     @property
-    def is_out_of_memory(self) -> bool: ...
+    def used(self) -> int:
+        """``size - available`` (MemoryPoolUsed)."""
+        ...
+
+    @property
+    def is_out_of_memory(self) -> bool:
+        """``available <= 0``: no allocation can succeed until something is released."""
+        ...
+
+    def add_release_listener(self, listener: ReleaseListener) -> None:
+        """Call ``listener()`` after every release that gave memory back."""
+        ...
+
+    def remove_release_listener(self, listener: ReleaseListener) -> None: ...
+
+    @property
+    def depleted_time_total_ms(self) -> float:
+        """MemoryPoolDepletedTimeTotal: milliseconds spent in finished dry spells."""
+        ...
+
+    def avg_depleted_percent(self, now_ms: float | None = None) -> float:
+        """MemoryPoolAvgDepletedPercent: fraction (0..1) of recent time spent depleted."""
+        ...
 
 
 class _NonePool:
-    """Kafka's ``MemoryPool.NONE``: always a fresh buffer, never out of memory."""
+    """Kafka's ``MemoryPool.NONE``: always a fresh buffer, never out of memory.
+
+    ``release`` accepts anything but None (it is a no-op). Memory is never
+    refused, so nothing ever waits for a release: release listeners are
+    accepted and ignored (this pool is a process-wide singleton and must not
+    keep references to connections or servers).
+    """
 
     size = 2**63 - 1
     available = 2**63 - 1
+    used = 0
     is_out_of_memory = False
+    depleted_time_total_ms = 0.0
 
     def try_allocate(self, size: int) -> bytearray:
         if size < 1:
@@ -41,8 +109,344 @@ class _NonePool:
         if buffer is None:
             raise ValueError("release(None)")
 
+    def add_release_listener(self, listener: ReleaseListener) -> None:
+        pass
+
+    def remove_release_listener(self, listener: ReleaseListener) -> None:
+        pass
+
+    def avg_depleted_percent(self, now_ms: float | None = None) -> float:
+        return 0.0
+
     def __repr__(self) -> str:
         return "MemoryPool.NONE"
 
 
 NONE: MemoryPool = _NonePool()
+
+
+class _Sample:
+    __slots__ = ("last_event_ms", "start_ms", "value")
+
+    def __init__(self, now_ms: float) -> None:
+        self.reset(now_ms)
+
+    def reset(self, now_ms: float) -> None:
+        self.start_ms = now_ms
+        self.last_event_ms = now_ms
+        self.value = 0.0
+
+
+class SampledRate:
+    """Kafka's ``Rate(TimeUnit.MILLISECONDS, WindowedSum)``: a sum over sampled windows per ms.
+
+    Values are added to the current sample; a sample covers ``window_ms`` from
+    its first event, then the next one (of ``samples + 1`` kept in a ring)
+    starts. :meth:`measure` at ``now``:
+
+    1. purges samples whose last event is ``samples * window_ms`` or more before
+       ``now`` (they restart empty at ``now``);
+    2. sums the values of the remaining samples;
+    3. divides by the elapsed time ``now - start of the oldest sample``, padded
+       as if empty windows preceded it so that at least ``samples - 1`` full
+       windows are counted (Kafka's answer to "the first window is short").
+
+    With the depleted milliseconds as values this is a fraction of time. The
+    defaults are Kafka's metrics defaults (``metrics.num.samples`` = 2,
+    ``metrics.sample.window.ms`` = 30 s).
+    """
+
+    __slots__ = ("_current", "_n", "_samples", "_window_ms")
+
+    def __init__(self, samples: int = 2, window_ms: float = 30_000) -> None:
+        if samples < 1:
+            raise ValueError(f"samples must be >= 1, got {samples}")
+        if window_ms <= 0:
+            raise ValueError(f"window_ms must be > 0, got {window_ms}")
+        self._n = samples
+        self._window_ms = window_ms
+        self._samples: list[_Sample] = []
+        self._current = 0
+
+    def record(self, value: float, now_ms: float) -> None:
+        if not self._samples:
+            self._samples.append(_Sample(now_ms))
+        sample = self._samples[self._current]
+        if now_ms - sample.start_ms >= self._window_ms:
+            self._current = (self._current + 1) % (self._n + 1)
+            if self._current >= len(self._samples):
+                sample = _Sample(now_ms)
+                self._samples.append(sample)
+            else:
+                sample = self._samples[self._current]
+                sample.reset(now_ms)
+        sample.value += value
+        sample.last_event_ms = now_ms
+
+    def measure(self, now_ms: float) -> float:
+        expire = self._n * self._window_ms
+        for sample in self._samples:
+            if now_ms - sample.last_event_ms >= expire:
+                sample.reset(now_ms)
+        total = sum(s.value for s in self._samples)
+        oldest = min((s.start_ms for s in self._samples), default=now_ms)
+        elapsed = now_ms - oldest
+        full_windows = int(elapsed // self._window_ms)
+        if full_windows < self._n - 1:
+            elapsed += (self._n - 1 - full_windows) * self._window_ms
+        if elapsed <= 0:
+            return 0.0
+        return total / elapsed
+
+
+class SimpleMemoryPool:
+    """Kafka's ``SimpleMemoryPool``: a bound on the bytes held by outstanding buffers.
+
+    * ``size`` bytes, any single allocation 1..``max_single_allocation`` bytes;
+      ``max_single_allocation`` must not exceed ``size``.
+    * ``strict``: an allocation succeeds only if it fits (``available >= n``).
+      Non-strict (what the broker uses): it succeeds while at least one byte is
+      free, so ``available`` can fall to ``-(max_single_allocation - 1)`` and at
+      most ``size + max_single_allocation - 1`` bytes are ever outstanding. A
+      strict pool would starve large requests behind a stream of small ones.
+    * Dry spells: the first refused allocation starts one; the next successful
+      allocation or release ends it and records its length (ms) both into
+      :attr:`depleted_time_total_ms` (MemoryPoolDepletedTimeTotal, a cumulative
+      sum) and into a :class:`SampledRate` read by :meth:`avg_depleted_percent`
+      (MemoryPoolAvgDepletedPercent), exactly as Kafka's ``Meter`` does. As in
+      Kafka, a spell is counted only once it ends (:attr:`dry_spell_started_ms`
+      shows one in progress). The clock is read only on a refusal and at the end
+      of a spell, never on the ordinary allocate/release path.
+
+    Differences from Kafka, on purpose:
+
+    * **Ownership is checked.** Kafka's ``SimpleMemoryPool`` adds back the
+      capacity of whatever buffer it is handed, so a double release or a foreign
+      buffer silently inflates ``available`` and the bound is lost. tidegate
+      keeps every outstanding buffer in a dict keyed by ``id()`` (the dict holds
+      a reference, so an id cannot be reused while its buffer is outstanding)
+      and gives back the size that was *allocated*, not the buffer's current
+      length. Releasing a buffer this pool did not hand out, or releasing it a
+      second time, raises ``ValueError`` with ``debug=True`` (Kafka's
+      ``GarbageCollectedMemoryPool`` checks the same; use it in tests) and
+      otherwise logs an error and changes nothing. Unlike that Kafka debug
+      pool, leaked buffers are not reclaimed (``bytearray`` has no weak
+      references); :attr:`outstanding` counts them for leak checks.
+    * **Release listeners** (:meth:`add_release_listener`) stand in for the
+      Kafka selector's poll-time check: the network layer unmutes its
+      memory-muted connections from them.
+    * :meth:`avg_depleted_percent` is clamped to 1.0: Kafka records a whole
+      spell at its end, so a spell longer than the measured window would read
+      above 100 %.
+    """
+
+    __slots__ = (
+        "_available",
+        "_clock",
+        "_debug",
+        "_depleted_rate",
+        "_depleted_total_ms",
+        "_dry_spell_start",
+        "_listeners",
+        "_max_single",
+        "_outstanding",
+        "_size",
+        "_strict",
+    )
+
+    def __init__(
+        self,
+        size: int,
+        max_single_allocation: int,
+        strict: bool,
+        clock: Clock = monotonic_ms,
+        *,
+        debug: bool = False,
+        metric_samples: int = 2,
+        metric_window_ms: float = 30_000,
+    ) -> None:
+        if size <= 0 or max_single_allocation <= 0 or max_single_allocation > size:
+            raise ValueError(
+                "a memory pool needs a positive size and a positive max single allocation "
+                f"no larger than the size; got size {size} and max single allocation "
+                f"{max_single_allocation}"
+            )
+        self._size = size
+        self._max_single = max_single_allocation
+        self._strict = strict
+        self._debug = debug
+        self._clock = clock
+        self._available = size
+        # id(buffer) -> (buffer, allocated size); the reference pins the id.
+        self._outstanding: dict[int, tuple[bytearray, int]] = {}
+        self._listeners: tuple[ReleaseListener, ...] = ()
+        self._dry_spell_start: float | None = None
+        self._depleted_total_ms = 0.0
+        self._depleted_rate = SampledRate(metric_samples, metric_window_ms)
+
+    # -- allocation (hot path) -------------------------------------------
+    def try_allocate(self, size: int) -> bytearray | None:
+        if size < 1:
+            raise ValueError(f"requested size {size} <= 0")
+        if size > self._max_single:
+            raise ValueError(
+                f"requested size {size} is larger than the max single allocation {self._max_single}"
+            )
+        if self._available < (size if self._strict else 1):
+            if self._dry_spell_start is None:
+                self._dry_spell_start = self._clock()
+            return None
+        buffer = bytearray(size)  # before any accounting: a failure here changes nothing
+        self._available -= size
+        self._outstanding[id(buffer)] = (buffer, size)
+        if self._dry_spell_start is not None:
+            self._end_dry_spell()
+        return buffer
+
+    def release(self, buffer: bytearray) -> None:
+        if buffer is None:
+            raise ValueError("release(None)")
+        entry = self._outstanding.get(id(buffer))
+        if entry is None or entry[0] is not buffer:
+            self._reject(buffer)
+            return
+        del self._outstanding[id(buffer)]
+        self._available += entry[1]
+        if self._dry_spell_start is not None:
+            self._end_dry_spell()
+        for listener in self._listeners:
+            self._notify(listener)
+
+    def _reject(self, buffer: object) -> None:
+        size = len(buffer) if isinstance(buffer, bytearray | bytes | memoryview) else "?"
+        message = (
+            f"release of a buffer ({type(buffer).__name__}, {size} bytes) that {self!r} "
+            "did not allocate or that was already released; accounting left unchanged"
+        )
+        if self._debug:
+            raise ValueError(message)
+        log.error(message)
+
+    def _notify(self, listener: ReleaseListener) -> None:
+        try:
+            listener()
+        except Exception:
+            if self._debug:
+                raise
+            log.exception("memory pool release listener %r failed", listener)
+
+    def _end_dry_spell(self) -> None:
+        now = self._clock()
+        start = self._dry_spell_start
+        self._dry_spell_start = None
+        assert start is not None
+        depleted = max(0.0, now - start)
+        self._depleted_total_ms += depleted
+        self._depleted_rate.record(depleted, now)
+
+    # -- listeners -------------------------------------------------------
+    def add_release_listener(self, listener: ReleaseListener) -> None:
+        """Call ``listener()`` after every release that gave memory back.
+
+        Listeners run after the accounting (and any dry spell) is updated, so
+        they may allocate or release themselves. They should be quick: they run
+        on every release. An exception is logged and the other listeners still
+        run (with ``debug=True`` it propagates).
+        """
+        self._listeners = (*self._listeners, listener)
+
+    def remove_release_listener(self, listener: ReleaseListener) -> None:
+        """Forget ``listener`` (its first registration); no error if it is not registered."""
+        listeners = list(self._listeners)
+        if listener in listeners:
+            listeners.remove(listener)
+            self._listeners = tuple(listeners)
+
+    # -- state and metrics -----------------------------------------------
+    @property
+    def size(self) -> int:
+        return self._size
+
+    @property
+    def max_single_allocation(self) -> int:
+        return self._max_single
+
+    @property
+    def strict(self) -> bool:
+        return self._strict
+
+    @property
+    def debug(self) -> bool:
+        return self._debug
+
+    @property
+    def available(self) -> int:
+        """MemoryPoolAvailable; as low as ``-(max_single_allocation - 1)`` when non-strict."""
+        return self._available
+
+    @property
+    def used(self) -> int:
+        """MemoryPoolUsed: ``size - available``."""
+        return self._size - self._available
+
+    @property
+    def is_out_of_memory(self) -> bool:
+        return self._available <= 0
+
+    @property
+    def outstanding(self) -> int:
+        """How many allocated buffers have not been released yet."""
+        return len(self._outstanding)
+
+    @property
+    def dry_spell_started_ms(self) -> float | None:
+        """Clock time of the refusal that started the current dry spell, or None."""
+        return self._dry_spell_start
+
+    @property
+    def depleted_time_total_ms(self) -> float:
+        """MemoryPoolDepletedTimeTotal: the summed length of finished dry spells, in ms."""
+        return self._depleted_total_ms
+
+    def avg_depleted_percent(self, now_ms: float | None = None) -> float:
+        """MemoryPoolAvgDepletedPercent: depleted ms / window ms, a fraction in 0..1.
+
+        Computed by :class:`SampledRate` over the finished dry spells, as Kafka's
+        ``Rate(MILLISECONDS)`` does; ``now_ms`` defaults to the pool's clock.
+        """
+        now = self._clock() if now_ms is None else now_ms
+        return min(1.0, self._depleted_rate.measure(now))
+
+    def __repr__(self) -> str:
+        kind = "strict" if self._strict else "non-strict"
+        return f"SimpleMemoryPool({self.used}/{self._size} bytes used, {kind})"
+
+
+def validate_queued_max_request_bytes(value: int, socket_request_max_bytes: int) -> None:
+    """KIP-72's rule: ``queued.max.request.bytes`` is <= 0 (no pool) or holds the largest request."""
+    if 0 < value < socket_request_max_bytes:
+        raise ValueError(
+            f"queued.max.request.bytes ({value}) must be <= 0 to disable the request memory "
+            f"pool, or at least socket.request.max.bytes ({socket_request_max_bytes}) so that "
+            "the largest allowed request fits in it"
+        )
+
+
+def create_pool(
+    queued_max_request_bytes: int,
+    socket_request_max_bytes: int,
+    clock: Clock = monotonic_ms,
+    *,
+    debug: bool = False,
+) -> MemoryPool:
+    """The broker's pool: NONE if ``queued.max.request.bytes`` <= 0, else a non-strict pool.
+
+    One pool is shared by all connections: size ``queued.max.request.bytes``,
+    max single allocation ``socket.request.max.bytes``.
+    """
+    if queued_max_request_bytes <= 0:
+        return NONE
+    validate_queued_max_request_bytes(queued_max_request_bytes, socket_request_max_bytes)
+    return SimpleMemoryPool(
+        queued_max_request_bytes, socket_request_max_bytes, False, clock, debug=debug
+    )
