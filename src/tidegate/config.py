@@ -24,6 +24,7 @@ import difflib
 import enum
 import re
 import socket
+import urllib.parse
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -50,6 +51,7 @@ __all__ = [
     "describe_topic_configs",
     "new_cluster_id",
     "parse_listener",
+    "parse_metrics_listener",
     "parse_overrides",
     "parse_properties",
     "read_properties",
@@ -354,6 +356,38 @@ def _check_cluster_id(name: str, value: Any) -> None:
         )
 
 
+def parse_metrics_listener(
+    value: str | None, key: str = "metrics.listener"
+) -> tuple[str, int] | None:
+    """``http://host:port`` (optionally ending in ``/`` or ``/metrics``) -> (host, port);
+    None when unset or empty (metrics off). ConfigError names ``key``."""
+    if value is None or not value.strip():
+        return None
+    text = value.strip()
+    expected = "expected http://host:port, e.g. http://127.0.0.1:9404"
+    try:
+        url = urllib.parse.urlsplit(text)
+        port = url.port
+    except ValueError as exc:
+        raise ConfigError.invalid(key, value, f"{exc}; {expected}") from None
+    if url.scheme != "http":
+        raise ConfigError.invalid(key, value, f"Only the http scheme is supported; {expected}")
+    if not url.hostname or port is None:
+        raise ConfigError.invalid(key, value, f"A host and a port are required; {expected}")
+    if (
+        url.username is not None
+        or url.query
+        or url.fragment
+        or url.path not in ("", "/", "/metrics")
+    ):
+        raise ConfigError.invalid(key, value, f"Metrics are always served at /metrics; {expected}")
+    return url.hostname, port
+
+
+def _check_metrics_listener(name: str, value: Any) -> None:
+    parse_metrics_listener(value, name)
+
+
 def new_cluster_id() -> str:
     """A fresh cluster id in Kafka's format (a random UUID, base64url, 22 chars),
     never starting with '-' (Kafka avoids those: they look like CLI flags)."""
@@ -520,6 +554,10 @@ _TABLE: tuple[ConfigKey, ...] = (
            "The largest request the broker reads; larger requests close the connection."),
     broker("message.max.bytes", INT, 1048588, Range.at_least(0), HIGH,
            "The largest record batch (after compression) the broker accepts."),
+    broker("metrics.listener", STRING, None, Check(_check_metrics_listener, "http://host:port"),
+           MEDIUM,
+           "Serve Prometheus metrics at http://host:port/metrics (port 0: ephemeral); unset "
+           "or empty: no metrics endpoint and no per-request accounting. See docs/metrics.md."),
 
     # ---- topic keys (CreateTopics configs, DescribeConfigs on a topic) -----------------
     topic("segment.bytes", ["log.segment.bytes"],
