@@ -18,11 +18,14 @@ import logging
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tidegate.network.memory_pool import MemoryPool
 from tidegate.network.mute_state import ChannelMuteState, MuteReason
 from tidegate.network.receive import InvalidReceiveError, NetworkReceive
+
+if TYPE_CHECKING:
+    from tidegate.metrics import RequestMetrics
 
 log = logging.getLogger(__name__)
 
@@ -142,6 +145,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
     # -- requests ----------------------------------------------------------
     def _process(self, receive: NetworkReceive) -> None:
         payload = receive.payload()
+        metrics = self.server.request_metrics
+        timing = metrics.begin(payload) if metrics is not None else None
         released = False
 
         def release() -> None:
@@ -164,17 +169,25 @@ class KafkaConnection(asyncio.BufferedProtocol):
             log.exception("error processing a request from %s; closing the connection", self._peer())
             self.close()
             return
+        if timing is not None:
+            timing.local_done()
         if inspect.isawaitable(result):
             self.mute(MuteReason.IN_FLIGHT)
             fut = asyncio.ensure_future(result)
             self.in_flight = fut
-            fut.add_done_callback(lambda f: self._complete(f, release))
+            fut.add_done_callback(lambda f: self._complete(f, release, timing))
         else:
             release()
             self._send(result)
+            if timing is not None:
+                timing.sent()
 
-    def _complete(self, fut: asyncio.Future, release: Callable[[], None]) -> None:
+    def _complete(
+        self, fut: asyncio.Future, release: Callable[[], None], timing: Any = None
+    ) -> None:
         release()
+        if timing is not None:
+            timing.remote_done()
         self.in_flight = None
         if fut.cancelled() or self.closed:
             return
@@ -187,6 +200,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self.close()
             return
         self._send(fut.result())
+        if timing is not None:
+            timing.sent()
         self.unmute(MuteReason.IN_FLIGHT)
         self.server.on_idle(self)
 
@@ -219,6 +234,8 @@ class SocketServer:
         self.send_buffer_bytes = send_buffer_bytes
         self.connections: set[KafkaConnection] = set()
         self.memory_muted: set[KafkaConnection] = set()
+        # Per-request timing (tidegate.metrics); None when metrics are off: one check each.
+        self.request_metrics: RequestMetrics | None = None
         self.servers: list[asyncio.base_events.Server] = []
         self.bound: dict[str, tuple[str, int]] = {}
         self.draining = False
