@@ -101,10 +101,55 @@ def decode_request(buf: Any) -> tuple[RequestHeader, Any]:
         raise InvalidRequestError(
             f"cannot decode api_key={api_key} v{api_version}: {exc!r}"
         ) from exc
+    # kio refuses a null string where the schema has none, but reads a null
+    # (length -1) array into None whatever the schema says; refuse it as Kafka's
+    # generated parsers do, before a handler iterates over it.
+    _check_null_arrays(body)
     # Like Kafka's generated parsers, bytes after the last field are ignored
     # (librdkafka pads some requests); a body that ends early fails above.
     header = RequestHeader(api_key, api_version, correlation_id, kio_header.client_id, flexible)
     return header, body
+
+
+@cache
+def _nested_fields(cls: type) -> tuple[tuple[str, bool, bool, type | None], ...]:
+    """(name, is_array, nullable, entity class to descend into) for the array and
+    entity fields of a request class that may need the null check."""
+    hints = typing.get_type_hints(cls)
+    out = []
+    for f in dataclasses.fields(cls):
+        tp = hints[f.name]
+        nullable = False
+        origin = typing.get_origin(tp)
+        if origin in (typing.Union, types.UnionType):
+            args = [a for a in typing.get_args(tp) if a is not type(None)]
+            nullable = len(args) < len(typing.get_args(tp))
+            tp = args[0] if len(args) == 1 else tp
+            origin = typing.get_origin(tp)
+        if origin is tuple:
+            args = typing.get_args(tp)
+            elem = args[0] if args and dataclasses.is_dataclass(args[0]) else None
+            if elem is not None and not _nested_fields(elem):
+                elem = None  # nothing below can be null
+            out.append((f.name, True, nullable, elem))
+        elif isinstance(tp, type) and dataclasses.is_dataclass(tp) and _nested_fields(tp):
+            out.append((f.name, False, nullable, tp))
+    return tuple(out)
+
+
+def _check_null_arrays(obj: Any) -> None:
+    for name, is_array, nullable, elem in _nested_fields(type(obj)):
+        value = getattr(obj, name)
+        if value is None:
+            if is_array and not nullable:
+                raise InvalidRequestError(f"non-nullable field {name} was serialized as null")
+            continue
+        if elem is not None:
+            if is_array:
+                for item in value:
+                    _check_null_arrays(item)
+            else:
+                _check_null_arrays(value)
 
 
 # ---------------------------------------------------------------------------
