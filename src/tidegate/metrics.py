@@ -479,7 +479,7 @@ def pool_metrics(pool: Any) -> Iterator[Metric]:
         "(SocketServer MemoryPoolAvgDepletedPercent).",
         value=float(avg()) if callable(avg) else float(avg or 0.0),
     )
-    yield CounterMetricFamily(
+    yield GaugeMetricFamily(
         "kafka_network_socketserver_memorypooldepletedtimetotal",
         "Total time the pool was depleted, ms (memory-pool-depleted-time-total).",
         value=getattr(pool, "depleted_time_total_ms", 0),

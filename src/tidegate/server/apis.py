@@ -15,7 +15,7 @@ import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
@@ -36,6 +36,9 @@ from tidegate.protocol.codec import (
 )
 from tidegate.server.metadata import InvalidTopicError, validate_topic_name
 from tidegate.server.replica_manager import ReplicaManager
+
+if TYPE_CHECKING:
+    from tidegate.metrics import BrokerMetrics
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +88,8 @@ class KafkaApis:
         # Ports actually bound per listener name, for listeners configured with port 0.
         self.bound_ports: dict[str, int] = {}
         self._fetch_waiters: dict[tuple[str, int], set[asyncio.Future]] = {}
+        # Set by the broker when metrics are on (metrics.listener); None costs one check.
+        self.metrics: BrokerMetrics | None = None
         replicas.append_listeners.append(self._wake_fetchers)
 
     # -- entry point from the network shell ---------------------------------
@@ -107,11 +112,50 @@ class KafkaApis:
             return None
         if asyncio.iscoroutine(result):
             return self._finish_async(header, result)
+        if self.metrics is not None:
+            self._account(header, result)
         return self._encode(header, result)
 
     async def _finish_async(self, header: RequestHeader, coro: Awaitable[Any]) -> bytes | None:
         result = await coro
-        return None if result is None else self._encode(header, result)
+        if result is None:
+            return None
+        if self.metrics is not None:
+            self._account(header, result)
+        return self._encode(header, result)
+
+    def _account(self, header: RequestHeader, values: dict) -> None:
+        """Metrics from a response about to be sent: error codes per API (per partition
+        for Produce and Fetch, as Kafka counts them) and Fetch's bytes out per topic."""
+        assert self.metrics is not None
+        requests = self.metrics.requests
+        key = header.api_key
+        if key == ApiKey.PRODUCE:
+            for t in values["responses"]:
+                for p in t["partition_responses"]:
+                    if p["error_code"]:
+                        requests.error(key, p["error_code"])
+        elif key == ApiKey.FETCH:
+            topics = self.metrics.topics
+            by_id = header.api_version >= 13
+            if values["error_code"]:
+                requests.error(key, values["error_code"])
+            for t in values["responses"]:
+                if by_id:
+                    info = self.store.get_by_id(t["topic_id"])
+                    name = info.name if info is not None else None
+                else:
+                    name = t["topic"]
+                size = 0
+                for p in t["partitions"]:
+                    if p["error_code"]:
+                        requests.error(key, p["error_code"])
+                    else:
+                        size += len(p["records"] or b"")
+                if size and name is not None:
+                    topics.fetched(name, size)
+        else:
+            requests.count_errors(key, values)
 
     def _encode(self, header: RequestHeader, values: dict) -> bytes:
         return encode_response(header, build(response_class(header.api_key, header.api_version), values))
@@ -124,6 +168,8 @@ class KafkaApis:
             values = self._api_versions_body()
             values["error_code"] = ErrorCode.unsupported_version
             return self._encode(header, values)
+        if self.metrics is not None:
+            self.metrics.requests.error(exc.api_key, ErrorCode.unsupported_version)
         return encode_error_only(exc.correlation_id, ErrorCode.unsupported_version.value)
 
     # -- helpers --------------------------------------------------------------
@@ -282,6 +328,8 @@ class KafkaApis:
                 part["base_offset"] = appended.first_offset
                 part["log_append_time"] = appended.log_append_time_ms
                 part["log_start_offset"] = plog.log_start_offset
+                if self.metrics is not None:
+                    self.metrics.topics.appended(name, appended.num_records, appended.size_bytes)
                 self.replicas.notify_append(name, pd.index)
                 if acks == -1:
                     to_flush.append((plog, appended.last_offset))
@@ -567,6 +615,8 @@ class KafkaApis:
                 )
                 continue
             self.replicas.delete_topic(info.name)
+            if self.metrics is not None:
+                self.metrics.topics.remove(info.name)
             self._wake_deleted(info)
             log.info("deleted topic %s", info.name)
             responses.append(

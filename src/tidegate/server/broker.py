@@ -18,7 +18,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tidegate.config import BrokerConfig, topic_log_config
+from tidegate.config import BrokerConfig, parse_metrics_listener, topic_log_config
+from tidegate.metrics import BrokerMetrics, MetricsHttpServer
 from tidegate.network import memory_pool
 from tidegate.network.socket_server import SocketServer
 from tidegate.server.apis import KafkaApis
@@ -75,6 +76,11 @@ class Broker:
         self.socket_server: SocketServer | None = None
         self._maintenance: asyncio.Task | None = None
         self.bound: dict[str, tuple[str, int]] = {}
+        # Always there (mechanisms register into it); counting and HTTP only when
+        # metrics.listener is set.
+        self.metrics = BrokerMetrics()
+        self.metrics_server: MetricsHttpServer | None = None
+        self.metrics_bound: tuple[str, int] | None = None
 
     def _lock(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -114,6 +120,7 @@ class Broker:
         self.socket_server = SocketServer(
             self.apis, memory_pool.NONE, self.config.get("socket.request.max.bytes")
         )
+        await self._start_metrics()
         for listener in self.config.listeners:
             host, port = await self.socket_server.start_listener(
                 listener.name, listener.host, listener.port
@@ -123,6 +130,22 @@ class Broker:
             log.info("listening on %s://%s:%d", listener.name, host, port)
         self._maintenance = asyncio.create_task(self._maintain())
         log.info("tidegate node %d of cluster %s started", self.config.node_id, cluster_id)
+
+    async def _start_metrics(self) -> None:
+        assert self.socket_server is not None and self.apis is not None
+        replicas = self.replicas
+        assert replicas is not None
+        self.metrics.register_socket_server(self.socket_server)
+        self.metrics.register_logs(lambda: replicas.logs)
+        endpoint = parse_metrics_listener(self.config.get("metrics.listener"))
+        if endpoint is None:
+            return
+        self.apis.metrics = self.metrics
+        self.socket_server.request_metrics = self.metrics.requests
+        self.metrics_server = MetricsHttpServer(self.metrics)
+        self.metrics_bound = await self.metrics_server.start(*endpoint)
+        host, port = self.metrics_bound
+        log.info("serving metrics on http://%s:%d/metrics", host, port)
 
     async def _maintain(self) -> None:
         interval_ms = self.config.get("log.retention.check.interval.ms")
@@ -143,6 +166,8 @@ class Broker:
         log.info("shutting down")
         if self._maintenance is not None:
             self._maintenance.cancel()
+        if self.metrics_server is not None:
+            await self.metrics_server.close()
         if self.socket_server is not None:
             await self.socket_server.shutdown()
         if self.replicas is not None:
