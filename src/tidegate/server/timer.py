@@ -1,0 +1,539 @@
+"""Hierarchical timing wheels: the timeout timer behind the request purgatory.
+
+A sans-IO rendering of Kafka's ``server-common`` timer package (``TimerTask``,
+``TimerTaskEntry``, ``TimerTaskList``, ``TimingWheel``, ``SystemTimer``): plain objects,
+an injected clock (a callable returning integer milliseconds), no threads, no sleeps.
+
+How the pieces fit:
+
+* A :class:`TimerTask` is something to run when its delay has passed.  Adding it to a
+  timer wraps it in a :class:`TimerTaskEntry` (the link cell of a doubly linked list)
+  and the task keeps a reference to that entry, so cancelling is an O(1) unlink.
+* A :class:`TimerTaskList` is one bucket of a wheel: a circular doubly linked list with
+  a sentinel.  All buckets of all levels share one :class:`TaskCounter`, so the timer
+  knows how many tasks are pending without walking anything.
+* A :class:`TimingWheel` has ``wheel_size`` buckets of ``tick_ms`` each.  A task beyond
+  the wheel's interval goes to an overflow wheel (tick = this wheel's interval), created
+  on demand; when an overflow bucket comes due its tasks are re-inserted and move down.
+* :class:`SystemTimer` drives the wheels.  Kafka blocks a reaper thread on a
+  ``DelayQueue`` of *buckets*; here the same priority queue (:class:`BucketQueue`, a heap
+  of buckets, not of tasks) is polled by :meth:`SystemTimer.advance_clock`, and
+  :meth:`SystemTimer.next_expiration_ms` tells an event loop when the earliest non-empty
+  bucket is due.  A bucket is pushed only when its expiration changes, so the heap holds
+  at most a few buckets per wheel level however many tasks are pending.
+
+Driving it from asyncio (what the broker integration does): arm *one* ``loop.call_at``
+for ``next_expiration_ms()``; when it fires call ``advance_clock()`` and re-arm for the
+new ``next_expiration_ms()``; pass ``on_schedule`` so that a bucket queued earlier than
+the armed wake-up re-arms it.  Never a 1 ms polling loop: the loop only wakes when a
+non-empty bucket is due.
+
+Single-threaded by design (one event loop): none of these classes take locks.  Kafka's
+locks exist to let request threads add tasks while the reaper advances the clock; here
+every call happens on the same thread, so the observable behaviour is the same without
+them.  Task callbacks may add tasks to the timer while it is advancing (re-entrancy is
+safe: a re-added task never lands in the bucket being flushed).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import time
+from collections.abc import Callable, Iterator
+
+__all__ = [
+    "BucketQueue",
+    "SystemTimer",
+    "TaskCounter",
+    "TimerTask",
+    "TimerTaskEntry",
+    "TimerTaskList",
+    "TimingWheel",
+    "monotonic_ms",
+]
+
+
+def monotonic_ms() -> int:
+    """The default clock: integer milliseconds of a monotonic clock."""
+    return time.monotonic_ns() // 1_000_000
+
+
+class TaskCounter:
+    """A mutable int shared by every bucket of one timer (Kafka's ``AtomicInteger``)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: int = 0) -> None:
+        self.value = value
+
+    def __repr__(self) -> str:
+        return f"TaskCounter({self.value})"
+
+
+class TimerTask:
+    """Something to run once ``delay_ms`` has passed after it was added to a timer.
+
+    Subclasses override :meth:`run`.  A task holds at most one :class:`TimerTaskEntry`;
+    creating a new entry for it removes the old one from its bucket, so a task is never
+    in two buckets.  "Cancelled" means "holds no entry".
+    """
+
+    __slots__ = ("_entry", "delay_ms")
+
+    def __init__(self, delay_ms: int) -> None:
+        self.delay_ms = delay_ms
+        self._entry: TimerTaskEntry | None = None
+
+    def run(self) -> None:
+        """Called (by the timer's executor) when the task expires."""
+        raise NotImplementedError
+
+    def cancel(self) -> None:
+        """Remove the task from its bucket, if any; it will not run.  O(1)."""
+        entry = self._entry
+        if entry is not None:
+            # Inlined TimerTaskEntry.remove() + TimerTaskList.remove(): this runs once per
+            # completed purgatory operation, the hottest path after add.
+            lst = entry.list
+            if lst is not None:
+                nxt = entry.next
+                prv = entry.prev
+                nxt.prev = prv
+                prv.next = nxt
+                entry.next = entry.prev = entry.list = None
+                lst.task_counter.value -= 1
+            self._entry = None
+
+    @property
+    def is_cancelled(self) -> bool:
+        return self._entry is None
+
+    @property
+    def timer_task_entry(self) -> TimerTaskEntry | None:
+        return self._entry
+
+    def _set_entry(self, entry: TimerTaskEntry) -> None:
+        old = self._entry
+        if old is not None and old is not entry:
+            old.remove()
+        self._entry = entry
+
+
+class TimerTaskEntry:
+    """The link cell of a task in a bucket; ``expiration_ms`` is absolute."""
+
+    __slots__ = ("expiration_ms", "list", "next", "prev", "task")
+
+    def __init__(self, task: TimerTask | None, expiration_ms: int) -> None:
+        self.task = task
+        self.expiration_ms = expiration_ms
+        self.list: TimerTaskList | None = None
+        self.next: TimerTaskEntry | None = None
+        self.prev: TimerTaskEntry | None = None
+        if task is not None:
+            # if the task is already held by another entry, that entry is removed
+            task._set_entry(self)
+
+    @property
+    def cancelled(self) -> bool:
+        """True once the task was cancelled or given a newer entry."""
+        return self.task._entry is not self
+
+    def remove(self) -> None:
+        lst = self.list
+        if lst is not None:
+            lst.remove(self)
+
+    def __repr__(self) -> str:
+        return f"TimerTaskEntry({self.task!r}, expiration_ms={self.expiration_ms})"
+
+
+class TimerTaskList:
+    """One bucket: a circular doubly linked list of entries with a sentinel root.
+
+    ``expiration_ms`` is the bucket's expiration (-1 when it is not scheduled).  The
+    ``task_counter`` is shared with the other buckets of the same timer.
+    """
+
+    __slots__ = ("_root", "expiration_ms", "task_counter")
+
+    def __init__(self, task_counter: TaskCounter) -> None:
+        self.task_counter = task_counter
+        self.expiration_ms = -1
+        root = TimerTaskEntry(None, -1)
+        root.next = root
+        root.prev = root
+        self._root = root
+
+    def set_expiration(self, expiration_ms: int) -> bool:
+        """Set the bucket expiration; True only if the value changed."""
+        changed = self.expiration_ms != expiration_ms
+        self.expiration_ms = expiration_ms
+        return changed
+
+    def get_expiration(self) -> int:
+        return self.expiration_ms
+
+    def get_delay(self, now_ms: int) -> int:
+        """Milliseconds until the bucket is due: ``max(expiration - now, 0)``."""
+        return max(self.expiration_ms - now_ms, 0)
+
+    def add(self, entry: TimerTaskEntry) -> None:
+        """Append ``entry``, first removing it from any other list it is in."""
+        lst = entry.list
+        if lst is not None:
+            lst.remove(entry)
+        root = self._root
+        tail = root.prev
+        entry.next = root
+        entry.prev = tail
+        entry.list = self
+        tail.next = entry
+        root.prev = entry
+        self.task_counter.value += 1
+
+    def remove(self, entry: TimerTaskEntry) -> None:
+        """Unlink ``entry`` if (and only if) it is in this list."""
+        if entry.list is self:
+            nxt = entry.next
+            prv = entry.prev
+            nxt.prev = prv
+            prv.next = nxt
+            entry.next = entry.prev = entry.list = None
+            self.task_counter.value -= 1
+
+    def flush(self, callback: Callable[[TimerTaskEntry], object]) -> None:
+        """Remove every entry, hand each to ``callback``; the bucket becomes unscheduled."""
+        root = self._root
+        counter = self.task_counter
+        head = root.next
+        while head is not root:
+            # unlink the head (inlined remove(): head.list is self by construction)
+            nxt = head.next
+            nxt.prev = root
+            root.next = nxt
+            head.next = head.prev = head.list = None
+            counter.value -= 1
+            callback(head)
+            head = root.next
+        self.expiration_ms = -1
+
+    def foreach(self, fn: Callable[[TimerTask], object]) -> None:
+        """Call ``fn(task)`` for every task whose entry is still current (may cancel)."""
+        root = self._root
+        entry = root.next
+        while entry is not root:
+            nxt = entry.next
+            if not entry.cancelled:
+                fn(entry.task)
+            entry = nxt
+
+    def entries(self) -> Iterator[TimerTaskEntry]:
+        root = self._root
+        entry = root.next
+        while entry is not root:
+            nxt = entry.next
+            yield entry
+            entry = nxt
+
+    @property
+    def is_empty(self) -> bool:
+        return self._root.next is self._root
+
+    def __len__(self) -> int:  # O(n): for tests and debugging
+        return sum(1 for _ in self.entries())
+
+    def __bool__(self) -> bool:
+        return self._root.next is not self._root
+
+    def __repr__(self) -> str:
+        return f"TimerTaskList(expiration_ms={self.expiration_ms})"
+
+
+class BucketQueue:
+    """A min-heap of buckets ordered by expiration: the sans-IO ``DelayQueue<TimerTaskList>``.
+
+    A bucket is offered when its expiration changes (see :meth:`TimingWheel.add`).  The
+    heap holds ``(expiration, seq, bucket)``; an item is *stale* when the bucket has since
+    been flushed or rescheduled (its expiration no longer matches) and is dropped lazily.
+    ``on_offer(expiration_ms)``, if set, is told about every offer, so an event loop can
+    move its single wake-up earlier.
+    """
+
+    __slots__ = ("_heap", "_seq", "on_offer")
+
+    def __init__(self, on_offer: Callable[[int], object] | None = None) -> None:
+        self._heap: list[tuple[int, int, TimerTaskList]] = []
+        self._seq = itertools.count()
+        self.on_offer = on_offer
+
+    def offer(self, bucket: TimerTaskList) -> None:
+        expiration = bucket.expiration_ms
+        heapq.heappush(self._heap, (expiration, next(self._seq), bucket))
+        on_offer = self.on_offer
+        if on_offer is not None:
+            on_offer(expiration)
+
+    def poll(self, now_ms: int) -> TimerTaskList | None:
+        """Pop and return the earliest bucket due at ``now_ms`` (expiration <= now), or None."""
+        heap = self._heap
+        while heap:
+            expiration, _, bucket = heap[0]
+            if bucket.expiration_ms != expiration:
+                heapq.heappop(heap)  # stale: flushed or rescheduled since it was offered
+                continue
+            if expiration > now_ms:
+                return None
+            heapq.heappop(heap)
+            return bucket
+        return None
+
+    def peek_expiration(self) -> int | None:
+        """Expiration of the earliest *non-empty* scheduled bucket, or None.
+
+        Stale items are dropped.  An empty bucket at the head (all its tasks completed
+        before it came due) is unscheduled on the spot -- what flushing it would do,
+        minus advancing the wheel, which may lag safely -- so an event loop never wakes
+        up for a bucket with nothing in it.  If a task lands in it later, setting its
+        expiration again re-offers it.
+        """
+        heap = self._heap
+        while heap:
+            expiration, _, bucket = heap[0]
+            if bucket.expiration_ms != expiration:
+                heapq.heappop(heap)
+                continue
+            if bucket._root.next is bucket._root:
+                heapq.heappop(heap)
+                bucket.expiration_ms = -1
+                continue
+            return expiration
+        return None
+
+    def clear(self) -> None:
+        self._heap.clear()
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+
+class TimingWheel:
+    """One level of hierarchical timing wheels.
+
+    ``interval_ms = tick_ms * wheel_size``; the wheel holds entries expiring in
+    ``[current_time_ms + tick_ms, current_time_ms + interval_ms)``; later ones go to the
+    lazily created ``overflow_wheel`` (tick = this interval, same size).
+    """
+
+    __slots__ = (
+        "buckets",
+        "current_time_ms",
+        "interval_ms",
+        "overflow_wheel",
+        "queue",
+        "task_counter",
+        "tick_ms",
+        "wheel_size",
+    )
+
+    def __init__(
+        self,
+        tick_ms: int,
+        wheel_size: int,
+        start_ms: int,
+        task_counter: TaskCounter,
+        queue: BucketQueue,
+    ) -> None:
+        if tick_ms <= 0 or wheel_size <= 0:
+            raise ValueError("tick_ms and wheel_size must be positive")
+        self.tick_ms = tick_ms
+        self.wheel_size = wheel_size
+        self.interval_ms = tick_ms * wheel_size
+        self.task_counter = task_counter
+        self.queue = queue
+        self.buckets = [TimerTaskList(task_counter) for _ in range(wheel_size)]
+        # rounded down to a multiple of tick_ms
+        self.current_time_ms = start_ms - (start_ms % tick_ms)
+        self.overflow_wheel: TimingWheel | None = None
+
+    def _add_overflow_wheel(self) -> TimingWheel:
+        wheel = self.overflow_wheel
+        if wheel is None:
+            wheel = self.overflow_wheel = TimingWheel(
+                self.interval_ms,
+                self.wheel_size,
+                self.current_time_ms,
+                self.task_counter,
+                self.queue,
+            )
+        return wheel
+
+    def add(self, entry: TimerTaskEntry) -> bool:
+        """Put ``entry`` in its bucket.  False if cancelled or already expired (run it)."""
+        expiration = entry.expiration_ms
+        if entry.task._entry is not entry:
+            return False  # cancelled
+        tick = self.tick_ms
+        current = self.current_time_ms
+        if expiration < current + tick:
+            return False  # already expired: the caller runs it
+        if expiration < current + self.interval_ms:
+            virtual_id = expiration // tick
+            bucket = self.buckets[virtual_id % self.wheel_size]
+            bucket.add(entry)
+            # Offer the bucket only when its expiration changes, i.e. it is being reused
+            # for a new round; later adds in the same round pass the same value.
+            bucket_expiration = virtual_id * tick
+            if bucket.expiration_ms != bucket_expiration:
+                bucket.expiration_ms = bucket_expiration
+                self.queue.offer(bucket)
+            return True
+        overflow = self.overflow_wheel
+        if overflow is None:
+            overflow = self._add_overflow_wheel()
+        return overflow.add(entry)
+
+    def advance_clock(self, time_ms: int) -> None:
+        if time_ms >= self.current_time_ms + self.tick_ms:
+            self.current_time_ms = time_ms - (time_ms % self.tick_ms)
+            overflow = self.overflow_wheel
+            if overflow is not None:
+                overflow.advance_clock(self.current_time_ms)
+
+
+def _run_inline(run: Callable[[], object]) -> None:
+    run()
+
+
+class SystemTimer:
+    """The timer: hierarchical wheels plus a priority queue of buckets, clock injected.
+
+    ``clock()`` returns integer milliseconds (default :func:`monotonic_ms`).  Expired
+    tasks are handed to ``executor(task.run)``; by default ``run()`` is called inline.
+    An asyncio driver may pass ``loop.call_soon``.  ``on_schedule(expiration_ms)`` is
+    called whenever a bucket is (re)scheduled -- at most once per bucket per wheel
+    round, never per task -- so the driver can move its one wake-up earlier.
+    """
+
+    __slots__ = (
+        "_clock",
+        "_closed",
+        "_counter",
+        "_executor",
+        "_queue",
+        "_wheel",
+        "tick_ms",
+        "wheel_size",
+    )
+
+    def __init__(
+        self,
+        tick_ms: int = 1,
+        wheel_size: int = 20,
+        clock: Callable[[], int] = monotonic_ms,
+        *,
+        start_ms: int | None = None,
+        executor: Callable[[Callable[[], object]], object] | None = None,
+        on_schedule: Callable[[int], object] | None = None,
+    ) -> None:
+        self.tick_ms = tick_ms
+        self.wheel_size = wheel_size
+        self._clock = clock
+        self._executor = executor
+        self._counter = TaskCounter()
+        self._queue = BucketQueue(on_schedule)
+        self._wheel = TimingWheel(
+            tick_ms,
+            wheel_size,
+            clock() if start_ms is None else start_ms,
+            self._counter,
+            self._queue,
+        )
+        self._closed = False
+
+    @property
+    def clock(self) -> Callable[[], int]:
+        return self._clock
+
+    @property
+    def on_schedule(self) -> Callable[[int], object] | None:
+        return self._queue.on_offer
+
+    @on_schedule.setter
+    def on_schedule(self, callback: Callable[[int], object] | None) -> None:
+        self._queue.on_offer = callback
+
+    @property
+    def timing_wheel(self) -> TimingWheel:
+        return self._wheel
+
+    def _execute(self, task: TimerTask) -> None:
+        executor = self._executor
+        if executor is None:
+            task.run()
+        else:
+            executor(task.run)
+
+    def add(self, task: TimerTask) -> None:
+        """Schedule ``task`` to run ``task.delay_ms`` from now.
+
+        A task whose delay is <= 0, or that the wheel refuses as already expired, runs
+        now (unless it was cancelled).  Adding a task that is already scheduled moves it.
+        """
+        if self._closed:
+            raise RuntimeError("timer is shut down")
+        delay = task.delay_ms
+        entry = TimerTaskEntry(task, delay + self._clock())
+        if (delay <= 0 or not self._wheel.add(entry)) and task._entry is entry:
+            self._execute(task)
+
+    def _add_entry(self, entry: TimerTaskEntry) -> None:
+        # re-insertion of a flushed entry: it moves down a level, or runs
+        if not self._wheel.add(entry):
+            task = entry.task
+            if task._entry is entry:
+                self._execute(task)
+
+    def advance_clock(self, timeout_ms: int = 0) -> bool:
+        """Expire everything that is due now; True if any bucket was due.
+
+        Pops every bucket whose expiration <= ``clock()``, advances the wheels to it and
+        flushes it (each entry moves down a level or runs).  ``timeout_ms`` is kept for
+        Kafka's signature only: a sans-IO timer never blocks.  The caller waits, until
+        :meth:`next_expiration_ms`, instead.
+        """
+        if self._closed:
+            return False
+        now = self._clock()
+        queue = self._queue
+        bucket = queue.poll(now)
+        if bucket is None:
+            return False
+        wheel = self._wheel
+        add_entry = self._add_entry
+        while bucket is not None:
+            wheel.advance_clock(bucket.expiration_ms)
+            bucket.flush(add_entry)
+            bucket = queue.poll(now)
+        return True
+
+    def next_expiration_ms(self) -> int | None:
+        """When the earliest non-empty bucket is due (absolute ms), or None if none is."""
+        if self._closed:
+            return None
+        return self._queue.peek_expiration()
+
+    @property
+    def size(self) -> int:
+        """Tasks currently in buckets (cancelled or completed ones leave at once)."""
+        return self._counter.value
+
+    def shutdown(self) -> None:
+        """Stop the timer: pending tasks never run, ``add`` raises afterwards."""
+        self._closed = True
+        self._queue.clear()
+
+    @property
+    def is_shutdown(self) -> bool:
+        return self._closed
