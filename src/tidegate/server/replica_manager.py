@@ -74,6 +74,25 @@ class ReplicaManager:
                 shutil.rmtree(child, ignore_errors=True)
         for info in self.store.topics.values():
             self._open_partitions(info, 0, info.partitions)
+        for (topic, partition), plog in self.logs.items():
+            if not plog.had_clean_shutdown:
+                log.info(
+                    "recovered %s-%d after an unclean shutdown: log end offset %d, "
+                    "%d byte(s) of torn or corrupt tail truncated",
+                    topic,
+                    partition,
+                    plog.log_end_offset,
+                    plog.recovered_truncated_bytes,
+                )
+            elif plog.recovered_truncated_bytes:
+                log.warning(
+                    "%s-%d: %d byte(s) of corrupt tail truncated despite a clean shutdown; "
+                    "log end offset %d",
+                    topic,
+                    partition,
+                    plog.recovered_truncated_bytes,
+                    plog.log_end_offset,
+                )
 
     def _open_partitions(self, info: TopicInfo, start: int, end: int) -> None:
         config = self.log_config_for(info)
