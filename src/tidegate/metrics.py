@@ -28,13 +28,14 @@ from time import perf_counter_ns
 from typing import Any
 
 from kio.schema.errors import ErrorCode
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
     HistogramMetricFamily,
     Metric,
 )
+from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 
 from tidegate.protocol.apis import api_name
@@ -564,6 +565,7 @@ class BrokerMetrics:
 MAX_HEADER_BYTES = 16 * 1024
 HTTP_READ_TIMEOUT_S = 10.0
 _REQUEST_LINE = re.compile(rb"([A-Z]+) (\S+) HTTP/1\.[01]")
+_ACCEPT = re.compile(rb"^accept:[ \t]*(.*?)[ \t]*\r?$", re.IGNORECASE | re.MULTILINE)
 
 
 class MetricsHttpServer:
@@ -628,4 +630,8 @@ class MetricsHttpServer:
             return "404 Not Found", "text/plain; charset=utf-8", b"only /metrics is served here\n"
         if method != b"GET":
             return "405 Method Not Allowed", "text/plain; charset=utf-8", b"use GET\n"
-        return "200 OK", CONTENT_TYPE_LATEST, self.metrics.exposition()
+        # Prometheus' own content negotiation: the classic text format (0.0.4) unless
+        # the scraper asks for OpenMetrics.
+        accept = _ACCEPT.search(head)
+        encoder, content_type = choose_encoder(accept[1].decode("latin-1") if accept else "")
+        return "200 OK", content_type, encoder(self.metrics.registry)
