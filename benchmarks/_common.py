@@ -16,7 +16,31 @@ import tempfile
 import time
 from pathlib import Path
 
+import psutil
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def git_describe() -> str | None:
+    """The repository's commit (short hash, '+dirty' if src/ has local changes), or None."""
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(REPO_ROOT), "rev-parse", "--short", "HEAD"],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(REPO_ROOT), "status", "--porcelain", "--", "src"],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return f"{head}{'+dirty' if dirty else ''}" if head else None
 
 
 def free_port() -> int:
@@ -26,9 +50,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_for_port(
-    host: str, port: int, timeout: float = 30.0, alive=lambda: True
-) -> None:
+def wait_for_port(host: str, port: int, timeout: float = 30.0, alive=lambda: True) -> None:
     """Wait until something accepts TCP connections on host:port.
 
     ``alive`` is polled too, so a broker that dies while starting fails fast
@@ -60,8 +82,13 @@ class SpawnedTidegate:
 
     kind = "tidegate"
 
-    def __init__(self, python: str | None = None, overrides: list[str] | None = None,
-                 log_level: str | None = None, start_timeout: float = 60.0):
+    def __init__(
+        self,
+        python: str | None = None,
+        overrides: list[str] | None = None,
+        log_level: str | None = None,
+        start_timeout: float = 60.0,
+    ):
         self.python = python or default_tidegate_python()
         self.overrides = list(overrides or [])
         self.log_level = log_level
@@ -80,27 +107,38 @@ class SpawnedTidegate:
     def pid(self) -> int | None:
         return self.proc.pid if self.proc is not None else None
 
-    def start(self) -> "SpawnedTidegate":
+    def start(self) -> SpawnedTidegate:
         self.generation += 1
         data = self.workdir / f"data-{self.generation}"
         self.log_path = self.workdir / f"broker-{self.generation}.log"
-        args = [self.python, "-m", "tidegate", "serve",
-                "--override", f"listeners=PLAINTEXT://127.0.0.1:{self.port}",
-                "--override", f"log.dirs={data}"]
+        args = [
+            self.python,
+            "-m",
+            "tidegate",
+            "serve",
+            "--override",
+            f"listeners=PLAINTEXT://127.0.0.1:{self.port}",
+            "--override",
+            f"log.dirs={data}",
+        ]
         for ov in self.overrides:
             args += ["--override", ov]
         if self.log_level:
             args += ["--log-level", self.log_level]
         with open(self.log_path, "ab") as logf:
-            self.proc = subprocess.Popen(args, stdout=logf, stderr=subprocess.STDOUT,
-                                         cwd=REPO_ROOT, start_new_session=True)
+            self.proc = subprocess.Popen(
+                args, stdout=logf, stderr=subprocess.STDOUT, cwd=REPO_ROOT, start_new_session=True
+            )
         try:
-            wait_for_port("127.0.0.1", self.port, self.start_timeout,
-                          alive=lambda: self.proc.poll() is None)
+            wait_for_port(
+                "127.0.0.1", self.port, self.start_timeout, alive=lambda: self.proc.poll() is None
+            )
         except Exception as e:
             tail = self.log_tail()
             self.stop()
-            raise RuntimeError(f"tidegate did not start: {e}\n--- broker log tail ---\n{tail}") from e
+            raise RuntimeError(
+                f"tidegate did not start: {e}\n--- broker log tail ---\n{tail}"
+            ) from e
         return self
 
     def stop(self, timeout: float = 30.0) -> None:
@@ -111,8 +149,10 @@ class SpawnedTidegate:
             try:
                 self.proc.wait(timeout)
             except subprocess.TimeoutExpired:
-                print(f"tidegate pid {self.proc.pid} ignored SIGTERM for {timeout:.0f}s; killing",
-                      file=sys.stderr)
+                print(
+                    f"tidegate pid {self.proc.pid} ignored SIGTERM for {timeout:.0f}s; killing",
+                    file=sys.stderr,
+                )
                 self.proc.kill()
                 self.proc.wait(10)
         self.proc = None
@@ -120,7 +160,7 @@ class SpawnedTidegate:
         for d in self.workdir.glob("data-*"):
             shutil.rmtree(d, ignore_errors=True)
 
-    def restart(self) -> "SpawnedTidegate":
+    def restart(self) -> SpawnedTidegate:
         self.stop()
         return self.start()
 
@@ -141,9 +181,15 @@ class SpawnedTidegate:
         for ln in reversed(self.log_path.read_text(errors="replace").splitlines()):
             s = ln.strip()
             key = s.split("] ", 1)[-1]  # without the timestamp
-            if (" ERROR " in s or " CRITICAL " in s or
-                    (s and not s.startswith(("File ", "Traceback", "^", "handle:", "[")) and
-                     s.split(":")[0].endswith(("Error", "Exception")))) and key not in out:
+            if (
+                " ERROR " in s
+                or " CRITICAL " in s
+                or (
+                    s
+                    and not s.startswith(("File ", "Traceback", "^", "handle:", "["))
+                    and s.split(":")[0].endswith(("Error", "Exception"))
+                )
+            ) and key not in out:
                 out.append(key)
                 if len(out) == n:
                     break
@@ -178,14 +224,20 @@ class SpawnedPeer:
         return self._pid
 
     def _run(self, cmd: str, timeout: float) -> str:
-        out = subprocess.run(["bash", self.script, cmd, str(self.port)], capture_output=True,
-                             text=True, timeout=timeout)
+        out = subprocess.run(
+            ["bash", self.script, cmd, str(self.port)],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
         if out.returncode != 0:
-            raise RuntimeError(f"{self.script} {cmd} {self.port} failed ({out.returncode}): "
-                               f"{out.stderr.strip()}")
+            raise RuntimeError(
+                f"{self.script} {cmd} {self.port} failed ({out.returncode}): {out.stderr.strip()}"
+            )
         return out.stdout
 
-    def start(self) -> "SpawnedPeer":
+    def start(self) -> SpawnedPeer:
         out = self._run("start", self.start_timeout)
         lines = [ln.strip() for ln in out.splitlines() if ln.strip()]
         if not lines or not lines[-1].isdigit():
@@ -204,9 +256,10 @@ class SpawnedPeer:
         except PermissionError:
             pass
         try:  # a zombie counts as dead
-            import psutil
             return psutil.Process(self._pid).status() != psutil.STATUS_ZOMBIE
-        except Exception:
+        except psutil.NoSuchProcess:
+            return False
+        except psutil.Error:
             return True
 
     def stop(self) -> None:
@@ -222,7 +275,7 @@ class SpawnedPeer:
             os.kill(pid, signal.SIGKILL)
         self._pid = None
 
-    def restart(self) -> "SpawnedPeer":
+    def restart(self) -> SpawnedPeer:
         self.stop()
         return self.start()
 
@@ -237,7 +290,6 @@ class CpuMeter:
         self.pid = pid
         self._proc = None
         if pid is not None:
-            import psutil
             self._proc = psutil.Process(pid)
 
     def now(self) -> float | None:
@@ -245,16 +297,21 @@ class CpuMeter:
             return None
         try:
             t = self._proc.cpu_times()
-        except Exception:
+        except psutil.Error:
             return None
-        return t.user + t.system + getattr(t, "children_user", 0.0) + getattr(t, "children_system", 0.0)
+        return (
+            t.user
+            + t.system
+            + getattr(t, "children_user", 0.0)
+            + getattr(t, "children_system", 0.0)
+        )
 
     def rss_mb(self) -> float | None:
         if self._proc is None:
             return None
         try:
             return self._proc.memory_info().rss / 1e6
-        except Exception:
+        except psutil.Error:
             return None
 
 
@@ -262,7 +319,7 @@ def percentile(sorted_values: list[float], q: float) -> float | None:
     """Nearest-rank percentile (q in 0..100) of an already sorted list."""
     if not sorted_values:
         return None
-    k = max(0, min(len(sorted_values) - 1, int(round(q / 100.0 * len(sorted_values) + 0.5)) - 1))
+    k = max(0, min(len(sorted_values) - 1, round(q / 100.0 * len(sorted_values) + 0.5) - 1))
     return sorted_values[k]
 
 
@@ -271,9 +328,12 @@ def format_table(headers: list[str], rows: list[list[str]]) -> str:
     for r in rows:
         for i, c in enumerate(r):
             widths[i] = max(widths[i], len(c))
+
     def line(cells):
-        return "  ".join(c.ljust(widths[i]) if i == 0 else c.rjust(widths[i])
-                         for i, c in enumerate(cells)).rstrip()
+        return "  ".join(
+            c.ljust(widths[i]) if i == 0 else c.rjust(widths[i]) for i, c in enumerate(cells)
+        ).rstrip()
+
     out = [line(headers)]
     out += [line(r) for r in rows]
     return "\n".join(out)

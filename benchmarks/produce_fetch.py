@@ -28,18 +28,26 @@ import logging
 import os
 import platform
 import signal
+import subprocess
 import sys
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import psutil
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _common  # noqa: E402
+import _common
 
 try:
-    from confluent_kafka import (OFFSET_BEGINNING, Consumer, KafkaError, KafkaException,
-                                 Producer, TopicPartition)
+    from confluent_kafka import (
+        OFFSET_BEGINNING,
+        Consumer,
+        KafkaException,
+        Producer,
+        TopicPartition,
+    )
     from confluent_kafka import libversion as _libversion
     from confluent_kafka import version as _ckversion
     from confluent_kafka.admin import AdminClient, NewTopic
@@ -106,6 +114,7 @@ class CaseResult:
 
 # ----------------------------------------------------------------------------- options
 
+
 def parse_kv(items: list[str], what: str) -> dict[str, str]:
     out = {}
     for it in items or []:
@@ -119,69 +128,150 @@ def parse_kv(items: list[str], what: str) -> dict[str, str]:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         description="Produce then fetch N records through confluent-kafka against one or more "
-                    "Kafka-compatible brokers; prints records/s, MB/s, produce p50/p99 latency "
-                    "and (with --pid) the broker's CPU seconds, with ratios against the first target.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        "Kafka-compatible brokers; prints records/s, MB/s, produce p50/p99 latency "
+        "and (with --pid) the broker's CPU seconds, with ratios against the first target.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
     g = p.add_argument_group("targets (measured in this order; ratios are first/other)")
-    g.add_argument("--spawn-tidegate", action="store_true",
-                   help="start a tidegate broker (venv python -m tidegate serve) on a free port; "
-                        "it becomes the first target, named 'tidegate'")
-    g.add_argument("--spawn-peer", action="store_true",
-                   help="start the peer broker (Tansu) with --peer-script on a free port, named 'tansu'")
-    g.add_argument("--target", action="append", default=[], metavar="NAME=HOST:PORT",
-                   help="an already running broker (repeatable)")
-    g.add_argument("--bootstrap", action="append", default=[], metavar="HOST:PORT",
-                   help="an already running broker, named by its address (repeatable)")
-    g.add_argument("--pid", "--broker-pid", dest="pid", action="append", default=[],
-                   metavar="[NAME=]PID",
-                   help="broker process to sample CPU seconds from (psutil); NAME=PID, or bare "
-                        "PIDs matched in order to the non-spawned targets (repeatable). "
-                        "Spawned brokers are sampled automatically")
-    g.add_argument("--peer-script", default=str(_common.REPO_ROOT.parent / "shared/tools/peer-broker.sh"),
-                   help="script that starts/stops the peer broker: SCRIPT start|stop PORT")
+    g.add_argument(
+        "--spawn-tidegate",
+        action="store_true",
+        help="start a tidegate broker (venv python -m tidegate serve) on a free port; "
+        "it becomes the first target, named 'tidegate'",
+    )
+    g.add_argument(
+        "--spawn-peer",
+        action="store_true",
+        help="start the peer broker (Tansu) with --peer-script on a free port, named 'tansu'",
+    )
+    g.add_argument(
+        "--target",
+        action="append",
+        default=[],
+        metavar="NAME=HOST:PORT",
+        help="an already running broker (repeatable)",
+    )
+    g.add_argument(
+        "--bootstrap",
+        action="append",
+        default=[],
+        metavar="HOST:PORT",
+        help="an already running broker, named by its address (repeatable)",
+    )
+    g.add_argument(
+        "--pid",
+        "--broker-pid",
+        dest="pid",
+        action="append",
+        default=[],
+        metavar="[NAME=]PID",
+        help="broker process to sample CPU seconds from (psutil); NAME=PID, or bare "
+        "PIDs matched in order to the non-spawned targets (repeatable). "
+        "Spawned brokers are sampled automatically",
+    )
+    g.add_argument(
+        "--peer-script",
+        default=str(_common.REPO_ROOT.parent / "shared/tools/peer-broker.sh"),
+        help="script that starts/stops the peer broker: SCRIPT start|stop PORT",
+    )
     g.add_argument("--peer-name", default="tansu")
-    g.add_argument("--tidegate-python", default=_common.default_tidegate_python(),
-                   help="interpreter used for --spawn-tidegate")
-    g.add_argument("--tidegate-override", action="append", default=[], metavar="KEY=VALUE",
-                   help="extra --override for the spawned tidegate (repeatable)")
-    g.add_argument("--tidegate-log-level", default=None,
-                   help="--log-level for the spawned tidegate (default: the broker's own)")
-    g.add_argument("--no-restart", dest="restart", action="store_false",
-                   help="do not restart spawned brokers before every case (by default they are "
-                        "restarted, tidegate with an empty log dir, so every case starts fresh "
-                        "and Tansu's never-freed memory does not pile up)")
+    g.add_argument(
+        "--tidegate-python",
+        default=_common.default_tidegate_python(),
+        help="interpreter used for --spawn-tidegate",
+    )
+    g.add_argument(
+        "--tidegate-override",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra --override for the spawned tidegate (repeatable)",
+    )
+    g.add_argument(
+        "--tidegate-log-level",
+        default=None,
+        help="--log-level for the spawned tidegate (default: the broker's own)",
+    )
+    g.add_argument(
+        "--no-restart",
+        dest="restart",
+        action="store_false",
+        help="do not restart spawned brokers before every case (by default they are "
+        "restarted, tidegate with an empty log dir, so every case starts fresh "
+        "and Tansu's never-freed memory does not pile up)",
+    )
 
     w = p.add_argument_group("workload")
     w.add_argument("--records", type=int, default=200_000)
     w.add_argument("--size", type=int, default=1024, help="bytes per record value (no key)")
-    w.add_argument("--acks", action="append", choices=["0", "1", "all", "-1"], default=None,
-                   help="producer acks, repeatable (default: 1 and all)")
-    w.add_argument("--compression", default="none",
-                   help="producer compression.type: none, gzip, snappy, lz4, zstd")
+    w.add_argument(
+        "--acks",
+        action="append",
+        choices=["0", "1", "all", "-1"],
+        default=None,
+        help="producer acks, repeatable (default: 1 and all)",
+    )
+    w.add_argument(
+        "--compression",
+        default="none",
+        help="producer compression.type: none, gzip, snappy, lz4, zstd",
+    )
     w.add_argument("--partitions", type=int, default=1)
     w.add_argument("--topic-prefix", default="bench-pf")
     w.add_argument("--linger-ms", type=float, default=5)
-    w.add_argument("--batch-size", type=int, default=None,
-                   help="producer batch.size in bytes (default: librdkafka's, 1000000)")
-    w.add_argument("--max-queue", type=int, default=10_000,
-                   help="producer queue.buffering.max.messages: the bound on records in flight "
-                        "(queued or awaiting acknowledgement) in the client")
-    w.add_argument("--repeat", type=int, default=1,
-                   help="run every (acks, target) case this many times, interleaved")
-    w.add_argument("--timeout-s", type=float, default=300,
-                   help="per-case limit (topic creation + produce + fetch); a case over it is "
-                        "aborted and reported as TIMEOUT")
-    w.add_argument("--producer-config", action="append", default=[], metavar="KEY=VALUE",
-                   help="extra librdkafka producer property (repeatable)")
-    w.add_argument("--consumer-config", action="append", default=[], metavar="KEY=VALUE",
-                   help="extra librdkafka consumer property (repeatable)")
-    w.add_argument("--keep-topics", action="store_true",
-                   help="do not delete each case's topic afterwards (never deleted on spawned "
-                        "brokers, which are restarted instead)")
+    w.add_argument(
+        "--batch-size",
+        type=int,
+        default=None,
+        help="producer batch.size in bytes (default: librdkafka's, 1000000)",
+    )
+    w.add_argument(
+        "--max-queue",
+        type=int,
+        default=10_000,
+        help="producer queue.buffering.max.messages: the bound on records in flight "
+        "(queued or awaiting acknowledgement) in the client",
+    )
+    w.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="run every (acks, target) case this many times, interleaved",
+    )
+    w.add_argument(
+        "--timeout-s",
+        type=float,
+        default=300,
+        help="per-case limit (topic creation + produce + fetch); a case over it is "
+        "aborted and reported as TIMEOUT",
+    )
+    w.add_argument(
+        "--producer-config",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra librdkafka producer property (repeatable)",
+    )
+    w.add_argument(
+        "--consumer-config",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra librdkafka consumer property (repeatable)",
+    )
+    w.add_argument(
+        "--keep-topics",
+        action="store_true",
+        help="do not delete each case's topic afterwards (never deleted on spawned "
+        "brokers, which are restarted instead)",
+    )
     o = p.add_argument_group("output")
     o.add_argument("--json", metavar="OUT", help="also write every result (and the ratios) as JSON")
-    o.add_argument("--client-logs", action="store_true",
-                   help="show librdkafka's own log lines on stderr (hidden by default)")
+    o.add_argument(
+        "--client-logs",
+        action="store_true",
+        help="show librdkafka's own log lines on stderr (hidden by default)",
+    )
     o.add_argument("-q", "--quiet", action="store_true", help="no per-case progress on stderr")
     return p
 
@@ -189,8 +279,9 @@ def build_parser() -> argparse.ArgumentParser:
 def resolve_targets(args) -> list[Target]:
     targets: list[Target] = []
     if args.spawn_tidegate:
-        sp = _common.SpawnedTidegate(args.tidegate_python, args.tidegate_override,
-                                     args.tidegate_log_level)
+        sp = _common.SpawnedTidegate(
+            args.tidegate_python, args.tidegate_override, args.tidegate_log_level
+        )
         targets.append(Target("tidegate", sp.bootstrap, spawned=sp))
     if args.spawn_peer:
         script = Path(args.peer_script)
@@ -222,18 +313,19 @@ def resolve_targets(args) -> list[Target]:
         else:
             bare.append(int(item))
     if len(bare) > len(external):
-        raise SystemExit(f"{len(bare)} bare --pid values but only {len(external)} non-spawned targets")
+        raise SystemExit(
+            f"{len(bare)} bare --pid values but only {len(external)} non-spawned targets"
+        )
     for t, pid in zip(external, bare):
         t.pid = pid
     for t in targets:
-        if t.pid is not None:
-            import psutil
-            if not psutil.pid_exists(t.pid):
-                raise SystemExit(f"--pid for {t.name}: no process {t.pid}")
+        if t.pid is not None and not psutil.pid_exists(t.pid):
+            raise SystemExit(f"--pid for {t.name}: no process {t.pid}")
     return targets
 
 
 # ----------------------------------------------------------------------------- one case
+
 
 def _errs(errors: list[str], n: int = 3) -> str:
     """The last n distinct client errors (librdkafka repeats a refused connect every retry)."""
@@ -257,16 +349,22 @@ def _check(deadline: float, what: str) -> None:
 
 def create_topic(bootstrap: str, topic: str, partitions: int, deadline: float, log) -> None:
     errors: list[str] = []
-    admin = AdminClient({"bootstrap.servers": bootstrap, "error_cb": lambda e: errors.append(str(e))},
-                        logger=RDKAFKA_LOG)
-    fut = admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)],
-                              operation_timeout=max(1.0, min(30.0, _remaining(deadline))),
-                              request_timeout=max(1.0, min(30.0, _remaining(deadline))))[topic]
+    admin = AdminClient(
+        {"bootstrap.servers": bootstrap, "error_cb": lambda e: errors.append(str(e))},
+        logger=RDKAFKA_LOG,
+    )
+    fut = admin.create_topics(
+        [NewTopic(topic, num_partitions=partitions, replication_factor=1)],
+        operation_timeout=max(1.0, min(30.0, _remaining(deadline))),
+        request_timeout=max(1.0, min(30.0, _remaining(deadline))),
+    )[topic]
     try:
         fut.result(timeout=max(0.1, _remaining(deadline)))
     except KafkaException as e:
-        raise CaseAborted(f"CreateTopics {topic} ({partitions} partitions, RF 1) failed: {e}") from e
-    except Exception as e:  # concurrent.futures.TimeoutError
+        raise CaseAborted(
+            f"CreateTopics {topic} ({partitions} partitions, RF 1) failed: {e}"
+        ) from e
+    except TimeoutError as e:  # concurrent.futures.TimeoutError is TimeoutError
         admin.poll(0)  # serves error_cb
         why = f"; client errors: {_errs(errors)}" if errors else ""
         raise CaseAborted(f"TIMEOUT: CreateTopics {topic} got no answer{why}") from e
@@ -277,12 +375,17 @@ def create_topic(bootstrap: str, topic: str, partitions: int, deadline: float, l
         try:
             md = admin.list_topics(topic, timeout=max(0.5, min(5.0, _remaining(deadline))))
             tm = md.topics.get(topic)
-            if tm is not None and tm.error is None and len(tm.partitions) == partitions and \
-                    all(pm.leader >= 0 for pm in tm.partitions.values()):
+            if (
+                tm is not None
+                and tm.error is None
+                and len(tm.partitions) == partitions
+                and all(pm.leader >= 0 for pm in tm.partitions.values())
+            ):
                 return
             if tm is not None and len(tm.partitions) not in (0, partitions):
-                raise CaseAborted(f"topic {topic} has {len(tm.partitions)} partitions, "
-                                  f"asked for {partitions}")
+                raise CaseAborted(
+                    f"topic {topic} has {len(tm.partitions)} partitions, asked for {partitions}"
+                )
         except KafkaException as e:
             log(f"  metadata for {topic}: {e}; retrying")
         time.sleep(0.1)
@@ -292,13 +395,12 @@ def delete_topic(bootstrap: str, topic: str, log) -> None:
     try:
         admin = AdminClient({"bootstrap.servers": bootstrap}, logger=RDKAFKA_LOG)
         admin.delete_topics([topic], operation_timeout=10, request_timeout=10)[topic].result(15)
-    except Exception as e:
+    except (KafkaException, TimeoutError) as e:
         log(f"  note: could not delete topic {topic}: {e}")
 
 
 def run_case(target: Target, res: CaseResult, args, payloads: list[bytes], log) -> None:
     deadline = time.monotonic() + args.timeout_s
-    import psutil
     me = psutil.Process()
 
     def client_cpu() -> float:
@@ -308,8 +410,8 @@ def run_case(target: Target, res: CaseResult, args, payloads: list[bytes], log) 
     pid = target.current_pid()
     res.broker_pid = pid
     meter = _common.CpuMeter(pid)
-    res.topic = topic = f"{args.topic_prefix}-{target.name}-acks{res.acks}-r{res.run}-{uuid.uuid4().hex[:8]}"
-    topic = "".join(c if c.isalnum() or c in "._-" else "_" for c in topic)
+    raw = f"{args.topic_prefix}-{target.name}-acks{res.acks}-r{res.run}-{uuid.uuid4().hex[:8]}"
+    topic = "".join(c if c.isalnum() or c in "._-" else "_" for c in raw)  # legal topic chars
     res.topic = topic
     n, size, parts = res.records, res.size, res.partitions
 
@@ -415,8 +517,10 @@ def run_case(target: Target, res: CaseResult, args, payloads: list[bytes], log) 
         res.error = f"{derr['n']} of {n} records failed delivery; first error: {derr['first']}"
     acked_total = sum(off + 1 for off in ends.values())
     if acked_total != delivered:
-        res.notes.append(f"acknowledged offsets span {acked_total} records but {delivered} "
-                         f"were acknowledged (the topic was not empty, or offsets skip)")
+        res.notes.append(
+            f"acknowledged offsets span {acked_total} records but {delivered} "
+            f"were acknowledged (the topic was not empty, or offsets skip)"
+        )
 
     # ---- fetch
     cconf = {
@@ -444,9 +548,15 @@ def run_case(target: Target, res: CaseResult, args, payloads: list[bytes], log) 
         while len(done_parts) < parts:
             rem = _remaining(deadline)
             if rem <= 0:
-                raise CaseAborted(f"TIMEOUT during fetch: read {count} of {delivered} records "
-                                  f"(partitions still short: {sorted(set(range(parts)) - done_parts)})")
-            batch = consume(num_messages=10_000, timeout=min(1.0, rem))
+                raise CaseAborted(
+                    f"TIMEOUT during fetch: read {count} of {delivered} records "
+                    f"(partitions still short: {sorted(set(range(parts)) - done_parts)})"
+                )
+            # consume() waits for num_messages or the timeout, so never ask for more than
+            # are still due: the last call then returns as soon as the last record arrives
+            batch = consume(
+                num_messages=max(1, min(10_000, delivered - count)), timeout=min(1.0, rem)
+            )
             for m in batch:
                 e = m.error()
                 if e is not None:
@@ -499,6 +609,7 @@ def run_case(target: Target, res: CaseResult, args, payloads: list[bytes], log) 
 
 # ----------------------------------------------------------------------------- report
 
+
 def _f(v, fmt):
     return "-" if v is None else format(v, fmt)
 
@@ -508,11 +619,20 @@ def result_row(r: CaseResult, show_cpu: bool, show_run: bool) -> list[str]:
     if show_run:
         row.append(str(r.run))
     row += [str(r.records), str(r.size)]
-    row += [_f(r.produce_rps, ",.0f"), _f(r.produce_mbps, ".1f"), _f(r.p50_ms, ".1f"),
-            _f(r.p99_ms, ".1f"), _f(r.fetch_rps, ",.0f"), _f(r.fetch_mbps, ".1f")]
+    row += [
+        _f(r.produce_rps, ",.0f"),
+        _f(r.produce_mbps, ".1f"),
+        _f(r.p50_ms, ".1f"),
+        _f(r.p99_ms, ".1f"),
+        _f(r.fetch_rps, ",.0f"),
+        _f(r.fetch_mbps, ".1f"),
+    ]
     if show_cpu:
-        row += [_f(r.broker_cpu_produce_s, ".2f"), _f(r.broker_cpu_fetch_s, ".2f"),
-                _f(r.broker_rss_mb, ".0f")]
+        row += [
+            _f(r.broker_cpu_produce_s, ".2f"),
+            _f(r.broker_cpu_fetch_s, ".2f"),
+            _f(r.broker_rss_mb, ".0f"),
+        ]
     row.append(r.status)
     return row
 
@@ -527,7 +647,9 @@ def ratio(a, b):
     return a / b
 
 
-def ratio_row(first: CaseResult, other: CaseResult, show_cpu: bool, show_run: bool) -> tuple[list[str], dict]:
+def ratio_row(
+    first: CaseResult, other: CaseResult, show_cpu: bool, show_run: bool
+) -> tuple[list[str], dict]:
     fields = RATIO_FIELDS + (CPU_FIELDS if show_cpu else [])
     rs = {f: ratio(getattr(first, f), getattr(other, f)) for f in fields}
     row = [f"ratio {first.target}/{other.target}", first.acks]
@@ -549,6 +671,7 @@ def median(xs):
 
 # ----------------------------------------------------------------------------- main
 
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     acks_list = args.acks or ["1", "all"]
@@ -563,7 +686,11 @@ def main(argv=None) -> int:
         RDKAFKA_LOG.setLevel(logging.DEBUG)
     else:
         RDKAFKA_LOG.addHandler(logging.NullHandler())
-    log = (lambda *_a, **_k: None) if args.quiet else (lambda s: print(s, file=sys.stderr, flush=True))
+    log = (
+        (lambda *_a, **_k: None)
+        if args.quiet
+        else (lambda s: print(s, file=sys.stderr, flush=True))
+    )
 
     # SIGTERM -> SystemExit, so spawned brokers are stopped by the finally below
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -571,23 +698,33 @@ def main(argv=None) -> int:
     # a pool of distinct values: hex text is ~2:1 compressible, like typical payloads
     payloads = [os.urandom((args.size + 1) // 2).hex()[: args.size].encode() for _ in range(64)]
     started = _dt.datetime.now().astimezone()
+    git = _common.git_describe()
     meta = {
         "benchmark": "produce_fetch",
         "started": started.isoformat(timespec="seconds"),
         "host": platform.node(),
         "cpus": os.cpu_count(),
         "platform": platform.platform(),
+        "tidegate_git": git,
         "python": platform.python_version(),
         "confluent_kafka": _ckversion() if isinstance(_ckversion(), str) else _ckversion()[0],
         "librdkafka": _libversion()[0],
         "args": {k: v for k, v in vars(args).items()},
-        "targets": [{"name": t.name, "bootstrap": t.bootstrap,
-                     "spawned": type(t.spawned).__name__ if t.spawned else None} for t in targets],
+        "targets": [
+            {
+                "name": t.name,
+                "bootstrap": t.bootstrap,
+                "spawned": type(t.spawned).__name__ if t.spawned else None,
+            }
+            for t in targets
+        ],
     }
-    log(f"produce_fetch: {args.records} records x {args.size} B, acks {acks_list}, "
+    log(
+        f"produce_fetch: {args.records} records x {args.size} B, acks {acks_list}, "
         f"{args.partitions} partition(s), compression {args.compression}, linger.ms {args.linger_ms:g}, "
         f"repeat {args.repeat}; {os.cpu_count()} cpus; confluent-kafka {meta['confluent_kafka']} "
-        f"librdkafka {meta['librdkafka']}")
+        f"librdkafka {meta['librdkafka']}"
+    )
 
     results: list[CaseResult] = []
     try:
@@ -599,8 +736,16 @@ def main(argv=None) -> int:
         for run in range(1, args.repeat + 1):
             for acks in acks_list:
                 for t in targets:
-                    res = CaseResult(t.name, t.bootstrap, run, acks, args.records, args.size,
-                                     args.partitions, args.compression)
+                    res = CaseResult(
+                        t.name,
+                        t.bootstrap,
+                        run,
+                        acks,
+                        args.records,
+                        args.size,
+                        args.partitions,
+                        args.compression,
+                    )
                     results.append(res)
                     try:
                         if t.spawned is not None and args.restart and not first_case:
@@ -613,7 +758,7 @@ def main(argv=None) -> int:
                         msg = str(e)
                         res.status = "TIMEOUT" if msg.startswith("TIMEOUT") else "FAILED"
                         res.error = msg.removeprefix("TIMEOUT").lstrip(": ") or msg
-                    except Exception as e:  # a broker or client failure: report, go on
+                    except Exception as e:  # noqa: BLE001 - any broker/client failure: report it, go on
                         res.status = "FAILED"
                         res.error = f"{type(e).__name__}: {e}"
                     if res.status != "ok" and isinstance(t.spawned, _common.SpawnedTidegate):
@@ -624,9 +769,11 @@ def main(argv=None) -> int:
                         if isinstance(t.spawned, _common.SpawnedTidegate):
                             res.notes.append("broker log tail:\n" + t.spawned.log_tail(20))
                     if res.status == "ok":
-                        log(f"  produce {res.produce_rps:,.0f} rec/s {res.produce_mbps:.1f} MB/s "
+                        log(
+                            f"  produce {res.produce_rps:,.0f} rec/s {res.produce_mbps:.1f} MB/s "
                             f"p50 {_f(res.p50_ms, '.1f')} ms p99 {_f(res.p99_ms, '.1f')} ms | fetch "
-                            f"{res.fetch_rps:,.0f} rec/s {res.fetch_mbps:.1f} MB/s")
+                            f"{res.fetch_rps:,.0f} rec/s {res.fetch_mbps:.1f} MB/s"
+                        )
                     else:
                         log(f"  !!! {res.status}: {res.error}")
                     for nt in res.notes:
@@ -641,15 +788,26 @@ def main(argv=None) -> int:
             if t.spawned is not None:
                 try:
                     t.spawned.cleanup()
-                except Exception as e:
+                except (OSError, RuntimeError, subprocess.SubprocessError) as e:
                     log(f"stopping {t.name}: {e}")
 
     # ---- table
     show_cpu = any(r.broker_cpu_produce_s is not None for r in results)
     show_run = args.repeat > 1
-    headers = ["target", "acks"] + (["run"] if show_run else []) + [
-        "records", "size", "produce rec/s", "produce MB/s", "p50 ms", "p99 ms",
-        "fetch rec/s", "fetch MB/s"]
+    headers = (
+        ["target", "acks"]
+        + (["run"] if show_run else [])
+        + [
+            "records",
+            "size",
+            "produce rec/s",
+            "produce MB/s",
+            "p50 ms",
+            "p99 ms",
+            "fetch rec/s",
+            "fetch MB/s",
+        ]
+    )
     if show_cpu:
         headers += ["cpu prod s", "cpu fetch s", "rss MB"]
     headers.append("status")
@@ -665,8 +823,15 @@ def main(argv=None) -> int:
             if first.status == "ok" and other.status == "ok":
                 row, rs = ratio_row(first, other, show_cpu, show_run)
                 rows.append(row)
-                ratios.append({"run": run, "acks": acks, "numerator": first.target,
-                               "denominator": other.target, **rs})
+                ratios.append(
+                    {
+                        "run": run,
+                        "acks": acks,
+                        "numerator": first.target,
+                        "denominator": other.target,
+                        **rs,
+                    }
+                )
     summary_rows = []
     if args.repeat > 1 and len(targets) > 1:
         for acks in acks_list:
@@ -674,21 +839,45 @@ def main(argv=None) -> int:
                 rs = [x for x in ratios if x["acks"] == acks and x["denominator"] == other.name]
                 if rs:
                     summary_rows.append(
-                        [f"median ratio {targets[0].name}/{other.name}", acks, str(len(rs))] +
-                        [_f(median([x[f] for x in rs]), ".2f") for f in RATIO_FIELDS])
+                        [f"median ratio {targets[0].name}/{other.name}", acks, str(len(rs))]
+                        + [_f(median([x[f] for x in rs]), ".2f") for f in RATIO_FIELDS]
+                    )
 
     print()
-    print(f"produce_fetch  {started:%Y-%m-%d %H:%M %Z}  {platform.node()}  {os.cpu_count()} cpus  "
-          f"records={args.records} size={args.size} partitions={args.partitions} "
-          f"compression={args.compression} linger.ms={args.linger_ms:g} max-queue={args.max_queue}")
+    print(
+        f"produce_fetch  {started:%Y-%m-%d %H:%M %Z}  {platform.node()}  {os.cpu_count()} cpus  "
+        f"records={args.records} size={args.size} partitions={args.partitions} "
+        f"compression={args.compression} linger.ms={args.linger_ms:g} max-queue={args.max_queue}"
+        + (f"  tidegate {git}" if args.spawn_tidegate and git else "")
+    )
     print(_common.format_table(headers, rows))
     if summary_rows:
         print()
-        print(_common.format_table(["", "acks", "runs", "produce rec/s", "produce MB/s", "p50 ms",
-                                    "p99 ms", "fetch rec/s", "fetch MB/s"], summary_rows))
-    print("rec/s and MB/s: higher is better; p50/p99 = produce latency (produce() to ack) in ms; "
-          "ratios are first/other" + ("; cpu = broker CPU seconds during each phase, rss = "
-                                      "broker RSS after the case" if show_cpu else ""))
+        print(
+            _common.format_table(
+                [
+                    "",
+                    "acks",
+                    "runs",
+                    "produce rec/s",
+                    "produce MB/s",
+                    "p50 ms",
+                    "p99 ms",
+                    "fetch rec/s",
+                    "fetch MB/s",
+                ],
+                summary_rows,
+            )
+        )
+    print(
+        "rec/s and MB/s: higher is better; p50/p99 = produce latency (produce() to ack) in ms; "
+        "ratios are first/other"
+        + (
+            "; cpu = broker CPU seconds during each phase, rss = broker RSS after the case"
+            if show_cpu
+            else ""
+        )
+    )
     sys.stdout.flush()
     bad = [r for r in results if r.status != "ok"]
     for r in bad:
@@ -698,8 +887,12 @@ def main(argv=None) -> int:
             print(f"note {r.target} acks={r.acks} run {r.run}: {nt}", file=sys.stderr)
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump({"meta": meta, "results": [asdict(r) for r in results], "ratios": ratios},
-                      fh, indent=2, default=str)
+            json.dump(
+                {"meta": meta, "results": [asdict(r) for r in results], "ratios": ratios},
+                fh,
+                indent=2,
+                default=str,
+            )
         log(f"wrote {args.json}")
     return 1 if bad or not results else 0
 
