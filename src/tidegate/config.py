@@ -544,6 +544,8 @@ _TABLE: tuple[ConfigKey, ...] = (
            "unset, log.flush.scheduler.interval.ms is used."),
     broker("log.flush.scheduler.interval.ms", LONG, LONG_MAX, Range.at_least(1), HIGH,
            "How often, in ms, the flusher checks whether any log needs flushing."),
+    broker("log.flush.offset.checkpoint.interval.ms", INT, 60000, Range.at_least(0), HIGH,
+           "How often, in ms, each partition's recovery point is checkpointed to disk."),
     broker("log.index.interval.bytes", INT, 4096, Range.at_least(0), MEDIUM,
            "Add an entry to the offset index every this many bytes of log."),
     broker("log.message.timestamp.type", STRING, "CreateTime",

@@ -394,16 +394,26 @@ def test_max_timestamp_offset_on_an_empty_log(tmp_path):
 # -- flushing -------------------------------------------------------------------------
 
 
-def test_flush_advances_the_recovery_point_and_checkpoints_it(tmp_path):
+def test_flush_advances_the_recovery_point_and_the_timer_checkpoints_it(tmp_path):
     log = open_log(tmp_path)
     log.append(batch(3), 0)
     assert log.recovery_point == 0 and log.unflushed_messages == 3
     log.flush()
     assert log.recovery_point == log.flushed_offset == 3
+    # The flush itself does not rewrite the checkpoint file (Kafka writes it on
+    # log.flush.offset.checkpoint.interval.ms); the periodic checkpoint does.
+    ckpt_file = tmp_path / "topic-0" / RECOVERY_POINT_FILE
+    assert not ckpt_file.exists() or checkpoint(tmp_path / "topic-0", RECOVERY_POINT_FILE) == 0
+    ticket = log.checkpoint_recovery_point()
+    assert ticket is not None and ticket.value == 3
+    ticket.run()
     assert checkpoint(tmp_path / "topic-0", RECOVERY_POINT_FILE) == 3
+    assert log.checkpoint_recovery_point() is None  # unchanged since: nothing to write
     log.append(batch(2), 0)
     log.flush(up_to=4)
     assert log.recovery_point == 4
+    log.checkpoint_recovery_point().run()
+    assert checkpoint(tmp_path / "topic-0", RECOVERY_POINT_FILE) == 4
     log.close()
 
 

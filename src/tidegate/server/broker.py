@@ -148,17 +148,26 @@ class Broker:
         log.info("serving metrics on http://%s:%d/metrics", host, port)
 
     async def _maintain(self) -> None:
-        interval_ms = self.config.get("log.retention.check.interval.ms")
-        next_retention = now_ms() + interval_ms
+        """Time-based flush and retention; recovery-point checkpoints on their own timer."""
+        retention_ms = self.config.get("log.retention.check.interval.ms")
+        checkpoint_ms = self.config.get("log.flush.offset.checkpoint.interval.ms")
+        start = now_ms()
+        next_retention = start + retention_ms
+        next_checkpoint = start + checkpoint_ms
+        loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(MAINTENANCE_TICK_S)
             now = now_ms()
             due = now >= next_retention
             if due:
-                next_retention = now + interval_ms
+                next_retention = now + retention_ms
             try:
                 assert self.replicas is not None
                 self.replicas.maintenance(now, due)
+                if now >= next_checkpoint:
+                    next_checkpoint = now + checkpoint_ms
+                    for ticket in self.replicas.recovery_point_checkpoints():
+                        await loop.run_in_executor(None, ticket.run)
             except Exception:
                 log.exception("log maintenance failed")
 

@@ -141,6 +141,15 @@ class ReplicaManager:
         for listener in self.append_listeners:
             listener(topic, partition)
 
+    def recovery_point_checkpoints(self) -> list:
+        """Checkpoint writes for every log whose recovery point moved (run them off the loop)."""
+        tickets = []
+        for plog in self.logs.values():
+            ticket = plog.checkpoint_recovery_point()
+            if ticket is not None:
+                tickets.append(ticket)
+        return tickets
+
     def maintenance(self, now_ms: int, retention_due: bool) -> None:
         """Time-based flush (flush.ms) and, when due, retention on every partition."""
         for plog in list(self.logs.values()):
