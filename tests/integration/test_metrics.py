@@ -1,0 +1,208 @@
+"""The metrics endpoint and ``tidegate top`` against a real broker process.
+
+confluent-kafka produces N records of a known size and consumes them; a scrape of
+``/metrics`` over HTTP must show the counters moved by exactly that much.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+import psutil
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.conftest import free_port
+
+pytestmark = pytest.mark.timeout(120)
+
+N = 300
+VALUE_SIZE = 100
+TOPIC = "metered"
+PRODUCER_ID = "metrics-test-producer"
+CONSUMER_ID = "metrics-test-consumer"
+
+
+def scrape(url: str) -> dict[tuple[str, frozenset], float]:
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        assert resp.status == 200
+        assert resp.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+        text = resp.read().decode()
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out[(s.name, frozenset(s.labels.items()))] = s.value
+    return out
+
+
+def value(samples, name: str, **labels: str) -> float | None:
+    return samples.get((name, frozenset(labels.items())))
+
+
+@pytest.fixture
+def metered(broker_factory):
+    port = free_port()
+    broker = broker_factory(
+        {"metrics.listener": f"http://127.0.0.1:{port}", "auto.create.topics.enable": "false"}
+    )
+    broker.metrics_url = f"http://127.0.0.1:{port}/metrics"
+    return broker
+
+
+def produce_and_consume(bootstrap: str) -> Consumer:
+    """Create TOPIC, produce N records, consume them all; the consumer is left open."""
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+    admin.create_topics([NewTopic(TOPIC, 1, 1)])[TOPIC].result(15)
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "client.id": PRODUCER_ID,
+            "acks": "all",
+            "linger.ms": 5,
+            "log_level": 0,
+        }
+    )
+    for i in range(N):
+        producer.produce(TOPIC, value=bytes([65 + i % 26]) * VALUE_SIZE)
+    assert producer.flush(30) == 0
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "unused",
+            "client.id": CONSUMER_ID,
+            "enable.auto.commit": False,
+            "log_level": 0,
+        }
+    )
+    consumer.assign([TopicPartition(TOPIC, 0, 0)])
+    got = 0
+    deadline = time.monotonic() + 30
+    while got < N and time.monotonic() < deadline:
+        msg = consumer.poll(1)
+        if msg is not None and not msg.error():
+            got += 1
+    assert got == N
+    return consumer
+
+
+def test_counters_move_by_what_was_produced_and_consumed(metered):
+    consumer = produce_and_consume(metered.bootstrap)
+    try:
+        # an error to count: metadata of a topic that does not exist (auto-create is off)
+        admin = AdminClient({"bootstrap.servers": metered.bootstrap, "log_level": 0})
+        md = admin.list_topics("does-not-exist", timeout=10)
+        assert md.topics["does-not-exist"].error is not None
+        s = scrape(metered.metrics_url)
+        live_connections = value(
+            s, "kafka_server_socketservermetrics_connection_count", listener="PLAINTEXT"
+        )
+    finally:
+        consumer.close()
+
+    assert value(s, "kafka_server_brokertopicmetrics_messagesin_total", topic=TOPIC) == N
+    bytes_in = value(s, "kafka_server_brokertopicmetrics_bytesin_total", topic=TOPIC)
+    assert bytes_in >= N * VALUE_SIZE
+    assert bytes_in == value(s, "kafka_log_log_size", topic=TOPIC, partition="0")
+    assert value(s, "kafka_server_brokertopicmetrics_bytesout_total", topic=TOPIC) >= bytes_in
+    assert value(s, "kafka_log_log_logendoffset", topic=TOPIC, partition="0") == N
+    assert value(s, "kafka_log_log_logstartoffset", topic=TOPIC, partition="0") == 0
+    assert live_connections >= 1  # the consumer is still connected
+
+    for request in ("Produce", "Fetch", "Metadata", "ApiVersions", "CreateTopics"):
+        n = value(s, "kafka_network_requestmetrics_requests_total", request=request)
+        assert n is not None and n > 0, request
+        # every answered request is in each latency histogram once
+        for h in ("requestqueuetimems", "localtimems", "remotetimems", "totaltimems"):
+            name = f"kafka_network_requestmetrics_{h}_count"
+            assert value(s, name, request=request) == n, (h, request)
+        assert (
+            value(s, "kafka_network_requestmetrics_totaltimems_bucket", request=request, le="+Inf")
+            == n
+        )
+    # acks=all waits for the fsync: Produce spends time parked (remote)
+    assert value(s, "kafka_network_requestmetrics_remotetimems_sum", request="Produce") > 0
+    assert (
+        value(
+            s,
+            "kafka_network_requestmetrics_errors_total",
+            request="Metadata",
+            error="UNKNOWN_TOPIC_OR_PARTITION",
+        )
+        >= 1
+    )
+    assert value(s, "tidegate_client_requests_total", client_id=PRODUCER_ID) > 0
+    assert value(s, "tidegate_client_requests_total", client_id=CONSUMER_ID) > 0
+    assert value(s, "kafka_network_socketserver_memorypoolused") is not None
+    assert value(s, "kafka_network_socketserver_memorypoolavailable") is not None
+
+
+def test_metrics_endpoint_serves_only_metrics(metered):
+    base = metered.metrics_url.rsplit("/", 1)[0]
+    with pytest.raises(urllib.error.HTTPError) as info:
+        urllib.request.urlopen(base + "/", timeout=10)
+    assert info.value.code == 404
+    assert "serving metrics on http://127.0.0.1:" in metered.log_text()
+
+
+def test_no_metrics_listener_no_http(broker):
+    listening = {
+        c.laddr.port
+        for c in psutil.Process(broker.pid).net_connections(kind="inet")
+        if c.status == psutil.CONN_LISTEN
+    }
+    assert listening == {broker.port}
+    assert "serving metrics" not in broker.log_text()
+
+
+def run_top(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "tidegate", "top", *args, "--once", "--interval", "0.3"],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_top_once_names_the_topic_and_the_client(metered):
+    produce_and_consume(metered.bootstrap).close()
+    result = run_top("--metrics-url", metered.metrics_url)
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "== Topics" in out and "== Top clients by request time" in out
+    topic_row = next(line for line in out.splitlines() if line.startswith(TOPIC + " "))
+    assert f"{N:,}" in topic_row  # records in the log and messages in since start
+    assert PRODUCER_ID in out and CONSUMER_ID in out
+    assert "n/a: this broker has no quotas yet" in out
+
+
+def test_top_finds_the_metrics_listener_from_the_bootstrap_server(metered):
+    produce_and_consume(metered.bootstrap).close()
+    result = run_top("--bootstrap-server", metered.bootstrap)
+    assert result.returncode == 0, result.stderr
+    assert metered.metrics_url in result.stdout.splitlines()[0]
+    assert TOPIC in result.stdout and PRODUCER_ID in result.stdout
+
+
+def test_top_without_metrics_listener_shows_offsets_and_says_so(broker):
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "log_level": 0})
+    for _ in range(5):
+        producer.produce("plain", value=b"x")
+    assert producer.flush(30) == 0
+    result = run_top("--bootstrap-server", broker.bootstrap)
+    assert result.returncode == 0, result.stderr
+    assert "no metrics.listener" in result.stdout
+    row = next(line for line in result.stdout.splitlines() if line.startswith("plain "))
+    assert " 5 " in row + " "
+
+
+def test_top_reports_an_unreachable_endpoint():
+    result = run_top("--metrics-url", f"http://127.0.0.1:{free_port()}")
+    assert result.returncode == 1
+    assert "cannot read" in result.stderr
