@@ -15,7 +15,7 @@ import io
 import socket
 import struct
 import time
-from typing import Any
+from typing import Any, Self
 
 from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
@@ -89,10 +89,10 @@ class RawClient:
         host, port = bootstrap.rsplit(":", 1)
         return cls(host, int(port), timeout)
 
-    def __enter__(self) -> RawClient:
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def close(self) -> None:

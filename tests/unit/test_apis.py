@@ -138,7 +138,11 @@ class Harness:
                 {
                     "name": topic,
                     "partitions": [
-                        {"partition_index": partition, "current_leader_epoch": -1, "timestamp": timestamp}
+                        {
+                            "partition_index": partition,
+                            "current_leader_epoch": -1,
+                            "timestamp": timestamp,
+                        }
                     ],
                 }
             ],
@@ -429,13 +433,23 @@ def test_create_topics_replication_factor_partitions_and_existing(h):
                 _creatable("pdefault", partitions=-1),
                 _creatable("exists"),
                 _creatable("bad/name"),
-                _creatable("assigned", -1, -1, assignments=[
-                    {"partition_index": 0, "broker_ids": [1]},
-                    {"partition_index": 1, "broker_ids": [1]},
-                ]),
-                _creatable("assigned-other", -1, -1, assignments=[
-                    {"partition_index": 0, "broker_ids": [2]},
-                ]),
+                _creatable(
+                    "assigned",
+                    -1,
+                    -1,
+                    assignments=[
+                        {"partition_index": 0, "broker_ids": [1]},
+                        {"partition_index": 1, "broker_ids": [1]},
+                    ],
+                ),
+                _creatable(
+                    "assigned-other",
+                    -1,
+                    -1,
+                    assignments=[
+                        {"partition_index": 0, "broker_ids": [2]},
+                    ],
+                ),
             ],
             "timeout": 1000,
         },
@@ -732,7 +746,9 @@ def test_list_offsets_empty_log_and_unknown_topic(h):
     mx = h.list_offsets("empty", -3)
     assert mx.error_code == ErrorCode.none and mx.offset == -1
     assert h.list_offsets("nope", -1).error_code == ErrorCode.unknown_topic_or_partition
-    assert h.list_offsets("empty", -1, partition=3).error_code == ErrorCode.unknown_topic_or_partition
+    assert (
+        h.list_offsets("empty", -1, partition=3).error_code == ErrorCode.unknown_topic_or_partition
+    )
 
 
 # ---------------------------------------------------------------------------
@@ -760,7 +776,10 @@ def test_delete_topics_by_id_v6(h):
     resp = h.request(
         DELETE_TOPICS,
         6,
-        {"topics": [{"name": None, "topic_id": tid}, {"name": None, "topic_id": unknown}], "timeout": 1000},
+        {
+            "topics": [{"name": None, "topic_id": tid}, {"name": None, "topic_id": unknown}],
+            "timeout": 1000,
+        },
     )
     first, second = resp.responses
     assert (first.name, first.topic_id, first.error_code) == ("d2", tid, ErrorCode.none)
@@ -819,13 +838,21 @@ def test_create_partitions(h):
     resp = h.request(
         CREATE_PARTITIONS,
         0,
-        {"topics": [{"name": "cp", "count": 3, "assignments": None}], "timeout": 1000, "validate_only": False},
+        {
+            "topics": [{"name": "cp", "count": 3, "assignments": None}],
+            "timeout": 1000,
+            "validate_only": False,
+        },
     )
     assert resp.results[0].error_code == ErrorCode.invalid_partitions
     resp = h.request(
         CREATE_PARTITIONS,
         3,
-        {"topics": [{"name": "cp", "count": 5, "assignments": None}], "timeout": 1000, "validate_only": True},
+        {
+            "topics": [{"name": "cp", "count": 5, "assignments": None}],
+            "timeout": 1000,
+            "validate_only": True,
+        },
     )
     assert resp.results[0].error_code == ErrorCode.none
     assert h.store.get("cp").partitions == 3
@@ -849,7 +876,8 @@ def test_create_partitions(h):
 def _describe(h, resources, version=4, synonyms=False):
     body = {
         "resources": [
-            {"resource_type": t, "resource_name": n, "configuration_keys": keys} for t, n, keys in resources
+            {"resource_type": t, "resource_name": n, "configuration_keys": keys}
+            for t, n, keys in resources
         ],
         "include_synonyms": synonyms,
         "include_documentation": False,
@@ -869,7 +897,9 @@ def test_describe_configs_topic(h):
 
 
 def test_describe_configs_broker_and_errors(h):
-    results = _describe(h, [(4, "1", None), (4, "", None), (4, "2", None), (2, "ghost", None), (99, "x", None)])
+    results = _describe(
+        h, [(4, "1", None), (4, "", None), (4, "2", None), (2, "ghost", None), (99, "x", None)]
+    )
     own, default, other, ghost, bad_type = results
     assert own.error_code == ErrorCode.none
     names = {c.name for c in own.configs}
@@ -886,7 +916,11 @@ def test_describe_configs_broker_and_errors(h):
 
 @pytest.mark.parametrize("version", [0, 1, 2])
 def test_describe_cluster(h, version):
-    body = {"include_cluster_authorized_operations": False, "endpoint_type": 1, "include_fenced_brokers": False}
+    body = {
+        "include_cluster_authorized_operations": False,
+        "endpoint_type": 1,
+        "include_fenced_brokers": False,
+    }
     resp = h.request(DESCRIBE_CLUSTER, version, body)
     assert resp.error_code == ErrorCode.none
     assert resp.cluster_id == "test-cluster" and resp.controller_id == 1
@@ -915,3 +949,32 @@ def test_record_bytes_untouched_after_crc(h):
     assert (base, last) == (1, 2)
     assert stored[ATTRIBUTES_OFFSET:] == bytes(b[ATTRIBUTES_OFFSET:])
     assert len(stored) == len(b) and len(stored) >= LOG_OVERHEAD
+
+
+@pytest.mark.parametrize(
+    "api_key,version,body",
+    [
+        (2, 1, struct.pack(">ii", -1, -1)),  # ListOffsets topics = null
+        (2, 1, struct.pack(">iih3si", -1, 1, 3, b"abc", -1)),  # a topic's partitions = null
+        (0, 3, struct.pack(">hhii", -1, 1, 1000, -1)),  # Produce topic_data = null
+        (19, 2, struct.pack(">iib", -1, 1000, 0)),  # CreateTopics topics = null
+    ],
+    ids=["list-offsets-topics", "list-offsets-partitions", "produce-topic-data", "create-topics"],
+)
+def test_null_non_nullable_array_closes_the_connection_before_any_handler(
+    h, api_key, version, body
+):
+    # kio reads a -1 array length as None even where the schema has no null; a
+    # handler iterating over it would crash, so the decoder refuses it as Kafka does.
+    payload = bytearray(struct.pack(">hhih", api_key, version, 1, -1) + body)
+    with pytest.raises(ConnectionClosed, match="serialized as null"):
+        h.apis.process(payload, CTX, lambda: None)
+
+
+def test_null_metadata_topics_still_means_all_topics(h):
+    h.create_topic("x")
+    payload = bytearray(struct.pack(">hhih", 3, 1, 9, -1) + struct.pack(">i", -1))
+    released = [0]
+    result = h.apis.process(payload, CTX, lambda: released.__setitem__(0, released[0] + 1))
+    assert released[0] == 1
+    assert [t.name for t in decode_frame(3, 1, result, 9).topics] == ["x"]

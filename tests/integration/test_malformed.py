@@ -1,0 +1,543 @@
+"""Malformed and hostile traffic against a real broker process.
+
+Each case speaks broken Kafka over a raw socket (random bytes, bad size
+prefixes, truncated frames, unknown APIs and versions, corrupt/legacy/oversized
+record batches, connections dropped mid-request) and then checks that the
+broker process is alive and still serves a well-behaved client: rawclient
+ApiVersions + Metadata + Produce + Fetch, and a confluent-kafka producer and
+consumer round trip where it matters.
+"""
+
+from __future__ import annotations
+
+import io
+import random
+import socket
+import struct
+import time
+import uuid
+import zlib
+
+import psutil
+import pytest
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from kio.index import load_request_schema
+from kio.schema.errors import ErrorCode
+from kio.serial import entity_writer
+
+from tests.conftest import BrokerProcess
+from tidegate.log.batch_builder import Record, build_batch
+from tidegate.protocol.apis import SUPPORTED_APIS
+
+from .rawclient import RawClient, decode_response, encode_request, frame
+
+pytestmark = pytest.mark.timeout(120)
+
+MAX_REQUEST = 1024 * 1024  # socket.request.max.bytes for this module's broker
+ZERO_UUID = uuid.UUID(int=0)
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory):
+    b = BrokerProcess(
+        tmp_path_factory.mktemp("malformed") / "data",
+        overrides={"socket.request.max.bytes": MAX_REQUEST},
+    )
+    b.start()
+    yield b
+    if b.alive():
+        try:
+            b.stop(10)
+        except Exception:  # noqa: BLE001 - as conftest's broker_factory: kill if it won't stop
+            b.kill()
+
+
+# -- helpers ----------------------------------------------------------------------------
+
+
+def connect(broker) -> RawClient:
+    return RawClient.connect(broker.bootstrap, timeout=10)
+
+
+def create_topic(client: RawClient, name: str, partitions: int = 1, configs: dict | None = None):
+    resp = client.request(
+        19,
+        7,
+        {
+            "topics": [
+                {
+                    "name": name,
+                    "num_partitions": partitions,
+                    "replication_factor": 1,
+                    "assignments": [],
+                    "configs": [{"name": k, "value": v} for k, v in (configs or {}).items()],
+                }
+            ],
+            "timeout": 5000,
+            "validate_only": False,
+        },
+    )
+    assert resp.topics[0].error_code in (ErrorCode.none, ErrorCode.topic_already_exists), resp
+    return resp.topics[0]
+
+
+def produce_body(topic: str, records_by_partition: dict[int, bytes], acks: int = 1) -> dict:
+    return {
+        "transactional_id": None,
+        "acks": acks,
+        "timeout": 5000,
+        "topic_data": [
+            {
+                "name": topic,
+                "partition_data": [
+                    {"index": p, "records": bytes(r)} for p, r in records_by_partition.items()
+                ],
+            }
+        ],
+    }
+
+
+def fetch_body(topic: str, partition: int, offset: int, max_wait: int = 0) -> dict:
+    return {
+        "replica_id": -1,
+        "max_wait": max_wait,
+        "min_bytes": 1,
+        "max_bytes": 10_000_000,
+        "isolation_level": 0,
+        "session_id": 0,
+        "session_epoch": -1,
+        "topics": [
+            {
+                "topic": topic,
+                "partitions": [
+                    {
+                        "partition": partition,
+                        "current_leader_epoch": -1,
+                        "fetch_offset": offset,
+                        "last_fetched_epoch": -1,
+                        "log_start_offset": -1,
+                        "partition_max_bytes": 1_000_000,
+                    }
+                ],
+            }
+        ],
+        "forgotten_topics_data": [],
+        "rack_id": "",
+    }
+
+
+def latest_offset(client: RawClient, topic: str, partition: int) -> int:
+    resp = client.request(
+        2,
+        7,
+        {
+            "replica_id": -1,
+            "isolation_level": 0,
+            "topics": [
+                {
+                    "name": topic,
+                    "partitions": [
+                        {"partition_index": partition, "current_leader_epoch": -1, "timestamp": -1}
+                    ],
+                }
+            ],
+        },
+    )
+    p = resp.topics[0].partitions[0]
+    assert p.error_code == ErrorCode.none
+    return p.offset
+
+
+def assert_healthy(broker, topic: str = "health") -> None:
+    """The process is alive and a fresh, well-behaved connection gets correct answers."""
+    assert broker.alive(), "broker process died"
+    with connect(broker) as c:
+        av = c.request(18, 3, {"client_software_name": "health", "client_software_version": "1"})
+        assert av.error_code == ErrorCode.none
+        create_topic(c, topic)
+        md = c.request(
+            3,
+            12,
+            {
+                "topics": [{"name": topic, "topic_id": ZERO_UUID}],
+                "allow_auto_topic_creation": False,
+            },
+        )
+        assert md.topics[0].error_code == ErrorCode.none
+        assert md.brokers[0].port == broker.port
+        before = latest_offset(c, topic, 0)
+        value = uuid.uuid4().hex.encode()
+        resp = c.request(0, 9, produce_body(topic, {0: build_batch([Record(value)])}))
+        part = resp.responses[0].partition_responses[0]
+        assert (part.error_code, part.base_offset) == (ErrorCode.none, before)
+        fetched = c.request(1, 12, fetch_body(topic, 0, before))
+        records = fetched.responses[0].partitions[0].records
+        assert value in records
+
+
+def confluent_round_trip(broker, topic: str, n: int = 50) -> None:
+    p = Producer(
+        {"bootstrap.servers": broker.bootstrap, "acks": "all", "linger.ms": 5, "log_level": 0}
+    )
+    acked: dict[int, bytes] = {}
+    errors = []
+
+    def on_delivery(err, msg):
+        if err is not None:
+            errors.append(err)
+        else:
+            acked[msg.offset()] = msg.value()
+
+    values = [f"{topic}-{i}".encode() for i in range(n)]
+    for v in values:
+        p.produce(topic, value=v, partition=0, on_delivery=on_delivery)
+    assert p.flush(20) == 0
+    assert not errors, errors
+    assert sorted(acked.values()) == sorted(values)
+    c = Consumer(
+        {
+            "bootstrap.servers": broker.bootstrap,
+            "group.id": "malformed",
+            "enable.auto.commit": False,
+            "log_level": 0,
+        }
+    )
+    try:
+        c.assign([TopicPartition(topic, 0, min(acked))])
+        got: dict[int, bytes] = {}
+        deadline = time.monotonic() + 20
+        while len(got) < n and time.monotonic() < deadline:
+            for m in c.consume(500, 0.5):
+                if m.error():
+                    raise KafkaException(m.error())
+                got[m.offset()] = m.value()
+        assert got == acked
+    finally:
+        c.close()
+
+
+def broker_log_since(broker, mark: int, needle: str, timeout: float = 5.0) -> str:
+    """Wait until ``needle`` appears in the broker log written after byte ``mark``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        text = broker.log_text()[mark:]
+        if needle in text or time.monotonic() > deadline:
+            return text
+        time.sleep(0.05)
+
+
+def log_mark(broker) -> int:
+    return len(broker.log_text())
+
+
+# -- tests ------------------------------------------------------------------------------
+
+
+def test_advertised_api_versions_are_exactly_the_supported_table(broker):
+    with connect(broker) as c:
+        for version in range(5):
+            av = c.request(
+                18, version, {"client_software_name": "t", "client_software_version": "1"}
+            )
+            got = {k.api_key: (k.min_version, k.max_version) for k in av.api_keys}
+            assert got == {
+                int(k): (r.min_version, r.max_version) for k, r in SUPPORTED_APIS.items()
+            }
+            assert len(av.api_keys) == len(SUPPORTED_APIS)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_random_bytes_close_the_connection(broker, seed):
+    rng = random.Random(seed)
+    data = rng.randbytes(4096)
+    (size,) = struct.unpack(">i", data[:4])
+    assert size < 0 or size > MAX_REQUEST, "the seed must give an impossible size prefix"
+    t0 = time.monotonic()
+    with connect(broker) as c:
+        try:
+            c.send_raw(data)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # closed while we were still sending: fine
+        assert c.closed_by_peer(timeout=5)
+    assert time.monotonic() - t0 < 5
+    assert_healthy(broker)
+
+
+def request_header(api_key: int, version: int, correlation_id: int) -> bytes:
+    """Just the request header kio would write for this API version."""
+    header_cls = load_request_schema(api_key, version).__header_schema__
+    out = io.BytesIO()
+    entity_writer(header_cls)(
+        out,
+        header_cls(
+            request_api_key=api_key,
+            request_api_version=version,
+            correlation_id=correlation_id,
+            client_id="fuzz",
+        ),
+    )
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("api_key,version", [(3, 12), (0, 9), (1, 12), (19, 7), (2, 1), (32, 1)])
+def test_valid_header_random_body_closes_the_connection(broker, api_key, version):
+    rng = random.Random(api_key * 100 + version)
+    # 0xff... reads as a negative length or count in every encoding kio decodes
+    body = b"\xff" * 8 + rng.randbytes(200)
+    with connect(broker) as c:
+        c.send_raw(frame(request_header(api_key, version, 55) + body))
+        assert c.closed_by_peer(timeout=5)
+    assert_healthy(broker)
+
+
+def test_size_prefix_above_socket_request_max_bytes_closes_and_logs(broker):
+    mark = log_mark(broker)
+    with connect(broker) as c:
+        c.send_raw(struct.pack(">i", 2 * MAX_REQUEST))
+        assert c.closed_by_peer(timeout=5)
+    text = broker_log_since(broker, mark, "larger than socket.request.max.bytes")
+    assert (
+        f"request size {2 * MAX_REQUEST} larger than socket.request.max.bytes {MAX_REQUEST}" in text
+    )
+    assert_healthy(broker)
+
+
+def test_size_prefix_at_the_limit_is_read(broker):
+    # The limit itself is allowed: a frame of exactly socket.request.max.bytes is read
+    # (and, being garbage, closes the connection only once it is complete).
+    head = request_header(3, 12, 77)
+    with connect(broker) as c:
+        c.send_raw(struct.pack(">i", MAX_REQUEST) + head + b"\xff" * 1000)
+        assert not c.closed_by_peer(timeout=0.3)
+        c.send_raw(b"\xff" * (MAX_REQUEST - 1000 - len(head)))
+        assert c.closed_by_peer(timeout=5)
+    assert_healthy(broker)
+
+
+def test_negative_size_prefix_closes_and_logs(broker):
+    mark = log_mark(broker)
+    with connect(broker) as c:
+        c.send_raw(struct.pack(">i", -5))
+        assert c.closed_by_peer(timeout=5)
+    text = broker_log_since(broker, mark, "invalid negative request size")
+    assert "invalid negative request size -5" in text
+    assert_healthy(broker)
+
+
+def test_zero_size_and_short_header_frames_close(broker):
+    for payload in (b"", b"\x00\x03\x00"):
+        with connect(broker) as c:
+            c.send_raw(frame(payload))
+            assert c.closed_by_peer(timeout=5)
+    assert_healthy(broker)
+
+
+def test_truncated_frame_then_close(broker):
+    for _ in range(3):
+        with connect(broker) as c:
+            c.send_raw(struct.pack(">i", 100) + b"\x00\x03\x00\x0c" + b"\x00" * 6)
+        # a truncated size prefix too
+        with connect(broker) as c:
+            c.send_raw(b"\x00\x00")
+    assert_healthy(broker)
+
+
+def test_truncated_frame_keeps_waiting_for_the_rest(broker):
+    # A slow client is not an error: the broker waits for the rest of the frame.
+    with connect(broker) as c:
+        data = frame(encode_request(3, 12, 9, {"topics": [], "allow_auto_topic_creation": False}))
+        c.send_raw(data[:10])
+        assert not c.closed_by_peer(timeout=0.3)
+        c.send_raw(data[10:])
+        cid, resp = decode_response(3, 12, c.recv_frame())
+        assert cid == 9 and resp.brokers[0].node_id == 1
+
+
+@pytest.mark.parametrize(
+    "api_key,version",
+    [(9999, 0), (-1, 0), (0, 2), (0, 13), (3, 99), (1, 3), (60, 3)],
+    ids=[
+        "unknown-9999",
+        "unknown-negative",
+        "produce-v2",
+        "produce-v13",
+        "metadata-v99",
+        "fetch-v3",
+        "describe-cluster-v3",
+    ],
+)
+def test_unknown_api_or_unsupported_version_answers_35_and_connection_stays_usable(
+    broker, api_key, version
+):
+    with connect(broker) as c:
+        c.send_raw(frame(struct.pack(">hhih", api_key, version, 31337, 3) + b"abc" + b"\x00" * 16))
+        data = c.recv_frame()
+        cid, error = struct.unpack(">ih", data)
+        assert (cid, error) == (31337, ErrorCode.unsupported_version.value)
+        md = c.request(
+            3, 12, {"topics": None, "allow_auto_topic_creation": False}, correlation_id=31338
+        )
+        assert md.brokers[0].node_id == 1
+        av = c.request(18, 3, {"client_software_name": "x", "client_software_version": "1"})
+        assert av.error_code == ErrorCode.none
+    assert broker.alive()
+
+
+def test_api_versions_v99_answers_v0_body_with_error_and_supported_list(broker):
+    with connect(broker) as c:
+        # A future ApiVersions version has a flexible header and a body we cannot parse.
+        c.send_raw(
+            frame(
+                struct.pack(">hhih", 18, 99, 4711, 1) + b"x" + b"\x00" + b"\x07future\x02" + b"\x00"
+            )
+        )
+        data = c.recv_frame()
+        cid, resp = decode_response(18, 0, data)  # header v0, v0 body
+        assert cid == 4711
+        assert resp.error_code == ErrorCode.unsupported_version
+        got = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
+        assert got == {int(k): (r.min_version, r.max_version) for k, r in SUPPORTED_APIS.items()}
+        # nothing after the v0 body
+        assert len(data) == 4 + 2 + 4 + 6 * len(SUPPORTED_APIS)
+        # the client retries with a version both know, on the same connection
+        av = c.request(18, 3, {"client_software_name": "x", "client_software_version": "1"})
+        assert av.error_code == ErrorCode.none
+
+
+def test_bad_crc_rejects_only_that_partition(broker):
+    with connect(broker) as c:
+        create_topic(c, "crc", partitions=2)
+        ok = c.request(0, 9, produce_body("crc", {0: build_batch([Record(b"before")])}))
+        assert ok.responses[0].partition_responses[0].error_code == ErrorCode.none
+        before = (latest_offset(c, "crc", 0), latest_offset(c, "crc", 1))
+        corrupt = build_batch([Record(b"corrupt-me", timestamp=1)])
+        corrupt[-3] ^= 0x40  # inside the record: covered by the CRC
+        good = build_batch([Record(b"good", timestamp=2)])
+        resp = c.request(0, 9, produce_body("crc", {0: corrupt, 1: good}))
+        parts = {p.index: p for p in resp.responses[0].partition_responses}
+        assert parts[0].error_code == ErrorCode.corrupt_message
+        assert parts[0].base_offset == -1
+        assert (parts[1].error_code, parts[1].base_offset) == (ErrorCode.none, before[1])
+        assert latest_offset(c, "crc", 0) == before[0]
+        assert latest_offset(c, "crc", 1) == before[1] + 1
+        records = c.request(1, 12, fetch_body("crc", 0, 0)).responses[0].partitions[0].records
+        assert b"before" in records and b"corrupt-me" not in records
+    assert_healthy(broker)
+
+
+def legacy_v1_message(value: bytes, key: bytes | None = None) -> bytes:
+    """One magic-1 message in a message set: offset, size, crc, magic, attrs, ts, key, value."""
+    body = struct.pack(">bbq", 1, 0, int(time.time() * 1000))
+    for blob in (key, value):
+        body += struct.pack(">i", -1) if blob is None else struct.pack(">i", len(blob)) + blob
+    message = struct.pack(">I", zlib.crc32(body)) + body
+    return struct.pack(">qi", 0, len(message)) + message
+
+
+def test_magic_1_message_set_is_unsupported_for_message_format(broker):
+    with connect(broker) as c:
+        create_topic(c, "legacy")
+        msgset = legacy_v1_message(b"old-format-value-padding-to-be-long-enough" * 2)
+        resp = c.request(0, 3, produce_body("legacy", {0: msgset}))
+        part = resp.responses[0].partition_responses[0]
+        assert part.error_code == ErrorCode.unsupported_for_message_format
+        assert latest_offset(c, "legacy", 0) == 0
+    assert_healthy(broker)
+
+
+def test_batch_larger_than_topic_max_message_bytes(broker):
+    with connect(broker) as c:
+        create_topic(c, "small-max", configs={"max.message.bytes": "10000"})
+        big = build_batch([Record(b"x" * 20_000)])
+        resp = c.request(0, 9, produce_body("small-max", {0: big}))
+        part = resp.responses[0].partition_responses[0]
+        assert part.error_code == ErrorCode.message_too_large  # RECORD_TOO_LARGE in newer Kafka
+        assert latest_offset(c, "small-max", 0) == 0
+        fits = build_batch([Record(b"x" * 5_000)])
+        resp = c.request(0, 9, produce_body("small-max", {0: fits}))
+        assert resp.responses[0].partition_responses[0].error_code == ErrorCode.none
+    assert_healthy(broker)
+
+
+def test_pipelined_requests_are_answered_in_order_around_a_long_poll(broker):
+    with connect(broker) as c:
+        create_topic(c, "pipeline")
+        leo = latest_offset(c, "pipeline", 0)
+        fetch = frame(encode_request(1, 12, 1, fetch_body("pipeline", 0, leo, max_wait=300)))
+        md = frame(encode_request(3, 12, 2, {"topics": None, "allow_auto_topic_creation": False}))
+        t0 = time.monotonic()
+        c.send_raw(fetch + md)
+        first = decode_response(1, 12, c.recv_frame())
+        second = decode_response(3, 12, c.recv_frame())
+        assert first[0] == 1 and second[0] == 2
+        assert time.monotonic() - t0 >= 0.25  # the long poll waited, and held back the next answer
+        assert not first[1].responses[0].partitions[0].records
+
+
+def _fds(pid: int) -> int:
+    return psutil.Process(pid).num_fds()
+
+
+def _wait_fds_at_most(pid: int, limit: int, timeout: float = 10.0) -> int:
+    deadline = time.monotonic() + timeout
+    n = _fds(pid)
+    while n > limit and time.monotonic() < deadline:
+        time.sleep(0.1)
+        n = _fds(pid)
+    return n
+
+
+def test_many_connections_dropped_mid_request_leak_nothing(broker):
+    with connect(broker) as c:
+        create_topic(c, "drops")
+        # each partition holds 3 fds: create the round trip's topic before the baseline
+        create_topic(c, "drops-roundtrip")
+    assert_healthy(broker)
+    time.sleep(0.2)  # let the broker see the health check's connection close
+    baseline = _fds(broker.pid)
+    full_fetch = frame(encode_request(1, 12, 1, fetch_body("drops", 0, 10**6, max_wait=30_000)))
+    long_poll = frame(encode_request(1, 12, 1, fetch_body("drops", 0, 0, max_wait=30_000)))
+    produce_all = frame(
+        encode_request(0, 9, 2, produce_body("drops", {0: build_batch([Record(b"x")])}, acks=-1))
+    )
+    metadata = frame(encode_request(3, 12, 3, {"topics": None, "allow_auto_topic_creation": False}))
+    rng = random.Random(7)
+    socks = []
+    for i in range(200):
+        s = socket.create_connection(("127.0.0.1", broker.port), timeout=5)
+        kind = i % 6
+        if kind == 0:
+            s.sendall(struct.pack(">i", 5000) + rng.randbytes(100))  # body cut short
+        elif kind == 1:
+            s.sendall(metadata[: rng.randrange(1, len(metadata))])  # cut anywhere
+        elif kind == 2:
+            s.sendall(long_poll if i % 12 else full_fetch)  # a waiting fetch, then gone
+        elif kind == 3:
+            s.sendall(produce_all)  # acks=all in flight
+        elif kind == 4:
+            s.sendall(metadata * 3)  # responses never read
+        else:
+            s.sendall(b"\x00")
+        if i % 2:
+            # abortive close (RST) for half of them
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        socks.append(s)
+        if len(socks) >= 50:
+            for x in socks:
+                x.close()
+            socks.clear()
+    for x in socks:
+        x.close()
+    n = _wait_fds_at_most(broker.pid, baseline + 2)
+    assert n <= baseline + 2, f"broker holds {n} fds, {baseline} before the 200 connections"
+    assert_healthy(broker)
+    confluent_round_trip(broker, "drops-roundtrip")
+    assert _wait_fds_at_most(broker.pid, baseline + 2) <= baseline + 2
+
+
+def test_well_behaved_clients_after_all_of_the_above(broker):
+    # Runs last in this module: the same process took every case above.
+    assert broker.alive()
+    confluent_round_trip(broker, "after-abuse", n=200)
+    log = broker.log_text()
+    assert "Traceback" not in log, log[log.find("Traceback") - 500 :][:3000]
