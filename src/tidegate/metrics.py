@@ -23,7 +23,7 @@ import logging
 import re
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from struct import unpack_from
+from struct import Struct
 from time import perf_counter_ns
 from typing import Any
 
@@ -106,6 +106,10 @@ def latency_histogram() -> Histogram:
     return Histogram(LATENCY_BUCKETS_MS, scale=NS_PER_MS)
 
 
+_LATENCY_BOUNDS_NS = latency_histogram().bounds
+_REQUEST_HEADER = Struct(">h6xh")  # api_key, (api_version, correlation_id), client_id length
+
+
 class ApiStats:
     """Per API key: requests, errors by code and the RequestMetrics time histograms."""
 
@@ -158,15 +162,32 @@ class RequestTiming:
         self.remote = perf_counter_ns()
 
     def sent(self) -> None:
+        # Histogram.observe inlined five times: this runs once per request.
         now = perf_counter_ns()
+        received, started, local, remote = self.received, self.started, self.local, self.remote
         api = self.api
         api.requests += 1
-        api.queue.observe(self.started - self.received)
-        api.local.observe(self.local - self.started)
-        api.remote.observe(self.remote - self.local)
-        api.send.observe(now - self.remote)
-        total = now - self.received
-        api.total.observe(total)
+        b = _LATENCY_BOUNDS_NS
+        h = api.queue
+        v = started - received
+        h.counts[bisect_left(b, v)] += 1
+        h.sum += v
+        h = api.local
+        v = local - started
+        h.counts[bisect_left(b, v)] += 1
+        h.sum += v
+        h = api.remote
+        v = remote - local
+        h.counts[bisect_left(b, v)] += 1
+        h.sum += v
+        h = api.send
+        v = now - remote
+        h.counts[bisect_left(b, v)] += 1
+        h.sum += v
+        h = api.total
+        total = now - received
+        h.counts[bisect_left(b, total)] += 1
+        h.sum += total
         client = self.client
         client.requests += 1
         client.time_ns += total
@@ -208,9 +229,13 @@ class RequestMetrics:
         received = perf_counter_ns()
         if len(payload) < 10:
             return None
-        api_key, n = unpack_from(">h6xh", payload)
+        api_key, n = _REQUEST_HEADER.unpack_from(payload)
         raw = bytes(payload[10 : 10 + n]) if n > 0 else b""
-        return RequestTiming(self.api(api_key), self.client(raw), received)
+        return RequestTiming(
+            self.apis.get(api_key) or self.api(api_key),
+            self.clients.get(raw) or self.client(raw),
+            received,
+        )
 
     def error(self, api_key: int, code: int) -> None:
         errors = self.api(api_key).errors

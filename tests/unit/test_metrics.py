@@ -485,3 +485,16 @@ def test_metrics_url_defaults_the_path():
     assert top.metrics_url("http://h:1") == "http://h:1/metrics"
     assert top.metrics_url("h:1") == "http://h:1/metrics"
     assert top.metrics_url("http://h:1/custom") == "http://h:1/custom"
+
+
+def test_the_real_purgatory_exposes_what_the_collector_reads():
+    from tidegate.server.purgatory import DelayedOperationPurgatory
+
+    purgatory = DelayedOperationPurgatory("Fetch")
+    bm = BrokerMetrics()
+    bm.register_purgatory("Fetch", purgatory)
+    base = "kafka_server_delayedoperationpurgatory_"
+    assert sample(bm, base + "purgatorysize", delayedOperation="Fetch") == 0
+    assert sample(bm, base + "numdelayedoperations", delayedOperation="Fetch") == 0
+    assert sample(bm, base + "expires_total", delayedOperation="Fetch") == 0
+    purgatory.shutdown()
