@@ -978,3 +978,32 @@ def test_null_metadata_topics_still_means_all_topics(h):
     result = h.apis.process(payload, CTX, lambda: released.__setitem__(0, released[0] + 1))
     assert released[0] == 1
     assert [t.name for t in decode_frame(3, 1, result, 9).topics] == ["x"]
+
+
+def test_create_topic_is_all_or_nothing_when_a_log_cannot_open(tmp_path, monkeypatch):
+    """A partition log that fails to open (e.g. EMFILE) rolls the whole topic back."""
+    from tidegate.log.log import Log as RealLog
+    from tidegate.server import replica_manager as rm
+    from tidegate.server.metadata import TopicStore
+
+    opened = []
+
+    def flaky_log(directory, config, now_ms):
+        if len(opened) == 3:
+            raise OSError(24, "Too many open files")
+        log = RealLog(directory, config, now_ms)
+        opened.append(log)
+        return log
+
+    store = TopicStore(tmp_path)
+    replicas = rm.ReplicaManager(tmp_path, store, lambda info: rm.LogConfig(), lambda: 0)
+    monkeypatch.setattr(rm, "Log", flaky_log)
+    with pytest.raises(OSError):
+        replicas.create_topic("big", 10, {})
+    assert store.get("big") is None
+    assert replicas.logs == {}
+    assert not any(p.name.startswith("big-") for p in tmp_path.iterdir())
+    assert TopicStore(tmp_path).get("big") is None  # nothing persisted either
+    monkeypatch.setattr(rm, "Log", RealLog)
+    info = replicas.create_topic("big", 10, {})
+    assert len(replicas.logs) == 10 and store.get("big") is info

@@ -276,7 +276,11 @@ class KafkaApis:
         except InvalidTopicError:
             return {"error_code": ErrorCode.invalid_topic_exception, "name": name, "partitions": []}
         if allow_auto and self.config.get("auto.create.topics.enable"):
-            info = self.replicas.create_topic(name, self.config.get("num.partitions"), {})
+            try:
+                info = self.replicas.create_topic(name, self.config.get("num.partitions"), {})
+            except OSError as exc:
+                log.error("could not auto-create topic %s: %s", name, exc)
+                return {"error_code": ErrorCode.kafka_storage_error, "name": name, "partitions": []}
             log.info("auto-created topic %s with %d partition(s)", name, info.partitions)
             return self._topic_metadata(info)
         return {"error_code": error, "name": name, "topic_id": ZERO_UUID, "partitions": []}
@@ -567,7 +571,11 @@ class KafkaApis:
         if validate_only:
             topic_id = ZERO_UUID
         else:
-            info = self.replicas.create_topic(name, partitions, configs)
+            try:
+                info = self.replicas.create_topic(name, partitions, configs)
+            except OSError as exc:
+                log.error("could not create topic %s: %s", name, exc)
+                return fail(ErrorCode.kafka_storage_error, f"could not create the topic's logs: {exc}")
             topic_id = info.topic_id
             log.info("created topic %s (%d partitions, configs %s)", name, partitions, configs)
         described = [
@@ -651,7 +659,13 @@ class KafkaApis:
                 result["error_message"] = f"assignments must name only broker {self.node_id}"
                 continue
             if not req.validate_only:
-                self.replicas.add_partitions(t.name, t.count)
+                try:
+                    self.replicas.add_partitions(t.name, t.count)
+                except OSError as exc:
+                    log.error("could not add partitions to %s: %s", t.name, exc)
+                    result["error_code"] = ErrorCode.kafka_storage_error
+                    result["error_message"] = f"could not create the new partitions' logs: {exc}"
+                    continue
                 log.info("topic %s now has %d partitions", t.name, t.count)
         return {"throttle_time": 0, "results": results}
 

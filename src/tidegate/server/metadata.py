@@ -103,11 +103,18 @@ class TopicStore:
         return self.by_id.get(topic_id)
 
     def create(self, name: str, partitions: int, configs: dict[str, str]) -> TopicInfo:
-        assert name not in self.topics
-        info = TopicInfo(name, uuid.uuid4(), partitions, dict(configs))
-        self.topics[name] = info
+        return self.add(TopicInfo(name, uuid.uuid4(), partitions, dict(configs)))
+
+    def add(self, info: TopicInfo) -> TopicInfo:
+        assert info.name not in self.topics
+        self.topics[info.name] = info
         self.by_id[info.topic_id] = info
-        self._persist()
+        try:
+            self._persist()
+        except BaseException:
+            del self.topics[info.name]
+            del self.by_id[info.topic_id]
+            raise
         return info
 
     def delete(self, name: str) -> TopicInfo:
@@ -117,8 +124,13 @@ class TopicStore:
         return info
 
     def set_partitions(self, name: str, partitions: int) -> None:
-        self.topics[name].partitions = partitions
-        self._persist()
+        info = self.topics[name]
+        old, info.partitions = info.partitions, partitions
+        try:
+            self._persist()
+        except BaseException:
+            info.partitions = old
+            raise
 
 
 def load_or_create_meta(directory: Path, node_id: int, cluster_id: str | None) -> str:

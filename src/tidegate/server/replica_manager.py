@@ -106,15 +106,46 @@ class ReplicaManager:
             self.logs[(info.name, p)] = Log(directory, config, now)
 
     def create_topic(self, name: str, partitions: int, configs: dict[str, str]) -> TopicInfo:
-        info = self.store.create(name, partitions, configs)
-        self._open_partitions(info, 0, partitions)
-        return info
+        """Open every partition log first, then persist the topic: all or nothing.
+
+        If a log cannot be opened (no disk space, out of file descriptors) the
+        logs opened so far are deleted and the topic is not stored, so a failed
+        create never leaves a topic with missing partitions behind.
+        """
+        info = TopicInfo(name, uuid.uuid4(), partitions, dict(configs))
+        self._open_or_roll_back(info, 0, partitions)
+        try:
+            return self.store.add(info)
+        except BaseException:
+            self._drop_partitions(name, 0, partitions)
+            raise
 
     def add_partitions(self, name: str, count: int) -> None:
         info = self.store.topics[name]
         old = info.partitions
-        self.store.set_partitions(name, count)
-        self._open_partitions(info, old, count)
+        self._open_or_roll_back(info, old, count)
+        try:
+            self.store.set_partitions(name, count)
+        except BaseException:
+            self._drop_partitions(name, old, count)
+            raise
+
+    def _open_or_roll_back(self, info: TopicInfo, start: int, end: int) -> None:
+        try:
+            self._open_partitions(info, start, end)
+        except BaseException:
+            self._drop_partitions(info.name, start, end)
+            raise
+
+    def _drop_partitions(self, name: str, start: int, end: int) -> None:
+        for p in range(start, end):
+            plog = self.logs.pop((name, p), None)
+            if plog is not None:
+                try:
+                    plog.delete()
+                except Exception:
+                    log.exception("error removing partition %s-%d", name, p)
+            shutil.rmtree(partition_dir(self.root, name, p), ignore_errors=True)
 
     def delete_topic(self, name: str) -> TopicInfo:
         info = self.store.delete(name)
