@@ -601,3 +601,23 @@ def test_bucket_queue_drops_stale_items():
     queue.offer(other)
     other.flush(lambda e: None)  # flushed: unscheduled, the item is stale
     assert queue.peek_expiration() is None and len(queue) == 0
+
+
+def test_a_task_due_within_the_current_tick_runs_at_once():
+    clock = FakeClock(1000)
+    timer = SystemTimer(tick_ms=10, wheel_size=5, clock=clock)
+    out: list = []
+    timer.add(RecordingTask(5, "soon", out, clock))  # 1005 < current 1000 + tick 10
+    assert out == [("soon", 1000)]
+    assert timer.size == 0
+
+
+def test_non_positive_delays_run_at_once_even_when_the_wheel_lags():
+    clock = FakeClock(0)
+    timer = SystemTimer(clock=clock)
+    out: list = []
+    clock.now = 3_600_000  # the wheels have not moved for an hour
+    timer.add(RecordingTask(0, "zero", out, clock))
+    timer.add(RecordingTask(-7, "negative", out, clock))
+    assert out == [("zero", 3_600_000), ("negative", 3_600_000)]
+    assert timer.size == 0

@@ -42,7 +42,9 @@ class DelayedOperation(TimerTask):
     __slots__ = ("_completed", "_purgatory")
 
     def __init__(self, delay_ms: int) -> None:
-        super().__init__(delay_ms)
+        # TimerTask.__init__ inlined (one operation per delayed request)
+        self.delay_ms = delay_ms
+        self._entry = None
         self._completed = False
         self._purgatory: DelayedOperationPurgatory | None = None
 
@@ -135,6 +137,7 @@ class DelayedOperationPurgatory:
     ) -> None:
         self.name = name
         self.timer = timer if timer is not None else SystemTimer()
+        self._timer_add = self.timer.add
         self.purge_interval = purge_interval
         self._watchers: dict[Hashable, list[DelayedOperation]] = {}
         # operations ever watched minus those purged (an over-estimate, as in Kafka)
@@ -171,7 +174,7 @@ class DelayedOperationPurgatory:
         if operation.try_complete():
             return True
         if not operation._completed:
-            self.timer.add(operation)
+            self._timer_add(operation)
             if operation._completed:
                 # it expired while being added (delay <= 0): make sure no entry is left
                 operation.cancel()

@@ -113,12 +113,6 @@ class TimerTask:
     def timer_task_entry(self) -> TimerTaskEntry | None:
         return self._entry
 
-    def _set_entry(self, entry: TimerTaskEntry) -> None:
-        old = self._entry
-        if old is not None and old is not entry:
-            old.remove()
-        self._entry = entry
-
 
 class TimerTaskEntry:
     """The link cell of a task in a bucket; ``expiration_ms`` is absolute."""
@@ -133,7 +127,13 @@ class TimerTaskEntry:
         self.prev: TimerTaskEntry | None = None
         if task is not None:
             # if the task is already held by another entry, that entry is removed
-            task._set_entry(self)
+            # (inlined: one entry is created per timed task)
+            old = task._entry
+            if old is not None:
+                lst = old.list
+                if lst is not None:
+                    lst.remove(old)
+            task._entry = self
 
     @property
     def cancelled(self) -> bool:
@@ -370,29 +370,47 @@ class TimingWheel:
         return wheel
 
     def add(self, entry: TimerTaskEntry) -> bool:
-        """Put ``entry`` in its bucket.  False if cancelled or already expired (run it)."""
+        """Put ``entry`` in its bucket.  False if cancelled or already expired (run it).
+
+        Walks up the overflow wheels iteratively (Kafka recurses) and links the entry
+        into the bucket inline: this runs for every timed task and every re-insertion.
+        """
         expiration = entry.expiration_ms
         if entry.task._entry is not entry:
             return False  # cancelled
-        tick = self.tick_ms
-        current = self.current_time_ms
-        if expiration < current + tick:
-            return False  # already expired: the caller runs it
-        if expiration < current + self.interval_ms:
-            virtual_id = expiration // tick
-            bucket = self.buckets[virtual_id % self.wheel_size]
-            bucket.add(entry)
-            # Offer the bucket only when its expiration changes, i.e. it is being reused
-            # for a new round; later adds in the same round pass the same value.
-            bucket_expiration = virtual_id * tick
-            if bucket.expiration_ms != bucket_expiration:
-                bucket.expiration_ms = bucket_expiration
-                self.queue.offer(bucket)
-            return True
-        overflow = self.overflow_wheel
-        if overflow is None:
-            overflow = self._add_overflow_wheel()
-        return overflow.add(entry)
+        wheel = self
+        while True:
+            tick = wheel.tick_ms
+            current = wheel.current_time_ms
+            if expiration < current + tick:
+                return False  # already expired: the caller runs it
+            if expiration < current + wheel.interval_ms:
+                break
+            overflow = wheel.overflow_wheel
+            if overflow is None:
+                overflow = wheel._add_overflow_wheel()
+            wheel = overflow
+        virtual_id = expiration // tick
+        bucket = wheel.buckets[virtual_id % wheel.wheel_size]
+        # bucket.add(entry), inlined
+        lst = entry.list
+        if lst is not None:
+            lst.remove(entry)
+        root = bucket._root
+        tail = root.prev
+        entry.next = root
+        entry.prev = tail
+        entry.list = bucket
+        tail.next = entry
+        root.prev = entry
+        bucket.task_counter.value += 1
+        # Offer the bucket only when its expiration changes, i.e. it is being reused for
+        # a new round; later adds in the same round pass the same value.
+        bucket_expiration = virtual_id * tick
+        if bucket.expiration_ms != bucket_expiration:
+            bucket.expiration_ms = bucket_expiration
+            wheel.queue.offer(bucket)
+        return True
 
     def advance_clock(self, time_ms: int) -> None:
         if time_ms >= self.current_time_ms + self.tick_ms:
@@ -402,8 +420,7 @@ class TimingWheel:
                 overflow.advance_clock(self.current_time_ms)
 
 
-def _run_inline(run: Callable[[], object]) -> None:
-    run()
+_new_object = object.__new__
 
 
 class SystemTimer:
@@ -484,16 +501,52 @@ class SystemTimer:
         if self._closed:
             raise RuntimeError("timer is shut down")
         delay = task.delay_ms
-        entry = TimerTaskEntry(task, delay + self._clock())
-        if (delay <= 0 or not self._wheel.add(entry)) and task._entry is entry:
-            self._execute(task)
-
-    def _add_entry(self, entry: TimerTaskEntry) -> None:
-        # re-insertion of a flushed entry: it moves down a level, or runs
-        if not self._wheel.add(entry):
-            task = entry.task
-            if task._entry is entry:
-                self._execute(task)
+        # This is TimerTaskEntry(task, now + delay) followed by TimingWheel.add(entry),
+        # inlined: it runs once per delayed request, and two Python frames are a large
+        # part of its cost.  Keep it in step with those two methods.
+        entry = _new_object(TimerTaskEntry)
+        entry.task = task
+        entry.expiration_ms = expiration = delay + self._clock()
+        entry.list = None
+        old = task._entry
+        if old is not None:
+            lst = old.list
+            if lst is not None:
+                lst.remove(old)
+        task._entry = entry
+        if delay > 0:
+            wheel = self._wheel
+            while True:
+                tick = wheel.tick_ms
+                current = wheel.current_time_ms
+                if expiration < current + tick:
+                    break  # already expired: run it below
+                if expiration < current + wheel.interval_ms:
+                    virtual_id = expiration // tick
+                    bucket = wheel.buckets[virtual_id % wheel.wheel_size]
+                    root = bucket._root
+                    tail = root.prev
+                    entry.next = root
+                    entry.prev = tail
+                    entry.list = bucket
+                    tail.next = entry
+                    root.prev = entry
+                    bucket.task_counter.value += 1
+                    bucket_expiration = virtual_id * tick
+                    if bucket.expiration_ms != bucket_expiration:
+                        bucket.expiration_ms = bucket_expiration
+                        wheel.queue.offer(bucket)
+                    return
+                overflow = wheel.overflow_wheel
+                if overflow is None:
+                    overflow = wheel._add_overflow_wheel()
+                wheel = overflow
+        entry.next = entry.prev = None
+        executor = self._executor
+        if executor is None:
+            task.run()
+        else:
+            executor(task.run)
 
     def advance_clock(self, timeout_ms: int = 0) -> bool:
         """Expire everything that is due now; True if any bucket was due.
@@ -511,10 +564,30 @@ class SystemTimer:
         if bucket is None:
             return False
         wheel = self._wheel
-        add_entry = self._add_entry
+        wheel_add = wheel.add
+        executor = self._executor
+        counter = self._counter
         while bucket is not None:
             wheel.advance_clock(bucket.expiration_ms)
-            bucket.flush(add_entry)
+            # bucket.flush(re-add or run), inlined: every expiring or moving task passes
+            # here.  root.next is re-read after each task, which may cancel others.
+            root = bucket._root
+            head = root.next
+            while head is not root:
+                nxt = head.next
+                nxt.prev = root
+                root.next = nxt
+                head.next = head.prev = head.list = None
+                counter.value -= 1
+                if not wheel_add(head):
+                    task = head.task
+                    if task._entry is head:  # not cancelled: it is due, run it
+                        if executor is None:
+                            task.run()
+                        else:
+                            executor(task.run)
+                head = root.next
+            bucket.expiration_ms = -1
             bucket = queue.poll(now)
         return True
 
