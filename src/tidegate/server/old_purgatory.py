@@ -103,10 +103,23 @@ class RequestPurgatory:
             raise ValueError("the watch key list can't be empty")
         if operation.try_complete():
             return True
-        self.watch(operation, watch_keys)
+        # watch(operation, watch_keys), inlined as the new purgatory inlines its watching
+        self._request_counter += 1
+        watchers = self._watchers_for_key
+        for key in watch_keys:
+            lst = watchers.get(key)
+            if lst is None:
+                watchers[key] = [operation]
+            else:
+                lst.append(operation)
+        heapq.heappush(
+            self._delay_queue,
+            (self._clock() + operation.delay_ms, next(self._seq), operation),
+        )
         return False
 
     def watch(self, operation: OldDelayedOperation, watch_keys: Collection[Hashable]) -> None:
+        """0.8's ``watch``: count the request, add it to every key's list, enqueue it."""
         self._request_counter += 1
         watchers = self._watchers_for_key
         for key in watch_keys:
