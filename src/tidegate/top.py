@@ -354,7 +354,7 @@ def _memory(cur: Snapshot) -> Section:
     used = cur.value(base + "used")
     muted = cur.values("tidegate_network_socketserver_mutedconnections", "reason")
     if available > UNBOUNDED_POOL:
-        fill = "unbounded (queued.max.request.bytes off)"
+        fill = "unbounded (no bound on request memory)"
         avail = "unbounded"
     else:
         size = available + used
