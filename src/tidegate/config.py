@@ -554,6 +554,12 @@ _TABLE: tuple[ConfigKey, ...] = (
            "time (LogAppendTime)."),
     broker("socket.request.max.bytes", INT, 104857600, Range.at_least(1), HIGH,
            "The largest request the broker reads; larger requests close the connection."),
+    broker("queued.max.request.bytes", LONG, None, None, MEDIUM,
+           "KIP-72: bytes of request bodies the broker holds at once; <= 0 disables the bound. "
+           "Unset: max(268435456, socket.request.max.bytes), so a broker is bounded out of the box. "
+           "Otherwise must be >= socket.request.max.bytes."),
+    broker("queued.max.requests", INT, 500, Range.at_least(1), HIGH,
+           "The number of received requests the broker holds at once before it stops reading."),
     broker("message.max.bytes", INT, 1048588, Range.at_least(0), HIGH,
            "The largest record batch (after compression) the broker accepts."),
     broker("metrics.listener", STRING, None, Check(_check_metrics_listener, "http://host:port"),
@@ -951,6 +957,7 @@ class BrokerConfig:
         )
         self._listeners = self._build_listeners("listeners", values["listeners"])
         self._validate_advertised()
+        self._validate_queued_max_request_bytes()
         self._log_config = topic_log_config(self, {})
 
     # ---- construction ------------------------------------------------------------------
@@ -974,6 +981,28 @@ class BrokerConfig:
                     "this release of tidegate implements only PLAINTEXT",
                 )
         return listeners
+
+    #: tidegate's default for queued.max.request.bytes when unset (see docs/configuration.md).
+    DEFAULT_QUEUED_MAX_REQUEST_BYTES = 268435456
+
+    @property
+    def queued_max_request_bytes(self) -> int:
+        """The KIP-72 pool size in force: the configured value, or tidegate's bounded default."""
+        value = self._values["queued.max.request.bytes"]
+        if value is None:
+            return max(self.DEFAULT_QUEUED_MAX_REQUEST_BYTES, self._values["socket.request.max.bytes"])
+        return value
+
+    def _validate_queued_max_request_bytes(self) -> None:
+        value = self._values["queued.max.request.bytes"]
+        max_request = self._values["socket.request.max.bytes"]
+        if value is not None and 0 < value < max_request:
+            raise ConfigError.invalid(
+                "queued.max.request.bytes",
+                value,
+                f"Value must be <= 0 (no bound) or at least socket.request.max.bytes "
+                f"({max_request}), so that the largest allowed request fits in the pool",
+            )
 
     def _validate_advertised(self) -> None:
         explicit = self._values["advertised.listeners"]

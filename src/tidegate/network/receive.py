@@ -21,7 +21,7 @@ class InvalidReceiveError(Exception):
 
 
 class NetworkReceive:
-    __slots__ = ("_max_size", "_pool", "_size_buf", "_size_read", "_size", "_payload", "_read")
+    __slots__ = ("_max_size", "_payload", "_pool", "_read", "_size", "_size_buf", "_size_read")
 
     def __init__(self, max_size: int, pool: MemoryPool) -> None:
         self._max_size = max_size

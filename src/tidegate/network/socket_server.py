@@ -15,6 +15,7 @@ import asyncio
 import inspect
 import itertools
 import logging
+import random
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -56,12 +57,49 @@ class ConnectionClosed(Exception):
     """Raised by a processor to close the connection that sent the request."""
 
 
+class RequestMemory:
+    """Both KIP-72 bounds at once: request bytes (the pool) and request count.
+
+    ``queued.max.request.bytes`` is the pool's size; ``queued.max.requests``
+    bounds how many request bodies are held at once (Kafka bounds its request
+    queue with it; tidegate has no queue, so it bounds the bodies being read or
+    processed). Whichever is hit first refuses the allocation. Every release
+    calls ``on_release`` so that connections muted for memory can be unmuted.
+    Used by one event loop only.
+    """
+
+    __slots__ = ("max_requests", "on_release", "outstanding", "pool")
+
+    def __init__(self, pool: MemoryPool, max_requests: int) -> None:
+        self.pool = pool
+        self.max_requests = max_requests
+        self.outstanding = 0
+        self.on_release: Callable[[], None] = lambda: None
+
+    def try_allocate(self, size: int) -> bytearray | None:
+        if self.outstanding >= self.max_requests:
+            return None
+        buf = self.pool.try_allocate(size)
+        if buf is not None:
+            self.outstanding += 1
+        return buf
+
+    def release(self, buffer: bytearray) -> None:
+        self.pool.release(buffer)
+        self.outstanding -= 1
+        self.on_release()
+
+    @property
+    def is_out_of_memory(self) -> bool:
+        return self.outstanding >= self.max_requests or self.pool.is_out_of_memory
+
+
 class KafkaConnection(asyncio.BufferedProtocol):
     def __init__(self, server: SocketServer, listener_name: str) -> None:
         self.server = server
         self.listener_name = listener_name
         self.connection_id = next(_connection_ids)
-        self.receive = NetworkReceive(server.max_request_size, server.pool)
+        self.receive = NetworkReceive(server.max_request_size, server.request_memory)
         self.mute_state = ChannelMuteState()
         self.transport: asyncio.Transport | None = None
         self.ctx: RequestContext | None = None
@@ -96,13 +134,14 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self.close()
             return
         if self.receive.requires_memory:
-            # KIP-72 seam: the pool has no room for this body yet.
+            # KIP-72: the pool has no room for this body yet. Stop reading this
+            # connection until a release makes room (SocketServer.memory_released).
             self.mute(MuteReason.MEMORY)
-            self.server.memory_muted.add(self)
+            self.server.memory_muted[self] = None
             return
         if self.receive.complete():
             receive = self.receive
-            self.receive = NetworkReceive(self.server.max_request_size, self.server.pool)
+            self.receive = NetworkReceive(self.server.max_request_size, self.server.request_memory)
             self._process(receive)
 
     def eof_received(self) -> bool | None:
@@ -112,7 +151,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.closed = True
         self.receive.release()
         self.server.connections.discard(self)
-        self.server.memory_muted.discard(self)
+        self.server.memory_muted.pop(self, None)
         if self.in_flight is not None and not self.in_flight.done():
             self.in_flight.cancel()
 
@@ -153,8 +192,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
             nonlocal released
             if not released:
                 released = True
-                if payload:
-                    self.server.pool.release(payload)
+                if payload:  # a zero-size request took nothing from the pool
+                    self.server.request_memory.release(payload)
 
         assert self.ctx is not None
         try:
@@ -221,19 +260,30 @@ class KafkaConnection(asyncio.BufferedProtocol):
 class SocketServer:
     """Listeners and their connections; Kafka's SocketServer, one event loop."""
 
+    #: Below this fraction of the pool available, memory-muted connections are
+    #: unmuted in shuffled order so the same ones are not always served last (KIP-72).
+    LOW_MEMORY_FRACTION = 0.1
+
     def __init__(
         self,
         processor: RequestProcessor,
         pool: MemoryPool,
         max_request_size: int,
         send_buffer_bytes: int = 4 * 1024 * 1024,
+        max_queued_requests: int = 500,
+        shuffle: Callable[[list], None] = random.shuffle,
     ) -> None:
         self.processor = processor
         self.pool = pool
+        self.request_memory = RequestMemory(pool, max_queued_requests)
+        self.request_memory.on_release = self.memory_released
+        self._shuffle = shuffle
         self.max_request_size = max_request_size
         self.send_buffer_bytes = send_buffer_bytes
         self.connections: set[KafkaConnection] = set()
-        self.memory_muted: set[KafkaConnection] = set()
+        # Connections muted because their next request found no memory, in the
+        # order they were muted (a dict as an ordered set).
+        self.memory_muted: dict[KafkaConnection, None] = {}
         # Per-request timing (tidegate.metrics); None when metrics are off: one check each.
         self.request_metrics: RequestMetrics | None = None
         self.servers: list[asyncio.base_events.Server] = []
@@ -253,6 +303,31 @@ class SocketServer:
         sockname = server.sockets[0].getsockname()
         self.bound[name] = (sockname[0], sockname[1])
         return self.bound[name]
+
+    def memory_released(self) -> None:
+        """Give freed memory to connections muted for it, then let them read again.
+
+        Each muted connection's body buffer is allocated *before* it is unmuted
+        (a BufferedProtocol must never be handed an empty buffer), first come
+        first served, or in shuffled order while the pool is nearly exhausted.
+        Only the MEMORY mute reason is removed: a connection that also has a
+        request in flight or a throttle to serve stays muted for that.
+        """
+        muted = self.memory_muted
+        if not muted or self.request_memory.is_out_of_memory:
+            return
+        candidates = list(muted)
+        pool = self.pool
+        if pool.available < pool.size * self.LOW_MEMORY_FRACTION:
+            self._shuffle(candidates)
+        for conn in candidates:
+            if conn.closed:
+                muted.pop(conn, None)
+                continue
+            if not conn.receive.try_allocate():
+                break
+            muted.pop(conn, None)
+            conn.unmute(MuteReason.MEMORY)
 
     def on_idle(self, connection: KafkaConnection) -> None:
         """A connection finished its in-flight request (hook for shutdown draining)."""

@@ -117,8 +117,15 @@ class Broker:
         )
         self.flusher = LogFlusher()
         self.apis = KafkaApis(self.config, cluster_id, self.replicas, self.flusher.flush_to, now_ms)
+        max_request = self.config.get("socket.request.max.bytes")
+        pool = memory_pool.create_pool(self.config.queued_max_request_bytes, max_request)
+        log.info("request memory pool: %r, queued.max.requests=%d",
+                 pool, self.config.get("queued.max.requests"))
         self.socket_server = SocketServer(
-            self.apis, memory_pool.NONE, self.config.get("socket.request.max.bytes")
+            self.apis,
+            pool,
+            max_request,
+            max_queued_requests=self.config.get("queued.max.requests"),
         )
         await self._start_metrics()
         for listener in self.config.listeners:

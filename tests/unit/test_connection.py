@@ -1,0 +1,298 @@
+"""The connection state machine with a fake transport: muted for memory vs in flight.
+
+No sockets: a fake transport records pause/resume and writes; bytes are pushed
+the way asyncio's BufferedProtocol does (get_buffer, then buffer_updated).
+"""
+
+import asyncio
+import struct
+
+import pytest
+
+from tidegate.network.memory_pool import NONE, SimpleMemoryPool
+from tidegate.network.mute_state import MuteReason
+from tidegate.network.socket_server import KafkaConnection, SocketServer
+
+
+class FakeTransport:
+    def __init__(self):
+        self.paused = False
+        self.pauses = 0
+        self.resumes = 0
+        self.written = []
+        self.closed = False
+
+    def get_extra_info(self, name, default=None):
+        return ("127.0.0.1", 5555) if name == "peername" else default
+
+    def set_write_buffer_limits(self, high=None, low=None):
+        pass
+
+    def pause_reading(self):
+        assert not self.paused
+        self.paused = True
+        self.pauses += 1
+
+    def resume_reading(self):
+        assert self.paused
+        self.paused = False
+        self.resumes += 1
+
+    def write(self, data):
+        self.written.append(bytes(data))
+
+    def close(self):
+        self.closed = True
+
+
+class HoldingProcessor:
+    """Keeps each request's memory until the test resolves its future."""
+
+    def __init__(self):
+        self.requests = []  # (payload, future)
+
+    def process(self, payload, ctx, release):
+        fut = asyncio.get_running_loop().create_future()
+        self.requests.append((bytes(payload), fut))
+        return fut
+
+
+class ImmediateProcessor:
+    def __init__(self):
+        self.payloads = []
+
+    def process(self, payload, ctx, release):
+        self.payloads.append(bytes(payload))
+        return b"resp"
+
+
+def connect(server):
+    conn = KafkaConnection(server, "PLAINTEXT")
+    transport = FakeTransport()
+    conn.connection_made(transport)
+    return conn, transport
+
+
+def push(conn, data):
+    """Deliver bytes as asyncio does; stop when the connection stops reading."""
+    pos = 0
+    while pos < len(data) and not conn.transport.paused and not conn.closed:
+        buf = conn.get_buffer(-1)
+        assert len(buf) > 0, "a BufferedProtocol must never hand out an empty buffer"
+        n = min(len(buf), len(data) - pos)
+        buf[:n] = data[pos : pos + n]
+        conn.buffer_updated(n)
+        pos += n
+    return pos
+
+
+def frame(body):
+    return struct.pack(">i", len(body)) + body
+
+
+async def settle():
+    for _ in range(3):
+        await asyncio.sleep(0)
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def test_out_of_memory_mutes_until_release_then_serves_the_second():
+    """kafka-internals section 1, case 6: pool (900, 900), two 900-byte requests."""
+
+    async def main():
+        pool = SimpleMemoryPool(900, 900, strict=False, debug=True)
+        proc = HoldingProcessor()
+        server = SocketServer(proc, pool, max_request_size=900)
+        a, ta = connect(server)
+        b, tb = connect(server)
+        push(a, frame(b"a" * 900))
+        assert len(proc.requests) == 1 and pool.available == 0
+        assert a.mute_state.has(MuteReason.IN_FLIGHT) and ta.paused
+        sent = push(b, frame(b"b" * 900))
+        assert sent == 4  # only the size prefix: no memory for the body
+        assert b.mute_state.reasons == MuteReason.MEMORY and tb.paused
+        assert b in server.memory_muted and server.request_memory.is_out_of_memory
+        assert len(proc.requests) == 1
+        proc.requests[0][1].set_result(b"done-a")
+        await settle()
+        # a's memory went back; b got it and reads again; a is answered and unmuted
+        assert ta.written == [b"done-a"] and not ta.paused
+        assert not tb.paused and b not in server.memory_muted
+        assert pool.available == 0  # now held by b's body buffer
+        push(b, (b"b" * 900))
+        assert len(proc.requests) == 2 and proc.requests[1][0] == b"b" * 900
+        proc.requests[1][1].set_result(None)
+        await settle()
+        assert pool.available == 900 and pool.outstanding == 0
+
+    run(main())
+
+
+def test_release_unmutes_only_the_memory_reason():
+    async def main():
+        pool = SimpleMemoryPool(100, 100, strict=False, debug=True)
+        proc = HoldingProcessor()
+        server = SocketServer(proc, pool, max_request_size=100)
+        a, _ta = connect(server)
+        b, tb = connect(server)
+        push(a, frame(b"x" * 100))
+        push(b, struct.pack(">i", 50))
+        assert b.mute_state.reasons == MuteReason.MEMORY
+        b.mute(MuteReason.THROTTLE)  # e.g. a quota throttle arrives meanwhile
+        proc.requests[0][1].set_result(None)
+        await settle()
+        assert b.mute_state.reasons == MuteReason.THROTTLE  # memory reason gone...
+        assert tb.paused  # ...but still not read: the throttle holds
+        b.unmute(MuteReason.THROTTLE)
+        assert not tb.paused
+        push(b, b"y" * 50)
+        assert proc.requests[1][0] == b"y" * 50
+
+    run(main())
+
+
+def test_request_count_bound_applies_with_memory_to_spare():
+    async def main():
+        proc = HoldingProcessor()
+        server = SocketServer(proc, NONE, max_request_size=1000, max_queued_requests=1)
+        a, _ta = connect(server)
+        b, tb = connect(server)
+        push(a, frame(b"a" * 10))
+        push(b, frame(b"b" * 10))
+        assert len(proc.requests) == 1 and b.mute_state.reasons == MuteReason.MEMORY
+        proc.requests[0][1].set_result(None)
+        await settle()
+        assert not tb.paused
+        push(b, b"b" * 10)
+        assert len(proc.requests) == 2
+
+    run(main())
+
+
+def test_fifo_unmute_order_when_memory_is_plentiful():
+    async def main():
+        pool = SimpleMemoryPool(1000, 1000, strict=False, debug=True)
+        proc = HoldingProcessor()
+        shuffles = []
+
+        def reverse(items):
+            shuffles.append(list(items))
+            items.reverse()
+
+        server = SocketServer(proc, pool, max_request_size=1000, shuffle=reverse)
+        big, _ = connect(server)
+        push(big, frame(b"z" * 1000))  # takes the whole pool
+        waiters = [connect(server) for _ in range(3)]
+        for conn, _t in waiters:
+            push(conn, struct.pack(">i", 10))
+        assert list(server.memory_muted) == [c for c, _ in waiters]
+        proc.requests[0][1].set_result(None)
+        await settle()
+        # Plenty free (1000 of 1000): first come, first served, no shuffle.
+        assert shuffles == [] and not server.memory_muted
+
+    run(main())
+
+
+def test_shuffle_used_below_ten_percent():
+    async def main():
+        pool = SimpleMemoryPool(1000, 1000, strict=False, debug=True)
+        proc = HoldingProcessor()
+        calls = []
+
+        def reverse(items):
+            calls.append(len(items))
+            items.reverse()
+
+        server = SocketServer(proc, pool, max_request_size=1000, shuffle=reverse)
+        a, _ = connect(server)
+        push(a, frame(b"a" * 960))  # available 40
+        b, _ = connect(server)
+        push(b, frame(b"b" * 40))  # available 0
+        waiters = [connect(server)[0] for _ in range(3)]
+        for w in waiters:
+            push(w, struct.pack(">i", 10))
+        assert list(server.memory_muted) == waiters
+        proc.requests[1][1].set_result(None)  # frees 40: available 40 < 10% of 1000
+        await settle()
+        assert calls == [3]
+        # reversed order: the last muted connection was served first
+        assert waiters[2] not in server.memory_muted
+        assert waiters[1] not in server.memory_muted  # 40 - 10 = 30 >= 1 still allocates
+        assert pool.available <= 10
+
+    run(main())
+
+
+def test_zero_size_request_takes_nothing_from_the_pool():
+    pool = SimpleMemoryPool(100, 100, strict=False, debug=True)
+
+    class Zero:
+        def __init__(self):
+            self.seen = []
+
+        def process(self, payload, ctx, release):
+            self.seen.append(bytes(payload))
+            release()
+
+    proc = Zero()
+    server = SocketServer(proc, pool, max_request_size=100)
+    a, _ta = connect(server)
+    push(a, struct.pack(">i", 0))
+    assert proc.seen == [b""] and pool.available == 100 and pool.outstanding == 0
+
+
+def test_connection_closed_mid_request_releases_its_buffer():
+    pool = SimpleMemoryPool(1000, 1000, strict=False, debug=True)
+    server = SocketServer(ImmediateProcessor(), pool, max_request_size=1000)
+    a, _ta = connect(server)
+    push(a, frame(b"q" * 500)[:100])
+    assert pool.outstanding == 1
+    a.connection_lost(None)
+    assert pool.outstanding == 0 and pool.available == 1000
+
+
+def test_closed_memory_muted_connection_is_forgotten():
+    async def main():
+        pool = SimpleMemoryPool(100, 100, strict=False, debug=True)
+        proc = HoldingProcessor()
+        server = SocketServer(proc, pool, max_request_size=100)
+        a, _ = connect(server)
+        push(a, frame(b"x" * 100))
+        b, _tb = connect(server)
+        push(b, struct.pack(">i", 100))
+        assert b in server.memory_muted
+        b.connection_lost(None)
+        assert b not in server.memory_muted
+        proc.requests[0][1].set_result(None)
+        await settle()
+        assert pool.available == 100
+
+    run(main())
+
+
+def test_immediate_responses_never_mute():
+    server = SocketServer(ImmediateProcessor(), NONE, max_request_size=100)
+    a, ta = connect(server)
+    push(a, frame(b"1") + frame(b"2") + frame(b"3"))
+    assert ta.written == [b"resp"] * 3 and ta.pauses == 0
+
+
+def test_oversized_size_prefix_closes():
+    server = SocketServer(ImmediateProcessor(), NONE, max_request_size=100)
+    a, ta = connect(server)
+    push(a, struct.pack(">i", 101))
+    assert ta.closed
+
+
+@pytest.mark.parametrize("reason", [MuteReason.SEND_BUFFER, MuteReason.THROTTLE])
+def test_other_mute_reasons_pause_and_resume(reason):
+    server = SocketServer(ImmediateProcessor(), NONE, max_request_size=100)
+    a, ta = connect(server)
+    a.mute(reason)
+    assert ta.paused
+    a.unmute(reason)
+    assert not ta.paused
