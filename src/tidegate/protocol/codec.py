@@ -25,6 +25,7 @@ from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 
 from tidegate.protocol.apis import SUPPORTED_APIS
+from tidegate.protocol.produce_fast import decode_produce
 
 _I16_I16_I32 = struct.Struct(">hhi")
 _I32 = struct.Struct(">i")
@@ -91,6 +92,14 @@ def decode_request(buf: Any) -> tuple[RequestHeader, Any]:
     supported = SUPPORTED_APIS.get(api_key)
     if supported is None or not supported.supports(api_version):
         raise UnsupportedVersionError(api_key, api_version, correlation_id)
+    if api_key == 0 and not isinstance(buf, bytes):
+        # Produce: decoded by hand into writable views of the request buffer, so
+        # the records are never copied (tidegate.protocol.produce_fast).
+        try:
+            _, client_id, body = decode_produce(buf)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise InvalidRequestError(f"cannot decode api_key=0 v{api_version}: {exc}") from exc
+        return RequestHeader(0, api_version, correlation_id, client_id, api_version >= 9), body
     header_reader, body_reader, flexible = _request_reader(api_key, api_version)
     if not isinstance(buf, bytes):
         buf = memoryview(buf).toreadonly()  # kio reads only from read-only buffers

@@ -323,7 +323,7 @@ class KafkaApis:
                     part["error_message"] = "empty records"
                     continue
                 try:
-                    appended = plog.append(bytearray(records), now, single_batch=True)
+                    appended = plog.append(records, now, single_batch=True)
                 except RecordBatchError as exc:
                     part["error_code"] = ErrorCode(exc.error_code)
                     part["error_message"] = str(exc)
