@@ -1,0 +1,228 @@
+"""``tidegate serve`` as a process: help, configuration errors, the console script,
+clean SIGTERM under load and the data directory lock."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from tests.conftest import BrokerProcess, free_port
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def serve(*args: str, timeout: float = 30) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "tidegate", "serve", *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def test_help_lists_broker_keys():
+    proc = serve("--help")
+    assert proc.returncode == 0, proc.stderr
+    for key in (
+        "log.segment.bytes",
+        "socket.request.max.bytes",
+        "auto.create.topics.enable",
+        "log.dirs",
+    ):
+        assert key in proc.stdout
+    assert "--override" in proc.stdout
+
+
+def test_unknown_override_exits_2_naming_the_key(tmp_path):
+    proc = serve("--override", f"log.dirs={tmp_path / 'd'}", "--override", "foo.bar=1")
+    assert proc.returncode == 2
+    assert "foo.bar" in proc.stderr
+    assert not (tmp_path / "d").exists(), "a configuration error must not touch the data dir"
+
+
+@pytest.mark.parametrize(
+    ("override", "words"),
+    [
+        ("log.segment.bytes=abc", ("log.segment.bytes", "abc")),
+        ("num.partitions=0", ("num.partitions", "0")),
+        ("auto.create.topics.enable=maybe", ("auto.create.topics.enable", "maybe")),
+        ("listeners=nonsense", ("listeners", "nonsense")),
+    ],
+)
+def test_invalid_value_exits_2(tmp_path, override, words):
+    proc = serve("--override", f"log.dirs={tmp_path / 'd'}", "--override", override)
+    assert proc.returncode == 2, proc.stderr
+    for word in words:
+        assert word in proc.stderr
+
+
+def test_invalid_properties_file_exits_2(tmp_path):
+    props = tmp_path / "server.properties"
+    props.write_text(f"log.dirs={tmp_path / 'd'}\nlog.retention.bytes=lots\n")
+    proc = serve(str(props))
+    assert proc.returncode == 2
+    assert "log.retention.bytes" in proc.stderr
+
+
+def test_console_script_installed():
+    script = Path(sys.executable).parent / "tidegate"
+    assert script.is_file()
+    proc = subprocess.run(
+        [str(script), "--version"],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert proc.returncode == 0
+    assert "tidegate" in proc.stdout
+    proc = subprocess.run(
+        [str(script), "serve", "--help"],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert proc.returncode == 0
+    assert "log.segment.bytes" in proc.stdout
+
+
+class ProducerLoop(threading.Thread):
+    """Produces numbered values as fast as the broker takes them; records what was acked."""
+
+    def __init__(self, bootstrap: str, topic: str, acks: str, prefix: str) -> None:
+        super().__init__(daemon=True)
+        self.producer = Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "acks": acks,
+                "linger.ms": 2,
+                "message.timeout.ms": 5000,
+                "reconnect.backoff.max.ms": 200,
+                "log_level": 0,
+            }
+        )
+        self.topic = topic
+        self.prefix = prefix
+        self.acked: dict[bytes, int] = {}
+        self.stop_event = threading.Event()
+
+    def _delivered(self, err, msg) -> None:
+        if err is None:
+            self.acked[msg.value()] = msg.offset()
+
+    def run(self) -> None:
+        i = 0
+        while not self.stop_event.is_set():
+            try:
+                self.producer.produce(
+                    self.topic,
+                    value=f"{self.prefix}-{i}".encode(),
+                    partition=0,
+                    on_delivery=self._delivered,
+                )
+                i += 1
+            except BufferError:
+                pass
+            self.producer.poll(0.001 if i % 100 == 0 else 0)
+
+    def finish(self) -> None:
+        self.stop_event.set()
+        self.join(10)
+        self.producer.purge()
+        self.producer.flush(5)
+
+
+def read_all(bootstrap: str, topic: str, timeout: float = 20) -> list[tuple[int, bytes]]:
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "g",
+            "enable.auto.commit": False,
+            "log_level": 0,
+        }
+    )
+    try:
+        _low, high = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+        c.assign([TopicPartition(topic, 0, 0)])
+        out: list[tuple[int, bytes]] = []
+        deadline = time.monotonic() + timeout
+        while len(out) < high and time.monotonic() < deadline:
+            for m in c.consume(1000, 0.5):
+                assert not m.error(), m.error()
+                out.append((m.offset(), m.value()))
+        return out
+    finally:
+        c.close()
+
+
+def test_sigterm_with_active_producers_exits_0_and_keeps_acked_data(broker):
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap, "log_level": 0})
+    for name in ("busy-all", "busy-one"):
+        admin.create_topics([NewTopic(name, 1, 1)], request_timeout=10)[name].result(10)
+    loops = [
+        ProducerLoop(broker.bootstrap, "busy-all", "all", "all"),
+        ProducerLoop(broker.bootstrap, "busy-one", "1", "one"),
+    ]
+    for loop in loops:
+        loop.start()
+    deadline = time.monotonic() + 20
+    while min(len(loop.acked) for loop in loops) < 2000 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert min(len(loop.acked) for loop in loops) >= 2000, "producers made no progress"
+
+    assert broker.stop() == 0  # SIGTERM while both are sending
+    for loop in loops:
+        loop.finish()
+    assert "shut down cleanly" in broker.log_text()
+
+    broker.start()
+    for loop in loops:
+        records = read_all(broker.bootstrap, loop.topic)
+        assert [o for o, _ in records] == list(range(len(records))), "offsets are not contiguous"
+        stored = {v: o for o, v in records}
+        assert len(stored) == len(records), "a value was stored twice"
+        missing = {v: o for v, o in loop.acked.items() if stored.get(v) != o}
+        assert not missing, (
+            f"{len(missing)} acknowledged records lost or moved, e.g. {next(iter(missing.items()))}"
+        )
+        # What was stored is each producer's sequence in order, acked or not.
+        assert [v for _, v in records] == [
+            f"{loop.prefix}-{i}".encode() for i in range(len(records))
+        ]
+
+
+def test_second_broker_on_same_data_dir_refuses_to_start(broker):
+    port = free_port()
+    proc = serve(
+        "--override",
+        f"listeners=PLAINTEXT://127.0.0.1:{port}",
+        "--override",
+        f"log.dirs={broker.data_dir}",
+    )
+    assert proc.returncode != 0
+    output = proc.stdout + proc.stderr
+    assert "in use by another tidegate process" in output
+    assert str(broker.data_dir) in output
+    # The first broker is unaffected and still serves.
+    assert broker.alive()
+    md = AdminClient({"bootstrap.servers": broker.bootstrap, "log_level": 0}).list_topics(
+        timeout=10
+    )
+    assert [b.id for b in md.brokers.values()] == [1]
+
+    # Once the first one stops, the directory is free again.
+    assert broker.stop() == 0
+    second = BrokerProcess(broker.data_dir, port=port).start()
+    try:
+        assert second.alive()
+    finally:
+        assert second.stop() == 0
