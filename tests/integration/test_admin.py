@@ -5,6 +5,7 @@ kafka-python's KafkaAdminClient, against a real tidegate process.
 
 from __future__ import annotations
 
+import uuid
 import warnings
 
 import pytest
@@ -224,6 +225,28 @@ def test_create_errors_kafka_python(kp_admin):
     with pytest.raises(kerr.TopicAlreadyExistsError):
         kp_admin.create_topics({"exists": one})
     assert kp_admin.list_topics() == ["exists"]
+
+
+def test_create_with_broker_defaults_and_describe_by_topic_id(broker_factory):
+    b = broker_factory({"num.partitions": "2"})
+    admin = KafkaAdminClient(bootstrap_servers=b.bootstrap, request_timeout_ms=10_000)
+    try:
+        # Names only: num_partitions and replication_factor -1 take the broker defaults.
+        [topic] = admin.create_topics(["dflt"])["topics"]
+        assert (topic["error_code"], topic["num_partitions"], topic["replication_factor"]) == (
+            0,
+            2,
+            1,
+        )
+        [desc] = admin.describe_topics(["dflt"])
+        assert len(desc["partitions"]) == 2
+        # Metadata v12+ looks topics up by id (KIP-516).
+        [by_id] = admin.describe_topics([uuid.UUID(desc["topic_id"])])
+        assert (by_id["name"], by_id["error_code"]) == ("dflt", 0)
+        [unknown] = admin.describe_topics([uuid.uuid4()])
+        assert unknown["error_code"] == kerr.UnknownTopicIdError.errno
+    finally:
+        admin.close()
 
 
 def test_validate_only_creates_nothing(broker, kp_admin):

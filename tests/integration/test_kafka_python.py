@@ -314,3 +314,56 @@ def test_consume_with_fetch_limits_smaller_than_a_batch(broker):
     finally:
         c.close()
     assert_records_match(sent, got)
+
+
+def test_keyed_records_across_partitions(broker):
+    """The default partitioner spreads keys over 3 partitions; one consumer assigned all
+    three (one Fetch for several partitions) gets each partition's records in order."""
+    topic = "kp-multi"
+    create_topic(broker.bootstrap, topic, partitions=3)
+    sent = make_records(3000, base_timestamp(), seed=9)
+    sent = [r for r in sent if r.key is not None]  # null keys would be spread at random
+    p = new_producer(broker.bootstrap, compression_type="zstd", acks=1, linger_ms=5)
+    try:
+        futures = [
+            p.send(
+                topic, key=r.key, value=r.value, headers=list(r.headers), timestamp_ms=r.timestamp
+            )
+            for r in sent
+        ]
+        p.flush(30)
+        metas = [f.get(timeout=30) for f in futures]
+    finally:
+        p.close(timeout=10)
+    by_partition: dict[int, list[Rec]] = {0: [], 1: [], 2: []}
+    for r, m in zip(sent, metas):
+        assert m.offset == len(by_partition[m.partition])
+        by_partition[m.partition].append(r)
+    assert all(len(recs) > 100 for recs in by_partition.values())
+
+    c = new_consumer(broker.bootstrap)
+    try:
+        tps = [TopicPartition(topic, i) for i in range(3)]
+        c.assign(tps)
+        for tp in tps:
+            c.seek(tp, 0)
+        got: dict[int, list[Got]] = {0: [], 1: [], 2: []}
+        deadline = time.monotonic() + 30
+        while sum(map(len, got.values())) < len(sent) and time.monotonic() < deadline:
+            for tp, recs in c.poll(timeout_ms=500, max_records=5000).items():
+                got[tp.partition].extend(
+                    Got(
+                        r.offset,
+                        r.key,
+                        r.value,
+                        tuple(r.headers or ()),
+                        r.timestamp,
+                        r.timestamp_type,
+                    )
+                    for r in recs
+                )
+        assert c.end_offsets(tps) == {tp: len(by_partition[tp.partition]) for tp in tps}
+    finally:
+        c.close()
+    for partition, recs in by_partition.items():
+        assert_records_match(recs, got[partition])
