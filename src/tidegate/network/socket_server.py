@@ -276,7 +276,8 @@ class SocketServer:
         self.processor = processor
         self.pool = pool
         self.request_memory = RequestMemory(pool, max_queued_requests)
-        self.request_memory.on_release = self.memory_released
+        self.request_memory.on_release = self._memory_released_soon
+        self._unmute_scheduled = False
         self._shuffle = shuffle
         self.max_request_size = max_request_size
         self.send_buffer_bytes = send_buffer_bytes
@@ -303,6 +304,33 @@ class SocketServer:
         sockname = server.sockets[0].getsockname()
         self.bound[name] = (sockname[0], sockname[1])
         return self.bound[name]
+
+    def _memory_released_soon(self) -> None:
+        """On a release: hand the memory on once the releasing call has returned.
+
+        A request is released while its handler still holds the buffer (Produce
+        releases after the append, inside the handler; the receive and the
+        decoded views still point into it), so the bytes are only freed once that
+        call returns. Allocating the next body right away would hold one more
+        request than the pool accounts for: measured under a flood of 8 MiB
+        requests, RSS reached pool + 2 requests instead of pool + 1. Running
+        :meth:`memory_released` on the next loop iteration (once, however many
+        releases happen before it) keeps the bound. Without a running loop (the
+        protocol driven by hand) it runs at once.
+        """
+        if self._unmute_scheduled:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self.memory_released()
+            return
+        self._unmute_scheduled = True
+        loop.call_soon(self._run_memory_released)
+
+    def _run_memory_released(self) -> None:
+        self._unmute_scheduled = False
+        self.memory_released()
 
     def memory_released(self) -> None:
         """Give freed memory to connections muted for it, then let them read again.
