@@ -554,6 +554,14 @@ _TABLE: tuple[ConfigKey, ...] = (
            "time (LogAppendTime)."),
     broker("socket.request.max.bytes", INT, 104857600, Range.at_least(1), HIGH,
            "The largest request the broker reads; larger requests close the connection."),
+    broker("socket.receive.buffer.bytes", INT, 102400, Range.at_least(-1), HIGH,
+           "SO_RCVBUF of accepted connections; -1: the OS default (autotuned). Bounds the "
+           "kernel memory a connection muted for memory (KIP-72) can hold."),
+    broker("fetch.purgatory.purge.interval.requests", INT, 1000, Range.at_least(1), MEDIUM,
+           "Purge completed operations from the fetch purgatory's watcher lists when the "
+           "estimated number of completed-but-watched fetches exceeds this."),
+    broker("producer.purgatory.purge.interval.requests", INT, 1000, Range.at_least(1), MEDIUM,
+           "The same for the produce purgatory (acks=all produces waiting for their fsync)."),
     broker("queued.max.request.bytes", LONG, None, None, MEDIUM,
            "KIP-72: bytes of request bodies the broker holds at once; <= 0 disables the bound. "
            "Unset: max(268435456, socket.request.max.bytes), so a broker is bounded out of the box. "

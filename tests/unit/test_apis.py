@@ -29,7 +29,6 @@ from tidegate.log.record_batch import (
 from tidegate.network.socket_server import ConnectionClosed, RequestContext
 from tidegate.protocol.apis import SUPPORTED_APIS, ApiKey
 from tidegate.server.apis import KafkaApis
-from tidegate.server.broker import LogFlusher
 from tidegate.server.metadata import TopicStore
 from tidegate.server.replica_manager import ReplicaManager
 
@@ -54,14 +53,8 @@ class Harness:
             root, self.store, lambda info: topic_log_config(self.config, info.configs), lambda: NOW
         )
         self.replicas.load()
-        self.flusher = LogFlusher()
-        self.flush_calls: list[tuple[object, int]] = []
-
-        async def flush_to(plog, offset):
-            self.flush_calls.append((plog, offset))
-            await self.flusher.flush_to(plog, offset)
-
-        self.apis = KafkaApis(self.config, "test-cluster", self.replicas, flush_to, lambda: NOW)
+        self.apis = KafkaApis(self.config, "test-cluster", self.replicas, None, lambda: NOW)
+        self.flusher = self.apis.flusher
         self._cid = 100
 
     # -- plumbing ---------------------------------------------------------------
@@ -87,15 +80,16 @@ class Harness:
         return decode_frame(api_key, version, result, cid)
 
     def request_async(self, api_key, version, body, timeout=10.0):
-        """A request answered by an awaitable: run it, then decode."""
-        result, cid, released = self.process(api_key, version, body)
-        assert released[0] == 1, f"release called {released[0]} times"
-        assert asyncio.iscoroutine(result) or asyncio.isfuture(result), result
+        """A request answered by an awaitable: handle it inside an event loop, as the
+        broker does, run the awaitable, then decode."""
 
         async def run():
-            return await asyncio.wait_for(result, timeout)
+            result, cid, released = self.process(api_key, version, body)
+            assert released[0] == 1, f"release called {released[0]} times"
+            assert asyncio.iscoroutine(result) or asyncio.isfuture(result), result
+            return await asyncio.wait_for(result, timeout), cid, released
 
-        data = asyncio.run(run())
+        data, cid, released = asyncio.run(run())
         assert released[0] == 1
         return decode_frame(api_key, version, data, cid)
 
@@ -492,7 +486,7 @@ def test_produce_acks_1_returns_consecutive_offsets(h):
     assert (first.error_code, first.base_offset) == (ErrorCode.none, 0)
     assert (second.error_code, second.base_offset) == (ErrorCode.none, 3)
     assert second.log_start_offset == 0
-    assert h.flush_calls == []  # acks=1 does not wait for fsync
+    assert h.flusher.requests == 0  # acks=1 does not wait for fsync
 
 
 @pytest.mark.parametrize("version", [3, 7, 9, 12])
@@ -513,7 +507,7 @@ def test_produce_acks_all_waits_for_fsync(h):
     p = resp.responses[0].partition_responses[0]
     assert (p.error_code, p.base_offset) == (ErrorCode.none, 0)
     plog = h.replicas.get_log("t", 0)
-    assert h.flush_calls == [(plog, 1)]
+    assert h.flusher.requests == 1 and h.flusher.rounds == 1
     assert plog.recovery_point >= 2
 
 
@@ -668,18 +662,18 @@ def test_fetch_max_bytes_stops_later_partitions(h):
 
 def test_fetch_long_poll_times_out_empty(h):
     h.create_topic("f")
-    result, cid, released = h.process(
-        FETCH, 12, fetch_body([("f", None, [(0, 0, 1000)])], max_wait=200, min_bytes=1)
-    )
-    assert released[0] == 1
-    assert asyncio.iscoroutine(result)
 
     async def run():
         t0 = time.monotonic()
+        result, cid, released = h.process(
+            FETCH, 12, fetch_body([("f", None, [(0, 0, 1000)])], max_wait=200, min_bytes=1)
+        )
+        assert released[0] == 1
+        assert asyncio.iscoroutine(result)
         data = await asyncio.wait_for(result, 5)
-        return data, time.monotonic() - t0
+        return data, cid, time.monotonic() - t0
 
-    data, elapsed = asyncio.run(run())
+    data, cid, elapsed = asyncio.run(run())
     assert 0.15 <= elapsed < 2.0
     resp = decode_frame(FETCH, 12, data, cid)
     assert not resp.responses[0].partitions[0].records
@@ -687,21 +681,21 @@ def test_fetch_long_poll_times_out_empty(h):
 
 def test_fetch_long_poll_is_woken_early_by_an_append(h):
     h.create_topic("f")
-    result, cid, _ = h.process(
-        FETCH, 12, fetch_body([("f", None, [(0, 0, 1000)])], max_wait=10_000, min_bytes=1)
-    )
-    assert asyncio.iscoroutine(result)
 
     async def run():
+        result, cid, _ = h.process(
+            FETCH, 12, fetch_body([("f", None, [(0, 0, 1000)])], max_wait=10_000, min_bytes=1)
+        )
+        assert asyncio.iscoroutine(result)
         task = asyncio.ensure_future(result)
         await asyncio.sleep(0.05)
         assert not task.done()
         t0 = time.monotonic()
         assert h.produce("f", 0, batch(b"wake")).error_code == ErrorCode.none
         data = await asyncio.wait_for(task, 5)
-        return data, time.monotonic() - t0
+        return data, cid, time.monotonic() - t0
 
-    data, elapsed = asyncio.run(run())
+    data, cid, elapsed = asyncio.run(run())
     assert elapsed < 1.0
     resp = decode_frame(FETCH, 12, data, cid)
     assert [b for b, _, _ in batches_in(resp.responses[0].partitions[0].records)] == [0]
@@ -792,19 +786,19 @@ def test_delete_topics_by_id_v6(h):
 
 def test_delete_wakes_a_waiting_fetch(h):
     h.create_topic("gone")
-    result, cid, _ = h.process(
-        FETCH, 12, fetch_body([("gone", None, [(0, 0, 1000)])], max_wait=10_000, min_bytes=1)
-    )
 
     async def run():
+        result, cid, _ = h.process(
+            FETCH, 12, fetch_body([("gone", None, [(0, 0, 1000)])], max_wait=10_000, min_bytes=1)
+        )
         task = asyncio.ensure_future(result)
         await asyncio.sleep(0.05)
         h.request(DELETE_TOPICS, 5, {"topic_names": ["gone"], "timeout": 1000})
         t0 = time.monotonic()
         data = await asyncio.wait_for(task, 5)
-        return data, time.monotonic() - t0
+        return data, cid, time.monotonic() - t0
 
-    data, elapsed = asyncio.run(run())
+    data, cid, elapsed = asyncio.run(run())
     assert elapsed < 1.0
     resp = decode_frame(FETCH, 12, data, cid)
     assert resp.responses[0].partitions[0].error_code == ErrorCode.unknown_topic_or_partition

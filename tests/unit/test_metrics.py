@@ -279,10 +279,7 @@ def apis(tmp_path):
     )
     replicas.load()
 
-    async def flush_to(plog, offset):  # pragma: no cover - acks=1 only here
-        plog.flush()
-
-    a = KafkaApis(config, "c", replicas, flush_to, lambda: NOW)
+    a = KafkaApis(config, "c", replicas, None, lambda: NOW)
     a.metrics = BrokerMetrics()
     replicas.create_topic("t", 1, {})
     yield a

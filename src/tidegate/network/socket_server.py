@@ -116,6 +116,17 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             except OSError:
                 pass
+            if self.server.receive_buffer_bytes >= 0:
+                # Kafka's socket.receive.buffer.bytes. A connection muted for memory
+                # leaves its client's bytes in this kernel buffer: with the OS default
+                # (autotuned up to tcp_rmem's maximum, several MiB) a flood of muted
+                # connections parks its requests in the kernel instead, and the host
+                # can reach TCP memory pressure (dropped segments, retransmission
+                # stalls for every connection).
+                try:
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.server.receive_buffer_bytes)
+                except OSError:
+                    pass
         transport.set_write_buffer_limits(high=self.server.send_buffer_bytes)
         peer = transport.get_extra_info("peername") or ("?", 0)
         self.ctx = RequestContext(self.connection_id, self.listener_name, str(peer[0]), int(peer[1]))
@@ -272,6 +283,7 @@ class SocketServer:
         send_buffer_bytes: int = 4 * 1024 * 1024,
         max_queued_requests: int = 500,
         shuffle: Callable[[list], None] = random.shuffle,
+        receive_buffer_bytes: int = -1,
     ) -> None:
         self.processor = processor
         self.pool = pool
@@ -281,6 +293,7 @@ class SocketServer:
         self._shuffle = shuffle
         self.max_request_size = max_request_size
         self.send_buffer_bytes = send_buffer_bytes
+        self.receive_buffer_bytes = receive_buffer_bytes  # SO_RCVBUF; -1: the OS default
         self.connections: set[KafkaConnection] = set()
         # Connections muted because their next request found no memory, in the
         # order they were muted (a dict as an ordered set).
@@ -360,13 +373,17 @@ class SocketServer:
     def on_idle(self, connection: KafkaConnection) -> None:
         """A connection finished its in-flight request (hook for shutdown draining)."""
 
-    async def shutdown(self, timeout: float = 10.0) -> None:
-        """Stop accepting, stop reading, let in-flight requests answer, then close."""
+    def stop_reading(self) -> None:
+        """Stop accepting connections and reading requests (in-flight ones still answer)."""
         self.draining = True
         for server in self.servers:
             server.close()
         for conn in list(self.connections):
             conn.mute(MuteReason.SHUTDOWN)
+
+    async def shutdown(self, timeout: float = 10.0) -> None:
+        """Stop accepting, stop reading, let in-flight requests answer, then close."""
+        self.stop_reading()
         pending = [c.in_flight for c in self.connections if c.in_flight is not None]
         if pending:
             await asyncio.wait(pending, timeout=timeout)

@@ -34,7 +34,13 @@ from tidegate.protocol.codec import (
     ms,
     response_class,
 )
+from tidegate.server.delayed_fetch import DelayedFetch, FetchPartitionStatus
+from tidegate.server.delayed_produce import DelayedProduce
+from tidegate.server.log_flusher import LogFlusher
 from tidegate.server.metadata import InvalidTopicError, validate_topic_name
+from tidegate.server.purgatory import DelayedOperationPurgatory
+from tidegate.server.timer import SystemTimer
+from tidegate.server.timer_reaper import TimerReaper
 from tidegate.server.replica_manager import ReplicaManager
 
 if TYPE_CHECKING:
@@ -53,7 +59,31 @@ RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
 ZERO_UUID = uuid.UUID(int=0)
 
-FlushTo = Callable[[Any, int], Awaitable[None]]
+class Purgatories:
+    """The fetch and produce purgatories, the group-commit flusher feeding the
+    produce one, and the reaper that expires their operations on the event loop."""
+
+    def __init__(self, fetch_purge_interval: int = 1000, produce_purge_interval: int = 1000) -> None:
+        self.fetch = DelayedOperationPurgatory("Fetch", SystemTimer(), fetch_purge_interval)
+        self.produce = DelayedOperationPurgatory("Produce", SystemTimer(), produce_purge_interval)
+        self.flusher = LogFlusher(self.produce.check_and_complete)
+        self.reaper = TimerReaper([self.fetch, self.produce])
+
+    def complete_fetches_now(self) -> int:
+        """Answer every parked fetch with what is there now (broker shutdown)."""
+        completed = 0
+        for key in self.fetch.watched_keys():
+            for op in self.fetch.watchers_for(key):
+                if op.force_complete():
+                    completed += 1
+        return completed
+
+    def shutdown(self) -> None:
+        self.reaper.shutdown()
+
+
+async def _wait(fut: asyncio.Future) -> Any:
+    return await fut
 
 
 class KafkaApis:
@@ -62,7 +92,7 @@ class KafkaApis:
         config: BrokerConfig,
         cluster_id: str,
         replicas: ReplicaManager,
-        flush_to: FlushTo,
+        purgatories: Purgatories | None = None,
         now_ms: Callable[[], int] = lambda: int(time.time() * 1000),
     ) -> None:
         self.config = config
@@ -70,7 +100,10 @@ class KafkaApis:
         self.node_id = config.node_id
         self.replicas = replicas
         self.store = replicas.store
-        self.flush_to = flush_to
+        self.purgatories = purgatories if purgatories is not None else Purgatories()
+        self.fetch_purgatory = self.purgatories.fetch
+        self.produce_purgatory = self.purgatories.produce
+        self.flusher = self.purgatories.flusher
         self.now_ms = now_ms
         self.handlers: dict[int, Callable[[RequestHeader, Any, RequestContext], Any]] = {
             ApiKey.PRODUCE: self.handle_produce,
@@ -87,10 +120,8 @@ class KafkaApis:
         assert set(self.handlers) == set(SUPPORTED_APIS), "advertised and handled APIs differ"
         # Ports actually bound per listener name, for listeners configured with port 0.
         self.bound_ports: dict[str, int] = {}
-        self._fetch_waiters: dict[tuple[str, int], set[asyncio.Future]] = {}
         # Set by the broker when metrics are on (metrics.listener); None costs one check.
         self.metrics: BrokerMetrics | None = None
-        replicas.append_listeners.append(self._wake_fetchers)
 
     # -- entry point from the network shell ---------------------------------
     def process(self, payload: bytearray, ctx: RequestContext, release: Callable[[], None]) -> Any:
@@ -290,7 +321,7 @@ class KafkaApis:
         acks = req.acks
         now = self.now_ms()
         responses = []
-        to_flush: list[tuple[Any, int]] = []
+        pending: dict[tuple[str, int], tuple[Any, int, dict]] = {}
         for topic in req.topic_data:
             name = topic.name
             info = self.store.get(name)
@@ -334,21 +365,29 @@ class KafkaApis:
                 part["log_start_offset"] = plog.log_start_offset
                 if self.metrics is not None:
                     self.metrics.topics.appended(name, appended.num_records, appended.size_bytes)
-                self.replicas.notify_append(name, pd.index)
+                key = (name, pd.index)
+                self.replicas.record_append(key, appended.size_bytes)
+                self.fetch_purgatory.check_and_complete(key)
                 if acks == -1:
-                    to_flush.append((plog, appended.last_offset))
+                    pending[key] = (plog, appended.last_offset, part)
+                    self.flusher.request(key, plog)
             responses.append({"name": name, "partition_responses": parts})
         if acks == 0:
             return None
         body = {"responses": responses, "throttle_time": 0, "node_endpoints": []}
-        if to_flush:
-            return self._await_durable(to_flush, body)
-        return body
+        if not pending:
+            return body
+        # acks=all on one node: answered once the batches are fsynced (docs/durability.md),
+        # by the group-commit flusher completing this DelayedProduce.
+        fut = asyncio.get_running_loop().create_future()
 
-    async def _await_durable(self, to_flush: list[tuple[Any, int]], body: dict) -> dict:
-        # acks=all on one node: answered once the batch is fsynced (docs/durability.md).
-        await asyncio.gather(*(self.flush_to(plog, last) for plog, last in to_flush))
-        return body
+        def respond() -> None:
+            if not fut.done():
+                fut.set_result(body)
+
+        op = DelayedProduce(ms(req.timeout), pending, self.replicas, respond)
+        self.produce_purgatory.try_complete_else_watch(op, list(pending))
+        return _wait(fut)
 
     # -- Fetch -------------------------------------------------------------------
     def _fetch_targets(self, header: RequestHeader, req: Any) -> list[tuple[Any, str | None, Any]]:
@@ -424,41 +463,36 @@ class KafkaApis:
         max_wait = ms(req.max_wait)
         if max_wait <= 0 or total >= req.min_bytes or not targets or self._has_error(body):
             return body
-        return self._long_poll(header, req, targets, max_wait)
+        # Park in the fetch purgatory until min_bytes arrive, a partition goes away,
+        # or max_wait passes (DelayedFetch); no task or thread per parked fetch.
+        statuses = []
+        appended = self.replicas.appended_bytes
+        for (t, info), out in zip(targets, body["responses"], strict=True):
+            for p, part in zip(t.partitions, out["partitions"], strict=True):
+                key = (info.name, p.partition)
+                statuses.append(
+                    FetchPartitionStatus(
+                        key,
+                        self.replicas.get_log(*key),
+                        p.fetch_offset,
+                        p.partition_max_bytes,
+                        len(part["records"]),
+                        appended.get(key, 0),
+                    )
+                )
+        fut = asyncio.get_running_loop().create_future()
+
+        def respond() -> None:
+            if not fut.done():
+                fut.set_result(self._read_fetch(header, req, self._fetch_targets(header, req))[0])
+
+        op = DelayedFetch(max_wait, req.min_bytes, statuses, self.replicas, respond)
+        self.fetch_purgatory.try_complete_else_watch(op, [st.key for st in statuses])
+        return _wait(fut)
 
     @staticmethod
     def _has_error(body: dict) -> bool:
         return any(p["error_code"] != ErrorCode.none for t in body["responses"] for p in t["partitions"])
-
-    async def _long_poll(self, header, req, targets, max_wait_ms: int) -> dict:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + max_wait_ms / 1000
-        keys = [(info.name, p.partition) for t, info in targets if info is not None for p in t.partitions]
-        while True:
-            fut = loop.create_future()
-            for key in keys:
-                self._fetch_waiters.setdefault(key, set()).add(fut)
-            try:
-                await asyncio.wait_for(fut, max(deadline - loop.time(), 0))
-            except TimeoutError:
-                pass
-            finally:
-                for key in keys:
-                    waiters = self._fetch_waiters.get(key)
-                    if waiters is not None:
-                        waiters.discard(fut)
-                        if not waiters:
-                            del self._fetch_waiters[key]
-            body, total = self._read_fetch(header, req, self._fetch_targets(header, req))
-            if total >= req.min_bytes or loop.time() >= deadline or self._has_error(body):
-                return body
-
-    def _wake_fetchers(self, topic: str, partition: int) -> None:
-        waiters = self._fetch_waiters.pop((topic, partition), None)
-        if waiters:
-            for fut in waiters:
-                if not fut.done():
-                    fut.set_result(None)
 
     # -- ListOffsets --------------------------------------------------------------
     def handle_list_offsets(self, header: RequestHeader, req: Any, ctx: RequestContext) -> dict:
@@ -633,8 +667,10 @@ class KafkaApis:
         return {"throttle_time": 0, "responses": responses}
 
     def _wake_deleted(self, info) -> None:
+        """Parked fetches and acks=all produces on a deleted topic answer now."""
         for p in range(info.partitions):
-            self._wake_fetchers(info.name, p)
+            self.fetch_purgatory.check_and_complete((info.name, p))
+            self.produce_purgatory.check_and_complete((info.name, p))
 
     # -- CreatePartitions ------------------------------------------------------------------
     def handle_create_partitions(self, header: RequestHeader, req: Any, ctx: RequestContext) -> dict:

@@ -22,7 +22,7 @@ from tidegate.config import BrokerConfig, parse_metrics_listener, topic_log_conf
 from tidegate.metrics import BrokerMetrics, MetricsHttpServer
 from tidegate.network import memory_pool
 from tidegate.network.socket_server import SocketServer
-from tidegate.server.apis import KafkaApis
+from tidegate.server.apis import KafkaApis, Purgatories
 from tidegate.server.metadata import TopicStore, load_or_create_meta
 from tidegate.server.replica_manager import ReplicaManager
 
@@ -34,36 +34,6 @@ MAINTENANCE_TICK_S = 1.0
 
 def now_ms() -> int:
     return int(time.time() * 1000)
-
-
-class LogFlusher:
-    """fsync on a worker thread, shared by every waiter (a simple group commit).
-
-    ``flush_to(log, offset)`` returns once every offset <= ``offset`` is on disk.
-    While one fsync of a log runs, later callers wait for it and, if it did not
-    cover them, share the next one, so concurrent acks=all producers on a
-    partition pay for one fsync per round instead of one each.
-    """
-
-    def __init__(self) -> None:
-        self._running: dict[int, asyncio.Future] = {}
-
-    async def flush_to(self, plog: Any, offset: int) -> None:
-        loop = asyncio.get_running_loop()
-        while plog.recovery_point <= offset:
-            running = self._running.get(id(plog))
-            if running is not None:
-                await asyncio.shield(running)
-                continue
-            fut = loop.create_future()
-            self._running[id(plog)] = fut
-            try:
-                ticket = plog.begin_flush()
-                await loop.run_in_executor(None, ticket.run)
-                plog.complete_flush(ticket)
-            finally:
-                del self._running[id(plog)]
-                fut.set_result(None)
 
 
 class Broker:
@@ -115,8 +85,11 @@ class Broker:
             self.data_dir,
             time.monotonic() - started,
         )
-        self.flusher = LogFlusher()
-        self.apis = KafkaApis(self.config, cluster_id, self.replicas, self.flusher.flush_to, now_ms)
+        self.purgatories = Purgatories(
+            self.config.get("fetch.purgatory.purge.interval.requests"),
+            self.config.get("producer.purgatory.purge.interval.requests"),
+        )
+        self.apis = KafkaApis(self.config, cluster_id, self.replicas, self.purgatories, now_ms)
         max_request = self.config.get("socket.request.max.bytes")
         pool = memory_pool.create_pool(self.config.queued_max_request_bytes, max_request)
         log.info("request memory pool: %r, queued.max.requests=%d",
@@ -126,6 +99,7 @@ class Broker:
             pool,
             max_request,
             max_queued_requests=self.config.get("queued.max.requests"),
+            receive_buffer_bytes=self.config.get("socket.receive.buffer.bytes"),
         )
         await self._start_metrics()
         for listener in self.config.listeners:
@@ -143,6 +117,8 @@ class Broker:
         replicas = self.replicas
         assert replicas is not None
         self.metrics.register_socket_server(self.socket_server)
+        self.metrics.register_purgatory("Fetch", self.purgatories.fetch)
+        self.metrics.register_purgatory("Produce", self.purgatories.produce)
         self.metrics.register_logs(lambda: replicas.logs)
         endpoint = parse_metrics_listener(self.config.get("metrics.listener"))
         if endpoint is None:
@@ -170,6 +146,7 @@ class Broker:
                 next_retention = now + retention_ms
             try:
                 assert self.replicas is not None
+                self.purgatories.reaper.purge_if_due()
                 self.replicas.maintenance(now, due)
                 if now >= next_checkpoint:
                     next_checkpoint = now + checkpoint_ms
@@ -185,7 +162,12 @@ class Broker:
         if self.metrics_server is not None:
             await self.metrics_server.close()
         if self.socket_server is not None:
+            self.socket_server.stop_reading()
+            # Parked long-poll fetches answer now with what they have, rather than
+            # holding the shutdown for up to their max wait.
+            self.purgatories.complete_fetches_now()
             await self.socket_server.shutdown()
+        self.purgatories.shutdown()
         if self.replicas is not None:
             self.replicas.close()  # flushes every log and writes its clean-shutdown marker
         if self._lock_fd is not None:

@@ -54,9 +54,9 @@ class ReplicaManager:
         self.log_config_for = log_config_for
         self.now_ms = now_ms
         self.logs: dict[TopicPartition, Log] = {}
-        # Called after every successful append with (topic, partition): the seam
-        # where waiting fetches (and later the purgatory) are woken.
-        self.append_listeners: list[Callable[[str, int], None]] = []
+        # Bytes appended per partition since start: a monotonic count that parked
+        # fetches compare against (DelayedFetch), unaffected by retention.
+        self.appended_bytes: dict[TopicPartition, int] = {}
 
     # -- lifecycle ---------------------------------------------------------
     def load(self) -> None:
@@ -168,9 +168,8 @@ class ReplicaManager:
     def get_log(self, topic: str, partition: int) -> Log | None:
         return self.logs.get((topic, partition))
 
-    def notify_append(self, topic: str, partition: int) -> None:
-        for listener in self.append_listeners:
-            listener(topic, partition)
+    def record_append(self, key: TopicPartition, size_bytes: int) -> None:
+        self.appended_bytes[key] = self.appended_bytes.get(key, 0) + size_bytes
 
     def recovery_point_checkpoints(self) -> list:
         """Checkpoint writes for every log whose recovery point moved (run them off the loop)."""

@@ -1,0 +1,66 @@
+"""Kafka's DelayedFetch: a long-poll fetch parked in the fetch purgatory.
+
+A fetch with ``max_wait_ms`` > 0 that finds fewer than ``min_bytes`` waits here,
+watched on each of its topic-partitions. Every append to one of them calls
+``check_and_complete`` for that key, which runs :meth:`DelayedFetch.try_complete`:
+the fetch completes as soon as the bytes appended since it parked (each partition
+counting up to its own max bytes) reach ``min_bytes``, one of its partitions is
+deleted, or a fetch offset falls outside the log (truncation, retention). When
+the wait expires the timer completes it with whatever is there. Completion calls
+``respond``, which re-reads the logs and answers. A parked fetch holds no task
+and no thread: just this object on the timing wheel and the watcher lists.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from tidegate.server.purgatory import DelayedOperation
+
+
+@dataclass(slots=True)
+class FetchPartitionStatus:
+    key: tuple[str, int]
+    log: Any  # the partition's Log when the fetch parked (identity detects deletion)
+    fetch_offset: int
+    max_bytes: int
+    bytes_at_start: int  # readable bytes when the fetch parked
+    appended_at_start: int  # ReplicaManager.appended_bytes for the key then
+
+
+class DelayedFetch(DelayedOperation):
+    __slots__ = ("min_bytes", "partitions", "replicas", "respond")
+
+    def __init__(
+        self,
+        delay_ms: int,
+        min_bytes: int,
+        partitions: list[FetchPartitionStatus],
+        replicas: Any,
+        respond: Callable[[], None],
+    ) -> None:
+        super().__init__(delay_ms)
+        self.min_bytes = min_bytes
+        self.partitions = partitions
+        self.replicas = replicas
+        self.respond = respond
+
+    def try_complete(self) -> bool:
+        replicas = self.replicas
+        accumulated = 0
+        for st in self.partitions:
+            log = replicas.get_log(*st.key)
+            if log is not st.log:
+                return self.force_complete()  # deleted (or deleted and re-created)
+            if st.fetch_offset > log.log_end_offset or st.fetch_offset < log.log_start_offset:
+                return self.force_complete()  # truncated or retention passed it
+            new = replicas.appended_bytes.get(st.key, 0) - st.appended_at_start
+            accumulated += min(st.bytes_at_start + new, st.max_bytes)
+        if accumulated >= self.min_bytes:
+            return self.force_complete()
+        return False
+
+    def on_complete(self) -> None:
+        self.respond()
