@@ -541,6 +541,28 @@ class PurgatoryCollector(Collector):
         yield from (size, delayed, expires)
 
 
+class FlusherCollector(Collector):
+    """Group commit of acks=all appends (``tidegate.server.log_flusher.LogFlusher``):
+    fsync rounds started, and the acks=all appends that asked for one. Fewer rounds
+    than requests means producers shared fsyncs."""
+
+    def __init__(self, flusher: Any) -> None:
+        self.flusher = flusher
+
+    def collect(self) -> Iterable[Metric]:
+        yield CounterMetricFamily(
+            "kafka_log_logflushstats_logflushes",
+            "fsync rounds of the acks=all group-commit flusher (LogFlushStats "
+            "LogFlushRateAndTimeMs count, for acks=all flushes only).",
+            value=getattr(self.flusher, "rounds", 0),
+        )
+        yield CounterMetricFamily(
+            "tidegate_log_flusher_flush_requests",
+            "acks=all partition appends that asked the group-commit flusher for a flush.",
+            value=getattr(self.flusher, "requests", 0),
+        )
+
+
 # --------------------------------------------------------------------------------------
 # the broker's metrics
 # --------------------------------------------------------------------------------------
@@ -578,6 +600,10 @@ class BrokerMetrics:
 
     def unregister_purgatory(self, name: str) -> None:
         self.purgatories.pop(name, None)
+
+    def register_flusher(self, flusher: Any) -> None:
+        """Expose the group-commit flusher's ``rounds`` and ``requests`` counters."""
+        self.registry.register(FlusherCollector(flusher))
 
     def exposition(self) -> bytes:
         """The registry in Prometheus text format."""

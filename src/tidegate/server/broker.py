@@ -119,6 +119,7 @@ class Broker:
         self.metrics.register_socket_server(self.socket_server)
         self.metrics.register_purgatory("Fetch", self.purgatories.fetch)
         self.metrics.register_purgatory("Produce", self.purgatories.produce)
+        self.metrics.register_flusher(self.purgatories.flusher)
         self.metrics.register_logs(lambda: replicas.logs)
         endpoint = parse_metrics_listener(self.config.get("metrics.listener"))
         if endpoint is None:
