@@ -1,0 +1,587 @@
+"""The request purgatory in a real broker process, measured with real clients (issue 3).
+
+* Long poll: confluent-kafka and kafka-python consumers with ``fetch.min.bytes=1`` and a
+  500 ms max wait get each new record within milliseconds of its produce, i.e. they
+  are woken by the append, not by the timeout.
+* An idle long poll answers after its max wait (not early, not much late); a fetch
+  with min_bytes larger than one record answers only once enough bytes arrived; deleting
+  the topic answers a parked fetch at once.
+* acks=all: concurrent producers share fsync rounds (group commit, read from the
+  metrics endpoint); a produce whose timeout passes before the flush answers
+  REQUEST_TIMED_OUT, and the broker keeps serving.
+* The purgatory gauges show parked fetches and go back to zero; SIGTERM answers parked
+  long polls and exits 0 promptly; 1,000 parked fetches cost no CPU while idle and all
+  answer after one produce (a small run of benchmarks/parked_fetches.py).
+
+The box these run on has 2 cores shared with other benchmarks, so the timing bounds are
+generous; each test prints what it measured (``pytest -s`` shows it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import random
+import select
+import statistics
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from kio.schema.errors import ErrorCode
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.conftest import BrokerProcess, free_port
+from tidegate.log.batch_builder import Record, build_batch
+
+from .rawclient import RawClient, decode_response
+
+pytestmark = pytest.mark.timeout(120)
+
+REPO = Path(__file__).resolve().parents[2]
+FETCH_GAUGE = "kafka_server_delayedoperationpurgatory_numdelayedoperations"
+FETCH_SIZE_GAUGE = "kafka_server_delayedoperationpurgatory_purgatorysize"
+EXPIRES = "kafka_server_delayedoperationpurgatory_expires_total"
+ROUNDS = "kafka_log_logflushstats_logflushes_total"
+FLUSH_REQUESTS = "tidegate_log_flusher_flush_requests_total"
+LONG_POLL_RECORDS = 20
+
+
+def measured(what: str) -> None:
+    print(f"\n[measured] {what}")
+
+
+# -- brokers ---------------------------------------------------------------------------
+
+
+def metered_broker(factory_or_path, name: str = "data") -> BrokerProcess:
+    mport = free_port()
+    overrides = {"metrics.listener": f"http://127.0.0.1:{mport}"}
+    if callable(factory_or_path):
+        b = factory_or_path(overrides, name)
+    else:
+        b = BrokerProcess(factory_or_path, overrides=overrides).start()
+    b.metrics_url = f"http://127.0.0.1:{mport}/metrics"
+    return b
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory):
+    b = metered_broker(tmp_path_factory.mktemp("purgatory") / "data")
+    yield b
+    if b.alive():
+        try:
+            b.stop(10)
+        except Exception:  # noqa: BLE001 - as conftest's broker_factory: kill if it won't stop
+            b.kill()
+
+
+def scrape(url: str) -> dict[tuple[str, str | None], float]:
+    """(sample name, delayedOperation label or None) -> value."""
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        text = resp.read().decode()
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out[(s.name, s.labels.get("delayedOperation"))] = s.value
+    return out
+
+
+def wait_gauge(url: str, name: str, op: str, want: float, timeout: float = 10.0) -> float:
+    deadline = time.monotonic() + timeout
+    got = None
+    while time.monotonic() < deadline:
+        got = scrape(url).get((name, op))
+        if got == want:
+            return got
+        time.sleep(0.05)
+    raise AssertionError(f"{name}{{delayedOperation={op}}} is {got}, expected {want}")
+
+
+# -- raw requests ------------------------------------------------------------------------
+
+
+def create_topic(c: RawClient, name: str, partitions: int = 1) -> None:
+    resp = c.request(
+        19,
+        7,
+        {
+            "topics": [
+                {
+                    "name": name,
+                    "num_partitions": partitions,
+                    "replication_factor": 1,
+                    "assignments": [],
+                    "configs": [],
+                }
+            ],
+            "timeout": 5000,
+            "validate_only": False,
+        },
+    )
+    assert resp.topics[0].error_code == ErrorCode.none, resp
+
+
+def fetch_body(topic: str, offset: int, *, max_wait: int, min_bytes: int = 1) -> dict:
+    return {
+        "replica_id": -1,
+        "max_wait": max_wait,
+        "min_bytes": min_bytes,
+        "max_bytes": 10_000_000,
+        "isolation_level": 0,
+        "session_id": 0,
+        "session_epoch": -1,
+        "topics": [
+            {
+                "topic": topic,
+                "partitions": [
+                    {
+                        "partition": 0,
+                        "current_leader_epoch": -1,
+                        "fetch_offset": offset,
+                        "last_fetched_epoch": -1,
+                        "log_start_offset": -1,
+                        "partition_max_bytes": 1_000_000,
+                    }
+                ],
+            }
+        ],
+        "forgotten_topics_data": [],
+        "rack_id": "",
+    }
+
+
+def produce_body(topic: str, records: bytes, *, acks: int = 1, timeout: int = 5000) -> dict:
+    return {
+        "transactional_id": None,
+        "acks": acks,
+        "timeout": timeout,
+        "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": records}]}],
+    }
+
+
+def produce(c: RawClient, topic: str, value: bytes, **kw):
+    resp = c.request(0, 9, produce_body(topic, build_batch([Record(value)]), **kw))
+    return resp.responses[0].partition_responses[0]
+
+
+def end_offset(c: RawClient, topic: str) -> int:
+    resp = c.request(
+        2,
+        7,
+        {
+            "replica_id": -1,
+            "isolation_level": 0,
+            "topics": [
+                {
+                    "name": topic,
+                    "partitions": [
+                        {"partition_index": 0, "current_leader_epoch": -1, "timestamp": -1}
+                    ],
+                }
+            ],
+        },
+    )
+    return resp.topics[0].partitions[0].offset
+
+
+def readable(c: RawClient, timeout: float) -> bool:
+    return bool(select.select([c.sock], [], [], timeout)[0])
+
+
+def park_fetch(bootstrap: str, topic: str, offset: int = 0, **kw) -> RawClient:
+    c = RawClient.connect(bootstrap, timeout=30)
+    c.pending_cid = c.send(1, 12, fetch_body(topic, offset, **kw))
+    return c
+
+
+def answer(c: RawClient):
+    cid, resp = decode_response(1, 12, c.recv_frame())
+    assert cid == c.pending_cid
+    return resp
+
+
+# -- long poll with real clients --------------------------------------------------------
+
+
+def long_poll_latencies(bootstrap: str, topic: str, poll) -> tuple[list[float], list[float]]:
+    """Produce LONG_POLL_RECORDS records 100-200 ms apart (confluent-kafka, acks=1) while
+    ``poll()`` (a consumer already assigned to offset 0 of ``topic``) runs in a thread;
+    returns (consumed - acked, consumed - sent) per record, in seconds."""
+    received: dict[int, float] = {}
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def consume() -> None:
+        deadline = time.monotonic() + 60
+        try:
+            while not stop.is_set() and time.monotonic() < deadline:
+                offsets = poll()
+                now = time.monotonic()
+                for o in offsets:
+                    received.setdefault(o, now)
+        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+            errors.append(exc)
+
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": 1, "linger.ms": 0, "log_level": 0})
+    acked: dict[int, float] = {}
+    sent: dict[int, float] = {}
+
+    def send(value: bytes) -> int:
+        box: list = []
+        t = time.monotonic()
+        producer.produce(
+            topic,
+            value,
+            partition=0,
+            on_delivery=lambda err, msg: box.append((err, msg, time.monotonic())),
+        )
+        assert producer.flush(10) == 0
+        err, msg, t_ack = box[0]
+        assert err is None, err
+        sent[msg.offset()], acked[msg.offset()] = t, t_ack
+        return msg.offset()
+
+    def wait_received(offset: int, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while offset not in received and time.monotonic() < deadline and not errors:
+            time.sleep(0.005)
+        assert not errors, errors
+        assert offset in received, f"offset {offset} not consumed within {timeout}s"
+
+    thread = threading.Thread(target=consume, daemon=True)
+    thread.start()
+    try:
+        # warm up: connections made, the consumer caught up and long-polling again
+        wait_received(send(b"warm-up"), 20)
+        time.sleep(0.3)
+        rnd = random.Random(3)
+        offsets = []
+        for i in range(LONG_POLL_RECORDS):
+            time.sleep(rnd.uniform(0.1, 0.2))
+            offsets.append(send(b"record %d" % i))
+        wait_received(offsets[-1], 10)
+        for o in offsets:
+            wait_received(o, 5)
+    finally:
+        stop.set()
+        thread.join(10)
+    return [received[o] - acked[o] for o in offsets], [received[o] - sent[o] for o in offsets]
+
+
+def check_long_poll(client: str, from_ack: list[float], from_send: list[float]) -> None:
+    ms = lambda xs: [round(x * 1000, 1) for x in sorted(xs)]
+    med_ack, med_send = statistics.median(from_ack), statistics.median(from_send)
+    measured(
+        f"{client} long poll (max wait 500 ms), {len(from_ack)} records: produce-acked -> "
+        f"consumed median {med_ack * 1000:.1f} ms, produce-sent -> consumed median "
+        f"{med_send * 1000:.1f} ms, max {max(from_send) * 1000:.1f} ms; sorted (from send): "
+        f"{ms(from_send)}"
+    )
+    # Woken by the timeout instead, a record would wait 0-500 ms (median ~250 ms).
+    assert med_ack < 0.100, f"median produce-acked -> consumed {med_ack * 1000:.0f} ms"
+    assert med_send < 0.150, f"median produce-sent -> consumed {med_send * 1000:.0f} ms"
+
+
+def test_confluent_long_poll_is_woken_by_the_append(broker):
+    topic = "lp-confluent"
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap, "log_level": 0})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(15)
+    consumer = Consumer(
+        {
+            "bootstrap.servers": broker.bootstrap,
+            "group.id": "unused",
+            "enable.auto.commit": False,
+            "fetch.min.bytes": 1,
+            "fetch.wait.max.ms": 500,
+            "log_level": 0,
+        }
+    )
+    consumer.assign([TopicPartition(topic, 0, 0)])
+
+    def poll() -> list[int]:
+        m = consumer.poll(0.05)
+        return [m.offset()] if m is not None and m.error() is None else []
+
+    try:
+        check_long_poll("confluent-kafka", *long_poll_latencies(broker.bootstrap, topic, poll))
+    finally:
+        consumer.close()
+
+
+def test_kafka_python_long_poll_is_woken_by_the_append(broker):
+    from kafka import KafkaConsumer
+    from kafka import TopicPartition as KTopicPartition
+
+    topic = "lp-kafka-python"
+    with RawClient.connect(broker.bootstrap) as c:
+        create_topic(c, topic)
+    consumer = KafkaConsumer(
+        bootstrap_servers=broker.bootstrap,
+        group_id=None,
+        enable_auto_commit=False,
+        fetch_min_bytes=1,
+        fetch_max_wait_ms=500,
+        request_timeout_ms=15_000,
+    )
+    tp = KTopicPartition(topic, 0)
+    consumer.assign([tp])
+    consumer.seek(tp, 0)
+
+    def poll() -> list[int]:
+        return [r.offset for recs in consumer.poll(timeout_ms=50).values() for r in recs]
+
+    try:
+        check_long_poll("kafka-python", *long_poll_latencies(broker.bootstrap, topic, poll))
+    finally:
+        consumer.close()
+
+
+# -- raw fetches: max wait, min bytes, deletion -----------------------------------------
+
+
+def test_idle_long_poll_answers_after_max_wait(broker):
+    topic = "lp-idle"
+    elapsed = []
+    with RawClient.connect(broker.bootstrap) as c:
+        create_topic(c, topic)
+        for _ in range(5):
+            t0 = time.monotonic()
+            resp = c.request(1, 12, fetch_body(topic, 0, max_wait=500, min_bytes=1))
+            elapsed.append(time.monotonic() - t0)
+            part = resp.responses[0].partitions[0]
+            assert part.error_code == ErrorCode.none and not part.records
+    over = sorted(round((e - 0.5) * 1000, 1) for e in elapsed)
+    measured(f"idle long poll, max wait 500 ms: overshoot {over} ms")
+    assert min(elapsed) >= 0.48, f"answered early: {over}"
+    assert statistics.median(elapsed) < 0.8, f"answered late: {over}"
+    assert max(elapsed) < 1.5, f"answered late: {over}"
+
+
+def test_min_bytes_waits_for_enough_produces(broker):
+    topic = "lp-min-bytes"
+    size = len(build_batch([Record(b"x" * 200)]))
+    min_bytes = 3 * size - size // 2  # more than two batches, at most three
+    with RawClient.connect(broker.bootstrap) as c:
+        create_topic(c, topic)
+        fetcher = park_fetch(broker.bootstrap, topic, max_wait=15_000, min_bytes=min_bytes)
+        with fetcher:
+            time.sleep(0.1)
+            for n in (1, 2):
+                assert produce(c, topic, b"x" * 200).error_code == ErrorCode.none
+                assert not readable(fetcher, 0.3), f"answered after produce {n} of 3"
+            assert produce(c, topic, b"x" * 200).error_code == ErrorCode.none
+            t0 = time.monotonic()
+            assert readable(fetcher, 5), "not answered after the third produce"
+            waited = time.monotonic() - t0
+            part = answer(fetcher).responses[0].partitions[0]
+    assert part.error_code == ErrorCode.none
+    assert len(part.records) == 3 * size
+    measured(
+        f"min_bytes={min_bytes} ({size}-byte batches): answered {waited * 1000:.1f} ms after the 3rd produce"
+    )
+    assert waited < 1.0
+
+
+def test_deleting_the_topic_answers_a_parked_fetch(broker):
+    topic = "lp-delete"
+    with RawClient.connect(broker.bootstrap) as c:
+        create_topic(c, topic)
+        fetcher = park_fetch(broker.bootstrap, topic, max_wait=15_000)
+        with fetcher:
+            assert not readable(fetcher, 0.3)
+            resp = c.request(20, 5, {"topic_names": [topic], "timeout": 5000})
+            assert resp.responses[0].error_code == ErrorCode.none
+            t0 = time.monotonic()
+            assert readable(fetcher, 5), "the parked fetch was not answered after the delete"
+            waited = time.monotonic() - t0
+            part = answer(fetcher).responses[0].partitions[0]
+    measured(
+        f"topic deleted: parked fetch answered {waited * 1000:.1f} ms later, error {part.error_code}"
+    )
+    assert part.error_code == ErrorCode.unknown_topic_or_partition
+    assert waited < 1.0
+
+
+# -- acks=all ---------------------------------------------------------------------------
+
+
+def test_acks_all_producers_share_fsyncs(broker):
+    topic = "acks-all-group"
+    producers, per_producer = 8, 100
+    with RawClient.connect(broker.bootstrap) as c:
+        create_topic(c, topic)
+    before = scrape(broker.metrics_url)
+    barrier = threading.Barrier(producers)
+    delivered: list[int] = [0] * producers
+    failed: list = []
+
+    def run(i: int) -> None:
+        # one record per request, up to 5 in flight per producer: many concurrent
+        # acks=all appends for the flusher to group
+        p = Producer(
+            {
+                "bootstrap.servers": broker.bootstrap,
+                "acks": "all",
+                "linger.ms": 0,
+                "batch.num.messages": 1,
+                "log_level": 0,
+            }
+        )
+        p.list_topics(topic, timeout=10)
+        barrier.wait(20)
+
+        def cb(err, msg):
+            if err is None:
+                delivered[i] += 1
+            else:
+                failed.append(err)
+
+        for k in range(per_producer):
+            p.produce(topic, b"producer %d record %d" % (i, k), partition=0, on_delivery=cb)
+            p.poll(0)
+        if p.flush(30) != 0:
+            failed.append(f"producer {i}: undelivered after 30 s")
+
+    threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(producers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not failed, failed[:5]
+    assert delivered == [per_producer] * producers
+    after = scrape(broker.metrics_url)
+    rounds = after[(ROUNDS, None)] - before.get((ROUNDS, None), 0)
+    requests = after[(FLUSH_REQUESTS, None)] - before.get((FLUSH_REQUESTS, None), 0)
+    with RawClient.connect(broker.bootstrap) as c:
+        assert end_offset(c, topic) == producers * per_producer
+    measured(
+        f"acks=all, {producers} producers x {per_producer} records: {requests:.0f} acks=all "
+        f"appends, {rounds:.0f} fsync rounds ({requests / max(rounds, 1):.1f} appends per fsync)"
+    )
+    assert requests >= producers
+    assert rounds < requests, "no group commit: one fsync per acks=all append"
+
+
+def test_acks_all_timeout_answers_request_timed_out(broker):
+    topic = "acks-all-timeout"
+    codes = []
+    with RawClient.connect(broker.bootstrap) as c:
+        create_topic(c, topic)
+        for i in range(5):
+            codes.append(produce(c, topic, b"t%d" % i, acks=-1, timeout=0).error_code)
+        # still serving: a normal acks=all produce succeeds, and the timed-out data
+        # stayed appended (as in Kafka)
+        ok = produce(c, topic, b"after", acks=-1, timeout=5000)
+        assert ok.error_code == ErrorCode.none and ok.base_offset == 5
+        assert end_offset(c, topic) == 6
+    measured(f"acks=-1 timeout_ms=0: error codes {[int(x) for x in codes]}")
+    assert set(codes) <= {ErrorCode.none, ErrorCode.request_timed_out}, codes
+    assert broker.alive()
+
+
+# -- metrics, shutdown -------------------------------------------------------------------
+
+
+def test_purgatory_gauges_follow_parked_fetches(broker_factory):
+    b = metered_broker(broker_factory, "gauges")
+    url = b.metrics_url
+    topic = "lp-gauges"
+    with RawClient.connect(b.bootstrap) as c:
+        create_topic(c, topic)
+        assert scrape(url)[(FETCH_GAUGE, "Fetch")] == 0
+        fetchers = [park_fetch(b.bootstrap, topic, max_wait=15_000) for _ in range(5)]
+        try:
+            wait_gauge(url, FETCH_GAUGE, "Fetch", 5)
+            assert scrape(url)[(FETCH_SIZE_GAUGE, "Fetch")] == 5
+            assert produce(c, topic, b"wake").error_code == ErrorCode.none
+            for f in fetchers:
+                assert readable(f, 5)
+                assert answer(f).responses[0].partitions[0].records
+            wait_gauge(url, FETCH_GAUGE, "Fetch", 0)
+            wait_gauge(url, FETCH_SIZE_GAUGE, "Fetch", 0)
+        finally:
+            for f in fetchers:
+                f.close()
+        # expiry: the gauge drops and the expirations counter counts them
+        expired_before = scrape(url)[(EXPIRES, "Fetch")]
+        fetchers = [park_fetch(b.bootstrap, topic, 1, max_wait=300) for _ in range(3)]
+        try:
+            for f in fetchers:
+                assert readable(f, 5)
+                assert not answer(f).responses[0].partitions[0].records
+        finally:
+            for f in fetchers:
+                f.close()
+        wait_gauge(url, FETCH_GAUGE, "Fetch", 0)
+        assert scrape(url)[(EXPIRES, "Fetch")] == expired_before + 3
+
+
+def test_sigterm_answers_parked_long_polls_and_exits_0(broker_factory):
+    b = metered_broker(broker_factory, "shutdown")
+    topic = "lp-shutdown"
+    with RawClient.connect(b.bootstrap) as c:
+        create_topic(c, topic)
+    fetchers = [park_fetch(b.bootstrap, topic, max_wait=30_000) for _ in range(5)]
+    try:
+        wait_gauge(b.metrics_url, FETCH_GAUGE, "Fetch", 5)
+        t0 = time.monotonic()
+        rc = b.stop(timeout=5)
+        took = time.monotonic() - t0
+        for f in fetchers:
+            assert readable(f, 1), "a parked fetch got no answer before the broker exited"
+            part = answer(f).responses[0].partitions[0]
+            assert part.error_code == ErrorCode.none and not part.records
+    finally:
+        for f in fetchers:
+            f.close()
+    measured(
+        f"SIGTERM with 5 parked long polls (30 s max wait): exited {rc} after {took * 1000:.0f} ms"
+    )
+    assert rc == 0
+    assert took < 5
+
+
+# -- scale ---------------------------------------------------------------------------------
+
+
+def load_benchmark():
+    spec = importlib.util.spec_from_file_location(
+        "parked_fetches", REPO / "benchmarks" / "parked_fetches.py"
+    )
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # its dataclasses look their module up
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_a_thousand_parked_fetches_idle_and_wake(broker_factory):
+    bench = load_benchmark()
+    n = 1000
+    assert bench.raise_nofile(n + 512) >= n + 512
+    b = metered_broker(broker_factory, "scale")
+    bench.prlimit_nofile(b.pid, n + 1024)
+    res = asyncio.run(
+        bench.measure(
+            b.bootstrap,
+            fetches=n,
+            max_wait_ms=30_000,
+            idle_s=3.0,
+            pid=b.pid,
+            metrics_url=b.metrics_url,
+            log=lambda *a: None,
+        )
+    )
+    measured("\n" + bench.table(res))
+    assert res.parked_seen == n
+    assert res.answered_early == 0
+    assert res.idle_cpu_pct is not None and res.idle_cpu_pct < 5.0, res.idle_cpu_pct
+    assert not res.errors, res.errors
+    assert res.answered == n and res.answered_with_record == n
+    assert res.wake_all_ms is not None and res.wake_all_ms < 10_000
+    assert b.alive()
