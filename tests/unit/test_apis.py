@@ -669,7 +669,7 @@ def test_fetch_long_poll_times_out_empty(h):
             FETCH, 12, fetch_body([("f", None, [(0, 0, 1000)])], max_wait=200, min_bytes=1)
         )
         assert released[0] == 1
-        assert asyncio.iscoroutine(result)
+        assert asyncio.isfuture(result)  # a future, not a coroutine: no task per parked request
         data = await asyncio.wait_for(result, 5)
         return data, cid, time.monotonic() - t0
 
@@ -686,7 +686,7 @@ def test_fetch_long_poll_is_woken_early_by_an_append(h):
         result, cid, _ = h.process(
             FETCH, 12, fetch_body([("f", None, [(0, 0, 1000)])], max_wait=10_000, min_bytes=1)
         )
-        assert asyncio.iscoroutine(result)
+        assert asyncio.isfuture(result)  # a future, not a coroutine: no task per parked request
         task = asyncio.ensure_future(result)
         await asyncio.sleep(0.05)
         assert not task.done()
@@ -782,6 +782,26 @@ def test_delete_topics_by_id_v6(h):
     # the name can be reused and gets a new id
     new_id = h.create_topic("d2")
     assert new_id != tid
+
+
+def test_parked_fetches_hold_no_task(h):
+    """Issue 3: a parked long poll is a DelayedFetch and two futures, not a task; a
+    connection that goes away (its answer cancelled) is skipped at completion."""
+    h.create_topic("f")
+
+    async def run():
+        before = asyncio.all_tasks()
+        body = fetch_body([("f", None, [(0, 0, 1000)])], max_wait=10_000, min_bytes=1)
+        answers = [asyncio.ensure_future(h.process(FETCH, 12, body)[0]) for _ in range(10)]
+        assert asyncio.all_tasks() == before  # ensure_future, as the socket server calls it
+        answers[0].cancel()
+        await asyncio.sleep(0)
+        assert h.produce("f", 0, batch(b"wake")).error_code == ErrorCode.none
+        return await asyncio.wait_for(asyncio.gather(*answers[1:]), 5), answers[0]
+
+    datas, gone = asyncio.run(run())
+    assert gone.cancelled()
+    assert all(isinstance(d, bytes) for d in datas)
 
 
 def test_delete_wakes_a_waiting_fetch(h):

@@ -82,10 +82,6 @@ class Purgatories:
         self.reaper.shutdown()
 
 
-async def _wait(fut: asyncio.Future) -> Any:
-    return await fut
-
-
 class KafkaApis:
     def __init__(
         self,
@@ -141,11 +137,45 @@ class KafkaApis:
             release()  # records are appended by now
         if result is None:
             return None
+        if isinstance(result, asyncio.Future):
+            return self._finish_later(header, result)
         if asyncio.iscoroutine(result):
             return self._finish_async(header, result)
         if self.metrics is not None:
             self._account(header, result)
         return self._encode(header, result)
+
+    def _finish_later(self, header: RequestHeader, parked: asyncio.Future) -> asyncio.Future:
+        """The encoded answer to a parked request (DelayedFetch, DelayedProduce), chained
+        to its future by callbacks: a parked request holds no task, only two futures.
+        Cancelling the answer (the connection went away) cancels ``parked``, so its
+        completion skips the work of answering."""
+        answer = parked.get_loop().create_future()
+
+        def done(f: asyncio.Future) -> None:
+            if answer.done():
+                return
+            if f.cancelled():
+                answer.cancel()
+                return
+            try:
+                values = f.result()
+                if values is not None:
+                    if self.metrics is not None:
+                        self._account(header, values)
+                    values = self._encode(header, values)
+            except Exception as exc:  # noqa: BLE001 - the connection logs it and closes
+                answer.set_exception(exc)
+                return
+            answer.set_result(values)
+
+        def cancelled(a: asyncio.Future) -> None:
+            if a.cancelled():
+                parked.cancel()
+
+        parked.add_done_callback(done)
+        answer.add_done_callback(cancelled)
+        return answer
 
     async def _finish_async(self, header: RequestHeader, coro: Awaitable[Any]) -> bytes | None:
         result = await coro
@@ -387,7 +417,7 @@ class KafkaApis:
 
         op = DelayedProduce(ms(req.timeout), pending, self.replicas, respond)
         self.produce_purgatory.try_complete_else_watch(op, list(pending))
-        return _wait(fut)
+        return fut
 
     # -- Fetch -------------------------------------------------------------------
     def _fetch_targets(self, header: RequestHeader, req: Any) -> list[tuple[Any, str | None, Any]]:
@@ -488,7 +518,7 @@ class KafkaApis:
 
         op = DelayedFetch(max_wait, req.min_bytes, statuses, self.replicas, respond)
         self.fetch_purgatory.try_complete_else_watch(op, [st.key for st in statuses])
-        return _wait(fut)
+        return fut
 
     @staticmethod
     def _has_error(body: dict) -> bool:
