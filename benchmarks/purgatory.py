@@ -115,6 +115,20 @@ def run_worker(p: dict) -> dict:
     latch = Latch()
     latch.count = n
 
+    simulated = p.get("simulated", False)
+    if simulated:
+
+        class SimulatedClock:
+            __slots__ = ("now",)
+
+            def __call__(self) -> int:
+                return self.now
+
+        clock = SimulatedClock()
+        clock.now = 0
+    else:
+        clock = monotonic_ms
+
     if design == "new":
 
         class FakeOperation(DelayedOperation):
@@ -126,7 +140,7 @@ def run_worker(p: dict) -> dict:
             def on_complete(self) -> None:
                 latch.count -= 1
 
-        timer = SystemTimer(p["tick_ms"], p["wheel_size"], clock=monotonic_ms)
+        timer = SystemTimer(p["tick_ms"], p["wheel_size"], clock=clock)
         purgatory = DelayedOperationPurgatory("fake", timer, purge_interval=p["purge_interval"])
         next_expiration = timer.next_expiration_ms
     else:
@@ -140,11 +154,14 @@ def run_worker(p: dict) -> dict:
             def on_complete(self) -> None:
                 latch.count -= 1
 
-        purgatory = RequestPurgatory("fake", monotonic_ms, purge_interval=p["purge_interval"])
+        purgatory = RequestPurgatory("fake", clock, purge_interval=p["purge_interval"])
         next_expiration = purgatory.next_expiration_ms
 
     try_complete_else_watch = purgatory.try_complete_else_watch
     advance_clock = purgatory.advance_clock
+    if simulated:
+        return _simulated_run(p, purgatory, FakeOperation, clock, latch, intervals, latencies,
+                              key_sets)
     monotonic = time.monotonic
     sleep = time.sleep
 
@@ -258,14 +275,79 @@ def run_worker(p: dict) -> dict:
     }
 
 
+def _simulated_run(p, purgatory, FakeOperation, clock, latch, intervals, latencies,
+                   key_sets) -> dict:
+    """The same workload on a simulated millisecond clock, as fast as the CPU allows.
+
+    Nothing sleeps and nothing else on the machine changes the result much: it measures
+    the CPU cost per request at this arrival rate (which grows with the rate, since the
+    purgatory holds more requests).  1e6 / cost is what one core could sustain if that
+    cost held; a design saturates where that capacity falls below the rate.
+    """
+    n = p["requests"]
+    timeout = p["timeout_ms"]
+    try_complete_else_watch = purgatory.try_complete_else_watch
+    advance_clock = purgatory.advance_clock
+    completions: dict[int, list] = {}
+    baseline_blocks = peak_blocks = sys.getallocatedblocks()
+    peak_watched = 0
+    cpu0 = time.process_time()
+    t = 0
+    arrival = intervals[0]
+    i = 0
+    while i < n or latch.count > 0:
+        clock.now = t
+        end = t + 1
+        while i < n and arrival < end:
+            op = FakeOperation(timeout)
+            try_complete_else_watch(op, key_sets[i % KEY_POOL])
+            latency = latencies[i % LATENCY_POOL]
+            if latency < timeout:
+                due = t + latency
+                bucket = completions.get(due)
+                if bucket is None:
+                    completions[due] = [op]
+                else:
+                    bucket.append(op)
+            i += 1
+            arrival += intervals[i % INTERVAL_POOL]
+        bucket = completions.pop(t, None)
+        if bucket is not None:
+            for op in bucket:
+                op.force_complete()
+        advance_clock()
+        if t % 100 == 0:
+            peak_watched = max(peak_watched, purgatory.watched)
+            peak_blocks = max(peak_blocks, sys.getallocatedblocks())
+        t = end
+    cpu = time.process_time() - cpu0
+    return {
+        "design": p["design"],
+        "case": p["case"],
+        "requests": n,
+        "target_rate": p["rate"],
+        "simulated_ms": t,
+        "cpu_s": cpu,
+        "cpu_us_per_request": cpu * 1e6 / n,
+        "one_core_capacity": n / cpu,
+        "peak_blocks_over_baseline": peak_blocks - baseline_blocks,
+        "peak_watched": peak_watched,
+        "expired": purgatory.expirations_total,
+        "purges": purgatory.purges_total,
+    }
+
+
 # --------------------------------------------------------------------------------------
 # driver: the sweep, the table, the chart
 # --------------------------------------------------------------------------------------
 
 
-def spawn_point(args: argparse.Namespace, case: str, design: str, rate: int) -> dict:
+def spawn_point(
+    args: argparse.Namespace, case: str, design: str, rate: int, simulated: bool = False
+) -> dict:
     pct75, pct50 = CASES[case]
     params = {
+        "simulated": simulated,
         "design": design,
         "case": case,
         "rate": rate,
@@ -395,7 +477,72 @@ def summarize(results: list[dict], cases: list[str]) -> list[str]:
     return lines
 
 
-def draw_chart(results: list[dict], cases: list[str], path: Path, requests: int) -> None:
+SIM_HEADER = "case  des      rate  cpu us/req  one-core req/s  allocs k  watched  purges"
+
+
+def fmt_sim_row(r: dict) -> str:
+    return (
+        f"{r['case']:>4}  {r['design']:>3}  {r['target_rate']:>8,.0f}  {r['cpu_us_per_request']:>10.2f}"
+        f"  {r['one_core_capacity']:>14,.0f}  {r['peak_blocks_over_baseline'] / 1000:>8.1f}"
+        f"  {r['peak_watched']:>7,}  {r['purges']:>6,}"
+    )
+
+
+def one_core_saturation(rows: list[dict]) -> float | None:
+    """The rate at which one core's capacity (1e6 / cost per request, measured at that
+    rate) falls to the rate itself, interpolated between swept rates; None if the
+    capacity stays above every swept rate."""
+    pts = sorted((r["target_rate"], r["one_core_capacity"]) for r in rows)
+    prev = None
+    for rate, cap in pts:
+        if cap < rate:
+            if prev is None:
+                return cap
+            r0, c0 = prev
+            # capacity - rate changes sign between r0 and rate: linear interpolation
+            d0, d1 = c0 - r0, cap - rate
+            return r0 + (rate - r0) * d0 / (d0 - d1)
+        prev = (rate, cap)
+    return None
+
+
+def summarize_simulated(rows: list[dict], cases: list[str]) -> list[str]:
+    lines = []
+    for case in cases:
+        by = {d: [r for r in rows if r["case"] == case and r["design"] == d] for d in DESIGNS}
+        if not all(by.values()):
+            continue
+        lines.append(f"{CASE_TITLES[case]}, simulated clock:")
+        sat = {}
+        for d in DESIGNS:
+            sat[d] = one_core_saturation(by[d])
+            top = max(r["target_rate"] for r in by[d])
+            txt = f"{sat[d]:,.0f} req/s" if sat[d] is not None else f"above {top:,} req/s"
+            lines.append(f"  {DESIGN_LABELS[d]:<24} one-core saturation {txt}")
+        if sat["new"] is not None and sat["old"] is not None:
+            lines.append(f"  one-core saturation ratio new/old: {sat['new'] / sat['old']:.2f}x")
+        old_at = {r["target_rate"]: r for r in by["old"]}
+        ratios = [
+            (r["target_rate"], old_at[r["target_rate"]]["cpu_s"] / r["cpu_s"])
+            for r in by["new"]
+            if r["target_rate"] in old_at
+        ]
+        cheaper = [rt for rt, x in ratios if x > 1.0]
+        lines.append(
+            "  CPU old/new by rate: "
+            + ", ".join(f"{rt // 1000}k {x:.2f}x" for rt, x in ratios)
+            + f"; new cheaper at {len(cheaper)} of {len(ratios)}"
+        )
+    return lines
+
+
+def draw_chart(
+    results: list[dict],
+    cases: list[str],
+    path: Path,
+    requests: int,
+    simulated: list[dict] | None = None,
+) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -403,7 +550,10 @@ def draw_chart(results: list[dict], cases: list[str], path: Path, requests: int)
     from matplotlib.ticker import FuncFormatter
 
     cases = [c for c in cases if any(r["case"] == c for r in results)]
-    fig, axes = plt.subplots(len(cases), 3, figsize=(15, 4.6 * len(cases)), squeeze=False)
+    ncols = 4 if simulated else 3
+    fig, axes = plt.subplots(
+        len(cases), ncols, figsize=(5 * ncols, 4.6 * len(cases)), squeeze=False
+    )
     styles = {"new": ("tab:blue", "o"), "old": ("tab:red", "s")}
     for row, case in enumerate(cases):
         for d in DESIGNS:
@@ -419,13 +569,22 @@ def draw_chart(results: list[dict], cases: list[str], path: Path, requests: int)
             axes[row][0].plot(xs, [r["achieved_rate"] for r in pts], **kw)
             axes[row][1].plot(xs, [r["cpu_s"] for r in pts], **kw)
             axes[row][2].plot(xs, [r["peak_blocks_over_baseline"] / 1000 for r in pts], **kw)
+            sim = sorted(
+                (r for r in simulated or () if r["case"] == case and r["design"] == d),
+                key=lambda r: r["target_rate"],
+            )
+            if sim:
+                axes[row][3].plot(
+                    [r["target_rate"] for r in sim], [r["cpu_us_per_request"] for r in sim], **kw
+                )
         top = max(r["target_rate"] for r in results if r["case"] == case)
         axes[row][0].plot([0, top], [0, top], color="grey", linestyle=":", label="target")
         titles = (
             "enqueue rate achieved (req/s)",
             f"CPU seconds per run of {requests:,} requests",
             "peak live allocations above start (thousands)",
-        )
+            "CPU us per request, simulated clock",
+        )[:ncols]
         kfmt = FuncFormatter(lambda v, _pos: f"{v / 1000:.0f}k")
         for col, title in enumerate(titles):
             ax = axes[row][col]
@@ -469,6 +628,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="runs per point; the least disturbed (highest achieved rate) is kept")
     ap.add_argument("--stop-after", type=int, default=2,
                     help="stop a design's sweep after this many saturated rates in a row")
+    ap.add_argument("--no-simulated", action="store_true",
+                    help="skip the simulated-clock sweep (CPU cost per request)")
     ap.add_argument("--out", type=Path, default=OUT_DIR)
     ap.add_argument("--copy-chart", type=Path, help="also copy the chart to this path")
     ap.add_argument("--plot-only", type=Path, help="redraw the chart from a results JSON")
@@ -484,7 +645,7 @@ def main(argv: list[str] | None = None) -> int:
     chart = args.out / "purgatory.png"
     if args.plot_only:
         data = json.loads(args.plot_only.read_text())
-        draw_chart(data["results"], cases, chart, data["requests"])
+        draw_chart(data["results"], cases, chart, data["requests"], data.get("simulated", []))
         print(f"chart: {chart}")
         return 0
 
@@ -507,17 +668,35 @@ def main(argv: list[str] | None = None) -> int:
                         break
                 else:
                     saturated_in_a_row = 0
+    simulated: list[dict] = []
+    if not args.no_simulated:
+        print("\n# the same workload on a simulated clock: CPU cost per request at each rate")
+        print(SIM_HEADER)
+        for case in cases:
+            for design in designs:
+                for rate in rates:
+                    runs = [
+                        spawn_point(args, case, design, rate, simulated=True)
+                        for _ in range(args.repeat)
+                    ]
+                    r = min(runs, key=lambda x: x["cpu_s"])
+                    simulated.append(r)
+                    print(fmt_sim_row(r), flush=True)
     print()
     for line in summarize(results, cases):
+        print(line)
+    for line in summarize_simulated(simulated, cases):
         print(line)
     print(f"\n# total {time.monotonic() - started:.0f} s; load average now "
           f"{os.getloadavg()[0]:.2f}")
 
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "purgatory-results.json").write_text(
-        json.dumps({"requests": args.requests, "results": results}, indent=1)
+        json.dumps(
+            {"requests": args.requests, "results": results, "simulated": simulated}, indent=1
+        )
     )
-    draw_chart(results, cases, chart, args.requests)
+    draw_chart(results, cases, chart, args.requests, simulated)
     print(f"chart: {chart}")
     if args.copy_chart:
         args.copy_chart.parent.mkdir(parents=True, exist_ok=True)
