@@ -178,6 +178,7 @@ class Result:
     wake_p99_ms: float | None = None
     wake_all_ms: float | None = None
     wake_cpu_s: float | None = None
+    produce_ack_ms: float | None = None  # the wake-up record's produce, acks=1
     answered: int = 0
     answered_with_record: int = 0
     errors: dict = field(default_factory=dict)
@@ -303,9 +304,16 @@ async def measure(
     log(f"idle {res.idle_wall_s:.1f} s: broker CPU {res.idle_cpu_s}")
 
     # wake them all with one record
+    acked: list[float] = []
+
     def produce_one() -> float:
         t0 = time.monotonic()
-        producer.produce(topic, value=b"wake up", partition=0)
+        producer.produce(
+            topic,
+            value=b"wake up",
+            partition=0,
+            on_delivery=lambda e, m: acked.append(time.monotonic()),
+        )
         if producer.flush(30) != 0:
             raise RuntimeError("the wake-up record was not delivered")
         return t0
@@ -315,6 +323,7 @@ async def measure(
     done, pending = await asyncio.wait(readers, timeout=max(30.0, fetches / 500))
     c1 = probe.cpu()
     res.wake_cpu_s = None if c0 is None or c1 is None else c1 - c0
+    res.produce_ack_ms = (acked[0] - t0) * 1000 if acked else None
     lat = sorted((x - t0) * 1000 for x in times if x is not None)
     res.answered = len(lat)
     if lat:
@@ -374,6 +383,7 @@ def table(res: Result) -> str:
             "answered after one produce",
             f"{res.answered} (with the record: {res.answered_with_record})",
         ],
+        ["the produce acknowledged (acks=1)", msf(res.produce_ack_ms)],
         ["first answer after the produce", msf(res.wake_first_ms)],
         ["median answer", msf(res.wake_p50_ms)],
         ["p99 answer", msf(res.wake_p99_ms)],
