@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .config import LogConfig
+from .producer_state import ProducerStateManager
 from .record_batch import NO_TIMESTAMP, assign_offsets, validate_batches
 from .segment import LogSegment
 
@@ -150,6 +151,9 @@ class AppendInfo:
     #: Log start offset after the append (Produce v5+ log_start_offset).
     log_start_offset: int
     size_bytes: int
+    #: The batch was a retry of one already in the log (same producer id, epoch and
+    #: sequence range): nothing was appended and the offsets are the original's.
+    duplicate: bool = False
 
 
 class RecoveryPointCheckpoint:
@@ -292,6 +296,11 @@ class Log:
         self.had_clean_shutdown = False
         #: Bytes cut from torn or corrupt tails while opening.
         self.recovered_truncated_bytes = 0
+        #: Idempotent producers' epochs and last sequences (docs/idempotence.md).
+        self.producer_state = ProducerStateManager(self.directory)
+        #: Batch headers replayed to rebuild the producer state when last (re)built.
+        self.producer_state_replayed_batches = 0
+        self._pending_snapshot_sync: list[Path] = []
         created = not self.directory.exists()
         self.directory.mkdir(parents=True, exist_ok=True)
         if created:
@@ -390,6 +399,24 @@ class Log:
             # deletion above) durable: a later crash must not look like a clean stop.
             os.fsync(dir_fd)
             self._dir_dirty = False
+        self._load_producer_state()
+
+    def _load_producer_state(self) -> None:
+        """Kafka's rebuild: the newest snapshot at or below the log end offset, then the
+        batch headers after it (after a clean shutdown the snapshot is at the end and
+        nothing is read)."""
+        ps = self.producer_state
+        leo = self.log_end_offset
+        start = ps.load(leo)
+        segs = self._segments
+        scan_from = segs[0].base_offset if start is None else max(start, segs[0].base_offset)
+        replayed = 0
+        if scan_from < leo:
+            i = max(0, bisect_right(self._bases, scan_from) - 1)
+            replayed = ps.replay(
+                h for seg in segs[i:] for h in seg.iter_batch_headers(scan_from)
+            )
+        self.producer_state_replayed_batches = replayed
 
     # -- properties --------------------------------------------------------------
 
@@ -479,6 +506,23 @@ class Log:
         log_append_time = now_ms if config.message_timestamp_type == "LogAppendTime" else None
         max_ts = log_append_time if log_append_time is not None else v.max_timestamp
         first = self.log_end_offset
+        # Idempotent producers: epoch and sequence checks (nothing written on error),
+        # and a retried batch is answered with the original's offsets.
+        prepared = self.producer_state.prepare(
+            v.headers, first, log_append_time, from_client=from_client
+        )
+        if prepared is not None and prepared.duplicate is not None:
+            dup = prepared.duplicate
+            return AppendInfo(
+                first_offset=dup.first_offset,
+                last_offset=dup.last_offset,
+                log_append_time_ms=dup.timestamp if log_append_time is not None else -1,
+                num_records=0,
+                max_timestamp=dup.timestamp,
+                log_start_offset=self._log_start_offset,
+                size_bytes=0,
+                duplicate=True,
+            )
         last = first + v.num_records - 1
         segment = self._maybe_roll(v.size_bytes, max_ts, last, now_ms)
         assign_offsets(
@@ -489,6 +533,8 @@ class Log:
             positions=v.positions,
         )
         segment.append(records, last)
+        if prepared is not None:
+            self.producer_state.commit(prepared)
         if auto_flush and self.unflushed_messages >= config.flush_messages:
             self.flush(now_ms=now_ms)
         return AppendInfo(
@@ -526,6 +572,11 @@ class Log:
         old = self._segments[-1]
         if old.size == 0:
             return old
+        # Kafka snapshots the producer state at every roll, so recovery replays at most
+        # the active segment. fsynced by the next flush (a torn one is skipped on load).
+        self._pending_snapshot_sync.append(
+            self.producer_state.take_snapshot(old.next_offset, sync=False)
+        )
         old.on_become_inactive()
         if old.indexes_dirty:
             self._pending_index_sync.append(old)
@@ -656,6 +707,12 @@ class Log:
                         fds.extend(seg_fds)
                         chosen.append(seg)
             self._pending_index_sync = []
+            for path in self._pending_snapshot_sync:
+                try:
+                    fds.append(os.open(path, os.O_RDONLY))
+                except FileNotFoundError:
+                    pass  # deleted since (retention, truncation)
+            self._pending_snapshot_sync = []
             sync_dir = self._dir_dirty
             self._dir_dirty = False
             dir_fd = os.dup(self._dir_fd) if (sync_dir or target > rp) else None
@@ -782,6 +839,9 @@ class Log:
             seg.delete()
         self._dir_dirty = True
         self._set_log_start_offset(max(self._log_start_offset, self._segments[0].base_offset))
+        # The producer state itself stays (KIP-360: producers outlive their batches until
+        # producer.id.expiration.ms); snapshots of deleted segments go, the newest stays.
+        self.producer_state.delete_snapshots_before(self._segments[0].base_offset)
         return n
 
     def _set_log_start_offset(self, offset: int) -> None:
@@ -807,6 +867,13 @@ class Log:
                 lambda seg, nxt: nxt is not None and nxt.base_offset <= self._log_start_offset, 0
             )
         return self._log_start_offset
+
+    # -- producer state ----------------------------------------------------------
+
+    def remove_expired_producers(self, now_ms: int, expiration_ms: int) -> int:
+        """Forget producers idle for ``producer.id.expiration.ms``; returns how many."""
+        self._check_open()
+        return self.producer_state.remove_expired(now_ms, expiration_ms)
 
     # -- truncation, close, delete --------------------------------------------------
 
@@ -839,6 +906,10 @@ class Log:
         if self._log_start_offset > leo:
             self._log_start_offset = leo
             _write_checkpoint(self._dir_fd, LOG_START_OFFSET_FILE, leo)
+        # As Kafka: drop the snapshots past the new end and rebuild the producer state
+        # from the newest one left plus the remaining batch headers.
+        self.producer_state.delete_snapshots_after(leo)
+        self._load_producer_state()
         return leo
 
     def _truncate_fully_and_start_at(self, offset: int, now_ms: int) -> None:
@@ -854,6 +925,8 @@ class Log:
         self._recovery_point = offset
         _write_checkpoint(self._dir_fd, LOG_START_OFFSET_FILE, offset)
         _write_checkpoint(self._dir_fd, RECOVERY_POINT_FILE, offset)
+        self.producer_state.truncate_fully()
+        self._pending_snapshot_sync = []
 
     def close(self) -> None:
         """Flush everything, checkpoint, write the clean-shutdown marker, close files."""
@@ -865,6 +938,8 @@ class Log:
         dir_fd = self._dir_fd
         _write_checkpoint(dir_fd, RECOVERY_POINT_FILE, self._recovery_point)
         _write_checkpoint(dir_fd, LOG_START_OFFSET_FILE, self._log_start_offset)
+        # The producer state at the end of the log, so the next open reads no batches.
+        self.producer_state.take_snapshot(self.log_end_offset, sync=True)
         fd = os.open(
             CLEAN_SHUTDOWN_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644, dir_fd=dir_fd
         )

@@ -407,6 +407,18 @@ class LogSegment:
                 return pos, h
         return None
 
+    def iter_batch_headers(self, start_offset: int) -> Iterator[BatchHeader]:
+        """Headers of the batches whose base offset is >= ``start_offset``, in order
+        (framing checked only): what rebuilding the producer state replays."""
+        if start_offset >= self._next_offset:
+            return
+        start = self.offset_index.lookup(start_offset)
+        if start >= self._size:
+            start = 0
+        for _pos, h in self._iter_headers(start, self._size):
+            if h[0] >= start_offset:
+                yield _make_header(h)
+
     def find_batch(self, offset: int) -> tuple[int, BatchHeader] | None:
         """Position and header of the batch containing ``offset`` (or the first one after it)."""
         found = self._translate(offset, self._size)
