@@ -562,6 +562,11 @@ _TABLE: tuple[ConfigKey, ...] = (
            "estimated number of completed-but-watched fetches exceeds this."),
     broker("producer.purgatory.purge.interval.requests", INT, 1000, Range.at_least(1), MEDIUM,
            "The same for the produce purgatory (acks=all produces waiting for their fsync)."),
+    broker("producer.id.expiration.ms", INT, 86400000, Range.at_least(1), LOW,
+           "How long a partition keeps an idle producer id's state (epoch, last sequences) "
+           "after that producer's last batch; a retry arriving later is not deduplicated."),
+    broker("producer.id.expiration.check.interval.ms", INT, 600000, Range.at_least(1), LOW,
+           "How often to remove producer ids idle for producer.id.expiration.ms."),
     broker("queued.max.request.bytes", LONG, None, None, MEDIUM,
            "KIP-72: bytes of request bodies the broker holds at once; <= 0 disables the bound. "
            "Unset: max(268435456, socket.request.max.bytes), so a broker is bounded out of the box. "

@@ -20,6 +20,7 @@ class ApiKey(enum.IntEnum):
     API_VERSIONS = 18
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
+    INIT_PRODUCER_ID = 22
     DESCRIBE_CONFIGS = 32
     CREATE_PARTITIONS = 37
     DESCRIBE_CLUSTER = 60
@@ -45,6 +46,7 @@ SUPPORTED_APIS: dict[int, ApiRange] = {
         ApiRange(ApiKey.API_VERSIONS, 0, 4),
         ApiRange(ApiKey.CREATE_TOPICS, 2, 7),
         ApiRange(ApiKey.DELETE_TOPICS, 1, 6),
+        ApiRange(ApiKey.INIT_PRODUCER_ID, 0, 5),
         ApiRange(ApiKey.DESCRIBE_CONFIGS, 1, 4),
         ApiRange(ApiKey.CREATE_PARTITIONS, 0, 3),
         ApiRange(ApiKey.DESCRIBE_CLUSTER, 0, 2),

@@ -38,6 +38,7 @@ from tidegate.server.delayed_fetch import DelayedFetch, FetchPartitionStatus
 from tidegate.server.delayed_produce import DelayedProduce
 from tidegate.server.log_flusher import LogFlusher
 from tidegate.server.metadata import InvalidTopicError, validate_topic_name
+from tidegate.server.producer_id_manager import ProducerIdManager
 from tidegate.server.purgatory import DelayedOperationPurgatory
 from tidegate.server.timer import SystemTimer
 from tidegate.server.timer_reaper import TimerReaper
@@ -90,6 +91,8 @@ class KafkaApis:
         replicas: ReplicaManager,
         purgatories: Purgatories | None = None,
         now_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+        *,
+        producer_ids: ProducerIdManager | None = None,
     ) -> None:
         self.config = config
         self.cluster_id = cluster_id
@@ -101,6 +104,8 @@ class KafkaApis:
         self.produce_purgatory = self.purgatories.produce
         self.flusher = self.purgatories.flusher
         self.now_ms = now_ms
+        # InitProducerId: ids persisted in blocks in the data directory (never reused).
+        self.producer_ids = producer_ids if producer_ids is not None else ProducerIdManager(replicas.root)
         self.handlers: dict[int, Callable[[RequestHeader, Any, RequestContext], Any]] = {
             ApiKey.PRODUCE: self.handle_produce,
             ApiKey.FETCH: self.handle_fetch,
@@ -109,6 +114,7 @@ class KafkaApis:
             ApiKey.API_VERSIONS: self.handle_api_versions,
             ApiKey.CREATE_TOPICS: self.handle_create_topics,
             ApiKey.DELETE_TOPICS: self.handle_delete_topics,
+            ApiKey.INIT_PRODUCER_ID: self.handle_init_producer_id,
             ApiKey.DESCRIBE_CONFIGS: self.handle_describe_configs,
             ApiKey.CREATE_PARTITIONS: self.handle_create_partitions,
             ApiKey.DESCRIBE_CLUSTER: self.handle_describe_cluster,
@@ -393,7 +399,12 @@ class KafkaApis:
                 part["base_offset"] = appended.first_offset
                 part["log_append_time"] = appended.log_append_time_ms
                 part["log_start_offset"] = plog.log_start_offset
-                if self.metrics is not None:
+                if appended.duplicate:
+                    # An idempotent producer's retry: answered with the original offsets,
+                    # nothing appended (acks=all still waits for the original's fsync).
+                    log.debug("duplicate batch to %s-%d: original base offset %d",
+                              name, pd.index, appended.first_offset)
+                elif self.metrics is not None:
                     self.metrics.topics.appended(name, appended.num_records, appended.size_bytes)
                 key = (name, pd.index)
                 self.replicas.record_append(key, appended.size_bytes)
@@ -701,6 +712,40 @@ class KafkaApis:
         for p in range(info.partitions):
             self.fetch_purgatory.check_and_complete((info.name, p))
             self.produce_purgatory.check_and_complete((info.name, p))
+
+    # -- InitProducerId ---------------------------------------------------------------------
+    def handle_init_producer_id(self, header: RequestHeader, req: Any, ctx: RequestContext) -> dict:
+        """Idempotent producers get a fresh producer id with epoch 0, as Kafka's
+        TransactionCoordinator answers every request without a transactional id (also
+        v3+ requests carrying a current id and epoch: Kafka ignores them then, and the
+        clients take whatever id and epoch come back). Transactional ids are refused
+        with TRANSACTIONAL_ID_AUTHORIZATION_FAILED: there is no transaction coordinator,
+        and that code makes every client fail at once with a clear error instead of
+        retrying a coordinator lookup until it times out (docs/idempotence.md)."""
+        body = {"throttle_time": 0, "error_code": ErrorCode.none, "producer_id": -1, "producer_epoch": -1}
+        txn_id = req.transactional_id
+        if txn_id is not None:
+            if txn_id == "":
+                body["error_code"] = ErrorCode.invalid_request
+            else:
+                body["error_code"] = ErrorCode.transactional_id_authorization_failed
+                log.info("InitProducerId for transactional id %r refused: transactions are "
+                         "not supported", txn_id)
+            return body
+        pid = getattr(req, "producer_id", -1)
+        epoch = getattr(req, "producer_epoch", -1)
+        if (pid == -1) != (epoch == -1):
+            body["error_code"] = ErrorCode.invalid_request  # Kafka: both or neither
+            return body
+        try:
+            body["producer_id"] = self.producer_ids.generate()
+        except OSError as exc:
+            # Kafka answers this when no id block can be had: retriable, clients retry.
+            log.error("cannot reserve a block of producer ids: %s", exc)
+            body["error_code"] = ErrorCode.coordinator_load_in_progress
+            return body
+        body["producer_epoch"] = 0
+        return body
 
     # -- CreatePartitions ------------------------------------------------------------------
     def handle_create_partitions(self, header: RequestHeader, req: Any, ctx: RequestContext) -> dict:

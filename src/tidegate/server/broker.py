@@ -135,9 +135,12 @@ class Broker:
         """Time-based flush and retention; recovery-point checkpoints on their own timer."""
         retention_ms = self.config.get("log.retention.check.interval.ms")
         checkpoint_ms = self.config.get("log.flush.offset.checkpoint.interval.ms")
+        expiration_ms = self.config.get("producer.id.expiration.ms")
+        expiration_check_ms = self.config.get("producer.id.expiration.check.interval.ms")
         start = now_ms()
         next_retention = start + retention_ms
         next_checkpoint = start + checkpoint_ms
+        next_expiration = start + expiration_check_ms
         loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(MAINTENANCE_TICK_S)
@@ -149,6 +152,11 @@ class Broker:
                 assert self.replicas is not None
                 self.purgatories.reaper.purge_if_due()
                 self.replicas.maintenance(now, due)
+                if now >= next_expiration:
+                    next_expiration = now + expiration_check_ms
+                    removed = self.replicas.remove_expired_producers(now, expiration_ms)
+                    if removed:
+                        log.info("removed %d expired producer id state(s)", removed)
                 if now >= next_checkpoint:
                     next_checkpoint = now + checkpoint_ms
                     for ticket in self.replicas.recovery_point_checkpoints():

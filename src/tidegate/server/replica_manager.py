@@ -180,6 +180,13 @@ class ReplicaManager:
                 tickets.append(ticket)
         return tickets
 
+    def remove_expired_producers(self, now_ms: int, expiration_ms: int) -> int:
+        """``producer.id.expiration.ms``: forget idle idempotent producers on every partition."""
+        removed = 0
+        for plog in self.logs.values():
+            removed += plog.remove_expired_producers(now_ms, expiration_ms)
+        return removed
+
     def maintenance(self, now_ms: int, retention_due: bool) -> None:
         """Time-based flush (flush.ms) and, when due, retention on every partition."""
         for plog in list(self.logs.values()):
