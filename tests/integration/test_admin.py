@@ -359,7 +359,14 @@ def test_auto_create_on_metadata_when_enabled(broker_factory):
     assert md.topics["auto-yes"].error is None
     assert len(md.topics["auto-yes"].partitions) == 3
     # A consumer's metadata request does not allow it (allow.auto.create.topics=false).
-    c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "g", "log_level": 0})
+    c = Consumer(
+        {
+            "bootstrap.servers": b.bootstrap,
+            "group.id": "g",
+            "enable.auto.commit": False,
+            "log_level": 0,
+        }
+    )
     try:
         md = c.list_topics("auto-no", timeout=10)
     finally:
