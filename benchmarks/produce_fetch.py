@@ -140,6 +140,13 @@ def build_parser() -> argparse.ArgumentParser:
         "it becomes the first target, named 'tidegate'",
     )
     g.add_argument(
+        "--spawn-tidegate-metrics",
+        action="store_true",
+        help="also start a second tidegate with its metrics endpoint on "
+        "(metrics.listener=http://127.0.0.1:0), named 'tidegate+metrics', to measure the "
+        "cost of metric collection side by side with --spawn-tidegate",
+    )
+    g.add_argument(
         "--spawn-peer",
         action="store_true",
         help="start the peer broker (Tansu) with --peer-script on a free port, named 'tansu'",
@@ -283,6 +290,13 @@ def resolve_targets(args) -> list[Target]:
             args.tidegate_python, args.tidegate_override, args.tidegate_log_level
         )
         targets.append(Target("tidegate", sp.bootstrap, spawned=sp))
+    if args.spawn_tidegate_metrics:
+        sp = _common.SpawnedTidegate(
+            args.tidegate_python,
+            [*args.tidegate_override, "metrics.listener=http://127.0.0.1:0"],
+            args.tidegate_log_level,
+        )
+        targets.append(Target("tidegate+metrics", sp.bootstrap, spawned=sp))
     if args.spawn_peer:
         script = Path(args.peer_script)
         if not script.exists():
@@ -297,7 +311,9 @@ def resolve_targets(args) -> list[Target]:
     for boot in args.bootstrap:
         targets.append(Target(boot.strip(), boot.strip()))
     if not targets:
-        raise SystemExit("no target: give --bootstrap, --target, --spawn-tidegate or --spawn-peer")
+        raise SystemExit(
+            "no target: give --bootstrap, --target, --spawn-tidegate[-metrics] or --spawn-peer"
+        )
     names = [t.name for t in targets]
     if len(set(names)) != len(names):
         raise SystemExit(f"target names must be unique: {names}")
