@@ -1,0 +1,1578 @@
+"""The classic consumer group protocol: Kafka's GroupCoordinator, sans-IO.
+
+One broker is the coordinator of every group. A group moves through Kafka's states:
+
+* ``Empty`` -- no members (a new group, or one whose members all left). Offsets may
+  still be committed and fetched; offsets expire ``offsets.retention.minutes`` after
+  the group became empty.
+* ``PreparingRebalance`` -- a member joined, left, failed or changed its metadata.
+  JoinGroup requests are parked (``DelayedJoin`` in the rebalance purgatory) until
+  every known member has rejoined or the rebalance timeout passes; members that did
+  not rejoin are dropped (static members stay). The first rebalance of an empty
+  group waits ``group.initial.rebalance.delay.ms`` more per joining member, up to the
+  rebalance timeout (``InitialDelayedJoin``).
+* ``CompletingRebalance`` -- a new generation: every member has its JoinGroup answer
+  and the leader (who got every member's metadata) computes the assignment. SyncGroup
+  requests are parked until the leader's arrives. Members that do not send SyncGroup
+  within the rebalance timeout are removed (``DelayedSync``).
+* ``Stable`` -- assignments handed out; members heartbeat. A member whose session
+  timeout passes without a heartbeat (``DelayedHeartbeat`` in the heartbeat purgatory)
+  is removed, which starts a rebalance.
+* ``Dead`` -- deleted (DeleteGroups, or an empty group whose offsets all expired).
+
+Static membership (KIP-345): a member with ``group.instance.id`` that rejoins with an
+unknown member id replaces its old member id; while the group is Stable and its
+selected protocol does not change, that causes no rebalance (the others keep their
+generation and assignment). Dynamic members joining with JoinGroup v4+ get
+MEMBER_ID_REQUIRED first (KIP-394) and are tracked as pending until they rejoin.
+
+Timeouts are :class:`~tidegate.server.purgatory.DelayedOperation` objects on the
+timing wheels of two purgatories (Kafka's "Heartbeat" and "Rebalance"): a thousand
+members cost a thousand wheel entries and one event-loop timer, not a timer each.
+Every method here runs on the event loop's thread; answers leave through callbacks
+(``JoinResult`` / ``SyncResult``), possibly long after the call returned.
+
+Group metadata (after each rebalance) and committed offsets are written to
+``__consumer_offsets`` through :class:`~tidegate.server.group_offsets.OffsetsLog`
+and replayed by :meth:`GroupCoordinator.startup`.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import struct
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from tidegate.server.group_offsets import (
+    OffsetAndMetadata,
+    OffsetsLog,
+    decode_group,
+    decode_offset,
+    encode_group,
+    encode_offset,
+    group_key,
+    offset_key,
+    parse_key,
+)
+from tidegate.server.purgatory import DelayedOperation, DelayedOperationPurgatory
+
+log = logging.getLogger(__name__)
+
+E = ErrorCode
+CONSUMER_PROTOCOL_TYPE = "consumer"
+UNKNOWN_MEMBER_ID = ""
+#: Kafka's NewMemberJoinTimeoutMs: a new member's parked JoinGroup is dropped after this.
+NEW_MEMBER_JOIN_TIMEOUT_MS = 5 * 60 * 1000
+#: DescribeGroups' authorized operations when asked: READ, DELETE, DESCRIBE (no ACLs here).
+GROUP_AUTHORIZED_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
+
+
+class GroupState(enum.Enum):
+    EMPTY = "Empty"
+    PREPARING_REBALANCE = "PreparingRebalance"
+    COMPLETING_REBALANCE = "CompletingRebalance"
+    STABLE = "Stable"
+    DEAD = "Dead"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+EMPTY = GroupState.EMPTY
+PREPARING_REBALANCE = GroupState.PREPARING_REBALANCE
+COMPLETING_REBALANCE = GroupState.COMPLETING_REBALANCE
+STABLE = GroupState.STABLE
+DEAD = GroupState.DEAD
+
+_VALID_PREVIOUS = {
+    PREPARING_REBALANCE: {STABLE, COMPLETING_REBALANCE, EMPTY},
+    COMPLETING_REBALANCE: {PREPARING_REBALANCE},
+    STABLE: {COMPLETING_REBALANCE},
+    DEAD: {STABLE, PREPARING_REBALANCE, COMPLETING_REBALANCE, EMPTY, DEAD},
+    EMPTY: {PREPARING_REBALANCE},
+}
+
+
+# ------------------------------------------------------------------------------------------
+# results handed to the callbacks
+# ------------------------------------------------------------------------------------------
+@dataclass(slots=True)
+class JoinResult:
+    member_id: str
+    error: ErrorCode
+    generation_id: int = -1
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    leader_id: str = ""
+    skip_assignment: bool = False
+    #: (member id, group instance id, metadata): only the leader gets them
+    members: list[tuple[str, str | None, bytes]] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class SyncResult:
+    error: ErrorCode
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    assignment: bytes = b""
+
+
+JoinCallback = Callable[[JoinResult], None]
+SyncCallback = Callable[[SyncResult], None]
+
+
+@dataclass(frozen=True, slots=True)
+class GroupConfig:
+    min_session_timeout_ms: int = 6000
+    max_session_timeout_ms: int = 1_800_000
+    initial_rebalance_delay_ms: int = 3000
+    max_size: int = 2**31 - 1
+    offsets_retention_ms: int = 10080 * 60_000
+    offset_metadata_max_bytes: int = 4096
+    new_member_join_timeout_ms: int = NEW_MEMBER_JOIN_TIMEOUT_MS
+
+    @classmethod
+    def from_broker(cls, config: Any) -> GroupConfig:
+        return cls(
+            min_session_timeout_ms=config.get("group.min.session.timeout.ms"),
+            max_session_timeout_ms=config.get("group.max.session.timeout.ms"),
+            initial_rebalance_delay_ms=config.get("group.initial.rebalance.delay.ms"),
+            max_size=config.get("group.max.size"),
+            offsets_retention_ms=config.get("offsets.retention.minutes") * 60_000,
+            offset_metadata_max_bytes=config.get("offset.metadata.max.bytes"),
+        )
+
+
+# ------------------------------------------------------------------------------------------
+# members and groups
+# ------------------------------------------------------------------------------------------
+class MemberMetadata:
+    __slots__ = (
+        "assignment",
+        "awaiting_join",
+        "awaiting_sync",
+        "client_host",
+        "client_id",
+        "group_instance_id",
+        "heartbeat_satisfied",
+        "is_new",
+        "member_id",
+        "protocol_type",
+        "protocols",
+        "rebalance_timeout_ms",
+        "session_timeout_ms",
+    )
+
+    def __init__(
+        self,
+        member_id: str,
+        group_instance_id: str | None,
+        client_id: str,
+        client_host: str,
+        rebalance_timeout_ms: int,
+        session_timeout_ms: int,
+        protocol_type: str,
+        protocols: list[tuple[str, bytes]],
+    ) -> None:
+        self.member_id = member_id
+        self.group_instance_id = group_instance_id
+        self.client_id = client_id
+        self.client_host = client_host
+        self.rebalance_timeout_ms = rebalance_timeout_ms
+        self.session_timeout_ms = session_timeout_ms
+        self.protocol_type = protocol_type
+        self.protocols = protocols
+        self.assignment = b""
+        self.awaiting_join: JoinCallback | None = None
+        self.awaiting_sync: SyncCallback | None = None
+        self.is_new = False
+        self.heartbeat_satisfied = False
+
+    @property
+    def is_static(self) -> bool:
+        return self.group_instance_id is not None
+
+    @property
+    def is_awaiting_join(self) -> bool:
+        return self.awaiting_join is not None
+
+    @property
+    def is_awaiting_sync(self) -> bool:
+        return self.awaiting_sync is not None
+
+    @property
+    def has_satisfied_heartbeat(self) -> bool:
+        if self.is_new:
+            return self.heartbeat_satisfied  # new members can expire while awaiting join
+        if self.is_awaiting_join or self.is_awaiting_sync:
+            return True  # members waiting on a rebalance satisfy heartbeats automatically
+        return self.heartbeat_satisfied
+
+    def metadata(self, protocol: str) -> bytes:
+        for name, meta in self.protocols:
+            if name == protocol:
+                return meta
+        raise ValueError(f"member {self.member_id} does not support protocol {protocol}")
+
+    def matches(self, protocols: list[tuple[str, bytes]]) -> bool:
+        return len(protocols) == len(self.protocols) and all(
+            a[0] == b[0] and a[1] == b[1] for a, b in zip(protocols, self.protocols, strict=True)
+        )
+
+    def vote(self, candidates: set[str]) -> str:
+        for name, _ in self.protocols:
+            if name in candidates:
+                return name
+        raise ValueError(f"member {self.member_id} does not support any of {candidates}")
+
+    def __repr__(self) -> str:
+        return (
+            f"MemberMetadata({self.member_id!r}, instance={self.group_instance_id!r}, "
+            f"client={self.client_id!r}@{self.client_host})"
+        )
+
+
+def subscribed_topics_of(metadata: bytes) -> set[str]:
+    """Topics of a ConsumerProtocolSubscription (the v0 prefix every version shares:
+    int16 version, then an array of strings). Raises ValueError if it does not parse."""
+    try:
+        (_version,) = struct.unpack_from(">h", metadata, 0)
+        (count,) = struct.unpack_from(">i", metadata, 2)
+        pos = 6
+        topics = set()
+        if count < 0 or count > len(metadata):
+            raise ValueError(f"bad topic count {count}")
+        for _ in range(count):
+            (n,) = struct.unpack_from(">h", metadata, pos)
+            pos += 2
+            if n < 0 or pos + n > len(metadata):
+                raise ValueError("bad topic name length")
+            topics.add(bytes(metadata[pos : pos + n]).decode("utf-8"))
+            pos += n
+        return topics
+    except (struct.error, UnicodeDecodeError) as exc:
+        raise ValueError(str(exc)) from exc
+
+
+class GroupMetadata:
+    """One group: members, protocols, generation, leader, state and committed offsets."""
+
+    def __init__(self, group_id: str, state: GroupState, clock: Callable[[], int]) -> None:
+        self.group_id = group_id
+        self.state = state
+        self._clock = clock
+        #: when the group entered its state (None for groups loaded with offsets only)
+        self.state_timestamp: int | None = clock()
+        self.protocol_type: str | None = None
+        self.protocol_name: str | None = None
+        self.generation_id = 0
+        self.leader_id: str | None = None
+        self.members: dict[str, MemberMetadata] = {}
+        self.static_members: dict[str, str] = {}  # group.instance.id -> member id
+        self.pending_members: set[str] = set()
+        self.pending_sync_members: set[str] = set()
+        self.num_awaiting_join = 0
+        self.supported_protocols: Counter[str] = Counter()
+        self.new_member_added = False
+        self.subscribed_topics: set[str] | None = None
+        self.offsets: dict[tuple[str, int], OffsetAndMetadata] = {}
+
+    # -- queries -------------------------------------------------------------------------
+    def is_leader(self, member_id: str) -> bool:
+        return self.leader_id is not None and self.leader_id == member_id
+
+    def has(self, member_id: str) -> bool:
+        return member_id in self.members
+
+    @property
+    def size(self) -> int:
+        return len(self.members)
+
+    @property
+    def is_consumer_group(self) -> bool:
+        return self.protocol_type == CONSUMER_PROTOCOL_TYPE
+
+    def can_rebalance(self) -> bool:
+        return self.state in _VALID_PREVIOUS[PREPARING_REBALANCE]
+
+    def has_all_members_joined(self) -> bool:
+        return len(self.members) == self.num_awaiting_join and not self.pending_members
+
+    def rebalance_timeout_ms(self) -> int:
+        return max((m.rebalance_timeout_ms for m in self.members.values()), default=0)
+
+    def is_pending_member(self, member_id: str) -> bool:
+        return member_id in self.pending_members
+
+    def is_subscribed_to_topic(self, topic: str) -> bool:
+        return True if self.subscribed_topics is None else topic in self.subscribed_topics
+
+    # -- transitions ---------------------------------------------------------------------
+    def transition_to(self, state: GroupState) -> None:
+        if self.state not in _VALID_PREVIOUS[state]:
+            raise RuntimeError(
+                f"group {self.group_id} should be in one of "
+                f"{sorted(s.value for s in _VALID_PREVIOUS[state])} before moving to {state}, "
+                f"but it is {self.state}"
+            )
+        self.state = state
+        self.state_timestamp = self._clock()
+
+    # -- membership ----------------------------------------------------------------------
+    def add(self, member: MemberMetadata, callback: JoinCallback | None = None) -> None:
+        if member.group_instance_id is not None:
+            if member.group_instance_id in self.static_members:
+                raise RuntimeError(f"static member {member.group_instance_id} is already in the group")
+            self.static_members[member.group_instance_id] = member.member_id
+        if not self.members:
+            self.protocol_type = member.protocol_type
+        if self.leader_id is None:
+            self.leader_id = member.member_id
+        self.members[member.member_id] = member
+        self.supported_protocols.update(name for name, _ in member.protocols)
+        member.awaiting_join = callback
+        if callback is not None:
+            self.num_awaiting_join += 1
+        self.pending_members.discard(member.member_id)
+
+    def remove(self, member_id: str) -> None:
+        member = self.members.pop(member_id, None)
+        if member is not None:
+            self.supported_protocols.subtract(name for name, _ in member.protocols)
+            if member.is_awaiting_join:
+                self.num_awaiting_join -= 1
+            if member.group_instance_id is not None:
+                self.static_members.pop(member.group_instance_id, None)
+        if self.is_leader(member_id):
+            self.leader_id = next(iter(self.members), None)
+        self.pending_members.discard(member_id)
+        self.pending_sync_members.discard(member_id)
+
+    def maybe_elect_new_joined_leader(self) -> bool:
+        """Keep a leader that rejoined, else pick any member that did; False if none did."""
+        if self.leader_id is None:
+            return False
+        leader = self.members.get(self.leader_id)
+        if leader is not None and leader.is_awaiting_join:
+            return True
+        for mid, member in self.members.items():
+            if member.is_awaiting_join:
+                log.info(
+                    "leader %s of group %s did not rejoin before the rebalance timeout; %s leads",
+                    self.leader_id,
+                    self.group_id,
+                    mid,
+                )
+                self.leader_id = mid
+                return True
+        return False
+
+    def replace_static_member(self, instance_id: str, old_id: str, new_id: str) -> MemberMetadata:
+        member = self.members.pop(old_id)
+        # a duplicate instance still parked in JoinGroup/SyncGroup is fenced right away
+        self.maybe_invoke_join_callback(member, JoinResult(old_id, E.fenced_instance_id))
+        self.maybe_invoke_sync_callback(member, SyncResult(E.fenced_instance_id))
+        member.member_id = new_id
+        self.members[new_id] = member
+        if self.is_leader(old_id):
+            self.leader_id = new_id
+        self.static_members[instance_id] = new_id
+        if old_id in self.pending_sync_members:
+            self.pending_sync_members.discard(old_id)
+            self.pending_sync_members.add(new_id)
+        return member
+
+    def update_member(
+        self,
+        member: MemberMetadata,
+        protocols: list[tuple[str, bytes]],
+        rebalance_timeout_ms: int,
+        session_timeout_ms: int,
+        callback: JoinCallback | None,
+    ) -> None:
+        self.supported_protocols.subtract(name for name, _ in member.protocols)
+        member.protocols = protocols
+        self.supported_protocols.update(name for name, _ in protocols)
+        member.rebalance_timeout_ms = rebalance_timeout_ms
+        member.session_timeout_ms = session_timeout_ms
+        if callback is not None and not member.is_awaiting_join:
+            self.num_awaiting_join += 1
+        elif callback is None and member.is_awaiting_join:
+            self.num_awaiting_join -= 1
+        member.awaiting_join = callback
+
+    def maybe_invoke_join_callback(self, member: MemberMetadata, result: JoinResult) -> None:
+        callback = member.awaiting_join
+        if callback is not None:
+            member.awaiting_join = None
+            self.num_awaiting_join -= 1
+            callback(result)
+
+    def maybe_invoke_sync_callback(self, member: MemberMetadata, result: SyncResult) -> bool:
+        callback = member.awaiting_sync
+        if callback is None:
+            return False
+        member.awaiting_sync = None
+        callback(result)
+        return True
+
+    # -- protocols -----------------------------------------------------------------------
+    def _candidate_protocols(self) -> set[str]:
+        n = len(self.members)
+        return {name for name, count in self.supported_protocols.items() if count == n}
+
+    def select_protocol(self) -> str:
+        if not self.members:
+            raise RuntimeError("cannot select a protocol for an empty group")
+        candidates = self._candidate_protocols()
+        votes = Counter(m.vote(candidates) for m in self.members.values())
+        return votes.most_common(1)[0][0]
+
+    def supports_protocols(self, protocol_type: str, protocols: set[str]) -> bool:
+        if self.state is EMPTY:
+            return bool(protocol_type) and bool(protocols)
+        n = len(self.members)
+        return self.protocol_type == protocol_type and any(
+            self.supported_protocols[p] == n for p in protocols
+        )
+
+    def compute_subscribed_topics(self) -> set[str] | None:
+        if self.protocol_type != CONSUMER_PROTOCOL_TYPE:
+            return None
+        if not self.members:
+            return set()
+        if self.protocol_name is None:
+            return None
+        topics: set[str] = set()
+        try:
+            for m in self.members.values():
+                topics |= subscribed_topics_of(m.metadata(self.protocol_name))
+        except ValueError as exc:
+            log.warning("cannot parse the subscriptions of group %s: %s", self.group_id, exc)
+            return None
+        return topics
+
+    def init_next_generation(self) -> None:
+        self.generation_id += 1
+        if self.members:
+            self.protocol_name = self.select_protocol()
+            self.subscribed_topics = self.compute_subscribed_topics()
+            self.transition_to(COMPLETING_REBALANCE)
+        else:
+            self.protocol_name = None
+            self.subscribed_topics = self.compute_subscribed_topics()
+            self.transition_to(EMPTY)
+        self.pending_sync_members.clear()
+
+    def current_member_metadata(self) -> list[tuple[str, str | None, bytes]]:
+        if self.state in (DEAD, PREPARING_REBALANCE) or self.protocol_name is None:
+            raise RuntimeError(f"no member metadata for group {self.group_id} in state {self.state}")
+        return [
+            (mid, m.group_instance_id, m.metadata(self.protocol_name))
+            for mid, m in self.members.items()
+        ]
+
+    def generate_member_id(self, client_id: str, group_instance_id: str | None) -> str:
+        prefix = group_instance_id if group_instance_id is not None else client_id
+        return f"{prefix}-{uuid.uuid4()}"
+
+    def __repr__(self) -> str:
+        return (
+            f"GroupMetadata({self.group_id!r}, {self.state}, generation={self.generation_id}, "
+            f"members={list(self.members)})"
+        )
+
+
+# ------------------------------------------------------------------------------------------
+# delayed operations
+# ------------------------------------------------------------------------------------------
+def member_key(group_id: str, member_id: str) -> tuple[str, str, str]:
+    return ("member", group_id, member_id)
+
+
+def join_key(group_id: str) -> tuple[str, str]:
+    return ("join", group_id)
+
+
+def sync_key(group_id: str) -> tuple[str, str]:
+    return ("sync", group_id)
+
+
+class DelayedHeartbeat(DelayedOperation):
+    """Session expiry of one member (or a pending member's wait for its second JoinGroup)."""
+
+    __slots__ = ("coordinator", "group", "is_pending", "member_id")
+
+    def __init__(self, coordinator: GroupCoordinator, group: GroupMetadata, member_id: str,
+                 is_pending: bool, timeout_ms: int) -> None:
+        super().__init__(timeout_ms)
+        self.coordinator = coordinator
+        self.group = group
+        self.member_id = member_id
+        self.is_pending = is_pending
+
+    def try_complete(self) -> bool:
+        return self.coordinator._try_complete_heartbeat(self)
+
+    def on_expiration(self) -> None:
+        self.coordinator._on_expire_heartbeat(self.group, self.member_id, self.is_pending)
+
+
+class DelayedJoin(DelayedOperation):
+    """The rebalance's join phase: completes when every member rejoined, or on timeout."""
+
+    __slots__ = ("coordinator", "group")
+
+    def __init__(self, coordinator: GroupCoordinator, group: GroupMetadata, timeout_ms: int) -> None:
+        super().__init__(timeout_ms)
+        self.coordinator = coordinator
+        self.group = group
+
+    def try_complete(self) -> bool:
+        if self.group.has_all_members_joined():
+            return self.force_complete()
+        return False
+
+    def on_complete(self) -> None:
+        self.coordinator._on_complete_join(self.group)
+
+
+class InitialDelayedJoin(DelayedJoin):
+    """The first rebalance of an empty group: wait ``group.initial.rebalance.delay.ms``,
+    again after each new member, until the rebalance timeout is used up."""
+
+    __slots__ = ("configured_delay", "remaining_ms")
+
+    def __init__(self, coordinator: GroupCoordinator, group: GroupMetadata,
+                 configured_delay: int, delay_ms: int, remaining_ms: int) -> None:
+        super().__init__(coordinator, group, delay_ms)
+        self.configured_delay = configured_delay
+        self.remaining_ms = remaining_ms
+
+    def try_complete(self) -> bool:
+        return False
+
+    def on_complete(self) -> None:
+        group = self.group
+        if group.new_member_added and self.remaining_ms != 0:
+            group.new_member_added = False
+            delay = min(self.configured_delay, self.remaining_ms)
+            remaining = max(self.remaining_ms - self.delay_ms, 0)
+            self.coordinator.rebalance_purgatory.try_complete_else_watch(
+                InitialDelayedJoin(self.coordinator, group, self.configured_delay, delay, remaining),
+                [join_key(group.group_id)],
+            )
+        else:
+            self.coordinator._on_complete_join(group)
+
+
+class DelayedSync(DelayedOperation):
+    """The sync phase: members that do not send SyncGroup within the rebalance timeout
+    are removed and the group rebalances again."""
+
+    __slots__ = ("coordinator", "generation_id", "group")
+
+    def __init__(self, coordinator: GroupCoordinator, group: GroupMetadata, generation_id: int,
+                 timeout_ms: int) -> None:
+        super().__init__(timeout_ms)
+        self.coordinator = coordinator
+        self.group = group
+        self.generation_id = generation_id
+
+    def try_complete(self) -> bool:
+        group = self.group
+        if (
+            self.generation_id != group.generation_id
+            or group.state in (DEAD, EMPTY, PREPARING_REBALANCE)
+            or not group.pending_sync_members
+        ):
+            return self.force_complete()
+        return False
+
+    def on_expiration(self) -> None:
+        self.coordinator._on_expire_pending_sync(self.group, self.generation_id)
+
+
+# ------------------------------------------------------------------------------------------
+# the coordinator
+# ------------------------------------------------------------------------------------------
+#: APIs that accept an empty group id (Kafka keeps them working for the "" group).
+_EMPTY_ID_OK = frozenset({"offset_commit", "offset_fetch", "describe_groups", "delete_groups"})
+
+
+class GroupCoordinator:
+    def __init__(
+        self,
+        config: GroupConfig,
+        heartbeat_purgatory: DelayedOperationPurgatory,
+        rebalance_purgatory: DelayedOperationPurgatory,
+        store: OffsetsLog | None,
+        now_ms: Callable[[], int],
+    ) -> None:
+        self.config = config
+        self.heartbeat_purgatory = heartbeat_purgatory
+        self.rebalance_purgatory = rebalance_purgatory
+        self.store = store
+        self.now_ms = now_ms
+        self.groups: dict[str, GroupMetadata] = {}
+        self.active = False
+        self.rebalances_completed = 0
+        self.offsets_expired = 0
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def startup(self) -> None:
+        """Load groups and offsets from ``__consumer_offsets`` and start serving."""
+        if self.active:
+            return
+        if self.store is not None:
+            n = self.store.load()
+            self._load(self.store.live.items())
+            if n:
+                log.info(
+                    "loaded %d group(s) with %d committed offset(s) from %d record(s)",
+                    len(self.groups),
+                    sum(len(g.offsets) for g in self.groups.values()),
+                    n,
+                )
+        self.active = True
+
+    def _load(self, items: Iterable[tuple[bytes, bytes]]) -> None:
+        records: dict[str, dict] = {}
+        offsets: dict[str, dict[tuple[str, int], OffsetAndMetadata]] = {}
+        for key, value in items:
+            try:
+                k = parse_key(key)
+                if k[0] == "o":
+                    offsets.setdefault(k[1], {})[(k[2], int(k[3]))] = decode_offset(value)
+                elif k[0] == "g":
+                    records[k[1]] = decode_group(value)
+            except (ValueError, KeyError, IndexError, TypeError) as exc:
+                log.warning("skipping an unreadable record of __consumer_offsets: %s", exc)
+        for group_id in records.keys() | offsets.keys():
+            rec = records.get(group_id)
+            group = GroupMetadata(group_id, EMPTY, self.now_ms)
+            if rec is None:
+                group.state_timestamp = None
+            else:
+                group.generation_id = rec["generation"]
+                group.protocol_type = rec["protocol_type"]
+                group.protocol_name = rec["protocol"]
+                group.state_timestamp = rec["state_ts"]
+                for m in rec["members"]:
+                    member = MemberMetadata(
+                        m["member_id"],
+                        m["group_instance_id"],
+                        m["client_id"],
+                        m["client_host"],
+                        m["rebalance_timeout_ms"],
+                        m["session_timeout_ms"],
+                        rec["protocol_type"] or "",
+                        [(rec["protocol"] or "", m["subscription"])],
+                    )
+                    member.assignment = m["assignment"]
+                    group.add(member)
+                group.leader_id = rec["leader"] if rec["leader"] in group.members else group.leader_id
+                if group.members:
+                    group.state = STABLE
+                group.subscribed_topics = group.compute_subscribed_topics()
+            group.offsets = offsets.get(group_id, {})
+            self.groups[group_id] = group
+            for member in group.members.values():
+                self._complete_and_schedule_next_heartbeat_expiration(group, member)
+
+    def shutdown(self) -> None:
+        """Answer every parked JoinGroup/SyncGroup with NOT_COORDINATOR (the clients look
+        for the coordinator again) and stop serving."""
+        self.active = False
+        for group in self.groups.values():
+            for member in list(group.members.values()):
+                group.maybe_invoke_join_callback(member, JoinResult(member.member_id, E.not_coordinator))
+                group.maybe_invoke_sync_callback(member, SyncResult(E.not_coordinator))
+
+    def _validate_group_status(self, group_id: str | None, api: str) -> ErrorCode | None:
+        if group_id is None or (group_id == "" and api not in _EMPTY_ID_OK):
+            return E.invalid_group_id
+        if not self.active:
+            return E.coordinator_not_available
+        return None
+
+    def _get_or_create(self, group_id: str) -> GroupMetadata:
+        group = self.groups.get(group_id)
+        if group is None:
+            group = self.groups[group_id] = GroupMetadata(group_id, EMPTY, self.now_ms)
+        return group
+
+    # -- persistence -------------------------------------------------------------------------
+    def _store_group(self, group: GroupMetadata, assignment: dict[str, bytes]) -> ErrorCode:
+        if self.store is None:
+            return E.none
+        protocol = group.protocol_name
+        value = encode_group(
+            protocol_type=group.protocol_type,
+            generation=group.generation_id,
+            protocol_name=protocol,
+            leader=group.leader_id,
+            state_timestamp=group.state_timestamp if group.state_timestamp is not None else self.now_ms(),
+            members=[
+                {
+                    "member_id": m.member_id,
+                    "group_instance_id": m.group_instance_id,
+                    "client_id": m.client_id,
+                    "client_host": m.client_host,
+                    "rebalance_timeout_ms": m.rebalance_timeout_ms,
+                    "session_timeout_ms": m.session_timeout_ms,
+                    "subscription": m.metadata(protocol) if protocol is not None else b"",
+                    "assignment": assignment.get(m.member_id, b""),
+                }
+                for m in group.members.values()
+            ],
+        )
+        try:
+            self.store.append([(group_key(group.group_id), value)])
+        except OSError as exc:
+            log.error("could not store the metadata of group %s: %s", group.group_id, exc)
+            return E.not_coordinator
+        return E.none
+
+    def _append_tombstones(self, keys: list[bytes]) -> None:
+        if self.store is None or not keys:
+            return
+        try:
+            self.store.append([(k, None) for k in keys])
+        except OSError as exc:
+            log.error("could not write %d tombstone(s) to __consumer_offsets: %s", len(keys), exc)
+
+    # -- JoinGroup ----------------------------------------------------------------------------
+    def _accept_joining_member(self, group: GroupMetadata, member_id: str) -> bool:
+        state = group.state
+        if state in (EMPTY, DEAD):
+            return True
+        if state is PREPARING_REBALANCE:
+            member = group.members.get(member_id)
+            return (member is not None and member.is_awaiting_join) or (
+                group.num_awaiting_join < self.config.max_size
+            )
+        return member_id in group.members or group.size < self.config.max_size
+
+    def handle_join_group(
+        self,
+        group_id: str,
+        member_id: str,
+        group_instance_id: str | None,
+        require_known_member_id: bool,
+        support_skipping_assignment: bool,
+        client_id: str,
+        client_host: str,
+        rebalance_timeout_ms: int,
+        session_timeout_ms: int,
+        protocol_type: str,
+        protocols: list[tuple[str, bytes]],
+        callback: JoinCallback,
+        reason: str | None = None,
+    ) -> None:
+        error = self._validate_group_status(group_id, "join_group")
+        if error is not None:
+            callback(JoinResult(member_id, error))
+            return
+        cfg = self.config
+        if not cfg.min_session_timeout_ms <= session_timeout_ms <= cfg.max_session_timeout_ms:
+            callback(JoinResult(member_id, E.invalid_session_timeout))
+            return
+        is_unknown = member_id == UNKNOWN_MEMBER_ID
+        group = self.groups.get(group_id)
+        if group is None:
+            if not is_unknown:
+                callback(JoinResult(member_id, E.unknown_member_id))
+                return
+            group = self._get_or_create(group_id)
+        why = reason or "not provided"
+        if not self._accept_joining_member(group, member_id):
+            group.remove(member_id)
+            callback(JoinResult(UNKNOWN_MEMBER_ID, E.group_max_size_reached))
+        elif is_unknown:
+            self._do_new_member_join(
+                group, group_instance_id, require_known_member_id, support_skipping_assignment,
+                client_id, client_host, rebalance_timeout_ms, session_timeout_ms, protocol_type,
+                protocols, callback, why,
+            )
+        else:
+            self._do_current_member_join(
+                group, member_id, group_instance_id, client_id, client_host, rebalance_timeout_ms,
+                session_timeout_ms, protocol_type, protocols, callback, why,
+            )
+        if group.state is PREPARING_REBALANCE:
+            self.rebalance_purgatory.check_and_complete(join_key(group.group_id))
+
+    def _do_new_member_join(
+        self, group: GroupMetadata, group_instance_id: str | None, require_known_member_id: bool,
+        support_skipping_assignment: bool, client_id: str, client_host: str,
+        rebalance_timeout_ms: int, session_timeout_ms: int, protocol_type: str,
+        protocols: list[tuple[str, bytes]], callback: JoinCallback, reason: str,
+    ) -> None:
+        if group.state is DEAD:
+            callback(JoinResult(UNKNOWN_MEMBER_ID, E.coordinator_not_available))
+            return
+        if not group.supports_protocols(protocol_type, {name for name, _ in protocols}):
+            callback(JoinResult(UNKNOWN_MEMBER_ID, E.inconsistent_group_protocol))
+            return
+        new_id = group.generate_member_id(client_id, group_instance_id)
+        if group_instance_id is not None:
+            old_id = group.static_members.get(group_instance_id)
+            if old_id is not None:
+                log.info(
+                    "static member %s of group %s rejoins in %s: member id %s replaces %s",
+                    group_instance_id, group.group_id, group.state, new_id, old_id,
+                )
+                self._update_static_member_and_rebalance(
+                    group, old_id, new_id, group_instance_id, protocols, rebalance_timeout_ms,
+                    session_timeout_ms, callback, reason, support_skipping_assignment,
+                )
+            else:
+                self._add_member_and_rebalance(
+                    rebalance_timeout_ms, session_timeout_ms, new_id, group_instance_id, client_id,
+                    client_host, protocol_type, protocols, group, callback, reason,
+                )
+        elif require_known_member_id:
+            # KIP-394: hand out the id first; the member is pending until it rejoins with it
+            group.pending_members.add(new_id)
+            self._add_pending_member_expiration(group, new_id, session_timeout_ms)
+            callback(JoinResult(new_id, E.member_id_required))
+        else:
+            self._add_member_and_rebalance(
+                rebalance_timeout_ms, session_timeout_ms, new_id, None, client_id, client_host,
+                protocol_type, protocols, group, callback, reason,
+            )
+
+    def _validate_current_member(
+        self, group: GroupMetadata, member_id: str, group_instance_id: str | None
+    ) -> ErrorCode | None:
+        if group_instance_id is not None:
+            current = group.static_members.get(group_instance_id)
+            if current is None:
+                return E.unknown_member_id
+            if current != member_id:
+                log.info(
+                    "member %s with group.instance.id %s is fenced by member %s in group %s",
+                    member_id, group_instance_id, current, group.group_id,
+                )
+                return E.fenced_instance_id
+            return None
+        if member_id not in group.members:
+            return E.unknown_member_id
+        return None
+
+    def _do_current_member_join(
+        self, group: GroupMetadata, member_id: str, group_instance_id: str | None,
+        client_id: str, client_host: str, rebalance_timeout_ms: int, session_timeout_ms: int,
+        protocol_type: str, protocols: list[tuple[str, bytes]], callback: JoinCallback, reason: str,
+    ) -> None:
+        if group.state is DEAD:
+            callback(JoinResult(member_id, E.coordinator_not_available))
+            return
+        if not group.supports_protocols(protocol_type, {name for name, _ in protocols}):
+            callback(JoinResult(member_id, E.inconsistent_group_protocol))
+            return
+        if group.is_pending_member(member_id):
+            if group_instance_id is not None:
+                # pending members are always dynamic: this id was never handed to a static one
+                callback(JoinResult(member_id, E.unknown_member_id))
+                return
+            self._add_member_and_rebalance(
+                rebalance_timeout_ms, session_timeout_ms, member_id, None, client_id, client_host,
+                protocol_type, protocols, group, callback, reason,
+            )
+            return
+        error = self._validate_current_member(group, member_id, group_instance_id)
+        if error is not None:
+            callback(JoinResult(member_id, error))
+            return
+        member = group.members[member_id]
+        state = group.state
+        if state is PREPARING_REBALANCE:
+            self._update_member_and_rebalance(
+                group, member, protocols, rebalance_timeout_ms, session_timeout_ms, callback
+            )
+        elif state is COMPLETING_REBALANCE:
+            if member.matches(protocols):
+                # the same metadata (it probably missed the JoinGroup answer): answer again
+                callback(
+                    JoinResult(
+                        member_id, E.none, group.generation_id, group.protocol_type,
+                        group.protocol_name, group.leader_id or "", False,
+                        group.current_member_metadata() if group.is_leader(member_id) else [],
+                    )
+                )
+            else:
+                self._update_member_and_rebalance(
+                    group, member, protocols, rebalance_timeout_ms, session_timeout_ms, callback
+                )
+        elif state is STABLE:
+            if group.is_leader(member_id) or not member.matches(protocols):
+                # the leader rejoining forces a rebalance (it may have seen new metadata)
+                self._update_member_and_rebalance(
+                    group, member, protocols, rebalance_timeout_ms, session_timeout_ms, callback
+                )
+            else:
+                callback(
+                    JoinResult(
+                        member_id, E.none, group.generation_id, group.protocol_type,
+                        group.protocol_name, group.leader_id or "",
+                    )
+                )
+        else:
+            log.warning("member %s rejoins group %s in state %s", member_id, group.group_id, state)
+            callback(JoinResult(member_id, E.unknown_member_id))
+
+    def _add_member_and_rebalance(
+        self, rebalance_timeout_ms: int, session_timeout_ms: int, member_id: str,
+        group_instance_id: str | None, client_id: str, client_host: str, protocol_type: str,
+        protocols: list[tuple[str, bytes]], group: GroupMetadata, callback: JoinCallback,
+        reason: str,
+    ) -> None:
+        member = MemberMetadata(
+            member_id, group_instance_id, client_id, client_host, rebalance_timeout_ms,
+            session_timeout_ms, protocol_type, protocols,
+        )
+        member.is_new = True
+        if group.state is PREPARING_REBALANCE and group.generation_id == 0:
+            group.new_member_added = True
+        group.add(member, callback)
+        # A new member cannot heartbeat while its JoinGroup is parked (the connection is
+        # muted): drop it if the rebalance has not answered it after this long.
+        self._complete_and_schedule_next_expiration(group, member, self.config.new_member_join_timeout_ms)
+        self._maybe_prepare_rebalance(
+            group, f"adding member {member_id} (instance {group_instance_id}); reason: {reason}"
+        )
+
+    def _update_static_member_and_rebalance(
+        self, group: GroupMetadata, old_id: str, new_id: str, instance_id: str,
+        protocols: list[tuple[str, bytes]], rebalance_timeout_ms: int, session_timeout_ms: int,
+        callback: JoinCallback, reason: str, support_skipping_assignment: bool,
+    ) -> None:
+        current_leader = group.leader_id
+        member = group.replace_static_member(instance_id, old_id, new_id)
+        self._complete_and_schedule_next_heartbeat_expiration(group, member)
+        old_protocols = member.protocols
+        old_rebalance, old_session = member.rebalance_timeout_ms, member.session_timeout_ms
+        group.update_member(member, protocols, rebalance_timeout_ms, session_timeout_ms, callback)
+        state = group.state
+        if state is STABLE:
+            if group.protocol_name == group.select_protocol():
+                # Same protocol: no rebalance. Persist the new member id and answer with
+                # the current generation; the member's SyncGroup gets its old assignment.
+                error = self._store_group(group, {m.member_id: m.assignment for m in group.members.values()})
+                if error is not E.none:
+                    group.update_member(member, old_protocols, old_rebalance, old_session, None)
+                    old = group.replace_static_member(instance_id, new_id, old_id)
+                    self._complete_and_schedule_next_heartbeat_expiration(group, old)
+                    callback(
+                        JoinResult(
+                            UNKNOWN_MEMBER_ID, error, group.generation_id, group.protocol_type,
+                            group.protocol_name, current_leader or "",
+                        )
+                    )
+                elif support_skipping_assignment:
+                    # JoinGroup v9: a static leader learns it leads but skips the assignor
+                    is_leader = group.is_leader(new_id)
+                    group.maybe_invoke_join_callback(
+                        member,
+                        JoinResult(
+                            new_id, E.none, group.generation_id, group.protocol_type,
+                            group.protocol_name, group.leader_id or "", is_leader,
+                            group.current_member_metadata() if is_leader else [],
+                        ),
+                    )
+                else:
+                    # older versions: the old leader id, so this member never runs an
+                    # assignment a stable group would ignore
+                    group.maybe_invoke_join_callback(
+                        member,
+                        JoinResult(
+                            new_id, E.none, group.generation_id, group.protocol_type,
+                            group.protocol_name, current_leader or "",
+                        ),
+                    )
+            else:
+                self._maybe_prepare_rebalance(
+                    group, f"static member {instance_id} rejoined with a protocol change; {reason}"
+                )
+        elif state is COMPLETING_REBALANCE:
+            # the leader may already hold the old member id: assign again
+            self._prepare_rebalance(group, f"static member {instance_id} rejoined; {reason}")
+        elif state is PREPARING_REBALANCE:
+            pass
+        else:
+            raise RuntimeError(f"static member {instance_id} rejoins group {group.group_id} in {state}")
+
+    def _update_member_and_rebalance(
+        self, group: GroupMetadata, member: MemberMetadata, protocols: list[tuple[str, bytes]],
+        rebalance_timeout_ms: int, session_timeout_ms: int, callback: JoinCallback,
+    ) -> None:
+        group.update_member(member, protocols, rebalance_timeout_ms, session_timeout_ms, callback)
+        self._maybe_prepare_rebalance(group, f"member {member.member_id} rejoined in {group.state}")
+
+    def _maybe_prepare_rebalance(self, group: GroupMetadata, reason: str) -> None:
+        if group.can_rebalance():
+            self._prepare_rebalance(group, reason)
+
+    def _prepare_rebalance(self, group: GroupMetadata, reason: str) -> None:
+        if group.state is COMPLETING_REBALANCE:
+            # members parked in SyncGroup learn they must rejoin
+            self._reset_and_propagate_assignment_error(group, E.rebalance_in_progress)
+        self._remove_sync_expiration(group)
+        if group.state is EMPTY:
+            delay = self.config.initial_rebalance_delay_ms
+            op: DelayedJoin = InitialDelayedJoin(
+                self, group, delay, delay, max(group.rebalance_timeout_ms() - delay, 0)
+            )
+        else:
+            op = DelayedJoin(self, group, group.rebalance_timeout_ms())
+        group.transition_to(PREPARING_REBALANCE)
+        log.info(
+            "preparing to rebalance group %s with old generation %d (%s)",
+            group.group_id, group.generation_id, reason,
+        )
+        self.rebalance_purgatory.try_complete_else_watch(op, [join_key(group.group_id)])
+
+    def _remove_member_and_update_group(self, group: GroupMetadata, member: MemberMetadata, reason: str) -> None:
+        # a new member may still be parked in JoinGroup: it retries on UNKNOWN_MEMBER_ID
+        group.maybe_invoke_join_callback(member, JoinResult(UNKNOWN_MEMBER_ID, E.unknown_member_id))
+        group.remove(member.member_id)
+        state = group.state
+        if state in (STABLE, COMPLETING_REBALANCE):
+            self._maybe_prepare_rebalance(group, reason)
+        elif state is PREPARING_REBALANCE:
+            self.rebalance_purgatory.check_and_complete(join_key(group.group_id))
+
+    def _remove_pending_member_and_update_group(self, group: GroupMetadata, member_id: str) -> None:
+        group.remove(member_id)
+        if group.state is PREPARING_REBALANCE:
+            self.rebalance_purgatory.check_and_complete(join_key(group.group_id))
+
+    def _on_complete_join(self, group: GroupMetadata) -> None:
+        not_rejoined = [
+            m for m in group.members.values() if not m.is_awaiting_join and not m.is_static
+        ]
+        if not_rejoined:
+            log.info(
+                "group %s removed dynamic members that did not rejoin: %s",
+                group.group_id, [m.member_id for m in not_rejoined],
+            )
+            for m in not_rejoined:
+                group.remove(m.member_id)
+                self._remove_heartbeat_for_leaving_member(group, m.member_id)
+        if group.state is DEAD:
+            return
+        if not group.maybe_elect_new_joined_leader() and group.members:
+            # only static members that did not rejoin are left: wait another round
+            log.error("group %s could not complete the rebalance: no member rejoined", group.group_id)
+            self.rebalance_purgatory.try_complete_else_watch(
+                DelayedJoin(self, group, group.rebalance_timeout_ms()), [join_key(group.group_id)]
+            )
+            return
+        group.init_next_generation()
+        self.rebalances_completed += 1
+        if group.state is EMPTY:
+            log.info("group %s with generation %d is now empty", group.group_id, group.generation_id)
+            if self._store_group(group, {}) is not E.none:
+                log.warning("could not store the empty generation of group %s", group.group_id)
+            return
+        log.info(
+            "stabilized group %s generation %d with %d member(s)",
+            group.group_id, group.generation_id, group.size,
+        )
+        members = group.current_member_metadata()
+        for member in list(group.members.values()):
+            is_leader = group.is_leader(member.member_id)
+            group.maybe_invoke_join_callback(
+                member,
+                JoinResult(
+                    member.member_id, E.none, group.generation_id, group.protocol_type,
+                    group.protocol_name, group.leader_id or "", False,
+                    members if is_leader else [],
+                ),
+            )
+            self._complete_and_schedule_next_heartbeat_expiration(group, member)
+            member.is_new = False
+            group.pending_sync_members.add(member.member_id)
+        self._schedule_pending_sync(group)
+
+    # -- SyncGroup -------------------------------------------------------------------------------
+    def handle_sync_group(
+        self,
+        group_id: str,
+        generation_id: int,
+        member_id: str,
+        protocol_type: str | None,
+        protocol_name: str | None,
+        group_instance_id: str | None,
+        assignments: dict[str, bytes],
+        callback: SyncCallback,
+    ) -> None:
+        error = self._validate_group_status(group_id, "sync_group")
+        if error is not None:
+            callback(SyncResult(error))
+            return
+        group = self.groups.get(group_id)
+        if group is None:
+            callback(SyncResult(E.unknown_member_id))
+            return
+        if group.state is DEAD:
+            callback(SyncResult(E.coordinator_not_available))
+            return
+        error = self._validate_current_member(group, member_id, group_instance_id)
+        if error is None:
+            if generation_id != group.generation_id:
+                error = E.illegal_generation
+            elif protocol_type is not None and protocol_type != group.protocol_type:
+                error = E.inconsistent_group_protocol
+            elif protocol_name is not None and protocol_name != group.protocol_name:
+                error = E.inconsistent_group_protocol
+        if error is not None:
+            callback(SyncResult(error))
+            return
+        state = group.state
+        if state is EMPTY:
+            callback(SyncResult(E.unknown_member_id))
+        elif state is PREPARING_REBALANCE:
+            callback(SyncResult(E.rebalance_in_progress))
+        elif state is COMPLETING_REBALANCE:
+            group.members[member_id].awaiting_sync = callback
+            self._remove_pending_sync_member(group, member_id)
+            if group.is_leader(member_id):
+                assignment = {mid: assignments.get(mid, b"") for mid in group.members}
+                missing = [mid for mid in group.members if mid not in assignments]
+                if missing:
+                    log.warning(
+                        "group %s generation %d: empty assignment for %s",
+                        group.group_id, group.generation_id, missing,
+                    )
+                error = self._store_group(group, assignment)
+                if group.state is COMPLETING_REBALANCE and generation_id == group.generation_id:
+                    if error is not E.none:
+                        self._reset_and_propagate_assignment_error(group, error)
+                        self._maybe_prepare_rebalance(group, f"error {error.name} storing the assignment")
+                    else:
+                        for member in group.members.values():
+                            member.assignment = assignment[member.member_id]
+                        self._propagate_assignment(group, E.none)
+                        group.transition_to(STABLE)
+        else:  # STABLE
+            self._remove_pending_sync_member(group, member_id)
+            member = group.members[member_id]
+            callback(SyncResult(E.none, group.protocol_type, group.protocol_name, member.assignment))
+            self._complete_and_schedule_next_heartbeat_expiration(group, member)
+
+    def _reset_and_propagate_assignment_error(self, group: GroupMetadata, error: ErrorCode) -> None:
+        for member in group.members.values():
+            member.assignment = b""
+        self._propagate_assignment(group, error)
+
+    def _propagate_assignment(self, group: GroupMetadata, error: ErrorCode) -> None:
+        ok = error is E.none
+        ptype = group.protocol_type if ok else None
+        pname = group.protocol_name if ok else None
+        for member in list(group.members.values()):
+            if group.maybe_invoke_sync_callback(member, SyncResult(error, ptype, pname, member.assignment)):
+                # restart the session clock once the member has its answer
+                self._complete_and_schedule_next_heartbeat_expiration(group, member)
+
+    def _remove_pending_sync_member(self, group: GroupMetadata, member_id: str) -> None:
+        group.pending_sync_members.discard(member_id)
+        self.rebalance_purgatory.check_and_complete(sync_key(group.group_id))
+
+    def _remove_sync_expiration(self, group: GroupMetadata) -> None:
+        group.pending_sync_members.clear()
+        self.rebalance_purgatory.check_and_complete(sync_key(group.group_id))
+
+    def _schedule_pending_sync(self, group: GroupMetadata) -> None:
+        self.rebalance_purgatory.try_complete_else_watch(
+            DelayedSync(self, group, group.generation_id, group.rebalance_timeout_ms()),
+            [sync_key(group.group_id)],
+        )
+
+    def _on_expire_pending_sync(self, group: GroupMetadata, generation_id: int) -> None:
+        if generation_id != group.generation_id or group.state in (DEAD, EMPTY, PREPARING_REBALANCE):
+            return
+        if group.pending_sync_members:
+            late = sorted(group.pending_sync_members)
+            for member_id in late:
+                group.remove(member_id)
+                self._remove_heartbeat_for_leaving_member(group, member_id)
+            log.info("group %s removed members that sent no SyncGroup in time: %s", group.group_id, late)
+            self._prepare_rebalance(group, f"removing {late} on pending sync expiration")
+
+    # -- heartbeats and session expiry ---------------------------------------------------------
+    def _complete_and_schedule_next_heartbeat_expiration(self, group: GroupMetadata, member: MemberMetadata) -> None:
+        self._complete_and_schedule_next_expiration(group, member, member.session_timeout_ms)
+
+    def _complete_and_schedule_next_expiration(
+        self, group: GroupMetadata, member: MemberMetadata, timeout_ms: int
+    ) -> None:
+        key = member_key(group.group_id, member.member_id)
+        member.heartbeat_satisfied = True
+        self.heartbeat_purgatory.check_and_complete(key)
+        member.heartbeat_satisfied = False
+        self.heartbeat_purgatory.try_complete_else_watch(
+            DelayedHeartbeat(self, group, member.member_id, False, timeout_ms), [key]
+        )
+
+    def _add_pending_member_expiration(self, group: GroupMetadata, member_id: str, timeout_ms: int) -> None:
+        self.heartbeat_purgatory.try_complete_else_watch(
+            DelayedHeartbeat(self, group, member_id, True, timeout_ms),
+            [member_key(group.group_id, member_id)],
+        )
+
+    def _remove_heartbeat_for_leaving_member(self, group: GroupMetadata, member_id: str) -> None:
+        self.heartbeat_purgatory.check_and_complete(member_key(group.group_id, member_id))
+
+    def _try_complete_heartbeat(self, op: DelayedHeartbeat) -> bool:
+        group = op.group
+        if group.state is DEAD:
+            return op.force_complete()
+        member = group.members.get(op.member_id)
+        if op.is_pending:
+            return op.force_complete() if member is not None else False
+        if member is None or member.has_satisfied_heartbeat:
+            return op.force_complete()
+        return False
+
+    def _on_expire_heartbeat(self, group: GroupMetadata, member_id: str, is_pending: bool) -> None:
+        if group.state is DEAD:
+            return
+        if is_pending:
+            if group.is_pending_member(member_id):
+                log.info("pending member %s of group %s expired", member_id, group.group_id)
+                self._remove_pending_member_and_update_group(group, member_id)
+            return
+        member = group.members.get(member_id)
+        if member is not None and not member.has_satisfied_heartbeat:
+            log.info("member %s of group %s failed (session timeout); removing it", member_id, group.group_id)
+            self._remove_member_and_update_group(group, member, f"member {member_id} session expired")
+
+    def handle_heartbeat(
+        self, group_id: str, member_id: str, group_instance_id: str | None, generation_id: int
+    ) -> ErrorCode:
+        error = self._validate_group_status(group_id, "heartbeat")
+        if error is not None:
+            return error
+        group = self.groups.get(group_id)
+        if group is None:
+            return E.unknown_member_id
+        if group.state is DEAD:
+            return E.coordinator_not_available
+        error = self._validate_current_member(group, member_id, group_instance_id)
+        if error is not None:
+            return error
+        if generation_id != group.generation_id:
+            return E.illegal_generation
+        state = group.state
+        if state is EMPTY:
+            return E.unknown_member_id
+        self._complete_and_schedule_next_heartbeat_expiration(group, group.members[member_id])
+        if state is PREPARING_REBALANCE:
+            return E.rebalance_in_progress
+        return E.none
+
+    # -- LeaveGroup ------------------------------------------------------------------------------
+    def handle_leave_group(
+        self, group_id: str, leaving: list[tuple[str, str | None, str | None]]
+    ) -> tuple[ErrorCode, list[tuple[str, str | None, ErrorCode]]]:
+        """``leaving``: (member id, group instance id, reason). Returns the top-level error
+        and one error per leaving member."""
+        error = self._validate_group_status(group_id, "leave_group")
+        if error is not None:
+            return error, []
+        group = self.groups.get(group_id)
+        if group is None:
+            return E.none, [(mid, iid, E.unknown_member_id) for mid, iid, _ in leaving]
+        if group.state is DEAD:
+            return E.coordinator_not_available, []
+        out = []
+        for member_id, instance_id, reason in leaving:
+            why = reason or "not provided"
+            if member_id == UNKNOWN_MEMBER_ID:
+                # administrative removal of a static member by instance id
+                current = group.static_members.get(instance_id) if instance_id is not None else None
+                if current is None:
+                    out.append((member_id, instance_id, E.unknown_member_id))
+                else:
+                    self._remove_current_member(group, current, why)
+                    out.append((member_id, instance_id, E.none))
+            elif group.is_pending_member(member_id):
+                self._remove_pending_member_and_update_group(group, member_id)
+                self.heartbeat_purgatory.check_and_complete(member_key(group.group_id, member_id))
+                out.append((member_id, instance_id, E.none))
+            else:
+                err = self._validate_current_member(group, member_id, instance_id)
+                if err is None:
+                    self._remove_current_member(group, member_id, why)
+                    err = E.none
+                out.append((member_id, instance_id, err))
+        return E.none, out
+
+    def _remove_current_member(self, group: GroupMetadata, member_id: str, reason: str) -> None:
+        member = group.members[member_id]
+        self._remove_member_and_update_group(group, member, f"member {member_id} left; reason: {reason}")
+        self._remove_heartbeat_for_leaving_member(group, member_id)
+        log.info("member %s left group %s (reason: %s)", member_id, group.group_id, reason)
+
+    # -- offsets ------------------------------------------------------------------------------------
+    def _validate_offset_commit(
+        self, group: GroupMetadata, generation_id: int, member_id: str, group_instance_id: str | None
+    ) -> ErrorCode | None:
+        if group.state is DEAD:
+            return E.coordinator_not_available
+        if generation_id < 0 and group.state is EMPTY:
+            return None  # admin clients and consumers without group management
+        if generation_id >= 0 or member_id != UNKNOWN_MEMBER_ID or group_instance_id is not None:
+            error = self._validate_current_member(group, member_id, group_instance_id)
+            if error is not None:
+                return error
+            if generation_id != group.generation_id:
+                return E.illegal_generation
+            return None
+        if group.state is not EMPTY:
+            return E.unknown_member_id  # only members commit for a non-empty group
+        return None
+
+    def handle_commit_offsets(
+        self,
+        group_id: str,
+        member_id: str,
+        group_instance_id: str | None,
+        generation_id: int,
+        offsets: dict[tuple[str, int], OffsetAndMetadata],
+    ) -> tuple[dict[tuple[str, int], ErrorCode], tuple[Any, int] | None]:
+        """Errors per partition, and (log, last offset) to wait on for durability (None if
+        nothing was written). Offsets are visible to OffsetFetch once this returns."""
+
+        def all_(error: ErrorCode) -> tuple[dict, None]:
+            return {tp: error for tp in offsets}, None
+
+        error = self._validate_group_status(group_id, "offset_commit")
+        if error is not None:
+            return all_(error)
+        group = self.groups.get(group_id)
+        if group is None:
+            if generation_id >= 0:
+                return all_(E.illegal_generation)  # from an older generation
+            log.info("creating simple consumer group %s from an offset commit", group_id)
+            group = self._get_or_create(group_id)
+        error = self._validate_offset_commit(group, generation_id, member_id, group_instance_id)
+        if error is not None:
+            return all_(error)
+        state = group.state
+        if state is COMPLETING_REBALANCE:
+            return all_(E.rebalance_in_progress)
+        if state in (STABLE, PREPARING_REBALANCE):
+            self._complete_and_schedule_next_heartbeat_expiration(group, group.members[member_id])
+        return self._store_offsets(group, offsets)
+
+    def _store_offsets(
+        self, group: GroupMetadata, offsets: dict[tuple[str, int], OffsetAndMetadata]
+    ) -> tuple[dict[tuple[str, int], ErrorCode], tuple[Any, int] | None]:
+        errors: dict[tuple[str, int], ErrorCode] = {}
+        records = []
+        limit = self.config.offset_metadata_max_bytes
+        for tp, om in offsets.items():
+            if om.metadata is not None and len(om.metadata.encode()) > limit:
+                errors[tp] = E.offset_metadata_too_large
+            else:
+                errors[tp] = E.none
+                records.append((tp, om))
+        if not records:
+            return errors, None
+        wait = None
+        if self.store is not None:
+            try:
+                wait = self.store.append(
+                    [(offset_key(group.group_id, t, p), encode_offset(om)) for (t, p), om in records]
+                )
+            except OSError as exc:
+                log.error("could not store offsets of group %s: %s", group.group_id, exc)
+                for tp, _ in records:
+                    errors[tp] = E.not_coordinator
+                return errors, None
+        for tp, om in records:
+            group.offsets[tp] = om
+        return errors, wait
+
+    def handle_fetch_offsets(
+        self, group_id: str, partitions: list[tuple[str, int]] | None
+    ) -> tuple[ErrorCode, dict[tuple[str, int], OffsetAndMetadata | None]]:
+        """Committed offsets (None where there is none); ``partitions=None``: all of them."""
+        error = self._validate_group_status(group_id, "offset_fetch")
+        if error is not None:
+            return error, {}
+        group = self.groups.get(group_id)
+        offsets = group.offsets if group is not None and group.state is not DEAD else {}
+        if partitions is None:
+            return E.none, dict(offsets)
+        return E.none, {tp: offsets.get(tp) for tp in partitions}
+
+    def handle_delete_offsets(
+        self, group_id: str, partitions: list[tuple[str, int]]
+    ) -> tuple[ErrorCode, dict[tuple[str, int], ErrorCode]]:
+        error = self._validate_group_status(group_id, "offset_delete")
+        if error is not None:
+            return error, {}
+        group = self.groups.get(group_id)
+        if group is None or group.state is DEAD:
+            return E.group_id_not_found, {}
+        errors: dict[tuple[str, int], ErrorCode] = {}
+        if group.state is EMPTY:
+            eligible = list(partitions)
+        elif group.is_consumer_group:
+            eligible = []
+            for tp in partitions:
+                if group.is_subscribed_to_topic(tp[0]):
+                    errors[tp] = E.group_subscribed_to_topic
+                else:
+                    eligible.append(tp)
+        else:
+            return E.non_empty_group, {}
+        removed = [tp for tp in eligible if group.offsets.pop(tp, None) is not None]
+        self._append_tombstones([offset_key(group_id, t, p) for t, p in removed])
+        for tp in eligible:
+            errors[tp] = E.none
+        if removed:
+            log.info("deleted %d offset(s) of group %s", len(removed), group_id)
+        return E.none, errors
+
+    def remove_offsets_of_topic(self, topic: str) -> int:
+        """A topic was deleted: forget every group's offsets for it."""
+        keys = []
+        for group in self.groups.values():
+            for tp in [tp for tp in group.offsets if tp[0] == topic]:
+                del group.offsets[tp]
+                keys.append(offset_key(group.group_id, *tp))
+        self._append_tombstones(keys)
+        return len(keys)
+
+    def _remove_expired_offsets(self, group: GroupMetadata, now: int) -> list[tuple[str, int]]:
+        retention = self.config.offsets_retention_ms
+
+        def expired(base: Callable[[OffsetAndMetadata], int], subscribed: set[str] | None = None) -> list:
+            out = []
+            for tp, om in group.offsets.items():
+                if subscribed and tp[0] in subscribed:
+                    continue
+                if om.expire_timestamp is None:
+                    if now - base(om) >= retention:
+                        out.append(tp)
+                elif now >= om.expire_timestamp:
+                    out.append(tp)
+            return out
+
+        if group.protocol_type is not None and group.state is EMPTY:
+            # no member: everything expires `retention` after the group became empty
+            ts = group.state_timestamp
+            tps = expired(lambda om: ts if ts is not None else om.commit_timestamp)
+        elif group.protocol_type == CONSUMER_PROTOCOL_TYPE and group.subscribed_topics is not None:
+            tps = expired(lambda om: om.commit_timestamp, group.subscribed_topics)
+        elif group.protocol_type is None:
+            tps = expired(lambda om: om.commit_timestamp)  # a simple (standalone) consumer
+        else:
+            tps = []
+        for tp in tps:
+            del group.offsets[tp]
+        return tps
+
+    def cleanup_group_metadata(self, now: int | None = None) -> int:
+        """Expire offsets by ``offsets.retention.minutes``; an empty group left without
+        offsets is removed. Returns the number of offsets expired."""
+        if not self.active:
+            return 0
+        now = self.now_ms() if now is None else now
+        keys: list[bytes] = []
+        removed = 0
+        for group_id, group in list(self.groups.items()):
+            tps = self._remove_expired_offsets(group, now)
+            removed += len(tps)
+            keys.extend(offset_key(group_id, t, p) for t, p in tps)
+            if group.state is EMPTY and not group.offsets:
+                group.transition_to(DEAD)
+                del self.groups[group_id]
+                keys.append(group_key(group_id))
+                log.info("group %s is empty and has no offsets left: removed", group_id)
+        self._append_tombstones(keys)
+        self.offsets_expired += removed
+        if removed:
+            log.info("expired %d committed offset(s)", removed)
+        return removed
+
+    # -- listing, describing, deleting -------------------------------------------------------------
+    def handle_list_groups(
+        self, states: Iterable[str] = (), types: Iterable[str] = ()
+    ) -> tuple[ErrorCode, list[tuple[str, str, str]]]:
+        """(group id, protocol type, state) of every group passing the filters."""
+        if not self.active:
+            return E.coordinator_not_available, []
+        wanted_states = {s.lower() for s in states}
+        wanted_types = {t.lower() for t in types}
+        if wanted_types and "classic" not in wanted_types:
+            return E.none, []
+        return E.none, [
+            (g.group_id, g.protocol_type or "", g.state.value)
+            for g in self.groups.values()
+            if not wanted_states or g.state.value.lower() in wanted_states
+        ]
+
+    def handle_describe_group(self, group_id: str) -> tuple[ErrorCode, dict | None]:
+        """The group's summary, or None if there is no such group."""
+        error = self._validate_group_status(group_id, "describe_groups")
+        if error is not None:
+            return error, None
+        group = self.groups.get(group_id)
+        if group is None:
+            return E.none, None
+        stable = group.state is STABLE and group.protocol_name is not None
+        protocol = group.protocol_name if stable else ""
+        return E.none, {
+            "state": group.state.value,
+            "protocol_type": group.protocol_type or "",
+            "protocol": protocol,
+            "members": [
+                {
+                    "member_id": m.member_id,
+                    "group_instance_id": m.group_instance_id,
+                    "client_id": m.client_id,
+                    "client_host": m.client_host,
+                    "member_metadata": m.metadata(protocol) if stable else b"",
+                    "member_assignment": m.assignment if stable else b"",
+                }
+                for m in group.members.values()
+            ],
+        }
+
+    def handle_delete_groups(self, group_ids: Iterable[str]) -> dict[str, ErrorCode]:
+        out: dict[str, ErrorCode] = {}
+        keys: list[bytes] = []
+        for group_id in group_ids:
+            error = self._validate_group_status(group_id, "delete_groups")
+            if error is not None:
+                out[group_id] = error
+                continue
+            group = self.groups.get(group_id)
+            if group is None or group.state is DEAD:
+                out[group_id] = E.group_id_not_found
+            elif group.state is EMPTY:
+                group.transition_to(DEAD)
+                del self.groups[group_id]
+                keys.extend(offset_key(group_id, t, p) for t, p in group.offsets)
+                keys.append(group_key(group_id))
+                group.offsets = {}
+                out[group_id] = E.none
+                log.info("deleted group %s", group_id)
+            else:
+                out[group_id] = E.non_empty_group
+        self._append_tombstones(keys)
+        return out

@@ -1,0 +1,347 @@
+"""Committed offsets and group metadata, kept durable in ``__consumer_offsets``.
+
+Kafka keeps consumer group state in a compacted internal topic: every offset
+commit is a record keyed by (group, topic, partition), every stored group
+generation a record keyed by the group, and a deletion a tombstone (a record
+with a null value). A coordinator that takes over a partition replays it and
+the latest record of each key wins. tidegate does the same with one partition,
+``__consumer_offsets-0``, stored through the ordinary :class:`~tidegate.log.log.Log`
+(so the same crash recovery applies: after a kill -9 every whole, CRC-valid
+batch is kept).
+
+Format (tidegate's own, not Kafka's binary schemas; nothing outside the broker
+reads it): uncompressed v2 record batches whose record keys are compact JSON
+arrays, ``["o", group, topic, partition]`` for an offset and ``["g", group]``
+for a group, and whose values are JSON objects (``v`` is the format version),
+or null for a tombstone.
+
+Compaction: tidegate has no log cleaner, so :class:`OffsetsLog` keeps the
+latest value of every live key in memory (it needs them anyway) and, when the
+log holds many more records than live keys, rewrites them: roll a new segment,
+append one record per live key, fsync, and move the log start offset to the
+first rewritten record, which deletes every older segment. A crash at any point
+leaves either the old records (still complete) or the old ones plus a partial
+or complete copy (same values, so replay gives the same result). Replay at
+startup reads the records from the log start offset on, so it costs time
+proportional to what is left after the last compaction (at most about
+``max(4 x live keys, offsets.compaction.min.records)`` records).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tidegate.log.batch_builder import Record, build_batch
+from tidegate.log.log import Log
+from tidegate.log.record_batch import HEADER_SIZE, iter_batches, read_header
+
+log = logging.getLogger(__name__)
+
+OFFSETS_TOPIC = "__consumer_offsets"
+OFFSETS_PARTITION = 0
+OFFSETS_KEY = (OFFSETS_TOPIC, OFFSETS_PARTITION)
+#: Topics clients may read but never write, create, delete or grow.
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC})
+FORMAT_VERSION = 1
+
+#: Records per batch when rewriting live keys (keeps batches far below max.message.bytes).
+_REWRITE_BATCH_RECORDS = 500
+_READ_CHUNK = 1 << 20
+
+
+def is_internal_topic(name: str | None) -> bool:
+    return name in INTERNAL_TOPICS
+
+
+@dataclass(slots=True)
+class OffsetAndMetadata:
+    """A committed offset as OffsetFetch returns it, with what retention needs."""
+
+    offset: int
+    leader_epoch: int = -1
+    metadata: str = ""
+    commit_timestamp: int = 0
+    #: OffsetCommit v2-v4 ``retention_time``: an explicit expiry (None: offsets.retention.minutes)
+    expire_timestamp: int | None = None
+
+
+# -- record keys and values ----------------------------------------------------------------
+def _dumps(obj: Any) -> bytes:
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def offset_key(group_id: str, topic: str, partition: int) -> bytes:
+    return _dumps(["o", group_id, topic, partition])
+
+
+def group_key(group_id: str) -> bytes:
+    return _dumps(["g", group_id])
+
+
+def encode_offset(om: OffsetAndMetadata) -> bytes:
+    return _dumps(
+        {
+            "v": FORMAT_VERSION,
+            "offset": om.offset,
+            "epoch": om.leader_epoch,
+            "metadata": om.metadata,
+            "ts": om.commit_timestamp,
+            "expire": om.expire_timestamp,
+        }
+    )
+
+
+def decode_offset(value: bytes) -> OffsetAndMetadata:
+    d = json.loads(value)
+    return OffsetAndMetadata(d["offset"], d["epoch"], d["metadata"], d["ts"], d["expire"])
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def encode_group(
+    *,
+    protocol_type: str | None,
+    generation: int,
+    protocol_name: str | None,
+    leader: str | None,
+    state_timestamp: int,
+    members: Iterable[dict],
+) -> bytes:
+    """A group generation as stored after a rebalance: ``members`` are dicts with
+    member_id, group_instance_id, client_id, client_host, rebalance_timeout_ms,
+    session_timeout_ms, subscription (bytes) and assignment (bytes)."""
+    return _dumps(
+        {
+            "v": FORMAT_VERSION,
+            "protocol_type": protocol_type,
+            "generation": generation,
+            "protocol": protocol_name,
+            "leader": leader,
+            "state_ts": state_timestamp,
+            "members": [
+                {
+                    **{k: v for k, v in m.items() if k not in ("subscription", "assignment")},
+                    "subscription": _b64(m["subscription"]),
+                    "assignment": _b64(m["assignment"]),
+                }
+                for m in members
+            ],
+        }
+    )
+
+
+def decode_group(value: bytes) -> dict:
+    d = json.loads(value)
+    for m in d["members"]:
+        m["subscription"] = base64.b64decode(m["subscription"])
+        m["assignment"] = base64.b64decode(m["assignment"])
+    return d
+
+
+def parse_key(key: bytes) -> tuple:
+    """``("o", group, topic, partition)`` or ``("g", group)``."""
+    return tuple(json.loads(key))
+
+
+# -- reading records back --------------------------------------------------------------------
+def _varint(buf: memoryview, pos: int) -> tuple[int, int]:
+    shift = 0
+    raw = 0
+    while True:
+        b = buf[pos]
+        pos += 1
+        raw |= (b & 0x7F) << shift
+        if not b & 0x80:
+            break
+        shift += 7
+        if shift > 63:
+            raise ValueError("varint too long")
+    return (raw >> 1) ^ -(raw & 1), pos
+
+
+def iter_records(data: bytes, from_offset: int = 0) -> Iterator[tuple[int, bytes | None, bytes | None]]:
+    """(offset, key, value) of every record in uncompressed v2 batches at ``from_offset``
+    or later (what :class:`OffsetsLog` writes; anything else is skipped with a warning)."""
+    mv = memoryview(data)
+    for pos, size in iter_batches(mv):
+        h = read_header(mv, pos)
+        if h.compression_type != 0 or h.magic != 2 or h.is_control:
+            log.warning("skipping a batch at offset %d of %s it did not write", h.base_offset, OFFSETS_TOPIC)
+            continue
+        p = pos + HEADER_SIZE
+        for _ in range(h.records_count):
+            _length, p = _varint(mv, p)
+            p += 1  # attributes
+            _ts_delta, p = _varint(mv, p)
+            offset_delta, p = _varint(mv, p)
+            klen, p = _varint(mv, p)
+            key = None
+            if klen >= 0:
+                key = bytes(mv[p : p + klen])
+                p += klen
+            vlen, p = _varint(mv, p)
+            value = None
+            if vlen >= 0:
+                value = bytes(mv[p : p + vlen])
+                p += vlen
+            nheaders, p = _varint(mv, p)
+            for _h in range(nheaders):
+                hk, p = _varint(mv, p)
+                p += max(hk, 0)
+                hv, p = _varint(mv, p)
+                p += max(hv, 0)
+            offset = h.base_offset + offset_delta
+            if offset >= from_offset:
+                yield offset, key, value
+
+
+# -- the log ------------------------------------------------------------------------------------
+@dataclass(slots=True)
+class CompactionTicket:
+    """A compaction in progress: run ``flush.run()`` (any thread), then
+    :meth:`OffsetsLog.finish_compaction`."""
+
+    log: Log
+    start_offset: int
+    flush: Any  # tidegate.log.log.FlushTicket
+
+
+class OffsetsLog:
+    """``__consumer_offsets-0``: appends, replay, and compaction by rewriting live keys.
+
+    ``open_log(create)`` returns the partition's Log (None if the topic does not exist
+    and ``create`` is False); the broker creates the topic on first use, as Kafka does.
+    ``on_append(log, last_offset, size_bytes)`` runs after every append (the broker asks
+    for an fsync there and wakes fetches of the topic).
+    """
+
+    def __init__(
+        self,
+        open_log: Callable[[bool], Log | None],
+        now_ms: Callable[[], int],
+        *,
+        compaction_min_records: int = 10_000,
+        on_append: Callable[[Log, int, int], None] | None = None,
+    ) -> None:
+        self._open_log = open_log
+        self.now_ms = now_ms
+        self.compaction_min_records = compaction_min_records
+        self.on_append = on_append
+        #: latest value of every live key (tombstoned keys are absent)
+        self.live: dict[bytes, bytes] = {}
+        #: records from the log start offset to the end (what a replay reads)
+        self.records_in_log = 0
+        self.compactions = 0
+
+    def log(self, create: bool = False) -> Log | None:
+        return self._open_log(create)
+
+    # -- startup ---------------------------------------------------------------------
+    def load(self) -> int:
+        """Replay the partition from its log start offset (latest value per key wins).
+        Returns the number of records read."""
+        self.live.clear()
+        self.records_in_log = 0
+        plog = self.log(False)
+        if plog is None:
+            return 0
+        offset = plog.log_start_offset
+        end = plog.log_end_offset
+        live = self.live
+        n = 0
+        while offset < end:
+            data = plog.read(offset, _READ_CHUNK)
+            if not data:
+                break
+            last = offset
+            for off, key, value in iter_records(data, offset):
+                n += 1
+                last = off
+                if key is None:
+                    continue
+                if value is None:
+                    live.pop(key, None)
+                else:
+                    live[key] = value
+            # continue after the last whole batch read
+            nxt = offset
+            for pos, _size in iter_batches(data):
+                nxt = read_header(data, pos).next_offset
+            if nxt <= offset:
+                log.error("replay of %s stopped at offset %d (no progress)", OFFSETS_TOPIC, offset)
+                break
+            offset = max(nxt, last + 1)
+        self.records_in_log = n
+        return n
+
+    # -- writing ----------------------------------------------------------------------
+    def append(self, records: Sequence[tuple[bytes, bytes | None]]) -> tuple[Log, int]:
+        """Append ``(key, value-or-None)`` records as one batch; returns (log, last offset).
+        Raises OSError (and the log is unchanged) if the write fails."""
+        plog = self.log(True)
+        assert plog is not None
+        now = self.now_ms()
+        batch = build_batch([Record(value, key, now) for key, value in records])
+        info = plog.append(batch, now, from_client=False, auto_flush=False)
+        for key, value in records:
+            if value is None:
+                self.live.pop(key, None)
+            else:
+                self.live[key] = value
+        self.records_in_log += len(records)
+        if self.on_append is not None:
+            self.on_append(plog, info.last_offset, info.size_bytes)
+        return plog, info.last_offset
+
+    # -- compaction -------------------------------------------------------------------
+    @property
+    def needs_compaction(self) -> bool:
+        return self.records_in_log > max(4 * len(self.live), self.compaction_min_records)
+
+    def begin_compaction(self) -> CompactionTicket | None:
+        """Roll, rewrite every live key into the new segment, and hand back the fsync to
+        run before the old records may go (:meth:`finish_compaction`)."""
+        plog = self.log(False)
+        if plog is None:
+            return None
+        now = self.now_ms()
+        plog.roll(now)
+        start = plog.log_end_offset
+        items = list(self.live.items())
+        for i in range(0, len(items), _REWRITE_BATCH_RECORDS):
+            chunk = items[i : i + _REWRITE_BATCH_RECORDS]
+            batch = build_batch([Record(v, k, now) for k, v in chunk])
+            plog.append(batch, now, from_client=False, auto_flush=False)
+        return CompactionTicket(plog, start, plog.begin_flush())
+
+    def finish_compaction(self, ticket: CompactionTicket) -> bool:
+        """After the rewrite is fsynced: drop everything before it."""
+        plog = ticket.log
+        if plog.closed or plog is not self.log(False) or not plog.complete_flush(ticket.flush):
+            return False
+        before = plog.log_end_offset
+        plog.increment_log_start_offset(ticket.start_offset)
+        self.records_in_log = before - ticket.start_offset
+        self.compactions += 1
+        log.info(
+            "compacted %s: %d live key(s), log start offset now %d",
+            OFFSETS_TOPIC,
+            len(self.live),
+            ticket.start_offset,
+        )
+        return True
+
+    def compact_now(self) -> bool:
+        """Compaction with the fsync on this thread (tests, tools)."""
+        ticket = self.begin_compaction()
+        if ticket is None:
+            return False
+        ticket.flush.run()
+        return self.finish_compaction(ticket)
