@@ -17,7 +17,7 @@ import itertools
 import logging
 import random
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Sized
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -65,19 +65,29 @@ class RequestMemory:
     queue with it; tidegate has no queue, so it bounds the bodies being read or
     processed). Whichever is hit first refuses the allocation. Every release
     calls ``on_release`` so that connections muted for memory can be unmuted.
-    Used by one event loop only.
+
+    While connections wait for memory (``waiting``, the server's memory-muted
+    connections) a new request queues behind them: only the server's hand-out
+    (``granting``) allocates then. Otherwise a connection reading its next size
+    between a release and the hand-out would take the freed memory ahead of
+    connections that have waited for it, and the same busy connections would be
+    served again and again. Used by one event loop only.
     """
 
-    __slots__ = ("max_requests", "on_release", "outstanding", "pool")
+    __slots__ = ("granting", "max_requests", "on_release", "outstanding", "pool", "waiting")
 
     def __init__(self, pool: MemoryPool, max_requests: int) -> None:
         self.pool = pool
         self.max_requests = max_requests
         self.outstanding = 0
         self.on_release: Callable[[], None] = lambda: None
+        self.waiting: Sized = ()
+        self.granting = False
 
     def try_allocate(self, size: int) -> bytearray | None:
         if self.outstanding >= self.max_requests:
+            return None
+        if self.waiting and not self.granting:
             return None
         buf = self.pool.try_allocate(size)
         if buf is not None:
@@ -298,6 +308,7 @@ class SocketServer:
         # Connections muted because their next request found no memory, in the
         # order they were muted (a dict as an ordered set).
         self.memory_muted: dict[KafkaConnection, None] = {}
+        self.request_memory.waiting = self.memory_muted
         # Per-request timing (tidegate.metrics); None when metrics are off: one check each.
         self.request_metrics: RequestMetrics | None = None
         self.servers: list[asyncio.base_events.Server] = []
@@ -361,13 +372,20 @@ class SocketServer:
         pool = self.pool
         if pool.available < pool.size * self.LOW_MEMORY_FRACTION:
             self._shuffle(candidates)
-        for conn in candidates:
-            if conn.closed:
+        granted = []
+        self.request_memory.granting = True
+        try:
+            for conn in candidates:
+                if conn.closed:
+                    muted.pop(conn, None)
+                    continue
+                if not conn.receive.try_allocate():
+                    break
                 muted.pop(conn, None)
-                continue
-            if not conn.receive.try_allocate():
-                break
-            muted.pop(conn, None)
+                granted.append(conn)
+        finally:
+            self.request_memory.granting = False
+        for conn in granted:
             conn.unmute(MuteReason.MEMORY)
 
     def on_idle(self, connection: KafkaConnection) -> None:
