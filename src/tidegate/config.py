@@ -579,6 +579,32 @@ _TABLE: tuple[ConfigKey, ...] = (
            MEDIUM,
            "Serve Prometheus metrics at http://host:port/metrics (port 0: ephemeral); unset "
            "or empty: no metrics endpoint and no per-request accounting. See docs/metrics.md."),
+    # ---- consumer groups (docs/groups.md) ------------------------------------------------
+    broker("group.initial.rebalance.delay.ms", INT, 3000, Range.at_least(0), MEDIUM,
+           "How long the first rebalance of an empty group waits for more members to join "
+           "(again after each join, up to the rebalance timeout)."),
+    broker("group.min.session.timeout.ms", INT, 6000, Range.at_least(0), MEDIUM,
+           "The smallest session timeout a member may ask for (INVALID_SESSION_TIMEOUT below)."),
+    broker("group.max.session.timeout.ms", INT, 1800000, Range.at_least(0), MEDIUM,
+           "The largest session timeout a member may ask for (INVALID_SESSION_TIMEOUT above)."),
+    broker("group.max.size", INT, INT_MAX, Range.at_least(1), MEDIUM,
+           "The most members a group may have (GROUP_MAX_SIZE_REACHED beyond)."),
+    broker("offsets.retention.minutes", INT, 10080, Range.at_least(1), HIGH,
+           "Committed offsets of a group are deleted this long after the group became empty "
+           "(or, for standalone consumers, after the commit)."),
+    broker("offsets.retention.check.interval.ms", LONG, 600000, Range.at_least(1), HIGH,
+           "How often committed offsets are checked for expiry."),
+    broker("offset.metadata.max.bytes", INT, 4096, Range.at_least(0), HIGH,
+           "The largest metadata string an offset commit may carry (OFFSET_METADATA_TOO_LARGE)."),
+    broker("offsets.commit.timeout.ms", INT, 5000, Range.at_least(1), HIGH,
+           "An offset commit waits at most this long for its record to be fsynced "
+           "(REQUEST_TIMED_OUT after)."),
+    broker("offsets.topic.segment.bytes", INT, 104857600, Range.at_least(1), HIGH,
+           "The segment size of the internal __consumer_offsets topic."),
+    broker("offsets.compaction.min.records", INT, 10000, Range.at_least(1), LOW,
+           "tidegate only: rewrite __consumer_offsets once it holds more than this many records "
+           "and more than 4 per live key (its compaction; see docs/groups.md)."),
+
 
     # ---- topic keys (CreateTopics configs, DescribeConfigs on a topic) -----------------
     topic("segment.bytes", ["log.segment.bytes"],

@@ -17,12 +17,23 @@ class ApiKey(enum.IntEnum):
     FETCH = 1
     LIST_OFFSETS = 2
     METADATA = 3
+    OFFSET_COMMIT = 8
+    OFFSET_FETCH = 9
+    FIND_COORDINATOR = 10
+    JOIN_GROUP = 11
+    HEARTBEAT = 12
+    LEAVE_GROUP = 13
+    SYNC_GROUP = 14
+    DESCRIBE_GROUPS = 15
+    LIST_GROUPS = 16
     API_VERSIONS = 18
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
     INIT_PRODUCER_ID = 22
     DESCRIBE_CONFIGS = 32
     CREATE_PARTITIONS = 37
+    DELETE_GROUPS = 42
+    OFFSET_DELETE = 47
     DESCRIBE_CLUSTER = 60
 
 
@@ -43,12 +54,23 @@ SUPPORTED_APIS: dict[int, ApiRange] = {
         ApiRange(ApiKey.FETCH, 4, 17),
         ApiRange(ApiKey.LIST_OFFSETS, 1, 10),
         ApiRange(ApiKey.METADATA, 0, 13),
+        ApiRange(ApiKey.OFFSET_COMMIT, 2, 9),
+        ApiRange(ApiKey.OFFSET_FETCH, 1, 9),
+        ApiRange(ApiKey.FIND_COORDINATOR, 0, 6),
+        ApiRange(ApiKey.JOIN_GROUP, 0, 9),
+        ApiRange(ApiKey.HEARTBEAT, 0, 4),
+        ApiRange(ApiKey.LEAVE_GROUP, 0, 5),
+        ApiRange(ApiKey.SYNC_GROUP, 0, 5),
+        ApiRange(ApiKey.DESCRIBE_GROUPS, 0, 6),
+        ApiRange(ApiKey.LIST_GROUPS, 0, 5),
         ApiRange(ApiKey.API_VERSIONS, 0, 4),
         ApiRange(ApiKey.CREATE_TOPICS, 2, 7),
         ApiRange(ApiKey.DELETE_TOPICS, 1, 6),
         ApiRange(ApiKey.INIT_PRODUCER_ID, 0, 5),
         ApiRange(ApiKey.DESCRIBE_CONFIGS, 1, 4),
         ApiRange(ApiKey.CREATE_PARTITIONS, 0, 3),
+        ApiRange(ApiKey.DELETE_GROUPS, 0, 2),
+        ApiRange(ApiKey.OFFSET_DELETE, 0, 0),
         ApiRange(ApiKey.DESCRIBE_CLUSTER, 0, 2),
     )
 }

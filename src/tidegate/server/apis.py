@@ -36,6 +36,8 @@ from tidegate.protocol.codec import (
 )
 from tidegate.server.delayed_fetch import DelayedFetch, FetchPartitionStatus
 from tidegate.server.delayed_produce import DelayedProduce
+from tidegate.server.group_apis import GroupApis
+from tidegate.server.group_offsets import is_internal_topic
 from tidegate.server.log_flusher import LogFlusher
 from tidegate.server.metadata import InvalidTopicError, validate_topic_name
 from tidegate.server.producer_id_manager import ProducerIdManager
@@ -67,8 +69,11 @@ class Purgatories:
     def __init__(self, fetch_purge_interval: int = 1000, produce_purge_interval: int = 1000) -> None:
         self.fetch = DelayedOperationPurgatory("Fetch", SystemTimer(), fetch_purge_interval)
         self.produce = DelayedOperationPurgatory("Produce", SystemTimer(), produce_purge_interval)
+        # Consumer groups (Kafka's two): session expiry, and the join/sync phases of rebalances.
+        self.heartbeat = DelayedOperationPurgatory("Heartbeat", SystemTimer())
+        self.rebalance = DelayedOperationPurgatory("Rebalance", SystemTimer())
         self.flusher = LogFlusher(self.produce.check_and_complete)
-        self.reaper = TimerReaper([self.fetch, self.produce])
+        self.reaper = TimerReaper([self.fetch, self.produce, self.heartbeat, self.rebalance])
 
     def complete_fetches_now(self) -> int:
         """Answer every parked fetch with what is there now (broker shutdown)."""
@@ -106,6 +111,8 @@ class KafkaApis:
         self.now_ms = now_ms
         # InitProducerId: ids persisted in blocks in the data directory (never reused).
         self.producer_ids = producer_ids if producer_ids is not None else ProducerIdManager(replicas.root)
+        # Consumer groups: the coordinator and its handlers (server/group_apis.py).
+        self.groups = GroupApis(self)
         self.handlers: dict[int, Callable[[RequestHeader, Any, RequestContext], Any]] = {
             ApiKey.PRODUCE: self.handle_produce,
             ApiKey.FETCH: self.handle_fetch,
@@ -118,6 +125,17 @@ class KafkaApis:
             ApiKey.DESCRIBE_CONFIGS: self.handle_describe_configs,
             ApiKey.CREATE_PARTITIONS: self.handle_create_partitions,
             ApiKey.DESCRIBE_CLUSTER: self.handle_describe_cluster,
+            ApiKey.FIND_COORDINATOR: self.groups.handle_find_coordinator,
+            ApiKey.JOIN_GROUP: self.groups.handle_join_group,
+            ApiKey.SYNC_GROUP: self.groups.handle_sync_group,
+            ApiKey.HEARTBEAT: self.groups.handle_heartbeat,
+            ApiKey.LEAVE_GROUP: self.groups.handle_leave_group,
+            ApiKey.OFFSET_COMMIT: self.groups.handle_offset_commit,
+            ApiKey.OFFSET_FETCH: self.groups.handle_offset_fetch,
+            ApiKey.LIST_GROUPS: self.groups.handle_list_groups,
+            ApiKey.DESCRIBE_GROUPS: self.groups.handle_describe_groups,
+            ApiKey.DELETE_GROUPS: self.groups.handle_delete_groups,
+            ApiKey.OFFSET_DELETE: self.groups.handle_offset_delete,
         }
         assert set(self.handlers) == set(SUPPORTED_APIS), "advertised and handled APIs differ"
         # Ports actually bound per listener name, for listeners configured with port 0.
@@ -293,7 +311,7 @@ class KafkaApis:
             "error_code": ErrorCode.none,
             "name": info.name,
             "topic_id": info.topic_id,
-            "is_internal": False,
+            "is_internal": is_internal_topic(info.name),
             "partitions": self._partition_metadata(info.partitions),
             "topic_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
         }
@@ -303,7 +321,12 @@ class KafkaApis:
         topics_out = []
         if req.topics is None or (version == 0 and not req.topics):
             # null (v1+) or empty (v0) means every topic
-            topics_out = [self._topic_metadata(info) for info in self.store.topics.values()]
+            # ... except internal ones (__consumer_offsets), unless asked for by name
+            topics_out = [
+                self._topic_metadata(info)
+                for info in self.store.topics.values()
+                if not is_internal_topic(info.name)
+            ]
         else:
             allow_auto = getattr(req, "allow_auto_topic_creation", True)
             for t in req.topics:
@@ -338,6 +361,8 @@ class KafkaApis:
 
     def _auto_create(self, name: str, allow_auto: bool) -> dict:
         error = ErrorCode.unknown_topic_or_partition
+        if is_internal_topic(name):  # created by the group coordinator, never by a lookup
+            return {"error_code": error, "name": name, "topic_id": ZERO_UUID, "partitions": []}
         try:
             validate_topic_name(name)
         except InvalidTopicError:
@@ -375,6 +400,10 @@ class KafkaApis:
                 parts.append(part)
                 if acks not in (0, 1, -1):
                     part["error_code"] = ErrorCode.invalid_required_acks
+                    continue
+                if is_internal_topic(name):
+                    part["error_code"] = ErrorCode.invalid_topic_exception
+                    part["error_message"] = f"Cannot append to internal topic {name}"
                     continue
                 plog = self.replicas.get_log(name, pd.index) if info is not None else None
                 if plog is None:
@@ -604,6 +633,8 @@ class KafkaApis:
             return fail(ErrorCode.invalid_topic_exception, str(exc))
         if self.store.get(name) is not None:
             return fail(ErrorCode.topic_already_exists, f"Topic '{name}' already exists.")
+        if is_internal_topic(name):
+            return fail(ErrorCode.invalid_request, f"{name} is an internal topic the broker creates")
         if t.assignments:
             partitions = len(t.assignments)
             for a in t.assignments:
@@ -697,10 +728,21 @@ class KafkaApis:
                     }
                 )
                 continue
+            if is_internal_topic(info.name):
+                responses.append(
+                    {
+                        "name": info.name,
+                        "topic_id": info.topic_id,
+                        "error_code": ErrorCode.invalid_request,
+                        "error_message": f"cannot delete the internal topic {info.name}",
+                    }
+                )
+                continue
             self.replicas.delete_topic(info.name)
             if self.metrics is not None:
                 self.metrics.topics.remove(info.name)
             self._wake_deleted(info)
+            self.groups.on_topic_deleted(info.name)
             log.info("deleted topic %s", info.name)
             responses.append(
                 {"name": info.name, "topic_id": info.topic_id, "error_code": ErrorCode.none}
@@ -757,6 +799,10 @@ class KafkaApis:
             if info is None:
                 result["error_code"] = ErrorCode.unknown_topic_or_partition
                 result["error_message"] = f"The topic '{t.name}' does not exist."
+                continue
+            if is_internal_topic(t.name):
+                result["error_code"] = ErrorCode.invalid_request
+                result["error_message"] = f"cannot add partitions to the internal topic {t.name}"
                 continue
             if t.count <= info.partitions:
                 result["error_code"] = ErrorCode.invalid_partitions

@@ -45,6 +45,7 @@ class Broker:
         self.apis: KafkaApis | None = None
         self.socket_server: SocketServer | None = None
         self._maintenance: asyncio.Task | None = None
+        self._group_maintenance: asyncio.Task | None = None
         self.bound: dict[str, tuple[str, int]] = {}
         # Always there (mechanisms register into it); counting and HTTP only when
         # metrics.listener is set.
@@ -90,6 +91,7 @@ class Broker:
             self.config.get("producer.purgatory.purge.interval.requests"),
         )
         self.apis = KafkaApis(self.config, cluster_id, self.replicas, self.purgatories, now_ms)
+        self.apis.groups.start()  # replay __consumer_offsets, arm members' session timers
         max_request = self.config.get("socket.request.max.bytes")
         pool = memory_pool.create_pool(self.config.queued_max_request_bytes, max_request)
         log.info("request memory pool: %r, queued.max.requests=%d",
@@ -110,6 +112,7 @@ class Broker:
             self.apis.bound_ports[listener.name] = port
             log.info("listening on %s://%s:%d", listener.name, host, port)
         self._maintenance = asyncio.create_task(self._maintain())
+        self._group_maintenance = asyncio.create_task(self._maintain_groups())
         log.info("tidegate node %d of cluster %s started", self.config.node_id, cluster_id)
 
     async def _start_metrics(self) -> None:
@@ -119,6 +122,8 @@ class Broker:
         self.metrics.register_socket_server(self.socket_server)
         self.metrics.register_purgatory("Fetch", self.purgatories.fetch)
         self.metrics.register_purgatory("Produce", self.purgatories.produce)
+        self.metrics.register_purgatory("Heartbeat", self.purgatories.heartbeat)
+        self.metrics.register_purgatory("Rebalance", self.purgatories.rebalance)
         self.metrics.register_flusher(self.purgatories.flusher)
         self.metrics.register_logs(lambda: replicas.logs)
         endpoint = parse_metrics_listener(self.config.get("metrics.listener"))
@@ -164,14 +169,43 @@ class Broker:
             except Exception:
                 log.exception("log maintenance failed")
 
+    async def _maintain_groups(self) -> None:
+        """Offset retention (offsets.retention.check.interval.ms) and the compaction of
+        __consumer_offsets, whose fsync runs off the event loop."""
+        assert self.apis is not None
+        groups = self.apis.groups
+        interval = self.config.get("offsets.retention.check.interval.ms")
+        next_check = now_ms() + interval
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(MAINTENANCE_TICK_S)
+            now = now_ms()
+            try:
+                due = now >= next_check
+                if due:
+                    next_check = now + interval
+                groups.maintenance(now, due)
+                offsets_log = groups.offsets_log
+                if offsets_log.needs_compaction:
+                    ticket = offsets_log.begin_compaction()
+                    if ticket is not None:
+                        await loop.run_in_executor(None, ticket.flush.run)
+                        offsets_log.finish_compaction(ticket)
+            except Exception:
+                log.exception("group maintenance failed")
+
     async def shutdown(self) -> None:
         log.info("shutting down")
         if self._maintenance is not None:
             self._maintenance.cancel()
+        if self._group_maintenance is not None:
+            self._group_maintenance.cancel()
         if self.metrics_server is not None:
             await self.metrics_server.close()
         if self.socket_server is not None:
             self.socket_server.stop_reading()
+            if self.apis is not None:
+                self.apis.groups.shutdown()  # parked JoinGroup/SyncGroup: NOT_COORDINATOR
             # Parked long-poll fetches answer now with what they have, rather than
             # holding the shutdown for up to their max wait.
             self.purgatories.complete_fetches_now()

@@ -1,0 +1,533 @@
+"""Request handlers of the group APIs, for :class:`tidegate.server.apis.KafkaApis`.
+
+FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit,
+OffsetFetch, ListGroups, DescribeGroups, DeleteGroups and OffsetDelete: each turns
+the kio request of whatever version arrived into a call on the sans-IO
+:class:`~tidegate.server.group_coordinator.GroupCoordinator` and its answer into
+the response dict (Kafka field names) that ``KafkaApis`` builds and encodes.
+
+They live in their own module, next to the coordinator, so that ``KafkaApis``
+only registers them. A JoinGroup or SyncGroup the coordinator cannot answer yet
+(a rebalance is in progress) returns a future that the coordinator's callback
+completes; an OffsetCommit returns one that completes once the offsets are
+fsynced (``DelayedOffsetCommit`` in the produce purgatory, woken by the
+group-commit flusher like an acks=all produce).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from tidegate.protocol.codec import ms
+from tidegate.server.group_coordinator import (
+    GROUP_AUTHORIZED_OPERATIONS,
+    GroupConfig,
+    GroupCoordinator,
+    JoinResult,
+    SyncResult,
+)
+from tidegate.server.group_offsets import (
+    INTERNAL_TOPICS,
+    OFFSETS_KEY,
+    OFFSETS_PARTITION,
+    OFFSETS_TOPIC,
+    OffsetAndMetadata,
+    OffsetsLog,
+)
+from tidegate.server.purgatory import DelayedOperation
+
+if TYPE_CHECKING:
+    from tidegate.log.log import Log
+    from tidegate.network.socket_server import RequestContext
+    from tidegate.protocol.codec import RequestHeader
+    from tidegate.server.apis import KafkaApis
+
+log = logging.getLogger(__name__)
+
+E = ErrorCode
+AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
+COORDINATOR_TYPE_GROUP = 0
+COORDINATOR_TYPE_TRANSACTION = 1
+
+
+def offsets_topic_configs(config: Any) -> dict[str, str]:
+    """Topic configs of ``__consumer_offsets``: never deleted by retention (the
+    coordinator compacts it), segments of ``offsets.topic.segment.bytes``, and batches
+    as large as a request may be (one OffsetCommit is one batch)."""
+    return {
+        "retention.ms": "-1",
+        "retention.bytes": "-1",
+        "segment.bytes": str(config.get("offsets.topic.segment.bytes")),
+        "max.message.bytes": str(config.get("socket.request.max.bytes")),
+    }
+
+
+class _Reply:
+    """Where a coordinator callback puts its result: kept if it arrives during the
+    call (answered at once), else handed to a future created when the handler parks."""
+
+    __slots__ = ("done", "fut", "result")
+
+    def __init__(self) -> None:
+        self.done = False
+        self.result: Any = None
+        self.fut: asyncio.Future | None = None
+
+    def __call__(self, result: Any) -> None:
+        if self.done:
+            return
+        self.done = True
+        self.result = result
+        fut = self.fut
+        if fut is not None and not fut.done():
+            fut.set_result(result)
+
+    def answer(self, body: Callable[[Any], dict]) -> Any:
+        """The response dict now, or a future of it."""
+        if self.done:
+            return body(self.result)
+        fut = asyncio.get_running_loop().create_future()
+        self.fut = fut
+        answer = fut.get_loop().create_future()
+
+        def chain(f: asyncio.Future) -> None:
+            if answer.done():
+                return
+            if f.cancelled():
+                answer.cancel()
+            else:
+                answer.set_result(body(f.result()))
+
+        fut.add_done_callback(chain)
+        answer.add_done_callback(lambda a: fut.cancel() if a.cancelled() else None)
+        return answer
+
+
+class DelayedOffsetCommit(DelayedOperation):
+    """An OffsetCommit answered once its record is fsynced (watched on the offsets
+    partition in the produce purgatory; the group-commit flusher checks that key after
+    each fsync round). On timeout the committed partitions answer REQUEST_TIMED_OUT."""
+
+    __slots__ = ("_timed_out", "last_offset", "log", "parts", "replicas", "respond")
+
+    def __init__(self, delay_ms: int, log: Log, last_offset: int, replicas: Any,
+                 parts: list[dict], respond: Callable[[], None]) -> None:
+        super().__init__(delay_ms)
+        self.log = log
+        self.last_offset = last_offset
+        self.replicas = replicas
+        self.parts = parts
+        self.respond = respond
+        self._timed_out = False
+
+    def try_complete(self) -> bool:
+        if self.replicas.get_log(*OFFSETS_KEY) is not self.log or self.log.recovery_point > self.last_offset:
+            return self.force_complete()
+        return False
+
+    def on_expiration(self) -> None:
+        pass
+
+    def run(self) -> None:
+        self._timed_out = True
+        super().run()
+
+    def on_complete(self) -> None:
+        if self._timed_out or self.replicas.get_log(*OFFSETS_KEY) is not self.log:
+            for p in self.parts:
+                if p["error_code"] == E.none:
+                    p["error_code"] = E.request_timed_out
+        self.respond()
+
+
+class GroupApis:
+    def __init__(self, apis: KafkaApis) -> None:
+        self.apis = apis
+        config = apis.config
+        self.commit_timeout_ms = config.get("offsets.commit.timeout.ms")
+        self.offsets_log = OffsetsLog(
+            self._open_offsets_log,
+            apis.now_ms,
+            compaction_min_records=config.get("offsets.compaction.min.records"),
+            on_append=self._on_append,
+        )
+        purgatories = apis.purgatories
+        self.coordinator = GroupCoordinator(
+            GroupConfig.from_broker(config),
+            purgatories.heartbeat,
+            purgatories.rebalance,
+            self.offsets_log,
+            apis.now_ms,
+        )
+
+    # -- the offsets topic -------------------------------------------------------------------
+    def _open_offsets_log(self, create: bool) -> Log | None:
+        apis = self.apis
+        plog = apis.replicas.get_log(*OFFSETS_KEY)
+        if plog is None and create and apis.store.get(OFFSETS_TOPIC) is None:
+            apis.replicas.create_topic(OFFSETS_TOPIC, 1, offsets_topic_configs(apis.config))
+            log.info("created the internal topic %s", OFFSETS_TOPIC)
+            plog = apis.replicas.get_log(*OFFSETS_KEY)
+        return plog
+
+    def _on_append(self, plog: Log, last_offset: int, size: int) -> None:
+        apis = self.apis
+        apis.replicas.record_append(OFFSETS_KEY, size)
+        apis.fetch_purgatory.check_and_complete(OFFSETS_KEY)
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return  # no event loop (a sans-IO caller): the next flush covers it
+        apis.flusher.request(OFFSETS_KEY, plog)
+
+    def start(self) -> None:
+        """Load groups and offsets (the broker calls this at startup; handlers call it
+        lazily so a broker that never saw a group pays nothing)."""
+        self.coordinator.startup()
+
+    def _coord(self) -> GroupCoordinator:
+        coordinator = self.coordinator
+        if not coordinator.active:
+            coordinator.startup()
+        return coordinator
+
+    def shutdown(self) -> None:
+        self.coordinator.shutdown()
+
+    def maintenance(self, now_ms: int, retention_due: bool) -> None:
+        if retention_due:
+            self.coordinator.cleanup_group_metadata(now_ms)
+
+    def on_topic_deleted(self, name: str) -> None:
+        if self.coordinator.active:
+            self.coordinator.remove_offsets_of_topic(name)
+
+    # -- FindCoordinator ------------------------------------------------------------------------
+    def handle_find_coordinator(self, header: RequestHeader, req: Any, ctx: RequestContext) -> dict:
+        version = header.api_version
+        key_type = getattr(req, "key_type", COORDINATOR_TYPE_GROUP)
+        keys = list(req.coordinator_keys) if version >= 4 else [req.key]
+        host, port = self.apis._endpoint(ctx)
+        error, message = E.none, None
+        if key_type == COORDINATOR_TYPE_GROUP:
+            try:
+                self._coord()
+                self._open_offsets_log(True)
+            except OSError as exc:
+                log.error("could not create %s: %s", OFFSETS_TOPIC, exc)
+                error, message = E.coordinator_not_available, f"cannot create {OFFSETS_TOPIC}: {exc}"
+        elif key_type == COORDINATOR_TYPE_TRANSACTION:
+            error, message = E.coordinator_not_available, "transactions are not supported by this broker"
+        else:
+            error, message = E.invalid_request, f"unknown coordinator key type {key_type}"
+        coordinators = []
+        for key in keys:
+            if error is E.none:
+                coordinators.append(
+                    {"key": key, "node_id": self.apis.node_id, "host": host, "port": port,
+                     "error_code": E.none, "error_message": None}
+                )
+            else:
+                coordinators.append(
+                    {"key": key, "node_id": -1, "host": "", "port": -1,
+                     "error_code": error, "error_message": message}
+                )
+        if version >= 4:
+            return {"throttle_time": 0, "coordinators": coordinators}
+        only = coordinators[0]
+        return {
+            "throttle_time": 0,
+            "error_code": only["error_code"],
+            "error_message": only["error_message"],
+            "node_id": only["node_id"],
+            "host": only["host"],
+            "port": only["port"],
+        }
+
+    # -- JoinGroup / SyncGroup / Heartbeat / LeaveGroup --------------------------------------------
+    def handle_join_group(self, header: RequestHeader, req: Any, ctx: RequestContext) -> Any:
+        version = header.api_version
+        session_timeout = ms(req.session_timeout)
+        rebalance_timeout = ms(req.rebalance_timeout) if version >= 1 else session_timeout
+        reply = _Reply()
+        self._coord().handle_join_group(
+            req.group_id,
+            req.member_id,
+            req.group_instance_id if version >= 5 else None,
+            version >= 4,  # KIP-394: MEMBER_ID_REQUIRED first
+            version >= 9,  # KIP-814: skip_assignment for a static leader
+            header.client_id or "",
+            "/" + ctx.client_address,
+            rebalance_timeout,
+            session_timeout,
+            req.protocol_type,
+            [(p.name, bytes(p.metadata)) for p in req.protocols],
+            reply,
+            getattr(req, "reason", None),
+        )
+
+        def body(r: JoinResult) -> dict:
+            name = r.protocol_name
+            if name is None and version < 7:
+                name = ""  # not nullable before v7
+            return {
+                "throttle_time": 0,
+                "error_code": r.error,
+                "generation_id": r.generation_id,
+                "protocol_type": r.protocol_type,
+                "protocol_name": name,
+                "leader": r.leader_id,
+                "skip_assignment": r.skip_assignment,
+                "member_id": r.member_id,
+                "members": [
+                    {"member_id": mid, "group_instance_id": iid, "metadata": meta}
+                    for mid, iid, meta in r.members
+                ],
+            }
+
+        return reply.answer(body)
+
+    def handle_sync_group(self, header: RequestHeader, req: Any, ctx: RequestContext) -> Any:
+        version = header.api_version
+        reply = _Reply()
+        self._coord().handle_sync_group(
+            req.group_id,
+            req.generation_id,
+            req.member_id,
+            getattr(req, "protocol_type", None),
+            getattr(req, "protocol_name", None),
+            req.group_instance_id if version >= 3 else None,
+            {a.member_id: bytes(a.assignment) for a in req.assignments},
+            reply,
+        )
+
+        def body(r: SyncResult) -> dict:
+            return {
+                "throttle_time": 0,
+                "error_code": r.error,
+                "protocol_type": r.protocol_type,
+                "protocol_name": r.protocol_name,
+                "assignment": r.assignment,
+            }
+
+        return reply.answer(body)
+
+    def handle_heartbeat(self, header: RequestHeader, req: Any, ctx: RequestContext) -> dict:
+        error = self._coord().handle_heartbeat(
+            req.group_id,
+            req.member_id,
+            req.group_instance_id if header.api_version >= 3 else None,
+            req.generation_id,
+        )
+        return {"throttle_time": 0, "error_code": error}
+
+    def handle_leave_group(self, header: RequestHeader, req: Any, ctx: RequestContext) -> dict:
+        version = header.api_version
+        if version >= 3:
+            leaving = [
+                (m.member_id, m.group_instance_id, getattr(m, "reason", None)) for m in req.members
+            ]
+        else:
+            leaving = [(req.member_id, None, None)]
+        error, members = self._coord().handle_leave_group(req.group_id, leaving)
+        if version < 3 and error is E.none and members:
+            error = members[0][2]  # one member: its error is the response's
+        return {
+            "throttle_time": 0,
+            "error_code": error,
+            "members": [
+                {"member_id": mid, "group_instance_id": iid, "error_code": err}
+                for mid, iid, err in members
+            ],
+        }
+
+    # -- OffsetCommit / OffsetFetch / OffsetDelete --------------------------------------------------
+    def handle_offset_commit(self, header: RequestHeader, req: Any, ctx: RequestContext) -> Any:
+        version = header.api_version
+        apis = self.apis
+        now = apis.now_ms()
+        retention = ms(req.retention_time) if 2 <= version <= 4 else -1
+        topics = []
+        parts_by_tp: dict[tuple[str, int], dict] = {}
+        offsets: dict[tuple[str, int], OffsetAndMetadata] = {}
+        for t in req.topics:
+            info = apis.store.get(t.name)
+            parts = []
+            for p in t.partitions:
+                part = {"partition_index": p.partition_index, "error_code": E.none}
+                parts.append(part)
+                if info is None or not 0 <= p.partition_index < info.partitions:
+                    part["error_code"] = E.unknown_topic_or_partition
+                    continue
+                tp = (t.name, p.partition_index)
+                parts_by_tp[tp] = part
+                offsets[tp] = OffsetAndMetadata(
+                    p.committed_offset,
+                    p.committed_leader_epoch if version >= 6 else -1,
+                    p.committed_metadata if p.committed_metadata is not None else "",
+                    now,
+                    now + retention if retention != -1 else None,
+                )
+            topics.append({"name": t.name, "partitions": parts})
+        body = {"throttle_time": 0, "topics": topics}
+        if not offsets:
+            return body
+        errors, wait = self._coord().handle_commit_offsets(
+            req.group_id,
+            req.member_id,
+            req.group_instance_id if version >= 7 else None,
+            req.generation_id_or_member_epoch,
+            offsets,
+        )
+        for tp, error in errors.items():
+            parts_by_tp[tp]["error_code"] = error
+        if wait is None:
+            return body
+        plog, last_offset = wait
+        committed = [parts_by_tp[tp] for tp, error in errors.items() if error is E.none]
+        fut = asyncio.get_running_loop().create_future()
+
+        def respond() -> None:
+            if not fut.done():
+                fut.set_result(body)
+
+        op = DelayedOffsetCommit(self.commit_timeout_ms, plog, last_offset, apis.replicas, committed, respond)
+        apis.produce_purgatory.try_complete_else_watch(op, [OFFSETS_KEY])
+        return fut
+
+    @staticmethod
+    def _fetch_partitions(topics: Any) -> list[tuple[str, int]] | None:
+        if topics is None:
+            return None
+        return [(t.name, p) for t in topics for p in t.partition_indexes]
+
+    def _offset_fetch_group(self, group_id: str, topics: Any, version: int) -> dict:
+        error, found = self._coord().handle_fetch_offsets(group_id, self._fetch_partitions(topics))
+        by_topic: dict[str, list[dict]] = {}
+        if topics is not None:
+            for t in topics:
+                by_topic.setdefault(t.name, [])
+        for (topic, partition), om in sorted(found.items()):
+            by_topic.setdefault(topic, []).append(
+                {
+                    "partition_index": partition,
+                    "committed_offset": om.offset if om is not None else -1,
+                    "committed_leader_epoch": om.leader_epoch if om is not None else -1,
+                    "metadata": om.metadata if om is not None else "",
+                    "error_code": E.none,
+                }
+            )
+        if error is not E.none and version < 2 and topics is not None:
+            # v1 has no group-level error: every requested partition carries it
+            by_topic = {
+                t.name: [
+                    {"partition_index": p, "committed_offset": -1, "committed_leader_epoch": -1,
+                     "metadata": "", "error_code": error}
+                    for p in t.partition_indexes
+                ]
+                for t in topics
+            }
+        return {
+            "group_id": group_id,
+            "error_code": error,
+            "topics": [{"name": name, "partitions": parts} for name, parts in by_topic.items()],
+        }
+
+    def handle_offset_fetch(self, header: RequestHeader, req: Any, ctx: RequestContext) -> dict:
+        version = header.api_version
+        if version >= 8:
+            return {
+                "throttle_time": 0,
+                "groups": [self._offset_fetch_group(g.group_id, g.topics, version) for g in req.groups],
+            }
+        one = self._offset_fetch_group(req.group_id, req.topics, version)
+        return {"throttle_time": 0, "topics": one["topics"], "error_code": one["error_code"]}
+
+    def handle_offset_delete(self, header: RequestHeader, req: Any, ctx: RequestContext) -> dict:
+        partitions = [(t.name, p.partition_index) for t in req.topics for p in t.partitions]
+        error, errors = self._coord().handle_delete_offsets(req.group_id, partitions)
+        if error is not E.none:
+            return {"error_code": error, "throttle_time": 0, "topics": []}
+        return {
+            "error_code": E.none,
+            "throttle_time": 0,
+            "topics": [
+                {
+                    "name": t.name,
+                    "partitions": [
+                        {"partition_index": p.partition_index,
+                         "error_code": errors.get((t.name, p.partition_index), E.none)}
+                        for p in t.partitions
+                    ],
+                }
+                for t in req.topics
+            ],
+        }
+
+    # -- ListGroups / DescribeGroups / DeleteGroups ----------------------------------------------------
+    def handle_list_groups(self, header: RequestHeader, req: Any, ctx: RequestContext) -> dict:
+        error, groups = self._coord().handle_list_groups(
+            getattr(req, "states_filter", ()) or (), getattr(req, "types_filter", ()) or ()
+        )
+        return {
+            "throttle_time": 0,
+            "error_code": error,
+            "groups": [
+                {"group_id": gid, "protocol_type": ptype, "group_state": state, "group_type": "classic"}
+                for gid, ptype, state in groups
+            ],
+        }
+
+    def handle_describe_groups(self, header: RequestHeader, req: Any, ctx: RequestContext) -> dict:
+        version = header.api_version
+        include_ops = getattr(req, "include_authorized_operations", False)
+        coordinator = self._coord()
+        out = []
+        for group_id in req.groups:
+            error, summary = coordinator.handle_describe_group(group_id)
+            entry: dict[str, Any] = {
+                "error_code": error,
+                "error_message": None,
+                "group_id": group_id,
+                "group_state": "",
+                "protocol_type": "",
+                "protocol_data": "",
+                "members": [],
+                "authorized_operations": GROUP_AUTHORIZED_OPERATIONS
+                if include_ops
+                else AUTHORIZED_OPERATIONS_OMITTED,
+            }
+            if error is E.none and summary is None:
+                entry["group_state"] = "Dead"
+                if version >= 6:
+                    entry["error_code"] = E.group_id_not_found
+                    entry["error_message"] = f"Group {group_id} not found."
+            elif summary is not None:
+                entry["group_state"] = summary["state"]
+                entry["protocol_type"] = summary["protocol_type"]
+                entry["protocol_data"] = summary["protocol"]
+                entry["members"] = summary["members"]
+            out.append(entry)
+        return {"throttle_time": 0, "groups": out}
+
+    def handle_delete_groups(self, header: RequestHeader, req: Any, ctx: RequestContext) -> dict:
+        results = self._coord().handle_delete_groups(list(dict.fromkeys(req.groups_names)))
+        return {
+            "throttle_time": 0,
+            "results": [{"group_id": gid, "error_code": err} for gid, err in results.items()],
+        }
+
+
+__all__ = [
+    "INTERNAL_TOPICS",
+    "OFFSETS_PARTITION",
+    "OFFSETS_TOPIC",
+    "DelayedOffsetCommit",
+    "GroupApis",
+    "offsets_topic_configs",
+]

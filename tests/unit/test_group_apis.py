@@ -1,0 +1,300 @@
+"""The group APIs on the wire, sans-IO: encoded requests through KafkaApis.process.
+
+Every request runs inside one event loop (parked JoinGroup/SyncGroup answers and
+offset commits waiting for their fsync are futures). The state machine itself is
+tested in test_group_coordinator.py; here: versions, field mapping, errors as the
+clients see them, the internal topic's protection, and durability through the
+broker's own ReplicaManager.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+
+import pytest
+from kio.schema.errors import ErrorCode as E
+
+from tests.unit.test_apis import CTX, Harness, batch, decode_frame, produce_body
+from tidegate.protocol.apis import ApiKey
+from tidegate.server.group_offsets import OFFSETS_TOPIC
+
+GROUP_PROPS = {"group.initial.rebalance.delay.ms": "0"}
+
+
+def subscription(*topics: str) -> bytes:
+    out = struct.pack(">hi", 0, len(topics))
+    for t in topics:
+        out += struct.pack(">h", len(t)) + t.encode()
+    return out + struct.pack(">i", -1)
+
+
+async def call(h: Harness, key: int, version: int, body: dict, *, wait: bool = True):
+    """Send one request; await it if it parks. Returns the decoded response, or the
+    pending awaitable (and correlation id) when ``wait`` is False."""
+    result, cid, released = h.process(key, version, body)
+    assert released[0] == 1
+    if isinstance(result, bytes):
+        return decode_frame(key, version, result, cid)
+    assert asyncio.isfuture(result) or asyncio.iscoroutine(result), result
+    if not wait:
+        return result, cid
+    return decode_frame(key, version, await asyncio.wait_for(result, 10), cid)
+
+
+def join_body(group="g", member_id="", instance=None, *, session=10_000, rebalance=30_000, topics=("t",)):
+    return {
+        "group_id": group,
+        "session_timeout": session,
+        "rebalance_timeout": rebalance,
+        "member_id": member_id,
+        "group_instance_id": instance,
+        "protocol_type": "consumer",
+        "protocols": [{"name": "range", "metadata": subscription(*topics)}],
+        "reason": None,
+    }
+
+
+def commit_body(group, member_id, generation, offsets: dict, instance=None):
+    by_topic: dict[str, list] = {}
+    for (t, p), off in offsets.items():
+        by_topic.setdefault(t, []).append(
+            {"partition_index": p, "committed_offset": off, "committed_leader_epoch": 4,
+             "committed_metadata": f"m{off}"}
+        )
+    return {
+        "group_id": group,
+        "generation_id_or_member_epoch": generation,
+        "member_id": member_id,
+        "group_instance_id": instance,
+        "retention_time": -1,
+        "topics": [{"name": t, "partitions": parts} for t, parts in by_topic.items()],
+    }
+
+
+@pytest.fixture
+def h(tmp_path):
+    return Harness(tmp_path / "data", GROUP_PROPS)
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+# ------------------------------------------------------------------------------------------
+def test_find_coordinator_every_version_names_this_broker(h):
+    async def go():
+        for v in range(0, 4):
+            r = await call(h, ApiKey.FIND_COORDINATOR, v, {"key": "g", "key_type": 0})
+            assert (r.error_code, r.node_id, r.host, r.port) == (E.none, 1, "127.0.0.1", 9092)
+        r = await call(h, ApiKey.FIND_COORDINATOR, 4, {"key_type": 0, "coordinator_keys": ["a", "b"]})
+        assert [(c.key, c.node_id, c.error_code) for c in r.coordinators] == [
+            ("a", 1, E.none), ("b", 1, E.none)
+        ]
+        r = await call(h, ApiKey.FIND_COORDINATOR, 6, {"key_type": 1, "coordinator_keys": ["tx"]})
+        assert r.coordinators[0].error_code == E.coordinator_not_available
+        assert "transactions" in r.coordinators[0].error_message
+
+    run(go())
+    assert h.store.get(OFFSETS_TOPIC) is not None  # created on first use, as Kafka does
+
+
+def test_join_sync_heartbeat_leave_on_the_wire(h):
+    h.create_topic("t", 2)
+
+    async def go():
+        r = await call(h, ApiKey.JOIN_GROUP, 9, join_body())
+        assert r.error_code == E.member_id_required and r.member_id.startswith("rawclient-")
+        member = r.member_id
+        r = await call(h, ApiKey.JOIN_GROUP, 9, join_body(member_id=member))
+        assert (r.error_code, r.generation_id, r.leader, r.protocol_name) == (E.none, 1, member, "range")
+        assert r.protocol_type == "consumer" and [m.member_id for m in r.members] == [member]
+
+        # a v0 member (no MEMBER_ID_REQUIRED, session timeout as rebalance timeout) joins:
+        # it parks until the first member rejoins
+        v0 = join_body()
+        del v0["rebalance_timeout"], v0["group_instance_id"], v0["reason"]
+        parked, cid = await call(h, ApiKey.JOIN_GROUP, 0, v0, wait=False)
+        hb = await call(h, ApiKey.HEARTBEAT, 4, {"group_id": "g", "generation_id": 1, "member_id": member,
+                                                  "group_instance_id": None})
+        assert hb.error_code == E.rebalance_in_progress
+        r1 = await call(h, ApiKey.JOIN_GROUP, 5, join_body(member_id=member))
+        r0 = decode_frame(ApiKey.JOIN_GROUP, 0, await parked, cid)
+        assert r1.generation_id == r0.generation_id == 2 and r0.protocol_name == "range"
+        other = r0.member_id
+
+        follower, fcid = await call(h, ApiKey.SYNC_GROUP, 0, {"group_id": "g", "generation_id": 2,
+                                                             "member_id": other, "assignments": []},
+                                    wait=False)
+        leader = await call(h, ApiKey.SYNC_GROUP, 5, {
+            "group_id": "g", "generation_id": 2, "member_id": member, "group_instance_id": None,
+            "protocol_type": "consumer", "protocol_name": "range",
+            "assignments": [{"member_id": member, "assignment": b"A"},
+                            {"member_id": other, "assignment": b"B"}],
+        })
+        assert (leader.error_code, leader.assignment, leader.protocol_name) == (E.none, b"A", "range")
+        assert decode_frame(ApiKey.SYNC_GROUP, 0, await follower, fcid).assignment == b"B"
+
+        d = await call(h, ApiKey.DESCRIBE_GROUPS, 5, {"groups": ["g", "nope"], "include_authorized_operations": True})
+        g, nope = d.groups
+        assert (g.group_state, g.protocol_type, g.protocol_data) == ("Stable", "consumer", "range")
+        assert {m.member_id for m in g.members} == {member, other}
+        assert {m.client_host for m in g.members} == {"/127.0.0.1"}
+        assert g.authorized_operations != -(2**31)
+        assert (nope.error_code, nope.group_state) == (E.none, "Dead")
+        d6 = await call(h, ApiKey.DESCRIBE_GROUPS, 6, {"groups": ["nope"], "include_authorized_operations": False})
+        assert d6.groups[0].error_code == E.group_id_not_found
+
+        lg = await call(h, ApiKey.LIST_GROUPS, 5, {"states_filter": ["stable"], "types_filter": []})
+        assert [(x.group_id, x.group_state, x.group_type) for x in lg.groups] == [("g", "Stable", "classic")]
+        lg0 = await call(h, ApiKey.LIST_GROUPS, 0, {})
+        assert [(x.group_id, x.protocol_type) for x in lg0.groups] == [("g", "consumer")]
+
+        # LeaveGroup v0 (one member, top-level error) and v3 (batch)
+        r = await call(h, ApiKey.LEAVE_GROUP, 0, {"group_id": "g", "member_id": "stranger"})
+        assert r.error_code == E.unknown_member_id
+        r = await call(h, ApiKey.LEAVE_GROUP, 5, {"group_id": "g", "members": [
+            {"member_id": other, "group_instance_id": None, "reason": "test"}]})
+        assert r.error_code == E.none and [m.error_code for m in r.members] == [E.none]
+        hb = await call(h, ApiKey.HEARTBEAT, 0, {"group_id": "g", "generation_id": 2, "member_id": member})
+        assert hb.error_code == E.rebalance_in_progress
+
+        bad = await call(h, ApiKey.JOIN_GROUP, 9, join_body(session=100))
+        assert bad.error_code == E.invalid_session_timeout and bad.protocol_name is None
+        bad = await call(h, ApiKey.JOIN_GROUP, 2, {**join_body(group=""), "member_id": ""})
+        assert bad.error_code == E.invalid_group_id and bad.protocol_name == ""
+
+    run(go())
+
+
+def test_offset_commit_fetch_delete_on_the_wire(h):
+    h.create_topic("t", 3)
+
+    async def go():
+        # a standalone consumer (generation -1) commits; the answer waits for the fsync
+        r = await call(h, ApiKey.OFFSET_COMMIT, 8, commit_body("s", "", -1, {("t", 0): 5, ("t", 2): 7, ("nope", 0): 1}))
+        errors = {(t.name, p.partition_index): p.error_code for t in r.topics for p in t.partitions}
+        assert errors == {("t", 0): E.none, ("t", 2): E.none, ("nope", 0): E.unknown_topic_or_partition}
+        plog = h.replicas.get_log(OFFSETS_TOPIC, 0)
+        assert plog.recovery_point == plog.log_end_offset  # durable before the answer
+
+        r = await call(h, ApiKey.OFFSET_COMMIT, 2, {**commit_body("s", "", -1, {("t", 1): 9}), "retention_time": 60_000})
+        assert r.topics[0].partitions[0].error_code == E.none
+
+        f = await call(h, ApiKey.OFFSET_FETCH, 1, {"group_id": "s", "topics": [
+            {"name": "t", "partition_indexes": [0, 1, 2]}]})
+        got = {(p.partition_index, p.committed_offset, p.metadata) for p in f.topics[0].partitions}
+        assert got == {(0, 5, "m5"), (1, 9, "m9"), (2, 7, "m7")}
+        f = await call(h, ApiKey.OFFSET_FETCH, 7, {"group_id": "s", "topics": None, "require_stable": True})
+        assert f.error_code == E.none
+        assert sorted((p.partition_index, p.committed_offset, p.committed_leader_epoch)
+                      for p in f.topics[0].partitions) == [(0, 5, 4), (1, 9, -1), (2, 7, 4)]
+        f = await call(h, ApiKey.OFFSET_FETCH, 9, {"require_stable": False, "groups": [
+            {"group_id": "s", "member_id": None, "member_epoch": -1,
+             "topics": [{"name": "t", "partition_indexes": [0]}, {"name": "u", "partition_indexes": [3]}]},
+            {"group_id": "none", "member_id": None, "member_epoch": -1, "topics": None},
+        ]})
+        s, none = f.groups
+        assert [(t.name, [(p.partition_index, p.committed_offset) for p in t.partitions]) for t in s.topics] == [
+            ("t", [(0, 5)]), ("u", [(3, -1)])
+        ]
+        assert none.topics == () and none.error_code == E.none
+
+        od = await call(h, ApiKey.OFFSET_DELETE, 0, {"group_id": "s", "topics": [
+            {"name": "t", "partitions": [{"partition_index": 0}]}]})
+        assert od.error_code == E.none and od.topics[0].partitions[0].error_code == E.none
+        od = await call(h, ApiKey.OFFSET_DELETE, 0, {"group_id": "nope", "topics": []})
+        assert od.error_code == E.group_id_not_found
+
+        dg = await call(h, ApiKey.DELETE_GROUPS, 2, {"groups_names": ["s", "nope"]})
+        assert [(x.group_id, x.error_code) for x in dg.results] == [
+            ("s", E.none), ("nope", E.group_id_not_found)
+        ]
+        f = await call(h, ApiKey.OFFSET_FETCH, 5, {"group_id": "s", "topics": None})
+        assert f.topics == ()
+
+        # deleting a topic forgets its offsets
+        await call(h, ApiKey.OFFSET_COMMIT, 9, commit_body("s2", "", -1, {("t", 0): 1}))
+        await call(h, ApiKey.DELETE_TOPICS, 5, {"topic_names": ["t"], "timeout": 5000})
+        f = await call(h, ApiKey.OFFSET_FETCH, 5, {"group_id": "s2", "topics": None})
+        assert f.topics == ()
+
+    run(go())
+
+
+def test_the_offsets_topic_is_hidden_and_protected(h):
+    h.create_topic("t")
+
+    async def go():
+        await call(h, ApiKey.OFFSET_COMMIT, 8, commit_body("s", "", -1, {("t", 0): 5}))
+        md = await call(h, ApiKey.METADATA, 12, {"topics": None, "allow_auto_topic_creation": True,
+                                                 "include_topic_authorized_operations": False})
+        assert [t.name for t in md.topics] == ["t"]
+        md = await call(h, ApiKey.METADATA, 12, {"topics": [{"name": OFFSETS_TOPIC, "topic_id": None}],
+                                                 "allow_auto_topic_creation": True,
+                                                 "include_topic_authorized_operations": False})
+        assert md.topics[0].is_internal is True and len(md.topics[0].partitions) == 1
+
+        pr = await call(h, ApiKey.PRODUCE, 9, produce_body(OFFSETS_TOPIC, {0: batch(b"x")}))
+        assert pr.responses[0].partition_responses[0].error_code == E.invalid_topic_exception
+        dt = await call(h, ApiKey.DELETE_TOPICS, 5, {"topic_names": [OFFSETS_TOPIC], "timeout": 5000})
+        assert dt.responses[0].error_code == E.invalid_request
+        cp = await call(h, ApiKey.CREATE_PARTITIONS, 3, {"topics": [{"name": OFFSETS_TOPIC, "count": 5,
+                                                                      "assignments": None}],
+                                                           "timeout": 5000, "validate_only": False})
+        assert cp.results[0].error_code == E.invalid_request
+        assert h.store.get(OFFSETS_TOPIC).partitions == 1
+
+    run(go())
+
+
+def test_metadata_does_not_auto_create_the_offsets_topic(h):
+    async def go():
+        md = await call(h, ApiKey.METADATA, 12, {"topics": [{"name": OFFSETS_TOPIC, "topic_id": None}],
+                                                 "allow_auto_topic_creation": True,
+                                                 "include_topic_authorized_operations": False})
+        assert md.topics[0].error_code == E.unknown_topic_or_partition
+        ct = await call(h, ApiKey.CREATE_TOPICS, 7, {"topics": [{"name": OFFSETS_TOPIC, "num_partitions": 3,
+                                                                  "replication_factor": 1, "assignments": [],
+                                                                  "configs": []}],
+                                                     "timeout": 5000, "validate_only": False})
+        assert ct.topics[0].error_code == E.invalid_request
+
+    run(go())
+    assert h.store.get(OFFSETS_TOPIC) is None
+
+
+def test_committed_offsets_and_groups_survive_a_new_broker_on_the_same_directory(tmp_path):
+    h = Harness(tmp_path / "data", GROUP_PROPS)
+    h.create_topic("t", 2)
+
+    async def first():
+        r = await call(h, ApiKey.JOIN_GROUP, 3, join_body())
+        member = r.member_id
+        await call(h, ApiKey.SYNC_GROUP, 3, {"group_id": "g", "generation_id": 1, "member_id": member,
+                                             "group_instance_id": None,
+                                             "assignments": [{"member_id": member, "assignment": b"all"}]})
+        c = await call(h, ApiKey.OFFSET_COMMIT, 7, commit_body("g", member, 1, {("t", 0): 11, ("t", 1): 12}))
+        assert all(p.error_code == E.none for t in c.topics for p in t.partitions)
+        return member
+
+    member = run(first())
+    h.apis.groups.shutdown()
+    h.replicas.close()
+    h2 = Harness(tmp_path / "data", GROUP_PROPS)
+
+    async def second():
+        f = await call(h2, ApiKey.OFFSET_FETCH, 8, {"require_stable": False, "groups": [
+            {"group_id": "g", "topics": None}]})
+        got = {(p.partition_index, p.committed_offset) for p in f.groups[0].topics[0].partitions}
+        assert got == {(0, 11), (1, 12)}
+        # the member carries on in its generation
+        hb = await call(h2, ApiKey.HEARTBEAT, 3, {"group_id": "g", "generation_id": 1, "member_id": member,
+                                                   "group_instance_id": None})
+        assert hb.error_code == E.none
+        s = await call(h2, ApiKey.SYNC_GROUP, 3, {"group_id": "g", "generation_id": 1, "member_id": member,
+                                                  "group_instance_id": None, "assignments": []})
+        assert s.assignment == b"all"
+
+    run(second())
+    h2.apis.groups.shutdown()
