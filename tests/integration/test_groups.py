@@ -1,0 +1,448 @@
+"""Consumer groups (classic protocol) through real clients against a tidegate process.
+
+* confluent-kafka, kafka-python and aiokafka: three consumers of one group share a
+  six-partition topic, two partitions each, and every record is consumed exactly once
+  across them;
+* a consumer that closes (LeaveGroup) hands its partitions over at once, and one killed
+  with SIGKILL (a subprocess) loses them when its session timeout passes;
+* committed offsets survive a clean broker restart and a kill -9 of the broker;
+* a static member (group.instance.id) that restarts gets its partitions back without a
+  rebalance: the other member keeps its generation and sees no callback.
+
+The brokers run with ``group.initial.rebalance.delay.ms=0`` and the consumers with
+Kafka's smallest session timeout (6 s), so the whole module takes well under two
+minutes. Every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import warnings
+from collections.abc import Callable
+
+import pytest
+
+warnings.filterwarnings("ignore", r".* is deprecated\. Use files\(\) instead", DeprecationWarning)
+
+from aiokafka import AIOKafkaConsumer  # noqa: E402
+from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+from kafka import KafkaConsumer  # noqa: E402
+from kafka.consumer.subscription_state import ConsumerRebalanceListener  # noqa: E402
+
+from .rawclient import RawClient  # noqa: E402
+
+pytestmark = pytest.mark.timeout(120)
+
+GROUP_OVERRIDES = {"group.initial.rebalance.delay.ms": 0}
+SESSION_MS = 6000  # Kafka's group.min.session.timeout.ms
+HEARTBEAT_MS = 1000
+RECORDS = 600
+
+
+# -- helpers ---------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory):
+    """One broker for the tests that need no restart."""
+    from tests.conftest import BrokerProcess
+
+    b = BrokerProcess(tmp_path_factory.mktemp("groups") / "data", overrides=GROUP_OVERRIDES).start()
+    yield b
+    if b.alive():
+        try:
+            assert b.stop(15) == 0
+        except Exception:
+            b.kill()
+            raise
+    log = b.log_text()
+    assert "Traceback" not in log and " ERROR " not in log, log[-5000:]
+
+
+def create_topic(bootstrap: str, name: str, partitions: int) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(name, partitions, 1)], operation_timeout=10)[name].result(15)
+
+
+def produce(bootstrap: str, topic: str, n: int, partitions: int) -> None:
+    p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": False, "linger.ms": 5,
+                  "log_level": 0})
+    for i in range(n):
+        p.produce(topic, key=b"k%d" % i, value=b"v%d" % i, partition=i % partitions)
+    assert p.flush(30) == 0
+
+
+def wait_until(cond: Callable[[], bool], timeout: float, step: Callable[[], None] | None = None,
+               what: str = "condition") -> float:
+    """Run ``step`` (or sleep) until ``cond``; returns the seconds it took."""
+    start = time.monotonic()
+    while not cond():
+        if time.monotonic() - start > timeout:
+            raise AssertionError(f"{what} not reached within {timeout}s")
+        if step is not None:
+            step()
+        else:
+            time.sleep(0.05)
+    return time.monotonic() - start
+
+
+def describe(bootstrap: str, group: str):
+    with RawClient.connect(bootstrap) as c:
+        return c.request(15, 5, {"groups": [group], "include_authorized_operations": False}).groups[0]
+
+
+def check_exactly_once(got: list[tuple[int, int, int]], assignments: dict[int, set[int]], n: int) -> None:
+    """``got``: (consumer, partition, offset). Each record once, by its partition's owner."""
+    keys = [(p, o) for _, p, o in got]
+    assert len(keys) == n, f"consumed {len(keys)} records, expected {n}"
+    assert len(set(keys)) == n, "a record was consumed twice"
+    for consumer, partition, _ in got:
+        assert partition in assignments[consumer]
+    per_partition = n // 6
+    for p in range(6):
+        assert sorted(o for q, o in keys if q == p) == list(range(per_partition))
+
+
+def check_shared(assignments: dict[int, set[int]]) -> None:
+    all_parts = [p for parts in assignments.values() for p in parts]
+    assert sorted(all_parts) == list(range(6)), assignments
+    assert all(len(parts) == 2 for parts in assignments.values()), assignments
+
+
+def confluent_consumer(bootstrap: str, group: str, **extra) -> Consumer:
+    conf = {
+        "bootstrap.servers": bootstrap,
+        "group.id": group,
+        "auto.offset.reset": "earliest",
+        "session.timeout.ms": SESSION_MS,
+        "heartbeat.interval.ms": HEARTBEAT_MS,
+        "max.poll.interval.ms": 20_000,
+        "log_level": 0,
+    }
+    conf.update(extra)
+    return Consumer(conf)
+
+
+# -- three consumers share six partitions -------------------------------------------------------
+def test_confluent_three_consumers_share_six_partitions_exactly_once(shared):
+    topic, group = "share-confluent", "g-confluent"
+    create_topic(shared.bootstrap, topic, 6)
+    consumers = [confluent_consumer(shared.bootstrap, group) for _ in range(3)]
+    assignments: dict[int, set[int]] = {}
+    for i, c in enumerate(consumers):
+        c.subscribe([topic], on_assign=lambda c, parts, i=i: assignments.__setitem__(
+            i, {p.partition for p in parts}))
+    got: list[tuple[int, int, int]] = []
+
+    def poll_all() -> None:
+        for i, c in enumerate(consumers):
+            m = c.poll(0.05)
+            if m is not None and m.error() is None:
+                got.append((i, m.partition(), m.offset()))
+
+    try:
+        took = wait_until(
+            lambda: len(assignments) == 3 and sorted(p for s in assignments.values() for p in s) == list(range(6)),
+            30, poll_all, "three members with two partitions each",
+        )
+        check_shared(assignments)
+        d = describe(shared.bootstrap, group)
+        assert d.group_state == "Stable" and len(d.members) == 3 and d.protocol_type == "consumer"
+        produce(shared.bootstrap, topic, RECORDS, 6)
+        wait_until(lambda: len(got) >= RECORDS, 30, poll_all, f"{RECORDS} records consumed")
+        for _ in range(10):  # nothing more arrives
+            poll_all()
+        check_exactly_once(got, assignments, RECORDS)
+        print(f"confluent: group stable after {took:.2f}s")
+    finally:
+        for c in consumers:
+            c.close()
+    d = describe(shared.bootstrap, group)
+    assert d.group_state == "Empty" and len(d.members) == 0
+
+
+class Listener(ConsumerRebalanceListener):
+    def __init__(self) -> None:
+        self.assigned: list[set[int]] = []
+        self.revoked = 0
+
+    def on_partitions_revoked(self, revoked) -> None:
+        if revoked:
+            self.revoked += 1
+
+    def on_partitions_assigned(self, assigned) -> None:
+        self.assigned.append({tp.partition for tp in assigned})
+
+
+class KafkaPythonMember:
+    """A kafka-python KafkaConsumer polled by its own thread (the client is not
+    thread-safe; each one is only ever touched by its thread)."""
+
+    def __init__(self, bootstrap: str, topic: str, group: str, index: int, sink: list, **extra) -> None:
+        self.index = index
+        self.sink = sink
+        self.listener = Listener()
+        self.consumer = KafkaConsumer(
+            bootstrap_servers=bootstrap,
+            group_id=group,
+            auto_offset_reset="earliest",
+            session_timeout_ms=SESSION_MS,
+            heartbeat_interval_ms=HEARTBEAT_MS,
+            max_poll_interval_ms=20_000,
+            request_timeout_ms=30_000,
+            **extra,
+        )
+        self.consumer.subscribe([topic], listener=self.listener)
+        self.assignment: set[int] = set()
+        self.generation = -1
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            batches = self.consumer.poll(timeout_ms=100)
+            for recs in batches.values():
+                for r in recs:
+                    self.sink.append((self.index, r.partition, r.offset))
+            self.assignment = {tp.partition for tp in self.consumer.assignment()}
+            self.generation = self.consumer._coordinator.group_metadata().generation_id
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(15)
+        assert not self.thread.is_alive()
+        self.consumer.close()
+
+
+def test_kafka_python_three_consumers_share_six_partitions_exactly_once(shared):
+    topic, group = "share-kafka-python", "g-kafka-python"
+    create_topic(shared.bootstrap, topic, 6)
+    got: list[tuple[int, int, int]] = []
+    members = [KafkaPythonMember(shared.bootstrap, topic, group, i, got) for i in range(3)]
+    try:
+        wait_until(
+            lambda: sorted(p for m in members for p in m.assignment) == list(range(6))
+            and all(m.assignment for m in members),
+            40, what="three members with two partitions each",
+        )
+        assignments = {m.index: set(m.assignment) for m in members}
+        check_shared(assignments)
+        assert len({m.generation for m in members}) == 1
+        produce(shared.bootstrap, topic, RECORDS, 6)
+        wait_until(lambda: len(got) >= RECORDS, 30, what=f"{RECORDS} records consumed")
+        time.sleep(0.5)
+        check_exactly_once(got, assignments, RECORDS)
+    finally:
+        for m in members:
+            m.close()
+
+
+def test_aiokafka_three_consumers_share_six_partitions_exactly_once(shared):
+    topic, group = "share-aiokafka", "g-aiokafka"
+    create_topic(shared.bootstrap, topic, 6)
+
+    async def go() -> None:
+        consumers = [
+            AIOKafkaConsumer(
+                topic,
+                bootstrap_servers=shared.bootstrap,
+                group_id=group,
+                auto_offset_reset="earliest",
+                session_timeout_ms=SESSION_MS,
+                heartbeat_interval_ms=HEARTBEAT_MS,
+                max_poll_interval_ms=20_000,
+            )
+            for _ in range(3)
+        ]
+        got: list[tuple[int, int, int]] = []
+        stop = asyncio.Event()
+
+        async def consume(i: int, c: AIOKafkaConsumer) -> None:
+            while not stop.is_set():
+                batches = await c.getmany(timeout_ms=100)
+                for recs in batches.values():
+                    for r in recs:
+                        got.append((i, r.partition, r.offset))
+
+        for c in consumers:
+            await c.start()
+        tasks = [asyncio.create_task(consume(i, c)) for i, c in enumerate(consumers)]
+        try:
+            deadline = time.monotonic() + 40
+            while True:
+                assignments = {i: {tp.partition for tp in c.assignment()} for i, c in enumerate(consumers)}
+                if sorted(p for s in assignments.values() for p in s) == list(range(6)) and all(
+                    assignments.values()
+                ):
+                    break
+                assert time.monotonic() < deadline, f"no stable assignment: {assignments}"
+                await asyncio.sleep(0.1)
+            check_shared(assignments)
+            await asyncio.get_running_loop().run_in_executor(
+                None, produce, shared.bootstrap, topic, RECORDS, 6
+            )
+            deadline = time.monotonic() + 30
+            while len(got) < RECORDS:
+                assert time.monotonic() < deadline, f"only {len(got)} records consumed"
+                await asyncio.sleep(0.1)
+            await asyncio.sleep(0.5)
+            check_exactly_once(got, assignments, RECORDS)
+        finally:
+            stop.set()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            for c in consumers:
+                await c.stop()
+
+    asyncio.run(asyncio.wait_for(go(), 100))
+
+
+# -- members leaving ------------------------------------------------------------------------------
+def test_a_closed_consumer_hands_its_partitions_over_at_once(shared):
+    topic, group = "leave", "g-leave"
+    create_topic(shared.bootstrap, topic, 6)
+    a, b = confluent_consumer(shared.bootstrap, group), confluent_consumer(shared.bootstrap, group)
+    owned: dict[str, set[int]] = {"a": set(), "b": set()}
+    a.subscribe([topic], on_assign=lambda c, ps: owned.__setitem__("a", {p.partition for p in ps}))
+    b.subscribe([topic], on_assign=lambda c, ps: owned.__setitem__("b", {p.partition for p in ps}))
+    try:
+        wait_until(lambda: len(owned["a"]) == 3 and len(owned["b"]) == 3, 30,
+                   lambda: (a.poll(0.05), b.poll(0.05)), "3 + 3 partitions")
+        a.close()  # LeaveGroup
+        took = wait_until(lambda: len(owned["b"]) == 6, 15, lambda: b.poll(0.05), "B owning all 6")
+        # learnt through B's next heartbeat, not through A's session expiring
+        assert took < SESSION_MS / 1000, f"partitions moved after {took:.1f}s"
+        print(f"partitions moved {took:.2f}s after the close")
+    finally:
+        b.close()
+
+
+KILLED_CONSUMER = r"""
+import sys
+from confluent_kafka import Consumer
+c = Consumer({"bootstrap.servers": sys.argv[1], "group.id": sys.argv[2], "session.timeout.ms": %d,
+              "heartbeat.interval.ms": %d, "max.poll.interval.ms": 20000, "log_level": 0})
+def on_assign(consumer, parts):
+    print("ASSIGNED", ",".join(str(p.partition) for p in parts), flush=True)
+c.subscribe([sys.argv[3]], on_assign=on_assign)
+while True:
+    c.poll(0.1)
+""" % (SESSION_MS, HEARTBEAT_MS)
+
+
+def test_a_killed_consumer_loses_its_partitions_when_its_session_expires(shared):
+    topic, group = "killed", "g-killed"
+    create_topic(shared.bootstrap, topic, 6)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", KILLED_CONSUMER, shared.bootstrap, group, topic],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True)
+    reader.start()
+    b = confluent_consumer(shared.bootstrap, group)
+    owned: set[int] = set()
+    b.subscribe([topic], on_assign=lambda c, ps: (owned.clear(), owned.update(p.partition for p in ps)))
+    try:
+        wait_until(lambda: len(owned) == 3 and any(l.startswith("ASSIGNED") and len(l.split()[1].split(",")) == 3
+                                                   for l in lines[-1:]),
+                   30, lambda: b.poll(0.05), "3 + 3 partitions")
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+        took = wait_until(lambda: len(owned) == 6, SESSION_MS / 1000 + 15, lambda: b.poll(0.05),
+                          "the survivor owning all 6")
+        print(f"partitions moved {took:.2f}s after SIGKILL (session timeout {SESSION_MS} ms)")
+        # not before the session expired (the killed member never left), and soon after it
+        assert SESSION_MS / 1000 - 2 <= took <= SESSION_MS / 1000 + 8
+        d = describe(shared.bootstrap, group)
+        assert d.group_state == "Stable" and len(d.members) == 1
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        b.close()
+
+
+# -- durability --------------------------------------------------------------------------------------
+def test_committed_offsets_survive_a_restart_and_a_kill_9(broker_factory):
+    broker = broker_factory(GROUP_OVERRIDES)
+    topic, group = "durable", "g-durable"
+    create_topic(broker.bootstrap, topic, 2)
+    produce(broker.bootstrap, topic, 100, 2)  # 50 per partition
+    tps = [TopicPartition(topic, 0), TopicPartition(topic, 1)]
+
+    c = confluent_consumer(broker.bootstrap, group, **{"enable.auto.commit": False})
+    c.subscribe([topic])
+    seen = []
+    wait_until(lambda: len(seen) >= 10, 30,
+               lambda: [seen.append(m) for m in [c.poll(0.1)] if m is not None and m.error() is None],
+               "some records")
+    c.commit(offsets=[TopicPartition(topic, 0, 20), TopicPartition(topic, 1, 35)], asynchronous=False)
+    c.close()
+
+    broker.restart()  # SIGTERM, then start on the same directory
+    c = confluent_consumer(broker.bootstrap, group, **{"enable.auto.commit": False})
+    assert [(tp.partition, tp.offset) for tp in c.committed(tps, timeout=15)] == [(0, 20), (1, 35)]
+    c.subscribe([topic])
+    got: list = []
+    wait_until(lambda: len(got) >= 45, 30,
+               lambda: [got.append((m.partition(), m.offset())) for m in [c.poll(0.1)]
+                        if m is not None and m.error() is None], "the uncommitted rest")
+    for _ in range(5):
+        m = c.poll(0.1)
+        assert m is None or m.error() is not None
+    assert sorted(got) == [(0, o) for o in range(20, 50)] + [(1, o) for o in range(35, 50)]
+    c.commit(asynchronous=False)  # 50 and 50: answered once fsynced
+
+    broker.kill()  # SIGKILL while the consumer is still a member
+    broker.start()
+    fresh = confluent_consumer(broker.bootstrap, group, **{"enable.auto.commit": False})
+    try:
+        assert [(tp.partition, tp.offset) for tp in fresh.committed(tps, timeout=15)] == [(0, 50), (1, 50)]
+        # the group itself came back too: the old member's generation was stored
+        d = describe(broker.bootstrap, group)
+        assert d.group_state in ("Stable", "PreparingRebalance", "CompletingRebalance", "Empty")
+    finally:
+        fresh.close()
+        c.close()
+
+
+# -- static membership ----------------------------------------------------------------------------------
+def test_a_static_member_rejoins_without_a_rebalance(shared):
+    topic, group = "static", "g-static"
+    create_topic(shared.bootstrap, topic, 4)
+    sink: list = []
+    a = KafkaPythonMember(shared.bootstrap, topic, group, 0, sink, group_instance_id="instance-a")
+    b = KafkaPythonMember(shared.bootstrap, topic, group, 1, sink, group_instance_id="instance-b")
+    try:
+        wait_until(lambda: len(a.assignment) == 2 and len(b.assignment) == 2 and a.generation == b.generation,
+                   40, what="2 + 2 partitions")
+        generation = b.generation
+        a_parts = set(a.assignment)
+        b_assigned = len(b.listener.assigned)
+        before = {m.member_id for m in describe(shared.bootstrap, group).members}
+        a.close()  # a static member does not send LeaveGroup
+
+        a2 = KafkaPythonMember(shared.bootstrap, topic, group, 2, sink, group_instance_id="instance-a")
+        try:
+            took = wait_until(lambda: a2.assignment == a_parts and a2.generation == generation, 20,
+                              what="the restarted member owning its old partitions")
+            time.sleep(2 * HEARTBEAT_MS / 1000)  # B's heartbeats would see a rebalance by now
+            assert b.generation == generation and b.assignment == set(range(4)) - a_parts
+            assert len(b.listener.assigned) == b_assigned and b.listener.revoked == 0
+            assert a2.listener.assigned == [a_parts]
+            d = describe(shared.bootstrap, group)
+            after = {m.member_id for m in d.members}
+            assert d.group_state == "Stable" and len(after) == 2
+            assert len(after & before) == 1, "A got a new member id, B kept its own"
+            assert {m.group_instance_id for m in d.members} == {"instance-a", "instance-b"}
+            assert "static member instance-a of group g-static rejoins in Stable" in shared.log_text()
+            print(f"static member back in generation {generation} after {took:.2f}s")
+        finally:
+            a2.close()
+    finally:
+        b.close()
