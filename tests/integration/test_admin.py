@@ -300,7 +300,7 @@ def test_create_partitions_kafka_python_and_use_them(broker, kp_admin):
     with pytest.raises(kerr.InvalidPartitionsError):
         kp_admin.create_partitions({"grow-k": 3})
     # The new partitions take data.
-    p = KafkaProducer(bootstrap_servers=broker.bootstrap, enable_idempotence=False)
+    p = KafkaProducer(bootstrap_servers=broker.bootstrap)
     try:
         offsets = [p.send("grow-k", b"v", partition=i).get(10).offset for i in (3, 3, 2)]
     finally:
@@ -387,7 +387,7 @@ def test_no_auto_create_when_disabled(broker_factory):
     md = admin.list_topics("auto-off", timeout=10)
     assert md.topics["auto-off"].error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
     assert "auto-off" not in admin.list_topics(timeout=10).topics
-    p = KafkaProducer(bootstrap_servers=b.bootstrap, enable_idempotence=False, max_block_ms=1500)
+    p = KafkaProducer(bootstrap_servers=b.bootstrap, max_block_ms=1500)
     try:
         with pytest.raises(kerr.KafkaTimeoutError):
             p.send("auto-off", b"v").get(5)

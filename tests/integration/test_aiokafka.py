@@ -1,9 +1,9 @@
 """aiokafka (asyncio client) against a real tidegate process.
 
 Same checks as the confluent-kafka module, through AIOKafkaAdminClient,
-AIOKafkaProducer (idempotence off: InitProducerId is not implemented yet) and
-AIOKafkaConsumer with assign+seek. Each test drives its own event loop with
-asyncio.run, so no asyncio pytest plugin is needed.
+AIOKafkaProducer (with its defaults) and AIOKafkaConsumer with assign+seek. Each
+test drives its own event loop with asyncio.run, so no asyncio pytest plugin is
+needed.
 """
 
 from __future__ import annotations
@@ -83,7 +83,6 @@ async def produce(
         compression_type=None if codec == "none" else codec,
         acks="all" if acks == -1 else acks,
         linger_ms=0 if batch_per_record else 5,
-        enable_idempotence=False,
     )
     await p.start()
     try:
@@ -256,9 +255,7 @@ def test_delete_topic_then_restart(broker_factory):
             assert [tuple(t)[:2] for t in resp.topic_error_codes] == [
                 ("aio-drop", UNKNOWN_TOPIC_OR_PARTITION)
             ]
-        p = AIOKafkaProducer(
-            bootstrap_servers=b.bootstrap, enable_idempotence=False, request_timeout_ms=1500
-        )
+        p = AIOKafkaProducer(bootstrap_servers=b.bootstrap, request_timeout_ms=1500)
         await p.start()
         try:
             with pytest.raises(UnknownTopicOrPartitionError):

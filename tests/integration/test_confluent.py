@@ -84,7 +84,6 @@ def produce(
         "compression.type": codec,
         "acks": acks,
         "linger.ms": 0 if batch_per_record else 5,
-        "enable.idempotence": False,
         "log_level": 0,
     }
     conf.update(extra or {})

@@ -1,8 +1,8 @@
 """kafka-python (pure-Python client) against a real tidegate process.
 
 Same checks as the confluent-kafka module, through KafkaAdminClient, KafkaProducer
-(idempotence off: InitProducerId is not implemented yet) and KafkaConsumer with
-assign+seek, and ListOffsets through both KafkaConsumer and
+(with its defaults: idempotent unless a test sets acks or retries that rule it out) and
+KafkaConsumer with assign+seek, and ListOffsets through both KafkaConsumer and
 KafkaAdminClient.list_partition_offsets.
 """
 
@@ -67,7 +67,6 @@ def create_topic(
 
 
 def new_producer(bootstrap: str, **kw) -> KafkaProducer:
-    kw.setdefault("enable_idempotence", False)
     return KafkaProducer(bootstrap_servers=bootstrap, **kw)
 
 
