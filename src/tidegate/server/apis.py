@@ -383,6 +383,7 @@ class KafkaApis:
         now = self.now_ms()
         responses = []
         pending: dict[tuple[str, int], tuple[Any, int, dict]] = {}
+        appended_keys: list[tuple[str, int]] = []
         for topic in req.topic_data:
             name = topic.name
             info = self.store.get(name)
@@ -437,11 +438,13 @@ class KafkaApis:
                     self.metrics.topics.appended(name, appended.num_records, appended.size_bytes)
                 key = (name, pd.index)
                 self.replicas.record_append(key, appended.size_bytes)
-                self.fetch_purgatory.check_and_complete(key)
+                appended_keys.append(key)
                 if acks == -1:
                     pending[key] = (plog, appended.last_offset, part)
                     self.flusher.request(key, plog)
             responses.append({"name": name, "partition_responses": parts})
+        if appended_keys:
+            self._complete_fetches_after_response(appended_keys)
         if acks == 0:
             return None
         body = {"responses": responses, "throttle_time": 0, "node_endpoints": []}
@@ -748,6 +751,25 @@ class KafkaApis:
                 {"name": info.name, "topic_id": info.topic_id, "error_code": ErrorCode.none}
             )
         return {"throttle_time": 0, "responses": responses}
+
+    def _complete_fetches_after_response(self, keys: list[tuple[str, int]]) -> None:
+        """Wake fetches parked on the appended partitions once this produce is answered.
+
+        As Kafka's delayed-operation action queue does: completing a parked fetch
+        re-reads and encodes its answer, and with many parked consumers that work
+        must not delay the producer's own response. On the event loop the checks run
+        on the next iteration, after the response is written; without a loop (the
+        sans-IO tests) they run at once.
+        """
+        check = self.fetch_purgatory.check_and_complete
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            for key in keys:
+                check(key)
+            return
+        for key in keys:
+            loop.call_soon(check, key)
 
     def _wake_deleted(self, info) -> None:
         """Parked fetches and acks=all produces on a deleted topic answer now."""
