@@ -492,6 +492,8 @@ def test_many_connections_dropped_mid_request_leak_nothing(broker):
         create_topic(c, "drops")
         # each partition holds 3 fds: create the round trip's topic before the baseline
         create_topic(c, "drops-roundtrip")
+        # and __consumer_offsets, which the round trip's consumer (group.id set) creates
+        assert c.request(10, 0, {"key": "malformed"}).error_code == 0
     assert_healthy(broker)
     time.sleep(0.2)  # let the broker see the health check's connection close
     baseline = _fds(broker.pid)

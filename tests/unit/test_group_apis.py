@@ -298,3 +298,23 @@ def test_committed_offsets_and_groups_survive_a_new_broker_on_the_same_directory
 
     run(second())
     h2.apis.groups.shutdown()
+
+
+def test_after_shutdown_group_requests_answer_coordinator_not_available(h):
+    async def go():
+        r = await call(h, ApiKey.JOIN_GROUP, 4, join_body())
+        parked_member = r.member_id
+        first = await call(h, ApiKey.JOIN_GROUP, 4, join_body(member_id=parked_member))
+        assert first.error_code == E.none
+        # a second member parks in JoinGroup; the shutdown answers it
+        second = await call(h, ApiKey.JOIN_GROUP, 4, join_body())
+        parked, cid = await call(h, ApiKey.JOIN_GROUP, 4, join_body(member_id=second.member_id), wait=False)
+        h.apis.groups.shutdown()
+        assert decode_frame(ApiKey.JOIN_GROUP, 4, await parked, cid).error_code == E.not_coordinator
+        hb = await call(h, ApiKey.HEARTBEAT, 4, {"group_id": "g", "generation_id": 1,
+                                                  "member_id": parked_member, "group_instance_id": None})
+        assert hb.error_code == E.coordinator_not_available
+        fc = await call(h, ApiKey.FIND_COORDINATOR, 3, {"key": "g", "key_type": 0})
+        assert fc.error_code == E.coordinator_not_available
+
+    run(go())

@@ -150,6 +150,7 @@ class GroupApis:
         self.apis = apis
         config = apis.config
         self.commit_timeout_ms = config.get("offsets.commit.timeout.ms")
+        self._stopped = False
         self.offsets_log = OffsetsLog(
             self._open_offsets_log,
             apis.now_ms,
@@ -187,16 +188,20 @@ class GroupApis:
 
     def start(self) -> None:
         """Load groups and offsets (the broker calls this at startup; handlers call it
-        lazily so a broker that never saw a group pays nothing)."""
-        self.coordinator.startup()
+        lazily, for KafkaApis used without a Broker)."""
+        if not self._stopped:
+            self.coordinator.startup()
 
     def _coord(self) -> GroupCoordinator:
         coordinator = self.coordinator
-        if not coordinator.active:
+        if not coordinator.active and not self._stopped:
             coordinator.startup()
         return coordinator
 
     def shutdown(self) -> None:
+        """Answer parked JoinGroup/SyncGroup requests and stop: from now on every group
+        request answers COORDINATOR_NOT_AVAILABLE (the broker is going away)."""
+        self._stopped = True
         self.coordinator.shutdown()
 
     def maintenance(self, now_ms: int, retention_due: bool) -> None:
@@ -216,8 +221,10 @@ class GroupApis:
         error, message = E.none, None
         if key_type == COORDINATOR_TYPE_GROUP:
             try:
-                self._coord()
-                self._open_offsets_log(True)
+                if not self._coord().active:
+                    error, message = E.coordinator_not_available, "the broker is shutting down"
+                else:
+                    self._open_offsets_log(True)
             except OSError as exc:
                 log.error("could not create %s: %s", OFFSETS_TOPIC, exc)
                 error, message = E.coordinator_not_available, f"cannot create {OFFSETS_TOPIC}: {exc}"
