@@ -296,3 +296,59 @@ def test_other_mute_reasons_pause_and_resume(reason):
     assert ta.paused
     a.unmute(reason)
     assert not ta.paused
+
+
+def test_freed_memory_is_handed_on_only_after_the_releasing_call_returns():
+    """The releasing handler still holds its buffer: the hand-out waits a loop turn,
+    so at most pool + one request is ever alive (measured: +2 requests otherwise)."""
+
+    async def main():
+        pool = SimpleMemoryPool(100, 100, strict=False, debug=True)
+        proc = HoldingProcessor()
+        server = SocketServer(proc, pool, max_request_size=100)
+        a, _ = connect(server)
+        b, tb = connect(server)
+        push(a, frame(b"a" * 100))
+        push(b, struct.pack(">i", 100))
+        assert b in server.memory_muted
+        seen_during_release = []
+        real = server.memory_released
+
+        def spy():
+            seen_during_release.append(pool.available)
+            real()
+
+        server.memory_released = spy
+        proc.requests[0][1].set_result(None)
+        await asyncio.sleep(0)  # a's completion callback releases its buffer
+        # released, but b has not been handed the memory inside that call
+        assert b in server.memory_muted and tb.paused
+        await settle()
+        assert seen_during_release == [100]  # ran once, on a later loop turn
+        assert b not in server.memory_muted and not tb.paused
+
+    run(main())
+
+
+def test_new_requests_queue_behind_connections_waiting_for_memory():
+    async def main():
+        pool = SimpleMemoryPool(100, 100, strict=False, debug=True)
+        proc = HoldingProcessor()
+        server = SocketServer(proc, pool, max_request_size=100)
+        hog, _ = connect(server)
+        push(hog, frame(b"h" * 100))
+        waiter, tw = connect(server)
+        push(waiter, struct.pack(">i", 60))
+        assert list(server.memory_muted) == [waiter]
+        proc.requests[0][1].set_result(None)
+        await asyncio.sleep(0)  # memory released; hand-out not yet run
+        newcomer, tn = connect(server)
+        push(newcomer, struct.pack(">i", 10))
+        # the newcomer may not take the freed memory ahead of the waiter
+        assert newcomer in server.memory_muted and tn.paused
+        await settle()
+        assert not tw.paused  # the waiter was served first ...
+        assert list(server.memory_muted) == []  # ... and the newcomer right after (60+10 fit)
+        assert not tn.paused
+
+    run(main())
