@@ -46,10 +46,11 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 from crc32c import crc32c
 
-from .record_batch import BatchHeader, RecordBatchError
+from .record_batch import TRANSACTIONAL_FLAG_MASK, BatchHeader, RecordBatchError
 
 __all__ = [
     "NO_PRODUCER_EPOCH",
@@ -123,8 +124,7 @@ def _in_sequence(last_seq: int, next_seq: int) -> bool:
     return next_seq == last_seq + 1 or (next_seq == 0 and last_seq == _INT32_MAX)
 
 
-@dataclass(frozen=True, slots=True)
-class BatchMetadata:
+class BatchMetadata(NamedTuple):
     """One appended batch of a producer: its sequence range, where it went, its max timestamp."""
 
     last_seq: int
@@ -181,14 +181,6 @@ class ProducerStateEntry:
         self.batches.append(batch)
         self.last_timestamp = batch.timestamp
 
-    def update(self, nxt: ProducerStateEntry) -> None:
-        """Fold in the batches an append added (``nxt`` is that append's working copy)."""
-        if nxt.producer_epoch != self.producer_epoch:
-            self.batches.clear()
-            self.producer_epoch = nxt.producer_epoch
-        self.batches.extend(nxt.batches)
-        self.last_timestamp = nxt.last_timestamp
-
     def copy(self) -> ProducerStateEntry:
         return ProducerStateEntry(
             self.producer_id,
@@ -201,42 +193,45 @@ class ProducerStateEntry:
 class _AppendInfo:
     """Kafka's ProducerAppendInfo: one producer's batches in one append, validated in
     order against the committed entry (``current``) and what this append already added
-    (``updated``, which starts with ``current``'s epoch and no batches)."""
+    (Kafka's ``updatedEntry``: ``epoch``, ``batches`` and ``last_timestamp`` here, which
+    start as ``current``'s epoch and timestamp with no batches)."""
 
-    __slots__ = ("current", "updated")
+    __slots__ = ("batches", "current", "epoch", "last_timestamp")
 
     def __init__(self, current: ProducerStateEntry) -> None:
         self.current = current
-        self.updated = ProducerStateEntry(
-            current.producer_id, current.producer_epoch, last_timestamp=current.last_timestamp
-        )
+        self.epoch = current.producer_epoch
+        self.batches: list[BatchMetadata] = []
+        self.last_timestamp = current.last_timestamp
 
     def append(self, h: BatchHeader, first_offset: int, timestamp: int, validate: bool) -> None:
         epoch = h.producer_epoch
-        first_seq = h.base_sequence
-        updated = self.updated
         if validate:
-            if epoch < updated.producer_epoch:
+            if epoch < self.epoch:
                 raise InvalidProducerEpochError(
                     f"epoch {epoch} of producer {h.producer_id} at offset {first_offset} is "
-                    f"older than its current epoch {updated.producer_epoch}"
+                    f"older than its current epoch {self.epoch}"
                 )
-            self._check_sequence(epoch, first_seq, first_offset, h.producer_id)
+            self._check_sequence(epoch, h.base_sequence, first_offset, h.producer_id)
+        if epoch != self.epoch:
+            self.batches.clear()  # a new epoch starts a new sequence space
+            self.epoch = epoch
         delta = h.last_offset_delta
-        updated.add_batch(epoch, BatchMetadata(h.last_sequence, first_offset + delta, delta, timestamp))
+        self.batches.append(BatchMetadata(h.last_sequence, first_offset + delta, delta, timestamp))
+        self.last_timestamp = timestamp
 
     def _check_sequence(self, epoch: int, first_seq: int, offset: int, pid: int) -> None:
-        updated, current = self.updated, self.current
-        if epoch != updated.producer_epoch:
-            if first_seq != 0 and updated.producer_epoch != NO_PRODUCER_EPOCH:
+        current = self.current
+        if epoch != self.epoch:
+            if first_seq != 0 and self.epoch != NO_PRODUCER_EPOCH:
                 raise OutOfOrderSequenceError(
                     f"invalid sequence number {first_seq} for the new epoch {epoch} of producer "
                     f"{pid} at offset {offset} (a new epoch starts at 0; current epoch "
-                    f"{updated.producer_epoch})"
+                    f"{self.epoch})"
                 )
             return
-        if not updated.is_empty:
-            last = updated.last_seq
+        if self.batches:
+            last = self.batches[-1].last_seq
         elif epoch == current.producer_epoch:
             last = current.last_seq
         else:
@@ -249,14 +244,16 @@ class _AppendInfo:
             )
 
 
-@dataclass(slots=True)
 class PreparedAppend:
     """What :meth:`ProducerStateManager.prepare` found: either a duplicate of a batch
     already in the log (append nothing, answer with its offsets) or the producer
     entries the append will produce (hand them to :meth:`~ProducerStateManager.commit`)."""
 
-    duplicate: BatchMetadata | None = None
-    updates: dict[int, _AppendInfo] = field(default_factory=dict)
+    __slots__ = ("duplicate", "updates")
+
+    def __init__(self, duplicate: BatchMetadata | None = None) -> None:
+        self.duplicate = duplicate
+        self.updates: dict[int, _AppendInfo] = {}
 
 
 class ProducerStateManager:
@@ -302,15 +299,15 @@ class ProducerStateManager:
                 continue
             if prepared is None:
                 prepared = PreparedAppend()
-            if h.is_transactional and from_client:
+            if h.attributes & TRANSACTIONAL_FLAG_MASK and from_client:
                 raise TransactionsNotSupportedError(
                     f"transactional batch from producer {pid}: transactions are not supported"
                 )
             current = self.producers.get(pid)
-            if from_client and current is not None:
+            if from_client and current is not None and current.producer_epoch == h.producer_epoch:
                 dup = current.find_duplicate(h.producer_epoch, h.base_sequence, h.last_sequence)
                 if dup is not None:
-                    return PreparedAppend(duplicate=dup)
+                    return PreparedAppend(dup)
             info = prepared.updates.get(pid)
             if info is None:
                 info = _AppendInfo(current if current is not None else ProducerStateEntry(pid))
@@ -325,9 +322,18 @@ class ProducerStateManager:
         for pid, info in prepared.updates.items():
             entry = producers.get(pid)
             if entry is None:
-                producers[pid] = info.updated
-            else:
-                entry.update(info.updated)
+                producers[pid] = ProducerStateEntry(
+                    pid,
+                    info.epoch,
+                    deque(info.batches, maxlen=NUM_BATCHES_TO_RETAIN),
+                    info.last_timestamp,
+                )
+                continue
+            if info.epoch != entry.producer_epoch:
+                entry.batches.clear()
+                entry.producer_epoch = info.epoch
+            entry.batches.extend(info.batches)
+            entry.last_timestamp = info.last_timestamp
 
     def replay(self, headers: Iterable[BatchHeader]) -> int:
         """Rebuild from batches already in the log (offsets assigned): no validation,
