@@ -25,17 +25,17 @@ import pytest
 
 warnings.filterwarnings("ignore", r".* is deprecated\. Use files\(\) instead", DeprecationWarning)
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer  # noqa: E402
-from aiokafka.structs import TopicPartition as AioTP  # noqa: E402
-from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
-from kafka import KafkaConsumer, KafkaProducer  # noqa: E402
-from kafka import TopicPartition as KpTP  # noqa: E402
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.structs import TopicPartition as AioTP
+from confluent_kafka import Consumer, Producer, TopicPartition
+from kafka import KafkaConsumer, KafkaProducer
+from kafka import TopicPartition as KpTP
 
-from tests.conftest import BrokerProcess, free_port  # noqa: E402
-from tidegate.log.batch_builder import Record, build_batch  # noqa: E402
-from tidegate.log.record_batch import iter_batches, read_header  # noqa: E402
+from tests.conftest import BrokerProcess, free_port
+from tidegate.log.batch_builder import Record, build_batch
+from tidegate.log.record_batch import iter_batches, read_header
 
-from .rawclient import RawClient, decode_response, encode_request, frame  # noqa: E402
+from .rawclient import RawClient, decode_response, encode_request, frame
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -78,7 +78,8 @@ def test_in_sequence_batches_are_accepted_and_cached(tmp_path):
     e = psm.entry(PID)
     assert e.last_seq == 19 and e.last_data_offset == 19
     assert len(e.batches) == NUM_BATCHES_TO_RETAIN
-    assert [(b.first_seq, b.last_seq, b.first_offset) for b in e.batches][0] == (10, 11, 10)
+    b = e.batches[0]
+    assert (b.first_seq, b.last_seq, b.first_offset) == (10, 11, 10)
 
 
 @pytest.mark.parametrize("seq", [6, 7, 100, 4, 0])
