@@ -446,3 +446,32 @@ def test_a_static_member_rejoins_without_a_rebalance(shared):
             a2.close()
     finally:
         b.close()
+
+
+def test_the_offsets_topic_is_compacted_in_the_background_and_replays(broker_factory):
+    broker = broker_factory({**GROUP_OVERRIDES, "offsets.compaction.min.records": 200})
+    create_topic(broker.bootstrap, "compact", 3)
+
+    def earliest(c: RawClient) -> int:
+        r = c.request(2, 1, {"replica_id": -1, "topics": [
+            {"name": "__consumer_offsets", "partitions": [{"partition_index": 0, "timestamp": -2}]}]})
+        return r.topics[0].partitions[0].offset
+
+    with RawClient.connect(broker.bootstrap) as c:
+        for i in range(600):  # a standalone consumer committing one offset at a time
+            r = c.request(8, 8, {
+                "group_id": "compact-g", "generation_id_or_member_epoch": -1, "member_id": "",
+                "group_instance_id": None,
+                "topics": [{"name": "compact", "partitions": [
+                    {"partition_index": i % 3, "committed_offset": i, "committed_leader_epoch": -1,
+                     "committed_metadata": None}]}],
+            })
+            assert r.topics[0].partitions[0].error_code == 0
+        # the maintenance task (1 s tick) rewrites the 3 live keys and drops the rest
+        wait_until(lambda: earliest(c) >= 600, 15, what="compaction of __consumer_offsets")
+    broker.restart()
+    with RawClient.connect(broker.bootstrap) as c:
+        r = c.request(9, 8, {"require_stable": False, "groups": [{"group_id": "compact-g", "topics": None}]})
+        got = sorted((p.partition_index, p.committed_offset) for p in r.groups[0].topics[0].partitions)
+        assert got == [(0, 597), (1, 598), (2, 599)]
+    assert "compacted __consumer_offsets: 3 live key(s)" in broker.log_text()
