@@ -1,8 +1,8 @@
 """Consumer groups (classic protocol) through real clients against a tidegate process.
 
 * confluent-kafka, kafka-python and aiokafka: three consumers of one group share a
-  six-partition topic, two partitions each, and every record is consumed exactly once
-  across them;
+  six-partition topic, two partitions each, every record is consumed exactly once
+  across them, and what each client commits is what OffsetFetch returns;
 * a consumer that closes (LeaveGroup) hands its partitions over at once, and one killed
   with SIGKILL (a subprocess) loses them when its session timeout passes;
 * committed offsets survive a clean broker restart and a kill -9 of the broker;
@@ -96,6 +96,13 @@ def describe(bootstrap: str, group: str):
         return c.request(15, 5, {"groups": [group], "include_authorized_operations": False}).groups[0]
 
 
+def committed(bootstrap: str, group: str) -> dict[int, int]:
+    """The group's committed offsets per partition (OffsetFetch v8, all topics)."""
+    with RawClient.connect(bootstrap) as c:
+        r = c.request(9, 8, {"require_stable": True, "groups": [{"group_id": group, "topics": None}]})
+    return {p.partition_index: p.committed_offset for t in r.groups[0].topics for p in t.partitions}
+
+
 def check_exactly_once(got: list[tuple[int, int, int]], assignments: dict[int, set[int]], n: int) -> None:
     """``got``: (consumer, partition, offset). Each record once, by its partition's owner."""
     keys = [(p, o) for _, p, o in got]
@@ -164,6 +171,8 @@ def test_confluent_three_consumers_share_six_partitions_exactly_once(shared):
             c.close()
     d = describe(shared.bootstrap, group)
     assert d.group_state == "Empty" and len(d.members) == 0
+    # closing committed what was consumed (auto commit)
+    assert committed(shared.bootstrap, group) == {p: RECORDS // 6 for p in range(6)}
 
 
 class Listener(ConsumerRebalanceListener):
@@ -240,7 +249,8 @@ def test_kafka_python_three_consumers_share_six_partitions_exactly_once(shared):
         check_exactly_once(got, assignments, RECORDS)
     finally:
         for m in members:
-            m.close()
+            m.close()  # commits the consumed offsets (auto commit)
+    assert committed(shared.bootstrap, group) == {p: RECORDS // 6 for p in range(6)}
 
 
 def test_aiokafka_three_consumers_share_six_partitions_exactly_once(shared):
@@ -293,6 +303,8 @@ def test_aiokafka_three_consumers_share_six_partitions_exactly_once(shared):
                 await asyncio.sleep(0.1)
             await asyncio.sleep(0.5)
             check_exactly_once(got, assignments, RECORDS)
+            for c in consumers:
+                await c.commit()
         finally:
             stop.set()
             await asyncio.gather(*tasks, return_exceptions=True)
@@ -300,6 +312,7 @@ def test_aiokafka_three_consumers_share_six_partitions_exactly_once(shared):
                 await c.stop()
 
     asyncio.run(asyncio.wait_for(go(), 100))
+    assert committed(shared.bootstrap, group) == {p: RECORDS // 6 for p in range(6)}
 
 
 # -- members leaving ------------------------------------------------------------------------------
