@@ -605,7 +605,6 @@ _TABLE: tuple[ConfigKey, ...] = (
            "tidegate only: rewrite __consumer_offsets once it holds more than this many records "
            "and more than 4 per live key (its compaction; see docs/groups.md)."),
 
-
     # ---- topic keys (CreateTopics configs, DescribeConfigs on a topic) -----------------
     topic("segment.bytes", ["log.segment.bytes"],
           "The maximum size of a single log segment file."),
