@@ -30,13 +30,13 @@ import pytest
 
 warnings.filterwarnings("ignore", r".* is deprecated\. Use files\(\) instead", DeprecationWarning)
 
-from aiokafka import AIOKafkaConsumer  # noqa: E402
-from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
-from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
-from kafka import KafkaConsumer  # noqa: E402
-from kafka.consumer.subscription_state import ConsumerRebalanceListener  # noqa: E402
+from aiokafka import AIOKafkaConsumer
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from kafka import KafkaConsumer
+from kafka.consumer.subscription_state import ConsumerRebalanceListener
 
-from .rawclient import RawClient  # noqa: E402
+from .rawclient import RawClient
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -327,10 +327,11 @@ def test_a_closed_consumer_hands_its_partitions_over_at_once(shared):
         wait_until(lambda: len(owned["a"]) == 3 and len(owned["b"]) == 3, 30,
                    lambda: (a.poll(0.05), b.poll(0.05)), "3 + 3 partitions")
         a.close()  # LeaveGroup
-        took = wait_until(lambda: len(owned["b"]) == 6, 15, lambda: b.poll(0.05), "B owning all 6")
-        # learnt through B's next heartbeat, not through A's session expiring
-        assert took < SESSION_MS / 1000, f"partitions moved after {took:.1f}s"
+        took = wait_until(lambda: len(owned["b"]) == 6, 20, lambda: b.poll(0.05), "B owning all 6")
         print(f"partitions moved {took:.2f}s after the close")
+        # because A left (B learnt it from its next heartbeat), not because A's session expired
+        log = shared.log_text()
+        assert "left group g-leave" in log and "of group g-leave failed" not in log
     finally:
         b.close()
 
@@ -338,14 +339,14 @@ def test_a_closed_consumer_hands_its_partitions_over_at_once(shared):
 KILLED_CONSUMER = r"""
 import sys
 from confluent_kafka import Consumer
-c = Consumer({"bootstrap.servers": sys.argv[1], "group.id": sys.argv[2], "session.timeout.ms": %d,
-              "heartbeat.interval.ms": %d, "max.poll.interval.ms": 20000, "log_level": 0})
+c = Consumer({"bootstrap.servers": sys.argv[1], "group.id": sys.argv[2], "session.timeout.ms": @SESSION@,
+              "heartbeat.interval.ms": @HEARTBEAT@, "max.poll.interval.ms": 20000, "log_level": 0})
 def on_assign(consumer, parts):
     print("ASSIGNED", ",".join(str(p.partition) for p in parts), flush=True)
 c.subscribe([sys.argv[3]], on_assign=on_assign)
 while True:
     c.poll(0.1)
-""" % (SESSION_MS, HEARTBEAT_MS)
+""".replace("@SESSION@", str(SESSION_MS)).replace("@HEARTBEAT@", str(HEARTBEAT_MS))
 
 
 def test_a_killed_consumer_loses_its_partitions_when_its_session_expires(shared):
@@ -367,11 +368,12 @@ def test_a_killed_consumer_loses_its_partitions_when_its_session_expires(shared)
                    30, lambda: b.poll(0.05), "3 + 3 partitions")
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(10)
-        took = wait_until(lambda: len(owned) == 6, SESSION_MS / 1000 + 15, lambda: b.poll(0.05),
+        took = wait_until(lambda: len(owned) == 6, SESSION_MS / 1000 + 20, lambda: b.poll(0.05),
                           "the survivor owning all 6")
         print(f"partitions moved {took:.2f}s after SIGKILL (session timeout {SESSION_MS} ms)")
         # not before the session expired (the killed member never left), and soon after it
-        assert SESSION_MS / 1000 - 2 <= took <= SESSION_MS / 1000 + 8
+        assert SESSION_MS / 1000 - 2 <= took <= SESSION_MS / 1000 + 12
+        assert "of group g-killed failed (session timeout)" in shared.log_text()
         d = describe(shared.bootstrap, group)
         assert d.group_state == "Stable" and len(d.members) == 1
     finally:
@@ -480,8 +482,9 @@ def test_the_offsets_topic_is_compacted_in_the_background_and_replays(broker_fac
                      "committed_metadata": None}]}],
             })
             assert r.topics[0].partitions[0].error_code == 0
-        # the maintenance task (1 s tick) rewrites the 3 live keys and drops the rest
-        wait_until(lambda: earliest(c) >= 600, 15, what="compaction of __consumer_offsets")
+        # the maintenance task (1 s tick, possibly while the commits are still coming)
+        # rewrites the 3 live keys once more than 200 records pile up, and drops the rest
+        wait_until(lambda: earliest(c) > 200, 15, what="compaction of __consumer_offsets")
     broker.restart()
     with RawClient.connect(broker.bootstrap) as c:
         r = c.request(9, 8, {"require_stable": False, "groups": [{"group_id": "compact-g", "topics": None}]})

@@ -15,7 +15,7 @@ import struct
 import pytest
 from kio.schema.errors import ErrorCode as E
 
-from tests.unit.test_apis import CTX, Harness, batch, decode_frame, produce_body
+from tests.unit.test_apis import Harness, batch, decode_frame, produce_body
 from tidegate.protocol.apis import ApiKey
 from tidegate.server.group_offsets import OFFSETS_TOPIC
 
@@ -84,7 +84,7 @@ def run(coro):
 # ------------------------------------------------------------------------------------------
 def test_find_coordinator_every_version_names_this_broker(h):
     async def go():
-        for v in range(0, 4):
+        for v in range(4):
             r = await call(h, ApiKey.FIND_COORDINATOR, v, {"key": "g", "key_type": 0})
             assert (r.error_code, r.node_id, r.host, r.port) == (E.none, 1, "127.0.0.1", 9092)
         r = await call(h, ApiKey.FIND_COORDINATOR, 4, {"key_type": 0, "coordinator_keys": ["a", "b"]})

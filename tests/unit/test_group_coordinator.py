@@ -23,7 +23,6 @@ from tidegate.server.group_coordinator import (
     STABLE,
     GroupConfig,
     GroupCoordinator,
-    JoinResult,
     SyncResult,
     subscribed_topics_of,
 )
@@ -403,7 +402,7 @@ def test_static_member_rejoin_keeps_the_generation_and_fences_the_old_id(h):
 
 
 def test_static_leader_rejoin_v9_skips_assignment(h):
-    a, b = h.stable_group(2, instances=["ia", "ib"])
+    _a, b = h.stable_group(2, instances=["ia", "ib"])
     r = h.join("g", "", "ia").result
     assert r.error is E.none and r.skip_assignment is True and r.leader_id == r.member_id
     assert {m[0] for m in r.members} == {r.member_id, b}
@@ -451,7 +450,7 @@ def test_join_errors(h):
 
 
 def test_generation_and_member_errors(h):
-    a, b = h.stable_group(2)
+    a, _b = h.stable_group(2)
     assert h.heartbeat_("g", a, 1) is E.illegal_generation
     assert h.heartbeat_("g", "stranger", 2) is E.unknown_member_id
     assert h.heartbeat_("nogroup", a, 2) is E.unknown_member_id
@@ -470,13 +469,13 @@ def test_generation_and_member_errors(h):
 
 def test_group_max_size():
     h = Harness(max_size=2)
-    a, b = h.stable_group(2)
+    _a, b = h.stable_group(2)
     assert h.join().result.error is E.group_max_size_reached
     assert h.join("g", b).done  # members still rejoin
 
 
 def test_inactive_coordinator_answers_coordinator_not_available(h):
-    a, b = h.stable_group(2)
+    a, _b = h.stable_group(2)
     parked = h.new_member()
     h.coord.shutdown()
     assert parked.result.error is E.not_coordinator
@@ -522,7 +521,7 @@ def test_offset_commit_and_fetch(h):
 
 def test_delete_groups_and_offsets(h):
     h.coord.handle_commit_offsets("empty", "", None, -1, {("t", 0): OffsetAndMetadata(1)})
-    a, b = h.stable_group(2)
+    a, _b = h.stable_group(2)
     h.coord.handle_commit_offsets("g", a, None, 2, {("t", 0): OffsetAndMetadata(1), ("u", 0): OffsetAndMetadata(2)})
     assert h.coord.handle_delete_groups(["g", "empty", "nope"]) == {
         "g": E.non_empty_group, "empty": E.none, "nope": E.group_id_not_found
@@ -543,7 +542,7 @@ def test_list_and_describe_groups(h):
     ]
     assert h.coord.handle_list_groups(["stable"])[1] == [("g", "consumer", "Stable")]
     assert h.coord.handle_list_groups(types=["consumer"])[1] == []
-    error, summary = h.coord.handle_describe_group("g")
+    _error, summary = h.coord.handle_describe_group("g")
     assert summary["state"] == "Stable" and summary["protocol"] == "range"
     assert [m["member_id"] for m in summary["members"]] == [a, b]
     assert summary["members"][0]["member_assignment"] == f"assign-{a}".encode()
@@ -633,7 +632,7 @@ def test_an_empty_generation_is_stored_too(tmp_path):
 
 def test_static_rejoin_is_persisted(tmp_path):
     h = Harness(tmp_path)
-    a, b = h.stable_group(2, instances=["ia", "ib"])
+    a, _b = h.stable_group(2, instances=["ia", "ib"])
     new_b = h.join("g", "", "ib").result.member_id
     g = h.restart().coord.groups["g"]
     assert set(g.members) == {a, new_b} and g.static_members == {"ia": a, "ib": new_b}

@@ -1131,9 +1131,9 @@ class GroupCoordinator:
         if error is None:
             if generation_id != group.generation_id:
                 error = E.illegal_generation
-            elif protocol_type is not None and protocol_type != group.protocol_type:
-                error = E.inconsistent_group_protocol
-            elif protocol_name is not None and protocol_name != group.protocol_name:
+            elif (protocol_type is not None and protocol_type != group.protocol_type) or (
+                protocol_name is not None and protocol_name != group.protocol_name
+            ):
                 error = E.inconsistent_group_protocol
         if error is not None:
             callback(SyncResult(error))
