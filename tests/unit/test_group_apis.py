@@ -15,7 +15,7 @@ import struct
 import pytest
 from kio.schema.errors import ErrorCode as E
 
-from tests.unit.test_apis import Harness, batch, decode_frame, produce_body
+from tests.unit.test_apis import NOW, Harness, batch, decode_frame, produce_body
 from tidegate.protocol.apis import ApiKey
 from tidegate.server.group_offsets import OFFSETS_TOPIC
 
@@ -318,3 +318,30 @@ def test_after_shutdown_group_requests_answer_coordinator_not_available(h):
         assert fc.error_code == E.coordinator_not_available
 
     run(go())
+
+
+def test_broker_maintenance_expires_offsets_of_empty_groups(tmp_path):
+    """What the broker's group maintenance task runs every offsets.retention.check.interval.ms:
+    offsets older than offsets.retention.minutes go, tombstoned, so they stay gone."""
+    h = Harness(tmp_path / "data", {**GROUP_PROPS, "offsets.retention.minutes": "1"})
+    h.create_topic("t")
+
+    async def go():
+        await call(h, ApiKey.OFFSET_COMMIT, 8, commit_body("s", "", -1, {("t", 0): 5}))
+        h.apis.groups.maintenance(NOW + 59_000, True)
+        f = await call(h, ApiKey.OFFSET_FETCH, 5, {"group_id": "s", "topics": None})
+        assert [p.committed_offset for p in f.topics[0].partitions] == [5]
+        h.apis.groups.maintenance(NOW + 60_000, False)  # not due: nothing happens
+        assert "s" in h.apis.groups.coordinator.groups
+        h.apis.groups.maintenance(NOW + 60_000, True)
+        f = await call(h, ApiKey.OFFSET_FETCH, 5, {"group_id": "s", "topics": None})
+        assert f.topics == ()
+        lg = await call(h, ApiKey.LIST_GROUPS, 3, {})
+        assert lg.groups == ()  # empty and without offsets: removed
+
+    run(go())
+    h.apis.groups.shutdown()
+    h.replicas.close()
+    h2 = Harness(tmp_path / "data", GROUP_PROPS)
+    h2.apis.groups.start()
+    assert h2.apis.groups.coordinator.groups == {}
