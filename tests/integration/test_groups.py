@@ -7,7 +7,10 @@
   with SIGKILL (a subprocess) loses them when its session timeout passes;
 * committed offsets survive a clean broker restart and a kill -9 of the broker;
 * a static member (group.instance.id) that restarts gets its partitions back without a
-  rebalance: the other member keeps its generation and sees no callback.
+  rebalance: the other member keeps its generation and sees no callback;
+* __consumer_offsets is compacted in the background and replays after a restart;
+* the admin clients (confluent-kafka, kafka-python) list, describe and delete groups
+  and list, alter and delete their offsets.
 
 The brokers run with ``group.initial.rebalance.delay.ms=0`` and the consumers with
 Kafka's smallest session timeout (6 s), so the whole module takes well under two
@@ -491,3 +494,46 @@ def test_the_offsets_topic_is_compacted_in_the_background_and_replays(broker_fac
         got = sorted((p.partition_index, p.committed_offset) for p in r.groups[0].topics[0].partitions)
         assert got == [(0, 597), (1, 598), (2, 599)]
     assert "compacted __consumer_offsets: 3 live key(s)" in broker.log_text()
+
+
+def test_admin_clients_list_describe_and_manage_groups(shared):
+    from confluent_kafka import ConsumerGroupTopicPartitions
+    from kafka import TopicPartition as KTopicPartition
+    from kafka.admin import KafkaAdminClient
+
+    topic, group = "admin-groups", "g-admin"
+    create_topic(shared.bootstrap, topic, 2)
+    admin = AdminClient({"bootstrap.servers": shared.bootstrap})
+    c = confluent_consumer(shared.bootstrap, group, **{"enable.auto.commit": False})
+    c.subscribe([topic])
+    try:
+        wait_until(lambda: len(c.assignment()) == 2, 30, lambda: c.poll(0.05), "an assignment")
+        c.commit(offsets=[TopicPartition(topic, 0, 3)], asynchronous=False)
+        listed = [(g.group_id, g.state.name) for g in admin.list_consumer_groups().result(10).valid]
+        assert (group, "STABLE") in listed
+        desc = admin.describe_consumer_groups([group])[group].result(10)
+        assert desc.state.name == "STABLE" and desc.partition_assignor == "range"
+        assert [m.member_id for m in desc.members] == [c.memberid()]
+        assert {tp.partition for tp in desc.members[0].assignment.topic_partitions} == {0, 1}
+        offsets = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group].result(10)
+        assert [(tp.partition, tp.offset) for tp in offsets.topic_partitions] == [(0, 3)]
+    finally:
+        c.close()
+    # an empty group: offsets can be set from outside (OffsetCommit with generation -1)
+    altered = admin.alter_consumer_group_offsets(
+        [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, 1, 7)])]
+    )[group].result(10)
+    assert [(tp.partition, tp.offset, tp.error) for tp in altered.topic_partitions] == [(1, 7, None)]
+
+    ka = KafkaAdminClient(bootstrap_servers=shared.bootstrap, request_timeout_ms=10_000)
+    try:
+        assert {g["group_id"]: g["group_state"] for g in ka.list_groups()}[group] == "Empty"
+        assert ka.describe_groups([group])[group]["members"] == []
+        offs = ka.list_group_offsets(group)[group]
+        assert {tp.partition: om.offset for tp, om in offs.items()} == {0: 3, 1: 7}
+        ka.delete_group_offsets(group, [KTopicPartition(topic, 0)])
+        assert {tp.partition for tp in ka.list_group_offsets(group)[group]} == {1}
+        assert ka.delete_groups([group, "g-never"]) == {group: "OK", "g-never": "GroupIdNotFoundError"}
+    finally:
+        ka.close()
+    assert group not in [g.group_id for g in admin.list_consumer_groups().result(10).valid]
