@@ -229,7 +229,11 @@ class GroupApis:
                 log.error("could not create %s: %s", OFFSETS_TOPIC, exc)
                 error, message = E.coordinator_not_available, f"cannot create {OFFSETS_TOPIC}: {exc}"
         elif key_type == COORDINATOR_TYPE_TRANSACTION:
-            error, message = E.coordinator_not_available, "transactions are not supported by this broker"
+            # This broker is every coordinator. Transactions are not supported, but
+            # pointing the client here lets InitProducerId answer the clear, fatal
+            # TRANSACTIONAL_ID_AUTHORIZATION_FAILED at once; COORDINATOR_NOT_AVAILABLE
+            # would make every client retry silently until its timeout (8-15 s).
+            pass
         else:
             error, message = E.invalid_request, f"unknown coordinator key type {key_type}"
         coordinators = []
