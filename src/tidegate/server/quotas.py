@@ -1,0 +1,1079 @@
+"""Client quotas (KIP-13, KIP-55, KIP-124): the sans-IO arithmetic.
+
+A rendering of Kafka's quota mechanism with Kafka's names: the metric stats
+(``SampledStat``/``WindowedSum``/``Avg``/``Max``/``CumulativeSum``/``Rate``, from
+``clients/.../metrics/stats``), ``Quota``, ``Sensor`` with its record-then-check,
+``QuotaUtils.throttleTime``/``boundedThrottleTime``, ``ClientQuotaManager`` (one per
+quota type: Produce and Fetch byte rates) and ``ClientRequestQuotaManager`` (the
+Request quota: thread time as a percentage of one thread, throttle capped at one
+window, plus the ``exempt-request-time`` sensor), and ``ThrottledChannel`` with a
+heap standing in for Kafka's ``DelayQueue``.
+
+Plain objects, no threads, no locks, no I/O.  Every method that needs the time takes
+``now_ms`` (integer milliseconds); when it is omitted the injected ``clock`` is read.
+Kafka guards these objects with a read-write lock because request threads record
+while the admin path updates quotas; tidegate calls everything from its one event
+loop, so the observable behaviour is the same without them.
+
+What a caller (the broker, next) does with it, as Kafka's ``KafkaApis`` does:
+
+1. After handling a request, record on each quota that applies
+   (``maybe_record_and_get_throttle_time_ms``); each returns a throttle time in ms,
+   0 when that quota is not violated.  The value is recorded even when it violates
+   the quota (record first, then check).
+2. When several quotas are violated the delay is their maximum, not the sum
+   (:func:`max_throttle`).  The manager whose throttle is the larger one throttles
+   the channel (Kafka: the byte-rate manager if its throttle is strictly larger,
+   otherwise the request manager).
+3. A throttled Fetch gets an empty response, so its bytes are un-recorded
+   (``unrecord_quota_sensor``).
+4. ``throttle(...)`` puts a :class:`ThrottledChannel` on that manager's
+   :class:`ThrottleQueue` (and records throttle-time); the network layer sends the
+   response at once with ``throttle_time_ms`` (KIP-219), mutes the connection, and
+   unmutes it when ``reap_throttled_channels(now)`` hands the channel back.
+
+Deliberate differences from Kafka, none visible on the wire:
+
+* User names are used as metric tags as they are (Kafka url-encodes them for
+  ZooKeeper paths), and the default entity is the :data:`DEFAULT` sentinel rather
+  than the string ``"<default>"``, so no real user or client id can collide with it.
+* Besides Kafka's ``throttle-time`` average, the throttle-time sensor also keeps a
+  max; a snapshot reports 0.0 where Kafka's ``Avg``/``Max`` would be NaN (nothing
+  throttled in the window).  The stats themselves return NaN like Kafka's.
+* Sensors are not removed by a background task: an inactive sensor (one hour, as
+  Kafka) is replaced on next use, and :meth:`ClientQuotaManager.expire_sensors`
+  drops them in bulk.
+"""
+
+from __future__ import annotations
+
+import enum
+import heapq
+import itertools
+import math
+import sys
+from collections.abc import Callable, Hashable, Iterable
+from dataclasses import dataclass
+from typing import Final
+
+from tidegate.server.timer import monotonic_ms
+
+__all__ = [
+    "DEFAULT",
+    "NANOS_TO_PERCENTAGE_PER_SECOND",
+    "NUM_QUOTA_SAMPLES_DEFAULT",
+    "QUOTA_WINDOW_SIZE_SECONDS_DEFAULT",
+    "UNLIMITED_BOUND",
+    "Avg",
+    "ClientQuotaManager",
+    "ClientQuotaManagerConfig",
+    "ClientQuotaMetrics",
+    "ClientRequestQuotaManager",
+    "ClientSensors",
+    "CumulativeSum",
+    "Max",
+    "Metric",
+    "MetricConfig",
+    "Quota",
+    "QuotaEntity",
+    "QuotaType",
+    "QuotaViolationError",
+    "Rate",
+    "Sample",
+    "SampledStat",
+    "Sensor",
+    "ThrottleQueue",
+    "ThrottledChannel",
+    "WindowedSum",
+    "bounded_throttle_time",
+    "java_round",
+    "max_throttle",
+    "nanos_to_percentage",
+    "throttle_time",
+]
+
+#: ``quota.window.num``: samples retained per quota Rate.
+NUM_QUOTA_SAMPLES_DEFAULT: Final = 11
+#: ``quota.window.size.seconds``: the time span of each sample.
+QUOTA_WINDOW_SIZE_SECONDS_DEFAULT: Final = 1
+#: ``metrics.num.samples`` / ``metrics.sample.window.ms``: the broker's default metric
+#: config, which Kafka's throttle-time and exempt-request-time sensors use.
+METRICS_NUM_SAMPLES_DEFAULT: Final = 2
+METRICS_SAMPLE_WINDOW_MS_DEFAULT: Final = 30_000
+#: The bound of an entity with no quota: Kafka uses ``Long.MAX_VALUE``.
+UNLIMITED_BOUND: Final = float(2**63 - 1)
+#: Kafka's ``ClientRequestQuotaManager.NanosToPercentagePerSecond``: 10 ms of thread
+#: time is 1.0, so the Rate (per second) of these values is a percentage of one thread.
+NANOS_TO_PERCENTAGE_PER_SECOND: Final = 100.0 / 1_000_000_000
+#: Sensors idle this long are dropped (Kafka's ``InactiveSensorExpirationTimeSeconds``).
+INACTIVE_SENSOR_EXPIRATION_MS: Final = 3600 * 1000
+
+
+def java_round(x: float) -> int:
+    """``Math.round`` for a double: half rounds up (Python's ``round`` rounds half to even)."""
+    if math.isnan(x):
+        return 0
+    return math.floor(x + 0.5)
+
+
+def nanos_to_percentage(nanos: float) -> float:
+    """Thread time in ns -> the value the request-time sensor records."""
+    return nanos * NANOS_TO_PERCENTAGE_PER_SECOND
+
+
+def max_throttle(*throttle_times_ms: int) -> int:
+    """The delay when several quotas are violated: the largest throttle, never the sum."""
+    return max(0, *throttle_times_ms) if throttle_times_ms else 0
+
+
+# --------------------------------------------------------------------------------------
+# metric config, quota, stats
+# --------------------------------------------------------------------------------------
+class Quota:
+    """An upper (or lower) bound on a measured value; ``upper=True`` for client quotas."""
+
+    __slots__ = ("bound", "upper")
+
+    def __init__(self, bound: float, upper: bool = True) -> None:
+        self.bound = float(bound)
+        self.upper = upper
+
+    @classmethod
+    def upper_bound(cls, bound: float) -> Quota:
+        return cls(bound, True)
+
+    @classmethod
+    def lower_bound(cls, bound: float) -> Quota:
+        return cls(bound, False)
+
+    def acceptable(self, value: float) -> bool:
+        """An upper bound is violated only when the value is strictly above it."""
+        return value <= self.bound if self.upper else value >= self.bound
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Quota) and (self.bound, self.upper) == (other.bound, other.upper)
+
+    def __hash__(self) -> int:
+        return hash((self.bound, self.upper))
+
+    def __repr__(self) -> str:
+        return f"Quota({'upper' if self.upper else 'lower'}={self.bound})"
+
+
+@dataclass(frozen=True, slots=True)
+class MetricConfig:
+    """The part of Kafka's ``MetricConfig`` the quota stats read."""
+
+    samples: int = METRICS_NUM_SAMPLES_DEFAULT
+    time_window_ms: int = METRICS_SAMPLE_WINDOW_MS_DEFAULT
+    quota: Quota | None = None
+    event_window: int = sys.maxsize
+
+    def __post_init__(self) -> None:
+        if self.samples < 1:
+            raise ValueError("The number of samples must be at least 1.")
+        if self.time_window_ms < 1:
+            raise ValueError("The sample window must be at least 1 ms.")
+
+
+class Sample:
+    """One window of a :class:`SampledStat`."""
+
+    __slots__ = ("event_count", "initial_value", "last_event_ms", "start_time_ms", "value")
+
+    def __init__(self, initial_value: float, now_ms: int) -> None:
+        self.initial_value = initial_value
+        self.event_count = 0
+        self.start_time_ms = now_ms
+        self.last_event_ms = now_ms
+        self.value = initial_value
+
+    def reset(self, now_ms: int) -> None:
+        self.event_count = 0
+        self.start_time_ms = now_ms
+        self.last_event_ms = now_ms
+        self.value = self.initial_value
+
+    def is_complete(self, now_ms: int, config: MetricConfig) -> bool:
+        return (
+            now_ms - self.start_time_ms >= config.time_window_ms
+            or self.event_count >= config.event_window
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"Sample(value={self.value}, events={self.event_count}, "
+            f"start={self.start_time_ms}, last={self.last_event_ms})"
+        )
+
+
+class SampledStat:
+    """A value measured over a ring of ``config.samples + 1`` time windows.
+
+    A sample starts when a value is recorded into it (windows are not aligned to the
+    clock).  Recording into a complete sample moves to the next slot of the ring,
+    recycling the oldest; the extra slot keeps a sample that started before the
+    monitored span but overlaps it.  Measuring first resets every sample whose last
+    event is ``samples * window`` or more in the past; reset samples stay in the ring
+    with their start moved to the time of the reset.
+    """
+
+    __slots__ = ("_current", "samples")
+    initial_value: float = 0.0
+
+    def __init__(self) -> None:
+        self.samples: list[Sample] = []
+        self._current = 0
+
+    def record(self, config: MetricConfig, value: float, now_ms: int) -> None:
+        sample = self.current(now_ms)
+        if sample.is_complete(now_ms, config):
+            sample = self._advance(config, now_ms)
+        self._update(sample, value)
+        sample.event_count += 1
+        sample.last_event_ms = now_ms
+
+    def _advance(self, config: MetricConfig, now_ms: int) -> Sample:
+        self._current = (self._current + 1) % (config.samples + 1)
+        if self._current >= len(self.samples):
+            sample = Sample(self.initial_value, now_ms)
+            self.samples.append(sample)
+            return sample
+        sample = self.samples[self._current]
+        sample.reset(now_ms)
+        return sample
+
+    def measure(self, config: MetricConfig, now_ms: int) -> float:
+        self.purge_obsolete_samples(config, now_ms)
+        return self.combine(config, now_ms)
+
+    def current(self, now_ms: int) -> Sample:
+        if not self.samples:
+            self.samples.append(Sample(self.initial_value, now_ms))
+        return self.samples[self._current]
+
+    def oldest(self, now_ms: int) -> Sample:
+        """The sample with the earliest start (the first such in ring order)."""
+        if not self.samples:
+            self.samples.append(Sample(self.initial_value, now_ms))
+        return min(self.samples, key=_start_time)
+
+    def purge_obsolete_samples(self, config: MetricConfig, now_ms: int) -> None:
+        expire_age = config.samples * config.time_window_ms
+        for sample in self.samples:
+            if now_ms - sample.last_event_ms >= expire_age:
+                sample.reset(now_ms)
+
+    def _update(self, sample: Sample, value: float) -> None:
+        raise NotImplementedError
+
+    def combine(self, config: MetricConfig, now_ms: int) -> float:
+        raise NotImplementedError
+
+
+def _start_time(sample: Sample) -> int:
+    return sample.start_time_ms
+
+
+class WindowedSum(SampledStat):
+    """The sum of the values recorded in the retained windows."""
+
+    __slots__ = ()
+
+    def _update(self, sample: Sample, value: float) -> None:
+        sample.value += value
+
+    def combine(self, config: MetricConfig, now_ms: int) -> float:
+        return sum(s.value for s in self.samples)
+
+
+class Avg(SampledStat):
+    """The average of the values recorded in the retained windows; NaN if none."""
+
+    __slots__ = ()
+
+    def _update(self, sample: Sample, value: float) -> None:
+        sample.value += value
+
+    def combine(self, config: MetricConfig, now_ms: int) -> float:
+        count = sum(s.event_count for s in self.samples)
+        return sum(s.value for s in self.samples) / count if count else math.nan
+
+
+class Max(SampledStat):
+    """The largest value recorded in the retained windows; NaN if none."""
+
+    __slots__ = ()
+    initial_value = -math.inf
+
+    def _update(self, sample: Sample, value: float) -> None:
+        sample.value = max(sample.value, value)
+
+    def combine(self, config: MetricConfig, now_ms: int) -> float:
+        if not any(s.event_count for s in self.samples):
+            return math.nan
+        return max(s.value for s in self.samples)
+
+
+class CumulativeSum:
+    """A running total, never windowed (Kafka's ``queue-size`` is one)."""
+
+    __slots__ = ("total",)
+
+    def __init__(self, value: float = 0.0) -> None:
+        self.total = value
+
+    def record(self, config: MetricConfig, value: float, now_ms: int) -> None:
+        self.total += value
+
+    def measure(self, config: MetricConfig, now_ms: int) -> float:
+        return self.total
+
+
+class Rate:
+    """Per-second rate of a :class:`SampledStat` (a :class:`WindowedSum` by default).
+
+    ``measure = windowed sum / window_size`` where the window is the time since the
+    start of the oldest retained sample, padded up to ``samples - 1`` full windows while
+    fewer have elapsed (so a fresh quota does not read one burst as a huge rate), and
+    at least 1 ms (never a division by zero, never NaN).
+    """
+
+    __slots__ = ("stat",)
+
+    def __init__(self, stat: SampledStat | None = None) -> None:
+        self.stat = stat if stat is not None else WindowedSum()
+
+    def record(self, config: MetricConfig, value: float, now_ms: int) -> None:
+        self.stat.record(config, value, now_ms)
+
+    def measure(self, config: MetricConfig, now_ms: int) -> float:
+        value = self.stat.measure(config, now_ms)
+        return value / (self.window_size(config, now_ms) / 1000.0)
+
+    def window_size(self, config: MetricConfig, now_ms: int) -> int:
+        """The span, in ms, the rate divides by (``Rate.windowSize``)."""
+        self.stat.purge_obsolete_samples(config, now_ms)
+        elapsed = now_ms - self.stat.oldest(now_ms).start_time_ms
+        window = config.time_window_ms
+        # Java's long division truncates towards zero
+        full_windows = elapsed // window if elapsed >= 0 else -(-elapsed // window)
+        min_full_windows = config.samples - 1
+        if full_windows < min_full_windows:
+            elapsed += (min_full_windows - full_windows) * window
+        return max(elapsed, 1)
+
+
+Stat = SampledStat | Rate | CumulativeSum
+
+
+class Metric:
+    """A named stat with its (replaceable) config: Kafka's ``KafkaMetric``."""
+
+    __slots__ = ("config", "name", "stat")
+
+    def __init__(self, name: str, stat: Stat, config: MetricConfig) -> None:
+        self.name = name
+        self.stat = stat
+        self.config = config
+
+    def value(self, now_ms: int) -> float:
+        return self.stat.measure(self.config, now_ms)
+
+    def __repr__(self) -> str:
+        return f"Metric({self.name!r}, {type(self.stat).__name__}, {self.config})"
+
+
+class QuotaViolationError(Exception):
+    """Raised by :meth:`Sensor.record` after recording, when a quota no longer holds."""
+
+    def __init__(self, metric: Metric, value: float, bound: float) -> None:
+        super().__init__(f"{metric.name} is {value}, which violates the bound {bound}")
+        self.metric = metric
+        self.value = value
+        self.bound = bound
+
+
+class Sensor:
+    """Records a value into all its metrics, then checks the ones that carry a quota."""
+
+    __slots__ = ("config", "inactive_expiration_ms", "last_record_ms", "metrics", "name")
+
+    def __init__(
+        self,
+        name: str,
+        now_ms: int,
+        config: MetricConfig | None = None,
+        inactive_expiration_ms: int | None = None,
+    ) -> None:
+        self.name = name
+        self.config = config if config is not None else MetricConfig()
+        self.inactive_expiration_ms = inactive_expiration_ms
+        self.last_record_ms = now_ms
+        self.metrics: dict[str, Metric] = {}
+
+    def add(self, name: str, stat: Stat, config: MetricConfig | None = None) -> Metric:
+        metric = self.metrics.get(name)
+        if metric is None:
+            metric = Metric(name, stat, config if config is not None else self.config)
+            self.metrics[name] = metric
+        return metric
+
+    def record(self, value: float, now_ms: int, check_quotas: bool = True) -> None:
+        """Record into every stat; then raise :class:`QuotaViolationError` on a violation.
+
+        The value stays recorded when the check fails (record first, then check).
+        """
+        self.last_record_ms = now_ms
+        for metric in self.metrics.values():
+            metric.stat.record(metric.config, value, now_ms)
+        if check_quotas:
+            self.check_quotas(now_ms)
+
+    def check_quotas(self, now_ms: int) -> None:
+        for metric in self.metrics.values():
+            quota = metric.config.quota
+            if quota is not None:
+                value = metric.value(now_ms)
+                if not quota.acceptable(value):
+                    raise QuotaViolationError(metric, value, quota.bound)
+
+    def has_expired(self, now_ms: int) -> bool:
+        return (
+            self.inactive_expiration_ms is not None
+            and now_ms - self.last_record_ms > self.inactive_expiration_ms
+        )
+
+    def __repr__(self) -> str:
+        return f"Sensor({self.name!r}, {list(self.metrics)})"
+
+
+# --------------------------------------------------------------------------------------
+# QuotaUtils
+# --------------------------------------------------------------------------------------
+def throttle_time(e: QuotaViolationError, now_ms: int) -> int:
+    """The delay X that brings the observed rate O back to the bound T.
+
+    Over a window W, ``O * W / (W + X) = T`` gives ``X = (O - T) / T * W``, where W is
+    the violated Rate's own current window (:meth:`Rate.window_size`), rounded like
+    Java's ``Math.round``.  Negative when O is below T (callers only ask on a violation).
+    """
+    stat = e.metric.stat
+    if not isinstance(stat, Rate):
+        raise TypeError(f"Metric {e.metric.name} is not a Rate metric: {stat!r}")
+    window_ms = stat.window_size(e.metric.config, now_ms)
+    return java_round((e.value - e.bound) / e.bound * window_ms)
+
+
+def bounded_throttle_time(e: QuotaViolationError, max_throttle_time_ms: int, now_ms: int) -> int:
+    """:func:`throttle_time`, capped at ``max_throttle_time_ms``."""
+    return min(throttle_time(e, now_ms), max_throttle_time_ms)
+
+
+# --------------------------------------------------------------------------------------
+# throttled channels
+# --------------------------------------------------------------------------------------
+class ThrottledChannel:
+    """A connection muted for ``throttle_time_ms`` from the time it was throttled."""
+
+    __slots__ = ("connection_id", "end_time_ms", "throttle_time_ms")
+
+    def __init__(self, connection_id: Hashable, throttle_time_ms: int, now_ms: int) -> None:
+        self.connection_id = connection_id
+        self.throttle_time_ms = throttle_time_ms
+        self.end_time_ms = now_ms + throttle_time_ms
+
+    def delay_ms(self, now_ms: int) -> int:
+        """Time left until the channel may be unmuted (``getDelay``); <= 0 once due."""
+        return self.end_time_ms - now_ms
+
+    def __repr__(self) -> str:
+        return (
+            f"ThrottledChannel({self.connection_id!r}, {self.throttle_time_ms} ms, "
+            f"ends {self.end_time_ms})"
+        )
+
+
+class ThrottleQueue:
+    """Throttled channels by end time (Kafka's ``DelayQueue<ThrottledChannel>``).
+
+    The network layer adds a channel when it mutes a connection for a throttle, asks
+    :meth:`next_expiration_ms` when to wake up, and unmutes the connections that
+    :meth:`pop_expired` returns, earliest end first (ties in the order they were
+    added).  A closed connection's entry is simply left to expire.
+    """
+
+    __slots__ = ("_heap", "_seq")
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[int, int, ThrottledChannel]] = []
+        self._seq = itertools.count()
+
+    def add(self, channel: ThrottledChannel) -> None:
+        heapq.heappush(self._heap, (channel.end_time_ms, next(self._seq), channel))
+
+    def next_expiration_ms(self) -> int | None:
+        return self._heap[0][0] if self._heap else None
+
+    def peek(self) -> ThrottledChannel | None:
+        return self._heap[0][2] if self._heap else None
+
+    def poll(self, now_ms: int) -> ThrottledChannel | None:
+        """The earliest channel if its throttle has ended, else None."""
+        if self._heap and self._heap[0][0] <= now_ms:
+            return heapq.heappop(self._heap)[2]
+        return None
+
+    def pop_expired(self, now_ms: int) -> list[ThrottledChannel]:
+        out = []
+        heap = self._heap
+        while heap and heap[0][0] <= now_ms:
+            out.append(heapq.heappop(heap)[2])
+        return out
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    def __bool__(self) -> bool:
+        return bool(self._heap)
+
+
+# --------------------------------------------------------------------------------------
+# quota types and entities
+# --------------------------------------------------------------------------------------
+class QuotaType(enum.Enum):
+    """A quota type: its metric group name (Kafka's ``QuotaType``) and its config key."""
+
+    PRODUCE = ("Produce", "producer_byte_rate")
+    FETCH = ("Fetch", "consumer_byte_rate")
+    REQUEST = ("Request", "request_percentage")
+
+    def __init__(self, group: str, config_key: str) -> None:
+        self.group = group
+        self.config_key = config_key
+
+    def __str__(self) -> str:
+        return self.group
+
+    @classmethod
+    def from_config_key(cls, key: str) -> QuotaType:
+        for quota_type in cls:
+            if quota_type.config_key == key:
+                return quota_type
+        raise KeyError(f"unknown quota config {key!r}")
+
+
+class _Default:
+    """The default entity at one level (``<default>``; a null name in KIP-546).
+
+    Only :data:`DEFAULT` exists; pickling and copying give it back.
+    """
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<default>"
+
+    def __reduce__(self) -> str:
+        return "DEFAULT"
+
+
+#: The ``<default>`` user or client-id of a :class:`QuotaEntity`.
+DEFAULT: Final = _Default()
+
+EntityName = str | _Default
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaEntity:
+    """What a quota is configured on: a user, a client-id, or a (user, client-id).
+
+    ``None`` leaves a level out; :data:`DEFAULT` is that level's default.  The eight
+    shapes a lookup considers, in precedence order, for user U and client-id C::
+
+        1 QuotaEntity(U, C)         2 QuotaEntity(U, DEFAULT)      3 QuotaEntity(U)
+        4 QuotaEntity(DEFAULT, C)   5 QuotaEntity(DEFAULT, DEFAULT)
+        6 QuotaEntity(DEFAULT)      7 QuotaEntity(client_id=C)
+        8 QuotaEntity(client_id=DEFAULT)
+    """
+
+    user: EntityName | None = None
+    client_id: EntityName | None = None
+
+    def __post_init__(self) -> None:
+        if self.user is None and self.client_id is None:
+            raise ValueError("a quota entity names a user, a client-id, or both")
+        for name in (self.user, self.client_id):
+            if name is not None and not isinstance(name, str | _Default):
+                raise TypeError(f"an entity name is a str or DEFAULT, not {name!r}")
+
+    def __str__(self) -> str:
+        parts = []
+        if self.user is not None:
+            parts.append("default user" if self.user is DEFAULT else f"user {self.user}")
+        if self.client_id is not None:
+            parts.append(
+                "default client-id" if self.client_id is DEFAULT else f"client-id {self.client_id}"
+            )
+        return " ".join(parts)
+
+
+# Kafka's QuotaTypes bits: which entity shapes have a quota configured.
+_NO_QUOTAS = 0
+_CLIENT_ID_QUOTA_ENABLED = 1
+_USER_QUOTA_ENABLED = 2
+_USER_CLIENT_ID_QUOTA_ENABLED = 4
+
+_DEFAULT_USER_CLIENT = QuotaEntity(DEFAULT, DEFAULT)
+_DEFAULT_USER = QuotaEntity(DEFAULT, None)
+_DEFAULT_CLIENT = QuotaEntity(None, DEFAULT)
+
+
+def _quota_type_bit(entity: QuotaEntity) -> int:
+    if entity.user is not None and entity.client_id is not None:
+        return _USER_CLIENT_ID_QUOTA_ENABLED
+    if entity.user is not None:
+        return _USER_QUOTA_ENABLED
+    return _CLIENT_ID_QUOTA_ENABLED
+
+
+# --------------------------------------------------------------------------------------
+# quota managers
+# --------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class ClientQuotaManagerConfig:
+    """``quota.window.num`` and ``quota.window.size.seconds``."""
+
+    num_quota_samples: int = NUM_QUOTA_SAMPLES_DEFAULT
+    quota_window_size_seconds: int = QUOTA_WINDOW_SIZE_SECONDS_DEFAULT
+
+    def __post_init__(self) -> None:
+        if self.num_quota_samples < 1 or self.quota_window_size_seconds < 1:
+            raise ValueError("quota.window.num and quota.window.size.seconds must be >= 1")
+
+
+@dataclass(frozen=True, slots=True)
+class ClientSensors:
+    """The sensors of one set of metric tags: the quota Rate and the throttle time."""
+
+    metric_tags: tuple[str, str]  # (user, client-id); "" where the quota is not per that level
+    quota_sensor: Sensor
+    throttle_time_sensor: Sensor
+
+
+@dataclass(frozen=True, slots=True)
+class ClientQuotaMetrics:
+    """One entity's metrics as plain numbers, for the metrics collector and ``top``."""
+
+    user: str  # the metric tags: "" where the quota is not per user / per client-id
+    client_id: str
+    rate: float  # byte-rate in bytes/s, or request-time in % of one thread
+    quota: float  # the bound in force (UNLIMITED_BOUND when none)
+    throttle_time_avg: float  # ms, over the throttle-time sensor's window; 0.0 if none
+    throttle_time_max: float
+
+
+class ClientQuotaManager:
+    """Per-entity quota Rates, throttle times and throttled channels of one quota type.
+
+    Resolution (first match wins, ``quota_limit``) and counter sharing
+    (``quota_metric_tags``) follow Kafka's default quota callback:
+
+    ====  ===============================  =========================
+    1     /users/U/clients/C               counter per (user, client)
+    2     /users/U/clients/<default>       counter per (user, client)
+    3     /users/U                         counter per user
+    4     /users/<default>/clients/C       counter per (user, client)
+    5     /users/<default>/clients/<def>   counter per (user, client)
+    6     /users/<default>                 counter per user
+    7     /clients/C                       counter per client-id
+    8     /clients/<default>               counter per client-id
+    ====  ===============================  =========================
+
+    No match: unlimited.  Counters are the sensors keyed by the metric tags, so when a
+    quota change moves an entity to other tags it starts on a fresh counter (Kafka
+    does the same); a bound change on the same tags applies to the live counter.
+    """
+
+    quota_metric_name = "byte-rate"
+
+    def __init__(
+        self,
+        quota_type: QuotaType,
+        config: ClientQuotaManagerConfig | None = None,
+        *,
+        clock: Callable[[], int] = monotonic_ms,
+        metrics_num_samples: int = METRICS_NUM_SAMPLES_DEFAULT,
+        metrics_sample_window_ms: int = METRICS_SAMPLE_WINDOW_MS_DEFAULT,
+    ) -> None:
+        self.quota_type = quota_type
+        self.config = config if config is not None else ClientQuotaManagerConfig()
+        self.clock = clock
+        #: config of the throttle-time (and exempt) sensors: the broker's metric config
+        self.metrics_config = MetricConfig(metrics_num_samples, metrics_sample_window_ms)
+        self._overridden_quotas: dict[QuotaEntity, Quota] = {}
+        self._quota_types_enabled = _NO_QUOTAS
+        self._quota_sensors: dict[tuple[str, str], Sensor] = {}
+        self._throttle_time_sensors: dict[tuple[str, str], Sensor] = {}
+        self.throttle_queue = ThrottleQueue()
+
+    # ---- time ----------------------------------------------------------------------
+    def _now(self, now_ms: int | None) -> int:
+        return self.clock() if now_ms is None else now_ms
+
+    # ---- configuration -------------------------------------------------------------
+    @property
+    def quotas_enabled(self) -> bool:
+        """Whether any quota of this type is configured; if not, nothing is recorded."""
+        return self._quota_types_enabled != _NO_QUOTAS
+
+    @property
+    def max_throttle_time_ms(self) -> int | None:
+        """The cap on one throttle; None: byte-rate throttles are not capped."""
+        return None
+
+    def update_quota(self, entity: QuotaEntity, quota: float | Quota | None) -> None:
+        """Set (a bound) or remove (``None``) the quota of ``entity``; applies at once.
+
+        Live counters keep their samples: the new bound is checked from the next record.
+        """
+        if quota is None:
+            self._overridden_quotas.pop(entity, None)
+        else:
+            bound = quota.bound if isinstance(quota, Quota) else float(quota)
+            if not bound > 0 or math.isinf(bound):
+                raise ValueError(f"a quota bound must be a positive number, not {quota!r}")
+            self._overridden_quotas[entity] = Quota(bound, True)
+        enabled = _NO_QUOTAS
+        for configured in self._overridden_quotas:
+            enabled |= _quota_type_bit(configured)
+        self._quota_types_enabled = enabled
+        self.update_quota_metric_configs()
+
+    def update_quota_metric_configs(self) -> None:
+        """Give every live counter the bound its tags now resolve to."""
+        for tags, sensor in self._quota_sensors.items():
+            metric = sensor.metrics[self.quota_metric_name]
+            bound = self._quota_limit_or_unlimited(tags)
+            quota = metric.config.quota
+            if quota is None or quota.bound != bound:
+                metric.config = self._quota_metric_config(bound)
+
+    def configured_quotas(self) -> dict[QuotaEntity, float]:
+        """The configured bounds (what DescribeClientQuotas will list)."""
+        return {entity: q.bound for entity, q in self._overridden_quotas.items()}
+
+    # ---- resolution ----------------------------------------------------------------
+    def quota_metric_tags(self, user: str, client_id: str) -> tuple[str, str]:
+        """The (user, client-id) tags, hence the counter, a connection records on."""
+        enabled = self._quota_types_enabled
+        if enabled in (_NO_QUOTAS, _CLIENT_ID_QUOTA_ENABLED):
+            return ("", client_id)
+        if enabled == _USER_QUOTA_ENABLED:
+            return (user, "")
+        if enabled == _USER_CLIENT_ID_QUOTA_ENABLED:
+            return (user, client_id)
+        # quotas at several levels: the tags of the first level configured
+        quotas = self._overridden_quotas
+        if (
+            QuotaEntity(user, client_id) in quotas  # 1
+            or QuotaEntity(user, DEFAULT) in quotas  # 2
+        ):
+            return (user, client_id)
+        if QuotaEntity(user, None) in quotas:  # 3
+            return (user, "")
+        if (
+            QuotaEntity(DEFAULT, client_id) in quotas  # 4
+            or _DEFAULT_USER_CLIENT in quotas  # 5
+        ):
+            return (user, client_id)
+        if _DEFAULT_USER in quotas:  # 6
+            return (user, "")
+        return ("", client_id)  # 7, 8, or no quota at all
+
+    def quota_limit(self, metric_tags: tuple[str, str]) -> float | None:
+        """The bound for a counter's tags (levels 1,2,4,5 / 3,6 / 7,8); None: unlimited."""
+        user, client_id = metric_tags
+        quotas = self._overridden_quotas
+        if user and client_id:
+            candidates: Iterable[QuotaEntity] = (
+                QuotaEntity(user, client_id),
+                QuotaEntity(user, DEFAULT),
+                QuotaEntity(DEFAULT, client_id),
+                _DEFAULT_USER_CLIENT,
+            )
+        elif user:
+            candidates = (QuotaEntity(user, None), _DEFAULT_USER)
+        elif client_id:
+            candidates = (QuotaEntity(None, client_id), _DEFAULT_CLIENT)
+        else:
+            return None
+        for entity in candidates:
+            quota = quotas.get(entity)
+            if quota is not None:
+                return quota.bound
+        return None
+
+    def _quota_limit_or_unlimited(self, metric_tags: tuple[str, str]) -> float:
+        limit = self.quota_limit(metric_tags)
+        return UNLIMITED_BOUND if limit is None else limit
+
+    def quota(self, user: str, client_id: str) -> Quota:
+        """The quota in force for a connection (``UNLIMITED_BOUND`` when none)."""
+        return Quota.upper_bound(
+            self._quota_limit_or_unlimited(self.quota_metric_tags(user, client_id))
+        )
+
+    def max_value_in_quota_window(self, user: str, client_id: str) -> float:
+        """The most that can be recorded at once without a certain throttle.
+
+        ``bound * (samples - 1) * window seconds``; ``sys.float_info.max`` with no quota.
+        Kafka's Fetch caps a response's size with it.
+        """
+        if not self.quotas_enabled:
+            return sys.float_info.max
+        limit = self.quota_limit(self.quota_metric_tags(user, client_id))
+        if limit is None:
+            return sys.float_info.max
+        return limit * (self.config.num_quota_samples - 1) * self.config.quota_window_size_seconds
+
+    # ---- sensors -------------------------------------------------------------------
+    def _quota_metric_config(self, bound: float) -> MetricConfig:
+        return MetricConfig(
+            samples=self.config.num_quota_samples,
+            time_window_ms=self.config.quota_window_size_seconds * 1000,
+            quota=Quota(bound, True),
+        )
+
+    def quota_sensor_name(self, metric_tags: tuple[str, str]) -> str:
+        return f"{self.quota_type.group}-{metric_tags[0]}:{metric_tags[1]}"
+
+    def throttle_time_sensor_name(self, metric_tags: tuple[str, str]) -> str:
+        return f"{self.quota_type.group}ThrottleTime-{metric_tags[0]}:{metric_tags[1]}"
+
+    def _quota_sensor(self, tags: tuple[str, str], now_ms: int) -> Sensor:
+        sensor = self._quota_sensors.get(tags)
+        if sensor is None or sensor.has_expired(now_ms):
+            sensor = Sensor(
+                self.quota_sensor_name(tags), now_ms,
+                inactive_expiration_ms=INACTIVE_SENSOR_EXPIRATION_MS,
+            )  # fmt: skip
+            bound = self._quota_limit_or_unlimited(tags)
+            sensor.add(self.quota_metric_name, Rate(), self._quota_metric_config(bound))
+            self._quota_sensors[tags] = sensor
+        return sensor
+
+    def _throttle_time_sensor(self, tags: tuple[str, str], now_ms: int) -> Sensor:
+        sensor = self._throttle_time_sensors.get(tags)
+        if sensor is None or sensor.has_expired(now_ms):
+            sensor = Sensor(
+                self.throttle_time_sensor_name(tags), now_ms, self.metrics_config,
+                inactive_expiration_ms=INACTIVE_SENSOR_EXPIRATION_MS,
+            )  # fmt: skip
+            sensor.add("throttle-time", Avg())
+            sensor.add("throttle-time-max", Max())
+            self._throttle_time_sensors[tags] = sensor
+        return sensor
+
+    def get_or_create_quota_sensors(
+        self, user: str, client_id: str, now_ms: int | None = None
+    ) -> ClientSensors:
+        now = self._now(now_ms)
+        tags = self.quota_metric_tags(user, client_id)
+        return ClientSensors(
+            tags, self._quota_sensor(tags, now), self._throttle_time_sensor(tags, now)
+        )
+
+    def expire_sensors(self, now_ms: int | None = None) -> int:
+        """Drop sensors idle for an hour (Kafka's sensor expiry); returns how many."""
+        now = self._now(now_ms)
+        dropped = 0
+        for sensors in (self._quota_sensors, self._throttle_time_sensors):
+            for tags in [t for t, s in sensors.items() if s.has_expired(now)]:
+                del sensors[tags]
+                dropped += 1
+        return dropped
+
+    # ---- recording -----------------------------------------------------------------
+    def maybe_record_and_get_throttle_time_ms(
+        self, user: str, client_id: str, value: float, now_ms: int | None = None
+    ) -> int:
+        """:meth:`record_and_get_throttle_time_ms` if any quota is configured, else 0."""
+        if not self.quotas_enabled:
+            return 0
+        return self.record_and_get_throttle_time_ms(user, client_id, value, now_ms)
+
+    def record_and_get_throttle_time_ms(
+        self, user: str, client_id: str, value: float, now_ms: int | None = None
+    ) -> int:
+        """Record ``value``, then return the throttle in ms if the quota is now violated."""
+        now = self._now(now_ms)
+        sensors = self.get_or_create_quota_sensors(user, client_id, now)
+        try:
+            sensors.quota_sensor.record(value, now, True)
+        except QuotaViolationError as e:
+            return self.throttle_time(e, now)
+        return 0
+
+    def record_no_throttle(
+        self, user: str, client_id: str, value: float, now_ms: int | None = None
+    ) -> None:
+        """Record without checking; the next checked record sees it."""
+        now = self._now(now_ms)
+        self.get_or_create_quota_sensors(user, client_id, now).quota_sensor.record(
+            value, now, False
+        )
+
+    def unrecord_quota_sensor(
+        self, user: str, client_id: str, value: float, now_ms: int | None = None
+    ) -> None:
+        """Take back a recorded value (a throttled Fetch is answered empty).
+
+        Records ``-value`` unchecked; if the current window is still the one the value
+        went into, the windowed sum returns exactly to what it was.
+        """
+        self.record_no_throttle(user, client_id, -value, now_ms)
+
+    unrecord = unrecord_quota_sensor
+
+    def throttle_time(self, e: QuotaViolationError, now_ms: int) -> int:
+        return throttle_time(e, now_ms)
+
+    # ---- throttling ----------------------------------------------------------------
+    def throttle(
+        self,
+        user: str,
+        client_id: str,
+        connection_id: Hashable,
+        throttle_time_ms: int,
+        now_ms: int | None = None,
+    ) -> ThrottledChannel | None:
+        """Throttle a connection: record the throttle time and queue its unmute.
+
+        Returns the :class:`ThrottledChannel` (the caller mutes the connection), or
+        None when ``throttle_time_ms`` is not positive.
+        """
+        if throttle_time_ms <= 0:
+            return None
+        now = self._now(now_ms)
+        sensors = self.get_or_create_quota_sensors(user, client_id, now)
+        sensors.throttle_time_sensor.record(throttle_time_ms, now)
+        channel = ThrottledChannel(connection_id, throttle_time_ms, now)
+        self.throttle_queue.add(channel)
+        return channel
+
+    def reap_throttled_channels(self, now_ms: int | None = None) -> list[ThrottledChannel]:
+        """The channels whose throttle has ended, earliest first: unmute them."""
+        return self.throttle_queue.pop_expired(self._now(now_ms))
+
+    @property
+    def queue_size(self) -> int:
+        """Throttled channels not yet released (Kafka's ``queue-size`` of the type)."""
+        return len(self.throttle_queue)
+
+    # ---- metrics -------------------------------------------------------------------
+    def metrics_for(
+        self, user: str, client_id: str, now_ms: int | None = None
+    ) -> ClientQuotaMetrics | None:
+        """The metrics of the counter ``(user, client_id)`` records on, if it exists."""
+        tags = self.quota_metric_tags(user, client_id)
+        if tags not in self._quota_sensors and tags not in self._throttle_time_sensors:
+            return None
+        return self._metrics(tags, self._now(now_ms))
+
+    def entity_metrics(self, now_ms: int | None = None) -> list[ClientQuotaMetrics]:
+        """Every live counter's metrics (what the Prometheus collector will read)."""
+        now = self._now(now_ms)
+        tags_seen = dict.fromkeys(self._quota_sensors) | dict.fromkeys(self._throttle_time_sensors)
+        return [self._metrics(tags, now) for tags in tags_seen]
+
+    def _metrics(self, tags: tuple[str, str], now: int) -> ClientQuotaMetrics:
+        rate = 0.0
+        bound = self._quota_limit_or_unlimited(tags)
+        quota_sensor = self._quota_sensors.get(tags)
+        if quota_sensor is not None:
+            metric = quota_sensor.metrics[self.quota_metric_name]
+            rate = metric.value(now)
+            if metric.config.quota is not None:
+                bound = metric.config.quota.bound
+        avg = peak = 0.0
+        throttle_sensor = self._throttle_time_sensors.get(tags)
+        if throttle_sensor is not None:
+            avg = _zero_if_nan(throttle_sensor.metrics["throttle-time"].value(now))
+            peak = _zero_if_nan(throttle_sensor.metrics["throttle-time-max"].value(now))
+        return ClientQuotaMetrics(tags[0], tags[1], rate, bound, avg, peak)
+
+
+def _zero_if_nan(x: float) -> float:
+    return 0.0 if math.isnan(x) else x
+
+
+class ClientRequestQuotaManager(ClientQuotaManager):
+    """The Request quota (KIP-124): thread time as a percentage of one thread.
+
+    Thread time is recorded in percent-seconds (:func:`nanos_to_percentage`: 10 ms is
+    1.0), so the per-second Rate is a percentage of one thread and is compared with
+    ``request_percentage`` directly: 100 is one thread for the whole window, 1 is 10 ms
+    per 1 s window.  A throttle is capped at one quota window.  Time spent on exempt
+    requests is measured on the ``exempt-request-time`` Rate (all clients together,
+    never expired, the broker's metric windows).
+    """
+
+    quota_metric_name = "request-time"
+
+    def __init__(
+        self,
+        config: ClientQuotaManagerConfig | None = None,
+        *,
+        clock: Callable[[], int] = monotonic_ms,
+        metrics_num_samples: int = METRICS_NUM_SAMPLES_DEFAULT,
+        metrics_sample_window_ms: int = METRICS_SAMPLE_WINDOW_MS_DEFAULT,
+    ) -> None:
+        super().__init__(
+            QuotaType.REQUEST,
+            config,
+            clock=clock,
+            metrics_num_samples=metrics_num_samples,
+            metrics_sample_window_ms=metrics_sample_window_ms,
+        )
+        self._max_throttle_time_ms = self.config.quota_window_size_seconds * 1000
+        self.exempt_sensor = Sensor(f"exempt-{self.quota_type.group}", self.clock())
+        self._exempt_metric = self.exempt_sensor.add(
+            "exempt-request-time", Rate(), self.metrics_config
+        )
+
+    @property
+    def max_throttle_time_ms(self) -> int:
+        return self._max_throttle_time_ms
+
+    def throttle_time(self, e: QuotaViolationError, now_ms: int) -> int:
+        return bounded_throttle_time(e, self._max_throttle_time_ms, now_ms)
+
+    def maybe_record_request_time_ns(
+        self, user: str, client_id: str, thread_time_ns: int, now_ms: int | None = None
+    ) -> int:
+        """Record a request's handler time and return its throttle (Kafka's
+        ``maybeRecordAndGetThrottleTimeMs(request, timeMs)``)."""
+        return self.maybe_record_and_get_throttle_time_ms(
+            user, client_id, nanos_to_percentage(thread_time_ns), now_ms
+        )
+
+    def record_network_thread_time_ns(
+        self, user: str, client_id: str, thread_time_ns: int, now_ms: int | None = None
+    ) -> None:
+        """Time spent sending the response: recorded unchecked, counted by the next check."""
+        if self.quotas_enabled:
+            self.record_no_throttle(user, client_id, nanos_to_percentage(thread_time_ns), now_ms)
+
+    def record_exempt(self, value: float, now_ms: int | None = None) -> None:
+        """Record exempt time (in percent-seconds) on ``exempt-request-time``."""
+        self.exempt_sensor.record(value, self._now(now_ms))
+
+    def maybe_record_exempt_ns(self, thread_time_ns: int, now_ms: int | None = None) -> None:
+        """Record an exempt request's time, if any request quota is configured (as Kafka)."""
+        if self.quotas_enabled:
+            self.record_exempt(nanos_to_percentage(thread_time_ns), now_ms)
+
+    def exempt_request_time(self, now_ms: int | None = None) -> float:
+        """Exempt requests' thread time, as a percentage of one thread."""
+        return self._exempt_metric.value(self._now(now_ms))
