@@ -1,14 +1,19 @@
-"""Build uncompressed v2 record batches.
+"""Encode v2 record batches: one record encoder and one header writer.
 
-For the few places the broker writes records itself (control batches such as
-transaction markers, internal topics) and for tests. The produce path never
-uses this: it stores the client's bytes as they are.
+Two users share this module. The broker builds the few batches it writes itself
+(control batches, internal topics, tests) with :func:`build_batch`; the producer
+(``tidegate.producer``) encodes each record with :func:`encode_record` straight
+into the buffer or chunks that back an open batch, and finishes the batch with
+:func:`write_header` and :func:`batch_crc`, so the bytes are the same whichever
+way a batch was assembled. The layout is Kafka's ``DefaultRecord`` /
+``DefaultRecordBatch``; the tests compare it byte for byte with kafka-python's
+``DefaultRecordBatchBuilder``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from crc32c import crc32c
 
@@ -26,7 +31,23 @@ from .record_batch import (
     TRANSACTIONAL_FLAG_MASK,
 )
 
-__all__ = ["Record", "build_batch", "encode_record", "encode_varint"]
+__all__ = [
+    "MAX_RECORD_OVERHEAD",
+    "Record",
+    "batch_crc",
+    "build_batch",
+    "encode_record",
+    "encode_varint",
+    "record_size_upper_bound",
+    "set_crc",
+    "varint",
+    "varint_size",
+    "write_header",
+]
+
+#: Kafka's ``DefaultRecord.MAX_RECORD_OVERHEAD``: size varint (5) + attributes (1) +
+#: timestamp delta varlong (10) + offset delta varint (5).
+MAX_RECORD_OVERHEAD = 21
 
 
 class Record(NamedTuple):
@@ -47,6 +68,52 @@ def encode_varint(value: int, out: bytearray) -> None:
     out.append(v)
 
 
+def _varint_uncached(value: int) -> bytes:
+    out = bytearray()
+    encode_varint(value, out)
+    return bytes(out)
+
+
+# Record lengths, key/value lengths and offset deltas are small non-negative ints:
+# their encodings are looked up rather than computed, which is most of what makes
+# the per-record encoder cheap in CPython.
+_CACHED = 1 << 14
+_VARINTS: tuple[bytes, ...] = tuple(_varint_uncached(i) for i in range(_CACHED))
+_NULL = _varint_uncached(-1)  # a null key, value or header value: length -1
+
+
+def varint(value: int) -> bytes:
+    """``value`` as a zig-zag varint."""
+    if 0 <= value < _CACHED:
+        return _VARINTS[value]
+    return _varint_uncached(value)
+
+
+def varint_size(value: int) -> int:
+    """Bytes of ``value`` as a zig-zag varint (Kafka's ``ByteUtils.sizeOfVarint``)."""
+    v = (value << 1) ^ (value >> 63)
+    n = 1
+    while v > 0x7F:
+        v >>= 7
+        n += 1
+    return n
+
+
+def _headers_parts(headers: Iterable[tuple[str, bytes | None]]) -> bytes:
+    hs = list(headers)
+    parts = [varint(len(hs))]
+    for h_key, h_value in hs:
+        k = h_key.encode("utf-8") if isinstance(h_key, str) else bytes(h_key)
+        parts.append(varint(len(k)))
+        parts.append(k)
+        if h_value is None:
+            parts.append(_NULL)
+        else:
+            parts.append(varint(len(h_value)))
+            parts.append(h_value)
+    return b"".join(parts)
+
+
 def encode_record(
     offset_delta: int,
     timestamp_delta: int,
@@ -54,31 +121,110 @@ def encode_record(
     value: bytes | None,
     headers: Iterable[tuple[str, bytes | None]] = (),
 ) -> bytes:
-    """One v2 record: length varint, attributes, deltas, key, value, headers."""
-    body = bytearray(b"\x00")  # record attributes: unused
-    encode_varint(timestamp_delta, body)
-    encode_varint(offset_delta, body)
-    for blob in (key, value):
-        if blob is None:
-            encode_varint(-1, body)
-        else:
-            encode_varint(len(blob), body)
-            body += blob
-    headers = list(headers)
-    encode_varint(len(headers), body)
-    for h_key, h_value in headers:
-        k = h_key.encode("utf-8")
-        encode_varint(len(k), body)
-        body += k
-        if h_value is None:
-            encode_varint(-1, body)
-        else:
-            encode_varint(len(h_value), body)
-            body += h_value
-    out = bytearray()
-    encode_varint(len(body), out)
-    out += body
-    return bytes(out)
+    """One v2 record: length varint, attributes, deltas, key, value, headers.
+
+    ``key``/``value`` may be any bytes-like object (``None`` is a null). The
+    result is one ``bytes`` object, built with a single join.
+    """
+    vs = _VARINTS
+    td = vs[timestamp_delta] if 0 <= timestamp_delta < _CACHED else _varint_uncached(timestamp_delta)
+    od = vs[offset_delta] if offset_delta < _CACHED else _varint_uncached(offset_delta)
+    if key is None:
+        kh = _NULL
+        key = b""
+    else:
+        n = len(key)
+        kh = vs[n] if n < _CACHED else _varint_uncached(n)
+    if value is None:
+        vh = _NULL
+        value = b""
+    else:
+        n = len(value)
+        vh = vs[n] if n < _CACHED else _varint_uncached(n)
+    hb = _headers_parts(headers) if headers else b"\x00"
+    body_len = 1 + len(td) + len(od) + len(kh) + len(key) + len(vh) + len(value) + len(hb)
+    lh = vs[body_len] if body_len < _CACHED else _varint_uncached(body_len)
+    return b"".join((lh, b"\x00", td, od, kh, key, vh, value, hb))
+
+
+def record_size_upper_bound(
+    key: Any, value: Any, headers: Iterable[tuple[str, bytes | None]] = ()
+) -> int:
+    """Kafka's ``DefaultRecord.recordSizeUpperBound``: the most bytes a record with this
+    key, value and headers can take in a v2 batch, whatever its deltas."""
+    size = MAX_RECORD_OVERHEAD
+    size += 1 if key is None else varint_size(len(key)) + len(key)
+    size += 1 if value is None else varint_size(len(value)) + len(value)
+    if not headers:
+        return size + 1
+    hs = list(headers)
+    size += varint_size(len(hs))
+    for h_key, h_value in hs:
+        k = len(h_key.encode("utf-8")) if isinstance(h_key, str) else len(h_key)
+        size += varint_size(k) + k
+        size += 1 if h_value is None else varint_size(len(h_value)) + len(h_value)
+    return size
+
+
+def write_header(
+    buf: Any,
+    *,
+    size: int,
+    count: int,
+    base_timestamp: int,
+    max_timestamp: int,
+    compression: int = 0,
+    base_offset: int = 0,
+    partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
+    producer_id: int = NO_PRODUCER_ID,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+    transactional: bool = False,
+    control: bool = False,
+    log_append_time: bool = False,
+    magic: int = CURRENT_MAGIC,
+) -> None:
+    """Write every field of the 61-byte v2 header into ``buf[0:61]`` except the CRC
+    (left 0): ``size`` is the whole batch in bytes, ``count`` its number of records
+    (offset deltas 0..count-1)."""
+    attrs = compression & 0x07
+    if log_append_time:
+        attrs |= TIMESTAMP_TYPE_MASK
+    if transactional:
+        attrs |= TRANSACTIONAL_FLAG_MASK
+    if control:
+        attrs |= CONTROL_FLAG_MASK
+    HEADER_STRUCT.pack_into(
+        buf,
+        0,
+        base_offset,
+        size - LOG_OVERHEAD,
+        partition_leader_epoch,
+        magic,
+        0,
+        attrs,
+        count - 1,
+        base_timestamp,
+        max_timestamp,
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        count,
+    )
+
+
+def batch_crc(segments: Sequence[Any]) -> int:
+    """CRC-32C of a batch (attributes to the end) held in ``segments`` in order, the
+    first holding the whole header; computed piece by piece, never joined."""
+    crc = crc32c(memoryview(segments[0])[ATTRIBUTES_OFFSET:])
+    for seg in segments[1:]:
+        crc = crc32c(seg, crc)
+    return crc
+
+
+def set_crc(first_segment: Any, crc: int) -> None:
+    """Store ``crc`` in the header at the start of ``first_segment``."""
+    first_segment[CRC_OFFSET : CRC_OFFSET + 4] = crc.to_bytes(4, "big")
 
 
 def build_batch(
@@ -99,35 +245,24 @@ def build_batch(
         raise ValueError("a record batch needs at least one record")
     base_ts = records[0].timestamp
     max_ts = max(r.timestamp for r in records)
-    body = bytearray()
-    for i, r in enumerate(records):
-        body += encode_record(i, r.timestamp - base_ts, r.key, r.value, r.headers)
-    attrs = 0
-    if log_append_time:
-        attrs |= TIMESTAMP_TYPE_MASK
-    if transactional:
-        attrs |= TRANSACTIONAL_FLAG_MASK
-    if control:
-        attrs |= CONTROL_FLAG_MASK
     buf = bytearray(RECORD_BATCH_OVERHEAD)
-    HEADER_STRUCT.pack_into(
+    for i, r in enumerate(records):
+        buf += encode_record(i, r.timestamp - base_ts, r.key, r.value, r.headers)
+    write_header(
         buf,
-        0,
-        base_offset,
-        RECORD_BATCH_OVERHEAD - LOG_OVERHEAD + len(body),
-        partition_leader_epoch,
-        magic,
-        0,
-        attrs,
-        len(records) - 1,
-        base_ts,
-        max_ts,
-        producer_id,
-        producer_epoch,
-        base_sequence,
-        len(records),
+        size=len(buf),
+        count=len(records),
+        base_timestamp=base_ts,
+        max_timestamp=max_ts,
+        base_offset=base_offset,
+        partition_leader_epoch=partition_leader_epoch,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+        transactional=transactional,
+        control=control,
+        log_append_time=log_append_time,
+        magic=magic,
     )
-    buf += body
-    crc = crc32c(memoryview(buf)[ATTRIBUTES_OFFSET:])
-    buf[CRC_OFFSET : CRC_OFFSET + 4] = crc.to_bytes(4, "big")
+    set_crc(buf, batch_crc((buf,)))
     return buf
