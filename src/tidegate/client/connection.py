@@ -1,0 +1,323 @@
+"""One non-blocking connection to one broker (Kafka's ``KafkaChannel`` +
+``InFlightRequests`` for a single node).
+
+A connection goes DISCONNECTED -> CONNECTING -> CHECKING_API_VERSIONS -> READY.
+Requests are queued as lists of buffers and written with ``socket.sendmsg``
+(scatter-gather: a produce request's record batches go to the kernel straight from
+the buffers or chunks that hold them, never joined into one copy first). Up to
+``max_in_flight`` requests may await their responses; Kafka answers the requests
+of one connection in order, so responses are matched to the oldest in-flight
+request and its correlation id is checked.
+
+The connection does no waiting of its own: :class:`tidegate.client.KafkaClient`
+selects on its socket and calls :meth:`on_writable` / :meth:`on_readable`.
+"""
+
+from __future__ import annotations
+
+import enum
+import errno
+import socket
+import struct
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from .errors import ConnectionError_, KafkaError
+
+__all__ = ["BrokerConnection", "ConnectionState", "InFlightRequest"]
+
+_I32 = struct.Struct(">i")
+#: Linux's IOV_MAX: at most this many buffers per sendmsg call.
+IOV_MAX = 1024
+#: A response larger than this closes the connection (a corrupt size prefix).
+MAX_RESPONSE_SIZE = 1 << 30
+
+
+class ConnectionState(enum.Enum):
+    DISCONNECTED = "disconnected"
+    CONNECTING = "connecting"
+    CHECKING_API_VERSIONS = "checking_api_versions"
+    READY = "ready"
+
+
+class InFlightRequest:
+    """A request from the moment it is queued until its response (or failure)."""
+
+    __slots__ = (
+        "api_key",
+        "api_version",
+        "buffers",
+        "callback",
+        "correlation_id",
+        "created_ns",
+        "done",
+        "error",
+        "expect_response",
+        "internal",
+        "node_id",
+        "response",
+        "sent_ns",
+        "size",
+    )
+
+    def __init__(
+        self,
+        node_id: int,
+        api_key: int,
+        api_version: int,
+        correlation_id: int,
+        buffers: list[Any],
+        expect_response: bool,
+        callback: Callable[[InFlightRequest], None] | None,
+        created_ns: int,
+    ) -> None:
+        self.node_id = node_id
+        self.api_key = api_key
+        self.api_version = api_version
+        self.correlation_id = correlation_id
+        self.buffers = buffers
+        self.size = sum(len(b) for b in buffers)
+        self.expect_response = expect_response
+        self.callback = callback
+        self.created_ns = created_ns
+        self.sent_ns = 0
+        self.response: Any = None
+        self.error: BaseException | None = None
+        self.done = False
+        self.internal = False
+
+    def __repr__(self) -> str:
+        return (
+            f"InFlightRequest(node={self.node_id}, api_key={self.api_key} v{self.api_version}, "
+            f"cid={self.correlation_id}, done={self.done})"
+        )
+
+
+class BrokerConnection:
+    def __init__(
+        self,
+        node_id: int,
+        host: str,
+        port: int,
+        *,
+        send_buffer_bytes: int = 131072,
+        receive_buffer_bytes: int = 65536,
+    ) -> None:
+        self.node_id = node_id
+        self.host = host
+        self.port = port
+        self.state = ConnectionState.DISCONNECTED
+        self.sock: socket.socket | None = None
+        self.api_versions: dict[int, tuple[int, int]] = {}
+        self._send_buffer_bytes = send_buffer_bytes
+        self._receive_buffer_bytes = receive_buffer_bytes
+        # requests whose bytes are not all written yet (head is being written)
+        self._outbox: deque[InFlightRequest] = deque()
+        self._out_bufs: deque[memoryview] = deque()
+        # requests written that await a response, oldest first
+        self.in_flight: deque[InFlightRequest] = deque()
+        # response reader
+        self._scratch = bytearray(65536)
+        self._hdr = bytearray(4)
+        self._hlen = 0
+        self._body: bytearray | None = None
+        self._bpos = 0
+        self.connect_started_ns = 0
+        self.throttle_until_ns = 0
+        self.last_activity_ns = 0
+
+    # -- connecting ----------------------------------------------------------------
+
+    def connect(self, now_ns: int) -> None:
+        """Start a non-blocking connect."""
+        infos = socket.getaddrinfo(self.host, self.port, 0, socket.SOCK_STREAM)
+        family, type_, proto, _, addr = infos[0]
+        sock = socket.socket(family, type_, proto)
+        sock.setblocking(False)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if self._send_buffer_bytes > 0:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self._send_buffer_bytes)
+        if self._receive_buffer_bytes > 0:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self._receive_buffer_bytes)
+        rc = sock.connect_ex(addr)
+        if rc not in (0, errno.EINPROGRESS, errno.EWOULDBLOCK, errno.EAGAIN):
+            sock.close()
+            raise ConnectionError_(
+                f"connect to {self.host}:{self.port}: {errno.errorcode.get(rc, rc)}"
+            )
+        self.sock = sock
+        self.state = ConnectionState.CONNECTING
+        self.connect_started_ns = now_ns
+        self.last_activity_ns = now_ns
+
+    def finish_connect(self) -> None:
+        """Called when the socket becomes writable while CONNECTING."""
+        assert self.sock is not None
+        err = self.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+        if err:
+            raise ConnectionError_(
+                f"connect to {self.host}:{self.port}: {errno.errorcode.get(err, err)}"
+            )
+        self.state = ConnectionState.CHECKING_API_VERSIONS
+
+    # -- writing -----------------------------------------------------------------------
+
+    def enqueue(self, request: InFlightRequest) -> None:
+        self._outbox.append(request)
+        bufs = self._out_bufs
+        for b in request.buffers:
+            if len(b):
+                bufs.append(b if isinstance(b, memoryview) else memoryview(b))
+        # a marker so on_writable knows where this request's bytes end
+        bufs.append(_EndOfRequest(request))  # type: ignore[arg-type]
+
+    @property
+    def wants_write(self) -> bool:
+        return bool(self._out_bufs)
+
+    def on_writable(self, now_ns: int) -> list[InFlightRequest]:
+        """Write as much as the socket takes; returns requests fully written that
+        expect no response (acks=0 produce), which are complete once written."""
+        assert self.sock is not None
+        bufs = self._out_bufs
+        finished: list[InFlightRequest] = []
+        while True:
+            self._settle_written(now_ns, finished)
+            if not bufs:
+                break
+            iov = []
+            for b in bufs:
+                if type(b) is _EndOfRequest:
+                    continue
+                iov.append(b)
+                if len(iov) >= IOV_MAX:
+                    break
+            try:
+                sent = self.sock.sendmsg(iov)
+            except (BlockingIOError, InterruptedError):
+                break
+            self.last_activity_ns = now_ns
+            full = sent == sum(len(b) for b in iov)
+            # advance past what was sent (slicing a memoryview copies nothing)
+            while sent > 0:
+                head = bufs[0]
+                if type(head) is _EndOfRequest:
+                    self._settle_written(now_ns, finished)
+                    continue
+                n = len(head)
+                if sent >= n:
+                    bufs.popleft()
+                    sent -= n
+                else:
+                    bufs[0] = head[sent:]
+                    sent = 0
+            if not full:
+                break  # the socket buffer is full; wait for writability
+        return finished
+
+    def _settle_written(self, now_ns: int, finished: list[InFlightRequest]) -> None:
+        """Pop end-of-request markers at the head of the write queue: those requests
+        are fully written."""
+        bufs = self._out_bufs
+        while bufs and type(bufs[0]) is _EndOfRequest:
+            req = bufs.popleft().request  # type: ignore[union-attr]
+            self._outbox.popleft()
+            req.sent_ns = now_ns
+            if req.expect_response:
+                self.in_flight.append(req)
+            else:
+                finished.append(req)
+
+    # -- reading -------------------------------------------------------------------------
+
+    def on_readable(self, now_ns: int) -> list[bytes] | None:
+        """Read what is available; the complete response frames (without size
+        prefix), or None when the peer closed the connection."""
+        assert self.sock is not None
+        frames: list[bytes] = []
+        while True:
+            if self._body is not None and len(self._body) - self._bpos >= 65536:
+                # a large body: read straight into it
+                try:
+                    n = self.sock.recv_into(memoryview(self._body)[self._bpos :])
+                except (BlockingIOError, InterruptedError):
+                    return frames
+                if n == 0:
+                    return None
+                self._bpos += n
+                if self._bpos == len(self._body):
+                    frames.append(bytes(self._body))
+                    self._body = None
+                    self._hlen = 0
+                continue
+            try:
+                n = self.sock.recv_into(self._scratch)
+            except (BlockingIOError, InterruptedError):
+                return frames
+            if n == 0:
+                return None
+            self.last_activity_ns = now_ns
+            mv = memoryview(self._scratch)[:n]
+            i = 0
+            while i < n:
+                if self._body is None:
+                    take = min(4 - self._hlen, n - i)
+                    self._hdr[self._hlen : self._hlen + take] = mv[i : i + take]
+                    self._hlen += take
+                    i += take
+                    if self._hlen == 4:
+                        (size,) = _I32.unpack(self._hdr)
+                        if size < 4 or size > MAX_RESPONSE_SIZE:
+                            raise ConnectionError_(f"invalid response size {size}")
+                        self._body = bytearray(size)
+                        self._bpos = 0
+                else:
+                    body = self._body
+                    take = min(len(body) - self._bpos, n - i)
+                    body[self._bpos : self._bpos + take] = mv[i : i + take]
+                    self._bpos += take
+                    i += take
+                    if self._bpos == len(body):
+                        frames.append(bytes(body))
+                        self._body = None
+                        self._hlen = 0
+            if n < len(self._scratch):
+                return frames
+
+    # -- closing ---------------------------------------------------------------------------
+
+    def close(self, error: KafkaError | None = None) -> list[InFlightRequest]:
+        """Close the socket; returns every request that will now never complete."""
+        if self.sock is not None:
+            try:
+                self.sock.close()
+            except OSError:
+                pass
+        self.sock = None
+        self.state = ConnectionState.DISCONNECTED
+        failed = list(self.in_flight) + list(self._outbox)
+        self.in_flight.clear()
+        self._outbox.clear()
+        self._out_bufs.clear()
+        self._body = None
+        self._hlen = 0
+        self.api_versions = {}
+        self.throttle_until_ns = 0
+        return failed
+
+    @property
+    def in_flight_count(self) -> int:
+        return len(self.in_flight) + len(self._outbox)
+
+
+class _EndOfRequest:
+    """Marks the end of one request's buffers in the write queue."""
+
+    __slots__ = ("request",)
+
+    def __init__(self, request: InFlightRequest) -> None:
+        self.request = request
+
+    def __len__(self) -> int:
+        return 0

@@ -1,0 +1,270 @@
+"""tidegate.client: framing, scatter-gather writes, response matching, version
+negotiation (with the KIP-511 fallback) and request timeouts, against socketpairs and
+a tiny fake broker."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import threading
+import time
+
+import pytest
+
+from tidegate.client import KafkaClient, parse_bootstrap
+from tidegate.client.connection import BrokerConnection, ConnectionState, InFlightRequest
+from tidegate.client.errors import ConnectionError_, KafkaTimeoutError, NoBrokersAvailableError
+from tidegate.client.framing import decode_response
+from tidegate.protocol.codec import build, response_class
+
+
+def test_parse_bootstrap():
+    assert parse_bootstrap("a:1, b:2") == [("a", 1), ("b", 2)]
+    assert parse_bootstrap(["PLAINTEXT://h:9092"]) == [("h", 9092)]
+    assert parse_bootstrap("[::1]:9092") == [("::1", 9092)]
+    with pytest.raises(ValueError):
+        parse_bootstrap("nohost")
+    with pytest.raises(ValueError):
+        parse_bootstrap("")
+
+
+def _connected_pair():
+    a, b = socket.socketpair()
+    a.setblocking(False)
+    conn = BrokerConnection(1, "x", 0)
+    conn.sock = a
+    conn.state = ConnectionState.READY
+    return conn, b
+
+
+def test_connection_writes_with_sendmsg_scatter_gather(monkeypatch):
+    conn, peer = _connected_pair()
+    chunks = [bytearray(b"a" * 100), bytearray(b"b" * 50), bytearray(b"c" * 7)]
+    calls = []
+    real = conn.sock.sendmsg
+
+    class Spy:
+        def __init__(self, sock):
+            self._s = sock
+
+        def sendmsg(self, bufs):
+            calls.append([len(b) for b in bufs])
+            return real(bufs)
+
+        def __getattr__(self, name):
+            return getattr(self._s, name)
+
+    conn.sock = Spy(conn.sock)
+    req = InFlightRequest(1, 0, 9, 1, [b"head", *[memoryview(c) for c in chunks]], True, None, 0)
+    conn.enqueue(req)
+    conn.on_writable(0)
+    assert calls == [[4, 100, 50, 7]]  # one call, four buffers, nothing joined
+    assert list(conn.in_flight) == [req]
+    got = peer.recv(1000)
+    assert got == b"head" + b"a" * 100 + b"b" * 50 + b"c" * 7
+    peer.close()
+
+
+def test_connection_partial_writes_resume_where_they_stopped():
+    conn, peer = _connected_pair()
+    conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    payload = [bytearray(bytes([i % 251]) * 50_000) for i in range(8)]
+    req = InFlightRequest(1, 0, 9, 1, [memoryview(p) for p in payload], False, None, 0)
+    conn.enqueue(req)
+    received = bytearray()
+    done = []
+    deadline = time.monotonic() + 10
+    while len(received) < 400_000 and time.monotonic() < deadline:
+        done += conn.on_writable(0)
+        try:
+            peer.setblocking(False)
+            received += peer.recv(65536)
+        except BlockingIOError:
+            pass
+    assert bytes(received) == b"".join(payload)
+    assert done == [req]  # acks=0 style: complete once written
+
+
+def test_connection_reads_frames_split_anywhere():
+    conn, peer = _connected_pair()
+    frames = [
+        struct.pack(">i", 4 + n) + struct.pack(">i", i) + bytes(n)
+        for i, n in enumerate((0, 10, 70_000, 3))
+    ]
+    data = b"".join(frames)
+    got = []
+    for i in range(0, len(data), 777):
+        peer.sendall(data[i : i + 777])
+        time.sleep(0.001)
+        out = conn.on_readable(0)
+        assert out is not None
+        got += out
+    while len(got) < 4:
+        got += conn.on_readable(0) or []
+    assert [struct.unpack(">i", f[:4])[0] for f in got] == [0, 1, 2, 3]
+    assert [len(f) for f in got] == [4, 14, 70_004, 7]
+    peer.close()
+    time.sleep(0.01)
+    assert conn.on_readable(0) is None  # EOF
+
+
+def test_connection_rejects_a_corrupt_size():
+    conn, peer = _connected_pair()
+    peer.sendall(struct.pack(">i", -5))
+    time.sleep(0.01)
+    with pytest.raises(ConnectionError_):
+        conn.on_readable(0)
+
+
+class FakeBroker:
+    """A minimal broker on a thread: answers ApiVersions (optionally refusing v3 the
+    KIP-511 way), then Metadata, and can stay silent to test timeouts."""
+
+    def __init__(self, refuse_v3=False, silent_after_api_versions=False):
+        self.refuse_v3 = refuse_v3
+        self.silent = silent_after_api_versions
+        self.srv = socket.socket()
+        self.srv.bind(("127.0.0.1", 0))
+        self.srv.listen()
+        self.port = self.srv.getsockname()[1]
+        self.requests = []
+        self._stop = False
+        self.t = threading.Thread(target=self._run, daemon=True)
+        self.t.start()
+
+    def _run(self):
+        try:
+            s, _ = self.srv.accept()
+        except OSError:
+            return
+        with s:
+            while not self._stop:
+                try:
+                    hdr = s.recv(4, socket.MSG_WAITALL)
+                except OSError:
+                    return
+                if len(hdr) < 4:
+                    return
+                (n,) = struct.unpack(">i", hdr)
+                body = s.recv(n, socket.MSG_WAITALL)
+                key, ver, cid = struct.unpack(">hhi", body[:8])
+                self.requests.append((key, ver))
+                if key == 18:
+                    if self.refuse_v3 and ver == 3:
+                        v0 = build(
+                            response_class(18, 0),
+                            {
+                                "error_code": 35,
+                                "api_keys": [{"api_key": 18, "min_version": 0, "max_version": 2}],
+                            },
+                        )
+                        s.sendall(self._frame(cid, 18, 0, v0, flexible=False))
+                        continue
+                    resp = build(
+                        response_class(18, ver),
+                        {
+                            "error_code": 0,
+                            "api_keys": [
+                                {"api_key": 3, "min_version": 0, "max_version": 12},
+                                {
+                                    "api_key": 18,
+                                    "min_version": 0,
+                                    "max_version": 2 if self.refuse_v3 else 3,
+                                },
+                            ],
+                        },
+                    )
+                    s.sendall(self._frame(cid, 18, ver, resp, flexible=False))
+                elif self.silent:
+                    continue
+                elif key == 3:
+                    resp = build(
+                        response_class(3, ver),
+                        {
+                            "brokers": [{"node_id": 7, "host": "127.0.0.1", "port": self.port}],
+                            "topics": [],
+                            "cluster_id": "c",
+                            "controller_id": 7,
+                        },
+                    )
+                    s.sendall(self._frame(cid, 3, ver, resp, flexible=ver >= 9))
+
+    @staticmethod
+    def _frame(cid, key, ver, resp, flexible):
+        import io
+
+        from kio.serial import entity_writer
+
+        out = io.BytesIO()
+        out.write(struct.pack(">i", cid))
+        if flexible:
+            out.write(b"\x00")
+        entity_writer(type(resp))(out, resp)
+        data = out.getvalue()
+        return struct.pack(">i", len(data)) + data
+
+    def close(self):
+        self._stop = True
+        self.srv.close()
+
+
+def test_client_negotiates_versions_and_reads_metadata():
+    fb = FakeBroker()
+    try:
+        with KafkaClient(f"127.0.0.1:{fb.port}") as c:
+            cluster = c.bootstrap(timeout_ms=5000)
+            assert list(cluster.brokers) == [7]
+            assert c.api_version(-1, 3) == 12
+            assert fb.requests[0] == (18, 3)
+            assert fb.requests[1] == (3, 12)
+    finally:
+        fb.close()
+
+
+def test_client_falls_back_when_api_versions_v3_is_refused():
+    fb = FakeBroker(refuse_v3=True)
+    try:
+        with KafkaClient(f"127.0.0.1:{fb.port}") as c:
+            c.bootstrap(timeout_ms=5000)
+            assert fb.requests[:2] == [(18, 3), (18, 2)]
+    finally:
+        fb.close()
+
+
+def test_client_request_timeout_closes_the_connection():
+    fb = FakeBroker(silent_after_api_versions=True)
+    try:
+        with KafkaClient(f"127.0.0.1:{fb.port}", request_timeout_ms=200) as c:
+            t0 = time.monotonic()
+            with pytest.raises(KafkaTimeoutError):
+                c.request(3, {"topics": []}, timeout_ms=3000)
+            assert time.monotonic() - t0 < 2.5
+            assert c.connection(-1).state is ConnectionState.DISCONNECTED
+    finally:
+        fb.close()
+
+
+def test_client_no_broker_fails_clearly():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()  # nothing listens there
+    with (
+        KafkaClient(f"127.0.0.1:{port}", reconnect_backoff_max_ms=50) as c,
+        pytest.raises(NoBrokersAvailableError, match="no broker ready"),
+    ):
+        c.bootstrap(timeout_ms=300)
+
+
+def test_decode_response_skips_tagged_fields():
+    resp = build(response_class(3, 12), {"brokers": [], "topics": [], "controller_id": 1})
+    import io
+
+    from kio.serial import entity_writer
+
+    out = io.BytesIO()
+    entity_writer(type(resp))(out, resp)
+    # header v1 with one tagged field (tag 5, 2 bytes) before the body
+    frame = struct.pack(">i", 99) + b"\x01\x05\x02ab" + out.getvalue()
+    cid, body = decode_response(3, 12, frame)
+    assert cid == 99 and body.controller_id == 1
