@@ -35,6 +35,7 @@ from kio.index import load_request_schema
 
 from tidegate.protocol.codec import ms as td_ms
 
+from .clock import SYSTEM_CLOCK
 from .connection import BrokerConnection, ConnectionState, InFlightRequest
 from .errors import (
     BrokerResponseError,
@@ -121,8 +122,6 @@ class KafkaClient:
         receive_buffer_bytes: int = 65536,
         clock: Any = None,
     ) -> None:
-        from tidegate.producer.clock import SYSTEM_CLOCK  # the same injectable clock
-
         self.clock = clock or SYSTEM_CLOCK
         self.client_id = client_id
         self.request_timeout_ms = request_timeout_ms
