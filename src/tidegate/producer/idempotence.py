@@ -1,0 +1,77 @@
+"""Idempotent-producer state (the non-transactional part of Kafka's
+``TransactionManager``): the producer id and epoch from InitProducerId, and per
+partition the next sequence number and the batches in flight.
+
+Sequences are assigned when a batch is drained (so a batch keeps its sequence
+across retries) and advance by the batch's record count, wrapping at 2^31-1. A
+retried batch is sent again only when it is the lowest-sequence batch of its
+partition still unacknowledged, which keeps the broker's per-partition sequence
+check satisfied with up to 5 requests in flight.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+__all__ = ["IdempotenceState"]
+
+_SEQ_MAX = 2**31 - 1
+
+
+class IdempotenceState:
+    def __init__(self) -> None:
+        self.producer_id = -1
+        self.producer_epoch = -1
+        self._next_seq: dict[tuple[str, int], int] = {}
+        self._in_flight: dict[tuple[str, int], list[Any]] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def has_producer_id(self) -> bool:
+        return self.producer_id >= 0
+
+    def set_producer_id(self, producer_id: int, epoch: int) -> None:
+        with self._lock:
+            self.producer_id = producer_id
+            self.producer_epoch = epoch
+            self._next_seq.clear()
+
+    def reset_producer_id(self) -> None:
+        with self._lock:
+            self.producer_id = -1
+            self.producer_epoch = -1
+
+    # called under the partition queue lock, from drain
+    def may_drain(self, batch: Any) -> bool:
+        if batch.base_sequence < 0:
+            return self.has_producer_id
+        tp = (batch.topic, batch.partition)
+        flying = self._in_flight.get(tp)
+        # a retry goes out only when it is the oldest unacknowledged batch
+        return not flying or flying[0].base_sequence >= batch.base_sequence
+
+    def assign(self, batch: Any) -> None:
+        tp = (batch.topic, batch.partition)
+        with self._lock:
+            if batch.base_sequence < 0 or batch.producer_id != self.producer_id:
+                seq = self._next_seq.get(tp, 0)
+                batch.set_producer_state(self.producer_id, self.producer_epoch, seq)
+                nxt = seq + batch.count
+                self._next_seq[tp] = nxt - _SEQ_MAX - 1 if nxt > _SEQ_MAX else nxt
+            flying = self._in_flight.setdefault(tp, [])
+            flying.append(batch)
+            flying.sort(key=lambda b: b.base_sequence)
+
+    def done(self, batch: Any) -> None:
+        tp = (batch.topic, batch.partition)
+        with self._lock:
+            flying = self._in_flight.get(tp)
+            if flying and batch in flying:
+                flying.remove(batch)
+
+    def reset_partition(self, topic: str, partition: int) -> None:
+        """After an unrecoverable sequence error: start the partition over at 0 with a
+        new producer id (requested by the sender)."""
+        with self._lock:
+            self._next_seq.pop((topic, partition), None)

@@ -1,0 +1,322 @@
+"""``tidegate.producer.Producer``: a Kafka producer with Kafka's configuration keys.
+
+::
+
+    from tidegate.producer import Producer
+
+    p = Producer({"bootstrap.servers": "127.0.0.1:9092",
+                  "buffer.memory.allocation.strategy": "incremental"})
+    fut = p.send("events", b"value", key=b"user-1", headers=[("h", b"v")])
+    print(fut.result(10))        # RecordMetadata(topic, partition, offset, ...)
+    p.flush()
+    p.close()
+
+``send`` returns at once (unless it must wait for metadata or buffer memory, at
+most ``max.block.ms``) with a :class:`~tidegate.producer.batch.RecordFuture`;
+every outcome of the record, including ``BufferExhaustedError`` and
+``RecordTooLargeError``, is delivered through that future and the optional
+``on_delivery(metadata, exception)`` callback. ``send`` raises only for misuse
+(wrong types, a closed producer).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from tidegate.client import KafkaClient
+from tidegate.client.errors import BrokerResponseError, KafkaError, KafkaTimeoutError
+from tidegate.log.batch_builder import record_size_upper_bound
+from tidegate.log.record_batch import RECORD_BATCH_OVERHEAD
+
+from .accumulator import RecordAccumulator
+from .batch import FailedFuture, RecordFuture
+from .buffer_pool import BufferPool, chunk_size_for
+from .clock import SYSTEM_CLOCK, Clock
+from .config import ProducerConfig
+from .errors import BufferExhaustedError, ProducerClosedError, RecordTooLargeError
+from .metadata import ProducerMetadata
+from .metrics import Metrics
+from .partitioner import partition_for_key
+from .sender import Sender
+
+__all__ = ["Producer"]
+
+log = logging.getLogger("tidegate.producer")
+
+_FATAL_TOPIC_ERRORS = {17, 29}  # INVALID_TOPIC_EXCEPTION, TOPIC_AUTHORIZATION_FAILED
+_client_seq = 0
+_client_seq_lock = threading.Lock()
+
+
+def _as_bytes(v: Any, what: str) -> Any:
+    if v is None or type(v) is bytes:
+        return v
+    if isinstance(v, str):
+        return v.encode("utf-8")
+    if isinstance(v, (bytearray, memoryview)):
+        return bytes(v)
+    raise TypeError(f"{what} must be bytes, str or None, not {type(v).__name__}")
+
+
+def _headers(h: Any) -> Sequence[tuple[str, bytes | None]]:
+    if not h:
+        return ()
+    items = h.items() if isinstance(h, Mapping) else h
+    out = []
+    for k, v in items:
+        if not isinstance(k, str):
+            raise TypeError(f"header keys must be str, not {type(k).__name__}")
+        out.append((k, _as_bytes(v, "a header value")))
+    return out
+
+
+class Producer:
+    """A thread-safe Kafka producer; one sender thread does all network I/O."""
+
+    def __init__(
+        self,
+        config: Mapping[str, Any],
+        *,
+        clock: Clock = SYSTEM_CLOCK,
+        _on_request: Any = None,
+    ) -> None:
+        self.config = cfg = ProducerConfig.from_dict(config)
+        if "client.id" not in config:
+            global _client_seq
+            with _client_seq_lock:
+                _client_seq += 1
+                cfg.client_id = f"producer-{_client_seq}"
+        self.clock = clock
+        self._metrics = Metrics(clock)
+        poolable = chunk_size_for(cfg.batch_size) if cfg.strategy_incremental else cfg.batch_size
+        self.pool = BufferPool(
+            cfg.buffer_memory, max(1, poolable), clock=clock, metrics=self._metrics
+        )
+        self.accumulator = RecordAccumulator(
+            self.pool,
+            batch_size=cfg.batch_size,
+            incremental=cfg.strategy_incremental,
+            compression=cfg.compression_type,
+            linger_ms=cfg.linger_ms,
+            retry_backoff_ms=cfg.retry_backoff_ms,
+            retry_backoff_max_ms=cfg.retry_backoff_max_ms,
+            delivery_timeout_ms=cfg.delivery_timeout_ms,
+            adaptive_partitioning=cfg.partitioner_adaptive_partitioning_enable,
+            clock=clock,
+        )
+        self._metadata = ProducerMetadata(
+            refresh_backoff_ms=cfg.retry_backoff_ms,
+            max_age_ms=cfg.metadata_max_age_ms,
+            max_idle_ms=cfg.metadata_max_idle_ms,
+            clock=clock,
+        )
+        self._client = KafkaClient(
+            cfg.bootstrap_servers,
+            client_id=cfg.client_id,
+            request_timeout_ms=cfg.request_timeout_ms,
+            max_in_flight_requests_per_connection=cfg.max_in_flight_requests_per_connection,
+            reconnect_backoff_ms=cfg.reconnect_backoff_ms,
+            reconnect_backoff_max_ms=cfg.reconnect_backoff_max_ms,
+            socket_connection_setup_timeout_ms=cfg.socket_connection_setup_timeout_ms,
+            send_buffer_bytes=cfg.send_buffer_bytes,
+            receive_buffer_bytes=cfg.receive_buffer_bytes,
+            clock=clock,
+        )
+        self._sender = Sender(
+            cfg, self._client, self._metadata, self.accumulator, clock, on_batch_sent=_on_request
+        )
+        self._partitioner = cfg.partitioner
+        self._ignore_keys = cfg.partitioner_ignore_keys
+        self._max_record = min(cfg.max_request_size, cfg.buffer_memory)
+        self._closed = False
+        self._records_sent = 0
+        self._metrics.add("record-send-total", lambda: self._records_sent)
+        self._metrics.add("requests-sent-total", lambda: self._sender.requests_sent)
+        self._sender.start()
+
+    # -- sending ---------------------------------------------------------------------------
+
+    def send(
+        self,
+        topic: str,
+        value: Any = None,
+        key: Any = None,
+        partition: int | None = None,
+        headers: Any = None,
+        timestamp: int | None = None,
+        on_delivery: Any = None,
+    ) -> RecordFuture:
+        """Queue one record; returns its future.
+
+        ``value``/``key``: bytes, str (UTF-8) or None. ``partition``: explicit
+        partition, else the partitioner decides. ``headers``: ``[(str, bytes|None)]``
+        or a dict. ``timestamp``: ms since the epoch (default now, CreateTime).
+        ``on_delivery(metadata, exception)`` runs once on the sender thread (or in
+        this call if the record fails before being queued).
+        """
+        if self._closed:
+            raise ProducerClosedError("Cannot send after the producer is closed.")
+        fatal = self._sender.fatal_error
+        if fatal is not None:
+            raise fatal
+        if type(value) is not bytes:
+            value = _as_bytes(value, "value")
+        if type(key) is not bytes:
+            key = _as_bytes(key, "key")
+        hdrs = _headers(headers) if headers else ()
+        clock = self.clock
+        if timestamp is None:
+            timestamp = clock.wall_milliseconds()
+        elif timestamp < 0:
+            raise ValueError(f"invalid negative timestamp {timestamp}")
+        try:
+            start_ns = clock.nanoseconds()
+            max_block = self.config.max_block_ms
+            cluster = self._metadata.cluster
+            nparts = cluster.partition_count(topic)
+            self._metadata._topics[topic] = start_ns // 1_000_000
+            if nparts is None or (partition is not None and partition >= nparts):
+                cluster = self._wait_on_metadata(topic, partition, max_block)
+                nparts = cluster.partition_count(topic)
+                assert nparts is not None
+                max_block = max(0.0, max_block - (clock.nanoseconds() - start_ns) / 1e6)
+            if partition is None:
+                if self._partitioner is not None:
+                    partition = int(
+                        self._partitioner(topic, key, nparts, cluster.available_partitions(topic))
+                    )
+                    if not 0 <= partition < nparts:
+                        raise KafkaError(
+                            f"partitioner returned {partition} for {topic} with {nparts} partitions"
+                        )
+                elif key is not None and not self._ignore_keys:
+                    partition = partition_for_key(key, nparts)
+            elif partition < 0:
+                raise ValueError(f"invalid partition {partition}")
+            approx = (len(value) if value is not None else 0) + (len(key) if key is not None else 0)
+            if hdrs or approx + 200 > self._max_record:
+                size = RECORD_BATCH_OVERHEAD + record_size_upper_bound(key, value, hdrs)
+                if size > self.config.max_request_size:
+                    raise RecordTooLargeError(
+                        f"The message is {size} bytes when serialized which is larger than "
+                        f"{self.config.max_request_size}, which is the value of the "
+                        f"max.request.size configuration."
+                    )
+                if size > self.config.buffer_memory:
+                    raise RecordTooLargeError(
+                        f"The message is {size} bytes when serialized which is larger than "
+                        f"the total memory buffer you have configured with the buffer.memory "
+                        f"configuration."
+                    )
+            res = self.accumulator.append(
+                topic, partition, timestamp, key, value, hdrs, on_delivery, max_block, cluster
+            )
+            self._records_sent += 1
+            if res[1] or res[2]:
+                self._sender.wakeup()
+            return res[0]
+        except (
+            BufferExhaustedError,
+            RecordTooLargeError,
+            KafkaTimeoutError,
+            BrokerResponseError,
+        ) as exc:
+            return FailedFuture(topic, partition if partition is not None else -1, exc, on_delivery)
+        except ProducerClosedError:
+            raise
+        except KafkaError as exc:
+            return FailedFuture(topic, partition if partition is not None else -1, exc, on_delivery)
+
+    def _wait_on_metadata(self, topic: str, partition: int | None, max_block_ms: float) -> Any:
+        """Kafka's ``waitOnMetadata``: block until ``topic`` (and ``partition``) is known."""
+        clock = self.clock
+        deadline = clock.nanoseconds() + int(max_block_ms * 1_000_000)
+        md = self._metadata
+        md.add(topic, clock.milliseconds())
+        while True:
+            cluster = md.cluster
+            n = cluster.partition_count(topic)
+            code = cluster.topic_error(topic)
+            if code in _FATAL_TOPIC_ERRORS:
+                raise BrokerResponseError(code, f"topic {topic}")
+            if n is not None and (partition is None or partition < n):
+                return cluster
+            if n is not None and partition is not None:
+                raise KafkaError(
+                    f"Invalid partition given with record: {partition} is not in the range "
+                    f"[0...{n})."
+                )
+            version = md.request_update()
+            self._sender.wakeup()
+            left = (deadline - clock.nanoseconds()) / 1e6
+            if left <= 0 or not md.await_update(version, left):
+                if self._sender.fatal_error is not None:
+                    raise self._sender.fatal_error
+                raise KafkaTimeoutError(
+                    f"Topic {topic} not present in metadata after {max_block_ms:.0f} ms."
+                )
+            if self._sender.fatal_error is not None:
+                raise self._sender.fatal_error
+
+    # -- flush / close ------------------------------------------------------------------------
+
+    def flush(self, timeout: float | None = None) -> int:
+        """Send everything queued now and wait for it; returns the number of records
+        still incomplete (0 unless ``timeout`` seconds passed first)."""
+        self.accumulator.begin_flush()
+        try:
+            self._sender.wakeup()
+            self.accumulator.await_flush_completion(timeout)
+        finally:
+            self.accumulator.end_flush()
+        return sum(b.count for b in self.accumulator.incomplete())
+
+    def close(self, timeout: float | None = None) -> None:
+        """Send what is queued (up to ``timeout`` seconds, default unbounded), then stop
+        the sender. ``timeout=0`` fails queued records at once. Records still pending
+        fail with ProducerClosedError."""
+        if self._closed:
+            return
+        self._closed = True
+        in_sender = threading.current_thread() is self._sender
+        if timeout == 0 or in_sender:
+            self._sender.force_close()
+        else:
+            self._sender.initiate_close()
+            self._sender.join(timeout)
+            if self._sender.is_alive():
+                log.info("close timed out after %s s: failing the records still queued", timeout)
+                self._sender.force_close()
+        if not in_sender:
+            self._sender.join()
+        self.pool.close()
+
+    def __enter__(self) -> Producer:  # noqa: PYI034
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- introspection ------------------------------------------------------------------------
+
+    def metrics(self) -> dict[str, float]:
+        """Kafka-named producer metrics (group ``producer-metrics``)."""
+        return self._metrics.snapshot()
+
+    def partitions_for(self, topic: str, timeout: float | None = None) -> list[int]:
+        ms = self.config.max_block_ms if timeout is None else timeout * 1000
+        cluster = self._wait_on_metadata(topic, None, ms)
+        return [p.partition for p in cluster.partitions_for_topic(topic)]
+
+    @property
+    def idempotent(self) -> bool | None:
+        """True/False once decided (default config: when the first broker answered)."""
+        return self._sender._idempotent
+
+    @property
+    def producer_id(self) -> int:
+        idem = self._sender.idempotence
+        return idem.producer_id if idem is not None else -1

@@ -1,0 +1,448 @@
+"""The producer's I/O thread (Kafka's ``Sender``).
+
+Each loop (:meth:`Sender.run_once`): refresh metadata when needed, obtain a
+producer id when idempotence is on, ask the accumulator which leaders have
+sendable batches, drain them (at most ``max.request.size`` per request), fail
+batches past ``delivery.timeout.ms``, write one Produce request per leader (the
+batches' own buffers/chunks, scatter-gather) and poll the network for
+responses, until woken or the next deadline (linger, backoff, timeouts).
+
+Responses complete batches (success, or a retriable error re-queued with
+exponential backoff while ``retries`` and ``delivery.timeout.ms`` allow, or a
+final error); a completed batch runs its records' callbacks here, on this thread,
+and returns its memory to the pool.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import defaultdict
+from typing import Any
+
+from tidegate.client import KafkaClient
+from tidegate.client.client import metadata_request_body
+from tidegate.client.connection import InFlightRequest
+from tidegate.client.errors import (
+    INVALID_METADATA_CODES,
+    BrokerResponseError,
+    KafkaError,
+    KafkaTimeoutError,
+    UnsupportedVersionError,
+)
+from tidegate.client.metadata import Cluster
+from tidegate.protocol.codec import timestamp_ms
+
+from .accumulator import RecordAccumulator
+from .batch import ProducerBatch
+from .clock import Clock
+from .config import ProducerConfig
+from .errors import IdempotenceUnsupportedError, ProducerClosedError, RecordTooLargeError
+from .idempotence import IdempotenceState
+from .metadata import ProducerMetadata
+from .produce_request import MAX_PRODUCE_VERSION, produce_request_buffers
+
+__all__ = ["Sender"]
+
+log = logging.getLogger("tidegate.producer")
+
+PRODUCE, METADATA, INIT_PRODUCER_ID = 0, 3, 22
+MESSAGE_TOO_LARGE = 10
+DUPLICATE_SEQUENCE_NUMBER = 46
+OUT_OF_ORDER_SEQUENCE_NUMBER = 45
+UNKNOWN_PRODUCER_ID = 59
+INVALID_PRODUCER_EPOCH = 47
+PRODUCER_FENCED = 90
+
+
+class Sender(threading.Thread):
+    def __init__(
+        self,
+        config: ProducerConfig,
+        client: KafkaClient,
+        metadata: ProducerMetadata,
+        accumulator: RecordAccumulator,
+        clock: Clock,
+        *,
+        on_batch_sent: Any = None,
+    ) -> None:
+        super().__init__(name=f"tidegate-producer-network-thread | {config.client_id}", daemon=True)
+        self.config = config
+        self.client = client
+        self.metadata = metadata
+        self.accumulator = accumulator
+        self.clock = clock
+        self._running = True
+        self._force_close = False
+        self._metadata_in_flight = False
+        self._init_pid_in_flight = False
+        self.idempotence: IdempotenceState | None = None
+        # None: not decided yet (default config waits for the first broker's
+        # ApiVersions); True/False once known
+        self._idempotent: bool | None = None if config.enable_idempotence else False
+        self.fatal_error: BaseException | None = None
+        self._guarantee_order = config.max_in_flight_requests_per_connection == 1
+        self.on_batch_sent = on_batch_sent
+        self.requests_sent = 0
+        self._warned: set[str] = set()
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def run(self) -> None:
+        try:
+            while self._running:
+                self.run_once()
+            # graceful close: send what is left unless forced
+            while not self._force_close and (
+                self.accumulator.has_undrained() or self.client.has_in_flight()
+            ):
+                if self.fatal_error is not None:
+                    break
+                self.run_once()
+            if self._force_close or self.fatal_error is not None:
+                err = self.fatal_error or ProducerClosedError("Producer is closed forcefully.")
+                self.accumulator.abort_incomplete_batches(err)
+        except Exception:  # pragma: no cover - a bug; fail everything rather than hang
+            log.exception("producer sender thread crashed")
+            self.fatal_error = self.fatal_error or KafkaError("sender thread crashed")
+            self.accumulator.abort_incomplete_batches(self.fatal_error)
+        finally:
+            self.client.close()
+            # anything still incomplete now can never complete
+            for b in self.accumulator.incomplete():
+                if b.complete(-1, -1, self.fatal_error or ProducerClosedError("producer closed")):
+                    self.accumulator.deallocate(b)
+            self.metadata.wake_waiters()
+
+    def initiate_close(self) -> None:
+        self.accumulator.close()
+        self._running = False
+        self.wakeup()
+
+    def force_close(self) -> None:
+        self._force_close = True
+        self.initiate_close()
+
+    def wakeup(self) -> None:
+        self.client.wakeup()
+
+    # -- one loop --------------------------------------------------------------------------
+
+    def run_once(self) -> None:
+        now_ms = self.clock.milliseconds()
+        self._maybe_update_metadata(now_ms)
+        if self._idempotent is None:
+            self._decide_idempotence(now_ms)
+        elif self._idempotent and not self.idempotence.has_producer_id:  # type: ignore[union-attr]
+            self._maybe_init_producer_id(now_ms)
+        poll_ms = self._send_producer_data(now_ms)
+        poll_ms = min(poll_ms, self.metadata.time_to_next_update(now_ms))
+        poll_ms = min(poll_ms, self.client.next_timeout_ms(self.clock.nanoseconds()))
+        if not self._running:
+            poll_ms = min(poll_ms, 10)
+        self.client.poll(max(0, poll_ms))
+
+    def _send_producer_data(self, now_ms: int) -> int:
+        acc = self.accumulator
+        cluster = self.metadata.cluster
+        res = acc.ready(cluster, now_ms)
+        if res.unknown_leader_topics:
+            self.metadata.request_update()
+        ready = set()
+        next_delay = res.next_ready_check_delay_ms
+        now_ns = self.clock.nanoseconds()
+        for node in res.ready_nodes:
+            if self.client.ready(node, now_ns):
+                ready.add(node)
+            else:
+                next_delay = min(next_delay, max(1, self.client.connection_delay_ms(node, now_ns)))
+        can_drain = self._idempotent is False or (
+            self._idempotent is True
+            and self.idempotence is not None
+            and self.idempotence.has_producer_id
+        )
+        batches: dict[int, list[ProducerBatch]] = {}
+        if ready and can_drain:
+            batches = acc.drain(cluster, ready, self.config.max_request_size, now_ms)
+            if self._guarantee_order:
+                for lst in batches.values():
+                    for b in lst:
+                        acc.mute(b.topic, b.partition)
+        for b in acc.expired_batches(now_ms):
+            self._fail_batch(
+                b,
+                KafkaTimeoutError(
+                    f"Expiring {b.count} record(s) for {b.topic}-{b.partition}: "
+                    f"{now_ms - b.created_ms} ms has passed since batch creation"
+                ),
+            )
+        next_delay = min(next_delay, acc.next_expiry_ms(now_ms))
+        for node, lst in batches.items():
+            self._send_produce_request(node, lst, now_ms)
+        if batches:
+            return 0
+        return next_delay
+
+    # -- produce requests ------------------------------------------------------------------
+
+    def _send_produce_request(self, node: int, batches: list[ProducerBatch], now_ms: int) -> None:
+        acks = self.config.acks
+        try:
+            version = self.client.api_version(node, PRODUCE, max_version=MAX_PRODUCE_VERSION)
+        except (UnsupportedVersionError, KafkaError) as exc:
+            for b in batches:
+                self._fail_batch(b, exc)
+            return
+        by_topic: dict[str, list[tuple[int, list[Any], int]]] = defaultdict(list)
+        by_tp: dict[tuple[str, int], ProducerBatch] = {}
+        for b in batches:
+            self.accumulator.update_compression_ratio(b)
+            by_topic[b.topic].append((b.partition, b.segments(), b.final_size))
+            by_tp[(b.topic, b.partition)] = b
+            b.in_flight = True
+        cid = self.client.next_correlation_id()
+        buffers = produce_request_buffers(
+            version,
+            cid,
+            self.config.client_id,
+            acks,
+            self.config.request_timeout_ms,
+            list(by_topic.items()),
+        )
+        if self.on_batch_sent is not None:
+            self.on_batch_sent(node, version, buffers, batches)
+
+        def on_response(req: InFlightRequest) -> None:
+            self._handle_produce_response(req, by_tp, acks)
+
+        try:
+            self.client.send_buffers(
+                node,
+                PRODUCE,
+                version,
+                cid,
+                buffers,
+                expect_response=acks != 0,
+                callback=on_response,
+            )
+            self.requests_sent += 1
+        except KafkaError as exc:
+            for b in batches:
+                b.in_flight = False
+                self._complete_batch(b, exc, -1, -1, self.clock.milliseconds())
+
+    def _handle_produce_response(
+        self, req: InFlightRequest, by_tp: dict[tuple[str, int], ProducerBatch], acks: int
+    ) -> None:
+        now_ms = self.clock.milliseconds()
+        if self._guarantee_order:
+            for b in by_tp.values():
+                self.accumulator.unmute(b.topic, b.partition)
+        if req.error is not None:
+            # disconnect or request timeout: retriable for every batch
+            log.debug("produce request to node %s failed: %s", req.node_id, req.error)
+            self.metadata.request_update()
+            for b in by_tp.values():
+                self._complete_batch(b, req.error, -1, -1, now_ms)
+            return
+        if acks == 0 or req.response is None:
+            for b in by_tp.values():
+                self._complete_batch(b, None, -1, -1, now_ms)
+            return
+        seen = set()
+        for topic_resp in req.response.responses:
+            for p in topic_resp.partition_responses:
+                tp = (topic_resp.name, int(p.index))
+                b = by_tp.get(tp)
+                if b is None:
+                    continue
+                seen.add(tp)
+                code = int(p.error_code)
+                lat = p.log_append_time
+                log_append = timestamp_ms(lat) if lat is not None else -1
+                err = None
+                if code:
+                    err = BrokerResponseError(code, getattr(p, "error_message", None))
+                self._complete_batch(b, err, int(p.base_offset), log_append, now_ms)
+        for tp, b in by_tp.items():
+            if tp not in seen:
+                self._complete_batch(
+                    b, KafkaError(f"no response for partition {tp[0]}-{tp[1]}"), -1, -1, now_ms
+                )
+
+    def _can_retry(self, batch: ProducerBatch, err: BaseException, now_ms: int) -> bool:
+        if batch.finalized or not self._running and self._force_close:
+            return False
+        if now_ms - batch.created_ms >= self.accumulator.delivery_timeout_ms:
+            return False
+        if batch.attempts >= self.config.retries:
+            return False
+        return bool(getattr(err, "retriable", False))
+
+    def _complete_batch(
+        self,
+        batch: ProducerBatch,
+        err: BaseException | None,
+        base_offset: int,
+        log_append_time: int,
+        now_ms: int,
+    ) -> None:
+        batch.in_flight = False
+        idem = self.idempotence if self._idempotent else None
+        if idem is not None:
+            idem.done(batch)
+        if err is None:
+            self._succeed(batch, base_offset, log_append_time)
+            return
+        code = getattr(err, "code", None)
+        if code == DUPLICATE_SEQUENCE_NUMBER and idem is not None:
+            # the broker already has this batch: a success whose offset is unknown
+            self._succeed(batch, base_offset, log_append_time)
+            return
+        if code in INVALID_METADATA_CODES:
+            self.metadata.request_update()
+        if code == MESSAGE_TOO_LARGE:
+            err = RecordTooLargeError(
+                f"the broker refused a batch of {batch.count} record(s), {batch.final_size} "
+                f"bytes, for {batch.topic}-{batch.partition} as too large (MESSAGE_TOO_LARGE)"
+            )
+        if idem is not None and code in (OUT_OF_ORDER_SEQUENCE_NUMBER, UNKNOWN_PRODUCER_ID):
+            # an earlier batch of the partition failed (or the broker lost our state):
+            # retry in sequence order while time allows, else reset the producer id
+            if self._can_retry_sequence(batch, now_ms):
+                self.accumulator.reenqueue(batch, now_ms)
+                return
+            idem.reset_partition(batch.topic, batch.partition)
+            idem.reset_producer_id()
+            self._fail_batch(batch, err)
+            return
+        if code in (INVALID_PRODUCER_EPOCH, PRODUCER_FENCED) and idem is not None:
+            idem.reset_producer_id()
+        if self._can_retry(batch, err, now_ms):
+            log.debug(
+                "retrying batch for %s-%s (attempt %d): %s",
+                batch.topic,
+                batch.partition,
+                batch.attempts + 1,
+                err,
+            )
+            self.accumulator.reenqueue(batch, now_ms)
+            return
+        self._fail_batch(batch, err)
+
+    def _can_retry_sequence(self, batch: ProducerBatch, now_ms: int) -> bool:
+        return (
+            now_ms - batch.created_ms < self.accumulator.delivery_timeout_ms
+            and batch.attempts < self.config.retries
+        )
+
+    def _succeed(self, batch: ProducerBatch, base_offset: int, log_append_time: int) -> None:
+        if batch.complete(base_offset, log_append_time, None):
+            self.accumulator.deallocate(batch)
+
+    def _fail_batch(self, batch: ProducerBatch, err: BaseException) -> None:
+        if self.idempotence is not None:
+            self.idempotence.done(batch)
+        if batch.complete(-1, -1, err):
+            self.accumulator.deallocate(batch)
+
+    # -- metadata ------------------------------------------------------------------------------
+
+    def _maybe_update_metadata(self, now_ms: int) -> None:
+        if self._metadata_in_flight or not self.metadata.needs_update(now_ms):
+            return
+        node = self.client.least_loaded_node(self.clock.nanoseconds())
+        if node is None or not self.client.ready(node):
+            return
+        try:
+            version = self.client.api_version(node, METADATA, max_version=12)
+        except KafkaError as exc:
+            self._fatal(exc)
+            return
+        body = metadata_request_body(version, self.metadata.topics(now_ms), True)
+        self.metadata.attempt(now_ms)
+        self._metadata_in_flight = True
+        self.client.send(node, METADATA, body, version=version, callback=self._on_metadata)
+
+    def _on_metadata(self, req: InFlightRequest) -> None:
+        self._metadata_in_flight = False
+        now_ms = self.clock.milliseconds()
+        if req.error is not None:
+            self.metadata.failed_update(now_ms, req.error)
+            return
+        fresh = Cluster.from_response(req.response)
+        self.client.update_cluster(fresh)
+        self.metadata.update(fresh, now_ms)
+
+    # -- idempotence ---------------------------------------------------------------------------
+
+    def _decide_idempotence(self, now_ms: int) -> None:
+        """Default config: idempotence only if the broker has InitProducerId (22)."""
+        node = self.client.least_loaded_node(self.clock.nanoseconds())
+        if node is None or not self.client.ready(node):
+            return
+        if self.client.supports(node, INIT_PRODUCER_ID):
+            self._idempotent = True
+            self.idempotence = IdempotenceState()
+            self.accumulator.sequencer = self.idempotence
+            self._maybe_init_producer_id(now_ms)
+            return
+        if self.config.enable_idempotence_explicit:
+            self._fatal(
+                IdempotenceUnsupportedError(
+                    "enable.idempotence=true but the broker does not support InitProducerId "
+                    "(API key 22); set enable.idempotence=false to produce without it"
+                )
+            )
+            return
+        log.warning(
+            "the broker does not support InitProducerId (API key 22): producing without "
+            "idempotence (set enable.idempotence=false to silence this)"
+        )
+        self._idempotent = False
+
+    def _maybe_init_producer_id(self, now_ms: int) -> None:
+        if self._init_pid_in_flight:
+            return
+        node = self.client.least_loaded_node(self.clock.nanoseconds())
+        if node is None or not self.client.ready(node):
+            return
+        try:
+            version = self.client.api_version(node, INIT_PRODUCER_ID, max_version=5)
+        except KafkaError as exc:
+            self._fatal(exc)
+            return
+        body = {
+            "transactional_id": None,
+            "transaction_timeout": self.config.transaction_timeout_ms,
+            "producer_id": -1,
+            "producer_epoch": -1,
+        }
+        self._init_pid_in_flight = True
+        self.client.send(node, INIT_PRODUCER_ID, body, version=version, callback=self._on_init_pid)
+
+    def _on_init_pid(self, req: InFlightRequest) -> None:
+        self._init_pid_in_flight = False
+        if req.error is not None:
+            return  # retried on the next loop
+        code = int(req.response.error_code)
+        if code:
+            err = BrokerResponseError(code, "InitProducerId")
+            if err.retriable:
+                return
+            self._fatal(err)
+            return
+        assert self.idempotence is not None
+        self.idempotence.set_producer_id(
+            int(req.response.producer_id), int(req.response.producer_epoch)
+        )
+        log.debug("producer id %s epoch %s", req.response.producer_id, req.response.producer_epoch)
+
+    def _fatal(self, err: BaseException) -> None:
+        if self.fatal_error is None:
+            log.error("producer failed: %s", err)
+            self.fatal_error = err
+        self.metadata.set_fatal(err)
+        self.accumulator.abort_incomplete_batches(err)
+        self._running = False
+        self._force_close = True

@@ -1,0 +1,272 @@
+"""Producer API without a broker: configuration, and errors that reach the caller
+through the future and the delivery callback (never raised from send)."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import pytest
+
+from tidegate.client.errors import KafkaTimeoutError
+from tidegate.client.metadata import BrokerNode, Cluster, PartitionInfo, TopicMetadata
+from tidegate.producer import (
+    BufferExhaustedError,
+    ConfigError,
+    Producer,
+    ProducerClosedError,
+    ProducerConfig,
+    RecordTooLargeError,
+)
+
+
+def dead_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def unreachable_producer(**conf) -> Producer:
+    """A producer whose metadata names a broker nobody listens on: batches are
+    accepted and pile up, nothing is ever sent."""
+    port = dead_port()
+    base = {"bootstrap.servers": f"127.0.0.1:{port}", "reconnect.backoff.max.ms": 200}
+    base.update(conf)
+    p = Producer(base)
+    parts = tuple(PartitionInfo("t", i, 1) for i in range(8))
+    cluster = Cluster({1: BrokerNode(1, "127.0.0.1", port)}, {"t": TopicMetadata("t", 0, parts)})
+    p._client.update_cluster(cluster)
+    p._metadata.update(cluster, p.clock.milliseconds())
+    return p
+
+
+# -- configuration ------------------------------------------------------------------------
+
+
+def test_config_defaults_are_kafkas():
+    c = ProducerConfig.from_dict({"bootstrap.servers": "h:1"})
+    assert (c.acks, c.batch_size, c.linger_ms, c.buffer_memory) == (-1, 16384, 5, 33554432)
+    assert (c.max_block_ms, c.max_request_size, c.delivery_timeout_ms) == (60000, 1048576, 120000)
+    assert c.buffer_memory_allocation_strategy == "full"
+    assert c.enable_idempotence and not c.enable_idempotence_explicit
+
+
+@pytest.mark.parametrize(
+    ("conf", "message"),
+    [
+        ({"no.such.key": 1}, "unknown producer config 'no.such.key'"),
+        ({"acks": "2"}, "acks"),
+        ({"buffer.memory.allocation.strategy": "lazy"}, "full or incremental"),
+        ({"compression.type": "brotli"}, "compression.type"),
+        ({"transactional.id": "tx"}, "not supported"),
+        ({"delivery.timeout.ms": 100}, "delivery.timeout.ms should be"),
+        ({"enable.idempotence": True, "acks": 1}, "acks must be all"),
+        (
+            {"enable.idempotence": "true", "max.in.flight.requests.per.connection": 6},
+            "max.in.flight",
+        ),
+    ],
+)
+def test_config_errors_name_the_key(conf, message):
+    with pytest.raises(ConfigError, match=message):
+        ProducerConfig.from_dict({"bootstrap.servers": "h:1", **conf})
+
+
+def test_idempotence_quietly_off_when_other_settings_rule_it_out():
+    c = ProducerConfig.from_dict({"bootstrap.servers": "h:1", "acks": "1"})
+    assert not c.enable_idempotence
+    c = ProducerConfig.from_dict(
+        {"bootstrap.servers": "h:1", "max.in.flight.requests.per.connection": 10}
+    )
+    assert not c.enable_idempotence
+
+
+def test_strategy_is_case_insensitive_and_delivery_timeout_is_raised():
+    c = ProducerConfig.from_dict(
+        {
+            "bootstrap.servers": "h:1",
+            "buffer.memory.allocation.strategy": "INCREMENTAL",
+            "request.timeout.ms": 200_000,
+        }
+    )
+    assert c.strategy_incremental
+    assert c.delivery_timeout_ms == 200_005  # linger.ms + request.timeout.ms
+
+
+# -- errors through the future ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("strategy", ["full", "incremental"])
+def test_buffer_exhausted_is_delivered_through_future_and_callback(strategy):
+    p = unreachable_producer(
+        **{
+            "batch.size": 1024,
+            "buffer.memory": 4096,
+            "max.block.ms": 50,
+            "buffer.memory.allocation.strategy": strategy,
+            "enable.idempotence": False,
+        }
+    )
+    try:
+        delivered = []
+        futs = []
+        for part in range(5):
+            futs.append(
+                p.send(
+                    "t",
+                    b"x" * 100,
+                    partition=part,
+                    on_delivery=lambda md, err: delivered.append((md, err)),
+                )
+            )
+        t0 = time.monotonic()
+        assert not any(f.done() for f in futs[:4])  # four batches hold the 4 KiB
+        assert futs[4].done()
+        assert time.monotonic() - t0 < 1
+        with pytest.raises(BufferExhaustedError):
+            futs[4].result(0)
+        assert isinstance(futs[4].exception(), BufferExhaustedError)
+        assert len(delivered) == 1
+        md, err = delivered[0]
+        assert md is None and isinstance(err, BufferExhaustedError)
+        m = p.metrics()
+        assert m["buffer-exhausted-total"] == 1
+        assert m["bufferpool-wait-time-ns-total"] >= 40_000_000
+        assert m["waiting-threads"] == 0
+    finally:
+        p.close(0)
+    # close(0) fails what was queued
+    for f in futs[:4]:
+        assert isinstance(f.exception(1), ProducerClosedError)
+
+
+def test_record_too_large_is_delivered_through_the_future():
+    p = unreachable_producer(**{"max.request.size": 1000, "enable.idempotence": False})
+    try:
+        f = p.send("t", b"x" * 2000, partition=0)
+        with pytest.raises(RecordTooLargeError, match="max.request.size"):
+            f.result(0)
+        f = p.send("t", b"x" * 900, headers={"big": b"y" * 200}, partition=0)
+        assert isinstance(f.exception(0), RecordTooLargeError)
+    finally:
+        p.close(0)
+
+
+def test_unknown_topic_times_out_through_the_future():
+    p = Producer(
+        {
+            "bootstrap.servers": f"127.0.0.1:{dead_port()}",
+            "max.block.ms": 100,
+            "reconnect.backoff.max.ms": 50,
+        }
+    )
+    try:
+        t0 = time.monotonic()
+        f = p.send("missing", b"v")
+        assert time.monotonic() - t0 < 2
+        with pytest.raises(KafkaTimeoutError, match="not present in metadata"):
+            f.result(0)
+    finally:
+        p.close(0)
+
+
+def test_invalid_partition_is_reported_through_the_future():
+    p = unreachable_producer(**{"enable.idempotence": False, "max.block.ms": 50})
+    try:
+        f = p.send("t", b"v", partition=99)
+        assert f.done() and f.exception() is not None
+    finally:
+        p.close(0)
+
+
+def test_send_after_close_raises_and_types_are_checked():
+    p = unreachable_producer(**{"enable.idempotence": False})
+    with pytest.raises(TypeError):
+        p.send("t", 12345, partition=0)
+    with pytest.raises(TypeError):
+        p.send("t", b"v", headers=[(b"bytes-key", b"v")], partition=0)
+    f = p.send("t", "text value", key="text key", headers={"h": "v"}, partition=0)
+    assert not f.done()
+    p.close(0)
+    with pytest.raises(ProducerClosedError):
+        p.send("t", b"v", partition=0)
+    assert isinstance(f.exception(1), ProducerClosedError)
+
+
+def test_close_with_timeout_gives_up_and_fails_queued_records():
+    p = unreachable_producer(**{"enable.idempotence": False})
+    f = p.send("t", b"v", partition=1)
+    t0 = time.monotonic()
+    p.close(0.2)
+    assert time.monotonic() - t0 < 3
+    assert isinstance(f.exception(1), ProducerClosedError)
+    assert not any(
+        t.name.startswith("tidegate-producer-network-thread") and t.is_alive() and t is p._sender
+        for t in threading.enumerate()
+    )
+
+
+def test_flush_with_timeout_returns_the_records_left():
+    p = unreachable_producer(**{"enable.idempotence": False})
+    try:
+        for _ in range(3):
+            p.send("t", b"v", partition=2)
+        assert p.flush(0.05) == 3
+    finally:
+        p.close(0)
+
+
+def test_user_partitioner_callable_and_round_robin():
+    seen = []
+
+    def by_length(topic, key, num_partitions, available):
+        seen.append((topic, num_partitions, tuple(available)))
+        return len(key) % num_partitions
+
+    p = unreachable_producer(**{"enable.idempotence": False, "partitioner.class": by_length})
+    try:
+        f = p.send("t", b"v", key=b"abc")
+        assert f.partition == 3
+        assert seen == [("t", 8, tuple(range(8)))]
+    finally:
+        p.close(0)
+    p = unreachable_producer(**{"enable.idempotence": False, "partitioner.class": "round_robin"})
+    try:
+        assert [p.send("t", b"v", key=b"same").partition for _ in range(10)] == [
+            0,
+            1,
+            2,
+            3,
+            4,
+            5,
+            6,
+            7,
+            0,
+            1,
+        ]
+    finally:
+        p.close(0)
+
+
+def test_keyed_records_use_murmur2_and_keyless_stick():
+    from tidegate.producer.partitioner import partition_for_key
+
+    p = unreachable_producer(**{"enable.idempotence": False})
+    try:
+        for i in range(50):
+            key = b"key-%d" % i
+            assert p.send("t", b"v", key=key).partition == partition_for_key(key, 8)
+        keyless = {p.send("t", b"v").partition for _ in range(20)}
+        assert len(keyless) == 1  # 20 small records stay on one partition
+        ignore = unreachable_producer(
+            **{"enable.idempotence": False, "partitioner.ignore.keys": True}
+        )
+        try:
+            assert len({ignore.send("t", b"v", key=b"k%d" % i).partition for i in range(20)}) == 1
+        finally:
+            ignore.close(0)
+    finally:
+        p.close(0)
