@@ -64,9 +64,8 @@ class BrokerProcess:
         ]
         for k, v in self.overrides.items():
             args += ["--override", f"{k}={v}"]
-        logf = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(args, stdout=logf, stderr=subprocess.STDOUT)
-        logf.close()
+        with open(self.log_path, "ab") as logf:
+            self.proc = subprocess.Popen(args, stdout=logf, stderr=subprocess.STDOUT)
         wait_for_port(self.port, self.proc)
         return self
 
@@ -110,7 +109,7 @@ def broker_factory(tmp_path):
         if b.alive():
             try:
                 b.stop(10)
-            except Exception:
+            except Exception:  # noqa: BLE001 - a broker that will not stop is killed
                 b.kill()
 
 

@@ -74,7 +74,7 @@ def test_garbage_body_is_invalid_request():
 
 def test_trailing_bytes_are_ignored_as_kafka_does():
     raw = encode_request(3, 1, 1, "c", {"topics": [{"name": "x"}]}) + b"junk"
-    header, body = decode_request(raw)
+    _header, body = decode_request(raw)
     assert [t.name for t in body.topics] == ["x"]
 
 

@@ -105,7 +105,7 @@ def decode_request(buf: Any) -> tuple[RequestHeader, Any]:
         buf = memoryview(buf).toreadonly()  # kio reads only from read-only buffers
     try:
         kio_header, offset = header_reader(buf, 0)
-        body, size = body_reader(buf, offset)
+        body, _size = body_reader(buf, offset)
     except Exception as exc:  # kio raises a variety of errors on garbage
         raise InvalidRequestError(
             f"cannot decode api_key={api_key} v{api_version}: {exc!r}"

@@ -19,7 +19,12 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from tidegate.config import BrokerConfig, ConfigError, describe_topic_configs, validate_topic_configs
+from tidegate.config import (
+    BrokerConfig,
+    ConfigError,
+    describe_topic_configs,
+    validate_topic_configs,
+)
 from tidegate.log.record_batch import RecordBatchError
 from tidegate.network.socket_server import ConnectionClosed, RequestContext
 from tidegate.protocol.apis import SUPPORTED_APIS, ApiKey
@@ -42,9 +47,9 @@ from tidegate.server.log_flusher import LogFlusher
 from tidegate.server.metadata import InvalidTopicError, validate_topic_name
 from tidegate.server.producer_id_manager import ProducerIdManager
 from tidegate.server.purgatory import DelayedOperationPurgatory
+from tidegate.server.replica_manager import ReplicaManager
 from tidegate.server.timer import SystemTimer
 from tidegate.server.timer_reaper import TimerReaper
-from tidegate.server.replica_manager import ReplicaManager
 
 if TYPE_CHECKING:
     from tidegate.metrics import BrokerMetrics

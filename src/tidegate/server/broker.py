@@ -16,7 +16,6 @@ import os
 import signal
 import time
 from pathlib import Path
-from typing import Any
 
 from tidegate.config import BrokerConfig, parse_metrics_listener, topic_log_config
 from tidegate.metrics import BrokerMetrics, MetricsHttpServer
@@ -227,7 +226,7 @@ async def serve(config: BrokerConfig) -> int:
         loop.add_signal_handler(sig, stop.set)
     try:
         await broker.start()
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - any start failure: say why, exit 1
         log.error("could not start: %s", exc)
         await broker.shutdown()
         return 1
