@@ -237,7 +237,6 @@ _PARSERS: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "partitioner.class": ("partitioner", _partitioner),
     "partitioner.ignore.keys": ("partitioner_ignore_keys", _bool),
     "partitioner.adaptive.partitioning.enable": ("partitioner_adaptive_partitioning_enable", _bool),
-    "partitioner.availability.timeout.ms": ("partitioner_availability_timeout_ms", _int),
     "metadata.max.age.ms": ("metadata_max_age_ms", _int),
     "metadata.max.idle.ms": ("metadata_max_idle_ms", _int),
     "reconnect.backoff.ms": ("reconnect_backoff_ms", _int),
@@ -260,4 +259,6 @@ _UNSUPPORTED: dict[str, Any] = {
     "compression.zstd.level": "3",
     "compression.lz4.level": "9",
     "connections.max.idle.ms": "540000",
+    # KIP-794's exclusion of slow brokers from sticky choices is not implemented
+    "partitioner.availability.timeout.ms": "0",
 }

@@ -7,6 +7,13 @@ across retries) and advance by the batch's record count, wrapping at 2^31-1. A
 retried batch is sent again only when it is the lowest-sequence batch of its
 partition still unacknowledged, which keeps the broker's per-partition sequence
 check satisfied with up to 5 requests in flight.
+
+When a sequenced batch fails for good (too large, timed out, rejected) the broker
+never wrote its sequence, so every later batch of the partition would be out of
+order: the producer then takes a new producer id (sequences restart at 0; Kafka
+bumps the epoch for the same reason, KIP-360), and batches that come back with
+OUT_OF_ORDER_SEQUENCE_NUMBER or UNKNOWN_PRODUCER_ID under the old id are retried
+under the new one.
 """
 
 from __future__ import annotations
@@ -44,8 +51,8 @@ class IdempotenceState:
 
     # called under the partition queue lock, from drain
     def may_drain(self, batch: Any) -> bool:
-        if batch.base_sequence < 0:
-            return self.has_producer_id
+        if batch.base_sequence < 0 or batch.producer_id != self.producer_id:
+            return self.has_producer_id  # gets a fresh sequence at drain
         tp = (batch.topic, batch.partition)
         flying = self._in_flight.get(tp)
         # a retry goes out only when it is the oldest unacknowledged batch
@@ -63,6 +70,12 @@ class IdempotenceState:
             flying.append(batch)
             flying.sort(key=lambda b: b.base_sequence)
 
+    def is_first_in_flight(self, batch: Any) -> bool:
+        """Whether ``batch`` is the lowest-sequence unacknowledged batch of its
+        partition (a sequence error on it cannot be waited out)."""
+        flying = self._in_flight.get((batch.topic, batch.partition))
+        return not flying or flying[0] is batch
+
     def done(self, batch: Any) -> None:
         tp = (batch.topic, batch.partition)
         with self._lock:
@@ -71,7 +84,5 @@ class IdempotenceState:
                 flying.remove(batch)
 
     def reset_partition(self, topic: str, partition: int) -> None:
-        """After an unrecoverable sequence error: start the partition over at 0 with a
-        new producer id (requested by the sender)."""
         with self._lock:
             self._next_seq.pop((topic, partition), None)

@@ -289,7 +289,9 @@ class Sender(threading.Thread):
     ) -> None:
         batch.in_flight = False
         idem = self.idempotence if self._idempotent else None
+        first_in_flight = True
         if idem is not None:
+            first_in_flight = idem.is_first_in_flight(batch)
             idem.done(batch)
         if err is None:
             self._succeed(batch, base_offset, log_append_time)
@@ -307,13 +309,15 @@ class Sender(threading.Thread):
                 f"bytes, for {batch.topic}-{batch.partition} as too large (MESSAGE_TOO_LARGE)"
             )
         if idem is not None and code in (OUT_OF_ORDER_SEQUENCE_NUMBER, UNKNOWN_PRODUCER_ID):
-            # an earlier batch of the partition failed (or the broker lost our state):
-            # retry in sequence order while time allows, else reset the producer id
+            # An earlier batch of the partition failed, or the broker lost our state. If
+            # this batch is the oldest in flight under the current id, waiting will not
+            # close the gap: take a new producer id. Either way retry (in sequence order)
+            # while delivery.timeout.ms allows.
+            if batch.producer_id == idem.producer_id and first_in_flight:
+                idem.reset_producer_id()
             if self._can_retry_sequence(batch, now_ms):
                 self.accumulator.reenqueue(batch, now_ms)
                 return
-            idem.reset_partition(batch.topic, batch.partition)
-            idem.reset_producer_id()
             self._fail_batch(batch, err)
             return
         if code in (INVALID_PRODUCER_EPOCH, PRODUCER_FENCED) and idem is not None:
@@ -341,8 +345,13 @@ class Sender(threading.Thread):
             self.accumulator.deallocate(batch)
 
     def _fail_batch(self, batch: ProducerBatch, err: BaseException) -> None:
-        if self.idempotence is not None:
-            self.idempotence.done(batch)
+        idem = self.idempotence
+        if idem is not None:
+            idem.done(batch)
+            if batch.base_sequence >= 0 and batch.producer_id == idem.producer_id:
+                # its sequence was never written: later batches of the partition would be
+                # out of order under this producer id, so start a new one
+                idem.reset_producer_id()
         if batch.complete(-1, -1, err):
             self.accumulator.deallocate(batch)
 
