@@ -270,3 +270,214 @@ def test_keyed_records_use_murmur2_and_keyless_stick():
             ignore.close(0)
     finally:
         p.close(0)
+
+
+# -- idempotence negotiation against a fake broker -------------------------------------------
+
+
+class _FakeBroker:
+    """ApiVersions (without InitProducerId unless asked), Metadata (topic "t", one
+    partition led by this broker) and Produce (every partition succeeds), on threads."""
+
+    def __init__(self, init_producer_id: bool = False):
+        import socketserver
+        import struct
+
+        from kio.serial import entity_reader, entity_writer
+
+        from tidegate.protocol.codec import build, request_class, response_class
+
+        outer = self
+        self.produce_requests = []
+        apis = [(0, 3, 12), (3, 0, 12), (18, 0, 3)] + ([(22, 0, 4)] if init_producer_id else [])
+
+        def frame(cid, resp, flexible):
+            import io
+
+            out = io.BytesIO()
+            out.write(struct.pack(">i", cid))
+            if flexible:
+                out.write(b"\x00")
+            entity_writer(type(resp))(out, resp)
+            data = out.getvalue()
+            return struct.pack(">i", len(data)) + data
+
+        class Handler(socketserver.BaseRequestHandler):
+            def handle(self):
+                s = self.request
+                while True:
+                    hdr = s.recv(4, socket.MSG_WAITALL)
+                    if len(hdr) < 4:
+                        return
+                    (n,) = struct.unpack(">i", hdr)
+                    body = s.recv(n, socket.MSG_WAITALL)
+                    key, ver, cid = struct.unpack(">hhi", body[:8])
+                    flexible = bool(response_class(key, ver).__flexible__) and key != 18
+                    if key == 18:
+                        resp = build(
+                            response_class(18, ver),
+                            {
+                                "error_code": 0,
+                                "api_keys": [
+                                    {"api_key": k, "min_version": lo, "max_version": hi}
+                                    for k, lo, hi in apis
+                                ],
+                            },
+                        )
+                    elif key == 3:
+                        resp = build(
+                            response_class(3, ver),
+                            {
+                                "brokers": [
+                                    {"node_id": 7, "host": "127.0.0.1", "port": outer.port}
+                                ],
+                                "controller_id": 7,
+                                "topics": [
+                                    {
+                                        "error_code": 0,
+                                        "name": "t",
+                                        "partitions": [
+                                            {
+                                                "error_code": 0,
+                                                "partition_index": 0,
+                                                "leader_id": 7,
+                                                "replica_nodes": [7],
+                                                "isr_nodes": [7],
+                                            }
+                                        ],
+                                    }
+                                ],
+                            },
+                        )
+                    elif key == 0:
+                        cls = request_class(0, ver)
+                        hdr_reader = entity_reader(cls.__header_schema__)
+                        _, off = hdr_reader(body, 0)
+                        req, _ = entity_reader(cls)(body, off)
+                        outer.produce_requests.append(req)
+                        resp = build(
+                            response_class(0, ver),
+                            {
+                                "responses": [
+                                    {
+                                        "name": t.name,
+                                        "partition_responses": [
+                                            {"index": p.index, "error_code": 0, "base_offset": 0}
+                                            for p in t.partition_data
+                                        ],
+                                    }
+                                    for t in req.topic_data
+                                ]
+                            },
+                        )
+                        if req.acks == 0:
+                            continue
+                    elif key == 22:
+                        resp = build(
+                            response_class(22, ver),
+                            {"error_code": 0, "producer_id": 4242, "producer_epoch": 0},
+                        )
+                    else:
+                        return
+                    s.sendall(frame(cid, resp, flexible))
+
+        class Server(socketserver.ThreadingTCPServer):
+            daemon_threads = True
+            allow_reuse_address = True
+
+        self.server = Server(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_idempotence_off_with_a_warning_when_the_broker_lacks_init_producer_id(caplog):
+    fb = _FakeBroker(init_producer_id=False)
+    try:
+        p = Producer({"bootstrap.servers": f"127.0.0.1:{fb.port}"})
+        try:
+            md = p.send("t", b"v").result(10)
+            assert md.offset == 0
+            assert p.idempotent is False
+            assert "does not support InitProducerId" in caplog.text
+            (req,) = fb.produce_requests
+            # no producer id in the batch: bytes 43..51 of the header are -1
+            records = req.topic_data[0].partition_data[0].records
+            assert records[43:51] == b"\xff" * 8
+        finally:
+            p.close(5)
+    finally:
+        fb.close()
+
+
+def test_explicit_idempotence_fails_clearly_without_init_producer_id():
+    from tidegate.producer import IdempotenceUnsupportedError
+
+    fb = _FakeBroker(init_producer_id=False)
+    try:
+        p = Producer({"bootstrap.servers": f"127.0.0.1:{fb.port}", "enable.idempotence": True})
+        try:
+            err = p.send("t", b"v").exception(10)
+            assert isinstance(err, IdempotenceUnsupportedError), err
+            assert "InitProducerId" in str(err)
+            with pytest.raises(IdempotenceUnsupportedError):
+                p.send("t", b"v")
+            assert fb.produce_requests == []
+        finally:
+            p.close(5)
+    finally:
+        fb.close()
+
+
+def test_idempotent_batches_carry_producer_id_and_sequences():
+    import struct
+
+    fb = _FakeBroker(init_producer_id=True)
+    try:
+        p = Producer({"bootstrap.servers": f"127.0.0.1:{fb.port}", "linger.ms": 0})
+        try:
+            for i in range(3):
+                p.send("t", b"v%d" % i).result(10)
+            assert p.idempotent is True and p.producer_id == 4242
+            seqs = []
+            for req in fb.produce_requests:
+                rec = req.topic_data[0].partition_data[0].records
+                pid, epoch, seq, count = struct.unpack_from(">qhii", rec, 43)
+                assert (pid, epoch) == (4242, 0)
+                seqs.append((seq, count))
+            # each batch starts where the previous one ended
+            expected = 0
+            for seq, count in seqs:
+                assert seq == expected
+                expected += count
+        finally:
+            p.close(5)
+    finally:
+        fb.close()
+
+
+def test_asyncio_producer_against_the_fake_broker():
+    import asyncio
+
+    from tidegate.producer import AIOProducer
+
+    fb = _FakeBroker(init_producer_id=False)
+
+    async def main():
+        async with AIOProducer(
+            {"bootstrap.servers": f"127.0.0.1:{fb.port}", "enable.idempotence": False}
+        ) as p:
+            md = await p.send_and_wait("t", b"v", key=b"k")
+            assert (md.topic, md.partition, md.offset) == ("t", 0, 0)
+            futs = [await p.send("t", b"x%d" % i) for i in range(10)]
+            assert await p.flush(5) == 0
+            for f in futs:
+                assert isinstance(f, asyncio.Future) and (await f).partition == 0
+
+    try:
+        asyncio.run(main())
+    finally:
+        fb.close()

@@ -1,6 +1,7 @@
 """tidegate's Kafka producer, with KIP-1332's ``incremental`` buffer memory.
 
-- :class:`Producer` — ``send`` / ``flush`` / ``close`` with Kafka's config keys;
+- :class:`Producer` — ``send`` / ``flush`` / ``close`` with Kafka's config keys
+  (:class:`AIOProducer`: the same for asyncio);
 - :class:`BufferPool` — Kafka's ``BufferPool`` plus atomic multi-chunk allocation;
 - :class:`RecordAccumulator` — per-partition batches for both allocation strategies;
 - partitioners — Java-compatible murmur2, KIP-794 sticky, round robin, callables.
@@ -9,6 +10,7 @@ See ``docs/producer.md``.
 """
 
 from .accumulator import RecordAccumulator
+from .aio import AIOProducer
 from .batch import ChunkedProducerBatch, ProducerBatch, RecordFuture, RecordMetadata
 from .buffer_pool import BufferPool, chunk_size_for
 from .clock import Clock, MockClock
@@ -29,6 +31,7 @@ from .partitioner import (
 from .producer import Producer
 
 __all__ = [
+    "AIOProducer",
     "BufferExhaustedError",
     "BufferPool",
     "BuiltInPartitioner",

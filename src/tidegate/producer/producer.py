@@ -272,7 +272,7 @@ class Producer:
             self.accumulator.await_flush_completion(timeout)
         finally:
             self.accumulator.end_flush()
-        return sum(b.count for b in self.accumulator.incomplete())
+        return sum(b.count for b in self.accumulator.incomplete() if not b.result.done)
 
     def close(self, timeout: float | None = None) -> None:
         """Send what is queued (up to ``timeout`` seconds, default unbounded), then stop
