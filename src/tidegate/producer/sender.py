@@ -130,13 +130,13 @@ class Sender(threading.Thread):
 
     def run_once(self) -> None:
         now_ms = self.clock.milliseconds()
-        self._maybe_update_metadata(now_ms)
+        metadata_wait = self._maybe_update_metadata(now_ms)
         if self._idempotent is None:
             self._decide_idempotence(now_ms)
         elif self._idempotent and not self.idempotence.has_producer_id:  # type: ignore[union-attr]
             self._maybe_init_producer_id(now_ms)
         poll_ms = self._send_producer_data(now_ms)
-        poll_ms = min(poll_ms, self.metadata.time_to_next_update(now_ms))
+        poll_ms = min(poll_ms, metadata_wait)
         poll_ms = min(poll_ms, self.client.next_timeout_ms(self.clock.nanoseconds()))
         if not self._running:
             poll_ms = min(poll_ms, 10)
@@ -357,21 +357,29 @@ class Sender(threading.Thread):
 
     # -- metadata ------------------------------------------------------------------------------
 
-    def _maybe_update_metadata(self, now_ms: int) -> None:
-        if self._metadata_in_flight or not self.metadata.needs_update(now_ms):
-            return
+    def _maybe_update_metadata(self, now_ms: int) -> int:
+        """Send a Metadata request if one is due; returns how long the loop may sleep
+        as far as metadata is concerned (Kafka's ``MetadataUpdater.maybeUpdate``)."""
+        if self._metadata_in_flight:
+            return 1 << 30  # the response wakes the poll
+        wait = self.metadata.time_to_next_update(now_ms)
+        if wait > 0:
+            return wait
         node = self.client.least_loaded_node(self.clock.nanoseconds())
         if node is None or not self.client.ready(node):
-            return
+            # nothing to ask yet: a connection is being set up (its completion wakes
+            # the poll) or every broker is backing off
+            return max(1, self.config.reconnect_backoff_ms)
         try:
             version = self.client.api_version(node, METADATA, max_version=12)
         except KafkaError as exc:
             self._fatal(exc)
-            return
+            return 0
         body = metadata_request_body(version, self.metadata.topics(now_ms), True)
         self.metadata.attempt(now_ms)
         self._metadata_in_flight = True
         self.client.send(node, METADATA, body, version=version, callback=self._on_metadata)
+        return 1 << 30
 
     def _on_metadata(self, req: InFlightRequest) -> None:
         self._metadata_in_flight = False
