@@ -42,10 +42,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _common  # noqa: E402
+import _common
 
-from tidegate.client import KafkaClient  # noqa: E402
-from tidegate.producer import Producer  # noqa: E402
+from tidegate.client import KafkaClient
+from tidegate.producer import Producer
 
 MiB = 1024 * 1024
 STRATEGIES = ("full", "incremental")
@@ -216,6 +216,15 @@ def mib(n: float) -> str:
     return f"{n / MiB:,.1f}"
 
 
+def human(n: float) -> str:
+    return f"{n / MiB:,.0f} MiB" if n >= MiB else f"{n / 1024:,.0f} KiB"
+
+
+def args_duration(rs: list[Result]) -> float:
+    """Median wall time of the runs (sending time plus the final flush)."""
+    return statistics.median(r.duration_s for r in rs)
+
+
 def summarize(results: list[Result]) -> str:
     out = []
     for workload in WORKLOADS:
@@ -253,8 +262,8 @@ def summarize(results: list[Result]) -> str:
                 )
         b = rs[0]
         out.append(
-            f"== workload {workload}: batch.size {mib(b.batch_size)} MiB, buffer.memory "
-            f"{mib(b.buffer_memory)} MiB, linger.ms {b.linger_ms}, {b.duration_s:.0f}s runs"
+            f"== workload {workload}: batch.size {human(b.batch_size)}, buffer.memory "
+            f"{human(b.buffer_memory)}, linger.ms {b.linger_ms}, {args_duration(rs):.0f}s runs"
         )
         out.append(
             _common.format_table(

@@ -4,7 +4,7 @@
 Each client sends the same N records (a fixed random value of ``--sizes`` bytes,
 no key) as fast as one thread can, to a fresh 4-partition topic on the same
 broker, and the time from the first send until every record is acknowledged is
-measured (records/s, MB/s). All clients use the same settings: acks=all,
+measured (records/s, MB/s). All clients use the same settings: acks=all (``--acks``),
 linger.ms=5, batch.size=16384, no compression, idempotence off (kafka-python and
 librdkafka would otherwise differ in what they negotiate). tidegate's producer
 runs under both buffer.memory allocation strategies. Every case runs in its own
@@ -26,12 +26,14 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _common  # noqa: E402
+import _common
 
 CLIENTS = ("tidegate-full", "tidegate-incremental", "kafka-python", "confluent-kafka")
 
 
-def run_client(client: str, bootstrap: str, topic: str, size: int, n: int) -> dict:
+def run_client(
+    client: str, bootstrap: str, topic: str, size: int, n: int, acks: str = "all"
+) -> dict:
     """Runs in a child interpreter: produce n records, return timings."""
     import os
 
@@ -42,7 +44,7 @@ def run_client(client: str, bootstrap: str, topic: str, size: int, n: int) -> di
         p = Producer(
             {
                 "bootstrap.servers": bootstrap,
-                "acks": "all",
+                "acks": acks,
                 "linger.ms": 5,
                 "batch.size": 16384,
                 "enable.idempotence": False,
@@ -64,7 +66,7 @@ def run_client(client: str, bootstrap: str, topic: str, size: int, n: int) -> di
 
         p = KafkaProducer(
             bootstrap_servers=bootstrap,
-            acks="all",
+            acks=acks if acks == "all" else int(acks),
             linger_ms=5,
             batch_size=16384,
             enable_idempotence=False,
@@ -85,7 +87,7 @@ def run_client(client: str, bootstrap: str, topic: str, size: int, n: int) -> di
         p = CProducer(
             {
                 "bootstrap.servers": bootstrap,
-                "acks": "all",
+                "acks": acks,
                 "linger.ms": 5,
                 "batch.size": 16384,
                 "enable.idempotence": False,
@@ -132,11 +134,12 @@ def create_topic(bootstrap: str, name: str) -> None:
         assert int(r.topics[0].error_code) == 0, r
 
 
-def child(client: str, bootstrap: str, topic: str, size: int, n: int) -> dict:
+def child(client: str, bootstrap: str, topic: str, size: int, n: int, acks: str) -> dict:
+    here = str(Path(__file__).resolve().parent)
     code = (
-        "import sys, json; sys.path.insert(0, %r); import producer_throughput as m; "
-        "print(json.dumps(m.run_client(%r, %r, %r, %d, %d)))"
-        % (str(Path(__file__).resolve().parent), client, bootstrap, topic, size, n)
+        f"import sys, json; sys.path.insert(0, {here!r}); import producer_throughput as m; "
+        f"print(json.dumps(m.run_client({client!r}, {bootstrap!r}, {topic!r}, {size}, {n}, "
+        f"{acks!r})))"
     )
     out = subprocess.run(
         [_common.default_tidegate_python(), "-c", code],
@@ -166,6 +169,7 @@ def main() -> None:
     ap.add_argument("--records", type=int, default=200_000, help="records per run (100 B)")
     ap.add_argument("--records-1k", type=int, default=100_000, help="records per run (1 KiB)")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--acks", default="all", choices=["all", "1", "0"])
     ap.add_argument("--clients", default=",".join(CLIENTS))
     ap.add_argument("--json", help="write all results here")
     args = ap.parse_args()
@@ -193,7 +197,7 @@ def main() -> None:
                     seq += 1
                     topic = f"tput-{int(time.time())}-{seq}"
                     create_topic(bootstrap, topic)
-                    r = child(client, bootstrap, topic, size, n)
+                    r = child(client, bootstrap, topic, size, n, args.acks)
                     r.update(
                         client=client,
                         size=size,
@@ -213,7 +217,7 @@ def main() -> None:
             broker.cleanup()
     print()
     where = f"spawned {broker.kind}" if broker else bootstrap
-    print(f"tidegate {_common.git_describe()}, broker {where}")
+    print(f"tidegate {_common.git_describe()}, broker {where}, acks={args.acks}")
     for size in sizes:
         rows = []
         med = {}
