@@ -25,7 +25,7 @@ from kafka import TopicPartition as KTopicPartition
 from kafka.partitioner.default import murmur2 as java_compatible_murmur2
 
 from tidegate.client import KafkaClient
-from tidegate.client.errors import KafkaTimeoutError
+from tidegate.client.errors import KafkaTimeoutError, UnsupportedVersionError
 from tidegate.producer import Producer
 
 from .clients import CODECS, Rec, base_timestamp, make_records
@@ -379,3 +379,33 @@ def test_delivery_timeout_when_the_broker_is_gone(broker):
         assert 1.0 < time.monotonic() - t0 < 6
     finally:
         p.close(0)
+
+
+def test_metadata_refresh_picks_up_new_partitions(bootstrap):
+    """metadata.max.age.ms: keys move to where the Java partitioner puts them once the
+    producer's metadata shows the topic's new partition count."""
+    topic = create_topic(bootstrap, 2)
+    key = next(b"k%d" % i for i in range(1000) if java_partition(b"k%d" % i, 4) == 3)
+    p = Producer({"bootstrap.servers": bootstrap, "metadata.max.age.ms": 300})
+    try:
+        assert p.send(topic, b"v", key=key).result(20).partition == java_partition(key, 2)
+        with KafkaClient(bootstrap) as c:
+            try:
+                r = c.request(
+                    37,
+                    {
+                        "topics": [{"name": topic, "count": 4, "assignments": None}],
+                        "timeout": 10_000,
+                        "validate_only": False,
+                    },
+                )
+            except UnsupportedVersionError:
+                pytest.skip("this broker has no CreatePartitions (Tansu)")
+            assert int(r.results[0].error_code) == 0, r
+        deadline = time.monotonic() + 15
+        while p.partitions_for(topic) != [0, 1, 2, 3]:
+            assert time.monotonic() < deadline, "metadata never showed 4 partitions"
+            time.sleep(0.1)
+        assert p.send(topic, b"v", key=key).result(20).partition == 3
+    finally:
+        p.close(10)
