@@ -486,3 +486,26 @@ def test_asyncio_producer_against_the_fake_broker():
         asyncio.run(main())
     finally:
         fb.close()
+
+
+@pytest.mark.parametrize("strategy", ["full", "incremental"])
+def test_batch_or_chunks_larger_than_the_pool_fail_through_the_future(strategy):
+    # full: batch.size above buffer.memory; incremental: a record whose chunks round up
+    # past buffer.memory
+    conf = {
+        "enable.idempotence": False,
+        "buffer.memory.allocation.strategy": strategy,
+        "max.request.size": 1 << 20,
+    }
+    if strategy == "full":
+        conf.update({"batch.size": 8192, "buffer.memory": 4096})
+        value = b"x" * 10
+    else:
+        conf.update({"batch.size": 1000, "buffer.memory": 2500})
+        value = b"x" * 2300  # 61 + ~2330 bytes fit in 2500, three 1000-byte chunks do not
+    p = unreachable_producer(**conf)
+    try:
+        f = p.send("t", value, partition=0)
+        assert isinstance(f.exception(0), RecordTooLargeError)
+    finally:
+        p.close(0)

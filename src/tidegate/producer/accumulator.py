@@ -44,7 +44,7 @@ from .batch import (
 )
 from .buffer_pool import BufferPool
 from .clock import SYSTEM_CLOCK, Clock
-from .errors import BufferExhaustedError, ProducerClosedError
+from .errors import BufferExhaustedError, ProducerClosedError, RecordTooLargeError
 from .partitioner import BuiltInPartitioner, StickyPartitionInfo
 
 __all__ = ["PartitionQueue", "ReadyCheckResult", "RecordAccumulator", "RecordAppendResult"]
@@ -320,6 +320,8 @@ class RecordAccumulator:
                     start = clock.nanoseconds()
                     try:
                         buffer = self.pool.allocate(size, remaining)
+                    except ValueError as exc:  # larger than the whole pool
+                        raise RecordTooLargeError(str(exc)) from None
                     finally:
                         remaining = max(0.0, remaining - (clock.nanoseconds() - start) / 1e6)
                 with q.lock:
@@ -410,6 +412,8 @@ class RecordAccumulator:
                     start = clock.nanoseconds()
                     try:
                         new_chunks = pool.allocate_chunks(new_size, remaining)
+                    except ValueError as exc:  # more chunks than the whole pool
+                        raise RecordTooLargeError(str(exc)) from None
                     except BufferExhaustedError:
                         pool.record_buffer_exhausted()
                         raise
