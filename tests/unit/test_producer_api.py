@@ -279,7 +279,7 @@ class _FakeBroker:
     """ApiVersions (without InitProducerId unless asked), Metadata (topic "t", one
     partition led by this broker) and Produce (every partition succeeds), on threads."""
 
-    def __init__(self, init_producer_id: bool = False):
+    def __init__(self, init_producer_id: bool = False, produce_errors=()):
         import socketserver
         import struct
 
@@ -289,6 +289,8 @@ class _FakeBroker:
 
         outer = self
         self.produce_requests = []
+        self.requests = []
+        errors = list(produce_errors)
         apis = [(0, 3, 12), (3, 0, 12), (18, 0, 3)] + ([(22, 0, 4)] if init_producer_id else [])
 
         def frame(cid, resp, flexible):
@@ -312,6 +314,7 @@ class _FakeBroker:
                     (n,) = struct.unpack(">i", hdr)
                     body = s.recv(n, socket.MSG_WAITALL)
                     key, ver, cid = struct.unpack(">hhi", body[:8])
+                    outer.requests.append(key)
                     flexible = bool(response_class(key, ver).__flexible__) and key != 18
                     if key == 18:
                         resp = build(
@@ -355,6 +358,7 @@ class _FakeBroker:
                         _, off = hdr_reader(body, 0)
                         req, _ = entity_reader(cls)(body, off)
                         outer.produce_requests.append(req)
+                        code = errors.pop(0) if errors else 0
                         resp = build(
                             response_class(0, ver),
                             {
@@ -362,7 +366,7 @@ class _FakeBroker:
                                     {
                                         "name": t.name,
                                         "partition_responses": [
-                                            {"index": p.index, "error_code": 0, "base_offset": 0}
+                                            {"index": p.index, "error_code": code, "base_offset": 0}
                                             for p in t.partition_data
                                         ],
                                     }
@@ -509,3 +513,61 @@ def test_batch_or_chunks_larger_than_the_pool_fail_through_the_future(strategy):
         assert isinstance(f.exception(0), RecordTooLargeError)
     finally:
         p.close(0)
+
+
+def test_retriable_error_is_retried_after_a_metadata_refresh():
+    fb = _FakeBroker(produce_errors=[6, 6])  # NOT_LEADER_OR_FOLLOWER twice, then success
+    try:
+        p = Producer(
+            {
+                "bootstrap.servers": f"127.0.0.1:{fb.port}",
+                "enable.idempotence": False,
+                "retry.backoff.ms": 10,
+            }
+        )
+        try:
+            md = p.send("t", b"v").result(10)
+            assert md.offset == 0
+            assert len(fb.produce_requests) == 3
+            # each NOT_LEADER made the producer ask for metadata again before retrying
+            produce_at = [i for i, k in enumerate(fb.requests) if k == 0]
+            assert any(k == 3 for k in fb.requests[produce_at[0] : produce_at[1]])
+        finally:
+            p.close(5)
+    finally:
+        fb.close()
+
+
+def test_non_retriable_error_fails_the_record():
+    fb = _FakeBroker(produce_errors=[87])  # INVALID_RECORD
+    try:
+        p = Producer({"bootstrap.servers": f"127.0.0.1:{fb.port}", "enable.idempotence": False})
+        try:
+            err = p.send("t", b"v").exception(10)
+            assert err is not None and getattr(err, "code", None) == 87
+            assert len(fb.produce_requests) == 1
+        finally:
+            p.close(5)
+    finally:
+        fb.close()
+
+
+def test_retries_stop_at_the_retries_setting():
+    fb = _FakeBroker(produce_errors=[6] * 10)
+    try:
+        p = Producer(
+            {
+                "bootstrap.servers": f"127.0.0.1:{fb.port}",
+                "enable.idempotence": False,
+                "retries": 2,
+                "retry.backoff.ms": 5,
+            }
+        )
+        try:
+            err = p.send("t", b"v").exception(10)
+            assert getattr(err, "code", None) == 6
+            assert len(fb.produce_requests) == 3  # the first attempt and two retries
+        finally:
+            p.close(5)
+    finally:
+        fb.close()
