@@ -316,15 +316,27 @@ class ProducerBatch:
             limit = self.write_limit
             if limit <= est or limit < est + len(rec):
                 return None
-        size = len(rec)
         self.count = n + 1
-        unc = self.uncompressed + size
+        return self._finish_append(rec, n, timestamp, key, value, on_delivery)
+
+    def _append_raw(self, rec: bytes) -> None:
+        """Put an encoded record into the (uncompressed) batch buffer."""
+        size = len(rec)
+        p = self.pos
+        self.buffer[p : p + size] = rec
+        self.pos = p + size
+
+    def _finish_append(
+        self, rec: bytes, n: int, timestamp: int, key: Any, value: Any, on_delivery: Any
+    ) -> RecordFuture:
+        """The part of an append both strategies share: write the record (through the
+        compressor if any), update the size estimate and the max timestamp, and hand
+        out the record's future."""
+        unc = self.uncompressed + len(rec)
         self.uncompressed = unc
         c = self.compressor
         if c is None:
-            p = self.pos
-            self.buffer[p : p + size] = rec
-            self.pos = p + size
+            self._append_raw(rec)
             self.est = _HEADER + unc
         else:
             out = c.write(rec)
@@ -580,36 +592,18 @@ class ChunkedProducerBatch(ProducerBatch):
         if n == 0:
             self.base_ts = timestamp
         self.count = n + 1
-        unc = self.uncompressed + size
-        self.uncompressed = unc
-        c = self.compressor
-        if c is None:
-            cpos = self.cpos
-            if cpos + size <= self.chunk_size:
-                self.chunks[self.cur][cpos : cpos + size] = rec
-                self.cpos = cpos + size
-                self.written += size
-            else:
-                self._write(rec)
-            self.est = _HEADER + unc
+        return self._finish_append(rec, n, timestamp, key, value, on_delivery)
+
+    def _append_raw(self, rec: bytes) -> None:
+        """Put an encoded record into the current chunk, spilling into the next ones."""
+        size = len(rec)
+        cpos = self.cpos
+        if cpos + size <= self.chunk_size:
+            self.chunks[self.cur][cpos : cpos + size] = rec
+            self.cpos = cpos + size
+            self.written += size
         else:
-            out = c.write(rec)
-            if out:
-                self._write(out)
-            self.est = _HEADER + int(unc * self.estimation)
-        self.max_ts = max(self.max_ts, timestamp)
-        fut = RecordFuture(
-            self.result,
-            n,
-            timestamp,
-            -1 if key is None else len(key),
-            -1 if value is None else len(value),
-            on_delivery,
-        )
-        self.futures.append(fut)
-        if self.close_after_append:
-            self.close_for_appends()
-        return fut
+            self._write(rec)
 
     def add_chunks(self, chunks: list[bytearray]) -> None:
         if self.closed_for_appends:
