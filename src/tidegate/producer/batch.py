@@ -320,11 +320,8 @@ class ProducerBatch:
         return self._finish_append(rec, n, timestamp, key, value, on_delivery)
 
     def _append_raw(self, rec: bytes) -> None:
-        """Put an encoded record into the (uncompressed) batch buffer."""
-        size = len(rec)
-        p = self.pos
-        self.buffer[p : p + size] = rec
-        self.pos = p + size
+        """Put an encoded record into the (uncompressed) batch."""
+        self._write(rec)
 
     def _finish_append(
         self, rec: bytes, n: int, timestamp: int, key: Any, value: Any, on_delivery: Any
@@ -356,20 +353,6 @@ class ProducerBatch:
         if self.close_after_append:
             self.close_for_appends()
         return fut
-
-    def _append_encoded(self, rec: bytes) -> None:
-        self.count += 1
-        unc = self.uncompressed + len(rec)
-        self.uncompressed = unc
-        c = self.compressor
-        if c is None:
-            self._write(rec)
-            self.est = _HEADER + unc
-        else:
-            out = c.write(rec)
-            if out:
-                self._write(out)
-            self.est = _HEADER + int(unc * self.estimation)
 
     def _write(self, data: bytes) -> None:
         p = self.pos
