@@ -80,6 +80,21 @@ class _Index:
 
     # -- file ------------------------------------------------------------------
 
+    def _read_entries(self) -> bytes | None:
+        """The file's bytes for ``load`` (None, and marked missing, if there is none).
+
+        Raises :class:`CorruptIndexError` when the size is not a whole number of entries.
+        """
+        data = _load_file(self.path)
+        if data is None:
+            self._missing = True
+            return None
+        if len(data) % self.ENTRY_SIZE:
+            raise CorruptIndexError(
+                f"{self.path}: size {len(data)} is not a multiple of {self.ENTRY_SIZE}"
+            )
+        return data
+
     def _ensure_fd(self) -> int:
         fd = self._fd
         if fd is None:
@@ -175,12 +190,9 @@ class OffsetIndex(_Index):
     def load(cls, path: Path, base_offset: int) -> OffsetIndex:
         """Read the file (if any). Raises :class:`CorruptIndexError` on a torn file."""
         idx = cls(path, base_offset)
-        data = _load_file(idx.path)
+        data = idx._read_entries()
         if data is None:
-            idx._missing = True
             return idx
-        if len(data) % cls.ENTRY_SIZE:
-            raise CorruptIndexError(f"{path}: size {len(data)} is not a multiple of 8")
         both = array("i")
         both.frombytes(data)
         if not _BIG_ENDIAN_HOST:
@@ -297,12 +309,9 @@ class TimeIndex(_Index):
     @classmethod
     def load(cls, path: Path, base_offset: int) -> TimeIndex:
         idx = cls(path, base_offset)
-        data = _load_file(idx.path)
+        data = idx._read_entries()
         if data is None:
-            idx._missing = True
             return idx
-        if len(data) % cls.ENTRY_SIZE:
-            raise CorruptIndexError(f"{path}: size {len(data)} is not a multiple of 12")
         pairs = list(cls._ENTRY.iter_unpack(data))
         idx._ts = array("q", [t for t, _ in pairs])
         idx._rel = array("i", [r for _, r in pairs])
