@@ -218,7 +218,11 @@ class KafkaPythonMember:
 
     def _run(self) -> None:
         while not self.stop.is_set():
-            batches = self.consumer.poll(timeout_ms=100)
+            # A long poll: kafka-python 3.0.12 loses a leader's finished JoinGroup/SyncGroup
+            # when poll's own timeout expires while that round trip is in flight (the
+            # assignment is never applied and heartbeats stay off, so the broker expires
+            # the member). Seen on a loaded 2-core machine with 100 ms polls.
+            batches = self.consumer.poll(timeout_ms=1000)
             for recs in batches.values():
                 for r in recs:
                     self.sink.append((self.index, r.partition, r.offset))
