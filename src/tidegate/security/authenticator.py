@@ -25,6 +25,7 @@ from __future__ import annotations
 import enum
 import logging
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -88,9 +89,16 @@ def generic_failure(mechanism: str) -> str:
 class SaslServerAuthenticator:
     """One connection's authentication on a SASL_PLAINTEXT or SASL_SSL listener."""
 
-    def __init__(self, enabled_mechanisms: list[str] | tuple[str, ...], credentials: CredentialStore) -> None:
+    def __init__(
+        self,
+        enabled_mechanisms: list[str] | tuple[str, ...],
+        credentials: CredentialStore,
+        plain_check: Callable[[str, str], bool] | None = None,
+    ) -> None:
         self.enabled_mechanisms = list(enabled_mechanisms)
         self.credentials = credentials
+        # PLAIN users: the listener's JAAS config when it has one, else the credentials file
+        self._plain_check = plain_check if plain_check is not None else credentials.check_plain
         self.state = SaslState.HANDSHAKE_OR_VERSIONS_REQUEST
         self.mechanism: str | None = None
         self.kafka_headers = False  # SaslHandshake v1+: tokens inside SaslAuthenticate
@@ -156,7 +164,7 @@ class SaslServerAuthenticator:
                               f"{', '.join(self.enabled_mechanisms)}", response)
         self.mechanism = mechanism
         if mechanism == "PLAIN":
-            self._server = PlainSaslServer(self.credentials.check_plain)
+            self._server = PlainSaslServer(self._plain_check)
         else:
             assert is_scram(mechanism)
             self._server = ScramSaslServer(

@@ -28,6 +28,7 @@ from tidegate.config import (
 from tidegate.log.record_batch import RecordBatchError
 from tidegate.network.socket_server import ConnectionClosed, RequestContext
 from tidegate.protocol.apis import SUPPORTED_APIS, ApiKey
+from tidegate.security.credentials import CredentialStore
 from tidegate.protocol.codec import (
     InvalidRequestError,
     RequestHeader,
@@ -48,6 +49,7 @@ from tidegate.server.metadata import InvalidTopicError, validate_topic_name
 from tidegate.server.producer_id_manager import ProducerIdManager
 from tidegate.server.purgatory import DelayedOperationPurgatory
 from tidegate.server.replica_manager import ReplicaManager
+from tidegate.server.security_apis import SecurityApis
 from tidegate.server.timer import SystemTimer
 from tidegate.server.timer_reaper import TimerReaper
 
@@ -103,6 +105,7 @@ class KafkaApis:
         now_ms: Callable[[], int] = lambda: int(time.time() * 1000),
         *,
         producer_ids: ProducerIdManager | None = None,
+        credentials: CredentialStore | None = None,
     ) -> None:
         self.config = config
         self.cluster_id = cluster_id
@@ -118,6 +121,9 @@ class KafkaApis:
         self.producer_ids = producer_ids if producer_ids is not None else ProducerIdManager(replicas.root)
         # Consumer groups: the coordinator and its handlers (server/group_apis.py).
         self.groups = GroupApis(self)
+        # SASL and SCRAM credential administration (server/security_apis.py); without a
+        # store (unit tests) credentials live in memory only.
+        self.security = SecurityApis(self, credentials if credentials is not None else CredentialStore(None))
         self.handlers: dict[int, Callable[[RequestHeader, Any, RequestContext], Any]] = {
             ApiKey.PRODUCE: self.handle_produce,
             ApiKey.FETCH: self.handle_fetch,
@@ -141,6 +147,10 @@ class KafkaApis:
             ApiKey.DESCRIBE_GROUPS: self.groups.handle_describe_groups,
             ApiKey.DELETE_GROUPS: self.groups.handle_delete_groups,
             ApiKey.OFFSET_DELETE: self.groups.handle_offset_delete,
+            ApiKey.SASL_HANDSHAKE: self.security.handle_sasl_handshake,
+            ApiKey.SASL_AUTHENTICATE: self.security.handle_sasl_authenticate,
+            ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: self.security.handle_describe_user_scram_credentials,
+            ApiKey.ALTER_USER_SCRAM_CREDENTIALS: self.security.handle_alter_user_scram_credentials,
         }
         assert set(self.handlers) == set(SUPPORTED_APIS), "advertised and handled APIs differ"
         # Ports actually bound per listener name, for listeners configured with port 0.
