@@ -111,11 +111,12 @@ def test_confluent_produce_consume_over_sasl(secure, mechanism):
 
 def test_kafka_python_scram(secure):
     from kafka import KafkaConsumer, KafkaProducer
-    from kafka.admin import KafkaAdminClient, NewTopic as KNewTopic
+    from kafka.admin import KafkaAdminClient
+    from kafka.admin import NewTopic as KNewTopic
 
-    conf = dict(bootstrap_servers=secure.sasl, security_protocol="SASL_PLAINTEXT",
-                sasl_mechanism="SCRAM-SHA-512", sasl_plain_username="bob",
-                sasl_plain_password=USERS["bob"])
+    conf = {"bootstrap_servers": secure.sasl, "security_protocol": "SASL_PLAINTEXT",
+            "sasl_mechanism": "SCRAM-SHA-512", "sasl_plain_username": "bob",
+            "sasl_plain_password": USERS["bob"]}
     admin = KafkaAdminClient(**conf)
     admin.create_topics([KNewTopic("kp-sec", 1, 1)])
     admin.close()

@@ -43,9 +43,7 @@ def pki(tmp_path_factory):
     server.private_key_and_cert_chain_pem.write_to_path(str(paths["server"]))
     client.private_key_and_cert_chain_pem.write_to_path(str(paths["client"]))
     client.private_key_pem.write_to_path(str(paths["client_key"]))
-    with open(paths["client_cert"], "wb") as f:
-        for blob in client.cert_chain_pems:
-            f.write(blob.bytes())
+    paths["client_cert"].write_bytes(b"".join(blob.bytes() for blob in client.cert_chain_pems))
     paths["server_chain_text"] = b"".join(b.bytes() for b in server.cert_chain_pems).decode()
     paths["server_key_text"] = server.private_key_pem.bytes().decode()
     return paths
@@ -211,10 +209,10 @@ def test_kafka_python_over_ssl_and_sasl_ssl(tls_broker, pki):
 
     _, ssl_addr, sasl_addr = tls_broker
     for conf in (
-        dict(bootstrap_servers=ssl_addr, security_protocol="SSL", ssl_cafile=str(pki["ca"])),
-        dict(bootstrap_servers=sasl_addr, security_protocol="SASL_SSL", ssl_cafile=str(pki["ca"]),
-             sasl_mechanism="PLAIN", sasl_plain_username="alice",
-             sasl_plain_password="alice-secret"),
+        {"bootstrap_servers": ssl_addr, "security_protocol": "SSL", "ssl_cafile": str(pki["ca"])},
+        {"bootstrap_servers": sasl_addr, "security_protocol": "SASL_SSL",
+         "ssl_cafile": str(pki["ca"]), "sasl_mechanism": "PLAIN",
+         "sasl_plain_username": "alice", "sasl_plain_password": "alice-secret"},
     ):
         topic = f"kp-{uuid.uuid4().hex[:6]}"
         p = KafkaProducer(acks="all", **conf)

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import base64
-import hashlib
-import hmac
 import json
 
 import pytest
@@ -22,6 +20,7 @@ from tidegate.security.credentials import (
     parse_plain_jaas,
 )
 from tidegate.security.scram import (
+    SaslError,
     ScramSaslServer,
     credential_from_password,
     credential_from_salted_password,
@@ -344,6 +343,67 @@ def test_fake_credential_keys_never_verify():
                              s.fake_secret)
     client = scramp.ScramClient(["SCRAM-SHA-256"], "ghost", "")
     client.set_server_first(server.evaluate_response(client.get_client_first().encode()).decode())
-    with pytest.raises(Exception):
+    with pytest.raises(SaslError):
         server.evaluate_response(client.get_client_final().encode())
-    assert hmac.compare_digest(hashlib.sha256(b"x").digest(), hashlib.sha256(b"x").digest())
+    assert server.failed and not server.complete
+
+
+# -- the shell: KafkaConnection on a SASL listener (fake transport, no socket) -----------
+def test_connection_authenticates_before_requests_reach_the_broker():
+    from tests.unit.test_connection import FakeTransport, frame, push
+    from tidegate.network.memory_pool import SimpleMemoryPool
+    from tidegate.network.socket_server import KafkaConnection, SocketServer
+    from tidegate.security.listener import ListenerSecurity
+
+    class Recorder:
+        def __init__(self):
+            self.seen = []
+
+        def process(self, payload, ctx, release):
+            self.seen.append((bytes(payload[:2]), ctx.principal))
+            release()
+            return b"resp"
+
+    pool = SimpleMemoryPool(1 << 20, 1 << 20, strict=False)
+    rec = Recorder()
+    server = SocketServer(rec, pool, 1 << 20, sasl_max_receive_size=1024)
+    sec = ListenerSecurity("SASL_PLAINTEXT", "SASL_PLAINTEXT", mechanisms=("PLAIN",),
+                           credentials=store(alice="alice-secret"))
+    conn = KafkaConnection(server, "SASL_PLAINTEXT", sec)
+    transport = FakeTransport()
+    conn.connection_made(transport)
+    assert not conn.authenticated and conn.principal == "ANONYMOUS"
+    push(conn, frame(req(ApiKey.API_VERSIONS, 3, {"client_software_name": "t",
+                                                 "client_software_version": "1"})))
+    assert rec.seen == [(b"\x00\x12", "ANONYMOUS")]  # ApiVersions went to the broker
+    push(conn, frame(req(ApiKey.SASL_HANDSHAKE, 1, {"mechanism": "PLAIN"})))
+    push(conn, frame(req(ApiKey.SASL_AUTHENTICATE, 2, {"auth_bytes": b"\0alice\0alice-secret"})))
+    assert conn.authenticated and conn.principal == "alice" and conn.ctx.principal == "alice"
+    assert len(rec.seen) == 1 and len(transport.written) == 3
+    assert pool.available == pool.size  # every SASL frame went back to the pool
+    big = frame(req(ApiKey.METADATA, 12, {"topics": [{"name": "t" * 2000, "topic_id": None}],
+                                          "allow_auto_topic_creation": False,
+                                          "include_topic_authorized_operations": False}))
+    push(conn, big)  # larger than sasl.server.max.receive.size: fine once authenticated
+    assert rec.seen[-1] == (b"\x00\x03", "alice") and not transport.closed
+
+
+def test_connection_refuses_large_and_unexpected_frames_before_login():
+    from tests.unit.test_connection import FakeTransport, frame, push
+    from tidegate.network.memory_pool import SimpleMemoryPool
+    from tidegate.network.socket_server import KafkaConnection, SocketServer
+    from tidegate.security.listener import ListenerSecurity
+
+    pool = SimpleMemoryPool(1 << 20, 1 << 20, strict=False)
+    server = SocketServer(None, pool, 1 << 20, sasl_max_receive_size=1024)
+    sec = ListenerSecurity("SASL_PLAINTEXT", "SASL_PLAINTEXT", mechanisms=("PLAIN",),
+                           credentials=store())
+    for payload in (b"\0" * 2000, req(ApiKey.METADATA, 12, {
+            "topics": None, "allow_auto_topic_creation": False,
+            "include_topic_authorized_operations": False})):
+        conn = KafkaConnection(server, "SASL_PLAINTEXT", sec)
+        transport = FakeTransport()
+        conn.connection_made(transport)
+        push(conn, frame(payload))
+        assert transport.closed and transport.written == []
+        assert pool.available == pool.size

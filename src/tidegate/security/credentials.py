@@ -302,8 +302,9 @@ class CredentialStore:
             error = self._check_name_and_mechanism(name, mech)
             if error is None and (name, mech) not in self.dynamic:
                 if (name, mech) in self.static.scram:
-                    error = (RESOURCE_NOT_FOUND, "Attempt to delete a user credential that does not "
-                             "exist (it is defined in sasl.credentials.file; edit that file instead)")
+                    error = (RESOURCE_NOT_FOUND, (
+                        "Attempt to delete a user credential that does not exist (it is "
+                        "defined in sasl.credentials.file; edit that file instead)"))
                 else:
                     error = (RESOURCE_NOT_FOUND, "Attempt to delete a user credential that does not exist")
             if error is not None:
@@ -325,8 +326,9 @@ class CredentialStore:
                 elif iterations > MAX_ITERATIONS:
                     error = (UNACCEPTABLE_CREDENTIAL, "Too many iterations")
                 elif len(salt) < MIN_SALT_BYTES or not salted:
-                    error = (UNACCEPTABLE_CREDENTIAL, f"The salt must be at least {MIN_SALT_BYTES} "
-                             "bytes and the salted password not empty")
+                    error = (UNACCEPTABLE_CREDENTIAL, (
+                        f"The salt must be at least {MIN_SALT_BYTES} bytes and the salted "
+                        "password not empty"))
             if error is not None:
                 errors[name] = error
                 continue

@@ -28,7 +28,6 @@ from tidegate.config import (
 from tidegate.log.record_batch import RecordBatchError
 from tidegate.network.socket_server import ConnectionClosed, RequestContext
 from tidegate.protocol.apis import SUPPORTED_APIS, ApiKey
-from tidegate.security.credentials import CredentialStore
 from tidegate.protocol.codec import (
     InvalidRequestError,
     RequestHeader,
@@ -40,6 +39,7 @@ from tidegate.protocol.codec import (
     ms,
     response_class,
 )
+from tidegate.security.credentials import CredentialStore
 from tidegate.server.delayed_fetch import DelayedFetch, FetchPartitionStatus
 from tidegate.server.delayed_produce import DelayedProduce
 from tidegate.server.group_apis import GroupApis
