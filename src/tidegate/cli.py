@@ -41,7 +41,10 @@ class _ServeCommand(click.Command):
         with formatter.section("Broker configuration keys"):
             formatter.write_text(
                 "Set in the properties file or with --override key=value (overrides win). "
-                "Unknown keys are rejected. Details: docs/configuration.md."
+                "Unknown keys are rejected. Details: docs/configuration.md. As in Kafka, "
+                "listener.name.<listener>.<key> overrides sasl.enabled.mechanisms and the ssl.* "
+                "keys for one listener, and listener.name.<listener>.plain.sasl.jaas.config "
+                "gives it PLAIN users (docs/security.md)."
             )
             for heading, doc in config_key_help():
                 formatter.write_paragraph()
