@@ -15,7 +15,7 @@ import trustme
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.conftest import BrokerProcess, free_port
+from tests.conftest import BrokerProcess, free_port, wait_for_port
 from tidegate.network.memory_pool import NONE
 from tidegate.network.mute_state import MuteReason
 from tidegate.network.socket_server import SocketServer
@@ -160,6 +160,7 @@ def tls_broker(tmp_path, pki):
         "sasl.credentials.file": str(users),
     })
     proc.start()
+    wait_for_port(sasl_ssl_port)  # start() waited for the first listener only
     yield proc, f"127.0.0.1:{ssl_port}", f"127.0.0.1:{sasl_ssl_port}"
     if proc.alive():
         try:

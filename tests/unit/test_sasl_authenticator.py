@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import base64
+import hashlib
+import hmac
 import json
 
 import pytest
@@ -20,6 +22,7 @@ from tidegate.security.credentials import (
     parse_plain_jaas,
 )
 from tidegate.security.scram import (
+    SaslAuthenticationError,
     SaslError,
     ScramSaslServer,
     credential_from_password,
@@ -66,15 +69,10 @@ def test_rfc7677_test_vector():
         "SCRAM-SHA-256", salt, salted_password("SCRAM-SHA-256", "pencil", salt, 4096), 4096
     )
     assert cred == credential_from_password("SCRAM-SHA-256", "pencil", 4096, salt)
-    server = ScramSaslServer("SCRAM-SHA-256", lambda u: cred if u == "user" else None, b"k" * 32)
-    server._server = None
-    # scramp picks the server nonce; feed it the RFC's by making the server ourselves
-    server._server = scramp.ScramMechanism("SCRAM-SHA-256").make_server(
-        server._auth_info, s_nonce="%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0"
-    )
-    server._server.set_client_first("n,,n=user,r=rOprNGfwEbeRWgbNEkqO")
-    assert server._server.get_server_first() == (
-        "r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096"
+    server = ScramSaslServer("SCRAM-SHA-256", lambda u: cred if u == "user" else None, b"k" * 32,
+                             server_nonce="%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0")
+    assert server.evaluate_response(b"n,,n=user,r=rOprNGfwEbeRWgbNEkqO") == (
+        b"r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096"
     )
     final = server.evaluate_response(
         b"c=biws,r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,"
@@ -275,7 +273,7 @@ def test_store_alter_errors(tmp_path):
     results = {r.user: (r.error_code, r.error_message) for r in s.alter(
         [("ghost", 1), ("dup", 1), ("weird", 9)],
         [upsert("dup"), upsert("few", iterations=1000), upsert("many", iterations=20000),
-         upsert(""), upsert("twice"), upsert("twice"), ("short", 1, 4096, b"salt", b"x" * 32)],
+         upsert(""), upsert("twice"), upsert("twice"), ("nosalt", 1, 4096, b"", b"x" * 32)],
     )}
     assert results == {
         "ghost": (91, "Attempt to delete a user credential that does not exist"),
@@ -285,7 +283,7 @@ def test_store_alter_errors(tmp_path):
         "many": (93, "Too many iterations"),
         "": (93, "Username must not be empty"),
         "twice": (92, "A user credential cannot be altered twice in the same request"),
-        "short": (93, "The salt must be at least 12 bytes and the salted password not empty"),
+        "nosalt": (93, "Salt and salted password must not be empty"),
     }
     assert s.dynamic == {}
 
@@ -334,6 +332,45 @@ def test_plain_jaas():
     assert parse_plain_jaas(text, "k") == {"admin": "admin-secret", "alice": 'al"ice'}
     with pytest.raises(CredentialsError):
         parse_plain_jaas("org.apache.kafka.common.security.scram.ScramLoginModule required;", "k")
+
+
+def test_old_librdkafka_nonce_repetition_is_accepted_as_kafka_does():
+    """Older librdkafka sends r=<client nonce><client nonce><server nonce> in its final
+    message; Kafka checks only that it ends with the nonce the server sent."""
+    cred = credential_from_password("SCRAM-SHA-256", "pw")
+    server = ScramSaslServer("SCRAM-SHA-256", lambda u: cred, b"k" * 32, server_nonce="SRV")
+    first = server.evaluate_response(b"n,,n=alice,r=CLI").decode()
+    assert first.startswith("r=CLISRV,")
+    salt = base64.b64decode(first.split(",")[1][2:])
+    without_proof = "c=biws,r=CLICLISRV"
+    auth = f"n=alice,r=CLI,{first},{without_proof}".encode()
+    sp = salted_password("SCRAM-SHA-256", "pw", salt, 4096)
+    client_key = hmac.new(sp, b"Client Key", hashlib.sha256).digest()
+    sig = hmac.new(hashlib.sha256(client_key).digest(), auth, hashlib.sha256).digest()
+    proof = base64.b64encode(bytes(a ^ b for a, b in zip(client_key, sig, strict=True)))
+    assert server.evaluate_response(without_proof.encode() + b",p=" + proof).startswith(b"v=")
+    assert server.complete and server.authorization_id == "alice"
+    # a nonce that does not end with the server's fails
+    server = ScramSaslServer("SCRAM-SHA-256", lambda u: cred, b"k" * 32, server_nonce="SRV")
+    server.evaluate_response(b"n,,n=alice,r=CLI")
+    with pytest.raises(SaslError, match="nonce"):
+        server.evaluate_response(b"c=biws,r=CLISRVX,p=" + proof)
+
+
+def test_scram_escaped_names_authzid_and_garbage():
+    cred = credential_from_password("SCRAM-SHA-512", "pw")
+    creds = {"a,b=c": cred}
+    auth = SaslServerAuthenticator(MECHS, store())
+    auth.credentials.static.scram[("a,b=c", "SCRAM-SHA-512")] = cred
+    handshake(auth, "SCRAM-SHA-512")
+    _, resp = scram_exchange(auth, "SCRAM-SHA-512", "a,b=c", "pw")
+    assert resp.error_code == 0 and auth.principal == "a,b=c"
+    server = ScramSaslServer("SCRAM-SHA-512", creds.get, b"k" * 32)
+    with pytest.raises(SaslAuthenticationError, match="authorization id"):
+        server.evaluate_response(b"n,a=bob,n=a=2Cb=3Dc,r=abc")
+    for garbage in (b"hello", b"y,,n=x,r=abc", b"\xff\xfe", b"n,,n=x,r=abc,tokenauth=true"):
+        with pytest.raises(SaslError):
+            ScramSaslServer("SCRAM-SHA-512", creds.get, b"k" * 32).evaluate_response(garbage)
 
 
 def test_fake_credential_keys_never_verify():

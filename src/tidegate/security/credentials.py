@@ -42,8 +42,6 @@ log = logging.getLogger(__name__)
 
 STORE_FILE = "scram-credentials.json"
 STORE_VERSION = 1
-#: scramp's (RFC 5802 leaves it open); Kafka's clients send 20-64 random bytes.
-MIN_SALT_BYTES = 12
 
 
 class CredentialsError(ValueError):
@@ -325,10 +323,8 @@ class CredentialStore:
                     error = (UNACCEPTABLE_CREDENTIAL, "Too few iterations")
                 elif iterations > MAX_ITERATIONS:
                     error = (UNACCEPTABLE_CREDENTIAL, "Too many iterations")
-                elif len(salt) < MIN_SALT_BYTES or not salted:
-                    error = (UNACCEPTABLE_CREDENTIAL, (
-                        f"The salt must be at least {MIN_SALT_BYTES} bytes and the salted "
-                        "password not empty"))
+                elif not salt or not salted:
+                    error = (UNACCEPTABLE_CREDENTIAL, "Salt and salted password must not be empty")
             if error is not None:
                 errors[name] = error
                 continue

@@ -2,25 +2,32 @@
 
 A :class:`ScramCredential` is what the broker keeps per user and mechanism: salt,
 iteration count, StoredKey and ServerKey. The password, and the salted password,
-are never kept. The message exchange itself is done by ``scramp``; this module
-only adapts it to Kafka's behaviour (:class:`ScramSaslServer`, Kafka's name):
+are never kept. :class:`ScramSaslServer` (Kafka's name) runs one exchange with
+Kafka's rules:
 
-* an unknown user fails exactly like a wrong password: the server answers the
-  first message with a fake salt (deterministic per user, so a second attempt sees
-  the same salt, as it would for a real user) and the proof check fails at the
-  final message, with the same error;
+* messages are parsed with the grammar of Kafka's ScramMessages; the client-final
+  nonce must *end with* the nonce the server sent, as Kafka checks it. Older
+  librdkafka releases (e.g. Debian's kcat) repeat the client nonce in front of it, so
+  a strict equality check (the ``scramp`` library's, tried first) locks them out.
+  That is why the exchange is written here, on ``hmac``/``hashlib``; ``scramp`` is
+  the independent implementation the tests check it against;
+* an unknown user fails exactly like a wrong password: the server answers the first
+  message with a fake salt (deterministic per user, so a second attempt sees the same
+  salt, as it would for a real user) and the proof check fails at the final message;
 * errors carry no detail to the client (the authenticator sends Kafka's generic
   "invalid credentials" message), the detail goes to the broker log.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import hmac
+import re
+import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
-
-import scramp
 
 #: Kafka's admin ScramMechanism type ids (AlterUserScramCredentials, Describe...).
 SCRAM_SHA_256 = "SCRAM-SHA-256"
@@ -74,11 +81,11 @@ def salted_password(mechanism: str, password: str, salt: bytes, iterations: int)
 def credential_from_password(
     mechanism: str, password: str, iterations: int = DEFAULT_ITERATIONS, salt: bytes | None = None
 ) -> ScramCredential:
-    """A fresh credential (random salt unless given), computed by scramp."""
-    salt_, stored_key, server_key, i = scramp.ScramMechanism(mechanism).make_auth_info(
-        password, iteration_count=iterations, salt=salt
+    """A fresh credential (32 random bytes of salt unless given)."""
+    salt = secrets.token_bytes(32) if salt is None else salt
+    return credential_from_salted_password(
+        mechanism, salt, salted_password(mechanism, password, salt, iterations), iterations
     )
-    return ScramCredential(bytes(salt_), stored_key, server_key, i)
 
 
 def fake_credential(mechanism: str, username: str, secret: bytes) -> ScramCredential:
@@ -103,6 +110,27 @@ class SaslAuthenticationError(Exception):
     SaslAuthenticationException)."""
 
 
+# Kafka's ScramMessages grammar
+_VALUE = r"[\x01-\x2b\x2d-\x7f]+"  # any ASCII but NUL and ","
+_PRINTABLE = r"[\x21-\x2b\x2d-\x7e]+"
+_SASLNAME = r"(?:[\x01-\x2b\x2d-\x3c\x3e-\x7f]|=2C|=3D)+"
+_BASE64 = r"(?:[A-Za-z0-9/+]{4})*(?:[A-Za-z0-9/+]{3}=|[A-Za-z0-9/+]{2}==)?"
+_EXTENSIONS = rf"(?:,[A-Za-z]+={_VALUE})*"
+_CLIENT_FIRST = re.compile(
+    rf"(?P<gs2>n,(?:a=(?P<authzid>{_SASLNAME}))?,)"
+    rf"(?P<bare>(?:m={_VALUE},)?n=(?P<saslname>{_SASLNAME}),r=(?P<nonce>{_PRINTABLE})"
+    rf"(?P<extensions>{_EXTENSIONS}))"
+)
+_CLIENT_FINAL = re.compile(
+    rf"(?P<without_proof>c=(?P<channel>{_BASE64}),r=(?P<nonce>{_PRINTABLE}){_EXTENSIONS}),"
+    rf"p=(?P<proof>{_BASE64})"
+)
+
+
+def _unescape_saslname(name: str) -> str:
+    return name.replace("=2C", ",").replace("=3D", "=")
+
+
 class ScramSaslServer:
     """The server side of one SCRAM exchange: client-first -> server-first,
     client-final -> server-final. ``lookup`` returns the credential of a user or None."""
@@ -112,53 +140,98 @@ class ScramSaslServer:
         mechanism: str,
         lookup: Callable[[str], ScramCredential | None],
         fake_secret: bytes,
+        server_nonce: str | None = None,
     ) -> None:
         if not is_scram(mechanism):
             raise ValueError(f"not a SCRAM mechanism: {mechanism}")
         self.mechanism = mechanism
+        self._hf = _HASHES[mechanism]
         self._lookup = lookup
         self._fake_secret = fake_secret
-        self._server: scramp.core.ScramServer | None = None
+        self._server_nonce = server_nonce or secrets.token_hex(16)
+        self._credential: ScramCredential | None = None
         self._known_user = False
+        self._gs2_header = ""
+        self._client_first_bare = ""
+        self._server_first = ""
+        self._nonce = ""
         self.complete = False
         self.failed = False
         self.authorization_id: str | None = None
-        self._username: str | None = None
-
-    def _auth_info(self, username: str) -> tuple[bytes, bytes, bytes, int]:
-        cred = self._lookup(username)
-        self._username = username
-        self._known_user = cred is not None
-        if cred is None:
-            cred = fake_credential(self.mechanism, username, self._fake_secret)
-        return cred.salt, cred.stored_key, cred.server_key, cred.iterations
+        self.username: str | None = None  # the user name the client gave, known or not (logs)
 
     def evaluate_response(self, token: bytes) -> bytes:
         if self.complete or self.failed:
-            raise SaslError(f"unexpected SCRAM message in state {'complete' if self.complete else 'failed'}")
+            raise SaslError("unexpected SCRAM message after the exchange ended")
         try:
             text = bytes(token).decode("utf-8")
-        except UnicodeDecodeError as exc:
+        except UnicodeDecodeError:
             self.failed = True
-            raise SaslError(f"SCRAM message is not UTF-8: {exc}") from None
+            raise SaslError("SCRAM message is not UTF-8") from None
         try:
-            if self._server is None:
-                self._server = scramp.ScramMechanism(self.mechanism).make_server(self._auth_info)
-                self._server.set_client_first(text)
-                return self._server.get_server_first().encode("utf-8")
-            self._server.set_client_final(text)
-            final = self._server.get_server_final()
-        except scramp.ScramException as exc:
+            if self._credential is None:
+                return self._client_first(text)
+            return self._client_final(text)
+        except (SaslError, SaslAuthenticationError):
             self.failed = True
-            raise SaslError(f"SCRAM exchange failed: {exc}") from None
-        if not self._known_user:  # unreachable in practice: a fake credential never verifies
-            self.failed = True
-            raise SaslError(f"unknown user {self._username!r}")
-        self.complete = True
-        self.authorization_id = self._username
-        return final.encode("utf-8")
+            raise
 
-    @property
-    def username(self) -> str | None:
-        """The user name the client gave (known or not), for logs."""
-        return self._username
+    def _client_first(self, text: str) -> bytes:
+        m = _CLIENT_FIRST.fullmatch(text)
+        if m is None:
+            raise SaslError(f"Invalid SCRAM client first message format: {text!r}")
+        username = _unescape_saslname(m["saslname"])
+        self.username = username
+        extensions = dict(e.split("=", 1) for e in m["extensions"].split(",")[1:])
+        if extensions.get("tokenauth", "").lower() == "true":
+            raise SaslError("delegation tokens (tokenauth) are not supported")
+        authzid = m["authzid"]
+        if authzid and _unescape_saslname(authzid) != username:
+            raise SaslAuthenticationError(
+                "Authentication failed: Client requested an authorization id that is "
+                "different from username"
+            )
+        cred = self._lookup(username)
+        self._known_user = cred is not None
+        if cred is None:
+            cred = fake_credential(self.mechanism, username, self._fake_secret)
+        self._credential = cred
+        self._gs2_header = m["gs2"]
+        self._client_first_bare = m["bare"]
+        self._nonce = m["nonce"] + self._server_nonce
+        salt = base64.b64encode(cred.salt).decode("ascii")
+        self._server_first = f"r={self._nonce},s={salt},i={cred.iterations}"
+        return self._server_first.encode("utf-8")
+
+    def _client_final(self, text: str) -> bytes:
+        m = _CLIENT_FINAL.fullmatch(text)
+        if m is None:
+            raise SaslError(f"Invalid SCRAM client final message format: {text!r}")
+        if not m["nonce"].endswith(self._nonce):  # Kafka's check (see the module doc)
+            raise SaslError("Invalid client nonce in the final client message.")
+        try:
+            channel = base64.b64decode(m["channel"], validate=True)
+            proof = base64.b64decode(m["proof"], validate=True)
+        except binascii.Error:
+            raise SaslError("invalid base64 in the SCRAM client final message") from None
+        if channel != self._gs2_header.encode("utf-8"):
+            raise SaslError("SCRAM channel binding does not match the GS2 header")
+        cred = self._credential
+        assert cred is not None
+        auth_message = ",".join(
+            (self._client_first_bare, self._server_first, m["without_proof"])
+        ).encode("utf-8")
+        client_signature = hmac.new(cred.stored_key, auth_message, self._hf).digest()
+        if len(proof) != len(client_signature):
+            raise SaslError("Invalid client credentials (proof of the wrong length)")
+        client_key = bytes(a ^ b for a, b in zip(proof, client_signature, strict=True))
+        if not hmac.compare_digest(self._hf(client_key).digest(), cred.stored_key):
+            raise SaslError("Invalid client credentials"
+                            + ("" if self._known_user else " (unknown user)"))
+        if not self._known_user:  # unreachable: a fake credential has no password
+            raise SaslError("unknown user")
+        server_signature = hmac.new(cred.server_key, auth_message, self._hf).digest()
+        self.complete = True
+        self.authorization_id = self.username
+        self._credential = None
+        return b"v=" + base64.b64encode(server_signature)
