@@ -1353,7 +1353,16 @@ class BrokerConfig:
         return self._log_config
 
     def __repr__(self) -> str:
-        return f"BrokerConfig({dict(self._originals)!r})"
+        def shown(name: str, value: Any) -> Any:
+            key = BROKER_CONFIG.get(name)
+            if name.endswith(JAAS_SUFFIX):
+                return "[hidden]"
+            if key is None:  # a listener override: hidden if the base key is sensitive
+                m = _LISTENER_PREFIX_RE.fullmatch(name)
+                key = BROKER_CONFIG.get(m["key"]) if m else None
+            return "[hidden]" if key is not None and key.sensitive else value
+
+        return f"BrokerConfig({ {n: shown(n, v) for n, v in self._originals.items()}!r})"
 
 
 # --------------------------------------------------------------------------------------

@@ -608,3 +608,14 @@ def test_docs_list_every_key_and_no_stale_ones():
     defined = set(BROKER_CONFIG) | set(TOPIC_CONFIG)
     assert defined - documented == set(), "keys missing from docs/configuration.md"
     assert documented - defined == set(), "docs/configuration.md lists keys that do not exist"
+
+
+def test_repr_hides_secrets_also_in_listener_overrides():
+    text = repr(BrokerConfig({
+        "listeners": "SASL_SSL://127.0.0.1:1",
+        "listener.name.sasl_ssl.ssl.keystore.key": "KEY-TEXT",
+        "listener.name.sasl_ssl.ssl.keystore.certificate.chain": "CHAIN-TEXT",
+        "ssl.key.password": "PW",
+        "listener.name.sasl_ssl.plain.sasl.jaas.config": 'x required user_a="JAAS-PW";',
+    }))
+    assert not any(secret in text for secret in ("KEY-TEXT", "CHAIN-TEXT", "PW", "JAAS-PW"))

@@ -444,3 +444,47 @@ def test_connection_refuses_large_and_unexpected_frames_before_login():
         push(conn, frame(payload))
         assert transport.closed and transport.written == []
         assert pool.available == pool.size
+
+
+def test_store_delete_then_upsert_same_user_is_duplicate(tmp_path):
+    s = CredentialStore(tmp_path)
+    s.alter([], [upsert("alice")])
+    (r,) = s.alter([("alice", 1)], [upsert("alice", 2)])
+    assert (r.user, r.error_code) == ("alice", 92)
+    assert s.scram_credential("alice", "SCRAM-SHA-256") is not None  # nothing applied
+
+
+def test_missing_credentials_file_is_a_config_error(tmp_path):
+    from tidegate.config import BrokerConfig, ConfigError
+    from tidegate.security.listener import build_credential_store
+
+    cfg = BrokerConfig({"listeners": "SASL_PLAINTEXT://127.0.0.1:1",
+                        "sasl.credentials.file": str(tmp_path / "nope.json")})
+    with pytest.raises(ConfigError, match="does not exist"):
+        build_credential_store(cfg, tmp_path)
+
+
+def test_listener_jaas_users_replace_the_file_for_plain(tmp_path):
+    from tidegate.config import BrokerConfig
+    from tidegate.security.listener import build_credential_store, build_listener_security
+
+    users = tmp_path / "users.json"
+    users.write_text(json.dumps({"users": {"alice": {"password": "file-pw"}}}))
+    cfg = BrokerConfig({
+        "listeners": "A://127.0.0.1:1,B://127.0.0.1:2",
+        "listener.security.protocol.map": "A:SASL_PLAINTEXT,B:SASL_PLAINTEXT",
+        "sasl.credentials.file": str(users),
+        "listener.name.a.plain.sasl.jaas.config":
+            'org.apache.kafka.common.security.plain.PlainLoginModule required user_alice="jaas-pw";',
+    })
+    creds = build_credential_store(cfg, tmp_path / "data")
+    outcomes = {}
+    for lst in cfg.listeners:
+        sec = build_listener_security(cfg, lst, creds)
+        for pw in ("jaas-pw", "file-pw"):
+            auth = sec.new_authenticator()
+            handshake(auth, "PLAIN")
+            _, resp = authenticate(auth, b"\0alice\0" + pw.encode())
+            outcomes[(lst.name, pw)] = resp.error_code
+    assert outcomes == {("A", "jaas-pw"): 0, ("A", "file-pw"): 58,
+                        ("B", "jaas-pw"): 58, ("B", "file-pw"): 0}
