@@ -205,6 +205,16 @@ def test_confluent_over_sasl_ssl_scram(tls_broker, pki):
     assert _roundtrip(conf) == [f"t{i}".encode() for i in range(20)]
 
 
+def test_plaintext_client_on_a_tls_listener_is_dropped(tls_broker):
+    from tests.integration.rawclient import RawClient
+
+    proc, ssl_addr, _ = tls_broker
+    with RawClient.connect(ssl_addr) as rc:
+        rc.send(18, 3, {"client_software_name": "raw", "client_software_version": "1"})
+        assert rc.closed_by_peer(10)
+    assert proc.alive()
+
+
 def test_kafka_python_over_ssl_and_sasl_ssl(tls_broker, pki):
     from kafka import KafkaConsumer, KafkaProducer
 

@@ -395,9 +395,11 @@ def test_connection_authenticates_before_requests_reach_the_broker():
     class Recorder:
         def __init__(self):
             self.seen = []
+            self.authenticated = []
 
         def process(self, payload, ctx, release):
             self.seen.append((bytes(payload[:2]), ctx.principal))
+            self.authenticated.append(ctx.authenticated)
             release()
             return b"resp"
 
@@ -423,6 +425,7 @@ def test_connection_authenticates_before_requests_reach_the_broker():
                                           "include_topic_authorized_operations": False}))
     push(conn, big)  # larger than sasl.server.max.receive.size: fine once authenticated
     assert rec.seen[-1] == (b"\x00\x03", "alice") and not transport.closed
+    assert rec.authenticated == [False, True]
 
 
 def test_connection_refuses_large_and_unexpected_frames_before_login():

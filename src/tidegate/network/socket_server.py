@@ -47,6 +47,9 @@ class RequestContext:
     #: without a client certificate; the subject DN of an SSL client certificate
     principal: str = "ANONYMOUS"
     security_protocol: str = "PLAINTEXT"
+    #: False only for the ApiVersions a SASL connection sends before logging in (the one
+    #: request of an unauthenticated connection that reaches the broker)
+    authenticated: bool = True
 
 
 class RequestProcessor(Protocol):
@@ -168,7 +171,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self.principal = subject_dn(transport.get_extra_info("peercert") or {}) or "ANONYMOUS"
         self.ctx = RequestContext(
             self.connection_id, self.listener_name, str(peer[0]), int(peer[1]),
-            self.principal, self.security_protocol,
+            self.principal, self.security_protocol, self.authenticated,
         )
         self.server.connections.add(self)
         if self.server.draining:
@@ -257,7 +260,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self.authenticated = True
             self.principal = self.authenticator.principal or "ANONYMOUS"
             assert self.ctx is not None
-            self.ctx = dataclasses.replace(self.ctx, principal=self.principal)
+            self.ctx = dataclasses.replace(self.ctx, principal=self.principal, authenticated=True)
             # the next frame may now be as large as socket.request.max.bytes
             self.receive = NetworkReceive(self._max_receive_size(), self.server.request_memory)
             log.debug("connection %s from %s authenticated as %s with %s", self.connection_id,
