@@ -18,7 +18,7 @@ import logging
 import random
 import socket
 from collections.abc import Callable, Sized
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from tidegate.network.memory_pool import MemoryPool
@@ -35,12 +35,18 @@ _connection_ids = itertools.count(1)
 
 @dataclass(frozen=True, slots=True)
 class RequestContext:
-    """Who sent a request and on which listener (Kafka's RequestContext)."""
+    """Who sent a request and on which listener (Kafka's RequestContext).
+
+    ``connection`` is the :class:`KafkaConnection` itself (None when a processor is
+    driven without one): quotas read its ``principal`` and ``authenticated`` and mute
+    it for a throttle.
+    """
 
     connection_id: int
     listener_name: str
     client_address: str
     client_port: int
+    connection: KafkaConnection | None = field(default=None, compare=False, repr=False)
 
 
 class RequestProcessor(Protocol):
@@ -116,6 +122,13 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.closed = False
         self.in_flight: asyncio.Future | None = None
         self._reading_paused = False
+        # Who is on the other end: the SASL work sets these on authentication; a
+        # PLAINTEXT listener's connections are authenticated as ANONYMOUS.
+        self.principal = "ANONYMOUS"
+        self.authenticated = True
+        # Called once after the next response is written (the request quota counts
+        # the encode and write time of a response; see docs/quotas.md). None: nothing.
+        self.after_send: Callable[[], None] | None = None
 
     # -- asyncio callbacks -------------------------------------------------
     def connection_made(self, transport: Any) -> None:
@@ -139,7 +152,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
                     pass
         transport.set_write_buffer_limits(high=self.server.send_buffer_bytes)
         peer = transport.get_extra_info("peername") or ("?", 0)
-        self.ctx = RequestContext(self.connection_id, self.listener_name, str(peer[0]), int(peer[1]))
+        self.ctx = RequestContext(
+            self.connection_id, self.listener_name, str(peer[0]), int(peer[1]), self
+        )
         self.server.connections.add(self)
         if self.server.draining:
             self.mute(MuteReason.SHUTDOWN)
@@ -268,6 +283,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
     def _send(self, data: bytes | None) -> None:
         if data is not None and not self.closed and self.transport is not None:
             self.transport.write(data)
+        if self.after_send is not None:
+            after, self.after_send = self.after_send, None
+            after()
 
     def close(self) -> None:
         if self.transport is not None and not self.closed:
