@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import statistics
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -462,3 +464,45 @@ def test_request_percentage_holds_a_greedy_client_near_its_share(broker_factory)
     assert 0.02 <= share <= 0.10, share
     assert p50 < max(3 * p50_alone, 3.0), (p50, p50_alone)
     assert max(greedy) > 0.3, "the greedy client was held back by the mute"
+
+
+# -- tidegate configs ---------------------------------------------------------------------------
+def _configs(broker, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "tidegate", "configs", "--bootstrap-server", broker.bootstrap, *args],
+        capture_output=True, text=True, timeout=60, check=False,
+    )
+
+
+def test_cli_alters_and_describes_like_kafka_configs(broker):
+    r = _configs(broker, "--alter", "--add-config", "request_percentage=50",
+                 "--entity-type", "users", "--entity-name", "alice")
+    assert (r.returncode, r.stdout) == (0, "Completed updating config for user alice.\n"), r.stderr
+    r = _configs(broker, "--alter", "--add-config", "producer_byte_rate=1048576,consumer_byte_rate=2097152",
+                 "--entity-type", "users", "--entity-default", "--entity-type", "clients",
+                 "--entity-default")
+    assert r.returncode == 0, r.stderr
+    r = _configs(broker, "--describe", "--entity-type", "users", "--entity-name", "alice")
+    assert r.stdout == "Quota configs for user-principal 'alice' are request_percentage=50.0\n"
+    r = _configs(broker, "--describe")
+    assert r.stdout.splitlines() == [
+        "Quota configs for user-principal 'alice' are request_percentage=50.0",
+        (
+            "Quota configs for the default user-principal, the default client-id are "
+            "consumer_byte_rate=2097152.0,producer_byte_rate=1048576.0"
+        ),
+    ]
+    assert describe_quotas(broker.bootstrap)[(("client-id", None), ("user", None))] == {
+        "consumer_byte_rate": 2097152.0, "producer_byte_rate": 1048576.0}
+    r = _configs(broker, "--alter", "--delete-config", "producer_byte_rate",
+                 "--entity-type", "users", "--entity-default", "--entity-type", "clients",
+                 "--entity-default")
+    assert r.returncode == 0, r.stderr
+    r = _configs(broker, "--alter", "--delete-config", "producer_byte_rate",
+                 "--entity-type", "users", "--entity-default", "--entity-type", "clients",
+                 "--entity-default")
+    assert (r.returncode, r.stderr) == (1, "Invalid config(s): producer_byte_rate\n")
+    r = _configs(broker, "--alter", "--add-config", "producer_byte_rate=1.5",
+                 "--entity-type", "users", "--entity-name", "alice")
+    assert r.returncode == 1
+    assert "INVALID_REQUEST" in r.stderr and "must be a Long value" in r.stderr
