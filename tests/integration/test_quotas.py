@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 import uuid
 import warnings
 
@@ -506,3 +507,51 @@ def test_cli_alters_and_describes_like_kafka_configs(broker):
                  "--entity-type", "users", "--entity-name", "alice")
     assert r.returncode == 1
     assert "INVALID_REQUEST" in r.stderr and "must be a Long value" in r.stderr
+
+
+# -- metrics ------------------------------------------------------------------------------------
+def test_quota_metrics_per_entity(broker_factory):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from tests.conftest import free_port
+
+    port = free_port()
+    broker = broker_factory({"metrics.listener": f"http://127.0.0.1:{port}"})
+    url = f"http://127.0.0.1:{port}/metrics"
+
+    def scrape() -> dict:
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            text = resp.read().decode()
+        return {
+            (s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+        }
+
+    topic = f"q-{uuid.uuid4().hex[:8]}"
+    create_topic(broker.bootstrap, topic)
+    alter_quotas(broker.bootstrap, {"client-id": "greedy"}, {"producer_byte_rate": 20_000})
+    alter_quotas(broker.bootstrap, {"user": None}, {"request_percentage": 100})
+    with RawClient.connect(broker.bootstrap) as c:
+        c.request(18, 3, {"client_software_name": "t", "client_software_version": "1"})
+        resp = c.request(0, 9, produce_body(topic, b"x" * 1000, 240), client_id="greedy")
+        throttle_ms = resp.throttle_time.total_seconds() * 1000
+        during = scrape()  # while the connection is muted
+    entity = (("client_id", "greedy"), ("user", ""))
+    assert during[("kafka_server_produce_byte_rate", entity)] > 20_000
+    assert during[("kafka_server_produce_throttle_time", entity)] == pytest.approx(throttle_ms)
+    assert during[("kafka_server_produce_throttle_time_max", entity)] == pytest.approx(throttle_ms)
+    assert during[("tidegate_quota_produce_bound", entity)] == 20_000
+    assert during[("kafka_server_produce_queue_size", ())] == 1
+    # the request quota is per user (the user default): user ANONYMOUS, client-id ""
+    anonymous = (("client_id", ""), ("user", "ANONYMOUS"))
+    assert during[("kafka_server_request_request_time", anonymous)] > 0
+    assert during[("kafka_server_request_exempt_request_time", ())] > 0
+    time.sleep(throttle_ms / 1000 + 0.2)
+    assert scrape()[("kafka_server_produce_queue_size", ())] == 0
+    top = subprocess.run(
+        [sys.executable, "-m", "tidegate", "top", "--once", "--interval", "0.2", "--metrics-url", url],
+        capture_output=True, text=True, timeout=60, check=False,
+    )
+    section = top.stdout.split("Top clients by throttle time", 1)[1]
+    assert "greedy" in section.split("\n\n", 1)[0], top.stdout
