@@ -110,14 +110,14 @@ def validate_quota_value(key: str, value: float) -> None:
     """Kafka's validateQuotaKeyValue, plus tidegate's positive-bound check."""
     if key not in QUOTA_KEYS:
         raise QuotaConfigError(f"Invalid configuration key {key}")
-    if QUOTA_KEYS[key]:
-        epsilon = 1e-6
-        if not math.isfinite(value) or abs(float(int(value + epsilon)) - value) > epsilon:
-            raise QuotaConfigError(f"Configuration {key} must be a Long value")
     if not math.isfinite(value) or value <= 0:
         # Kafka accepts 0 and negative bounds and then throttles every request
         # forever; tidegate refuses them (a quota bound must be a positive number).
         raise QuotaConfigError(f"Configuration {key} must be a positive number, not {value}")
+    if QUOTA_KEYS[key]:
+        epsilon = 1e-6
+        if abs(float(int(value + epsilon)) - value) > epsilon:
+            raise QuotaConfigError(f"Configuration {key} must be a Long value")
 
 
 class BrokerQuotas:
