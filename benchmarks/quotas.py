@@ -44,8 +44,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import psutil  # noqa: E402
-from _common import SpawnedTidegate, format_table, git_describe  # noqa: E402
+import psutil
+from _common import SpawnedTidegate, format_table, git_describe
 
 GREEDY = "greedy"
 POLITE = "polite"
