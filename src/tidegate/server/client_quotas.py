@@ -331,7 +331,7 @@ class BrokerQuotas:
         for manager in self.managers.values():
             for channel in manager.reap_throttled_channels(now):
                 conn = channel.connection_id
-                if not conn.closed:
+                if conn is not None and not conn.closed:
                     conn.unmute(MuteReason.THROTTLE)
         pending = [
             t for m in self.managers.values()
