@@ -361,10 +361,10 @@ def test_kafka_python_consumer_held_at_consumer_byte_rate(broker_factory):
     topic = f"q-{uuid.uuid4().hex[:8]}"
     create_topic(broker.bootstrap, topic)
     with RawClient.connect(broker.bootstrap) as c:
-        # 15 MB, more than 20 s at the quota, in batches of 50 KB (a fetch returns whole
+        # 15 MB, more than 20 s at the quota, in batches of 20 KB (a fetch returns whole
         # batches, at least one however large)
-        for _ in range(300):
-            c.request(0, 9, produce_body(topic, b"r" * 1000, 50), client_id="loader")
+        for _ in range(750):
+            c.request(0, 9, produce_body(topic, b"r" * 1000, 20), client_id="loader")
     alter_quotas(broker.bootstrap, {"client-id": "kp-consumer"}, {"consumer_byte_rate": rate})
     consumer = KafkaConsumer(
         bootstrap_servers=broker.bootstrap,
@@ -374,8 +374,8 @@ def test_kafka_python_consumer_held_at_consumer_byte_rate(broker_factory):
         # fetches small against the quota window's allowance (1 MB here): a fetch that
         # violates the quota is answered empty and its bytes are not counted, so fetches
         # as large as the whole allowance would waste every other round trip
-        max_partition_fetch_bytes=100_000,
-        fetch_max_bytes=100_000,
+        max_partition_fetch_bytes=50_000,
+        fetch_max_bytes=50_000,
     )
     try:
         consumer.assign([TopicPartition(topic, 0)])
