@@ -601,6 +601,13 @@ _TABLE: tuple[ConfigKey, ...] = (
            "The number of received requests the broker holds at once before it stops reading."),
     broker("message.max.bytes", INT, 1048588, Range.at_least(0), HIGH,
            "The largest record batch (after compression) the broker accepts."),
+    # ---- client quotas (docs/quotas.md) ---------------------------------------------------
+    broker("quota.window.num", INT, 11, Range.at_least(1), LOW,
+           "The number of samples kept in memory for client quotas (each quota's Rate is "
+           "measured over this many windows)."),
+    broker("quota.window.size.seconds", INT, 1, Range.at_least(1), LOW,
+           "The time span of each sample for client quotas; also the cap on one "
+           "request_percentage throttle."),
     broker("metrics.listener", STRING, None, Check(_check_metrics_listener, "http://host:port"),
            MEDIUM,
            "Serve Prometheus metrics at http://host:port/metrics (port 0: ephemeral); unset "

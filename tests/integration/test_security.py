@@ -277,3 +277,31 @@ def test_kcat_over_sasl(secure, mechanism):
     out = subprocess.run(["kcat", "-b", secure.sasl, *auth, "-t", topic, "-C", "-o", "beginning",
                           "-e", "-q"], capture_output=True, check=True, timeout=30)
     assert out.stdout == b"hello\n"
+
+
+def test_user_quota_applies_to_the_sasl_principal(secure):
+    """A producer_byte_rate for user alice throttles alice's SASL connections (librdkafka
+    reports the broker's throttle) and not bob's: quotas see the authenticated user."""
+    from tests.integration.test_quotas import alter_quotas
+
+    assert alter_quotas(secure.plain, {"user": "alice"}, {"producer_byte_rate": 20_000}) == [(0, None)]
+    topic = f"quota-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": secure.plain})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(20)
+
+    def throttled_as(user: str) -> int:
+        throttles: list[int] = []
+        p = Producer({
+            **sasl_conf(secure, "PLAIN", user, USERS[user]), "linger.ms": 5,
+            "throttle_cb": lambda event: throttles.append(event.throttle_time),
+        })
+        for _ in range(400):  # 400 KB: 40 KB/s over the minimum 10 s measuring span
+            p.produce(topic, value=b"x" * 1000)
+        assert p.flush(30) == 0
+        deadline = time.monotonic() + 5
+        while not throttles and time.monotonic() < deadline:
+            p.poll(0.1)
+        return max(throttles, default=0)
+
+    assert throttled_as("alice") > 0
+    assert throttled_as("bob") == 0

@@ -18,8 +18,9 @@ import itertools
 import logging
 import random
 import socket
+import time
 from collections.abc import Callable, Sized
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from tidegate.network.memory_pool import MemoryPool
@@ -37,7 +38,12 @@ _connection_ids = itertools.count(1)
 
 @dataclass(frozen=True, slots=True)
 class RequestContext:
-    """Who sent a request and on which listener (Kafka's RequestContext)."""
+    """Who sent a request and on which listener (Kafka's RequestContext).
+
+    ``connection`` is the :class:`KafkaConnection` itself (None when a processor is
+    driven without one): quotas read its ``principal`` and ``authenticated`` and mute
+    it for a throttle.
+    """
 
     connection_id: int
     listener_name: str
@@ -50,6 +56,7 @@ class RequestContext:
     #: False only for the ApiVersions a SASL connection sends before logging in (the one
     #: request of an unauthenticated connection that reaches the broker)
     authenticated: bool = True
+    connection: KafkaConnection | None = field(default=None, compare=False, repr=False)
 
 
 class RequestProcessor(Protocol):
@@ -60,6 +67,10 @@ class RequestProcessor(Protocol):
     """
 
     def process(self, payload: bytearray, ctx: RequestContext, release: Callable[[], None]) -> Any: ...
+
+    # Optional: ``record_exempt_request_time_ns(ns)`` takes the loop time spent on a SASL
+    # frame before login (exempt from the request quota, still measured as
+    # exempt-request-time); KafkaApis has it, test processors need not.
 
 
 class ConnectionClosed(Exception):
@@ -142,6 +153,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.closed = False
         self.in_flight: asyncio.Future | None = None
         self._reading_paused = False
+        # Called once after the next response is written (the request quota counts
+        # the encode and write time of a response; see docs/quotas.md). None: nothing.
+        self.after_send: Callable[[], None] | None = None
 
     # -- asyncio callbacks -------------------------------------------------
     def connection_made(self, transport: Any) -> None:
@@ -171,7 +185,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self.principal = subject_dn(transport.get_extra_info("peercert") or {}) or "ANONYMOUS"
         self.ctx = RequestContext(
             self.connection_id, self.listener_name, str(peer[0]), int(peer[1]),
-            self.principal, self.security_protocol, self.authenticated,
+            self.principal, self.security_protocol, self.authenticated, self,
         )
         self.server.connections.add(self)
         if self.server.draining:
@@ -246,12 +260,16 @@ class KafkaConnection(asyncio.BufferedProtocol):
         """Hand a frame to the SASL authenticator; True if it goes on to the broker
         (ApiVersions). The frame was read into pool memory like any request."""
         assert self.authenticator is not None
+        start = time.perf_counter_ns()
         step = self.authenticator.receive(payload)
         if step.forward:
-            return True
+            return True  # ApiVersions: the broker measures it as exempt itself
         if payload:
             self.server.request_memory.release(payload)
         self._send(step.response)
+        record_exempt = self.server.record_exempt
+        if record_exempt is not None:
+            record_exempt(time.perf_counter_ns() - start)
         if step.close is not None:
             log.info("closing connection %s from %s: %s", self.connection_id, self._peer(), step.close)
             self.close()  # after the failure response: close() flushes what was written
@@ -335,6 +353,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
     def _send(self, data: bytes | None) -> None:
         if data is not None and not self.closed and self.transport is not None:
             self.transport.write(data)
+        if self.after_send is not None:
+            after, self.after_send = self.after_send, None
+            after()
 
     def close(self) -> None:
         if self.transport is not None and not self.closed:
@@ -364,6 +385,7 @@ class SocketServer:
         sasl_max_receive_size: int = 524288,
     ) -> None:
         self.processor = processor
+        self.record_exempt = getattr(processor, "record_exempt_request_time_ns", None)
         self.pool = pool
         self.request_memory = RequestMemory(pool, max_queued_requests)
         self.request_memory.on_release = self._memory_released_soon

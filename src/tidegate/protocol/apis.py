@@ -36,6 +36,8 @@ class ApiKey(enum.IntEnum):
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
     OFFSET_DELETE = 47
+    DESCRIBE_CLIENT_QUOTAS = 48
+    ALTER_CLIENT_QUOTAS = 49
     DESCRIBE_USER_SCRAM_CREDENTIALS = 50
     ALTER_USER_SCRAM_CREDENTIALS = 51
     DESCRIBE_CLUSTER = 60
@@ -77,6 +79,8 @@ SUPPORTED_APIS: dict[int, ApiRange] = {
         ApiRange(ApiKey.CREATE_PARTITIONS, 0, 3),
         ApiRange(ApiKey.DELETE_GROUPS, 0, 2),
         ApiRange(ApiKey.OFFSET_DELETE, 0, 0),
+        ApiRange(ApiKey.DESCRIBE_CLIENT_QUOTAS, 0, 1),
+        ApiRange(ApiKey.ALTER_CLIENT_QUOTAS, 0, 1),
         ApiRange(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, 0),
         ApiRange(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, 0),
         ApiRange(ApiKey.DESCRIBE_CLUSTER, 0, 2),

@@ -137,6 +137,7 @@ class Broker:
         self.metrics.register_purgatory("Rebalance", self.purgatories.rebalance)
         self.metrics.register_flusher(self.purgatories.flusher)
         self.metrics.register_logs(lambda: replicas.logs)
+        self.metrics.register_quotas(self.apis.quotas)
         endpoint = parse_metrics_listener(self.config.get("metrics.listener"))
         if endpoint is None:
             return
@@ -222,6 +223,8 @@ class Broker:
             self.purgatories.complete_fetches_now()
             await self.socket_server.shutdown()
         self.purgatories.shutdown()
+        if self.apis is not None:
+            self.apis.quotas.shutdown()  # the throttle timer
         if self.replicas is not None:
             self.replicas.close()  # flushes every log and writes its clean-shutdown marker
         if self._lock_fd is not None:
