@@ -448,6 +448,8 @@ class SystemTimer:
         "_closed",
         "_counter",
         "_executor",
+        "_hint_bucket",
+        "_hint_expiration",
         "_queue",
         "_wheel",
         "tick_ms",
@@ -478,6 +480,11 @@ class SystemTimer:
             self._queue,
         )
         self._closed = False
+        # The bucket of the last add and its expiration: valid until a bucket is polled
+        # (the wheels move, buckets are flushed) or peeked (an empty one may be
+        # unscheduled); None means no hint.
+        self._hint_expiration: int | None = None
+        self._hint_bucket: TimerTaskList | None = None
 
     @property
     def clock(self) -> Callable[[], int]:
@@ -524,6 +531,20 @@ class SystemTimer:
                 lst.remove(old)
         task._entry = entry
         if delay > 0:
+            if expiration == self._hint_expiration:
+                # Same expiration as the previous add and no bucket polled since, so the
+                # wheels have not moved: the same bucket, already scheduled.  Requests
+                # with one timeout arriving in the same millisecond take this path.
+                bucket = self._hint_bucket
+                root = bucket._root
+                tail = root.prev
+                entry.next = root
+                entry.prev = tail
+                entry.list = bucket
+                tail.next = entry
+                root.prev = entry
+                self._counter.value += 1
+                return
             wheel = self._wheel
             while True:
                 tick = wheel.tick_ms
@@ -545,6 +566,8 @@ class SystemTimer:
                     if bucket.expiration_ms != bucket_expiration:
                         bucket.expiration_ms = bucket_expiration
                         wheel.queue.offer(bucket)
+                    self._hint_expiration = expiration
+                    self._hint_bucket = bucket
                     return
                 overflow = wheel.overflow_wheel
                 if overflow is None:
@@ -588,6 +611,7 @@ class SystemTimer:
         tick = wheel.tick_ms
         interval = wheel.interval_ms
         while bucket is not None:
+            self._hint_expiration = None  # the wheels move: see add()
             # TimingWheel.advance_clock(bucket expiration), iteratively over the levels
             time_ms = bucket.expiration_ms
             level = wheel
@@ -657,6 +681,7 @@ class SystemTimer:
         """When the earliest non-empty bucket is due (absolute ms), or None if none is."""
         if self._closed:
             return None
+        self._hint_expiration = None  # peeking may unschedule an empty bucket: see add()
         return self._queue.peek_expiration()
 
     @property
