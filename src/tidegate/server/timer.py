@@ -432,7 +432,6 @@ class _TimerEntry(TimerTaskEntry):
     __init__ = object.__init__
 
 
-
 class SystemTimer:
     """The timer: hierarchical wheels plus a priority queue of buckets, clock injected.
 
