@@ -621,3 +621,72 @@ def test_non_positive_delays_run_at_once_even_when_the_wheel_lags():
     timer.add(RecordingTask(-7, "negative", out, clock))
     assert out == [("zero", 3_600_000), ("negative", 3_600_000)]
     assert timer.size == 0
+
+
+# --- the add fast path: the previous add's bucket is reused while the wheels stand still ---
+
+
+def test_adds_with_one_expiration_share_a_bucket_and_each_runs_once():
+    clock = FakeClock(0)
+    scheduled: list = []
+    timer = SystemTimer(clock=clock, on_schedule=scheduled.append)
+    out: list = []
+    for i in range(5):
+        timer.add(RecordingTask(200, i, out, clock))  # all expire at 200 (level 2)
+    assert timer.size == 5
+    assert scheduled == [200]  # one bucket, scheduled once
+    drive(timer, clock)
+    assert sorted(out) == [(i, 200) for i in range(5)]
+    assert timer.size == 0
+
+
+def test_an_add_after_the_wheels_moved_does_not_reuse_a_flushed_bucket():
+    clock = FakeClock(0)
+    timer = SystemTimer(clock=clock)  # tick 1, wheel 20: level 2 spans 400 ms
+    out: list = []
+    timer.add(RecordingTask(25, "first", out, clock))  # level 2, bucket due at 20
+    clock.now = 20
+    assert timer.advance_clock() is True  # that bucket is flushed: "first" moves to level 1
+    timer.add(RecordingTask(5, "second", out, clock))  # the same expiration, 25
+    assert timer.size == 2
+    assert timer.next_expiration_ms() == 25
+    clock.now = 25
+    assert timer.advance_clock() is True
+    assert sorted(out) == [("first", 25), ("second", 25)]
+    assert timer.size == 0
+
+
+def test_an_add_after_its_emptied_bucket_was_unscheduled_schedules_it_again():
+    clock = FakeClock(0)
+    timer = SystemTimer(clock=clock)
+    out: list = []
+    gone = RecordingTask(200, "gone", out, clock)
+    timer.add(gone)
+    gone.cancel()
+    assert timer.next_expiration_ms() is None  # the empty bucket is unscheduled
+    timer.add(RecordingTask(200, "kept", out, clock))  # same expiration, same bucket
+    assert timer.next_expiration_ms() == 200
+    drive(timer, clock)
+    assert out == [("kept", 200)]
+
+
+def test_a_task_added_by_a_task_that_runs_during_advance_clock_is_placed_afresh():
+    clock = FakeClock(0)
+    timer = SystemTimer(clock=clock)
+    out: list = []
+
+    class Chain(TimerTask):
+        def __init__(self, delay_ms: int, left: int) -> None:
+            super().__init__(delay_ms)
+            self.left = left
+
+        def run(self) -> None:
+            out.append(clock())
+            if self.left:
+                timer.add(Chain(30, self.left - 1))  # re-entrant add while flushing
+
+    timer.add(Chain(30, 3))
+    timer.add(RecordingTask(60, "other", out, clock))
+    drive(timer, clock)
+    assert out == [30, 60, ("other", 60), 90, 120] or out == [30, ("other", 60), 60, 90, 120]
+    assert timer.size == 0
