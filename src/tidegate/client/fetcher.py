@@ -32,6 +32,7 @@ __all__ = [
     "LATEST",
     "OffsetOutOfRangeError",
     "PartitionFetch",
+    "end_offsets",
     "fetch",
     "list_offsets",
     "read_range",
@@ -204,6 +205,46 @@ def fetch(
                 p.records,
             )
     return out
+
+
+def end_offsets(
+    client: KafkaClient,
+    tps: Iterable[TopicPartition],
+    *,
+    isolation_level: int = 0,
+    timeout_ms: float = 30_000,
+) -> dict[TopicPartition, int]:
+    """The end offset (high watermark) of each partition: ListOffsets LATEST, checked
+    against the high watermark of a Fetch at that offset (one per leader, at most one
+    byte asked per partition, min_bytes 0, so it does not wait).
+
+    Kafka and tidegate answer both the same, and the Fetch then carries no records.
+    Some Kafka-compatible brokers answer LATEST short of the high watermark (Tansu
+    gives the base offset of the last batch + 1); reading up to that would silently
+    leave the end of the last batch unread, so the larger of the two is used.
+    """
+    tps = list(tps)
+    latest = list_offsets(
+        client, dict.fromkeys(tps, LATEST), isolation_level=isolation_level, timeout_ms=timeout_ms
+    )
+    if isolation_level != 0:
+        return latest  # the last stable offset is what ListOffsets answers
+    by_node, _ = _group_by_leader(client, latest)
+    for node, node_tps in by_node.items():
+        got = fetch(
+            client,
+            node,
+            {tp: latest[tp] for tp in node_tps},
+            max_wait_ms=1,  # Tansu answers a 0 ms fetch with no partitions at all
+            min_bytes=0,
+            max_bytes=1,
+            partition_max_bytes=1,
+            timeout_ms=timeout_ms,
+        )
+        for tp, pf in got.items():
+            if pf.error_code == 0 and pf.high_watermark > latest.get(tp, -1):
+                latest[tp] = pf.high_watermark
+    return latest
 
 
 def read_range(

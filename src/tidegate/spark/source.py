@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -50,7 +51,7 @@ from pyspark.sql.types import (
 
 from tidegate.client import KafkaClient
 from tidegate.client.errors import KafkaError
-from tidegate.client.fetcher import OffsetOutOfRangeError, list_offsets, read_range
+from tidegate.client.fetcher import OffsetOutOfRangeError, end_offsets, list_offsets, read_range
 
 from .offsets import (
     EARLIEST,
@@ -329,25 +330,44 @@ class _OffsetReader:
                 out.append((t, p.partition))
         return sorted(out)
 
-    def _list(self, targets: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
-        if not targets:
-            return {}
+    def _retrying(self, call: Any) -> dict[TopicPartition, int]:
+        """``call()`` up to fetchoffset.numRetries times, fetchoffset.retryIntervalMs apart."""
         attempts = max(1, self.opts.fetch_offset_num_retries)
         for i in range(attempts):
             try:
-                return list_offsets(
-                    self.client,
-                    targets,
-                    isolation_level=self.settings["isolation_level"],
-                    timeout_ms=self.settings["request_timeout_ms"],
-                )
+                return call()
             except KafkaError:
                 if i == attempts - 1:
                     raise
-                import time
-
                 time.sleep(self.opts.fetch_offset_retry_interval_ms / 1000)
         raise AssertionError("unreachable")
+
+    def _list(self, targets: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
+        """ListOffsets; LATEST (-1) targets are resolved to the high watermark."""
+        if not targets:
+            return {}
+        iso = self.settings["isolation_level"]
+        timeout = self.settings["request_timeout_ms"]
+        latest = [tp for tp, o in targets.items() if o == LATEST]
+        others = {tp: o for tp, o in targets.items() if o != LATEST}
+        out: dict[TopicPartition, int] = {}
+        if others:
+            out.update(
+                self._retrying(
+                    lambda: list_offsets(
+                        self.client, others, isolation_level=iso, timeout_ms=timeout
+                    )
+                )
+            )
+        if latest:
+            out.update(
+                self._retrying(
+                    lambda: end_offsets(
+                        self.client, latest, isolation_level=iso, timeout_ms=timeout
+                    )
+                )
+            )
+        return out
 
     def earliest(self, tps: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
         return self._list(dict.fromkeys(tps, EARLIEST))
