@@ -23,10 +23,10 @@ import pytest
 
 pyspark = pytest.importorskip("pyspark")
 
-from tidegate.client import KafkaClient  # noqa: E402
-from tidegate.producer import Producer  # noqa: E402
+from tidegate.client import KafkaClient
+from tidegate.producer import Producer
 
-from .clients import CODECS, Rec, base_timestamp, make_records  # noqa: E402
+from .clients import CODECS, Rec, base_timestamp, make_records
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -98,10 +98,14 @@ def peer_bootstrap():
         with KafkaClient(f"127.0.0.1:{port}") as c:
             c.bootstrap(timeout_ms=10_000)
     except Exception as exc:  # noqa: BLE001 - any failure means: no peer here
-        subprocess.run(["bash", str(PEER_SCRIPT), "stop", str(port)], capture_output=True)
+        subprocess.run(
+            ["bash", str(PEER_SCRIPT), "stop", str(port)], check=False, capture_output=True
+        )
         pytest.skip(f"peer broker did not start: {exc}")
     yield f"127.0.0.1:{port}"
-    subprocess.run(["bash", str(PEER_SCRIPT), "stop", str(port)], capture_output=True, timeout=30)
+    subprocess.run(
+        ["bash", str(PEER_SCRIPT), "stop", str(port)], check=False, capture_output=True, timeout=30
+    )
 
 
 @pytest.fixture(params=["tidegate", "peer"])
@@ -140,8 +144,14 @@ def produce(
     )
     try:
         futs = [
-            p.send(topic, r.value, key=r.key, partition=partition, headers=list(r.headers),
-                   timestamp=r.timestamp)  # fmt: skip
+            p.send(
+                topic,
+                r.value,
+                key=r.key,
+                partition=partition,
+                headers=list(r.headers),
+                timestamp=r.timestamp,
+            )
             for r in records
         ]
         p.flush(30)
@@ -159,15 +169,24 @@ def read_df(spark, bootstrap: str, **options):
 
 def rows_of(df, headers: bool = True) -> list[tuple]:
     """(partition, offset, key, value, headers, timestamp ms, timestampType, topic)."""
-    cols = ["partition", "offset", "key", "value", "unix_millis(timestamp) AS ts",
-            "timestampType", "topic"]  # fmt: skip
+    cols = [
+        "partition",
+        "offset",
+        "key",
+        "value",
+        "unix_millis(timestamp) AS ts",
+        "timestampType",
+        "topic",
+    ]
     if headers:
         cols.append("headers")
     out = []
     for r in df.selectExpr(*cols).collect():
         hdrs = (
-            tuple((h["key"], bytes(h["value"]) if h["value"] is not None else None)
-                  for h in r["headers"])  # fmt: skip
+            tuple(
+                (h["key"], bytes(h["value"]) if h["value"] is not None else None)
+                for h in r["headers"]
+            )
             if headers
             else ()
         )
@@ -214,8 +233,16 @@ def test_batch_read_equals_what_was_produced(spark, bootstrap):
     topic = create_topic(bootstrap, 2)
     sent = _produce_codecs(bootstrap, topic, 200)
     df = read_df(spark, bootstrap, subscribe=topic, includeHeaders="true")
-    assert df.columns == ["key", "value", "topic", "partition", "offset", "timestamp",
-                          "timestampType", "headers"]  # fmt: skip
+    assert df.columns == [
+        "key",
+        "value",
+        "topic",
+        "partition",
+        "offset",
+        "timestamp",
+        "timestampType",
+        "headers",
+    ]
     got = rows_of(df)
     assert len(got) == 1000
     assert got == expected_rows(topic, sent)
@@ -265,20 +292,31 @@ def test_rejected_options(spark, broker):
 
     fails("One of the following options must be specified for Kafka source")
     fails("Only one of the following options can be specified", subscribe="a", assign='{"a":[0]}')
-    fails("starting offset can't be latest for batch queries", subscribe="a",
-          startingOffsets="latest")  # fmt: skip
-    fails("ending offset can't be earliest for batch queries", subscribe="a",
-          endingOffsets="earliest")  # fmt: skip
-    fails("Kafka option 'auto.offset.reset' is not supported", subscribe="a",
-          **{"kafka.auto.offset.reset": "earliest"})  # fmt: skip
-    fails("Kafka option 'group.id' is not supported", subscribe="a",
-          **{"kafka.group.id": "g"})  # fmt: skip
+    fails(
+        "starting offset can't be latest for batch queries", subscribe="a", startingOffsets="latest"
+    )
+    fails(
+        "ending offset can't be earliest for batch queries", subscribe="a", endingOffsets="earliest"
+    )
+    fails(
+        "Kafka option 'auto.offset.reset' is not supported",
+        subscribe="a",
+        **{"kafka.auto.offset.reset": "earliest"},
+    )
+    fails("Kafka option 'group.id' is not supported", subscribe="a", **{"kafka.group.id": "g"})
     with pytest.raises(Exception, match="must be specified for configuring Kafka consumer"):
         spark.read.format("tidegate").option("subscribe", "a").load().collect()
     with pytest.raises(Exception, match="ending offset not valid in streaming queries"):
-        (spark.readStream.format("tidegate").option("kafka.bootstrap.servers", broker.bootstrap)
-         .option("subscribe", "a").option("endingOffsets", "latest").load()
-         .writeStream.format("console").start().awaitTermination(30))  # fmt: skip
+        (
+            spark.readStream.format("tidegate")
+            .option("kafka.bootstrap.servers", broker.bootstrap)
+            .option("subscribe", "a")
+            .option("endingOffsets", "latest")
+            .load()
+            .writeStream.format("console")
+            .start()
+            .awaitTermination(30)
+        )
 
 
 # -- streaming -----------------------------------------------------------------------------------
@@ -325,9 +363,15 @@ def test_stream_available_now_max_offsets_per_trigger(spark, bootstrap, tmp_path
     offs0 = produce(bootstrap, topic, 0, recs[:700], "zstd")
     offs1 = produce(bootstrap, topic, 1, recs[700:], "snappy")
     q = _stream(
-        spark, bootstrap, topic, tmp_path / "out", tmp_path / "ckpt", {"availableNow": True},
-        startingOffsets="earliest", maxOffsetsPerTrigger="250",
-    )  # fmt: skip
+        spark,
+        bootstrap,
+        topic,
+        tmp_path / "out",
+        tmp_path / "ckpt",
+        {"availableNow": True},
+        startingOffsets="earliest",
+        maxOffsetsPerTrigger="250",
+    )
     _await(q)
     sizes = [p["numInputRows"] for p in q.recentProgress if p["numInputRows"]]
     assert sum(sizes) == 1000
@@ -354,13 +398,22 @@ def test_stream_restart_from_checkpoint_exactly_once(spark, bootstrap, tmp_path)
     recs = make_records(1200, base, headers=False)
     sent = []
     for partition, chunk in ((0, recs[:400]), (1, recs[400:600])):
-        sent += [(partition, o, r.key) for o, r in zip(produce(bootstrap, topic, partition, chunk), chunk)]  # fmt: skip
+        sent += [
+            (partition, o, r.key)
+            for o, r in zip(produce(bootstrap, topic, partition, chunk), chunk)
+        ]
     out, ckpt = tmp_path / "out", tmp_path / "ckpt"
     # run 1: small micro-batches on a processing-time trigger, stopped after two batches
     q = _stream(
-        spark, bootstrap, topic, out, ckpt, {"processingTime": "1 second"},
-        startingOffsets="earliest", maxOffsetsPerTrigger="100",
-    )  # fmt: skip
+        spark,
+        bootstrap,
+        topic,
+        out,
+        ckpt,
+        {"processingTime": "1 second"},
+        startingOffsets="earliest",
+        maxOffsetsPerTrigger="100",
+    )
     deadline = time.monotonic() + QUERY_TIMEOUT_S
     while sum(1 for p in q.recentProgress if p["numInputRows"]) < 2:
         assert q.exception() is None, q.exception()
@@ -371,12 +424,21 @@ def test_stream_restart_from_checkpoint_exactly_once(spark, bootstrap, tmp_path)
     assert 0 < first_run < 600
     # new data while the query is down
     for partition, chunk in ((0, recs[600:900]), (1, recs[900:])):
-        sent += [(partition, o, r.key) for o, r in zip(produce(bootstrap, topic, partition, chunk), chunk)]  # fmt: skip
+        sent += [
+            (partition, o, r.key)
+            for o, r in zip(produce(bootstrap, topic, partition, chunk), chunk)
+        ]
     # run 2: same checkpoint; startingOffsets=latest must not matter on a restart
     q = _stream(
-        spark, bootstrap, topic, out, ckpt, {"availableNow": True},
-        startingOffsets="latest", maxOffsetsPerTrigger="500",
-    )  # fmt: skip
+        spark,
+        bootstrap,
+        topic,
+        out,
+        ckpt,
+        {"availableNow": True},
+        startingOffsets="latest",
+        maxOffsetsPerTrigger="500",
+    )
     _await(q)
     assert _sink_rows(spark, out) == sorted(sent)
 
@@ -387,12 +449,17 @@ def test_stream_restart_from_checkpoint_exactly_once(spark, bootstrap, tmp_path)
 def test_write_then_read_back(spark, bootstrap, tmp_path):
     topic = create_topic(bootstrap, 3)
     rows = [
-        (f"k{i}" if i % 7 else None, f"value {i}".encode(), i % 3,
-         [(f"h{i % 2}", f"{i}".encode())] if i % 4 else [])  # fmt: skip
+        (
+            f"k{i}" if i % 7 else None,
+            f"value {i}".encode(),
+            i % 3,
+            [(f"h{i % 2}", f"{i}".encode())] if i % 4 else [],
+        )
         for i in range(300)
     ]
     df = spark.createDataFrame(
-        rows, "key string, value binary, partition int, headers array<struct<key:string,value:binary>>"
+        rows,
+        "key string, value binary, partition int, headers array<struct<key:string,value:binary>>",
     )
     df.write.format("tidegate").option("kafka.bootstrap.servers", bootstrap).option(
         "topic", topic
