@@ -87,15 +87,15 @@ def _parse(streaming=False, **opts):
 @pytest.mark.parametrize(
     ("opts", "streaming", "message"),
     [
-        ({}, False, "One of the following options must be specified for Kafka source: "
-                    "subscribe, subscribepattern, assign. See the docs for more details."),
+        ({}, False, ("One of the following options must be specified for Kafka source: "
+                    "subscribe, subscribepattern, assign. See the docs for more details.")),
         ({"subscribe": "a", "assign": '{"a":[0]}'}, False,
          "Only one of the following options can be specified for Kafka source"),
-        ({"subscribe": " , "}, False, "No topics to subscribe to as specified value for option "
-                                      "'subscribe' is ' , '"),
+        ({"subscribe": " , "}, False, ("No topics to subscribe to as specified value for option "
+                                      "'subscribe' is ' , '")),
         ({"subscribePattern": "  "}, False, "Pattern to subscribe is empty"),
-        ({"assign": "a:0"}, False, "No topicpartitions to assign as specified value for option "
-                                   "'assign' is 'a:0'"),
+        ({"assign": "a:0"}, False, ("No topicpartitions to assign as specified value for option "
+                                   "'assign' is 'a:0'")),
         ({"assign": '{"a":0}'}, False, 'Expected e.g. {"topicA":[0,1],"topicB":[0,1]}, got'),
         ({"subscribe": "a", "startingOffsets": "latest"}, False,
          "starting offset can't be latest for batch queries on Kafka"),
@@ -121,8 +121,8 @@ def _parse(streaming=False, **opts):
          "Expected a single long value, got soon"),
         ({"subscribe": "a", "startingOffsets": '{"a":{"0":5}}',
           "endingOffsets": '{"a":{"0":3}}'}, False,
-         "The specified starting offset (5) is greater than ending offset (3) for topic "
-         "partition a-0"),
+         ("The specified starting offset (5) is greater than ending offset (3) for topic "
+         "partition a-0")),
         ({"subscribe": "a", "kafka.security.protocol": "SASL_PLAINTEXT"}, True,
          "'security.protocol' = 'SASL_PLAINTEXT' is not supported"),
     ],
