@@ -137,52 +137,93 @@ def decode_batch_records(batch: BatchInfo) -> list[ConsumerRecord]:
     out: list[ConsumerRecord] = []
     append = out.append
     pos = 0
+    zz = _zigzag
+    new_record = tuple.__new__
+    # Varints below 0x80 (one byte) are decoded inline: most fields of most records
+    # (deltas, lengths under 64, header counts) are, and a call per field costs more
+    # than the rest of the decoding.
     try:
         for _ in range(batch.count):
             # length (zigzag varint): skipped, the fields are self-delimiting
             while data[pos] & 0x80:
                 pos += 1
-            pos += 1
-            pos += 1  # attributes (unused in v2)
-            ts_delta, pos = _zigzag(data, pos)
-            off_delta, pos = _zigzag(data, pos)
-            klen, pos = _zigzag(data, pos)
+            pos += 2  # the length's last byte, then attributes (unused in v2)
+            b = data[pos]
+            if b < 0x80:
+                ts_delta = (b >> 1) ^ -(b & 1)
+                pos += 1
+            else:
+                ts_delta, pos = zz(data, pos)
+            b = data[pos]
+            if b < 0x80:
+                off_delta = (b >> 1) ^ -(b & 1)
+                pos += 1
+            elif data[pos + 1] < 0x80:
+                b = (b & 0x7F) | (data[pos + 1] << 7)
+                off_delta = (b >> 1) ^ -(b & 1)
+                pos += 2
+            else:
+                off_delta, pos = zz(data, pos)
+            b = data[pos]
+            if b < 0x80:
+                klen = (b >> 1) ^ -(b & 1)
+                pos += 1
+            elif data[pos + 1] < 0x80:
+                b = (b & 0x7F) | (data[pos + 1] << 7)
+                klen = (b >> 1) ^ -(b & 1)
+                pos += 2
+            else:
+                klen, pos = zz(data, pos)
             if klen < 0:
                 key = None
             else:
                 key = data[pos : pos + klen]
                 pos += klen
-            vlen, pos = _zigzag(data, pos)
+            b = data[pos]
+            if b < 0x80:
+                vlen = (b >> 1) ^ -(b & 1)
+                pos += 1
+            elif data[pos + 1] < 0x80:
+                b = (b & 0x7F) | (data[pos + 1] << 7)
+                vlen = (b >> 1) ^ -(b & 1)
+                pos += 2
+            else:
+                vlen, pos = zz(data, pos)
             if vlen < 0:
                 value = None
             else:
                 value = data[pos : pos + vlen]
                 pos += vlen
-            hcount, pos = _zigzag(data, pos)
-            if hcount:
+            hcount = data[pos]
+            if hcount == 0:
+                pos += 1
+                headers: tuple = ()
+            else:
+                hcount, pos = zz(data, pos)
                 hs = []
                 for _h in range(hcount):
-                    hklen, pos = _zigzag(data, pos)
+                    hklen, pos = zz(data, pos)
                     hkey = data[pos : pos + hklen].decode("utf-8")
                     pos += hklen
-                    hvlen, pos = _zigzag(data, pos)
+                    hvlen, pos = zz(data, pos)
                     if hvlen < 0:
                         hval = None
                     else:
                         hval = data[pos : pos + hvlen]
                         pos += hvlen
                     hs.append((hkey, hval))
-                headers: tuple = tuple(hs)
-            else:
-                headers = ()
+                headers = tuple(hs)
             append(
-                ConsumerRecord(
-                    base_offset + off_delta,
-                    max_ts if log_append else base_ts + ts_delta,
-                    ts_type,
-                    key,
-                    value,
-                    headers,
+                new_record(
+                    ConsumerRecord,
+                    (
+                        base_offset + off_delta,
+                        max_ts if log_append else base_ts + ts_delta,
+                        ts_type,
+                        key,
+                        value,
+                        headers,
+                    ),
                 )
             )
     except (IndexError, UnicodeDecodeError) as exc:

@@ -163,6 +163,9 @@ class ReadOptions:
     poll_timeout_ms: int = 120_000
     fetch_offset_num_retries: int = 3
     fetch_offset_retry_interval_ms: int = 1000
+    #: tidegate's own option ``tidegate.arrow`` (default true): executors yield Arrow
+    #: record batches; false yields Python tuples (slower; kept for comparison)
+    arrow: bool = True
     kafka: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -338,6 +341,8 @@ class ReadOptions:
             if s not in ("error", "latest"):
                 raise ValueError(f"No value found for '{s.upper()}'")
             opts.no_match_strategy = s
+        if "tidegate.arrow" in params:
+            opts.arrow = _bool("tidegate.arrow", params["tidegate.arrow"])
         if "kafkaconsumer.polltimeoutms" in params:
             opts.poll_timeout_ms = _long("kafkaConsumer.pollTimeoutMs",
                                          params["kafkaconsumer.polltimeoutms"])  # fmt: skip

@@ -51,7 +51,12 @@ from pyspark.sql.types import (
 
 from tidegate.client import KafkaClient
 from tidegate.client.errors import KafkaError
-from tidegate.client.fetcher import OffsetOutOfRangeError, end_offsets, list_offsets, read_range
+from tidegate.client.fetcher import (
+    OffsetOutOfRangeError,
+    end_offsets,
+    list_offsets,
+    read_range_batches,
+)
 
 from .offsets import (
     EARLIEST,
@@ -198,7 +203,7 @@ def read_partition(cfg: _ReadConfig, part: KafkaInputPartition) -> Iterator[Any]
 
     client = _client(settings)
     try:
-        records = read_range(
+        batches = read_range_batches(
             client,
             tp,
             part.start,
@@ -210,24 +215,24 @@ def read_partition(cfg: _ReadConfig, part: KafkaInputPartition) -> Iterator[Any]
             on_out_of_range=on_out_of_range,
         )
         if cfg.arrow:
-            yield from _arrow_batches(records, part.topic, part.partition, cfg.include_headers)
+            yield from _arrow_batches(batches, part.topic, part.partition, cfg.include_headers)
         else:
-            yield from _tuples(records, part.topic, part.partition, cfg.include_headers)
+            yield from _tuples(batches, part.topic, part.partition, cfg.include_headers)
     finally:
         client.close()
 
 
-def _tuples(records, topic: str, partition: int, include_headers: bool) -> Iterator[tuple]:
+def _tuples(batches, topic: str, partition: int, include_headers: bool) -> Iterator[tuple]:
     import datetime
 
     utc = datetime.UTC
     from_ts = datetime.datetime.fromtimestamp
-    for r in records:
-        ts = from_ts(r.timestamp / 1000, utc)
-        row = (r.key, r.value, topic, partition, r.offset, ts, r.timestamp_type)
-        if include_headers:
-            row += ([(k, v) for k, v in r.headers],)
-        yield row
+    for recs in batches:
+        for off, ts, ts_type, key, value, headers in recs:
+            row = (key, value, topic, partition, off, from_ts(ts / 1000, utc), ts_type)
+            if include_headers:
+                row += ([(k, v) for k, v in headers],)
+            yield row
 
 
 _arrow_schemas: dict[bool, Any] = {}
@@ -245,48 +250,42 @@ def _arrow_schema(include_headers: bool) -> Any:
     return s
 
 
-def _arrow_batches(records, topic: str, partition: int, include_headers: bool) -> Iterator[Any]:
+def _arrow_batches(batches, topic: str, partition: int, include_headers: bool) -> Iterator[Any]:
+    """Record batches of about :data:`ARROW_BATCH_ROWS` rows: records are collected
+    as decoded (tuples) and turned into columns with one ``zip`` per Arrow batch."""
     import pyarrow as pa
+    import pyarrow.compute as pc
 
     schema = _arrow_schema(include_headers)
-    fields = {f.name: f.type for f in schema}
-    keys: list = []
-    values: list = []
-    offsets: list = []
-    timestamps: list = []
-    ts_types: list = []
-    headers: list = []
+    types = [f.type for f in schema]
 
-    def flush() -> Any:
-        n = len(offsets)
+    def build(recs: list) -> Any:
+        n = len(recs)
+        offsets, timestamps, ts_types, keys, values, headers = zip(*recs)
         arrays = [
-            pa.array(keys, fields["key"]),
-            pa.array(values, fields["value"]),
-            pa.repeat(pa.scalar(topic, fields["topic"]), n)
-            if hasattr(pa, "repeat")
-            else pa.array([topic] * n, fields["topic"]),
-            pa.array([partition] * n, fields["partition"]),
-            pa.array(offsets, fields["offset"]),
-            pa.array(timestamps, pa.int64()).cast(fields["timestamp"]),
-            pa.array(ts_types, fields["timestampType"]),
+            pa.array(keys, types[0]),
+            pa.array(values, types[1]),
+            pa.array([topic] * n, types[2]),
+            pa.array([partition] * n, types[3]),
+            pa.array(offsets, types[4]),
+            # ms since the epoch -> Spark's microseconds, UTC
+            pc.multiply(pa.array(timestamps, pa.int64()), 1000).cast(types[5]),
+            pa.array(ts_types, types[6]),
         ]
         if include_headers:
-            arrays.append(pa.array(headers, fields["headers"]))
+            arrays.append(
+                pa.array([[{"key": k, "value": v} for k, v in h] for h in headers], types[7])
+            )
         return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
-    for r in records:
-        keys.append(r.key)
-        values.append(r.value)
-        offsets.append(r.offset)
-        timestamps.append(r.timestamp * 1000)  # ms -> us
-        ts_types.append(r.timestamp_type)
-        if include_headers:
-            headers.append([{"key": k, "value": v} for k, v in r.headers])
-        if len(offsets) >= ARROW_BATCH_ROWS:
-            yield flush()
-            keys, values, offsets, timestamps, ts_types, headers = [], [], [], [], [], []
-    if offsets:
-        yield flush()
+    pending: list = []
+    for recs in batches:
+        pending.extend(recs)
+        if len(pending) >= ARROW_BATCH_ROWS:
+            yield build(pending)
+            pending = []
+    if pending:
+        yield build(pending)
 
 
 # -- offsets on the driver ------------------------------------------------------------------
@@ -508,13 +507,12 @@ class KafkaDataSource(DataSource):
 
 
 def _read_config(opts: ReadOptions) -> _ReadConfig:
-    arrow = str(opts.kafka.get("tidegate.arrow", "true")).lower() != "false"
     return _ReadConfig(
         consumer_settings(opts.kafka),
         opts.include_headers,
         opts.fail_on_data_loss,
         opts.poll_timeout_ms,
-        arrow,
+        opts.arrow,
     )
 
 
