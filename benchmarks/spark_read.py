@@ -213,9 +213,9 @@ def main(argv: list[str] | None = None) -> int:
                                  args.codec)  # fmt: skip
             print(f"{name}: produced {args.records} records to {topic} in "
                   f"{time.monotonic() - t0:.1f}s", flush=True)  # fmt: skip
-            # warm-up: Python workers started, classes loaded
+            # warm-up: a Python worker per partition started, classes loaded
             warm = f"{topic}-warm"
-            produce(bootstrap, warm, 1, 100, args.size, args.codec)
+            produce(bootstrap, warm, args.partitions, 1000, args.size, args.codec)
             read_spark(spark, bootstrap, warm, True)
 
             methods = [
