@@ -283,6 +283,15 @@ def test_batch_read_pattern_and_bounded_fetches(spark, broker):
     assert df.rdd.getNumPartitions() == 4
     offsets = sorted(r["offset"] for r in df.select("offset").collect())
     assert offsets == list(range(300))
+    # the tuple path (tidegate.arrow=false) gives the same rows as the Arrow path
+    recs = make_records(50, base)
+    produce(broker.bootstrap, other, 0, recs, "gzip")
+    arrow = rows_of(read_df(spark, broker.bootstrap, subscribe=other, includeHeaders="true"))
+    tuples = read_df(spark, broker.bootstrap, subscribe=other, includeHeaders="true",
+                     **{"tidegate.arrow": "false"})  # fmt: skip
+    assert rows_of(tuples) == arrow
+    assert [r[5] for r in arrow[300:]] == [r.timestamp for r in recs]
+    assert [r[4] for r in arrow[300:]] == [r.headers for r in recs]
 
 
 def test_rejected_options(spark, broker):
