@@ -452,6 +452,48 @@ def test_stream_restart_from_checkpoint_exactly_once(spark, bootstrap, tmp_path)
     assert _sink_rows(spark, out) == sorted(sent)
 
 
+def test_stream_pattern_picks_up_new_topics_from_earliest(spark, broker, tmp_path):
+    """subscribePattern with startingOffsets=latest: records already there are skipped;
+    a topic created later is read from its earliest offset (Spark's rule for new
+    partitions), across a restart."""
+    prefix = f"newt{os.getpid()}x{int(time.time()) % 10000}"
+    a = create_topic(broker.bootstrap, 1, prefix=prefix)
+    base = base_timestamp()
+    old = make_records(20, base, headers=False)
+    produce(broker.bootstrap, a, 0, old)
+    out, ckpt = tmp_path / "out", tmp_path / "ckpt"
+
+    def run() -> None:
+        q = (
+            spark.readStream.format("tidegate")
+            .option("kafka.bootstrap.servers", broker.bootstrap)
+            .option("subscribePattern", f"{prefix}-.*")
+            .load()
+            .selectExpr("topic", "partition", "offset")
+            .writeStream.format("parquet")
+            .option("path", str(out))
+            .option("checkpointLocation", str(ckpt))
+            .trigger(availableNow=True)
+            .start()
+        )
+        _await(q)
+
+    run()  # starts at latest: nothing to read yet
+    new_a = make_records(5, base + 100, headers=False)
+    produce(broker.bootstrap, a, 0, new_a)
+    b = create_topic(broker.bootstrap, 2, prefix=prefix)
+    produce(broker.bootstrap, b, 0, make_records(7, base, headers=False))
+    produce(broker.bootstrap, b, 1, make_records(3, base, headers=False))
+    run()
+    got = sorted(tuple(r) for r in spark.read.parquet(str(out)).collect())
+    want = sorted(
+        [(a, 0, o) for o in range(20, 25)]
+        + [(b, 0, o) for o in range(7)]
+        + [(b, 1, o) for o in range(3)]
+    )
+    assert got == want
+
+
 # -- writing ---------------------------------------------------------------------------------------
 
 
