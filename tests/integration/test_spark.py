@@ -262,20 +262,20 @@ def test_batch_read_equals_what_was_produced(spark, bootstrap):
     assert got == want
 
 
-def test_batch_read_pattern_and_bounded_fetches(spark, broker):
+def test_batch_read_pattern_and_bounded_fetches(spark, bootstrap):
     """subscribePattern picks the matching topics only; a 1 KiB max.partition.fetch.bytes
     (many fetches per partition) and minPartitions splitting read the same rows."""
-    a = create_topic(broker.bootstrap, 1, prefix="pat-a")
-    b = create_topic(broker.bootstrap, 1, prefix="pat-b")
-    other = create_topic(broker.bootstrap, 1, prefix="other")
+    a = create_topic(bootstrap, 1, prefix="pat-a")
+    b = create_topic(bootstrap, 1, prefix="pat-b")
+    other = create_topic(bootstrap, 1, prefix="other")
     base = base_timestamp()
     for t in (a, b, other):
-        produce(broker.bootstrap, t, 0, make_records(300, base, headers=False), "lz4")
-    df = read_df(spark, broker.bootstrap, subscribePattern="pat-.*")
+        produce(bootstrap, t, 0, make_records(300, base, headers=False), "lz4")
+    df = read_df(spark, bootstrap, subscribePattern="pat-.*")
     assert sorted(df.groupBy("topic").count().collect()) == [(a, 300), (b, 300)]
     df = read_df(
         spark,
-        broker.bootstrap,
+        bootstrap,
         subscribe=a,
         minPartitions="4",
         **{"kafka.max.partition.fetch.bytes": "1024"},
@@ -285,9 +285,9 @@ def test_batch_read_pattern_and_bounded_fetches(spark, broker):
     assert offsets == list(range(300))
     # the tuple path (tidegate.arrow=false) gives the same rows as the Arrow path
     recs = make_records(50, base)
-    produce(broker.bootstrap, other, 0, recs, "gzip")
-    arrow = rows_of(read_df(spark, broker.bootstrap, subscribe=other, includeHeaders="true"))
-    tuples = read_df(spark, broker.bootstrap, subscribe=other, includeHeaders="true",
+    produce(bootstrap, other, 0, recs, "gzip")
+    arrow = rows_of(read_df(spark, bootstrap, subscribe=other, includeHeaders="true"))
+    tuples = read_df(spark, bootstrap, subscribe=other, includeHeaders="true",
                      **{"tidegate.arrow": "false"})  # fmt: skip
     assert rows_of(tuples) == arrow
     assert [r[5] for r in arrow[300:]] == [r.timestamp for r in recs]
@@ -452,21 +452,21 @@ def test_stream_restart_from_checkpoint_exactly_once(spark, bootstrap, tmp_path)
     assert _sink_rows(spark, out) == sorted(sent)
 
 
-def test_stream_pattern_picks_up_new_topics_from_earliest(spark, broker, tmp_path):
+def test_stream_pattern_picks_up_new_topics_from_earliest(spark, bootstrap, tmp_path):
     """subscribePattern with startingOffsets=latest: records already there are skipped;
     a topic created later is read from its earliest offset (Spark's rule for new
     partitions), across a restart."""
     prefix = f"newt{os.getpid()}x{int(time.time()) % 10000}"
-    a = create_topic(broker.bootstrap, 1, prefix=prefix)
+    a = create_topic(bootstrap, 1, prefix=prefix)
     base = base_timestamp()
     old = make_records(20, base, headers=False)
-    produce(broker.bootstrap, a, 0, old)
+    produce(bootstrap, a, 0, old)
     out, ckpt = tmp_path / "out", tmp_path / "ckpt"
 
     def run() -> None:
         q = (
             spark.readStream.format("tidegate")
-            .option("kafka.bootstrap.servers", broker.bootstrap)
+            .option("kafka.bootstrap.servers", bootstrap)
             .option("subscribePattern", f"{prefix}-.*")
             .load()
             .selectExpr("topic", "partition", "offset")
@@ -480,10 +480,10 @@ def test_stream_pattern_picks_up_new_topics_from_earliest(spark, broker, tmp_pat
 
     run()  # starts at latest: nothing to read yet
     new_a = make_records(5, base + 100, headers=False)
-    produce(broker.bootstrap, a, 0, new_a)
-    b = create_topic(broker.bootstrap, 2, prefix=prefix)
-    produce(broker.bootstrap, b, 0, make_records(7, base, headers=False))
-    produce(broker.bootstrap, b, 1, make_records(3, base, headers=False))
+    produce(bootstrap, a, 0, new_a)
+    b = create_topic(bootstrap, 2, prefix=prefix)
+    produce(bootstrap, b, 0, make_records(7, base, headers=False))
+    produce(bootstrap, b, 1, make_records(3, base, headers=False))
     run()
     got = sorted(tuple(r) for r in spark.read.parquet(str(out)).collect())
     want = sorted(
