@@ -7,9 +7,11 @@ groups or a poll loop:
 - :func:`list_offsets` resolves EARLIEST (-2), LATEST (-1) or a timestamp per
   partition, one request per partition leader, refreshing metadata and retrying when
   leadership moved;
+- :func:`end_offsets` is LATEST checked against a Fetch's high watermark (some
+  Kafka-compatible brokers answer LATEST short of it);
 - :func:`fetch` sends one Fetch to one broker for a set of positions and returns the
   raw records per partition, with the high watermark and log start offset;
-- :func:`read_range` reads ``[start, end)`` of one partition as records, one Fetch
+- :func:`read_range_batches` (and :func:`read_range`, record by record) reads ``[start, end)`` of one partition as records, one Fetch
   of at most ``partition_max_bytes`` at a time, so memory stays bounded by that
   (plus one decompressed batch) however long the range is.
 
