@@ -41,7 +41,10 @@ class _ServeCommand(click.Command):
         with formatter.section("Broker configuration keys"):
             formatter.write_text(
                 "Set in the properties file or with --override key=value (overrides win). "
-                "Unknown keys are rejected. Details: docs/configuration.md."
+                "Unknown keys are rejected. Details: docs/configuration.md. As in Kafka, "
+                "listener.name.<listener>.<key> overrides sasl.enabled.mechanisms and the ssl.* "
+                "keys for one listener, and listener.name.<listener>.plain.sasl.jaas.config "
+                "gives it PLAIN users (docs/security.md)."
             )
             for heading, doc in config_key_help():
                 formatter.write_paragraph()
@@ -178,3 +181,156 @@ def top(
         ctx.exit(1)
     except KeyboardInterrupt:
         ctx.exit(0)
+
+
+# -- tidegate configs: client quotas, like kafka-configs.sh ------------------------------------
+_ENTITY_TYPES = {"users": "user", "clients": "client-id"}
+_ENTITY_LABELS = {"user": "user-principal", "client-id": "client-id"}
+
+
+def _parse_add_config(text: str) -> dict[str, float]:
+    """``k=v,k2=v2`` (kafka-configs.sh's --add-config) with numeric quota values."""
+    out: dict[str, float] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(f"expected key=value, got {item!r}", param_hint="--add-config")
+        try:
+            out[key.strip()] = float(value)
+        except ValueError:
+            raise click.BadParameter(
+                f"the value of {key.strip()} must be a number, got {value!r}",
+                param_hint="--add-config",
+            ) from None
+    return out
+
+
+def _entity_text(entity: dict[str, str | None]) -> str:
+    parts = []
+    for entity_type in ("user", "client-id"):
+        if entity_type in entity:
+            name = entity[entity_type]
+            label = _ENTITY_LABELS[entity_type]
+            parts.append(f"the default {label}" if name is None else f"{label} '{name}'")
+    parts += [f"{t} '{n}'" for t, n in entity.items() if t not in _ENTITY_LABELS]
+    return ", ".join(parts)
+
+
+def _number(value: float) -> str:
+    return repr(float(value))  # Kafka prints the Double: 1048576.0, 50.0
+
+
+@main.command(context_settings={"max_content_width": 120})
+@click.option("--bootstrap-server", default="localhost:9092", show_default=True,
+              metavar="HOST:PORT", help="The broker to connect to.")
+@click.option("--entity-type", "entity_types", multiple=True,
+              type=click.Choice(sorted(_ENTITY_TYPES)),
+              help="users or clients; both (users first) for a (user, client-id) entity.")
+@click.option("--entity-name", "entity_names", multiple=True, metavar="NAME",
+              help="The entity's name, one per --entity-type, in the same order.")
+@click.option("--entity-default", "entity_defaults", count=True,
+              help="The default entity (<default>) for the --entity-type after the named ones.")
+@click.option("--describe", is_flag=True, help="List the quotas of the entity (or of all entities).")
+@click.option("--alter", is_flag=True, help="Change the quotas of the entity.")
+@click.option("--add-config", "add_config", metavar="K=V[,K=V]",
+              help="Quotas to set with --alter: producer_byte_rate, consumer_byte_rate, "
+              "request_percentage.")
+@click.option("--delete-config", "delete_config", multiple=True, metavar="K[,K]",
+              help="Quotas to remove with --alter (comma-separated or repeated).")
+@click.pass_context
+def configs(
+    ctx: click.Context,
+    bootstrap_server: str,
+    entity_types: tuple[str, ...],
+    entity_names: tuple[str, ...],
+    entity_defaults: int,
+    describe: bool,
+    alter: bool,
+    add_config: str | None,
+    delete_config: tuple[str, ...],
+) -> None:
+    """Describe or alter client quotas over the wire, like kafka-configs.sh.
+
+    \b
+      tidegate configs --alter --add-config 'request_percentage=50' \\
+          --entity-type users --entity-name alice
+      tidegate configs --describe --entity-type users --entity-name alice
+      tidegate configs --alter --delete-config producer_byte_rate \\
+          --entity-type users --entity-default --entity-type clients --entity-default
+
+    Uses AlterClientQuotas/DescribeClientQuotas (KIP-546); a change applies at once to
+    connected clients and persists across broker restarts.
+    """
+    from tidegate.client import BrokerResponseError, KafkaClient, KafkaError
+    from tidegate.client.admin import (
+        QuotaFilterComponent,
+        alter_client_quotas,
+        describe_client_quotas,
+    )
+
+    if describe == alter:
+        raise click.UsageError("Give exactly one of --describe and --alter.")
+    if len(set(entity_types)) != len(entity_types):
+        raise click.UsageError("Each --entity-type may be given once.")
+    names: list[str | None] = [*entity_names, *([None] * entity_defaults)]
+    if len(names) > len(entity_types):
+        raise click.UsageError("More --entity-name/--entity-default than --entity-type.")
+    types = sorted((_ENTITY_TYPES[t] for t in entity_types), key=lambda t: t != "user")
+    if alter and len(names) != len(types):
+        raise click.UsageError("--alter needs an --entity-name or --entity-default per --entity-type.")
+    # names are given per --entity-type in the order typed; put them with their types
+    by_type = dict(zip((_ENTITY_TYPES[t] for t in entity_types), names, strict=False))
+    deletes = [k.strip() for item in delete_config for k in item.split(",") if k.strip()]
+    additions = _parse_add_config(add_config) if add_config else {}
+    if alter and not additions and not deletes:
+        raise click.UsageError("--alter needs --add-config or --delete-config.")
+    if describe and (additions or deletes):
+        raise click.UsageError("--add-config and --delete-config go with --alter.")
+    try:
+        with KafkaClient(bootstrap_server, client_id="tidegate-configs",
+                         request_timeout_ms=30_000) as client:
+            if describe:
+                components = []
+                for t in types:
+                    if t not in by_type:
+                        components.append(QuotaFilterComponent.of_type(t))
+                    elif by_type[t] is None:
+                        components.append(QuotaFilterComponent.of_default(t))
+                    else:
+                        components.append(QuotaFilterComponent.of_entity(t, by_type[t]))
+                found = describe_client_quotas(client, components, strict=bool(types))
+                for entity, values in found:
+                    text = ",".join(f"{k}={_number(v)}" for k, v in sorted(values.items()))
+                    click.echo(f"Quota configs for {_entity_text(entity)} are {text}")
+                return
+            entity = {t: by_type[t] for t in types}
+            if deletes:
+                exact = [
+                    QuotaFilterComponent.of_default(t) if n is None
+                    else QuotaFilterComponent.of_entity(t, n)
+                    for t, n in entity.items()
+                ]
+                current = describe_client_quotas(client, exact, strict=True)
+                present = set().union(*(v.keys() for _, v in current)) if current else set()
+                missing = [k for k in deletes if k not in present]
+                if missing:
+                    click.echo(f"Invalid config(s): {','.join(missing)}", err=True)
+                    ctx.exit(1)
+            ops: dict[str, float | None] = {k: None for k in deletes}
+            ops.update(additions)
+            [(_, code, message)] = alter_client_quotas(client, [(entity, ops)])
+            if code:
+                raise BrokerResponseError(code, message)
+            named = list(entity.items())
+            if all(n is None for _, n in named):
+                click.echo(f"Completed updating default config for {' and '.join(entity_types)} "
+                           "in the cluster.")
+            else:
+                what = ", ".join(
+                    f"{'user' if t == 'user' else 'client'} {n if n is not None else '<default>'}"
+                    for t, n in named
+                )
+                click.echo(f"Completed updating config for {what}.")
+    except KafkaError as exc:
+        click.echo(f"tidegate configs: {exc}", err=True)
+        ctx.exit(1)

@@ -211,7 +211,7 @@ class Check(Validator):
 # listeners
 # --------------------------------------------------------------------------------------
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-SUPPORTED_SECURITY_PROTOCOLS = ("PLAINTEXT",)
+SUPPORTED_SECURITY_PROTOCOLS = SECURITY_PROTOCOLS
 
 # NAME://host:port; host may be empty (all interfaces), a name, IPv4, or IPv6
 # (bracketed or not: the port is whatever follows the last colon).
@@ -319,6 +319,24 @@ def _parse_protocol_map(name: str, entries: list[str]) -> dict[str, str]:
 
 
 _DEFAULT_PROTOCOL_MAP = MappingProxyType({p: p for p in SECURITY_PROTOCOLS})
+
+#: Keys a listener may override as ``listener.name.<listener>.<key>`` (Kafka's listener
+#: prefix; the listener name in any case). ``<mechanism>.sasl.jaas.config`` exists only
+#: in that prefixed form.
+LISTENER_OVERRIDABLE = (
+    "sasl.enabled.mechanisms",
+    "ssl.keystore.type",
+    "ssl.keystore.location",
+    "ssl.keystore.certificate.chain",
+    "ssl.keystore.key",
+    "ssl.key.password",
+    "ssl.truststore.type",
+    "ssl.truststore.location",
+    "ssl.truststore.certificates",
+    "ssl.client.auth",
+)
+JAAS_SUFFIX = ".sasl.jaas.config"
+_LISTENER_PREFIX_RE = re.compile(r"listener\.name\.(?P<listener>[A-Za-z0-9_-]+)\.(?P<key>.+)")
 
 
 # --------------------------------------------------------------------------------------
@@ -487,6 +505,13 @@ BOOLEAN, STRING, INT, LONG, DOUBLE, LIST, PASSWORD = (
 )
 HIGH, MEDIUM, LOW = Importance.HIGH, Importance.MEDIUM, Importance.LOW
 _listeners = Check(_check_listener_list, "NAME://host:port,...")
+_UNSUPPORTED_MECHANISMS = {
+    "GSSAPI": "GSSAPI (Kerberos) is not supported; use PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512",
+    "OAUTHBEARER": "OAUTHBEARER is not supported; use PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512",
+}
+_UNSUPPORTED_STORES = {
+    t: f"{t} stores are not supported; convert to PEM (see docs/security.md)" for t in ("JKS", "PKCS12")
+}
 _log_dir = Check(_check_single_log_dir, "exactly one directory")
 _single_node = Check(_check_single_node, "[1]")
 
@@ -502,7 +527,8 @@ _TABLE: tuple[ConfigKey, ...] = (
     broker("listener.security.protocol.map", LIST,
            "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
            Check(_parse_protocol_map, "NAME:PROTOCOL,..."), LOW,
-           "Maps listener names to security protocols; only PLAINTEXT is implemented."),
+           "Maps listener names to security protocols (PLAINTEXT, SSL, SASL_PLAINTEXT, "
+           "SASL_SSL). See docs/security.md."),
     broker("log.dirs", LIST, None, _log_dir, HIGH,
            "The directory holding the log data; overrides log.dir. tidegate supports "
            "exactly one directory."),
@@ -575,10 +601,49 @@ _TABLE: tuple[ConfigKey, ...] = (
            "The number of received requests the broker holds at once before it stops reading."),
     broker("message.max.bytes", INT, 1048588, Range.at_least(0), HIGH,
            "The largest record batch (after compression) the broker accepts."),
+    # ---- client quotas (docs/quotas.md) ---------------------------------------------------
+    broker("quota.window.num", INT, 11, Range.at_least(1), LOW,
+           "The number of samples kept in memory for client quotas (each quota's Rate is "
+           "measured over this many windows)."),
+    broker("quota.window.size.seconds", INT, 1, Range.at_least(1), LOW,
+           "The time span of each sample for client quotas; also the cap on one "
+           "request_percentage throttle."),
     broker("metrics.listener", STRING, None, Check(_check_metrics_listener, "http://host:port"),
            MEDIUM,
            "Serve Prometheus metrics at http://host:port/metrics (port 0: ephemeral); unset "
            "or empty: no metrics endpoint and no per-request accounting. See docs/metrics.md."),
+    # ---- security (docs/security.md) -----------------------------------------------------
+    broker("sasl.enabled.mechanisms", LIST, "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+           OneOf(("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"), _UNSUPPORTED_MECHANISMS), MEDIUM,
+           "SASL mechanisms offered on SASL_PLAINTEXT and SASL_SSL listeners (Kafka's default, "
+           "GSSAPI, is not supported). Overridable per listener."),
+    broker("sasl.credentials.file", STRING, None, None, MEDIUM,
+           "tidegate only: a JSON file of users: PLAIN passwords and SCRAM credentials (from a "
+           "password, or pre-salted). See docs/security.md for the format."),
+    broker("sasl.server.max.receive.size", INT, 524288, Range.at_least(1), LOW,
+           "The largest request accepted before a SASL connection is authenticated; larger "
+           "closes the connection."),
+    broker("ssl.keystore.type", STRING, "PEM", OneOf(("PEM",), _UNSUPPORTED_STORES), MEDIUM,
+           "Key store format; only PEM. Overridable per listener."),
+    broker("ssl.keystore.location", STRING, None, None, HIGH,
+           "PEM file with the server's private key and certificate chain (SSL, SASL_SSL). "
+           "Overridable per listener."),
+    broker("ssl.keystore.certificate.chain", PASSWORD, None, None, HIGH,
+           "The server's certificate chain as PEM text (instead of ssl.keystore.location; with "
+           "ssl.keystore.key)."),
+    broker("ssl.keystore.key", PASSWORD, None, None, HIGH,
+           "The server's private key as PEM text (with ssl.keystore.certificate.chain)."),
+    broker("ssl.key.password", PASSWORD, None, None, HIGH,
+           "Password of an encrypted private key."),
+    broker("ssl.truststore.type", STRING, "PEM", OneOf(("PEM",), _UNSUPPORTED_STORES), MEDIUM,
+           "Trust store format; only PEM."),
+    broker("ssl.truststore.location", STRING, None, None, HIGH,
+           "PEM file of CA certificates that client certificates are checked against."),
+    broker("ssl.truststore.certificates", PASSWORD, None, None, HIGH,
+           "CA certificates as PEM text (instead of ssl.truststore.location)."),
+    broker("ssl.client.auth", STRING, "none", OneOf(("none", "requested", "required")), MEDIUM,
+           "Client certificates on SSL/SASL_SSL listeners: none, requested (checked if sent) or "
+           "required. On SSL listeners a client certificate's subject DN is the principal."),
     # ---- consumer groups (docs/groups.md) ------------------------------------------------
     broker("group.initial.rebalance.delay.ms", INT, 3000, Range.at_least(0), MEDIUM,
            "How long the first rebalance of an empty group waits for more members to join "
@@ -978,14 +1043,16 @@ class BrokerConfig:
 
     def __init__(self, props: Mapping[str, Any] | None = None) -> None:
         originals = dict(props or {})
-        unknown = [name for name in originals if name not in BROKER_CONFIG]
+        prefixed = {n: v for n, v in originals.items() if _LISTENER_PREFIX_RE.fullmatch(n)}
+        unknown = [name for name in originals if name not in BROKER_CONFIG and name not in prefixed]
         if unknown:
             errors = [BROKER_CONFIG.unknown(name) for name in unknown]
             message = "; ".join(str(e) for e in errors)
             raise ConfigError(message, name=unknown[0], value=unknown[0])
         values = {name: key.default for name, key in BROKER_CONFIG.items()}
         for name, raw in originals.items():
-            values[name] = BROKER_CONFIG.parse_value(name, raw)
+            if name not in prefixed:
+                values[name] = BROKER_CONFIG.parse_value(name, raw)
         self._originals = MappingProxyType(originals)
         self._values = MappingProxyType(values)
         self._protocol_map = MappingProxyType(
@@ -994,6 +1061,8 @@ class BrokerConfig:
             )
         )
         self._listeners = self._build_listeners("listeners", values["listeners"])
+        self._listener_overrides = self._parse_listener_overrides(prefixed)
+        self._validate_security()
         self._validate_advertised()
         self._validate_queued_max_request_bytes()
         self._log_config = topic_log_config(self, {})
@@ -1019,6 +1088,58 @@ class BrokerConfig:
                     "this release of tidegate implements only PLAINTEXT",
                 )
         return listeners
+
+    def _parse_listener_overrides(self, prefixed: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+        """``listener.name.<listener>.<key>`` (Kafka's listener prefix) for the keys in
+        LISTENER_OVERRIDABLE and ``<mechanism>.sasl.jaas.config``."""
+        names = {lst.name for lst in self._listeners}
+        out: dict[str, dict[str, Any]] = {}
+        for full, raw in prefixed.items():
+            match = _LISTENER_PREFIX_RE.fullmatch(full)
+            assert match is not None
+            listener, key = match["listener"].upper(), match["key"]
+            if listener not in names:
+                raise ConfigError.invalid(
+                    full, raw, f"Listener {listener} is not defined in listeners"
+                )
+            if key in LISTENER_OVERRIDABLE:
+                value = BROKER_CONFIG.parse_value(key, raw)
+            elif key.endswith(JAAS_SUFFIX) and key[: -len(JAAS_SUFFIX)].upper() in (
+                "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"
+            ):
+                value = parse_type(full, raw, ConfigType.PASSWORD)
+            else:
+                raise ConfigError(
+                    f"Unknown configuration '{full}' (a listener may override "
+                    f"{', '.join(LISTENER_OVERRIDABLE)} and <mechanism>.sasl.jaas.config)",
+                    name=full, value=raw,
+                )
+            out.setdefault(listener, {})[key.lower() if key.endswith(JAAS_SUFFIX) else key] = value
+        return out
+
+    def listener_get(self, listener: str, name: str) -> Any:
+        """A key's value for one listener: its ``listener.name.<listener>.`` override, else
+        the broker-wide value (None for an unset jaas config)."""
+        overrides = self._listener_overrides.get(listener.upper(), {})
+        if name in overrides:
+            return overrides[name]
+        if name.endswith(JAAS_SUFFIX):
+            return None
+        return self.get(name)
+
+    def _validate_security(self) -> None:
+        for lst in self._listeners:
+            if lst.security_protocol in ("SSL", "SASL_SSL"):
+                location = self.listener_get(lst.name, "ssl.keystore.location")
+                chain = self.listener_get(lst.name, "ssl.keystore.certificate.chain")
+                key = self.listener_get(lst.name, "ssl.keystore.key")
+                if location is None and (chain is None or key is None):
+                    raise ConfigError.invalid(
+                        "listeners", str(lst),
+                        f"Listener {lst.name} uses {lst.security_protocol}, which needs "
+                        "ssl.keystore.location (PEM with key and certificate chain) or both "
+                        "ssl.keystore.certificate.chain and ssl.keystore.key",
+                    )
 
     #: tidegate's default for queued.max.request.bytes when unset (see docs/configuration.md).
     DEFAULT_QUEUED_MAX_REQUEST_BYTES = 268435456
@@ -1239,7 +1360,16 @@ class BrokerConfig:
         return self._log_config
 
     def __repr__(self) -> str:
-        return f"BrokerConfig({dict(self._originals)!r})"
+        def shown(name: str, value: Any) -> Any:
+            key = BROKER_CONFIG.get(name)
+            if name.endswith(JAAS_SUFFIX):
+                return "[hidden]"
+            if key is None:  # a listener override: hidden if the base key is sensitive
+                m = _LISTENER_PREFIX_RE.fullmatch(name)
+                key = BROKER_CONFIG.get(m["key"]) if m else None
+            return "[hidden]" if key is not None and key.sensitive else value
+
+        return f"BrokerConfig({ {n: shown(n, v) for n, v in self._originals.items()}!r})"
 
 
 # --------------------------------------------------------------------------------------

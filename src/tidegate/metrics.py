@@ -563,6 +563,64 @@ class FlusherCollector(Collector):
         )
 
 
+class QuotaCollector(Collector):
+    """Client quotas (``tidegate.server.client_quotas.BrokerQuotas``), read at scrape time:
+    per entity (the counters' ``user``/``client_id`` tags, "" where the quota is not per
+    that level) the measured rate and the throttle time, per quota type the queue of
+    throttled connections, and the exempt request time. Nothing is kept per request."""
+
+    def __init__(self, quotas: Any) -> None:
+        self.quotas = quotas
+
+    def collect(self) -> Iterable[Metric]:
+        labels = ["user", "client_id"]
+        for quota_type, manager in self.quotas.managers.items():
+            group = quota_type.group.lower()  # produce, fetch, request
+            rate_name = manager.quota_metric_name.replace("-", "_")  # byte_rate, request_time
+            unit = "bytes/s" if rate_name == "byte_rate" else "% of one thread"
+            rate = GaugeMetricFamily(
+                f"kafka_server_{group}_{rate_name}",
+                f"{quota_type.group} quota rate per entity, {unit} "
+                f"(kafka.server:type={quota_type.group} {manager.quota_metric_name}).",
+                labels=labels,
+            )
+            avg = GaugeMetricFamily(
+                f"kafka_server_{group}_throttle_time",
+                f"Average throttle time per entity, ms "
+                f"(kafka.server:type={quota_type.group} throttle-time).",
+                labels=labels,
+            )
+            peak = GaugeMetricFamily(
+                f"kafka_server_{group}_throttle_time_max",
+                "Largest throttle time per entity in the metric window, ms (tidegate).",
+                labels=labels,
+            )
+            bound = GaugeMetricFamily(
+                f"tidegate_quota_{group}_bound",
+                f"The {quota_type.config_key} in force per entity (2^63-1: unlimited).",
+                labels=labels,
+            )
+            for m in manager.entity_metrics():
+                key = [m.user, m.client_id]
+                rate.add_metric(key, m.rate)
+                avg.add_metric(key, m.throttle_time_avg)
+                peak.add_metric(key, m.throttle_time_max)
+                bound.add_metric(key, m.quota)
+            yield from (rate, avg, peak, bound)
+            yield GaugeMetricFamily(
+                f"kafka_server_{group}_queue_size",
+                f"Connections muted for a {quota_type.group} throttle "
+                f"(kafka.server:type={quota_type.group} queue-size).",
+                value=manager.queue_size,
+            )
+        yield GaugeMetricFamily(
+            "kafka_server_request_exempt_request_time",
+            "Time on exempt requests (ApiVersions, SASL before authentication), % of one "
+            "thread (kafka.server:type=Request exempt-request-time).",
+            value=self.quotas.request.exempt_request_time(),
+        )
+
+
 # --------------------------------------------------------------------------------------
 # the broker's metrics
 # --------------------------------------------------------------------------------------
@@ -600,6 +658,10 @@ class BrokerMetrics:
 
     def unregister_purgatory(self, name: str) -> None:
         self.purgatories.pop(name, None)
+
+    def register_quotas(self, quotas: Any) -> None:
+        """Expose the client-quota managers (per-entity rates and throttle times)."""
+        self.registry.register(QuotaCollector(quotas))
 
     def register_flusher(self, flusher: Any) -> None:
         """Expose the group-commit flusher's ``rounds`` and ``requests`` counters."""

@@ -428,7 +428,7 @@ def _throttled(prev: Snapshot | None, cur: Snapshot) -> Section:
     names = [
         n
         for n, rows in cur.samples.items()
-        if "throttle" in n and any("client_id" in l for l, _ in rows)
+        if n.endswith("_throttle_time") and any("client_id" in l for l, _ in rows)
     ]
     if not names:
         return Section("Top clients by throttle time", [], [], "n/a: this broker has no quotas yet")

@@ -110,7 +110,7 @@ def test_unknown_key_in_file_exits_2(runner, tmp_path, install_broker):
     ("args", "fragment"),
     [
         (["--override", "num.partitions"], "expected key=value"),
-        (["--override", "listeners=SSL://127.0.0.1:9093"], "not supported yet"),
+        (["--override", "listeners=SSL://127.0.0.1:9093"], "needs ssl.keystore.location"),
         (["--config", "/nonexistent/server.properties"], "does not exist"),
     ],
 )

@@ -304,16 +304,40 @@ def test_empty_host_binds_all_interfaces_and_is_advertised_as_hostname(monkeypat
     assert c.advertised_listeners == (Listener("PLAINTEXT", "broker.example", 0, "PLAINTEXT"),)
 
 
-def test_unsupported_security_protocol_is_rejected():
+def test_tls_listener_without_a_keystore_is_rejected():
     msg = error_of({"listeners": "SSL://127.0.0.1:9093"})
-    assert "listeners" in msg and "SSL" in msg and "not supported yet" in msg
+    assert "listeners" in msg and "SSL" in msg and "needs ssl.keystore.location" in msg
     msg = error_of(
         {
             "listeners": "CLIENT://127.0.0.1:9093",
             "listener.security.protocol.map": "CLIENT:SASL_SSL",
+            "ssl.keystore.key": "x",
         }
     )
-    assert "SASL_SSL is not supported yet" in msg
+    assert "CLIENT uses SASL_SSL, which needs" in msg
+    c = BrokerConfig({"listeners": "CLIENT://127.0.0.1:9093",
+               "listener.security.protocol.map": "CLIENT:SASL_SSL",
+               "listener.name.client.ssl.keystore.location": "/k.pem"})
+    assert c.listener_get("CLIENT", "ssl.keystore.location") == "/k.pem"
+
+
+def test_security_keys_and_listener_prefix():
+    c = BrokerConfig({
+        "listeners": "PLAINTEXT://127.0.0.1:1,SASL_PLAINTEXT://127.0.0.1:2",
+        "listener.name.sasl_plaintext.sasl.enabled.mechanisms": "SCRAM-SHA-512",
+        "listener.name.SASL_PLAINTEXT.plain.sasl.jaas.config": "x required;",
+    })
+    assert c.get("sasl.enabled.mechanisms") == ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
+    assert c.listener_get("SASL_PLAINTEXT", "sasl.enabled.mechanisms") == ["SCRAM-SHA-512"]
+    assert c.listener_get("PLAINTEXT", "sasl.enabled.mechanisms") == c.get("sasl.enabled.mechanisms")
+    assert c.listener_get("SASL_PLAINTEXT", "plain.sasl.jaas.config") == "x required;"
+    assert c.listener_get("PLAINTEXT", "plain.sasl.jaas.config") is None
+    assert "GSSAPI (Kerberos) is not supported" in error_of({"sasl.enabled.mechanisms": "PLAIN,GSSAPI"})
+    assert "OAUTHBEARER is not supported" in error_of({"sasl.enabled.mechanisms": "OAUTHBEARER"})
+    assert "JKS stores are not supported" in error_of({"ssl.keystore.type": "JKS"})
+    assert "Listener OTHER is not defined" in error_of({"listener.name.other.ssl.client.auth": "none"})
+    assert "a listener may override" in error_of({"listener.name.plaintext.num.partitions": "3"})
+    assert "String must be one of: none, requested, required" in error_of({"ssl.client.auth": "maybe"})
 
 
 def test_custom_listener_name_needs_a_protocol_mapping():
@@ -584,3 +608,14 @@ def test_docs_list_every_key_and_no_stale_ones():
     defined = set(BROKER_CONFIG) | set(TOPIC_CONFIG)
     assert defined - documented == set(), "keys missing from docs/configuration.md"
     assert documented - defined == set(), "docs/configuration.md lists keys that do not exist"
+
+
+def test_repr_hides_secrets_also_in_listener_overrides():
+    text = repr(BrokerConfig({
+        "listeners": "SASL_SSL://127.0.0.1:1",
+        "listener.name.sasl_ssl.ssl.keystore.key": "KEY-TEXT",
+        "listener.name.sasl_ssl.ssl.keystore.certificate.chain": "CHAIN-TEXT",
+        "ssl.key.password": "PW",
+        "listener.name.sasl_ssl.plain.sasl.jaas.config": 'x required user_a="JAAS-PW";',
+    }))
+    assert not any(secret in text for secret in ("KEY-TEXT", "CHAIN-TEXT", "PW", "JAAS-PW"))

@@ -12,13 +12,15 @@ muted until it resolves.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 import itertools
 import logging
 import random
 import socket
+import time
 from collections.abc import Callable, Sized
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from tidegate.network.memory_pool import MemoryPool
@@ -27,6 +29,7 @@ from tidegate.network.receive import InvalidReceiveError, NetworkReceive
 
 if TYPE_CHECKING:
     from tidegate.metrics import RequestMetrics
+    from tidegate.security.listener import ListenerSecurity
 
 log = logging.getLogger(__name__)
 
@@ -35,12 +38,25 @@ _connection_ids = itertools.count(1)
 
 @dataclass(frozen=True, slots=True)
 class RequestContext:
-    """Who sent a request and on which listener (Kafka's RequestContext)."""
+    """Who sent a request and on which listener (Kafka's RequestContext).
+
+    ``connection`` is the :class:`KafkaConnection` itself (None when a processor is
+    driven without one): quotas read its ``principal`` and ``authenticated`` and mute
+    it for a throttle.
+    """
 
     connection_id: int
     listener_name: str
     client_address: str
     client_port: int
+    #: the authenticated user name; "ANONYMOUS" on PLAINTEXT listeners and SSL ones
+    #: without a client certificate; the subject DN of an SSL client certificate
+    principal: str = "ANONYMOUS"
+    security_protocol: str = "PLAINTEXT"
+    #: False only for the ApiVersions a SASL connection sends before logging in (the one
+    #: request of an unauthenticated connection that reaches the broker)
+    authenticated: bool = True
+    connection: KafkaConnection | None = field(default=None, compare=False, repr=False)
 
 
 class RequestProcessor(Protocol):
@@ -51,6 +67,10 @@ class RequestProcessor(Protocol):
     """
 
     def process(self, payload: bytearray, ctx: RequestContext, release: Callable[[], None]) -> Any: ...
+
+    # Optional: ``record_exempt_request_time_ns(ns)`` takes the loop time spent on a SASL
+    # frame before login (exempt from the request quota, still measured as
+    # exempt-request-time); KafkaApis has it, test processors need not.
 
 
 class ConnectionClosed(Exception):
@@ -105,17 +125,37 @@ class RequestMemory:
 
 
 class KafkaConnection(asyncio.BufferedProtocol):
-    def __init__(self, server: SocketServer, listener_name: str) -> None:
+    """One client connection.
+
+    Identity (docs/security.md): ``principal`` is the user name ("ANONYMOUS" until a
+    SASL login succeeds, and for PLAINTEXT and certificate-less SSL connections; the
+    certificate's subject DN for SSL with a client certificate). ``authenticated`` is
+    False only on SASL listeners until the login succeeds; until then only ApiVersions,
+    SaslHandshake and SaslAuthenticate get through (``authenticator``), anything else
+    closes the connection.
+    """
+
+    def __init__(
+        self, server: SocketServer, listener_name: str, security: ListenerSecurity | None = None
+    ) -> None:
         self.server = server
         self.listener_name = listener_name
         self.connection_id = next(_connection_ids)
-        self.receive = NetworkReceive(server.max_request_size, server.request_memory)
+        self.security = security
+        self.security_protocol = security.security_protocol if security else "PLAINTEXT"
+        self.authenticator = security.new_authenticator() if security else None
+        self.authenticated = self.authenticator is None
+        self.principal = "ANONYMOUS"
+        self.receive = NetworkReceive(self._max_receive_size(), server.request_memory)
         self.mute_state = ChannelMuteState()
         self.transport: asyncio.Transport | None = None
         self.ctx: RequestContext | None = None
         self.closed = False
         self.in_flight: asyncio.Future | None = None
         self._reading_paused = False
+        # Called once after the next response is written (the request quota counts
+        # the encode and write time of a response; see docs/quotas.md). None: nothing.
+        self.after_send: Callable[[], None] | None = None
 
     # -- asyncio callbacks -------------------------------------------------
     def connection_made(self, transport: Any) -> None:
@@ -139,7 +179,14 @@ class KafkaConnection(asyncio.BufferedProtocol):
                     pass
         transport.set_write_buffer_limits(high=self.server.send_buffer_bytes)
         peer = transport.get_extra_info("peername") or ("?", 0)
-        self.ctx = RequestContext(self.connection_id, self.listener_name, str(peer[0]), int(peer[1]))
+        if self.security is not None and self.security.principal_from_certificate:
+            from tidegate.security.tls import subject_dn
+
+            self.principal = subject_dn(transport.get_extra_info("peercert") or {}) or "ANONYMOUS"
+        self.ctx = RequestContext(
+            self.connection_id, self.listener_name, str(peer[0]), int(peer[1]),
+            self.principal, self.security_protocol, self.authenticated, self,
+        )
         self.server.connections.add(self)
         if self.server.draining:
             self.mute(MuteReason.SHUTDOWN)
@@ -162,7 +209,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
             return
         if self.receive.complete():
             receive = self.receive
-            self.receive = NetworkReceive(self.server.max_request_size, self.server.request_memory)
+            self.receive = NetworkReceive(self._max_receive_size(), self.server.request_memory)
             self._process(receive)
 
     def eof_received(self) -> bool | None:
@@ -202,9 +249,47 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self._reading_paused = False
             self.transport.resume_reading()
 
+    # -- authentication ------------------------------------------------------
+    def _max_receive_size(self) -> int:
+        """Kafka's sasl.server.max.receive.size bounds requests before authentication."""
+        if self.authenticated:
+            return self.server.max_request_size
+        return min(self.server.max_request_size, self.server.sasl_max_receive_size)
+
+    def _authenticate(self, payload: bytearray) -> bool:
+        """Hand a frame to the SASL authenticator; True if it goes on to the broker
+        (ApiVersions). The frame was read into pool memory like any request."""
+        assert self.authenticator is not None
+        start = time.perf_counter_ns()
+        step = self.authenticator.receive(payload)
+        if step.forward:
+            return True  # ApiVersions: the broker measures it as exempt itself
+        if payload:
+            self.server.request_memory.release(payload)
+        self._send(step.response)
+        record_exempt = self.server.record_exempt
+        if record_exempt is not None:
+            record_exempt(time.perf_counter_ns() - start)
+        if step.close is not None:
+            log.info("closing connection %s from %s: %s", self.connection_id, self._peer(), step.close)
+            self.close()  # after the failure response: close() flushes what was written
+            return False
+        if self.authenticator.complete:
+            self.authenticated = True
+            self.principal = self.authenticator.principal or "ANONYMOUS"
+            assert self.ctx is not None
+            self.ctx = dataclasses.replace(self.ctx, principal=self.principal, authenticated=True)
+            # the next frame may now be as large as socket.request.max.bytes
+            self.receive = NetworkReceive(self._max_receive_size(), self.server.request_memory)
+            log.debug("connection %s from %s authenticated as %s with %s", self.connection_id,
+                      self._peer(), self.principal, self.authenticator.mechanism)
+        return False
+
     # -- requests ----------------------------------------------------------
     def _process(self, receive: NetworkReceive) -> None:
         payload = receive.payload()
+        if not self.authenticated and not self._authenticate(payload):
+            return
         metrics = self.server.request_metrics
         timing = metrics.begin(payload) if metrics is not None else None
         released = False
@@ -268,6 +353,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
     def _send(self, data: bytes | None) -> None:
         if data is not None and not self.closed and self.transport is not None:
             self.transport.write(data)
+        if self.after_send is not None:
+            after, self.after_send = self.after_send, None
+            after()
 
     def close(self) -> None:
         if self.transport is not None and not self.closed:
@@ -294,8 +382,10 @@ class SocketServer:
         max_queued_requests: int = 500,
         shuffle: Callable[[list], None] = random.shuffle,
         receive_buffer_bytes: int = -1,
+        sasl_max_receive_size: int = 524288,
     ) -> None:
         self.processor = processor
+        self.record_exempt = getattr(processor, "record_exempt_request_time_ns", None)
         self.pool = pool
         self.request_memory = RequestMemory(pool, max_queued_requests)
         self.request_memory.on_release = self._memory_released_soon
@@ -304,6 +394,7 @@ class SocketServer:
         self.max_request_size = max_request_size
         self.send_buffer_bytes = send_buffer_bytes
         self.receive_buffer_bytes = receive_buffer_bytes  # SO_RCVBUF; -1: the OS default
+        self.sasl_max_receive_size = sasl_max_receive_size  # before SASL authentication
         self.connections: set[KafkaConnection] = set()
         # Connections muted because their next request found no memory, in the
         # order they were muted (a dict as an ordered set).
@@ -315,14 +406,17 @@ class SocketServer:
         self.bound: dict[str, tuple[str, int]] = {}
         self.draining = False
 
-    async def start_listener(self, name: str, host: str, port: int) -> tuple[str, int]:
+    async def start_listener(
+        self, name: str, host: str, port: int, security: ListenerSecurity | None = None
+    ) -> tuple[str, int]:
         loop = asyncio.get_running_loop()
         server = await loop.create_server(
-            lambda: KafkaConnection(self, name),
+            lambda: KafkaConnection(self, name, security),
             host=host or None,
             port=port,
             reuse_address=True,
             backlog=1024,
+            ssl=security.ssl_context if security is not None else None,
         )
         self.servers.append(server)
         sockname = server.sockets[0].getsockname()

@@ -26,14 +26,20 @@ class ApiKey(enum.IntEnum):
     SYNC_GROUP = 14
     DESCRIBE_GROUPS = 15
     LIST_GROUPS = 16
+    SASL_HANDSHAKE = 17
     API_VERSIONS = 18
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
     INIT_PRODUCER_ID = 22
+    SASL_AUTHENTICATE = 36
     DESCRIBE_CONFIGS = 32
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
     OFFSET_DELETE = 47
+    DESCRIBE_CLIENT_QUOTAS = 48
+    ALTER_CLIENT_QUOTAS = 49
+    DESCRIBE_USER_SCRAM_CREDENTIALS = 50
+    ALTER_USER_SCRAM_CREDENTIALS = 51
     DESCRIBE_CLUSTER = 60
 
 
@@ -63,14 +69,20 @@ SUPPORTED_APIS: dict[int, ApiRange] = {
         ApiRange(ApiKey.SYNC_GROUP, 0, 5),
         ApiRange(ApiKey.DESCRIBE_GROUPS, 0, 6),
         ApiRange(ApiKey.LIST_GROUPS, 0, 5),
+        ApiRange(ApiKey.SASL_HANDSHAKE, 0, 1),
         ApiRange(ApiKey.API_VERSIONS, 0, 4),
         ApiRange(ApiKey.CREATE_TOPICS, 2, 7),
         ApiRange(ApiKey.DELETE_TOPICS, 1, 6),
         ApiRange(ApiKey.INIT_PRODUCER_ID, 0, 5),
+        ApiRange(ApiKey.SASL_AUTHENTICATE, 0, 2),
         ApiRange(ApiKey.DESCRIBE_CONFIGS, 1, 4),
         ApiRange(ApiKey.CREATE_PARTITIONS, 0, 3),
         ApiRange(ApiKey.DELETE_GROUPS, 0, 2),
         ApiRange(ApiKey.OFFSET_DELETE, 0, 0),
+        ApiRange(ApiKey.DESCRIBE_CLIENT_QUOTAS, 0, 1),
+        ApiRange(ApiKey.ALTER_CLIENT_QUOTAS, 0, 1),
+        ApiRange(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, 0),
+        ApiRange(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, 0),
         ApiRange(ApiKey.DESCRIBE_CLUSTER, 0, 2),
     )
 }

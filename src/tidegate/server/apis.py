@@ -39,6 +39,8 @@ from tidegate.protocol.codec import (
     ms,
     response_class,
 )
+from tidegate.security.credentials import CredentialStore
+from tidegate.server.client_quotas import BrokerQuotas, QuotaConfigError
 from tidegate.server.delayed_fetch import DelayedFetch, FetchPartitionStatus
 from tidegate.server.delayed_produce import DelayedProduce
 from tidegate.server.group_apis import GroupApis
@@ -47,7 +49,9 @@ from tidegate.server.log_flusher import LogFlusher
 from tidegate.server.metadata import InvalidTopicError, validate_topic_name
 from tidegate.server.producer_id_manager import ProducerIdManager
 from tidegate.server.purgatory import DelayedOperationPurgatory
+from tidegate.server.quotas import ClientQuotaManagerConfig
 from tidegate.server.replica_manager import ReplicaManager
+from tidegate.server.security_apis import SecurityApis
 from tidegate.server.timer import SystemTimer
 from tidegate.server.timer_reaper import TimerReaper
 
@@ -66,6 +70,22 @@ AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
 ZERO_UUID = uuid.UUID(int=0)
+SASL_HANDSHAKE = 17
+SASL_AUTHENTICATE = 36
+
+
+class _QuotaRequest:
+    """What the quota checks need to know about one request while it is answered."""
+
+    __slots__ = ("client_id", "conn", "exempt", "size", "user")
+
+    def __init__(self, conn: Any, user: str, client_id: str, exempt: bool, size: int) -> None:
+        self.conn = conn
+        self.user = user
+        self.client_id = client_id
+        self.exempt = exempt
+        self.size = size
+
 
 class Purgatories:
     """The fetch and produce purgatories, the group-commit flusher feeding the
@@ -103,6 +123,8 @@ class KafkaApis:
         now_ms: Callable[[], int] = lambda: int(time.time() * 1000),
         *,
         producer_ids: ProducerIdManager | None = None,
+        credentials: CredentialStore | None = None,
+        quotas: BrokerQuotas | None = None,
     ) -> None:
         self.config = config
         self.cluster_id = cluster_id
@@ -118,6 +140,19 @@ class KafkaApis:
         self.producer_ids = producer_ids if producer_ids is not None else ProducerIdManager(replicas.root)
         # Consumer groups: the coordinator and its handlers (server/group_apis.py).
         self.groups = GroupApis(self)
+        # SASL and SCRAM credential administration (server/security_apis.py); without a
+        # store (unit tests) credentials live in memory only.
+        self.security = SecurityApis(self, credentials if credentials is not None else CredentialStore(None))
+        # Client quotas (docs/quotas.md): the three managers, throttling, KIP-546 config.
+        if quotas is None:
+            quotas = BrokerQuotas(
+                ClientQuotaManagerConfig(
+                    config.get("quota.window.num"), config.get("quota.window.size.seconds")
+                ),
+                replicas.root,
+            )
+            quotas.load()
+        self.quotas = quotas
         self.handlers: dict[int, Callable[[RequestHeader, Any, RequestContext], Any]] = {
             ApiKey.PRODUCE: self.handle_produce,
             ApiKey.FETCH: self.handle_fetch,
@@ -141,6 +176,12 @@ class KafkaApis:
             ApiKey.DESCRIBE_GROUPS: self.groups.handle_describe_groups,
             ApiKey.DELETE_GROUPS: self.groups.handle_delete_groups,
             ApiKey.OFFSET_DELETE: self.groups.handle_offset_delete,
+            ApiKey.SASL_HANDSHAKE: self.security.handle_sasl_handshake,
+            ApiKey.SASL_AUTHENTICATE: self.security.handle_sasl_authenticate,
+            ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: self.security.handle_describe_user_scram_credentials,
+            ApiKey.ALTER_USER_SCRAM_CREDENTIALS: self.security.handle_alter_user_scram_credentials,
+            ApiKey.DESCRIBE_CLIENT_QUOTAS: self.handle_describe_client_quotas,
+            ApiKey.ALTER_CLIENT_QUOTAS: self.handle_alter_client_quotas,
         }
         assert set(self.handlers) == set(SUPPORTED_APIS), "advertised and handled APIs differ"
         # Ports actually bound per listener name, for listeners configured with port 0.
@@ -151,6 +192,8 @@ class KafkaApis:
     # -- entry point from the network shell ---------------------------------
     def process(self, payload: bytearray, ctx: RequestContext, release: Callable[[], None]) -> Any:
         """Decode, handle, encode. Returns bytes, None (no response) or an awaitable."""
+        if self.quotas.enabled:
+            return self._process_with_quotas(payload, ctx, release)
         try:
             header, body = decode_request(payload)
         except UnsupportedVersionError as exc:
@@ -174,7 +217,140 @@ class KafkaApis:
             self._account(header, result)
         return self._encode(header, result)
 
-    def _finish_later(self, header: RequestHeader, parked: asyncio.Future) -> asyncio.Future:
+    def _process_with_quotas(
+        self, payload: bytearray, ctx: RequestContext, release: Callable[[], None]
+    ) -> Any:
+        """:meth:`process` while any client quota is configured: the same steps, timed
+        for the request quota, with the byte-rate quotas recorded and KIP-219 throttling
+        applied to the response (:meth:`_respond_with_quotas`)."""
+        start = time.perf_counter_ns()
+        size = len(payload)
+        try:
+            header, body = decode_request(payload)
+        except UnsupportedVersionError as exc:
+            release()
+            log.info("%s from %s:%s", exc, ctx.client_address, ctx.client_port)
+            return self._unsupported_version(exc)
+        except InvalidRequestError as exc:
+            raise ConnectionClosed(str(exc)) from exc
+        key = header.api_key
+        conn = ctx.connection
+        user = conn.principal if conn is not None else "ANONYMOUS"
+        # Exempt from the request quota, as in Kafka: ApiVersions, and the SASL exchange
+        # before the connection is authenticated (their time is still measured).
+        exempt = key == ApiKey.API_VERSIONS or (
+            key in (SASL_HANDSHAKE, SASL_AUTHENTICATE) and conn is not None and not conn.authenticated
+        )
+        q = _QuotaRequest(conn, user, header.client_id or "", exempt, size)
+        if key != ApiKey.PRODUCE:
+            release()
+        result = self.handlers[key](header, body, ctx)
+        if key == ApiKey.PRODUCE:
+            release()
+        if isinstance(result, asyncio.Future) or asyncio.iscoroutine(result):
+            # The handler's time so far is recorded now and checked with the response.
+            self._record_request_time(q, time.perf_counter_ns() - start)
+            if isinstance(result, asyncio.Future):
+                return self._finish_later(header, result, q)
+            return self._finish_async(header, result, q)
+        return self._respond_with_quotas(header, q, result, start)
+
+    def record_exempt_request_time_ns(self, ns: int) -> None:
+        """The shell's SASL exchange before login: exempt, measured (RequestProcessor)."""
+        self.quotas.request.maybe_record_exempt_ns(ns)
+
+    def _record_request_time(self, q: _QuotaRequest, ns: int) -> None:
+        """Loop time spent on a request, recorded without a check (the next check sees it)."""
+        request = self.quotas.request
+        if q.exempt:
+            request.maybe_record_exempt_ns(ns)
+        else:
+            request.record_network_thread_time_ns(q.user, q.client_id, ns)
+
+    def _respond_with_quotas(
+        self, header: RequestHeader, q: _QuotaRequest, values: dict | None, start_ns: int
+    ) -> bytes | None:
+        """Record, check and throttle (KIP-219), then encode the response.
+
+        As Kafka's KafkaApis: the request time so far is recorded and checked on the
+        request quota; Produce records the request's size on the produce quota, Fetch the
+        response's size on the fetch quota; the throttle is the maximum of those that
+        apply. A throttled Fetch is answered empty (its bytes are taken back: the client
+        gets them later). The response carries ``throttle_time_ms`` in every version
+        that has the field and is sent at once; the connection is muted with
+        ``MuteReason.THROTTLE`` for the throttle time, also when there is no response
+        (acks=0). Encoding and writing the response are recorded after the write.
+        """
+        quotas = self.quotas
+        key = header.api_key
+        if q.exempt:
+            quotas.request.maybe_record_exempt_ns(time.perf_counter_ns() - start_ns)
+            encoded = None
+            if values is not None:
+                if self.metrics is not None:
+                    self._account(header, values)
+                encoded = self._encode(header, values)
+            self._after_send(q, time.perf_counter_ns())
+            return encoded
+        request_ms = quotas.request.maybe_record_request_time_ns(
+            q.user, q.client_id, time.perf_counter_ns() - start_ns
+        )
+        encode_start = time.perf_counter_ns()
+        encoded = None
+        byte_manager = None
+        byte_ms = 0
+        fetched = 0
+        if key == ApiKey.PRODUCE:
+            byte_manager = quotas.produce
+            byte_ms = byte_manager.maybe_record_and_get_throttle_time_ms(q.user, q.client_id, q.size)
+        elif key == ApiKey.FETCH and values is not None and quotas.fetch.quotas_enabled:
+            byte_manager = quotas.fetch
+            encoded = self._encode(header, values)
+            fetched = len(encoded)
+            byte_ms = byte_manager.record_and_get_throttle_time_ms(q.user, q.client_id, fetched)
+        throttle_ms = max(byte_ms, request_ms)
+        if throttle_ms > 0:
+            if key == ApiKey.FETCH and values is not None:
+                if fetched:
+                    quotas.fetch.unrecord_quota_sensor(q.user, q.client_id, fetched)
+                values = self._throttled_fetch(values)
+                encoded = None
+            if values is not None:
+                values["throttle_time"] = throttle_ms
+                encoded = None
+            manager = byte_manager if byte_manager is not None and byte_ms > request_ms else quotas.request
+            quotas.throttle(manager, q.conn, q.user, q.client_id, throttle_ms)
+        if values is not None:
+            if self.metrics is not None:
+                self._account(header, values)
+            if encoded is None:
+                encoded = self._encode(header, values)
+        self._after_send(q, encode_start)
+        return encoded
+
+    def _after_send(self, q: _QuotaRequest, since_ns: int) -> None:
+        """Record the time from ``since_ns`` to the end of the response's write (Kafka's
+        network-thread time), once the connection has written it."""
+        conn = q.conn
+        if conn is None:
+            return
+        record = self._record_request_time
+        conn.after_send = lambda: record(q, time.perf_counter_ns() - since_ns)
+
+    @staticmethod
+    def _throttled_fetch(values: dict) -> dict:
+        """The answer to a throttled Fetch: the same partitions, high watermarks as
+        usual, no records (the consumer fetches them again once the throttle ends)."""
+        empty = dict(values)
+        empty["responses"] = [
+            {**t, "partitions": [{**p, "records": b""} for p in t["partitions"]]}
+            for t in values["responses"]
+        ]
+        return empty
+
+    def _finish_later(
+        self, header: RequestHeader, parked: asyncio.Future, q: _QuotaRequest | None = None
+    ) -> asyncio.Future:
         """The encoded answer to a parked request (DelayedFetch, DelayedProduce), chained
         to its future by callbacks: a parked request holds no task, only two futures.
         Cancelling the answer (the connection went away) cancels ``parked``, so its
@@ -189,7 +365,9 @@ class KafkaApis:
                 return
             try:
                 values = f.result()
-                if values is not None:
+                if q is not None and self.quotas.enabled:
+                    values = self._respond_with_quotas(header, q, values, time.perf_counter_ns())
+                elif values is not None:
                     if self.metrics is not None:
                         self._account(header, values)
                     values = self._encode(header, values)
@@ -206,8 +384,12 @@ class KafkaApis:
         answer.add_done_callback(cancelled)
         return answer
 
-    async def _finish_async(self, header: RequestHeader, coro: Awaitable[Any]) -> bytes | None:
+    async def _finish_async(
+        self, header: RequestHeader, coro: Awaitable[Any], q: _QuotaRequest | None = None
+    ) -> bytes | None:
         result = await coro
+        if q is not None and self.quotas.enabled:
+            return self._respond_with_quotas(header, q, result, time.perf_counter_ns())
         if result is None:
             return None
         if self.metrics is not None:
@@ -479,8 +661,10 @@ class KafkaApis:
             out.append((t, info))
         return out
 
-    def _read_fetch(self, header: RequestHeader, req: Any, targets) -> tuple[dict, int]:
-        remaining = req.max_bytes if header.api_version >= 3 else 2**31 - 1
+    def _read_fetch(
+        self, header: RequestHeader, req: Any, targets, max_bytes: int = 2**31 - 1
+    ) -> tuple[dict, int]:
+        remaining = min(req.max_bytes if header.api_version >= 3 else 2**31 - 1, max_bytes)
         total = 0
         responses = []
         by_id = header.api_version >= 13
@@ -537,7 +721,16 @@ class KafkaApis:
 
     def handle_fetch(self, header: RequestHeader, req: Any, ctx: RequestContext) -> Any:
         targets = self._fetch_targets(header, req)
-        body, total = self._read_fetch(header, req, targets)
+        # Under a fetch quota a response is at most what the quota allows in its whole
+        # window (Kafka's getMaxValueInQuotaWindow), so one response cannot earn a
+        # throttle of many windows.
+        max_bytes = 2**31 - 1
+        if self.quotas.fetch.quotas_enabled:
+            conn = ctx.connection
+            user = conn.principal if conn is not None else "ANONYMOUS"
+            window_max = self.quotas.fetch.max_value_in_quota_window(user, header.client_id or "")
+            max_bytes = int(min(window_max, max_bytes))
+        body, total = self._read_fetch(header, req, targets, max_bytes)
         max_wait = ms(req.max_wait)
         if max_wait <= 0 or total >= req.min_bytes or not targets or self._has_error(body):
             return body
@@ -562,7 +755,9 @@ class KafkaApis:
 
         def respond() -> None:
             if not fut.done():
-                fut.set_result(self._read_fetch(header, req, self._fetch_targets(header, req))[0])
+                fut.set_result(
+                    self._read_fetch(header, req, self._fetch_targets(header, req), max_bytes)[0]
+                )
 
         op = DelayedFetch(max_wait, req.min_bytes, statuses, self.replicas, respond)
         self.fetch_purgatory.try_complete_else_watch(op, [st.key for st in statuses])
@@ -935,3 +1130,35 @@ class KafkaApis:
             ],
             "cluster_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
         }
+
+    # -- DescribeClientQuotas / AlterClientQuotas (KIP-546) ---------------------------------
+    def handle_describe_client_quotas(self, header: RequestHeader, req: Any, ctx: RequestContext) -> dict:
+        try:
+            entries = self.quotas.describe(req.components, req.strict)
+        except QuotaConfigError as exc:
+            return {
+                "throttle_time": 0,
+                "error_code": ErrorCode.invalid_request,
+                "error_message": str(exc),
+                "entries": None,
+            }
+        return {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None,
+                "entries": entries}
+
+    def handle_alter_client_quotas(self, header: RequestHeader, req: Any, ctx: RequestContext) -> dict:
+        try:
+            results = self.quotas.alter(req.entries, req.validate_only)
+        except OSError as exc:
+            log.error("could not persist client quotas: %s", exc)
+            results = [
+                {
+                    "error_code": ErrorCode.kafka_storage_error,
+                    "error_message": f"could not persist the client quotas: {exc}",
+                    "entity": [
+                        {"entity_type": e.entity_type, "entity_name": e.entity_name}
+                        for e in entry.entity
+                    ],
+                }
+                for entry in req.entries
+            ]
+        return {"throttle_time": 0, "entries": results}

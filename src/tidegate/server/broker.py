@@ -21,6 +21,7 @@ from tidegate.config import BrokerConfig, parse_metrics_listener, topic_log_conf
 from tidegate.metrics import BrokerMetrics, MetricsHttpServer
 from tidegate.network import memory_pool
 from tidegate.network.socket_server import SocketServer
+from tidegate.security.listener import build_credential_store, build_listener_security
 from tidegate.server.apis import KafkaApis, Purgatories
 from tidegate.server.metadata import TopicStore, load_or_create_meta
 from tidegate.server.replica_manager import ReplicaManager
@@ -89,7 +90,10 @@ class Broker:
             self.config.get("fetch.purgatory.purge.interval.requests"),
             self.config.get("producer.purgatory.purge.interval.requests"),
         )
-        self.apis = KafkaApis(self.config, cluster_id, self.replicas, self.purgatories, now_ms)
+        # SCRAM credentials persist in the data directory; sasl.credentials.file adds users
+        self.credentials = build_credential_store(self.config, self.data_dir)
+        self.apis = KafkaApis(self.config, cluster_id, self.replicas, self.purgatories, now_ms,
+                              credentials=self.credentials)
         self.apis.groups.start()  # replay __consumer_offsets, arm members' session timers
         max_request = self.config.get("socket.request.max.bytes")
         pool = memory_pool.create_pool(self.config.queued_max_request_bytes, max_request)
@@ -101,15 +105,23 @@ class Broker:
             max_request,
             max_queued_requests=self.config.get("queued.max.requests"),
             receive_buffer_bytes=self.config.get("socket.receive.buffer.bytes"),
+            sasl_max_receive_size=self.config.get("sasl.server.max.receive.size"),
         )
         await self._start_metrics()
         for listener in self.config.listeners:
+            security = None
+            if listener.security_protocol != "PLAINTEXT":
+                security = build_listener_security(self.config, listener, self.credentials)
             host, port = await self.socket_server.start_listener(
-                listener.name, listener.host, listener.port
+                listener.name, listener.host, listener.port, security
             )
             self.bound[listener.name] = (host, port)
             self.apis.bound_ports[listener.name] = port
-            log.info("listening on %s://%s:%d", listener.name, host, port)
+            extra = ""
+            if security is not None and security.sasl:
+                extra = f" (SASL mechanisms {', '.join(security.mechanisms)})"
+            log.info("listening on %s://%s:%d, security protocol %s%s", listener.name, host, port,
+                     listener.security_protocol, extra)
         self._maintenance = asyncio.create_task(self._maintain())
         self._group_maintenance = asyncio.create_task(self._maintain_groups())
         log.info("tidegate node %d of cluster %s started", self.config.node_id, cluster_id)
@@ -125,6 +137,7 @@ class Broker:
         self.metrics.register_purgatory("Rebalance", self.purgatories.rebalance)
         self.metrics.register_flusher(self.purgatories.flusher)
         self.metrics.register_logs(lambda: replicas.logs)
+        self.metrics.register_quotas(self.apis.quotas)
         endpoint = parse_metrics_listener(self.config.get("metrics.listener"))
         if endpoint is None:
             return
@@ -210,6 +223,8 @@ class Broker:
             self.purgatories.complete_fetches_now()
             await self.socket_server.shutdown()
         self.purgatories.shutdown()
+        if self.apis is not None:
+            self.apis.quotas.shutdown()  # the throttle timer
         if self.replicas is not None:
             self.replicas.close()  # flushes every log and writes its clean-shutdown marker
         if self._lock_fd is not None:

@@ -1,0 +1,346 @@
+"""Client quotas in the broker: the three managers, throttling a connection, and
+the quota configuration (KIP-546's AlterClientQuotas/DescribeClientQuotas, persisted).
+
+The arithmetic is :mod:`tidegate.server.quotas` (sans-IO); this module is the glue
+Kafka keeps in ``QuotaFactory``, ``ClientQuotaMetadataManager`` and the throttling
+half of ``KafkaApis``/``SocketServer``:
+
+* :class:`BrokerQuotas` owns one manager per quota type, configured from
+  ``quota.window.num`` and ``quota.window.size.seconds``.
+* :meth:`BrokerQuotas.throttle` queues a :class:`ThrottledChannel`, mutes the
+  connection with ``MuteReason.THROTTLE`` and keeps one event-loop timer armed for the
+  earliest expiry across the three queues; when it fires, every expired channel's
+  connection is unmuted for THROTTLE (other mute reasons stay in force). No polling.
+* :meth:`BrokerQuotas.alter` / :meth:`BrokerQuotas.describe` implement the two admin
+  APIs with Kafka's validation, apply changes to the managers at once (live counters
+  get their new bound on the next record, as Kafka re-evaluates sensors' quota
+  configs), and persist the whole configuration to ``client-quotas.json`` in the data
+  directory (write to a temporary file, fsync, rename, fsync the directory).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from tidegate.network.mute_state import MuteReason
+from tidegate.server.quotas import (
+    DEFAULT,
+    ClientQuotaManager,
+    ClientQuotaManagerConfig,
+    ClientRequestQuotaManager,
+    QuotaEntity,
+    QuotaType,
+)
+from tidegate.server.timer import monotonic_ms
+
+log = logging.getLogger(__name__)
+
+QUOTAS_FILE = "client-quotas.json"
+FORMAT_VERSION = 1
+
+USER = "user"
+CLIENT_ID = "client-id"
+IP = "ip"
+
+# DescribeClientQuotas match types (ClientQuotaFilterComponent)
+MATCH_TYPE_EXACT = 0
+MATCH_TYPE_DEFAULT = 1
+MATCH_TYPE_SPECIFIED = 2
+
+#: quota keys and whether Kafka types them LONG (whole numbers) or DOUBLE
+QUOTA_KEYS: dict[str, bool] = {
+    QuotaType.PRODUCE.config_key: True,
+    QuotaType.FETCH.config_key: True,
+    QuotaType.REQUEST.config_key: False,
+}
+
+
+class QuotaConfigError(ValueError):
+    """An invalid quota entity, key or value: answered with INVALID_REQUEST."""
+
+
+def entity_from_components(components: Iterable[tuple[str, str | None]]) -> QuotaEntity:
+    """A QuotaEntity from KIP-546 (entity_type, entity_name) pairs (null name: default),
+    validated as Kafka's ClientQuotaControlManager does."""
+    seen: dict[str, str | None] = {}
+    for entity_type, name in components:
+        if entity_type in seen:
+            raise QuotaConfigError(
+                f"Invalid empty client quota entity, duplicate entity entry {entity_type}"
+            )
+        if entity_type not in (USER, CLIENT_ID, IP):
+            raise QuotaConfigError(f"Unhandled client quota entity type: {entity_type}")
+        if name is not None and name == "":
+            raise QuotaConfigError(f"Empty {entity_type} not supported")
+        seen[entity_type] = name
+    if not seen:
+        raise QuotaConfigError("Invalid empty client quota entity")
+    if IP in seen:
+        raise QuotaConfigError("ip quotas (connection_creation_rate) are not supported by tidegate")
+
+    def level(t: str) -> Any:
+        if t not in seen:
+            return None
+        name = seen[t]
+        return DEFAULT if name is None else name
+
+    return QuotaEntity(level(USER), level(CLIENT_ID))
+
+
+def entity_components(entity: QuotaEntity) -> list[tuple[str, str | None]]:
+    """The KIP-546 (entity_type, entity_name) pairs of an entity; default is None."""
+    out: list[tuple[str, str | None]] = []
+    if entity.user is not None:
+        out.append((USER, None if entity.user is DEFAULT else entity.user))
+    if entity.client_id is not None:
+        out.append((CLIENT_ID, None if entity.client_id is DEFAULT else entity.client_id))
+    return out
+
+
+def validate_quota_value(key: str, value: float) -> None:
+    """Kafka's validateQuotaKeyValue, plus tidegate's positive-bound check."""
+    if key not in QUOTA_KEYS:
+        raise QuotaConfigError(f"Invalid configuration key {key}")
+    if not math.isfinite(value) or value <= 0:
+        # Kafka accepts 0 and negative bounds and then throttles every request
+        # forever; tidegate refuses them (a quota bound must be a positive number).
+        raise QuotaConfigError(f"Configuration {key} must be a positive number, not {value}")
+    if QUOTA_KEYS[key]:
+        epsilon = 1e-6
+        if abs(float(int(value + epsilon)) - value) > epsilon:
+            raise QuotaConfigError(f"Configuration {key} must be a Long value")
+
+
+class BrokerQuotas:
+    """The broker's quota managers, connection throttling and quota configuration."""
+
+    def __init__(
+        self,
+        config: ClientQuotaManagerConfig | None = None,
+        data_dir: Path | None = None,
+        *,
+        clock=monotonic_ms,
+    ) -> None:
+        self.config = config if config is not None else ClientQuotaManagerConfig()
+        self.clock = clock
+        self.produce = ClientQuotaManager(QuotaType.PRODUCE, self.config, clock=clock)
+        self.fetch = ClientQuotaManager(QuotaType.FETCH, self.config, clock=clock)
+        self.request = ClientRequestQuotaManager(self.config, clock=clock)
+        self.managers: dict[QuotaType, ClientQuotaManager] = {
+            QuotaType.PRODUCE: self.produce,
+            QuotaType.FETCH: self.fetch,
+            QuotaType.REQUEST: self.request,
+        }
+        #: entity -> {quota key: value}: what DescribeClientQuotas lists and the file holds
+        self.entries: dict[QuotaEntity, dict[str, float]] = {}
+        self.path = data_dir / QUOTAS_FILE if data_dir is not None else None
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at: int | None = None
+        #: whether any quota of any type is configured (the per-request fast path)
+        self.enabled = False
+
+    # ---- configuration -------------------------------------------------------------
+    def load(self) -> None:
+        """Read the persisted configuration (if any) and apply it."""
+        if self.path is None or not self.path.exists():
+            return
+        data = json.loads(self.path.read_text())
+        if data.get("version") != FORMAT_VERSION:
+            raise ValueError(f"{self.path}: unknown format version {data.get('version')!r}")
+        for item in data["quotas"]:
+            entity = entity_from_components(item["entity"].items())
+            for key, value in item["values"].items():
+                validate_quota_value(key, float(value))
+                self._set(entity, key, float(value))
+        log.info("loaded %d client quota entit%s from %s", len(self.entries),
+                 "y" if len(self.entries) == 1 else "ies", self.path)
+
+    def _set(self, entity: QuotaEntity, key: str, value: float | None) -> None:
+        values = self.entries.setdefault(entity, {})
+        if value is None:
+            values.pop(key, None)
+            if not values:
+                del self.entries[entity]
+        else:
+            values[key] = value
+        self.managers[QuotaType.from_config_key(key)].update_quota(entity, value)
+        self.enabled = any(m.quotas_enabled for m in self.managers.values())
+
+    def set_quota(self, entity: QuotaEntity, key: str, value: float | None) -> None:
+        """Set (or remove, with None) one quota, apply it at once and persist."""
+        if value is not None:
+            validate_quota_value(key, value)
+        elif key not in QUOTA_KEYS:
+            raise QuotaConfigError(f"Invalid configuration key {key}")
+        self._set(entity, key, value)
+        self.save()
+
+    def save(self) -> None:
+        if self.path is None:
+            return
+        data = {
+            "version": FORMAT_VERSION,
+            "quotas": [
+                {"entity": dict(entity_components(entity)), "values": dict(values)}
+                for entity, values in self.entries.items()
+            ],
+        }
+        tmp = self.path.with_suffix(".json.tmp")
+        with open(tmp, "w") as f:
+            json.dump(data, f, indent=1, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+        dir_fd = os.open(self.path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+    # ---- AlterClientQuotas ---------------------------------------------------------
+    def alter(self, entries: Iterable[Any], validate_only: bool) -> list[dict]:
+        """AlterClientQuotas: one result per entry; valid entries are applied (unless
+        ``validate_only``) and the file is written once for the whole request."""
+        results = []
+        changed = False
+        for entry in entries:
+            components = [(e.entity_type, e.entity_name) for e in entry.entity]
+            result = {
+                "error_code": ErrorCode.none,
+                "error_message": None,
+                "entity": [{"entity_type": t, "entity_name": n} for t, n in components],
+            }
+            results.append(result)
+            try:
+                entity = entity_from_components(components)
+                ops: dict[str, float | None] = {}
+                for op in entry.ops:
+                    if op.key in ops:
+                        raise QuotaConfigError(f"Duplicate quota key {op.key} in one entity")
+                    if op.remove:
+                        if op.key not in QUOTA_KEYS:
+                            raise QuotaConfigError(f"Invalid configuration key {op.key}")
+                        ops[op.key] = None
+                    else:
+                        validate_quota_value(op.key, float(op.value))
+                        ops[op.key] = float(op.value)
+            except QuotaConfigError as exc:
+                result["error_code"] = ErrorCode.invalid_request
+                result["error_message"] = str(exc)
+                continue
+            if validate_only:
+                continue
+            for key, value in ops.items():
+                self._set(entity, key, value)
+                changed = True
+            log.info("client quotas of %s altered: %s", entity, ops)
+        if changed:
+            self.save()
+        return results
+
+    # ---- DescribeClientQuotas ------------------------------------------------------
+    def describe(self, components: Iterable[Any], strict: bool) -> list[dict]:
+        """DescribeClientQuotas: the configured entities matching the filter.
+
+        Raises :class:`QuotaConfigError` for an invalid filter (the whole request fails
+        with INVALID_REQUEST, as in Kafka)."""
+        filters: dict[str, tuple[int, str | None]] = {}
+        for c in components:
+            if c.entity_type in filters:
+                raise QuotaConfigError(f"Duplicate {c.entity_type} filter component entity type")
+            if c.entity_type not in (USER, CLIENT_ID, IP):
+                raise QuotaConfigError(f"Custom entity type {c.entity_type!r} not supported")
+            if c.entity_type == "":
+                raise QuotaConfigError("Unexpected empty filter component entity type")
+            if c.match_type == MATCH_TYPE_EXACT and c.match is None:
+                raise QuotaConfigError(f"Exact match for {c.entity_type} requires a name")
+            if c.match_type not in (MATCH_TYPE_EXACT, MATCH_TYPE_DEFAULT, MATCH_TYPE_SPECIFIED):
+                raise QuotaConfigError(f"Unknown match type {c.match_type}")
+            filters[c.entity_type] = (c.match_type, c.match)
+        if IP in filters and (USER in filters or CLIENT_ID in filters):
+            raise QuotaConfigError("Invalid entity filter component combination, IP filter "
+                                   "component should not be used with user or clientId filter "
+                                   "component.")
+        out = []
+        for entity, values in self.entries.items():
+            names = dict(entity_components(entity))
+            if strict and set(names) != set(filters):
+                continue
+            if not all(self._matches(names, t, m) for t, m in filters.items()):
+                continue
+            out.append(
+                {
+                    "entity": [{"entity_type": t, "entity_name": n} for t, n in names.items()],
+                    "values": [{"key": k, "value": v} for k, v in sorted(values.items())],
+                }
+            )
+        return out
+
+    @staticmethod
+    def _matches(names: Mapping[str, str | None], entity_type: str, match: tuple) -> bool:
+        if entity_type not in names:
+            return False
+        match_type, value = match
+        name = names[entity_type]
+        if match_type == MATCH_TYPE_EXACT:
+            return name == value
+        if match_type == MATCH_TYPE_DEFAULT:
+            return name is None
+        return name is not None  # MATCH_TYPE_SPECIFIED: any named entity
+
+    # ---- throttling connections ----------------------------------------------------
+    def throttle(
+        self, manager: ClientQuotaManager, conn: Any, user: str, client_id: str, ms: int
+    ) -> None:
+        """Queue ``conn`` on ``manager``'s throttle queue for ``ms`` and mute it until then."""
+        channel = manager.throttle(user, client_id, conn, ms)
+        if channel is None or conn is None:
+            return
+        conn.mute(MuteReason.THROTTLE)
+        self._arm(channel.end_time_ms)
+
+    def _arm(self, at_ms: int) -> None:
+        if self._timer is not None and self._timer_at is not None and self._timer_at <= at_ms:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # driven without a loop (sans-IO tests): call expire() by hand
+            return
+        # +1 ms: the clock is in whole milliseconds, and a timer that fires a fraction
+        # early would find nothing expired yet (it re-arms then, but needlessly).
+        delay = max(0, at_ms - self.clock() + 1) / 1000
+        self._timer = loop.call_later(delay, self.expire)
+        self._timer_at = at_ms
+
+    def expire(self) -> None:
+        """Unmute every connection whose throttle has ended; re-arm for the next."""
+        self._timer = None
+        self._timer_at = None
+        now = self.clock()
+        for manager in self.managers.values():
+            for channel in manager.reap_throttled_channels(now):
+                conn = channel.connection_id
+                if conn is not None and not conn.closed:
+                    conn.unmute(MuteReason.THROTTLE)
+        pending = [
+            t for m in self.managers.values()
+            if (t := m.throttle_queue.next_expiration_ms()) is not None
+        ]  # fmt: skip
+        if pending:
+            self._arm(min(pending))
+
+    def shutdown(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None

@@ -1,0 +1,238 @@
+"""TLS listeners: SSL and SASL_SSL with real clients, the certificate principal, and
+muting over TLS. Certificates are made at run time with trustme; no key is committed."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import ssl
+import struct
+import time
+import uuid
+
+import pytest
+import trustme
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from tests.conftest import BrokerProcess, free_port, wait_for_port
+from tidegate.network.memory_pool import NONE
+from tidegate.network.mute_state import MuteReason
+from tidegate.network.socket_server import SocketServer
+from tidegate.security.listener import ListenerSecurity
+from tidegate.security.tls import build_server_context, subject_dn
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory):
+    d = tmp_path_factory.mktemp("pki")
+    ca = trustme.CA(organization_name="Tidegate Test CA")
+    server = ca.issue_cert("127.0.0.1", "localhost")
+    client = ca.issue_cert("writer@example.org", common_name="writer",
+                           organization_name="Tidegate Tests", organization_unit_name="clients")
+    paths = {
+        "ca": d / "ca.pem",
+        "server": d / "server.pem",
+        "client_cert": d / "client-cert.pem",
+        "client_key": d / "client-key.pem",
+        "client": d / "client.pem",
+    }
+    ca.cert_pem.write_to_path(str(paths["ca"]))
+    server.private_key_and_cert_chain_pem.write_to_path(str(paths["server"]))
+    client.private_key_and_cert_chain_pem.write_to_path(str(paths["client"]))
+    client.private_key_pem.write_to_path(str(paths["client_key"]))
+    paths["client_cert"].write_bytes(b"".join(blob.bytes() for blob in client.cert_chain_pems))
+    paths["server_chain_text"] = b"".join(b.bytes() for b in server.cert_chain_pems).decode()
+    paths["server_key_text"] = server.private_key_pem.bytes().decode()
+    return paths
+
+
+def test_subject_dn_is_rfc2253_most_specific_first():
+    cert = {"subject": ((("countryName", "NL"),), (("organizationName", "Acme, Inc"),),
+                        (("commonName", "writer"),))}
+    assert subject_dn(cert) == "CN=writer,O=Acme\\, Inc,C=NL"
+    assert subject_dn({}) is None
+
+
+# -- in-process: the shell over TLS ------------------------------------------------------
+class RecordingProcessor:
+    def __init__(self):
+        self.requests: list[tuple[bytes, str, asyncio.Future]] = []
+
+    def process(self, payload, ctx, release):
+        release()
+        fut = asyncio.get_running_loop().create_future()
+        self.requests.append((bytes(payload), ctx.principal, fut))
+        return fut
+
+
+def _frame(payload: bytes) -> bytes:
+    return struct.pack(">i", len(payload)) + payload
+
+
+@pytest.mark.parametrize("client_auth, with_cert, principal", [
+    ("required", True, "CN=writer,OU=clients,O=Tidegate Tests"),
+    ("requested", False, "ANONYMOUS"),
+    ("none", True, "ANONYMOUS"),
+])
+def test_tls_shell_principal_and_muting(pki, client_auth, with_cert, principal):
+    settings = {"ssl.keystore.location": str(pki["server"]), "ssl.key.password": None,
+                "ssl.client.auth": client_auth, "ssl.truststore.location": str(pki["ca"]),
+                "ssl.truststore.certificates": None}
+
+    async def run():
+        proc = RecordingProcessor()
+        server = SocketServer(proc, NONE, 1 << 20)
+        sec = ListenerSecurity("SSL", "SSL", ssl_context=build_server_context(settings.get, "SSL"))
+        host, port = await server.start_listener("SSL", "127.0.0.1", 0, sec)
+        client_ctx = ssl.create_default_context(cafile=str(pki["ca"]))
+        if with_cert:
+            client_ctx.load_cert_chain(str(pki["client"]))
+        reader, writer = await asyncio.open_connection(host, port, ssl=client_ctx,
+                                                       server_hostname="127.0.0.1")
+        # two pipelined requests: the second is not read while the first is in flight
+        writer.write(_frame(b"first-request") + _frame(b"second-request"))
+        await writer.drain()
+        for _ in range(100):
+            if proc.requests:
+                break
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.2)
+        assert [r[0] for r in proc.requests] == [b"first-request"]
+        (conn,) = server.connections
+        assert conn.mute_state.has(MuteReason.IN_FLIGHT)
+        assert conn.principal == principal and conn.authenticated
+        proc.requests[0][2].set_result(_frame(b"one"))
+        for _ in range(100):
+            if len(proc.requests) == 2:
+                break
+            await asyncio.sleep(0.01)
+        assert [r[0] for r in proc.requests] == [b"first-request", b"second-request"]
+        assert {r[1] for r in proc.requests} == {principal}
+        proc.requests[1][2].set_result(_frame(b"two"))
+        got = await asyncio.wait_for(reader.readexactly(14), 5)
+        assert got == _frame(b"one") + _frame(b"two")
+        writer.close()
+        await server.shutdown(1)
+
+    asyncio.run(run())
+
+
+def test_tls_required_client_auth_refuses_clients_without_a_certificate(pki):
+    settings = {"ssl.keystore.location": str(pki["server"]), "ssl.key.password": None,
+                "ssl.client.auth": "required", "ssl.truststore.location": str(pki["ca"]),
+                "ssl.truststore.certificates": None}
+
+    async def run():
+        proc = RecordingProcessor()
+        server = SocketServer(proc, NONE, 1 << 20)
+        sec = ListenerSecurity("SSL", "SSL", ssl_context=build_server_context(settings.get, "SSL"))
+        host, port = await server.start_listener("SSL", "127.0.0.1", 0, sec)
+        client_ctx = ssl.create_default_context(cafile=str(pki["ca"]))
+        with pytest.raises((ssl.SSLError, ConnectionError, asyncio.IncompleteReadError)):
+            reader, writer = await asyncio.open_connection(host, port, ssl=client_ctx,
+                                                           server_hostname="127.0.0.1")
+            writer.write(_frame(b"x"))
+            await writer.drain()
+            await asyncio.wait_for(reader.readexactly(1), 5)
+        assert not proc.requests
+        await server.shutdown(1)
+
+    asyncio.run(run())
+
+
+# -- a broker process with real clients --------------------------------------------------
+@pytest.fixture
+def tls_broker(tmp_path, pki):
+    ssl_port, sasl_ssl_port = free_port(), free_port()
+    users = tmp_path / "users.json"
+    users.write_text(json.dumps({"users": {"alice": {"password": "alice-secret"}}}))
+    proc = BrokerProcess(tmp_path / "data", port=ssl_port, overrides={
+        "listeners": f"SSL://127.0.0.1:{ssl_port},SASL_SSL://127.0.0.1:{sasl_ssl_port}",
+        # the SSL listener reads PEM files, the SASL_SSL one PEM text (listener overrides)
+        "ssl.keystore.location": str(pki["server"]),
+        "listener.name.sasl_ssl.ssl.keystore.certificate.chain": pki["server_chain_text"],
+        "listener.name.sasl_ssl.ssl.keystore.key": pki["server_key_text"],
+        "ssl.truststore.location": str(pki["ca"]),
+        "ssl.client.auth": "requested",
+        "sasl.credentials.file": str(users),
+    })
+    proc.start()
+    wait_for_port(sasl_ssl_port)  # start() waited for the first listener only
+    yield proc, f"127.0.0.1:{ssl_port}", f"127.0.0.1:{sasl_ssl_port}"
+    if proc.alive():
+        try:
+            proc.stop(10)
+        except Exception:  # noqa: BLE001
+            proc.kill()
+
+
+def _roundtrip(conf: dict, n: int = 20) -> list[bytes]:
+    topic = f"tls-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient(conf)
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(20)
+    p = Producer({**conf, "acks": "all"})
+    for i in range(n):
+        p.produce(topic, value=f"t{i}".encode())
+    assert p.flush(20) == 0
+    c = Consumer({**conf, "group.id": "unused", "enable.auto.commit": False})
+    c.assign([TopicPartition(topic, 0, 0)])
+    got: list[bytes] = []
+    deadline = time.monotonic() + 20
+    while len(got) < n and time.monotonic() < deadline:
+        m = c.poll(0.5)
+        if m is not None and m.error() is None:
+            got.append(m.value())
+    c.close()
+    return got
+
+
+def test_confluent_over_ssl_with_client_certificate(tls_broker, pki):
+    _, ssl_addr, _ = tls_broker
+    conf = {"bootstrap.servers": ssl_addr, "security.protocol": "SSL",
+            "ssl.ca.location": str(pki["ca"]), "ssl.certificate.location": str(pki["client_cert"]),
+            "ssl.key.location": str(pki["client_key"])}
+    assert _roundtrip(conf) == [f"t{i}".encode() for i in range(20)]
+
+
+def test_confluent_over_sasl_ssl_scram(tls_broker, pki):
+    _, _, sasl_addr = tls_broker
+    conf = {"bootstrap.servers": sasl_addr, "security.protocol": "SASL_SSL",
+            "ssl.ca.location": str(pki["ca"]), "sasl.mechanism": "SCRAM-SHA-512",
+            "sasl.username": "alice", "sasl.password": "alice-secret"}
+    assert _roundtrip(conf) == [f"t{i}".encode() for i in range(20)]
+
+
+def test_plaintext_client_on_a_tls_listener_is_dropped(tls_broker):
+    from tests.integration.rawclient import RawClient
+
+    proc, ssl_addr, _ = tls_broker
+    with RawClient.connect(ssl_addr) as rc:
+        rc.send(18, 3, {"client_software_name": "raw", "client_software_version": "1"})
+        assert rc.closed_by_peer(10)
+    assert proc.alive()
+
+
+def test_kafka_python_over_ssl_and_sasl_ssl(tls_broker, pki):
+    from kafka import KafkaConsumer, KafkaProducer
+
+    _, ssl_addr, sasl_addr = tls_broker
+    for conf in (
+        {"bootstrap_servers": ssl_addr, "security_protocol": "SSL", "ssl_cafile": str(pki["ca"])},
+        {"bootstrap_servers": sasl_addr, "security_protocol": "SASL_SSL",
+         "ssl_cafile": str(pki["ca"]), "sasl_mechanism": "PLAIN",
+         "sasl_plain_username": "alice", "sasl_plain_password": "alice-secret"},
+    ):
+        topic = f"kp-{uuid.uuid4().hex[:6]}"
+        p = KafkaProducer(acks="all", **conf)
+        for i in range(10):
+            p.send(topic, f"k{i}".encode())
+        p.flush(20)
+        p.close()
+        c = KafkaConsumer(topic, auto_offset_reset="earliest", consumer_timeout_ms=5000,
+                          group_id=None, **conf)
+        got = [m.value for m in c]
+        c.close()
+        assert got == [f"k{i}".encode() for i in range(10)], conf["security_protocol"]

@@ -1,0 +1,84 @@
+"""KafkaApis under client quotas, sans-IO: throttle_time_ms in every response version
+that has the field, the throttled Fetch answered empty with its bytes taken back,
+the produce quota charged with the request size, ApiVersions exempt."""
+
+from __future__ import annotations
+
+from tidegate.log.batch_builder import Record, build_batch
+from tidegate.server.quotas import QuotaEntity
+
+from .test_apis import API_VERSIONS, METADATA, Harness
+
+CLIENT = "rawclient"  # what encode_request puts in the header
+
+
+def test_no_quota_no_recording(tmp_path):
+    h = Harness(tmp_path / "d")
+    assert not h.apis.quotas.enabled
+    h.request(METADATA, 12, {"topics": [], "allow_auto_topic_creation": False,
+                             "include_topic_authorized_operations": False})
+    assert h.apis.quotas.request.entity_metrics() == []
+
+
+def test_throttle_time_in_every_version_that_has_it(tmp_path):
+    h = Harness(tmp_path / "d")
+    h.apis.quotas.set_quota(QuotaEntity(None, CLIENT), "request_percentage", 0.0001)
+    body = {"topics": [], "allow_auto_topic_creation": False,
+            "include_topic_authorized_operations": False}
+    v0 = h.request(METADATA, 0, {"topics": []})  # Metadata v0 has no throttle_time_ms
+    assert v0.brokers
+    for version in (3, 9, 12):
+        resp = h.request(METADATA, version, body)
+        # any request time is far over 0.0001 %: capped at one window
+        assert resp.throttle_time.total_seconds() * 1000 == 1000, version
+    assert h.apis.quotas.request.queue_size == 4
+
+
+def test_api_versions_is_exempt_but_measured(tmp_path):
+    h = Harness(tmp_path / "d")
+    h.apis.quotas.set_quota(QuotaEntity(None, CLIENT), "request_percentage", 0.0001)
+    for _ in range(3):
+        resp = h.request(API_VERSIONS, 3, {"client_software_name": "t",
+                                           "client_software_version": "1"})
+        assert resp.throttle_time.total_seconds() == 0
+    assert h.apis.quotas.request.exempt_request_time() > 0
+    assert h.apis.quotas.request.queue_size == 0
+
+
+def test_produce_charges_the_request_size(tmp_path):
+    h = Harness(tmp_path / "d")
+    h.create_topic("t")
+    h.apis.quotas.set_quota(QuotaEntity(None, CLIENT), "producer_byte_rate", 1_000_000)
+    part = h.produce("t", 0, build_batch([Record(b"x" * 1000)] * 10))
+    assert part.error_code == 0
+    [m] = h.apis.quotas.produce.entity_metrics()
+    assert (m.user, m.client_id) == ("", CLIENT)
+    # ~10 kB recorded over the padded 10 s window: ~1 kB/s
+    assert 1000 < m.rate < 1100
+
+
+def test_throttled_fetch_is_empty_and_its_bytes_are_taken_back(tmp_path):
+    h = Harness(tmp_path / "d")
+    h.create_topic("t")
+    for _ in range(3):
+        h.produce("t", 0, build_batch([Record(b"y" * 1000)] * 50))
+    h.apis.quotas.set_quota(QuotaEntity(None, CLIENT), "consumer_byte_rate", 1000)
+    resp = h.fetch(12, [("t", None, [(0, 0, 1_000_000)])])
+    part = resp.responses[0].partitions[0]
+    assert resp.throttle_time.total_seconds() > 1
+    assert part.error_code == 0 and part.high_watermark == 150 and not part.records
+    [m] = h.apis.quotas.fetch.entity_metrics()
+    assert m.rate == 0  # unrecorded
+    assert m.throttle_time_max > 1000
+    assert h.apis.quotas.fetch.queue_size == 1
+    # the cap: a response is at most the quota's whole-window allowance (10 windows x
+    # 10 kB/s = 100 kB, Kafka's getMaxValueInQuotaWindow), beyond the first batch (KIP-74);
+    # the batches are ~50.5 kB, so one fits and two do not
+    h.apis.quotas.set_quota(QuotaEntity(None, CLIENT), "consumer_byte_rate", 10_000)
+    resp = h.fetch(12, [("t", None, [(0, 0, 1_000_000)])])
+    assert resp.throttle_time.total_seconds() == 0
+    records = resp.responses[0].partitions[0].records
+    assert 50_000 < len(records) < 51_000
+    h.apis.quotas.set_quota(QuotaEntity(None, CLIENT), "consumer_byte_rate", None)
+    resp = h.fetch(12, [("t", None, [(0, 0, 1_000_000)])])
+    assert len(resp.responses[0].partitions[0].records) > 150_000
