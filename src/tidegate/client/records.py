@@ -1,0 +1,257 @@
+"""Decoding the records of a Fetch response (record batch v2) on the consumer side.
+
+The broker never looks inside a batch (:mod:`tidegate.log.record_batch` works on the
+61-byte header only); a consumer has to: decompress the records section (gzip,
+snappy, lz4, zstd via :func:`tidegate.client.compression.decompress`) and parse each
+record's varint-framed fields::
+
+    length varint | attributes int8 | timestampDelta varlong | offsetDelta varint
+    keyLength varint | key | valueLength varint | value
+    headerCount varint | (headerKeyLength varint | key | headerValueLength varint | value)*
+
+Lengths of -1 mean null. Control batches (transaction markers) carry no user data and
+are skipped. A batch cut short at the end of a response (the broker sends whole
+batches, but ``partition_max_bytes`` can end a response inside one) is not an error:
+decoding stops there and the caller fetches again from the next offset.
+
+Everything here is sans-IO: bytes in, records out.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+from typing import NamedTuple
+
+from .compression import decompress
+
+__all__ = [
+    "CREATE_TIME",
+    "LOG_APPEND_TIME",
+    "ConsumerRecord",
+    "RecordDecodeError",
+    "decode_batch_records",
+    "iter_batches",
+]
+
+CREATE_TIME = 0
+LOG_APPEND_TIME = 1
+
+#: baseOffset int64, batchLength int32, partitionLeaderEpoch int32, magic int8,
+#: crc uint32, attributes int16, lastOffsetDelta int32, baseTimestamp int64,
+#: maxTimestamp int64, producerId int64, producerEpoch int16, baseSequence int32,
+#: recordsCount int32
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+HEADER_SIZE = _HEADER.size  # 61
+_LOG_OVERHEAD = 12  # baseOffset + batchLength
+_MAGIC_AT = 16
+
+
+class RecordDecodeError(Exception):
+    """A batch whose bytes do not parse (or an unsupported message format)."""
+
+
+class ConsumerRecord(NamedTuple):
+    offset: int
+    timestamp: int
+    timestamp_type: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...]
+
+
+class BatchInfo(NamedTuple):
+    base_offset: int
+    last_offset: int
+    is_control: bool
+    records: bytes  # the (decompressed) records section
+    count: int
+    base_timestamp: int
+    max_timestamp: int
+    timestamp_type: int
+
+
+def iter_batches(buf: bytes | memoryview) -> Iterator[BatchInfo]:
+    """The complete v2 batches in ``buf`` (a Fetch response's ``records``), with their
+    records section decompressed. A trailing partial batch is ignored."""
+    mv = memoryview(buf)
+    n = len(mv)
+    pos = 0
+    while pos + _LOG_OVERHEAD <= n:
+        base_offset, batch_length = struct.unpack_from(">qi", mv, pos)
+        total = batch_length + _LOG_OVERHEAD
+        if batch_length < HEADER_SIZE - _LOG_OVERHEAD:
+            if pos + total > n:
+                return  # a partial batch header at the end
+            raise RecordDecodeError(f"batch at offset {base_offset} has length {batch_length}")
+        if pos + total > n:
+            return  # partial batch at the end of the response
+        magic = mv[pos + _MAGIC_AT]
+        if magic != 2:
+            raise RecordDecodeError(
+                f"message format v{magic} at offset {base_offset}: only v2 record batches "
+                "(Kafka 0.11+) are supported"
+            )
+        (
+            _bo,
+            _bl,
+            _epoch,
+            _magic,
+            _crc,
+            attributes,
+            last_delta,
+            base_ts,
+            max_ts,
+            _pid,
+            _pepoch,
+            _seq,
+            count,
+        ) = _HEADER.unpack_from(mv, pos)
+        codec = attributes & 0x07
+        body = mv[pos + HEADER_SIZE : pos + total]
+        records = bytes(body) if codec == 0 else decompress(codec, bytes(body))
+        yield BatchInfo(
+            base_offset,
+            base_offset + last_delta,
+            bool(attributes & 0x20),
+            records,
+            count,
+            base_ts,
+            max_ts,
+            (attributes >> 3) & 1,
+        )
+        pos += total
+
+
+def decode_batch_records(batch: BatchInfo) -> list[ConsumerRecord]:
+    """Every record of one batch (a control batch gives an empty list)."""
+    if batch.is_control:
+        return []
+    data = batch.records
+    n = len(data)
+    base_offset = batch.base_offset
+    base_ts = batch.base_timestamp
+    ts_type = batch.timestamp_type
+    log_append = ts_type == LOG_APPEND_TIME
+    max_ts = batch.max_timestamp
+    out: list[ConsumerRecord] = []
+    append = out.append
+    pos = 0
+    zz = _zigzag
+    new_record = tuple.__new__
+    # Varints below 0x80 (one byte) are decoded inline: most fields of most records
+    # (deltas, lengths under 64, header counts) are, and a call per field costs more
+    # than the rest of the decoding.
+    try:
+        for _ in range(batch.count):
+            # length (zigzag varint): skipped, the fields are self-delimiting
+            while data[pos] & 0x80:
+                pos += 1
+            pos += 2  # the length's last byte, then attributes (unused in v2)
+            b = data[pos]
+            if b < 0x80:
+                ts_delta = (b >> 1) ^ -(b & 1)
+                pos += 1
+            else:
+                ts_delta, pos = zz(data, pos)
+            b = data[pos]
+            if b < 0x80:
+                off_delta = (b >> 1) ^ -(b & 1)
+                pos += 1
+            elif data[pos + 1] < 0x80:
+                b = (b & 0x7F) | (data[pos + 1] << 7)
+                off_delta = (b >> 1) ^ -(b & 1)
+                pos += 2
+            else:
+                off_delta, pos = zz(data, pos)
+            b = data[pos]
+            if b < 0x80:
+                klen = (b >> 1) ^ -(b & 1)
+                pos += 1
+            elif data[pos + 1] < 0x80:
+                b = (b & 0x7F) | (data[pos + 1] << 7)
+                klen = (b >> 1) ^ -(b & 1)
+                pos += 2
+            else:
+                klen, pos = zz(data, pos)
+            if klen < 0:
+                key = None
+            else:
+                key = data[pos : pos + klen]
+                pos += klen
+            b = data[pos]
+            if b < 0x80:
+                vlen = (b >> 1) ^ -(b & 1)
+                pos += 1
+            elif data[pos + 1] < 0x80:
+                b = (b & 0x7F) | (data[pos + 1] << 7)
+                vlen = (b >> 1) ^ -(b & 1)
+                pos += 2
+            else:
+                vlen, pos = zz(data, pos)
+            if vlen < 0:
+                value = None
+            else:
+                value = data[pos : pos + vlen]
+                pos += vlen
+            hcount = data[pos]
+            if hcount == 0:
+                pos += 1
+                headers: tuple = ()
+            else:
+                hcount, pos = zz(data, pos)
+                hs = []
+                for _h in range(hcount):
+                    hklen, pos = zz(data, pos)
+                    hkey = data[pos : pos + hklen].decode("utf-8")
+                    pos += hklen
+                    hvlen, pos = zz(data, pos)
+                    if hvlen < 0:
+                        hval = None
+                    else:
+                        hval = data[pos : pos + hvlen]
+                        pos += hvlen
+                    hs.append((hkey, hval))
+                headers = tuple(hs)
+            append(
+                new_record(
+                    ConsumerRecord,
+                    (
+                        base_offset + off_delta,
+                        max_ts if log_append else base_ts + ts_delta,
+                        ts_type,
+                        key,
+                        value,
+                        headers,
+                    ),
+                )
+            )
+    except (IndexError, UnicodeDecodeError) as exc:
+        raise RecordDecodeError(f"corrupt record in batch at offset {base_offset}: {exc}") from exc
+    if pos > n:
+        raise RecordDecodeError(f"records of batch at offset {base_offset} overrun its length")
+    return out
+
+
+def _zigzag(data: bytes, pos: int) -> tuple[int, int]:
+    b = data[pos]
+    pos += 1
+    if not b & 0x80:
+        return (b >> 1) ^ -(b & 1), pos
+    value = b & 0x7F
+    shift = 7
+    while True:
+        b = data[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return (value >> 1) ^ -(value & 1), pos
+        shift += 7
+        if shift > 63:
+            raise RecordDecodeError("varint longer than 10 bytes")
+
+
+def decode_records(buf: bytes | memoryview) -> Iterator[ConsumerRecord]:
+    """All user records in ``buf`` (control batches skipped), in offset order."""
+    for batch in iter_batches(buf):
+        yield from decode_batch_records(batch)

@@ -1,0 +1,598 @@
+"""The ``tidegate`` Spark data source with a real local Spark (local[2]) against a real
+tidegate broker process and against the peer broker (Tansu).
+
+What is produced is read back through Spark and compared field by field (key, value,
+headers, timestamp, timestamp type, partition, offset) over batches written with every
+codec; streaming runs several micro-batches under ``maxOffsetsPerTrigger``; a query
+stopped mid-stream and restarted from its checkpoint, with new data produced in
+between, writes every record exactly once to a Parquet file sink; rows written with
+the sink (batch and streaming) read back exactly.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pyspark = pytest.importorskip("pyspark")
+
+from tidegate.client import KafkaClient
+from tidegate.producer import Producer
+
+from .clients import CODECS, Rec, base_timestamp, make_records
+
+pytestmark = pytest.mark.timeout(300)
+
+PEER_SCRIPT = Path(__file__).resolve().parents[3] / "shared" / "tools" / "peer-broker.sh"
+#: Every wait on a streaming query is bounded by this.
+QUERY_TIMEOUT_S = 120
+
+
+def _java_home() -> str | None:
+    if os.environ.get("JAVA_HOME"):
+        return os.environ["JAVA_HOME"]
+    java = shutil.which("java")
+    if java is None:
+        return None
+    return str(Path(os.path.realpath(java)).parents[1])
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One local[2] SparkSession bound to loopback, with the source registered."""
+    java_home = _java_home()
+    if java_home is None:
+        pytest.skip("no Java on this machine (Spark needs Java 17+)")
+    os.environ.setdefault("JAVA_HOME", java_home)
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    import tidegate.spark
+
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("tidegate-spark-tests")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.streaming.stopTimeout", "30s")
+        .config("spark.driver.memory", "1g")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    tidegate.spark.register(session)
+    yield session
+    session.stop()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def peer_bootstrap():
+    """Tansu on a free port for this module; skip when it cannot start."""
+    if not PEER_SCRIPT.exists():
+        pytest.skip(f"no peer broker script at {PEER_SCRIPT}")
+    port = _free_port()
+    try:
+        subprocess.run(
+            ["bash", str(PEER_SCRIPT), "start", str(port)],
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
+        with KafkaClient(f"127.0.0.1:{port}") as c:
+            c.bootstrap(timeout_ms=10_000)
+    except Exception as exc:  # noqa: BLE001 - any failure means: no peer here
+        subprocess.run(
+            ["bash", str(PEER_SCRIPT), "stop", str(port)], check=False, capture_output=True
+        )
+        pytest.skip(f"peer broker did not start: {exc}")
+    yield f"127.0.0.1:{port}"
+    subprocess.run(
+        ["bash", str(PEER_SCRIPT), "stop", str(port)], check=False, capture_output=True, timeout=30
+    )
+
+
+@pytest.fixture(params=["tidegate", "peer"])
+def bootstrap(request):
+    if request.param == "tidegate":
+        return request.getfixturevalue("broker").bootstrap
+    return request.getfixturevalue("peer_bootstrap")
+
+
+_seq = 0
+
+
+def create_topic(bootstrap: str, partitions: int, prefix: str = "spark") -> str:
+    global _seq
+    _seq += 1
+    name = f"{prefix}-{os.getpid()}-{_seq}-{int(time.time() * 1000) % 100000}"
+    with KafkaClient(bootstrap) as c:
+        r = c.request(
+            19,
+            {
+                "topics": [{"name": name, "num_partitions": partitions, "replication_factor": 1}],
+                "timeout": 10_000,
+            },
+            timeout_ms=15_000,
+        )
+        assert int(r.topics[0].error_code) == 0, r
+    return name
+
+
+def produce(
+    bootstrap: str, topic: str, partition: int, records: list[Rec], codec: str = "none"
+) -> list[int]:
+    """Send ``records`` to one partition with one codec; returns their offsets."""
+    p = Producer(
+        {"bootstrap.servers": bootstrap, "compression.type": codec, "linger.ms": 5, "acks": "all"}
+    )
+    try:
+        futs = [
+            p.send(
+                topic,
+                r.value,
+                key=r.key,
+                partition=partition,
+                headers=list(r.headers),
+                timestamp=r.timestamp,
+            )
+            for r in records
+        ]
+        p.flush(30)
+        return [f.result(30).offset for f in futs]
+    finally:
+        p.close()
+
+
+def read_df(spark, bootstrap: str, **options):
+    r = spark.read.format("tidegate").option("kafka.bootstrap.servers", bootstrap)
+    for k, v in options.items():
+        r = r.option(k, v)
+    return r.load()
+
+
+def rows_of(df, headers: bool = True) -> list[tuple]:
+    """(partition, offset, key, value, headers, timestamp ms, timestampType, topic)."""
+    cols = [
+        "partition",
+        "offset",
+        "key",
+        "value",
+        "unix_millis(timestamp) AS ts",
+        "timestampType",
+        "topic",
+    ]
+    if headers:
+        cols.append("headers")
+    out = []
+    for r in df.selectExpr(*cols).collect():
+        hdrs = (
+            tuple(
+                (h["key"], bytes(h["value"]) if h["value"] is not None else None)
+                for h in r["headers"]
+            )
+            if headers
+            else ()
+        )
+        out.append(
+            (
+                r["partition"],
+                r["offset"],
+                bytes(r["key"]) if r["key"] is not None else None,
+                bytes(r["value"]) if r["value"] is not None else None,
+                hdrs,
+                r["ts"],
+                r["timestampType"],
+                r["topic"],
+            )
+        )
+    return sorted(out)
+
+
+def expected_rows(topic: str, sent: dict[int, list[tuple[int, Rec]]]) -> list[tuple]:
+    out = []
+    for partition, recs in sent.items():
+        for off, r in recs:
+            out.append((partition, off, r.key, r.value, r.headers, r.timestamp, 0, topic))
+    return sorted(out)
+
+
+def _produce_codecs(bootstrap: str, topic: str, n_per_codec: int) -> dict[int, list]:
+    """Every codec, into two partitions: batches of all codecs interleave in each."""
+    sent: dict[int, list[tuple[int, Rec]]] = {0: [], 1: []}
+    base = base_timestamp()
+    for i, codec in enumerate(CODECS):
+        recs = make_records(n_per_codec, base + i * 10_000, seed=i)
+        for partition in (0, 1):
+            part = recs[partition::2]
+            offs = produce(bootstrap, topic, partition, part, codec)
+            sent[partition] += list(zip(offs, part))
+    return sent
+
+
+# -- batch reads -------------------------------------------------------------------------------
+
+
+def test_batch_read_equals_what_was_produced(spark, bootstrap):
+    topic = create_topic(bootstrap, 2)
+    sent = _produce_codecs(bootstrap, topic, 200)
+    df = read_df(spark, bootstrap, subscribe=topic, includeHeaders="true")
+    assert df.columns == [
+        "key",
+        "value",
+        "topic",
+        "partition",
+        "offset",
+        "timestamp",
+        "timestampType",
+        "headers",
+    ]
+    got = rows_of(df)
+    assert len(got) == 1000
+    assert got == expected_rows(topic, sent)
+
+    # a sub-range by JSON offsets (-2 = earliest), assign, no headers column
+    df = read_df(
+        spark,
+        bootstrap,
+        assign=f'{{"{topic}":[0,1]}}',
+        startingOffsets=f'{{"{topic}":{{"0":-2,"1":150}}}}',
+        endingOffsets=f'{{"{topic}":{{"0":120,"1":-1}}}}',
+    )
+    assert "headers" not in df.columns
+    got = rows_of(df, headers=False)
+    want = [r[:4] + ((),) + r[5:] for r in expected_rows(topic, sent)]
+    want = [r for r in want if (r[0] == 0 and r[1] < 120) or (r[0] == 1 and r[1] >= 150)]
+    assert got == want
+
+
+def test_batch_read_pattern_and_bounded_fetches(spark, bootstrap):
+    """subscribePattern picks the matching topics only; a 1 KiB max.partition.fetch.bytes
+    (many fetches per partition) and minPartitions splitting read the same rows."""
+    a = create_topic(bootstrap, 1, prefix="pat-a")
+    b = create_topic(bootstrap, 1, prefix="pat-b")
+    other = create_topic(bootstrap, 1, prefix="other")
+    base = base_timestamp()
+    for t in (a, b, other):
+        produce(bootstrap, t, 0, make_records(300, base, headers=False), "lz4")
+    df = read_df(spark, bootstrap, subscribePattern="pat-.*")
+    assert sorted(df.groupBy("topic").count().collect()) == [(a, 300), (b, 300)]
+    df = read_df(
+        spark,
+        bootstrap,
+        subscribe=a,
+        minPartitions="4",
+        **{"kafka.max.partition.fetch.bytes": "1024"},
+    )
+    assert df.rdd.getNumPartitions() == 4
+    offsets = sorted(r["offset"] for r in df.select("offset").collect())
+    assert offsets == list(range(300))
+    # the tuple path (tidegate.arrow=false) gives the same rows as the Arrow path
+    recs = make_records(50, base)
+    produce(bootstrap, other, 0, recs, "gzip")
+    arrow = rows_of(read_df(spark, bootstrap, subscribe=other, includeHeaders="true"))
+    tuples = read_df(spark, bootstrap, subscribe=other, includeHeaders="true",
+                     **{"tidegate.arrow": "false"})  # fmt: skip
+    assert rows_of(tuples) == arrow
+    assert [r[5] for r in arrow[300:]] == [r.timestamp for r in recs]
+    assert [r[4] for r in arrow[300:]] == [r.headers for r in recs]
+
+
+def test_rejected_options(spark, broker):
+    def fails(match: str, **opts) -> None:
+        with pytest.raises(Exception, match=match):
+            read_df(spark, broker.bootstrap, **opts).collect()
+
+    fails("One of the following options must be specified for Kafka source")
+    fails("Only one of the following options can be specified", subscribe="a", assign='{"a":[0]}')
+    fails(
+        "starting offset can't be latest for batch queries", subscribe="a", startingOffsets="latest"
+    )
+    fails(
+        "ending offset can't be earliest for batch queries", subscribe="a", endingOffsets="earliest"
+    )
+    fails(
+        "Kafka option 'auto.offset.reset' is not supported",
+        subscribe="a",
+        **{"kafka.auto.offset.reset": "earliest"},
+    )
+    fails("Kafka option 'group.id' is not supported", subscribe="a", **{"kafka.group.id": "g"})
+    with pytest.raises(Exception, match="must be specified for configuring Kafka consumer"):
+        spark.read.format("tidegate").option("subscribe", "a").load().collect()
+    with pytest.raises(Exception, match="ending offset not valid in streaming queries"):
+        (
+            spark.readStream.format("tidegate")
+            .option("kafka.bootstrap.servers", broker.bootstrap)
+            .option("subscribe", "a")
+            .option("endingOffsets", "latest")
+            .load()
+            .writeStream.format("console")
+            .start()
+            .awaitTermination(30)
+        )
+
+
+# -- streaming -----------------------------------------------------------------------------------
+
+
+def _stream(spark, bootstrap: str, topic: str, out: Path, ckpt: Path, trigger: dict, **opts):
+    r = (
+        spark.readStream.format("tidegate")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", topic)
+    )
+    for k, v in opts.items():
+        r = r.option(k, v)
+    return (
+        r.load()
+        .selectExpr("partition", "offset", "key", "value", "unix_millis(timestamp) AS ts")
+        .writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(ckpt))
+        .trigger(**trigger)
+        .start()
+    )
+
+
+def _await(query) -> None:
+    assert query.awaitTermination(QUERY_TIMEOUT_S), "query did not finish in time"
+    assert query.exception() is None, query.exception()
+
+
+def _sink_rows(spark, out: Path) -> list[tuple]:
+    df = spark.read.parquet(str(out))
+    return sorted(
+        (r["partition"], r["offset"], bytes(r["key"]) if r["key"] is not None else None)
+        for r in df.collect()
+    )
+
+
+def test_stream_available_now_max_offsets_per_trigger(spark, bootstrap, tmp_path):
+    """700 + 300 records, maxOffsetsPerTrigger=250: several micro-batches, each within
+    the cap and split in proportion to lag, every record once."""
+    topic = create_topic(bootstrap, 2)
+    base = base_timestamp()
+    recs = make_records(1000, base, headers=False)
+    offs0 = produce(bootstrap, topic, 0, recs[:700], "zstd")
+    offs1 = produce(bootstrap, topic, 1, recs[700:], "snappy")
+    q = _stream(
+        spark,
+        bootstrap,
+        topic,
+        tmp_path / "out",
+        tmp_path / "ckpt",
+        {"availableNow": True},
+        startingOffsets="earliest",
+        maxOffsetsPerTrigger="250",
+    )
+    _await(q)
+    sizes = [p["numInputRows"] for p in q.recentProgress if p["numInputRows"]]
+    assert sum(sizes) == 1000
+    assert len(sizes) >= 4 and max(sizes) <= 250, sizes
+    first = q.recentProgress[0]["sources"][0]
+    # the first batch takes 250 in proportion to lag 700:300 -> 175 + 75
+    import json
+
+    end = first["endOffset"]
+    end = json.loads(end) if isinstance(end, str) else end
+    assert end == {topic: {"0": 175, "1": 75}}, end
+    want = sorted(
+        [(0, o, r.key) for o, r in zip(offs0, recs[:700])]
+        + [(1, o, r.key) for o, r in zip(offs1, recs[700:])]
+    )
+    assert _sink_rows(spark, tmp_path / "out") == want
+
+
+def test_stream_restart_from_checkpoint_exactly_once(spark, bootstrap, tmp_path):
+    """A query stopped mid-stream, new data produced, then restarted on the same
+    checkpoint: the file sink holds every record exactly once."""
+    topic = create_topic(bootstrap, 2)
+    base = base_timestamp()
+    recs = make_records(1200, base, headers=False)
+    sent = []
+    for partition, chunk in ((0, recs[:400]), (1, recs[400:600])):
+        sent += [
+            (partition, o, r.key)
+            for o, r in zip(produce(bootstrap, topic, partition, chunk), chunk)
+        ]
+    out, ckpt = tmp_path / "out", tmp_path / "ckpt"
+    # run 1: small micro-batches on a processing-time trigger, stopped after two batches
+    q = _stream(
+        spark,
+        bootstrap,
+        topic,
+        out,
+        ckpt,
+        {"processingTime": "1 second"},
+        startingOffsets="earliest",
+        maxOffsetsPerTrigger="100",
+    )
+    deadline = time.monotonic() + QUERY_TIMEOUT_S
+    while sum(1 for p in q.recentProgress if p["numInputRows"]) < 2:
+        assert q.exception() is None, q.exception()
+        assert time.monotonic() < deadline, "no progress"
+        time.sleep(0.2)
+    q.stop()
+    first_run = len(_sink_rows(spark, out))
+    assert 0 < first_run < 600
+    # new data while the query is down
+    for partition, chunk in ((0, recs[600:900]), (1, recs[900:])):
+        sent += [
+            (partition, o, r.key)
+            for o, r in zip(produce(bootstrap, topic, partition, chunk), chunk)
+        ]
+    # run 2: same checkpoint; startingOffsets=latest must not matter on a restart
+    q = _stream(
+        spark,
+        bootstrap,
+        topic,
+        out,
+        ckpt,
+        {"availableNow": True},
+        startingOffsets="latest",
+        maxOffsetsPerTrigger="500",
+    )
+    _await(q)
+    assert _sink_rows(spark, out) == sorted(sent)
+
+
+def test_stream_pattern_picks_up_new_topics_from_earliest(spark, bootstrap, tmp_path):
+    """subscribePattern with startingOffsets=latest: records already there are skipped;
+    a topic created later is read from its earliest offset (Spark's rule for new
+    partitions), across a restart."""
+    prefix = f"newt{os.getpid()}x{int(time.time()) % 10000}"
+    a = create_topic(bootstrap, 1, prefix=prefix)
+    base = base_timestamp()
+    old = make_records(20, base, headers=False)
+    produce(bootstrap, a, 0, old)
+    out, ckpt = tmp_path / "out", tmp_path / "ckpt"
+
+    def run() -> None:
+        q = (
+            spark.readStream.format("tidegate")
+            .option("kafka.bootstrap.servers", bootstrap)
+            .option("subscribePattern", f"{prefix}-.*")
+            .load()
+            .selectExpr("topic", "partition", "offset")
+            .writeStream.format("parquet")
+            .option("path", str(out))
+            .option("checkpointLocation", str(ckpt))
+            .trigger(availableNow=True)
+            .start()
+        )
+        _await(q)
+
+    run()  # starts at latest: nothing to read yet
+    new_a = make_records(5, base + 100, headers=False)
+    produce(bootstrap, a, 0, new_a)
+    b = create_topic(bootstrap, 2, prefix=prefix)
+    produce(bootstrap, b, 0, make_records(7, base, headers=False))
+    produce(bootstrap, b, 1, make_records(3, base, headers=False))
+    run()
+    got = sorted(tuple(r) for r in spark.read.parquet(str(out)).collect())
+    want = sorted(
+        [(a, 0, o) for o in range(20, 25)]
+        + [(b, 0, o) for o in range(7)]
+        + [(b, 1, o) for o in range(3)]
+    )
+    assert got == want
+
+
+# -- writing ---------------------------------------------------------------------------------------
+
+
+def test_write_then_read_back(spark, bootstrap, tmp_path):
+    topic = create_topic(bootstrap, 3)
+    rows = [
+        (
+            f"k{i}" if i % 7 else None,
+            f"value {i}".encode(),
+            i % 3,
+            [(f"h{i % 2}", f"{i}".encode())] if i % 4 else [],
+        )
+        for i in range(300)
+    ]
+    df = spark.createDataFrame(
+        rows,
+        "key string, value binary, partition int, headers array<struct<key:string,value:binary>>",
+    )
+    df.write.format("tidegate").option("kafka.bootstrap.servers", bootstrap).option(
+        "topic", topic
+    ).mode("append").save()
+    got = read_df(spark, bootstrap, subscribe=topic, includeHeaders="true").collect()
+    assert len(got) == 300
+    by_value = {bytes(r["value"]): r for r in got}
+    for key, value, partition, headers in rows:
+        r = by_value[value]
+        assert (bytes(r["key"]) if r["key"] is not None else None) == (
+            key.encode() if key is not None else None
+        )
+        assert r["partition"] == partition
+        assert [(h["key"], bytes(h["value"])) for h in r["headers"]] == headers
+    # offsets per partition are contiguous from 0: nothing written twice
+    for p in range(3):
+        offs = sorted(r["offset"] for r in got if r["partition"] == p)
+        assert offs == list(range(100))
+
+    # streaming write: the topic column routes rows; read back equals the source
+    target = create_topic(bootstrap, 1)
+    q = (
+        spark.readStream.format("tidegate")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+        .load()
+        .selectExpr("key", "value", f"'{target}' AS topic")
+        .writeStream.format("tidegate")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    _await(q)
+    back = read_df(spark, bootstrap, subscribe=target).collect()
+    assert sorted(bytes(r["value"]) for r in back) == sorted(v for _, v, _, _ in rows)
+
+
+def test_write_rejects_bad_columns(spark, broker):
+    df = spark.createDataFrame([(1,)], "value int")
+    with pytest.raises(Exception, match="value attribute type must be a String or BinaryType"):
+        df.write.format("tidegate").option("kafka.bootstrap.servers", broker.bootstrap).option(
+            "topic", "x"
+        ).mode("append").save()
+    df = spark.createDataFrame([("v",)], "value string")
+    with pytest.raises(Exception, match="topic option required when no 'topic' attribute"):
+        df.write.format("tidegate").option("kafka.bootstrap.servers", broker.bootstrap).mode(
+            "append"
+        ).save()
+
+
+# -- data loss -------------------------------------------------------------------------------------
+
+
+def test_fail_on_data_loss(spark, broker_factory):
+    """Offsets deleted by retention fail the read, or are skipped with failOnDataLoss=false."""
+    b = broker_factory(
+        {
+            "log.segment.bytes": "2048",
+            "log.retention.bytes": "4096",
+            "log.retention.check.interval.ms": "200",
+        }
+    )
+    topic = create_topic(b.bootstrap, 1)
+    recs = make_records(400, base_timestamp(), headers=False)
+    for i in range(0, 400, 20):  # many small batches: many segments
+        produce(b.bootstrap, topic, 0, recs[i : i + 20])
+    deadline = time.monotonic() + 30
+    while True:
+        with KafkaClient(b.bootstrap) as c:
+            from tidegate.client.fetcher import list_offsets
+
+            earliest = list_offsets(c, {(topic, 0): -2})[(topic, 0)]
+        if earliest > 0:
+            break
+        assert time.monotonic() < deadline, "retention deleted nothing"
+        time.sleep(0.2)
+    opts = {"assign": f'{{"{topic}":[0]}}', "startingOffsets": f'{{"{topic}":{{"0":0}}}}'}
+    with pytest.raises(Exception, match="Some data may have been lost"):
+        read_df(spark, b.bootstrap, **opts).collect()
+    got = read_df(spark, b.bootstrap, failOnDataLoss="false", **opts).select("offset").collect()
+    offsets = sorted(r["offset"] for r in got)
+    assert offsets and offsets[0] >= earliest and offsets[-1] == 399
+    assert offsets == list(range(offsets[0], 400))
