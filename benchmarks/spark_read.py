@@ -25,9 +25,7 @@ The counts and byte totals must match what was produced; a mismatch exits 1.
 from __future__ import annotations
 
 import argparse
-import os
 import random
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -126,28 +124,9 @@ def read_client(bootstrap: str, topic: str, partitions: int) -> tuple[int, int]:
 
 
 def spark_session(cores: int):
-    if not os.environ.get("JAVA_HOME") and shutil.which("java"):
-        os.environ["JAVA_HOME"] = str(Path(os.path.realpath(shutil.which("java"))).parents[1])
-    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
-
     import tidegate.spark
 
-    spark = (
-        SparkSession.builder.master(f"local[{cores}]")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.driver.memory", "2g")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    tidegate.spark.register(spark)
-    return spark
+    return tidegate.spark.local_session("tidegate-spark-read", cores, **{"spark.driver.memory": "2g"})
 
 
 def read_spark(spark, bootstrap: str, topic: str, arrow: bool) -> tuple[int, int]:

@@ -116,3 +116,33 @@ def broker_factory(tmp_path):
 @pytest.fixture
 def broker(broker_factory) -> BrokerProcess:
     return broker_factory()
+
+
+#: The peer broker (Tansu) helper beside the checkout: ../shared/tools/peer-broker.sh
+PEER_SCRIPT = Path(__file__).resolve().parents[2] / "shared" / "tools" / "peer-broker.sh"
+
+
+@pytest.fixture(scope="module")
+def peer_bootstrap():
+    """Tansu on a free loopback port for one module; skips when it cannot start (no
+    ``../shared`` beside the checkout, no binary, no network to fetch it)."""
+    from tidegate.client import KafkaClient
+
+    if not PEER_SCRIPT.exists():
+        pytest.skip(f"no peer broker script at {PEER_SCRIPT}")
+    port = free_port()
+
+    def stop() -> None:
+        subprocess.run(["bash", str(PEER_SCRIPT), "stop", str(port)], check=False,
+                       capture_output=True, timeout=30)
+
+    try:
+        subprocess.run(["bash", str(PEER_SCRIPT), "start", str(port)], check=True,
+                       capture_output=True, timeout=120)
+        with KafkaClient(f"127.0.0.1:{port}") as c:
+            c.bootstrap(timeout_ms=10_000)
+    except Exception as exc:  # noqa: BLE001 - any failure means: no peer here
+        stop()
+        pytest.skip(f"peer broker did not start: {exc}")
+    yield f"127.0.0.1:{port}"
+    stop()

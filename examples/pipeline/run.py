@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -84,30 +82,10 @@ def create_topics(bootstrap: str) -> None:
 
 
 def spark_session():
-    """local[2], bound to loopback; what Spark needs from the environment is set here."""
-    if not os.environ.get("JAVA_HOME") and shutil.which("java"):
-        os.environ["JAVA_HOME"] = str(Path(os.path.realpath(shutil.which("java"))).parents[1])
-    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
-
+    """local[2], bound to loopback, the source registered (tidegate.spark.local_session)."""
     import tidegate.spark
 
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("tidegate-pageviews")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "4")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.ui.showConsoleProgress", "false")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    tidegate.spark.register(spark)
-    return spark
+    return tidegate.spark.local_session("tidegate-pageviews", **{"spark.sql.shuffle.partitions": "4"})
 
 
 def expected(events: list[dict]) -> dict[tuple[str, str], tuple[int, float, int]]:

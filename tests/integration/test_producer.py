@@ -11,11 +11,8 @@ codec round-trips, under both buffer.memory allocation strategies. The peer brok
 from __future__ import annotations
 
 import os
-import socket
-import subprocess
 import time
 from collections import defaultdict
-from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, KafkaException
@@ -32,35 +29,7 @@ from .clients import CODECS, Rec, base_timestamp, make_records
 
 pytestmark = pytest.mark.timeout(180)
 
-PEER_SCRIPT = Path(__file__).resolve().parents[3] / "shared" / "tools" / "peer-broker.sh"
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def peer_bootstrap():
-    """Tansu on a free port for this module; skip when it cannot start."""
-    if not PEER_SCRIPT.exists():
-        pytest.skip(f"no peer broker script at {PEER_SCRIPT}")
-    port = _free_port()
-    try:
-        subprocess.run(
-            ["bash", str(PEER_SCRIPT), "start", str(port)],
-            check=True,
-            capture_output=True,
-            timeout=120,
-        )
-        with KafkaClient(f"127.0.0.1:{port}") as c:
-            c.bootstrap(timeout_ms=10_000)
-    except Exception as exc:  # noqa: BLE001 - any failure means: no peer here
-        subprocess.run(["bash", str(PEER_SCRIPT), "stop", str(port)], capture_output=True)
-        pytest.skip(f"peer broker did not start: {exc}")
-    yield f"127.0.0.1:{port}"
-    subprocess.run(["bash", str(PEER_SCRIPT), "stop", str(port)], capture_output=True, timeout=30)
 
 
 @pytest.fixture(params=["tidegate", "peer"])

@@ -13,9 +13,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -30,82 +27,26 @@ from .clients import CODECS, Rec, base_timestamp, make_records
 
 pytestmark = pytest.mark.timeout(300)
 
-PEER_SCRIPT = Path(__file__).resolve().parents[3] / "shared" / "tools" / "peer-broker.sh"
 #: Every wait on a streaming query is bounded by this.
 QUERY_TIMEOUT_S = 120
 
 
-def _java_home() -> str | None:
-    if os.environ.get("JAVA_HOME"):
-        return os.environ["JAVA_HOME"]
-    java = shutil.which("java")
-    if java is None:
-        return None
-    return str(Path(os.path.realpath(java)).parents[1])
 
 
 @pytest.fixture(scope="session")
 def spark():
     """One local[2] SparkSession bound to loopback, with the source registered."""
-    java_home = _java_home()
-    if java_home is None:
+    if not os.environ.get("JAVA_HOME") and shutil.which("java") is None:
         pytest.skip("no Java on this machine (Spark needs Java 17+)")
-    os.environ.setdefault("JAVA_HOME", java_home)
-    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
-
     import tidegate.spark
 
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("tidegate-spark-tests")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.streaming.stopTimeout", "30s")
-        .config("spark.driver.memory", "1g")
-        .getOrCreate()
+    session = tidegate.spark.local_session(
+        "tidegate-spark-tests",
+        **{"spark.sql.streaming.stopTimeout": "30s", "spark.driver.memory": "1g"},
     )
-    session.sparkContext.setLogLevel("ERROR")
-    tidegate.spark.register(session)
     yield session
     session.stop()
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def peer_bootstrap():
-    """Tansu on a free port for this module; skip when it cannot start."""
-    if not PEER_SCRIPT.exists():
-        pytest.skip(f"no peer broker script at {PEER_SCRIPT}")
-    port = _free_port()
-    try:
-        subprocess.run(
-            ["bash", str(PEER_SCRIPT), "start", str(port)],
-            check=True,
-            capture_output=True,
-            timeout=120,
-        )
-        with KafkaClient(f"127.0.0.1:{port}") as c:
-            c.bootstrap(timeout_ms=10_000)
-    except Exception as exc:  # noqa: BLE001 - any failure means: no peer here
-        subprocess.run(
-            ["bash", str(PEER_SCRIPT), "stop", str(port)], check=False, capture_output=True
-        )
-        pytest.skip(f"peer broker did not start: {exc}")
-    yield f"127.0.0.1:{port}"
-    subprocess.run(
-        ["bash", str(PEER_SCRIPT), "stop", str(port)], check=False, capture_output=True, timeout=30
-    )
 
 
 @pytest.fixture(params=["tidegate", "peer"])

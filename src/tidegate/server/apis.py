@@ -190,18 +190,28 @@ class KafkaApis:
         self.metrics: BrokerMetrics | None = None
 
     # -- entry point from the network shell ---------------------------------
-    def process(self, payload: bytearray, ctx: RequestContext, release: Callable[[], None]) -> Any:
-        """Decode, handle, encode. Returns bytes, None (no response) or an awaitable."""
-        if self.quotas.enabled:
-            return self._process_with_quotas(payload, ctx, release)
+    def _decode(
+        self, payload: bytearray, ctx: RequestContext, release: Callable[[], None]
+    ) -> tuple[RequestHeader, Any] | bytes:
+        """The request's header and body, or the encoded UNSUPPORTED_VERSION answer (its
+        memory released). A malformed request closes the connection."""
         try:
-            header, body = decode_request(payload)
+            return decode_request(payload)
         except UnsupportedVersionError as exc:
             release()
             log.info("%s from %s:%s", exc, ctx.client_address, ctx.client_port)
             return self._unsupported_version(exc)
         except InvalidRequestError as exc:
             raise ConnectionClosed(str(exc)) from exc
+
+    def process(self, payload: bytearray, ctx: RequestContext, release: Callable[[], None]) -> Any:
+        """Decode, handle, encode. Returns bytes, None (no response) or an awaitable."""
+        if self.quotas.enabled:
+            return self._process_with_quotas(payload, ctx, release)
+        decoded = self._decode(payload, ctx, release)
+        if isinstance(decoded, bytes):
+            return decoded  # UNSUPPORTED_VERSION
+        header, body = decoded
         if header.api_key != ApiKey.PRODUCE:
             release()  # everything but Produce is fully decoded: its bytes are not needed
         result = self.handlers[header.api_key](header, body, ctx)
@@ -225,14 +235,10 @@ class KafkaApis:
         applied to the response (:meth:`_respond_with_quotas`)."""
         start = time.perf_counter_ns()
         size = len(payload)
-        try:
-            header, body = decode_request(payload)
-        except UnsupportedVersionError as exc:
-            release()
-            log.info("%s from %s:%s", exc, ctx.client_address, ctx.client_port)
-            return self._unsupported_version(exc)
-        except InvalidRequestError as exc:
-            raise ConnectionClosed(str(exc)) from exc
+        decoded = self._decode(payload, ctx, release)
+        if isinstance(decoded, bytes):
+            return decoded  # UNSUPPORTED_VERSION
+        header, body = decoded
         key = header.api_key
         conn = ctx.connection
         user = conn.principal if conn is not None else "ANONYMOUS"
