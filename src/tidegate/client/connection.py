@@ -345,7 +345,7 @@ class BrokerConnection:
                 except _would_block:
                     return frames
                 if n == 0:
-                    return None
+                    return frames or None  # frames first; the EOF is seen again next time
                 self._bpos += n
                 if self._bpos == len(self._body):
                     frames.append(bytes(self._body))
@@ -357,7 +357,7 @@ class BrokerConnection:
             except _would_block:
                 return frames
             if n == 0:
-                return None
+                return frames or None
             self.last_activity_ns = now_ns
             mv = memoryview(self._scratch)[:n]
             i = 0
