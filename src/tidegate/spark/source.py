@@ -152,6 +152,7 @@ def _client(settings: Mapping[str, Any]) -> KafkaClient:
         socket_connection_setup_timeout_ms=settings["socket_connection_setup_timeout_ms"],
         receive_buffer_bytes=settings["receive_buffer_bytes"],
         send_buffer_bytes=settings["send_buffer_bytes"],
+        security=settings["security"],
     )
 
 
