@@ -229,3 +229,34 @@ def test_hostname_check_and_disabling_it(tmp_path):
             assert c.bootstrap(timeout_ms=20_000).brokers
     finally:
         proc.stop(10)
+
+
+def test_login_retried_after_the_credentials_are_fixed(listeners):
+    """A recorded login failure is raised while the node backs off; the next attempt
+    after the backoff really logs in again (here: once the user exists)."""
+    from confluent_kafka.admin import (
+        AdminClient,
+        ScramCredentialInfo,
+        ScramMechanism,
+        UserScramCredentialUpsertion,
+    )
+
+    user = f"u{uuid.uuid4().hex[:6]}"
+    conf = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-256",
+            "sasl.username": user, "sasl.password": "late-pw"}  # fmt: skip
+    with KafkaClient(listeners["SASL_PLAINTEXT"], security=conf, reconnect_backoff_ms=100) as c:
+        with pytest.raises(SaslAuthenticationError):
+            c.bootstrap(timeout_ms=10_000)
+        admin = AdminClient({"bootstrap.servers": listeners["PLAINTEXT"]})
+        info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096)
+        admin.alter_user_scram_credentials([UserScramCredentialUpsertion(user, info, b"late-pw")])[
+            user
+        ].result(10)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                assert c.bootstrap(timeout_ms=10_000).brokers
+                break
+            except SaslAuthenticationError:
+                assert time.monotonic() < deadline
+                time.sleep(0.2)

@@ -258,6 +258,9 @@ class KafkaClient:
             log.debug("connect to node %s (%s:%s) failed: %s", node_id, addr[0], addr[1], exc)
             self._note_failure(node_id, now_ns)
             return
+        # a new attempt: an earlier login failure no longer decides (credentials may
+        # have been fixed on the broker meanwhile); a new failure is recorded again
+        self._auth_errors.pop(node_id, None)
         self._register(conn)
 
     def _note_failure(self, node_id: int, now_ns: int) -> None:
