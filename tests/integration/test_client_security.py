@@ -260,3 +260,32 @@ def test_login_retried_after_the_credentials_are_fixed(listeners):
             except SaslAuthenticationError:
                 assert time.monotonic() < deadline
                 time.sleep(0.2)
+
+
+def test_tidegate_configs_command_config(listeners, pki, tmp_path):  # noqa: F811
+    """`tidegate configs --command-config` (kafka-configs.sh's option) over SASL_SSL."""
+    import subprocess
+    import sys
+
+    def run(props: str) -> subprocess.CompletedProcess:
+        path = tmp_path / "client.properties"
+        path.write_text(props)
+        return subprocess.run(
+            [sys.executable, "-m", "tidegate", "configs", "--bootstrap-server",
+             listeners["SASL_SSL"], "--command-config", str(path), "--describe"],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+
+    base = (
+        "security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-256\n"
+        f"ssl.truststore.location={pki['ca']}\n"
+        "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required \\\n"
+        '    username="alice" password="{pw}";\n'
+    )
+    r = run(base.replace("{pw}", USERS["alice"]))
+    assert r.returncode == 0, r.stderr
+    r = run(base.replace("{pw}", "wrong"))
+    assert r.returncode == 1
+    assert "Authentication failed" in r.stderr
+    r = run("security.protocol=SASL_SSL\n")
+    assert r.returncode == 2 and "GSSAPI" in r.stderr
