@@ -289,3 +289,13 @@ def test_tidegate_configs_command_config(listeners, pki, tmp_path):  # noqa: F81
     assert "Authentication failed" in r.stderr
     r = run("security.protocol=SASL_SSL\n")
     assert r.returncode == 2 and "GSSAPI" in r.stderr
+
+
+def test_sasl_client_on_a_plaintext_listener(listeners):
+    conf = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
+            "sasl.username": "alice", "sasl.password": USERS["alice"]}  # fmt: skip
+    with (
+        KafkaClient(listeners["PLAINTEXT"], security=conf) as c,
+        pytest.raises(SaslAuthenticationError, match=r"ILLEGAL_SASL_STATE.*a SASL listener\?"),
+    ):
+        c.bootstrap(timeout_ms=10_000)

@@ -630,8 +630,9 @@ class KafkaClient:
                     f"mechanisms are {list(body.mechanisms)}"
                 )
             if code:
+                hint = f" (is {conn.host}:{conn.port} a SASL listener?)" if code == 34 else ""
                 raise SaslAuthenticationError(
-                    f"SaslHandshake failed: {BrokerResponseError(code).name} ({code})"
+                    f"SaslHandshake failed: {BrokerResponseError(code).name} ({code}){hint}"
                 )
             token = sasl.first()
         else:
