@@ -237,6 +237,10 @@ def _number(value: float) -> str:
               "request_percentage.")
 @click.option("--delete-config", "delete_config", multiple=True, metavar="K[,K]",
               help="Quotas to remove with --alter (comma-separated or repeated).")
+@click.option("--command-config", "command_config", metavar="FILE",
+              type=click.Path(exists=True, dir_okay=False),
+              help="A properties file with client settings: security.protocol, sasl.mechanism, "
+              "sasl.jaas.config, ssl.* (see docs/security.md).")
 @click.pass_context
 def configs(
     ctx: click.Context,
@@ -248,6 +252,7 @@ def configs(
     alter: bool,
     add_config: str | None,
     delete_config: tuple[str, ...],
+    command_config: str | None,
 ) -> None:
     """Describe or alter client quotas over the wire, like kafka-configs.sh.
 
@@ -261,12 +266,13 @@ def configs(
     Uses AlterClientQuotas/DescribeClientQuotas (KIP-546); a change applies at once to
     connected clients and persists across broker restarts.
     """
-    from tidegate.client import BrokerResponseError, KafkaClient, KafkaError
+    from tidegate.client import BrokerResponseError, KafkaClient, KafkaError, SecurityConfigError
     from tidegate.client.admin import (
         QuotaFilterComponent,
         alter_client_quotas,
         describe_client_quotas,
     )
+    from tidegate.config import ConfigError, read_properties
 
     if describe == alter:
         raise click.UsageError("Give exactly one of --describe and --alter.")
@@ -287,8 +293,12 @@ def configs(
     if describe and (additions or deletes):
         raise click.UsageError("--add-config and --delete-config go with --alter.")
     try:
+        security = read_properties(command_config) if command_config else None
+    except ConfigError as exc:
+        raise click.UsageError(f"--command-config: {exc}") from None
+    try:
         with KafkaClient(bootstrap_server, client_id="tidegate-configs",
-                         request_timeout_ms=30_000) as client:
+                         request_timeout_ms=30_000, security=security) as client:
             if describe:
                 components = []
                 for t in types:
@@ -331,6 +341,8 @@ def configs(
                     for t, n in named
                 )
                 click.echo(f"Completed updating config for {what}.")
+    except SecurityConfigError as exc:
+        raise click.UsageError(f"--command-config: {exc}") from None
     except KafkaError as exc:
         click.echo(f"tidegate configs: {exc}", err=True)
         ctx.exit(1)

@@ -20,6 +20,7 @@ import pytest
 
 pyspark = pytest.importorskip("pyspark")
 
+from tests.conftest import wait_for_port
 from tidegate.client import KafkaClient
 from tidegate.producer import Producer
 
@@ -489,6 +490,42 @@ def test_write_then_read_back(spark, bootstrap, tmp_path):
     _await(q)
     back = read_df(spark, bootstrap, subscribe=target).collect()
     assert sorted(bytes(r["value"]) for r in back) == sorted(v for _, v, _, _ in rows)
+
+
+def test_write_and_read_over_sasl_scram(spark, tmp_path):
+    """Issue #8: kafka.security.protocol / kafka.sasl.mechanism / kafka.sasl.jaas.config
+    pass through to the client (driver and executors) and to the producer."""
+    from tests.integration.test_security import USERS, SecureBroker
+
+    b = SecureBroker(tmp_path)
+    b.proc.start()
+    try:
+        wait_for_port(b.sasl_port)
+        topic = create_topic(b.plain, 2, prefix="spark-sasl")
+        sasl = {
+            "kafka.security.protocol": "SASL_PLAINTEXT",
+            "kafka.sasl.mechanism": "SCRAM-SHA-256",
+            "kafka.sasl.jaas.config": "org.apache.kafka.common.security.scram.ScramLoginModule"
+            f' required username="alice" password="{USERS["alice"]}";',
+        }
+        rows = [(f"k{i}", f"v{i}".encode(), i % 2) for i in range(100)]
+        df = spark.createDataFrame(rows, "key string, value binary, partition int")
+        df.write.format("tidegate").option("kafka.bootstrap.servers", b.sasl).option(
+            "topic", topic
+        ).options(**sasl).mode("append").save()
+        got = read_df(spark, b.sasl, subscribe=topic, **sasl).collect()
+        assert sorted(
+            (r["key"].decode(), bytes(r["value"]), r["partition"]) for r in got
+        ) == sorted(rows)
+        # a wrong password fails the query with the broker's message, at once
+        bad = {**sasl, "kafka.sasl.jaas.config": sasl["kafka.sasl.jaas.config"].replace(
+            USERS["alice"], "wrong")}  # fmt: skip
+        started = time.monotonic()
+        with pytest.raises(Exception, match="Authentication failed"):
+            read_df(spark, b.sasl, subscribe=topic, **bad).collect()
+        assert time.monotonic() - started < 30
+    finally:
+        b.proc.stop(10)
 
 
 def test_write_rejects_bad_columns(spark, broker):

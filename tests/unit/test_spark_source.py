@@ -123,14 +123,36 @@ def _parse(streaming=False, **opts):
           "endingOffsets": '{"a":{"0":3}}'}, False,
          ("The specified starting offset (5) is greater than ending offset (3) for topic "
          "partition a-0")),
-        ({"subscribe": "a", "kafka.security.protocol": "SASL_PLAINTEXT"}, True,
-         "'security.protocol' = 'SASL_PLAINTEXT' is not supported"),
+        ({"subscribe": "a", "kafka.security.protocol": "SASL_PLAINTEXT",
+          "kafka.sasl.jaas.config": "x required;"}, True, "Kafka's default is GSSAPI"),
+        ({"subscribe": "a", "kafka.security.protocol": "SSL",
+          "kafka.ssl.truststore.type": "JKS"}, False, "only PEM"),
     ],
 )  # fmt: skip
 def test_rejected_like_spark(opts, streaming, message):
     with pytest.raises(ValueError) as exc:
         _parse(streaming, **opts)
     assert message in str(exc.value)
+
+
+def test_security_options_pass_through():
+    jaas = ('org.apache.kafka.common.security.scram.ScramLoginModule required username="alice" '
+            'password="alice-secret";')
+    opts = ReadOptions.parse(
+        {"subscribe": "a", "kafka.bootstrap.servers": "h:1",
+         "kafka.security.protocol": "SASL_PLAINTEXT", "kafka.sasl.mechanism": "SCRAM-SHA-512",
+         "kafka.sasl.jaas.config": jaas},
+        streaming=False,
+    )  # fmt: skip
+    sec = consumer_settings(opts.kafka)["security"]
+    assert (sec.protocol, sec.mechanism, sec.username, sec.password) == (
+        "SASL_PLAINTEXT", "SCRAM-SHA-512", "alice", "alice-secret"
+    )  # fmt: skip
+    # the writer validates the same keys before any task starts
+    with pytest.raises(ValueError, match="needs credentials"):
+        WriteOptions.parse({"kafka.bootstrap.servers": "h:1",
+                            "kafka.security.protocol": "SASL_SSL",
+                            "kafka.sasl.mechanism": "PLAIN"})  # fmt: skip
 
 
 def test_bootstrap_servers_required():

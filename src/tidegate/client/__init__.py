@@ -3,25 +3,32 @@
 Used by tidegate's producer and meant for anything else in tidegate that talks to
 a broker as a client (``tidegate top``, the Spark data source): bootstrap, API
 version negotiation, metadata, request/response framing with kio, a connection
-per broker with pipelining, timeouts and reconnects. See :mod:`.client`.
+per broker with pipelining, timeouts and reconnects, TLS and SASL (PLAIN, SCRAM; see
+:mod:`.security`). See :mod:`.client`.
 """
 
 from .client import KafkaClient, kio_version_range, metadata_request_body, parse_bootstrap
 from .connection import BrokerConnection, ConnectionState, InFlightRequest
 from .errors import (
+    AuthenticationError,
     BrokerResponseError,
     ConnectionError_,
     KafkaError,
     KafkaTimeoutError,
     NoBrokersAvailableError,
+    SaslAuthenticationError,
+    SslAuthenticationError,
     UnsupportedVersionError,
 )
 from .metadata import BrokerNode, Cluster, PartitionInfo, TopicMetadata
+from .security import ClientSecurity, SecurityConfigError
 
 __all__ = [
+    "AuthenticationError",
     "BrokerConnection",
     "BrokerNode",
     "BrokerResponseError",
+    "ClientSecurity",
     "Cluster",
     "ConnectionError_",
     "ConnectionState",
@@ -31,6 +38,9 @@ __all__ = [
     "KafkaTimeoutError",
     "NoBrokersAvailableError",
     "PartitionInfo",
+    "SaslAuthenticationError",
+    "SecurityConfigError",
+    "SslAuthenticationError",
     "TopicMetadata",
     "UnsupportedVersionError",
     "kio_version_range",

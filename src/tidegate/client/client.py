@@ -9,6 +9,16 @@ requests per connection, fails requests that exceed ``request.timeout.ms``
 (closing their connection, as Kafka does), reconnects with exponential backoff,
 and honours broker throttling (KIP-219).
 
+Security (``security``: a :class:`~tidegate.client.security.ClientSecurity`, or a
+mapping of Kafka's ``security.protocol``/``sasl.*``/``ssl.*`` keys): TLS wraps the
+socket before ApiVersions; SASL runs after it, as Kafka's ``SaslClientAuthenticator``
+does with SaslHandshake v1: SaslHandshake naming the mechanism, then
+SaslAuthenticate (the highest version both sides have, up to v2) until the
+mechanism is done. A failed login or TLS handshake is an
+:class:`~tidegate.client.errors.AuthenticationError`: not retriable, recorded per
+node (:meth:`KafkaClient.authentication_error`) and raised by the blocking helpers
+instead of waiting for the timeout.
+
 It is single-threaded: one thread calls :meth:`send` and :meth:`poll` (the
 producer's sender thread; a script; ``tidegate top``). :meth:`wakeup` is the one
 method other threads may call, to cut a :meth:`poll` short.
@@ -27,7 +37,7 @@ import logging
 import random
 import selectors
 import socket
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from functools import cache
 from typing import Any
 
@@ -38,11 +48,13 @@ from tidegate.protocol.codec import ms as td_ms
 from .clock import SYSTEM_CLOCK
 from .connection import BrokerConnection, ConnectionState, InFlightRequest
 from .errors import (
+    AuthenticationError,
     BrokerResponseError,
     ConnectionError_,
     KafkaError,
     KafkaTimeoutError,
     NoBrokersAvailableError,
+    SaslAuthenticationError,
     UnsupportedVersionError,
 )
 from .framing import (
@@ -51,6 +63,7 @@ from .framing import (
     encode_request,
 )
 from .metadata import Cluster
+from .security import ClientSecurity, sasl_client
 
 __all__ = ["KafkaClient", "kio_version_range", "parse_bootstrap"]
 
@@ -58,6 +71,8 @@ log = logging.getLogger(__name__)
 
 API_VERSIONS = 18
 METADATA = 3
+SASL_HANDSHAKE = 17
+SASL_AUTHENTICATE = 36
 #: The newest ApiVersions this client sends first (v3 is the first flexible one).
 _API_VERSIONS_MAX = 3
 #: Response versions from which the broker throttles *after* answering (KIP-219), so
@@ -120,9 +135,18 @@ class KafkaClient:
         socket_connection_setup_timeout_ms: int = 10_000,
         send_buffer_bytes: int = 131072,
         receive_buffer_bytes: int = 65536,
+        security: ClientSecurity | Mapping[str, Any] | None = None,
         clock: Any = None,
     ) -> None:
         self.clock = clock or SYSTEM_CLOCK
+        if security is None:
+            security = ClientSecurity()
+        elif not isinstance(security, ClientSecurity):
+            security = ClientSecurity.from_config(security)
+        self.security = security
+        self._ssl_context = security.ssl_context() if security.uses_tls else None
+        #: the last authentication failure per node (cleared when a login succeeds)
+        self._auth_errors: dict[int, AuthenticationError] = {}
         self.client_id = client_id
         self.request_timeout_ms = request_timeout_ms
         self.max_in_flight = max_in_flight_requests_per_connection
@@ -224,6 +248,7 @@ class KafkaClient:
                 addr[1],
                 send_buffer_bytes=self._send_buffer_bytes,
                 receive_buffer_bytes=self._receive_buffer_bytes,
+                ssl_context=self._ssl_context,
             )
             self._conns[node_id] = conn
         conn.host, conn.port = addr
@@ -233,6 +258,9 @@ class KafkaClient:
             log.debug("connect to node %s (%s:%s) failed: %s", node_id, addr[0], addr[1], exc)
             self._note_failure(node_id, now_ns)
             return
+        # a new attempt: an earlier login failure no longer decides (credentials may
+        # have been fixed on the broker meanwhile); a new failure is recorded again
+        self._auth_errors.pop(node_id, None)
         self._register(conn)
 
     def _note_failure(self, node_id: int, now_ns: int) -> None:
@@ -244,7 +272,11 @@ class KafkaClient:
     def _register(self, conn: BrokerConnection) -> None:
         assert conn.sock is not None
         events = selectors.EVENT_READ
-        if conn.state is ConnectionState.CONNECTING or conn.wants_write:
+        if (
+            conn.state is ConnectionState.CONNECTING
+            or conn.wants_write
+            or (conn.state is ConnectionState.TLS_HANDSHAKE and conn.handshake_wants_write)
+        ):
             events |= selectors.EVENT_WRITE
         old = self._registered.get(conn.node_id)
         if old is None:
@@ -278,6 +310,13 @@ class KafkaClient:
                 continue
             req.error = error
             self._complete(req)
+
+    def authentication_error(self, node_id: int | None = None) -> AuthenticationError | None:
+        """The authentication failure of ``node_id`` (of any node if None), if its last
+        login failed."""
+        if node_id is not None:
+            return self._auth_errors.get(node_id)
+        return next(iter(self._auth_errors.values()), None)
 
     def disconnect(self, node_id: int) -> None:
         self._disconnect(node_id, ConnectionError_("disconnected by the client"))
@@ -438,13 +477,25 @@ class KafkaClient:
             if conn.state is ConnectionState.CONNECTING:
                 if not mask & selectors.EVENT_WRITE:
                     return
+                if conn.ssl_context is not None:
+                    self._unregister(conn)  # the socket is wrapped, then registered anew
                 conn.finish_connect()
-                self._backoff.pop(node, None)
-                self._send_api_versions(conn, _API_VERSIONS_MAX)
+                if conn.state is ConnectionState.TLS_HANDSHAKE:
+                    if conn.do_handshake():
+                        self._send_api_versions(conn, _API_VERSIONS_MAX)
+                else:
+                    self._send_api_versions(conn, _API_VERSIONS_MAX)
+            elif conn.state is ConnectionState.TLS_HANDSHAKE:
+                if conn.do_handshake():
+                    self._send_api_versions(conn, _API_VERSIONS_MAX)
             elif mask & selectors.EVENT_WRITE and conn.wants_write:
                 for req in conn.on_writable(now):
                     self._complete(req)
-            if mask & selectors.EVENT_READ and conn.sock is not None:
+            if (
+                mask & selectors.EVENT_READ
+                and conn.sock is not None
+                and conn.state is not ConnectionState.TLS_HANDSHAKE
+            ):
                 frames = conn.on_readable(now)
                 if frames is None:
                     self._disconnect(
@@ -457,6 +508,9 @@ class KafkaClient:
                         return
         except (OSError, KafkaError) as exc:
             err = exc if isinstance(exc, KafkaError) else ConnectionError_(f"node {node}: {exc}")
+            if isinstance(err, AuthenticationError):
+                log.error("authentication with node %s failed: %s", node, err)
+                self._auth_errors[node] = err
             self._disconnect(node, err)
             return
         if conn.sock is not None:
@@ -471,8 +525,11 @@ class KafkaClient:
             raise ConnectionError_(
                 f"correlation id {cid} from node {conn.node_id}, expected {req.correlation_id}"
             )
-        if req.api_key == API_VERSIONS and req.internal:
-            self._handle_api_versions(conn, req, frame)
+        if req.internal:
+            if req.api_key == API_VERSIONS:
+                self._handle_api_versions(conn, req, frame)
+            else:
+                self._handle_sasl(conn, req, frame)
             return
         try:
             _, body = decode_response(req.api_key, req.api_version, frame)
@@ -524,8 +581,77 @@ class KafkaClient:
         conn.api_versions = {
             int(k.api_key): (int(k.min_version), int(k.max_version)) for k in body.api_keys
         }
+        if self.security.uses_sasl:
+            self._start_sasl(conn)
+            return
+        self._set_ready(conn)
+
+    def _set_ready(self, conn: BrokerConnection) -> None:
         conn.state = ConnectionState.READY
+        self._backoff.pop(conn.node_id, None)
+        self._auth_errors.pop(conn.node_id, None)
         log.debug("node %s ready: %d APIs", conn.node_id, len(conn.api_versions))
+
+    # -- SASL (Kafka's SaslClientAuthenticator, SaslHandshake v1) ---------------------------------
+
+    def _send_internal(self, conn: BrokerConnection, api_key: int, version: int, body: Any) -> None:
+        cid = self.next_correlation_id()
+        frame = encode_request(api_key, version, cid, self.client_id, body)
+        now = self.clock.nanoseconds()
+        req = InFlightRequest(conn.node_id, api_key, version, cid, [frame], True, None, now)
+        req.internal = True
+        conn.enqueue(req)
+        self._write_now(conn, now)
+
+    def _start_sasl(self, conn: BrokerConnection) -> None:
+        conn.state = ConnectionState.AUTHENTICATING
+        rng = conn.api_versions.get(SASL_HANDSHAKE)
+        if rng is None or rng[1] < 1 or SASL_AUTHENTICATE not in conn.api_versions:
+            raise SaslAuthenticationError(
+                f"node {conn.node_id} does not support SaslHandshake v1 and SaslAuthenticate"
+            )
+        conn.sasl = sasl_client(self.security)
+        self._send_internal(conn, SASL_HANDSHAKE, 1, {"mechanism": self.security.mechanism})
+
+    def _handle_sasl(self, conn: BrokerConnection, req: InFlightRequest, frame: bytes) -> None:
+        try:
+            _, body = decode_response(req.api_key, req.api_version, frame)
+        except Exception as exc:
+            raise ConnectionError_(
+                f"cannot decode api_key={req.api_key} v{req.api_version} response: {exc!r}"
+            ) from exc
+        code = int(body.error_code)
+        mech = self.security.mechanism
+        sasl = conn.sasl
+        if req.api_key == SASL_HANDSHAKE:
+            if code == 33:  # UNSUPPORTED_SASL_MECHANISM
+                raise SaslAuthenticationError(
+                    f"Client SASL mechanism '{mech}' not enabled in the server, enabled "
+                    f"mechanisms are {list(body.mechanisms)}"
+                )
+            if code:
+                hint = f" (is {conn.host}:{conn.port} a SASL listener?)" if code == 34 else ""
+                raise SaslAuthenticationError(
+                    f"SaslHandshake failed: {BrokerResponseError(code).name} ({code}){hint}"
+                )
+            token = sasl.first()
+        else:
+            if code:
+                message = getattr(body, "error_message", None)
+                raise SaslAuthenticationError(
+                    message or f"SaslAuthenticate failed: {BrokerResponseError(code).name}"
+                )
+            token = sasl.step(bytes(body.auth_bytes))
+            if token is None:
+                if not sasl.complete:
+                    raise SaslAuthenticationError(f"{mech} exchange ended early")
+                conn.sasl = None
+                log.debug("node %s: authenticated as %s (%s)", conn.node_id,
+                          self.security.username, mech)  # fmt: skip
+                self._set_ready(conn)
+                return
+        version = self.api_version(conn.node_id, SASL_AUTHENTICATE, max_version=2)
+        self._send_internal(conn, SASL_AUTHENTICATE, version, {"auth_bytes": token})
 
     # -- timeouts ----------------------------------------------------------------------------------
 
@@ -614,6 +740,9 @@ class KafkaClient:
             node = node_id if node_id is not None else self.least_loaded_node(now)
             if node is not None and self.ready(node, now):
                 return node
+            auth = self.authentication_error(node_id)
+            if auth is not None:
+                raise auth
             left = (deadline - now) / 1_000_000
             if left <= 0:
                 if node_id is None:

@@ -1,7 +1,15 @@
 """One non-blocking connection to one broker (Kafka's ``KafkaChannel`` +
 ``InFlightRequests`` for a single node).
 
-A connection goes DISCONNECTED -> CONNECTING -> CHECKING_API_VERSIONS -> READY.
+A connection goes DISCONNECTED -> CONNECTING [-> TLS_HANDSHAKE] -> CHECKING_API_VERSIONS
+[-> AUTHENTICATING] -> READY. With TLS (``SSL``/``SASL_SSL``) the socket is wrapped
+in an ``ssl.SSLSocket`` once TCP is connected and the handshake is driven by
+:meth:`do_handshake` on readiness events (``SSLWantReadError``/``SSLWantWriteError``
+say which event to wait for). An SSLSocket has no ``sendmsg``: writes then go out in
+chunks of up to 64 KiB (small buffers joined), and a chunk that hit
+``SSLWantWriteError`` is retried unchanged, as OpenSSL requires; reads drain the TLS
+buffer until ``SSLWantReadError`` (decrypted bytes OpenSSL holds are invisible to
+``select``). SASL (AUTHENTICATING) is driven by the client, not here.
 Requests are queued as lists of buffers and written with ``socket.sendmsg``
 (scatter-gather: a produce request's record batches go to the kernel straight from
 the buffers or chunks that hold them, never joined into one copy first). Up to
@@ -18,12 +26,13 @@ from __future__ import annotations
 import enum
 import errno
 import socket
+import ssl
 import struct
 from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from .errors import ConnectionError_, KafkaError
+from .errors import ConnectionError_, KafkaError, SslAuthenticationError
 
 __all__ = ["BrokerConnection", "ConnectionState", "InFlightRequest"]
 
@@ -32,12 +41,18 @@ _I32 = struct.Struct(">i")
 IOV_MAX = 1024
 #: A response larger than this closes the connection (a corrupt size prefix).
 MAX_RESPONSE_SIZE = 1 << 30
+#: TLS writes: small buffers are joined into chunks of up to this many bytes; a large
+#: buffer is written in slices of at most _TLS_MAX_SLICE.
+_TLS_CHUNK = 65536
+_TLS_MAX_SLICE = 1 << 18
 
 
 class ConnectionState(enum.Enum):
     DISCONNECTED = "disconnected"
     CONNECTING = "connecting"
+    TLS_HANDSHAKE = "tls_handshake"
     CHECKING_API_VERSIONS = "checking_api_versions"
+    AUTHENTICATING = "authenticating"
     READY = "ready"
 
 
@@ -103,8 +118,15 @@ class BrokerConnection:
         *,
         send_buffer_bytes: int = 131072,
         receive_buffer_bytes: int = 65536,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self.node_id = node_id
+        self.ssl_context = ssl_context
+        #: during the TLS handshake: whether OpenSSL waits to write (else to read)
+        self.handshake_wants_write = False
+        self._tls_chunk: Any = None  # a TLS write chunk to retry unchanged
+        #: the SASL exchange while AUTHENTICATING (driven by the client)
+        self.sasl: Any = None
         self.host = host
         self.port = port
         self.state = ConnectionState.DISCONNECTED
@@ -159,7 +181,38 @@ class BrokerConnection:
             raise ConnectionError_(
                 f"connect to {self.host}:{self.port}: {errno.errorcode.get(err, err)}"
             )
+        if self.ssl_context is not None:
+            # the caller unregisters the plain socket first: wrapping detaches it
+            self.sock = self.ssl_context.wrap_socket(
+                self.sock, server_hostname=self.host, do_handshake_on_connect=False
+            )
+            self.state = ConnectionState.TLS_HANDSHAKE
+            self.handshake_wants_write = True
+            return
         self.state = ConnectionState.CHECKING_API_VERSIONS
+
+    def do_handshake(self) -> bool:
+        """Advance the TLS handshake; True once it is complete."""
+        assert isinstance(self.sock, ssl.SSLSocket)
+        try:
+            self.sock.do_handshake()
+        except ssl.SSLWantReadError:
+            self.handshake_wants_write = False
+            return False
+        except ssl.SSLWantWriteError:
+            self.handshake_wants_write = True
+            return False
+        except (ssl.SSLEOFError, ssl.SSLZeroReturnError) as exc:
+            raise ConnectionError_(
+                f"TLS handshake with {self.host}:{self.port}: connection closed ({exc})"
+            ) from None
+        except ssl.SSLError as exc:
+            raise SslAuthenticationError(
+                f"TLS handshake with {self.host}:{self.port} failed: {exc}"
+            ) from None
+        self.handshake_wants_write = False
+        self.state = ConnectionState.CHECKING_API_VERSIONS
+        return True
 
     # -- writing -----------------------------------------------------------------------
 
@@ -180,6 +233,8 @@ class BrokerConnection:
         """Write as much as the socket takes; returns requests fully written that
         expect no response (acks=0 produce), which are complete once written."""
         assert self.sock is not None
+        if self.ssl_context is not None:
+            return self._on_writable_tls(now_ns)
         bufs = self._out_bufs
         finished: list[InFlightRequest] = []
         while True:
@@ -199,21 +254,63 @@ class BrokerConnection:
                 break
             self.last_activity_ns = now_ns
             full = sent == sum(len(b) for b in iov)
-            # advance past what was sent (slicing a memoryview copies nothing)
-            while sent > 0:
-                head = bufs[0]
-                if type(head) is _EndOfRequest:
-                    self._settle_written(now_ns, finished)
-                    continue
-                n = len(head)
-                if sent >= n:
-                    bufs.popleft()
-                    sent -= n
-                else:
-                    bufs[0] = head[sent:]
-                    sent = 0
+            self._advance(sent, now_ns, finished)
             if not full:
                 break  # the socket buffer is full; wait for writability
+        return finished
+
+    def _advance(self, sent: int, now_ns: int, finished: list[InFlightRequest]) -> None:
+        """Drop ``sent`` written bytes from the head of the write queue (slicing a
+        memoryview copies nothing)."""
+        bufs = self._out_bufs
+        while sent > 0:
+            head = bufs[0]
+            if type(head) is _EndOfRequest:
+                self._settle_written(now_ns, finished)
+                continue
+            n = len(head)
+            if sent >= n:
+                bufs.popleft()
+                sent -= n
+            else:
+                bufs[0] = head[sent:]
+                sent = 0
+
+    def _next_tls_chunk(self) -> Any:
+        """The next bytes to write from the queue head: a slice of a large buffer, or
+        small buffers joined (fewer TLS records and syscalls)."""
+        parts: list[memoryview] = []
+        size = 0
+        for b in self._out_bufs:
+            if type(b) is _EndOfRequest:
+                continue
+            if not parts and len(b) >= _TLS_CHUNK // 4:
+                return b[:_TLS_MAX_SLICE]
+            take = b[: _TLS_CHUNK - size]
+            parts.append(take)
+            size += len(take)
+            if size >= _TLS_CHUNK:
+                break
+        return b"".join(parts) if parts else None
+
+    def _on_writable_tls(self, now_ns: int) -> list[InFlightRequest]:
+        sock = self.sock
+        assert sock is not None
+        finished: list[InFlightRequest] = []
+        while True:
+            self._settle_written(now_ns, finished)
+            if self._tls_chunk is None:
+                self._tls_chunk = self._next_tls_chunk()
+                if self._tls_chunk is None:
+                    break
+            chunk = self._tls_chunk
+            try:
+                sent = sock.send(chunk)
+            except (ssl.SSLWantWriteError, ssl.SSLWantReadError, BlockingIOError, InterruptedError):
+                break  # retried with the same chunk when writable
+            self.last_activity_ns = now_ns
+            self._tls_chunk = chunk[sent:] if sent < len(chunk) else None
+            self._advance(sent, now_ns, finished)
         return finished
 
     def _settle_written(self, now_ns: int, finished: list[InFlightRequest]) -> None:
@@ -236,15 +333,19 @@ class BrokerConnection:
         prefix), or None when the peer closed the connection."""
         assert self.sock is not None
         frames: list[bytes] = []
+        # over TLS read until OpenSSL wants more from the socket: bytes it has already
+        # decrypted would not make the socket readable again
+        tls = self.ssl_context is not None
+        _would_block = _TLS_WOULD_BLOCK if tls else _WOULD_BLOCK
         while True:
             if self._body is not None and len(self._body) - self._bpos >= 65536:
                 # a large body: read straight into it
                 try:
                     n = self.sock.recv_into(memoryview(self._body)[self._bpos :])
-                except (BlockingIOError, InterruptedError):
+                except _would_block:
                     return frames
                 if n == 0:
-                    return None
+                    return frames or None  # frames first; the EOF is seen again next time
                 self._bpos += n
                 if self._bpos == len(self._body):
                     frames.append(bytes(self._body))
@@ -253,10 +354,10 @@ class BrokerConnection:
                 continue
             try:
                 n = self.sock.recv_into(self._scratch)
-            except (BlockingIOError, InterruptedError):
+            except _would_block:
                 return frames
             if n == 0:
-                return None
+                return frames or None
             self.last_activity_ns = now_ns
             mv = memoryview(self._scratch)[:n]
             i = 0
@@ -282,7 +383,7 @@ class BrokerConnection:
                         frames.append(bytes(body))
                         self._body = None
                         self._hlen = 0
-            if n < len(self._scratch):
+            if n < len(self._scratch) and not tls:
                 return frames
 
     # -- closing ---------------------------------------------------------------------------
@@ -300,6 +401,9 @@ class BrokerConnection:
         self.in_flight.clear()
         self._outbox.clear()
         self._out_bufs.clear()
+        self._tls_chunk = None
+        self.handshake_wants_write = False
+        self.sasl = None
         self._body = None
         self._hlen = 0
         self.api_versions = {}
@@ -309,6 +413,10 @@ class BrokerConnection:
     @property
     def in_flight_count(self) -> int:
         return len(self.in_flight) + len(self._outbox)
+
+
+_WOULD_BLOCK = (BlockingIOError, InterruptedError)
+_TLS_WOULD_BLOCK = (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError, InterruptedError)
 
 
 class _EndOfRequest:

@@ -10,11 +10,14 @@ from kio.schema.errors import ErrorCode
 
 __all__ = [
     "INVALID_METADATA_CODES",
+    "AuthenticationError",
     "BrokerResponseError",
     "ConnectionError_",
     "KafkaError",
     "KafkaTimeoutError",
     "NoBrokersAvailableError",
+    "SaslAuthenticationError",
+    "SslAuthenticationError",
     "UnsupportedVersionError",
     "error_for_code",
 ]
@@ -51,6 +54,25 @@ class UnsupportedVersionError(KafkaError):
     """The broker has no version of an API in common with this client."""
 
     code = 35
+
+
+class AuthenticationError(KafkaError):
+    """The broker (or this client) refused the connection's authentication (Kafka's
+    AuthenticationException). Not retriable: the same credentials fail again."""
+
+    retriable = False
+
+
+class SaslAuthenticationError(AuthenticationError):
+    """A SASL login failed (SASL_AUTHENTICATION_FAILED, an unsupported mechanism, a bad
+    server signature); the message is the broker's when it sent one."""
+
+    code = 58
+
+
+class SslAuthenticationError(AuthenticationError):
+    """The TLS handshake failed (an untrusted certificate, a host name mismatch, a
+    refused client certificate)."""
 
 
 class BrokerResponseError(KafkaError):

@@ -2,7 +2,9 @@
 
 ``Producer({"bootstrap.servers": "host:9092", "acks": "all", ...})``. Unknown keys
 are refused with the key's name; so are Kafka keys for features this producer does
-not have (transactions, TLS/SASL), unless they are given their default value.
+not have (transactions), unless they are given their default value. The security
+keys (``security.protocol``, ``sasl.*``, ``ssl.*``) are those of
+:class:`tidegate.client.security.ClientSecurity`.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tidegate.client.compression import codec_id
+from tidegate.client.security import SECURITY_KEYS, ClientSecurity, SecurityConfigError
 
 __all__ = ["ConfigError", "ProducerConfig"]
 
@@ -60,6 +63,7 @@ class ProducerConfig:
     metrics_sample_window_ms: int = 30000
     metrics_num_samples: int = 2
     transaction_timeout_ms: int = 60000
+    security: ClientSecurity = field(default_factory=ClientSecurity)
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -69,8 +73,12 @@ class ProducerConfig:
             raise ConfigError("bootstrap.servers is required")
         kw: dict[str, Any] = {"bootstrap_servers": _str(conf, "bootstrap.servers")}
         explicit = set(conf)
+        try:
+            kw["security"] = ClientSecurity.from_config(conf)
+        except SecurityConfigError as exc:
+            raise ConfigError(str(exc)) from None
         for key, value in conf.items():
-            if key == "bootstrap.servers":
+            if key == "bootstrap.servers" or key in SECURITY_KEYS:
                 continue
             parser = _PARSERS.get(key)
             if parser is None:
@@ -251,7 +259,6 @@ _PARSERS: dict[str, tuple[str, Callable[[Any], Any]]] = {
 #: Kafka producer keys accepted only at their default (features not implemented).
 _UNSUPPORTED: dict[str, Any] = {
     "transactional.id": "None",
-    "security.protocol": "PLAINTEXT",
     "key.serializer": "None",
     "value.serializer": "None",
     "interceptor.classes": "",

@@ -123,6 +123,7 @@ class Producer:
             socket_connection_setup_timeout_ms=cfg.socket_connection_setup_timeout_ms,
             send_buffer_bytes=cfg.send_buffer_bytes,
             receive_buffer_bytes=cfg.receive_buffer_bytes,
+            security=cfg.security,
             clock=clock,
         )
         self._sender = Sender(

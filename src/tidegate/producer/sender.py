@@ -141,6 +141,11 @@ class Sender(threading.Thread):
         if not self._running:
             poll_ms = min(poll_ms, 10)
         self.client.poll(max(0, poll_ms))
+        auth = self.client.authentication_error()
+        if auth is not None:
+            # the same credentials fail again: fail the sends now (their futures and
+            # send() callers get the error) instead of retrying until delivery.timeout.ms
+            self._fatal(auth)
 
     def _send_producer_data(self, now_ms: int) -> int:
         acc = self.accumulator

@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from tidegate.client.security import SECURITY_KEYS, ClientSecurity
+
 from .offsets import (
     EARLIEST,
     LATEST,
@@ -78,8 +80,7 @@ CONSUMER_KEYS = {
     "socket.connection.setup.timeout.ms",
     "receive.buffer.bytes",
     "send.buffer.bytes",
-    "security.protocol",
-}
+} | SECURITY_KEYS
 
 
 @dataclass(frozen=True)
@@ -356,13 +357,10 @@ class ReadOptions:
         return opts
 
 
-def _check_security(kafka: Mapping[str, str]) -> None:
-    proto = kafka.get("security.protocol", "PLAINTEXT").strip().upper()
-    if proto != "PLAINTEXT":
-        raise ValueError(
-            f"Kafka option 'security.protocol' = '{proto}' is not supported by the tidegate "
-            "source yet: its Kafka client speaks PLAINTEXT only (no TLS or SASL)"
-        )
+def _check_security(kafka: Mapping[str, str]) -> ClientSecurity:
+    """``kafka.security.protocol``, ``kafka.sasl.*``, ``kafka.ssl.*`` for the client;
+    an invalid or unsupported value fails the query up front (a ValueError)."""
+    return ClientSecurity.from_config(kafka)
 
 
 def _check_offset_limit_validity(start: OffsetSpec, end: OffsetSpec) -> None:
@@ -416,6 +414,8 @@ def consumer_settings(kafka: Mapping[str, str]) -> dict[str, Any]:
         "partition_max_bytes": int(kafka.get("max.partition.fetch.bytes", 1024 * 1024)),
         "fetch_max_wait_ms": int(kafka.get("fetch.max.wait.ms", 500)),
         "isolation_level": 1 if iso == "read_committed" else 0,
+        # strings only, so the settings pickle to executors; the SSLContext is built there
+        "security": ClientSecurity.from_config(kafka),
     }
 
 
@@ -442,5 +442,6 @@ class WriteOptions:
             raise ValueError(
                 "Option 'kafka.bootstrap.servers' must be specified for configuring Kafka producer"
             )
+        _check_security(kafka)
         topic = params.get("topic")
         return cls(topic.strip() if topic is not None else None, kafka)

@@ -50,7 +50,7 @@ from pyspark.sql.types import (
 )
 
 from tidegate.client import KafkaClient
-from tidegate.client.errors import KafkaError
+from tidegate.client.errors import AuthenticationError, KafkaError
 from tidegate.client.fetcher import (
     OffsetOutOfRangeError,
     end_offsets,
@@ -152,6 +152,7 @@ def _client(settings: Mapping[str, Any]) -> KafkaClient:
         socket_connection_setup_timeout_ms=settings["socket_connection_setup_timeout_ms"],
         receive_buffer_bytes=settings["receive_buffer_bytes"],
         send_buffer_bytes=settings["send_buffer_bytes"],
+        security=settings["security"],
     )
 
 
@@ -335,9 +336,9 @@ class _OffsetReader:
         for i in range(attempts):
             try:
                 return call()
-            except KafkaError:
-                if i == attempts - 1:
-                    raise
+            except KafkaError as exc:
+                if i == attempts - 1 or isinstance(exc, AuthenticationError):
+                    raise  # the same credentials fail again: no point in retrying
                 time.sleep(self.opts.fetch_offset_retry_interval_ms / 1000)
         raise AssertionError("unreachable")
 
