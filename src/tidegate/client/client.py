@@ -531,12 +531,7 @@ class KafkaClient:
             else:
                 self._handle_sasl(conn, req, frame)
             return
-        try:
-            _, body = decode_response(req.api_key, req.api_version, frame)
-        except Exception as exc:
-            raise ConnectionError_(
-                f"cannot decode api_key={req.api_key} v{req.api_version} response: {exc!r}"
-            ) from exc
+        body = _decode_body(req, frame)
         req.response = body
         throttle = getattr(body, "throttle_time", None)
         if throttle is not None:
@@ -614,12 +609,7 @@ class KafkaClient:
         self._send_internal(conn, SASL_HANDSHAKE, 1, {"mechanism": self.security.mechanism})
 
     def _handle_sasl(self, conn: BrokerConnection, req: InFlightRequest, frame: bytes) -> None:
-        try:
-            _, body = decode_response(req.api_key, req.api_version, frame)
-        except Exception as exc:
-            raise ConnectionError_(
-                f"cannot decode api_key={req.api_key} v{req.api_version} response: {exc!r}"
-            ) from exc
+        body = _decode_body(req, frame)
         code = int(body.error_code)
         mech = self.security.mechanism
         sasl = conn.sasl
@@ -838,3 +828,13 @@ def metadata_request_body(
     if version >= 4:
         body["allow_auto_topic_creation"] = allow_auto_topic_creation
     return body
+
+
+def _decode_body(req: InFlightRequest, frame: bytes) -> Any:
+    """A response's body; a frame that does not decode breaks the connection."""
+    try:
+        return decode_response(req.api_key, req.api_version, frame)[1]
+    except Exception as exc:
+        raise ConnectionError_(
+            f"cannot decode api_key={req.api_key} v{req.api_version} response: {exc!r}"
+        ) from exc
