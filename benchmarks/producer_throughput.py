@@ -146,6 +146,7 @@ def child(client: str, bootstrap: str, topic: str, size: int, n: int, acks: str)
         capture_output=True,
         text=True,
         timeout=900,
+        check=False,  # the return code is checked below, with the stderr tail
         cwd=_common.REPO_ROOT,
     )
     if out.returncode != 0:

@@ -7,6 +7,7 @@ buffers the sender would hand to sendmsg.
 
 from __future__ import annotations
 
+import itertools
 import os
 import random
 
@@ -92,7 +93,7 @@ def test_incremental_grows_chunk_by_chunk_without_blocking():
     cl = cluster()
     acc, pool, clock = make(True, batch_size=64 * KiB)
     for _ in range(300):  # ~ 300 x 130 B = 39 KiB: three chunks
-        fut, full, new, _ = append(acc, cl, 0, b"v" * 120)
+        _fut, _full, _new, _ = append(acc, cl, 0, b"v" * 120)
     batch = acc.queue_for("t", 0).batches[-1]
     assert isinstance(batch, ChunkedProducerBatch)
     assert len(acc.queue_for("t", 0).batches) == 1
@@ -104,7 +105,7 @@ def test_incremental_grows_chunk_by_chunk_without_blocking():
 
 def test_uncompressed_reservation_is_exact_never_grows_mid_record():
     cl = cluster()
-    acc, pool, _ = make(True, batch_size=64 * KiB)
+    acc, _pool, _ = make(True, batch_size=64 * KiB)
     rnd = random.Random(3)
     for _ in range(400):
         append(
@@ -165,7 +166,7 @@ def test_growth_when_pool_is_exhausted_closes_the_batch_and_blocks_the_record():
     b1.close()
     b1.complete(0, -1, None)
     acc.deallocate(b1)
-    fut, full, new, part = append(acc, cl, 0, b"v" * 300, max_block=50)
+    _fut, _full, new, part = append(acc, cl, 0, b"v" * 300, max_block=50)
     assert new and part == 0
     assert len(acc.queue_for("t", 0).batches) == 2
 
@@ -310,12 +311,12 @@ def test_wire_bytes_identical_under_both_strategies(codec):
     cl = cluster(partitions=3)
     results = {}
     for incremental in (False, True):
-        acc, pool, _ = make(incremental, batch_size=64 * KiB, compression=CODECS[codec])
+        acc, _pool, _ = make(incremental, batch_size=64 * KiB, compression=CODECS[codec])
         for i, (k, v, h, ts) in enumerate(_records()):
             append(acc, cl, i % 3, v, key=k, headers=h, ts=ts)
         batches = drain_all(acc, cl)
         results[incremental] = (batches, *wire(batches))
-    fb, fbufs, fbytes = results[False]
+    _fb, fbufs, fbytes = results[False]
     ib, ibufs, ibytes = results[True]
     assert ibytes == fbytes
     assert len(ibytes) > 100_000
@@ -368,7 +369,7 @@ def test_compressed_batches_decode_with_kafka_python(codec):
 
 def test_ready_waits_for_linger_unless_full_or_memory_is_short():
     cl = cluster(partitions=2)
-    acc, pool, clock = make(False, batch_size=1024, linger_ms=100, memory=4 * 1024)
+    acc, _pool, clock = make(False, batch_size=1024, linger_ms=100, memory=4 * 1024)
     append(acc, cl, 0, b"x" * 10)
     res = acc.ready(cl, clock.milliseconds())
     assert not res.ready_nodes and res.next_ready_check_delay_ms == 100
@@ -408,7 +409,7 @@ def test_keyless_records_stick_until_the_batch_fills():
     acc, _, _ = make(False, batch_size=2048)
     parts = []
     for _ in range(400):
-        fut, _, _, p = acc.append("t", None, 1, None, b"x" * 100, (), None, 100, cl)
+        _fut, _, _, p = acc.append("t", None, 1, None, b"x" * 100, (), None, 100, cl)
         parts.append(p)
     runs = [parts[0]]
     for p in parts[1:]:
@@ -418,7 +419,7 @@ def test_keyless_records_stick_until_the_batch_fills():
     # every stint put at least batch.size bytes (~17 records of ~120 B) on its partition
     counts = []
     n = 1
-    for a, b in zip(parts, parts[1:], strict=False):
+    for a, b in itertools.pairwise(parts):
         if a == b:
             n += 1
         else:
