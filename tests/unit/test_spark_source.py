@@ -9,12 +9,12 @@ import struct
 import pytest
 
 from tidegate.client.compression import CODECS, compress
-from tidegate.client.records import (
+from tidegate.log.batch_builder import Record, build_batch
+from tidegate.log.records import (
     LOG_APPEND_TIME,
     RecordDecodeError,
     decode_records,
 )
-from tidegate.log.batch_builder import Record, build_batch
 from tidegate.spark.offsets import (
     json_to_offsets,
     offsets_to_dict,

@@ -26,9 +26,10 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from tidegate.log.records import ConsumerRecord, decode_batch_records, iter_decoded_batches
+
 from .client import KafkaClient
 from .errors import INVALID_METADATA_CODES, BrokerResponseError, KafkaError
-from .records import ConsumerRecord, decode_batch_records, iter_batches
 
 __all__ = [
     "EARLIEST",
@@ -332,7 +333,7 @@ def read_range_batches(
             raise err2
         progressed = False
         if got.records:
-            for batch in iter_batches(got.records):
+            for batch in iter_decoded_batches(got.records):
                 if batch.last_offset < pos:
                     continue
                 if batch.base_offset >= end:

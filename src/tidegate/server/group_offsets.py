@@ -38,7 +38,8 @@ from typing import Any
 
 from tidegate.log.batch_builder import Record, build_batch
 from tidegate.log.log import Log
-from tidegate.log.record_batch import HEADER_SIZE, iter_batches, read_header
+from tidegate.log.record_batch import iter_batches, read_header
+from tidegate.log.records import decode_batch_records, iter_decoded_batches
 
 log = logging.getLogger(__name__)
 
@@ -151,55 +152,13 @@ def parse_key(key: bytes) -> tuple:
 
 
 # -- reading records back --------------------------------------------------------------------
-def _varint(buf: memoryview, pos: int) -> tuple[int, int]:
-    shift = 0
-    raw = 0
-    while True:
-        b = buf[pos]
-        pos += 1
-        raw |= (b & 0x7F) << shift
-        if not b & 0x80:
-            break
-        shift += 7
-        if shift > 63:
-            raise ValueError("varint too long")
-    return (raw >> 1) ^ -(raw & 1), pos
-
-
 def iter_records(data: bytes, from_offset: int = 0) -> Iterator[tuple[int, bytes | None, bytes | None]]:
-    """(offset, key, value) of every record in uncompressed v2 batches at ``from_offset``
-    or later (what :class:`OffsetsLog` writes; anything else is skipped with a warning)."""
-    mv = memoryview(data)
-    for pos, size in iter_batches(mv):
-        h = read_header(mv, pos)
-        if h.compression_type != 0 or h.magic != 2 or h.is_control:
-            log.warning("skipping a batch at offset %d of %s it did not write", h.base_offset, OFFSETS_TOPIC)
-            continue
-        p = pos + HEADER_SIZE
-        for _ in range(h.records_count):
-            _length, p = _varint(mv, p)
-            p += 1  # attributes
-            _ts_delta, p = _varint(mv, p)
-            offset_delta, p = _varint(mv, p)
-            klen, p = _varint(mv, p)
-            key = None
-            if klen >= 0:
-                key = bytes(mv[p : p + klen])
-                p += klen
-            vlen, p = _varint(mv, p)
-            value = None
-            if vlen >= 0:
-                value = bytes(mv[p : p + vlen])
-                p += vlen
-            nheaders, p = _varint(mv, p)
-            for _h in range(nheaders):
-                hk, p = _varint(mv, p)
-                p += max(hk, 0)
-                hv, p = _varint(mv, p)
-                p += max(hv, 0)
-            offset = h.base_offset + offset_delta
-            if offset >= from_offset:
-                yield offset, key, value
+    """(offset, key, value) of every record at ``from_offset`` or later, decoded by the
+    one record decoder (:mod:`tidegate.log.records`); control batches carry none."""
+    for batch in iter_decoded_batches(data):
+        for r in decode_batch_records(batch):
+            if r.offset >= from_offset:
+                yield r.offset, r.key, r.value
 
 
 # -- the log ------------------------------------------------------------------------------------

@@ -1,9 +1,10 @@
-"""Decoding the records of a Fetch response (record batch v2) on the consumer side.
+"""Decoding the records inside record batches v2 (Kafka's ``DefaultRecord``).
 
-The broker never looks inside a batch (:mod:`tidegate.log.record_batch` works on the
-61-byte header only); a consumer has to: decompress the records section (gzip,
-snappy, lz4, zstd via :func:`tidegate.client.compression.decompress`) and parse each
-record's varint-framed fields::
+:mod:`tidegate.log.record_batch` reads and checks the 61-byte batch header and
+:mod:`tidegate.log.batch_builder` writes batches; this module reads the records back:
+it decompresses the records section (gzip, snappy, lz4, zstd via
+:func:`tidegate.client.compression.decompress`) and parses each record's
+varint-framed fields::
 
     length varint | attributes int8 | timestampDelta varlong | offsetDelta varint
     keyLength varint | key | valueLength varint | value
@@ -14,6 +15,8 @@ are skipped. A batch cut short at the end of a response (the broker sends whole
 batches, but ``partition_max_bytes`` can end a response inside one) is not an error:
 decoding stops there and the caller fetches again from the next offset.
 
+Users: the consumer side (:mod:`tidegate.client.fetcher`, the Spark source) and the
+broker reading its own ``__consumer_offsets`` back (:mod:`tidegate.server.group_offsets`).
 Everything here is sans-IO: bytes in, records out.
 """
 
@@ -23,7 +26,20 @@ import struct
 from collections.abc import Iterator
 from typing import NamedTuple
 
-from .compression import decompress
+from tidegate.client.compression import decompress
+
+from .record_batch import (
+    COMPRESSION_CODEC_MASK,
+    CONTROL_FLAG_MASK,
+    HEADER_SIZE,
+    HEADER_STRUCT,
+    LOG_OVERHEAD,
+    MAGIC_OFFSET,
+    MIN_BATCH_LENGTH,
+    TIMESTAMP_TYPE_CREATE_TIME,
+    TIMESTAMP_TYPE_LOG_APPEND_TIME,
+    TIMESTAMP_TYPE_MASK,
+)
 
 __all__ = [
     "CREATE_TIME",
@@ -31,20 +47,12 @@ __all__ = [
     "ConsumerRecord",
     "RecordDecodeError",
     "decode_batch_records",
-    "iter_batches",
+    "iter_decoded_batches",
 ]
 
-CREATE_TIME = 0
-LOG_APPEND_TIME = 1
-
-#: baseOffset int64, batchLength int32, partitionLeaderEpoch int32, magic int8,
-#: crc uint32, attributes int16, lastOffsetDelta int32, baseTimestamp int64,
-#: maxTimestamp int64, producerId int64, producerEpoch int16, baseSequence int32,
-#: recordsCount int32
-_HEADER = struct.Struct(">qiibIhiqqqhii")
-HEADER_SIZE = _HEADER.size  # 61
-_LOG_OVERHEAD = 12  # baseOffset + batchLength
-_MAGIC_AT = 16
+CREATE_TIME = TIMESTAMP_TYPE_CREATE_TIME
+LOG_APPEND_TIME = TIMESTAMP_TYPE_LOG_APPEND_TIME
+_OFFSET_AND_LENGTH = struct.Struct(">qi")
 
 
 class RecordDecodeError(Exception):
@@ -71,22 +79,22 @@ class BatchInfo(NamedTuple):
     timestamp_type: int
 
 
-def iter_batches(buf: bytes | memoryview) -> Iterator[BatchInfo]:
+def iter_decoded_batches(buf: bytes | memoryview) -> Iterator[BatchInfo]:
     """The complete v2 batches in ``buf`` (a Fetch response's ``records``), with their
     records section decompressed. A trailing partial batch is ignored."""
     mv = memoryview(buf)
     n = len(mv)
     pos = 0
-    while pos + _LOG_OVERHEAD <= n:
-        base_offset, batch_length = struct.unpack_from(">qi", mv, pos)
-        total = batch_length + _LOG_OVERHEAD
-        if batch_length < HEADER_SIZE - _LOG_OVERHEAD:
+    while pos + LOG_OVERHEAD <= n:
+        base_offset, batch_length = _OFFSET_AND_LENGTH.unpack_from(mv, pos)
+        total = batch_length + LOG_OVERHEAD
+        if batch_length < MIN_BATCH_LENGTH:
             if pos + total > n:
                 return  # a partial batch header at the end
             raise RecordDecodeError(f"batch at offset {base_offset} has length {batch_length}")
         if pos + total > n:
             return  # partial batch at the end of the response
-        magic = mv[pos + _MAGIC_AT]
+        magic = mv[pos + MAGIC_OFFSET]
         if magic != 2:
             raise RecordDecodeError(
                 f"message format v{magic} at offset {base_offset}: only v2 record batches "
@@ -106,19 +114,19 @@ def iter_batches(buf: bytes | memoryview) -> Iterator[BatchInfo]:
             _pepoch,
             _seq,
             count,
-        ) = _HEADER.unpack_from(mv, pos)
-        codec = attributes & 0x07
+        ) = HEADER_STRUCT.unpack_from(mv, pos)
+        codec = attributes & COMPRESSION_CODEC_MASK
         body = mv[pos + HEADER_SIZE : pos + total]
         records = bytes(body) if codec == 0 else decompress(codec, bytes(body))
         yield BatchInfo(
             base_offset,
             base_offset + last_delta,
-            bool(attributes & 0x20),
+            bool(attributes & CONTROL_FLAG_MASK),
             records,
             count,
             base_ts,
             max_ts,
-            (attributes >> 3) & 1,
+            LOG_APPEND_TIME if attributes & TIMESTAMP_TYPE_MASK else CREATE_TIME,
         )
         pos += total
 
@@ -253,5 +261,5 @@ def _zigzag(data: bytes, pos: int) -> tuple[int, int]:
 
 def decode_records(buf: bytes | memoryview) -> Iterator[ConsumerRecord]:
     """All user records in ``buf`` (control batches skipped), in offset order."""
-    for batch in iter_batches(buf):
+    for batch in iter_decoded_batches(buf):
         yield from decode_batch_records(batch)
