@@ -11,11 +11,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from tidegate.protocol.apis import ApiKey
+
 from .client import KafkaClient
 from .errors import BrokerResponseError
-
-DESCRIBE_CLIENT_QUOTAS = 48
-ALTER_CLIENT_QUOTAS = 49
 
 MATCH_EXACT = 0
 MATCH_DEFAULT = 1
@@ -62,7 +61,7 @@ def describe_client_quotas(
         ],
         "strict": strict,
     }
-    resp = client.request(DESCRIBE_CLIENT_QUOTAS, body, timeout_ms=timeout_ms)
+    resp = client.request(ApiKey.DESCRIBE_CLIENT_QUOTAS, body, timeout_ms=timeout_ms)
     if resp.error_code:
         raise BrokerResponseError(int(resp.error_code), resp.error_message or "")
     return [
@@ -94,7 +93,7 @@ def alter_client_quotas(
         for entity, ops in alterations
     ]
     resp = client.request(
-        ALTER_CLIENT_QUOTAS, {"entries": entries, "validate_only": validate_only},
+        ApiKey.ALTER_CLIENT_QUOTAS, {"entries": entries, "validate_only": validate_only},
         timeout_ms=timeout_ms,
     )  # fmt: skip
     return [
