@@ -172,3 +172,58 @@ def check_offset_for_time(
 
 def segment_count(data_dir: Path, topic: str, partition: int = 0) -> int:
     return len(list((data_dir / f"{topic}-{partition}").glob("*.log")))
+
+
+_topic_seq = 0
+
+
+def create_topic(bootstrap: str, partitions: int, prefix: str = "t") -> str:
+    """A fresh topic through tidegate's own client (CreateTopics v?: whatever both sides
+    speak); its name is unique per process and call."""
+    import os
+
+    from tidegate.client import KafkaClient
+
+    global _topic_seq
+    _topic_seq += 1
+    name = f"{prefix}-{os.getpid()}-{_topic_seq}-{int(time.time() * 1000) % 100000}"
+    with KafkaClient(bootstrap) as c:
+        r = c.request(
+            19,
+            {
+                "topics": [{"name": name, "num_partitions": partitions, "replication_factor": 1}],
+                "timeout": 10_000,
+            },
+            timeout_ms=15_000,
+        )
+        assert int(r.topics[0].error_code) == 0, r
+    return name
+
+
+def roundtrip_confluent(conf: dict, n: int = 50, prefix: str = "rt") -> list[bytes]:
+    """Create a one-partition topic, produce ``v0..v{n-1}`` with confluent-kafka (acks=all)
+    and read them back by assign from offset 0, all with the client config ``conf``
+    (security settings included). Returns the values read within 20 s."""
+    import uuid
+
+    from confluent_kafka import Consumer, Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    topic = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient(conf)
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(20)
+    p = Producer({**conf, "acks": "all", "linger.ms": 5})
+    for i in range(n):
+        p.produce(topic, value=f"v{i}".encode(), key=b"k")
+    assert p.flush(20) == 0
+    c = Consumer({**conf, "group.id": f"g-{topic}", "auto.offset.reset": "earliest",
+                  "enable.auto.commit": False})
+    c.assign([TopicPartition(topic, 0, 0)])
+    got: list[bytes] = []
+    deadline = time.monotonic() + 20
+    while len(got) < n and time.monotonic() < deadline:
+        m = c.poll(0.5)
+        if m is not None and m.error() is None:
+            got.append(m.value())
+    c.close()
+    return got

@@ -25,7 +25,7 @@ from tidegate.client import KafkaClient
 from tidegate.client.errors import KafkaTimeoutError, UnsupportedVersionError
 from tidegate.producer import Producer
 
-from .clients import CODECS, Rec, base_timestamp, make_records
+from .clients import CODECS, Rec, base_timestamp, create_topic, make_records
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -39,24 +39,6 @@ def bootstrap(request):
     return request.getfixturevalue("peer_bootstrap")
 
 
-_topic_seq = 0
-
-
-def create_topic(bootstrap: str, partitions: int) -> str:
-    global _topic_seq
-    _topic_seq += 1
-    name = f"prod-{os.getpid()}-{_topic_seq}-{int(time.time() * 1000) % 100000}"
-    with KafkaClient(bootstrap) as c:
-        r = c.request(
-            19,
-            {
-                "topics": [{"name": name, "num_partitions": partitions, "replication_factor": 1}],
-                "timeout": 10_000,
-            },
-            timeout_ms=15_000,
-        )
-        assert int(r.topics[0].error_code) == 0, r
-    return name
 
 
 def java_partition(key: bytes, n: int) -> int:
@@ -161,7 +143,7 @@ def check_read_back(sent: list[Rec], metas: list, got: list[tuple], partitions: 
 
 @pytest.mark.parametrize("strategy", ["full", "incremental"])
 def test_records_read_back_by_confluent_and_kafka_python(bootstrap, strategy):
-    topic = create_topic(bootstrap, 4)
+    topic = create_topic(bootstrap, 4, prefix="prod")
     sent = make_records(1500, base_timestamp())
     metas = produce(bootstrap, topic, sent, **{"buffer.memory.allocation.strategy": strategy})
     assert {m.topic for m in metas} == {topic}
@@ -171,7 +153,7 @@ def test_records_read_back_by_confluent_and_kafka_python(bootstrap, strategy):
 
 @pytest.mark.parametrize("codec", CODECS)
 def test_every_codec_round_trips(bootstrap, codec):
-    topic = create_topic(bootstrap, 2)
+    topic = create_topic(bootstrap, 2, prefix="prod")
     sent = make_records(800, base_timestamp(), seed=CODECS.index(codec))
     strategy = "incremental" if codec in ("none", "snappy", "zstd") else "full"
     metas = produce(
@@ -190,7 +172,7 @@ def test_every_codec_round_trips(bootstrap, codec):
 
 @pytest.mark.parametrize("strategy", ["full", "incremental"])
 def test_large_records_and_memory_fully_returned(broker, strategy):
-    topic = create_topic(broker.bootstrap, 1)
+    topic = create_topic(broker.bootstrap, 1, prefix="prod")
     ts = base_timestamp()
     sent = [
         Rec(b"k%d" % i, os.urandom(n), (), ts + i)
@@ -225,7 +207,7 @@ def test_wire_bytes_identical_under_both_strategies_on_a_real_broker(broker):
     ]
     captured = {}
     for strategy in ("full", "incremental"):
-        topic = create_topic(broker.bootstrap, 1)
+        topic = create_topic(broker.bootstrap, 1, prefix="prod")
         batches_bytes = []
         segment_counts = []
 
@@ -266,7 +248,7 @@ def test_wire_bytes_identical_under_both_strategies_on_a_real_broker(broker):
 
 
 def test_idempotent_producer_on_a_broker_that_supports_it(peer_bootstrap):
-    topic = create_topic(peer_bootstrap, 3)
+    topic = create_topic(peer_bootstrap, 3, prefix="prod")
     sent = make_records(500, base_timestamp())
     p = Producer(
         {"bootstrap.servers": peer_bootstrap, "buffer.memory.allocation.strategy": "incremental"}
@@ -289,7 +271,7 @@ def test_idempotence_follows_the_brokers_api_versions(broker):
     with KafkaClient(broker.bootstrap) as c:
         c.bootstrap(timeout_ms=10_000)
         supported = c.supports(-1, 22)
-    topic = create_topic(broker.bootstrap, 1)
+    topic = create_topic(broker.bootstrap, 1, prefix="prod")
     p = Producer({"bootstrap.servers": broker.bootstrap})
     try:
         p.send(topic, b"v").result(20)
@@ -299,7 +281,7 @@ def test_idempotence_follows_the_brokers_api_versions(broker):
 
 
 def test_retries_across_a_broker_restart(broker):
-    topic = create_topic(broker.bootstrap, 2)
+    topic = create_topic(broker.bootstrap, 2, prefix="prod")
     p = Producer(
         {
             "bootstrap.servers": broker.bootstrap,
@@ -328,7 +310,7 @@ def test_retries_across_a_broker_restart(broker):
 
 
 def test_delivery_timeout_when_the_broker_is_gone(broker):
-    topic = create_topic(broker.bootstrap, 1)
+    topic = create_topic(broker.bootstrap, 1, prefix="prod")
     p = Producer(
         {
             "bootstrap.servers": broker.bootstrap,
@@ -353,7 +335,7 @@ def test_delivery_timeout_when_the_broker_is_gone(broker):
 def test_metadata_refresh_picks_up_new_partitions(bootstrap):
     """metadata.max.age.ms: keys move to where the Java partitioner puts them once the
     producer's metadata shows the topic's new partition count."""
-    topic = create_topic(bootstrap, 2)
+    topic = create_topic(bootstrap, 2, prefix="prod")
     key = next(b"k%d" % i for i in range(1000) if java_partition(b"k%d" % i, 4) == 3)
     p = Producer({"bootstrap.servers": bootstrap, "metadata.max.age.ms": 300})
     try:

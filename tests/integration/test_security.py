@@ -15,7 +15,7 @@ import uuid
 
 import pytest
 import scramp
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import (
     AdminClient,
     NewTopic,
@@ -26,6 +26,7 @@ from confluent_kafka.admin import (
 )
 
 from tests.conftest import BrokerProcess, free_port, wait_for_port
+from tests.integration.clients import roundtrip_confluent
 from tests.integration.rawclient import RawClient, decode_response
 from tidegate.protocol.apis import ApiKey
 
@@ -83,27 +84,6 @@ def sasl_conf(broker: SecureBroker, mechanism: str, user: str, password: str, **
         "sasl.password": password,
         **extra,
     }
-
-
-def roundtrip_confluent(conf: dict, n: int = 50) -> list[bytes]:
-    topic = f"sec-{uuid.uuid4().hex[:8]}"
-    admin = AdminClient(conf)
-    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(20)
-    p = Producer({**conf, "acks": "all", "linger.ms": 5})
-    for i in range(n):
-        p.produce(topic, value=f"v{i}".encode(), key=b"k")
-    assert p.flush(20) == 0
-    c = Consumer({**conf, "group.id": f"g-{topic}", "auto.offset.reset": "earliest",
-                  "enable.auto.commit": False})
-    c.assign([TopicPartition(topic, 0, 0)])
-    got: list[bytes] = []
-    deadline = time.monotonic() + 20
-    while len(got) < n and time.monotonic() < deadline:
-        m = c.poll(0.5)
-        if m is not None and m.error() is None:
-            got.append(m.value())
-    c.close()
-    return got
 
 
 @pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])

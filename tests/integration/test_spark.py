@@ -24,7 +24,7 @@ from tests.conftest import wait_for_port
 from tidegate.client import KafkaClient
 from tidegate.producer import Producer
 
-from .clients import CODECS, Rec, base_timestamp, make_records
+from .clients import CODECS, Rec, base_timestamp, create_topic, make_records
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -57,24 +57,6 @@ def bootstrap(request):
     return request.getfixturevalue("peer_bootstrap")
 
 
-_seq = 0
-
-
-def create_topic(bootstrap: str, partitions: int, prefix: str = "spark") -> str:
-    global _seq
-    _seq += 1
-    name = f"{prefix}-{os.getpid()}-{_seq}-{int(time.time() * 1000) % 100000}"
-    with KafkaClient(bootstrap) as c:
-        r = c.request(
-            19,
-            {
-                "topics": [{"name": name, "num_partitions": partitions, "replication_factor": 1}],
-                "timeout": 10_000,
-            },
-            timeout_ms=15_000,
-        )
-        assert int(r.topics[0].error_code) == 0, r
-    return name
 
 
 def produce(
@@ -172,7 +154,7 @@ def _produce_codecs(bootstrap: str, topic: str, n_per_codec: int) -> dict[int, l
 
 
 def test_batch_read_equals_what_was_produced(spark, bootstrap):
-    topic = create_topic(bootstrap, 2)
+    topic = create_topic(bootstrap, 2, prefix="spark")
     sent = _produce_codecs(bootstrap, topic, 200)
     df = read_df(spark, bootstrap, subscribe=topic, includeHeaders="true")
     assert df.columns == [
@@ -308,7 +290,7 @@ def _sink_rows(spark, out: Path) -> list[tuple]:
 def test_stream_available_now_max_offsets_per_trigger(spark, bootstrap, tmp_path):
     """700 + 300 records, maxOffsetsPerTrigger=250: several micro-batches, each within
     the cap and split in proportion to lag, every record once."""
-    topic = create_topic(bootstrap, 2)
+    topic = create_topic(bootstrap, 2, prefix="spark")
     base = base_timestamp()
     recs = make_records(1000, base, headers=False)
     offs0 = produce(bootstrap, topic, 0, recs[:700], "zstd")
@@ -344,7 +326,7 @@ def test_stream_available_now_max_offsets_per_trigger(spark, bootstrap, tmp_path
 def test_stream_restart_from_checkpoint_exactly_once(spark, bootstrap, tmp_path):
     """A query stopped mid-stream, new data produced, then restarted on the same
     checkpoint: the file sink holds every record exactly once."""
-    topic = create_topic(bootstrap, 2)
+    topic = create_topic(bootstrap, 2, prefix="spark")
     base = base_timestamp()
     recs = make_records(1200, base, headers=False)
     sent = []
@@ -440,7 +422,7 @@ def test_stream_pattern_picks_up_new_topics_from_earliest(spark, bootstrap, tmp_
 
 
 def test_write_then_read_back(spark, bootstrap, tmp_path):
-    topic = create_topic(bootstrap, 3)
+    topic = create_topic(bootstrap, 3, prefix="spark")
     rows = [
         (
             f"k{i}" if i % 7 else None,
@@ -473,7 +455,7 @@ def test_write_then_read_back(spark, bootstrap, tmp_path):
         assert offs == list(range(100))
 
     # streaming write: the topic column routes rows; read back equals the source
-    target = create_topic(bootstrap, 1)
+    target = create_topic(bootstrap, 1, prefix="spark")
     q = (
         spark.readStream.format("tidegate")
         .option("kafka.bootstrap.servers", bootstrap)
@@ -553,7 +535,7 @@ def test_fail_on_data_loss(spark, broker_factory):
             "log.retention.check.interval.ms": "200",
         }
     )
-    topic = create_topic(b.bootstrap, 1)
+    topic = create_topic(b.bootstrap, 1, prefix="spark")
     recs = make_records(400, base_timestamp(), headers=False)
     for i in range(0, 400, 20):  # many small batches: many segments
         produce(b.bootstrap, topic, 0, recs[i : i + 20])

@@ -7,15 +7,13 @@ import asyncio
 import json
 import ssl
 import struct
-import time
 import uuid
 
 import pytest
 import trustme
-from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.conftest import BrokerProcess, free_port, wait_for_port
+from tests.integration.clients import roundtrip_confluent
 from tidegate.network.memory_pool import NONE
 from tidegate.network.mute_state import MuteReason
 from tidegate.network.socket_server import SocketServer
@@ -169,32 +167,12 @@ def tls_broker(tmp_path, pki):
             proc.kill()
 
 
-def _roundtrip(conf: dict, n: int = 20) -> list[bytes]:
-    topic = f"tls-{uuid.uuid4().hex[:8]}"
-    admin = AdminClient(conf)
-    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(20)
-    p = Producer({**conf, "acks": "all"})
-    for i in range(n):
-        p.produce(topic, value=f"t{i}".encode())
-    assert p.flush(20) == 0
-    c = Consumer({**conf, "group.id": "unused", "enable.auto.commit": False})
-    c.assign([TopicPartition(topic, 0, 0)])
-    got: list[bytes] = []
-    deadline = time.monotonic() + 20
-    while len(got) < n and time.monotonic() < deadline:
-        m = c.poll(0.5)
-        if m is not None and m.error() is None:
-            got.append(m.value())
-    c.close()
-    return got
-
-
 def test_confluent_over_ssl_with_client_certificate(tls_broker, pki):
     _, ssl_addr, _ = tls_broker
     conf = {"bootstrap.servers": ssl_addr, "security.protocol": "SSL",
             "ssl.ca.location": str(pki["ca"]), "ssl.certificate.location": str(pki["client_cert"]),
             "ssl.key.location": str(pki["client_key"])}
-    assert _roundtrip(conf) == [f"t{i}".encode() for i in range(20)]
+    assert roundtrip_confluent(conf, 20, prefix="tls") == [f"v{i}".encode() for i in range(20)]
 
 
 def test_confluent_over_sasl_ssl_scram(tls_broker, pki):
@@ -202,7 +180,7 @@ def test_confluent_over_sasl_ssl_scram(tls_broker, pki):
     conf = {"bootstrap.servers": sasl_addr, "security.protocol": "SASL_SSL",
             "ssl.ca.location": str(pki["ca"]), "sasl.mechanism": "SCRAM-SHA-512",
             "sasl.username": "alice", "sasl.password": "alice-secret"}
-    assert _roundtrip(conf) == [f"t{i}".encode() for i in range(20)]
+    assert roundtrip_confluent(conf, 20, prefix="tls") == [f"v{i}".encode() for i in range(20)]
 
 
 def test_plaintext_client_on_a_tls_listener_is_dropped(tls_broker):
