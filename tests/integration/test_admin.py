@@ -5,6 +5,8 @@ kafka-python's KafkaAdminClient, against a real tidegate process.
 
 from __future__ import annotations
 
+import os
+import time
 import uuid
 import warnings
 
@@ -13,13 +15,21 @@ import pytest
 # kafka-python loads its protocol schemas with importlib.resources' deprecated API.
 warnings.filterwarnings("ignore", r".* is deprecated\. Use files\(\) instead", DeprecationWarning)
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicCollection
+from confluent_kafka import (
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicCollection,
+    TopicPartition,
+)
 from confluent_kafka.admin import (
     AdminClient,
     ConfigResource,
     ConfigSource,
     NewPartitions,
     NewTopic,
+    OffsetSpec,
     ResourceType,
 )
 from kafka import KafkaProducer
@@ -439,3 +449,58 @@ def test_topics_persist_across_restart_with_ids_and_configs(broker):
     broker.kill()
     broker.start()
     assert snapshot(cfk_admin(broker)) == before
+
+
+def test_retention_by_time_deletes_old_segments_in_a_running_broker(broker_factory):
+    """log.retention.ms on a live broker: the maintenance task deletes whole segments
+    whose records are all older than retention (the active one too, after rolling, as
+    Kafka does), ListOffsets EARLIEST moves up to the log start offset, the end offset
+    stays, and a consumer reading from the beginning starts at the log start offset."""
+    b = broker_factory(
+        {
+            "log.retention.ms": 2000,
+            "log.retention.check.interval.ms": 300,
+            "log.segment.bytes": 20000,
+        }
+    )
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    admin.create_topics([NewTopic("ret", 1, 1)])["ret"].result(10)
+    producer = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 0})
+    for _ in range(300):
+        producer.produce("ret", b"x" * 500)
+        producer.flush(10)
+    tp = TopicPartition("ret", 0)
+
+    def offset(spec) -> int:
+        return admin.list_offsets({tp: spec})[tp].result(10).offset
+
+    def segment_bases() -> list[int]:
+        return sorted(int(f.split(".")[0]) for f in os.listdir(part_dir) if f.endswith(".log"))
+
+    part_dir = b.data_dir / "ret-0"
+    before = segment_bases()
+    assert len(before) > 3, before  # rolled at 20000 bytes
+    assert offset(OffsetSpec.earliest()) == 0
+    deadline = time.monotonic() + 20
+    while offset(OffsetSpec.earliest()) < 300:
+        assert time.monotonic() < deadline, (offset(OffsetSpec.earliest()), segment_bases())
+        time.sleep(0.3)
+    assert offset(OffsetSpec.latest()) == 300
+    assert segment_bases() == [300]  # one empty active segment at the end offset
+    # new records after it are served from the new log start offset
+    for i in range(5):
+        producer.produce("ret", f"new{i}".encode())
+    producer.flush(10)
+    c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "ret", "enable.auto.commit": False})
+    try:
+        c.assign([TopicPartition("ret", 0, -2)])  # OFFSET_BEGINNING
+        got = []
+        deadline = time.monotonic() + 15
+        while len(got) < 5 and time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is not None:
+                assert m.error() is None, m.error()
+                got.append((m.offset(), m.value()))
+        assert got == [(300 + i, f"new{i}".encode()) for i in range(5)]
+    finally:
+        c.close()
