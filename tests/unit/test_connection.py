@@ -266,7 +266,7 @@ def test_connection_closed_with_a_request_in_flight_gives_its_memory_back():
         server = SocketServer(proc, pool, max_request_size=1000)
         a, ta = connect(server)
         push(a, frame(b"a" * 700))
-        b, tb = connect(server)
+        b, _tb = connect(server)
         push(b, struct.pack(">i", 600))  # 300 free: non-strict, so b gets them
         c, tc = connect(server)
         push(c, struct.pack(">i", 500))  # nothing free: c waits for memory
