@@ -1148,9 +1148,11 @@ class BrokerConfig:
     def queued_max_request_bytes(self) -> int:
         """The KIP-72 pool size in force: the configured value, or tidegate's bounded default."""
         value = self._values["queued.max.request.bytes"]
-        if value is None:
-            return max(self.DEFAULT_QUEUED_MAX_REQUEST_BYTES, self._values["socket.request.max.bytes"])
-        return value
+        return self._default_queued_max_request_bytes() if value is None else value
+
+    def _default_queued_max_request_bytes(self) -> int:
+        """Unset: 256 MiB, or socket.request.max.bytes if larger (the largest request fits)."""
+        return max(self.DEFAULT_QUEUED_MAX_REQUEST_BYTES, self._values["socket.request.max.bytes"])
 
     def _validate_queued_max_request_bytes(self) -> None:
         value = self._values["queued.max.request.bytes"]
@@ -1226,17 +1228,34 @@ class BrokerConfig:
             raise TOPIC_CONFIG.unknown(name)
         return _resolve(key, self._values)
 
+    def _effective_default(self, name: str) -> str | None:
+        """The default in force for a key whose table default is None but which is never
+        unbounded when unset (queued.max.request.bytes), as a string; None otherwise."""
+        if name == "queued.max.request.bytes":
+            return convert_to_string(self._default_queued_max_request_bytes())
+        return None
+
     def describe(self) -> list[ConfigEntry]:
-        """DescribeConfigs entries for every broker key (all read-only: no dynamic configs)."""
+        """DescribeConfigs entries for every broker key (all read-only: no dynamic configs).
+
+        An unset key reports its default with source DEFAULT_CONFIG. For a key whose
+        default is computed (queued.max.request.bytes: max(256 MiB,
+        socket.request.max.bytes)) that is the value in force, not null.
+        """
         entries = []
         for name, key in BROKER_CONFIG.items():
             value = None if key.sensitive else convert_to_string(self._values[name])
+            computed = self._effective_default(name)
+            if value is None and computed is not None:
+                value = computed
             synonyms = []
             if name in self._originals:
                 synonyms.append(ConfigSynonym(name, value, ConfigSource.STATIC_BROKER_CONFIG))
             if key.default is not None:
                 default = None if key.sensitive else key.default_string
                 synonyms.append(ConfigSynonym(name, default, ConfigSource.DEFAULT_CONFIG))
+            elif computed is not None:
+                synonyms.append(ConfigSynonym(name, computed, ConfigSource.DEFAULT_CONFIG))
             entries.append(
                 ConfigEntry(
                     name,

@@ -14,7 +14,8 @@ import trustme
 
 from tests.conftest import BrokerProcess, free_port, wait_for_port
 from tests.integration.clients import roundtrip_confluent
-from tidegate.network.memory_pool import NONE
+from tests.unit.test_connection import HoldingProcessor
+from tidegate.network.memory_pool import NONE, SimpleMemoryPool
 from tidegate.network.mute_state import MuteReason
 from tidegate.network.socket_server import SocketServer
 from tidegate.security.listener import ListenerSecurity
@@ -136,6 +137,75 @@ def test_tls_required_client_auth_refuses_clients_without_a_certificate(pki):
             await writer.drain()
             await asyncio.wait_for(reader.readexactly(1), 5)
         assert not proc.requests
+        await server.shutdown(1)
+
+    asyncio.run(run())
+
+
+def test_tls_memory_muting_keeps_handshakes_and_already_decrypted_bytes(pki):
+    """KIP-72 over TLS (docs/memory-pool.md, "TLS"): a connection muted for memory
+    has bytes already decrypted in its TLS layer, which the socket will never signal
+    again; resuming must drain them. A handshake is never muted: a connection is only
+    handed to the shell (and can only be muted) once its handshake is done."""
+    settings = {"ssl.keystore.location": str(pki["server"]), "ssl.key.password": None,
+                "ssl.client.auth": "none", "ssl.truststore.location": None,
+                "ssl.truststore.certificates": None}
+
+    async def wait_for(check, what):
+        for _ in range(500):
+            if check():
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError(f"timed out waiting for {what}")
+
+    async def run():
+        pool = SimpleMemoryPool(1000, 1000, strict=False, debug=True)
+        proc = HoldingProcessor()  # keeps each request's memory until answered
+        server = SocketServer(proc, pool, 1000)
+        sec = ListenerSecurity("SSL", "SSL", ssl_context=build_server_context(settings.get, "SSL"))
+        host, port = await server.start_listener("SSL", "127.0.0.1", 0, sec)
+        client_ctx = ssl.create_default_context(cafile=str(pki["ca"]))
+
+        async def open_tls():
+            return await asyncio.wait_for(asyncio.open_connection(
+                host, port, ssl=client_ctx, server_hostname="127.0.0.1"), 10)
+
+        _ra, wa = await open_tls()
+        wa.write(_frame(b"A" * 1000))  # fills the pool
+        await wait_for(lambda: len(proc.requests) == 1, "A's request")
+        assert pool.available == 0
+        (conn_a,) = server.connections
+
+        rb, wb = await open_tls()
+        b1, b2 = b"first:" + b"1" * 300, b"second:" + b"2" * 400
+        wb.write(_frame(b1) + _frame(b2))  # one write: one TLS record holding both frames
+        await wait_for(lambda: server.memory_muted, "B to be muted for memory")
+        (conn_b,) = server.memory_muted
+        assert conn_b.mute_state.reasons == MuteReason.MEMORY
+        ssl_b = conn_b.transport.get_extra_info("ssl_object")
+        # B's bytes after its size prefix were taken off the socket and decrypted
+        await wait_for(lambda: ssl_b.pending() == len(b1) + 4 + len(b2), "B's decrypted bytes")
+
+        # the pool is empty: a new TLS connection still completes its handshake
+        _rc, wc = await open_tls()
+        await wait_for(lambda: len(server.connections) == 3, "C's connection")
+        (conn_c,) = server.connections - {conn_a, conn_b}
+        assert conn_c.transport.get_extra_info("ssl_object").version() is not None
+        assert conn_c.mute_state.reasons == MuteReason.NONE
+        assert len(proc.requests) == 1 and conn_b in server.memory_muted
+
+        proc.requests[0][1].set_result(_frame(b"done-a"))  # A answered: its 1000 bytes back
+        await wait_for(lambda: len(proc.requests) == 2, "B's first frame")
+        assert proc.requests[1][0] == b1
+        proc.requests[1][1].set_result(_frame(b"r1"))
+        await wait_for(lambda: len(proc.requests) == 3, "B's second frame")
+        assert proc.requests[2][0] == b2
+        proc.requests[2][1].set_result(_frame(b"r2"))
+        assert await asyncio.wait_for(rb.readexactly(12), 5) == _frame(b"r1") + _frame(b"r2")
+        await wait_for(lambda: pool.outstanding == 0, "every buffer back")
+        assert pool.available == 1000
+        for w in (wa, wb, wc):
+            w.close()
         await server.shutdown(1)
 
     asyncio.run(run())

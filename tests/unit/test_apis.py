@@ -549,6 +549,85 @@ def test_produce_bad_batches_map_to_kafka_errors(h):
 
 
 # ---------------------------------------------------------------------------
+# When the request's memory goes back to the pool (docs/memory-pool.md): after
+# parsing for requests without records, after the append for Produce. Both the plain
+# path and the quota path (any client quota configured) keep that contract.
+
+BIG_QUOTA = 10**12  # enables the quota path without ever throttling
+
+
+def _with_quotas(h, enabled):
+    if enabled:
+        from tidegate.server.quotas import QuotaEntity
+
+        h.apis.quotas.set_quota(QuotaEntity(None, "rawclient"), "producer_byte_rate", BIG_QUOTA)
+    assert h.apis.quotas.enabled == enabled
+
+
+@pytest.mark.parametrize("quotas", [False, True], ids=["plain", "quotas"])
+def test_non_produce_request_memory_is_released_before_its_handler_runs(h, quotas):
+    _with_quotas(h, quotas)
+    h.create_topic("t")
+    released_when_handled = []
+    real = h.apis.handlers[METADATA]
+
+    def spy(header, body, ctx):
+        released_when_handled.append(released[0])
+        return real(header, body, ctx)
+
+    h.apis.handlers[METADATA] = spy
+    payload = bytearray(
+        encode_request(METADATA, 12, 5, {"topics": [{"name": "t", "topic_id": ZERO_UUID}],
+                                         "allow_auto_topic_creation": False,
+                                         "include_topic_authorized_operations": False})
+    )
+    released = [0]
+
+    def release():
+        released[0] += 1
+        payload[:] = bytes(len(payload))  # the pool may hand the buffer on at once
+
+    result = h.apis.process(payload, CTX, release)
+    # parsed, then released, then handled: the handler never needs the request's bytes
+    assert released_when_handled == [1] and released[0] == 1
+    resp = decode_frame(METADATA, 12, result, 5)
+    assert [t.name for t in resp.topics] == ["t"]  # decoded before the bytes were reused
+
+
+@pytest.mark.parametrize("quotas", [False, True], ids=["plain", "quotas"])
+@pytest.mark.parametrize("acks", [1, -1])
+def test_produce_memory_is_released_only_once_the_records_are_appended(h, acks, quotas):
+    _with_quotas(h, quotas)
+    h.create_topic("t")
+    produced = batch(b"a", b"b")
+    plog = h.replicas.get_log("t", 0)
+    payload = bytearray(encode_request(PRODUCE, 9, 6, produce_body("t", {0: produced}, acks)))
+    at_release = []
+
+    def release():
+        at_release.append(plog.log_end_offset)
+        payload[:] = bytes(len(payload))  # reused by the next request: the log must not care
+
+    async def run():
+        result = h.apis.process(payload, CTX, release)
+        # released when process returns, not when acks=all's fsync answers
+        assert at_release == [2]
+        if acks == -1:
+            assert asyncio.isfuture(result) and not result.done()
+            result = await asyncio.wait_for(result, 10)
+        return result
+
+    result = asyncio.run(run())
+    assert at_release == [2]
+    part = decode_frame(PRODUCE, 9, result, 6).responses[0].partition_responses[0]
+    assert (part.error_code, part.base_offset) == (ErrorCode.none, 0)
+    # the stored batch is the producer's, not the zeroed request buffer
+    fetched = h.fetch(12, [("t", None, [(0, 0, 1_000_000)])]).responses[0].partitions[0]
+    ((_, last, stored),) = batches_in(fetched.records)
+    assert last == 1 and same_client_bytes(stored, produced)
+
+
+# ---------------------------------------------------------------------------
 # Fetch
 
 
@@ -922,6 +1001,27 @@ def test_describe_configs_broker_and_errors(h):
     assert other.error_code == ErrorCode.invalid_request and other.configs == ()
     assert ghost.error_code == ErrorCode.unknown_topic_or_partition
     assert bad_type.error_code == ErrorCode.invalid_request
+
+
+def test_describe_configs_broker_reports_the_memory_bound_in_force(tmp_path):
+    """queued.max.request.bytes unset is not unbounded: DescribeConfigs shows the
+    256 MiB default (or socket.request.max.bytes if larger) as a DEFAULT_CONFIG value."""
+    cases = [
+        ({}, "268435456", 5, [("268435456", 5)]),
+        ({"socket.request.max.bytes": "400000000"}, "400000000", 5, [("400000000", 5)]),
+        ({"queued.max.request.bytes": "-1"}, "-1", 4, [("-1", 4), ("268435456", 5)]),
+    ]
+    for i, (props, value, source, synonyms) in enumerate(cases):
+        h = Harness(tmp_path / f"d{i}", props)
+        try:
+            (r,) = _describe(h, [(4, "1", ["queued.max.request.bytes"])], synonyms=True)
+        finally:
+            h.replicas.close()
+        (c,) = r.configs
+        assert (c.name, c.value, c.config_source, c.read_only) == (
+            "queued.max.request.bytes", value, source, True
+        ), props
+        assert [(s.value, s.source) for s in c.synonyms] == synonyms, props
 
 
 # ---------------------------------------------------------------------------

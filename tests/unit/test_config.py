@@ -253,6 +253,57 @@ def test_config_error_carries_key_and_value():
     assert isinstance(info.value, ValueError)
 
 
+# ---- KIP-72: queued.max.request.bytes and queued.max.requests ------------------------------
+MIB = 1024 * 1024
+
+
+def test_queued_max_request_bytes_below_the_largest_request_is_rejected():
+    with pytest.raises(ConfigError) as info:
+        BrokerConfig({"queued.max.request.bytes": "1000"})
+    assert info.value.name == "queued.max.request.bytes" and info.value.value == 1000
+    msg = str(info.value)
+    assert msg.startswith("Invalid value 1000 for configuration queued.max.request.bytes")
+    assert "at least socket.request.max.bytes (104857600)" in msg
+    # the bound follows socket.request.max.bytes
+    BrokerConfig({"queued.max.request.bytes": "1000", "socket.request.max.bytes": "1000"})
+    assert "at least socket.request.max.bytes (1001)" in error_of(
+        {"queued.max.request.bytes": "1000", "socket.request.max.bytes": "1001"}
+    )
+
+
+@pytest.mark.parametrize("value", ["0", "-1"])
+def test_queued_max_requests_below_one_is_rejected(value):
+    msg = error_of({"queued.max.requests": value})
+    assert msg == (
+        f"Invalid value {value} for configuration queued.max.requests: Value must be at least 1"
+    )
+
+
+def test_queued_max_request_bytes_default_is_bounded_256_mib():
+    c = BrokerConfig({})
+    assert c.get("queued.max.request.bytes") is None  # unset, as the user sees it
+    assert c.queued_max_request_bytes == 256 * MIB == BrokerConfig.DEFAULT_QUEUED_MAX_REQUEST_BYTES
+    assert c.get("queued.max.requests") == 500
+
+
+def test_queued_max_request_bytes_default_follows_a_larger_socket_request_max_bytes():
+    c = BrokerConfig({"socket.request.max.bytes": "400000000"})
+    assert c.queued_max_request_bytes == 400_000_000  # the largest request must fit
+    assert BrokerConfig({"socket.request.max.bytes": "1000"}).queued_max_request_bytes == 256 * MIB
+
+
+@pytest.mark.parametrize("value", [-1, 0])
+def test_queued_max_request_bytes_zero_or_negative_disables_the_pool(value):
+    c = BrokerConfig({"queued.max.request.bytes": str(value)})
+    assert c.queued_max_request_bytes == value  # <= 0: no pool (memory_pool.create_pool)
+    assert not c.is_default("queued.max.request.bytes")
+
+
+def test_queued_max_request_bytes_set_explicitly_is_taken_as_is():
+    c = BrokerConfig({"queued.max.request.bytes": str(64 * MIB), "socket.request.max.bytes": "1000"})
+    assert c.queued_max_request_bytes == 64 * MIB
+
+
 def test_replication_factor_above_one_explains_single_node():
     msg = error_of({"default.replication.factor": "3"})
     assert "default.replication.factor" in msg and "single-node" in msg
@@ -538,6 +589,20 @@ def test_broker_describe_sources_and_values():
     assert entries["auto.create.topics.enable"].config_type == ConfigType.BOOLEAN
     # positional shape: (name, value, source, read_only, is_sensitive, type, doc, synonyms)
     assert tuple(e)[:7] == ("num.partitions", "3", 4, True, False, 3, e.documentation)
+
+
+def test_describe_reports_the_queued_max_request_bytes_in_force():
+    e = _by_name(BrokerConfig().describe())["queued.max.request.bytes"]
+    assert (e.value, e.source) == ("268435456", ConfigSource.DEFAULT_CONFIG)
+    assert [(s.value, s.source) for s in e.synonyms] == [("268435456", ConfigSource.DEFAULT_CONFIG)]
+    big = _by_name(cfg(socket_request_max_bytes="400000000").describe())["queued.max.request.bytes"]
+    assert (big.value, big.source) == ("400000000", ConfigSource.DEFAULT_CONFIG)
+    off = _by_name(cfg(queued_max_request_bytes="0").describe())["queued.max.request.bytes"]
+    assert (off.value, off.source) == ("0", ConfigSource.STATIC_BROKER_CONFIG)
+    assert [(s.value, s.source) for s in off.synonyms] == [
+        ("0", ConfigSource.STATIC_BROKER_CONFIG),
+        ("268435456", ConfigSource.DEFAULT_CONFIG),
+    ]
 
 
 def test_is_default_tracks_what_the_user_set():

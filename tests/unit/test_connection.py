@@ -255,6 +255,46 @@ def test_connection_closed_mid_request_releases_its_buffer():
     assert pool.outstanding == 0 and pool.available == 1000
 
 
+def test_connection_closed_with_a_request_in_flight_gives_its_memory_back():
+    """The processor still holds the request (a parked acks=all, a long poll) when the
+    client goes away: cancelling the in-flight future runs _complete, which releases
+    the buffer exactly once, and a connection waiting for that memory gets it."""
+
+    async def main():
+        pool = SimpleMemoryPool(1000, 1000, strict=False, debug=True)
+        proc = HoldingProcessor()
+        server = SocketServer(proc, pool, max_request_size=1000)
+        a, ta = connect(server)
+        push(a, frame(b"a" * 700))
+        b, _tb = connect(server)
+        push(b, struct.pack(">i", 600))  # 300 free: non-strict, so b gets them
+        c, tc = connect(server)
+        push(c, struct.pack(">i", 500))  # nothing free: c waits for memory
+        assert pool.available == -300 and pool.outstanding == 2
+        assert list(server.memory_muted) == [c] and tc.paused
+        parked = proc.requests[0][1]
+        assert a.in_flight is not None
+        a.connection_lost(None)  # the peer reset the connection mid-request
+        await settle()
+        assert parked.cancelled() and a.in_flight is None
+        # a's 700 came back (available 400) and went on to c, waiting for it: 400 - 500
+        assert not server.memory_muted and not tc.paused
+        assert pool.available == -100 and pool.outstanding == 2
+        assert server.request_memory.outstanding == 2
+        assert ta.written == []  # nothing is written to a closed connection
+        push(b, b"b" * 600)
+        push(c, b"c" * 500)
+        assert [r[0] for r in proc.requests[1:]] == [b"b" * 600, b"c" * 500]
+        for _payload, fut in proc.requests[1:]:
+            fut.set_result(None)
+        await settle()
+        # exact accounting: every byte back, no double release (the debug pool raises)
+        assert pool.available == 1000 and pool.outstanding == 0
+        assert server.request_memory.outstanding == 0
+
+    run(main())
+
+
 def test_closed_memory_muted_connection_is_forgotten():
     async def main():
         pool = SimpleMemoryPool(100, 100, strict=False, debug=True)
