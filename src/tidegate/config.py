@@ -34,6 +34,7 @@ from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from tidegate.log.config import LogConfig
+from tidegate.network.memory_pool import queued_max_request_bytes_problem
 
 __all__ = [
     "BROKER_CONFIG",
@@ -510,7 +511,8 @@ _UNSUPPORTED_MECHANISMS = {
     "OAUTHBEARER": "OAUTHBEARER is not supported; use PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512",
 }
 _UNSUPPORTED_STORES = {
-    t: f"{t} stores are not supported; convert to PEM (see docs/security.md)" for t in ("JKS", "PKCS12")
+    t: f"{t} stores are not supported; convert to PEM (see docs/security.md)"
+    for t in ("JKS", "PKCS12")
 }
 _log_dir = Check(_check_single_log_dir, "exactly one directory")
 _single_node = Check(_check_single_node, "[1]")
@@ -1105,14 +1107,17 @@ class BrokerConfig:
             if key in LISTENER_OVERRIDABLE:
                 value = BROKER_CONFIG.parse_value(key, raw)
             elif key.endswith(JAAS_SUFFIX) and key[: -len(JAAS_SUFFIX)].upper() in (
-                "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"
+                "PLAIN",
+                "SCRAM-SHA-256",
+                "SCRAM-SHA-512",
             ):
                 value = parse_type(full, raw, ConfigType.PASSWORD)
             else:
                 raise ConfigError(
                     f"Unknown configuration '{full}' (a listener may override "
                     f"{', '.join(LISTENER_OVERRIDABLE)} and <mechanism>.sasl.jaas.config)",
-                    name=full, value=raw,
+                    name=full,
+                    value=raw,
                 )
             out.setdefault(listener, {})[key.lower() if key.endswith(JAAS_SUFFIX) else key] = value
         return out
@@ -1135,7 +1140,8 @@ class BrokerConfig:
                 key = self.listener_get(lst.name, "ssl.keystore.key")
                 if location is None and (chain is None or key is None):
                     raise ConfigError.invalid(
-                        "listeners", str(lst),
+                        "listeners",
+                        str(lst),
                         f"Listener {lst.name} uses {lst.security_protocol}, which needs "
                         "ssl.keystore.location (PEM with key and certificate chain) or both "
                         "ssl.keystore.certificate.chain and ssl.keystore.key",
@@ -1156,14 +1162,11 @@ class BrokerConfig:
 
     def _validate_queued_max_request_bytes(self) -> None:
         value = self._values["queued.max.request.bytes"]
-        max_request = self._values["socket.request.max.bytes"]
-        if value is not None and 0 < value < max_request:
-            raise ConfigError.invalid(
-                "queued.max.request.bytes",
-                value,
-                f"Value must be <= 0 (no bound) or at least socket.request.max.bytes "
-                f"({max_request}), so that the largest allowed request fits in the pool",
-            )
+        if value is None:
+            return
+        problem = queued_max_request_bytes_problem(value, self._values["socket.request.max.bytes"])
+        if problem is not None:
+            raise ConfigError.invalid("queued.max.request.bytes", value, problem)
 
     def _validate_advertised(self) -> None:
         explicit = self._values["advertised.listeners"]

@@ -422,13 +422,24 @@ class SimpleMemoryPool:
         return f"SimpleMemoryPool({self.used}/{self._size} bytes used, {kind})"
 
 
-def validate_queued_max_request_bytes(value: int, socket_request_max_bytes: int) -> None:
-    """KIP-72's rule: ``queued.max.request.bytes`` is <= 0 (no pool) or holds the largest request."""
+def queued_max_request_bytes_problem(value: int, socket_request_max_bytes: int) -> str | None:
+    """KIP-72's rule for ``queued.max.request.bytes``: <= 0 (no pool) or at least the largest
+    request.  None if ``value`` follows it, else the reason in Kafka's "Value must ..." form
+    (the broker config and :func:`validate_queued_max_request_bytes` both report it)."""
     if 0 < value < socket_request_max_bytes:
+        return (
+            f"Value must be <= 0 (no bound) or at least socket.request.max.bytes "
+            f"({socket_request_max_bytes}), so that the largest allowed request fits in the pool"
+        )
+    return None
+
+
+def validate_queued_max_request_bytes(value: int, socket_request_max_bytes: int) -> None:
+    """Raise ValueError naming the key if ``value`` breaks KIP-72's rule."""
+    problem = queued_max_request_bytes_problem(value, socket_request_max_bytes)
+    if problem is not None:
         raise ValueError(
-            f"queued.max.request.bytes ({value}) must be <= 0 to disable the request memory "
-            f"pool, or at least socket.request.max.bytes ({socket_request_max_bytes}) so that "
-            "the largest allowed request fits in it"
+            f"Invalid value {value} for configuration queued.max.request.bytes: {problem}"
         )
 
 
