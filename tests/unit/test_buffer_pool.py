@@ -1,10 +1,16 @@
 """BufferPool: Kafka's semantics and KIP-1332's multi-chunk allocation.
 
 Numbered cases are those of section 4 of the reference (kafka-internals.md),
-after Kafka's BufferPoolTest and BufferPoolChunkAllocationTest. Timeouts use
-MockClock (the wait advances fake time by the whole timeout, so "blocked for
-max.block.ms" is exact and instant); cases that need a second thread to free
-memory use the real clock with short waits.
+after Kafka's BufferPoolTest and BufferPoolChunkAllocationTest. Time is fake
+(MockClock) wherever the pool reads it. A lone timeout uses the autojump clock (the
+wait advances fake time by the whole timeout, so "blocked for max.block.ms" is exact
+and instant). Cases where a second thread wakes a blocked allocation use
+``MockClock(autojump=False)``: the blocked thread really waits on its Condition, is
+woken by the notify, and times out only when the test advances the fake time past
+max.block.ms, so wait times are exact and no assertion races a real timeout. Real
+time appears only as generous upper bounds on thread scheduling (``wait_until``,
+``join``), which a correct pool meets in milliseconds. Two tests use the real clock
+on purpose and say why.
 """
 
 from __future__ import annotations
@@ -27,6 +33,28 @@ def wait_until(cond, timeout=5.0, what="condition"):
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.001)
+
+
+def stepped_clock():
+    """Fake time that moves only when the test advances it (see the module docstring)."""
+    return MockClock(autojump=False)
+
+
+def wait_ns(pool):
+    """``bufferpool-wait-time-ns-total``: fake nanoseconds spent blocked so far. It is
+    recorded each time a blocked allocation wakes (notified or timed out), under the
+    pool lock, before it decides to take memory or wait again."""
+    return pool.metrics.get("bufferpool-wait-time-ns-total")
+
+
+def wait_woken(pool, total_ns, what="the waiter to wake"):
+    """Until the blocked allocation has woken and recorded ``total_ns`` of wait in all,
+    then until it is waiting again: the pool lock, taken here by queued(), is held by
+    the waiter from recording its wait until its next Condition wait releases it, and
+    the start of that next wait is read under it. So fake time advanced after this
+    returns counts towards the next wait, never lost between two."""
+    wait_until(lambda: wait_ns(pool) == total_ns, what=what)
+    pool.queued()
 
 
 def in_thread(fn):
@@ -81,17 +109,24 @@ def test_case2_cannot_allocate_more_than_the_pool():
 
 
 def test_case3_delayed_allocation_completes_after_memory_is_returned():
-    pool = BufferPool(5 * 1024, 1024)
+    """The waiter parks (queued() == 1 is read under the pool lock, which the waiter
+    holds from joining the queue until its Condition wait releases it, so it is
+    waiting by then); 999 fake ms later the 1 KiB comes back and the notify completes
+    it with no further fake time: exactly 999 ms blocked, within case 3's 1 s."""
+    clock = stepped_clock()
+    pool = BufferPool(5 * 1024, 1024, clock=clock)
     held = pool.allocate(1024, 1000)
     t, box = in_thread(lambda: pool.allocate(5 * 1024, 5000))
     wait_until(lambda: pool.queued() == 1, what="the waiter to park")
-    assert "result" not in box
-    freed_at = time.monotonic()
+    clock.advance(999)
+    assert "result" not in box and "error" not in box
     pool.deallocate(held)
     t.join(2)
     assert len(box["result"]) == 5 * 1024
-    assert box["done_at"] - freed_at < 1.0
+    assert wait_ns(pool) == 999_000_000
     assert pool.queued() == 0
+    assert pool.available_memory() == 0
+    assert pool.metrics.get("buffer-exhausted-total") == 0
 
 
 def test_case4_buffer_exhausted_after_max_block_with_mock_clock():
@@ -112,6 +147,8 @@ def test_case4_buffer_exhausted_after_max_block_with_mock_clock():
 
 
 def test_case4_buffer_exhausted_after_max_block_real_clock():
+    """The real clock on purpose: the pool's timed wait on a real Condition must give
+    up after max.block.ms of wall time too (the only test of Clock.wait itself)."""
     pool = BufferPool(2, 1)
     pool.allocate(1, 0)
     start = time.monotonic()
@@ -124,16 +161,22 @@ def test_case4_buffer_exhausted_after_max_block_real_clock():
 
 def test_partial_accumulation_is_refunded_on_timeout():
     """allocate() accumulates across wake-ups; a timeout returns all of it."""
-    pool = BufferPool(3, 1)
+    clock = stepped_clock()
+    pool = BufferPool(3, 1, clock=clock)
     a = pool.allocate(1, 0)
     b = pool.allocate(1, 0)
     c = pool.allocate(1, 0)
     t, box = in_thread(lambda: pool.allocate(3, 150))
     wait_until(lambda: pool.queued() == 1)
+    clock.advance(10)
     pool.deallocate(a)  # the waiter takes it (partial)
-    wait_until(lambda: pool.available_memory() == 0, what="the waiter to accumulate")
+    wait_woken(pool, 10_000_000, "the waiter to wake")
+    assert pool.available_memory() == 0  # held by the waiter
+    assert t.is_alive()
+    clock.advance(140)  # max.block.ms reached
     t.join(3)
     assert isinstance(box["error"], BufferExhaustedError)
+    assert wait_ns(pool) == 150_000_000
     assert pool.available_memory() == 1  # exactly what was freed, refunded once
     pool.deallocate(b)
     pool.deallocate(c)
@@ -144,26 +187,34 @@ def test_partial_accumulation_is_refunded_on_timeout():
 
 
 def test_case5_waiters_are_served_in_arrival_order():
-    pool = BufferPool(2, 1)
+    """Fake time never moves, so neither waiter can time out: the order is the pool's
+    FIFO, and 2 still waiting after 1 was served is certain, not a race."""
+    clock = stepped_clock()
+    pool = BufferPool(2, 1, clock=clock)
     held = [pool.allocate(1, 0), pool.allocate(1, 0)]
     order = []
-    t1, _ = in_thread(lambda: (pool.allocate(1, 5000), order.append(1)))
+    t1, b1 = in_thread(lambda: (pool.allocate(1, 5000), order.append(1)))
     wait_until(lambda: pool.queued() == 1)
-    t2, _ = in_thread(lambda: (pool.allocate(1, 5000), order.append(2)))
+    t2, b2 = in_thread(lambda: (pool.allocate(1, 5000), order.append(2)))
     wait_until(lambda: pool.queued() == 2)
     pool.deallocate(held.pop())
     t1.join(2)
     assert order == [1]
-    assert t2.is_alive()
+    assert pool.queued() == 1 and t2.is_alive()
     pool.deallocate(held.pop())
     t2.join(2)
     assert order == [1, 2]
+    assert "error" not in b1 and "error" not in b2
     assert pool.queued() == 0
+    assert clock.nanoseconds() == 0 and wait_ns(pool) == 0
 
 
 @pytest.mark.parametrize("chunks", [False, True])
 def test_case5_close_fails_every_waiter(chunks):
-    pool = BufferPool(2, 1)
+    """Fake time never moves: the waiters end because close() notifies them, not by a
+    timeout."""
+    clock = stepped_clock()
+    pool = BufferPool(2, 1, clock=clock)
     pool.allocate(1, 0)
     pool.allocate(1, 0)
     alloc = (lambda: pool.allocate_chunks(1, 5000)) if chunks else (lambda: pool.allocate(1, 5000))
@@ -178,6 +229,8 @@ def test_case5_close_fails_every_waiter(chunks):
         assert isinstance(box["error"], ProducerClosedError)
         assert "closed" in str(box["error"])
     assert pool.queued() == 0
+    assert clock.nanoseconds() == 0
+    assert pool.metrics.get("buffer-exhausted-total") == 0
     with pytest.raises(ProducerClosedError):
         pool.allocate(1, 0)
     with pytest.raises(ProducerClosedError):
@@ -198,6 +251,8 @@ def test_deallocate_works_after_close():
 
 
 def test_case6_stress_many_threads_random_sizes():
+    """The real clock on purpose: real threads contending for the pool lock and
+    Conditions is what is under test; no allocation is meant to time out."""
     total = 5 * 1024
     pool = BufferPool(total, 1024)
     errors = []
@@ -223,6 +278,7 @@ def test_case6_stress_many_threads_random_sizes():
 
 
 def test_stress_chunks_many_threads():
+    """Real clock, as in case 6."""
     chunk = 128
     pool = BufferPool(16 * chunk, chunk)
     errors = []
@@ -293,35 +349,50 @@ def test_chunk_size_follows_batch_size():
 
 
 def test_case8_parked_request_holds_nothing_and_completes():
-    pool = BufferPool(3 * 64, 64)
+    """Pool of 3 chunks, 2 held: a 2-chunk request parks with one chunk free and takes
+    none of it, through 4,999 fake ms (1 ms short of max.block.ms); freeing one chunk
+    completes it with no further fake time."""
+    clock = stepped_clock()
+    pool = BufferPool(3 * 64, 64, clock=clock)
     h1 = pool.allocate_chunks(64, 0)
-    pool.allocate_chunks(64, 0)
+    h2 = pool.allocate_chunks(64, 0)
     assert pool.available_memory() == 64
     t, box = in_thread(lambda: pool.allocate_chunks(128, 5000))
     wait_until(lambda: pool.queued() == 1, what="the 2-chunk waiter to park")
     # parked with one chunk free: it has taken none of it
     assert pool.available_memory() == 64
-    time.sleep(0.02)
+    clock.advance(4999)
     assert pool.available_memory() == 64
+    assert pool.queued() == 1 and "error" not in box
     pool.deallocate_chunks(h1)
     t.join(2)
     assert len(box["result"]) == 2
+    assert wait_ns(pool) == 4_999_000_000
     assert pool.available_memory() == 0
     assert pool.queued() == 0
+    pool.deallocate_chunks(box["result"] + h2)
+    assert pool.available_memory() == 3 * 64
 
 
 def test_case8_fifo_multi_chunk_request_before_single():
-    pool = BufferPool(3 * 64, 64)
+    """Waiter M (2 chunks) then S (1). One chunk freed wakes only the head, M, which
+    is still short and takes nothing (its wake-up is seen as exactly 7 fake ms of
+    recorded wait); S must not jump it. Fake time then stays put, so neither can time
+    out while the test frees the rest."""
+    clock = stepped_clock()
+    pool = BufferPool(3 * 64, 64, clock=clock)
     held = [pool.allocate_chunks(64, 0) for _ in range(3)]
     order = []
-    tm, _ = in_thread(lambda: (pool.allocate_chunks(128, 5000), order.append("M")))
+    tm, bm = in_thread(lambda: (pool.allocate_chunks(128, 5000), order.append("M")))
     wait_until(lambda: pool.queued() == 1)
-    ts, _ = in_thread(lambda: (pool.allocate_chunks(64, 5000), order.append("S")))
+    ts, bs = in_thread(lambda: (pool.allocate_chunks(64, 5000), order.append("S")))
     wait_until(lambda: pool.queued() == 2)
+    clock.advance(7)
     pool.deallocate_chunks(held.pop())
-    time.sleep(0.03)
+    wait_woken(pool, 7_000_000, "M to wake")
     assert order == []  # one free chunk: M (head) cannot complete, S must not jump it
     assert pool.available_memory() == 64
+    assert pool.queued() == 2
     pool.deallocate_chunks(held.pop())
     tm.join(2)
     assert order == ["M"]
@@ -329,11 +400,12 @@ def test_case8_fifo_multi_chunk_request_before_single():
     pool.deallocate_chunks(held.pop())
     ts.join(2)
     assert order == ["M", "S"]
+    assert "error" not in bm and "error" not in bs
     assert pool.queued() == 0
 
 
 def test_newcomers_queue_behind_a_parked_request():
-    pool = BufferPool(2 * 64, 64)
+    pool = BufferPool(2 * 64, 64, clock=stepped_clock())
     h = [pool.allocate_chunks(64, 0), pool.allocate_chunks(64, 0)]
     t, box = in_thread(lambda: pool.allocate_chunks(128, 5000))
     wait_until(lambda: pool.queued() == 1)
@@ -362,15 +434,25 @@ def test_non_blocking_chunk_request_fails_at_once_without_queueing():
 
 
 def test_case9_timeout_refunds_nothing_twice():
-    pool = BufferPool(3 * 64, 64)
+    """Two chunks freed while the 3-chunk request waits (it wakes twice, each time
+    short); at 500 fake ms it gives up and exactly those 2 chunks are available."""
+    clock = stepped_clock()
+    pool = BufferPool(3 * 64, 64, clock=clock)
     held = [pool.allocate_chunks(64, 0) for _ in range(3)]
     assert pool.available_memory() == 0
     t, box = in_thread(lambda: pool.allocate_chunks(3 * 64, 500))
     wait_until(lambda: pool.queued() == 1)
+    clock.advance(100)
     pool.deallocate_chunks(held.pop())
+    wait_woken(pool, 100_000_000, "the first wake-up")
+    clock.advance(100)
     pool.deallocate_chunks(held.pop())
+    wait_woken(pool, 200_000_000, "the second wake-up")
+    assert t.is_alive() and pool.available_memory() == 2 * 64
+    clock.advance(300)
     t.join(3)
     assert isinstance(box["error"], BufferExhaustedError)
+    assert wait_ns(pool) == 500_000_000
     assert pool.available_memory() == 2 * 64
     assert pool.queued() == 0
     pool.deallocate_chunks(held.pop())
@@ -391,7 +473,7 @@ def test_case9_timeout_with_mock_clock_is_exact():
 
 
 def test_slow_path_success_accounting():
-    pool = BufferPool(3 * 64, 64)
+    pool = BufferPool(3 * 64, 64, clock=stepped_clock())
     held = [pool.allocate_chunks(64, 0) for _ in range(3)]
     t, box = in_thread(lambda: pool.allocate_chunks(128, 5000))
     wait_until(lambda: pool.queued() == 1)

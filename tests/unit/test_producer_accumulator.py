@@ -22,6 +22,7 @@ from tidegate.producer.batch import ChunkedProducerBatch
 from tidegate.producer.buffer_pool import BufferPool, chunk_size_for
 from tidegate.producer.clock import MockClock
 from tidegate.producer.errors import BufferExhaustedError
+from tidegate.producer.partitioner import partition_for_key
 from tidegate.producer.produce_request import produce_request_buffers
 
 KiB = 1024
@@ -29,9 +30,17 @@ MiB = 1024 * 1024
 
 
 def cluster(partitions=4, topic="t", nodes=(1,)):
+    return cluster_of({topic: partitions}, nodes)
+
+
+def cluster_of(topics, nodes=(1,)):
+    """A fake cluster: ``{topic: partition count}``, leaders spread over ``nodes``."""
     brokers = {n: BrokerNode(n, "127.0.0.1", 9000 + n) for n in nodes}
-    parts = tuple(PartitionInfo(topic, i, nodes[i % len(nodes)]) for i in range(partitions))
-    return Cluster(brokers, {topic: TopicMetadata(topic, 0, parts)})
+    meta = {}
+    for topic, partitions in topics.items():
+        parts = tuple(PartitionInfo(topic, i, nodes[i % len(nodes)]) for i in range(partitions))
+        meta[topic] = TopicMetadata(topic, 0, parts)
+    return Cluster(brokers, meta)
 
 
 def make(
@@ -362,6 +371,81 @@ def test_compressed_batches_decode_with_kafka_python(codec):
     assert kb.compression_type == CODECS[codec]
     got = [(r.key, r.value, tuple(r.headers), r.timestamp) for r in kb]
     assert got == [(k, v, tuple(h), ts) for k, v, h, ts in recs]
+
+
+# -- section 4, case 10: the KIP's mixed workload --------------------------------------------
+
+
+def _mixed_workload(incremental):
+    """One producer, batch.size 4 MiB, buffer.memory 64 MiB (room for 16 full batches),
+    max.block.ms 100, no sender draining: 9 keyless 1 KiB records to hot topic A for
+    every keyed 100-byte record (distinct keys, murmur2 placement) to 1000-partition
+    topic B; 1,000 keyed records touch ~620 partitions of B, A gets ~9 MiB. Each append
+    is timed on the autojump fake clock, so "blocked" means fake time moved."""
+    cl = cluster_of({"A": 4, "B": 1000})
+    acc, pool, clock = make(incremental, batch_size=4 * MiB, memory=64 * MiB)
+    hot_value, cold_value = os.urandom(1024), os.urandom(100)
+    st = {"hot_ok": 0, "hot_blocked": 0, "hot_failed": 0, "cold_ok": 0, "cold_failed": 0}
+    peak = 0
+    for i in range(10_000):
+        hot = i % 10 != 9
+        start = clock.nanoseconds()
+        try:
+            if hot:
+                acc.append("A", None, 1000, None, hot_value, (), None, 100, cl)
+            else:
+                key = b"user-%d" % i
+                append(acc, cl, partition_for_key(key, 1000), cold_value, key=key, topic="B")
+            st["hot_ok" if hot else "cold_ok"] += 1
+        except BufferExhaustedError:
+            st["hot_failed" if hot else "cold_failed"] += 1
+        if hot and clock.nanoseconds() != start:
+            st["hot_blocked"] += 1
+        peak = max(peak, pool.reserved_memory())
+    batches = [b for q in acc.iter_queues() for b in q.batches]
+    st.update(
+        peak=peak,
+        reserved=pool.reserved_memory(),
+        buffered=sum(b.buffered_bytes() for b in batches),
+        batches=len(batches),
+        b_partitions=len({b.partition for b in batches if b.topic == "B"}),
+        exhausted=pool.metrics.get("buffer-exhausted-total"),
+    )
+    # all memory comes back once the sender has sent and completed everything
+    for b in drain_all(acc, cl):
+        b.complete(0, -1, None)
+        acc.deallocate(b)
+    st["after"] = pool.reserved_memory()
+    return st, clock
+
+
+@pytest.mark.timeout(30)
+def test_case10_mixed_workload_full_exhausts_the_pool_incremental_follows_the_data():
+    full, _ = _mixed_workload(False)
+    inc, inc_clock = _mixed_workload(True)
+    chunk = 16 * KiB
+    # the same keys reach the same B partitions under both strategies
+    assert inc["b_partitions"] > 600 and inc["cold_failed"] == 0
+    # full: every open batch holds a whole 4 MiB; 16 of them (A's first plus 15 B
+    # partitions) take all 64 MiB, so most B partitions and A's next batch are refused
+    # after blocking max.block.ms, while the data buffered is a fraction of that (A's
+    # one full batch and ~0.1 MiB of B records)
+    assert full["peak"] == 64 * MiB
+    assert full["buffered"] * 10 < full["reserved"]
+    assert full["reserved"] == full["batches"] * 4 * MiB
+    assert full["b_partitions"] == 15
+    assert full["cold_failed"] > 500
+    assert full["hot_blocked"] > 0 and full["hot_failed"] == full["hot_blocked"]
+    assert full["exhausted"] == full["cold_failed"] + full["hot_failed"]
+    # incremental: the reservation is the bytes actually buffered, rounded up to a chunk
+    # per open batch; at most 1/20 of the ~N x 4 MiB full would need for the same batches
+    assert inc["hot_failed"] == inc["hot_blocked"] == 0 and inc["exhausted"] == 0
+    assert inc_clock.nanoseconds() == 0  # no append, hot or keyed, ever waited
+    assert inc["hot_ok"] == 9000 and inc["cold_ok"] == 1000
+    assert inc["buffered"] <= inc["reserved"] < inc["buffered"] + inc["batches"] * chunk
+    assert inc["peak"] < 32 * MiB  # never near the 64 MiB pool
+    assert inc["peak"] * 20 <= inc["batches"] * 4 * MiB
+    assert full["after"] == inc["after"] == 0
 
 
 # -- ready / drain / expiry ------------------------------------------------------------------------

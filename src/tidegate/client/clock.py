@@ -43,15 +43,27 @@ SYSTEM_CLOCK = Clock()
 class MockClock(Clock):
     """A fake clock for tests (Kafka's ``MockTime``).
 
-    ``wait`` advances the fake time by the whole timeout and reports a timeout,
-    unless the condition is notified while the lock is briefly released (it does a
-    zero-length real wait first, so a notify already pending is seen).
+    By default (``autojump=True``) ``wait`` advances the fake time by the whole
+    timeout and reports a timeout at once, without waiting for a notify: "blocked
+    for max.block.ms and gave up" takes no real time.
+
+    With ``autojump=False`` time moves only when the test calls :meth:`advance`:
+    ``wait`` returns True as soon as the condition is notified (another thread freed
+    memory, or closed the pool) and False once the fake time has been advanced past
+    its deadline; until then it keeps waiting (polling the fake time every
+    millisecond of real time). Tests where a second thread wakes a blocked one use
+    this, so wait times and timeouts are exact and nothing depends on how fast the
+    machine runs.
     """
 
-    def __init__(self, start_ms: int = 1_700_000_000_000) -> None:
+    #: Real seconds between looks at the fake time while waiting (``autojump=False``).
+    POLL_S = 0.001
+
+    def __init__(self, start_ms: int = 1_700_000_000_000, *, autojump: bool = True) -> None:
         self._ns = 0
         self._wall_base_ms = start_ms
         self._lock = threading.Lock()
+        self.autojump = autojump
 
     def nanoseconds(self) -> int:
         return self._ns
@@ -70,7 +82,14 @@ class MockClock(Clock):
         self.advance(seconds * 1000)
 
     def wait(self, condition: threading.Condition, timeout_ns: int) -> bool:
-        if timeout_ns > 0:
+        if timeout_ns <= 0:
+            return False
+        if self.autojump:
             with self._lock:
                 self._ns += timeout_ns
+            return False
+        deadline = self._ns + timeout_ns
+        while self._ns < deadline:
+            if condition.wait(self.POLL_S):
+                return True
         return False
