@@ -487,8 +487,11 @@ def test_quota_metrics_per_entity(broker_factory):
         during = scrape()  # while the connection is muted
     entity = (("client_id", "greedy"), ("user", ""))
     assert during[("kafka_server_produce_byte_rate", entity)] > 20_000
-    assert during[("kafka_server_produce_throttle_time", entity)] == pytest.approx(throttle_ms)
-    assert during[("kafka_server_produce_throttle_time_max", entity)] == pytest.approx(throttle_ms)
+    assert during[("kafka_server_produce_throttle_time_ms", entity)] == pytest.approx(throttle_ms)
+    assert during[("kafka_server_produce_throttle_time_max_ms", entity)] == pytest.approx(
+        throttle_ms
+    )
+    assert ("kafka_server_produce_throttle_time", entity) not in during
     assert during[("tidegate_quota_produce_bound", entity)] == 20_000
     assert during[("kafka_server_produce_queue_size", ())] == 1
     # the request quota is per user (the user default): user ANONYMOUS, client-id ""
@@ -501,5 +504,7 @@ def test_quota_metrics_per_entity(broker_factory):
         [sys.executable, "-m", "tidegate", "top", "--once", "--interval", "0.2", "--metrics-url", url],
         capture_output=True, text=True, timeout=60, check=False,
     )
-    section = top.stdout.split("Top clients by throttle time", 1)[1]
-    assert "greedy" in section.split("\n\n", 1)[0], top.stdout
+    section = top.stdout.split("Top clients by throttle time", 1)[1].split("\n\n", 1)[0]
+    # a client-id quota: no user tag, shown as "-"
+    greedy = next(line for line in section.splitlines() if " greedy " in f"{line} ")
+    assert greedy.split()[:3] == ["-", "greedy", f"{throttle_ms:,.0f}"], top.stdout
