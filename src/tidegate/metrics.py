@@ -584,14 +584,15 @@ class QuotaCollector(Collector):
                 f"(kafka.server:type={quota_type.group} {manager.quota_metric_name}).",
                 labels=labels,
             )
+            # throttle-time is in ms without saying so: the name gets the unit suffix
             avg = GaugeMetricFamily(
-                f"kafka_server_{group}_throttle_time",
+                f"kafka_server_{group}_throttle_time_ms",
                 f"Average throttle time per entity, ms "
                 f"(kafka.server:type={quota_type.group} throttle-time).",
                 labels=labels,
             )
             peak = GaugeMetricFamily(
-                f"kafka_server_{group}_throttle_time_max",
+                f"kafka_server_{group}_throttle_time_max_ms",
                 "Largest throttle time per entity in the metric window, ms (tidegate).",
                 labels=labels,
             )

@@ -3,7 +3,8 @@
 Reads the broker's Prometheus endpoint (``metrics.listener``) and shows, from the
 difference between two scrapes, throughput per topic, requests per API, the memory
 pool and muted connections, the purgatories, the clients taking the most request
-(and, once quotas exist, throttle) time, and connections.
+time, the quota counters (user and client-id) with the most throttle time, and
+connections.
 
 With ``--bootstrap-server`` it asks the broker over the Kafka protocol (through
 confluent-kafka) for its ``metrics.listener`` (DescribeConfigs) and uses that. If
@@ -424,23 +425,35 @@ def _clients(prev: Snapshot | None, cur: Snapshot) -> Section:
     )
 
 
+THROTTLE_SUFFIX = "_throttle_time_ms"  # kafka_server_{produce,fetch,request}_throttle_time_ms
+NO_THROTTLE = "nothing throttled: no client quotas configured or in use"
+
+
 def _throttled(prev: Snapshot | None, cur: Snapshot) -> Section:
-    names = [
-        n
-        for n, rows in cur.samples.items()
-        if n.endswith("_throttle_time") and any("client_id" in l for l, _ in rows)
-    ]
-    if not names:
-        return Section("Top clients by throttle time", [], [], "n/a: this broker has no quotas yet")
-    totals: dict[str, float] = defaultdict(float)
-    for n in names:
-        for c, v in cur.values(n, "client_id").items():
-            totals[c] += v
-    order = sorted(totals, key=lambda c: (-totals[c], c))[:TOP_ROWS]
+    """Quota counters by the sum of their average throttle times (produce + fetch + request).
+
+    A counter is keyed by Kafka's quota metric tags, user and client-id, "" where the
+    quota is not per that level (a user quota has client_id ""): both are shown.
+    """
+    totals: dict[tuple[str, str], float] = defaultdict(float)
+    for name, samples in cur.samples.items():
+        if not name.endswith(THROTTLE_SUFFIX):
+            continue
+        for labels, value in samples:
+            if "user" in labels or "client_id" in labels:
+                totals[labels.get("user", ""), labels.get("client_id", "")] += value
+    title = "Top clients by throttle time"
+    if not totals:
+        return Section(title, [], [], NO_THROTTLE)
+    order = sorted(totals, key=lambda k: (-totals[k], k))[:TOP_ROWS]
     return Section(
-        "Top clients by throttle time",
-        ["client id", "throttle ms"],
-        [[c or "(none)", f"{totals[c]:,.0f}"] for c in order],
+        title,
+        ["user", "client id", "avg throttle ms"],
+        [[u or "-", c or "-", f"{totals[u, c]:,.0f}"] for u, c in order],
+        "per quota counter (user, client-id; - where the quota is not per that level); "
+        "average throttle time over the quota window, produce + fetch + request"
+        if any(totals.values())
+        else "quota counters in use, nothing throttled in the quota window",
     )
 
 

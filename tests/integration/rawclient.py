@@ -20,6 +20,7 @@ from typing import Any, Self
 from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
 
+from tidegate.log.batch_builder import Record, build_batch
 from tidegate.protocol.codec import build
 
 _I32 = struct.Struct(">i")
@@ -179,3 +180,57 @@ class RawClient:
         got, response = decode_response(api_key, version, self.recv_frame())
         assert got == cid, f"correlation id {got} in the response, {cid} in the request"
         return response
+
+
+# -- request bodies shared by the tests -------------------------------------------------
+def create_topics_body(name: str, partitions: int = 1) -> dict:
+    """CreateTopics v7 of one topic (replication factor 1, broker-assigned replicas)."""
+    return {
+        "topics": [
+            {"name": name, "num_partitions": partitions, "replication_factor": 1,
+             "assignments": [], "configs": []}
+        ],
+        "timeout": 10_000,
+        "validate_only": False,
+    }
+
+
+def produce_body(topic: str, value: bytes, count: int, acks: int = 1) -> dict:
+    """Produce (v3+) of one batch of ``count`` records of ``value`` to partition 0."""
+    return {
+        "transactional_id": None,
+        "acks": acks,
+        "timeout": 5000,
+        "topic_data": [
+            {
+                "name": topic,
+                "partition_data": [
+                    {"index": 0, "records": bytes(build_batch([Record(value)] * count))}
+                ],
+            }
+        ],
+    }
+
+
+def fetch_body(topic: str, offset: int = 0, max_wait: int = 0) -> dict:
+    """Fetch (v4..v12) of partition 0 of ``topic`` from ``offset``, by a consumer."""
+    return {
+        "replica_id": -1,
+        "max_wait": max_wait,
+        "min_bytes": 1,
+        "max_bytes": 50 * 1024 * 1024,
+        "isolation_level": 0,
+        "session_id": 0,
+        "session_epoch": -1,
+        "topics": [
+            {
+                "topic": topic,
+                "partitions": [
+                    {"partition": 0, "current_leader_epoch": -1, "fetch_offset": offset,
+                     "log_start_offset": -1, "partition_max_bytes": 10 * 1024 * 1024}
+                ],
+            }
+        ],
+        "forgotten_topics_data": [],
+        "rack_id": "",
+    }

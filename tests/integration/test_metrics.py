@@ -1,7 +1,9 @@
 """The metrics endpoint and ``tidegate top`` against a real broker process.
 
 confluent-kafka produces N records of a known size and consumes them; a scrape of
-``/metrics`` over HTTP must show the counters moved by exactly that much.
+``/metrics`` over HTTP must show the counters moved by exactly that much. A raw client
+sends a known number of requests, one of them failing, and the request, error and
+histogram counters must move by exactly those numbers.
 """
 
 from __future__ import annotations
@@ -16,9 +18,12 @@ import psutil
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from kio.schema.errors import ErrorCode
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import free_port
+
+from .rawclient import RawClient, create_topics_body, fetch_body, produce_body
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -27,6 +32,9 @@ VALUE_SIZE = 100
 TOPIC = "metered"
 PRODUCER_ID = "metrics-test-producer"
 CONSUMER_ID = "metrics-test-consumer"
+RAW_ID = "metrics-test-raw"
+HISTOGRAMS = ("requestqueuetimems", "localtimems", "remotetimems", "responsesendtimems",
+              "totaltimems")
 
 
 def scrape(url: str) -> dict[tuple[str, frozenset], float]:
@@ -118,7 +126,7 @@ def test_counters_move_by_what_was_produced_and_consumed(metered):
         n = value(s, "kafka_network_requestmetrics_requests_total", request=request)
         assert n is not None and n > 0, request
         # every answered request is in each latency histogram once
-        for h in ("requestqueuetimems", "localtimems", "remotetimems", "totaltimems"):
+        for h in HISTOGRAMS:
             name = f"kafka_network_requestmetrics_{h}_count"
             assert value(s, name, request=request) == n, (h, request)
         assert (
@@ -140,6 +148,59 @@ def test_counters_move_by_what_was_produced_and_consumed(metered):
     assert value(s, "tidegate_client_requests_total", client_id=CONSUMER_ID) > 0
     assert value(s, "kafka_network_socketserver_memorypoolused") is not None
     assert value(s, "kafka_network_socketserver_memorypoolavailable") is not None
+
+
+def test_counters_move_by_exactly_the_requests_sent(metered):
+    """Between two scrapes one connection sends 2 CreateTopics (the second fails with
+    TOPIC_ALREADY_EXISTS), 5 Produce and 3 Fetch requests, and nothing else runs."""
+    topic, produces, fetches, per_batch = "exact", 5, 3, 4
+    with RawClient.connect(metered.bootstrap) as c:
+        before = scrape(metered.metrics_url)
+        resp = c.request(19, 7, create_topics_body(topic), client_id=RAW_ID)
+        assert resp.topics[0].error_code == ErrorCode.none
+        resp = c.request(19, 7, create_topics_body(topic), client_id=RAW_ID)
+        assert resp.topics[0].error_code == ErrorCode.topic_already_exists
+        for _ in range(produces):
+            body = produce_body(topic, b"p" * VALUE_SIZE, per_batch)
+            resp = c.request(0, 9, body, client_id=RAW_ID)
+            assert resp.responses[0].partition_responses[0].error_code == ErrorCode.none
+        for _ in range(fetches):
+            resp = c.request(1, 12, fetch_body(topic, offset=0), client_id=RAW_ID)
+            assert resp.responses[0].partitions[0].error_code == ErrorCode.none
+        # each response was handed to the socket before the client read it: all counted
+        after = scrape(metered.metrics_url)
+
+    def moved(name: str, **labels: str) -> float:
+        return (value(after, name, **labels) or 0.0) - (value(before, name, **labels) or 0.0)
+
+    def moved_sum(name: str) -> float:
+        return sum(v for (n, _), v in after.items() if n == name) - sum(
+            v for (n, _), v in before.items() if n == name
+        )
+
+    sent = {"CreateTopics": 2, "Produce": produces, "Fetch": fetches}
+    base = "kafka_network_requestmetrics_"
+    for request, n in sent.items():
+        assert moved(base + "requests_total", request=request) == n, request
+        for h in HISTOGRAMS:
+            assert moved(f"{base}{h}_count", request=request) == n, (h, request)
+        assert moved(base + "responsesendtimems_bucket", request=request, le="+Inf") == n
+    assert moved_sum(base + "requests_total") == sum(sent.values())
+    # exactly one error, on the request and with the code that failed
+    assert moved(base + "errors_total", request="CreateTopics", error="TOPIC_ALREADY_EXISTS") == 1
+    assert moved_sum(base + "errors_total") == 1
+    assert moved("tidegate_client_requests_total", client_id=RAW_ID) == sum(sent.values())
+
+    size = value(after, "kafka_log_log_size", topic=topic, partition="0")
+    assert value(after, "kafka_log_log_logendoffset", topic=topic, partition="0") == (
+        produces * per_batch
+    )
+    assert moved("kafka_server_brokertopicmetrics_messagesin_total", topic=topic) == (
+        produces * per_batch
+    )
+    assert moved("kafka_server_brokertopicmetrics_bytesin_total", topic=topic) == size
+    # every Fetch from offset 0 returned the whole log
+    assert moved("kafka_server_brokertopicmetrics_bytesout_total", topic=topic) == fetches * size
 
 
 def test_metrics_endpoint_serves_only_metrics(metered):
@@ -179,7 +240,8 @@ def test_top_once_names_the_topic_and_the_client(metered):
     topic_row = next(line for line in out.splitlines() if line.startswith(TOPIC + " "))
     assert f"{N:,}" in topic_row  # records in the log and messages in since start
     assert PRODUCER_ID in out and CONSUMER_ID in out
-    assert "n/a: this broker has no quotas yet" in out
+    throttled = out.split("== Top clients by throttle time\n", 1)[1].split("\n\n", 1)[0]
+    assert throttled == "nothing throttled: no client quotas configured or in use"
 
 
 def test_top_finds_the_metrics_listener_from_the_bootstrap_server(metered):

@@ -27,9 +27,7 @@ from confluent_kafka import Producer
 from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from kio.schema.errors import ErrorCode
 
-from tidegate.log.batch_builder import Record, build_batch
-
-from .rawclient import RawClient
+from .rawclient import RawClient, create_topics_body, fetch_body, produce_body
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -82,58 +80,8 @@ def describe_quotas(bootstrap: str, components=(), strict: bool = False) -> dict
 
 def create_topic(bootstrap: str, name: str, partitions: int = 1) -> None:
     with RawClient.connect(bootstrap) as c:
-        resp = c.request(
-            19,
-            7,
-            {
-                "topics": [
-                    {"name": name, "num_partitions": partitions, "replication_factor": 1,
-                     "assignments": [], "configs": []}
-                ],
-                "timeout": 10_000,
-                "validate_only": False,
-            },
-        )
+        resp = c.request(19, 7, create_topics_body(name, partitions))
     assert resp.topics[0].error_code == ErrorCode.none
-
-
-def produce_body(topic: str, value: bytes, count: int, acks: int = 1) -> dict:
-    return {
-        "transactional_id": None,
-        "acks": acks,
-        "timeout": 5000,
-        "topic_data": [
-            {
-                "name": topic,
-                "partition_data": [
-                    {"index": 0, "records": bytes(build_batch([Record(value)] * count))}
-                ],
-            }
-        ],
-    }
-
-
-def fetch_body(topic: str, offset: int = 0, max_wait: int = 0) -> dict:
-    return {
-        "replica_id": -1,
-        "max_wait": max_wait,
-        "min_bytes": 1,
-        "max_bytes": 50 * 1024 * 1024,
-        "isolation_level": 0,
-        "session_id": 0,
-        "session_epoch": -1,
-        "topics": [
-            {
-                "topic": topic,
-                "partitions": [
-                    {"partition": 0, "current_leader_epoch": -1, "fetch_offset": offset,
-                     "log_start_offset": -1, "partition_max_bytes": 10 * 1024 * 1024}
-                ],
-            }
-        ],
-        "forgotten_topics_data": [],
-        "rack_id": "",
-    }
 
 
 METADATA_V12 = {"topics": [], "allow_auto_topic_creation": False,
@@ -539,8 +487,11 @@ def test_quota_metrics_per_entity(broker_factory):
         during = scrape()  # while the connection is muted
     entity = (("client_id", "greedy"), ("user", ""))
     assert during[("kafka_server_produce_byte_rate", entity)] > 20_000
-    assert during[("kafka_server_produce_throttle_time", entity)] == pytest.approx(throttle_ms)
-    assert during[("kafka_server_produce_throttle_time_max", entity)] == pytest.approx(throttle_ms)
+    assert during[("kafka_server_produce_throttle_time_ms", entity)] == pytest.approx(throttle_ms)
+    assert during[("kafka_server_produce_throttle_time_max_ms", entity)] == pytest.approx(
+        throttle_ms
+    )
+    assert ("kafka_server_produce_throttle_time", entity) not in during
     assert during[("tidegate_quota_produce_bound", entity)] == 20_000
     assert during[("kafka_server_produce_queue_size", ())] == 1
     # the request quota is per user (the user default): user ANONYMOUS, client-id ""
@@ -553,5 +504,7 @@ def test_quota_metrics_per_entity(broker_factory):
         [sys.executable, "-m", "tidegate", "top", "--once", "--interval", "0.2", "--metrics-url", url],
         capture_output=True, text=True, timeout=60, check=False,
     )
-    section = top.stdout.split("Top clients by throttle time", 1)[1]
-    assert "greedy" in section.split("\n\n", 1)[0], top.stdout
+    section = top.stdout.split("Top clients by throttle time", 1)[1].split("\n\n", 1)[0]
+    # a client-id quota: no user tag, shown as "-"
+    greedy = next(line for line in section.splitlines() if " greedy " in f"{line} ")
+    assert greedy.split()[:3] == ["-", "greedy", f"{throttle_ms:,.0f}"], top.stdout

@@ -25,7 +25,9 @@ from tidegate.network.memory_pool import NONE, SimpleMemoryPool
 from tidegate.network.mute_state import ChannelMuteState, MuteReason
 from tidegate.network.socket_server import RequestContext
 from tidegate.server.apis import KafkaApis
+from tidegate.server.client_quotas import BrokerQuotas
 from tidegate.server.metadata import TopicStore
+from tidegate.server.quotas import QuotaEntity
 from tidegate.server.replica_manager import ReplicaManager
 
 NOW = 1_700_000_000_000
@@ -455,7 +457,7 @@ def test_top_view_rates_names_topics_and_clients():
     assert sections["Top clients by request time"].rows[0][0] == "billing-svc"
     assert sections["Purgatories"].rows[0][:2] == ["Produce", "2"]
     assert sections["Connections"].rows == [["INTERNAL", "0"], ["PLAINTEXT", "1"]]
-    assert "n/a: this broker has no quotas yet" in text
+    assert top.NO_THROTTLE in text
     assert "unbounded" in text
     assert "2 s" not in view.header and "rates over 2.0s" in view.header
     top.render_rich(view)  # renders without a terminal
@@ -495,3 +497,56 @@ def test_the_real_purgatory_exposes_what_the_collector_reads():
     assert sample(bm, base + "numdelayedoperations", delayedOperation="Fetch") == 0
     assert sample(bm, base + "expires_total", delayedOperation="Fetch") == 0
     purgatory.shutdown()
+
+
+# ---- quota metrics ----------------------------------------------------------------------------
+def _throttled_quotas() -> BrokerQuotas:
+    """Real quota managers on a fixed clock: a request quota on (alice, app), a user
+    quota on bob and a client-id quota on greedy, each with one throttle recorded."""
+    quotas = BrokerQuotas(clock=lambda: NOW)
+    quotas.set_quota(QuotaEntity("alice", "app"), "request_percentage", 50)
+    quotas.set_quota(QuotaEntity("bob"), "producer_byte_rate", 1000)
+    quotas.set_quota(QuotaEntity(client_id="greedy"), "consumer_byte_rate", 1000)
+    quotas.throttle(quotas.request, None, "alice", "app", 120)
+    quotas.throttle(quotas.request, None, "alice", "app", 80)
+    quotas.throttle(quotas.produce, None, "bob", "any-client", 300)
+    quotas.throttle(quotas.fetch, None, "carol", "greedy", 40)
+    return quotas
+
+
+def test_request_throttle_time_has_kafkas_exporter_name_and_tags():
+    bm = BrokerMetrics()
+    bm.register_quotas(_throttled_quotas())
+    who = {"user": "alice", "client_id": "app"}
+    # kafka.server:type=Request,user=alice,client-id=app throttle-time (ms), averaged
+    assert sample(bm, "kafka_server_request_throttle_time_ms", **who) == 100
+    assert sample(bm, "kafka_server_request_throttle_time_max_ms", **who) == 120
+    assert sample(bm, "kafka_server_request_throttle_time", **who) is None
+    text = bm.exposition().decode()
+    assert '# TYPE kafka_server_request_throttle_time_ms gauge' in text
+    assert 'kafka_server_request_throttle_time_ms{client_id="app",user="alice"} 100.0' in text
+    # the counter tags are Kafka's: "" where the quota is not per that level
+    assert sample(bm, "kafka_server_produce_throttle_time_ms", user="bob", client_id="") == 300
+    assert sample(bm, "kafka_server_fetch_throttle_time_ms", user="", client_id="greedy") == 40
+
+
+def test_top_throttle_view_names_user_and_client_id():
+    bm = BrokerMetrics()
+    bm.register_quotas(_throttled_quotas())
+    view = top.build_view(None, _snapshot(bm, 1.0), "test")
+    section = {s.title: s for s in view.sections}["Top clients by throttle time"]
+    assert section.columns == ["user", "client id", "avg throttle ms"]
+    # a user quota (client_id "") is bob's row, not an anonymous "(none)" client
+    assert section.rows == [["bob", "-", "300"], ["alice", "app", "100"], ["-", "greedy", "40"]]
+    assert top.NO_THROTTLE not in top.render_plain(view)
+
+
+def test_top_throttle_view_with_quotas_in_use_but_nothing_throttled():
+    quotas = BrokerQuotas(clock=lambda: NOW)
+    quotas.set_quota(QuotaEntity("alice"), "producer_byte_rate", 1_000_000)
+    assert quotas.produce.record_and_get_throttle_time_ms("alice", "c", 10) == 0
+    bm = BrokerMetrics()
+    bm.register_quotas(quotas)
+    section = top.build_view(None, _snapshot(bm, 1.0), "test").sections[5]
+    assert section.rows == [["alice", "-", "0"]]
+    assert section.note == "quota counters in use, nothing throttled in the quota window"
