@@ -1,20 +1,25 @@
 """Consumer groups (classic protocol) through real clients against a tidegate process.
 
-* confluent-kafka, kafka-python and aiokafka: three consumers of one group share a
-  six-partition topic, two partitions each, every record is consumed exactly once
-  across them, and what each client commits is what OffsetFetch returns;
+Each scenario runs with confluent-kafka, kafka-python and aiokafka group consumers,
+through one small adapter per client (``Member``):
+
+* three consumers of one group share a six-partition topic, two partitions each, every
+  record is consumed exactly once across them, and what each client commits is what
+  OffsetFetch returns;
 * a consumer that closes (LeaveGroup) hands its partitions over at once, and one killed
   with SIGKILL (a subprocess) loses them when its session timeout passes;
-* committed offsets survive a clean broker restart and a kill -9 of the broker;
+* committed offsets (with their metadata) survive a clean broker restart and a kill -9
+  of the broker;
 * a static member (group.instance.id) that restarts gets its partitions back without a
-  rebalance: the other member keeps its generation and sees no callback;
-* __consumer_offsets is compacted in the background and replays after a restart;
-* the admin clients (confluent-kafka, kafka-python) list, describe and delete groups
-  and list, alter and delete their offsets.
+  rebalance: the broker starts none, the other member keeps its generation and sees
+  no callback.
+
+And, client-independent: __consumer_offsets is compacted in the background and replays
+after a restart; the admin clients (confluent-kafka, kafka-python) list, describe and
+delete groups and list, alter and delete their offsets.
 
 The brokers run with ``group.initial.rebalance.delay.ms=0`` and the consumers with
-Kafka's smallest session timeout (6 s), so the whole module takes well under two
-minutes. Every wait is bounded.
+Kafka's smallest session timeout (6 s). Every wait is bounded.
 """
 
 from __future__ import annotations
@@ -145,46 +150,6 @@ def confluent_consumer(bootstrap: str, group: str, **extra) -> Consumer:
     }
     conf.update(extra)
     return Consumer(conf)
-
-
-# -- three consumers share six partitions -------------------------------------------------------
-def test_confluent_three_consumers_share_six_partitions_exactly_once(shared):
-    topic, group = "share-confluent", "g-confluent"
-    create_topic(shared.bootstrap, topic, 6)
-    consumers = [confluent_consumer(shared.bootstrap, group) for _ in range(3)]
-    assignments: dict[int, set[int]] = {}
-    for i, c in enumerate(consumers):
-        c.subscribe([topic], on_assign=lambda c, parts, i=i: assignments.__setitem__(
-            i, {p.partition for p in parts}))
-    got: list[tuple[int, int, int]] = []
-
-    def poll_all() -> None:
-        for i, c in enumerate(consumers):
-            m = c.poll(0.05)
-            if m is not None and m.error() is None:
-                got.append((i, m.partition(), m.offset()))
-
-    try:
-        took = wait_until(
-            lambda: len(assignments) == 3 and sorted(p for s in assignments.values() for p in s) == list(range(6)),
-            30, poll_all, "three members with two partitions each",
-        )
-        check_shared(assignments)
-        d = describe(shared.bootstrap, group)
-        assert d.group_state == "Stable" and len(d.members) == 3 and d.protocol_type == "consumer"
-        produce(shared.bootstrap, topic, RECORDS, 6)
-        wait_until(lambda: len(got) >= RECORDS, 30, poll_all, f"{RECORDS} records consumed")
-        for _ in range(10):  # nothing more arrives
-            poll_all()
-        check_exactly_once(got, assignments, RECORDS)
-        print(f"confluent: group stable after {took:.2f}s")
-    finally:
-        for c in consumers:
-            c.close()
-    d = describe(shared.bootstrap, group)
-    assert d.group_state == "Empty" and len(d.members) == 0
-    # closing committed what was consumed (auto commit)
-    assert committed(shared.bootstrap, group) == {p: RECORDS // 6 for p in range(6)}
 
 
 class Member:
@@ -446,103 +411,44 @@ MEMBERS: dict[str, type[Member]] = {
 }
 
 
-def test_kafka_python_three_consumers_share_six_partitions_exactly_once(shared):
-    topic, group = "share-kafka-python", "g-kafka-python"
-    create_topic(shared.bootstrap, topic, 6)
-    got: list[tuple[int, int, int]] = []
-    members = [KafkaPythonMember(shared.bootstrap, topic, group, i, got) for i in range(3)]
-    try:
-        wait_until(
-            lambda: sorted(p for m in members for p in m.assignment) == list(range(6))
-            and all(m.assignment for m in members),
-            40, what="three members with two partitions each",
-        )
-        assignments = {m.index: set(m.assignment) for m in members}
-        check_shared(assignments)
-        assert len({m.generation for m in members}) == 1
-        produce(shared.bootstrap, topic, RECORDS, 6)
-        wait_until(lambda: len(got) >= RECORDS, 30, what=f"{RECORDS} records consumed")
-        time.sleep(0.5)
-        check_exactly_once(got, assignments, RECORDS)
-    finally:
-        for m in members:
-            m.close()  # commits the consumed offsets (auto commit)
-    assert committed(shared.bootstrap, group) == {p: RECORDS // 6 for p in range(6)}
-
-
-def test_aiokafka_three_consumers_share_six_partitions_exactly_once(shared):
-    topic, group = "share-aiokafka", "g-aiokafka"
-    create_topic(shared.bootstrap, topic, 6)
-
-    async def go() -> None:
-        consumers = [
-            AIOKafkaConsumer(
-                topic,
-                bootstrap_servers=shared.bootstrap,
-                group_id=group,
-                auto_offset_reset="earliest",
-                session_timeout_ms=SESSION_MS,
-                heartbeat_interval_ms=HEARTBEAT_MS,
-                max_poll_interval_ms=20_000,
-            )
-            for _ in range(3)
-        ]
-        got: list[tuple[int, int, int]] = []
-        stop = asyncio.Event()
-
-        async def consume(i: int, c: AIOKafkaConsumer) -> None:
-            while not stop.is_set():
-                batches = await c.getmany(timeout_ms=100)
-                for recs in batches.values():
-                    for r in recs:
-                        got.append((i, r.partition, r.offset))
-
-        for c in consumers:
-            await c.start()
-        tasks = [asyncio.create_task(consume(i, c)) for i, c in enumerate(consumers)]
-        try:
-            deadline = time.monotonic() + 40
-            while True:
-                assignments = {i: {tp.partition for tp in c.assignment()} for i, c in enumerate(consumers)}
-                if sorted(p for s in assignments.values() for p in s) == list(range(6)) and all(
-                    assignments.values()
-                ):
-                    break
-                assert time.monotonic() < deadline, f"no stable assignment: {assignments}"
-                await asyncio.sleep(0.1)
-            check_shared(assignments)
-            await asyncio.get_running_loop().run_in_executor(
-                None, produce, shared.bootstrap, topic, RECORDS, 6
-            )
-            deadline = time.monotonic() + 30
-            while len(got) < RECORDS:
-                assert time.monotonic() < deadline, f"only {len(got)} records consumed"
-                await asyncio.sleep(0.1)
-            await asyncio.sleep(0.5)
-            check_exactly_once(got, assignments, RECORDS)
-            for c in consumers:
-                await c.commit()
-        finally:
-            stop.set()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            for c in consumers:
-                await c.stop()
-
-    asyncio.run(asyncio.wait_for(go(), 100))
-    assert committed(shared.bootstrap, group) == {p: RECORDS // 6 for p in range(6)}
-
-
-# -- members leaving ------------------------------------------------------------------------------
-def wait_for_split(members: list[Member], partitions: int, timeout: float = 40) -> None:
-    """Until the members own disjoint, equal shares of all ``partitions``."""
+# -- three consumers share six partitions -------------------------------------------------------
+def wait_for_split(members: list[Member], partitions: int, timeout: float = 40) -> float:
+    """Until the members own disjoint, equal shares of all ``partitions``; the seconds it took."""
     share = partitions // len(members)
-    wait_until(
+    return wait_until(
         lambda: all(len(m.assignment) == share for m in members)
         and set().union(*(m.assignment for m in members)) == set(range(partitions)),
         timeout, what=f"{len(members)} members with {share} partitions each",
     )
 
 
+@pytest.mark.parametrize("client", list(MEMBERS))
+def test_three_consumers_share_six_partitions_exactly_once(shared, client):
+    topic, group = f"share-{client}", f"g-share-{client}"
+    create_topic(shared.bootstrap, topic, 6)
+    got: list[tuple[int, int, int]] = []
+    members = [MEMBERS[client](shared.bootstrap, topic, group, i, got) for i in range(3)]
+    try:
+        took = wait_for_split(members, 6)
+        assignments = {m.index: set(m.assignment) for m in members}
+        check_shared(assignments)
+        assert len({m.generation for m in members}) == 1
+        d = describe(shared.bootstrap, group)
+        assert d.group_state == "Stable" and len(d.members) == 3 and d.protocol_type == "consumer"
+        produce(shared.bootstrap, topic, RECORDS, 6)
+        wait_until(lambda: len(got) >= RECORDS, 30, what=f"{RECORDS} records consumed")
+        time.sleep(0.5)  # nothing more arrives
+        check_exactly_once(got, assignments, RECORDS)
+        print(f"{client}: group stable after {took:.2f}s")
+    finally:
+        for m in members:
+            m.close()  # commits what was consumed (auto commit), then LeaveGroup
+    d = describe(shared.bootstrap, group)
+    assert d.group_state == "Empty" and len(d.members) == 0
+    assert committed(shared.bootstrap, group) == {p: RECORDS // 6 for p in range(6)}
+
+
+# -- members leaving ------------------------------------------------------------------------------
 @pytest.mark.parametrize("client", list(MEMBERS))
 def test_a_closed_consumer_hands_its_partitions_over_at_once(shared, client):
     topic, group = f"leave-{client}", f"g-leave-{client}"
