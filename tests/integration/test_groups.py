@@ -1,26 +1,33 @@
 """Consumer groups (classic protocol) through real clients against a tidegate process.
 
-* confluent-kafka, kafka-python and aiokafka: three consumers of one group share a
-  six-partition topic, two partitions each, every record is consumed exactly once
-  across them, and what each client commits is what OffsetFetch returns;
+Each scenario runs with confluent-kafka, kafka-python and aiokafka group consumers,
+through one small adapter per client (``Member``):
+
+* three consumers of one group share a six-partition topic, two partitions each, every
+  record is consumed exactly once across them, and what each client commits is what
+  OffsetFetch returns;
 * a consumer that closes (LeaveGroup) hands its partitions over at once, and one killed
   with SIGKILL (a subprocess) loses them when its session timeout passes;
-* committed offsets survive a clean broker restart and a kill -9 of the broker;
+* committed offsets (with their metadata) survive a clean broker restart and a kill -9
+  of the broker;
 * a static member (group.instance.id) that restarts gets its partitions back without a
-  rebalance: the other member keeps its generation and sees no callback;
-* __consumer_offsets is compacted in the background and replays after a restart;
-* the admin clients (confluent-kafka, kafka-python) list, describe and delete groups
-  and list, alter and delete their offsets.
+  rebalance: the broker starts none, the other member keeps its generation and sees
+  no callback.
+
+And, client-independent: __consumer_offsets is compacted in the background and replays
+after a restart; the admin clients (confluent-kafka, kafka-python) list, describe and
+delete groups and list, alter and delete their offsets.
 
 The brokers run with ``group.initial.rebalance.delay.ms=0`` and the consumers with
-Kafka's smallest session timeout (6 s), so the whole module takes well under two
-minutes. Every wait is bounded.
+Kafka's smallest session timeout (6 s). Every wait is bounded.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import os
+import queue
 import signal
 import subprocess
 import sys
@@ -28,12 +35,14 @@ import threading
 import time
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
 warnings.filterwarnings("ignore", r".* is deprecated\. Use files\(\) instead", DeprecationWarning)
 
 from aiokafka import AIOKafkaConsumer
+from aiokafka.abc import ConsumerRebalanceListener as AIOConsumerRebalanceListener
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaConsumer
@@ -99,11 +108,16 @@ def describe(bootstrap: str, group: str):
         return c.request(15, 5, {"groups": [group], "include_authorized_operations": False}).groups[0]
 
 
-def committed(bootstrap: str, group: str) -> dict[int, int]:
-    """The group's committed offsets per partition (OffsetFetch v8, all topics)."""
+def committed_with_metadata(bootstrap: str, group: str) -> dict[int, tuple[int, str | None]]:
+    """The group's committed (offset, metadata) per partition (OffsetFetch v8, all topics)."""
     with RawClient.connect(bootstrap) as c:
         r = c.request(9, 8, {"require_stable": True, "groups": [{"group_id": group, "topics": None}]})
-    return {p.partition_index: p.committed_offset for t in r.groups[0].topics for p in t.partitions}
+    return {p.partition_index: (p.committed_offset, p.metadata) for t in r.groups[0].topics for p in t.partitions}
+
+
+def committed(bootstrap: str, group: str) -> dict[int, int]:
+    """The group's committed offsets per partition."""
+    return {p: offset for p, (offset, _) in committed_with_metadata(bootstrap, group).items()}
 
 
 def check_exactly_once(got: list[tuple[int, int, int]], assignments: dict[int, set[int]], n: int) -> None:
@@ -138,332 +152,471 @@ def confluent_consumer(bootstrap: str, group: str, **extra) -> Consumer:
     return Consumer(conf)
 
 
-# -- three consumers share six partitions -------------------------------------------------------
-def test_confluent_three_consumers_share_six_partitions_exactly_once(shared):
-    topic, group = "share-confluent", "g-confluent"
-    create_topic(shared.bootstrap, topic, 6)
-    consumers = [confluent_consumer(shared.bootstrap, group) for _ in range(3)]
-    assignments: dict[int, set[int]] = {}
-    for i, c in enumerate(consumers):
-        c.subscribe([topic], on_assign=lambda c, parts, i=i: assignments.__setitem__(
-            i, {p.partition for p in parts}))
-    got: list[tuple[int, int, int]] = []
+class Member:
+    """One consumer of a group, polled by a thread of its own: the per-client adapter the
+    leave, kill, durability and static-membership tests are parametrized over.
 
-    def poll_all() -> None:
-        for i, c in enumerate(consumers):
-            m = c.poll(0.05)
-            if m is not None and m.error() is None:
-                got.append((i, m.partition(), m.offset()))
+    The clients are not thread-safe, so only the member's thread touches its consumer
+    (``call`` hands it a function). It keeps what the tests look at: the current
+    ``assignment``, every assignment callback (``assigned``), how many non-empty
+    revocations it saw (``revoked``) and what it consumed, as (index, partition, offset),
+    in ``sink``. Subclasses implement ``_main`` (create, subscribe, loop on
+    ``self.stop``, close) and ``read_committed``.
+    """
 
-    try:
-        took = wait_until(
-            lambda: len(assignments) == 3 and sorted(p for s in assignments.values() for p in s) == list(range(6)),
-            30, poll_all, "three members with two partitions each",
-        )
-        check_shared(assignments)
-        d = describe(shared.bootstrap, group)
-        assert d.group_state == "Stable" and len(d.members) == 3 and d.protocol_type == "consumer"
-        produce(shared.bootstrap, topic, RECORDS, 6)
-        wait_until(lambda: len(got) >= RECORDS, 30, poll_all, f"{RECORDS} records consumed")
-        for _ in range(10):  # nothing more arrives
-            poll_all()
-        check_exactly_once(got, assignments, RECORDS)
-        print(f"confluent: group stable after {took:.2f}s")
-    finally:
-        for c in consumers:
+    generation: int | None = None  # the client's view, where it exposes one
+
+    def __init__(self, bootstrap: str, topic: str, group: str, index: int, sink: list, *,
+                 instance_id: str | None = None, auto_commit: bool = True) -> None:
+        self.bootstrap, self.topic, self.group = bootstrap, topic, group
+        self.index, self.sink = index, sink
+        self.instance_id, self.auto_commit = instance_id, auto_commit
+        self.assignment: set[int] = set()
+        self.assigned: list[set[int]] = []
+        self.revoked = 0
+        self.error: BaseException | None = None
+        self.calls: queue.SimpleQueue = queue.SimpleQueue()
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._thread, daemon=True)
+        self.thread.start()
+
+    def _thread(self) -> None:
+        try:
+            self._main()
+        except BaseException as exc:  # noqa: BLE001 - re-raised by close()
+            self.error = exc
+
+    def _main(self) -> None:
+        raise NotImplementedError
+
+    def on_assigned(self, partitions: set[int]) -> None:
+        self.assigned.append(partitions)
+
+    def on_revoked(self, partitions: set[int]) -> None:
+        if partitions:
+            self.revoked += 1
+
+    def call(self, fn: Callable, timeout: float = 30):
+        """``fn(consumer)`` run by the member's thread (awaited for aiokafka)."""
+        fut: concurrent.futures.Future = concurrent.futures.Future()
+        self.calls.put((fn, fut))
+        return fut.result(timeout)
+
+    def pending_calls(self):
+        while True:
+            try:
+                yield self.calls.get_nowait()
+            except queue.Empty:
+                return
+
+    def commit(self, offsets: dict[int, tuple[int, str]]) -> None:
+        """Commit {partition: (offset, metadata)} synchronously."""
+        raise NotImplementedError
+
+    @staticmethod
+    def wire_metadata(metadata: str) -> str:
+        """The commit metadata as the client puts it on the wire (and the broker keeps it)."""
+        return metadata
+
+    @staticmethod
+    def read_committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
+        """The committed offsets as a fresh, unsubscribed consumer of the client fetches them."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(20)
+        assert not self.thread.is_alive()
+        if self.error is not None:
+            raise self.error
+
+
+class ConfluentMember(Member):
+    def _main(self) -> None:
+        extra: dict = {"enable.auto.commit": self.auto_commit}
+        if self.instance_id is not None:
+            extra["group.instance.id"] = self.instance_id
+        c = confluent_consumer(self.bootstrap, self.group, **extra)
+        c.subscribe([self.topic], on_assign=lambda c, ps: self.on_assigned({p.partition for p in ps}),
+                    on_revoke=lambda c, ps: self.on_revoked({p.partition for p in ps}))
+        try:
+            while not self.stop.is_set():
+                for fn, fut in self.pending_calls():
+                    try:
+                        fut.set_result(fn(c))
+                    except Exception as exc:  # noqa: BLE001 - handed to the caller
+                        fut.set_exception(exc)
+                m = c.poll(0.1)
+                if m is not None and m.error() is None:
+                    self.sink.append((self.index, m.partition(), m.offset()))
+                self.assignment = {tp.partition for tp in c.assignment()}
+        finally:
+            c.close()  # LeaveGroup, unless static
+
+    def commit(self, offsets: dict[int, tuple[int, str]]) -> None:
+        tps = [TopicPartition(self.topic, p, o, metadata=md) for p, (o, md) in offsets.items()]
+        self.call(lambda c: c.commit(offsets=tps, asynchronous=False))
+
+    @staticmethod
+    def wire_metadata(metadata: str) -> str:
+        # confluent-kafka-python hands librdkafka the metadata with its C terminator counted
+        # in metadata_size, so the NUL goes on the wire too
+        return metadata + "\0"
+
+    @staticmethod
+    def read_committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
+        c = confluent_consumer(bootstrap, group, **{"enable.auto.commit": False})
+        try:
+            tps = c.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=15)
+            return {tp.partition: tp.offset for tp in tps}
+        finally:
             c.close()
-    d = describe(shared.bootstrap, group)
-    assert d.group_state == "Empty" and len(d.members) == 0
-    # closing committed what was consumed (auto commit)
-    assert committed(shared.bootstrap, group) == {p: RECORDS // 6 for p in range(6)}
 
 
 class Listener(ConsumerRebalanceListener):
-    def __init__(self) -> None:
-        self.assigned: list[set[int]] = []
-        self.revoked = 0
+    def __init__(self, member: Member) -> None:
+        self.member = member
 
     def on_partitions_revoked(self, revoked) -> None:
-        if revoked:
-            self.revoked += 1
+        self.member.on_revoked({tp.partition for tp in revoked})
 
     def on_partitions_assigned(self, assigned) -> None:
-        self.assigned.append({tp.partition for tp in assigned})
+        self.member.on_assigned({tp.partition for tp in assigned})
 
 
-class KafkaPythonMember:
-    """A kafka-python KafkaConsumer polled by its own thread (the client is not
-    thread-safe; each one is only ever touched by its thread)."""
-
-    def __init__(self, bootstrap: str, topic: str, group: str, index: int, sink: list, **extra) -> None:
-        self.index = index
-        self.sink = sink
-        self.listener = Listener()
-        self.consumer = KafkaConsumer(
-            bootstrap_servers=bootstrap,
-            group_id=group,
+class KafkaPythonMember(Member):
+    def _main(self) -> None:
+        extra = {} if self.instance_id is None else {"group_instance_id": self.instance_id}
+        c = KafkaConsumer(
+            bootstrap_servers=self.bootstrap,
+            group_id=self.group,
             auto_offset_reset="earliest",
+            enable_auto_commit=self.auto_commit,
             session_timeout_ms=SESSION_MS,
             heartbeat_interval_ms=HEARTBEAT_MS,
             max_poll_interval_ms=20_000,
             request_timeout_ms=30_000,
             **extra,
         )
-        self.consumer.subscribe([topic], listener=self.listener)
-        self.assignment: set[int] = set()
-        self.generation = -1
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
+        c.subscribe([self.topic], listener=Listener(self))
+        try:
+            while not self.stop.is_set():
+                for fn, fut in self.pending_calls():
+                    try:
+                        fut.set_result(fn(c))
+                    except Exception as exc:  # noqa: BLE001 - handed to the caller
+                        fut.set_exception(exc)
+                # A long poll: kafka-python 3.0.12 loses a leader's finished JoinGroup/SyncGroup
+                # when poll's own timeout expires while that round trip is in flight (the
+                # assignment is never applied and heartbeats stay off, so the broker expires
+                # the member). Seen on a loaded 2-core machine with 100 ms polls.
+                batches = c.poll(timeout_ms=1000)
+                for recs in batches.values():
+                    for r in recs:
+                        self.sink.append((self.index, r.partition, r.offset))
+                self.assignment = {tp.partition for tp in c.assignment()}
+                self.generation = c._coordinator.group_metadata().generation_id
+        finally:
+            c.close()  # commits what was consumed (auto commit), then LeaveGroup unless static
 
-    def _run(self) -> None:
-        while not self.stop.is_set():
-            # A long poll: kafka-python 3.0.12 loses a leader's finished JoinGroup/SyncGroup
-            # when poll's own timeout expires while that round trip is in flight (the
-            # assignment is never applied and heartbeats stay off, so the broker expires
-            # the member). Seen on a loaded 2-core machine with 100 ms polls.
-            batches = self.consumer.poll(timeout_ms=1000)
-            for recs in batches.values():
-                for r in recs:
-                    self.sink.append((self.index, r.partition, r.offset))
-            self.assignment = {tp.partition for tp in self.consumer.assignment()}
-            self.generation = self.consumer._coordinator.group_metadata().generation_id
+    def commit(self, offsets: dict[int, tuple[int, str]]) -> None:
+        from kafka import TopicPartition as KTopicPartition
+        from kafka.structs import OffsetAndMetadata
 
-    def close(self) -> None:
-        self.stop.set()
-        self.thread.join(15)
-        assert not self.thread.is_alive()
-        self.consumer.close()
+        self.call(lambda c: c.commit({KTopicPartition(self.topic, p): OffsetAndMetadata(o, md, -1)
+                                      for p, (o, md) in offsets.items()}))
+
+    @staticmethod
+    def read_committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
+        from kafka import TopicPartition as KTopicPartition
+
+        c = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False,
+                          request_timeout_ms=30_000)
+        try:
+            return {p: c.committed(KTopicPartition(topic, p)) for p in range(partitions)}
+        finally:
+            c.close()
 
 
-def test_kafka_python_three_consumers_share_six_partitions_exactly_once(shared):
-    topic, group = "share-kafka-python", "g-kafka-python"
-    create_topic(shared.bootstrap, topic, 6)
-    got: list[tuple[int, int, int]] = []
-    members = [KafkaPythonMember(shared.bootstrap, topic, group, i, got) for i in range(3)]
-    try:
-        wait_until(
-            lambda: sorted(p for m in members for p in m.assignment) == list(range(6))
-            and all(m.assignment for m in members),
-            40, what="three members with two partitions each",
+class AiokafkaListener(AIOConsumerRebalanceListener):
+    def __init__(self, member: Member) -> None:
+        self.member = member
+
+    async def on_partitions_revoked(self, revoked) -> None:
+        self.member.on_revoked({tp.partition for tp in revoked})
+
+    async def on_partitions_assigned(self, assigned) -> None:
+        self.member.on_assigned({tp.partition for tp in assigned})
+
+
+class AiokafkaMember(Member):
+    def _main(self) -> None:
+        asyncio.run(self._amain())
+
+    async def _amain(self) -> None:
+        c = AIOKafkaConsumer(
+            bootstrap_servers=self.bootstrap,
+            group_id=self.group,
+            group_instance_id=self.instance_id,
+            auto_offset_reset="earliest",
+            enable_auto_commit=self.auto_commit,
+            session_timeout_ms=SESSION_MS,
+            heartbeat_interval_ms=HEARTBEAT_MS,
+            max_poll_interval_ms=20_000,
         )
-        assignments = {m.index: set(m.assignment) for m in members}
-        check_shared(assignments)
-        assert len({m.generation for m in members}) == 1
-        produce(shared.bootstrap, topic, RECORDS, 6)
-        wait_until(lambda: len(got) >= RECORDS, 30, what=f"{RECORDS} records consumed")
-        time.sleep(0.5)
-        check_exactly_once(got, assignments, RECORDS)
-    finally:
-        for m in members:
-            m.close()  # commits the consumed offsets (auto commit)
-    assert committed(shared.bootstrap, group) == {p: RECORDS // 6 for p in range(6)}
-
-
-def test_aiokafka_three_consumers_share_six_partitions_exactly_once(shared):
-    topic, group = "share-aiokafka", "g-aiokafka"
-    create_topic(shared.bootstrap, topic, 6)
-
-    async def go() -> None:
-        consumers = [
-            AIOKafkaConsumer(
-                topic,
-                bootstrap_servers=shared.bootstrap,
-                group_id=group,
-                auto_offset_reset="earliest",
-                session_timeout_ms=SESSION_MS,
-                heartbeat_interval_ms=HEARTBEAT_MS,
-                max_poll_interval_ms=20_000,
-            )
-            for _ in range(3)
-        ]
-        got: list[tuple[int, int, int]] = []
-        stop = asyncio.Event()
-
-        async def consume(i: int, c: AIOKafkaConsumer) -> None:
-            while not stop.is_set():
+        c.subscribe([self.topic], listener=AiokafkaListener(self))
+        await c.start()
+        try:
+            while not self.stop.is_set():
+                for fn, fut in self.pending_calls():
+                    try:
+                        fut.set_result(await fn(c))
+                    except Exception as exc:  # noqa: BLE001 - handed to the caller
+                        fut.set_exception(exc)
                 batches = await c.getmany(timeout_ms=100)
                 for recs in batches.values():
                     for r in recs:
-                        got.append((i, r.partition, r.offset))
-
-        for c in consumers:
-            await c.start()
-        tasks = [asyncio.create_task(consume(i, c)) for i, c in enumerate(consumers)]
-        try:
-            deadline = time.monotonic() + 40
-            while True:
-                assignments = {i: {tp.partition for tp in c.assignment()} for i, c in enumerate(consumers)}
-                if sorted(p for s in assignments.values() for p in s) == list(range(6)) and all(
-                    assignments.values()
-                ):
-                    break
-                assert time.monotonic() < deadline, f"no stable assignment: {assignments}"
-                await asyncio.sleep(0.1)
-            check_shared(assignments)
-            await asyncio.get_running_loop().run_in_executor(
-                None, produce, shared.bootstrap, topic, RECORDS, 6
-            )
-            deadline = time.monotonic() + 30
-            while len(got) < RECORDS:
-                assert time.monotonic() < deadline, f"only {len(got)} records consumed"
-                await asyncio.sleep(0.1)
-            await asyncio.sleep(0.5)
-            check_exactly_once(got, assignments, RECORDS)
-            for c in consumers:
-                await c.commit()
+                        self.sink.append((self.index, r.partition, r.offset))
+                self.assignment = {tp.partition for tp in c.assignment()}
+                self.generation = c._coordinator.generation
         finally:
-            stop.set()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            for c in consumers:
+            await c.stop()  # commits what was consumed (auto commit), then LeaveGroup unless static
+
+    def commit(self, offsets: dict[int, tuple[int, str]]) -> None:
+        from aiokafka.structs import OffsetAndMetadata
+        from aiokafka.structs import TopicPartition as ATopicPartition
+
+        self.call(lambda c: c.commit({ATopicPartition(self.topic, p): OffsetAndMetadata(o, md)
+                                      for p, (o, md) in offsets.items()}))
+
+    @staticmethod
+    def read_committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
+        from aiokafka.structs import TopicPartition as ATopicPartition
+
+        async def go() -> dict[int, int]:
+            c = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
+            await c.start()
+            try:
+                return {p: await c.committed(ATopicPartition(topic, p)) for p in range(partitions)}
+            finally:
                 await c.stop()
 
-    asyncio.run(asyncio.wait_for(go(), 100))
+        return asyncio.run(asyncio.wait_for(go(), 30))
+
+
+MEMBERS: dict[str, type[Member]] = {
+    "confluent": ConfluentMember,
+    "kafka-python": KafkaPythonMember,
+    "aiokafka": AiokafkaMember,
+}
+
+
+# -- three consumers share six partitions -------------------------------------------------------
+def wait_for_split(members: list[Member], partitions: int, timeout: float = 40) -> float:
+    """Until the members own disjoint, equal shares of all ``partitions``; the seconds it took."""
+    share = partitions // len(members)
+    return wait_until(
+        lambda: all(len(m.assignment) == share for m in members)
+        and set().union(*(m.assignment for m in members)) == set(range(partitions)),
+        timeout, what=f"{len(members)} members with {share} partitions each",
+    )
+
+
+@pytest.mark.parametrize("client", list(MEMBERS))
+def test_three_consumers_share_six_partitions_exactly_once(shared, client):
+    topic, group = f"share-{client}", f"g-share-{client}"
+    create_topic(shared.bootstrap, topic, 6)
+    got: list[tuple[int, int, int]] = []
+    members = [MEMBERS[client](shared.bootstrap, topic, group, i, got) for i in range(3)]
+    try:
+        took = wait_for_split(members, 6)
+        assignments = {m.index: set(m.assignment) for m in members}
+        check_shared(assignments)
+        assert len({m.generation for m in members}) == 1
+        d = describe(shared.bootstrap, group)
+        assert d.group_state == "Stable" and len(d.members) == 3 and d.protocol_type == "consumer"
+        produce(shared.bootstrap, topic, RECORDS, 6)
+        wait_until(lambda: len(got) >= RECORDS, 30, what=f"{RECORDS} records consumed")
+        time.sleep(0.5)  # nothing more arrives
+        check_exactly_once(got, assignments, RECORDS)
+        print(f"{client}: group stable after {took:.2f}s")
+    finally:
+        for m in members:
+            m.close()  # commits what was consumed (auto commit), then LeaveGroup
+    d = describe(shared.bootstrap, group)
+    assert d.group_state == "Empty" and len(d.members) == 0
     assert committed(shared.bootstrap, group) == {p: RECORDS // 6 for p in range(6)}
 
 
 # -- members leaving ------------------------------------------------------------------------------
-def test_a_closed_consumer_hands_its_partitions_over_at_once(shared):
-    topic, group = "leave", "g-leave"
+@pytest.mark.parametrize("client", list(MEMBERS))
+def test_a_closed_consumer_hands_its_partitions_over_at_once(shared, client):
+    topic, group = f"leave-{client}", f"g-leave-{client}"
     create_topic(shared.bootstrap, topic, 6)
-    a, b = confluent_consumer(shared.bootstrap, group), confluent_consumer(shared.bootstrap, group)
-    owned: dict[str, set[int]] = {"a": set(), "b": set()}
-    a.subscribe([topic], on_assign=lambda c, ps: owned.__setitem__("a", {p.partition for p in ps}))
-    b.subscribe([topic], on_assign=lambda c, ps: owned.__setitem__("b", {p.partition for p in ps}))
+    sink: list = []
+    a, b = (MEMBERS[client](shared.bootstrap, topic, group, i, sink) for i in range(2))
     try:
-        wait_until(lambda: len(owned["a"]) == 3 and len(owned["b"]) == 3, 30,
-                   lambda: (a.poll(0.05), b.poll(0.05)), "3 + 3 partitions")
+        wait_for_split([a, b], 6)
+        start = time.monotonic()
         a.close()  # LeaveGroup
-        took = wait_until(lambda: len(owned["b"]) == 6, 20, lambda: b.poll(0.05), "B owning all 6")
-        print(f"partitions moved {took:.2f}s after the close")
+        wait_until(lambda: b.assignment == set(range(6)), 20, what="B owning all 6")
+        took = time.monotonic() - start
+        print(f"{client}: partitions moved {took:.2f}s after the close")
         # because A left (B learnt it from its next heartbeat), not because A's session expired
+        assert took < SESSION_MS / 1000
         log = shared.log_text()
-        assert "left group g-leave" in log and "of group g-leave failed" not in log
+        assert f"left group {group} " in log and f"of group {group} failed" not in log
     finally:
         b.close()
 
 
-KILLED_CONSUMER = r"""
-import sys
-from confluent_kafka import Consumer
-c = Consumer({"bootstrap.servers": sys.argv[1], "group.id": sys.argv[2], "session.timeout.ms": @SESSION@,
-              "heartbeat.interval.ms": @HEARTBEAT@, "max.poll.interval.ms": 20000, "log_level": 0})
-def on_assign(consumer, parts):
-    print("ASSIGNED", ",".join(str(p.partition) for p in parts), flush=True)
-c.subscribe([sys.argv[3]], on_assign=on_assign)
-while True:
-    c.poll(0.1)
-""".replace("@SESSION@", str(SESSION_MS)).replace("@HEARTBEAT@", str(HEARTBEAT_MS))
+#: A member in a process of its own, reporting the size of its assignment whenever it changes.
+KILLED_MEMBER = r"""
+import sys, time
+from tests.integration.test_groups import MEMBERS
+member = MEMBERS[sys.argv[1]](sys.argv[2], sys.argv[3], sys.argv[4], 0, [])
+shown = None
+while member.error is None:
+    if member.assignment != shown:
+        shown = set(member.assignment)
+        print("ASSIGNED", len(shown), flush=True)
+    time.sleep(0.05)
+raise member.error
+"""
 
 
-def test_a_killed_consumer_loses_its_partitions_when_its_session_expires(shared):
-    topic, group = "killed", "g-killed"
+@pytest.mark.parametrize("client", list(MEMBERS))
+def test_a_killed_consumer_loses_its_partitions_when_its_session_expires(shared, client):
+    topic, group = f"killed-{client}", f"g-killed-{client}"
     create_topic(shared.bootstrap, topic, 6)
     proc = subprocess.Popen(
-        [sys.executable, "-c", KILLED_CONSUMER, shared.bootstrap, group, topic],
+        [sys.executable, "-c", KILLED_MEMBER, client, shared.bootstrap, topic, group],
+        cwd=Path(__file__).resolve().parents[2],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
     )
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True)
     reader.start()
-    b = confluent_consumer(shared.bootstrap, group)
-    owned: set[int] = set()
-    b.subscribe([topic], on_assign=lambda c, ps: (owned.clear(), owned.update(p.partition for p in ps)))
+    b = MEMBERS[client](shared.bootstrap, topic, group, 1, [])
     try:
-        wait_until(lambda: len(owned) == 3 and any(l.startswith("ASSIGNED") and len(l.split()[1].split(",")) == 3
-                                                   for l in lines[-1:]),
-                   30, lambda: b.poll(0.05), "3 + 3 partitions")
+        wait_until(lambda: len(b.assignment) == 3 and lines[-1:] == ["ASSIGNED 3\n"], 40,
+                   what="3 + 3 partitions")
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(10)
-        took = wait_until(lambda: len(owned) == 6, SESSION_MS / 1000 + 20, lambda: b.poll(0.05),
-                          "the survivor owning all 6")
-        print(f"partitions moved {took:.2f}s after SIGKILL (session timeout {SESSION_MS} ms)")
+        took = wait_until(lambda: len(b.assignment) == 6, SESSION_MS / 1000 + 20,
+                          what="the survivor owning all 6")
+        print(f"{client}: partitions moved {took:.2f}s after SIGKILL (session timeout {SESSION_MS} ms)")
         # not before the session expired (the killed member never left), and soon after it
         assert SESSION_MS / 1000 - 2 <= took <= SESSION_MS / 1000 + 12
-        assert "of group g-killed failed (session timeout)" in shared.log_text()
+        assert f"of group {group} failed (session timeout)" in shared.log_text()
         d = describe(shared.bootstrap, group)
         assert d.group_state == "Stable" and len(d.members) == 1
     finally:
         if proc.poll() is None:
             proc.kill()
+            proc.wait(10)
         b.close()
 
 
 # -- durability --------------------------------------------------------------------------------------
 def test_committed_offsets_survive_a_restart_and_a_kill_9(broker_factory):
+    """One broker and one group per client, so the restart and the kill -9 happen once
+    for all three."""
     broker = broker_factory(GROUP_OVERRIDES)
-    topic, group = "durable", "g-durable"
+    topic = "durable"
     create_topic(broker.bootstrap, topic, 2)
     produce(broker.bootstrap, topic, 100, 2)  # 50 per partition
-    tps = [TopicPartition(topic, 0), TopicPartition(topic, 1)]
+    groups = {client: f"g-durable-{client}" for client in MEMBERS}
 
-    c = confluent_consumer(broker.bootstrap, group, **{"enable.auto.commit": False})
-    c.subscribe([topic])
-    seen = []
-    wait_until(lambda: len(seen) >= 10, 30,
-               lambda: [seen.append(m) for m in [c.poll(0.1)] if m is not None and m.error() is None],
-               "some records")
-    c.commit(offsets=[TopicPartition(topic, 0, 20), TopicPartition(topic, 1, 35)], asynchronous=False)
-    c.close()
+    def start_members(sinks: dict[str, list]) -> dict[str, Member]:
+        members = {client: cls(broker.bootstrap, topic, groups[client], 0, sinks[client], auto_commit=False)
+                   for client, cls in MEMBERS.items()}
+        wait_until(lambda: all(m.assignment == {0, 1} for m in members.values()), 40,
+                   what="every client's member owning both partitions")
+        return members
+
+    def check_committed(expected: Callable[[str], dict[int, tuple[int, str]]]) -> None:
+        for client, cls in MEMBERS.items():
+            want = expected(client)
+            # as the client reads them, and with their metadata as OffsetFetch answers
+            assert cls.read_committed(broker.bootstrap, groups[client], topic, 2) == {
+                p: o for p, (o, _) in want.items()}, client
+            assert committed_with_metadata(broker.bootstrap, groups[client]) == {
+                p: (o, cls.wire_metadata(md)) for p, (o, md) in want.items()}, client
+
+    def first(client: str) -> dict[int, tuple[int, str]]:
+        return {0: (20, f"{client} at 20"), 1: (35, "")}
+
+    def second(client: str) -> dict[int, tuple[int, str]]:
+        return {0: (50, f"{client} done"), 1: (50, f"{client} done")}
+
+    members = start_members({client: [] for client in MEMBERS})
+    try:
+        for client, m in members.items():
+            m.commit(first(client))
+    finally:
+        for m in members.values():
+            m.close()  # no auto commit: nothing more is committed
 
     broker.restart()  # SIGTERM, then start on the same directory
-    c = confluent_consumer(broker.bootstrap, group, **{"enable.auto.commit": False})
-    assert [(tp.partition, tp.offset) for tp in c.committed(tps, timeout=15)] == [(0, 20), (1, 35)]
-    c.subscribe([topic])
-    got: list = []
-    wait_until(lambda: len(got) >= 45, 30,
-               lambda: [got.append((m.partition(), m.offset())) for m in [c.poll(0.1)]
-                        if m is not None and m.error() is None], "the uncommitted rest")
-    for _ in range(5):
-        m = c.poll(0.1)
-        assert m is None or m.error() is not None
-    assert sorted(got) == [(0, o) for o in range(20, 50)] + [(1, o) for o in range(35, 50)]
-    c.commit(asynchronous=False)  # 50 and 50: answered once fsynced
-
-    broker.kill()  # SIGKILL while the consumer is still a member
-    broker.start()
-    fresh = confluent_consumer(broker.bootstrap, group, **{"enable.auto.commit": False})
+    check_committed(first)
+    # each consumer resumes at its group's committed offsets
+    sinks: dict[str, list] = {client: [] for client in MEMBERS}
+    members = start_members(sinks)
     try:
-        assert [(tp.partition, tp.offset) for tp in fresh.committed(tps, timeout=15)] == [(0, 50), (1, 50)]
-        # the group itself came back too: the old member's generation was stored
-        d = describe(broker.bootstrap, group)
-        assert d.group_state in ("Stable", "PreparingRebalance", "CompletingRebalance", "Empty")
+        wait_until(lambda: all(len(s) >= 45 for s in sinks.values()), 30, what="the uncommitted rest")
+        time.sleep(0.5)  # nothing more arrives
+        for client, sink in sinks.items():
+            assert sorted((p, o) for _, p, o in sink) == (
+                [(0, o) for o in range(20, 50)] + [(1, o) for o in range(35, 50)]), client
+            members[client].commit(second(client))  # answered once fsynced
+
+        broker.kill()  # SIGKILL while the consumers are still members
+        broker.start()
+        check_committed(second)
+        for group in groups.values():  # the groups came back too: their generations were stored
+            d = describe(broker.bootstrap, group)
+            assert d.group_state in ("Stable", "PreparingRebalance", "CompletingRebalance", "Empty")
     finally:
-        fresh.close()
-        c.close()
+        for m in members.values():
+            m.close()
 
 
 # -- static membership ----------------------------------------------------------------------------------
-def test_a_static_member_rejoins_without_a_rebalance(shared):
-    topic, group = "static", "g-static"
+@pytest.mark.parametrize("client", list(MEMBERS))
+def test_a_static_member_rejoins_without_a_rebalance(shared, client):
+    topic, group = f"static-{client}", f"g-static-{client}"
     create_topic(shared.bootstrap, topic, 4)
     sink: list = []
-    a = KafkaPythonMember(shared.bootstrap, topic, group, 0, sink, group_instance_id="instance-a")
-    b = KafkaPythonMember(shared.bootstrap, topic, group, 1, sink, group_instance_id="instance-b")
+    a = MEMBERS[client](shared.bootstrap, topic, group, 0, sink, instance_id="instance-a")
+    b = MEMBERS[client](shared.bootstrap, topic, group, 1, sink, instance_id="instance-b")
     try:
-        wait_until(lambda: len(a.assignment) == 2 and len(b.assignment) == 2 and a.generation == b.generation,
-                   40, what="2 + 2 partitions")
+        wait_for_split([a, b], 4)
+        wait_until(lambda: describe(shared.bootstrap, group).group_state == "Stable", 20,
+                   what="a stable group")
         generation = b.generation
         a_parts = set(a.assignment)
-        b_assigned = len(b.listener.assigned)
+        b_assigned = len(b.assigned)
+        rebalances = shared.log_text().count(f"preparing to rebalance group {group} ")
         before = {m.member_id for m in describe(shared.bootstrap, group).members}
         a.close()  # a static member does not send LeaveGroup
 
-        a2 = KafkaPythonMember(shared.bootstrap, topic, group, 2, sink, group_instance_id="instance-a")
+        a2 = MEMBERS[client](shared.bootstrap, topic, group, 2, sink, instance_id="instance-a")
         try:
-            took = wait_until(lambda: a2.assignment == a_parts and a2.generation == generation, 20,
+            took = wait_until(lambda: a2.assignment == a_parts, 20,
                               what="the restarted member owning its old partitions")
             time.sleep(2 * HEARTBEAT_MS / 1000)  # B's heartbeats would see a rebalance by now
-            assert b.generation == generation and b.assignment == set(range(4)) - a_parts
-            assert len(b.listener.assigned) == b_assigned and b.listener.revoked == 0
-            assert a2.listener.assigned == [a_parts]
+            assert shared.log_text().count(f"preparing to rebalance group {group} ") == rebalances
+            assert b.assignment == set(range(4)) - a_parts and b.generation == generation
+            assert len(b.assigned) == b_assigned and b.revoked == 0
+            assert a2.assigned == [a_parts] and a2.generation == generation
             d = describe(shared.bootstrap, group)
             after = {m.member_id for m in d.members}
             assert d.group_state == "Stable" and len(after) == 2
             assert len(after & before) == 1, "A got a new member id, B kept its own"
             assert {m.group_instance_id for m in d.members} == {"instance-a", "instance-b"}
-            assert "static member instance-a of group g-static rejoins in Stable" in shared.log_text()
-            print(f"static member back in generation {generation} after {took:.2f}s")
+            assert f"static member instance-a of group {group} rejoins in Stable" in shared.log_text()
+            print(f"{client}: static member back after {took:.2f}s (generation {generation})")
         finally:
             a2.close()
     finally:
