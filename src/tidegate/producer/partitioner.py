@@ -15,8 +15,10 @@ shorter queues when adaptive partitioning is on.
 
 from __future__ import annotations
 
+import array
 import bisect
 import random
+import sys
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -32,6 +34,17 @@ __all__ = [
 
 _M = 0x5BD1E995
 _MASK = 0xFFFFFFFF
+_LITTLE_ENDIAN = sys.byteorder == "little"
+
+
+def _le_words(block: bytes) -> Sequence[int]:
+    """``block`` (a multiple of 4 bytes) as little-endian unsigned 32-bit ints, as Java
+    reads them: a zero-copy view on little-endian hosts, a swapped copy elsewhere."""
+    if _LITTLE_ENDIAN:
+        return memoryview(block).cast("I")
+    words = array.array("I", block)  # pragma: no cover - big-endian hosts
+    words.byteswap()  # pragma: no cover
+    return words  # pragma: no cover
 
 
 def murmur2(data: bytes) -> int:
@@ -40,7 +53,7 @@ def murmur2(data: bytes) -> int:
     h = (0x9747B28C ^ length) & _MASK
     n4 = length & ~3
     if n4:
-        for k in memoryview(bytes(data[:n4])).cast("I"):  # little-endian ints, as Java reads them
+        for k in _le_words(bytes(data[:n4])):
             k = (k * _M) & _MASK
             k ^= k >> 24
             k = (k * _M) & _MASK
@@ -67,32 +80,6 @@ def to_positive(n: int) -> int:
 def partition_for_key(key: bytes, num_partitions: int) -> int:
     """``BuiltInPartitioner.partitionForKey``."""
     return to_positive(murmur2(key)) % num_partitions
-
-
-if memoryview(b"\x01\x00\x00\x00").cast("I")[0] != 1:  # pragma: no cover - big-endian hosts
-
-    def murmur2(data: bytes) -> int:
-        length = len(data)
-        h = (0x9747B28C ^ length) & _MASK
-        n4 = length & ~3
-        for i in range(0, n4, 4):
-            k = int.from_bytes(data[i : i + 4], "little")
-            k = (k * _M) & _MASK
-            k ^= k >> 24
-            k = (k * _M) & _MASK
-            h = ((h * _M) & _MASK) ^ k
-        rest = length & 3
-        if rest == 3:
-            h ^= data[n4 + 2] << 16
-        if rest >= 2:
-            h ^= data[n4 + 1] << 8
-        if rest >= 1:
-            h ^= data[n4]
-            h = (h * _M) & _MASK
-        h ^= h >> 13
-        h = (h * _M) & _MASK
-        h ^= h >> 15
-        return h - (1 << 32) if h & 0x80000000 else h
 
 
 class StickyPartitionInfo:
