@@ -303,21 +303,30 @@ class ProducerBatch:
     ) -> RecordFuture | None:
         """Append a record, or None if the batch is full or closed (the caller starts a
         new batch). The first record of a batch is always accepted."""
-        if self.closed_for_appends:
+        rec = self._encode_if_room(timestamp, key, value, headers)
+        if rec is None:
             return None
         n = self.count
         if n == 0:
             self.base_ts = timestamp
-            rec = encode_record(0, 0, key, value, headers)
-        else:
-            rec = encode_record(n, timestamp - self.base_ts, key, value, headers)
-            # hasRoomFor: not full, and the write limit still fits the record uncompressed
-            est = self.est
-            limit = self.write_limit
-            if limit <= est or limit < est + len(rec):
-                return None
         self.count = n + 1
         return self._finish_append(rec, n, timestamp, key, value, on_delivery)
+
+    def _encode_if_room(self, timestamp: int, key: Any, value: Any, headers: Any) -> bytes | None:
+        """The record encoded as the batch's next one, or None if the batch is closed or
+        has no room for it (Kafka's ``hasRoomFor``: not full, and the write limit still
+        fits the record uncompressed). The first record always fits."""
+        if self.closed_for_appends:
+            return None
+        n = self.count
+        if n == 0:
+            return encode_record(0, 0, key, value, headers)
+        rec = encode_record(n, timestamp - self.base_ts, key, value, headers)
+        est = self.est
+        limit = self.write_limit
+        if limit <= est or limit < est + len(rec):
+            return None
+        return rec
 
     def _append_raw(self, rec: bytes) -> None:
         """Put an encoded record into the (uncompressed) batch."""
@@ -553,17 +562,10 @@ class ChunkedProducerBatch(ProducerBatch):
         record (``hasRoomFor``) and its chunks lack capacity for the projected size,
         returns the missing bytes (an ``int``) without appending: the accumulator
         attaches chunks (:meth:`add_chunks`) and tries again."""
-        if self.closed_for_appends:
+        rec = self._encode_if_room(timestamp, key, value, headers)
+        if rec is None:
             return None
         n = self.count
-        if n == 0:
-            rec = encode_record(0, 0, key, value, headers)
-        else:
-            rec = encode_record(n, timestamp - self.base_ts, key, value, headers)
-            est = self.est
-            limit = self.write_limit
-            if limit <= est or limit < est + len(rec):
-                return None
         size = len(rec)
         # chunk capacity for the projected size (upper bound of the record, Kafka's
         # estimatedBytesWrittenAfter); the cheap check first
