@@ -183,41 +183,61 @@ class RawClient:
 
 
 # -- request bodies shared by the tests -------------------------------------------------
-def create_topics_body(name: str, partitions: int = 1) -> dict:
+def create_topics_body(name: str, partitions: int = 1, configs: dict | None = None) -> dict:
     """CreateTopics v7 of one topic (replication factor 1, broker-assigned replicas)."""
     return {
         "topics": [
-            {"name": name, "num_partitions": partitions, "replication_factor": 1,
-             "assignments": [], "configs": []}
+            {
+                "name": name,
+                "num_partitions": partitions,
+                "replication_factor": 1,
+                "assignments": [],
+                "configs": [{"name": k, "value": v} for k, v in (configs or {}).items()],
+            }
         ],
         "timeout": 10_000,
         "validate_only": False,
     }
 
 
-def produce_body(topic: str, value: bytes, count: int, acks: int = 1) -> dict:
-    """Produce (v3+) of one batch of ``count`` records of ``value`` to partition 0."""
+def repeated_batch(value: bytes, count: int = 1) -> bytes:
+    """One uncompressed batch of ``count`` records of ``value``."""
+    return bytes(build_batch([Record(value)] * count))
+
+
+def produce_body(
+    topic: str, records_by_partition: dict[int, bytes], acks: int = 1, timeout: int = 5000
+) -> dict:
+    """Produce (v3+) of one record set per partition of ``topic``."""
     return {
         "transactional_id": None,
         "acks": acks,
-        "timeout": 5000,
+        "timeout": timeout,
         "topic_data": [
             {
                 "name": topic,
                 "partition_data": [
-                    {"index": 0, "records": bytes(build_batch([Record(value)] * count))}
+                    {"index": p, "records": bytes(r)} for p, r in records_by_partition.items()
                 ],
             }
         ],
     }
 
 
-def fetch_body(topic: str, offset: int = 0, max_wait: int = 0) -> dict:
-    """Fetch (v4..v12) of partition 0 of ``topic`` from ``offset``, by a consumer."""
+def fetch_body(
+    topic: str,
+    offset: int = 0,
+    *,
+    partition: int = 0,
+    max_wait: int = 0,
+    min_bytes: int = 1,
+    partition_max_bytes: int = 10 * 1024 * 1024,
+) -> dict:
+    """Fetch (v4..v12) of one partition of ``topic`` from ``offset``, by a consumer."""
     return {
         "replica_id": -1,
         "max_wait": max_wait,
-        "min_bytes": 1,
+        "min_bytes": min_bytes,
         "max_bytes": 50 * 1024 * 1024,
         "isolation_level": 0,
         "session_id": 0,
@@ -226,8 +246,14 @@ def fetch_body(topic: str, offset: int = 0, max_wait: int = 0) -> dict:
             {
                 "topic": topic,
                 "partitions": [
-                    {"partition": 0, "current_leader_epoch": -1, "fetch_offset": offset,
-                     "log_start_offset": -1, "partition_max_bytes": 10 * 1024 * 1024}
+                    {
+                        "partition": partition,
+                        "current_leader_epoch": -1,
+                        "fetch_offset": offset,
+                        "last_fetched_epoch": -1,
+                        "log_start_offset": -1,
+                        "partition_max_bytes": partition_max_bytes,
+                    }
                 ],
             }
         ],

@@ -30,7 +30,16 @@ from tidegate.log.batch_builder import Record, build_batch
 from tidegate.protocol.apis import SUPPORTED_APIS, ApiKey
 from tidegate.protocol.codec import build
 
-from .rawclient import RawClient, decode_response, encode_request, frame
+from .rawclient import (
+    RawClient,
+    create_topics_body,
+    decode_response,
+    encode_request,
+    fetch_body,
+    frame,
+    produce_body,
+    repeated_batch,
+)
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -61,70 +70,9 @@ def connect(broker) -> RawClient:
 
 
 def create_topic(client: RawClient, name: str, partitions: int = 1, configs: dict | None = None):
-    resp = client.request(
-        19,
-        7,
-        {
-            "topics": [
-                {
-                    "name": name,
-                    "num_partitions": partitions,
-                    "replication_factor": 1,
-                    "assignments": [],
-                    "configs": [{"name": k, "value": v} for k, v in (configs or {}).items()],
-                }
-            ],
-            "timeout": 5000,
-            "validate_only": False,
-        },
-    )
+    resp = client.request(19, 7, create_topics_body(name, partitions, configs))
     assert resp.topics[0].error_code in (ErrorCode.none, ErrorCode.topic_already_exists), resp
     return resp.topics[0]
-
-
-def produce_body(topic: str, records_by_partition: dict[int, bytes], acks: int = 1) -> dict:
-    return {
-        "transactional_id": None,
-        "acks": acks,
-        "timeout": 5000,
-        "topic_data": [
-            {
-                "name": topic,
-                "partition_data": [
-                    {"index": p, "records": bytes(r)} for p, r in records_by_partition.items()
-                ],
-            }
-        ],
-    }
-
-
-def fetch_body(topic: str, partition: int, offset: int, max_wait: int = 0) -> dict:
-    return {
-        "replica_id": -1,
-        "max_wait": max_wait,
-        "min_bytes": 1,
-        "max_bytes": 10_000_000,
-        "isolation_level": 0,
-        "session_id": 0,
-        "session_epoch": -1,
-        "topics": [
-            {
-                "topic": topic,
-                "partitions": [
-                    {
-                        "partition": partition,
-                        "current_leader_epoch": -1,
-                        "fetch_offset": offset,
-                        "last_fetched_epoch": -1,
-                        "log_start_offset": -1,
-                        "partition_max_bytes": 1_000_000,
-                    }
-                ],
-            }
-        ],
-        "forgotten_topics_data": [],
-        "rack_id": "",
-    }
 
 
 def latest_offset(client: RawClient, topic: str, partition: int) -> int:
@@ -168,10 +116,10 @@ def assert_healthy(broker, topic: str = "health") -> None:
         assert md.brokers[0].port == broker.port
         before = latest_offset(c, topic, 0)
         value = uuid.uuid4().hex.encode()
-        resp = c.request(0, 9, produce_body(topic, {0: build_batch([Record(value)])}))
+        resp = c.request(0, 9, produce_body(topic, {0: repeated_batch(value)}))
         part = resp.responses[0].partition_responses[0]
         assert (part.error_code, part.base_offset) == (ErrorCode.none, before)
-        fetched = c.request(1, 12, fetch_body(topic, 0, before))
+        fetched = c.request(1, 12, fetch_body(topic, before))
         records = fetched.responses[0].partitions[0].records
         assert value in records
 
@@ -431,7 +379,7 @@ def test_api_versions_v99_answers_v0_body_with_error_and_supported_list(broker):
 def test_bad_crc_rejects_only_that_partition(broker):
     with connect(broker) as c:
         create_topic(c, "crc", partitions=2)
-        ok = c.request(0, 9, produce_body("crc", {0: build_batch([Record(b"before")])}))
+        ok = c.request(0, 9, produce_body("crc", {0: repeated_batch(b"before")}))
         assert ok.responses[0].partition_responses[0].error_code == ErrorCode.none
         before = (latest_offset(c, "crc", 0), latest_offset(c, "crc", 1))
         corrupt = build_batch([Record(b"corrupt-me", timestamp=1)])
@@ -444,7 +392,7 @@ def test_bad_crc_rejects_only_that_partition(broker):
         assert (parts[1].error_code, parts[1].base_offset) == (ErrorCode.none, before[1])
         assert latest_offset(c, "crc", 0) == before[0]
         assert latest_offset(c, "crc", 1) == before[1] + 1
-        records = c.request(1, 12, fetch_body("crc", 0, 0)).responses[0].partitions[0].records
+        records = c.request(1, 12, fetch_body("crc", 0)).responses[0].partitions[0].records
         assert b"before" in records and b"corrupt-me" not in records
     assert_healthy(broker)
 
@@ -487,7 +435,7 @@ def test_pipelined_requests_are_answered_in_order_around_a_long_poll(broker):
     with connect(broker) as c:
         create_topic(c, "pipeline")
         leo = latest_offset(c, "pipeline", 0)
-        fetch = frame(encode_request(1, 12, 1, fetch_body("pipeline", 0, leo, max_wait=300)))
+        fetch = frame(encode_request(1, 12, 1, fetch_body("pipeline", leo, max_wait=300)))
         md = frame(encode_request(3, 12, 2, {"topics": None, "allow_auto_topic_creation": False}))
         t0 = time.monotonic()
         c.send_raw(fetch + md)
@@ -521,10 +469,10 @@ def test_many_connections_dropped_mid_request_leak_nothing(broker):
     assert_healthy(broker)
     time.sleep(0.2)  # let the broker see the health check's connection close
     baseline = _fds(broker.pid)
-    full_fetch = frame(encode_request(1, 12, 1, fetch_body("drops", 0, 10**6, max_wait=30_000)))
-    long_poll = frame(encode_request(1, 12, 1, fetch_body("drops", 0, 0, max_wait=30_000)))
+    full_fetch = frame(encode_request(1, 12, 1, fetch_body("drops", 10**6, max_wait=30_000)))
+    long_poll = frame(encode_request(1, 12, 1, fetch_body("drops", 0, max_wait=30_000)))
     produce_all = frame(
-        encode_request(0, 9, 2, produce_body("drops", {0: build_batch([Record(b"x")])}, acks=-1))
+        encode_request(0, 9, 2, produce_body("drops", {0: repeated_batch(b"x")}, acks=-1))
     )
     metadata = frame(encode_request(3, 12, 3, {"topics": None, "allow_auto_topic_creation": False}))
     rng = random.Random(7)

@@ -23,7 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import free_port
 
-from .rawclient import RawClient, create_topics_body, fetch_body, produce_body
+from .rawclient import RawClient, create_topics_body, fetch_body, produce_body, repeated_batch
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -33,8 +33,13 @@ TOPIC = "metered"
 PRODUCER_ID = "metrics-test-producer"
 CONSUMER_ID = "metrics-test-consumer"
 RAW_ID = "metrics-test-raw"
-HISTOGRAMS = ("requestqueuetimems", "localtimems", "remotetimems", "responsesendtimems",
-              "totaltimems")
+HISTOGRAMS = (
+    "requestqueuetimems",
+    "localtimems",
+    "remotetimems",
+    "responsesendtimems",
+    "totaltimems",
+)
 
 
 def scrape(url: str) -> dict[tuple[str, frozenset], float]:
@@ -161,7 +166,7 @@ def test_counters_move_by_exactly_the_requests_sent(metered):
         resp = c.request(19, 7, create_topics_body(topic), client_id=RAW_ID)
         assert resp.topics[0].error_code == ErrorCode.topic_already_exists
         for _ in range(produces):
-            body = produce_body(topic, b"p" * VALUE_SIZE, per_batch)
+            body = produce_body(topic, {0: repeated_batch(b"p" * VALUE_SIZE, per_batch)})
             resp = c.request(0, 9, body, client_id=RAW_ID)
             assert resp.responses[0].partition_responses[0].error_code == ErrorCode.none
         for _ in range(fetches):

@@ -39,7 +39,14 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.conftest import BrokerProcess, free_port
 from tidegate.log.batch_builder import Record, build_batch
 
-from .rawclient import RawClient, decode_response
+from .rawclient import (
+    RawClient,
+    create_topics_body,
+    decode_response,
+    fetch_body,
+    produce_body,
+    repeated_batch,
+)
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -107,66 +114,12 @@ def wait_gauge(url: str, name: str, op: str, want: float, timeout: float = 10.0)
 
 
 def create_topic(c: RawClient, name: str, partitions: int = 1) -> None:
-    resp = c.request(
-        19,
-        7,
-        {
-            "topics": [
-                {
-                    "name": name,
-                    "num_partitions": partitions,
-                    "replication_factor": 1,
-                    "assignments": [],
-                    "configs": [],
-                }
-            ],
-            "timeout": 5000,
-            "validate_only": False,
-        },
-    )
+    resp = c.request(19, 7, create_topics_body(name, partitions))
     assert resp.topics[0].error_code == ErrorCode.none, resp
 
 
-def fetch_body(topic: str, offset: int, *, max_wait: int, min_bytes: int = 1) -> dict:
-    return {
-        "replica_id": -1,
-        "max_wait": max_wait,
-        "min_bytes": min_bytes,
-        "max_bytes": 10_000_000,
-        "isolation_level": 0,
-        "session_id": 0,
-        "session_epoch": -1,
-        "topics": [
-            {
-                "topic": topic,
-                "partitions": [
-                    {
-                        "partition": 0,
-                        "current_leader_epoch": -1,
-                        "fetch_offset": offset,
-                        "last_fetched_epoch": -1,
-                        "log_start_offset": -1,
-                        "partition_max_bytes": 1_000_000,
-                    }
-                ],
-            }
-        ],
-        "forgotten_topics_data": [],
-        "rack_id": "",
-    }
-
-
-def produce_body(topic: str, records: bytes, *, acks: int = 1, timeout: int = 5000) -> dict:
-    return {
-        "transactional_id": None,
-        "acks": acks,
-        "timeout": timeout,
-        "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": records}]}],
-    }
-
-
 def produce(c: RawClient, topic: str, value: bytes, **kw):
-    resp = c.request(0, 9, produce_body(topic, build_batch([Record(value)]), **kw))
+    resp = c.request(0, 9, produce_body(topic, {0: repeated_batch(value)}, **kw))
     return resp.responses[0].partition_responses[0]
 
 

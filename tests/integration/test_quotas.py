@@ -27,7 +27,7 @@ from confluent_kafka import Producer
 from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from kio.schema.errors import ErrorCode
 
-from .rawclient import RawClient, create_topics_body, fetch_body, produce_body
+from .rawclient import RawClient, create_topics_body, fetch_body, produce_body, repeated_batch
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -101,7 +101,7 @@ def test_produce_throttle_answers_at_once_and_mutes_the_connection(broker):
         t0 = time.monotonic()
         # ~240 KB in one request: O = 240 KB / 10 s (a new client's padded window) = 24 KB/s
         # over a 20 KB/s bound, so the throttle is (24 - 20) / 20 * 10 s = about 2 s.
-        resp = c.request(0, 9, produce_body(topic, b"x" * 1000, 240), client_id="greedy")
+        resp = c.request(0, 9, produce_body(topic, {0: repeated_batch(b"x" * 1000, 240)}), client_id="greedy")
         answered = time.monotonic() - t0
         throttle_ms = resp.throttle_time.total_seconds() * 1000
         assert resp.responses[0].partition_responses[0].error_code == ErrorCode.none
@@ -126,7 +126,7 @@ def test_acks0_produce_is_throttled_by_the_mute(broker):
     alter_quotas(broker.bootstrap, {"client-id": "fire-and-forget"}, {"producer_byte_rate": 20_000})
     with RawClient.connect(broker.bootstrap) as c:
         t0 = time.monotonic()
-        c.send(0, 9, produce_body(topic, b"y" * 1000, 240, acks=0), client_id="fire-and-forget")
+        c.send(0, 9, produce_body(topic, {0: repeated_batch(b"y" * 1000, 240)}, acks=0), client_id="fire-and-forget")
         c.request(3, 12, METADATA_V12, client_id="fire-and-forget")
         assert time.monotonic() - t0 >= 1.4
 
@@ -135,7 +135,7 @@ def test_throttled_fetch_is_empty_with_throttle_time(broker):
     topic = f"q-{uuid.uuid4().hex[:8]}"
     create_topic(broker.bootstrap, topic)
     with RawClient.connect(broker.bootstrap) as c:
-        c.request(0, 9, produce_body(topic, b"z" * 1000, 240), client_id="loader")
+        c.request(0, 9, produce_body(topic, {0: repeated_batch(b"z" * 1000, 240)}), client_id="loader")
     alter_quotas(broker.bootstrap, {"client-id": "slow-reader"}, {"consumer_byte_rate": 20_000})
     with RawClient.connect(broker.bootstrap) as c:
         t0 = time.monotonic()
@@ -232,7 +232,7 @@ def test_kafka_python_protocol_classes_manage_quotas(broker):
             ]
         finally:
             admin.close()
-        resp = live.request(0, 9, produce_body(topic, b"x" * 1000, 240), client_id="live")
+        resp = live.request(0, 9, produce_body(topic, {0: repeated_batch(b"x" * 1000, 240)}), client_id="live")
         assert resp.throttle_time.total_seconds() > 1.0
 
 
@@ -312,7 +312,7 @@ def test_kafka_python_consumer_held_at_consumer_byte_rate(broker_factory):
         # 15 MB, more than 20 s at the quota, in batches of 20 KB (a fetch returns whole
         # batches, at least one however large)
         for _ in range(750):
-            c.request(0, 9, produce_body(topic, b"r" * 1000, 20), client_id="loader")
+            c.request(0, 9, produce_body(topic, {0: repeated_batch(b"r" * 1000, 20)}), client_id="loader")
     alter_quotas(broker.bootstrap, {"client-id": "kp-consumer"}, {"consumer_byte_rate": rate})
     consumer = KafkaConsumer(
         bootstrap_servers=broker.bootstrap,
@@ -482,7 +482,7 @@ def test_quota_metrics_per_entity(broker_factory):
     alter_quotas(broker.bootstrap, {"user": None}, {"request_percentage": 100})
     with RawClient.connect(broker.bootstrap) as c:
         c.request(18, 3, {"client_software_name": "t", "client_software_version": "1"})
-        resp = c.request(0, 9, produce_body(topic, b"x" * 1000, 240), client_id="greedy")
+        resp = c.request(0, 9, produce_body(topic, {0: repeated_batch(b"x" * 1000, 240)}), client_id="greedy")
         throttle_ms = resp.throttle_time.total_seconds() * 1000
         during = scrape()  # while the connection is muted
     entity = (("client_id", "greedy"), ("user", ""))
