@@ -101,9 +101,10 @@ def _rss_kb_now() -> int:
 def run_worker(p: dict) -> dict:
     if str(REPO_ROOT / "src") not in sys.path:
         sys.path.insert(0, str(REPO_ROOT / "src"))
+    from tidegate.clock import monotonic_ms
     from tidegate.server.old_purgatory import OldDelayedOperation, RequestPurgatory
     from tidegate.server.purgatory import DelayedOperation, DelayedOperationPurgatory
-    from tidegate.server.timer import SystemTimer, monotonic_ms
+    from tidegate.server.timer import SystemTimer
 
     design = p["design"]
     n = p["requests"]

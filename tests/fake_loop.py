@@ -13,7 +13,7 @@ import heapq
 import itertools
 from collections.abc import Callable
 
-from tidegate.client.clock import MockClock
+from tidegate.clock import MockClock
 
 
 class FakeHandle:

@@ -21,8 +21,8 @@ import time
 
 import pytest
 
+from tidegate.clock import MockClock
 from tidegate.producer.buffer_pool import BufferPool, chunk_size_for
-from tidegate.producer.clock import MockClock
 from tidegate.producer.errors import BufferExhaustedError, ProducerClosedError
 from tidegate.producer.metrics import Metrics
 

@@ -17,10 +17,10 @@ from kafka.record.memory_records import MemoryRecords
 
 from tidegate.client.compression import CODECS, NONE
 from tidegate.client.metadata import BrokerNode, Cluster, PartitionInfo, TopicMetadata
+from tidegate.clock import MockClock
 from tidegate.producer.accumulator import RecordAccumulator
 from tidegate.producer.batch import ChunkedProducerBatch
 from tidegate.producer.buffer_pool import BufferPool, chunk_size_for
-from tidegate.producer.clock import MockClock
 from tidegate.producer.errors import BufferExhaustedError
 from tidegate.producer.partitioner import partition_for_key
 from tidegate.producer.produce_request import produce_request_buffers

@@ -67,7 +67,7 @@ def test_an_expiry_scheduling_a_later_operation_does_not_delay_other_purgatories
 
 def test_nothing_armed_while_idle():
     loop = FakeLoop()
-    ps, reaper = purgatories(loop, ["Fetch"])
+    ps, _reaper = purgatories(loop, ["Fetch"])
     fired = []
     op = Op("fetch", 300, fired, loop.time_ms)
     ps["Fetch"].try_complete_else_watch(op, ["k"])
@@ -98,7 +98,7 @@ def test_every_expiry_fires_at_its_deadline(roots, completions):
     ones schedule new ones in any purgatory. Each expiry runs exactly at its deadline."""
     loop = FakeLoop()
     names = ["Fetch", "Produce", "Heartbeat", "Rebalance"]
-    ps, reaper = purgatories(loop, names)
+    ps, _reaper = purgatories(loop, names)
     clock = loop.time_ms
     start = clock()
     fired: list = []

@@ -43,9 +43,9 @@ from typing import Any
 
 from kio.index import load_request_schema
 
+from tidegate.clock import SYSTEM_CLOCK
 from tidegate.protocol.codec import ms as td_ms
 
-from .clock import SYSTEM_CLOCK
 from .connection import BrokerConnection, ConnectionState, InFlightRequest
 from .errors import (
     AuthenticationError,

@@ -9,11 +9,12 @@
 See ``docs/producer.md``.
 """
 
+from tidegate.clock import Clock, MockClock
+
 from .accumulator import RecordAccumulator
 from .aio import AIOProducer
 from .batch import ChunkedProducerBatch, ProducerBatch, RecordFuture, RecordMetadata
 from .buffer_pool import BufferPool, chunk_size_for
-from .clock import Clock, MockClock
 from .config import ConfigError, ProducerConfig
 from .errors import (
     BufferExhaustedError,

@@ -33,6 +33,7 @@ from typing import Any, NamedTuple
 
 from tidegate.client.compression import NONE
 from tidegate.client.metadata import Cluster
+from tidegate.clock import SYSTEM_CLOCK, Clock
 from tidegate.log.batch_builder import record_size_upper_bound
 from tidegate.log.record_batch import RECORD_BATCH_OVERHEAD
 
@@ -43,7 +44,6 @@ from .batch import (
     RecordFuture,
 )
 from .buffer_pool import BufferPool
-from .clock import SYSTEM_CLOCK, Clock
 from .errors import BufferExhaustedError, ProducerClosedError, RecordTooLargeError
 from .partitioner import BuiltInPartitioner, StickyPartitionInfo
 

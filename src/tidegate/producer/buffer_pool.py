@@ -36,7 +36,8 @@ from __future__ import annotations
 import threading
 from collections import deque
 
-from .clock import SYSTEM_CLOCK, Clock
+from tidegate.clock import SYSTEM_CLOCK, Clock
+
 from .errors import BufferExhaustedError, ProducerClosedError
 from .metrics import Metrics
 

@@ -13,8 +13,7 @@ from __future__ import annotations
 import threading
 
 from tidegate.client.metadata import Cluster
-
-from .clock import SYSTEM_CLOCK, Clock
+from tidegate.clock import SYSTEM_CLOCK, Clock
 
 __all__ = ["ProducerMetadata"]
 

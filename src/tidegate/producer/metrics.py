@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from .clock import SYSTEM_CLOCK, Clock
+from tidegate.clock import SYSTEM_CLOCK, Clock
 
 
 class Meter:

@@ -28,13 +28,13 @@ from typing import Any
 
 from tidegate.client import KafkaClient
 from tidegate.client.errors import BrokerResponseError, KafkaError, KafkaTimeoutError
+from tidegate.clock import SYSTEM_CLOCK, Clock
 from tidegate.log.batch_builder import record_size_upper_bound
 from tidegate.log.record_batch import RECORD_BATCH_OVERHEAD
 
 from .accumulator import RecordAccumulator
 from .batch import FailedFuture, RecordFuture
 from .buffer_pool import BufferPool, chunk_size_for
-from .clock import SYSTEM_CLOCK, Clock
 from .config import ProducerConfig
 from .errors import BufferExhaustedError, ProducerClosedError, RecordTooLargeError
 from .metadata import ProducerMetadata

@@ -31,11 +31,11 @@ from tidegate.client.errors import (
     UnsupportedVersionError,
 )
 from tidegate.client.metadata import Cluster
+from tidegate.clock import Clock
 from tidegate.protocol.codec import timestamp_ms
 
 from .accumulator import RecordAccumulator
 from .batch import ProducerBatch
-from .clock import Clock
 from .config import ProducerConfig
 from .errors import IdempotenceUnsupportedError, ProducerClosedError, RecordTooLargeError
 from .idempotence import IdempotenceState

@@ -31,6 +31,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from tidegate.clock import monotonic_ms
 from tidegate.network.mute_state import MuteReason
 from tidegate.server.quotas import (
     DEFAULT,
@@ -40,7 +41,6 @@ from tidegate.server.quotas import (
     QuotaEntity,
     QuotaType,
 )
-from tidegate.server.timer import monotonic_ms
 
 log = logging.getLogger(__name__)
 

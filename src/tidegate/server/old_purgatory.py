@@ -30,7 +30,7 @@ import heapq
 import itertools
 from collections.abc import Callable, Collection, Hashable
 
-from tidegate.server.timer import monotonic_ms
+from tidegate.clock import monotonic_ms
 
 __all__ = ["OldDelayedOperation", "RequestPurgatory"]
 

@@ -56,7 +56,7 @@ from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 from typing import Final
 
-from tidegate.server.timer import monotonic_ms
+from tidegate.clock import monotonic_ms
 
 __all__ = [
     "DEFAULT",

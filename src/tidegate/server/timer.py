@@ -39,8 +39,9 @@ from __future__ import annotations
 
 import heapq
 import itertools
-import time
 from collections.abc import Callable, Iterator
+
+from tidegate.clock import monotonic_ms
 
 __all__ = [
     "BucketQueue",
@@ -50,13 +51,7 @@ __all__ = [
     "TimerTaskEntry",
     "TimerTaskList",
     "TimingWheel",
-    "monotonic_ms",
 ]
-
-
-def monotonic_ms() -> int:
-    """The default clock: integer milliseconds of a monotonic clock."""
-    return time.monotonic_ns() // 1_000_000
 
 
 class TaskCounter:

@@ -19,8 +19,8 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
+from tidegate.clock import monotonic_ms
 from tidegate.server.purgatory import DelayedOperationPurgatory
-from tidegate.server.timer import monotonic_ms
 
 log = logging.getLogger(__name__)
 

@@ -1,16 +1,29 @@
-"""Time for the client and producer, injectable so tests can control it.
+"""Time, injectable so tests can control it: the one clock convention of tidegate.
+
+* Deadlines, timers, rates and quotas use **integer monotonic milliseconds**
+  (:func:`monotonic_ms`, or :meth:`Clock.milliseconds` of an injected clock; the
+  timing wheels, purgatories, quota managers and memory pool take such a callable).
+* Record and commit timestamps use **wall-clock milliseconds**
+  (:meth:`Clock.wall_milliseconds`), passed in by the caller where the core needs one.
+* Elapsed thread time (the request quota) uses :meth:`Clock.nanoseconds`.
 
 The client, the buffer pool and the accumulator never read the system clock directly: they
 ask a :class:`Clock` for the time and for a timed wait on a condition. Tests use
-:class:`MockClock`, whose timed waits return at once with the fake time moved
-forward by the whole timeout (trio's autojump idea), so "blocked for max.block.ms
-and gave up" is deterministic and takes no real time.
+:class:`MockClock` (Kafka's ``MockTime``) everywhere: pass ``clock.milliseconds`` where a
+callable is wanted. Its timed waits return at once with the fake time moved forward by
+the whole timeout (trio's autojump idea), so "blocked for max.block.ms and gave up" is
+deterministic and takes no real time.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+
+
+def monotonic_ms() -> int:
+    """The default clock of timers and rates: integer milliseconds of a monotonic clock."""
+    return time.monotonic_ns() // 1_000_000
 
 
 class Clock:
@@ -20,7 +33,7 @@ class Clock:
         return time.monotonic_ns()
 
     def milliseconds(self) -> int:
-        return time.monotonic_ns() // 1_000_000
+        return monotonic_ms()
 
     def wall_milliseconds(self) -> int:
         """Milliseconds since the epoch: record timestamps."""
@@ -73,6 +86,17 @@ class MockClock(Clock):
 
     def wall_milliseconds(self) -> int:
         return self._wall_base_ms + self._ns // 1_000_000
+
+    def set_milliseconds(self, ms: int) -> None:
+        """Move the fake monotonic time forward to ``ms`` (never backwards)."""
+        with self._lock:
+            if ms * 1_000_000 < self._ns:
+                raise ValueError("a monotonic clock cannot go backwards")
+            self._ns = ms * 1_000_000
+
+    def __call__(self) -> int:
+        """The monotonic milliseconds: a MockClock is itself the clock callable."""
+        return self._ns // 1_000_000
 
     def advance(self, ms: float) -> None:
         with self._lock:
