@@ -460,7 +460,7 @@ class SocketServerCollector(Collector):
         )
         per_listener = dict.fromkeys(server.bound, 0)
         muted = dict.fromkeys((r.name for r in MuteReason if r.name != "NONE"), 0)
-        for c in list(server.connections):
+        for c in list(server.connections.values()):
             per_listener[c.listener_name] = per_listener.get(c.listener_name, 0) + 1
             reasons = c.mute_state.reasons
             if reasons:

@@ -41,7 +41,9 @@ class Op(DelayedOperation):
 def purgatories(loop, names):
     clock = loop.time_ms
     ps = {n: DelayedOperationPurgatory(n, SystemTimer(clock=clock)) for n in names}
-    reaper = TimerReaper(list(ps.values()), clock, loop.call_at)
+    reaper = TimerReaper(loop.call_at)
+    for p in ps.values():
+        reaper.add_purgatory(p)
     return ps, reaper
 
 

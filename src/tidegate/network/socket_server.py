@@ -4,77 +4,50 @@ Each connection is a :class:`KafkaConnection` (an ``asyncio.BufferedProtocol``)
 reading each request straight into a buffer from the memory pool, one request
 processed at a time, responses written in order. Muting is
 ``pause_reading``/``resume_reading`` driven by :class:`ChannelMuteState`.
-Decoding, handling and encoding live in the sans-IO layers; handlers that must
-wait (acks=all, long-poll fetch) hand back an awaitable and the connection stays
-muted until it resolves.
+
+Decoding, handling and encoding live in the sans-IO core: the connection hands a
+:class:`~tidegate.network.request_channel.Request` to the processor (KafkaApis) and
+acts on the outcome it returns, a plain value: write the response pieces, write
+nothing, close, or wait (PARKED: the connection stays muted until the response
+arrives through :meth:`SocketServer.send_response`, this server being the core's
+``RequestChannel``). A throttled response mutes the connection after it is written
+until :meth:`SocketServer.end_throttling`. Time and deferred work come from the
+broker's one :class:`~tidegate.scheduler.Scheduler`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-import inspect
 import itertools
 import logging
 import random
 import socket
-import time
 from collections.abc import Callable, Sized
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
+from tidegate.clock import SYSTEM_CLOCK, Clock
 from tidegate.network.memory_pool import MemoryPool
 from tidegate.network.mute_state import ChannelMuteState, MuteReason
 from tidegate.network.receive import InvalidReceiveError, NetworkReceive
+from tidegate.network.request_channel import (
+    PARKED,
+    CloseConnectionResponse,
+    Request,
+    RequestContext,
+    RequestProcessor,
+    Response,
+    SendResponse,
+)
 
 if TYPE_CHECKING:
-    from tidegate.metrics import RequestMetrics
+    from tidegate.metrics import RequestMetrics, RequestTiming
+    from tidegate.scheduler import Scheduler
     from tidegate.security.listener import ListenerSecurity
 
 log = logging.getLogger(__name__)
 
 _connection_ids = itertools.count(1)
-
-
-@dataclass(frozen=True, slots=True)
-class RequestContext:
-    """Who sent a request and on which listener (Kafka's RequestContext).
-
-    ``connection`` is the :class:`KafkaConnection` itself (None when a processor is
-    driven without one): quotas read its ``principal`` and ``authenticated`` and mute
-    it for a throttle.
-    """
-
-    connection_id: int
-    listener_name: str
-    client_address: str
-    client_port: int
-    #: the authenticated user name; "ANONYMOUS" on PLAINTEXT listeners and SSL ones
-    #: without a client certificate; the subject DN of an SSL client certificate
-    principal: str = "ANONYMOUS"
-    security_protocol: str = "PLAINTEXT"
-    #: False only for the ApiVersions a SASL connection sends before logging in (the one
-    #: request of an unauthenticated connection that reaches the broker)
-    authenticated: bool = True
-    connection: KafkaConnection | None = field(default=None, compare=False, repr=False)
-
-
-class RequestProcessor(Protocol):
-    """What the shell needs from the broker: bytes in, response bytes (or None) out.
-
-    ``process`` returns ``bytes`` to send, ``None`` for no response (acks=0), or
-    an awaitable resolving to either while the connection stays muted.
-    """
-
-    def process(self, payload: bytearray, ctx: RequestContext, release: Callable[[], None]) -> Any: ...
-
-    # Optional: ``record_exempt_request_time_ns(ns)`` takes the loop time spent on a SASL
-    # frame before login (exempt from the request quota, still measured as
-    # exempt-request-time); KafkaApis has it, test processors need not.
-
-
-class ConnectionClosed(Exception):
-    """Raised by a processor to close the connection that sent the request."""
 
 
 class RequestMemory:
@@ -151,11 +124,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.transport: asyncio.Transport | None = None
         self.ctx: RequestContext | None = None
         self.closed = False
-        self.in_flight: asyncio.Future | None = None
+        #: the parked request this connection waits on (muted IN_FLIGHT meanwhile)
+        self.in_flight: Request | None = None
+        self._in_flight_timing: RequestTiming | None = None
         self._reading_paused = False
-        # Called once after the next response is written (the request quota counts
-        # the encode and write time of a response; see docs/quotas.md). None: nothing.
-        self.after_send: Callable[[], None] | None = None
 
     # -- asyncio callbacks -------------------------------------------------
     def connection_made(self, transport: Any) -> None:
@@ -185,9 +157,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self.principal = subject_dn(transport.get_extra_info("peercert") or {}) or "ANONYMOUS"
         self.ctx = RequestContext(
             self.connection_id, self.listener_name, str(peer[0]), int(peer[1]),
-            self.principal, self.security_protocol, self.authenticated, self,
+            self.principal, self.security_protocol, self.authenticated,
         )
-        self.server.connections.add(self)
+        self.server.connections[self.connection_id] = self
         if self.server.draining:
             self.mute(MuteReason.SHUTDOWN)
 
@@ -218,10 +190,18 @@ class KafkaConnection(asyncio.BufferedProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self.receive.release()
-        self.server.connections.discard(self)
-        self.server.memory_muted.pop(self, None)
-        if self.in_flight is not None and not self.in_flight.done():
-            self.in_flight.cancel()
+        server = self.server
+        if server.connections.get(self.connection_id) is self:
+            del server.connections[self.connection_id]
+        server.memory_muted.pop(self, None)
+        request = self.in_flight
+        if request is not None:
+            # The request stays in its purgatory until it completes or expires; its
+            # answer is dropped then (abandoned) and its memory comes back now.
+            self.in_flight = None
+            request.abandoned = True
+            request.release_buffer()
+            server.request_done()
 
     def pause_writing(self) -> None:
         self.mute(MuteReason.SEND_BUFFER)
@@ -260,16 +240,15 @@ class KafkaConnection(asyncio.BufferedProtocol):
         """Hand a frame to the SASL authenticator; True if it goes on to the broker
         (ApiVersions). The frame was read into pool memory like any request."""
         assert self.authenticator is not None
-        start = time.perf_counter_ns()
+        clock = self.server.clock
+        start = clock.nanoseconds()
         step = self.authenticator.receive(payload)
         if step.forward:
             return True  # ApiVersions: the broker measures it as exempt itself
         if payload:
             self.server.request_memory.release(payload)
-        self._send(step.response)
-        record_exempt = self.server.record_exempt
-        if record_exempt is not None:
-            record_exempt(time.perf_counter_ns() - start)
+        self._write([step.response] if step.response is not None else ())
+        self.server.processor.record_exempt_request_time_ns(clock.nanoseconds() - start)
         if step.close is not None:
             log.info("closing connection %s from %s: %s", self.connection_id, self._peer(), step.close)
             self.close()  # after the failure response: close() flushes what was written
@@ -290,72 +269,77 @@ class KafkaConnection(asyncio.BufferedProtocol):
         payload = receive.payload()
         if not self.authenticated and not self._authenticate(payload):
             return
-        metrics = self.server.request_metrics
+        server = self.server
+        metrics = server.request_metrics
         timing = metrics.begin(payload) if metrics is not None else None
-        released = False
-
-        def release() -> None:
-            nonlocal released
-            if not released:
-                released = True
-                if payload:  # a zero-size request took nothing from the pool
-                    self.server.request_memory.release(payload)
-
+        memory = server.request_memory
+        release = (lambda: memory.release(payload)) if payload else None  # size 0: no memory
         assert self.ctx is not None
+        clock = server.clock
+        request = Request(self.ctx, payload, release, clock.nanoseconds())
         try:
-            result = self.server.processor.process(payload, self.ctx, release)
-        except ConnectionClosed as exc:
-            release()
-            log.warning("closing connection %s from %s: %s", self.connection_id, self._peer(), exc)
-            self.close()
-            return
+            outcome = server.processor.handle(request, clock.wall_milliseconds())
         except Exception:
-            release()
+            request.release_buffer()
             log.exception("error processing a request from %s; closing the connection", self._peer())
             self.close()
             return
         if timing is not None:
             timing.local_done()
-        if inspect.isawaitable(result):
+        if outcome is PARKED:
+            self.in_flight = request
+            self._in_flight_timing = timing
+            server.parked += 1
             self.mute(MuteReason.IN_FLIGHT)
-            fut = asyncio.ensure_future(result)
-            self.in_flight = fut
-            fut.add_done_callback(lambda f: self._complete(f, release, timing))
-        else:
-            release()
-            self._send(result)
-            if timing is not None:
-                timing.sent()
+            return
+        request.release_buffer()
+        assert isinstance(outcome, Response)
+        self._respond(outcome, timing)
 
-    def _complete(
-        self, fut: asyncio.Future, release: Callable[[], None], timing: Any = None
-    ) -> None:
-        release()
+    def complete(self, request: Request, response: Response) -> None:
+        """The response to the parked request (SocketServer.send_response)."""
+        if request is not self.in_flight:
+            return  # answered already, or the connection went away
+        self.in_flight = None
+        request.release_buffer()
+        timing = self._in_flight_timing
+        self._in_flight_timing = None
         if timing is not None:
             timing.remote_done()
-        self.in_flight = None
-        if fut.cancelled() or self.closed:
+        self.server.request_done()
+        if self.closed:
             return
-        exc = fut.exception()
-        if exc is not None:
-            if isinstance(exc, ConnectionClosed):
-                log.warning("closing connection %s from %s: %s", self.connection_id, self._peer(), exc)
-            else:
-                log.error("error completing a request from %s", self._peer(), exc_info=exc)
+        self._respond(response, timing)
+        if not self.closed:
+            self.unmute(MuteReason.IN_FLIGHT)
+
+    def _respond(self, response: Response, timing: RequestTiming | None) -> None:
+        if isinstance(response, CloseConnectionResponse):
+            log.warning("closing connection %s from %s: %s", self.connection_id, self._peer(),
+                        response.reason)
             self.close()
             return
-        self._send(fut.result())
+        if isinstance(response, SendResponse):
+            self._write(response.pieces)
+        after = response.after_send
+        if after is not None:
+            after()
         if timing is not None:
             timing.sent()
-        self.unmute(MuteReason.IN_FLIGHT)
-        self.server.on_idle(self)
+        if response.throttle_ms > 0:
+            # KIP-219: the response went out at once; the connection is not read again
+            # until the throttle's timer task ends it (SocketServer.end_throttling).
+            self.mute(MuteReason.THROTTLE)
+        self.server.processor.try_complete_actions()
 
-    def _send(self, data: bytes | None) -> None:
-        if data is not None and not self.closed and self.transport is not None:
-            self.transport.write(data)
-        if self.after_send is not None:
-            after, self.after_send = self.after_send, None
-            after()
+    def _write(self, pieces: Any) -> None:
+        transport = self.transport
+        if self.closed or transport is None:
+            return
+        if len(pieces) == 1:
+            transport.write(pieces[0])
+        elif pieces:
+            transport.writelines(pieces)
 
     def close(self) -> None:
         if self.transport is not None and not self.closed:
@@ -367,7 +351,11 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
 
 class SocketServer:
-    """Listeners and their connections; Kafka's SocketServer, one event loop."""
+    """Listeners and their connections; Kafka's SocketServer, one event loop.
+
+    It is also the core's :class:`~tidegate.network.request_channel.RequestChannel`:
+    responses to parked requests and the ends of throttles come back through it.
+    """
 
     #: Below this fraction of the pool available, memory-muted connections are
     #: unmuted in shuffled order so the same ones are not always served last (KIP-72).
@@ -378,14 +366,18 @@ class SocketServer:
         processor: RequestProcessor,
         pool: MemoryPool,
         max_request_size: int,
+        scheduler: Scheduler,
+        *,
         send_buffer_bytes: int = 4 * 1024 * 1024,
         max_queued_requests: int = 500,
         shuffle: Callable[[list], None] = random.shuffle,
         receive_buffer_bytes: int = -1,
         sasl_max_receive_size: int = 524288,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.processor = processor
-        self.record_exempt = getattr(processor, "record_exempt_request_time_ns", None)
+        self.scheduler = scheduler
+        self.clock = clock
         self.pool = pool
         self.request_memory = RequestMemory(pool, max_queued_requests)
         self.request_memory.on_release = self._memory_released_soon
@@ -395,7 +387,8 @@ class SocketServer:
         self.send_buffer_bytes = send_buffer_bytes
         self.receive_buffer_bytes = receive_buffer_bytes  # SO_RCVBUF; -1: the OS default
         self.sasl_max_receive_size = sasl_max_receive_size  # before SASL authentication
-        self.connections: set[KafkaConnection] = set()
+        #: open connections by id
+        self.connections: dict[int, KafkaConnection] = {}
         # Connections muted because their next request found no memory, in the
         # order they were muted (a dict as an ordered set).
         self.memory_muted: dict[KafkaConnection, None] = {}
@@ -405,6 +398,9 @@ class SocketServer:
         self.servers: list[asyncio.base_events.Server] = []
         self.bound: dict[str, tuple[str, int]] = {}
         self.draining = False
+        #: requests parked in the core, waiting for their response
+        self.parked = 0
+        self._idle: asyncio.Event | None = None
 
     async def start_listener(
         self, name: str, host: str, port: int, security: ListenerSecurity | None = None
@@ -423,6 +419,24 @@ class SocketServer:
         self.bound[name] = (sockname[0], sockname[1])
         return self.bound[name]
 
+    # -- the RequestChannel -----------------------------------------------------------
+    def send_response(self, request: Request, response: Response) -> None:
+        conn = self.connections.get(request.context.connection_id)
+        if conn is not None:
+            conn.complete(request, response)
+
+    def end_throttling(self, connection_id: int) -> None:
+        conn = self.connections.get(connection_id)
+        if conn is not None and not conn.closed:
+            conn.unmute(MuteReason.THROTTLE)
+
+    def request_done(self) -> None:
+        """A parked request was answered or abandoned (shutdown waits for none left)."""
+        self.parked -= 1
+        if self.parked == 0 and self._idle is not None:
+            self._idle.set()
+
+    # -- memory ------------------------------------------------------------------------
     def _memory_released_soon(self) -> None:
         """On a release: hand the memory on once the releasing call has returned.
 
@@ -432,19 +446,13 @@ class SocketServer:
         call returns. Allocating the next body right away would hold one more
         request than the pool accounts for: measured under a flood of 8 MiB
         requests, RSS reached pool + 2 requests instead of pool + 1. Running
-        :meth:`memory_released` on the next loop iteration (once, however many
-        releases happen before it) keeps the bound. Without a running loop (the
-        protocol driven by hand) it runs at once.
+        :meth:`memory_released` on the next turn of the scheduler (once, however
+        many releases happen before it) keeps the bound.
         """
         if self._unmute_scheduled:
             return
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            self.memory_released()
-            return
         self._unmute_scheduled = True
-        loop.call_soon(self._run_memory_released)
+        self.scheduler.call_soon(self._run_memory_released)
 
     def _run_memory_released(self) -> None:
         self._unmute_scheduled = False
@@ -482,24 +490,25 @@ class SocketServer:
         for conn in granted:
             conn.unmute(MuteReason.MEMORY)
 
-    def on_idle(self, connection: KafkaConnection) -> None:
-        """A connection finished its in-flight request (hook for shutdown draining)."""
-
+    # -- shutdown ----------------------------------------------------------------------
     def stop_reading(self) -> None:
-        """Stop accepting connections and reading requests (in-flight ones still answer)."""
+        """Stop accepting connections and reading requests (parked ones still answer)."""
         self.draining = True
         for server in self.servers:
             server.close()
-        for conn in list(self.connections):
+        for conn in list(self.connections.values()):
             conn.mute(MuteReason.SHUTDOWN)
 
     async def shutdown(self, timeout: float = 10.0) -> None:
-        """Stop accepting, stop reading, let in-flight requests answer, then close."""
+        """Stop accepting, stop reading, let parked requests answer, then close."""
         self.stop_reading()
-        pending = [c.in_flight for c in self.connections if c.in_flight is not None]
-        if pending:
-            await asyncio.wait(pending, timeout=timeout)
-        for conn in list(self.connections):
+        if self.parked > 0:
+            self._idle = asyncio.Event()
+            try:
+                await asyncio.wait_for(self._idle.wait(), timeout)
+            except TimeoutError:
+                log.warning("%d parked request(s) not answered at shutdown", self.parked)
+        for conn in list(self.connections.values()):
             if conn.transport is not None:
                 conn.closed = True
                 conn.transport.close()  # flushes buffered responses before closing

@@ -2,7 +2,7 @@
 
 kio gives one frozen dataclass per API version, generated from Kafka's own JSON
 message specs; it decodes natively and encodes in Python. Handlers in
-``tidegate.server.apis`` describe a response once, as nested dicts, and
+``tidegate.server.kafka_apis`` describe a response once, as nested dicts, and
 :func:`build` turns that description into the dataclass of whichever version the
 client asked for: fields that version lacks are dropped, fields it has but the
 handler did not set take their schema default. Milliseconds become the

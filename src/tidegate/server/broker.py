@@ -1,10 +1,11 @@
 """Starting and stopping a broker: the thin asyncio shell around the sans-IO core.
 
 ``run(config)`` is what ``tidegate serve`` calls. It locks the data directory,
-opens the logs (recovering after a crash), starts the listeners and a
-maintenance task (time-based flush, retention), and on SIGINT/SIGTERM drains:
-listeners close, in-flight requests are answered, logs are flushed and closed,
-and the process exits 0.
+opens the logs (recovering after a crash), wires the core (ReplicaManager, the
+coordinators, KafkaApis) to the shell (the SocketServer and the one scheduler that
+drives every timer, background fsync and periodic task), starts the listeners, and on
+SIGINT/SIGTERM drains: listeners close, parked requests are answered, logs are
+flushed and closed, and the process exits 0.
 """
 
 from __future__ import annotations
@@ -14,38 +15,39 @@ import fcntl
 import logging
 import os
 import signal
-import time
 from pathlib import Path
 
-from tidegate.config import BrokerConfig, parse_metrics_listener, topic_log_config
+from tidegate.clock import SYSTEM_CLOCK, Clock
+from tidegate.config import BrokerConfig, parse_metrics_listener
 from tidegate.metrics import BrokerMetrics, MetricsHttpServer
 from tidegate.network import memory_pool
 from tidegate.network.socket_server import SocketServer
+from tidegate.scheduler import AsyncioScheduler
 from tidegate.security.listener import build_credential_store, build_listener_security
-from tidegate.server.apis import KafkaApis, Purgatories
-from tidegate.server.metadata import TopicStore, load_or_create_meta
+from tidegate.server.broker_core import BrokerCore
+from tidegate.server.kafka_apis import KafkaApis
+from tidegate.server.log_manager import LogManager
 from tidegate.server.replica_manager import ReplicaManager
+from tidegate.server.timer_reaper import TimerReaper
 
 log = logging.getLogger(__name__)
 
 LOCK_FILE = ".lock"
-MAINTENANCE_TICK_S = 1.0
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class Broker:
-    def __init__(self, config: BrokerConfig) -> None:
+    def __init__(self, config: BrokerConfig, clock: Clock = SYSTEM_CLOCK) -> None:
         self.config = config
+        self.clock = clock
         self.data_dir = Path(config.log_dir).resolve()
         self._lock_fd: int | None = None
+        self.logs: LogManager | None = None
         self.replicas: ReplicaManager | None = None
         self.apis: KafkaApis | None = None
         self.socket_server: SocketServer | None = None
-        self._maintenance: asyncio.Task | None = None
-        self._group_maintenance: asyncio.Task | None = None
+        self.scheduler: AsyncioScheduler | None = None
+        self.reaper: TimerReaper | None = None
+        self.core: BrokerCore | None = None
         self.bound: dict[str, tuple[str, int]] = {}
         # Always there (mechanisms register into it); counting and HTTP only when
         # metrics.listener is set.
@@ -67,166 +69,82 @@ class Broker:
 
     async def start(self) -> None:
         self._lock()
-        cluster_id = load_or_create_meta(
-            self.data_dir, self.config.node_id, self.config.get("cluster.id")
-        )
-        store = TopicStore(self.data_dir)
-        self.replicas = ReplicaManager(
-            self.data_dir,
-            store,
-            lambda info: topic_log_config(self.config, info.configs),
-            now_ms,
-        )
-        started = time.monotonic()
-        self.replicas.load()
-        log.info(
-            "loaded %d partition log(s) of %d topic(s) from %s in %.2fs",
-            len(self.replicas.logs),
-            len(store.topics),
-            self.data_dir,
-            time.monotonic() - started,
-        )
-        self.purgatories = Purgatories(
-            self.config.get("fetch.purgatory.purge.interval.requests"),
-            self.config.get("producer.purgatory.purge.interval.requests"),
-        )
+        config = self.config
+        scheduler = self.scheduler = AsyncioScheduler(asyncio.get_running_loop(), self.clock.milliseconds)
         # SCRAM credentials persist in the data directory; sasl.credentials.file adds users
-        self.credentials = build_credential_store(self.config, self.data_dir)
-        self.apis = KafkaApis(self.config, cluster_id, self.replicas, self.purgatories, now_ms,
-                              credentials=self.credentials)
-        self.apis.groups.start()  # replay __consumer_offsets, arm members' session timers
-        max_request = self.config.get("socket.request.max.bytes")
-        pool = memory_pool.create_pool(self.config.queued_max_request_bytes, max_request)
-        log.info("request memory pool: %r, queued.max.requests=%d",
-                 pool, self.config.get("queued.max.requests"))
+        self.credentials = build_credential_store(config, self.data_dir)
+        core = self.core = BrokerCore(config, self.data_dir, scheduler, clock=self.clock,
+                                      credentials=self.credentials)
+        self.logs, self.replicas, self.apis, self.reaper = core.logs, core.replicas, core.apis, core.reaper
+        max_request = config.get("socket.request.max.bytes")
+        pool = memory_pool.create_pool(config.queued_max_request_bytes, max_request)
+        log.info("request memory pool: %r, queued.max.requests=%d", pool, config.get("queued.max.requests"))
         self.socket_server = SocketServer(
-            self.apis,
+            core.apis,
             pool,
             max_request,
-            max_queued_requests=self.config.get("queued.max.requests"),
-            receive_buffer_bytes=self.config.get("socket.receive.buffer.bytes"),
-            sasl_max_receive_size=self.config.get("sasl.server.max.receive.size"),
+            scheduler,
+            max_queued_requests=config.get("queued.max.requests"),
+            receive_buffer_bytes=config.get("socket.receive.buffer.bytes"),
+            sasl_max_receive_size=config.get("sasl.server.max.receive.size"),
+            clock=self.clock,
         )
+        core.apis.channel = self.socket_server
+        core.start()
         await self._start_metrics()
-        for listener in self.config.listeners:
+        for listener in config.listeners:
             security = None
             if listener.security_protocol != "PLAINTEXT":
-                security = build_listener_security(self.config, listener, self.credentials)
+                security = build_listener_security(config, listener, self.credentials)
             host, port = await self.socket_server.start_listener(
                 listener.name, listener.host, listener.port, security
             )
             self.bound[listener.name] = (host, port)
-            self.apis.bound_ports[listener.name] = port
+            core.endpoints.bound_ports[listener.name] = port
             extra = ""
             if security is not None and security.sasl:
                 extra = f" (SASL mechanisms {', '.join(security.mechanisms)})"
             log.info("listening on %s://%s:%d, security protocol %s%s", listener.name, host, port,
                      listener.security_protocol, extra)
-        self._maintenance = asyncio.create_task(self._maintain())
-        self._group_maintenance = asyncio.create_task(self._maintain_groups())
-        log.info("tidegate node %d of cluster %s started", self.config.node_id, cluster_id)
+        log.info("tidegate node %d of cluster %s started", config.node_id, core.cluster_id)
 
     async def _start_metrics(self) -> None:
-        assert self.socket_server is not None and self.apis is not None
-        replicas = self.replicas
-        assert replicas is not None
+        assert self.socket_server is not None and self.core is not None
+        core = self.core
+        logs = core.logs
         self.metrics.register_socket_server(self.socket_server)
-        self.metrics.register_purgatory("Fetch", self.purgatories.fetch)
-        self.metrics.register_purgatory("Produce", self.purgatories.produce)
-        self.metrics.register_purgatory("Heartbeat", self.purgatories.heartbeat)
-        self.metrics.register_purgatory("Rebalance", self.purgatories.rebalance)
-        self.metrics.register_flusher(self.purgatories.flusher)
-        self.metrics.register_logs(lambda: replicas.logs)
-        self.metrics.register_quotas(self.apis.quotas)
+        for purgatory in core.purgatories:
+            self.metrics.register_purgatory(purgatory.name, purgatory)
+        self.metrics.register_flusher(core.replicas.flusher)
+        self.metrics.register_logs(lambda: logs.logs)
+        self.metrics.register_quotas(core.quotas)
         endpoint = parse_metrics_listener(self.config.get("metrics.listener"))
         if endpoint is None:
             return
-        self.apis.metrics = self.metrics
+        core.apis.metrics = self.metrics
+        core.apis.admin.metrics = self.metrics
+        core.replicas.topic_stats = self.metrics.topics
         self.socket_server.request_metrics = self.metrics.requests
         self.metrics_server = MetricsHttpServer(self.metrics)
         self.metrics_bound = await self.metrics_server.start(*endpoint)
         host, port = self.metrics_bound
         log.info("serving metrics on http://%s:%d/metrics", host, port)
 
-    async def _maintain(self) -> None:
-        """Time-based flush and retention; recovery-point checkpoints on their own timer."""
-        retention_ms = self.config.get("log.retention.check.interval.ms")
-        checkpoint_ms = self.config.get("log.flush.offset.checkpoint.interval.ms")
-        expiration_ms = self.config.get("producer.id.expiration.ms")
-        expiration_check_ms = self.config.get("producer.id.expiration.check.interval.ms")
-        start = now_ms()
-        next_retention = start + retention_ms
-        next_checkpoint = start + checkpoint_ms
-        next_expiration = start + expiration_check_ms
-        loop = asyncio.get_running_loop()
-        while True:
-            await asyncio.sleep(MAINTENANCE_TICK_S)
-            now = now_ms()
-            due = now >= next_retention
-            if due:
-                next_retention = now + retention_ms
-            try:
-                assert self.replicas is not None
-                self.purgatories.reaper.purge_if_due()
-                self.replicas.maintenance(now, due)
-                if now >= next_expiration:
-                    next_expiration = now + expiration_check_ms
-                    removed = self.replicas.remove_expired_producers(now, expiration_ms)
-                    if removed:
-                        log.info("removed %d expired producer id state(s)", removed)
-                if now >= next_checkpoint:
-                    next_checkpoint = now + checkpoint_ms
-                    for ticket in self.replicas.recovery_point_checkpoints():
-                        await loop.run_in_executor(None, ticket.run)
-            except Exception:
-                log.exception("log maintenance failed")
-
-    async def _maintain_groups(self) -> None:
-        """Offset retention (offsets.retention.check.interval.ms) and the compaction of
-        __consumer_offsets, whose fsync runs off the event loop."""
-        assert self.apis is not None
-        groups = self.apis.groups
-        interval = self.config.get("offsets.retention.check.interval.ms")
-        next_check = now_ms() + interval
-        loop = asyncio.get_running_loop()
-        while True:
-            await asyncio.sleep(MAINTENANCE_TICK_S)
-            now = now_ms()
-            try:
-                due = now >= next_check
-                if due:
-                    next_check = now + interval
-                groups.maintenance(now, due)
-                offsets_log = groups.offsets_log
-                if offsets_log.needs_compaction:
-                    ticket = offsets_log.begin_compaction()
-                    if ticket is not None:
-                        await loop.run_in_executor(None, ticket.flush.run)
-                        offsets_log.finish_compaction(ticket)
-            except Exception:
-                log.exception("group maintenance failed")
-
     async def shutdown(self) -> None:
         log.info("shutting down")
-        if self._maintenance is not None:
-            self._maintenance.cancel()
-        if self._group_maintenance is not None:
-            self._group_maintenance.cancel()
         if self.metrics_server is not None:
             await self.metrics_server.close()
         if self.socket_server is not None:
             self.socket_server.stop_reading()
-            if self.apis is not None:
-                self.apis.groups.shutdown()  # parked JoinGroup/SyncGroup: NOT_COORDINATOR
-            # Parked long-poll fetches answer now with what they have, rather than
-            # holding the shutdown for up to their max wait.
-            self.purgatories.complete_fetches_now()
+        if self.core is not None:
+            self.core.stop_serving()
+        if self.socket_server is not None:
             await self.socket_server.shutdown()
-        self.purgatories.shutdown()
-        if self.apis is not None:
-            self.apis.quotas.shutdown()  # the throttle timer
-        if self.replicas is not None:
-            self.replicas.close()  # flushes every log and writes its clean-shutdown marker
+        if self.scheduler is not None:
+            self.scheduler.shutdown()
+            await self.scheduler.drain()
+        if self.core is not None:
+            self.core.close()
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None

@@ -7,10 +7,10 @@ half of ``KafkaApis``/``SocketServer``:
 
 * :class:`BrokerQuotas` owns one manager per quota type, configured from
   ``quota.window.num`` and ``quota.window.size.seconds``.
-* :meth:`BrokerQuotas.throttle` queues a :class:`ThrottledChannel`, mutes the
-  connection with ``MuteReason.THROTTLE`` and keeps one event-loop timer armed for the
-  earliest expiry across the three queues; when it fires, every expired channel's
-  connection is unmuted for THROTTLE (other mute reasons stay in force). No polling.
+* Throttling is each manager's ``throttle``: a ThrottledChannel on the manager's
+  throttle timer, which the broker's one scheduler drives with the purgatories' timers
+  (``BrokerQuotas.throttle_timers``); KafkaApis decides the throttle and the shell
+  mutes the connection until the channel ends it.
 * :meth:`BrokerQuotas.alter` / :meth:`BrokerQuotas.describe` implement the two admin
   APIs with Kafka's validation, apply changes to the managers at once (live counters
   get their new bound on the next record, as Kafka re-evaluates sensors' quota
@@ -20,7 +20,6 @@ half of ``KafkaApis``/``SocketServer``:
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import math
@@ -32,7 +31,6 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from tidegate.clock import monotonic_ms
-from tidegate.network.mute_state import MuteReason
 from tidegate.server.quotas import (
     DEFAULT,
     ClientQuotaManager,
@@ -41,6 +39,7 @@ from tidegate.server.quotas import (
     QuotaEntity,
     QuotaType,
 )
+from tidegate.server.timer import SystemTimer
 
 log = logging.getLogger(__name__)
 
@@ -143,8 +142,6 @@ class BrokerQuotas:
         #: entity -> {quota key: value}: what DescribeClientQuotas lists and the file holds
         self.entries: dict[QuotaEntity, dict[str, float]] = {}
         self.path = data_dir / QUOTAS_FILE if data_dir is not None else None
-        self._timer: asyncio.TimerHandle | None = None
-        self._timer_at: int | None = None
         #: whether any quota of any type is configured (the per-request fast path)
         self.enabled = False
 
@@ -297,50 +294,6 @@ class BrokerQuotas:
             return name is None
         return name is not None  # MATCH_TYPE_SPECIFIED: any named entity
 
-    # ---- throttling connections ----------------------------------------------------
-    def throttle(
-        self, manager: ClientQuotaManager, conn: Any, user: str, client_id: str, ms: int
-    ) -> None:
-        """Queue ``conn`` on ``manager``'s throttle queue for ``ms`` and mute it until then."""
-        channel = manager.throttle(user, client_id, conn, ms)
-        if channel is None or conn is None:
-            return
-        conn.mute(MuteReason.THROTTLE)
-        self._arm(channel.end_time_ms)
-
-    def _arm(self, at_ms: int) -> None:
-        if self._timer is not None and self._timer_at is not None and self._timer_at <= at_ms:
-            return
-        if self._timer is not None:
-            self._timer.cancel()
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:  # driven without a loop (sans-IO tests): call expire() by hand
-            return
-        # +1 ms: the clock is in whole milliseconds, and a timer that fires a fraction
-        # early would find nothing expired yet (it re-arms then, but needlessly).
-        delay = max(0, at_ms - self.clock() + 1) / 1000
-        self._timer = loop.call_later(delay, self.expire)
-        self._timer_at = at_ms
-
-    def expire(self) -> None:
-        """Unmute every connection whose throttle has ended; re-arm for the next."""
-        self._timer = None
-        self._timer_at = None
-        now = self.clock()
-        for manager in self.managers.values():
-            for channel in manager.reap_throttled_channels(now):
-                conn = channel.connection_id
-                if conn is not None and not conn.closed:
-                    conn.unmute(MuteReason.THROTTLE)
-        pending = [
-            t for m in self.managers.values()
-            if (t := m.throttle_queue.next_expiration_ms()) is not None
-        ]  # fmt: skip
-        if pending:
-            self._arm(min(pending))
-
-    def shutdown(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+    def throttle_timers(self) -> list[tuple[str, SystemTimer]]:
+        """(name, timer) of each manager's throttled channels, for the scheduler."""
+        return [(f"{t.group}Throttle", m.throttle_timer) for t, m in self.managers.items()]

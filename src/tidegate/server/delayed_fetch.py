@@ -15,15 +15,19 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from tidegate.server.purgatory import DelayedOperation
+
+if TYPE_CHECKING:
+    from tidegate.log.log import Log
+    from tidegate.server.replica_manager import ReplicaManager
 
 
 @dataclass(slots=True)
 class FetchPartitionStatus:
     key: tuple[str, int]
-    log: Any  # the partition's Log when the fetch parked (identity detects deletion)
+    log: Log  # the partition's Log when the fetch parked (identity detects deletion)
     fetch_offset: int
     max_bytes: int
     bytes_at_start: int  # readable bytes when the fetch parked
@@ -38,7 +42,7 @@ class DelayedFetch(DelayedOperation):
         delay_ms: int,
         min_bytes: int,
         partitions: list[FetchPartitionStatus],
-        replicas: Any,
+        replicas: ReplicaManager,
         respond: Callable[[], None],
     ) -> None:
         super().__init__(delay_ms)

@@ -14,11 +14,15 @@ UNKNOWN_TOPIC_OR_PARTITION.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
 from tidegate.server.purgatory import DelayedOperation
+
+if TYPE_CHECKING:
+    from tidegate.log.log import Log
+    from tidegate.server.replica_manager import PartitionResponse, ReplicaManager
 
 
 class DelayedProduce(DelayedOperation):
@@ -27,12 +31,12 @@ class DelayedProduce(DelayedOperation):
     def __init__(
         self,
         delay_ms: int,
-        pending: dict[tuple[str, int], tuple[Any, int, dict]],
-        replicas: Any,
+        pending: dict[tuple[str, int], tuple[Log, int, PartitionResponse]],
+        replicas: ReplicaManager,
         respond: Callable[[], None],
     ) -> None:
         """``pending`` maps (topic, partition) to (log, last offset appended, the
-        partition's response dict, whose error_code this operation settles)."""
+        partition's result, whose error this operation settles)."""
         super().__init__(delay_ms)
         self.pending = pending
         self.replicas = replicas
@@ -43,8 +47,8 @@ class DelayedProduce(DelayedOperation):
         for key in list(pending):
             log, last_offset, part = pending[key]
             if self.replicas.get_log(*key) is not log:
-                part["error_code"] = ErrorCode.unknown_topic_or_partition
-                part["error_message"] = "the partition was deleted before the data was flushed"
+                part.error = ErrorCode.unknown_topic_or_partition
+                part.error_message = "the partition was deleted before the data was flushed"
                 del pending[key]
             elif log.recovery_point > last_offset:
                 del pending[key]
@@ -54,5 +58,5 @@ class DelayedProduce(DelayedOperation):
 
     def on_complete(self) -> None:
         for _log, _last, part in self.pending.values():
-            part["error_code"] = ErrorCode.request_timed_out
+            part.error = ErrorCode.request_timed_out
         self.respond()

@@ -1,4 +1,4 @@
-"""Request handlers of the group APIs, for :class:`tidegate.server.apis.KafkaApis`.
+"""Request handlers of the group APIs, for :class:`tidegate.server.kafka_apis.KafkaApis`.
 
 FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit,
 OffsetFetch, ListGroups, DescribeGroups, DeleteGroups and OffsetDelete: each turns
@@ -6,24 +6,26 @@ the kio request of whatever version arrived into a call on the sans-IO
 :class:`~tidegate.server.group_coordinator.GroupCoordinator` and its answer into
 the response dict (Kafka field names) that ``KafkaApis`` builds and encodes.
 
-They live in their own module, next to the coordinator, so that ``KafkaApis``
-only registers them. A JoinGroup or SyncGroup the coordinator cannot answer yet
-(a rebalance is in progress) returns a future that the coordinator's callback
-completes; an OffsetCommit returns one that completes once the offsets are
-fsynced (``DelayedOffsetCommit`` in the produce purgatory, woken by the
-group-commit flusher like an acks=all produce).
+A JoinGroup or SyncGroup the coordinator cannot answer yet (a rebalance is in
+progress) returns PARKED; the coordinator's callback answers it later through
+``respond`` (KafkaApis.send_response). An OffsetCommit is answered once its record is
+fsynced: the coordinator's write to ``__consumer_offsets`` goes through
+ReplicaManager.append_records with acks=all, like a producer's.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from tidegate.config import BrokerConfig
+from tidegate.log.log import Log
+from tidegate.network.request_channel import PARKED, Request
 from tidegate.protocol.codec import ms
+from tidegate.server.endpoints import Endpoints
 from tidegate.server.group_coordinator import (
     GROUP_AUTHORIZED_OPERATIONS,
     GroupConfig,
@@ -39,13 +41,8 @@ from tidegate.server.group_offsets import (
     OffsetAndMetadata,
     OffsetsLog,
 )
-from tidegate.server.purgatory import DelayedOperation
-
-if TYPE_CHECKING:
-    from tidegate.log.log import Log
-    from tidegate.network.socket_server import RequestContext
-    from tidegate.protocol.codec import RequestHeader
-    from tidegate.server.apis import KafkaApis
+from tidegate.server.purgatory import DelayedOperationPurgatory
+from tidegate.server.replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
 
@@ -67,124 +64,49 @@ def offsets_topic_configs(config: Any) -> dict[str, str]:
     }
 
 
-class _Reply:
-    """Where a coordinator callback puts its result: kept if it arrives during the
-    call (answered at once), else handed to a future created when the handler parks."""
-
-    __slots__ = ("done", "fut", "result")
-
-    def __init__(self) -> None:
-        self.done = False
-        self.result: Any = None
-        self.fut: asyncio.Future | None = None
-
-    def __call__(self, result: Any) -> None:
-        if self.done:
-            return
-        self.done = True
-        self.result = result
-        fut = self.fut
-        if fut is not None and not fut.done():
-            fut.set_result(result)
-
-    def answer(self, body: Callable[[Any], dict]) -> Any:
-        """The response dict now, or a future of it."""
-        if self.done:
-            return body(self.result)
-        fut = asyncio.get_running_loop().create_future()
-        self.fut = fut
-        answer = fut.get_loop().create_future()
-
-        def chain(f: asyncio.Future) -> None:
-            if answer.done():
-                return
-            if f.cancelled():
-                answer.cancel()
-            else:
-                answer.set_result(body(f.result()))
-
-        fut.add_done_callback(chain)
-        answer.add_done_callback(lambda a: fut.cancel() if a.cancelled() else None)
-        return answer
-
-
-class DelayedOffsetCommit(DelayedOperation):
-    """An OffsetCommit answered once its record is fsynced (watched on the offsets
-    partition in the produce purgatory; the group-commit flusher checks that key after
-    each fsync round). On timeout the committed partitions answer REQUEST_TIMED_OUT."""
-
-    __slots__ = ("_timed_out", "last_offset", "log", "parts", "replicas", "respond")
-
-    def __init__(self, delay_ms: int, log: Log, last_offset: int, replicas: Any,
-                 parts: list[dict], respond: Callable[[], None]) -> None:
-        super().__init__(delay_ms)
-        self.log = log
-        self.last_offset = last_offset
-        self.replicas = replicas
-        self.parts = parts
-        self.respond = respond
-        self._timed_out = False
-
-    def try_complete(self) -> bool:
-        if self.replicas.get_log(*OFFSETS_KEY) is not self.log or self.log.recovery_point > self.last_offset:
-            return self.force_complete()
-        return False
-
-    def on_expiration(self) -> None:
-        pass
-
-    def run(self) -> None:
-        self._timed_out = True
-        super().run()
-
-    def on_complete(self) -> None:
-        if self._timed_out or self.replicas.get_log(*OFFSETS_KEY) is not self.log:
-            for p in self.parts:
-                if p["error_code"] == E.none:
-                    p["error_code"] = E.request_timed_out
-        self.respond()
-
-
 class GroupApis:
-    def __init__(self, apis: KafkaApis) -> None:
-        self.apis = apis
-        config = apis.config
+    def __init__(
+        self,
+        config: BrokerConfig,
+        replicas: ReplicaManager,
+        endpoints: Endpoints,
+        heartbeat_purgatory: DelayedOperationPurgatory,
+        rebalance_purgatory: DelayedOperationPurgatory,
+        now_ms: Callable[[], int],
+    ) -> None:
+        self.config = config
+        self.replicas = replicas
+        self.logs = replicas.logs
+        self.endpoints = endpoints
+        self.node_id = config.node_id
         self.commit_timeout_ms = config.get("offsets.commit.timeout.ms")
         self._stopped = False
         self.offsets_log = OffsetsLog(
             self._open_offsets_log,
-            apis.now_ms,
+            now_ms,
             compaction_min_records=config.get("offsets.compaction.min.records"),
-            on_append=self._on_append,
+            append_records=replicas.append_records,
+            timeout_ms=self.commit_timeout_ms,
         )
-        purgatories = apis.purgatories
         self.coordinator = GroupCoordinator(
             GroupConfig.from_broker(config),
-            purgatories.heartbeat,
-            purgatories.rebalance,
+            heartbeat_purgatory,
+            rebalance_purgatory,
             self.offsets_log,
-            apis.now_ms,
+            now_ms,
         )
+        #: answers a parked request (KafkaApis sets it to its send_response)
+        self.respond: Callable[[Request, dict | None], None] = _unset_respond
 
     # -- the offsets topic -------------------------------------------------------------------
     def _open_offsets_log(self, create: bool) -> Log | None:
-        apis = self.apis
-        plog = apis.replicas.get_log(*OFFSETS_KEY)
-        if plog is None and create and apis.store.get(OFFSETS_TOPIC) is None:
-            apis.replicas.create_topic(OFFSETS_TOPIC, 1, offsets_topic_configs(apis.config))
+        logs = self.logs
+        plog = logs.get_log(*OFFSETS_KEY)
+        if plog is None and create and logs.store.get(OFFSETS_TOPIC) is None:
+            logs.create_topic(OFFSETS_TOPIC, 1, offsets_topic_configs(self.config))
             log.info("created the internal topic %s", OFFSETS_TOPIC)
-            plog = apis.replicas.get_log(*OFFSETS_KEY)
+            plog = logs.get_log(*OFFSETS_KEY)
         return plog
-
-    def _on_append(self, plog: Log, last_offset: int, size: int) -> None:
-        apis = self.apis
-        apis.replicas.record_append(OFFSETS_KEY, size)
-        apis.fetch_purgatory.check_and_complete(OFFSETS_KEY)
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            return  # no event loop (a sans-IO caller): the next flush covers it
-        apis.flusher.request(OFFSETS_KEY, plog)
 
     def start(self) -> None:
         """Load groups and offsets (the broker calls this at startup; handlers call it
@@ -213,11 +135,12 @@ class GroupApis:
             self.coordinator.remove_offsets_of_topic(name)
 
     # -- FindCoordinator ------------------------------------------------------------------------
-    def handle_find_coordinator(self, header: RequestHeader, req: Any, ctx: RequestContext) -> dict:
+    def handle_find_coordinator(self, request: Request, now_ms: int) -> dict:
+        header, req = request.header, request.body
         version = header.api_version
         key_type = getattr(req, "key_type", COORDINATOR_TYPE_GROUP)
         keys = list(req.coordinator_keys) if version >= 4 else [req.key]
-        host, port = self.apis._endpoint(ctx)
+        host, port = self.endpoints.endpoint(request.context)
         error, message = E.none, None
         if key_type == COORDINATOR_TYPE_GROUP:
             try:
@@ -240,7 +163,7 @@ class GroupApis:
         for key in keys:
             if error is E.none:
                 coordinators.append(
-                    {"key": key, "node_id": self.apis.node_id, "host": host, "port": port,
+                    {"key": key, "node_id": self.node_id, "host": host, "port": port,
                      "error_code": E.none, "error_message": None}
                 )
             else:
@@ -261,27 +184,11 @@ class GroupApis:
         }
 
     # -- JoinGroup / SyncGroup / Heartbeat / LeaveGroup --------------------------------------------
-    def handle_join_group(self, header: RequestHeader, req: Any, ctx: RequestContext) -> Any:
+    def handle_join_group(self, request: Request, now_ms: int) -> Any:
+        header, req = request.header, request.body
         version = header.api_version
         session_timeout = ms(req.session_timeout)
         rebalance_timeout = ms(req.rebalance_timeout) if version >= 1 else session_timeout
-        reply = _Reply()
-        self._coord().handle_join_group(
-            req.group_id,
-            req.member_id,
-            req.group_instance_id if version >= 5 else None,
-            version >= 4,  # KIP-394: MEMBER_ID_REQUIRED first
-            version >= 9,  # KIP-814: skip_assignment for a static leader
-            header.client_id or "",
-            "/" + ctx.client_address,
-            rebalance_timeout,
-            session_timeout,
-            req.protocol_type,
-            [(p.name, bytes(p.metadata)) for p in req.protocols],
-            reply,
-            getattr(req, "reason", None),
-        )
-
         def body(r: JoinResult) -> dict:
             name = r.protocol_name
             if name is None and version < 7:
@@ -301,11 +208,42 @@ class GroupApis:
                 ],
             }
 
-        return reply.answer(body)
+        def reply(r: JoinResult) -> None:
+            self.respond(request, body(r))
 
-    def handle_sync_group(self, header: RequestHeader, req: Any, ctx: RequestContext) -> Any:
+        self._coord().handle_join_group(
+            req.group_id,
+            req.member_id,
+            req.group_instance_id if version >= 5 else None,
+            version >= 4,  # KIP-394: MEMBER_ID_REQUIRED first
+            version >= 9,  # KIP-814: skip_assignment for a static leader
+            header.client_id or "",
+            "/" + request.context.client_address,
+            rebalance_timeout,
+            session_timeout,
+            req.protocol_type,
+            [(p.name, bytes(p.metadata)) for p in req.protocols],
+            reply,
+            getattr(req, "reason", None),
+        )
+
+        return PARKED
+
+    def handle_sync_group(self, request: Request, now_ms: int) -> Any:
+        header, req = request.header, request.body
         version = header.api_version
-        reply = _Reply()
+        def body(r: SyncResult) -> dict:
+            return {
+                "throttle_time": 0,
+                "error_code": r.error,
+                "protocol_type": r.protocol_type,
+                "protocol_name": r.protocol_name,
+                "assignment": r.assignment,
+            }
+
+        def reply(r: SyncResult) -> None:
+            self.respond(request, body(r))
+
         self._coord().handle_sync_group(
             req.group_id,
             req.generation_id,
@@ -317,18 +255,10 @@ class GroupApis:
             reply,
         )
 
-        def body(r: SyncResult) -> dict:
-            return {
-                "throttle_time": 0,
-                "error_code": r.error,
-                "protocol_type": r.protocol_type,
-                "protocol_name": r.protocol_name,
-                "assignment": r.assignment,
-            }
+        return PARKED
 
-        return reply.answer(body)
-
-    def handle_heartbeat(self, header: RequestHeader, req: Any, ctx: RequestContext) -> dict:
+    def handle_heartbeat(self, request: Request, now_ms: int) -> dict:
+        header, req = request.header, request.body
         error = self._coord().handle_heartbeat(
             req.group_id,
             req.member_id,
@@ -337,7 +267,8 @@ class GroupApis:
         )
         return {"throttle_time": 0, "error_code": error}
 
-    def handle_leave_group(self, header: RequestHeader, req: Any, ctx: RequestContext) -> dict:
+    def handle_leave_group(self, request: Request, now_ms: int) -> dict:
+        header, req = request.header, request.body
         version = header.api_version
         if version >= 3:
             leaving = [
@@ -358,16 +289,16 @@ class GroupApis:
         }
 
     # -- OffsetCommit / OffsetFetch / OffsetDelete --------------------------------------------------
-    def handle_offset_commit(self, header: RequestHeader, req: Any, ctx: RequestContext) -> Any:
+    def handle_offset_commit(self, request: Request, now_ms: int) -> Any:
+        header, req = request.header, request.body
         version = header.api_version
-        apis = self.apis
-        now = apis.now_ms()
+        now = now_ms
         retention = ms(req.retention_time) if 2 <= version <= 4 else -1
         topics = []
         parts_by_tp: dict[tuple[str, int], dict] = {}
         offsets: dict[tuple[str, int], OffsetAndMetadata] = {}
         for t in req.topics:
-            info = apis.store.get(t.name)
+            info = self.logs.store.get(t.name)
             parts = []
             for p in t.partitions:
                 part = {"partition_index": p.partition_index, "error_code": E.none}
@@ -399,17 +330,18 @@ class GroupApis:
             parts_by_tp[tp]["error_code"] = error
         if wait is None:
             return body
-        plog, last_offset = wait
         committed = [parts_by_tp[tp] for tp, error in errors.items() if error is E.none]
-        fut = asyncio.get_running_loop().create_future()
 
-        def respond() -> None:
-            if not fut.done():
-                fut.set_result(body)
+        def durable(error: ErrorCode) -> None:
+            # not fsynced within offsets.commit.timeout.ms, or the log went away
+            if error is not E.none:
+                for part in committed:
+                    if part["error_code"] == E.none:
+                        part["error_code"] = E.request_timed_out
+            self.respond(request, body)
 
-        op = DelayedOffsetCommit(self.commit_timeout_ms, plog, last_offset, apis.replicas, committed, respond)
-        apis.produce_purgatory.try_complete_else_watch(op, [OFFSETS_KEY])
-        return fut
+        wait.add_callback(durable)
+        return PARKED
 
     @staticmethod
     def _fetch_partitions(topics: Any) -> list[tuple[str, int]] | None:
@@ -449,7 +381,8 @@ class GroupApis:
             "topics": [{"name": name, "partitions": parts} for name, parts in by_topic.items()],
         }
 
-    def handle_offset_fetch(self, header: RequestHeader, req: Any, ctx: RequestContext) -> dict:
+    def handle_offset_fetch(self, request: Request, now_ms: int) -> dict:
+        header, req = request.header, request.body
         version = header.api_version
         if version >= 8:
             return {
@@ -459,7 +392,8 @@ class GroupApis:
         one = self._offset_fetch_group(req.group_id, req.topics, version)
         return {"throttle_time": 0, "topics": one["topics"], "error_code": one["error_code"]}
 
-    def handle_offset_delete(self, header: RequestHeader, req: Any, ctx: RequestContext) -> dict:
+    def handle_offset_delete(self, request: Request, now_ms: int) -> dict:
+        req = request.body
         partitions = [(t.name, p.partition_index) for t in req.topics for p in t.partitions]
         error, errors = self._coord().handle_delete_offsets(req.group_id, partitions)
         if error is not E.none:
@@ -481,7 +415,8 @@ class GroupApis:
         }
 
     # -- ListGroups / DescribeGroups / DeleteGroups ----------------------------------------------------
-    def handle_list_groups(self, header: RequestHeader, req: Any, ctx: RequestContext) -> dict:
+    def handle_list_groups(self, request: Request, now_ms: int) -> dict:
+        req = request.body
         error, groups = self._coord().handle_list_groups(
             getattr(req, "states_filter", ()) or (), getattr(req, "types_filter", ()) or ()
         )
@@ -494,7 +429,8 @@ class GroupApis:
             ],
         }
 
-    def handle_describe_groups(self, header: RequestHeader, req: Any, ctx: RequestContext) -> dict:
+    def handle_describe_groups(self, request: Request, now_ms: int) -> dict:
+        header, req = request.header, request.body
         version = header.api_version
         include_ops = getattr(req, "include_authorized_operations", False)
         coordinator = self._coord()
@@ -526,7 +462,8 @@ class GroupApis:
             out.append(entry)
         return {"throttle_time": 0, "groups": out}
 
-    def handle_delete_groups(self, header: RequestHeader, req: Any, ctx: RequestContext) -> dict:
+    def handle_delete_groups(self, request: Request, now_ms: int) -> dict:
+        req = request.body
         results = self._coord().handle_delete_groups(list(dict.fromkeys(req.groups_names)))
         return {
             "throttle_time": 0,
@@ -534,11 +471,14 @@ class GroupApis:
         }
 
 
+def _unset_respond(request: Request, values: dict | None) -> None:
+    raise RuntimeError("GroupApis.respond is set by KafkaApis")
+
+
 __all__ = [
     "INTERNAL_TOPICS",
     "OFFSETS_PARTITION",
     "OFFSETS_TOPIC",
-    "DelayedOffsetCommit",
     "GroupApis",
     "offsets_topic_configs",
 ]

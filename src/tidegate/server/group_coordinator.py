@@ -51,6 +51,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from tidegate.server.group_offsets import (
+    AppendError,
     OffsetAndMetadata,
     OffsetsLog,
     decode_group,
@@ -736,7 +737,7 @@ class GroupCoordinator:
         )
         try:
             self.store.append([(group_key(group.group_id), value)])
-        except OSError as exc:
+        except (OSError, AppendError) as exc:
             log.error("could not store the metadata of group %s: %s", group.group_id, exc)
             return E.not_coordinator
         return E.none
@@ -746,7 +747,7 @@ class GroupCoordinator:
             return
         try:
             self.store.append([(k, None) for k in keys])
-        except OSError as exc:
+        except (OSError, AppendError) as exc:
             log.error("could not write %d tombstone(s) to __consumer_offsets: %s", len(keys), exc)
 
     # -- JoinGroup ----------------------------------------------------------------------------
@@ -1396,7 +1397,7 @@ class GroupCoordinator:
                 wait = self.store.append(
                     [(offset_key(group.group_id, t, p), encode_offset(om)) for (t, p), om in records]
                 )
-            except OSError as exc:
+            except (OSError, AppendError) as exc:
                 log.error("could not store offsets of group %s: %s", group.group_id, exc)
                 for tp, _ in records:
                     errors[tp] = E.not_coordinator

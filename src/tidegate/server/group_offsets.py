@@ -34,14 +34,22 @@ import json
 import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
 
 from tidegate.log.batch_builder import Record, build_batch
 from tidegate.log.log import Log
 from tidegate.log.record_batch import iter_batches, read_header
 from tidegate.log.records import decode_batch_records, iter_decoded_batches
 
+if TYPE_CHECKING:
+    from tidegate.server.replica_manager import PartitionResponse
+
 log = logging.getLogger(__name__)
+
+#: ReplicaManager.append_records: (timeout, acks, entries, now, callback, ...) -> results
+AppendRecords = Callable[..., "dict[tuple[str, int], PartitionResponse]"]
 
 OFFSETS_TOPIC = "__consumer_offsets"
 OFFSETS_PARTITION = 0
@@ -172,13 +180,46 @@ class CompactionTicket:
     flush: Any  # tidegate.log.log.FlushTicket
 
 
+def _ignore(_results: object) -> None:
+    pass
+
+
+class AppendError(Exception):
+    """A write to ``__consumer_offsets`` failed: nothing of it was appended."""
+
+
+class PendingAppend:
+    """The durability of one append to ``__consumer_offsets``: callbacks run once it is
+    fsynced (with ErrorCode.none) or not within the commit timeout (another code)."""
+
+    __slots__ = ("_callbacks", "error")
+
+    def __init__(self) -> None:
+        self.error: ErrorCode | None = None
+        self._callbacks: list[Callable[[ErrorCode], None]] = []
+
+    def add_callback(self, callback: Callable[[ErrorCode], None]) -> None:
+        if self.error is not None:
+            callback(self.error)
+        else:
+            self._callbacks.append(callback)
+
+    def complete(self, error: ErrorCode) -> None:
+        if self.error is not None:
+            return
+        self.error = error
+        callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            callback(error)
+
+
 class OffsetsLog:
     """``__consumer_offsets-0``: appends, replay, and compaction by rewriting live keys.
 
     ``open_log(create)`` returns the partition's Log (None if the topic does not exist
     and ``create`` is False); the broker creates the topic on first use, as Kafka does.
-    ``on_append(log, last_offset, size_bytes)`` runs after every append (the broker asks
-    for an fsync there and wakes fetches of the topic).
+    Appends go through ``append_records`` (ReplicaManager.append_records, acks=all, as
+    an internal topic), which asks for the fsync and wakes fetches of the topic.
     """
 
     def __init__(
@@ -186,13 +227,15 @@ class OffsetsLog:
         open_log: Callable[[bool], Log | None],
         now_ms: Callable[[], int],
         *,
+        append_records: AppendRecords,
         compaction_min_records: int = 10_000,
-        on_append: Callable[[Log, int, int], None] | None = None,
+        timeout_ms: int = 5000,
     ) -> None:
         self._open_log = open_log
         self.now_ms = now_ms
         self.compaction_min_records = compaction_min_records
-        self.on_append = on_append
+        self._append_records = append_records
+        self.timeout_ms = timeout_ms
         #: latest value of every live key (tombstoned keys are absent)
         self.live: dict[bytes, bytes] = {}
         #: records from the log start offset to the end (what a replay reads)
@@ -241,23 +284,30 @@ class OffsetsLog:
         return n
 
     # -- writing ----------------------------------------------------------------------
-    def append(self, records: Sequence[tuple[bytes, bytes | None]]) -> tuple[Log, int]:
-        """Append ``(key, value-or-None)`` records as one batch; returns (log, last offset).
-        Raises OSError (and the log is unchanged) if the write fails."""
+    def append(self, records: Sequence[tuple[bytes, bytes | None]]) -> PendingAppend:
+        """Append ``(key, value-or-None)`` records as one batch; returns its durability.
+        Raises OSError or :class:`AppendError` (and the log is unchanged) if the write
+        fails."""
         plog = self.log(True)
         assert plog is not None
         now = self.now_ms()
         batch = build_batch([Record(value, key, now) for key, value in records])
-        info = plog.append(batch, now, from_client=False, auto_flush=False)
+        pending = PendingAppend()
+        results = self._append_records(
+            self.timeout_ms, -1, {OFFSETS_KEY: batch}, now,
+            lambda done: pending.complete(done[OFFSETS_KEY].error),
+            internal_topics_allowed=True, from_client=False,
+        )  # fmt: skip
+        result = results[OFFSETS_KEY]
+        if result.base_offset < 0:
+            raise AppendError(f"{result.error.name}: {result.error_message or ''}")
         for key, value in records:
             if value is None:
                 self.live.pop(key, None)
             else:
                 self.live[key] = value
         self.records_in_log += len(records)
-        if self.on_append is not None:
-            self.on_append(plog, info.last_offset, info.size_bytes)
-        return plog, info.last_offset
+        return pending
 
     # -- compaction -------------------------------------------------------------------
     @property
@@ -277,7 +327,12 @@ class OffsetsLog:
         for i in range(0, len(items), _REWRITE_BATCH_RECORDS):
             chunk = items[i : i + _REWRITE_BATCH_RECORDS]
             batch = build_batch([Record(v, k, now) for k, v in chunk])
-            plog.append(batch, now, from_client=False, auto_flush=False)
+            results = self._append_records(
+                self.timeout_ms, 1, {OFFSETS_KEY: batch}, now, _ignore,
+                internal_topics_allowed=True, from_client=False,
+            )  # fmt: skip
+            if results[OFFSETS_KEY].base_offset < 0:
+                raise AppendError(f"rewrite for compaction failed: {results[OFFSETS_KEY].error.name}")
         return CompactionTicket(plog, start, plog.begin_flush())
 
     def finish_compaction(self, ticket: CompactionTicket) -> bool:

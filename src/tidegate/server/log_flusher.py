@@ -8,14 +8,18 @@ the next round, started as soon as the current one ends, so N producers writing
 to a partition pay for about one fsync per round instead of one each. When a
 round ends, ``on_flushed(key)`` lets the produce purgatory complete every
 DelayedProduce the new recovery point satisfies.
+
+The worker thread is the scheduler's (``submit(fn, on_done)``): the flusher decides
+when rounds start and end, the shell runs the fsync.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable
 from typing import Any
+
+from tidegate.scheduler import OnDone
 
 log = logging.getLogger(__name__)
 
@@ -23,8 +27,13 @@ Key = tuple[str, int]
 
 
 class LogFlusher:
-    def __init__(self, on_flushed: Callable[[Key], None]) -> None:
+    def __init__(
+        self,
+        on_flushed: Callable[[Key], None],
+        submit: Callable[[Callable[[], Any], OnDone], None],
+    ) -> None:
         self.on_flushed = on_flushed
+        self._submit = submit
         self._running: dict[Key, Any] = {}  # key -> the log being flushed
         self._again: set[Key] = set()
         self.rounds = 0  # fsync rounds started (tests and docs compare it to requests)
@@ -39,16 +48,13 @@ class LogFlusher:
         self._start(key, plog)
 
     def _start(self, key: Key, plog: Any) -> None:
-        loop = asyncio.get_running_loop()
         ticket = plog.begin_flush()
         self._running[key] = plog
         self.rounds += 1
-        fut = loop.run_in_executor(None, ticket.run)
-        fut.add_done_callback(lambda f: self._done(key, plog, ticket, f))
+        self._submit(ticket.run, lambda _result, exc: self._done(key, plog, ticket, exc))
 
-    def _done(self, key: Key, plog: Any, ticket: Any, fut: asyncio.Future) -> None:
+    def _done(self, key: Key, plog: Any, ticket: Any, exc: BaseException | None) -> None:
         del self._running[key]
-        exc = fut.exception()
         if exc is not None:
             # The data stays unflushed: waiting producers time out (REQUEST_TIMED_OUT).
             log.error("fsync of %s-%d failed: %s", key[0], key[1], exc)

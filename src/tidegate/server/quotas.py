@@ -27,10 +27,10 @@ What a caller (the broker, next) does with it, as Kafka's ``KafkaApis`` does:
    otherwise the request manager).
 3. A throttled Fetch gets an empty response, so its bytes are un-recorded
    (``unrecord_quota_sensor``).
-4. ``throttle(...)`` puts a :class:`ThrottledChannel` on that manager's
-   :class:`ThrottleQueue` (and records throttle-time); the network layer sends the
-   response at once with ``throttle_time_ms`` (KIP-219), mutes the connection, and
-   unmutes it when ``reap_throttled_channels(now)`` hands the channel back.
+4. ``throttle(...)`` puts a :class:`ThrottledChannel` on that manager's throttle
+   timer (and records throttle-time); the network layer sends the
+   response at once with ``throttle_time_ms`` (KIP-219) and mutes the connection;
+   when the timer expires the channel, its ``on_end`` unmutes it.
 
 Deliberate differences from Kafka, none visible on the wire:
 
@@ -48,15 +48,14 @@ Deliberate differences from Kafka, none visible on the wire:
 from __future__ import annotations
 
 import enum
-import heapq
-import itertools
 import math
 import sys
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Final
 
 from tidegate.clock import monotonic_ms
+from tidegate.server.timer import SystemTimer, TimerTask
 
 __all__ = [
     "DEFAULT",
@@ -82,7 +81,6 @@ __all__ = [
     "Sample",
     "SampledStat",
     "Sensor",
-    "ThrottleQueue",
     "ThrottledChannel",
     "WindowedSum",
     "bounded_throttle_time",
@@ -473,69 +471,31 @@ def bounded_throttle_time(e: QuotaViolationError, max_throttle_time_ms: int, now
 # --------------------------------------------------------------------------------------
 # throttled channels
 # --------------------------------------------------------------------------------------
-class ThrottledChannel:
-    """A connection muted for ``throttle_time_ms`` from the time it was throttled."""
+class ThrottledChannel(TimerTask):
+    """A connection throttled for ``throttle_time_ms`` (Kafka's ``ThrottledChannel``).
 
-    __slots__ = ("connection_id", "end_time_ms", "throttle_time_ms")
+    A timer task on its quota manager's throttle timer: when the throttle ends, the
+    timer runs it and it calls ``on_end`` (the shell unmutes the connection). The
+    broker's one scheduler drives the timer, as it drives the purgatories'.
+    """
 
-    def __init__(self, connection_id: Hashable, throttle_time_ms: int, now_ms: int) -> None:
-        self.connection_id = connection_id
+    __slots__ = ("end_time_ms", "on_end", "throttle_time_ms")
+
+    def __init__(self, throttle_time_ms: int, now_ms: int, on_end: Callable[[], object]) -> None:
+        super().__init__(throttle_time_ms)
         self.throttle_time_ms = throttle_time_ms
         self.end_time_ms = now_ms + throttle_time_ms
+        self.on_end = on_end
 
     def delay_ms(self, now_ms: int) -> int:
         """Time left until the channel may be unmuted (``getDelay``); <= 0 once due."""
         return self.end_time_ms - now_ms
 
+    def run(self) -> None:
+        self.on_end()
+
     def __repr__(self) -> str:
-        return (
-            f"ThrottledChannel({self.connection_id!r}, {self.throttle_time_ms} ms, "
-            f"ends {self.end_time_ms})"
-        )
-
-
-class ThrottleQueue:
-    """Throttled channels by end time (Kafka's ``DelayQueue<ThrottledChannel>``).
-
-    The network layer adds a channel when it mutes a connection for a throttle, asks
-    :meth:`next_expiration_ms` when to wake up, and unmutes the connections that
-    :meth:`pop_expired` returns, earliest end first (ties in the order they were
-    added).  A closed connection's entry is simply left to expire.
-    """
-
-    __slots__ = ("_heap", "_seq")
-
-    def __init__(self) -> None:
-        self._heap: list[tuple[int, int, ThrottledChannel]] = []
-        self._seq = itertools.count()
-
-    def add(self, channel: ThrottledChannel) -> None:
-        heapq.heappush(self._heap, (channel.end_time_ms, next(self._seq), channel))
-
-    def next_expiration_ms(self) -> int | None:
-        return self._heap[0][0] if self._heap else None
-
-    def peek(self) -> ThrottledChannel | None:
-        return self._heap[0][2] if self._heap else None
-
-    def poll(self, now_ms: int) -> ThrottledChannel | None:
-        """The earliest channel if its throttle has ended, else None."""
-        if self._heap and self._heap[0][0] <= now_ms:
-            return heapq.heappop(self._heap)[2]
-        return None
-
-    def pop_expired(self, now_ms: int) -> list[ThrottledChannel]:
-        out = []
-        heap = self._heap
-        while heap and heap[0][0] <= now_ms:
-            out.append(heapq.heappop(heap)[2])
-        return out
-
-    def __len__(self) -> int:
-        return len(self._heap)
-
-    def __bool__(self) -> bool:
-        return bool(self._heap)
+        return f"ThrottledChannel({self.throttle_time_ms} ms, ends {self.end_time_ms})"
 
 
 # --------------------------------------------------------------------------------------
@@ -715,7 +675,9 @@ class ClientQuotaManager:
         self._quota_types_enabled = _NO_QUOTAS
         self._quota_sensors: dict[tuple[str, str], Sensor] = {}
         self._throttle_time_sensors: dict[tuple[str, str], Sensor] = {}
-        self.throttle_queue = ThrottleQueue()
+        #: throttled channels, timer tasks that end their throttle (the broker's scheduler
+        #: advances this timer with the purgatories')
+        self.throttle_timer = SystemTimer(clock=clock)
 
     # ---- time ----------------------------------------------------------------------
     def _now(self, now_ms: int | None) -> int:
@@ -944,32 +906,29 @@ class ClientQuotaManager:
         self,
         user: str,
         client_id: str,
-        connection_id: Hashable,
         throttle_time_ms: int,
+        on_end: Callable[[], object],
         now_ms: int | None = None,
     ) -> ThrottledChannel | None:
-        """Throttle a connection: record the throttle time and queue its unmute.
+        """Throttle a connection: record the throttle time and time its end.
 
-        Returns the :class:`ThrottledChannel` (the caller mutes the connection), or
-        None when ``throttle_time_ms`` is not positive.
+        ``on_end`` runs once ``throttle_time_ms`` has passed (the throttle timer expires
+        the :class:`ThrottledChannel`). Returns the channel, or None when
+        ``throttle_time_ms`` is not positive (nothing to do).
         """
         if throttle_time_ms <= 0:
             return None
         now = self._now(now_ms)
         sensors = self.get_or_create_quota_sensors(user, client_id, now)
         sensors.throttle_time_sensor.record(throttle_time_ms, now)
-        channel = ThrottledChannel(connection_id, throttle_time_ms, now)
-        self.throttle_queue.add(channel)
+        channel = ThrottledChannel(throttle_time_ms, now, on_end)
+        self.throttle_timer.add(channel)
         return channel
-
-    def reap_throttled_channels(self, now_ms: int | None = None) -> list[ThrottledChannel]:
-        """The channels whose throttle has ended, earliest first: unmute them."""
-        return self.throttle_queue.pop_expired(self._now(now_ms))
 
     @property
     def queue_size(self) -> int:
         """Throttled channels not yet released (Kafka's ``queue-size`` of the type)."""
-        return len(self.throttle_queue)
+        return self.throttle_timer.size
 
     # ---- metrics -------------------------------------------------------------------
     def metrics_for(

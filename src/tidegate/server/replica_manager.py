@@ -1,197 +1,324 @@
-"""Partition logs of a single-node broker: opening, creating, deleting, appending.
+"""Kafka's ReplicaManager: everything an append or a fetch implies.
 
-Kafka splits this between LogManager (directories and log lifecycle) and
-ReplicaManager (append/read on the partitions this broker leads). One node leads
-every partition, so one object serves both roles here. Each partition directory
-carries a ``partition.metadata`` file with its topic id, as Kafka's does, so a
-directory left behind by a deleted topic is never mistaken for a new topic of the
-same name.
+:meth:`ReplicaManager.append_records` validates the partitions of a Produce (or of a
+coordinator's write to an internal topic), appends to the logs, counts the appended
+bytes that parked fetches wait for, asks the group-commit flusher for an fsync when
+``acks=all``, and either answers at once or parks a :class:`DelayedProduce` in the
+produce purgatory; the wake-ups of fetches parked on the appended partitions go on the
+action queue, run once the producer's response is written
+(:meth:`try_complete_actions`, Kafka's ActionQueue). :meth:`fetch_messages` reads the
+logs and answers at once or parks a :class:`DelayedFetch` until ``min_bytes`` arrive.
+
+Both report through a callback, called exactly once, now or later: the caller
+(KafkaApis, the group coordinator) never needs to know whether the operation waited.
+Plain objects driven by the caller's time, no event loop: the flusher's fsync runs on
+the scheduler it was given.
+
+One node leads every partition, so there is no replication: ``acks=all`` means "fsynced"
+(see docs/durability.md), and the high watermark is the log end offset.
 """
 
 from __future__ import annotations
 
 import logging
-import shutil
-import uuid
-from collections.abc import Callable
-from pathlib import Path
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
-from tidegate.log.config import LogConfig
+from kio.schema.errors import ErrorCode
+
 from tidegate.log.log import Log
-from tidegate.server.metadata import TopicInfo, TopicStore, write_atomically
+from tidegate.log.record_batch import RecordBatchError
+from tidegate.server.delayed_fetch import DelayedFetch, FetchPartitionStatus
+from tidegate.server.delayed_produce import DelayedProduce
+from tidegate.server.group_offsets import is_internal_topic
+from tidegate.server.log_flusher import LogFlusher
+from tidegate.server.log_manager import LogManager, TopicPartition
+from tidegate.server.purgatory import DelayedOperationPurgatory
+from tidegate.server.timer import SystemTimer
+
+if TYPE_CHECKING:
+    from tidegate.metrics import TopicMetrics
+    from tidegate.scheduler import Scheduler
 
 log = logging.getLogger(__name__)
 
-PARTITION_METADATA = "partition.metadata"
-
-TopicPartition = tuple[str, int]
-
-
-def partition_dir(root: Path, topic: str, partition: int) -> Path:
-    return root / f"{topic}-{partition}"
+E = ErrorCode
+MAX_INT32 = 2**31 - 1
 
 
-def _read_topic_id(directory: Path) -> uuid.UUID | None:
-    try:
-        for line in (directory / PARTITION_METADATA).read_text().splitlines():
-            if line.startswith("topic_id:"):
-                return uuid.UUID(line.split(":", 1)[1].strip())
-    except (OSError, ValueError):
-        return None
-    return None
+@dataclass(slots=True)
+class PartitionResponse:
+    """One partition's append result (Kafka's ProduceResponse.PartitionResponse)."""
+
+    error: ErrorCode = ErrorCode.none
+    base_offset: int = -1
+    log_append_time: int = -1
+    log_start_offset: int = -1
+    error_message: str | None = None
+    #: (batch index, message): Kafka's record_errors
+    record_errors: list[tuple[int, str | None]] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class FetchPartition:
+    """One partition of a fetch (Kafka's FetchRequest.PartitionData). ``key`` is None
+    when the request named a topic the broker does not know."""
+
+    key: TopicPartition | None
+    fetch_offset: int
+    max_bytes: int
+
+
+@dataclass(slots=True)
+class FetchPartitionData:
+    """What a fetch read from one partition (Kafka's FetchPartitionData)."""
+
+    error: ErrorCode = ErrorCode.none
+    high_watermark: int = -1
+    last_stable_offset: int = -1
+    log_start_offset: int = -1
+    records: bytes = b""
+
+
+@dataclass(slots=True)
+class FetchParams:
+    max_wait_ms: int
+    min_bytes: int
+    #: the response's byte limit: the request's max_bytes, lowered by a fetch quota
+    max_bytes: int = MAX_INT32
+
+
+class ActionQueue:
+    """Work to run once the current responses are written (Kafka's ActionQueue)."""
+
+    __slots__ = ("_actions",)
+
+    def __init__(self) -> None:
+        self._actions: deque[Callable[[], object]] = deque()
+
+    def add(self, action: Callable[[], object]) -> None:
+        self._actions.append(action)
+
+    def try_complete_actions(self) -> None:
+        actions = self._actions
+        while actions:
+            action = actions.popleft()
+            try:
+                action()
+            except Exception:
+                log.exception("a delayed action failed")
+
+    def __len__(self) -> int:
+        return len(self._actions)
 
 
 class ReplicaManager:
     def __init__(
         self,
-        root: Path,
-        store: TopicStore,
-        log_config_for: Callable[[TopicInfo], LogConfig],
-        now_ms: Callable[[], int],
+        logs: LogManager,
+        scheduler: Scheduler,
+        *,
+        clock: Callable[[], int] | None = None,
+        fetch_purge_interval: int = 1000,
+        produce_purge_interval: int = 1000,
     ) -> None:
-        self.root = root
-        self.store = store
-        self.log_config_for = log_config_for
-        self.now_ms = now_ms
-        self.logs: dict[TopicPartition, Log] = {}
+        self.logs = logs
+        timer_args: dict[str, Any] = {} if clock is None else {"clock": clock}
+        self.fetch_purgatory = DelayedOperationPurgatory("Fetch", SystemTimer(**timer_args), fetch_purge_interval)
+        self.produce_purgatory = DelayedOperationPurgatory(
+            "Produce", SystemTimer(**timer_args), produce_purge_interval
+        )
+        # group commit for acks=all: each fsync round completes the produces it covered
+        self.flusher = LogFlusher(self.produce_purgatory.check_and_complete, scheduler.submit)
+        self.action_queue = ActionQueue()
         # Bytes appended per partition since start: a monotonic count that parked
         # fetches compare against (DelayedFetch), unaffected by retention.
         self.appended_bytes: dict[TopicPartition, int] = {}
+        #: per-topic byte and message counts (tidegate.metrics), when metrics are on
+        self.topic_stats: TopicMetrics | None = None
 
-    # -- lifecycle ---------------------------------------------------------
-    def load(self) -> None:
-        """Open every partition of every stored topic; remove directories of deleted topics."""
-        wanted: dict[Path, TopicInfo] = {}
-        for info in self.store.topics.values():
-            for p in range(info.partitions):
-                wanted[partition_dir(self.root, info.name, p)] = info
-        for child in sorted(self.root.iterdir()):
-            if not child.is_dir():
-                continue
-            info = wanted.get(child)
-            if info is None or _read_topic_id(child) not in (None, info.topic_id):
-                log.info("removing %s: it belongs to no live topic", child)
-                shutil.rmtree(child, ignore_errors=True)
-        for info in self.store.topics.values():
-            self._open_partitions(info, 0, info.partitions)
-        for (topic, partition), plog in self.logs.items():
-            if not plog.had_clean_shutdown:
-                log.info(
-                    "recovered %s-%d after an unclean shutdown: log end offset %d, "
-                    "%d byte(s) of torn or corrupt tail truncated",
-                    topic,
-                    partition,
-                    plog.log_end_offset,
-                    plog.recovered_truncated_bytes,
-                )
-            elif plog.recovered_truncated_bytes:
-                log.warning(
-                    "%s-%d: %d byte(s) of corrupt tail truncated despite a clean shutdown; "
-                    "log end offset %d",
-                    topic,
-                    partition,
-                    plog.recovered_truncated_bytes,
-                    plog.log_end_offset,
-                )
-
-    def _open_partitions(self, info: TopicInfo, start: int, end: int) -> None:
-        config = self.log_config_for(info)
-        now = self.now_ms()
-        for p in range(start, end):
-            directory = partition_dir(self.root, info.name, p)
-            directory.mkdir(parents=True, exist_ok=True)
-            meta = directory / PARTITION_METADATA
-            if not meta.exists():
-                write_atomically(meta, f"version: 0\ntopic_id: {info.topic_id}\n".encode())
-            self.logs[(info.name, p)] = Log(directory, config, now)
-
-    def create_topic(self, name: str, partitions: int, configs: dict[str, str]) -> TopicInfo:
-        """Open every partition log first, then persist the topic: all or nothing.
-
-        If a log cannot be opened (no disk space, out of file descriptors) the
-        logs opened so far are deleted and the topic is not stored, so a failed
-        create never leaves a topic with missing partitions behind.
-        """
-        info = TopicInfo(name, uuid.uuid4(), partitions, dict(configs))
-        self._open_or_roll_back(info, 0, partitions)
-        try:
-            return self.store.add(info)
-        except BaseException:
-            self._drop_partitions(name, 0, partitions)
-            raise
-
-    def add_partitions(self, name: str, count: int) -> None:
-        info = self.store.topics[name]
-        old = info.partitions
-        self._open_or_roll_back(info, old, count)
-        try:
-            self.store.set_partitions(name, count)
-        except BaseException:
-            self._drop_partitions(name, old, count)
-            raise
-
-    def _open_or_roll_back(self, info: TopicInfo, start: int, end: int) -> None:
-        try:
-            self._open_partitions(info, start, end)
-        except BaseException:
-            self._drop_partitions(info.name, start, end)
-            raise
-
-    def _drop_partitions(self, name: str, start: int, end: int) -> None:
-        for p in range(start, end):
-            plog = self.logs.pop((name, p), None)
-            if plog is not None:
-                try:
-                    plog.delete()
-                except Exception:
-                    log.exception("error removing partition %s-%d", name, p)
-            shutil.rmtree(partition_dir(self.root, name, p), ignore_errors=True)
-
-    def delete_topic(self, name: str) -> TopicInfo:
-        info = self.store.delete(name)
-        for p in range(info.partitions):
-            plog = self.logs.pop((name, p), None)
-            if plog is not None:
-                plog.delete()
-            shutil.rmtree(partition_dir(self.root, name, p), ignore_errors=True)
-        return info
-
-    def close(self) -> None:
-        for plog in self.logs.values():
-            try:
-                plog.close()
-            except Exception:
-                log.exception("error closing %s", plog)
-        self.logs.clear()
-
-    # -- data path ---------------------------------------------------------
     def get_log(self, topic: str, partition: int) -> Log | None:
-        return self.logs.get((topic, partition))
+        return self.logs.logs.get((topic, partition))
 
-    def record_append(self, key: TopicPartition, size_bytes: int) -> None:
-        self.appended_bytes[key] = self.appended_bytes.get(key, 0) + size_bytes
+    # -- append ---------------------------------------------------------------------------
+    def append_records(
+        self,
+        timeout_ms: int,
+        required_acks: int,
+        entries: Mapping[TopicPartition, Any],
+        now_ms: int,
+        callback: Callable[[dict[TopicPartition, PartitionResponse]], None],
+        *,
+        internal_topics_allowed: bool = False,
+        from_client: bool = True,
+    ) -> dict[TopicPartition, PartitionResponse]:
+        """Append each partition's records (one batch per partition from clients) and
+        call ``callback`` with every partition's result: at once, or for ``acks=-1``
+        once the appended data is fsynced or ``timeout_ms`` passes (REQUEST_TIMED_OUT).
 
-    def recovery_point_checkpoints(self) -> list:
-        """Checkpoint writes for every log whose recovery point moved (run them off the loop)."""
-        tickets = []
-        for plog in self.logs.values():
-            ticket = plog.checkpoint_recovery_point()
-            if ticket is not None:
-                tickets.append(ticket)
-        return tickets
+        ``internal_topics_allowed`` is for the coordinators' own writes; a client's
+        append to an internal topic is refused with INVALID_TOPIC_EXCEPTION. Returns the
+        results as they are once appended (the same objects the callback gets; an acks=all
+        wait may still turn a partition's error into REQUEST_TIMED_OUT).
+        """
+        results: dict[TopicPartition, PartitionResponse] = {}
+        if required_acks not in (0, 1, -1):
+            for key in entries:
+                results[key] = PartitionResponse(E.invalid_required_acks)
+            callback(results)
+            return results
+        pending: dict[TopicPartition, tuple[Log, int, PartitionResponse]] = {}
+        appended: list[TopicPartition] = []
+        stats = self.topic_stats
+        for key, records in entries.items():
+            result = results[key] = PartitionResponse()
+            topic, partition = key
+            if not internal_topics_allowed and is_internal_topic(topic):
+                result.error = E.invalid_topic_exception
+                result.error_message = f"Cannot append to internal topic {topic}"
+                continue
+            plog = self.logs.logs.get(key)
+            if plog is None:
+                result.error = E.unknown_topic_or_partition
+                continue
+            if not records:
+                result.error = E.corrupt_message
+                result.error_message = "empty records"
+                continue
+            try:
+                info = plog.append(
+                    records, now_ms, from_client=from_client, single_batch=from_client,
+                    auto_flush=from_client,
+                )
+            except RecordBatchError as exc:
+                result.error = ErrorCode(exc.error_code)
+                result.error_message = str(exc)
+                log.info("produce to %s-%d rejected: %s", topic, partition, exc)
+                continue
+            result.base_offset = info.first_offset
+            result.log_append_time = info.log_append_time_ms
+            result.log_start_offset = plog.log_start_offset
+            if info.duplicate:
+                # An idempotent producer's retry: answered with the original offsets,
+                # nothing appended (acks=all still waits for the original's fsync).
+                log.debug("duplicate batch to %s-%d: original base offset %d", topic, partition,
+                          info.first_offset)
+            elif stats is not None:
+                stats.appended(topic, info.num_records, info.size_bytes)
+            self.appended_bytes[key] = self.appended_bytes.get(key, 0) + info.size_bytes
+            appended.append(key)
+            if required_acks == -1:
+                pending[key] = (plog, info.last_offset, result)
+                self.flusher.request(key, plog)
+        if appended:
+            # Fetches parked on these partitions re-read and answer once this append's
+            # own response is out: with many parked consumers that work must not delay it.
+            check = self.fetch_purgatory.check_and_complete
+            self.action_queue.add(lambda: [check(k) for k in appended])
+        if not pending:
+            callback(results)
+            return results
+        op = DelayedProduce(timeout_ms, pending, self, lambda: callback(results))
+        self.produce_purgatory.try_complete_else_watch(op, list(pending))
+        return results
 
-    def remove_expired_producers(self, now_ms: int, expiration_ms: int) -> int:
-        """``producer.id.expiration.ms``: forget idle idempotent producers on every partition."""
-        removed = 0
-        for plog in self.logs.values():
-            removed += plog.remove_expired_producers(now_ms, expiration_ms)
-        return removed
+    # -- fetch ----------------------------------------------------------------------------
+    def read_from_log(
+        self, params: FetchParams, partitions: Sequence[FetchPartition]
+    ) -> tuple[list[FetchPartitionData], int]:
+        """Read every partition within the limits; (results in request order, bytes read).
 
-    def maintenance(self, now_ms: int, retention_due: bool) -> None:
-        """Time-based flush (flush.ms) and, when due, retention on every partition."""
-        for plog in list(self.logs.values()):
-            plog.maybe_flush_by_time(now_ms)
-            if retention_due:
-                deleted = plog.apply_retention(now_ms)
-                if deleted:
-                    log.info("retention deleted %d segment(s) of %s", deleted, plog)
+        KIP-74: the first batch of the first partition with data is returned even when
+        it exceeds the limits, so a consumer always makes progress; every later
+        partition stays within both its own and the response's limit.
+        """
+        remaining = params.max_bytes
+        total = 0
+        out = []
+        logs = self.logs.logs
+        for fp in partitions:
+            data = FetchPartitionData()
+            out.append(data)
+            plog = logs.get(fp.key) if fp.key is not None else None
+            if plog is None:
+                data.error = E.unknown_topic_or_partition
+                continue
+            hw = plog.high_watermark
+            data.high_watermark = hw
+            data.last_stable_offset = hw
+            data.log_start_offset = plog.log_start_offset
+            if fp.fetch_offset < plog.log_start_offset or fp.fetch_offset > plog.log_end_offset:
+                data.error = E.offset_out_of_range
+                continue
+            limit = min(fp.max_bytes, remaining)
+            records = plog.read(fp.fetch_offset, max(limit, 0), min_one_batch=total == 0)
+            data.records = bytes(records)
+            total += len(records)
+            remaining -= len(records)
+        return out, total
+
+    def fetch_messages(
+        self,
+        params: FetchParams,
+        partitions: Sequence[FetchPartition],
+        callback: Callable[[list[FetchPartitionData]], None],
+        abandoned: Callable[[], bool] | None = None,
+    ) -> None:
+        """Read now; answer at once if ``max_wait_ms`` <= 0, ``min_bytes`` are there, a
+        partition has an error or there are no partitions. Otherwise park a DelayedFetch
+        until ``min_bytes`` arrive, a partition goes away, or ``max_wait_ms`` passes, and
+        then re-read and answer. ``abandoned()`` True at completion (the client went
+        away) skips the re-read and the callback."""
+        results, total = self.read_from_log(params, partitions)
+        if (
+            params.max_wait_ms <= 0
+            or total >= params.min_bytes
+            or not partitions
+            or any(r.error is not E.none for r in results)
+        ):
+            callback(results)
+            return
+        appended = self.appended_bytes
+        logs = self.logs.logs
+        statuses = []
+        for fp, data in zip(partitions, results, strict=True):
+            assert fp.key is not None  # no error: every partition is known
+            statuses.append(
+                FetchPartitionStatus(
+                    fp.key, logs[fp.key], fp.fetch_offset, fp.max_bytes, len(data.records),
+                    appended.get(fp.key, 0),
+                )
+            )
+
+        def respond() -> None:
+            if abandoned is None or not abandoned():
+                callback(self.read_from_log(params, partitions)[0])
+
+        op = DelayedFetch(params.max_wait_ms, params.min_bytes, statuses, self, respond)
+        self.fetch_purgatory.try_complete_else_watch(op, [st.key for st in statuses])
+
+    def complete_fetches_now(self) -> int:
+        """Answer every parked fetch with what is there now (broker shutdown)."""
+        completed = 0
+        purgatory = self.fetch_purgatory
+        for key in purgatory.watched_keys():
+            for op in purgatory.watchers_for(key):
+                if op.force_complete():
+                    completed += 1
+        return completed
+
+    # -- partitions going away ------------------------------------------------------------
+    def partitions_removed(self, keys: Iterable[TopicPartition]) -> None:
+        """Parked fetches and acks=all produces on deleted partitions answer now."""
+        for key in keys:
+            self.fetch_purgatory.check_and_complete(key)
+            self.produce_purgatory.check_and_complete(key)
+
+    def try_complete_actions(self) -> None:
+        self.action_queue.try_complete_actions()
+
+    def shutdown(self) -> None:
+        self.fetch_purgatory.shutdown()
+        self.produce_purgatory.shutdown()

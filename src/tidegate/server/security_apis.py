@@ -9,27 +9,21 @@ ILLEGAL_SASL_STATE, and so does tidegate.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
 from kio.schema.errors import ErrorCode
 
-from tidegate.network.socket_server import RequestContext
-from tidegate.protocol.codec import RequestHeader
+from tidegate.network.request_channel import Request
 from tidegate.security.credentials import CredentialStore
-
-if TYPE_CHECKING:
-    from tidegate.server.apis import KafkaApis
 
 
 class SecurityApis:
-    def __init__(self, apis: KafkaApis, credentials: CredentialStore) -> None:
-        self.apis = apis
+    def __init__(self, credentials: CredentialStore) -> None:
         self.credentials = credentials
 
-    def handle_sasl_handshake(self, header: RequestHeader, req: Any, ctx: RequestContext) -> dict:
+    def handle_sasl_handshake(self, request: Request, now_ms: int) -> dict:
         return {"error_code": ErrorCode.illegal_sasl_state, "mechanisms": ()}
 
-    def handle_sasl_authenticate(self, header: RequestHeader, req: Any, ctx: RequestContext) -> dict:
+    def handle_sasl_authenticate(self, request: Request, now_ms: int) -> dict:
+        ctx = request.context
         return {
             "error_code": ErrorCode.illegal_sasl_state,
             "error_message": "SaslAuthenticate request received after successful authentication"
@@ -38,9 +32,8 @@ class SecurityApis:
             "auth_bytes": b"",
         }
 
-    def handle_describe_user_scram_credentials(
-        self, header: RequestHeader, req: Any, ctx: RequestContext
-    ) -> dict:
+    def handle_describe_user_scram_credentials(self, request: Request, now_ms: int) -> dict:
+        req = request.body
         users = None if req.users is None else [u.name for u in req.users]
         return {
             "throttle_time": 0,
@@ -52,9 +45,8 @@ class SecurityApis:
             ],
         }
 
-    def handle_alter_user_scram_credentials(
-        self, header: RequestHeader, req: Any, ctx: RequestContext
-    ) -> dict:
+    def handle_alter_user_scram_credentials(self, request: Request, now_ms: int) -> dict:
+        req = request.body
         results = self.credentials.alter(
             [(d.name, d.mechanism) for d in req.deletions],
             [(u.name, u.mechanism, u.iterations, u.salt, u.salted_password) for u in req.upsertions],

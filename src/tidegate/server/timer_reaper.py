@@ -1,82 +1,58 @@
-"""Drives the purgatories' timers: Kafka's SystemTimerReaper, without a thread.
+"""Drives every timer of the broker: Kafka's SystemTimerReaper, without a thread.
 
-Kafka's reaper thread blocks on the delay queue of buckets. Here one wake-up is
-armed for the earliest non-empty bucket of all the timers; when it fires, each
-purgatory advances its clock (expiring what is due) and the wake-up is re-armed
-for the earliest bucket left. Timers report a bucket scheduled earlier than the
-armed wake-up through ``on_schedule``, which moves it earlier. Nothing polls:
-with no delayed operation pending, nothing is armed at all.
+Kafka's reaper threads block on the delay queues of buckets. Here one wake-up is
+armed for the earliest non-empty bucket of all the timers (the purgatories' timing
+wheels and the quota managers' throttle timers); when it fires, each timer advances
+(expiring what is due) and the wake-up is re-armed for the earliest bucket left.
+Timers report a bucket scheduled earlier than the armed wake-up through
+``on_schedule``, which moves it earlier. Nothing polls: with no timer task pending,
+nothing is armed at all.
 
-How the wake-up is armed is injected (``call_at(at_ms, fn) -> handle`` with a
-``cancel()``): the event loop's ``call_later`` in the broker, a fake loop on fake
-time in tests, so the arming logic is tested without sleeping.
+How the wake-up is armed is injected: ``call_at(at_ms, fn) -> handle`` with a
+``cancel()``, the broker's :class:`~tidegate.scheduler.Scheduler` (the event loop in
+the broker, ``tests/fake_loop.FakeLoop`` on fake time in tests), so the arming logic
+is tested without sleeping.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections.abc import Callable, Sequence
-from typing import Protocol
+from collections.abc import Callable
 
-from tidegate.clock import monotonic_ms
+from tidegate.scheduler import Cancellable
 from tidegate.server.purgatory import DelayedOperationPurgatory
+from tidegate.server.timer import SystemTimer
 
 log = logging.getLogger(__name__)
-
-
-class Cancellable(Protocol):
-    def cancel(self) -> None: ...
-
 
 CallAt = Callable[[int, Callable[[], None]], Cancellable]
 
 
-class LoopCallAt:
-    """``call_at`` on the running event loop, for times of ``clock`` (integer ms)."""
-
-    def __init__(self, clock: Callable[[], int]) -> None:
-        self.clock = clock
-        self.loop: asyncio.AbstractEventLoop | None = None
-
-    def __call__(self, at_ms: int, fn: Callable[[], None]) -> Cancellable:
-        # +1 ms: asyncio may run a handle up to its clock resolution early, and a
-        # bucket polled before its expiration would only re-arm for the same time.
-        delay_s = max(at_ms - self.clock() + 1, 0) / 1000
-        self.loop = asyncio.get_running_loop()
-        return self.loop.call_later(delay_s, fn)
-
-    def stale(self) -> bool:
-        """Armed on a loop that is not the running one (tests run several)."""
-        try:
-            return self.loop is not None and self.loop is not asyncio.get_running_loop()
-        except RuntimeError:
-            return False
-
-
 class TimerReaper:
-    def __init__(
-        self,
-        purgatories: Sequence[DelayedOperationPurgatory],
-        clock: Callable[[], int] = monotonic_ms,
-        call_at: CallAt | None = None,
-    ) -> None:
-        self.purgatories = list(purgatories)
-        self.clock = clock
-        self._call_at = call_at if call_at is not None else LoopCallAt(clock)
+    def __init__(self, call_at: CallAt) -> None:
+        self._call_at = call_at
+        #: (name, timer, advance): advance expires what is due (a purgatory also purges)
+        self._timers: list[tuple[str, SystemTimer, Callable[[], object]]] = []
+        self.purgatories: list[DelayedOperationPurgatory] = []
         self._handle: Cancellable | None = None
         self._armed_at: int | None = None
         self._firing = False
         self.wakeups = 0  # how often it fired (tests check it does not spin)
-        for purgatory in self.purgatories:
-            purgatory.timer.on_schedule = self._on_schedule
+
+    def add_purgatory(self, purgatory: DelayedOperationPurgatory) -> None:
+        self.purgatories.append(purgatory)
+        self.add_timer(purgatory.name, purgatory.timer, purgatory.advance_clock)
+
+    def add_timer(self, name: str, timer: SystemTimer, advance: Callable[[], object] | None = None) -> None:
+        self._timers.append((name, timer, advance if advance is not None else timer.advance_clock))
+        timer.on_schedule = self._on_schedule
+        nxt = timer.next_expiration_ms()
+        if nxt is not None:
+            self._on_schedule(nxt)
 
     def _on_schedule(self, expiration_ms: int) -> None:
         if self._firing:
             return  # _fire re-arms for the earliest bucket once every timer has advanced
-        if isinstance(self._call_at, LoopCallAt) and self._call_at.stale():
-            self._handle = None
-            self._armed_at = None
         if self._armed_at is None or expiration_ms < self._armed_at:
             self._arm(expiration_ms)
 
@@ -96,16 +72,20 @@ class TimerReaper:
         # nothing is armed during the advance; the earliest bucket of all is armed after.
         self._firing = True
         try:
-            for purgatory in self.purgatories:
+            for name, _timer, advance in self._timers:
                 try:
-                    purgatory.advance_clock()
+                    advance()
                 except Exception:
-                    log.exception("error expiring operations of purgatory %s", purgatory.name)
+                    log.exception("error expiring the operations of timer %s", name)
         finally:
             self._firing = False
-        nxt = [t for t in (p.timer.next_expiration_ms() for p in self.purgatories) if t is not None]
+        nxt = [t for t in (timer.next_expiration_ms() for _, timer, _ in self._timers) if t is not None]
         if nxt:
             self._arm(min(nxt))
+
+    @property
+    def armed_at(self) -> int | None:
+        return self._armed_at
 
     def purge_if_due(self) -> None:
         """Purge watcher lists of completed operations (called from the 1 s housekeeping)."""
@@ -118,5 +98,5 @@ class TimerReaper:
             self._handle.cancel()
             self._handle = None
             self._armed_at = None
-        for purgatory in self.purgatories:
-            purgatory.shutdown()
+        for _name, timer, _advance in self._timers:
+            timer.shutdown()

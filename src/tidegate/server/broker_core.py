@@ -1,0 +1,198 @@
+"""The broker's core, wired: every sans-IO part of one node, no sockets, no event loop.
+
+:class:`BrokerCore` builds what a broker is made of — the LogManager and
+ReplicaManager, the group coordinator and its purgatories, the client quota managers,
+KafkaApis, and the TimerReaper that drives every timer — on a given
+:class:`~tidegate.scheduler.Scheduler` and :class:`~tidegate.clock.Clock`. The shell
+(:mod:`tidegate.server.broker`) builds one on the asyncio loop and puts a SocketServer in
+front of it; tests build one on ``tests/fake_loop.FakeLoop`` and a MockClock and drive
+requests straight into :meth:`KafkaApis.handle`, so the same wiring runs in both.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+from tidegate.clock import SYSTEM_CLOCK, Clock
+from tidegate.config import BrokerConfig, topic_log_config
+from tidegate.network.request_channel import RequestChannel
+from tidegate.scheduler import Cancellable, Scheduler
+from tidegate.security.credentials import CredentialStore
+from tidegate.server.client_quotas import BrokerQuotas
+from tidegate.server.endpoints import Endpoints
+from tidegate.server.group_apis import GroupApis
+from tidegate.server.kafka_apis import KafkaApis
+from tidegate.server.log_manager import LogManager
+from tidegate.server.metadata import TopicStore, load_or_create_meta
+from tidegate.server.producer_id_manager import ProducerIdManager
+from tidegate.server.purgatory import DelayedOperationPurgatory
+from tidegate.server.quotas import ClientQuotaManagerConfig
+from tidegate.server.replica_manager import ReplicaManager
+from tidegate.server.timer import SystemTimer
+from tidegate.server.timer_reaper import TimerReaper
+
+log = logging.getLogger(__name__)
+
+MAINTENANCE_TICK_MS = 1000
+
+
+class BrokerCore:
+    def __init__(
+        self,
+        config: BrokerConfig,
+        data_dir: Path,
+        scheduler: Scheduler,
+        *,
+        clock: Clock = SYSTEM_CLOCK,
+        credentials: CredentialStore | None = None,
+        channel: RequestChannel | None = None,
+    ) -> None:
+        self.config = config
+        self.data_dir = data_dir
+        self.scheduler = scheduler
+        self.clock = clock
+        monotonic_ms = clock.milliseconds
+        wall_ms = clock.wall_milliseconds
+        self.cluster_id = load_or_create_meta(data_dir, config.node_id, config.get("cluster.id"))
+        self.store = TopicStore(data_dir)
+        self.logs = LogManager(data_dir, self.store, lambda info: topic_log_config(config, info.configs), wall_ms)
+        started = time.monotonic()
+        self.logs.load()
+        log.info(
+            "loaded %d partition log(s) of %d topic(s) from %s in %.2fs",
+            len(self.logs.logs), len(self.store.topics), data_dir, time.monotonic() - started,
+        )  # fmt: skip
+        self.replicas = ReplicaManager(
+            self.logs,
+            scheduler,
+            clock=monotonic_ms,
+            fetch_purge_interval=config.get("fetch.purgatory.purge.interval.requests"),
+            produce_purge_interval=config.get("producer.purgatory.purge.interval.requests"),
+        )
+        # Consumer groups (Kafka's two purgatories): session expiry, and the join/sync
+        # phases of rebalances.
+        self.heartbeat_purgatory = DelayedOperationPurgatory("Heartbeat", SystemTimer(clock=monotonic_ms))
+        self.rebalance_purgatory = DelayedOperationPurgatory("Rebalance", SystemTimer(clock=monotonic_ms))
+        self.endpoints = Endpoints(config)
+        self.groups = GroupApis(
+            config, self.replicas, self.endpoints, self.heartbeat_purgatory, self.rebalance_purgatory, wall_ms
+        )
+        # Client quotas (docs/quotas.md): the three managers and their KIP-546 config.
+        self.quotas = BrokerQuotas(
+            ClientQuotaManagerConfig(config.get("quota.window.num"), config.get("quota.window.size.seconds")),
+            data_dir,
+            clock=monotonic_ms,
+        )
+        self.quotas.load()
+        self.credentials = credentials if credentials is not None else CredentialStore(None)
+        self.apis = KafkaApis(
+            config, self.cluster_id, self.replicas, self.store, self.quotas, self.groups,
+            channel=channel,
+            producer_ids=ProducerIdManager(data_dir),
+            credentials=self.credentials,
+            endpoints=self.endpoints,
+            time=clock,
+        )  # fmt: skip
+        # The one scheduler drives every timer: delayed operations and throttles.
+        self.reaper = TimerReaper(scheduler.call_at)
+        for purgatory in self.purgatories:
+            self.reaper.add_purgatory(purgatory)
+        for name, timer in self.quotas.throttle_timers():
+            self.reaper.add_timer(name, timer)
+        self._tasks: list[Cancellable] = []
+        self._compacting = False
+        self._due_at: dict[str, int] = {}
+
+    @property
+    def purgatories(self) -> list[DelayedOperationPurgatory]:
+        return [
+            self.replicas.fetch_purgatory,
+            self.replicas.produce_purgatory,
+            self.heartbeat_purgatory,
+            self.rebalance_purgatory,
+        ]
+
+    def start(self) -> None:
+        """Replay __consumer_offsets (arming members' session timers) and schedule the
+        periodic work."""
+        self.groups.start()
+        start = self.clock.wall_milliseconds()
+        config = self.config
+        self._intervals = {
+            "retention": config.get("log.retention.check.interval.ms"),
+            "checkpoint": config.get("log.flush.offset.checkpoint.interval.ms"),
+            "producer-expiration": config.get("producer.id.expiration.check.interval.ms"),
+            "offsets-retention": config.get("offsets.retention.check.interval.ms"),
+        }
+        self._due_at = {name: start + interval for name, interval in self._intervals.items()}
+        schedule = self.scheduler.schedule
+        self._tasks.append(schedule("log-maintenance", self.maintain_logs, MAINTENANCE_TICK_MS))
+        self._tasks.append(schedule("group-maintenance", self.maintain_groups, MAINTENANCE_TICK_MS))
+
+    # -- periodic work (Kafka's KafkaScheduler tasks) ----------------------------------
+    def _due(self, name: str, now: int) -> bool:
+        if now < self._due_at[name]:
+            return False
+        self._due_at[name] = now + self._intervals[name]
+        return True
+
+    def maintain_logs(self) -> None:
+        """Time-based flush and retention, recovery-point checkpoints (written on the
+        scheduler's worker threads) and producer-id expiry, each when due."""
+        now = self.clock.wall_milliseconds()
+        self.reaper.purge_if_due()
+        self.logs.maintenance(now, self._due("retention", now))
+        if self._due("producer-expiration", now):
+            removed = self.logs.remove_expired_producers(now, self.config.get("producer.id.expiration.ms"))
+            if removed:
+                log.info("removed %d expired producer id state(s)", removed)
+        if self._due("checkpoint", now):
+            for ticket in self.logs.recovery_point_checkpoints():
+                self.scheduler.submit(ticket.run, _log_failure("recovery-point checkpoint"))
+
+    def maintain_groups(self) -> None:
+        """Offset retention, and the compaction of __consumer_offsets (its fsync on a
+        worker thread)."""
+        now = self.clock.wall_milliseconds()
+        self.groups.maintenance(now, self._due("offsets-retention", now))
+        offsets_log = self.groups.offsets_log
+        if self._compacting or not offsets_log.needs_compaction:
+            return
+        ticket = offsets_log.begin_compaction()
+        if ticket is None:
+            return
+        self._compacting = True
+
+        def done(_result: object, exc: BaseException | None) -> None:
+            self._compacting = False
+            if exc is not None:
+                log.error("compaction of __consumer_offsets failed: %s", exc)
+            else:
+                offsets_log.finish_compaction(ticket)
+
+        self.scheduler.submit(ticket.flush.run, done)
+
+    # -- stopping ------------------------------------------------------------------------
+    def stop_serving(self) -> None:
+        """The first step of a shutdown: parked JoinGroup/SyncGroup requests answer
+        NOT_COORDINATOR, parked long-poll fetches answer now with what they have."""
+        for task in self._tasks:
+            task.cancel()
+        self._tasks.clear()
+        self.groups.shutdown()
+        self.replicas.complete_fetches_now()
+
+    def close(self) -> None:
+        """Stop the timers and close every log (flushed, clean-shutdown marker)."""
+        self.reaper.shutdown()
+        self.logs.close()
+
+
+def _log_failure(what: str):
+    def on_done(_result: object, exc: BaseException | None) -> None:
+        if exc is not None:
+            log.error("%s failed: %s", what, exc)
+
+    return on_done

@@ -1,0 +1,750 @@
+"""Kafka's KafkaApis: decide what each request gets, sans-IO.
+
+``handle(request, now_ms)`` runs one request through the pipeline, the same for
+every API:
+
+1. **decode** (:mod:`tidegate.protocol.codec`, kio): an unknown key or version is
+   answered UNSUPPORTED_VERSION, bytes that do not parse close the connection; the
+   request's pool memory is released as soon as the body is decoded (Produce: after
+   the append);
+2. **authorize**: the place where ACL checks will sit (:meth:`KafkaApis._authorize`);
+3. **handle**: the API's handler returns the response as nested dicts with Kafka's
+   field names, ``None`` for no response (acks=0), or :data:`PARKED` when the request
+   waits in a purgatory (its owner calls :meth:`KafkaApis.send_response` later);
+4. **respond** (:meth:`KafkaApis._respond`, Kafka's ``sendResponseMaybeThrottle``):
+   quotas (record the request's time and bytes, decide the KIP-219 throttle), metrics
+   (error codes, bytes out), encode.
+
+The outcome is a plain value (:mod:`tidegate.network.request_channel`): response
+pieces, no response, close, or PARKED, with the throttle and the after-send action
+for the shell. KafkaApis never creates a future, never reads the system clock (the
+request quota measures handler time on the injected :class:`~tidegate.clock.Clock`),
+never touches a connection. Appends and fetches go through
+:class:`~tidegate.server.replica_manager.ReplicaManager`; the group, admin and
+security APIs live in their own handler classes, which this module imports (never the
+other way round).
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from tidegate.clock import SYSTEM_CLOCK, Clock
+from tidegate.config import BrokerConfig
+from tidegate.network.request_channel import (
+    PARKED,
+    CloseConnectionResponse,
+    NoOpResponse,
+    Outcome,
+    Request,
+    RequestChannel,
+    RequestContext,
+    Response,
+    SendResponse,
+)
+from tidegate.protocol.apis import SUPPORTED_APIS, ApiKey
+from tidegate.protocol.codec import (
+    InvalidRequestError,
+    RequestHeader,
+    UnsupportedVersionError,
+    build,
+    decode_request,
+    encode_error_only,
+    encode_response,
+    ms,
+    response_class,
+)
+from tidegate.server.admin_apis import AdminApis
+from tidegate.server.endpoints import Endpoints
+from tidegate.server.group_apis import GroupApis
+from tidegate.server.group_offsets import is_internal_topic
+from tidegate.server.metadata import InvalidTopicError, TopicInfo, TopicStore, validate_topic_name
+from tidegate.server.producer_id_manager import ProducerIdManager
+from tidegate.server.replica_manager import (
+    MAX_INT32,
+    FetchParams,
+    FetchPartition,
+    FetchPartitionData,
+    PartitionResponse,
+    ReplicaManager,
+)
+from tidegate.server.security_apis import SecurityApis
+
+if TYPE_CHECKING:
+    from tidegate.log.log import Log
+    from tidegate.metrics import BrokerMetrics
+    from tidegate.security.credentials import CredentialStore
+    from tidegate.server.client_quotas import BrokerQuotas
+    from tidegate.server.quotas import ClientQuotaManager
+
+log = logging.getLogger(__name__)
+
+NO_TIMESTAMP = -1
+EARLIEST_TIMESTAMP = -2
+LATEST_TIMESTAMP = -1
+MAX_TIMESTAMP = -3
+EARLIEST_LOCAL_TIMESTAMP = -4
+LATEST_TIERED_TIMESTAMP = -5
+AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
+ZERO_UUID = uuid.UUID(int=0)
+SASL_HANDSHAKE = 17
+SASL_AUTHENTICATE = 36
+
+Handler = Callable[[Request, int], Any]
+
+
+class _QuotaRequest:
+    """What the quota step needs to know about one request while it is answered."""
+
+    __slots__ = ("client_id", "exempt", "size", "user")
+
+    def __init__(self, user: str, client_id: str, exempt: bool, size: int) -> None:
+        self.user = user
+        self.client_id = client_id
+        self.exempt = exempt
+        self.size = size
+
+
+class KafkaApis:
+    def __init__(
+        self,
+        config: BrokerConfig,
+        cluster_id: str,
+        replicas: ReplicaManager,
+        store: TopicStore,
+        quotas: BrokerQuotas,
+        groups: GroupApis,
+        *,
+        channel: RequestChannel | None = None,
+        producer_ids: ProducerIdManager,
+        credentials: CredentialStore,
+        endpoints: Endpoints,
+        time: Clock = SYSTEM_CLOCK,
+    ) -> None:
+        self.config = config
+        self.cluster_id = cluster_id
+        self.node_id = config.node_id
+        self.replicas = replicas
+        self.logs = replicas.logs
+        self.store = store
+        #: where answers to parked requests go: the SocketServer (set once it exists)
+        self.channel: RequestChannel = channel if channel is not None else _NO_CHANNEL
+        self.quotas = quotas
+        self.time = time
+        self.endpoints = endpoints
+        # InitProducerId: ids persisted in blocks in the data directory (never reused).
+        self.producer_ids = producer_ids
+        self.groups = groups
+        groups.respond = self.send_response
+        self.admin = AdminApis(config, cluster_id, replicas, store, quotas, endpoints, groups)
+        self.security = SecurityApis(credentials)
+        self.handlers: dict[int, Handler] = {
+            ApiKey.PRODUCE: self.handle_produce,
+            ApiKey.FETCH: self.handle_fetch,
+            ApiKey.LIST_OFFSETS: self.handle_list_offsets,
+            ApiKey.METADATA: self.handle_metadata,
+            ApiKey.API_VERSIONS: self.handle_api_versions,
+            ApiKey.INIT_PRODUCER_ID: self.handle_init_producer_id,
+            ApiKey.CREATE_TOPICS: self.admin.handle_create_topics,
+            ApiKey.DELETE_TOPICS: self.admin.handle_delete_topics,
+            ApiKey.DESCRIBE_CONFIGS: self.admin.handle_describe_configs,
+            ApiKey.CREATE_PARTITIONS: self.admin.handle_create_partitions,
+            ApiKey.DESCRIBE_CLUSTER: self.admin.handle_describe_cluster,
+            ApiKey.DESCRIBE_CLIENT_QUOTAS: self.admin.handle_describe_client_quotas,
+            ApiKey.ALTER_CLIENT_QUOTAS: self.admin.handle_alter_client_quotas,
+            ApiKey.FIND_COORDINATOR: groups.handle_find_coordinator,
+            ApiKey.JOIN_GROUP: groups.handle_join_group,
+            ApiKey.SYNC_GROUP: groups.handle_sync_group,
+            ApiKey.HEARTBEAT: groups.handle_heartbeat,
+            ApiKey.LEAVE_GROUP: groups.handle_leave_group,
+            ApiKey.OFFSET_COMMIT: groups.handle_offset_commit,
+            ApiKey.OFFSET_FETCH: groups.handle_offset_fetch,
+            ApiKey.LIST_GROUPS: groups.handle_list_groups,
+            ApiKey.DESCRIBE_GROUPS: groups.handle_describe_groups,
+            ApiKey.DELETE_GROUPS: groups.handle_delete_groups,
+            ApiKey.OFFSET_DELETE: groups.handle_offset_delete,
+            ApiKey.SASL_HANDSHAKE: self.security.handle_sasl_handshake,
+            ApiKey.SASL_AUTHENTICATE: self.security.handle_sasl_authenticate,
+            ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: self.security.handle_describe_user_scram_credentials,
+            ApiKey.ALTER_USER_SCRAM_CREDENTIALS: self.security.handle_alter_user_scram_credentials,
+        }
+        assert set(self.handlers) == set(SUPPORTED_APIS), "advertised and handled APIs differ"
+        # Set by the broker when metrics are on (metrics.listener); None costs one check.
+        self.metrics: BrokerMetrics | None = None
+        # The request being handled, and its response if it was answered during its own
+        # handler (a JoinGroup that completes the rebalance it joins).
+        self._current: Request | None = None
+        self._current_response: Response | None = None
+
+    # -- the pipeline ---------------------------------------------------------------------
+    def handle(self, request: Request, now_ms: int) -> Outcome:
+        """Decode, authorize, handle and respond; ``now_ms`` is the wall-clock time
+        (record timestamps, commit times). Returns the response outcome, or PARKED."""
+        try:
+            header, body = decode_request(request.payload)
+        except UnsupportedVersionError as exc:
+            request.release_buffer()
+            ctx = request.context
+            log.info("%s from %s:%s", exc, ctx.client_address, ctx.client_port)
+            return SendResponse([self._unsupported_version(exc)])
+        except InvalidRequestError as exc:
+            request.release_buffer()
+            return CloseConnectionResponse(str(exc))
+        request.header = header
+        request.body = body
+        key = header.api_key
+        if key != ApiKey.PRODUCE:
+            request.release_buffer()  # fully decoded: its bytes are not needed
+        denied = self._authorize(request)
+        if denied is not None:
+            return self._respond(request, denied)
+        self._current = request
+        self._current_response = None
+        try:
+            values = self.handlers[key](request, now_ms)
+        finally:
+            self._current = None
+            if key == ApiKey.PRODUCE:
+                request.release_buffer()  # the records are appended by now
+        if values is not PARKED:
+            return self._respond(request, values)
+        answered = self._current_response
+        if answered is not None:
+            self._current_response = None
+            return answered
+        if self.quotas.enabled:
+            # The handler's time so far, recorded now; the check comes with the answer.
+            self._record_request_time(self._quota_request(request), self._elapsed_ns(request))
+        return PARKED
+
+    def send_response(self, request: Request, values: dict | None) -> None:
+        """The answer to a parked request (a purgatory, the group coordinator)."""
+        if request is self._current:
+            self._current_response = self._respond(request, values)
+            return
+        if request.abandoned:
+            return  # the connection went away
+        request.start_ns = self.time.nanoseconds()  # time from here is this answer's
+        self.channel.send_response(request, self._respond(request, values))
+
+    def try_complete_actions(self) -> None:
+        """Run the work deferred until the responses just sent are written."""
+        self.replicas.try_complete_actions()
+
+    def _authorize(self, request: Request) -> dict | None:
+        """The authorization step (KIP-11 ACLs): None lets the request through. No
+        authorizer is configured yet, so everything is allowed (docs/security.md)."""
+        return None
+
+    def _respond(self, request: Request, values: dict | None) -> Response:
+        """Quotas, metrics, encoding: Kafka's ``sendResponseMaybeThrottle``."""
+        if self.quotas.enabled:
+            return self._respond_with_quotas(request, values)
+        header: RequestHeader = request.header
+        if values is None:
+            return NoOpResponse()
+        if self.metrics is not None:
+            self._account(header, values)
+        return SendResponse([self._encode(header, values)])
+
+    # -- the quota step -------------------------------------------------------------------
+    def _quota_request(self, request: Request) -> _QuotaRequest:
+        header: RequestHeader = request.header
+        ctx = request.context
+        key = header.api_key
+        # Exempt from the request quota, as in Kafka: ApiVersions, and the SASL exchange
+        # before the connection is authenticated (their time is still measured).
+        exempt = key == ApiKey.API_VERSIONS or (
+            key in (SASL_HANDSHAKE, SASL_AUTHENTICATE) and not ctx.authenticated
+        )
+        return _QuotaRequest(ctx.principal, header.client_id or "", exempt, len(request.payload))
+
+    def _elapsed_ns(self, request: Request) -> int:
+        return max(self.time.nanoseconds() - request.start_ns, 0)
+
+    def record_exempt_request_time_ns(self, ns: int) -> None:
+        """The shell's SASL exchange before login: exempt, measured (RequestProcessor)."""
+        self.quotas.request.maybe_record_exempt_ns(ns)
+
+    def _record_request_time(self, q: _QuotaRequest, ns: int) -> None:
+        """Time spent on a request, recorded without a check (the next check sees it)."""
+        request = self.quotas.request
+        if q.exempt:
+            request.maybe_record_exempt_ns(ns)
+        else:
+            request.record_network_thread_time_ns(q.user, q.client_id, ns)
+
+    def _respond_with_quotas(self, request: Request, values: dict | None) -> Response:
+        """Record, check and throttle (KIP-219), then encode the response.
+
+        As Kafka's KafkaApis: the request time so far is recorded and checked on the
+        request quota; Produce records the request's size on the produce quota, Fetch the
+        response's size on the fetch quota; the throttle is the maximum of those that
+        apply. A throttled Fetch is answered empty (its bytes are taken back: the client
+        gets them later). The response carries ``throttle_time_ms`` in every version
+        that has the field and is sent at once; the shell mutes the connection for the
+        throttle time, also when there is no response (acks=0), until the throttle's
+        timer task ends it. Encoding and writing the response are recorded after the
+        write (the response's ``after_send``).
+        """
+        quotas = self.quotas
+        header: RequestHeader = request.header
+        key = header.api_key
+        q = self._quota_request(request)
+        clock = self.time
+        if q.exempt:
+            quotas.request.maybe_record_exempt_ns(self._elapsed_ns(request))
+            encode_start = clock.nanoseconds()
+            pieces = None
+            if values is not None:
+                if self.metrics is not None:
+                    self._account(header, values)
+                pieces = [self._encode(header, values)]
+            return self._with_after_send(pieces, 0, q, encode_start)
+        request_ms = quotas.request.maybe_record_request_time_ns(q.user, q.client_id, self._elapsed_ns(request))
+        encode_start = clock.nanoseconds()
+        encoded = None
+        byte_manager = None
+        byte_ms = 0
+        fetched = 0
+        if key == ApiKey.PRODUCE:
+            byte_manager = quotas.produce
+            byte_ms = byte_manager.maybe_record_and_get_throttle_time_ms(q.user, q.client_id, q.size)
+        elif key == ApiKey.FETCH and values is not None and quotas.fetch.quotas_enabled:
+            byte_manager = quotas.fetch
+            encoded = self._encode(header, values)
+            fetched = len(encoded)
+            byte_ms = byte_manager.record_and_get_throttle_time_ms(q.user, q.client_id, fetched)
+        throttle_ms = max(byte_ms, request_ms)
+        if throttle_ms > 0:
+            if key == ApiKey.FETCH and values is not None:
+                if fetched:
+                    quotas.fetch.unrecord_quota_sensor(q.user, q.client_id, fetched)
+                values = self._throttled_fetch(values)
+                encoded = None
+            if values is not None:
+                values["throttle_time"] = throttle_ms
+                encoded = None
+            manager: ClientQuotaManager = (
+                byte_manager if byte_manager is not None and byte_ms > request_ms else quotas.request
+            )
+            connection_id = request.context.connection_id
+            end = self.channel.end_throttling
+            manager.throttle(q.user, q.client_id, throttle_ms, lambda: end(connection_id))
+        pieces = None
+        if values is not None:
+            if self.metrics is not None:
+                self._account(header, values)
+            if encoded is None:
+                encoded = self._encode(header, values)
+            pieces = [encoded]
+        return self._with_after_send(pieces, throttle_ms, q, encode_start)
+
+    def _with_after_send(
+        self, pieces: list[bytes] | None, throttle_ms: int, q: _QuotaRequest, since_ns: int
+    ) -> Response:
+        """The response, with the action that records the time from ``since_ns`` to the
+        end of its write (Kafka's network-thread time) once the shell has written it."""
+        clock = self.time
+        record = self._record_request_time
+
+        def after_send() -> None:
+            record(q, max(clock.nanoseconds() - since_ns, 0))
+
+        if pieces is None:
+            return NoOpResponse(throttle_ms, after_send)
+        return SendResponse(pieces, throttle_ms, after_send)
+
+    @staticmethod
+    def _throttled_fetch(values: dict) -> dict:
+        """The answer to a throttled Fetch: the same partitions, high watermarks as
+        usual, no records (the consumer fetches them again once the throttle ends)."""
+        empty = dict(values)
+        empty["responses"] = [
+            {**t, "partitions": [{**p, "records": b""} for p in t["partitions"]]}
+            for t in values["responses"]
+        ]
+        return empty
+
+    # -- metrics and encoding -------------------------------------------------------------
+    def _account(self, header: RequestHeader, values: dict) -> None:
+        """Metrics from a response about to be sent: error codes per API (per partition
+        for Produce and Fetch, as Kafka counts them) and Fetch's bytes out per topic."""
+        assert self.metrics is not None
+        requests = self.metrics.requests
+        key = header.api_key
+        if key == ApiKey.PRODUCE:
+            for t in values["responses"]:
+                for p in t["partition_responses"]:
+                    if p["error_code"]:
+                        requests.error(key, p["error_code"])
+        elif key == ApiKey.FETCH:
+            topics = self.metrics.topics
+            by_id = header.api_version >= 13
+            if values["error_code"]:
+                requests.error(key, values["error_code"])
+            for t in values["responses"]:
+                if by_id:
+                    info = self.store.get_by_id(t["topic_id"])
+                    name = info.name if info is not None else None
+                else:
+                    name = t["topic"]
+                size = 0
+                for p in t["partitions"]:
+                    if p["error_code"]:
+                        requests.error(key, p["error_code"])
+                    else:
+                        size += len(p["records"] or b"")
+                if size and name is not None:
+                    topics.fetched(name, size)
+        else:
+            requests.count_errors(key, values)
+
+    def _encode(self, header: RequestHeader, values: dict) -> bytes:
+        return encode_response(header, build(response_class(header.api_key, header.api_version), values))
+
+    def _unsupported_version(self, exc: UnsupportedVersionError) -> bytes:
+        if exc.api_key == ApiKey.API_VERSIONS:
+            # KIP-511: answer with a v0 body carrying the supported range, so the
+            # client can retry with a version both sides know.
+            header = RequestHeader(exc.api_key, 0, exc.correlation_id, None, False)
+            values = self._api_versions_body()
+            values["error_code"] = ErrorCode.unsupported_version
+            return self._encode(header, values)
+        if self.metrics is not None:
+            self.metrics.requests.error(exc.api_key, ErrorCode.unsupported_version)
+        return encode_error_only(exc.correlation_id, ErrorCode.unsupported_version.value)
+
+    # -- ApiVersions ----------------------------------------------------------------------
+    def _api_versions_body(self) -> dict:
+        return {
+            "error_code": ErrorCode.none,
+            "api_keys": [
+                {"api_key": int(r.key), "min_version": r.min_version, "max_version": r.max_version}
+                for r in SUPPORTED_APIS.values()
+            ],
+            "throttle_time": 0,
+            "supported_features": [],
+            "finalized_features_epoch": -1,
+            "finalized_features": [],
+            "zk_migration_ready": False,
+        }
+
+    def handle_api_versions(self, request: Request, now_ms: int) -> dict:
+        return self._api_versions_body()
+
+    # -- Metadata -------------------------------------------------------------------------
+    def _partition_metadata(self, partitions: int) -> list[dict]:
+        node = self.node_id
+        return [
+            {
+                "error_code": ErrorCode.none,
+                "partition_index": p,
+                "leader_id": node,
+                "leader_epoch": 0,
+                "replica_nodes": (node,),
+                "isr_nodes": (node,),
+                "offline_replicas": (),
+            }
+            for p in range(partitions)
+        ]
+
+    def _topic_metadata(self, info: TopicInfo) -> dict:
+        return {
+            "error_code": ErrorCode.none,
+            "name": info.name,
+            "topic_id": info.topic_id,
+            "is_internal": is_internal_topic(info.name),
+            "partitions": self._partition_metadata(info.partitions),
+            "topic_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+        }
+
+    def handle_metadata(self, request: Request, now_ms: int) -> dict:
+        version = request.header.api_version
+        req = request.body
+        topics_out = []
+        if req.topics is None or (version == 0 and not req.topics):
+            # null (v1+) or empty (v0) means every topic
+            # ... except internal ones (__consumer_offsets), unless asked for by name
+            topics_out = [
+                self._topic_metadata(info)
+                for info in self.store.topics.values()
+                if not is_internal_topic(info.name)
+            ]
+        else:
+            allow_auto = getattr(req, "allow_auto_topic_creation", True)
+            for t in req.topics:
+                name = t.name
+                if name is None:
+                    info = self._topic_by_id(getattr(t, "topic_id", None))
+                    if info is None:
+                        topics_out.append(
+                            {
+                                "error_code": ErrorCode.unknown_topic_id,
+                                "name": None,
+                                "topic_id": getattr(t, "topic_id", ZERO_UUID),
+                                "partitions": [],
+                            }
+                        )
+                        continue
+                else:
+                    info = self.store.get(name)
+                if info is None:
+                    topics_out.append(self._auto_create(name, allow_auto))
+                else:
+                    topics_out.append(self._topic_metadata(info))
+        host, port = self.endpoints.endpoint(request.context)
+        return {
+            "throttle_time": 0,
+            "brokers": [{"node_id": self.node_id, "host": host, "port": port, "rack": None}],
+            "cluster_id": self.cluster_id,
+            "controller_id": self.node_id,
+            "topics": topics_out,
+            "cluster_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+        }
+
+    def _auto_create(self, name: str, allow_auto: bool) -> dict:
+        error = ErrorCode.unknown_topic_or_partition
+        if is_internal_topic(name):  # created by the group coordinator, never by a lookup
+            return {"error_code": error, "name": name, "topic_id": ZERO_UUID, "partitions": []}
+        try:
+            validate_topic_name(name)
+        except InvalidTopicError:
+            return {"error_code": ErrorCode.invalid_topic_exception, "name": name, "partitions": []}
+        if allow_auto and self.config.get("auto.create.topics.enable"):
+            try:
+                info = self.logs.create_topic(name, self.config.get("num.partitions"), {})
+            except OSError as exc:
+                log.error("could not auto-create topic %s: %s", name, exc)
+                return {"error_code": ErrorCode.kafka_storage_error, "name": name, "partitions": []}
+            log.info("auto-created topic %s with %d partition(s)", name, info.partitions)
+            return self._topic_metadata(info)
+        return {"error_code": error, "name": name, "topic_id": ZERO_UUID, "partitions": []}
+
+    def _topic_by_id(self, topic_id: uuid.UUID | None) -> TopicInfo | None:
+        return None if topic_id is None else self.store.get_by_id(topic_id)
+
+    # -- Produce --------------------------------------------------------------------------
+    def handle_produce(self, request: Request, now_ms: int) -> Any:
+        req = request.body
+        acks = req.acks
+        entries: dict[tuple[str, int], Any] = {}
+        early: dict[tuple[str, int], PartitionResponse] = {}
+        order: list[tuple[str, list[tuple[str, int]]]] = []
+        transactional = req.transactional_id is not None and acks in (0, 1, -1)
+        for topic in req.topic_data:
+            keys = []
+            for pd in topic.partition_data:
+                key = (topic.name, pd.index)
+                keys.append(key)
+                if (
+                    transactional
+                    and not is_internal_topic(topic.name)
+                    and self.replicas.get_log(*key) is not None
+                ):
+                    early[key] = PartitionResponse(
+                        ErrorCode.transactional_id_authorization_failed,
+                        error_message="transactions are not supported by this broker yet",
+                    )
+                else:
+                    entries[key] = pd.records
+            order.append((topic.name, keys))
+
+        def respond(results: dict[tuple[str, int], PartitionResponse]) -> None:
+            if acks == 0:
+                self.send_response(request, None)
+                return
+            results.update(early)
+            self.send_response(request, self._produce_body(order, results))
+
+        self.replicas.append_records(ms(req.timeout), acks, entries, now_ms, respond)
+        return PARKED
+
+    @staticmethod
+    def _produce_body(
+        order: list[tuple[str, list[tuple[str, int]]]], results: dict[tuple[str, int], PartitionResponse]
+    ) -> dict:
+        responses = []
+        for name, keys in order:
+            parts = []
+            for key in keys:
+                r = results[key]
+                parts.append(
+                    {
+                        "index": key[1],
+                        "error_code": r.error,
+                        "base_offset": r.base_offset,
+                        "log_append_time": r.log_append_time,
+                        "log_start_offset": r.log_start_offset,
+                        "record_errors": [
+                            {"batch_index": i, "batch_index_error_message": m} for i, m in r.record_errors
+                        ],
+                        "error_message": r.error_message,
+                    }
+                )
+            responses.append({"name": name, "partition_responses": parts})
+        return {"responses": responses, "throttle_time": 0, "node_endpoints": []}
+
+    # -- Fetch ----------------------------------------------------------------------------
+    def handle_fetch(self, request: Request, now_ms: int) -> Any:
+        header: RequestHeader = request.header
+        req = request.body
+        by_id = header.api_version >= 13
+        topics = []  # (request topic, its partitions' FetchPartition)
+        partitions: list[FetchPartition] = []
+        for t in req.topics:
+            info = self._topic_by_id(t.topic_id) if by_id else self.store.get(t.topic)
+            fps = [
+                FetchPartition(
+                    (info.name, p.partition) if info is not None else None,
+                    p.fetch_offset,
+                    p.partition_max_bytes,
+                )
+                for p in t.partitions
+            ]
+            topics.append((t, fps))
+            partitions.extend(fps)
+        max_bytes = req.max_bytes if header.api_version >= 3 else MAX_INT32
+        # Under a fetch quota a response is at most what the quota allows in its whole
+        # window (Kafka's getMaxValueInQuotaWindow), so one response cannot earn a
+        # throttle of many windows.
+        if self.quotas.fetch.quotas_enabled:
+            window_max = self.quotas.fetch.max_value_in_quota_window(
+                request.context.principal, header.client_id or ""
+            )
+            max_bytes = int(min(window_max, max_bytes))
+        params = FetchParams(ms(req.max_wait), req.min_bytes, min(max_bytes, MAX_INT32))
+
+        def respond(results: list[FetchPartitionData]) -> None:
+            self.send_response(request, self._fetch_body(by_id, topics, results))
+
+        self.replicas.fetch_messages(params, partitions, respond, lambda: request.abandoned)
+        return PARKED
+
+    @staticmethod
+    def _fetch_body(by_id: bool, topics: list, results: list[FetchPartitionData]) -> dict:
+        it = iter(results)
+        responses = []
+        for t, _fps in topics:
+            parts = []
+            for p in t.partitions:
+                r = next(it)
+                error = r.error
+                if by_id and error is ErrorCode.unknown_topic_or_partition:
+                    error = ErrorCode.unknown_topic_id
+                parts.append(
+                    {
+                        "partition_index": p.partition,
+                        "error_code": error,
+                        "high_watermark": r.high_watermark,
+                        "last_stable_offset": r.last_stable_offset,
+                        "log_start_offset": r.log_start_offset,
+                        "aborted_transactions": None,
+                        "preferred_read_replica": -1,
+                        "records": r.records,
+                    }
+                )
+            responses.append(
+                {
+                    "topic": t.topic if not by_id else None,
+                    "topic_id": t.topic_id if by_id else None,
+                    "partitions": parts,
+                }
+            )
+        return {
+            "throttle_time": 0,
+            "error_code": ErrorCode.none,
+            "session_id": 0,  # no fetch session: clients send full fetches (KIP-227 allows it)
+            "responses": responses,
+            "node_endpoints": [],
+        }
+
+    # -- ListOffsets ----------------------------------------------------------------------
+    def handle_list_offsets(self, request: Request, now_ms: int) -> dict:
+        topics = []
+        for t in request.body.topics:
+            info = self.store.get(t.name)
+            parts = []
+            for p in t.partitions:
+                out = {
+                    "partition_index": p.partition_index,
+                    "error_code": ErrorCode.none,
+                    "timestamp": NO_TIMESTAMP,
+                    "offset": -1,
+                    "leader_epoch": 0,
+                }
+                parts.append(out)
+                plog: Log | None = self.replicas.get_log(t.name, p.partition_index) if info is not None else None
+                if plog is None:
+                    out["error_code"] = ErrorCode.unknown_topic_or_partition
+                    continue
+                ts = p.timestamp
+                if ts == LATEST_TIMESTAMP or ts == LATEST_TIERED_TIMESTAMP:
+                    out["offset"] = plog.high_watermark
+                elif ts in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
+                    out["offset"] = plog.log_start_offset
+                elif ts == MAX_TIMESTAMP:
+                    found = plog.max_timestamp_offset()
+                    if found is not None:
+                        out["offset"], out["timestamp"] = found
+                elif ts < 0:
+                    out["error_code"] = ErrorCode.invalid_request
+                else:
+                    found = plog.offset_for_timestamp(ts)
+                    if found is not None:
+                        out["offset"], out["timestamp"] = found
+            topics.append({"name": t.name, "partitions": parts})
+        return {"throttle_time": 0, "topics": topics}
+
+    # -- InitProducerId -------------------------------------------------------------------
+    def handle_init_producer_id(self, request: Request, now_ms: int) -> dict:
+        """Idempotent producers get a fresh producer id with epoch 0, as Kafka's
+        TransactionCoordinator answers every request without a transactional id (also
+        v3+ requests carrying a current id and epoch: Kafka ignores them then, and the
+        clients take whatever id and epoch come back). Transactional ids are refused
+        with TRANSACTIONAL_ID_AUTHORIZATION_FAILED: there is no transaction coordinator,
+        and that code makes every client fail at once with a clear error instead of
+        retrying a coordinator lookup until it times out (docs/idempotence.md)."""
+        req = request.body
+        body = {"throttle_time": 0, "error_code": ErrorCode.none, "producer_id": -1, "producer_epoch": -1}
+        txn_id = req.transactional_id
+        if txn_id is not None:
+            if txn_id == "":
+                body["error_code"] = ErrorCode.invalid_request
+            else:
+                body["error_code"] = ErrorCode.transactional_id_authorization_failed
+                log.info("InitProducerId for transactional id %r refused: transactions are "
+                         "not supported", txn_id)
+            return body
+        pid = getattr(req, "producer_id", -1)
+        epoch = getattr(req, "producer_epoch", -1)
+        if (pid == -1) != (epoch == -1):
+            body["error_code"] = ErrorCode.invalid_request  # Kafka: both or neither
+            return body
+        try:
+            body["producer_id"] = self.producer_ids.generate()
+        except OSError as exc:
+            # Kafka answers this when no id block can be had: retriable, clients retry.
+            log.error("cannot reserve a block of producer ids: %s", exc)
+            body["error_code"] = ErrorCode.coordinator_load_in_progress
+            return body
+        body["producer_epoch"] = 0
+        return body
+
+
+class _NoChannel:
+    def send_response(self, request: Request, response: Response) -> None:
+        raise RuntimeError("KafkaApis.channel is not set: no shell to answer parked requests")
+
+    def end_throttling(self, connection_id: int) -> None:
+        raise RuntimeError("KafkaApis.channel is not set")
+
+
+_NO_CHANNEL = _NoChannel()
+
+__all__ = ["PARKED", "KafkaApis", "RequestContext"]

@@ -1,0 +1,187 @@
+"""Kafka's LogManager: the partition logs of the data directory and their lifecycle.
+
+Loading every partition at start (recovering after a crash), creating and deleting
+them with their topics, and the periodic work on every log (time-based flush,
+retention, recovery-point checkpoints, producer-id expiry). Appending and fetching
+belong to :class:`~tidegate.server.replica_manager.ReplicaManager`, which holds one of
+these. Each partition directory carries a ``partition.metadata`` file with its topic id,
+as Kafka's does, so a directory left behind by a deleted topic is never mistaken for a
+new topic of the same name.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+from tidegate.log.config import LogConfig
+from tidegate.log.log import Log, partition_dir
+from tidegate.server.metadata import TopicInfo, TopicStore, write_atomically
+
+log = logging.getLogger(__name__)
+
+PARTITION_METADATA = "partition.metadata"
+
+TopicPartition = tuple[str, int]
+
+
+def _read_topic_id(directory: Path) -> uuid.UUID | None:
+    try:
+        for line in (directory / PARTITION_METADATA).read_text().splitlines():
+            if line.startswith("topic_id:"):
+                return uuid.UUID(line.split(":", 1)[1].strip())
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+class LogManager:
+    def __init__(
+        self,
+        root: Path,
+        store: TopicStore,
+        log_config_for: Callable[[TopicInfo], LogConfig],
+        now_ms: Callable[[], int],
+    ) -> None:
+        self.root = root
+        self.store = store
+        self.log_config_for = log_config_for
+        self.now_ms = now_ms
+        self.logs: dict[TopicPartition, Log] = {}
+
+    # -- lifecycle ---------------------------------------------------------
+    def load(self) -> None:
+        """Open every partition of every stored topic; remove directories of deleted topics."""
+        wanted: dict[Path, TopicInfo] = {}
+        for info in self.store.topics.values():
+            for p in range(info.partitions):
+                wanted[partition_dir(self.root, info.name, p)] = info
+        for child in sorted(self.root.iterdir()):
+            if not child.is_dir():
+                continue
+            info = wanted.get(child)
+            if info is None or _read_topic_id(child) not in (None, info.topic_id):
+                log.info("removing %s: it belongs to no live topic", child)
+                shutil.rmtree(child, ignore_errors=True)
+        for info in self.store.topics.values():
+            self._open_partitions(info, 0, info.partitions)
+        for (topic, partition), plog in self.logs.items():
+            if not plog.had_clean_shutdown:
+                log.info(
+                    "recovered %s-%d after an unclean shutdown: log end offset %d, "
+                    "%d byte(s) of torn or corrupt tail truncated",
+                    topic,
+                    partition,
+                    plog.log_end_offset,
+                    plog.recovered_truncated_bytes,
+                )
+            elif plog.recovered_truncated_bytes:
+                log.warning(
+                    "%s-%d: %d byte(s) of corrupt tail truncated despite a clean shutdown; "
+                    "log end offset %d",
+                    topic,
+                    partition,
+                    plog.recovered_truncated_bytes,
+                    plog.log_end_offset,
+                )
+
+    def _open_partitions(self, info: TopicInfo, start: int, end: int) -> None:
+        config = self.log_config_for(info)
+        now = self.now_ms()
+        for p in range(start, end):
+            directory = partition_dir(self.root, info.name, p)
+            directory.mkdir(parents=True, exist_ok=True)
+            meta = directory / PARTITION_METADATA
+            if not meta.exists():
+                write_atomically(meta, f"version: 0\ntopic_id: {info.topic_id}\n".encode())
+            self.logs[(info.name, p)] = Log(directory, config, now)
+
+    def create_topic(self, name: str, partitions: int, configs: dict[str, str]) -> TopicInfo:
+        """Open every partition log first, then persist the topic: all or nothing.
+
+        If a log cannot be opened (no disk space, out of file descriptors) the
+        logs opened so far are deleted and the topic is not stored, so a failed
+        create never leaves a topic with missing partitions behind.
+        """
+        info = TopicInfo(name, uuid.uuid4(), partitions, dict(configs))
+        self._open_or_roll_back(info, 0, partitions)
+        try:
+            return self.store.add(info)
+        except BaseException:
+            self._drop_partitions(name, 0, partitions)
+            raise
+
+    def add_partitions(self, name: str, count: int) -> None:
+        info = self.store.topics[name]
+        old = info.partitions
+        self._open_or_roll_back(info, old, count)
+        try:
+            self.store.set_partitions(name, count)
+        except BaseException:
+            self._drop_partitions(name, old, count)
+            raise
+
+    def _open_or_roll_back(self, info: TopicInfo, start: int, end: int) -> None:
+        try:
+            self._open_partitions(info, start, end)
+        except BaseException:
+            self._drop_partitions(info.name, start, end)
+            raise
+
+    def _drop_partitions(self, name: str, start: int, end: int) -> None:
+        for p in range(start, end):
+            plog = self.logs.pop((name, p), None)
+            if plog is not None:
+                try:
+                    plog.delete()
+                except Exception:
+                    log.exception("error removing partition %s-%d", name, p)
+            shutil.rmtree(partition_dir(self.root, name, p), ignore_errors=True)
+
+    def delete_topic(self, name: str) -> TopicInfo:
+        info = self.store.delete(name)
+        for p in range(info.partitions):
+            plog = self.logs.pop((name, p), None)
+            if plog is not None:
+                plog.delete()
+            shutil.rmtree(partition_dir(self.root, name, p), ignore_errors=True)
+        return info
+
+    def close(self) -> None:
+        for plog in self.logs.values():
+            try:
+                plog.close()
+            except Exception:
+                log.exception("error closing %s", plog)
+        self.logs.clear()
+
+    def get_log(self, topic: str, partition: int) -> Log | None:
+        return self.logs.get((topic, partition))
+
+    def recovery_point_checkpoints(self) -> list:
+        """Checkpoint writes for every log whose recovery point moved (run them off the loop)."""
+        tickets = []
+        for plog in self.logs.values():
+            ticket = plog.checkpoint_recovery_point()
+            if ticket is not None:
+                tickets.append(ticket)
+        return tickets
+
+    def remove_expired_producers(self, now_ms: int, expiration_ms: int) -> int:
+        """``producer.id.expiration.ms``: forget idle idempotent producers on every partition."""
+        removed = 0
+        for plog in self.logs.values():
+            removed += plog.remove_expired_producers(now_ms, expiration_ms)
+        return removed
+
+    def maintenance(self, now_ms: int, retention_due: bool) -> None:
+        """Time-based flush (flush.ms) and, when due, retention on every partition."""
+        for plog in list(self.logs.values()):
+            plog.maybe_flush_by_time(now_ms)
+            if retention_due:
+                deleted = plog.apply_retention(now_ms)
+                if deleted:
+                    log.info("retention deleted %d segment(s) of %s", deleted, plog)
