@@ -44,9 +44,8 @@ from tidegate.server.client_quotas import BrokerQuotas, QuotaConfigError
 from tidegate.server.delayed_fetch import DelayedFetch, FetchPartitionStatus
 from tidegate.server.delayed_produce import DelayedProduce
 from tidegate.server.group_apis import GroupApis
-from tidegate.server.group_offsets import is_internal_topic
 from tidegate.server.log_flusher import LogFlusher
-from tidegate.server.metadata import InvalidTopicError, validate_topic_name
+from tidegate.server.metadata import InvalidTopicError, is_internal_topic, validate_topic_name
 from tidegate.server.producer_id_manager import ProducerIdManager
 from tidegate.server.purgatory import DelayedOperationPurgatory
 from tidegate.server.quotas import ClientQuotaManagerConfig

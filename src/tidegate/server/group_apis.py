@@ -32,13 +32,13 @@ from tidegate.server.group_coordinator import (
     SyncResult,
 )
 from tidegate.server.group_offsets import (
-    INTERNAL_TOPICS,
     OFFSETS_KEY,
     OFFSETS_PARTITION,
     OFFSETS_TOPIC,
     OffsetAndMetadata,
     OffsetsLog,
 )
+from tidegate.server.metadata import INTERNAL_TOPICS
 from tidegate.server.purgatory import DelayedOperation
 
 if TYPE_CHECKING:

@@ -40,23 +40,18 @@ from tidegate.log.batch_builder import Record, build_batch
 from tidegate.log.log import Log
 from tidegate.log.record_batch import iter_batches, read_header
 from tidegate.log.records import decode_batch_records, iter_decoded_batches
+from tidegate.server.metadata import GROUP_METADATA_TOPIC_NAME
 
 log = logging.getLogger(__name__)
 
-OFFSETS_TOPIC = "__consumer_offsets"
+OFFSETS_TOPIC = GROUP_METADATA_TOPIC_NAME
 OFFSETS_PARTITION = 0
 OFFSETS_KEY = (OFFSETS_TOPIC, OFFSETS_PARTITION)
-#: Topics clients may read but never write, create, delete or grow.
-INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC})
 FORMAT_VERSION = 1
 
 #: Records per batch when rewriting live keys (keeps batches far below max.message.bytes).
 _REWRITE_BATCH_RECORDS = 500
 _READ_CHUNK = 1 << 20
-
-
-def is_internal_topic(name: str | None) -> bool:
-    return name in INTERNAL_TOPICS
 
 
 @dataclass(slots=True)
