@@ -14,6 +14,11 @@ import struct
 import pytest
 from kio.schema.errors import ErrorCode as E
 
+from tidegate.coordinator.group.group_metadata_manager import (
+    OffsetAndMetadata,
+    OffsetsLog,
+    iter_records,
+)
 from tidegate.log.config import LogConfig
 from tidegate.log.log import Log
 from tidegate.server.group_coordinator import (
@@ -26,7 +31,6 @@ from tidegate.server.group_coordinator import (
     SyncResult,
     subscribed_topics_of,
 )
-from tidegate.server.group_offsets import OffsetAndMetadata, OffsetsLog, iter_records
 from tidegate.server.purgatory import DelayedOperationPurgatory
 from tidegate.server.timer import SystemTimer
 

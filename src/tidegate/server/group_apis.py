@@ -23,6 +23,13 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from tidegate.coordinator.group.group_metadata_manager import (
+    OFFSETS_KEY,
+    OFFSETS_PARTITION,
+    OFFSETS_TOPIC,
+    OffsetAndMetadata,
+    OffsetsLog,
+)
 from tidegate.protocol.codec import ms
 from tidegate.server.group_coordinator import (
     GROUP_AUTHORIZED_OPERATIONS,
@@ -30,13 +37,6 @@ from tidegate.server.group_coordinator import (
     GroupCoordinator,
     JoinResult,
     SyncResult,
-)
-from tidegate.server.group_offsets import (
-    OFFSETS_KEY,
-    OFFSETS_PARTITION,
-    OFFSETS_TOPIC,
-    OffsetAndMetadata,
-    OffsetsLog,
 )
 from tidegate.server.metadata import INTERNAL_TOPICS
 from tidegate.server.purgatory import DelayedOperation

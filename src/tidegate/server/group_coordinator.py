@@ -33,8 +33,9 @@ Every method here runs on the event loop's thread; answers leave through callbac
 (``JoinResult`` / ``SyncResult``), possibly long after the call returned.
 
 Group metadata (after each rebalance) and committed offsets are written to
-``__consumer_offsets`` through :class:`~tidegate.server.group_offsets.OffsetsLog`
-and replayed by :meth:`GroupCoordinator.startup`.
+``__consumer_offsets`` through
+:class:`~tidegate.coordinator.group.group_metadata_manager.OffsetsLog` and replayed
+by :meth:`GroupCoordinator.startup`.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from tidegate.server.group_offsets import (
+from tidegate.coordinator.group.group_metadata_manager import (
     OffsetAndMetadata,
     OffsetsLog,
     decode_group,

@@ -1,4 +1,5 @@
-"""Committed offsets and group metadata, kept durable in ``__consumer_offsets``.
+"""Committed offsets and group metadata, kept durable in ``__consumer_offsets``
+(the storage half of Kafka's ``GroupMetadataManager``).
 
 Kafka keeps consumer group state in a compacted internal topic: every offset
 commit is a record keyed by (group, topic, partition), every stored group
