@@ -14,6 +14,15 @@ import struct
 import pytest
 from kio.schema.errors import ErrorCode as E
 
+from tidegate.coordinator.group.group_coordinator import GroupConfig, GroupCoordinator
+from tidegate.coordinator.group.group_metadata import (
+    COMPLETING_REBALANCE,
+    EMPTY,
+    PREPARING_REBALANCE,
+    STABLE,
+    SyncResult,
+    subscribed_topics_of,
+)
 from tidegate.coordinator.group.group_metadata_manager import (
     OffsetAndMetadata,
     OffsetsLog,
@@ -21,16 +30,6 @@ from tidegate.coordinator.group.group_metadata_manager import (
 )
 from tidegate.log.config import LogConfig
 from tidegate.log.log import Log
-from tidegate.server.group_coordinator import (
-    COMPLETING_REBALANCE,
-    EMPTY,
-    PREPARING_REBALANCE,
-    STABLE,
-    GroupConfig,
-    GroupCoordinator,
-    SyncResult,
-    subscribed_topics_of,
-)
 from tidegate.server.purgatory import DelayedOperationPurgatory
 from tidegate.server.timer import SystemTimer
 

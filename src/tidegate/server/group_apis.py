@@ -23,6 +23,12 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from tidegate.coordinator.group.group_coordinator import (
+    GROUP_AUTHORIZED_OPERATIONS,
+    GroupConfig,
+    GroupCoordinator,
+)
+from tidegate.coordinator.group.group_metadata import JoinResult, SyncResult
 from tidegate.coordinator.group.group_metadata_manager import (
     OFFSETS_KEY,
     OFFSETS_PARTITION,
@@ -31,13 +37,6 @@ from tidegate.coordinator.group.group_metadata_manager import (
     OffsetsLog,
 )
 from tidegate.protocol.codec import ms
-from tidegate.server.group_coordinator import (
-    GROUP_AUTHORIZED_OPERATIONS,
-    GroupConfig,
-    GroupCoordinator,
-    JoinResult,
-    SyncResult,
-)
 from tidegate.server.metadata import INTERNAL_TOPICS
 from tidegate.server.purgatory import DelayedOperation
 
