@@ -1053,20 +1053,20 @@ class GroupCoordinator:
         group = self.groups.get(group_id)
         if group is None:
             return E.none, None
-        stable = group.state is STABLE and group.protocol_name is not None
-        protocol = group.protocol_name if stable else ""
+        # protocol, metadata and assignments only once Stable (None: not shown)
+        protocol = group.protocol_name if group.state is STABLE else None
         return E.none, {
             "state": group.state.value,
             "protocol_type": group.protocol_type or "",
-            "protocol": protocol,
+            "protocol": protocol if protocol is not None else "",
             "members": [
                 {
                     "member_id": m.member_id,
                     "group_instance_id": m.group_instance_id,
                     "client_id": m.client_id,
                     "client_host": m.client_host,
-                    "member_metadata": m.metadata(protocol) if stable else b"",
-                    "member_assignment": m.assignment if stable else b"",
+                    "member_metadata": m.metadata(protocol) if protocol is not None else b"",
+                    "member_assignment": m.assignment if protocol is not None else b"",
                 }
                 for m in group.members.values()
             ],
