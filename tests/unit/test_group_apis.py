@@ -16,8 +16,8 @@ import pytest
 from kio.schema.errors import ErrorCode as E
 
 from tests.unit.test_apis import NOW, Harness, batch, decode_frame, produce_body
+from tidegate.coordinator.group.group_metadata_manager import OFFSETS_TOPIC
 from tidegate.protocol.apis import ApiKey
-from tidegate.server.group_offsets import OFFSETS_TOPIC
 
 GROUP_PROPS = {"group.initial.rebalance.delay.ms": "0"}
 

@@ -14,25 +14,36 @@ import struct
 import pytest
 from kio.schema.errors import ErrorCode as E
 
-from tidegate.log.config import LogConfig
-from tidegate.log.log import Log
-from tidegate.server.group_coordinator import (
+from tidegate.clock import MockClock
+from tidegate.coordinator.group.group_coordinator import GroupConfig, GroupCoordinator
+from tidegate.coordinator.group.group_metadata import (
     COMPLETING_REBALANCE,
     EMPTY,
     PREPARING_REBALANCE,
     STABLE,
-    GroupConfig,
-    GroupCoordinator,
     SyncResult,
     subscribed_topics_of,
 )
-from tidegate.server.group_offsets import OffsetAndMetadata, OffsetsLog, iter_records
+from tidegate.coordinator.group.group_metadata_manager import (
+    OffsetAndMetadata,
+    OffsetsLog,
+    iter_records,
+)
+from tidegate.log.config import LogConfig
+from tidegate.log.log import Log
 from tidegate.server.purgatory import DelayedOperationPurgatory
 from tidegate.server.timer import SystemTimer
 
 T0 = 1_700_000_000_000
 SESSION = 10_000
 REBALANCE = 30_000
+
+
+def mock_clock(now_ms: int) -> MockClock:
+    """The project's fake clock, its monotonic milliseconds at ``now_ms``."""
+    clock = MockClock()
+    clock.set_milliseconds(now_ms)
+    return clock
 
 
 def subscription(*topics: str) -> bytes:
@@ -44,14 +55,6 @@ def subscription(*topics: str) -> bytes:
 
 
 RANGE = [("range", subscription("t"))]
-
-
-class Clock:
-    def __init__(self, now: int) -> None:
-        self.now = now
-
-    def __call__(self) -> int:
-        return self.now
 
 
 class Reply:
@@ -75,7 +78,7 @@ class Reply:
 
 class Harness:
     def __init__(self, tmp_path=None, **config) -> None:
-        self.clock = Clock(T0)
+        self.clock = mock_clock(T0)
         self.tmp_path = tmp_path
         self.heartbeat = DelayedOperationPurgatory("Heartbeat", SystemTimer(clock=self.clock))
         self.rebalance = DelayedOperationPurgatory("Rebalance", SystemTimer(clock=self.clock))
@@ -98,7 +101,7 @@ class Harness:
         assert self.log is not None
         self.log.close()
         h = Harness.__new__(Harness)
-        h.clock = Clock(self.clock.now)
+        h.clock = mock_clock(self.clock())
         h.tmp_path = self.tmp_path
         h.heartbeat = DelayedOperationPurgatory("Heartbeat", SystemTimer(clock=h.clock))
         h.rebalance = DelayedOperationPurgatory("Rebalance", SystemTimer(clock=h.clock))
@@ -111,9 +114,9 @@ class Harness:
 
     def advance(self, ms: int) -> None:
         """Move the clock in 100 ms steps, expiring what is due at each."""
-        end = self.clock.now + ms
-        while self.clock.now < end:
-            self.clock.now = min(end, self.clock.now + 100)
+        end = self.clock() + ms
+        while self.clock() < end:
+            self.clock.set_milliseconds(min(end, self.clock() + 100))
             self.heartbeat.advance_clock()
             self.rebalance.advance_clock()
 
@@ -569,9 +572,9 @@ def test_offsets_of_an_empty_group_expire_after_retention():
     assert ("t", 0) in h.group().offsets
     h.coord.handle_leave_group("g", [(a, None, None)])
     assert h.group().state is EMPTY
-    h.clock.now += 59_000
+    h.clock.advance(59_000)
     assert h.coord.cleanup_group_metadata() == 0
-    h.clock.now += 2_000
+    h.clock.advance(2_000)
     assert h.coord.cleanup_group_metadata() == 1
     assert "g" not in h.coord.groups  # empty and without offsets: removed
 
@@ -581,9 +584,9 @@ def test_explicit_retention_time_of_old_commits():
     h.coord.handle_commit_offsets(
         "simple", "", None, -1, {("t", 0): OffsetAndMetadata(1, commit_timestamp=T0, expire_timestamp=T0 + 5000)}
     )
-    h.clock.now = T0 + 4999
+    h.clock.set_milliseconds(T0 + 4999)
     assert h.coord.cleanup_group_metadata() == 0
-    h.clock.now = T0 + 5000
+    h.clock.set_milliseconds(T0 + 5000)
     assert h.coord.cleanup_group_metadata() == 1
 
 

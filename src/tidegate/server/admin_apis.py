@@ -25,8 +25,13 @@ from tidegate.config import (
 from tidegate.network.request_channel import Request
 from tidegate.server.client_quotas import BrokerQuotas, QuotaConfigError
 from tidegate.server.endpoints import Endpoints
-from tidegate.server.group_offsets import is_internal_topic
-from tidegate.server.metadata import InvalidTopicError, TopicInfo, TopicStore, validate_topic_name
+from tidegate.server.metadata import (
+    InvalidTopicError,
+    TopicInfo,
+    TopicStore,
+    is_internal_topic,
+    validate_topic_name,
+)
 from tidegate.server.replica_manager import ReplicaManager
 
 if TYPE_CHECKING:

@@ -3,7 +3,7 @@
 FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit,
 OffsetFetch, ListGroups, DescribeGroups, DeleteGroups and OffsetDelete: each turns
 the kio request of whatever version arrived into a call on the sans-IO
-:class:`~tidegate.server.group_coordinator.GroupCoordinator` and its answer into
+:class:`~tidegate.coordinator.group.group_coordinator.GroupCoordinator` and its answer into
 the response dict (Kafka field names) that ``KafkaApis`` builds and encodes.
 
 A JoinGroup or SyncGroup the coordinator cannot answer yet (a rebalance is in
@@ -22,25 +22,22 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from tidegate.config import BrokerConfig
-from tidegate.log.log import Log
-from tidegate.network.request_channel import PARKED, Request
-from tidegate.protocol.codec import ms
-from tidegate.server.endpoints import Endpoints
-from tidegate.server.group_coordinator import (
+from tidegate.coordinator.group.group_coordinator import (
     GROUP_AUTHORIZED_OPERATIONS,
     GroupConfig,
     GroupCoordinator,
-    JoinResult,
-    SyncResult,
 )
-from tidegate.server.group_offsets import (
-    INTERNAL_TOPICS,
+from tidegate.coordinator.group.group_metadata import JoinResult, SyncResult
+from tidegate.coordinator.group.group_metadata_manager import (
     OFFSETS_KEY,
-    OFFSETS_PARTITION,
     OFFSETS_TOPIC,
     OffsetAndMetadata,
     OffsetsLog,
 )
+from tidegate.log.log import Log
+from tidegate.network.request_channel import PARKED, Request
+from tidegate.protocol.codec import ms
+from tidegate.server.endpoints import Endpoints
 from tidegate.server.purgatory import DelayedOperationPurgatory
 from tidegate.server.replica_manager import ReplicaManager
 
@@ -475,10 +472,4 @@ def _unset_respond(request: Request, values: dict | None) -> None:
     raise RuntimeError("GroupApis.respond is set by KafkaApis")
 
 
-__all__ = [
-    "INTERNAL_TOPICS",
-    "OFFSETS_PARTITION",
-    "OFFSETS_TOPIC",
-    "GroupApis",
-    "offsets_topic_configs",
-]
+__all__ = ["GroupApis", "offsets_topic_configs"]

@@ -62,8 +62,13 @@ from tidegate.protocol.codec import (
 from tidegate.server.admin_apis import AdminApis
 from tidegate.server.endpoints import Endpoints
 from tidegate.server.group_apis import GroupApis
-from tidegate.server.group_offsets import is_internal_topic
-from tidegate.server.metadata import InvalidTopicError, TopicInfo, TopicStore, validate_topic_name
+from tidegate.server.metadata import (
+    InvalidTopicError,
+    TopicInfo,
+    TopicStore,
+    is_internal_topic,
+    validate_topic_name,
+)
 from tidegate.server.producer_id_manager import ProducerIdManager
 from tidegate.server.replica_manager import (
     MAX_INT32,

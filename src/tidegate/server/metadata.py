@@ -19,6 +19,10 @@ TOPICS_FILE = "__tidegate_topics.json"
 META_PROPERTIES = "meta.properties"
 MAX_TOPIC_NAME_LENGTH = 249
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
+#: The group coordinator's internal topic (Kafka's ``Topic.GROUP_METADATA_TOPIC_NAME``).
+GROUP_METADATA_TOPIC_NAME = "__consumer_offsets"
+#: Topics clients may read but never write, create, delete or grow.
+INTERNAL_TOPICS = frozenset({GROUP_METADATA_TOPIC_NAME})
 
 
 class InvalidTopicError(ValueError):
@@ -40,6 +44,11 @@ def validate_topic_name(name: str | None) -> None:
             f"Topic name \"{name}\" is illegal, it contains a character other than "
             "ASCII alphanumerics, '.', '_' and '-'"
         )
+
+
+def is_internal_topic(name: str | None) -> bool:
+    """Kafka's ``Topic.isInternal``."""
+    return name in INTERNAL_TOPICS
 
 
 def write_atomically(path: Path, data: bytes) -> None:

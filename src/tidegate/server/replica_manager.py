@@ -32,9 +32,9 @@ from tidegate.log.log import Log
 from tidegate.log.record_batch import RecordBatchError
 from tidegate.server.delayed_fetch import DelayedFetch, FetchPartitionStatus
 from tidegate.server.delayed_produce import DelayedProduce
-from tidegate.server.group_offsets import is_internal_topic
 from tidegate.server.log_flusher import LogFlusher
 from tidegate.server.log_manager import LogManager, TopicPartition
+from tidegate.server.metadata import is_internal_topic
 from tidegate.server.purgatory import DelayedOperationPurgatory
 from tidegate.server.timer import SystemTimer
 

@@ -1,4 +1,5 @@
-"""Committed offsets and group metadata, kept durable in ``__consumer_offsets``.
+"""Committed offsets and group metadata, kept durable in ``__consumer_offsets``
+(the storage half of Kafka's ``GroupMetadataManager``).
 
 Kafka keeps consumer group state in a compacted internal topic: every offset
 commit is a record keyed by (group, topic, partition), every stored group
@@ -42,6 +43,7 @@ from tidegate.log.batch_builder import Record, build_batch
 from tidegate.log.log import Log
 from tidegate.log.record_batch import iter_batches, read_header
 from tidegate.log.records import decode_batch_records, iter_decoded_batches
+from tidegate.server.metadata import GROUP_METADATA_TOPIC_NAME
 
 if TYPE_CHECKING:
     from tidegate.server.replica_manager import PartitionResponse
@@ -51,20 +53,14 @@ log = logging.getLogger(__name__)
 #: ReplicaManager.append_records: (timeout, acks, entries, now, callback, ...) -> results
 AppendRecords = Callable[..., "dict[tuple[str, int], PartitionResponse]"]
 
-OFFSETS_TOPIC = "__consumer_offsets"
+OFFSETS_TOPIC = GROUP_METADATA_TOPIC_NAME
 OFFSETS_PARTITION = 0
 OFFSETS_KEY = (OFFSETS_TOPIC, OFFSETS_PARTITION)
-#: Topics clients may read but never write, create, delete or grow.
-INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC})
 FORMAT_VERSION = 1
 
 #: Records per batch when rewriting live keys (keeps batches far below max.message.bytes).
 _REWRITE_BATCH_RECORDS = 500
 _READ_CHUNK = 1 << 20
-
-
-def is_internal_topic(name: str | None) -> bool:
-    return name in INTERNAL_TOPICS
 
 
 @dataclass(slots=True)

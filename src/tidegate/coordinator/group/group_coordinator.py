@@ -33,24 +33,48 @@ Every method here runs on the event loop's thread; answers leave through callbac
 (``JoinResult`` / ``SyncResult``), possibly long after the call returned.
 
 Group metadata (after each rebalance) and committed offsets are written to
-``__consumer_offsets`` through :class:`~tidegate.server.group_offsets.OffsetsLog`
-and replayed by :meth:`GroupCoordinator.startup`.
-"""
+``__consumer_offsets`` through
+:class:`~tidegate.coordinator.group.group_metadata_manager.OffsetsLog` and replayed
+by :meth:`GroupCoordinator.startup`.
 
+Kafka's layout: a group's state is :mod:`~tidegate.coordinator.group.group_metadata`,
+the timeouts are :mod:`~tidegate.coordinator.group.delayed_operations`, the
+``__consumer_offsets`` state is
+:mod:`~tidegate.coordinator.group.group_metadata_manager`; this module decides.
+"""
 from __future__ import annotations
 
-import enum
 import logging
-import struct
-import uuid
-from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from tidegate.server.group_offsets import (
+from tidegate.coordinator.group.delayed_operations import (
+    DelayedHeartbeat,
+    DelayedJoin,
+    DelayedSync,
+    InitialDelayedJoin,
+    join_key,
+    member_key,
+    sync_key,
+)
+from tidegate.coordinator.group.group_metadata import (
+    COMPLETING_REBALANCE,
+    CONSUMER_PROTOCOL_TYPE,
+    DEAD,
+    EMPTY,
+    PREPARING_REBALANCE,
+    STABLE,
+    GroupMetadata,
+    JoinCallback,
+    JoinResult,
+    MemberMetadata,
+    SyncCallback,
+    SyncResult,
+)
+from tidegate.coordinator.group.group_metadata_manager import (
     AppendError,
     OffsetAndMetadata,
     OffsetsLog,
@@ -62,71 +86,16 @@ from tidegate.server.group_offsets import (
     offset_key,
     parse_key,
 )
-from tidegate.server.purgatory import DelayedOperation, DelayedOperationPurgatory
+from tidegate.server.purgatory import DelayedOperationPurgatory
 
 log = logging.getLogger(__name__)
 
 E = ErrorCode
-CONSUMER_PROTOCOL_TYPE = "consumer"
 UNKNOWN_MEMBER_ID = ""
 #: Kafka's NewMemberJoinTimeoutMs: a new member's parked JoinGroup is dropped after this.
 NEW_MEMBER_JOIN_TIMEOUT_MS = 5 * 60 * 1000
 #: DescribeGroups' authorized operations when asked: READ, DELETE, DESCRIBE (no ACLs here).
 GROUP_AUTHORIZED_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
-
-
-class GroupState(enum.Enum):
-    EMPTY = "Empty"
-    PREPARING_REBALANCE = "PreparingRebalance"
-    COMPLETING_REBALANCE = "CompletingRebalance"
-    STABLE = "Stable"
-    DEAD = "Dead"
-
-    def __str__(self) -> str:
-        return self.value
-
-
-EMPTY = GroupState.EMPTY
-PREPARING_REBALANCE = GroupState.PREPARING_REBALANCE
-COMPLETING_REBALANCE = GroupState.COMPLETING_REBALANCE
-STABLE = GroupState.STABLE
-DEAD = GroupState.DEAD
-
-_VALID_PREVIOUS = {
-    PREPARING_REBALANCE: {STABLE, COMPLETING_REBALANCE, EMPTY},
-    COMPLETING_REBALANCE: {PREPARING_REBALANCE},
-    STABLE: {COMPLETING_REBALANCE},
-    DEAD: {STABLE, PREPARING_REBALANCE, COMPLETING_REBALANCE, EMPTY, DEAD},
-    EMPTY: {PREPARING_REBALANCE},
-}
-
-
-# ------------------------------------------------------------------------------------------
-# results handed to the callbacks
-# ------------------------------------------------------------------------------------------
-@dataclass(slots=True)
-class JoinResult:
-    member_id: str
-    error: ErrorCode
-    generation_id: int = -1
-    protocol_type: str | None = None
-    protocol_name: str | None = None
-    leader_id: str = ""
-    skip_assignment: bool = False
-    #: (member id, group instance id, metadata): only the leader gets them
-    members: list[tuple[str, str | None, bytes]] = field(default_factory=list)
-
-
-@dataclass(slots=True)
-class SyncResult:
-    error: ErrorCode
-    protocol_type: str | None = None
-    protocol_name: str | None = None
-    assignment: bytes = b""
-
-
-JoinCallback = Callable[[JoinResult], None]
-SyncCallback = Callable[[SyncResult], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,456 +118,6 @@ class GroupConfig:
             offsets_retention_ms=config.get("offsets.retention.minutes") * 60_000,
             offset_metadata_max_bytes=config.get("offset.metadata.max.bytes"),
         )
-
-
-# ------------------------------------------------------------------------------------------
-# members and groups
-# ------------------------------------------------------------------------------------------
-class MemberMetadata:
-    __slots__ = (
-        "assignment",
-        "awaiting_join",
-        "awaiting_sync",
-        "client_host",
-        "client_id",
-        "group_instance_id",
-        "heartbeat_satisfied",
-        "is_new",
-        "member_id",
-        "protocol_type",
-        "protocols",
-        "rebalance_timeout_ms",
-        "session_timeout_ms",
-    )
-
-    def __init__(
-        self,
-        member_id: str,
-        group_instance_id: str | None,
-        client_id: str,
-        client_host: str,
-        rebalance_timeout_ms: int,
-        session_timeout_ms: int,
-        protocol_type: str,
-        protocols: list[tuple[str, bytes]],
-    ) -> None:
-        self.member_id = member_id
-        self.group_instance_id = group_instance_id
-        self.client_id = client_id
-        self.client_host = client_host
-        self.rebalance_timeout_ms = rebalance_timeout_ms
-        self.session_timeout_ms = session_timeout_ms
-        self.protocol_type = protocol_type
-        self.protocols = protocols
-        self.assignment = b""
-        self.awaiting_join: JoinCallback | None = None
-        self.awaiting_sync: SyncCallback | None = None
-        self.is_new = False
-        self.heartbeat_satisfied = False
-
-    @property
-    def is_static(self) -> bool:
-        return self.group_instance_id is not None
-
-    @property
-    def is_awaiting_join(self) -> bool:
-        return self.awaiting_join is not None
-
-    @property
-    def is_awaiting_sync(self) -> bool:
-        return self.awaiting_sync is not None
-
-    @property
-    def has_satisfied_heartbeat(self) -> bool:
-        if self.is_new:
-            return self.heartbeat_satisfied  # new members can expire while awaiting join
-        if self.is_awaiting_join or self.is_awaiting_sync:
-            return True  # members waiting on a rebalance satisfy heartbeats automatically
-        return self.heartbeat_satisfied
-
-    def metadata(self, protocol: str) -> bytes:
-        for name, meta in self.protocols:
-            if name == protocol:
-                return meta
-        raise ValueError(f"member {self.member_id} does not support protocol {protocol}")
-
-    def matches(self, protocols: list[tuple[str, bytes]]) -> bool:
-        return len(protocols) == len(self.protocols) and all(
-            a[0] == b[0] and a[1] == b[1] for a, b in zip(protocols, self.protocols, strict=True)
-        )
-
-    def vote(self, candidates: set[str]) -> str:
-        for name, _ in self.protocols:
-            if name in candidates:
-                return name
-        raise ValueError(f"member {self.member_id} does not support any of {candidates}")
-
-    def __repr__(self) -> str:
-        return (
-            f"MemberMetadata({self.member_id!r}, instance={self.group_instance_id!r}, "
-            f"client={self.client_id!r}@{self.client_host})"
-        )
-
-
-def subscribed_topics_of(metadata: bytes) -> set[str]:
-    """Topics of a ConsumerProtocolSubscription (the v0 prefix every version shares:
-    int16 version, then an array of strings). Raises ValueError if it does not parse."""
-    try:
-        (_version,) = struct.unpack_from(">h", metadata, 0)
-        (count,) = struct.unpack_from(">i", metadata, 2)
-        pos = 6
-        topics = set()
-        if count < 0 or count > len(metadata):
-            raise ValueError(f"bad topic count {count}")
-        for _ in range(count):
-            (n,) = struct.unpack_from(">h", metadata, pos)
-            pos += 2
-            if n < 0 or pos + n > len(metadata):
-                raise ValueError("bad topic name length")
-            topics.add(bytes(metadata[pos : pos + n]).decode("utf-8"))
-            pos += n
-        return topics
-    except (struct.error, UnicodeDecodeError) as exc:
-        raise ValueError(str(exc)) from exc
-
-
-class GroupMetadata:
-    """One group: members, protocols, generation, leader, state and committed offsets."""
-
-    def __init__(self, group_id: str, state: GroupState, clock: Callable[[], int]) -> None:
-        self.group_id = group_id
-        self.state = state
-        self._clock = clock
-        #: when the group entered its state (None for groups loaded with offsets only)
-        self.state_timestamp: int | None = clock()
-        self.protocol_type: str | None = None
-        self.protocol_name: str | None = None
-        self.generation_id = 0
-        self.leader_id: str | None = None
-        self.members: dict[str, MemberMetadata] = {}
-        self.static_members: dict[str, str] = {}  # group.instance.id -> member id
-        self.pending_members: set[str] = set()
-        self.pending_sync_members: set[str] = set()
-        self.num_awaiting_join = 0
-        self.supported_protocols: Counter[str] = Counter()
-        self.new_member_added = False
-        self.subscribed_topics: set[str] | None = None
-        self.offsets: dict[tuple[str, int], OffsetAndMetadata] = {}
-
-    # -- queries -------------------------------------------------------------------------
-    def is_leader(self, member_id: str) -> bool:
-        return self.leader_id is not None and self.leader_id == member_id
-
-    def has(self, member_id: str) -> bool:
-        return member_id in self.members
-
-    @property
-    def size(self) -> int:
-        return len(self.members)
-
-    @property
-    def is_consumer_group(self) -> bool:
-        return self.protocol_type == CONSUMER_PROTOCOL_TYPE
-
-    def can_rebalance(self) -> bool:
-        return self.state in _VALID_PREVIOUS[PREPARING_REBALANCE]
-
-    def has_all_members_joined(self) -> bool:
-        return len(self.members) == self.num_awaiting_join and not self.pending_members
-
-    def rebalance_timeout_ms(self) -> int:
-        return max((m.rebalance_timeout_ms for m in self.members.values()), default=0)
-
-    def is_pending_member(self, member_id: str) -> bool:
-        return member_id in self.pending_members
-
-    def is_subscribed_to_topic(self, topic: str) -> bool:
-        return True if self.subscribed_topics is None else topic in self.subscribed_topics
-
-    # -- transitions ---------------------------------------------------------------------
-    def transition_to(self, state: GroupState) -> None:
-        if self.state not in _VALID_PREVIOUS[state]:
-            raise RuntimeError(
-                f"group {self.group_id} should be in one of "
-                f"{sorted(s.value for s in _VALID_PREVIOUS[state])} before moving to {state}, "
-                f"but it is {self.state}"
-            )
-        self.state = state
-        self.state_timestamp = self._clock()
-
-    # -- membership ----------------------------------------------------------------------
-    def add(self, member: MemberMetadata, callback: JoinCallback | None = None) -> None:
-        if member.group_instance_id is not None:
-            if member.group_instance_id in self.static_members:
-                raise RuntimeError(f"static member {member.group_instance_id} is already in the group")
-            self.static_members[member.group_instance_id] = member.member_id
-        if not self.members:
-            self.protocol_type = member.protocol_type
-        if self.leader_id is None:
-            self.leader_id = member.member_id
-        self.members[member.member_id] = member
-        self.supported_protocols.update(name for name, _ in member.protocols)
-        member.awaiting_join = callback
-        if callback is not None:
-            self.num_awaiting_join += 1
-        self.pending_members.discard(member.member_id)
-
-    def remove(self, member_id: str) -> None:
-        member = self.members.pop(member_id, None)
-        if member is not None:
-            self.supported_protocols.subtract(name for name, _ in member.protocols)
-            if member.is_awaiting_join:
-                self.num_awaiting_join -= 1
-            if member.group_instance_id is not None:
-                self.static_members.pop(member.group_instance_id, None)
-        if self.is_leader(member_id):
-            self.leader_id = next(iter(self.members), None)
-        self.pending_members.discard(member_id)
-        self.pending_sync_members.discard(member_id)
-
-    def maybe_elect_new_joined_leader(self) -> bool:
-        """Keep a leader that rejoined, else pick any member that did; False if none did."""
-        if self.leader_id is None:
-            return False
-        leader = self.members.get(self.leader_id)
-        if leader is not None and leader.is_awaiting_join:
-            return True
-        for mid, member in self.members.items():
-            if member.is_awaiting_join:
-                log.info(
-                    "leader %s of group %s did not rejoin before the rebalance timeout; %s leads",
-                    self.leader_id,
-                    self.group_id,
-                    mid,
-                )
-                self.leader_id = mid
-                return True
-        return False
-
-    def replace_static_member(self, instance_id: str, old_id: str, new_id: str) -> MemberMetadata:
-        member = self.members.pop(old_id)
-        # a duplicate instance still parked in JoinGroup/SyncGroup is fenced right away
-        self.maybe_invoke_join_callback(member, JoinResult(old_id, E.fenced_instance_id))
-        self.maybe_invoke_sync_callback(member, SyncResult(E.fenced_instance_id))
-        member.member_id = new_id
-        self.members[new_id] = member
-        if self.is_leader(old_id):
-            self.leader_id = new_id
-        self.static_members[instance_id] = new_id
-        if old_id in self.pending_sync_members:
-            self.pending_sync_members.discard(old_id)
-            self.pending_sync_members.add(new_id)
-        return member
-
-    def update_member(
-        self,
-        member: MemberMetadata,
-        protocols: list[tuple[str, bytes]],
-        rebalance_timeout_ms: int,
-        session_timeout_ms: int,
-        callback: JoinCallback | None,
-    ) -> None:
-        self.supported_protocols.subtract(name for name, _ in member.protocols)
-        member.protocols = protocols
-        self.supported_protocols.update(name for name, _ in protocols)
-        member.rebalance_timeout_ms = rebalance_timeout_ms
-        member.session_timeout_ms = session_timeout_ms
-        if callback is not None and not member.is_awaiting_join:
-            self.num_awaiting_join += 1
-        elif callback is None and member.is_awaiting_join:
-            self.num_awaiting_join -= 1
-        member.awaiting_join = callback
-
-    def maybe_invoke_join_callback(self, member: MemberMetadata, result: JoinResult) -> None:
-        callback = member.awaiting_join
-        if callback is not None:
-            member.awaiting_join = None
-            self.num_awaiting_join -= 1
-            callback(result)
-
-    def maybe_invoke_sync_callback(self, member: MemberMetadata, result: SyncResult) -> bool:
-        callback = member.awaiting_sync
-        if callback is None:
-            return False
-        member.awaiting_sync = None
-        callback(result)
-        return True
-
-    # -- protocols -----------------------------------------------------------------------
-    def _candidate_protocols(self) -> set[str]:
-        n = len(self.members)
-        return {name for name, count in self.supported_protocols.items() if count == n}
-
-    def select_protocol(self) -> str:
-        if not self.members:
-            raise RuntimeError("cannot select a protocol for an empty group")
-        candidates = self._candidate_protocols()
-        votes = Counter(m.vote(candidates) for m in self.members.values())
-        return votes.most_common(1)[0][0]
-
-    def supports_protocols(self, protocol_type: str, protocols: set[str]) -> bool:
-        if self.state is EMPTY:
-            return bool(protocol_type) and bool(protocols)
-        n = len(self.members)
-        return self.protocol_type == protocol_type and any(
-            self.supported_protocols[p] == n for p in protocols
-        )
-
-    def compute_subscribed_topics(self) -> set[str] | None:
-        if self.protocol_type != CONSUMER_PROTOCOL_TYPE:
-            return None
-        if not self.members:
-            return set()
-        if self.protocol_name is None:
-            return None
-        topics: set[str] = set()
-        try:
-            for m in self.members.values():
-                topics |= subscribed_topics_of(m.metadata(self.protocol_name))
-        except ValueError as exc:
-            log.warning("cannot parse the subscriptions of group %s: %s", self.group_id, exc)
-            return None
-        return topics
-
-    def init_next_generation(self) -> None:
-        self.generation_id += 1
-        if self.members:
-            self.protocol_name = self.select_protocol()
-            self.subscribed_topics = self.compute_subscribed_topics()
-            self.transition_to(COMPLETING_REBALANCE)
-        else:
-            self.protocol_name = None
-            self.subscribed_topics = self.compute_subscribed_topics()
-            self.transition_to(EMPTY)
-        self.pending_sync_members.clear()
-
-    def current_member_metadata(self) -> list[tuple[str, str | None, bytes]]:
-        if self.state in (DEAD, PREPARING_REBALANCE) or self.protocol_name is None:
-            raise RuntimeError(f"no member metadata for group {self.group_id} in state {self.state}")
-        return [
-            (mid, m.group_instance_id, m.metadata(self.protocol_name))
-            for mid, m in self.members.items()
-        ]
-
-    def generate_member_id(self, client_id: str, group_instance_id: str | None) -> str:
-        prefix = group_instance_id if group_instance_id is not None else client_id
-        return f"{prefix}-{uuid.uuid4()}"
-
-    def __repr__(self) -> str:
-        return (
-            f"GroupMetadata({self.group_id!r}, {self.state}, generation={self.generation_id}, "
-            f"members={list(self.members)})"
-        )
-
-
-# ------------------------------------------------------------------------------------------
-# delayed operations
-# ------------------------------------------------------------------------------------------
-def member_key(group_id: str, member_id: str) -> tuple[str, str, str]:
-    return ("member", group_id, member_id)
-
-
-def join_key(group_id: str) -> tuple[str, str]:
-    return ("join", group_id)
-
-
-def sync_key(group_id: str) -> tuple[str, str]:
-    return ("sync", group_id)
-
-
-class DelayedHeartbeat(DelayedOperation):
-    """Session expiry of one member (or a pending member's wait for its second JoinGroup)."""
-
-    __slots__ = ("coordinator", "group", "is_pending", "member_id")
-
-    def __init__(self, coordinator: GroupCoordinator, group: GroupMetadata, member_id: str,
-                 is_pending: bool, timeout_ms: int) -> None:
-        super().__init__(timeout_ms)
-        self.coordinator = coordinator
-        self.group = group
-        self.member_id = member_id
-        self.is_pending = is_pending
-
-    def try_complete(self) -> bool:
-        return self.coordinator._try_complete_heartbeat(self)
-
-    def on_expiration(self) -> None:
-        self.coordinator._on_expire_heartbeat(self.group, self.member_id, self.is_pending)
-
-
-class DelayedJoin(DelayedOperation):
-    """The rebalance's join phase: completes when every member rejoined, or on timeout."""
-
-    __slots__ = ("coordinator", "group")
-
-    def __init__(self, coordinator: GroupCoordinator, group: GroupMetadata, timeout_ms: int) -> None:
-        super().__init__(timeout_ms)
-        self.coordinator = coordinator
-        self.group = group
-
-    def try_complete(self) -> bool:
-        if self.group.has_all_members_joined():
-            return self.force_complete()
-        return False
-
-    def on_complete(self) -> None:
-        self.coordinator._on_complete_join(self.group)
-
-
-class InitialDelayedJoin(DelayedJoin):
-    """The first rebalance of an empty group: wait ``group.initial.rebalance.delay.ms``,
-    again after each new member, until the rebalance timeout is used up."""
-
-    __slots__ = ("configured_delay", "remaining_ms")
-
-    def __init__(self, coordinator: GroupCoordinator, group: GroupMetadata,
-                 configured_delay: int, delay_ms: int, remaining_ms: int) -> None:
-        super().__init__(coordinator, group, delay_ms)
-        self.configured_delay = configured_delay
-        self.remaining_ms = remaining_ms
-
-    def try_complete(self) -> bool:
-        return False
-
-    def on_complete(self) -> None:
-        group = self.group
-        if group.new_member_added and self.remaining_ms != 0:
-            group.new_member_added = False
-            delay = min(self.configured_delay, self.remaining_ms)
-            remaining = max(self.remaining_ms - self.delay_ms, 0)
-            self.coordinator.rebalance_purgatory.try_complete_else_watch(
-                InitialDelayedJoin(self.coordinator, group, self.configured_delay, delay, remaining),
-                [join_key(group.group_id)],
-            )
-        else:
-            self.coordinator._on_complete_join(group)
-
-
-class DelayedSync(DelayedOperation):
-    """The sync phase: members that do not send SyncGroup within the rebalance timeout
-    are removed and the group rebalances again."""
-
-    __slots__ = ("coordinator", "generation_id", "group")
-
-    def __init__(self, coordinator: GroupCoordinator, group: GroupMetadata, generation_id: int,
-                 timeout_ms: int) -> None:
-        super().__init__(timeout_ms)
-        self.coordinator = coordinator
-        self.group = group
-        self.generation_id = generation_id
-
-    def try_complete(self) -> bool:
-        group = self.group
-        if (
-            self.generation_id != group.generation_id
-            or group.state in (DEAD, EMPTY, PREPARING_REBALANCE)
-            or not group.pending_sync_members
-        ):
-            return self.force_complete()
-        return False
-
-    def on_expiration(self) -> None:
-        self.coordinator._on_expire_pending_sync(self.group, self.generation_id)
 
 
 # ------------------------------------------------------------------------------------------
@@ -1535,20 +1054,20 @@ class GroupCoordinator:
         group = self.groups.get(group_id)
         if group is None:
             return E.none, None
-        stable = group.state is STABLE and group.protocol_name is not None
-        protocol = group.protocol_name if stable else ""
+        # protocol, metadata and assignments only once Stable (None: not shown)
+        protocol = group.protocol_name if group.state is STABLE else None
         return E.none, {
             "state": group.state.value,
             "protocol_type": group.protocol_type or "",
-            "protocol": protocol,
+            "protocol": protocol if protocol is not None else "",
             "members": [
                 {
                     "member_id": m.member_id,
                     "group_instance_id": m.group_instance_id,
                     "client_id": m.client_id,
                     "client_host": m.client_host,
-                    "member_metadata": m.metadata(protocol) if stable else b"",
-                    "member_assignment": m.assignment if stable else b"",
+                    "member_metadata": m.metadata(protocol) if protocol is not None else b"",
+                    "member_assignment": m.assignment if protocol is not None else b"",
                 }
                 for m in group.members.values()
             ],

@@ -1,0 +1,1 @@
+"""The classic consumer group coordinator (Kafka's ``kafka.coordinator.group``)."""
