@@ -34,14 +34,23 @@ CTX = RequestContext(7, "PLAINTEXT", "127.0.0.1", 40000)
 
 class RecordingChannel:
     """The RequestChannel of a test: keeps each parked request's response and every
-    end of a throttle, in order."""
+    end of a throttle, in order, and does what the shell does once a response is
+    written (its ``after_send``)."""
 
     def __init__(self) -> None:
         self.responses: list[tuple[Request, Response]] = []
         self.throttle_ends: list[int] = []
+        #: every response in the order the shell would write it (immediate ones too)
+        self.sent: list[Request] = []
 
     def send_response(self, request: Request, response: Response) -> None:
         self.responses.append((request, response))
+        self.written(request, response)
+
+    def written(self, request: Request, response: Response) -> None:
+        self.sent.append(request)
+        if response.after_send is not None:
+            response.after_send()
 
     def end_throttling(self, connection_id: int) -> None:
         self.throttle_ends.append(connection_id)
@@ -89,6 +98,9 @@ class CoreHarness:
         self.store = self.core.store
         self.flusher = self.replicas.flusher
         self._cid = 100
+        #: how long each request's handling takes, in ns of fake time (the request quota
+        #: measures it): the shell stamps the request this long before handle runs
+        self.handler_ns = 0
 
     def close(self) -> None:
         self.core.stop_serving()
@@ -116,8 +128,12 @@ class CoreHarness:
         def release() -> None:
             released[0] += 1
 
-        request = Request(ctx, payload, release, self.clock.nanoseconds())
+        request = Request(ctx, payload, release, self.clock.nanoseconds() - self.handler_ns)
         outcome = self.apis.handle(request, self.clock.wall_milliseconds())
+        if isinstance(outcome, Response):
+            # as the shell: write it, run its after-send action, then the deferred work
+            self.channel.written(request, outcome)
+            self.apis.try_complete_actions()
         return request, outcome
 
     def request(self, api_key: int, version: int, body: dict, ctx: RequestContext = CTX) -> Any:

@@ -1,22 +1,21 @@
-"""KafkaApis driven sans-IO: encoded requests in, encoded responses out, no sockets.
+"""KafkaApis driven sans-IO: encoded requests in, outcomes out, fake time, no sockets.
 
-A real ReplicaManager and TopicStore live in ``tmp_path``; acks=all goes through
-the real LogFlusher. Every request checks that ``release`` (the shell's hook that
-returns the request buffer to the memory pool) is called exactly once.
+The broker's real core (tests/core_harness.CoreHarness: LogManager, ReplicaManager,
+purgatories, flusher) lives in ``tmp_path`` on a FakeLoop; acks=all goes through the
+real LogFlusher, whose fsync the fake scheduler runs. Every request checks that its
+memory (the shell's release hook) is released exactly once.
 """
 
 from __future__ import annotations
 
-import asyncio
 import struct
-import time
 import uuid
 
 import pytest
 from kio.schema.errors import ErrorCode
 
+from tests.core_harness import CTX, CoreHarness, decode_frame, response_bytes
 from tests.integration.rawclient import decode_response, encode_request
-from tidegate.config import BrokerConfig, topic_log_config
 from tidegate.log.batch_builder import Record, build_batch
 from tidegate.log.record_batch import (
     ATTRIBUTES_OFFSET,
@@ -26,14 +25,16 @@ from tidegate.log.record_batch import (
     iter_batches,
     read_header,
 )
-from tidegate.network.socket_server import ConnectionClosed, RequestContext
+from tidegate.network.request_channel import (
+    PARKED,
+    CloseConnectionResponse,
+    NoOpResponse,
+    Request,
+    SendResponse,
+)
 from tidegate.protocol.apis import SUPPORTED_APIS, ApiKey
-from tidegate.server.apis import KafkaApis
-from tidegate.server.metadata import TopicStore
-from tidegate.server.replica_manager import ReplicaManager
 
 NOW = 1_700_000_000_000
-CTX = RequestContext(7, "PLAINTEXT", "127.0.0.1", 40000)
 ZERO_UUID = uuid.UUID(int=0)
 
 PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
@@ -41,58 +42,7 @@ API_VERSIONS, CREATE_TOPICS, DELETE_TOPICS = 18, 19, 20
 DESCRIBE_CONFIGS, CREATE_PARTITIONS, DESCRIBE_CLUSTER = 32, 37, 60
 
 
-class Harness:
-    def __init__(self, root, props=None):
-        self.root = root
-        root.mkdir(parents=True, exist_ok=True)  # Broker._lock does this before loading
-        self.config = BrokerConfig(
-            {"log.dirs": str(root), "listeners": "PLAINTEXT://127.0.0.1:9092", **(props or {})}
-        )
-        self.store = TopicStore(root)
-        self.replicas = ReplicaManager(
-            root, self.store, lambda info: topic_log_config(self.config, info.configs), lambda: NOW
-        )
-        self.replicas.load()
-        self.apis = KafkaApis(self.config, "test-cluster", self.replicas, None, lambda: NOW)
-        self.flusher = self.apis.flusher
-        self._cid = 100
-
-    # -- plumbing ---------------------------------------------------------------
-    def process(self, api_key, version, body, correlation_id=None):
-        """(result, correlation id, release counter) for one encoded request."""
-        if correlation_id is None:
-            self._cid += 1
-            correlation_id = self._cid
-        payload = bytearray(encode_request(api_key, version, correlation_id, body))
-        released = [0]
-
-        def release():
-            released[0] += 1
-
-        result = self.apis.process(payload, CTX, release)
-        return result, correlation_id, released
-
-    def request(self, api_key, version, body):
-        """A request answered synchronously: the decoded response."""
-        result, cid, released = self.process(api_key, version, body)
-        assert released[0] == 1, f"release called {released[0]} times"
-        assert isinstance(result, bytes), f"expected an immediate response, got {result!r}"
-        return decode_frame(api_key, version, result, cid)
-
-    def request_async(self, api_key, version, body, timeout=10.0):
-        """A request answered by an awaitable: handle it inside an event loop, as the
-        broker does, run the awaitable, then decode."""
-
-        async def run():
-            result, cid, released = self.process(api_key, version, body)
-            assert released[0] == 1, f"release called {released[0]} times"
-            assert asyncio.iscoroutine(result) or asyncio.isfuture(result), result
-            return await asyncio.wait_for(result, timeout), cid, released
-
-        data, cid, released = asyncio.run(run())
-        assert released[0] == 1
-        return decode_frame(api_key, version, data, cid)
-
+class Harness(CoreHarness):
     # -- conveniences -------------------------------------------------------------
     def create_topic(self, name, partitions=1, configs=None):
         resp = self.request(
@@ -151,14 +101,6 @@ class Harness:
             "include_topic_authorized_operations": False,
         }
         return self.request(METADATA, version, body)
-
-
-def decode_frame(api_key, version, data, correlation_id):
-    (size,) = struct.unpack_from(">i", data)
-    assert size == len(data) - 4
-    cid, body = decode_response(api_key, version, data[4:])
-    assert cid == correlation_id
-    return body
 
 
 def produce_body(topic, batches_by_partition, acks=1, transactional_id=None):
@@ -235,7 +177,7 @@ def same_client_bytes(stored, produced):
 def h(tmp_path):
     harness = Harness(tmp_path / "data")
     yield harness
-    harness.replicas.close()
+    harness.close()
 
 
 # ---------------------------------------------------------------------------
@@ -256,10 +198,9 @@ def test_api_versions_every_version_lists_exactly_the_supported_table(h, version
 def test_api_versions_unsupported_version_answers_v0_body_with_the_table(h):
     # kio has no v5 schema; hand-craft a v5 header (KIP-511: body is then unparseable).
     payload = bytearray(struct.pack(">hhih", 18, 5, 4242, -1) + b"\x00garbage")
-    released = [0]
-    result = h.apis.process(payload, CTX, lambda: released.__setitem__(0, released[0] + 1))
-    assert released[0] == 1
-    cid, resp = decode_response(API_VERSIONS, 0, result[4:])
+    _request, outcome = h.send_payload(payload)
+    assert h._last_released[0] == 1
+    cid, resp = decode_response(API_VERSIONS, 0, response_bytes(outcome)[4:])
     assert cid == 4242
     assert resp.error_code == ErrorCode.unsupported_version
     assert {k.api_key for k in resp.api_keys} == set(SUPPORTED_APIS)
@@ -268,16 +209,17 @@ def test_api_versions_unsupported_version_answers_v0_body_with_the_table(h):
 @pytest.mark.parametrize("key,version", [(0, 2), (3, 99), (9999, 0), (1, 3)])
 def test_unsupported_key_or_version_answers_error_35_with_correlation_id(h, key, version):
     payload = bytearray(struct.pack(">hhih", key, version, 777, -1))
-    released = [0]
-    result = h.apis.process(payload, CTX, lambda: released.__setitem__(0, released[0] + 1))
-    assert released[0] == 1
-    assert result == struct.pack(">iih", 6, 777, 35)
+    _request, outcome = h.send_payload(payload)
+    assert h._last_released[0] == 1
+    assert response_bytes(outcome) == struct.pack(">iih", 6, 777, 35)
 
 
 def test_garbage_body_closes_the_connection(h):
     payload = bytearray(struct.pack(">hhi", 3, 12, 5) + b"\xff\xff\xff\xff")
-    with pytest.raises(ConnectionClosed):
-        h.apis.process(payload, CTX, lambda: None)
+    _request, outcome = h.send_payload(payload)
+    assert isinstance(outcome, CloseConnectionResponse)
+    assert "cannot decode api_key=3 v12" in outcome.reason
+    assert h._last_released[0] == 1
 
 
 # ---------------------------------------------------------------------------
@@ -473,8 +415,8 @@ def test_create_topics_replication_factor_partitions_and_existing(h):
 def test_produce_acks_0_returns_none_but_appends(h):
     h.create_topic("t")
     body = produce_body("t", {0: batch(b"a", b"b")}, acks=0)
-    result, _cid, released = h.process(PRODUCE, 9, body)
-    assert result is None
+    _request, result, _cid, released = h.send(PRODUCE, 9, body)
+    assert isinstance(result, NoOpResponse) and result.throttle_ms == 0
     assert released[0] == 1
     assert h.replicas.get_log("t", 0).log_end_offset == 2
 
@@ -503,12 +445,14 @@ def test_produce_versions_and_multiple_partitions(h, version):
 def test_produce_acks_all_waits_for_fsync(h):
     h.create_topic("t")
     body = produce_body("t", {0: batch(b"a", b"b")}, acks=-1)
-    resp = h.request_async(PRODUCE, 9, body)
+    request, cid = h.park(PRODUCE, 9, body)
+    plog = h.replicas.get_log("t", 0)
+    assert plog.recovery_point == 0 and h.channel.response_to(request) is None
+    assert h.flusher.requests == 1 and h.flusher.rounds == 1
+    resp = h.answer(request, cid)  # the fsync round completes on the scheduler's next turn
     p = resp.responses[0].partition_responses[0]
     assert (p.error_code, p.base_offset) == (ErrorCode.none, 0)
-    plog = h.replicas.get_log("t", 0)
-    assert h.flusher.requests == 1 and h.flusher.rounds == 1
-    assert plog.recovery_point >= 2
+    assert plog.recovery_point == 2 and h.loop.submitted == 1
 
 
 def test_produce_unknown_topic_and_partition(h):
@@ -571,9 +515,9 @@ def test_non_produce_request_memory_is_released_before_its_handler_runs(h, quota
     released_when_handled = []
     real = h.apis.handlers[METADATA]
 
-    def spy(header, body, ctx):
+    def spy(request, now_ms):
         released_when_handled.append(released[0])
-        return real(header, body, ctx)
+        return real(request, now_ms)
 
     h.apis.handlers[METADATA] = spy
     payload = bytearray(
@@ -587,10 +531,10 @@ def test_non_produce_request_memory_is_released_before_its_handler_runs(h, quota
         released[0] += 1
         payload[:] = bytes(len(payload))  # the pool may hand the buffer on at once
 
-    result = h.apis.process(payload, CTX, release)
+    result = h.apis.handle(Request(CTX, payload, release), NOW)
     # parsed, then released, then handled: the handler never needs the request's bytes
     assert released_when_handled == [1] and released[0] == 1
-    resp = decode_frame(METADATA, 12, result, 5)
+    resp = decode_frame(METADATA, 12, response_bytes(result), 5)
     assert [t.name for t in resp.topics] == ["t"]  # decoded before the bytes were reused
 
 
@@ -608,18 +552,16 @@ def test_produce_memory_is_released_only_once_the_records_are_appended(h, acks, 
         at_release.append(plog.log_end_offset)
         payload[:] = bytes(len(payload))  # reused by the next request: the log must not care
 
-    async def run():
-        result = h.apis.process(payload, CTX, release)
-        # released when process returns, not when acks=all's fsync answers
-        assert at_release == [2]
-        if acks == -1:
-            assert asyncio.isfuture(result) and not result.done()
-            result = await asyncio.wait_for(result, 10)
-        return result
-
-    result = asyncio.run(run())
+    request = Request(CTX, payload, release)
+    result = h.apis.handle(request, NOW)
+    # released when handle returns, not when acks=all's fsync answers
     assert at_release == [2]
-    part = decode_frame(PRODUCE, 9, result, 6).responses[0].partition_responses[0]
+    if acks == -1:
+        assert result is PARKED and h.channel.response_to(request) is None
+        h.loop.run_pending()  # the fsync round
+        result = h.channel.response_to(request)
+    assert at_release == [2]
+    part = decode_frame(PRODUCE, 9, response_bytes(result), 6).responses[0].partition_responses[0]
     assert (part.error_code, part.base_offset) == (ErrorCode.none, 0)
     # the stored batch is the producer's, not the zeroed request buffer
     fetched = h.fetch(12, [("t", None, [(0, 0, 1_000_000)])]).responses[0].partitions[0]
@@ -741,42 +683,23 @@ def test_fetch_max_bytes_stops_later_partitions(h):
 
 def test_fetch_long_poll_times_out_empty(h):
     h.create_topic("f")
-
-    async def run():
-        t0 = time.monotonic()
-        result, cid, released = h.process(
-            FETCH, 12, fetch_body([("f", None, [(0, 0, 1000)])], max_wait=200, min_bytes=1)
-        )
-        assert released[0] == 1
-        assert asyncio.isfuture(result)  # a future, not a coroutine: no task per parked request
-        data = await asyncio.wait_for(result, 5)
-        return data, cid, time.monotonic() - t0
-
-    data, cid, elapsed = asyncio.run(run())
-    assert 0.15 <= elapsed < 2.0
-    resp = decode_frame(FETCH, 12, data, cid)
+    request, cid = h.park(FETCH, 12, fetch_body([("f", None, [(0, 0, 1000)])], max_wait=200, min_bytes=1))
+    start = h.clock.milliseconds()
+    resp = h.answer(request, cid, within_ms=1000)
+    assert h.clock.milliseconds() - start == 200  # answered exactly at max_wait
     assert not resp.responses[0].partitions[0].records
 
 
 def test_fetch_long_poll_is_woken_early_by_an_append(h):
     h.create_topic("f")
-
-    async def run():
-        result, cid, _ = h.process(
-            FETCH, 12, fetch_body([("f", None, [(0, 0, 1000)])], max_wait=10_000, min_bytes=1)
-        )
-        assert asyncio.isfuture(result)  # a future, not a coroutine: no task per parked request
-        task = asyncio.ensure_future(result)
-        await asyncio.sleep(0.05)
-        assert not task.done()
-        t0 = time.monotonic()
-        assert h.produce("f", 0, batch(b"wake")).error_code == ErrorCode.none
-        data = await asyncio.wait_for(task, 5)
-        return data, cid, time.monotonic() - t0
-
-    data, cid, elapsed = asyncio.run(run())
-    assert elapsed < 1.0
-    resp = decode_frame(FETCH, 12, data, cid)
+    request, cid = h.park(FETCH, 12, fetch_body([("f", None, [(0, 0, 1000)])], max_wait=10_000, min_bytes=1))
+    h.loop.advance(50)
+    assert h.channel.response_to(request) is None
+    assert h.produce("f", 0, batch(b"wake")).error_code == ErrorCode.none
+    # answered at once, and after the producer's own response (the action queue)
+    produce_request = h.channel.sent[-2]
+    assert produce_request.header.api_key == PRODUCE and h.channel.sent[-1] is request
+    resp = h.answer(request, cid)
     assert [b for b, _, _ in batches_in(resp.responses[0].partitions[0].records)] == [0]
 
 
@@ -863,43 +786,28 @@ def test_delete_topics_by_id_v6(h):
     assert new_id != tid
 
 
-def test_parked_fetches_hold_no_task(h):
-    """Issue 3: a parked long poll is a DelayedFetch and two futures, not a task; a
-    connection that goes away (its answer cancelled) is skipped at completion."""
+def test_parked_fetches_answer_through_the_channel_and_skip_abandoned_ones(h):
+    """A parked long poll is a DelayedFetch in the purgatory, nothing else; a request
+    whose connection went away (abandoned) is not re-read or answered at completion."""
     h.create_topic("f")
-
-    async def run():
-        before = asyncio.all_tasks()
-        body = fetch_body([("f", None, [(0, 0, 1000)])], max_wait=10_000, min_bytes=1)
-        answers = [asyncio.ensure_future(h.process(FETCH, 12, body)[0]) for _ in range(10)]
-        assert asyncio.all_tasks() == before  # ensure_future, as the socket server calls it
-        answers[0].cancel()
-        await asyncio.sleep(0)
-        assert h.produce("f", 0, batch(b"wake")).error_code == ErrorCode.none
-        return await asyncio.wait_for(asyncio.gather(*answers[1:]), 5), answers[0]
-
-    datas, gone = asyncio.run(run())
-    assert gone.cancelled()
-    assert all(isinstance(d, bytes) for d in datas)
+    body = fetch_body([("f", None, [(0, 0, 1000)])], max_wait=10_000, min_bytes=1)
+    parked = [h.park(FETCH, 12, body) for _ in range(10)]
+    assert h.replicas.fetch_purgatory.delayed == 10
+    parked[0][0].abandoned = True  # the shell marks it when the connection closes
+    assert h.produce("f", 0, batch(b"wake")).error_code == ErrorCode.none
+    assert h.replicas.fetch_purgatory.delayed == 0
+    assert h.channel.response_to(parked[0][0]) is None
+    for request, cid in parked[1:]:
+        resp = h.answer(request, cid)
+        assert [b for b, _, _ in batches_in(resp.responses[0].partitions[0].records)] == [0]
 
 
 def test_delete_wakes_a_waiting_fetch(h):
     h.create_topic("gone")
-
-    async def run():
-        result, cid, _ = h.process(
-            FETCH, 12, fetch_body([("gone", None, [(0, 0, 1000)])], max_wait=10_000, min_bytes=1)
-        )
-        task = asyncio.ensure_future(result)
-        await asyncio.sleep(0.05)
-        h.request(DELETE_TOPICS, 5, {"topic_names": ["gone"], "timeout": 1000})
-        t0 = time.monotonic()
-        data = await asyncio.wait_for(task, 5)
-        return data, cid, time.monotonic() - t0
-
-    data, cid, elapsed = asyncio.run(run())
-    assert elapsed < 1.0
-    resp = decode_frame(FETCH, 12, data, cid)
+    request, cid = h.park(FETCH, 12, fetch_body([("gone", None, [(0, 0, 1000)])], max_wait=10_000, min_bytes=1))
+    h.loop.advance(50)
+    h.request(DELETE_TOPICS, 5, {"topic_names": ["gone"], "timeout": 1000})
+    resp = h.answer(request, cid)  # at once, without moving time
     assert resp.responses[0].partitions[0].error_code == ErrorCode.unknown_topic_or_partition
 
 
@@ -1016,7 +924,7 @@ def test_describe_configs_broker_reports_the_memory_bound_in_force(tmp_path):
         try:
             (r,) = _describe(h, [(4, "1", ["queued.max.request.bytes"])], synonyms=True)
         finally:
-            h.replicas.close()
+            h.close()
         (c,) = r.configs
         assert (c.name, c.value, c.config_source, c.read_only) == (
             "queued.max.request.bytes", value, source, True
@@ -1081,23 +989,24 @@ def test_null_non_nullable_array_closes_the_connection_before_any_handler(
     # kio reads a -1 array length as None even where the schema has no null; a
     # handler iterating over it would crash, so the decoder refuses it as Kafka does.
     payload = bytearray(struct.pack(">hhih", api_key, version, 1, -1) + body)
-    with pytest.raises(ConnectionClosed, match="serialized as null"):
-        h.apis.process(payload, CTX, lambda: None)
+    _request, outcome = h.send_payload(payload)
+    assert isinstance(outcome, CloseConnectionResponse)
+    assert "serialized as null" in outcome.reason
 
 
 def test_null_metadata_topics_still_means_all_topics(h):
     h.create_topic("x")
     payload = bytearray(struct.pack(">hhih", 3, 1, 9, -1) + struct.pack(">i", -1))
-    released = [0]
-    result = h.apis.process(payload, CTX, lambda: released.__setitem__(0, released[0] + 1))
-    assert released[0] == 1
-    assert [t.name for t in decode_frame(3, 1, result, 9).topics] == ["x"]
+    _request, outcome = h.send_payload(payload)
+    assert h._last_released[0] == 1
+    assert [t.name for t in decode_frame(3, 1, response_bytes(outcome), 9).topics] == ["x"]
 
 
 def test_create_topic_is_all_or_nothing_when_a_log_cannot_open(tmp_path, monkeypatch):
     """A partition log that fails to open (e.g. EMFILE) rolls the whole topic back."""
+    from tidegate.log.config import LogConfig
     from tidegate.log.log import Log as RealLog
-    from tidegate.server import replica_manager as rm
+    from tidegate.server import log_manager as lm
     from tidegate.server.metadata import TopicStore
 
     opened = []
@@ -1110,14 +1019,14 @@ def test_create_topic_is_all_or_nothing_when_a_log_cannot_open(tmp_path, monkeyp
         return log
 
     store = TopicStore(tmp_path)
-    replicas = rm.ReplicaManager(tmp_path, store, lambda info: rm.LogConfig(), lambda: 0)
-    monkeypatch.setattr(rm, "Log", flaky_log)
+    logs = lm.LogManager(tmp_path, store, lambda info: LogConfig(), lambda: 0)
+    monkeypatch.setattr(lm, "Log", flaky_log)
     with pytest.raises(OSError):
-        replicas.create_topic("big", 10, {})
+        logs.create_topic("big", 10, {})
     assert store.get("big") is None
-    assert replicas.logs == {}
+    assert logs.logs == {}
     assert not any(p.name.startswith("big-") for p in tmp_path.iterdir())
     assert TopicStore(tmp_path).get("big") is None  # nothing persisted either
-    monkeypatch.setattr(rm, "Log", RealLog)
-    info = replicas.create_topic("big", 10, {})
-    assert len(replicas.logs) == 10 and store.get("big") is info
+    monkeypatch.setattr(lm, "Log", RealLog)
+    info = logs.create_topic("big", 10, {})
+    assert len(logs.logs) == 10 and store.get("big") is info

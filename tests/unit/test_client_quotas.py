@@ -1,17 +1,17 @@
 """The broker's quota glue (tidegate.server.client_quotas): KIP-546 validation and
-filters, persistence, live application to the managers, and the throttle timer that
-unmutes connections (real KafkaConnection objects on a fake transport, a real loop)."""
+filters, persistence, live application to the managers, and the throttle timers that
+end connections' throttles (real KafkaConnection objects on a fake transport, the
+scheduler on fake time)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-import time
 from types import SimpleNamespace as NS
 
 import pytest
 from kio.schema.errors import ErrorCode
 
+from tests.fake_loop import FakeLoop
 from tidegate.network.memory_pool import NONE
 from tidegate.network.mute_state import MuteReason
 from tidegate.network.socket_server import SocketServer
@@ -24,6 +24,7 @@ from tidegate.server.client_quotas import (
     QuotaConfigError,
 )
 from tidegate.server.quotas import DEFAULT, UNLIMITED_BOUND, QuotaEntity
+from tidegate.server.timer_reaper import TimerReaper
 
 from .test_connection import ImmediateProcessor, connect
 
@@ -187,45 +188,63 @@ def test_a_bound_change_applies_to_a_live_counter(quotas):
     assert quotas.produce.maybe_record_and_get_throttle_time_ms("u", "c", 1, now) == pytest.approx(40_000, abs=10)
 
 
-def test_throttle_mutes_and_one_timer_unmutes_in_order():
-    async def main():
-        server = SocketServer(ImmediateProcessor(), NONE, max_request_size=1000)
-        quotas = BrokerQuotas()
-        a, ta = connect(server)
-        b, tb = connect(server)
-        quotas.throttle(quotas.produce, a, "ANONYMOUS", "a", 120)
-        quotas.throttle(quotas.request, b, "ANONYMOUS", "b", 40)
-        b.mute(MuteReason.MEMORY)  # another reason, which the throttle's end must not lift
-        assert ta.paused and tb.paused
-        assert quotas.produce.queue_size == 1 and quotas.request.queue_size == 1
-        start = time.monotonic()
-        while quotas.request.queue_size:
-            await asyncio.sleep(0.005)
-        assert 0.035 <= time.monotonic() - start < 0.1
-        assert not b.mute_state.has(MuteReason.THROTTLE) and b.mute_state.has(MuteReason.MEMORY)
-        assert tb.paused and ta.paused
-        while quotas.produce.queue_size:
-            await asyncio.sleep(0.005)
-        assert 0.115 <= time.monotonic() - start < 0.2
-        assert not ta.paused
-        b.unmute(MuteReason.MEMORY)
-        assert not tb.paused
-
-    asyncio.run(main())
+def _throttle(server, manager, conn, client_id, ms):
+    """What KafkaApis does for a throttled response: a ThrottledChannel whose end goes to
+    the RequestChannel, and the shell muting the connection (here by hand)."""
+    cid = conn.connection_id
+    manager.throttle("ANONYMOUS", client_id, ms, lambda: server.end_throttling(cid))
+    conn.mute(MuteReason.THROTTLE)
 
 
-def test_an_earlier_throttle_rearms_the_timer_and_a_closed_connection_is_skipped():
-    async def main():
-        server = SocketServer(ImmediateProcessor(), NONE, max_request_size=1000)
-        quotas = BrokerQuotas()
-        a, _ = connect(server)
-        b, tb = connect(server)
-        quotas.throttle(quotas.fetch, a, "ANONYMOUS", "a", 500)
-        quotas.throttle(quotas.fetch, b, "ANONYMOUS", "b", 30)  # earlier: the timer moves
-        a.close()
-        await asyncio.sleep(0.08)
-        assert not tb.paused
-        assert quotas.fetch.queue_size == 1
-        quotas.shutdown()
+def _shell_with_quotas():
+    """A SocketServer and the quota managers sharing one FakeLoop, whose reaper drives
+    the throttle timers as the broker's scheduler does."""
+    loop = FakeLoop()
+    server = SocketServer(ImmediateProcessor(), NONE, 1000, loop)
+    quotas = BrokerQuotas(clock=loop.clock)
+    reaper = TimerReaper(loop.call_at)
+    for name, timer in quotas.throttle_timers():
+        reaper.add_timer(name, timer)
+    return loop, server, quotas
 
-    asyncio.run(main())
+
+def test_throttles_end_at_their_deadlines_and_lift_only_the_throttle():
+    loop, server, quotas = _shell_with_quotas()
+    start = loop.time_ms()
+    a, ta = connect(server)
+    b, tb = connect(server)
+    _throttle(server, quotas.produce, a, "a", 120)
+    _throttle(server, quotas.request, b, "b", 40)
+    b.mute(MuteReason.MEMORY)  # another reason, which the throttle's end must not lift
+    assert ta.paused and tb.paused
+    assert quotas.produce.queue_size == 1 and quotas.request.queue_size == 1
+    loop.run_until(start + 39)
+    assert quotas.request.queue_size == 1 and b.mute_state.has(MuteReason.THROTTLE)
+    loop.run_until(start + 40)
+    assert quotas.request.queue_size == 0
+    assert not b.mute_state.has(MuteReason.THROTTLE) and b.mute_state.has(MuteReason.MEMORY)
+    assert tb.paused and ta.paused
+    loop.run_until(start + 119)
+    assert ta.paused
+    loop.run_until(start + 120)
+    assert not ta.paused and quotas.produce.queue_size == 0
+    b.unmute(MuteReason.MEMORY)
+    assert not tb.paused
+    assert loop.armed == []  # nothing left to wake up for
+
+
+def test_an_earlier_throttle_moves_the_wakeup_and_a_closed_connection_is_skipped():
+    loop, server, quotas = _shell_with_quotas()
+    start = loop.time_ms()
+    a, _ = connect(server)
+    b, tb = connect(server)
+    _throttle(server, quotas.fetch, a, "a", 500)
+    assert loop.armed == [start + 400]  # the wheel bucket holding 500 (tick 400 level)
+    _throttle(server, quotas.fetch, b, "b", 30)  # earlier: the wake-up moves
+    assert loop.armed[0] == start + 30
+    a.close()
+    a.connection_lost(None)
+    loop.run_until(start + 30)
+    assert not tb.paused and quotas.fetch.queue_size == 1
+    loop.run_until(start + 500)  # a's throttle ends with nobody to unmute
+    assert quotas.fetch.queue_size == 0

@@ -1,16 +1,19 @@
 """The connection state machine with a fake transport: muted for memory vs in flight.
 
-No sockets: a fake transport records pause/resume and writes; bytes are pushed
-the way asyncio's BufferedProtocol does (get_buffer, then buffer_updated).
+No sockets, no event loop: a fake transport records pause/resume and writes; bytes
+are pushed the way asyncio's BufferedProtocol does (get_buffer, then buffer_updated);
+the server's scheduler is a FakeLoop, so deferred work (the memory hand-out) runs
+exactly when the test says (``loop.run_pending()``).
 """
 
-import asyncio
 import struct
 
 import pytest
 
+from tests.fake_loop import FakeLoop
 from tidegate.network.memory_pool import NONE, SimpleMemoryPool
 from tidegate.network.mute_state import MuteReason
+from tidegate.network.request_channel import PARKED, NoOpResponse, SendResponse
 from tidegate.network.socket_server import KafkaConnection, SocketServer
 
 
@@ -45,25 +48,48 @@ class FakeTransport:
         self.closed = True
 
 
-class HoldingProcessor:
-    """Keeps each request's memory until the test resolves its future."""
+class Processor:
+    """The parts of the RequestProcessor interface a test processor does not vary."""
+
+    def try_complete_actions(self):
+        pass
+
+    def record_exempt_request_time_ns(self, ns):
+        pass
+
+
+class HoldingProcessor(Processor):
+    """Parks every request, keeping its memory, until the test answers it."""
 
     def __init__(self):
-        self.requests = []  # (payload, future)
+        self.requests = []  # (payload, request)
+        self.server = None
 
-    def process(self, payload, ctx, release):
-        fut = asyncio.get_running_loop().create_future()
-        self.requests.append((bytes(payload), fut))
-        return fut
+    def handle(self, request, now_ms):
+        self.requests.append((bytes(request.payload), request))
+        return PARKED
+
+    def answer(self, i, data):
+        """Answer the i-th request through the server (the core's RequestChannel)."""
+        response = SendResponse([data]) if data is not None else NoOpResponse()
+        self.server.send_response(self.requests[i][1], response)
 
 
-class ImmediateProcessor:
+class ImmediateProcessor(Processor):
     def __init__(self):
         self.payloads = []
 
-    def process(self, payload, ctx, release):
-        self.payloads.append(bytes(payload))
-        return b"resp"
+    def handle(self, request, now_ms):
+        self.payloads.append(bytes(request.payload))
+        return SendResponse([b"resp"])
+
+
+def serve(proc, pool, max_request_size, **kw):
+    """A SocketServer on a FakeLoop: (server, loop)."""
+    loop = FakeLoop()
+    server = SocketServer(proc, pool, max_request_size, loop, **kw)
+    proc.server = server
+    return server, loop
 
 
 def connect(server):
@@ -90,22 +116,13 @@ def frame(body):
     return struct.pack(">i", len(body)) + body
 
 
-async def settle():
-    for _ in range(3):
-        await asyncio.sleep(0)
-
-
-def run(coro):
-    return asyncio.run(coro)
-
-
 def test_out_of_memory_mutes_until_release_then_serves_the_second():
     """kafka-internals section 1, case 6: pool (900, 900), two 900-byte requests."""
 
-    async def main():
+    def main():
         pool = SimpleMemoryPool(900, 900, strict=False, debug=True)
         proc = HoldingProcessor()
-        server = SocketServer(proc, pool, max_request_size=900)
+        server, loop = serve(proc, pool, 900)
         a, ta = connect(server)
         b, tb = connect(server)
         push(a, frame(b"a" * 900))
@@ -116,34 +133,34 @@ def test_out_of_memory_mutes_until_release_then_serves_the_second():
         assert b.mute_state.reasons == MuteReason.MEMORY and tb.paused
         assert b in server.memory_muted and server.request_memory.is_out_of_memory
         assert len(proc.requests) == 1
-        proc.requests[0][1].set_result(b"done-a")
-        await settle()
+        proc.answer(0, b"done-a")
+        loop.run_pending()
         # a's memory went back; b got it and reads again; a is answered and unmuted
         assert ta.written == [b"done-a"] and not ta.paused
         assert not tb.paused and b not in server.memory_muted
         assert pool.available == 0  # now held by b's body buffer
         push(b, (b"b" * 900))
         assert len(proc.requests) == 2 and proc.requests[1][0] == b"b" * 900
-        proc.requests[1][1].set_result(None)
-        await settle()
+        proc.answer(1, None)
+        loop.run_pending()
         assert pool.available == 900 and pool.outstanding == 0
 
-    run(main())
+    main()
 
 
 def test_release_unmutes_only_the_memory_reason():
-    async def main():
+    def main():
         pool = SimpleMemoryPool(100, 100, strict=False, debug=True)
         proc = HoldingProcessor()
-        server = SocketServer(proc, pool, max_request_size=100)
+        server, loop = serve(proc, pool, 100)
         a, _ta = connect(server)
         b, tb = connect(server)
         push(a, frame(b"x" * 100))
         push(b, struct.pack(">i", 50))
         assert b.mute_state.reasons == MuteReason.MEMORY
         b.mute(MuteReason.THROTTLE)  # e.g. a quota throttle arrives meanwhile
-        proc.requests[0][1].set_result(None)
-        await settle()
+        proc.answer(0, None)
+        loop.run_pending()
         assert b.mute_state.reasons == MuteReason.THROTTLE  # memory reason gone...
         assert tb.paused  # ...but still not read: the throttle holds
         b.unmute(MuteReason.THROTTLE)
@@ -151,29 +168,29 @@ def test_release_unmutes_only_the_memory_reason():
         push(b, b"y" * 50)
         assert proc.requests[1][0] == b"y" * 50
 
-    run(main())
+    main()
 
 
 def test_request_count_bound_applies_with_memory_to_spare():
-    async def main():
+    def main():
         proc = HoldingProcessor()
-        server = SocketServer(proc, NONE, max_request_size=1000, max_queued_requests=1)
+        server, loop = serve(proc, NONE, 1000, max_queued_requests=1)
         a, _ta = connect(server)
         b, tb = connect(server)
         push(a, frame(b"a" * 10))
         push(b, frame(b"b" * 10))
         assert len(proc.requests) == 1 and b.mute_state.reasons == MuteReason.MEMORY
-        proc.requests[0][1].set_result(None)
-        await settle()
+        proc.answer(0, None)
+        loop.run_pending()
         assert not tb.paused
         push(b, b"b" * 10)
         assert len(proc.requests) == 2
 
-    run(main())
+    main()
 
 
 def test_fifo_unmute_order_when_memory_is_plentiful():
-    async def main():
+    def main():
         pool = SimpleMemoryPool(1000, 1000, strict=False, debug=True)
         proc = HoldingProcessor()
         shuffles = []
@@ -182,23 +199,23 @@ def test_fifo_unmute_order_when_memory_is_plentiful():
             shuffles.append(list(items))
             items.reverse()
 
-        server = SocketServer(proc, pool, max_request_size=1000, shuffle=reverse)
+        server, loop = serve(proc, pool, 1000, shuffle=reverse)
         big, _ = connect(server)
         push(big, frame(b"z" * 1000))  # takes the whole pool
         waiters = [connect(server) for _ in range(3)]
         for conn, _t in waiters:
             push(conn, struct.pack(">i", 10))
         assert list(server.memory_muted) == [c for c, _ in waiters]
-        proc.requests[0][1].set_result(None)
-        await settle()
+        proc.answer(0, None)
+        loop.run_pending()
         # Plenty free (1000 of 1000): first come, first served, no shuffle.
         assert shuffles == [] and not server.memory_muted
 
-    run(main())
+    main()
 
 
 def test_shuffle_used_below_ten_percent():
-    async def main():
+    def main():
         pool = SimpleMemoryPool(1000, 1000, strict=False, debug=True)
         proc = HoldingProcessor()
         calls = []
@@ -207,7 +224,7 @@ def test_shuffle_used_below_ten_percent():
             calls.append(len(items))
             items.reverse()
 
-        server = SocketServer(proc, pool, max_request_size=1000, shuffle=reverse)
+        server, loop = serve(proc, pool, 1000, shuffle=reverse)
         a, _ = connect(server)
         push(a, frame(b"a" * 960))  # available 40
         b, _ = connect(server)
@@ -216,30 +233,31 @@ def test_shuffle_used_below_ten_percent():
         for w in waiters:
             push(w, struct.pack(">i", 10))
         assert list(server.memory_muted) == waiters
-        proc.requests[1][1].set_result(None)  # frees 40: available 40 < 10% of 1000
-        await settle()
+        proc.answer(1, None)  # frees 40: available 40 < 10% of 1000
+        loop.run_pending()
         assert calls == [3]
         # reversed order: the last muted connection was served first
         assert waiters[2] not in server.memory_muted
         assert waiters[1] not in server.memory_muted  # 40 - 10 = 30 >= 1 still allocates
         assert pool.available <= 10
 
-    run(main())
+    main()
 
 
 def test_zero_size_request_takes_nothing_from_the_pool():
     pool = SimpleMemoryPool(100, 100, strict=False, debug=True)
 
-    class Zero:
+    class Zero(Processor):
         def __init__(self):
             self.seen = []
 
-        def process(self, payload, ctx, release):
-            self.seen.append(bytes(payload))
-            release()
+        def handle(self, request, now_ms):
+            self.seen.append(bytes(request.payload))
+            request.release_buffer()
+            return SendResponse([b"resp"])
 
     proc = Zero()
-    server = SocketServer(proc, pool, max_request_size=100)
+    server, loop = serve(proc, pool, 100)
     a, _ta = connect(server)
     push(a, struct.pack(">i", 0))
     assert proc.seen == [b""] and pool.available == 100 and pool.outstanding == 0
@@ -247,7 +265,7 @@ def test_zero_size_request_takes_nothing_from_the_pool():
 
 def test_connection_closed_mid_request_releases_its_buffer():
     pool = SimpleMemoryPool(1000, 1000, strict=False, debug=True)
-    server = SocketServer(ImmediateProcessor(), pool, max_request_size=1000)
+    server, loop = serve(ImmediateProcessor(), pool, 1000)
     a, _ta = connect(server)
     push(a, frame(b"q" * 500)[:100])
     assert pool.outstanding == 1
@@ -257,13 +275,13 @@ def test_connection_closed_mid_request_releases_its_buffer():
 
 def test_connection_closed_with_a_request_in_flight_gives_its_memory_back():
     """The processor still holds the request (a parked acks=all, a long poll) when the
-    client goes away: cancelling the in-flight future runs _complete, which releases
-    the buffer exactly once, and a connection waiting for that memory gets it."""
+    client goes away: the shell marks it abandoned and releases its buffer exactly once,
+    a connection waiting for that memory gets it, and a late answer is dropped."""
 
-    async def main():
+    def main():
         pool = SimpleMemoryPool(1000, 1000, strict=False, debug=True)
         proc = HoldingProcessor()
-        server = SocketServer(proc, pool, max_request_size=1000)
+        server, loop = serve(proc, pool, 1000)
         a, ta = connect(server)
         push(a, frame(b"a" * 700))
         b, _tb = connect(server)
@@ -273,33 +291,34 @@ def test_connection_closed_with_a_request_in_flight_gives_its_memory_back():
         assert pool.available == -300 and pool.outstanding == 2
         assert list(server.memory_muted) == [c] and tc.paused
         parked = proc.requests[0][1]
-        assert a.in_flight is not None
+        assert a.in_flight is parked and server.parked == 1
         a.connection_lost(None)  # the peer reset the connection mid-request
-        await settle()
-        assert parked.cancelled() and a.in_flight is None
+        loop.run_pending()
+        assert parked.abandoned and a.in_flight is None and server.parked == 0
         # a's 700 came back (available 400) and went on to c, waiting for it: 400 - 500
         assert not server.memory_muted and not tc.paused
         assert pool.available == -100 and pool.outstanding == 2
         assert server.request_memory.outstanding == 2
+        proc.answer(0, b"late")  # the purgatory completes it after all: dropped
         assert ta.written == []  # nothing is written to a closed connection
         push(b, b"b" * 600)
         push(c, b"c" * 500)
         assert [r[0] for r in proc.requests[1:]] == [b"b" * 600, b"c" * 500]
-        for _payload, fut in proc.requests[1:]:
-            fut.set_result(None)
-        await settle()
+        proc.answer(1, None)
+        proc.answer(2, None)
+        loop.run_pending()
         # exact accounting: every byte back, no double release (the debug pool raises)
         assert pool.available == 1000 and pool.outstanding == 0
         assert server.request_memory.outstanding == 0
 
-    run(main())
+    main()
 
 
 def test_closed_memory_muted_connection_is_forgotten():
-    async def main():
+    def main():
         pool = SimpleMemoryPool(100, 100, strict=False, debug=True)
         proc = HoldingProcessor()
-        server = SocketServer(proc, pool, max_request_size=100)
+        server, loop = serve(proc, pool, 100)
         a, _ = connect(server)
         push(a, frame(b"x" * 100))
         b, _tb = connect(server)
@@ -307,22 +326,22 @@ def test_closed_memory_muted_connection_is_forgotten():
         assert b in server.memory_muted
         b.connection_lost(None)
         assert b not in server.memory_muted
-        proc.requests[0][1].set_result(None)
-        await settle()
+        proc.answer(0, None)
+        loop.run_pending()
         assert pool.available == 100
 
-    run(main())
+    main()
 
 
 def test_immediate_responses_never_mute():
-    server = SocketServer(ImmediateProcessor(), NONE, max_request_size=100)
+    server, loop = serve(ImmediateProcessor(), NONE, 100)
     a, ta = connect(server)
     push(a, frame(b"1") + frame(b"2") + frame(b"3"))
     assert ta.written == [b"resp"] * 3 and ta.pauses == 0
 
 
 def test_oversized_size_prefix_closes():
-    server = SocketServer(ImmediateProcessor(), NONE, max_request_size=100)
+    server, loop = serve(ImmediateProcessor(), NONE, 100)
     a, ta = connect(server)
     push(a, struct.pack(">i", 101))
     assert ta.closed
@@ -330,7 +349,7 @@ def test_oversized_size_prefix_closes():
 
 @pytest.mark.parametrize("reason", [MuteReason.SEND_BUFFER, MuteReason.THROTTLE])
 def test_other_mute_reasons_pause_and_resume(reason):
-    server = SocketServer(ImmediateProcessor(), NONE, max_request_size=100)
+    server, loop = serve(ImmediateProcessor(), NONE, 100)
     a, ta = connect(server)
     a.mute(reason)
     assert ta.paused
@@ -342,10 +361,10 @@ def test_freed_memory_is_handed_on_only_after_the_releasing_call_returns():
     """The releasing handler still holds its buffer: the hand-out waits a loop turn,
     so at most pool + one request is ever alive (measured: +2 requests otherwise)."""
 
-    async def main():
+    def main():
         pool = SimpleMemoryPool(100, 100, strict=False, debug=True)
         proc = HoldingProcessor()
-        server = SocketServer(proc, pool, max_request_size=100)
+        server, loop = serve(proc, pool, 100)
         a, _ = connect(server)
         b, tb = connect(server)
         push(a, frame(b"a" * 100))
@@ -359,36 +378,103 @@ def test_freed_memory_is_handed_on_only_after_the_releasing_call_returns():
             real()
 
         server.memory_released = spy
-        proc.requests[0][1].set_result(None)
-        await asyncio.sleep(0)  # a's completion callback releases its buffer
+        proc.answer(0, None)  # a's answer releases its buffer
         # released, but b has not been handed the memory inside that call
         assert b in server.memory_muted and tb.paused
-        await settle()
+        loop.run_pending()
         assert seen_during_release == [100]  # ran once, on a later loop turn
         assert b not in server.memory_muted and not tb.paused
 
-    run(main())
+    main()
 
 
 def test_new_requests_queue_behind_connections_waiting_for_memory():
-    async def main():
+    def main():
         pool = SimpleMemoryPool(100, 100, strict=False, debug=True)
         proc = HoldingProcessor()
-        server = SocketServer(proc, pool, max_request_size=100)
+        server, loop = serve(proc, pool, 100)
         hog, _ = connect(server)
         push(hog, frame(b"h" * 100))
         waiter, tw = connect(server)
         push(waiter, struct.pack(">i", 60))
         assert list(server.memory_muted) == [waiter]
-        proc.requests[0][1].set_result(None)
-        await asyncio.sleep(0)  # memory released; hand-out not yet run
+        proc.answer(0, None)  # memory released; hand-out not yet run
         newcomer, tn = connect(server)
         push(newcomer, struct.pack(">i", 10))
         # the newcomer may not take the freed memory ahead of the waiter
         assert newcomer in server.memory_muted and tn.paused
-        await settle()
+        loop.run_pending()
         assert not tw.paused  # the waiter was served first ...
         assert list(server.memory_muted) == []  # ... and the newcomer right after (60+10 fit)
         assert not tn.paused
 
-    run(main())
+    main()
+
+
+class OutcomeProcessor(Processor):
+    """Answers each request with the next outcome of a list; records what ran when."""
+
+    def __init__(self, outcomes, events):
+        self.outcomes = list(outcomes)
+        self.events = events
+
+    def handle(self, request, now_ms):
+        return self.outcomes.pop(0)
+
+    def try_complete_actions(self):
+        self.events.append("actions")
+
+
+class RecordingTransport(FakeTransport):
+    def __init__(self, events):
+        super().__init__()
+        self.events = events
+
+    def write(self, data):
+        self.events.append(("write", bytes(data)))
+        super().write(data)
+
+    def writelines(self, pieces):
+        for p in pieces:
+            self.write(p)
+
+
+def test_throttled_response_is_written_then_mutes_until_the_throttle_ends():
+    events = []
+    response = SendResponse([b"head", b"body"], throttle_ms=250, after_send=lambda: events.append("after"))
+    proc = OutcomeProcessor([response], events)
+    server, _loop = serve(proc, NONE, 100)
+    conn = KafkaConnection(server, "PLAINTEXT")
+    transport = RecordingTransport(events)
+    conn.connection_made(transport)
+    push(conn, frame(b"req"))
+    # written piece by piece, then the after-send action, then the deferred actions
+    assert events == [("write", b"head"), ("write", b"body"), "after", "actions"]
+    assert conn.mute_state.reasons == MuteReason.THROTTLE and transport.paused
+    server.end_throttling(conn.connection_id + 1000)  # another connection: nothing here
+    assert transport.paused
+    server.end_throttling(conn.connection_id)
+    assert conn.mute_state.reasons == MuteReason.NONE and not transport.paused
+
+
+def test_no_response_with_a_throttle_still_mutes():
+    proc = OutcomeProcessor([NoOpResponse(throttle_ms=10)], [])
+    server, _loop = serve(proc, NONE, 100)
+    a, ta = connect(server)
+    push(a, frame(b"acks=0"))
+    assert ta.written == [] and ta.paused and a.mute_state.reasons == MuteReason.THROTTLE
+
+
+def test_close_outcome_closes_only_that_connection():
+    from tidegate.network.request_channel import CloseConnectionResponse
+
+    proc = OutcomeProcessor([CloseConnectionResponse("cannot decode"), SendResponse([b"ok"])], [])
+    pool = SimpleMemoryPool(100, 100, strict=False, debug=True)
+    server, _loop = serve(proc, pool, 100)
+    a, ta = connect(server)
+    b, tb = connect(server)
+    push(a, frame(b"garbage"))
+    push(b, frame(b"fine"))
+    assert ta.closed and ta.written == []
+    assert not tb.closed and tb.written == [b"ok"]
+    assert pool.outstanding == 0  # both requests' memory came back

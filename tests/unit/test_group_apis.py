@@ -1,7 +1,8 @@
-"""The group APIs on the wire, sans-IO: encoded requests through KafkaApis.process.
+"""The group APIs on the wire, sans-IO: encoded requests through KafkaApis.handle.
 
-Every request runs inside one event loop (parked JoinGroup/SyncGroup answers and
-offset commits waiting for their fsync are futures). The state machine itself is
+The broker's core runs on fake time (tests/core_harness): parked JoinGroup/SyncGroup
+requests and offset commits waiting for their fsync are answered through the
+request channel once the coordinator or the flusher completes them. The state machine itself is
 tested in test_group_coordinator.py; here: versions, field mapping, errors as the
 clients see them, the internal topic's protection, and durability through the
 broker's own ReplicaManager.
@@ -9,14 +10,15 @@ broker's own ReplicaManager.
 
 from __future__ import annotations
 
-import asyncio
 import struct
 
 import pytest
 from kio.schema.errors import ErrorCode as E
 
-from tests.unit.test_apis import NOW, Harness, batch, decode_frame, produce_body
+from tests.core_harness import decode_frame, response_bytes
+from tests.unit.test_apis import NOW, Harness, batch, produce_body
 from tidegate.coordinator.group.group_metadata_manager import OFFSETS_TOPIC
+from tidegate.network.request_channel import PARKED
 from tidegate.protocol.apis import ApiKey
 
 GROUP_PROPS = {"group.initial.rebalance.delay.ms": "0"}
@@ -29,17 +31,17 @@ def subscription(*topics: str) -> bytes:
     return out + struct.pack(">i", -1)
 
 
-async def call(h: Harness, key: int, version: int, body: dict, *, wait: bool = True):
-    """Send one request; await it if it parks. Returns the decoded response, or the
-    pending awaitable (and correlation id) when ``wait`` is False."""
-    result, cid, released = h.process(key, version, body)
+def call(h: Harness, key: int, version: int, body: dict, *, wait: bool = True):
+    """Send one request; if it parks, let the scheduler run what is ready (an fsync)
+    and take its answer. Returns the decoded response, or the parked request (and
+    correlation id) when ``wait`` is False."""
+    request, outcome, cid, released = h.send(key, version, body)
     assert released[0] == 1
-    if isinstance(result, bytes):
-        return decode_frame(key, version, result, cid)
-    assert asyncio.isfuture(result) or asyncio.iscoroutine(result), result
+    if outcome is not PARKED:
+        return decode_frame(key, version, response_bytes(outcome), cid)
     if not wait:
-        return result, cid
-    return decode_frame(key, version, await asyncio.wait_for(result, 10), cid)
+        return request, cid
+    return h.answer(request, cid)
 
 
 def join_body(group="g", member_id="", instance=None, *, session=10_000, rebalance=30_000, topics=("t",)):
@@ -77,36 +79,32 @@ def h(tmp_path):
     return Harness(tmp_path / "data", GROUP_PROPS)
 
 
-def run(coro):
-    return asyncio.run(coro)
-
-
 # ------------------------------------------------------------------------------------------
 def test_find_coordinator_every_version_names_this_broker(h):
-    async def go():
+    def go():
         for v in range(4):
-            r = await call(h, ApiKey.FIND_COORDINATOR, v, {"key": "g", "key_type": 0})
+            r = call(h, ApiKey.FIND_COORDINATOR, v, {"key": "g", "key_type": 0})
             assert (r.error_code, r.node_id, r.host, r.port) == (E.none, 1, "127.0.0.1", 9092)
-        r = await call(h, ApiKey.FIND_COORDINATOR, 4, {"key_type": 0, "coordinator_keys": ["a", "b"]})
+        r = call(h, ApiKey.FIND_COORDINATOR, 4, {"key_type": 0, "coordinator_keys": ["a", "b"]})
         assert [(c.key, c.node_id, c.error_code) for c in r.coordinators] == [
             ("a", 1, E.none), ("b", 1, E.none)
         ]
         # transactional ids: this broker, so InitProducerId can refuse them with 53 at once
-        r = await call(h, ApiKey.FIND_COORDINATOR, 6, {"key_type": 1, "coordinator_keys": ["tx"]})
+        r = call(h, ApiKey.FIND_COORDINATOR, 6, {"key_type": 1, "coordinator_keys": ["tx"]})
         assert (r.coordinators[0].error_code, r.coordinators[0].node_id) == (E.none, 1)
 
-    run(go())
+    go()
     assert h.store.get(OFFSETS_TOPIC) is not None  # created on first use, as Kafka does
 
 
 def test_join_sync_heartbeat_leave_on_the_wire(h):
     h.create_topic("t", 2)
 
-    async def go():
-        r = await call(h, ApiKey.JOIN_GROUP, 9, join_body())
+    def go():
+        r = call(h, ApiKey.JOIN_GROUP, 9, join_body())
         assert r.error_code == E.member_id_required and r.member_id.startswith("rawclient-")
         member = r.member_id
-        r = await call(h, ApiKey.JOIN_GROUP, 9, join_body(member_id=member))
+        r = call(h, ApiKey.JOIN_GROUP, 9, join_body(member_id=member))
         assert (r.error_code, r.generation_id, r.leader, r.protocol_name) == (E.none, 1, member, "range")
         assert r.protocol_type == "consumer" and [m.member_id for m in r.members] == [member]
 
@@ -114,82 +112,82 @@ def test_join_sync_heartbeat_leave_on_the_wire(h):
         # it parks until the first member rejoins
         v0 = join_body()
         del v0["rebalance_timeout"], v0["group_instance_id"], v0["reason"]
-        parked, cid = await call(h, ApiKey.JOIN_GROUP, 0, v0, wait=False)
-        hb = await call(h, ApiKey.HEARTBEAT, 4, {"group_id": "g", "generation_id": 1, "member_id": member,
+        parked, cid = call(h, ApiKey.JOIN_GROUP, 0, v0, wait=False)
+        hb = call(h, ApiKey.HEARTBEAT, 4, {"group_id": "g", "generation_id": 1, "member_id": member,
                                                   "group_instance_id": None})
         assert hb.error_code == E.rebalance_in_progress
-        r1 = await call(h, ApiKey.JOIN_GROUP, 5, join_body(member_id=member))
-        r0 = decode_frame(ApiKey.JOIN_GROUP, 0, await parked, cid)
+        r1 = call(h, ApiKey.JOIN_GROUP, 5, join_body(member_id=member))
+        r0 = h.answer(parked, cid)
         assert r1.generation_id == r0.generation_id == 2 and r0.protocol_name == "range"
         other = r0.member_id
 
-        follower, fcid = await call(h, ApiKey.SYNC_GROUP, 0, {"group_id": "g", "generation_id": 2,
+        follower, fcid = call(h, ApiKey.SYNC_GROUP, 0, {"group_id": "g", "generation_id": 2,
                                                              "member_id": other, "assignments": []},
                                     wait=False)
-        leader = await call(h, ApiKey.SYNC_GROUP, 5, {
+        leader = call(h, ApiKey.SYNC_GROUP, 5, {
             "group_id": "g", "generation_id": 2, "member_id": member, "group_instance_id": None,
             "protocol_type": "consumer", "protocol_name": "range",
             "assignments": [{"member_id": member, "assignment": b"A"},
                             {"member_id": other, "assignment": b"B"}],
         })
         assert (leader.error_code, leader.assignment, leader.protocol_name) == (E.none, b"A", "range")
-        assert decode_frame(ApiKey.SYNC_GROUP, 0, await follower, fcid).assignment == b"B"
+        assert h.answer(follower, fcid).assignment == b"B"
 
-        d = await call(h, ApiKey.DESCRIBE_GROUPS, 5, {"groups": ["g", "nope"], "include_authorized_operations": True})
+        d = call(h, ApiKey.DESCRIBE_GROUPS, 5, {"groups": ["g", "nope"], "include_authorized_operations": True})
         g, nope = d.groups
         assert (g.group_state, g.protocol_type, g.protocol_data) == ("Stable", "consumer", "range")
         assert {m.member_id for m in g.members} == {member, other}
         assert {m.client_host for m in g.members} == {"/127.0.0.1"}
         assert g.authorized_operations != -(2**31)
         assert (nope.error_code, nope.group_state) == (E.none, "Dead")
-        d6 = await call(h, ApiKey.DESCRIBE_GROUPS, 6, {"groups": ["nope"], "include_authorized_operations": False})
+        d6 = call(h, ApiKey.DESCRIBE_GROUPS, 6, {"groups": ["nope"], "include_authorized_operations": False})
         assert d6.groups[0].error_code == E.group_id_not_found
 
-        lg = await call(h, ApiKey.LIST_GROUPS, 5, {"states_filter": ["stable"], "types_filter": []})
+        lg = call(h, ApiKey.LIST_GROUPS, 5, {"states_filter": ["stable"], "types_filter": []})
         assert [(x.group_id, x.group_state, x.group_type) for x in lg.groups] == [("g", "Stable", "classic")]
-        lg0 = await call(h, ApiKey.LIST_GROUPS, 0, {})
+        lg0 = call(h, ApiKey.LIST_GROUPS, 0, {})
         assert [(x.group_id, x.protocol_type) for x in lg0.groups] == [("g", "consumer")]
 
         # LeaveGroup v0 (one member, top-level error) and v3 (batch)
-        r = await call(h, ApiKey.LEAVE_GROUP, 0, {"group_id": "g", "member_id": "stranger"})
+        r = call(h, ApiKey.LEAVE_GROUP, 0, {"group_id": "g", "member_id": "stranger"})
         assert r.error_code == E.unknown_member_id
-        r = await call(h, ApiKey.LEAVE_GROUP, 5, {"group_id": "g", "members": [
+        r = call(h, ApiKey.LEAVE_GROUP, 5, {"group_id": "g", "members": [
             {"member_id": other, "group_instance_id": None, "reason": "test"}]})
         assert r.error_code == E.none and [m.error_code for m in r.members] == [E.none]
-        hb = await call(h, ApiKey.HEARTBEAT, 0, {"group_id": "g", "generation_id": 2, "member_id": member})
+        hb = call(h, ApiKey.HEARTBEAT, 0, {"group_id": "g", "generation_id": 2, "member_id": member})
         assert hb.error_code == E.rebalance_in_progress
 
-        bad = await call(h, ApiKey.JOIN_GROUP, 9, join_body(session=100))
+        bad = call(h, ApiKey.JOIN_GROUP, 9, join_body(session=100))
         assert bad.error_code == E.invalid_session_timeout and bad.protocol_name is None
-        bad = await call(h, ApiKey.JOIN_GROUP, 2, {**join_body(group=""), "member_id": ""})
+        bad = call(h, ApiKey.JOIN_GROUP, 2, {**join_body(group=""), "member_id": ""})
         assert bad.error_code == E.invalid_group_id and bad.protocol_name == ""
 
-    run(go())
+    go()
 
 
 def test_offset_commit_fetch_delete_on_the_wire(h):
     h.create_topic("t", 3)
 
-    async def go():
+    def go():
         # a standalone consumer (generation -1) commits; the answer waits for the fsync
-        r = await call(h, ApiKey.OFFSET_COMMIT, 8, commit_body("s", "", -1, {("t", 0): 5, ("t", 2): 7, ("nope", 0): 1}))
+        r = call(h, ApiKey.OFFSET_COMMIT, 8, commit_body("s", "", -1, {("t", 0): 5, ("t", 2): 7, ("nope", 0): 1}))
         errors = {(t.name, p.partition_index): p.error_code for t in r.topics for p in t.partitions}
         assert errors == {("t", 0): E.none, ("t", 2): E.none, ("nope", 0): E.unknown_topic_or_partition}
         plog = h.replicas.get_log(OFFSETS_TOPIC, 0)
         assert plog.recovery_point == plog.log_end_offset  # durable before the answer
 
-        r = await call(h, ApiKey.OFFSET_COMMIT, 2, {**commit_body("s", "", -1, {("t", 1): 9}), "retention_time": 60_000})
+        r = call(h, ApiKey.OFFSET_COMMIT, 2, {**commit_body("s", "", -1, {("t", 1): 9}), "retention_time": 60_000})
         assert r.topics[0].partitions[0].error_code == E.none
 
-        f = await call(h, ApiKey.OFFSET_FETCH, 1, {"group_id": "s", "topics": [
+        f = call(h, ApiKey.OFFSET_FETCH, 1, {"group_id": "s", "topics": [
             {"name": "t", "partition_indexes": [0, 1, 2]}]})
         got = {(p.partition_index, p.committed_offset, p.metadata) for p in f.topics[0].partitions}
         assert got == {(0, 5, "m5"), (1, 9, "m9"), (2, 7, "m7")}
-        f = await call(h, ApiKey.OFFSET_FETCH, 7, {"group_id": "s", "topics": None, "require_stable": True})
+        f = call(h, ApiKey.OFFSET_FETCH, 7, {"group_id": "s", "topics": None, "require_stable": True})
         assert f.error_code == E.none
         assert sorted((p.partition_index, p.committed_offset, p.committed_leader_epoch)
                       for p in f.topics[0].partitions) == [(0, 5, 4), (1, 9, -1), (2, 7, 4)]
-        f = await call(h, ApiKey.OFFSET_FETCH, 9, {"require_stable": False, "groups": [
+        f = call(h, ApiKey.OFFSET_FETCH, 9, {"require_stable": False, "groups": [
             {"group_id": "s", "member_id": None, "member_epoch": -1,
              "topics": [{"name": "t", "partition_indexes": [0]}, {"name": "u", "partition_indexes": [3]}]},
             {"group_id": "none", "member_id": None, "member_epoch": -1, "topics": None},
@@ -200,67 +198,67 @@ def test_offset_commit_fetch_delete_on_the_wire(h):
         ]
         assert none.topics == () and none.error_code == E.none
 
-        od = await call(h, ApiKey.OFFSET_DELETE, 0, {"group_id": "s", "topics": [
+        od = call(h, ApiKey.OFFSET_DELETE, 0, {"group_id": "s", "topics": [
             {"name": "t", "partitions": [{"partition_index": 0}]}]})
         assert od.error_code == E.none and od.topics[0].partitions[0].error_code == E.none
-        od = await call(h, ApiKey.OFFSET_DELETE, 0, {"group_id": "nope", "topics": []})
+        od = call(h, ApiKey.OFFSET_DELETE, 0, {"group_id": "nope", "topics": []})
         assert od.error_code == E.group_id_not_found
 
-        dg = await call(h, ApiKey.DELETE_GROUPS, 2, {"groups_names": ["s", "nope"]})
+        dg = call(h, ApiKey.DELETE_GROUPS, 2, {"groups_names": ["s", "nope"]})
         assert [(x.group_id, x.error_code) for x in dg.results] == [
             ("s", E.none), ("nope", E.group_id_not_found)
         ]
-        f = await call(h, ApiKey.OFFSET_FETCH, 5, {"group_id": "s", "topics": None})
+        f = call(h, ApiKey.OFFSET_FETCH, 5, {"group_id": "s", "topics": None})
         assert f.topics == ()
 
         # deleting a topic forgets its offsets
-        await call(h, ApiKey.OFFSET_COMMIT, 9, commit_body("s2", "", -1, {("t", 0): 1}))
-        await call(h, ApiKey.DELETE_TOPICS, 5, {"topic_names": ["t"], "timeout": 5000})
-        f = await call(h, ApiKey.OFFSET_FETCH, 5, {"group_id": "s2", "topics": None})
+        call(h, ApiKey.OFFSET_COMMIT, 9, commit_body("s2", "", -1, {("t", 0): 1}))
+        call(h, ApiKey.DELETE_TOPICS, 5, {"topic_names": ["t"], "timeout": 5000})
+        f = call(h, ApiKey.OFFSET_FETCH, 5, {"group_id": "s2", "topics": None})
         assert f.topics == ()
 
-    run(go())
+    go()
 
 
 def test_the_offsets_topic_is_hidden_and_protected(h):
     h.create_topic("t")
 
-    async def go():
-        await call(h, ApiKey.OFFSET_COMMIT, 8, commit_body("s", "", -1, {("t", 0): 5}))
-        md = await call(h, ApiKey.METADATA, 12, {"topics": None, "allow_auto_topic_creation": True,
+    def go():
+        call(h, ApiKey.OFFSET_COMMIT, 8, commit_body("s", "", -1, {("t", 0): 5}))
+        md = call(h, ApiKey.METADATA, 12, {"topics": None, "allow_auto_topic_creation": True,
                                                  "include_topic_authorized_operations": False})
         assert [t.name for t in md.topics] == ["t"]
-        md = await call(h, ApiKey.METADATA, 12, {"topics": [{"name": OFFSETS_TOPIC, "topic_id": None}],
+        md = call(h, ApiKey.METADATA, 12, {"topics": [{"name": OFFSETS_TOPIC, "topic_id": None}],
                                                  "allow_auto_topic_creation": True,
                                                  "include_topic_authorized_operations": False})
         assert md.topics[0].is_internal is True and len(md.topics[0].partitions) == 1
 
-        pr = await call(h, ApiKey.PRODUCE, 9, produce_body(OFFSETS_TOPIC, {0: batch(b"x")}))
+        pr = call(h, ApiKey.PRODUCE, 9, produce_body(OFFSETS_TOPIC, {0: batch(b"x")}))
         assert pr.responses[0].partition_responses[0].error_code == E.invalid_topic_exception
-        dt = await call(h, ApiKey.DELETE_TOPICS, 5, {"topic_names": [OFFSETS_TOPIC], "timeout": 5000})
+        dt = call(h, ApiKey.DELETE_TOPICS, 5, {"topic_names": [OFFSETS_TOPIC], "timeout": 5000})
         assert dt.responses[0].error_code == E.invalid_request
-        cp = await call(h, ApiKey.CREATE_PARTITIONS, 3, {"topics": [{"name": OFFSETS_TOPIC, "count": 5,
+        cp = call(h, ApiKey.CREATE_PARTITIONS, 3, {"topics": [{"name": OFFSETS_TOPIC, "count": 5,
                                                                       "assignments": None}],
                                                            "timeout": 5000, "validate_only": False})
         assert cp.results[0].error_code == E.invalid_request
         assert h.store.get(OFFSETS_TOPIC).partitions == 1
 
-    run(go())
+    go()
 
 
 def test_metadata_does_not_auto_create_the_offsets_topic(h):
-    async def go():
-        md = await call(h, ApiKey.METADATA, 12, {"topics": [{"name": OFFSETS_TOPIC, "topic_id": None}],
+    def go():
+        md = call(h, ApiKey.METADATA, 12, {"topics": [{"name": OFFSETS_TOPIC, "topic_id": None}],
                                                  "allow_auto_topic_creation": True,
                                                  "include_topic_authorized_operations": False})
         assert md.topics[0].error_code == E.unknown_topic_or_partition
-        ct = await call(h, ApiKey.CREATE_TOPICS, 7, {"topics": [{"name": OFFSETS_TOPIC, "num_partitions": 3,
+        ct = call(h, ApiKey.CREATE_TOPICS, 7, {"topics": [{"name": OFFSETS_TOPIC, "num_partitions": 3,
                                                                   "replication_factor": 1, "assignments": [],
                                                                   "configs": []}],
                                                      "timeout": 5000, "validate_only": False})
         assert ct.topics[0].error_code == E.invalid_request
 
-    run(go())
+    go()
     assert h.store.get(OFFSETS_TOPIC) is None
 
 
@@ -268,56 +266,55 @@ def test_committed_offsets_and_groups_survive_a_new_broker_on_the_same_directory
     h = Harness(tmp_path / "data", GROUP_PROPS)
     h.create_topic("t", 2)
 
-    async def first():
-        r = await call(h, ApiKey.JOIN_GROUP, 3, join_body())
+    def first():
+        r = call(h, ApiKey.JOIN_GROUP, 3, join_body())
         member = r.member_id
-        await call(h, ApiKey.SYNC_GROUP, 3, {"group_id": "g", "generation_id": 1, "member_id": member,
+        call(h, ApiKey.SYNC_GROUP, 3, {"group_id": "g", "generation_id": 1, "member_id": member,
                                              "group_instance_id": None,
                                              "assignments": [{"member_id": member, "assignment": b"all"}]})
-        c = await call(h, ApiKey.OFFSET_COMMIT, 7, commit_body("g", member, 1, {("t", 0): 11, ("t", 1): 12}))
+        c = call(h, ApiKey.OFFSET_COMMIT, 7, commit_body("g", member, 1, {("t", 0): 11, ("t", 1): 12}))
         assert all(p.error_code == E.none for t in c.topics for p in t.partitions)
         return member
 
-    member = run(first())
-    h.apis.groups.shutdown()
-    h.replicas.close()
+    member = first()
+    h.close()
     h2 = Harness(tmp_path / "data", GROUP_PROPS)
 
-    async def second():
-        f = await call(h2, ApiKey.OFFSET_FETCH, 8, {"require_stable": False, "groups": [
+    def second():
+        f = call(h2, ApiKey.OFFSET_FETCH, 8, {"require_stable": False, "groups": [
             {"group_id": "g", "topics": None}]})
         got = {(p.partition_index, p.committed_offset) for p in f.groups[0].topics[0].partitions}
         assert got == {(0, 11), (1, 12)}
         # the member carries on in its generation
-        hb = await call(h2, ApiKey.HEARTBEAT, 3, {"group_id": "g", "generation_id": 1, "member_id": member,
+        hb = call(h2, ApiKey.HEARTBEAT, 3, {"group_id": "g", "generation_id": 1, "member_id": member,
                                                    "group_instance_id": None})
         assert hb.error_code == E.none
-        s = await call(h2, ApiKey.SYNC_GROUP, 3, {"group_id": "g", "generation_id": 1, "member_id": member,
+        s = call(h2, ApiKey.SYNC_GROUP, 3, {"group_id": "g", "generation_id": 1, "member_id": member,
                                                   "group_instance_id": None, "assignments": []})
         assert s.assignment == b"all"
 
-    run(second())
-    h2.apis.groups.shutdown()
+    second()
+    h2.close()
 
 
 def test_after_shutdown_group_requests_answer_coordinator_not_available(h):
-    async def go():
-        r = await call(h, ApiKey.JOIN_GROUP, 4, join_body())
+    def go():
+        r = call(h, ApiKey.JOIN_GROUP, 4, join_body())
         parked_member = r.member_id
-        first = await call(h, ApiKey.JOIN_GROUP, 4, join_body(member_id=parked_member))
+        first = call(h, ApiKey.JOIN_GROUP, 4, join_body(member_id=parked_member))
         assert first.error_code == E.none
         # a second member parks in JoinGroup; the shutdown answers it
-        second = await call(h, ApiKey.JOIN_GROUP, 4, join_body())
-        parked, cid = await call(h, ApiKey.JOIN_GROUP, 4, join_body(member_id=second.member_id), wait=False)
+        second = call(h, ApiKey.JOIN_GROUP, 4, join_body())
+        parked, cid = call(h, ApiKey.JOIN_GROUP, 4, join_body(member_id=second.member_id), wait=False)
         h.apis.groups.shutdown()
-        assert decode_frame(ApiKey.JOIN_GROUP, 4, await parked, cid).error_code == E.not_coordinator
-        hb = await call(h, ApiKey.HEARTBEAT, 4, {"group_id": "g", "generation_id": 1,
+        assert h.answer(parked, cid).error_code == E.not_coordinator
+        hb = call(h, ApiKey.HEARTBEAT, 4, {"group_id": "g", "generation_id": 1,
                                                   "member_id": parked_member, "group_instance_id": None})
         assert hb.error_code == E.coordinator_not_available
-        fc = await call(h, ApiKey.FIND_COORDINATOR, 3, {"key": "g", "key_type": 0})
+        fc = call(h, ApiKey.FIND_COORDINATOR, 3, {"key": "g", "key_type": 0})
         assert fc.error_code == E.coordinator_not_available
 
-    run(go())
+    go()
 
 
 def test_broker_maintenance_expires_offsets_of_empty_groups(tmp_path):
@@ -326,22 +323,21 @@ def test_broker_maintenance_expires_offsets_of_empty_groups(tmp_path):
     h = Harness(tmp_path / "data", {**GROUP_PROPS, "offsets.retention.minutes": "1"})
     h.create_topic("t")
 
-    async def go():
-        await call(h, ApiKey.OFFSET_COMMIT, 8, commit_body("s", "", -1, {("t", 0): 5}))
+    def go():
+        call(h, ApiKey.OFFSET_COMMIT, 8, commit_body("s", "", -1, {("t", 0): 5}))
         h.apis.groups.maintenance(NOW + 59_000, True)
-        f = await call(h, ApiKey.OFFSET_FETCH, 5, {"group_id": "s", "topics": None})
+        f = call(h, ApiKey.OFFSET_FETCH, 5, {"group_id": "s", "topics": None})
         assert [p.committed_offset for p in f.topics[0].partitions] == [5]
         h.apis.groups.maintenance(NOW + 60_000, False)  # not due: nothing happens
         assert "s" in h.apis.groups.coordinator.groups
         h.apis.groups.maintenance(NOW + 60_000, True)
-        f = await call(h, ApiKey.OFFSET_FETCH, 5, {"group_id": "s", "topics": None})
+        f = call(h, ApiKey.OFFSET_FETCH, 5, {"group_id": "s", "topics": None})
         assert f.topics == ()
-        lg = await call(h, ApiKey.LIST_GROUPS, 3, {})
+        lg = call(h, ApiKey.LIST_GROUPS, 3, {})
         assert lg.groups == ()  # empty and without offsets: removed
 
-    run(go())
-    h.apis.groups.shutdown()
-    h.replicas.close()
+    go()
+    h.close()
     h2 = Harness(tmp_path / "data", GROUP_PROPS)
     h2.apis.groups.start()
     assert h2.apis.groups.coordinator.groups == {}

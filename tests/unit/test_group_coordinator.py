@@ -14,6 +14,7 @@ import struct
 import pytest
 from kio.schema.errors import ErrorCode as E
 
+from tests.fake_loop import FakeLoop
 from tidegate.clock import MockClock
 from tidegate.coordinator.group.group_coordinator import GroupConfig, GroupCoordinator
 from tidegate.coordinator.group.group_metadata import (
@@ -25,13 +26,17 @@ from tidegate.coordinator.group.group_metadata import (
     subscribed_topics_of,
 )
 from tidegate.coordinator.group.group_metadata_manager import (
+    OFFSETS_TOPIC,
     OffsetAndMetadata,
     OffsetsLog,
     iter_records,
 )
 from tidegate.log.config import LogConfig
 from tidegate.log.log import Log
+from tidegate.server.log_manager import LogManager
+from tidegate.server.metadata import TopicStore
 from tidegate.server.purgatory import DelayedOperationPurgatory
+from tidegate.server.replica_manager import ReplicaManager
 from tidegate.server.timer import SystemTimer
 
 T0 = 1_700_000_000_000
@@ -76,40 +81,70 @@ class Reply:
         return self.results[0]
 
 
+def _truncate(path, size: int) -> None:
+    with open(path, "r+b") as f:
+        f.truncate(size)
+
+
 class Harness:
     def __init__(self, tmp_path=None, **config) -> None:
         self.clock = mock_clock(T0)
         self.tmp_path = tmp_path
-        self.heartbeat = DelayedOperationPurgatory("Heartbeat", SystemTimer(clock=self.clock))
-        self.rebalance = DelayedOperationPurgatory("Rebalance", SystemTimer(clock=self.clock))
         config.setdefault("initial_rebalance_delay_ms", 0)
         self.config = GroupConfig(**config)
-        self.log: Log | None = None
-        self.store = OffsetsLog(self._open, self.clock) if tmp_path is not None else None
+        self._build()
+
+    def _build(self) -> None:
+        """The coordinator, and (with a tmp_path) the broker's real LogManager and
+        ReplicaManager under it, on fake time: commits are appended through
+        append_records and fsynced when the fake scheduler runs."""
+        self.loop = FakeLoop(self.clock)
+        self.heartbeat = DelayedOperationPurgatory("Heartbeat", SystemTimer(clock=self.clock))
+        self.rebalance = DelayedOperationPurgatory("Rebalance", SystemTimer(clock=self.clock))
+        self.logs: LogManager | None = None
+        self.store: OffsetsLog | None = None
+        if self.tmp_path is not None:
+            self.logs = LogManager(
+                self.tmp_path, TopicStore(self.tmp_path), lambda info: LogConfig(retention_ms=-1), self.clock
+            )
+            self.logs.load()
+            self.replicas = ReplicaManager(self.logs, self.loop, clock=self.clock)
+            self.store = OffsetsLog(self._open, self.clock, append_records=self.replicas.append_records)
         self.coord = GroupCoordinator(self.config, self.heartbeat, self.rebalance, self.store, self.clock)
         self.coord.startup()
 
     def _open(self, create: bool) -> Log | None:
-        directory = self.tmp_path / "__consumer_offsets-0"
-        if self.log is None and (create or directory.exists()):
-            self.log = Log(directory, LogConfig(retention_ms=-1), self.clock())
-        return self.log
+        assert self.logs is not None
+        plog = self.logs.get_log(OFFSETS_TOPIC, 0)
+        if plog is None and create:
+            self.logs.create_topic(OFFSETS_TOPIC, 1, {})
+            plog = self.logs.get_log(OFFSETS_TOPIC, 0)
+        return plog
 
-    def restart(self) -> Harness:
-        """A new coordinator over the same log (after a close: the kill -9 case is the
-        same bytes on disk, recovered by Log)."""
-        assert self.log is not None
-        self.log.close()
+    @property
+    def log(self) -> Log:
+        plog = self.logs.get_log(OFFSETS_TOPIC, 0) if self.logs is not None else None
+        assert plog is not None
+        return plog
+
+    def restart(self, *, crash: bool = False, before=None) -> Harness:
+        """A new coordinator over the same data directory: after a clean close, or after
+        a kill -9 (``crash``: the logs dropped without flush, snapshot or clean-shutdown
+        marker; Log recovery keeps every whole batch)."""
+        assert self.logs is not None
+        if crash:
+            for plog in self.logs.logs.values():
+                plog._release()
+            self.logs.logs.clear()
+        else:
+            self.logs.close()
+        if before is not None:
+            before()  # change the files between the two lives
         h = Harness.__new__(Harness)
         h.clock = mock_clock(self.clock())
         h.tmp_path = self.tmp_path
-        h.heartbeat = DelayedOperationPurgatory("Heartbeat", SystemTimer(clock=h.clock))
-        h.rebalance = DelayedOperationPurgatory("Rebalance", SystemTimer(clock=h.clock))
         h.config = self.config
-        h.log = None
-        h.store = OffsetsLog(h._open, h.clock)
-        h.coord = GroupCoordinator(h.config, h.heartbeat, h.rebalance, h.store, h.clock)
-        h.coord.startup()
+        h._build()
         return h
 
     def advance(self, ms: int) -> None:
@@ -599,7 +634,10 @@ def test_groups_and_offsets_survive_a_restart(tmp_path):
     _, wait = h.coord.handle_commit_offsets(
         "g", a, None, 2, {("t", 0): OffsetAndMetadata(10, 1, "m0", T0), ("t", 1): OffsetAndMetadata(20)}
     )
-    assert wait is not None and wait[0] is h.log  # (log, last offset) to fsync before answering
+    # the commit's durability: pending until the fsync round the append asked for
+    assert wait is not None and wait.error is None and h.log.recovery_point < h.log.log_end_offset
+    h.loop.run_pending()
+    assert wait.error is E.none and h.log.recovery_point == h.log.log_end_offset
     h.coord.handle_commit_offsets("g", b, None, 2, {("t", 1): OffsetAndMetadata(21)})  # latest wins
     h.coord.handle_commit_offsets("simple", "", None, -1, {("u", 3): OffsetAndMetadata(5)})
     h.coord.handle_commit_offsets("gone", "", None, -1, {("u", 0): OffsetAndMetadata(5)})
@@ -677,13 +715,5 @@ def test_replay_after_a_torn_tail(tmp_path):
     path = h.log.active_segment.log_path
     h.coord.handle_commit_offsets("s", "", None, -1, {("t", 0): OffsetAndMetadata(3)})
     size = path.stat().st_size
-    h.log._release()  # kill -9: no flush, no checkpoint, no clean-shutdown marker
-    with open(path, "r+b") as f:
-        f.truncate(size - 5)  # the last batch is torn
-    h.log = None
-    h2 = Harness.__new__(Harness)
-    h2.__dict__.update(h.__dict__)
-    h2.store = OffsetsLog(h2._open, h2.clock)
-    h2.coord = GroupCoordinator(h2.config, h2.heartbeat, h2.rebalance, h2.store, h2.clock)
-    h2.coord.startup()
+    h2 = h.restart(crash=True, before=lambda: _truncate(path, size - 5))  # the last batch torn
     assert h2.coord.handle_fetch_offsets("s", [("t", 0)])[1][("t", 0)].offset == 2

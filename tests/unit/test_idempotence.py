@@ -29,7 +29,7 @@ def h(tmp_path):
     harness = Harness(tmp_path / "data")
     harness.create_topic(TOPIC, partitions=2)
     yield harness
-    harness.replicas.close()
+    harness.close()
 
 
 def init_pid(h, version=4, transactional_id=None, producer_id=-1, producer_epoch=-1):
@@ -115,11 +115,11 @@ def test_ids_are_never_reused_across_restarts(tmp_path):
     ids = [init_pid(h1).producer_id for _ in range(3)]
     assert ids == [0, 1, 2]
     assert (root / PRODUCER_ID_BLOCK_FILE).read_text() == f"version: 0\nnext_block_start: {BLOCK_SIZE}\n"
-    h1.replicas.close()
+    h1.close()
     h2 = Harness(root)  # a restart (or a kill -9: the block was recorded before use)
     nxt = init_pid(h2).producer_id
     assert nxt == BLOCK_SIZE  # the rest of the first block is skipped, never reused
-    h2.replicas.close()
+    h2.close()
 
 
 def test_blocks_are_recorded_before_their_first_id_is_used(tmp_path):
@@ -166,7 +166,7 @@ def test_a_retry_with_acks_all_waits_for_the_original_and_gets_its_offset(h):
     pid = init_pid(h).producer_id
     assert h.produce(TOPIC, 0, idem_batch(pid, 0, 2)).base_offset == 0
     body = produce_body(TOPIC, {0: idem_batch(pid, 0, 2)}, acks=-1)
-    resp = h.request_async(PRODUCE, 9, body)
+    resp = h.request_parked(PRODUCE, 9, body)
     part = resp.responses[0].partition_responses[0]
     assert part.error_code == ErrorCode.none and part.base_offset == 0
     assert h.replicas.get_log(TOPIC, 0).recovery_point >= 2
@@ -242,21 +242,21 @@ def test_dedup_survives_a_clean_restart(tmp_path):
     pid = init_pid(h1).producer_id
     for seq in range(0, 6, 2):
         h1.produce(TOPIC, 0, idem_batch(pid, seq, 2))
-    h1.replicas.close()
+    h1.close()
     h2 = Harness(root)
     assert h2.replicas.get_log(TOPIC, 0).producer_state_replayed_batches == 0
     assert h2.produce(TOPIC, 0, idem_batch(pid, 2, 2)).base_offset == 2
     assert h2.produce(TOPIC, 0, idem_batch(pid, 7)).error_code == ErrorCode.out_of_order_sequence_number
     assert h2.produce(TOPIC, 0, idem_batch(pid, 6)).base_offset == 6
     assert [b[0] for b in fetch_all(h2)] == [0, 2, 4, 6]
-    h2.replicas.close()
+    h2.close()
 
 
 def _crash(h):
     """kill -9: the logs are dropped without flush, snapshot or clean-shutdown marker."""
-    for plog in h.replicas.logs.values():
+    for plog in h.logs.logs.values():
         plog._release()
-    h.replicas.logs.clear()
+    h.logs.logs.clear()
 
 
 def test_dedup_survives_a_crash_across_segment_rolls(tmp_path):
@@ -276,7 +276,7 @@ def test_dedup_survives_a_crash_across_segment_rolls(tmp_path):
         assert again.error_code == ErrorCode.none and again.base_offset == offsets[i]
     assert plog.log_end_offset == 40
     assert init_pid(h2).producer_id >= BLOCK_SIZE  # ids of the crashed run are not reused
-    h2.replicas.close()
+    h2.close()
 
 
 def test_a_torn_tail_is_not_answered_as_a_duplicate(tmp_path):
@@ -295,13 +295,13 @@ def test_a_torn_tail_is_not_answered_as_a_duplicate(tmp_path):
     assert retried.error_code == ErrorCode.none and retried.base_offset == 2
     assert [b[0] for b in fetch_all(h2)] == [0, 2]
     assert h2.produce(TOPIC, 0, idem_batch(pid, 2, 2)).base_offset == 2  # now a real duplicate
-    h2.replicas.close()
+    h2.close()
 
 
 def test_expired_producers_are_unknown_again(h):
     pid = init_pid(h).producer_id
     h.produce(TOPIC, 0, idem_batch(pid, 0))
-    assert h.replicas.remove_expired_producers(NOW + 86_400_000, 86_400_000) == 1
+    assert h.logs.remove_expired_producers(NOW + 86_400_000, 86_400_000) == 1
     # no state left: the retry cannot be recognised and any sequence is accepted (Kafka 2.5+)
     assert h.produce(TOPIC, 0, idem_batch(pid, 0)).base_offset == 1
     assert h.produce(TOPIC, 0, idem_batch(pid, 1)).base_offset == 2

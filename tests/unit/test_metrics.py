@@ -9,9 +9,10 @@ import uuid
 import pytest
 from kio.schema.errors import ErrorCode
 
+from tests.core_harness import CTX, CoreHarness, decode_frame, response_bytes
 from tests.integration.rawclient import encode_request
 from tidegate import top
-from tidegate.config import BrokerConfig, ConfigError, parse_metrics_listener, topic_log_config
+from tidegate.config import BrokerConfig, ConfigError, parse_metrics_listener
 from tidegate.log.batch_builder import Record, build_batch
 from tidegate.metrics import (
     NS_PER_MS,
@@ -23,12 +24,9 @@ from tidegate.metrics import (
 )
 from tidegate.network.memory_pool import NONE, SimpleMemoryPool
 from tidegate.network.mute_state import ChannelMuteState, MuteReason
-from tidegate.network.socket_server import RequestContext
-from tidegate.server.apis import KafkaApis
+from tidegate.network.request_channel import Request
 from tidegate.server.client_quotas import BrokerQuotas
-from tidegate.server.metadata import TopicStore
 from tidegate.server.quotas import QuotaEntity
-from tidegate.server.replica_manager import ReplicaManager
 
 NOW = 1_700_000_000_000
 
@@ -197,7 +195,7 @@ class FakeConn:
 class FakeServer:
     def __init__(self, pool, conns):
         self.pool = pool
-        self.connections = set(conns)
+        self.connections = dict(enumerate(conns))
         self.bound = {"PLAINTEXT": ("127.0.0.1", 9092), "INTERNAL": ("127.0.0.1", 9093)}
 
 
@@ -269,27 +267,26 @@ def test_each_broker_has_its_own_registry():
 
 
 # ---- KafkaApis accounting (sans-IO) --------------------------------------------------------
-CTX = RequestContext(1, "PLAINTEXT", "127.0.0.1", 40000)
+@pytest.fixture
+def core(tmp_path):
+    h = CoreHarness(tmp_path, {"auto.create.topics.enable": "false"})
+    h.logs.create_topic("t", 1, {})
+    yield h
+    h.close()
 
 
 @pytest.fixture
-def apis(tmp_path):
-    config = BrokerConfig({"log.dirs": str(tmp_path), "auto.create.topics.enable": "false"})
-    store = TopicStore(tmp_path)
-    replicas = ReplicaManager(
-        tmp_path, store, lambda info: topic_log_config(config, info.configs), lambda: NOW
-    )
-    replicas.load()
-
-    a = KafkaApis(config, "c", replicas, None, lambda: NOW)
-    a.metrics = BrokerMetrics()
-    replicas.create_topic("t", 1, {})
-    yield a
-    replicas.close()
+def apis(core):
+    core.core.count_metrics(BrokerMetrics())
+    return core.apis
 
 
 def call(apis, api_key, version, body):
-    return apis.process(bytearray(encode_request(api_key, version, 1, body)), CTX, lambda: None)
+    """Send one request to ``apis`` (answered at once here: acks=1, max_wait 0) and
+    return its decoded response."""
+    payload = bytearray(encode_request(api_key, version, 1, body))
+    outcome = apis.handle(Request(CTX, payload), NOW)
+    return decode_frame(api_key, version, response_bytes(outcome), 1)
 
 
 def produce(apis, topic, batch):
@@ -364,12 +361,19 @@ def test_apis_count_messages_bytes_and_errors(apis):
     assert sample(m, "kafka_server_brokertopicmetrics_messagesin_total", topic="t") is None
 
 
-def test_apis_without_metrics_count_nothing(apis):
-    apis.metrics = None
+def test_apis_without_metrics_answer_the_same(core):
+    """metrics.listener unset: nothing on the request path counts (no BrokerMetrics is
+    wired in), and every answer is the same as with metrics on."""
+    apis = core.apis
+    assert apis.metrics is None and apis.admin.metrics is None and core.replicas.topic_stats is None
     batch = bytes(build_batch([Record(b"v")]))
-    produce(apis, "t", batch)
-    produce(apis, "missing", batch)
-    fetch(apis, "t", 0)  # no error either
+    ok = produce(apis, "t", batch).responses[0].partition_responses[0]
+    assert (ok.error_code, ok.base_offset) == (0, 0)
+    missing = produce(apis, "missing", batch).responses[0].partition_responses[0]
+    assert missing.error_code == ErrorCode.unknown_topic_or_partition
+    part = fetch(apis, "t", 0).responses[0].partitions[0]
+    # the stored batch is the producer's from the magic byte on (offset and leader epoch are set)
+    assert (part.error_code, part.high_watermark, bytes(part.records)[16:]) == (0, 1, batch[16:])
 
 
 # ---- config ---------------------------------------------------------------------------------
@@ -500,6 +504,10 @@ def test_the_real_purgatory_exposes_what_the_collector_reads():
 
 
 # ---- quota metrics ----------------------------------------------------------------------------
+def _nothing() -> None:
+    pass
+
+
 def _throttled_quotas() -> BrokerQuotas:
     """Real quota managers on a fixed clock: a request quota on (alice, app), a user
     quota on bob and a client-id quota on greedy, each with one throttle recorded."""
@@ -507,10 +515,10 @@ def _throttled_quotas() -> BrokerQuotas:
     quotas.set_quota(QuotaEntity("alice", "app"), "request_percentage", 50)
     quotas.set_quota(QuotaEntity("bob"), "producer_byte_rate", 1000)
     quotas.set_quota(QuotaEntity(client_id="greedy"), "consumer_byte_rate", 1000)
-    quotas.throttle(quotas.request, None, "alice", "app", 120)
-    quotas.throttle(quotas.request, None, "alice", "app", 80)
-    quotas.throttle(quotas.produce, None, "bob", "any-client", 300)
-    quotas.throttle(quotas.fetch, None, "carol", "greedy", 40)
+    quotas.request.throttle("alice", "app", 120, _nothing)
+    quotas.request.throttle("alice", "app", 80, _nothing)
+    quotas.produce.throttle("bob", "any-client", 300, _nothing)
+    quotas.fetch.throttle("carol", "greedy", 40, _nothing)
     return quotas
 
 

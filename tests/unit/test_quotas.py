@@ -806,9 +806,9 @@ def test_throttle_queue_orders_by_end_time():
 def test_throttled_channel_delay():
     channel = ThrottledChannel(7, 210, T0)
     assert channel.end_time_ms == T0 + 210
-    assert channel.delay_ms(T0) == 210
-    assert channel.delay_ms(T0 + 210) == 0
-    assert channel.delay_ms(T0 + 300) < 0
+    assert channel.get_delay(T0) == 210
+    assert channel.get_delay(T0 + 210) == 0
+    assert channel.get_delay(T0 + 300) < 0
 
 
 def test_throttle_then_drain_returns_to_normal():

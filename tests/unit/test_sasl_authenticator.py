@@ -387,25 +387,31 @@ def test_fake_credential_keys_never_verify():
 
 # -- the shell: KafkaConnection on a SASL listener (fake transport, no socket) -----------
 def test_connection_authenticates_before_requests_reach_the_broker():
-    from tests.unit.test_connection import FakeTransport, frame, push
+    from tests.unit.test_connection import FakeTransport, Processor, frame, push, serve
     from tidegate.network.memory_pool import SimpleMemoryPool
-    from tidegate.network.socket_server import KafkaConnection, SocketServer
+    from tidegate.network.request_channel import SendResponse
+    from tidegate.network.socket_server import KafkaConnection
     from tidegate.security.listener import ListenerSecurity
 
-    class Recorder:
+    class Recorder(Processor):
         def __init__(self):
             self.seen = []
             self.authenticated = []
+            self.exempt_ns = []
 
-        def process(self, payload, ctx, release):
-            self.seen.append((bytes(payload[:2]), ctx.principal))
+        def handle(self, request, now_ms):
+            ctx = request.context
+            self.seen.append((bytes(request.payload[:2]), ctx.principal))
             self.authenticated.append(ctx.authenticated)
-            release()
-            return b"resp"
+            request.release_buffer()
+            return SendResponse([b"resp"])
+
+        def record_exempt_request_time_ns(self, ns):
+            self.exempt_ns.append(ns)
 
     pool = SimpleMemoryPool(1 << 20, 1 << 20, strict=False)
     rec = Recorder()
-    server = SocketServer(rec, pool, 1 << 20, sasl_max_receive_size=1024)
+    server, _loop = serve(rec, pool, 1 << 20, sasl_max_receive_size=1024)
     sec = ListenerSecurity("SASL_PLAINTEXT", "SASL_PLAINTEXT", mechanisms=("PLAIN",),
                            credentials=store(alice="alice-secret"))
     conn = KafkaConnection(server, "SASL_PLAINTEXT", sec)
@@ -419,6 +425,7 @@ def test_connection_authenticates_before_requests_reach_the_broker():
     push(conn, frame(req(ApiKey.SASL_AUTHENTICATE, 2, {"auth_bytes": b"\0alice\0alice-secret"})))
     assert conn.authenticated and conn.principal == "alice" and conn.ctx.principal == "alice"
     assert len(rec.seen) == 1 and len(transport.written) == 3
+    assert len(rec.exempt_ns) == 2  # the handshake and the authenticate: exempt, measured
     assert pool.available == pool.size  # every SASL frame went back to the pool
     big = frame(req(ApiKey.METADATA, 12, {"topics": [{"name": "t" * 2000, "topic_id": None}],
                                           "allow_auto_topic_creation": False,
@@ -429,13 +436,14 @@ def test_connection_authenticates_before_requests_reach_the_broker():
 
 
 def test_connection_refuses_large_and_unexpected_frames_before_login():
-    from tests.unit.test_connection import FakeTransport, frame, push
+    from tests.unit.test_connection import FakeTransport, ImmediateProcessor, frame, push, serve
     from tidegate.network.memory_pool import SimpleMemoryPool
-    from tidegate.network.socket_server import KafkaConnection, SocketServer
+    from tidegate.network.socket_server import KafkaConnection
     from tidegate.security.listener import ListenerSecurity
 
     pool = SimpleMemoryPool(1 << 20, 1 << 20, strict=False)
-    server = SocketServer(None, pool, 1 << 20, sasl_max_receive_size=1024)
+    proc = ImmediateProcessor()
+    server, _loop = serve(proc, pool, 1 << 20, sasl_max_receive_size=1024)
     sec = ListenerSecurity("SASL_PLAINTEXT", "SASL_PLAINTEXT", mechanisms=("PLAIN",),
                            credentials=store())
     for payload in (b"\0" * 2000, req(ApiKey.METADATA, 12, {
@@ -447,6 +455,7 @@ def test_connection_refuses_large_and_unexpected_frames_before_login():
         push(conn, frame(payload))
         assert transport.closed and transport.written == []
         assert pool.available == pool.size
+    assert proc.payloads == []  # nothing reached the broker
 
 
 def test_store_delete_then_upsert_same_user_is_duplicate(tmp_path):

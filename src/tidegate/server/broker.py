@@ -121,9 +121,7 @@ class Broker:
         endpoint = parse_metrics_listener(self.config.get("metrics.listener"))
         if endpoint is None:
             return
-        core.apis.metrics = self.metrics
-        core.apis.admin.metrics = self.metrics
-        core.replicas.topic_stats = self.metrics.topics
+        core.count_metrics(self.metrics)
         self.socket_server.request_metrics = self.metrics.requests
         self.metrics_server = MetricsHttpServer(self.metrics)
         self.metrics_bound = await self.metrics_server.start(*endpoint)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tidegate.clock import SYSTEM_CLOCK, Clock
 from tidegate.config import BrokerConfig, topic_log_config
@@ -32,6 +33,9 @@ from tidegate.server.quotas import ClientQuotaManagerConfig
 from tidegate.server.replica_manager import ReplicaManager
 from tidegate.server.timer import SystemTimer
 from tidegate.server.timer_reaper import TimerReaper
+
+if TYPE_CHECKING:
+    from tidegate.metrics import BrokerMetrics
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +108,13 @@ class BrokerCore:
         self._tasks: list[Cancellable] = []
         self._compacting = False
         self._due_at: dict[str, int] = {}
+
+    def count_metrics(self, metrics: BrokerMetrics) -> None:
+        """Count requests, errors and topic bytes into ``metrics`` (metrics.listener set);
+        until this is called nothing on the request path counts."""
+        self.apis.metrics = metrics
+        self.apis.admin.metrics = metrics
+        self.replicas.topic_stats = metrics.topics
 
     @property
     def purgatories(self) -> list[DelayedOperationPurgatory]:

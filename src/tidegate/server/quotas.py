@@ -487,7 +487,7 @@ class ThrottledChannel(TimerTask):
         self.end_time_ms = now_ms + throttle_time_ms
         self.on_end = on_end
 
-    def delay_ms(self, now_ms: int) -> int:
+    def get_delay(self, now_ms: int) -> int:
         """Time left until the channel may be unmuted (``getDelay``); <= 0 once due."""
         return self.end_time_ms - now_ms
 
