@@ -4,9 +4,9 @@ and :class:`BrokerConfig`, the validated, typed configuration a broker runs with
 ``BrokerConfig`` parses every key against the table in :mod:`.broker_keys`,
 builds the listeners (:mod:`.listeners`), checks the combinations no single key
 can (keystores for SSL listeners, advertised listeners, KIP-72's
-``queued.max.request.bytes`` rule) and resolves the topic defaults
-(:mod:`.topic`). It is the top of the config package: nothing in it imports this
-module.
+``queued.max.request.bytes`` rule, which lives here and which the network
+layer's memory pool imports) and resolves the topic defaults (:mod:`.topic`).
+It is the top of the config package: nothing in it imports this module.
 """
 
 from __future__ import annotations
@@ -44,7 +44,6 @@ from tidegate.config.listeners import (
 from tidegate.config.properties import parse_overrides, read_properties
 from tidegate.config.topic import TOPIC_CONFIG, topic_log_config
 from tidegate.log.config import LogConfig
-from tidegate.network.memory_pool import queued_max_request_bytes_problem
 
 
 def _broker_hint(name: str) -> str:
@@ -58,6 +57,21 @@ def _broker_hint(name: str) -> str:
 
 
 BROKER_CONFIG = ConfigDef(BROKER_KEYS.values(), scope=Scope.BROKER, hint=_broker_hint)
+
+
+def validate_queued_max_request_bytes(value: int, socket_request_max_bytes: int) -> None:
+    """KIP-72's rule for ``queued.max.request.bytes``: <= 0 (no pool) or at least the
+    largest request. Raises ConfigError (a ValueError) naming the key otherwise.
+
+    The one copy of the rule: BrokerConfig checks it when loading, and
+    ``tidegate.network.memory_pool.create_pool`` when it builds a pool."""
+    if 0 < value < socket_request_max_bytes:
+        raise ConfigError.invalid(
+            "queued.max.request.bytes",
+            value,
+            f"Value must be <= 0 (no bound) or at least socket.request.max.bytes "
+            f"({socket_request_max_bytes}), so that the largest allowed request fits in the pool",
+        )
 
 
 class BrokerConfig:
@@ -164,9 +178,7 @@ class BrokerConfig:
         value = self._values["queued.max.request.bytes"]
         if value is None:
             return
-        problem = queued_max_request_bytes_problem(value, self._values["socket.request.max.bytes"])
-        if problem is not None:
-            raise ConfigError.invalid("queued.max.request.bytes", value, problem)
+        validate_queued_max_request_bytes(value, self._values["socket.request.max.bytes"])
 
     def _validate_advertised(self) -> None:
         explicit = self._values["advertised.listeners"]
