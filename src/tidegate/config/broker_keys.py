@@ -51,7 +51,7 @@ from tidegate.config.definitions import (
 from tidegate.config.listeners import (
     check_listener_list,
     check_metrics_listener,
-    parse_protocol_map,
+    check_protocol_map,
 )
 
 
@@ -139,7 +139,7 @@ _TABLE: tuple[ConfigKey, ...] = (
            "listeners themselves (an empty host is advertised as this machine's hostname)."),
     broker("listener.security.protocol.map", LIST,
            "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
-           Check(parse_protocol_map, "NAME:PROTOCOL,..."), LOW,
+           Check(check_protocol_map, "NAME:PROTOCOL,..."), LOW,
            "Maps listener names to security protocols (PLAINTEXT, SSL, SASL_PLAINTEXT, "
            "SASL_SSL). See docs/security.md."),
     broker("log.dirs", LIST, None, _log_dir, HIGH,

@@ -132,6 +132,11 @@ def parse_protocol_map(name: str, entries: list[str]) -> dict[str, str]:
     return result
 
 
+def check_protocol_map(name: str, entries: list[str]) -> None:
+    """The ``listener.security.protocol.map`` validator."""
+    parse_protocol_map(name, entries)
+
+
 _DEFAULT_PROTOCOL_MAP = MappingProxyType({p: p for p in SECURITY_PROTOCOLS})
 
 #: Keys a listener may override as ``listener.name.<listener>.<key>`` (Kafka's listener

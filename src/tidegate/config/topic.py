@@ -160,12 +160,12 @@ class BrokerDefaults(Protocol):
 
 def _parse_topic_configs(configs: Mapping[str, str | None]) -> dict[str, Any]:
     parsed: dict[str, Any] = {}
-    for name, value in configs.items():
+    for name, raw in configs.items():
         if name not in TOPIC_CONFIG:
             raise TOPIC_CONFIG.unknown(name)
-        if value is None:
+        if raw is None:
             raise ConfigError(f"Null value not supported for topic configs: {name}", name=name)
-        value = TOPIC_CONFIG.parse_value(name, value)
+        value = TOPIC_CONFIG.parse_value(name, raw)
         if TOPIC_CONFIG[name].unlimited_if_negative and value < 0:
             value = -1
         parsed[name] = value
@@ -175,7 +175,12 @@ def _parse_topic_configs(configs: Mapping[str, str | None]) -> dict[str, Any]:
 def validate_topic_configs(configs: Mapping[str, str | None]) -> dict[str, str]:
     """Validate CreateTopics-style configs; returns them with canonical string values
     (trimmed, ``true``/``false``, lists comma-joined). ConfigError names the key."""
-    return {name: convert_to_string(v) for name, v in _parse_topic_configs(configs).items()}
+    canonical: dict[str, str] = {}
+    for name, value in _parse_topic_configs(configs).items():
+        text = convert_to_string(value)
+        assert text is not None  # _parse_topic_configs refuses null values
+        canonical[name] = text
+    return canonical
 
 
 def topic_log_config(broker_cfg: BrokerDefaults, topic_overrides: Mapping[str, str]) -> LogConfig:
