@@ -6,7 +6,7 @@ builds the listeners (:mod:`.listeners`), checks the combinations no single key
 can (keystores for SSL listeners, advertised listeners, KIP-72's
 ``queued.max.request.bytes`` rule, which lives here and which the network
 layer's memory pool imports) and resolves the topic defaults (:mod:`.topic`).
-It is the top of the config package: nothing in it imports this module.
+It is the top of the config package: no other config module imports it.
 """
 
 from __future__ import annotations
