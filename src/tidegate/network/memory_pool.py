@@ -26,6 +26,8 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
+from tidegate.config.broker import validate_queued_max_request_bytes
+
 log = logging.getLogger(__name__)
 
 Clock = Callable[[], float]
@@ -420,27 +422,6 @@ class SimpleMemoryPool:
     def __repr__(self) -> str:
         kind = "strict" if self._strict else "non-strict"
         return f"SimpleMemoryPool({self.used}/{self._size} bytes used, {kind})"
-
-
-def queued_max_request_bytes_problem(value: int, socket_request_max_bytes: int) -> str | None:
-    """KIP-72's rule for ``queued.max.request.bytes``: <= 0 (no pool) or at least the largest
-    request.  None if ``value`` follows it, else the reason in Kafka's "Value must ..." form
-    (the broker config and :func:`validate_queued_max_request_bytes` both report it)."""
-    if 0 < value < socket_request_max_bytes:
-        return (
-            f"Value must be <= 0 (no bound) or at least socket.request.max.bytes "
-            f"({socket_request_max_bytes}), so that the largest allowed request fits in the pool"
-        )
-    return None
-
-
-def validate_queued_max_request_bytes(value: int, socket_request_max_bytes: int) -> None:
-    """Raise ValueError naming the key if ``value`` breaks KIP-72's rule."""
-    problem = queued_max_request_bytes_problem(value, socket_request_max_bytes)
-    if problem is not None:
-        raise ValueError(
-            f"Invalid value {value} for configuration queued.max.request.bytes: {problem}"
-        )
 
 
 def create_pool(

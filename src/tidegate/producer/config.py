@@ -16,14 +16,11 @@ from typing import Any
 
 from tidegate.client.compression import codec_id
 from tidegate.client.security import SECURITY_KEYS, ClientSecurity, SecurityConfigError
+from tidegate.config.definitions import ConfigError
 
 __all__ = ["ConfigError", "ProducerConfig"]
 
 log = logging.getLogger("tidegate.producer")
-
-
-class ConfigError(ValueError):
-    """An invalid or unsupported configuration (Kafka's ConfigException)."""
 
 
 _INT_MAX = 2**31 - 1

@@ -1,0 +1,299 @@
+"""The broker keys: one ``broker(...)`` line per key tidegate accepts in
+server.properties / ``--override``, with its type, default, validator,
+importance and a one-line doc.
+
+Adding a key is one ``broker(...)`` line in ``_TABLE`` (plus a row in
+docs/configuration.md; a unit test checks the doc lists every key). Unknown
+keys are rejected, so a key should only be added once the broker honours it.
+A key that sets a topic's default also gets a ``topic(...)`` line in
+:mod:`.topic`, naming this key as its synonym.
+
+The table is here rather than in :mod:`.broker` because the topic keys take
+their type, validator and default from their broker synonyms, while
+``BrokerConfig`` needs the topic keys: broker keys -> topic keys -> BrokerConfig,
+as Kafka's ``ServerLogConfigs`` -> ``LogConfig`` -> ``KafkaConfig``.
+``BROKER_CONFIG`` (the ConfigDef, whose unknown-key errors point at topic keys)
+is built in :mod:`.broker`.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+import uuid
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any
+
+from tidegate.config.definitions import (
+    BOOLEAN,
+    HIGH,
+    INT,
+    INT_MAX,
+    LIST,
+    LONG,
+    LONG_MAX,
+    LOW,
+    MEDIUM,
+    PASSWORD,
+    STRING,
+    Check,
+    ConfigError,
+    ConfigKey,
+    ConfigType,
+    Importance,
+    OneOf,
+    Range,
+    Validator,
+    split_list,
+    typed_default,
+)
+from tidegate.config.listeners import (
+    check_listener_list,
+    check_metrics_listener,
+    check_protocol_map,
+)
+
+
+# --------------------------------------------------------------------------------------
+# custom checks
+# --------------------------------------------------------------------------------------
+def _check_single_log_dir(name: str, value: Any) -> None:
+    # log.dirs is a list; log.dir is a string that Kafka also splits on commas
+    dirs = value if isinstance(value, list) else split_list(value)
+    if len(dirs) != 1 or not dirs[0]:
+        raise ConfigError.invalid(
+            name,
+            value,
+            "tidegate supports exactly one log directory"
+            + (f", but {len(dirs)} were given" if len(dirs) > 1 else ""),
+        )
+
+
+def _check_single_node(name: str, value: Any) -> None:
+    if value != 1:
+        raise ConfigError.invalid(
+            name,
+            value,
+            "tidegate is a single-node broker, so every partition has exactly one replica; "
+            "only 1 is supported",
+        )
+
+
+_CLUSTER_ID_RE = re.compile(r"[A-Za-z0-9._-]{1,255}")
+
+
+def _check_cluster_id(name: str, value: Any) -> None:
+    if not _CLUSTER_ID_RE.fullmatch(value):
+        raise ConfigError.invalid(
+            name, value, "A cluster id is 1-255 letters, digits, '.', '_' or '-'"
+        )
+
+
+def new_cluster_id() -> str:
+    """A fresh cluster id in Kafka's format (a random UUID, base64url, 22 chars),
+    never starting with '-' (Kafka avoids those: they look like CLI flags)."""
+    while True:
+        cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode("ascii")
+        if not cid.startswith("-"):
+            return cid
+
+
+# --------------------------------------------------------------------------------------
+# the table
+# --------------------------------------------------------------------------------------
+def broker(
+    name: str,
+    type: ConfigType,
+    default: Any,
+    validator: Validator | None,
+    importance: Importance,
+    doc: str,
+) -> ConfigKey:
+    """A broker-level key (one line of the table)."""
+    return ConfigKey(
+        name, type, default, validator, importance, doc, sensitive=type is ConfigType.PASSWORD
+    )
+
+
+_listeners = Check(check_listener_list, "NAME://host:port,...")
+_UNSUPPORTED_MECHANISMS = {
+    "GSSAPI": "GSSAPI (Kerberos) is not supported; use PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512",
+    "OAUTHBEARER": "OAUTHBEARER is not supported; use PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512",
+}
+_UNSUPPORTED_STORES = {
+    t: f"{t} stores are not supported; convert to PEM (see docs/security.md)"
+    for t in ("JKS", "PKCS12")
+}
+_log_dir = Check(_check_single_log_dir, "exactly one directory")
+#: replication factors: also the validator of the topic key min.insync.replicas
+single_node = Check(_check_single_node, "[1]")
+
+# fmt: off
+_TABLE: tuple[ConfigKey, ...] = (
+    broker("listeners", LIST, "PLAINTEXT://127.0.0.1:9092", _listeners, HIGH,
+           "Comma-separated NAME://host:port endpoints to bind; an empty host binds all "
+           "interfaces, port 0 an ephemeral port."),
+    broker("advertised.listeners", LIST, None, _listeners, HIGH,
+           "Endpoints given to clients in metadata, named like listeners; if unset, the "
+           "listeners themselves (an empty host is advertised as this machine's hostname)."),
+    broker("listener.security.protocol.map", LIST,
+           "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
+           Check(check_protocol_map, "NAME:PROTOCOL,..."), LOW,
+           "Maps listener names to security protocols (PLAINTEXT, SSL, SASL_PLAINTEXT, "
+           "SASL_SSL). See docs/security.md."),
+    broker("log.dirs", LIST, None, _log_dir, HIGH,
+           "The directory holding the log data; overrides log.dir. tidegate supports "
+           "exactly one directory."),
+    broker("log.dir", STRING, "./tidegate-data", _log_dir, HIGH,
+           "The log data directory, used when log.dirs is not set."),
+    broker("node.id", INT, 1, Range.at_least(0), HIGH,
+           "The id of this broker, as reported to clients in metadata."),
+    broker("cluster.id", STRING, None, Check(_check_cluster_id, "[A-Za-z0-9._-]{1,255}"), MEDIUM,
+           "The cluster id; if unset, one is generated and kept in meta.properties in the "
+           "log directory."),
+    broker("num.partitions", INT, 1, Range.at_least(1), MEDIUM,
+           "The default number of partitions for new topics."),
+    broker("default.replication.factor", INT, 1, single_node, MEDIUM,
+           "The default replication factor for new topics; a single node supports only 1."),
+    broker("auto.create.topics.enable", BOOLEAN, True, None, HIGH,
+           "Create a topic when a client asks for metadata of a topic that does not exist."),
+    broker("log.segment.bytes", INT, 1073741824, Range.at_least(14), HIGH,
+           "The maximum size of a single log segment file."),
+    broker("log.roll.ms", LONG, None, Range.at_least(1), HIGH,
+           "Roll a new segment after this many ms; if unset, log.roll.hours is used."),
+    broker("log.roll.hours", INT, 168, Range.at_least(1), HIGH,
+           "Roll a new segment after this many hours; secondary to log.roll.ms."),
+    broker("log.retention.ms", LONG, None, Range.at_least(-1), HIGH,
+           "Delete segments older than this many ms (-1: no time limit); if unset, "
+           "log.retention.minutes is used."),
+    broker("log.retention.minutes", INT, None, None, HIGH,
+           "Retention in minutes, used if log.retention.ms is unset; if unset too, "
+           "log.retention.hours is used."),
+    broker("log.retention.hours", INT, 168, None, HIGH,
+           "Retention in hours; tertiary to log.retention.ms and log.retention.minutes."),
+    broker("log.retention.bytes", LONG, -1, None, HIGH,
+           "Delete old segments while a partition is larger than this (-1: no size limit)."),
+    broker("log.retention.check.interval.ms", LONG, 300000, Range.at_least(1), MEDIUM,
+           "How often, in ms, the log checks for segments eligible for deletion."),
+    broker("log.flush.interval.messages", LONG, LONG_MAX, Range.at_least(1), HIGH,
+           "fsync a partition after this many messages have been appended to it."),
+    broker("log.flush.interval.ms", LONG, None, Range.at_least(0), HIGH,
+           "fsync a partition when its oldest unflushed message is this old (ms); if "
+           "unset, log.flush.scheduler.interval.ms is used."),
+    broker("log.flush.scheduler.interval.ms", LONG, LONG_MAX, Range.at_least(1), HIGH,
+           "How often, in ms, the flusher checks whether any log needs flushing."),
+    broker("log.flush.offset.checkpoint.interval.ms", INT, 60000, Range.at_least(0), HIGH,
+           "How often, in ms, each partition's recovery point is checkpointed to disk."),
+    broker("log.index.interval.bytes", INT, 4096, Range.at_least(0), MEDIUM,
+           "Add an entry to the offset index every this many bytes of log."),
+    broker("log.message.timestamp.type", STRING, "CreateTime",
+           OneOf(("CreateTime", "LogAppendTime")), MEDIUM,
+           "Record timestamps as sent by the producer (CreateTime) or as the append "
+           "time (LogAppendTime)."),
+    broker("socket.request.max.bytes", INT, 104857600, Range.at_least(1), HIGH,
+           "The largest request the broker reads; larger requests close the connection."),
+    broker("socket.receive.buffer.bytes", INT, 102400, Range.at_least(-1), HIGH,
+           "SO_RCVBUF of accepted connections; -1: the OS default (autotuned). Bounds the "
+           "kernel memory a connection muted for memory (KIP-72) can hold."),
+    broker("fetch.purgatory.purge.interval.requests", INT, 1000, Range.at_least(1), MEDIUM,
+           "Purge completed operations from the fetch purgatory's watcher lists when the "
+           "estimated number of completed-but-watched fetches exceeds this."),
+    broker("producer.purgatory.purge.interval.requests", INT, 1000, Range.at_least(1), MEDIUM,
+           "The same for the produce purgatory (acks=all produces waiting for their fsync)."),
+    broker("producer.id.expiration.ms", INT, 86400000, Range.at_least(1), LOW,
+           "How long a partition keeps an idle producer id's state (epoch, last sequences) "
+           "after that producer's last batch; a retry arriving later is not deduplicated."),
+    broker("producer.id.expiration.check.interval.ms", INT, 600000, Range.at_least(1), LOW,
+           "How often to remove producer ids idle for producer.id.expiration.ms."),
+    broker("queued.max.request.bytes", LONG, None, None, MEDIUM,
+           "KIP-72: bytes of request bodies the broker holds at once; <= 0 disables the bound. "
+           "Unset: max(268435456, socket.request.max.bytes), so a broker is bounded out of the box. "
+           "Otherwise must be >= socket.request.max.bytes."),
+    broker("queued.max.requests", INT, 500, Range.at_least(1), HIGH,
+           "The number of received requests the broker holds at once before it stops reading."),
+    broker("message.max.bytes", INT, 1048588, Range.at_least(0), HIGH,
+           "The largest record batch (after compression) the broker accepts."),
+    # ---- client quotas (docs/quotas.md) ---------------------------------------------------
+    broker("quota.window.num", INT, 11, Range.at_least(1), LOW,
+           "The number of samples kept in memory for client quotas (each quota's Rate is "
+           "measured over this many windows)."),
+    broker("quota.window.size.seconds", INT, 1, Range.at_least(1), LOW,
+           "The time span of each sample for client quotas; also the cap on one "
+           "request_percentage throttle."),
+    broker("metrics.listener", STRING, None, Check(check_metrics_listener, "http://host:port"),
+           MEDIUM,
+           "Serve Prometheus metrics at http://host:port/metrics (port 0: ephemeral); unset "
+           "or empty: no metrics endpoint and no per-request accounting. See docs/metrics.md."),
+    # ---- security (docs/security.md) -----------------------------------------------------
+    broker("sasl.enabled.mechanisms", LIST, "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+           OneOf(("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"), _UNSUPPORTED_MECHANISMS), MEDIUM,
+           "SASL mechanisms offered on SASL_PLAINTEXT and SASL_SSL listeners (Kafka's default, "
+           "GSSAPI, is not supported). Overridable per listener."),
+    broker("sasl.credentials.file", STRING, None, None, MEDIUM,
+           "tidegate only: a JSON file of users: PLAIN passwords and SCRAM credentials (from a "
+           "password, or pre-salted). See docs/security.md for the format."),
+    broker("sasl.server.max.receive.size", INT, 524288, Range.at_least(1), LOW,
+           "The largest request accepted before a SASL connection is authenticated; larger "
+           "closes the connection."),
+    broker("ssl.keystore.type", STRING, "PEM", OneOf(("PEM",), _UNSUPPORTED_STORES), MEDIUM,
+           "Key store format; only PEM. Overridable per listener."),
+    broker("ssl.keystore.location", STRING, None, None, HIGH,
+           "PEM file with the server's private key and certificate chain (SSL, SASL_SSL). "
+           "Overridable per listener."),
+    broker("ssl.keystore.certificate.chain", PASSWORD, None, None, HIGH,
+           "The server's certificate chain as PEM text (instead of ssl.keystore.location; with "
+           "ssl.keystore.key)."),
+    broker("ssl.keystore.key", PASSWORD, None, None, HIGH,
+           "The server's private key as PEM text (with ssl.keystore.certificate.chain)."),
+    broker("ssl.key.password", PASSWORD, None, None, HIGH,
+           "Password of an encrypted private key."),
+    broker("ssl.truststore.type", STRING, "PEM", OneOf(("PEM",), _UNSUPPORTED_STORES), MEDIUM,
+           "Trust store format; only PEM."),
+    broker("ssl.truststore.location", STRING, None, None, HIGH,
+           "PEM file of CA certificates that client certificates are checked against."),
+    broker("ssl.truststore.certificates", PASSWORD, None, None, HIGH,
+           "CA certificates as PEM text (instead of ssl.truststore.location)."),
+    broker("ssl.client.auth", STRING, "none", OneOf(("none", "requested", "required")), MEDIUM,
+           "Client certificates on SSL/SASL_SSL listeners: none, requested (checked if sent) or "
+           "required. On SSL listeners a client certificate's subject DN is the principal."),
+    # ---- consumer groups (docs/groups.md) ------------------------------------------------
+    broker("group.initial.rebalance.delay.ms", INT, 3000, Range.at_least(0), MEDIUM,
+           "How long the first rebalance of an empty group waits for more members to join "
+           "(again after each join, up to the rebalance timeout)."),
+    broker("group.min.session.timeout.ms", INT, 6000, Range.at_least(0), MEDIUM,
+           "The smallest session timeout a member may ask for (INVALID_SESSION_TIMEOUT below)."),
+    broker("group.max.session.timeout.ms", INT, 1800000, Range.at_least(0), MEDIUM,
+           "The largest session timeout a member may ask for (INVALID_SESSION_TIMEOUT above)."),
+    broker("group.max.size", INT, INT_MAX, Range.at_least(1), MEDIUM,
+           "The most members a group may have (GROUP_MAX_SIZE_REACHED beyond)."),
+    broker("offsets.retention.minutes", INT, 10080, Range.at_least(1), HIGH,
+           "Committed offsets of a group are deleted this long after the group became empty "
+           "(or, for standalone consumers, after the commit)."),
+    broker("offsets.retention.check.interval.ms", LONG, 600000, Range.at_least(1), HIGH,
+           "How often committed offsets are checked for expiry."),
+    broker("offset.metadata.max.bytes", INT, 4096, Range.at_least(0), HIGH,
+           "The largest metadata string an offset commit may carry (OFFSET_METADATA_TOO_LARGE)."),
+    broker("offsets.commit.timeout.ms", INT, 5000, Range.at_least(1), HIGH,
+           "An offset commit waits at most this long for its record to be fsynced "
+           "(REQUEST_TIMED_OUT after)."),
+    broker("offsets.topic.segment.bytes", INT, 104857600, Range.at_least(1), HIGH,
+           "The segment size of the internal __consumer_offsets topic."),
+    broker("offsets.compaction.min.records", INT, 10000, Range.at_least(1), LOW,
+           "tidegate only: rewrite __consumer_offsets once it holds more than this many records "
+           "and more than 4 per live key (its compaction; see docs/groups.md)."),
+)
+# fmt: on
+
+
+def _build() -> Mapping[str, ConfigKey]:
+    keys: dict[str, ConfigKey] = {}
+    for key in _TABLE:
+        if key.name in keys:
+            raise ValueError(f"configuration {key.name} is defined twice")
+        keys[key.name] = typed_default(key)
+    return MappingProxyType(keys)
+
+
+#: Every broker key by name, in table order, with its default parsed and validated.
+BROKER_KEYS = _build()
