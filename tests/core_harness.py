@@ -138,7 +138,7 @@ class CoreHarness:
 
     def request(self, api_key: int, version: int, body: dict, ctx: RequestContext = CTX) -> Any:
         """A request answered at once: the decoded response."""
-        request, outcome, cid, released = self.send(api_key, version, body, ctx=ctx)
+        _request, outcome, cid, released = self.send(api_key, version, body, ctx=ctx)
         assert released[0] == 1, f"release called {released[0]} times"
         assert outcome is not PARKED, "expected an immediate response, got PARKED"
         assert not isinstance(outcome, CloseConnectionResponse), outcome

@@ -30,7 +30,6 @@ from tidegate.network.request_channel import (
     CloseConnectionResponse,
     NoOpResponse,
     Request,
-    SendResponse,
 )
 from tidegate.protocol.apis import SUPPORTED_APIS, ApiKey
 

@@ -241,7 +241,7 @@ def test_an_earlier_throttle_moves_the_wakeup_and_a_closed_connection_is_skipped
     _throttle(server, quotas.fetch, a, "a", 500)
     assert loop.armed == [start + 400]  # the wheel bucket holding 500 (tick 400 level)
     _throttle(server, quotas.fetch, b, "b", 30)  # earlier: the wake-up moves
-    assert loop.armed[0] == start + 30
+    assert loop.armed[0] == start + 20  # the tick-20 bucket holding 30: earlier than 400
     a.close()
     a.connection_lost(None)
     loop.run_until(start + 30)

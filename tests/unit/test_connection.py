@@ -257,7 +257,7 @@ def test_zero_size_request_takes_nothing_from_the_pool():
             return SendResponse([b"resp"])
 
     proc = Zero()
-    server, loop = serve(proc, pool, 100)
+    server, _loop = serve(proc, pool, 100)
     a, _ta = connect(server)
     push(a, struct.pack(">i", 0))
     assert proc.seen == [b""] and pool.available == 100 and pool.outstanding == 0
@@ -265,7 +265,7 @@ def test_zero_size_request_takes_nothing_from_the_pool():
 
 def test_connection_closed_mid_request_releases_its_buffer():
     pool = SimpleMemoryPool(1000, 1000, strict=False, debug=True)
-    server, loop = serve(ImmediateProcessor(), pool, 1000)
+    server, _loop = serve(ImmediateProcessor(), pool, 1000)
     a, _ta = connect(server)
     push(a, frame(b"q" * 500)[:100])
     assert pool.outstanding == 1
@@ -334,14 +334,14 @@ def test_closed_memory_muted_connection_is_forgotten():
 
 
 def test_immediate_responses_never_mute():
-    server, loop = serve(ImmediateProcessor(), NONE, 100)
+    server, _loop = serve(ImmediateProcessor(), NONE, 100)
     a, ta = connect(server)
     push(a, frame(b"1") + frame(b"2") + frame(b"3"))
     assert ta.written == [b"resp"] * 3 and ta.pauses == 0
 
 
 def test_oversized_size_prefix_closes():
-    server, loop = serve(ImmediateProcessor(), NONE, 100)
+    server, _loop = serve(ImmediateProcessor(), NONE, 100)
     a, ta = connect(server)
     push(a, struct.pack(">i", 101))
     assert ta.closed
@@ -349,7 +349,7 @@ def test_oversized_size_prefix_closes():
 
 @pytest.mark.parametrize("reason", [MuteReason.SEND_BUFFER, MuteReason.THROTTLE])
 def test_other_mute_reasons_pause_and_resume(reason):
-    server, loop = serve(ImmediateProcessor(), NONE, 100)
+    server, _loop = serve(ImmediateProcessor(), NONE, 100)
     a, ta = connect(server)
     a.mute(reason)
     assert ta.paused
