@@ -4,28 +4,25 @@ import logging
 
 import pytest
 
+from tidegate.clock import MockClock
 from tidegate.network import memory_pool
 from tidegate.network.memory_pool import (
     NONE,
-    SampledRate,
     SimpleMemoryPool,
     create_pool,
     validate_queued_max_request_bytes,
 )
 
 
-class FakeClock:
-    def __init__(self, now: float = 0.0) -> None:
-        self.now = now
-        self.calls = 0
-
-    def __call__(self) -> float:
-        self.calls += 1
-        return self.now
+def clock_at(ms: int) -> MockClock:
+    """The fake clock, its monotonic milliseconds at ``ms``."""
+    clock = MockClock()
+    clock.set_milliseconds(ms)
+    return clock
 
 
 def pool(size, max_single, strict=False, clock=None, debug=True, **kw):
-    return SimpleMemoryPool(size, max_single, strict, clock or FakeClock(), debug=debug, **kw)
+    return SimpleMemoryPool(size, max_single, strict, clock or MockClock(), debug=debug, **kw)
 
 
 # -- case 1: construction ----------------------------------------------------
@@ -172,120 +169,151 @@ def test_released_buffer_is_not_pinned_by_the_pool():
 
 # -- case 8 (pool parts): the dry-spell sensor -------------------------------
 def test_dry_spell_records_end_minus_first_refusal_on_success():
-    clock = FakeClock(1_000)
+    clock = clock_at(1_000)
     p = pool(100, 60, strict=True, clock=clock)
     b = p.try_allocate(60)
     assert p.try_allocate(60) is None  # first refusal: spell starts at 1000
     assert p.dry_spell_started_ms == 1_000
-    clock.now = 1_500
+    clock.set_milliseconds(1_500)
     assert p.try_allocate(60) is None  # later refusals do not restart it
     assert p.dry_spell_started_ms == 1_000
     assert p.depleted_time_total_ms == 0  # not counted until it ends (as Kafka)
-    clock.now = 3_000
+    clock.set_milliseconds(3_000)
     assert p.try_allocate(10) is not None  # success ends it
     assert p.depleted_time_total_ms == 2_000
     assert p.dry_spell_started_ms is None
-    clock.now = 4_000
+    clock.set_milliseconds(4_000)
     p.release(b)  # no spell in progress: nothing more recorded
     assert p.depleted_time_total_ms == 2_000
 
 
 def test_dry_spell_ends_on_release():
-    clock = FakeClock(10)
+    clock = clock_at(10)
     p = pool(21, 10, clock=clock)
     bufs = [p.try_allocate(10) for _ in range(3)]
-    clock.now = 20
+    clock.set_milliseconds(20)
     assert p.try_allocate(1) is None
-    clock.now = 27.5
+    clock.set_milliseconds(27)
     p.release(bufs[0])
-    assert p.depleted_time_total_ms == 7.5
-    clock.now = 30
+    assert p.depleted_time_total_ms == 7
+    clock.set_milliseconds(30)
     assert p.try_allocate(10) is not None  # no new spell started: nothing added
     assert p.try_allocate(1) is None
-    clock.now = 40
+    clock.set_milliseconds(40)
     p.release(bufs[1])
-    assert p.depleted_time_total_ms == 17.5
+    assert p.depleted_time_total_ms == 17
 
 
 def test_rejected_release_does_not_end_a_dry_spell():
-    clock = FakeClock(0)
+    clock = clock_at(0)
     p = pool(10, 10, debug=False, clock=clock)
     p.try_allocate(10)
     assert p.try_allocate(1) is None
-    clock.now = 50
+    clock.set_milliseconds(50)
     p.release(bytearray(10))
     assert p.dry_spell_started_ms == 0 and p.depleted_time_total_ms == 0
 
 
 def test_clock_not_read_on_the_ordinary_path():
-    clock = FakeClock()
-    p = pool(100, 10, clock=clock)
+    clock = MockClock()
+    reads = []
+
+    def counting_clock() -> int:
+        reads.append(clock())
+        return reads[-1]
+
+    p = pool(100, 10, clock=counting_clock)
     for _ in range(10):
         p.release(p.try_allocate(10))
-    assert clock.calls == 0
+    assert reads == []
 
 
 def test_avg_depleted_percent_is_a_fraction_over_kafka_windows():
-    clock = FakeClock(0)
+    clock = clock_at(0)
     p = pool(10, 10, clock=clock)  # defaults: 2 samples of 30 s
+    # Reading a Kafka Rate that has no sample yet opens one at the time of the read
+    # (SampledStat.oldest): the window starts at this read, t=0.
     assert p.avg_depleted_percent() == 0.0
     b = p.try_allocate(10)
-    clock.now = 1_000
+    clock.set_milliseconds(1_000)
     assert p.try_allocate(1) is None
-    clock.now = 4_000
-    p.release(b)  # 3000 ms recorded at t=4000, into a sample starting at 4000
-    # elapsed 6000 ms (< one full window) is padded by one window: 3000 / 36000
-    assert p.avg_depleted_percent(10_000) == pytest.approx(3_000 / 36_000)
-    clock.now = 10_000
-    assert p.avg_depleted_percent() == pytest.approx(3_000 / 36_000)
+    clock.set_milliseconds(4_000)
+    p.release(b)  # 3000 ms recorded at t=4000, into the sample opened at t=0
+    # elapsed 10000 ms (< one full window) is padded by one window: 3000 / 40000
+    assert p.avg_depleted_percent(10_000) == 3_000 / 40_000
+    clock.set_milliseconds(10_000)
+    assert p.avg_depleted_percent() == 3_000 / 40_000
 
     b = p.try_allocate(10)
-    clock.now = 39_000
+    clock.set_milliseconds(39_000)
     assert p.try_allocate(1) is None
-    clock.now = 40_000
+    clock.set_milliseconds(40_000)
     p.release(b)  # 1000 ms at t=40000: the first sample is complete, a second starts
-    assert p.avg_depleted_percent(50_000) == pytest.approx(4_000 / 46_000)
+    assert p.avg_depleted_percent(50_000) == 4_000 / 50_000  # both, since t=0
     # at 70 s the first sample (last event 4 s) is 60 s+ old and purged
-    assert p.avg_depleted_percent(70_000) == pytest.approx(1_000 / 30_000)
+    assert p.avg_depleted_percent(70_000) == 1_000 / 30_000
     # at 100 s both are purged
     assert p.avg_depleted_percent(100_000) == 0.0
     assert p.depleted_time_total_ms == 4_000  # the total never decays
 
 
+def test_avg_depleted_percent_window_starts_at_the_first_spell_if_not_read_before():
+    clock = clock_at(0)
+    p = pool(10, 10, clock=clock)
+    b = p.try_allocate(10)
+    clock.set_milliseconds(1_000)
+    assert p.try_allocate(1) is None
+    clock.set_milliseconds(4_000)
+    p.release(b)  # 3000 ms recorded at t=4000 into a fresh sample starting at 4000
+    # elapsed 6000 ms (< one full window) is padded by one window: 3000 / 36000
+    assert p.avg_depleted_percent(10_000) == 3_000 / 36_000
+
+
 def test_avg_depleted_percent_is_clamped_to_one():
-    clock = FakeClock(0)
+    clock = clock_at(0)
     p = pool(10, 10, clock=clock)
     b = p.try_allocate(10)
     assert p.try_allocate(1) is None
-    clock.now = 100_000
+    clock.set_milliseconds(100_000)
     p.release(b)
     assert p.avg_depleted_percent() == 1.0
     assert p.depleted_time_total_ms == 100_000
 
 
 def test_metric_window_is_configurable():
-    clock = FakeClock(0)
+    clock = clock_at(0)
     p = pool(10, 10, clock=clock, metric_samples=1, metric_window_ms=1_000)
     b = p.try_allocate(10)
     assert p.try_allocate(1) is None
-    clock.now = 200
+    clock.set_milliseconds(200)
     p.release(b)
     # one sample: no padding, elapsed 500 ms since the sample started at 200
-    assert p.avg_depleted_percent(700) == pytest.approx(200 / 500)
+    assert p.avg_depleted_percent(700) == 200 / 500
     assert p.avg_depleted_percent(1_200) == 0.0  # purged after samples * window
 
 
-def test_sampled_rate_validation_and_ring():
+def test_metric_window_validation():
     with pytest.raises(ValueError):
-        SampledRate(0, 1000)
+        pool(10, 10, metric_samples=0, metric_window_ms=1_000)
     with pytest.raises(ValueError):
-        SampledRate(2, 0)
-    r = SampledRate(2, 100)
-    for t in range(0, 1000, 10):  # 100 events of 1 over 1 s: ring of 3 samples reused
-        r.record(1.0, t)
-    # at 990: the sample started at 700 (last event 790) is purged, those started at
-    # 800 and 900 hold 10 events each: 20 / (990 - 800)
-    assert r.measure(990) == pytest.approx(20 / 190)
+        pool(10, 10, metric_samples=2, metric_window_ms=0)
+
+
+def test_depleted_rate_reuses_a_ring_of_samples_plus_one():
+    # 100 dry spells of 1 ms, one every 10 ms over 1 s, on 2 samples of 100 ms
+    clock = clock_at(0)
+    p = pool(10, 10, clock=clock, metric_samples=2, metric_window_ms=100)
+    b = p.try_allocate(10)
+    for t in range(0, 1000, 10):
+        clock.set_milliseconds(t)
+        assert p.try_allocate(1) is None  # a spell starts at t
+        clock.set_milliseconds(t + 1)
+        p.release(b)  # and ends at t + 1: 1 ms recorded at t + 1
+        b = p.try_allocate(10)
+    assert p.depleted_time_total_ms == 100
+    # at 991: the sample started at 701 (last event 791) is purged, those started at
+    # 801 and 901 hold 10 ms each: 20 / (991 - 801)
+    assert p.avg_depleted_percent(991) == 20 / 190
 
 
 # -- release listeners -------------------------------------------------------
@@ -369,7 +397,7 @@ def test_create_pool_disabled(value):
 
 
 def test_create_pool_builds_a_non_strict_shared_pool():
-    clock = FakeClock()
+    clock = MockClock()
     p = create_pool(64, 16, clock)
     assert isinstance(p, SimpleMemoryPool)
     assert p.size == 64 and p.max_single_allocation == 16 and not p.strict and not p.debug

@@ -1,6 +1,7 @@
-"""Quota arithmetic: Kafka's Rate/SampledStat, QuotaUtils and client quota managers.
+"""Quota arithmetic: Kafka's Rate/SampledStat (tidegate.metrics.stats) as the quotas use
+them, QuotaUtils and client quota managers.
 
-Fake clock throughout, no sleeps.  "Case N" refers to the numbered test cases of
+Fake clock (tidegate.clock.MockClock) throughout, no sleeps.  "Case N" refers to the numbered test cases of
 section 3 of ../shared/reference/kafka-internals.md; the sequences follow Kafka's
 RateTest, MetricsTest, QuotaUtilsTest, ClientQuotaManagerTest and
 ClientRequestQuotaManagerTest.
@@ -15,27 +16,29 @@ import sys
 
 import pytest
 
-from tidegate.server.quotas import (
-    DEFAULT,
-    NANOS_TO_PERCENTAGE_PER_SECOND,
-    UNLIMITED_BOUND,
+from tidegate.clock import MockClock
+from tidegate.metrics.stats import (
     Avg,
-    ClientQuotaManager,
-    ClientQuotaManagerConfig,
-    ClientRequestQuotaManager,
     CumulativeSum,
     Max,
     Metric,
     MetricConfig,
     Quota,
-    QuotaEntity,
-    QuotaType,
     QuotaViolationError,
     Rate,
     Sensor,
-    ThrottledChannel,
-    ThrottleQueue,
     WindowedSum,
+)
+from tidegate.server.quotas import (
+    DEFAULT,
+    NANOS_TO_PERCENTAGE_PER_SECOND,
+    UNLIMITED_BOUND,
+    ClientQuotaManager,
+    ClientQuotaManagerConfig,
+    ClientRequestQuotaManager,
+    QuotaEntity,
+    QuotaType,
+    ThrottledChannel,
     bounded_throttle_time,
     java_round,
     max_throttle,
@@ -47,15 +50,27 @@ EPS = 1e-6
 T0 = 1_700_000_000_000  # an arbitrary start: windows are not aligned to the clock
 
 
-class FakeClock:
-    def __init__(self, now: int = T0) -> None:
-        self.now = now
 
-    def __call__(self) -> int:
-        return self.now
+class Ends:
+    """Which throttled channels have ended, as the shell's end_throttling would see them."""
 
-    def sleep(self, ms: int) -> None:
-        self.now += ms
+    def __init__(self) -> None:
+        self.names: list = []
+
+    def __call__(self, name):
+        return lambda: self.names.append(name)
+
+    def reap(self, manager) -> list:
+        """Expire what is due on the manager's throttle timer; the names that ended."""
+        manager.throttle_timer.advance_clock()
+        out, self.names = self.names, []
+        return out
+
+def mock_clock(start_ms: int = T0) -> MockClock:
+    """The fake clock, its monotonic milliseconds at ``start_ms``: the managers call it."""
+    clock = MockClock()
+    clock.set_milliseconds(start_ms)
+    return clock
 
 
 def millis_to_percent(ms: float) -> float:
@@ -160,16 +175,16 @@ def test_case2_rate_before_any_time_passes_is_finite():
 
 def test_rate_is_consistent_after_the_first_window():
     # Kafka's RateTest: one event every ~100 ms, 2 samples of 1 s -> 10..11 events/s
-    clock = FakeClock()
+    clock = mock_clock()
     rate = Rate()
     config = MetricConfig(samples=2, time_window_ms=1000)
     steps = [0, 99, 100, 100, 100, 100, 100, 100, 100, 100, 100]
     for step in steps:
-        clock.sleep(step)
+        clock.advance(step)
         rate.record(config, 1, clock())
-    clock.sleep(101)
+    clock.advance(101)
     for step in steps:
-        clock.sleep(step)
+        clock.advance(step)
         rate.record(config, 1, clock())
         observed = rate.measure(config, clock())
         assert 10 <= observed <= 11
@@ -180,19 +195,19 @@ def test_rate_is_consistent_after_the_first_window():
 # Case 3: rate over 3 samples x 30 s
 # --------------------------------------------------------------------------------------
 def test_case3_rate_windowing_3_samples_of_30s():
-    clock = FakeClock()
+    clock = mock_clock()
     config = MetricConfig(samples=3, time_window_ms=30_000)
     sensor = Sensor("test.sensor", clock(), config)
     rate = sensor.add("test.rate", Rate())
     total = sensor.add("test.total", CumulativeSum())
     for _ in range(2):
         sensor.record(100, clock())
-        clock.sleep(30_000)
-    clock.sleep(15_000)  # now 75 s after the first record
+        clock.advance(30_000)
+    clock.advance(15_000)  # now 75 s after the first record
     assert rate.value(clock()) == pytest.approx(200 / 75, abs=EPS)
     assert rate.stat.window_size(config, clock()) == 75_000
     assert total.value(clock()) == 200
-    clock.sleep(90_000)  # samples * window later: everything expired
+    clock.advance(90_000)  # samples * window later: everything expired
     assert rate.value(clock()) == 0
     assert total.value(clock()) == 200  # the cumulative total is not windowed
 
@@ -267,62 +282,63 @@ def test_record_without_check_does_not_raise():
 # --------------------------------------------------------------------------------------
 # Case 5: byte rate, 2100 ms, not capped
 # --------------------------------------------------------------------------------------
-def produce_manager(clock: FakeClock, config: ClientQuotaManagerConfig | None = None):
+def produce_manager(clock: MockClock, config: ClientQuotaManagerConfig | None = None):
     return ClientQuotaManager(QuotaType.PRODUCE, config, clock=clock)
 
 
 def test_case5_byte_rate_quota_violation():
-    clock = FakeClock()
+    clock = mock_clock()
     m = produce_manager(clock)
     m.update_quota(QuotaEntity(client_id=DEFAULT), 500)
     # 10 windows under the quota
     for _ in range(10):
         assert m.maybe_record_and_get_throttle_time_ms("ANONYMOUS", "unknown", 400, clock()) == 0
-        clock.sleep(1000)
+        clock.advance(1000)
     assert m.queue_size == 0
     # spike: (400 * 10 + 2300) / 10.5 s = 600 B/s; (600 - 500) / 500 * 10500 ms
-    clock.sleep(500)
+    clock.advance(500)
     throttle = m.maybe_record_and_get_throttle_time_ms("ANONYMOUS", "unknown", 2300, clock())
     assert throttle == 2100  # more than one window: byte-rate throttles are not capped
     assert m.max_throttle_time_ms is None
 
-    channel = m.throttle("ANONYMOUS", "unknown", "conn-1", throttle, clock())
+    ends = Ends()
+    channel = m.throttle("ANONYMOUS", "unknown", throttle, ends("conn-1"), clock())
     assert channel is not None and channel.end_time_ms == clock() + 2100
     assert m.queue_size == 1
-    assert m.reap_throttled_channels(clock()) == []  # not before the delay
-    clock.sleep(throttle - 1)
-    assert m.reap_throttled_channels(clock()) == []
-    clock.sleep(1)
-    assert m.reap_throttled_channels(clock()) == [channel]
+    assert ends.reap(m) == []  # not before the delay
+    clock.advance(throttle - 1)
+    assert ends.reap(m) == []
+    clock.advance(1)
+    assert ends.reap(m) == ["conn-1"]
     assert m.queue_size == 0
 
     # delays continue until the burst has rolled out of the samples
     for _ in range(10):
         m.maybe_record_and_get_throttle_time_ms("ANONYMOUS", "unknown", 400, clock())
-        clock.sleep(1000)
+        clock.advance(1000)
     assert m.maybe_record_and_get_throttle_time_ms("ANONYMOUS", "unknown", 0, clock()) == 0
 
 
 def test_unrecord_takes_a_throttled_fetch_back():
-    clock = FakeClock()
+    clock = mock_clock()
     m = ClientQuotaManager(QuotaType.FETCH, clock=clock)
     m.update_quota(QuotaEntity(client_id=DEFAULT), 500)
     for _ in range(10):
         m.maybe_record_and_get_throttle_time_ms("u", "c", 400, clock())
-        clock.sleep(1000)
-    clock.sleep(500)
+        clock.advance(1000)
+    clock.advance(500)
     assert m.maybe_record_and_get_throttle_time_ms("u", "c", 2300, clock()) == 2100
     m.unrecord_quota_sensor("u", "c", 2300, clock())  # the Fetch is answered empty
     assert m.metrics_for("u", "c", clock()).rate == pytest.approx(4000 / 10.5)
     assert m.maybe_record_and_get_throttle_time_ms("u", "c", 0, clock()) == 0
     # without the unrecord the same check throttles
-    clock2 = FakeClock()
+    clock2 = mock_clock()
     m2 = ClientQuotaManager(QuotaType.FETCH, clock=clock2)
     m2.update_quota(QuotaEntity(client_id=DEFAULT), 500)
     for _ in range(10):
         m2.maybe_record_and_get_throttle_time_ms("u", "c", 400, clock2())
-        clock2.sleep(1000)
-    clock2.sleep(500)
+        clock2.advance(1000)
+    clock2.advance(500)
     assert m2.maybe_record_and_get_throttle_time_ms("u", "c", 2300, clock2()) == 2100
     assert m2.maybe_record_and_get_throttle_time_ms("u", "c", 0, clock2()) == 2100
     assert m.unrecord == m.unrecord_quota_sensor  # the short name is the same method
@@ -332,7 +348,7 @@ def test_unrecord_takes_a_throttled_fetch_back():
 # Case 6: request quota, 210 ms, capped at one window
 # --------------------------------------------------------------------------------------
 def test_case6_request_percentage_quota_violation():
-    clock = FakeClock()
+    clock = mock_clock()
     m = ClientRequestQuotaManager(clock=clock)
     m.update_quota(QuotaEntity("ANONYMOUS", "test-client"), 1)  # 1% = 10 ms per 1 s window
 
@@ -343,22 +359,23 @@ def test_case6_request_percentage_quota_violation():
 
     for _ in range(10):
         assert record(4) == 0
-        clock.sleep(1000)
+        clock.advance(1000)
     assert m.queue_size == 0
     # (4 * 10 + 67.1) / 10.5 s = 10.2 ms/s; (10.2 - 10) / 10 * 10500 ms
-    clock.sleep(500)
+    clock.advance(500)
     throttle = record(67.1)
     assert throttle == 210
-    m.throttle("ANONYMOUS", "test-client", "conn", throttle, clock())
+    ends = Ends()
+    m.throttle("ANONYMOUS", "test-client", throttle, ends("conn"), clock())
     assert m.queue_size == 1
-    assert m.reap_throttled_channels(clock()) == []
-    clock.sleep(throttle)
-    assert [c.connection_id for c in m.reap_throttled_channels(clock())] == ["conn"]
+    assert ends.reap(m) == []
+    clock.advance(throttle)
+    assert ends.reap(m) == ["conn"]
     assert m.queue_size == 0
 
     for _ in range(11):
         record(4)
-        clock.sleep(1000)
+        clock.advance(1000)
     assert record(0) == 0  # the burst has rolled over
 
     # a spike that needs more than one window to drain: capped at 1000 ms ...
@@ -366,14 +383,14 @@ def test_case6_request_percentage_quota_violation():
     assert record(500) == 1000
     # ... and stays 1000 for the next 10 windows, then 0
     for _ in range(10):
-        clock.sleep(1000)
+        clock.advance(1000)
         assert record(0) == 1000
-    clock.sleep(1000)
+    clock.advance(1000)
     assert record(0) == 0
 
 
 def test_request_cap_follows_the_window_size():
-    clock = FakeClock()
+    clock = mock_clock()
     m = ClientRequestQuotaManager(ClientQuotaManagerConfig(11, 2), clock=clock)
     m.update_quota(QuotaEntity(client_id="c"), 1)
     assert m.max_throttle_time_ms == 2000
@@ -383,20 +400,20 @@ def test_request_cap_follows_the_window_size():
 def test_request_time_is_recorded_in_percent_of_one_thread():
     assert nanos_to_percentage(10_000_000) == pytest.approx(1.0)  # 10 ms = 1% of a second
     assert nanos_to_percentage(1_000_000_000) == pytest.approx(100.0)  # one thread, 1 s
-    clock = FakeClock()
+    clock = mock_clock()
     m = ClientRequestQuotaManager(clock=clock)
     m.update_quota(QuotaEntity(client_id="c"), 100)  # one whole thread
     # 10 s of history: a thread busy 50% of every second measures 50
     for _ in range(11):
         assert m.maybe_record_request_time_ns("u", "c", 500_000_000, clock()) == 0
-        clock.sleep(1000)
+        clock.advance(1000)
     assert m.metrics_for("u", "c", clock()).rate == pytest.approx(50.0, rel=0.1)
     assert m.quota_metric_name == "request-time"
     assert ClientQuotaManager(QuotaType.FETCH).quota_metric_name == "byte-rate"
 
 
 def test_network_thread_time_is_recorded_unchecked_and_counted_next_time():
-    clock = FakeClock()
+    clock = mock_clock()
     m = ClientRequestQuotaManager(clock=clock)
     m.update_quota(QuotaEntity(client_id="c"), 1)  # a fresh rate allows 100 ms over 10 s
     m.record_network_thread_time_ns("u", "c", 150_000_000, clock())  # no exception, no check
@@ -405,7 +422,7 @@ def test_network_thread_time_is_recorded_unchecked_and_counted_next_time():
 
 
 def test_exempt_request_time():
-    clock = FakeClock()
+    clock = mock_clock()
     m = ClientRequestQuotaManager(clock=clock)
     # exempt time is recorded only once some request quota exists (as Kafka)
     m.maybe_record_exempt_ns(10_000_000, clock())
@@ -443,7 +460,7 @@ def check_quota(m, user, client_id, expected_bound, value, expect_throttle, now)
         assert throttle == 0, (user, client_id)
 
 
-def precedence_manager(clock: FakeClock) -> ClientQuotaManager:
+def precedence_manager(clock: MockClock) -> ClientQuotaManager:
     m = produce_manager(clock)
     m.update_quota(QuotaEntity(user=DEFAULT), 1000)
     m.update_quota(QuotaEntity(client_id=DEFAULT), 2000)
@@ -459,7 +476,7 @@ def precedence_manager(clock: FakeClock) -> ClientQuotaManager:
 
 
 def test_case7_precedence_table():
-    clock = FakeClock()
+    clock = mock_clock()
     m = precedence_manager(clock)
     bounds = {
         ("userA", "client1"): 5000,  # level 1 beats level 3
@@ -488,7 +505,7 @@ def test_case7_all_eight_levels_first_match_wins():
         (QuotaEntity(client_id="C"), ("", "C")),
         (QuotaEntity(client_id=DEFAULT), ("", "C")),
     ]
-    m = produce_manager(FakeClock())
+    m = produce_manager(mock_clock())
     for bound, (entity, _) in enumerate(levels, start=1):
         m.update_quota(entity, bound * 100)
     for bound, (entity, tags) in enumerate(levels, start=1):
@@ -500,7 +517,7 @@ def test_case7_all_eight_levels_first_match_wins():
 
 
 def test_case7_precedence_and_sharing_kafka_sequence():
-    clock = FakeClock()
+    clock = mock_clock()
     m = precedence_manager(clock)
     now = clock()
 
@@ -551,7 +568,7 @@ def test_case7_precedence_and_sharing_kafka_sequence():
 
 
 def test_case7_counter_sharing_follows_metric_tags():
-    clock = FakeClock()
+    clock = mock_clock()
     m = precedence_manager(clock)
     tags = m.quota_metric_tags
     assert tags("userA", "client1") == ("userA", "client1")  # level 1: per (user, client)
@@ -579,7 +596,7 @@ def test_case7_counter_sharing_follows_metric_tags():
 
 
 def test_sensor_names_use_the_raw_client_id():
-    clock = FakeClock()
+    clock = mock_clock()
     m = produce_manager(clock)
     m.update_quota(QuotaEntity(client_id=DEFAULT), 500)
     client_id = "client@#$%"
@@ -605,7 +622,7 @@ def test_sensor_names_use_the_raw_client_id():
     ],
 )  # fmt: skip
 def test_quota_parsing_and_live_updates(client1, client2, random_client, default_entity):
-    clock = FakeClock()
+    clock = mock_clock()
     m = produce_manager(clock)
     u1, c1, e1 = client1
     u2, c2, e2 = client2
@@ -635,7 +652,7 @@ def test_quota_parsing_and_live_updates(client1, client2, random_client, default
     [QuotaEntity(user=DEFAULT), QuotaEntity("userA"), QuotaEntity("userA", "client1")],
 )
 def test_set_and_remove_quota(entity):
-    clock = FakeClock()
+    clock = mock_clock()
     m = produce_manager(clock)
     now = clock()
     assert not m.quotas_enabled
@@ -649,7 +666,7 @@ def test_set_and_remove_quota(entity):
 
 
 def test_no_quota_records_nothing():
-    clock = FakeClock()
+    clock = mock_clock()
     m = produce_manager(clock)
     assert m.maybe_record_and_get_throttle_time_ms("u", "c", 10**9, clock()) == 0
     assert m.entity_metrics(clock()) == []
@@ -663,7 +680,7 @@ def test_no_quota_records_nothing():
 
 
 def test_single_level_tags():
-    m = produce_manager(FakeClock())
+    m = produce_manager(mock_clock())
     assert m.quota_metric_tags("u", "c") == ("", "c")  # no quotas
     m.update_quota(QuotaEntity(client_id="x"), 1)
     assert m.quota_metric_tags("u", "c") == ("", "c")
@@ -673,14 +690,14 @@ def test_single_level_tags():
 
 
 def test_max_value_in_quota_window_with_other_window_count():
-    m = ClientQuotaManager(QuotaType.FETCH, ClientQuotaManagerConfig(4), clock=FakeClock())
+    m = ClientQuotaManager(QuotaType.FETCH, ClientQuotaManagerConfig(4), clock=mock_clock())
     assert m.max_value_in_quota_window("userA", "client1") == sys.float_info.max
     m.update_quota(QuotaEntity(user=DEFAULT), 10)
     assert m.max_value_in_quota_window("userA", "client1") == pytest.approx(30)
 
 
 def test_update_quota_rejects_non_positive_bounds():
-    m = produce_manager(FakeClock())
+    m = produce_manager(mock_clock())
     for bad in (0, -1, math.inf, math.nan):
         with pytest.raises(ValueError):
             m.update_quota(QuotaEntity("u"), bad)
@@ -714,7 +731,7 @@ def test_max_throttle_is_the_maximum_not_the_sum():
 
 
 def test_byte_rate_and_request_quota_violated_together():
-    clock = FakeClock()
+    clock = mock_clock()
     produce = produce_manager(clock)
     request = ClientRequestQuotaManager(clock=clock)
     produce.update_quota(QuotaEntity(client_id="c"), 100)
@@ -729,7 +746,7 @@ def test_byte_rate_and_request_quota_violated_together():
 
 
 def test_entity_metrics_are_plain_numbers():
-    clock = FakeClock()
+    clock = mock_clock()
     m = produce_manager(clock)
     m.update_quota(QuotaEntity(client_id=DEFAULT), 500)
     m.maybe_record_and_get_throttle_time_ms("u", "c", 1000, clock())
@@ -738,14 +755,14 @@ def test_entity_metrics_are_plain_numbers():
     assert metrics.rate == pytest.approx(100)  # 1000 B over 10 padded seconds
     assert metrics.quota == 500
     assert metrics.throttle_time_avg == 0.0 and metrics.throttle_time_max == 0.0
-    m.throttle("u", "c", 1, 2100, clock())
-    m.throttle("u", "c", 2, 500, clock())
+    m.throttle("u", "c", 2100, Ends()(1), clock())
+    m.throttle("u", "c", 500, Ends()(2), clock())
     metrics = m.metrics_for("u", "c", clock())
     assert metrics.throttle_time_avg == pytest.approx(1300)
     assert metrics.throttle_time_max == 2100
     assert m.queue_size == 2
     # the throttle-time sensor uses the broker's metric windows (2 x 30 s by default)
-    clock.sleep(60_000)
+    clock.advance(60_000)
     metrics = m.metrics_for("u", "c", clock())
     assert metrics.throttle_time_avg == 0.0 and metrics.throttle_time_max == 0.0
     assert metrics.rate == 0.0
@@ -753,58 +770,67 @@ def test_entity_metrics_are_plain_numbers():
 
 
 def test_inactive_sensors_expire_after_an_hour():
-    clock = FakeClock()
+    clock = mock_clock()
     m = produce_manager(clock)
     m.update_quota(QuotaEntity(client_id="c"), 500)
     m.maybe_record_and_get_throttle_time_ms("u", "c", 1, clock())
-    clock.sleep(3600 * 1000)
+    clock.advance(3600 * 1000)
     assert m.expire_sensors(clock()) == 0  # not more than an hour yet
-    clock.sleep(1)
+    clock.advance(1)
     assert m.expire_sensors(clock()) == 2  # the quota and throttle-time sensors
     assert m.entity_metrics(clock()) == []
     assert m.maybe_record_and_get_throttle_time_ms("u", "c", 1, clock()) == 0  # recreated
 
 
 def test_injected_clock_is_used_when_no_time_is_given():
-    clock = FakeClock()
+    clock = mock_clock()
     m = produce_manager(clock)
     m.update_quota(QuotaEntity(client_id=DEFAULT), 500)
     for _ in range(10):
         assert m.maybe_record_and_get_throttle_time_ms("u", "c", 400) == 0
-        clock.sleep(1000)
-    clock.sleep(500)
+        clock.advance(1000)
+    clock.advance(500)
     throttle = m.maybe_record_and_get_throttle_time_ms("u", "c", 2300)
     assert throttle == 2100
-    channel = m.throttle("u", "c", "conn", throttle)
+    ends = Ends()
+    channel = m.throttle("u", "c", throttle, ends("conn"))
     assert channel.end_time_ms == clock() + 2100
-    clock.sleep(2100)
-    assert m.reap_throttled_channels() == [channel]
+    clock.advance(2100)
+    assert ends.reap(m) == ["conn"]
 
 
 # --------------------------------------------------------------------------------------
 # Case 8 (the queue part): throttled channels come back in end-time order
 # --------------------------------------------------------------------------------------
-def test_throttle_queue_orders_by_end_time():
-    q = ThrottleQueue()
-    assert q.next_expiration_ms() is None and q.peek() is None and not q
-    a = ThrottledChannel("a", 300, T0)  # ends T0 + 300
-    b = ThrottledChannel("b", 100, T0 + 50)  # ends T0 + 150
-    c = ThrottledChannel("c", 200, T0 + 100)  # ends T0 + 300, added after a
-    d = ThrottledChannel("d", 10, T0)  # ends T0 + 10
-    for channel in (a, b, c, d):
-        q.add(channel)
-    assert len(q) == 4
-    assert q.next_expiration_ms() == T0 + 10 and q.peek() is d
-    assert q.pop_expired(T0 + 9) == []
-    assert q.pop_expired(T0 + 10) == [d]  # due when the end time is reached
-    assert q.poll(T0 + 149) is None
-    assert q.poll(T0 + 150) is b
-    assert q.pop_expired(T0 + 10_000) == [a, c]  # ties in the order they were added
-    assert len(q) == 0 and q.next_expiration_ms() is None
+def test_throttled_channels_end_in_end_time_order_ties_in_arrival_order():
+    """Case 8 (the queue part): Kafka's DelayQueue of ThrottledChannels is a timer here:
+    each channel is a timer task on its manager's throttle timer."""
+    clock = mock_clock()
+    m = produce_manager(clock)
+    ends = Ends()
+    assert m.throttle_timer.next_expiration_ms() is None and m.queue_size == 0
+    m.throttle("u", "c", 300, ends("a"), T0)  # ends T0 + 300
+    clock.advance(50)
+    m.throttle("u", "c", 100, ends("b"), T0 + 50)  # ends T0 + 150
+    clock.advance(50)
+    m.throttle("u", "c", 200, ends("c"), T0 + 100)  # ends T0 + 300, added after a
+    m.throttle("u", "c", 10, ends("d"), T0 + 100)  # ends T0 + 110
+    assert m.queue_size == 4
+    clock.set_milliseconds(T0 + 109)
+    assert ends.reap(m) == []
+    clock.set_milliseconds(T0 + 110)
+    assert ends.reap(m) == ["d"]  # due when the end time is reached
+    clock.set_milliseconds(T0 + 149)
+    assert ends.reap(m) == []
+    clock.set_milliseconds(T0 + 150)
+    assert ends.reap(m) == ["b"]
+    clock.set_milliseconds(T0 + 10_000)
+    assert ends.reap(m) == ["a", "c"]  # ties in the order they were added
+    assert m.queue_size == 0 and m.throttle_timer.next_expiration_ms() is None
 
 
 def test_throttled_channel_delay():
-    channel = ThrottledChannel(7, 210, T0)
+    channel = ThrottledChannel(210, T0, lambda: None)
     assert channel.end_time_ms == T0 + 210
     assert channel.get_delay(T0) == 210
     assert channel.get_delay(T0 + 210) == 0
@@ -812,17 +838,17 @@ def test_throttled_channel_delay():
 
 
 def test_throttle_then_drain_returns_to_normal():
-    clock = FakeClock()
+    clock = mock_clock()
     m = ClientRequestQuotaManager(clock=clock)
     m.update_quota(QuotaEntity(client_id="c"), 1)
-    assert m.throttle("u", "c", "conn", 0, clock()) is None  # nothing to throttle
+    ends = Ends()
+    assert m.throttle("u", "c", 0, ends("conn"), clock()) is None  # nothing to throttle
     throttle = m.maybe_record_request_time_ns("u", "c", 500_000_000, clock())
     assert throttle == 1000
-    m.throttle("u", "c", "conn", throttle, clock())
-    m.throttle("u", "c", "other", 400, clock())
-    assert m.throttle_queue.next_expiration_ms() == clock() + 400
-    clock.sleep(400)
-    assert [ch.connection_id for ch in m.reap_throttled_channels(clock())] == ["other"]
-    clock.sleep(600)
-    assert [ch.connection_id for ch in m.reap_throttled_channels(clock())] == ["conn"]
-    assert m.queue_size == 0 and m.throttle_queue.next_expiration_ms() is None
+    m.throttle("u", "c", throttle, ends("conn"), clock())
+    m.throttle("u", "c", 400, ends("other"), clock())
+    clock.advance(400)
+    assert ends.reap(m) == ["other"]
+    clock.advance(600)
+    assert ends.reap(m) == ["conn"]
+    assert m.queue_size == 0 and m.throttle_timer.next_expiration_ms() is None

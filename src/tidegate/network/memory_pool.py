@@ -15,31 +15,34 @@ into that seam:
 
 Everything here is sans-IO and single-threaded: pools are called from the event
 loop only (tidegate runs one loop where Kafka runs processor threads, so there
-are no atomics or locks). Time comes from an injected clock returning
-**milliseconds** (int or float, monotonic); :func:`monotonic_ms` is the default.
+are no atomics or locks). Time comes from an injected clock returning integer
+monotonic milliseconds; :func:`tidegate.clock.monotonic_ms` is the default and
+tests pass a :class:`tidegate.clock.MockClock`.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from typing import Protocol
 
+from tidegate.clock import monotonic_ms
 from tidegate.config.broker import validate_queued_max_request_bytes
+from tidegate.metrics.stats import (
+    METRICS_NUM_SAMPLES_DEFAULT,
+    METRICS_SAMPLE_WINDOW_MS_DEFAULT,
+    Meter,
+    MetricConfig,
+    TimeUnit,
+)
 
 log = logging.getLogger(__name__)
 
-Clock = Callable[[], float]
-"""A monotonic clock in milliseconds (fractions allowed)."""
+Clock = Callable[[], int]
+"""A monotonic clock in integer milliseconds (the project's clock convention)."""
 
 ReleaseListener = Callable[[], None]
 """Called with no arguments after a release gave memory back to a pool."""
-
-
-def monotonic_ms() -> float:
-    """The default clock: ``time.monotonic_ns()`` as fractional milliseconds."""
-    return time.monotonic_ns() / 1_000_000
 
 
 class MemoryPool(Protocol):
@@ -82,7 +85,7 @@ class MemoryPool(Protocol):
         """MemoryPoolDepletedTimeTotal: milliseconds spent in finished dry spells."""
         ...
 
-    def avg_depleted_percent(self, now_ms: float | None = None) -> float:
+    def avg_depleted_percent(self, now_ms: int | None = None) -> float:
         """MemoryPoolAvgDepletedPercent: fraction (0..1) of recent time spent depleted."""
         ...
 
@@ -117,7 +120,7 @@ class _NonePool:
     def remove_release_listener(self, listener: ReleaseListener) -> None:
         pass
 
-    def avg_depleted_percent(self, now_ms: float | None = None) -> float:
+    def avg_depleted_percent(self, now_ms: int | None = None) -> float:
         return 0.0
 
     def __repr__(self) -> str:
@@ -125,80 +128,6 @@ class _NonePool:
 
 
 NONE: MemoryPool = _NonePool()
-
-
-class _Sample:
-    __slots__ = ("last_event_ms", "start_ms", "value")
-
-    def __init__(self, now_ms: float) -> None:
-        self.reset(now_ms)
-
-    def reset(self, now_ms: float) -> None:
-        self.start_ms = now_ms
-        self.last_event_ms = now_ms
-        self.value = 0.0
-
-
-class SampledRate:
-    """Kafka's ``Rate(TimeUnit.MILLISECONDS, WindowedSum)``: a sum over sampled windows per ms.
-
-    Values are added to the current sample; a sample covers ``window_ms`` from
-    its first event, then the next one (of ``samples + 1`` kept in a ring)
-    starts. :meth:`measure` at ``now``:
-
-    1. purges samples whose last event is ``samples * window_ms`` or more before
-       ``now`` (they restart empty at ``now``);
-    2. sums the values of the remaining samples;
-    3. divides by the elapsed time ``now - start of the oldest sample``, padded
-       as if empty windows preceded it so that at least ``samples - 1`` full
-       windows are counted (Kafka's answer to "the first window is short").
-
-    With the depleted milliseconds as values this is a fraction of time. The
-    defaults are Kafka's metrics defaults (``metrics.num.samples`` = 2,
-    ``metrics.sample.window.ms`` = 30 s).
-    """
-
-    __slots__ = ("_current", "_n", "_samples", "_window_ms")
-
-    def __init__(self, samples: int = 2, window_ms: float = 30_000) -> None:
-        if samples < 1:
-            raise ValueError(f"samples must be >= 1, got {samples}")
-        if window_ms <= 0:
-            raise ValueError(f"window_ms must be > 0, got {window_ms}")
-        self._n = samples
-        self._window_ms = window_ms
-        self._samples: list[_Sample] = []
-        self._current = 0
-
-    def record(self, value: float, now_ms: float) -> None:
-        if not self._samples:
-            self._samples.append(_Sample(now_ms))
-        sample = self._samples[self._current]
-        if now_ms - sample.start_ms >= self._window_ms:
-            self._current = (self._current + 1) % (self._n + 1)
-            if self._current >= len(self._samples):
-                sample = _Sample(now_ms)
-                self._samples.append(sample)
-            else:
-                sample = self._samples[self._current]
-                sample.reset(now_ms)
-        sample.value += value
-        sample.last_event_ms = now_ms
-
-    def measure(self, now_ms: float) -> float:
-        expire = self._n * self._window_ms
-        for sample in self._samples:
-            if now_ms - sample.last_event_ms >= expire:
-                sample.reset(now_ms)
-        total = sum(s.value for s in self._samples)
-        oldest = min((s.start_ms for s in self._samples), default=now_ms)
-        elapsed = now_ms - oldest
-        full_windows = int(elapsed // self._window_ms)
-        if full_windows < self._n - 1:
-            elapsed += (self._n - 1 - full_windows) * self._window_ms
-        if elapsed <= 0:
-            return 0.0
-        return total / elapsed
 
 
 class SimpleMemoryPool:
@@ -212,13 +141,16 @@ class SimpleMemoryPool:
       most ``size + max_single_allocation - 1`` bytes are ever outstanding. A
       strict pool would starve large requests behind a stream of small ones.
     * Dry spells: the first refused allocation starts one; the next successful
-      allocation or release ends it and records its length (ms) both into
-      :attr:`depleted_time_total_ms` (MemoryPoolDepletedTimeTotal, a cumulative
-      sum) and into a :class:`SampledRate` read by :meth:`avg_depleted_percent`
-      (MemoryPoolAvgDepletedPercent), exactly as Kafka's ``Meter`` does. As in
-      Kafka, a spell is counted only once it ends (:attr:`dry_spell_started_ms`
-      shows one in progress). The clock is read only on a refusal and at the end
-      of a spell, never on the ordinary allocate/release path.
+      allocation or release ends it and records its length (ms) into a
+      :class:`~tidegate.metrics.stats.Meter` over milliseconds, as Kafka's
+      ``Meter(TimeUnit.MILLISECONDS, ...)`` sensor does: its cumulative total is
+      :attr:`depleted_time_total_ms` (MemoryPoolDepletedTimeTotal) and its Rate,
+      depleted ms per ms over ``metric_samples`` windows of ``metric_window_ms``
+      (Kafka's ``metrics.num.samples`` and ``metrics.sample.window.ms``), is
+      :meth:`avg_depleted_percent` (MemoryPoolAvgDepletedPercent). As in Kafka,
+      a spell is counted only once it ends (:attr:`dry_spell_started_ms` shows
+      one in progress). The clock is read only on a refusal and at the end of a
+      spell, never on the ordinary allocate/release path.
 
     Differences from Kafka, on purpose:
 
@@ -240,14 +172,17 @@ class SimpleMemoryPool:
     * :meth:`avg_depleted_percent` is clamped to 1.0: Kafka records a whole
       spell at its end, so a spell longer than the measured window would read
       above 100 %.
+    * A spell is measured in whole milliseconds of the clock (integer
+      monotonic ms, the project's convention); Kafka records fractional ms
+      from ``System.nanoTime``.
     """
 
     __slots__ = (
         "_available",
         "_clock",
         "_debug",
-        "_depleted_rate",
-        "_depleted_total_ms",
+        "_depleted",
+        "_depleted_config",
         "_dry_spell_start",
         "_listeners",
         "_max_single",
@@ -264,8 +199,8 @@ class SimpleMemoryPool:
         clock: Clock = monotonic_ms,
         *,
         debug: bool = False,
-        metric_samples: int = 2,
-        metric_window_ms: float = 30_000,
+        metric_samples: int = METRICS_NUM_SAMPLES_DEFAULT,
+        metric_window_ms: int = METRICS_SAMPLE_WINDOW_MS_DEFAULT,
     ) -> None:
         if size <= 0 or max_single_allocation <= 0 or max_single_allocation > size:
             raise ValueError(
@@ -282,9 +217,9 @@ class SimpleMemoryPool:
         # id(buffer) -> (buffer, allocated size); the reference pins the id.
         self._outstanding: dict[int, tuple[bytearray, int]] = {}
         self._listeners: tuple[ReleaseListener, ...] = ()
-        self._dry_spell_start: float | None = None
-        self._depleted_total_ms = 0.0
-        self._depleted_rate = SampledRate(metric_samples, metric_window_ms)
+        self._dry_spell_start: int | None = None
+        self._depleted_config = MetricConfig(metric_samples, metric_window_ms)
+        self._depleted = Meter(TimeUnit.MILLISECONDS)
 
     # -- allocation (hot path) -------------------------------------------
     def try_allocate(self, size: int) -> bytearray | None:
@@ -342,9 +277,7 @@ class SimpleMemoryPool:
         start = self._dry_spell_start
         self._dry_spell_start = None
         assert start is not None
-        depleted = max(0.0, now - start)
-        self._depleted_total_ms += depleted
-        self._depleted_rate.record(depleted, now)
+        self._depleted.record(self._depleted_config, max(0, now - start), now)
 
     # -- listeners -------------------------------------------------------
     def add_release_listener(self, listener: ReleaseListener) -> None:
@@ -401,23 +334,24 @@ class SimpleMemoryPool:
         return len(self._outstanding)
 
     @property
-    def dry_spell_started_ms(self) -> float | None:
+    def dry_spell_started_ms(self) -> int | None:
         """Clock time of the refusal that started the current dry spell, or None."""
         return self._dry_spell_start
 
     @property
     def depleted_time_total_ms(self) -> float:
         """MemoryPoolDepletedTimeTotal: the summed length of finished dry spells, in ms."""
-        return self._depleted_total_ms
+        return self._depleted.total.total
 
-    def avg_depleted_percent(self, now_ms: float | None = None) -> float:
+    def avg_depleted_percent(self, now_ms: int | None = None) -> float:
         """MemoryPoolAvgDepletedPercent: depleted ms / window ms, a fraction in 0..1.
 
-        Computed by :class:`SampledRate` over the finished dry spells, as Kafka's
-        ``Rate(MILLISECONDS)`` does; ``now_ms`` defaults to the pool's clock.
+        The Rate (per millisecond) of the finished dry spells' milliseconds, as Kafka's
+        ``Meter(TimeUnit.MILLISECONDS)`` measures it; ``now_ms`` defaults to the pool's
+        clock.
         """
         now = self._clock() if now_ms is None else now_ms
-        return min(1.0, self._depleted_rate.measure(now))
+        return min(1.0, self._depleted.rate.measure(self._depleted_config, now))
 
     def __repr__(self) -> str:
         kind = "strict" if self._strict else "non-strict"

@@ -37,6 +37,7 @@ import threading
 from collections import deque
 
 from tidegate.clock import SYSTEM_CLOCK, Clock
+from tidegate.metrics.stats import TimeUnit
 
 from .errors import BufferExhaustedError, ProducerClosedError
 from .metrics import Metrics
@@ -78,7 +79,7 @@ class BufferPool:
         metrics = metrics if metrics is not None else Metrics(clock)
         self.metrics = metrics
         self._wait_time = metrics.meter(
-            "bufferpool-wait-ratio", "bufferpool-wait-time-ns-total", ratio_of_nanoseconds=True
+            "bufferpool-wait-ratio", "bufferpool-wait-time-ns-total", unit=TimeUnit.NANOSECONDS
         )
         self._exhausted = metrics.meter("buffer-exhausted-rate", "buffer-exhausted-total")
         metrics.add("buffer-total-bytes", lambda: self.total_memory)

@@ -1,9 +1,10 @@
 """Producer metrics with Kafka's names and semantics (a tiny ``Metrics``/``Meter``).
 
-Kafka's ``Meter`` pairs a windowed rate with a cumulative total; the rate is a
-``SampledStat`` over ``metrics.num.samples`` windows of ``metrics.sample.window.ms``
-(2 x 30 s by default) whose elapsed time is padded to at least
-``(samples - 1)`` full windows, so a fresh rate is not inflated.
+Kafka's ``Meter`` pairs a windowed rate with a cumulative total. Both are the shared
+stats of :mod:`tidegate.metrics.stats`: the rate is a ``Rate`` over
+``metrics.num.samples`` windows of ``metrics.sample.window.ms`` (2 x 30 s by default)
+whose elapsed time is padded to at least ``(samples - 1)`` full windows, so a fresh
+rate is not inflated; the total is a ``CumulativeSum``.
 """
 
 from __future__ import annotations
@@ -12,62 +13,54 @@ import threading
 from collections.abc import Callable
 
 from tidegate.clock import SYSTEM_CLOCK, Clock
+from tidegate.metrics import stats
+from tidegate.metrics.stats import (
+    METRICS_NUM_SAMPLES_DEFAULT,
+    METRICS_SAMPLE_WINDOW_MS_DEFAULT,
+    MetricConfig,
+    TimeUnit,
+)
 
 
 class Meter:
-    """A rate (per second, or a ratio for nanosecond meters) plus a total."""
+    """Kafka's ``Meter`` on a clock, for producer threads: a rate per ``unit`` plus a total.
 
-    __slots__ = ("_buckets", "_clock", "_lock", "_ratio", "_samples", "_total", "_window_ns")
+    ``unit`` is Kafka's: per second by default; ``TimeUnit.NANOSECONDS`` turns recorded
+    nanoseconds into the fraction of time they cover (``bufferpool-wait-ratio``).
+    Application threads and the sender record concurrently, so recording and reading
+    hold a lock, as Kafka's synchronized ``Sensor.record`` and metric reads do. The
+    time is the clock's monotonic milliseconds, read before taking the lock.
+    """
+
+    __slots__ = ("_clock", "_config", "_lock", "_meter")
 
     def __init__(
         self,
         clock: Clock = SYSTEM_CLOCK,
         *,
-        window_ms: int = 30_000,
-        samples: int = 2,
-        ratio_of_nanoseconds: bool = False,
+        window_ms: int = METRICS_SAMPLE_WINDOW_MS_DEFAULT,
+        samples: int = METRICS_NUM_SAMPLES_DEFAULT,
+        unit: TimeUnit = TimeUnit.SECONDS,
     ) -> None:
         self._clock = clock
-        self._window_ns = window_ms * 1_000_000
-        self._samples = samples
-        # list of [window start ns, sum]
-        self._buckets: list[list[float]] = []
-        self._total = 0.0
+        self._config = MetricConfig(samples=samples, time_window_ms=window_ms)
+        self._meter = stats.Meter(unit)
         self._lock = threading.Lock()
-        self._ratio = ratio_of_nanoseconds
 
     def record(self, value: float = 1.0) -> None:
-        now = self._clock.nanoseconds()
+        now = self._clock.milliseconds()
         with self._lock:
-            self._total += value
-            b = self._buckets
-            if not b or now - b[-1][0] >= self._window_ns:
-                b.append([now, 0.0])
-                if len(b) > self._samples:
-                    del b[0]
-            b[-1][1] += value
+            self._meter.record(self._config, value, now)
 
     @property
     def total(self) -> float:
-        return self._total
+        with self._lock:
+            return self._meter.total.total
 
     def rate(self) -> float:
-        now = self._clock.nanoseconds()
+        now = self._clock.milliseconds()
         with self._lock:
-            horizon = now - self._samples * self._window_ns
-            live = [bk for bk in self._buckets if bk[0] > horizon]
-            if not live:
-                return 0.0
-            value = sum(bk[1] for bk in live)
-            elapsed = now - live[0][0]
-        full = elapsed // self._window_ns
-        if full < self._samples - 1:
-            elapsed += (self._samples - 1 - full) * self._window_ns
-        if elapsed <= 0:
-            return 0.0
-        if self._ratio:
-            return value / elapsed  # nanoseconds waited per nanosecond elapsed
-        return value / (elapsed / 1e9)
+            return self._meter.rate.measure(self._config, now)
 
 
 class Metrics:
@@ -82,8 +75,17 @@ class Metrics:
     def add(self, name: str, reader: Callable[[], float]) -> None:
         self._readers[name] = reader
 
-    def meter(self, rate_name: str, total_name: str, **kw: object) -> Meter:
-        m = Meter(self.clock, **kw)  # type: ignore[arg-type]
+    def meter(
+        self,
+        rate_name: str,
+        total_name: str,
+        *,
+        unit: TimeUnit = TimeUnit.SECONDS,
+        window_ms: int = METRICS_SAMPLE_WINDOW_MS_DEFAULT,
+        samples: int = METRICS_NUM_SAMPLES_DEFAULT,
+    ) -> Meter:
+        """A :class:`Meter` read as ``rate_name`` (its rate) and ``total_name`` (its total)."""
+        m = Meter(self.clock, window_ms=window_ms, samples=samples, unit=unit)
         self.add(rate_name, m.rate)
         self.add(total_name, lambda: m.total)
         return m

@@ -73,7 +73,7 @@ class Histogram:
         self.scale = scale
         self.bounds = tuple(b * scale for b in bounds_list)
         self.counts = [0] * (len(self.bounds) + 1)
-        self.sum = 0
+        self.sum: float = 0
         self._le = [_le_label(b) for b in bounds_list] + ["+Inf"]
 
     def observe(self, value: float) -> None:
@@ -459,7 +459,7 @@ class SocketServerCollector(Collector):
             labels=["listener"],
         )
         per_listener = dict.fromkeys(server.bound, 0)
-        muted = dict.fromkeys((r.name for r in MuteReason if r.name != "NONE"), 0)
+        muted = {r.name: 0 for r in MuteReason if r.name is not None and r.name != "NONE"}
         for c in list(server.connections.values()):
             per_listener[c.listener_name] = per_listener.get(c.listener_name, 0) + 1
             reasons = c.mute_state.reasons
