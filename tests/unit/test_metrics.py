@@ -15,7 +15,7 @@ from tidegate import top
 from tidegate.clock import MockClock
 from tidegate.config import BrokerConfig, ConfigError, parse_metrics_listener
 from tidegate.log.batch_builder import Record, build_batch
-from tidegate.metrics import (
+from tidegate.metrics.prometheus import (
     NS_PER_MS,
     BrokerMetrics,
     Histogram,

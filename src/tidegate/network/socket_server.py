@@ -41,7 +41,7 @@ from tidegate.network.request_channel import (
 )
 
 if TYPE_CHECKING:
-    from tidegate.metrics import RequestMetrics, RequestTiming
+    from tidegate.metrics.prometheus import RequestMetrics, RequestTiming
     from tidegate.scheduler import Scheduler
     from tidegate.security.listener import ListenerSecurity
 

@@ -35,7 +35,7 @@ from tidegate.server.metadata import (
 from tidegate.server.replica_manager import ReplicaManager
 
 if TYPE_CHECKING:
-    from tidegate.metrics import BrokerMetrics
+    from tidegate.metrics.prometheus import BrokerMetrics
     from tidegate.server.group_apis import GroupApis
 
 log = logging.getLogger(__name__)

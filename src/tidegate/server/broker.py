@@ -19,7 +19,7 @@ from pathlib import Path
 
 from tidegate.clock import SYSTEM_CLOCK, Clock
 from tidegate.config import BrokerConfig, parse_metrics_listener
-from tidegate.metrics import BrokerMetrics, MetricsHttpServer
+from tidegate.metrics.prometheus import BrokerMetrics, MetricsHttpServer
 from tidegate.network import memory_pool
 from tidegate.network.socket_server import SocketServer
 from tidegate.scheduler import AsyncioScheduler

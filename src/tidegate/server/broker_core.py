@@ -35,7 +35,7 @@ from tidegate.server.timer import SystemTimer
 from tidegate.server.timer_reaper import TimerReaper
 
 if TYPE_CHECKING:
-    from tidegate.metrics import BrokerMetrics
+    from tidegate.metrics.prometheus import BrokerMetrics
 
 log = logging.getLogger(__name__)
 

@@ -82,7 +82,7 @@ from tidegate.server.security_apis import SecurityApis
 
 if TYPE_CHECKING:
     from tidegate.log.log import Log
-    from tidegate.metrics import BrokerMetrics
+    from tidegate.metrics.prometheus import BrokerMetrics
     from tidegate.security.credentials import CredentialStore
     from tidegate.server.client_quotas import BrokerQuotas
     from tidegate.server.quotas import ClientQuotaManager

@@ -39,7 +39,7 @@ from tidegate.server.purgatory import DelayedOperationPurgatory
 from tidegate.server.timer import SystemTimer
 
 if TYPE_CHECKING:
-    from tidegate.metrics import TopicMetrics
+    from tidegate.metrics.prometheus import TopicMetrics
     from tidegate.scheduler import Scheduler
 
 log = logging.getLogger(__name__)

@@ -1,0 +1,751 @@
+"""Broker metrics: plain counters on the hot path, Prometheus families at scrape time.
+
+The mechanisms count with plain Python ints (attributes with ``__slots__``, dicts)
+and :class:`Histogram`, a fixed-bucket histogram that costs one ``bisect`` and two
+increments per observation. Nothing on the request path takes a lock or builds a
+label set. At scrape time custom collectors turn those counters, and the live state
+of the socket server, the logs, the memory pool and the purgatories, into metric
+families with Kafka's MBean names mapped the way the usual JMX exporter rules map
+them (``kafka.server:type=BrokerTopicMetrics,name=MessagesInPerSec,topic=t`` ->
+``kafka_server_brokertopicmetrics_messagesin_total{topic="t"}``). docs/metrics.md
+has the whole table.
+
+Each broker owns one :class:`BrokerMetrics` with its own ``CollectorRegistry`` (not
+prometheus_client's global one, so one process can host several brokers).
+:class:`MetricsHttpServer` serves it from the broker's own event loop, so the
+collectors never race the broker's dicts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from bisect import bisect_left
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from struct import Struct
+from time import perf_counter_ns
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.registry import Collector
+
+from tidegate.protocol.apis import api_name
+
+log = logging.getLogger(__name__)
+
+NS_PER_MS = 1_000_000
+#: Request latency bucket bounds, in ms (Prometheus ``le`` labels).
+LATENCY_BUCKETS_MS: tuple[float, ...] = (
+    0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000,
+)  # fmt: skip
+#: How many distinct client ids get their own series; the rest are folded into "other".
+MAX_CLIENT_IDS = 1000
+OTHER_CLIENTS = "other"
+#: API keys beyond this (no Kafka API has one) share one "Unknown" entry.
+MAX_API_KEY = 127
+
+
+# --------------------------------------------------------------------------------------
+# hot-path building blocks
+# --------------------------------------------------------------------------------------
+class Histogram:
+    """Fixed buckets, cumulative only at scrape time.
+
+    ``observe(v)`` is one bisect into the bounds and two increments. Values are
+    observed in raw units (e.g. ns) and exposed divided by ``scale`` (e.g. as ms).
+    ``counts[i]`` holds observations in ``(bounds[i-1], bounds[i]]``; the last
+    slot is the +Inf bucket.
+    """
+
+    __slots__ = ("_le", "bounds", "counts", "scale", "sum")
+
+    def __init__(self, bounds: Iterable[float], scale: float = 1) -> None:
+        bounds_list = sorted(bounds)
+        self.scale = scale
+        self.bounds = tuple(b * scale for b in bounds_list)
+        self.counts = [0] * (len(self.bounds) + 1)
+        self.sum: float = 0
+        self._le = [_le_label(b) for b in bounds_list] + ["+Inf"]
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect_left(self.bounds, value)] += 1
+        self.sum += value
+
+    @property
+    def count(self) -> int:
+        return sum(self.counts)
+
+    def buckets(self) -> list[tuple[str, int]]:
+        """Cumulative ``(le, count)`` pairs, ending with ``("+Inf", count)``."""
+        out = []
+        running = 0
+        for le, n in zip(self._le, self.counts):
+            running += n
+            out.append((le, running))
+        return out
+
+    def scaled_sum(self) -> float:
+        return self.sum / self.scale
+
+
+def _le_label(bound: float) -> str:
+    return repr(float(bound))
+
+
+def latency_histogram() -> Histogram:
+    """A request-time histogram observed in ns, exposed in ms."""
+    return Histogram(LATENCY_BUCKETS_MS, scale=NS_PER_MS)
+
+
+_LATENCY_BOUNDS_NS = latency_histogram().bounds
+_REQUEST_HEADER = Struct(">h6xh")  # api_key, (api_version, correlation_id), client_id length
+
+
+class ApiStats:
+    """Per API key: requests, errors by code and the RequestMetrics time histograms."""
+
+    __slots__ = ("errors", "local", "name", "queue", "remote", "requests", "send", "total")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.requests = 0
+        self.errors: dict[int, int] = {}
+        self.queue = latency_histogram()
+        self.local = latency_histogram()
+        self.remote = latency_histogram()
+        self.send = latency_histogram()
+        self.total = latency_histogram()
+
+
+class ClientStats:
+    """Per client id: requests and the request time they took (ns)."""
+
+    __slots__ = ("client_id", "requests", "time_ns")
+
+    def __init__(self, client_id: str) -> None:
+        self.client_id = client_id
+        self.requests = 0
+        self.time_ns = 0
+
+
+class RequestTiming:
+    """One request's timestamps (``perf_counter_ns``), from its last byte to its response.
+
+    The connection calls :meth:`local_done` when ``process`` returns, :meth:`remote_done`
+    when an awaitable result resolves, and :meth:`sent` once the response is written;
+    :meth:`sent` records everything.
+    """
+
+    __slots__ = ("api", "client", "local", "received", "remote", "started")
+
+    def __init__(self, api: ApiStats, client: ClientStats, received: int) -> None:
+        self.api = api
+        self.client = client
+        self.received = received
+        self.started = perf_counter_ns()
+        self.local = 0
+        self.remote = 0
+
+    def local_done(self) -> None:
+        self.local = self.remote = perf_counter_ns()
+
+    def remote_done(self) -> None:
+        self.remote = perf_counter_ns()
+
+    def sent(self) -> None:
+        # Histogram.observe inlined five times: this runs once per request.
+        now = perf_counter_ns()
+        received, started, local, remote = self.received, self.started, self.local, self.remote
+        api = self.api
+        api.requests += 1
+        b = _LATENCY_BOUNDS_NS
+        h = api.queue
+        v = started - received
+        h.counts[bisect_left(b, v)] += 1
+        h.sum += v
+        h = api.local
+        v = local - started
+        h.counts[bisect_left(b, v)] += 1
+        h.sum += v
+        h = api.remote
+        v = remote - local
+        h.counts[bisect_left(b, v)] += 1
+        h.sum += v
+        h = api.send
+        v = now - remote
+        h.counts[bisect_left(b, v)] += 1
+        h.sum += v
+        h = api.total
+        total = now - received
+        h.counts[bisect_left(b, total)] += 1
+        h.sum += total
+        client = self.client
+        client.requests += 1
+        client.time_ns += total
+
+
+class RequestMetrics:
+    """Kafka's RequestMetrics (per API) plus request counts and time per client id."""
+
+    def __init__(self, max_client_ids: int = MAX_CLIENT_IDS) -> None:
+        self.apis: dict[int, ApiStats] = {}
+        self.clients: dict[bytes, ClientStats] = {}
+        self.max_client_ids = max_client_ids
+        self._other = ClientStats(OTHER_CLIENTS)
+        self._unknown_api = ApiStats("Unknown")
+
+    def api(self, api_key: int) -> ApiStats:
+        stats = self.apis.get(api_key)
+        if stats is None:
+            if not 0 <= api_key <= MAX_API_KEY:
+                return self._unknown_api
+            stats = self.apis[api_key] = ApiStats(api_name(api_key))
+        return stats
+
+    def client(self, raw: bytes) -> ClientStats:
+        stats = self.clients.get(raw)
+        if stats is None:
+            if len(self.clients) >= self.max_client_ids:
+                return self._other
+            stats = self.clients[raw] = ClientStats(raw.decode("utf-8", "replace"))
+        return stats
+
+    def begin(self, payload: bytearray) -> RequestTiming | None:
+        """Start timing a request whose last byte just arrived; None if it has no header.
+
+        Reads the api key and the client id straight from the request header v1/v2
+        (api_key int16, api_version int16, correlation_id int32, client_id nullable
+        int16-length string), so nothing waits for the full decode.
+        """
+        received = perf_counter_ns()
+        if len(payload) < 10:
+            return None
+        api_key, n = _REQUEST_HEADER.unpack_from(payload)
+        raw = bytes(payload[10 : 10 + n]) if n > 0 else b""
+        return RequestTiming(
+            self.apis.get(api_key) or self.api(api_key),
+            self.clients.get(raw) or self.client(raw),
+            received,
+        )
+
+    def error(self, api_key: int, code: int) -> None:
+        errors = self.api(api_key).errors
+        errors[code] = errors.get(code, 0) + 1
+
+    def count_errors(self, api_key: int, body: Any) -> None:
+        """Count every non-zero ``error_code`` in a response dict (for the low-rate APIs;
+        Produce and Fetch count theirs where they set them)."""
+        for code in _error_codes(body):
+            if code:
+                self.error(api_key, code)
+
+    def client_rows(self) -> list[ClientStats]:
+        rows = list(self.clients.values())
+        if self._other.requests:
+            rows.append(self._other)
+        return rows
+
+
+def _error_codes(value: Any) -> Iterator[int]:
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if k == "error_code":
+                yield v
+            elif isinstance(v, (list, dict)):
+                yield from _error_codes(v)
+    elif isinstance(value, list):
+        for item in value:
+            if isinstance(item, (dict, list)):
+                yield from _error_codes(item)
+
+
+class TopicStats:
+    __slots__ = ("bytes_in", "bytes_out", "messages_in")
+
+    def __init__(self) -> None:
+        self.messages_in = 0
+        self.bytes_in = 0
+        self.bytes_out = 0
+
+
+class TopicMetrics:
+    """Kafka's BrokerTopicMetrics per topic: messages and bytes in, bytes out."""
+
+    def __init__(self) -> None:
+        self.topics: dict[str, TopicStats] = {}
+
+    def stats(self, topic: str) -> TopicStats:
+        stats = self.topics.get(topic)
+        if stats is None:
+            stats = self.topics[topic] = TopicStats()
+        return stats
+
+    def appended(self, topic: str, records: int, size: int) -> None:
+        stats = self.topics.get(topic) or self.stats(topic)
+        stats.messages_in += records
+        stats.bytes_in += size
+
+    def fetched(self, topic: str, size: int) -> None:
+        (self.topics.get(topic) or self.stats(topic)).bytes_out += size
+
+    def remove(self, topic: str) -> None:
+        """A deleted topic's series go away, as Kafka removes its topic metrics."""
+        self.topics.pop(topic, None)
+
+
+# --------------------------------------------------------------------------------------
+# collectors (scrape time, on the event loop)
+# --------------------------------------------------------------------------------------
+def error_name(code: int) -> str:
+    """Kafka's ``Errors`` name of a code, e.g. ``UNKNOWN_TOPIC_OR_PARTITION``."""
+    try:
+        return ErrorCode(code).name.upper()
+    except ValueError:
+        return f"UNKNOWN_{int(code)}"
+
+
+_HISTOGRAMS = (
+    ("requestqueuetimems", "queue", "Time from the request's last byte to processing start (ms)."),
+    ("localtimems", "local", "Time the request was processed on the event loop (ms)."),
+    ("remotetimems", "remote", "Time the request was parked: acks=all flush, long-poll (ms)."),
+    ("responsesendtimems", "send", "Time to hand the response to the socket (ms)."),
+    ("totaltimems", "total", "Time from the request's last byte to its response sent (ms)."),
+)
+
+
+class RequestCollector(Collector):
+    def __init__(self, requests: RequestMetrics) -> None:
+        self.requests = requests
+
+    def collect(self) -> Iterable[Metric]:
+        rm = self.requests
+        apis = sorted(rm.apis.values(), key=lambda s: s.name)
+        if rm._unknown_api.requests or rm._unknown_api.errors:
+            apis.append(rm._unknown_api)
+        total = CounterMetricFamily(
+            "kafka_network_requestmetrics_requests",
+            "Requests answered, per API (RequestMetrics RequestsPerSec).",
+            labels=["request"],
+        )
+        errors = CounterMetricFamily(
+            "kafka_network_requestmetrics_errors",
+            "Error codes in responses, per API and error (RequestMetrics ErrorsPerSec); "
+            "per partition where the response is per partition. NONE is not counted.",
+            labels=["request", "error"],
+        )
+        for s in apis:
+            total.add_metric([s.name], s.requests)
+            for code, n in sorted(s.errors.items()):
+                errors.add_metric([s.name, error_name(code)], n)
+        yield total
+        yield errors
+        for suffix, attr, doc in _HISTOGRAMS:
+            family = HistogramMetricFamily(
+                f"kafka_network_requestmetrics_{suffix}", doc, labels=["request"]
+            )
+            for s in apis:
+                h: Histogram = getattr(s, attr)
+                family.add_metric([s.name], h.buckets(), h.scaled_sum())
+            yield family
+        client_requests = CounterMetricFamily(
+            "tidegate_client_requests",
+            "Requests answered, per client id (at most 1000 ids; the rest are 'other').",
+            labels=["client_id"],
+        )
+        client_time = CounterMetricFamily(
+            "tidegate_client_requesttimems",
+            "Total time of the requests of a client id, last byte to response sent (ms).",
+            labels=["client_id"],
+        )
+        for c in rm.client_rows():
+            client_requests.add_metric([c.client_id], c.requests)
+            client_time.add_metric([c.client_id], c.time_ns / NS_PER_MS)
+        yield client_requests
+        yield client_time
+
+
+class TopicCollector(Collector):
+    def __init__(self, topics: TopicMetrics) -> None:
+        self.topics = topics
+
+    def collect(self) -> Iterable[Metric]:
+        fams = [
+            (
+                CounterMetricFamily(
+                    "kafka_server_brokertopicmetrics_messagesin",
+                    "Records appended, per topic (BrokerTopicMetrics MessagesInPerSec).",
+                    labels=["topic"],
+                ),
+                "messages_in",
+            ),
+            (
+                CounterMetricFamily(
+                    "kafka_server_brokertopicmetrics_bytesin",
+                    "Record batch bytes appended, per topic (BrokerTopicMetrics BytesInPerSec).",
+                    labels=["topic"],
+                ),
+                "bytes_in",
+            ),
+            (
+                CounterMetricFamily(
+                    "kafka_server_brokertopicmetrics_bytesout",
+                    "Record bytes sent in fetch responses, per topic "
+                    "(BrokerTopicMetrics BytesOutPerSec).",
+                    labels=["topic"],
+                ),
+                "bytes_out",
+            ),
+        ]
+        items = sorted(self.topics.topics.items())
+        for family, attr in fams:
+            for topic, stats in items:
+                family.add_metric([topic], getattr(stats, attr))
+            yield family
+
+
+class LogCollector(Collector):
+    """kafka.log:type=Log gauges, read from the open partition logs."""
+
+    def __init__(self, logs: Callable[[], Mapping[tuple[str, int], Any]]) -> None:
+        self.logs = logs
+
+    def collect(self) -> Iterable[Metric]:
+        labels = ["topic", "partition"]
+        size = GaugeMetricFamily(
+            "kafka_log_log_size", "Partition size on disk (bytes).", labels=labels
+        )
+        end = GaugeMetricFamily(
+            "kafka_log_log_logendoffset", "The next offset to be assigned.", labels=labels
+        )
+        start = GaugeMetricFamily(
+            "kafka_log_log_logstartoffset", "The first offset still in the log.", labels=labels
+        )
+        segments = GaugeMetricFamily(
+            "kafka_log_log_numlogsegments", "Segments of the partition.", labels=labels
+        )
+        for (topic, partition), plog in sorted(self.logs().items()):
+            if getattr(plog, "closed", False):
+                continue
+            lv = [topic, str(partition)]
+            size.add_metric(lv, plog.size_bytes)
+            end.add_metric(lv, plog.log_end_offset)
+            start.add_metric(lv, plog.log_start_offset)
+            segments.add_metric(lv, len(plog.segments))
+        yield from (size, end, start, segments)
+
+
+class SocketServerCollector(Collector):
+    """Connections per listener, muted connections per reason, and the memory pool."""
+
+    def __init__(self, server: Any) -> None:
+        self.server = server
+
+    def collect(self) -> Iterable[Metric]:
+        from tidegate.network.mute_state import MuteReason
+
+        server = self.server
+        conns = GaugeMetricFamily(
+            "kafka_server_socketservermetrics_connection_count",
+            "Open connections, per listener (socket-server-metrics connection-count).",
+            labels=["listener"],
+        )
+        per_listener = dict.fromkeys(server.bound, 0)
+        muted = {r.name: 0 for r in MuteReason if r.name is not None and r.name != "NONE"}
+        for c in list(server.connections.values()):
+            per_listener[c.listener_name] = per_listener.get(c.listener_name, 0) + 1
+            reasons = c.mute_state.reasons
+            if reasons:
+                for name in muted:
+                    if reasons & MuteReason[name]:
+                        muted[name] += 1
+        for listener, n in sorted(per_listener.items()):
+            conns.add_metric([listener], n)
+        yield conns
+        muted_fam = GaugeMetricFamily(
+            "tidegate_network_socketserver_mutedconnections",
+            "Connections not being read, per mute reason (a connection may have several).",
+            labels=["reason"],
+        )
+        for reason, n in muted.items():
+            muted_fam.add_metric([reason], n)
+        yield muted_fam
+        yield from pool_metrics(server.pool)
+
+
+def pool_metrics(pool: Any) -> Iterator[Metric]:
+    """KIP-72 memory pool gauges; tolerant of pools that lack the newer attributes."""
+    size = getattr(pool, "size", 0)
+    available = getattr(pool, "available", size)
+    used = getattr(pool, "used", None)
+    if used is None:
+        used = max(size - available, 0)
+    yield GaugeMetricFamily(
+        "kafka_network_socketserver_memorypoolavailable",
+        "Bytes the request memory pool can still hand out (SocketServer MemoryPoolAvailable).",
+        value=available,
+    )
+    yield GaugeMetricFamily(
+        "kafka_network_socketserver_memorypoolused",
+        "Bytes of the request memory pool in use (SocketServer MemoryPoolUsed).",
+        value=used,
+    )
+    avg = getattr(pool, "avg_depleted_percent", None)
+    yield GaugeMetricFamily(
+        "kafka_network_socketserver_memorypoolavgdepletedpercent",
+        "Fraction (0..1, as in Kafka) of recent time the pool was depleted "
+        "(SocketServer MemoryPoolAvgDepletedPercent).",
+        value=float(avg()) if callable(avg) else float(avg or 0.0),
+    )
+    yield GaugeMetricFamily(
+        "kafka_network_socketserver_memorypooldepletedtimetotal",
+        "Total time the pool was depleted, ms (memory-pool-depleted-time-total).",
+        value=getattr(pool, "depleted_time_total_ms", 0),
+    )
+
+
+class PurgatoryCollector(Collector):
+    def __init__(self, purgatories: Mapping[str, Any]) -> None:
+        self.purgatories = purgatories
+
+    def collect(self) -> Iterable[Metric]:
+        label = ["delayedOperation"]
+        size = GaugeMetricFamily(
+            "kafka_server_delayedoperationpurgatory_purgatorysize",
+            "Operations watched in the purgatory, counted once per watch key "
+            "(DelayedOperationPurgatory PurgatorySize).",
+            labels=label,
+        )
+        delayed = GaugeMetricFamily(
+            "kafka_server_delayedoperationpurgatory_numdelayedoperations",
+            "Operations waiting in the purgatory (DelayedOperationPurgatory NumDelayedOperations).",
+            labels=label,
+        )
+        expires = CounterMetricFamily(
+            "kafka_server_delayedoperationpurgatory_expires",
+            "Operations that completed by timing out (Delayed{Produce,Fetch}Metrics ExpiresPerSec).",
+            labels=label,
+        )
+        for name, p in sorted(self.purgatories.items()):
+            size.add_metric([name], getattr(p, "purgatory_size", 0))
+            delayed.add_metric([name], getattr(p, "num_delayed_operations", 0))
+            expires.add_metric([name], getattr(p, "expirations_total", 0))
+        yield from (size, delayed, expires)
+
+
+class FlusherCollector(Collector):
+    """Group commit of acks=all appends (``tidegate.server.log_flusher.LogFlusher``):
+    fsync rounds started, and the acks=all appends that asked for one. Fewer rounds
+    than requests means producers shared fsyncs."""
+
+    def __init__(self, flusher: Any) -> None:
+        self.flusher = flusher
+
+    def collect(self) -> Iterable[Metric]:
+        yield CounterMetricFamily(
+            "kafka_log_logflushstats_logflushes",
+            "fsync rounds of the acks=all group-commit flusher (LogFlushStats "
+            "LogFlushRateAndTimeMs count, for acks=all flushes only).",
+            value=getattr(self.flusher, "rounds", 0),
+        )
+        yield CounterMetricFamily(
+            "tidegate_log_flusher_flush_requests",
+            "acks=all partition appends that asked the group-commit flusher for a flush.",
+            value=getattr(self.flusher, "requests", 0),
+        )
+
+
+class QuotaCollector(Collector):
+    """Client quotas (``tidegate.server.client_quotas.BrokerQuotas``), read at scrape time:
+    per entity (the counters' ``user``/``client_id`` tags, "" where the quota is not per
+    that level) the measured rate and the throttle time, per quota type the queue of
+    throttled connections, and the exempt request time. Nothing is kept per request."""
+
+    def __init__(self, quotas: Any) -> None:
+        self.quotas = quotas
+
+    def collect(self) -> Iterable[Metric]:
+        labels = ["user", "client_id"]
+        for quota_type, manager in self.quotas.managers.items():
+            group = quota_type.group.lower()  # produce, fetch, request
+            rate_name = manager.quota_metric_name.replace("-", "_")  # byte_rate, request_time
+            unit = "bytes/s" if rate_name == "byte_rate" else "% of one thread"
+            rate = GaugeMetricFamily(
+                f"kafka_server_{group}_{rate_name}",
+                f"{quota_type.group} quota rate per entity, {unit} "
+                f"(kafka.server:type={quota_type.group} {manager.quota_metric_name}).",
+                labels=labels,
+            )
+            # throttle-time is in ms without saying so: the name gets the unit suffix
+            avg = GaugeMetricFamily(
+                f"kafka_server_{group}_throttle_time_ms",
+                f"Average throttle time per entity, ms "
+                f"(kafka.server:type={quota_type.group} throttle-time).",
+                labels=labels,
+            )
+            peak = GaugeMetricFamily(
+                f"kafka_server_{group}_throttle_time_max_ms",
+                "Largest throttle time per entity in the metric window, ms (tidegate).",
+                labels=labels,
+            )
+            bound = GaugeMetricFamily(
+                f"tidegate_quota_{group}_bound",
+                f"The {quota_type.config_key} in force per entity (2^63-1: unlimited).",
+                labels=labels,
+            )
+            for m in manager.entity_metrics():
+                key = [m.user, m.client_id]
+                rate.add_metric(key, m.rate)
+                avg.add_metric(key, m.throttle_time_avg)
+                peak.add_metric(key, m.throttle_time_max)
+                bound.add_metric(key, m.quota)
+            yield from (rate, avg, peak, bound)
+            yield GaugeMetricFamily(
+                f"kafka_server_{group}_queue_size",
+                f"Connections muted for a {quota_type.group} throttle "
+                f"(kafka.server:type={quota_type.group} queue-size).",
+                value=manager.queue_size,
+            )
+        yield GaugeMetricFamily(
+            "kafka_server_request_exempt_request_time",
+            "Time on exempt requests (ApiVersions, SASL before authentication), % of one "
+            "thread (kafka.server:type=Request exempt-request-time).",
+            value=self.quotas.request.exempt_request_time(),
+        )
+
+
+# --------------------------------------------------------------------------------------
+# the broker's metrics
+# --------------------------------------------------------------------------------------
+class BrokerMetrics:
+    """One broker's registry and the plain counters its mechanisms update.
+
+    ``requests`` and ``topics`` are the hot-path counters; the broker wires them in
+    only when metrics are enabled (``metrics.listener`` set). The scrape-time
+    collectors (connections, logs, memory pool, purgatories) read live state and
+    cost nothing between scrapes.
+    """
+
+    def __init__(self, *, max_client_ids: int = MAX_CLIENT_IDS) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = RequestMetrics(max_client_ids)
+        self.topics = TopicMetrics()
+        self.purgatories: dict[str, Any] = {}
+        self.registry.register(RequestCollector(self.requests))
+        self.registry.register(TopicCollector(self.topics))
+        self.registry.register(PurgatoryCollector(self.purgatories))
+
+    def register_socket_server(self, server: Any) -> None:
+        self.registry.register(SocketServerCollector(server))
+
+    def register_logs(self, logs: Callable[[], Mapping[tuple[str, int], Any]]) -> None:
+        self.registry.register(LogCollector(logs))
+
+    def register_purgatory(self, name: str, purgatory: Any) -> None:
+        """Expose a purgatory as ``delayedOperation=name`` ("Produce", "Fetch").
+
+        Read at scrape time: ``purgatory_size``, ``num_delayed_operations`` and
+        ``expirations_total`` (each 0 if the object lacks it).
+        """
+        self.purgatories[name] = purgatory
+
+    def unregister_purgatory(self, name: str) -> None:
+        self.purgatories.pop(name, None)
+
+    def register_quotas(self, quotas: Any) -> None:
+        """Expose the client-quota managers (per-entity rates and throttle times)."""
+        self.registry.register(QuotaCollector(quotas))
+
+    def register_flusher(self, flusher: Any) -> None:
+        """Expose the group-commit flusher's ``rounds`` and ``requests`` counters."""
+        self.registry.register(FlusherCollector(flusher))
+
+    def exposition(self) -> bytes:
+        """The registry in Prometheus text format."""
+        return generate_latest(self.registry)
+
+
+# --------------------------------------------------------------------------------------
+# the HTTP endpoint
+# --------------------------------------------------------------------------------------
+MAX_HEADER_BYTES = 16 * 1024
+HTTP_READ_TIMEOUT_S = 10.0
+_REQUEST_LINE = re.compile(rb"([A-Z]+) (\S+) HTTP/1\.[01]")
+_ACCEPT = re.compile(rb"^accept:[ \t]*(.*?)[ \t]*\r?$", re.IGNORECASE | re.MULTILINE)
+
+
+class MetricsHttpServer:
+    """``GET /metrics`` over HTTP/1.1 on the broker's event loop; 404 for anything else.
+
+    One request per connection (``Connection: close``), which Prometheus handles.
+    """
+
+    def __init__(self, metrics: BrokerMetrics) -> None:
+        self.metrics = metrics
+        self.server: asyncio.base_events.Server | None = None
+        self.bound: tuple[str, int] | None = None
+        self._handlers: set[asyncio.Task] = set()
+
+    async def start(self, host: str, port: int) -> tuple[str, int]:
+        self.server = await asyncio.start_server(
+            self._handle, host or None, port, reuse_address=True, limit=MAX_HEADER_BYTES
+        )
+        sockname = self.server.sockets[0].getsockname()
+        self.bound = (sockname[0], sockname[1])
+        return self.bound
+
+    async def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
+            for task in list(self._handlers):
+                task.cancel()
+            await self.server.wait_closed()
+            self.server = None
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        if task is not None:
+            self._handlers.add(task)
+        try:
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HTTP_READ_TIMEOUT_S)
+            status, ctype, body = self._respond(head)
+            writer.write(
+                f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\n"
+                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode("ascii")
+                + body
+            )
+            await writer.drain()
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError):
+            pass
+        except (ConnectionError, asyncio.CancelledError):
+            pass
+        except Exception:
+            log.exception("metrics request failed")
+        finally:
+            if task is not None:
+                self._handlers.discard(task)
+            writer.close()
+
+    def _respond(self, head: bytes) -> tuple[str, str, bytes]:
+        match = _REQUEST_LINE.match(head)
+        if match is None:
+            return "400 Bad Request", "text/plain; charset=utf-8", b"bad request\n"
+        method, target = match[1], match[2]
+        path = target.split(b"?", 1)[0]
+        if path != b"/metrics":
+            return "404 Not Found", "text/plain; charset=utf-8", b"only /metrics is served here\n"
+        if method != b"GET":
+            return "405 Method Not Allowed", "text/plain; charset=utf-8", b"use GET\n"
+        # Prometheus' own content negotiation: the classic text format (0.0.4) unless
+        # the scraper asks for OpenMetrics.
+        accept = _ACCEPT.search(head)
+        encoder, content_type = choose_encoder(accept[1].decode("latin-1") if accept else "")
+        return "200 OK", content_type, encoder(self.metrics.registry)
