@@ -501,7 +501,7 @@ BIG_QUOTA = 10**12  # enables the quota path without ever throttling
 
 def _with_quotas(h, enabled):
     if enabled:
-        from tidegate.server.quotas import QuotaEntity
+        from tidegate.server.quota.client_quota_manager import QuotaEntity
 
         h.apis.quotas.set_quota(QuotaEntity(None, "rawclient"), "producer_byte_rate", BIG_QUOTA)
     assert h.apis.quotas.enabled == enabled

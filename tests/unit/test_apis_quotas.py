@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from tests.integration.rawclient import encode_request
 from tidegate.log.batch_builder import Record, build_batch
-from tidegate.server.quotas import QuotaEntity, nanos_to_percentage
+from tidegate.server.quota.client_quota_manager import QuotaEntity, nanos_to_percentage
 
 from .test_apis import API_VERSIONS, METADATA, PRODUCE, Harness, produce_body
 

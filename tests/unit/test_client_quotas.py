@@ -1,4 +1,4 @@
-"""The broker's quota glue (tidegate.server.client_quotas): KIP-546 validation and
+"""The broker's quota glue (tidegate.server.quota.quota_factory): KIP-546 validation and
 filters, persistence, live application to the managers, and the throttle timers that
 end connections' throttles (real KafkaConnection objects on a fake transport, the
 scheduler on fake time)."""
@@ -15,15 +15,15 @@ from tests.fake_loop import FakeLoop
 from tidegate.network.memory_pool import NONE
 from tidegate.network.mute_state import MuteReason
 from tidegate.network.socket_server import SocketServer
-from tidegate.server.client_quotas import (
+from tidegate.server.quota.client_quota_manager import DEFAULT, UNLIMITED_BOUND, QuotaEntity
+from tidegate.server.quota.quota_factory import (
     MATCH_TYPE_DEFAULT,
     MATCH_TYPE_EXACT,
     MATCH_TYPE_SPECIFIED,
     QUOTAS_FILE,
-    BrokerQuotas,
     QuotaConfigError,
+    QuotaManagers,
 )
-from tidegate.server.quotas import DEFAULT, UNLIMITED_BOUND, QuotaEntity
 from tidegate.server.timer_reaper import TimerReaper
 
 from .test_connection import ImmediateProcessor, connect
@@ -55,7 +55,7 @@ def described(quotas, components=(), strict=False):
 
 @pytest.fixture
 def quotas(tmp_path):
-    return BrokerQuotas(data_dir=tmp_path)
+    return QuotaManagers(data_dir=tmp_path)
 
 
 def test_alter_applies_to_the_managers_at_once(quotas):
@@ -155,7 +155,7 @@ def test_describe_rejects_bad_filters(quotas, components):
 
 
 def test_persisted_across_restarts(tmp_path):
-    first = BrokerQuotas(data_dir=tmp_path)
+    first = QuotaManagers(data_dir=tmp_path)
     first.alter(
         [
             entry({"user": "alice", "client-id": None}, {"producer_byte_rate": 1000, "request_percentage": 25}),
@@ -169,7 +169,7 @@ def test_persisted_across_restarts(tmp_path):
     assert {"entity": {"user": "alice", "client-id": None},
             "values": {"producer_byte_rate": 1000.0, "request_percentage": 25.0}} in data["quotas"]
     assert [p.name for p in tmp_path.iterdir()] == [QUOTAS_FILE]  # no temporary file left
-    second = BrokerQuotas(data_dir=tmp_path)
+    second = QuotaManagers(data_dir=tmp_path)
     second.load()
     assert second.entries == first.entries
     assert second.enabled
@@ -201,7 +201,7 @@ def _shell_with_quotas():
     the throttle timers as the broker's scheduler does."""
     loop = FakeLoop()
     server = SocketServer(ImmediateProcessor(), NONE, 1000, loop)
-    quotas = BrokerQuotas(clock=loop.clock)
+    quotas = QuotaManagers(clock=loop.clock)
     reaper = TimerReaper(loop.call_at)
     for name, timer in quotas.throttle_timers():
         reaper.add_timer(name, timer)

@@ -26,8 +26,8 @@ from tidegate.metrics.prometheus import (
 from tidegate.network.memory_pool import NONE, SimpleMemoryPool
 from tidegate.network.mute_state import ChannelMuteState, MuteReason
 from tidegate.network.request_channel import Request
-from tidegate.server.client_quotas import BrokerQuotas
-from tidegate.server.quotas import QuotaEntity
+from tidegate.server.quota.client_quota_manager import QuotaEntity
+from tidegate.server.quota.quota_factory import QuotaManagers
 
 NOW = 1_700_000_000_000
 
@@ -509,10 +509,10 @@ def _nothing() -> None:
     pass
 
 
-def _throttled_quotas() -> BrokerQuotas:
+def _throttled_quotas() -> QuotaManagers:
     """Real quota managers on a fixed clock: a request quota on (alice, app), a user
     quota on bob and a client-id quota on greedy, each with one throttle recorded."""
-    quotas = BrokerQuotas(clock=lambda: NOW)
+    quotas = QuotaManagers(clock=lambda: NOW)
     quotas.set_quota(QuotaEntity("alice", "app"), "request_percentage", 50)
     quotas.set_quota(QuotaEntity("bob"), "producer_byte_rate", 1000)
     quotas.set_quota(QuotaEntity(client_id="greedy"), "consumer_byte_rate", 1000)
@@ -551,7 +551,7 @@ def test_top_throttle_view_names_user_and_client_id():
 
 
 def test_top_throttle_view_with_quotas_in_use_but_nothing_throttled():
-    quotas = BrokerQuotas(clock=lambda: NOW)
+    quotas = QuotaManagers(clock=lambda: NOW)
     quotas.set_quota(QuotaEntity("alice"), "producer_byte_rate", 1_000_000)
     assert quotas.produce.record_and_get_throttle_time_ms("alice", "c", 10) == 0
     bm = BrokerMetrics()

@@ -29,13 +29,12 @@ from tidegate.metrics.stats import (
     Sensor,
     WindowedSum,
 )
-from tidegate.server.quotas import (
+from tidegate.server.quota.client_quota_manager import (
     DEFAULT,
     NANOS_TO_PERCENTAGE_PER_SECOND,
     UNLIMITED_BOUND,
     ClientQuotaManager,
     ClientQuotaManagerConfig,
-    ClientRequestQuotaManager,
     QuotaEntity,
     QuotaType,
     ThrottledChannel,
@@ -45,6 +44,7 @@ from tidegate.server.quotas import (
     nanos_to_percentage,
     throttle_time,
 )
+from tidegate.server.quota.client_request_quota_manager import ClientRequestQuotaManager
 
 EPS = 1e-6
 T0 = 1_700_000_000_000  # an arbitrary start: windows are not aligned to the clock

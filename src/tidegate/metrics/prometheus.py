@@ -564,7 +564,7 @@ class FlusherCollector(Collector):
 
 
 class QuotaCollector(Collector):
-    """Client quotas (``tidegate.server.client_quotas.BrokerQuotas``), read at scrape time:
+    """Client quotas (``tidegate.server.quota.quota_factory.QuotaManagers``), read at scrape time:
     per entity (the counters' ``user``/``client_id`` tags, "" where the quota is not per
     that level) the measured rate and the throttle time, per quota type the queue of
     throttled connections, and the exempt request time. Nothing is kept per request."""

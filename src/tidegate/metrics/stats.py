@@ -6,7 +6,7 @@ A rendering, with Kafka's names, of ``clients/.../common/metrics`` (``MetricConf
 ``Max``, ``CumulativeSum``, ``Rate`` with its ``TimeUnit``, ``Meter``).  Three users
 share it:
 
-* the client quotas (:mod:`tidegate.server.quotas`): per-second Rates checked
+* the client quotas (:mod:`tidegate.server.quota.client_quota_manager`): per-second Rates checked
   against a :class:`Quota` by a :class:`Sensor`;
 * the request memory pool (:mod:`tidegate.network.memory_pool`): KIP-72's
   ``MemoryPoolAvgDepletedPercent``/``MemoryPoolDepletedTimeTotal`` are a

@@ -23,7 +23,6 @@ from tidegate.config import (
     validate_topic_configs,
 )
 from tidegate.network.request_channel import Request
-from tidegate.server.client_quotas import BrokerQuotas, QuotaConfigError
 from tidegate.server.endpoints import Endpoints
 from tidegate.server.metadata import (
     InvalidTopicError,
@@ -32,6 +31,7 @@ from tidegate.server.metadata import (
     is_internal_topic,
     validate_topic_name,
 )
+from tidegate.server.quota.quota_factory import QuotaConfigError, QuotaManagers
 from tidegate.server.replica_manager import ReplicaManager
 
 if TYPE_CHECKING:
@@ -53,7 +53,7 @@ class AdminApis:
         cluster_id: str,
         replicas: ReplicaManager,
         store: TopicStore,
-        quotas: BrokerQuotas,
+        quotas: QuotaManagers,
         endpoints: Endpoints,
         groups: GroupApis,
     ) -> None:

@@ -21,7 +21,6 @@ from tidegate.config import BrokerConfig, topic_log_config
 from tidegate.network.request_channel import RequestChannel
 from tidegate.scheduler import Cancellable, Scheduler
 from tidegate.security.credentials import CredentialStore
-from tidegate.server.client_quotas import BrokerQuotas
 from tidegate.server.endpoints import Endpoints
 from tidegate.server.group_apis import GroupApis
 from tidegate.server.kafka_apis import KafkaApis
@@ -29,7 +28,8 @@ from tidegate.server.log_manager import LogManager
 from tidegate.server.metadata import TopicStore, load_or_create_meta
 from tidegate.server.producer_id_manager import ProducerIdManager
 from tidegate.server.purgatory import DelayedOperationPurgatory
-from tidegate.server.quotas import ClientQuotaManagerConfig
+from tidegate.server.quota.client_quota_manager import ClientQuotaManagerConfig
+from tidegate.server.quota.quota_factory import QuotaManagers
 from tidegate.server.replica_manager import ReplicaManager
 from tidegate.server.timer import SystemTimer
 from tidegate.server.timer_reaper import TimerReaper
@@ -84,7 +84,7 @@ class BrokerCore:
             config, self.replicas, self.endpoints, self.heartbeat_purgatory, self.rebalance_purgatory, wall_ms
         )
         # Client quotas (docs/quotas.md): the three managers and their KIP-546 config.
-        self.quotas = BrokerQuotas(
+        self.quotas = QuotaManagers(
             ClientQuotaManagerConfig(config.get("quota.window.num"), config.get("quota.window.size.seconds")),
             data_dir,
             clock=monotonic_ms,

@@ -84,8 +84,8 @@ if TYPE_CHECKING:
     from tidegate.log.log import Log
     from tidegate.metrics.prometheus import BrokerMetrics
     from tidegate.security.credentials import CredentialStore
-    from tidegate.server.client_quotas import BrokerQuotas
-    from tidegate.server.quotas import ClientQuotaManager
+    from tidegate.server.quota.client_quota_manager import ClientQuotaManager
+    from tidegate.server.quota.quota_factory import QuotaManagers
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +122,7 @@ class KafkaApis:
         cluster_id: str,
         replicas: ReplicaManager,
         store: TopicStore,
-        quotas: BrokerQuotas,
+        quotas: QuotaManagers,
         groups: GroupApis,
         *,
         channel: RequestChannel | None = None,

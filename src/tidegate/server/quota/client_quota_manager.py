@@ -1,13 +1,13 @@
-"""Client quotas (KIP-13, KIP-55, KIP-124): the sans-IO arithmetic.
+"""Kafka's ClientQuotaManager (KIP-13, KIP-55): the sans-IO byte-rate quota arithmetic.
 
-A rendering of Kafka's quota mechanism with Kafka's names: the metric stats
-(``SampledStat``/``WindowedSum``/``Avg``/``Max``/``CumulativeSum``/``Rate``, from
-``clients/.../metrics/stats``), ``Quota``, ``Sensor`` with its record-then-check,
-``QuotaUtils.throttleTime``/``boundedThrottleTime``, ``ClientQuotaManager`` (one per
-quota type: Produce and Fetch byte rates) and ``ClientRequestQuotaManager`` (the
-Request quota: thread time as a percentage of one thread, throttle capped at one
-window, plus the ``exempt-request-time`` sensor), and ``ThrottledChannel`` with a
-heap standing in for Kafka's ``DelayQueue``.
+A rendering of Kafka's quota mechanism with Kafka's names, on the metric core of
+:mod:`tidegate.metrics.stats` (``Sensor`` with its record-then-check, ``Rate``,
+``Quota``): ``QuotaUtils.throttleTime``/``boundedThrottleTime``, ``QuotaType`` and the
+entity resolution of ``QuotaEntity``, ``ClientQuotaManager`` (one per quota type:
+Produce and Fetch byte rates; ``ClientRequestQuotaManager`` in
+:mod:`.client_request_quota_manager` extends it for the Request quota), and
+``ThrottledChannel``, a timer task on the manager's throttle timer standing in for
+Kafka's ``DelayQueue``.
 
 Plain objects, no threads, no locks, no I/O.  Every method that needs the time takes
 ``now_ms`` (integer milliseconds); when it is omitted the injected ``clock`` is read.
@@ -15,7 +15,7 @@ Kafka guards these objects with a read-write lock because request threads record
 while the admin path updates quotas; tidegate calls everything from its one event
 loop, so the observable behaviour is the same without them.
 
-What a caller (the broker, next) does with it, as Kafka's ``KafkaApis`` does:
+What a caller (KafkaApis's respond step) does with it, as Kafka's ``KafkaApis`` does:
 
 1. After handling a request, record on each quota that applies
    (``maybe_record_and_get_throttle_time_ms``); each returns a throttle time in ms,
@@ -77,7 +77,6 @@ __all__ = [
     "ClientQuotaManager",
     "ClientQuotaManagerConfig",
     "ClientQuotaMetrics",
-    "ClientRequestQuotaManager",
     "ClientSensors",
     "QuotaEntity",
     "QuotaType",
@@ -638,74 +637,3 @@ class ClientQuotaManager:
 
 def _zero_if_nan(x: float) -> float:
     return 0.0 if math.isnan(x) else x
-
-
-class ClientRequestQuotaManager(ClientQuotaManager):
-    """The Request quota (KIP-124): thread time as a percentage of one thread.
-
-    Thread time is recorded in percent-seconds (:func:`nanos_to_percentage`: 10 ms is
-    1.0), so the per-second Rate is a percentage of one thread and is compared with
-    ``request_percentage`` directly: 100 is one thread for the whole window, 1 is 10 ms
-    per 1 s window.  A throttle is capped at one quota window.  Time spent on exempt
-    requests is measured on the ``exempt-request-time`` Rate (all clients together,
-    never expired, the broker's metric windows).
-    """
-
-    quota_metric_name = "request-time"
-
-    def __init__(
-        self,
-        config: ClientQuotaManagerConfig | None = None,
-        *,
-        clock: Callable[[], int] = monotonic_ms,
-        metrics_num_samples: int = METRICS_NUM_SAMPLES_DEFAULT,
-        metrics_sample_window_ms: int = METRICS_SAMPLE_WINDOW_MS_DEFAULT,
-    ) -> None:
-        super().__init__(
-            QuotaType.REQUEST,
-            config,
-            clock=clock,
-            metrics_num_samples=metrics_num_samples,
-            metrics_sample_window_ms=metrics_sample_window_ms,
-        )
-        self._max_throttle_time_ms = self.config.quota_window_size_seconds * 1000
-        self.exempt_sensor = Sensor(f"exempt-{self.quota_type.group}", self.clock())
-        self._exempt_metric = self.exempt_sensor.add(
-            "exempt-request-time", Rate(), self.metrics_config
-        )
-
-    @property
-    def max_throttle_time_ms(self) -> int:
-        return self._max_throttle_time_ms
-
-    def throttle_time(self, e: QuotaViolationError, now_ms: int) -> int:
-        return bounded_throttle_time(e, self._max_throttle_time_ms, now_ms)
-
-    def maybe_record_request_time_ns(
-        self, user: str, client_id: str, thread_time_ns: int, now_ms: int | None = None
-    ) -> int:
-        """Record a request's handler time and return its throttle (Kafka's
-        ``maybeRecordAndGetThrottleTimeMs(request, timeMs)``)."""
-        return self.maybe_record_and_get_throttle_time_ms(
-            user, client_id, nanos_to_percentage(thread_time_ns), now_ms
-        )
-
-    def record_network_thread_time_ns(
-        self, user: str, client_id: str, thread_time_ns: int, now_ms: int | None = None
-    ) -> None:
-        """Time spent sending the response: recorded unchecked, counted by the next check."""
-        if self.quotas_enabled:
-            self.record_no_throttle(user, client_id, nanos_to_percentage(thread_time_ns), now_ms)
-
-    def record_exempt(self, value: float, now_ms: int | None = None) -> None:
-        """Record exempt time (in percent-seconds) on ``exempt-request-time``."""
-        self.exempt_sensor.record(value, self._now(now_ms))
-
-    def maybe_record_exempt_ns(self, thread_time_ns: int, now_ms: int | None = None) -> None:
-        """Record an exempt request's time, if any request quota is configured (as Kafka)."""
-        if self.quotas_enabled:
-            self.record_exempt(nanos_to_percentage(thread_time_ns), now_ms)
-
-    def exempt_request_time(self, now_ms: int | None = None) -> float:
-        """Exempt requests' thread time, as a percentage of one thread."""
-        return self._exempt_metric.value(self._now(now_ms))

@@ -1,17 +1,17 @@
-"""Client quotas in the broker: the three managers, throttling a connection, and
-the quota configuration (KIP-546's AlterClientQuotas/DescribeClientQuotas, persisted).
+"""The broker's quota managers and their configuration: Kafka's QuotaFactory.QuotaManagers
+with the KIP-546 half of ClientQuotaMetadataManager (AlterClientQuotas and
+DescribeClientQuotas, persisted).
 
-The arithmetic is :mod:`tidegate.server.quotas` (sans-IO); this module is the glue
-Kafka keeps in ``QuotaFactory``, ``ClientQuotaMetadataManager`` and the throttling
-half of ``KafkaApis``/``SocketServer``:
+The arithmetic is :mod:`.client_quota_manager` and :mod:`.client_request_quota_manager`;
+this module puts the three managers together:
 
-* :class:`BrokerQuotas` owns one manager per quota type, configured from
+* :class:`QuotaManagers` owns one manager per quota type, configured from
   ``quota.window.num`` and ``quota.window.size.seconds``.
 * Throttling is each manager's ``throttle``: a ThrottledChannel on the manager's
   throttle timer, which the broker's one scheduler drives with the purgatories' timers
-  (``BrokerQuotas.throttle_timers``); KafkaApis decides the throttle and the shell
+  (``QuotaManagers.throttle_timers``); KafkaApis decides the throttle and the shell
   mutes the connection until the channel ends it.
-* :meth:`BrokerQuotas.alter` / :meth:`BrokerQuotas.describe` implement the two admin
+* :meth:`QuotaManagers.alter` / :meth:`QuotaManagers.describe` implement the two admin
   APIs with Kafka's validation, apply changes to the managers at once (live counters
   get their new bound on the next record, as Kafka re-evaluates sensors' quota
   configs), and persist the whole configuration to ``client-quotas.json`` in the data
@@ -31,14 +31,14 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from tidegate.clock import monotonic_ms
-from tidegate.server.quotas import (
+from tidegate.server.quota.client_quota_manager import (
     DEFAULT,
     ClientQuotaManager,
     ClientQuotaManagerConfig,
-    ClientRequestQuotaManager,
     QuotaEntity,
     QuotaType,
 )
+from tidegate.server.quota.client_request_quota_manager import ClientRequestQuotaManager
 from tidegate.server.timer import SystemTimer
 
 log = logging.getLogger(__name__)
@@ -119,7 +119,7 @@ def validate_quota_value(key: str, value: float) -> None:
             raise QuotaConfigError(f"Configuration {key} must be a Long value")
 
 
-class BrokerQuotas:
+class QuotaManagers:
     """The broker's quota managers, connection throttling and quota configuration."""
 
     def __init__(
