@@ -40,7 +40,7 @@ class RecordingChannel:
     def __init__(self) -> None:
         self.responses: list[tuple[Request, Response]] = []
         self.throttle_ends: list[int] = []
-        #: every response in the order the shell would write it (immediate ones too)
+        #: every request in the order the shell would write its response (immediate ones too)
         self.sent: list[Request] = []
 
     def send_response(self, request: Request, response: Response) -> None:
@@ -101,6 +101,8 @@ class CoreHarness:
         #: how long each request's handling takes, in ns of fake time (the request quota
         #: measures it): the shell stamps the request this long before handle runs
         self.handler_ns = 0
+        #: (request, immediate outcome) of every request sent
+        self.outcomes: list[tuple[Request, Outcome]] = []
 
     def close(self) -> None:
         self.core.stop_serving()
@@ -130,6 +132,7 @@ class CoreHarness:
 
         request = Request(ctx, payload, release, self.clock.nanoseconds() - self.handler_ns)
         outcome = self.apis.handle(request, self.clock.wall_milliseconds())
+        self.outcomes.append((request, outcome))
         if isinstance(outcome, Response):
             # as the shell: write it, run its after-send action, then the deferred work
             self.channel.written(request, outcome)

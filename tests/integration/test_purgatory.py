@@ -538,3 +538,63 @@ def test_a_thousand_parked_fetches_idle_and_wake(broker_factory):
     assert res.answered == n and res.answered_with_record == n
     assert res.wake_all_ms is not None and res.wake_all_ms < 10_000
     assert b.alive()
+
+
+def test_long_polls_are_not_late_while_a_group_rebalances(broker):
+    """Issue 13's defect, on a live broker: three confluent-kafka consumers form a group
+    (session 6 s, heartbeat 500 ms) while a raw client keeps two pipelined Fetch v4
+    requests (max wait 500 ms, min bytes 1, at the log end) in flight. Before the timer
+    reaper fix, the rounds during the first rebalance answered seconds late (2,759 and
+    7,166 ms measured): an expiring join armed the reaper for the members' session
+    deadlines and the parked fetches' earlier buckets waited for it. Each fetch must
+    answer at its max wait (the second pipelined one 500 ms after the first)."""
+    topic = "lp-rebalance"
+    with RawClient.connect(broker.bootstrap) as c:
+        create_topic(c, topic, partitions=2)
+        end = end_offset(c, topic)
+    consumers = []
+    stop = threading.Event()
+
+    def consume(consumer):
+        while not stop.is_set():
+            consumer.poll(0.1)
+
+    threads = []
+    for i in range(3):
+        consumer = Consumer({
+            "bootstrap.servers": broker.bootstrap, "group.id": "lp-rebalance-group",
+            "client.id": f"member-{i}", "session.timeout.ms": 6000, "heartbeat.interval.ms": 500,
+            "enable.auto.commit": False, "auto.offset.reset": "latest",
+        })  # fmt: skip
+        consumer.subscribe([topic])
+        consumers.append(consumer)
+        threads.append(threading.Thread(target=consume, args=(consumer,), daemon=True))
+    lateness = []  # (round, which, ms past its due time)
+    fetcher = RawClient.connect(broker.bootstrap, timeout=30)
+    try:
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + 9  # through the group's first rebalance (3 s delay) and more
+        rnd = 0
+        while time.monotonic() < deadline:
+            sent = time.monotonic()
+            cids = [fetcher.send(1, 4, fetch_body(topic, end, max_wait=500, min_bytes=1)) for _ in range(2)]
+            for which, cid in enumerate(cids):
+                got, resp = decode_response(1, 4, fetcher.recv_frame())
+                assert got == cid and not resp.responses[0].partitions[0].records
+                due = 0.5 * (which + 1)  # one request at a time per connection, as Kafka
+                lateness.append((rnd, which, round((time.monotonic() - sent - due) * 1000)))
+            rnd += 1
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(5)
+        for consumer in consumers:
+            consumer.close()
+        fetcher.close()
+    worst = max(late for _, _, late in lateness)
+    measured(f"{len(lateness)} long polls during a rebalance: latest {worst} ms past max wait, "
+             f"median {statistics.median(late for _, _, late in lateness)} ms")
+    assert len(lateness) >= 12
+    assert min(late for _, _, late in lateness) >= -20, lateness  # never early
+    assert worst < 250, lateness  # a few ms in quiet conditions; seconds with the defect

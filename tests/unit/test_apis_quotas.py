@@ -37,6 +37,8 @@ def test_throttle_time_in_every_version_that_has_it(tmp_path):
         # 1 ms is far over 0.0001 % of a thread: capped at one window
         assert resp.throttle_time.total_seconds() * 1000 == 1000, version
     assert h.apis.quotas.request.queue_size == 4
+    last = h.channel.sent[-1]
+    assert [r for q, r in h.outcomes if q is last][0].throttle_quota == "Request"
     # each throttle ends exactly one window later, through the channel (the shell unmutes)
     h.loop.advance(999)
     assert h.channel.throttle_ends == []

@@ -24,7 +24,7 @@ import re
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from struct import Struct
-from time import perf_counter_ns
+from time import monotonic_ns
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -138,7 +138,7 @@ class ClientStats:
 
 
 class RequestTiming:
-    """One request's timestamps (``perf_counter_ns``), from its last byte to its response.
+    """One request's timestamps (``time.monotonic_ns``, the shell's clock), from its last byte to its response.
 
     The connection calls :meth:`local_done` when ``process`` returns, :meth:`remote_done`
     when an awaitable result resolves, and :meth:`sent` once the response is written;
@@ -151,19 +151,19 @@ class RequestTiming:
         self.api = api
         self.client = client
         self.received = received
-        self.started = perf_counter_ns()
+        self.started = monotonic_ns()
         self.local = 0
         self.remote = 0
 
     def local_done(self) -> None:
-        self.local = self.remote = perf_counter_ns()
+        self.local = self.remote = monotonic_ns()
 
     def remote_done(self) -> None:
-        self.remote = perf_counter_ns()
+        self.remote = monotonic_ns()
 
     def sent(self) -> None:
         # Histogram.observe inlined five times: this runs once per request.
-        now = perf_counter_ns()
+        now = monotonic_ns()
         received, started, local, remote = self.received, self.started, self.local, self.remote
         api = self.api
         api.requests += 1
@@ -226,7 +226,7 @@ class RequestMetrics:
         (api_key int16, api_version int16, correlation_id int32, client_id nullable
         int16-length string), so nothing waits for the full decode.
         """
-        received = perf_counter_ns()
+        received = monotonic_ns()
         if len(payload) < 10:
             return None
         api_key, n = _REQUEST_HEADER.unpack_from(payload)

@@ -87,14 +87,16 @@ class Response:
     """What to do with a connection once its request is answered.
 
     ``throttle_ms`` > 0: mute the connection (``MuteReason.THROTTLE``) after sending,
-    until :meth:`RequestChannel.end_throttling` (KIP-219). ``after_send``: called once
-    the response has been written (the request quota records that time).
+    until :meth:`RequestChannel.end_throttling` (KIP-219); ``throttle_quota`` says which
+    quota it serves ("Produce", "Fetch" or "Request"). ``after_send``: called once the
+    response has been written (the request quota records that time).
     """
 
-    __slots__ = ("after_send", "throttle_ms")
+    __slots__ = ("after_send", "throttle_ms", "throttle_quota")
 
     def __init__(self, throttle_ms: int = 0, after_send: Callable[[], None] | None = None) -> None:
         self.throttle_ms = throttle_ms
+        self.throttle_quota: str | None = None
         self.after_send = after_send
 
 

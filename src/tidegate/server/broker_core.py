@@ -12,7 +12,6 @@ requests straight into :meth:`KafkaApis.handle`, so the same wiring runs in both
 from __future__ import annotations
 
 import logging
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -62,11 +61,11 @@ class BrokerCore:
         self.cluster_id = load_or_create_meta(data_dir, config.node_id, config.get("cluster.id"))
         self.store = TopicStore(data_dir)
         self.logs = LogManager(data_dir, self.store, lambda info: topic_log_config(config, info.configs), wall_ms)
-        started = time.monotonic()
+        started = monotonic_ms()
         self.logs.load()
         log.info(
             "loaded %d partition log(s) of %d topic(s) from %s in %.2fs",
-            len(self.logs.logs), len(self.store.topics), data_dir, time.monotonic() - started,
+            len(self.logs.logs), len(self.store.topics), data_dir, (monotonic_ms() - started) / 1000,
         )  # fmt: skip
         self.replicas = ReplicaManager(
             self.logs,

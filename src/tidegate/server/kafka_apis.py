@@ -348,7 +348,10 @@ class KafkaApis:
             if encoded is None:
                 encoded = self._encode(header, values)
             pieces = [encoded]
-        return self._with_after_send(pieces, throttle_ms, q, encode_start)
+        response = self._with_after_send(pieces, throttle_ms, q, encode_start)
+        if throttle_ms > 0:
+            response.throttle_quota = manager.quota_type.group
+        return response
 
     def _with_after_send(
         self, pieces: list[bytes] | None, throttle_ms: int, q: _QuotaRequest, since_ns: int
