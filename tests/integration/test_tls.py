@@ -14,10 +14,12 @@ import trustme
 
 from tests.conftest import BrokerProcess, free_port, wait_for_port
 from tests.integration.clients import roundtrip_confluent
-from tests.unit.test_connection import HoldingProcessor
+from tests.unit.test_connection import HoldingProcessor, Processor
 from tidegate.network.memory_pool import NONE, SimpleMemoryPool
 from tidegate.network.mute_state import MuteReason
+from tidegate.network.request_channel import PARKED, Request, SendResponse
 from tidegate.network.socket_server import SocketServer
+from tidegate.scheduler import AsyncioScheduler
 from tidegate.security.listener import ListenerSecurity
 from tidegate.security.tls import build_server_context, subject_dn
 
@@ -56,15 +58,27 @@ def test_subject_dn_is_rfc2253_most_specific_first():
 
 
 # -- in-process: the shell over TLS ------------------------------------------------------
-class RecordingProcessor:
-    def __init__(self):
-        self.requests: list[tuple[bytes, str, asyncio.Future]] = []
+class RecordingProcessor(Processor):
+    """Parks every request (its memory released) until the test answers it."""
 
-    def process(self, payload, ctx, release):
-        release()
-        fut = asyncio.get_running_loop().create_future()
-        self.requests.append((bytes(payload), ctx.principal, fut))
-        return fut
+    def __init__(self):
+        self.requests: list[tuple[bytes, str, Request]] = []
+        self.server = None
+
+    def handle(self, request, now_ms):
+        request.release_buffer()
+        self.requests.append((bytes(request.payload), request.context.principal, request))
+        return PARKED
+
+    def answer(self, i, data):
+        self.server.send_response(self.requests[i][2], SendResponse([data]))
+
+
+def shell(proc, pool, max_request_size):
+    """A SocketServer on the running loop's scheduler, answering for ``proc``."""
+    server = SocketServer(proc, pool, max_request_size, AsyncioScheduler(asyncio.get_running_loop()))
+    proc.server = server
+    return server
 
 
 def _frame(payload: bytes) -> bytes:
@@ -83,7 +97,7 @@ def test_tls_shell_principal_and_muting(pki, client_auth, with_cert, principal):
 
     async def run():
         proc = RecordingProcessor()
-        server = SocketServer(proc, NONE, 1 << 20)
+        server = shell(proc, NONE, 1 << 20)
         sec = ListenerSecurity("SSL", "SSL", ssl_context=build_server_context(settings.get, "SSL"))
         host, port = await server.start_listener("SSL", "127.0.0.1", 0, sec)
         client_ctx = ssl.create_default_context(cafile=str(pki["ca"]))
@@ -100,17 +114,17 @@ def test_tls_shell_principal_and_muting(pki, client_auth, with_cert, principal):
             await asyncio.sleep(0.01)
         await asyncio.sleep(0.2)
         assert [r[0] for r in proc.requests] == [b"first-request"]
-        (conn,) = server.connections
+        (conn,) = server.connections.values()
         assert conn.mute_state.has(MuteReason.IN_FLIGHT)
         assert conn.principal == principal and conn.authenticated
-        proc.requests[0][2].set_result(_frame(b"one"))
+        proc.answer(0, _frame(b"one"))
         for _ in range(100):
             if len(proc.requests) == 2:
                 break
             await asyncio.sleep(0.01)
         assert [r[0] for r in proc.requests] == [b"first-request", b"second-request"]
         assert {r[1] for r in proc.requests} == {principal}
-        proc.requests[1][2].set_result(_frame(b"two"))
+        proc.answer(1, _frame(b"two"))
         got = await asyncio.wait_for(reader.readexactly(14), 5)
         assert got == _frame(b"one") + _frame(b"two")
         writer.close()
@@ -126,7 +140,7 @@ def test_tls_required_client_auth_refuses_clients_without_a_certificate(pki):
 
     async def run():
         proc = RecordingProcessor()
-        server = SocketServer(proc, NONE, 1 << 20)
+        server = shell(proc, NONE, 1 << 20)
         sec = ListenerSecurity("SSL", "SSL", ssl_context=build_server_context(settings.get, "SSL"))
         host, port = await server.start_listener("SSL", "127.0.0.1", 0, sec)
         client_ctx = ssl.create_default_context(cafile=str(pki["ca"]))
@@ -161,7 +175,7 @@ def test_tls_memory_muting_keeps_handshakes_and_already_decrypted_bytes(pki):
     async def run():
         pool = SimpleMemoryPool(1000, 1000, strict=False, debug=True)
         proc = HoldingProcessor()  # keeps each request's memory until answered
-        server = SocketServer(proc, pool, 1000)
+        server = shell(proc, pool, 1000)
         sec = ListenerSecurity("SSL", "SSL", ssl_context=build_server_context(settings.get, "SSL"))
         host, port = await server.start_listener("SSL", "127.0.0.1", 0, sec)
         client_ctx = ssl.create_default_context(cafile=str(pki["ca"]))
@@ -174,7 +188,7 @@ def test_tls_memory_muting_keeps_handshakes_and_already_decrypted_bytes(pki):
         wa.write(_frame(b"A" * 1000))  # fills the pool
         await wait_for(lambda: len(proc.requests) == 1, "A's request")
         assert pool.available == 0
-        (conn_a,) = server.connections
+        (conn_a,) = server.connections.values()
 
         rb, wb = await open_tls()
         b1, b2 = b"first:" + b"1" * 300, b"second:" + b"2" * 400
@@ -189,18 +203,18 @@ def test_tls_memory_muting_keeps_handshakes_and_already_decrypted_bytes(pki):
         # the pool is empty: a new TLS connection still completes its handshake
         _rc, wc = await open_tls()
         await wait_for(lambda: len(server.connections) == 3, "C's connection")
-        (conn_c,) = server.connections - {conn_a, conn_b}
+        (conn_c,) = set(server.connections.values()) - {conn_a, conn_b}
         assert conn_c.transport.get_extra_info("ssl_object").version() is not None
         assert conn_c.mute_state.reasons == MuteReason.NONE
         assert len(proc.requests) == 1 and conn_b in server.memory_muted
 
-        proc.requests[0][1].set_result(_frame(b"done-a"))  # A answered: its 1000 bytes back
+        proc.answer(0, _frame(b"done-a"))  # A answered: its 1000 bytes back
         await wait_for(lambda: len(proc.requests) == 2, "B's first frame")
         assert proc.requests[1][0] == b1
-        proc.requests[1][1].set_result(_frame(b"r1"))
+        proc.answer(1, _frame(b"r1"))
         await wait_for(lambda: len(proc.requests) == 3, "B's second frame")
         assert proc.requests[2][0] == b2
-        proc.requests[2][1].set_result(_frame(b"r2"))
+        proc.answer(2, _frame(b"r2"))
         assert await asyncio.wait_for(rb.readexactly(12), 5) == _frame(b"r1") + _frame(b"r2")
         await wait_for(lambda: pool.outstanding == 0, "every buffer back")
         assert pool.available == 1000

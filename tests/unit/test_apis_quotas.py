@@ -38,7 +38,7 @@ def test_throttle_time_in_every_version_that_has_it(tmp_path):
         assert resp.throttle_time.total_seconds() * 1000 == 1000, version
     assert h.apis.quotas.request.queue_size == 4
     last = h.channel.sent[-1]
-    assert [r for q, r in h.outcomes if q is last][0].throttle_quota == "Request"
+    assert next(r for q, r in h.outcomes if q is last).throttle_quota == "Request"
     # each throttle ends exactly one window later, through the channel (the shell unmutes)
     h.loop.advance(999)
     assert h.channel.throttle_ends == []
