@@ -23,7 +23,7 @@ tests pass a :class:`tidegate.clock.MockClock`.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sized
 from typing import Protocol
 
 from tidegate.clock import monotonic_ms
@@ -43,6 +43,15 @@ Clock = Callable[[], int]
 
 ReleaseListener = Callable[[], None]
 """Called with no arguments after a release gave memory back to a pool."""
+
+
+class BufferAllocator(Protocol):
+    """What reading a request needs: a buffer of ``size`` bytes or None, and its release
+    (a MemoryPool, or the broker's RequestMemory that also bounds the request count)."""
+
+    def try_allocate(self, size: int) -> bytearray | None: ...
+
+    def release(self, buffer: bytearray) -> None: ...
 
 
 class MemoryPool(Protocol):
@@ -376,3 +385,50 @@ def create_pool(
     return SimpleMemoryPool(
         queued_max_request_bytes, socket_request_max_bytes, False, clock, debug=debug
     )
+
+
+class RequestMemory:
+    """Both KIP-72 bounds at once: request bytes (the pool) and request count.
+
+    ``queued.max.request.bytes`` is the pool's size; ``queued.max.requests``
+    bounds how many request bodies are held at once (Kafka bounds its request
+    queue with it; tidegate has no queue, so it bounds the bodies being read or
+    processed). Whichever is hit first refuses the allocation. Every release
+    calls ``on_release`` so that connections muted for memory can be unmuted.
+
+    While connections wait for memory (``waiting``, the server's memory-muted
+    connections) a new request queues behind them: only the server's hand-out
+    (``granting``) allocates then. Otherwise a connection reading its next size
+    between a release and the hand-out would take the freed memory ahead of
+    connections that have waited for it, and the same busy connections would be
+    served again and again. Used by one event loop only.
+    """
+
+    __slots__ = ("granting", "max_requests", "on_release", "outstanding", "pool", "waiting")
+
+    def __init__(self, pool: MemoryPool, max_requests: int) -> None:
+        self.pool = pool
+        self.max_requests = max_requests
+        self.outstanding = 0
+        self.on_release: Callable[[], None] = lambda: None
+        self.waiting: Sized = ()
+        self.granting = False
+
+    def try_allocate(self, size: int) -> bytearray | None:
+        if self.outstanding >= self.max_requests:
+            return None
+        if self.waiting and not self.granting:
+            return None
+        buf = self.pool.try_allocate(size)
+        if buf is not None:
+            self.outstanding += 1
+        return buf
+
+    def release(self, buffer: bytearray) -> None:
+        self.pool.release(buffer)
+        self.outstanding -= 1
+        self.on_release()
+
+    @property
+    def is_out_of_memory(self) -> bool:
+        return self.outstanding >= self.max_requests or self.pool.is_out_of_memory

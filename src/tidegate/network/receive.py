@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import struct
 
-from tidegate.network.memory_pool import MemoryPool
+from tidegate.network.memory_pool import BufferAllocator
 
 _SIZE = struct.Struct(">i")
 _EMPTY = memoryview(bytearray(0))
@@ -23,7 +23,7 @@ class InvalidReceiveError(Exception):
 class NetworkReceive:
     __slots__ = ("_max_size", "_payload", "_pool", "_read", "_size", "_size_buf", "_size_read")
 
-    def __init__(self, max_size: int, pool: MemoryPool) -> None:
+    def __init__(self, max_size: int, pool: BufferAllocator) -> None:
         self._max_size = max_size
         self._pool = pool
         self._size_buf = bytearray(4)

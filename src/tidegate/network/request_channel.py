@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Final, Protocol
+from typing import Any, Final, Protocol
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,8 +69,9 @@ class Request:
         self.payload = payload
         self._release = release
         self.start_ns = start_ns
-        self.header: object = None
-        self.body: object = None
+        # set once decoded: the RequestHeader and the kio request of its version
+        self.header: Any = None
+        self.body: Any = None
         self.abandoned = False
 
     def release_buffer(self) -> None:

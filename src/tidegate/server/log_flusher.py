@@ -29,7 +29,7 @@ Key = tuple[str, int]
 class LogFlusher:
     def __init__(
         self,
-        on_flushed: Callable[[Key], None],
+        on_flushed: Callable[[Key], object],
         submit: Callable[[Callable[[], Any], OnDone], None],
     ) -> None:
         self.on_flushed = on_flushed

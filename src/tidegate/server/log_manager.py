@@ -62,8 +62,8 @@ class LogManager:
         for child in sorted(self.root.iterdir()):
             if not child.is_dir():
                 continue
-            info = wanted.get(child)
-            if info is None or _read_topic_id(child) not in (None, info.topic_id):
+            owner = wanted.get(child)
+            if owner is None or _read_topic_id(child) not in (None, owner.topic_id):
                 log.info("removing %s: it belongs to no live topic", child)
                 shutil.rmtree(child, ignore_errors=True)
         for info in self.store.topics.values():

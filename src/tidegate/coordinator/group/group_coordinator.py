@@ -78,6 +78,7 @@ from tidegate.coordinator.group.group_metadata_manager import (
     AppendError,
     OffsetAndMetadata,
     OffsetsLog,
+    PendingAppend,
     decode_group,
     decode_offset,
     encode_group,
@@ -870,9 +871,10 @@ class GroupCoordinator:
         group_instance_id: str | None,
         generation_id: int,
         offsets: dict[tuple[str, int], OffsetAndMetadata],
-    ) -> tuple[dict[tuple[str, int], ErrorCode], tuple[Any, int] | None]:
-        """Errors per partition, and (log, last offset) to wait on for durability (None if
-        nothing was written). Offsets are visible to OffsetFetch once this returns."""
+    ) -> tuple[dict[tuple[str, int], ErrorCode], PendingAppend | None]:
+        """Errors per partition, and the write's durability to wait on before answering
+        (None if nothing was written). Offsets are visible to OffsetFetch once this
+        returns."""
 
         def all_(error: ErrorCode) -> tuple[dict, None]:
             return {tp: error for tp in offsets}, None
@@ -898,7 +900,7 @@ class GroupCoordinator:
 
     def _store_offsets(
         self, group: GroupMetadata, offsets: dict[tuple[str, int], OffsetAndMetadata]
-    ) -> tuple[dict[tuple[str, int], ErrorCode], tuple[Any, int] | None]:
+    ) -> tuple[dict[tuple[str, int], ErrorCode], PendingAppend | None]:
         errors: dict[tuple[str, int], ErrorCode] = {}
         records = []
         limit = self.config.offset_metadata_max_bytes

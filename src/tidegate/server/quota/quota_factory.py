@@ -98,10 +98,11 @@ def entity_from_components(components: Iterable[tuple[str, str | None]]) -> Quot
 def entity_components(entity: QuotaEntity) -> list[tuple[str, str | None]]:
     """The KIP-546 (entity_type, entity_name) pairs of an entity; default is None."""
     out: list[tuple[str, str | None]] = []
-    if entity.user is not None:
-        out.append((USER, None if entity.user is DEFAULT else entity.user))
-    if entity.client_id is not None:
-        out.append((CLIENT_ID, None if entity.client_id is DEFAULT else entity.client_id))
+    for entity_type, name in ((USER, entity.user), (CLIENT_ID, entity.client_id)):
+        if isinstance(name, str):
+            out.append((entity_type, name))
+        elif name is DEFAULT:
+            out.append((entity_type, None))
     return out
 
 
@@ -211,7 +212,7 @@ class QuotaManagers:
         changed = False
         for entry in entries:
             components = [(e.entity_type, e.entity_name) for e in entry.entity]
-            result = {
+            result: dict[str, Any] = {
                 "error_code": ErrorCode.none,
                 "error_message": None,
                 "entity": [{"entity_type": t, "entity_name": n} for t, n in components],
