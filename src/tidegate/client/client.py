@@ -15,7 +15,7 @@ socket before ApiVersions; SASL runs after it, as Kafka's ``SaslClientAuthentica
 does with SaslHandshake v1: SaslHandshake naming the mechanism, then
 SaslAuthenticate (the highest version both sides have, up to v2) until the
 mechanism is done. A failed login or TLS handshake is an
-:class:`~tidegate.client.errors.AuthenticationError`: not retriable, recorded per
+:class:`~tidegate.errors.AuthenticationError`: not retriable, recorded per
 node (:meth:`KafkaClient.authentication_error`) and raised by the blocking helpers
 instead of waiting for the timeout.
 
@@ -44,10 +44,7 @@ from typing import Any
 from kio.index import load_request_schema
 
 from tidegate.clock import SYSTEM_CLOCK
-from tidegate.protocol.codec import ms as td_ms
-
-from .connection import BrokerConnection, ConnectionState, InFlightRequest
-from .errors import (
+from tidegate.errors import (
     AuthenticationError,
     BrokerResponseError,
     ConnectionError_,
@@ -57,6 +54,9 @@ from .errors import (
     SaslAuthenticationError,
     UnsupportedVersionError,
 )
+from tidegate.protocol.codec import ms as td_ms
+
+from .connection import BrokerConnection, ConnectionState, InFlightRequest
 from .framing import (
     decode_api_versions_fallback,
     decode_response,

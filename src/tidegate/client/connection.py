@@ -32,7 +32,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from .errors import ConnectionError_, KafkaError, SslAuthenticationError
+from tidegate.errors import ConnectionError_, KafkaError, SslAuthenticationError
 
 __all__ = ["BrokerConnection", "ConnectionState", "InFlightRequest"]
 

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import KafkaError, SaslAuthenticationError
+from tidegate.errors import KafkaError, SaslAuthenticationError
 
 __all__ = [
     "SECURITY_KEYS",

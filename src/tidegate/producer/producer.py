@@ -27,8 +27,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tidegate.client import KafkaClient
-from tidegate.client.errors import BrokerResponseError, KafkaError, KafkaTimeoutError
 from tidegate.clock import SYSTEM_CLOCK, Clock
+from tidegate.errors import BrokerResponseError, KafkaError, KafkaTimeoutError
 from tidegate.log.batch_builder import record_size_upper_bound
 from tidegate.log.record_batch import RECORD_BATCH_OVERHEAD
 

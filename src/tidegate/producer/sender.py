@@ -23,15 +23,15 @@ from typing import Any
 from tidegate.client import KafkaClient
 from tidegate.client.client import metadata_request_body
 from tidegate.client.connection import InFlightRequest
-from tidegate.client.errors import (
+from tidegate.client.metadata import Cluster
+from tidegate.clock import Clock
+from tidegate.errors import (
     INVALID_METADATA_CODES,
     BrokerResponseError,
     KafkaError,
     KafkaTimeoutError,
     UnsupportedVersionError,
 )
-from tidegate.client.metadata import Cluster
-from tidegate.clock import Clock
 from tidegate.protocol.codec import timestamp_ms
 
 from .accumulator import RecordAccumulator

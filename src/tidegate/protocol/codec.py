@@ -24,6 +24,7 @@ from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 
+from tidegate.errors import UnsupportedVersionError
 from tidegate.protocol.apis import SUPPORTED_APIS
 from tidegate.protocol.produce_fast import decode_produce
 
@@ -36,8 +37,9 @@ class InvalidRequestError(Exception):
     """The bytes of a request do not parse: the connection that sent them is closed."""
 
 
-class UnsupportedVersionError(Exception):
-    """A request for an API key or version outside :data:`SUPPORTED_APIS`."""
+class UnsupportedRequestVersionError(UnsupportedVersionError):
+    """UNSUPPORTED_VERSION for a request: an API key or version outside
+    :data:`SUPPORTED_APIS`, with the header fields the broker answers with."""
 
     def __init__(self, api_key: int, api_version: int, correlation_id: int) -> None:
         super().__init__(f"unsupported api_key={api_key} api_version={api_version}")
@@ -84,14 +86,14 @@ def peek_header(buf: Any) -> tuple[int, int, int]:
 def decode_request(buf: Any) -> tuple[RequestHeader, Any]:
     """Decode header and body of one request (the frame without its size prefix).
 
-    Raises :class:`UnsupportedVersionError` for keys/versions tidegate does not
+    Raises :class:`UnsupportedRequestVersionError` for keys/versions tidegate does not
     implement (the caller answers UNSUPPORTED_VERSION) and
     :class:`InvalidRequestError` for bytes that do not parse.
     """
     api_key, api_version, correlation_id = peek_header(buf)
     supported = SUPPORTED_APIS.get(api_key)
     if supported is None or not supported.supports(api_version):
-        raise UnsupportedVersionError(api_key, api_version, correlation_id)
+        raise UnsupportedRequestVersionError(api_key, api_version, correlation_id)
     if api_key == 0 and not isinstance(buf, bytes):
         # Produce: decoded by hand into writable views of the request buffer, so
         # the records are never copied (tidegate.protocol.produce_fast).

@@ -31,11 +31,11 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from tidegate.errors import UnsupportedVersionError
 from tidegate.protocol.apis import SUPPORTED_APIS, ApiKey, api_name
 from tidegate.protocol.codec import (
     InvalidRequestError,
     RequestHeader,
-    UnsupportedVersionError,
     build,
     decode_request,
     encode_response,

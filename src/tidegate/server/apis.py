@@ -31,13 +31,15 @@ from tidegate.protocol.apis import SUPPORTED_APIS, ApiKey
 from tidegate.protocol.codec import (
     InvalidRequestError,
     RequestHeader,
-    UnsupportedVersionError,
     build,
     decode_request,
     encode_error_only,
     encode_response,
     ms,
     response_class,
+)
+from tidegate.protocol.codec import (
+    UnsupportedRequestVersionError as UnsupportedVersionError,  # the one decode_request raises
 )
 from tidegate.security.credentials import CredentialStore
 from tidegate.server.client_quotas import BrokerQuotas, QuotaConfigError

@@ -50,13 +50,13 @@ from pyspark.sql.types import (
 )
 
 from tidegate.client import KafkaClient
-from tidegate.client.errors import AuthenticationError, KafkaError
 from tidegate.client.fetcher import (
-    OffsetOutOfRangeError,
+    FetchOffsetOutOfRangeError,
     end_offsets,
     list_offsets,
     read_range_batches,
 )
+from tidegate.errors import AuthenticationError, KafkaError
 
 from .offsets import (
     EARLIEST,
@@ -185,7 +185,7 @@ def read_partition(cfg: _ReadConfig, part: KafkaInputPartition) -> Iterator[Any]
     tp = (part.topic, part.partition)
     settings = cfg.settings
 
-    def on_out_of_range(err: OffsetOutOfRangeError) -> int | None:
+    def on_out_of_range(err: FetchOffsetOutOfRangeError) -> int | None:
         if 0 <= err.log_start_offset and err.offset < err.log_start_offset:
             _report_data_loss(
                 f"Cannot fetch offset {err.offset} (TopicPartition: {tp[0]}-{tp[1]}): the "
