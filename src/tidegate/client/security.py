@@ -338,7 +338,7 @@ def _sasl_name(name: str) -> str:
 
 
 def _fields(msg: str) -> dict[str, str]:
-    out = {}
+    out: dict[str, str] = {}
     for part in msg.split(","):
         if len(part) < 2 or part[1] != "=":
             raise SaslAuthenticationError(f"invalid SCRAM message from the broker: {msg!r}")
