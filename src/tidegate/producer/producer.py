@@ -175,7 +175,7 @@ class Producer:
             raise ValueError(f"invalid negative timestamp {timestamp}")
         try:
             start_ns = clock.nanoseconds()
-            max_block = self.config.max_block_ms
+            max_block: float = self.config.max_block_ms
             cluster = self._metadata.cluster
             nparts = cluster.partition_count(topic)
             self._metadata._topics[topic] = start_ns // 1_000_000
