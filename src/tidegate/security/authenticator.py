@@ -169,7 +169,7 @@ class SaslServerAuthenticator:
             assert is_scram(mechanism)
             self._server = ScramSaslServer(
                 mechanism,
-                lambda user, m=mechanism: self.credentials.scram_credential(user, m),
+                lambda user: self.credentials.scram_credential(user, mechanism),
                 self.credentials.fake_secret,
             )
         self.state = SaslState.AUTHENTICATE

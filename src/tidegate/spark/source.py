@@ -230,7 +230,9 @@ def _tuples(batches, topic: str, partition: int, include_headers: bool) -> Itera
     from_ts = datetime.datetime.fromtimestamp
     for recs in batches:
         for off, ts, ts_type, key, value, headers in recs:
-            row = (key, value, topic, partition, off, from_ts(ts / 1000, utc), ts_type)
+            row: tuple[object, ...] = (
+                key, value, topic, partition, off, from_ts(ts / 1000, utc), ts_type
+            )
             if include_headers:
                 row += ([(k, v) for k, v in headers],)
             yield row
@@ -400,6 +402,7 @@ class _OffsetReader:
             return concrete
         # timestamps
         if spec.kind == "timestamp":
+            assert spec.timestamp is not None  # options.py builds this kind with one
             targets = dict.fromkeys(tps, spec.timestamp)
         else:
             if set(spec.offsets) != set(tps):
