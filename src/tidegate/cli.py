@@ -167,6 +167,7 @@ def top(
     if not metrics_url and not bootstrap_server:
         raise click.UsageError("Give --metrics-url URL or --bootstrap-server HOST:PORT.")
     try:
+        source: top_view.MetricsSource | top_view.KafkaSource
         if metrics_url:
             source = top_view.MetricsSource(metrics_url)
         else:
@@ -304,10 +305,10 @@ def configs(
                 for t in types:
                     if t not in by_type:
                         components.append(QuotaFilterComponent.of_type(t))
-                    elif by_type[t] is None:
+                    elif (name := by_type[t]) is None:
                         components.append(QuotaFilterComponent.of_default(t))
                     else:
-                        components.append(QuotaFilterComponent.of_entity(t, by_type[t]))
+                        components.append(QuotaFilterComponent.of_entity(t, name))
                 found = describe_client_quotas(client, components, strict=bool(types))
                 for entity, values in found:
                     text = ",".join(f"{k}={_number(v)}" for k, v in sorted(values.items()))

@@ -25,8 +25,12 @@ import urllib.request
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from prometheus_client.parser import text_string_to_metric_families
+
+if TYPE_CHECKING:  # an optional dependency, imported where used
+    from confluent_kafka.admin import AdminClient
 
 Labels = dict[str, str]
 
@@ -115,7 +119,7 @@ class MetricsSource:
 class KafkaSource:
     """Topics and offsets over the Kafka protocol, for brokers without a metrics listener."""
 
-    def __init__(self, admin: object, bootstrap: str, reason: str) -> None:
+    def __init__(self, admin: AdminClient, bootstrap: str, reason: str) -> None:
         self.admin = admin
         self.description = f"{bootstrap} (Kafka protocol only)"
         self.limitation = reason
@@ -126,11 +130,11 @@ class KafkaSource:
 
         admin = self.admin
         try:
-            md = admin.list_topics(timeout=HTTP_TIMEOUT_S)  # type: ignore[attr-defined]
+            md = admin.list_topics(timeout=HTTP_TIMEOUT_S)
             parts = [
-                TopicPartition(t.topic, p)
-                for t in md.topics.values()
-                if not t.error and not t.topic.startswith("__")
+                TopicPartition(topic, p)
+                for topic, t in md.topics.items()  # keyed by name (t.topic is Optional)
+                if not t.error and not topic.startswith("__")
                 for p in t.partitions
             ]
             snap = Snapshot(time.monotonic(), limitation=self.limitation)
@@ -140,7 +144,7 @@ class KafkaSource:
             ):
                 if not parts:
                     break
-                futures = admin.list_offsets(  # type: ignore[attr-defined]
+                futures = admin.list_offsets(
                     {tp: spec for tp in parts}, request_timeout=HTTP_TIMEOUT_S
                 )
                 rows = snap.samples.setdefault(name, [])

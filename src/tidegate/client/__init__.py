@@ -7,9 +7,7 @@ per broker with pipelining, timeouts and reconnects, TLS and SASL (PLAIN, SCRAM;
 :mod:`.security`). See :mod:`.client`.
 """
 
-from .client import KafkaClient, kio_version_range, metadata_request_body, parse_bootstrap
-from .connection import BrokerConnection, ConnectionState, InFlightRequest
-from .errors import (
+from tidegate.errors import (
     AuthenticationError,
     BrokerResponseError,
     ConnectionError_,
@@ -20,6 +18,9 @@ from .errors import (
     SslAuthenticationError,
     UnsupportedVersionError,
 )
+
+from .client import KafkaClient, kio_version_range, metadata_request_body, parse_bootstrap
+from .connection import BrokerConnection, ConnectionState, InFlightRequest
 from .metadata import BrokerNode, Cluster, PartitionInfo, TopicMetadata
 from .security import ClientSecurity, SecurityConfigError
 

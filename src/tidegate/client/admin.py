@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from tidegate.errors import BrokerResponseError
 from tidegate.protocol.apis import ApiKey
 
 from .client import KafkaClient
-from .errors import BrokerResponseError
 
 MATCH_EXACT = 0
 MATCH_DEFAULT = 1

@@ -15,7 +15,7 @@ socket before ApiVersions; SASL runs after it, as Kafka's ``SaslClientAuthentica
 does with SaslHandshake v1: SaslHandshake naming the mechanism, then
 SaslAuthenticate (the highest version both sides have, up to v2) until the
 mechanism is done. A failed login or TLS handshake is an
-:class:`~tidegate.client.errors.AuthenticationError`: not retriable, recorded per
+:class:`~tidegate.errors.AuthenticationError`: not retriable, recorded per
 node (:meth:`KafkaClient.authentication_error`) and raised by the blocking helpers
 instead of waiting for the timeout.
 
@@ -44,10 +44,7 @@ from typing import Any
 from kio.index import load_request_schema
 
 from tidegate.clock import SYSTEM_CLOCK
-from tidegate.protocol.codec import ms as td_ms
-
-from .connection import BrokerConnection, ConnectionState, InFlightRequest
-from .errors import (
+from tidegate.errors import (
     AuthenticationError,
     BrokerResponseError,
     ConnectionError_,
@@ -57,6 +54,9 @@ from .errors import (
     SaslAuthenticationError,
     UnsupportedVersionError,
 )
+from tidegate.protocol.codec import ms as td_ms
+
+from .connection import BrokerConnection, ConnectionState, InFlightRequest
 from .framing import (
     decode_api_versions_fallback,
     decode_response,
@@ -86,7 +86,7 @@ _CLIENT_SIDE_THROTTLE_FROM = {
 @cache
 def kio_version_range(api_key: int) -> tuple[int, int]:
     """The versions of ``api_key`` kio has schemas for (what this client can speak)."""
-    versions = []
+    versions: list[int] = []
     for v in range(32):
         try:
             load_request_schema(api_key, v)
@@ -287,10 +287,12 @@ class KafkaClient:
 
     def _unregister(self, conn: BrokerConnection) -> None:
         if conn.node_id in self._registered:
-            try:
-                self._selector.unregister(conn.sock)  # type: ignore[arg-type]
-            except (KeyError, ValueError):
-                pass
+            sock = conn.sock
+            if sock is not None:  # a closed socket has left the selector with its fd
+                try:
+                    self._selector.unregister(sock)
+                except (KeyError, ValueError):
+                    pass
             del self._registered[conn.node_id]
 
     def _disconnect(self, node_id: int, error: KafkaError) -> None:
@@ -820,6 +822,7 @@ def metadata_request_body(
 ) -> dict[str, Any]:
     """A Metadata request body for ``version``; ``topics=None`` asks for all topics
     (a null array from v1, an empty one in v0)."""
+    topic_list: list[dict[str, str]] | None
     if topics is None:
         topic_list = None if version >= 1 else []
     else:

@@ -139,6 +139,8 @@ class StreamCompressor:
         self._pending = bytearray()
         self._started = False
         self.uncompressed = 0
+        # the streaming codecs (gzip, zstd); snappy and lz4 are framed here by block
+        self._inner: cramjam.gzip.Compressor | cramjam.zstd.Compressor | None
         if codec == GZIP:
             self._inner = cramjam.gzip.Compressor(6)  # Deflater.DEFAULT_COMPRESSION
         elif codec == ZSTD:
@@ -150,21 +152,21 @@ class StreamCompressor:
         return {SNAPPY: _XERIAL_BLOCK, LZ4: _LZ4_BLOCK}.get(self.codec, _STREAM_FLUSH)
 
     def _emit(self, block: bytes) -> bytes:
-        codec = self.codec
-        if codec == SNAPPY:
+        inner = self._inner
+        if inner is not None:  # gzip, zstd
+            inner.compress(block)
+            return bytes(inner.flush())
+        if self.codec == SNAPPY:
             out = _xerial_block(block)
             if not self._started:
                 self._started = True
                 return _XERIAL_HEADER + out
             return out
-        if codec == LZ4:
-            out = _lz4_block(block)
-            if not self._started:
-                self._started = True
-                return _LZ4_HEADER + out
-            return out
-        self._inner.compress(block)
-        return bytes(self._inner.flush())
+        out = _lz4_block(block)  # LZ4
+        if not self._started:
+            self._started = True
+            return _LZ4_HEADER + out
+        return out
 
     def write(self, data: bytes) -> bytes:
         self.uncompressed += len(data)
@@ -180,24 +182,24 @@ class StreamCompressor:
         return b"".join(outs)
 
     def finish(self) -> bytes:
-        codec = self.codec
         pending = bytes(self._pending)
         self._pending = bytearray()
-        if codec == SNAPPY:
+        inner = self._inner
+        if inner is not None:  # gzip, zstd
+            if pending:
+                inner.compress(pending)
+            return bytes(inner.finish())
+        if self.codec == SNAPPY:
             out = _xerial_block(pending) if pending else b""
             if not self._started:
                 self._started = True
                 out = _XERIAL_HEADER + out
             return out
-        if codec == LZ4:
-            out = _lz4_block(pending) if pending else b""
-            if not self._started:
-                self._started = True
-                out = _LZ4_HEADER + out
-            return out + b"\x00\x00\x00\x00"  # end mark
-        if pending:
-            self._inner.compress(pending)
-        return bytes(self._inner.finish())
+        out = _lz4_block(pending) if pending else b""  # LZ4
+        if not self._started:
+            self._started = True
+            out = _LZ4_HEADER + out
+        return out + b"\x00\x00\x00\x00"  # end mark
 
 
 def compress(codec: int | str, data: bytes) -> bytes:

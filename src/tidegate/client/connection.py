@@ -30,9 +30,9 @@ import ssl
 import struct
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import Any, final
 
-from .errors import ConnectionError_, KafkaError, SslAuthenticationError
+from tidegate.errors import ConnectionError_, KafkaError, SslAuthenticationError
 
 __all__ = ["BrokerConnection", "ConnectionState", "InFlightRequest"]
 
@@ -136,7 +136,8 @@ class BrokerConnection:
         self._receive_buffer_bytes = receive_buffer_bytes
         # requests whose bytes are not all written yet (head is being written)
         self._outbox: deque[InFlightRequest] = deque()
-        self._out_bufs: deque[memoryview] = deque()
+        # request bytes to write, each request's followed by its end marker
+        self._out_bufs: deque[memoryview | _EndOfRequest] = deque()
         # requests written that await a response, oldest first
         self.in_flight: deque[InFlightRequest] = deque()
         # response reader
@@ -223,7 +224,7 @@ class BrokerConnection:
             if len(b):
                 bufs.append(b if isinstance(b, memoryview) else memoryview(b))
         # a marker so on_writable knows where this request's bytes end
-        bufs.append(_EndOfRequest(request))  # type: ignore[arg-type]
+        bufs.append(_EndOfRequest(request))
 
     @property
     def wants_write(self) -> bool:
@@ -317,8 +318,12 @@ class BrokerConnection:
         """Pop end-of-request markers at the head of the write queue: those requests
         are fully written."""
         bufs = self._out_bufs
-        while bufs and type(bufs[0]) is _EndOfRequest:
-            req = bufs.popleft().request  # type: ignore[union-attr]
+        while bufs:
+            head = bufs[0]
+            if type(head) is not _EndOfRequest:
+                break
+            bufs.popleft()
+            req = head.request
             self._outbox.popleft()
             req.sent_ns = now_ns
             if req.expect_response:
@@ -419,6 +424,7 @@ _WOULD_BLOCK = (BlockingIOError, InterruptedError)
 _TLS_WOULD_BLOCK = (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError, InterruptedError)
 
 
+@final  # so that `type(b) is not _EndOfRequest` leaves a memoryview to the type checker
 class _EndOfRequest:
     """Marks the end of one request's buffers in the write queue."""
 

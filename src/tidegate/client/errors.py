@@ -1,12 +1,21 @@
-"""Client-side errors and Kafka's error codes.
-
-:class:`KafkaError` carries an optional broker ``code`` (Kafka's ``Errors`` enum,
-from kio's :class:`~kio.schema.errors.ErrorCode`) and whether retrying can help.
-"""
+"""The client's errors: :mod:`tidegate.errors` (shared with the producer and the
+broker), re-exported under their old import path."""
 
 from __future__ import annotations
 
-from kio.schema.errors import ErrorCode
+from tidegate.errors import (
+    INVALID_METADATA_CODES,
+    AuthenticationError,
+    BrokerResponseError,
+    ConnectionError_,
+    KafkaError,
+    KafkaTimeoutError,
+    NoBrokersAvailableError,
+    SaslAuthenticationError,
+    SslAuthenticationError,
+    UnsupportedVersionError,
+    error_for_code,
+)
 
 __all__ = [
     "INVALID_METADATA_CODES",
@@ -21,90 +30,3 @@ __all__ = [
     "UnsupportedVersionError",
     "error_for_code",
 ]
-
-
-class KafkaError(Exception):
-    """Base class. ``retriable`` says whether the same request may succeed later."""
-
-    retriable = False
-    code: int | None = None
-
-
-class KafkaTimeoutError(KafkaError):
-    """A client-side deadline passed (``max.block.ms``, ``request.timeout.ms``,
-    ``delivery.timeout.ms``)."""
-
-    retriable = True
-
-
-class ConnectionError_(KafkaError):
-    """The connection to a broker failed or was closed (Kafka's NETWORK_EXCEPTION)."""
-
-    retriable = True
-    code = 13
-
-
-class NoBrokersAvailableError(KafkaError):
-    """No bootstrap server could be reached."""
-
-    retriable = True
-
-
-class UnsupportedVersionError(KafkaError):
-    """The broker has no version of an API in common with this client."""
-
-    code = 35
-
-
-class AuthenticationError(KafkaError):
-    """The broker (or this client) refused the connection's authentication (Kafka's
-    AuthenticationException). Not retriable: the same credentials fail again."""
-
-    retriable = False
-
-
-class SaslAuthenticationError(AuthenticationError):
-    """A SASL login failed (SASL_AUTHENTICATION_FAILED, an unsupported mechanism, a bad
-    server signature); the message is the broker's when it sent one."""
-
-    code = 58
-
-
-class SslAuthenticationError(AuthenticationError):
-    """The TLS handshake failed (an untrusted certificate, a host name mismatch, a
-    refused client certificate)."""
-
-
-class BrokerResponseError(KafkaError):
-    """A non-zero error code in a broker response."""
-
-    def __init__(self, code: int, message: str | None = None) -> None:
-        self.code = int(code)
-        try:
-            self.name = ErrorCode(self.code).name.upper()
-            self.retriable = bool(ErrorCode(self.code).retriable)
-        except ValueError:
-            self.name = f"UNKNOWN_CODE_{self.code}"
-            self.retriable = False
-        super().__init__(f"{self.name} ({self.code})" + (f": {message}" if message else ""))
-
-
-#: Errors after which the client's metadata is stale (Kafka's InvalidMetadataException
-#: subclasses): the producer refreshes metadata before retrying.
-INVALID_METADATA_CODES = frozenset(
-    {
-        3,  # UNKNOWN_TOPIC_OR_PARTITION
-        5,  # LEADER_NOT_AVAILABLE
-        6,  # NOT_LEADER_OR_FOLLOWER
-        9,  # REPLICA_NOT_AVAILABLE
-        56,  # KAFKA_STORAGE_ERROR
-        74,  # FENCED_LEADER_EPOCH
-        75,  # UNKNOWN_LEADER_EPOCH
-        100,  # UNKNOWN_TOPIC_ID
-        103,  # INCONSISTENT_TOPIC_ID
-    }
-)
-
-
-def error_for_code(code: int, message: str | None = None) -> BrokerResponseError:
-    return BrokerResponseError(code, message)

@@ -26,14 +26,20 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from tidegate.errors import (
+    INVALID_METADATA_CODES,
+    BrokerResponseError,
+    KafkaError,
+    OffsetOutOfRangeError,
+)
 from tidegate.log.records import ConsumerRecord, decode_batch_records, iter_decoded_batches
 
 from .client import KafkaClient
-from .errors import INVALID_METADATA_CODES, BrokerResponseError, KafkaError
 
 __all__ = [
     "EARLIEST",
     "LATEST",
+    "FetchOffsetOutOfRangeError",
     "OffsetOutOfRangeError",
     "PartitionFetch",
     "end_offsets",
@@ -55,9 +61,11 @@ LIST_OFFSETS_MAX_VERSION = 7
 TopicPartition = tuple[str, int]
 
 
-class OffsetOutOfRangeError(KafkaError):
-    """The position is outside ``[log_start_offset, high_watermark]`` (retention
-    deleted it, or the partition was recreated)."""
+class FetchOffsetOutOfRangeError(OffsetOutOfRangeError):
+    """A Fetch position is outside ``[log_start_offset, high_watermark]`` (retention
+    deleted it, or the partition was recreated): the shared
+    :class:`~tidegate.errors.OffsetOutOfRangeError`, re-exported here, with the partition,
+    the position and the range the broker answered with."""
 
     def __init__(self, tp: TopicPartition, offset: int, log_start: int, high_watermark: int):
         self.tp = tp
@@ -275,7 +283,7 @@ def read_range_batches(
     max_wait_ms: int = 500,
     isolation_level: int = 0,
     timeout_ms: float = 120_000,
-    on_out_of_range: Callable[[OffsetOutOfRangeError], int | None] | None = None,
+    on_out_of_range: Callable[[FetchOffsetOutOfRangeError], int | None] | None = None,
 ) -> Iterator[list[ConsumerRecord]]:
     """The records of ``tp`` with ``start <= offset < end``, in order, a list per record
     batch (fewer Python-level steps per record than one generator step each).
@@ -313,7 +321,7 @@ def read_range_batches(
         if got is None:
             raise KafkaError(f"Fetch response without {tp[0]}-{tp[1]}")
         if got.error_code == OFFSET_OUT_OF_RANGE:
-            err = OffsetOutOfRangeError(tp, pos, got.log_start_offset, got.high_watermark)
+            err = FetchOffsetOutOfRangeError(tp, pos, got.log_start_offset, got.high_watermark)
             if on_out_of_range is None:
                 raise err
             nxt = on_out_of_range(err)

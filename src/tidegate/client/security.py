@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import KafkaError, SaslAuthenticationError
+from tidegate.errors import KafkaError, SaslAuthenticationError
 
 __all__ = [
     "SECURITY_KEYS",
@@ -338,7 +338,7 @@ def _sasl_name(name: str) -> str:
 
 
 def _fields(msg: str) -> dict[str, str]:
-    out = {}
+    out: dict[str, str] = {}
     for part in msg.split(","):
         if len(part) < 2 or part[1] != "=":
             raise SaslAuthenticationError(f"invalid SCRAM message from the broker: {msg!r}")

@@ -30,6 +30,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from tidegate.errors import OffsetOutOfRangeError
+
 from .config import LogConfig
 from .producer_state import ProducerStateManager
 from .record_batch import NO_TIMESTAMP, assign_offsets, validate_batches
@@ -46,6 +48,7 @@ __all__ = [
     "FlushTicket",
     "Log",
     "LogClosedError",
+    "LogOffsetOutOfRangeError",
     "OffsetOutOfRangeError",
     "parse_partition_dir",
     "partition_dir",
@@ -67,8 +70,10 @@ MAX_TIMESTAMP = -3
 _fdatasync = getattr(os, "fdatasync", os.fsync)
 
 
-class OffsetOutOfRangeError(Exception):
-    """OFFSET_OUT_OF_RANGE: a read or seek outside [log_start_offset, log_end_offset]."""
+class LogOffsetOutOfRangeError(OffsetOutOfRangeError):
+    """OFFSET_OUT_OF_RANGE: a read or seek outside [log_start_offset, log_end_offset]
+    of this log (the shared :class:`~tidegate.errors.OffsetOutOfRangeError`, re-exported
+    here, with the log's range)."""
 
     error_code = 1
 
@@ -597,14 +602,14 @@ class Log:
         ``min_one_batch`` is False (Kafka sets it for the first partition of a
         Fetch response only). Data comes from one segment per call. At the log end
         offset the result is ``b""``; outside [log_start_offset, log_end_offset]
-        :class:`OffsetOutOfRangeError` is raised. Batches may start before
+        :class:`LogOffsetOutOfRangeError` is raised. Batches may start before
         ``offset`` (clients skip those records).
         """
         self._check_open()
         leo = self.log_end_offset
         lso = self._log_start_offset
         if offset < lso or offset > leo:
-            raise OffsetOutOfRangeError(
+            raise LogOffsetOutOfRangeError(
                 f"offset {offset} is outside [{lso}, {leo}] for {self.directory.name}", lso, leo
             )
         if offset == leo:
@@ -856,7 +861,7 @@ class Log:
         watermark) and delete the segments now wholly below it. Returns the new start."""
         self._check_open()
         if offset > self.high_watermark or offset < 0:
-            raise OffsetOutOfRangeError(
+            raise LogOffsetOutOfRangeError(
                 f"cannot move the log start offset to {offset}: outside [0, {self.high_watermark}]",
                 self._log_start_offset,
                 self.log_end_offset,

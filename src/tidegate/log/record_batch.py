@@ -37,6 +37,8 @@ from typing import NamedTuple
 
 from crc32c import crc32c
 
+from tidegate.errors import RecordTooLargeError
+
 __all__ = [
     "ATTRIBUTES_OFFSET",
     "BASE_OFFSET_OFFSET",
@@ -74,6 +76,7 @@ __all__ = [
     "TIMESTAMP_TYPE_MASK",
     "TRANSACTIONAL_FLAG_MASK",
     "BatchHeader",
+    "BatchTooLargeError",
     "CorruptRecordError",
     "InvalidRecordError",
     "RecordBatchError",
@@ -189,8 +192,11 @@ class UnsupportedForMessageFormatError(RecordBatchError):
     error_code = 43
 
 
-class RecordTooLargeError(RecordBatchError):
-    """MESSAGE_TOO_LARGE: a batch bigger than the topic's ``max.message.bytes``."""
+class BatchTooLargeError(RecordBatchError, RecordTooLargeError):
+    """MESSAGE_TOO_LARGE: a batch bigger than the topic's ``max.message.bytes``. The
+    shared :class:`~tidegate.errors.RecordTooLargeError` (re-exported here) with the
+    batch's position, so ``except RecordBatchError`` and ``except RecordTooLargeError``
+    both catch it."""
 
     error_code = 10
 
@@ -424,7 +430,7 @@ def validate_batches(
     Checks, batch by batch and in Kafka's order: framing (a truncated or empty
     blob is :class:`CorruptRecordError`), magic (0/1 →
     :class:`UnsupportedForMessageFormatError`, > 2 → corrupt), size against
-    ``max_message_bytes`` (:class:`RecordTooLargeError`), CRC-32C and the sign of
+    ``max_message_bytes`` (:class:`BatchTooLargeError`), CRC-32C and the sign of
     lastOffsetDelta/recordsCount (corrupt).
 
     With ``from_client`` (the default; ``False`` is for batches the broker itself
@@ -452,7 +458,7 @@ def validate_batches(
         while pos < end:
             size = check_framing(mv, pos, end)
             if size > max_message_bytes:
-                raise RecordTooLargeError(
+                raise BatchTooLargeError(
                     f"batch at position {pos} is {size} bytes, larger than "
                     f"max.message.bytes {max_message_bytes}",
                     pos,

@@ -74,7 +74,7 @@ class BatchInfo(NamedTuple):
     last_offset: int
     is_control: bool
     records: bytes  # the (decompressed) records section
-    count: int
+    records_count: int  # not `count`: that would shadow tuple.count
     base_timestamp: int
     max_timestamp: int
     timestamp_type: int
@@ -152,7 +152,7 @@ def decode_batch_records(batch: BatchInfo) -> list[ConsumerRecord]:
     # (deltas, lengths under 64, header counts) are, and a call per field costs more
     # than the rest of the decoding.
     try:
-        for _ in range(batch.count):
+        for _ in range(batch.records_count):
             # length (zigzag varint): skipped, the fields are self-delimiting
             while data[pos] & 0x80:
                 pos += 1

@@ -311,7 +311,7 @@ class RecordAccumulator:
                     if info.builtin.is_partition_changed(pinfo):
                         continue
                     batch, fut, before = self._try_append(q, timestamp, key, value, headers, cb)
-                    if fut is not None:
+                    if batch is not None and fut is not None:
                         return self._after_append(
                             info, q, pinfo, before, batch, fut, False, cluster
                         )
@@ -328,7 +328,7 @@ class RecordAccumulator:
                     if info.builtin.is_partition_changed(pinfo):
                         continue
                     batch, fut, before = self._try_append(q, timestamp, key, value, headers, cb)
-                    if fut is not None:
+                    if batch is not None and fut is not None:
                         # someone else started a batch while we allocated
                         return self._after_append(
                             info, q, pinfo, before, batch, fut, False, cluster
@@ -392,7 +392,7 @@ class RecordAccumulator:
                     if info.builtin.is_partition_changed(pinfo):
                         continue
                     batch, r, before = self._try_append(q, timestamp, key, value, headers, cb)
-                    if r is not None:
+                    if batch is not None and r is not None:
                         if r.__class__ is int:
                             gap, to_extend = r, batch
                         else:
@@ -427,13 +427,17 @@ class RecordAccumulator:
                         continue
                     if ext is not None:
                         last = q.batches[-1] if q.batches else None
-                        if last is to_extend and last is not None and not last.closed_for_appends:
-                            last.add_chunks(ext)  # type: ignore[attr-defined]
+                        if (
+                            last is to_extend
+                            and isinstance(last, ChunkedProducerBatch)
+                            and not last.closed_for_appends
+                        ):
+                            last.add_chunks(ext)
                             ext = None
                             batch, r, before = self._try_append(
                                 q, timestamp, key, value, headers, cb
                             )
-                            if r is not None and r.__class__ is not int:
+                            if batch is not None and r is not None and r.__class__ is not int:
                                 return self._after_append(
                                     info, q, pinfo, before, batch, r, False, cluster
                                 )
@@ -441,15 +445,16 @@ class RecordAccumulator:
                         pool.deallocate_chunks(ext)
                         ext = None
                         continue
+                    # no gap to fill (ext is None), so the chunks for a new batch are here
+                    assert new_chunks is not None
                     batch, r, before = self._try_append(q, timestamp, key, value, headers, cb)
-                    if r is not None:
+                    if batch is not None and r is not None:
                         if r.__class__ is int:
                             # another thread opened a batch to extend instead
-                            pool.deallocate_chunks(new_chunks)  # type: ignore[arg-type]
+                            pool.deallocate_chunks(new_chunks)
                             new_chunks = None
                             continue
                         return self._after_append(info, q, pinfo, before, batch, r, False, cluster)
-                    assert new_chunks is not None
                     batch = ChunkedProducerBatch(
                         topic,
                         eff,
@@ -463,7 +468,7 @@ class RecordAccumulator:
                     new_chunks = None
                     before = 0
                     r = batch.try_append(timestamp, key, value, headers, cb)
-                    if r is None or r.__class__ is int:  # pragma: no cover - sized for it
+                    if r is None or isinstance(r, int):  # pragma: no cover - sized for it
                         raise AssertionError(f"new chunked batch refused its first record: {r}")
                     q.batches.append(batch)
                     with self._incomplete_lock:
@@ -491,7 +496,7 @@ class RecordAccumulator:
         until the next partition may become sendable, and topics with partitions whose
         leader is unknown."""
         ready_nodes: set[int] = set()
-        next_delay = 1 << 30
+        next_delay: float = 1 << 30
         unknown: set[str] = set()
         exhausted = self.pool.queued() > 0
         forced = self._closed or self._flushes_in_progress > 0

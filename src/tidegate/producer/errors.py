@@ -1,10 +1,20 @@
 """Producer exceptions. Names follow Kafka's (``BufferExhaustedException`` ->
 :class:`BufferExhaustedError`, ...). Anything a record can fail with reaches the
-caller through its future and delivery callback; only misuse raises from ``send``."""
+caller through its future and delivery callback; only misuse raises from ``send``.
+:class:`RecordTooLargeError` is the shared :mod:`tidegate.errors` class (MESSAGE_TOO_LARGE),
+re-exported here."""
 
 from __future__ import annotations
 
-from tidegate.client.errors import KafkaError, KafkaTimeoutError
+from tidegate.errors import KafkaError, KafkaTimeoutError, RecordTooLargeError
+
+__all__ = [
+    "BufferExhaustedError",
+    "IdempotenceUnsupportedError",
+    "ProducerClosedError",
+    "ProducerFencedError",
+    "RecordTooLargeError",
+]
 
 
 class ProducerClosedError(KafkaError):
@@ -13,10 +23,6 @@ class ProducerClosedError(KafkaError):
 
 class BufferExhaustedError(KafkaTimeoutError):
     """No buffer memory within ``max.block.ms`` (Kafka's BufferExhaustedException)."""
-
-
-class RecordTooLargeError(KafkaError):
-    """A record larger than ``max.request.size`` or ``buffer.memory``."""
 
 
 class ProducerFencedError(KafkaError):

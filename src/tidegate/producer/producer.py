@@ -27,8 +27,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tidegate.client import KafkaClient
-from tidegate.client.errors import BrokerResponseError, KafkaError, KafkaTimeoutError
 from tidegate.clock import SYSTEM_CLOCK, Clock
+from tidegate.errors import BrokerResponseError, KafkaError, KafkaTimeoutError
 from tidegate.log.batch_builder import record_size_upper_bound
 from tidegate.log.record_batch import RECORD_BATCH_OVERHEAD
 
@@ -175,7 +175,7 @@ class Producer:
             raise ValueError(f"invalid negative timestamp {timestamp}")
         try:
             start_ns = clock.nanoseconds()
-            max_block = self.config.max_block_ms
+            max_block: float = self.config.max_block_ms
             cluster = self._metadata.cluster
             nparts = cluster.partition_count(topic)
             self._metadata._topics[topic] = start_ns // 1_000_000

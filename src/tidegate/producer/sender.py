@@ -23,15 +23,15 @@ from typing import Any
 from tidegate.client import KafkaClient
 from tidegate.client.client import metadata_request_body
 from tidegate.client.connection import InFlightRequest
-from tidegate.client.errors import (
+from tidegate.client.metadata import Cluster
+from tidegate.clock import Clock
+from tidegate.errors import (
     INVALID_METADATA_CODES,
     BrokerResponseError,
     KafkaError,
     KafkaTimeoutError,
     UnsupportedVersionError,
 )
-from tidegate.client.metadata import Cluster
-from tidegate.clock import Clock
 from tidegate.protocol.codec import timestamp_ms
 
 from .accumulator import RecordAccumulator
@@ -133,8 +133,10 @@ class Sender(threading.Thread):
         metadata_wait = self._maybe_update_metadata(now_ms)
         if self._idempotent is None:
             self._decide_idempotence(now_ms)
-        elif self._idempotent and not self.idempotence.has_producer_id:  # type: ignore[union-attr]
-            self._maybe_init_producer_id(now_ms)
+        elif self._idempotent:
+            assert self.idempotence is not None  # set with _idempotent = True
+            if not self.idempotence.has_producer_id:
+                self._maybe_init_producer_id(now_ms)
         poll_ms = self._send_producer_data(now_ms)
         poll_ms = min(poll_ms, metadata_wait)
         poll_ms = min(poll_ms, self.client.next_timeout_ms(self.clock.nanoseconds()))
@@ -258,8 +260,8 @@ class Sender(threading.Thread):
         for topic_resp in req.response.responses:
             for p in topic_resp.partition_responses:
                 tp = (topic_resp.name, int(p.index))
-                b = by_tp.get(tp)
-                if b is None:
+                batch = by_tp.get(tp)
+                if batch is None:
                     continue
                 seen.add(tp)
                 code = int(p.error_code)
@@ -268,7 +270,7 @@ class Sender(threading.Thread):
                 err = None
                 if code:
                     err = BrokerResponseError(code, getattr(p, "error_message", None))
-                self._complete_batch(b, err, int(p.base_offset), log_append, now_ms)
+                self._complete_batch(batch, err, int(p.base_offset), log_append, now_ms)
         for tp, b in by_tp.items():
             if tp not in seen:
                 self._complete_batch(

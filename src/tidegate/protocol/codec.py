@@ -23,7 +23,9 @@ from typing import Any
 from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
+from kio.static.protocol import RequestPayload, ResponsePayload
 
+from tidegate.errors import UnsupportedVersionError
 from tidegate.protocol.apis import SUPPORTED_APIS
 from tidegate.protocol.produce_fast import decode_produce
 
@@ -36,8 +38,9 @@ class InvalidRequestError(Exception):
     """The bytes of a request do not parse: the connection that sent them is closed."""
 
 
-class UnsupportedVersionError(Exception):
-    """A request for an API key or version outside :data:`SUPPORTED_APIS`."""
+class UnsupportedRequestVersionError(UnsupportedVersionError):
+    """UNSUPPORTED_VERSION for a request: an API key or version outside
+    :data:`SUPPORTED_APIS`, with the header fields the broker answers with."""
 
     def __init__(self, api_key: int, api_version: int, correlation_id: int) -> None:
         super().__init__(f"unsupported api_key={api_key} api_version={api_version}")
@@ -84,14 +87,14 @@ def peek_header(buf: Any) -> tuple[int, int, int]:
 def decode_request(buf: Any) -> tuple[RequestHeader, Any]:
     """Decode header and body of one request (the frame without its size prefix).
 
-    Raises :class:`UnsupportedVersionError` for keys/versions tidegate does not
+    Raises :class:`UnsupportedRequestVersionError` for keys/versions tidegate does not
     implement (the caller answers UNSUPPORTED_VERSION) and
     :class:`InvalidRequestError` for bytes that do not parse.
     """
     api_key, api_version, correlation_id = peek_header(buf)
     supported = SUPPORTED_APIS.get(api_key)
     if supported is None or not supported.supports(api_version):
-        raise UnsupportedVersionError(api_key, api_version, correlation_id)
+        raise UnsupportedRequestVersionError(api_key, api_version, correlation_id)
     if api_key == 0 and not isinstance(buf, bytes):
         # Produce: decoded by hand into writable views of the request buffer, so
         # the records are never copied (tidegate.protocol.produce_fast).
@@ -125,19 +128,21 @@ def _nested_fields(cls: type) -> tuple[tuple[str, bool, bool, type | None], ...]
     """(name, is_array, nullable, entity class to descend into) for the array and
     entity fields of a request class that may need the null check."""
     hints = typing.get_type_hints(cls)
-    out = []
+    out: list[tuple[str, bool, bool, type | None]] = []
     for f in dataclasses.fields(cls):
         tp = hints[f.name]
         nullable = False
         origin = typing.get_origin(tp)
         if origin in (typing.Union, types.UnionType):
-            args = [a for a in typing.get_args(tp) if a is not type(None)]
-            nullable = len(args) < len(typing.get_args(tp))
-            tp = args[0] if len(args) == 1 else tp
+            members = [a for a in typing.get_args(tp) if a is not type(None)]
+            nullable = len(members) < len(typing.get_args(tp))
+            tp = members[0] if len(members) == 1 else tp
             origin = typing.get_origin(tp)
         if origin is tuple:
             args = typing.get_args(tp)
-            elem = args[0] if args and dataclasses.is_dataclass(args[0]) else None
+            elem: type | None = None
+            if args and isinstance(args[0], type) and dataclasses.is_dataclass(args[0]):
+                elem = args[0]
             if elem is not None and not _nested_fields(elem):
                 elem = None  # nothing below can be null
             out.append((f.name, True, nullable, elem))
@@ -147,7 +152,8 @@ def _nested_fields(cls: type) -> tuple[tuple[str, bool, bool, type | None], ...]
 
 
 def _check_null_arrays(obj: Any) -> None:
-    for name, is_array, nullable, elem in _nested_fields(type(obj)):
+    cls: type = type(obj)  # as `type`: mypy takes type[Any] as unhashable (mypy#11470)
+    for name, is_array, nullable, elem in _nested_fields(cls):
         value = getattr(obj, name)
         if value is None:
             if is_array and not nullable:
@@ -213,7 +219,12 @@ def _plan(cls: type) -> tuple[_FieldPlan, ...]:
             inner = non_none[0] if len(non_none) == 1 else tp
             origin = typing.get_origin(inner)
             args = typing.get_args(inner)
-        if origin is tuple and args and dataclasses.is_dataclass(args[0]):
+        # what _convert builds from: an entity class, a value class, or for "value" the
+        # type hint itself (not always a class: a generic alias, a union)
+        target: object
+        if origin is tuple and args and isinstance(args[0], type) and dataclasses.is_dataclass(
+            args[0]
+        ):
             kind, target = "entities", args[0]
         elif isinstance(inner, type) and dataclasses.is_dataclass(inner):
             kind, target = "entity", inner
@@ -268,11 +279,11 @@ def build(cls: type, values: dict[str, Any]) -> Any:
     return cls(**kwargs)
 
 
-def response_class(api_key: int, version: int) -> type:
+def response_class(api_key: int, version: int) -> type[ResponsePayload]:
     return load_response_schema(api_key, version)
 
 
-def request_class(api_key: int, version: int) -> type:
+def request_class(api_key: int, version: int) -> type[RequestPayload]:
     return load_request_schema(api_key, version)
 
 
@@ -287,12 +298,13 @@ def _writer(cls: type) -> Any:
 
 def encode_response(header: RequestHeader, response: Any) -> bytes:
     """Frame one response: size prefix, response header, body."""
+    cls: type = type(response)  # as `type`: see _check_null_arrays
     out = io.BytesIO()
     out.write(b"\x00\x00\x00\x00")
     out.write(_I32.pack(header.correlation_id))
     if header.response_header_version >= 1:
         out.write(b"\x00")  # empty tagged fields
-    _writer(type(response))(out, response)
+    _writer(cls)(out, response)
     data = out.getbuffer()
     _I32.pack_into(data, 0, len(data) - 4)
     del data

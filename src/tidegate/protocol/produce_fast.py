@@ -18,6 +18,7 @@ from __future__ import annotations
 import datetime
 import struct
 from dataclasses import dataclass
+from typing import Literal, overload
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
@@ -82,6 +83,10 @@ class _Reader:
         self.pos = pos
         return result
 
+    @overload
+    def string(self, flexible: bool, nullable: Literal[False]) -> str: ...
+    @overload
+    def string(self, flexible: bool, nullable: bool) -> str | None: ...
     def string(self, flexible: bool, nullable: bool) -> str | None:
         n = self.uvarint() - 1 if flexible else self.int16()
         if n < 0:

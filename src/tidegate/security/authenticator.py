@@ -31,11 +31,11 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from tidegate.errors import UnsupportedVersionError
 from tidegate.protocol.apis import SUPPORTED_APIS, ApiKey, api_name
 from tidegate.protocol.codec import (
     InvalidRequestError,
     RequestHeader,
-    UnsupportedVersionError,
     build,
     decode_request,
     encode_response,
@@ -169,7 +169,7 @@ class SaslServerAuthenticator:
             assert is_scram(mechanism)
             self._server = ScramSaslServer(
                 mechanism,
-                lambda user, m=mechanism: self.credentials.scram_credential(user, m),
+                lambda user: self.credentials.scram_credential(user, mechanism),
                 self.credentials.fake_secret,
             )
         self.state = SaslState.AUTHENTICATE

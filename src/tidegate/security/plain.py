@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from tidegate.security.scram import SaslAuthenticationError, SaslError
+from tidegate.errors import SaslAuthenticationError
+from tidegate.security.scram import SaslError
 
 INVALID = "Authentication failed: Invalid username or password"
 

@@ -29,6 +29,8 @@ import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from tidegate.errors import SaslAuthenticationError
+
 #: Kafka's admin ScramMechanism type ids (AlterUserScramCredentials, Describe...).
 SCRAM_SHA_256 = "SCRAM-SHA-256"
 SCRAM_SHA_512 = "SCRAM-SHA-512"
@@ -102,11 +104,8 @@ def fake_credential(mechanism: str, username: str, secret: bytes) -> ScramCreden
 
 class SaslError(Exception):
     """A failed exchange whose detail must not reach the client (Kafka's SaslException):
-    the client is sent a generic message, the detail is logged."""
-
-
-class SaslAuthenticationError(Exception):
-    """A failed exchange whose message is safe to send to the client (Kafka's
+    the client is sent a generic message, the detail is logged. One whose message is
+    safe to send is a :class:`tidegate.errors.SaslAuthenticationError` (Kafka's
     SaslAuthenticationException)."""
 
 

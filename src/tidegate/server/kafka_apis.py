@@ -51,7 +51,7 @@ from tidegate.protocol.apis import SUPPORTED_APIS, ApiKey
 from tidegate.protocol.codec import (
     InvalidRequestError,
     RequestHeader,
-    UnsupportedVersionError,
+    UnsupportedRequestVersionError,
     build,
     decode_request,
     encode_error_only,
@@ -192,7 +192,7 @@ class KafkaApis:
         (record timestamps, commit times). Returns the response outcome, or PARKED."""
         try:
             header, body = decode_request(request.payload)
-        except UnsupportedVersionError as exc:
+        except UnsupportedRequestVersionError as exc:
             request.release_buffer()
             ctx = request.context
             log.info("%s from %s:%s", exc, ctx.client_address, ctx.client_port)
@@ -416,7 +416,7 @@ class KafkaApis:
     def _encode(self, header: RequestHeader, values: dict) -> bytes:
         return encode_response(header, build(response_class(header.api_key, header.api_version), values))
 
-    def _unsupported_version(self, exc: UnsupportedVersionError) -> bytes:
+    def _unsupported_version(self, exc: UnsupportedRequestVersionError) -> bytes:
         if exc.api_key == ApiKey.API_VERSIONS:
             # KIP-511: answer with a v0 body carrying the supported range, so the
             # client can retry with a version both sides know.

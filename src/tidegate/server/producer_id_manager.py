@@ -40,7 +40,7 @@ class ProducerIdManager:
             return 0
         except (OSError, UnicodeDecodeError) as exc:
             raise ProducerIdBlockError(f"cannot read {self.path}: {exc}") from exc
-        values = {}
+        values: dict[str, str] = {}
         for line in text.splitlines():
             key, sep, value = line.partition(":")
             if sep:
@@ -48,12 +48,12 @@ class ProducerIdManager:
         try:
             if values.get("version") != "0":
                 raise ValueError(f"unknown version {values.get('version')!r}")
-            value = int(values["next_block_start"])
-            if value < 0:
-                raise ValueError(f"negative next_block_start {value}")
+            start = int(values["next_block_start"])
+            if start < 0:
+                raise ValueError(f"negative next_block_start {start}")
         except (KeyError, ValueError) as exc:
             raise ProducerIdBlockError(f"{self.path} is damaged ({exc}): {text!r}") from exc
-        return value
+        return start
 
     @property
     def next_block_start(self) -> int:

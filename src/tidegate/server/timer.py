@@ -10,7 +10,8 @@ How the pieces fit:
   timer wraps it in a :class:`TimerTaskEntry` (the link cell of a doubly linked list)
   and the task keeps a reference to that entry, so cancelling is an O(1) unlink.
 * A :class:`TimerTaskList` is one bucket of a wheel: a circular doubly linked list with
-  a sentinel.  All buckets of all levels share one :class:`TaskCounter`, so the timer
+  a sentinel.  An entry in no list has ``list`` None and its links point at
+  :data:`UNLINKED` (never None, so the links type-check as plain entries).  All buckets of all levels share one :class:`TaskCounter`, so the timer
   knows how many tasks are pending without walking anything.
 * A :class:`TimingWheel` has ``wheel_size`` buckets of ``tick_ms`` each.  A task beyond
   the wheel's interval goes to an overflow wheel (tick = this wheel's interval), created
@@ -44,6 +45,7 @@ from collections.abc import Callable, Iterator
 from tidegate.clock import monotonic_ms
 
 __all__ = [
+    "UNLINKED",
     "BucketQueue",
     "SystemTimer",
     "TaskCounter",
@@ -96,7 +98,8 @@ class TimerTask:
                 prv = entry.prev
                 nxt.prev = prv
                 prv.next = nxt
-                entry.next = entry.prev = entry.list = None
+                entry.next = entry.prev = UNLINKED
+                entry.list = None
                 lst.task_counter.value -= 1
             self._entry = None
 
@@ -110,25 +113,33 @@ class TimerTask:
 
 
 class TimerTaskEntry:
-    """The link cell of a task in a bucket; ``expiration_ms`` is absolute."""
+    """The link cell of a task in a bucket; ``expiration_ms`` is absolute.
+
+    ``list`` is the bucket the entry is in, or None; ``next`` and ``prev`` are its
+    neighbours there, or :data:`UNLINKED` when it is in none.
+    """
 
     __slots__ = ("expiration_ms", "list", "next", "prev", "task")
 
-    def __init__(self, task: TimerTask | None, expiration_ms: int) -> None:
+    task: TimerTask
+    expiration_ms: int
+    list: TimerTaskList | None
+    next: TimerTaskEntry
+    prev: TimerTaskEntry
+
+    def __init__(self, task: TimerTask, expiration_ms: int) -> None:
         self.task = task
         self.expiration_ms = expiration_ms
-        self.list: TimerTaskList | None = None
-        self.next: TimerTaskEntry | None = None
-        self.prev: TimerTaskEntry | None = None
-        if task is not None:
-            # if the task is already held by another entry, that entry is removed
-            # (inlined: one entry is created per timed task)
-            old = task._entry
-            if old is not None:
-                lst = old.list
-                if lst is not None:
-                    lst.remove(old)
-            task._entry = self
+        self.list = None
+        self.next = self.prev = UNLINKED
+        # if the task is already held by another entry, that entry is removed
+        # (inlined: one entry is created per timed task)
+        old = task._entry
+        if old is not None:
+            lst = old.list
+            if lst is not None:
+                lst.remove(old)
+        task._entry = self
 
     @property
     def cancelled(self) -> bool:
@@ -144,6 +155,25 @@ class TimerTaskEntry:
         return f"TimerTaskEntry({self.task!r}, expiration_ms={self.expiration_ms})"
 
 
+class _SentinelEntry(TimerTaskEntry):
+    """An entry without a task, linked to itself: a bucket's root (its ``next`` is the
+    head, its ``prev`` the tail) or :data:`UNLINKED`.  Only its links are ever read."""
+
+    __slots__ = ()
+
+    def __init__(self) -> None:
+        self.expiration_ms = -1
+        self.list = None
+        self.next = self.prev = self
+
+    def __repr__(self) -> str:
+        return "UNLINKED" if self is UNLINKED else "TimerTaskList root"
+
+
+#: Where the links of an entry that is in no bucket point.
+UNLINKED: TimerTaskEntry = _SentinelEntry()
+
+
 class TimerTaskList:
     """One bucket: a circular doubly linked list of entries with a sentinel root.
 
@@ -156,10 +186,7 @@ class TimerTaskList:
     def __init__(self, task_counter: TaskCounter) -> None:
         self.task_counter = task_counter
         self.expiration_ms = -1
-        root = TimerTaskEntry(None, -1)
-        root.next = root
-        root.prev = root
-        self._root = root
+        self._root: TimerTaskEntry = _SentinelEntry()
 
     def set_expiration(self, expiration_ms: int) -> bool:
         """Set the bucket expiration; True only if the value changed."""
@@ -195,7 +222,8 @@ class TimerTaskList:
             prv = entry.prev
             nxt.prev = prv
             prv.next = nxt
-            entry.next = entry.prev = entry.list = None
+            entry.next = entry.prev = UNLINKED
+            entry.list = None
             self.task_counter.value -= 1
 
     def flush(self, callback: Callable[[TimerTaskEntry], object]) -> None:
@@ -208,7 +236,8 @@ class TimerTaskList:
             nxt = head.next
             nxt.prev = root
             root.next = nxt
-            head.next = head.prev = head.list = None
+            head.next = head.prev = UNLINKED
+            head.list = None
             counter.value -= 1
             callback(head)
             head = root.next
@@ -476,9 +505,10 @@ class SystemTimer:
         self._closed = False
         # The bucket of the last add and its expiration: valid until a bucket is polled
         # (the wheels move, buckets are flushed) or peeked (an empty one may be
-        # unscheduled); None means no hint.
+        # unscheduled). An expiration of None means no hint, and the bucket is then
+        # not looked at (a placeholder until the first add sets it).
         self._hint_expiration: int | None = None
-        self._hint_bucket: TimerTaskList | None = None
+        self._hint_bucket: TimerTaskList = self._wheel.buckets[0]
 
     @property
     def clock(self) -> Callable[[], int]:
@@ -567,7 +597,8 @@ class SystemTimer:
                 if overflow is None:
                     overflow = wheel._add_overflow_wheel()
                 wheel = overflow
-        entry.next = entry.prev = entry.list = None
+        entry.next = entry.prev = UNLINKED
+        entry.list = None
         executor = self._executor
         if executor is None:
             task.run()
@@ -608,7 +639,7 @@ class SystemTimer:
             self._hint_expiration = None  # the wheels move: see add()
             # TimingWheel.advance_clock(bucket expiration), iteratively over the levels
             time_ms = bucket.expiration_ms
-            level = wheel
+            level: TimingWheel | None = wheel
             while level is not None and time_ms >= level.current_time_ms + level.tick_ms:
                 time_ms = level.current_time_ms = time_ms - (time_ms % level.tick_ms)
                 level = level.overflow_wheel
@@ -629,7 +660,8 @@ class SystemTimer:
                 root.next = nxt
                 expiration = head.expiration_ms
                 if expiration < due_before:
-                    head.next = head.prev = head.list = None
+                    head.next = head.prev = UNLINKED
+                    head.list = None
                     counter.value -= 1
                     task = head.task
                     if task._entry is head:  # not cancelled: it is due, run it
@@ -657,7 +689,8 @@ class SystemTimer:
                         target.expiration_ms = target_expiration
                         queue.offer(target)
                 else:  # expires beyond the first level: TimingWheel.add finds it a level
-                    head.next = head.prev = head.list = None
+                    head.next = head.prev = UNLINKED
+                    head.list = None
                     counter.value -= 1
                     if not wheel_add(head):
                         task = head.task

@@ -50,7 +50,7 @@ def parse_partitions(text: str) -> list[TopicPartition]:
         raise _bad(_PARTITIONS_EXAMPLE, text) from None
     if not isinstance(obj, dict):
         raise _bad(_PARTITIONS_EXAMPLE, text)
-    out = []
+    out: list[TopicPartition] = []
     for topic, parts in obj.items():
         if not isinstance(parts, list) or not all(_is_int(p) for p in parts):
             raise _bad(_PARTITIONS_EXAMPLE, text)

@@ -50,13 +50,13 @@ from pyspark.sql.types import (
 )
 
 from tidegate.client import KafkaClient
-from tidegate.client.errors import AuthenticationError, KafkaError
 from tidegate.client.fetcher import (
-    OffsetOutOfRangeError,
+    FetchOffsetOutOfRangeError,
     end_offsets,
     list_offsets,
     read_range_batches,
 )
+from tidegate.errors import AuthenticationError, KafkaError
 
 from .offsets import (
     EARLIEST,
@@ -185,7 +185,7 @@ def read_partition(cfg: _ReadConfig, part: KafkaInputPartition) -> Iterator[Any]
     tp = (part.topic, part.partition)
     settings = cfg.settings
 
-    def on_out_of_range(err: OffsetOutOfRangeError) -> int | None:
+    def on_out_of_range(err: FetchOffsetOutOfRangeError) -> int | None:
         if 0 <= err.log_start_offset and err.offset < err.log_start_offset:
             _report_data_loss(
                 f"Cannot fetch offset {err.offset} (TopicPartition: {tp[0]}-{tp[1]}): the "
@@ -230,7 +230,9 @@ def _tuples(batches, topic: str, partition: int, include_headers: bool) -> Itera
     from_ts = datetime.datetime.fromtimestamp
     for recs in batches:
         for off, ts, ts_type, key, value, headers in recs:
-            row = (key, value, topic, partition, off, from_ts(ts / 1000, utc), ts_type)
+            row: tuple[object, ...] = (
+                key, value, topic, partition, off, from_ts(ts / 1000, utc), ts_type
+            )
             if include_headers:
                 row += ([(k, v) for k, v in headers],)
             yield row
@@ -400,6 +402,7 @@ class _OffsetReader:
             return concrete
         # timestamps
         if spec.kind == "timestamp":
+            assert spec.timestamp is not None  # options.py builds this kind with one
             targets = dict.fromkeys(tps, spec.timestamp)
         else:
             if set(spec.offsets) != set(tps):
