@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tidegate.server.old_purgatory import OldDelayedOperation, RequestPurgatory
+from benchmarks.old_purgatory import OldDelayedOperation, RequestPurgatory
 
 
 class FakeClock:
