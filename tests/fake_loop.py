@@ -61,3 +61,10 @@ class FakeLoop:
             handle.fn()
         if end_ms > self.time_ms():
             self.clock.advance(end_ms - self.time_ms())
+
+
+def clock_at(ms: int) -> MockClock:
+    """A :class:`MockClock` whose monotonic time starts at ``ms`` (it starts at 0)."""
+    clock = MockClock()
+    clock.set_milliseconds(ms)
+    return clock

@@ -10,6 +10,7 @@ import time
 
 from kio.schema.errors import ErrorCode
 
+from tests.fake_loop import clock_at
 from tidegate.log.batch_builder import Record, build_batch
 from tidegate.log.config import LogConfig
 from tidegate.server.delayed_fetch import DelayedFetch, FetchPartitionStatus
@@ -20,14 +21,6 @@ from tidegate.server.purgatory import DelayedOperationPurgatory
 from tidegate.server.replica_manager import ReplicaManager
 from tidegate.server.timer import SystemTimer
 from tidegate.server.timer_reaper import TimerReaper
-
-
-class Clock:
-    def __init__(self):
-        self.now = 1_000_000
-
-    def __call__(self):
-        return self.now
 
 
 def replicas_with(tmp_path, topic="t", partitions=2):
@@ -55,12 +48,12 @@ def fetch_status(rm, key, fetch_offset=0, max_bytes=1 << 20, bytes_at_start=0):
 
 def test_fetch_completes_when_min_bytes_arrive_across_partitions(tmp_path):
     rm = replicas_with(tmp_path)
-    clock = Clock()
+    clock = clock_at(1_000_000)
     purgatory = DelayedOperationPurgatory("Fetch", SystemTimer(clock=clock))
     answered = []
     k0, k1 = ("t", 0), ("t", 1)
     op = DelayedFetch(500, 200, [fetch_status(rm, k0), fetch_status(rm, k1)], rm,
-                      lambda: answered.append(clock.now))
+                      lambda: answered.append(clock()))
     assert purgatory.try_complete_else_watch(op, [k0, k1]) is False
     assert purgatory.delayed == 1 and purgatory.watched == 2
     info = append(rm, k0, b"x" * 80)
@@ -68,7 +61,7 @@ def test_fetch_completes_when_min_bytes_arrive_across_partitions(tmp_path):
     assert purgatory.check_and_complete(k0) == 0 and not answered
     append(rm, k1, b"y" * 80)
     assert purgatory.check_and_complete(k1) == 1
-    assert answered == [clock.now] and purgatory.delayed == 0
+    assert answered == [clock()] and purgatory.delayed == 0
 
 
 def test_fetch_counts_each_partition_only_up_to_its_max_bytes(tmp_path):
@@ -76,7 +69,7 @@ def test_fetch_counts_each_partition_only_up_to_its_max_bytes(tmp_path):
     k0 = ("t", 0)
     answered = []
     op = DelayedFetch(500, 200, [fetch_status(rm, k0, max_bytes=100)], rm, lambda: answered.append(1))
-    purgatory = DelayedOperationPurgatory("Fetch", SystemTimer(clock=Clock()))
+    purgatory = DelayedOperationPurgatory("Fetch", SystemTimer(clock=clock_at(1_000_000)))
     purgatory.try_complete_else_watch(op, [k0])
     append(rm, k0, b"z" * 500)  # far more than min_bytes, but capped at 100 for this partition
     assert purgatory.check_and_complete(k0) == 0 and not answered
@@ -84,23 +77,23 @@ def test_fetch_counts_each_partition_only_up_to_its_max_bytes(tmp_path):
 
 def test_fetch_expires_after_max_wait_not_before(tmp_path):
     rm = replicas_with(tmp_path)
-    clock = Clock()
+    clock = clock_at(1_000_000)
     purgatory = DelayedOperationPurgatory("Fetch", SystemTimer(clock=clock))
     answered = []
-    op = DelayedFetch(500, 1, [fetch_status(rm, ("t", 0))], rm, lambda: answered.append(clock.now))
-    start = clock.now
+    op = DelayedFetch(500, 1, [fetch_status(rm, ("t", 0))], rm, lambda: answered.append(clock()))
+    start = clock()
     purgatory.try_complete_else_watch(op, [("t", 0)])
-    clock.now += 499
+    clock.advance(499)
     purgatory.advance_clock()
     assert not answered
-    clock.now += 1
+    clock.advance(1)
     purgatory.advance_clock()
     assert answered == [start + 500] and purgatory.expirations_total == 1
 
 
 def test_fetch_completes_when_its_partition_is_deleted_or_truncated(tmp_path):
     rm = replicas_with(tmp_path)
-    purgatory = DelayedOperationPurgatory("Fetch", SystemTimer(clock=Clock()))
+    purgatory = DelayedOperationPurgatory("Fetch", SystemTimer(clock=clock_at(1_000_000)))
     answered = []
     append(rm, ("t", 1), b"a", b"b", b"c")
     beyond = DelayedFetch(500, 1, [fetch_status(rm, ("t", 1), fetch_offset=3)], rm,
@@ -120,7 +113,7 @@ def test_fetch_completes_when_its_partition_is_deleted_or_truncated(tmp_path):
 
 def test_produce_completes_when_the_recovery_point_passes_every_partition(tmp_path):
     rm = replicas_with(tmp_path)
-    purgatory = DelayedOperationPurgatory("Produce", SystemTimer(clock=Clock()))
+    purgatory = DelayedOperationPurgatory("Produce", SystemTimer(clock=clock_at(1_000_000)))
     parts = {}
     pending = {}
     for p in (0, 1):
@@ -140,7 +133,7 @@ def test_produce_completes_when_the_recovery_point_passes_every_partition(tmp_pa
 
 def test_produce_timeout_marks_only_unflushed_partitions(tmp_path):
     rm = replicas_with(tmp_path)
-    clock = Clock()
+    clock = clock_at(1_000_000)
     purgatory = DelayedOperationPurgatory("Produce", SystemTimer(clock=clock))
     parts = {p: {"error_code": ErrorCode.none} for p in (0, 1)}
     pending = {}
@@ -152,7 +145,7 @@ def test_produce_timeout_marks_only_unflushed_partitions(tmp_path):
     purgatory.try_complete_else_watch(op, list(pending))
     rm.get_log("t", 0).flush()
     purgatory.check_and_complete(("t", 0))
-    clock.now += 100
+    clock.advance(100)
     purgatory.advance_clock()
     assert answered == [1]
     assert parts[0]["error_code"] == ErrorCode.none
@@ -161,7 +154,7 @@ def test_produce_timeout_marks_only_unflushed_partitions(tmp_path):
 
 def test_produce_to_a_deleted_partition_answers_unknown(tmp_path):
     rm = replicas_with(tmp_path)
-    purgatory = DelayedOperationPurgatory("Produce", SystemTimer(clock=Clock()))
+    purgatory = DelayedOperationPurgatory("Produce", SystemTimer(clock=clock_at(1_000_000)))
     info = append(rm, ("t", 0), b"v")
     part = {"error_code": ErrorCode.none}
     op = DelayedProduce(30_000, {("t", 0): (rm.get_log("t", 0), info.last_offset, part)}, rm,

@@ -11,6 +11,7 @@ from kio.schema.errors import ErrorCode
 
 from tests.integration.rawclient import encode_request
 from tidegate import top
+from tidegate.clock import MockClock
 from tidegate.config import BrokerConfig, ConfigError, parse_metrics_listener, topic_log_config
 from tidegate.log.batch_builder import Record, build_batch
 from tidegate.metrics import (
@@ -222,8 +223,8 @@ def test_socket_server_collector_counts_connections_and_mutes():
 
 
 def test_memory_pool_gauges_follow_a_simple_memory_pool():
-    clock = [0.0]
-    pool = SimpleMemoryPool(1000, 1000, strict=True, clock=lambda: clock[0])
+    clock = MockClock()
+    pool = SimpleMemoryPool(1000, 1000, strict=True, clock=clock)
     bm = BrokerMetrics()
     bm.register_socket_server(FakeServer(pool, []))
     buf = pool.try_allocate(600)
@@ -231,7 +232,7 @@ def test_memory_pool_gauges_follow_a_simple_memory_pool():
     assert sample(bm, "kafka_network_socketserver_memorypoolused") == 600
     assert sample(bm, "kafka_network_socketserver_memorypoolavailable") == 400
     assert pool.try_allocate(600) is None  # starts a dry spell
-    clock[0] = 250.0
+    clock.advance(250)
     pool.release(buf)  # ends it: 250 ms depleted
     assert sample(bm, "kafka_network_socketserver_memorypooldepletedtimetotal") == 250
     assert sample(bm, "kafka_network_socketserver_memorypoolavgdepletedpercent") > 0
