@@ -778,33 +778,32 @@ def read_to_end(bootstrap: str, topic: str, partitions: int = 1,
     return got
 
 
-def roundtrip_confluent(conf: dict, n: int = 50, prefix: str = "rt") -> list[bytes]:
-    """Create a one-partition topic, produce ``v0..v{n-1}`` with confluent-kafka (acks=all)
-    and read them back by assign from offset 0, all with the client config ``conf``
-    (security settings included). Returns the values read within 20 s."""
-    import uuid
-
-    from confluent_kafka import Consumer, Producer, TopicPartition
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    topic = f"{prefix}-{uuid.uuid4().hex[:8]}"
-    admin = AdminClient(conf)
-    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(20)
-    p = Producer({**conf, "acks": "all", "linger.ms": 5})
-    for i in range(n):
-        p.produce(topic, value=f"v{i}".encode(), key=b"k")
-    assert p.flush(20) == 0
-    c = Consumer({**conf, "group.id": f"g-{topic}", "auto.offset.reset": "earliest",
-                  "enable.auto.commit": False})
-    c.assign([TopicPartition(topic, 0, 0)])
-    got: list[bytes] = []
-    deadline = time.monotonic() + 20
-    while len(got) < n and time.monotonic() < deadline:
-        m = c.poll(0.5)
-        if m is not None and m.error() is None:
-            got.append(m.value())
-    c.close()
-    return got
+def roundtrip(
+    conf: dict,
+    n: int = 50,
+    *,
+    client: str = "confluent",
+    topic: str | None = None,
+    prefix: str = "rt",
+) -> list[bytes]:
+    """Produce ``v0..v{n-1}`` (key ``k``, acks=all) to partition 0 of ``topic`` (by default
+    a new one-partition topic) and read them back by assign, with confluent-kafka or
+    kafka-python and the client config ``conf`` (bootstrap and security settings, in the
+    client's spelling). Every delivery must succeed, at consecutive offsets; returns the
+    values read back from the first of them, in offset order (within 20 s)."""
+    key = {"confluent": "bootstrap.servers", "kafka-python": "bootstrap_servers"}[client]
+    bootstrap = conf[key]
+    security = {k: v for k, v in conf.items() if k != key}
+    if topic is None:
+        topic = create_topic(bootstrap, prefix=prefix, client=client, conf=security)
+    values = [Rec(b"k", f"v{i}".encode()) for i in range(n)]
+    delivered = produce(bootstrap, topic, values, client=client, acks=-1, conf=security,
+                        timeout=20)  # fmt: skip
+    first = delivered[0].offset
+    assert [d.offset for d in delivered] == list(range(first, first + n))
+    got = consume(bootstrap, topic, n, client=client, start=first, conf=security, timeout=20)
+    assert [g.offset for g in got] == list(range(first, first + len(got)))
+    return [g.value for g in got]
 
 
 # -- offsets -----------------------------------------------------------------------------
