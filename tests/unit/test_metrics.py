@@ -9,7 +9,7 @@ import uuid
 import pytest
 from kio.schema.errors import ErrorCode
 
-from tests.integration.rawclient import encode_request
+from tests.integration.rawclient import decode_response, encode_request
 from tidegate import top
 from tidegate.clock import MockClock
 from tidegate.config import BrokerConfig, ConfigError, parse_metrics_listener, topic_log_config
@@ -235,7 +235,9 @@ def test_memory_pool_gauges_follow_a_simple_memory_pool():
     clock.advance(250)
     pool.release(buf)  # ends it: 250 ms depleted
     assert sample(bm, "kafka_network_socketserver_memorypooldepletedtimetotal") == 250
-    assert sample(bm, "kafka_network_socketserver_memorypoolavgdepletedpercent") > 0
+    # 250 depleted ms over Kafka's padded window (2 samples of 30 s: at least one full
+    # window counted, 30 s here)
+    assert sample(bm, "kafka_network_socketserver_memorypoolavgdepletedpercent") == 250 / 30_000
 
 
 def test_registered_purgatories_are_read_at_scrape_time():
@@ -366,11 +368,21 @@ def test_apis_count_messages_bytes_and_errors(apis):
 
 
 def test_apis_without_metrics_count_nothing(apis):
+    """Without a metrics object the requests are answered as usual (nothing to count in)."""
     apis.metrics = None
     batch = bytes(build_batch([Record(b"v")]))
-    produce(apis, "t", batch)
-    produce(apis, "missing", batch)
-    fetch(apis, "t", 0)  # no error either
+
+    def partition_answer(api_key: int, version: int, frame: bytes):
+        _, resp = decode_response(api_key, version, frame[4:])  # after the size prefix
+        return resp.responses[0]
+
+    ok = partition_answer(0, 9, produce(apis, "t", batch)).partition_responses[0]
+    assert (ok.error_code, ok.base_offset) == (ErrorCode.none, 0)
+    missing = partition_answer(0, 9, produce(apis, "missing", batch)).partition_responses[0]
+    assert missing.error_code == ErrorCode.unknown_topic_or_partition
+    fetched = partition_answer(1, 12, fetch(apis, "t", 0)).partitions[0]
+    assert (fetched.error_code, fetched.high_watermark) == (ErrorCode.none, 1)
+    assert len(fetched.records) == len(batch)  # the one batch (with the broker's leader epoch)
 
 
 # ---- config ---------------------------------------------------------------------------------

@@ -429,8 +429,11 @@ def test_truncate_to_rebuilds_the_state_below_the_new_end(tmp_path):
 def test_retention_keeps_the_state_and_the_newest_snapshot(tmp_path):
     cfg = LogConfig(segment_bytes=CFG.segment_bytes, index_interval_bytes=1, retention_ms=10)
     log = open_log(tmp_path, cfg)
-    produce(log, 10)
-    assert log.apply_retention(now_ms=10**9) > 0
+    produce(log, 10)  # 10 two-record batches, 4 to a segment: segments at 0, 8 and 16
+    assert [s.base_offset for s in log.segments] == [0, 8, 16]
+    # every record is past retention: all three go (the active one after a roll)
+    assert log.apply_retention(now_ms=10**9) == 3
+    assert [s.base_offset for s in log.segments] == [20]
     d = tmp_path / LOG_DIR
     assert list_snapshots(d) == [log.segments[0].base_offset]
     assert log.producer_state.entry(PID).last_seq == 19  # KIP-360: state outlives its data
