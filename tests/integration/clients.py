@@ -205,7 +205,6 @@ def segment_count(data_dir: Path, topic: str, partition: int = 0) -> int:
     return len(list((data_dir / f"{topic}-{partition}").glob("*.log")))
 
 
-
 # -- topics ------------------------------------------------------------------------------
 
 _topic_seq = itertools.count(1)
