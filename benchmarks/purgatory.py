@@ -58,7 +58,8 @@ import sys
 import time
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+BENCH_DIR = Path(__file__).resolve().parent
+REPO_ROOT = BENCH_DIR.parent
 OUT_DIR = REPO_ROOT / "benchmarks" / "out"
 
 CASES = {
@@ -101,8 +102,11 @@ def _rss_kb_now() -> int:
 def run_worker(p: dict) -> dict:
     if str(REPO_ROOT / "src") not in sys.path:
         sys.path.insert(0, str(REPO_ROOT / "src"))
+    if str(BENCH_DIR) not in sys.path:
+        sys.path.insert(0, str(BENCH_DIR))
+    from old_purgatory import OldDelayedOperation, RequestPurgatory  # beside this file
+
     from tidegate.clock import monotonic_ms
-    from tidegate.server.old_purgatory import OldDelayedOperation, RequestPurgatory
     from tidegate.server.purgatory import DelayedOperation, DelayedOperationPurgatory
     from tidegate.server.timer import SystemTimer
 

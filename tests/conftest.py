@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -19,32 +20,88 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def wait_until(
+    cond: Callable[[], object],
+    timeout: float,
+    step: Callable[[], None] | None = None,
+    what: str | Callable[[], str] = "condition",
+    interval: float = 0.05,
+) -> float:
+    """Run ``step`` (or sleep ``interval``) until ``cond()`` is true; returns the seconds
+    it took. Raises AssertionError naming ``what`` (or what ``what()`` says then) after
+    ``timeout`` seconds."""
+    start = time.monotonic()
+    while not cond():
+        if time.monotonic() - start > timeout:
+            what = what() if callable(what) else what
+            raise AssertionError(f"{what} not reached within {timeout}s")
+        if step is not None:
+            step()
+        else:
+            time.sleep(interval)
+    return time.monotonic() - start
+
+
 def wait_for_port(port: int, proc: subprocess.Popen | None = None, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def listening() -> bool:
         if proc is not None and proc.poll() is not None:
             raise RuntimeError(f"broker exited with {proc.returncode} before listening")
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return
+                return True
         except OSError:
-            time.sleep(0.05)
-    raise TimeoutError(f"nothing listening on 127.0.0.1:{port} after {timeout}s")
+            return False
+
+    wait_until(listening, timeout, what=f"a listener on 127.0.0.1:{port}")
+
+
+def metrics_overrides() -> dict:
+    """Broker overrides that serve /metrics on a free loopback port (``metrics_url``)."""
+    return {"metrics.listener": f"http://127.0.0.1:{free_port()}"}
 
 
 class BrokerProcess:
     """``tidegate serve`` in a subprocess, restartable on the same port and data dir."""
 
     def __init__(self, data_dir: Path, port: int | None = None, overrides: dict | None = None):
+        """``port``: the first listener's; by default that of a ``listeners`` override,
+        else a free one (one PLAINTEXT listener)."""
         self.data_dir = data_dir
-        self.port = port or free_port()
         self.overrides = dict(overrides or {})
+        listeners = self._listeners()
+        self.port = port or (next(iter(listeners.values())) if listeners else free_port())
         self.proc: subprocess.Popen | None = None
         self.log_path = data_dir.parent / f"broker-{self.port}.log"
 
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def metrics_url(self) -> str | None:
+        """The /metrics endpoint, when the broker was given a ``metrics.listener``."""
+        listener = self.overrides.get("metrics.listener")
+        return f"{listener}/metrics" if listener else None
+
+    def _listeners(self) -> dict[str, int]:
+        """{listener name: port} of a ``listeners`` override."""
+        out = {}
+        for spec in str(self.overrides.get("listeners", "")).split(","):
+            if spec.strip():
+                name, address = spec.strip().split("://", 1)
+                out[name] = int(address.rsplit(":", 1)[1])
+        return out
+
+    def listener_port(self, name: str) -> int:
+        return self._listeners()[name]
+
+    def listener(self, name: str) -> str:
+        """The address of listener ``name`` (of a ``listeners`` override)."""
+        return f"127.0.0.1:{self.listener_port(name)}"
+
+    def listener_ports(self) -> list[int]:
+        """Every port the broker listens on: ``port`` and those of a ``listeners`` override."""
+        return list(dict.fromkeys([self.port, *self._listeners().values()]))
 
     @property
     def pid(self) -> int:
@@ -66,7 +123,8 @@ class BrokerProcess:
             args += ["--override", f"{k}={v}"]
         with open(self.log_path, "ab") as logf:
             self.proc = subprocess.Popen(args, stdout=logf, stderr=subprocess.STDOUT)
-        wait_for_port(self.port, self.proc)
+        for port in self.listener_ports():
+            wait_for_port(port, self.proc)
         return self
 
     def stop(self, timeout: float = 30.0) -> int:
@@ -83,6 +141,14 @@ class BrokerProcess:
         self.proc.wait(10)
         self.proc = None
 
+    def stop_or_kill(self, timeout: float = 10.0) -> None:
+        """Tear-down: stop it if it runs, and kill it if it will not stop."""
+        if self.alive():
+            try:
+                self.stop(timeout)
+            except Exception:  # noqa: BLE001 - a broker that will not stop is killed
+                self.kill()
+
     def restart(self) -> BrokerProcess:
         if self.proc is not None:
             self.stop()
@@ -95,22 +161,31 @@ class BrokerProcess:
         return self.proc is not None and self.proc.poll() is None
 
 
-@pytest.fixture
-def broker_factory(tmp_path):
+def _broker_factory(base: Path):
     started: list[BrokerProcess] = []
 
-    def make(overrides: dict | None = None, name: str = "data") -> BrokerProcess:
-        b = BrokerProcess(tmp_path / name, overrides=overrides)
+    def make(
+        overrides: dict | None = None, name: str = "data", port: int | None = None
+    ) -> BrokerProcess:
+        b = BrokerProcess(base / name, port=port, overrides=overrides)
         started.append(b)
         return b.start()
 
     yield make
     for b in started:
-        if b.alive():
-            try:
-                b.stop(10)
-            except Exception:  # noqa: BLE001 - a broker that will not stop is killed
-                b.kill()
+        b.stop_or_kill()
+
+
+@pytest.fixture
+def broker_factory(tmp_path):
+    """``make(overrides, name, port)``: a started broker, stopped (or killed) at the end."""
+    yield from _broker_factory(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def module_broker_factory(request, tmp_path_factory):
+    """``broker_factory`` for brokers shared by the tests of one module."""
+    yield from _broker_factory(tmp_path_factory.mktemp(request.module.__name__.rsplit(".", 1)[-1]))
 
 
 @pytest.fixture
@@ -146,3 +221,31 @@ def peer_bootstrap():
         pytest.skip(f"peer broker did not start: {exc}")
     yield f"127.0.0.1:{port}"
     stop()
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory):
+    """A CA, a server certificate for 127.0.0.1 and a client certificate (trustme, made at
+    run time: no key is committed), as files and PEM text."""
+    import trustme
+
+    d = tmp_path_factory.mktemp("pki")
+    ca = trustme.CA(organization_name="Tidegate Test CA")
+    server = ca.issue_cert("127.0.0.1", "localhost")
+    client = ca.issue_cert("writer@example.org", common_name="writer",
+                           organization_name="Tidegate Tests", organization_unit_name="clients")
+    paths = {
+        "ca": d / "ca.pem",
+        "server": d / "server.pem",
+        "client_cert": d / "client-cert.pem",
+        "client_key": d / "client-key.pem",
+        "client": d / "client.pem",
+    }
+    ca.cert_pem.write_to_path(str(paths["ca"]))
+    server.private_key_and_cert_chain_pem.write_to_path(str(paths["server"]))
+    client.private_key_and_cert_chain_pem.write_to_path(str(paths["client"]))
+    client.private_key_pem.write_to_path(str(paths["client_key"]))
+    paths["client_cert"].write_bytes(b"".join(blob.bytes() for blob in client.cert_chain_pems))
+    paths["server_chain_text"] = b"".join(b.bytes() for b in server.cert_chain_pems).decode()
+    paths["server_key_text"] = server.private_key_pem.bytes().decode()
+    return paths

@@ -125,3 +125,10 @@ class FakeLoop:
     def advance(self, ms: int) -> None:
         """:meth:`run_until` ``ms`` from now."""
         self.run_until(self.time_ms() + ms)
+
+
+def clock_at(ms: int) -> MockClock:
+    """A :class:`MockClock` whose monotonic time starts at ``ms`` (it starts at 0)."""
+    clock = MockClock()
+    clock.set_milliseconds(ms)
+    return clock

@@ -260,3 +260,48 @@ def fetch_body(
         "forgotten_topics_data": [],
         "rack_id": "",
     }
+
+
+# -- one-request helpers ----------------------------------------------------------------
+def produce_partition(
+    c: RawClient,
+    topic: str,
+    records: bytes,
+    *,
+    partition: int = 0,
+    acks: int = 1,
+    timeout: int = 5000,
+    client_id: str | None = "rawclient",
+) -> Any:
+    """One Produce v9 of the record set ``records`` to one partition; its partition
+    response (error code, base offset)."""
+    body = produce_body(topic, {partition: records}, acks=acks, timeout=timeout)
+    resp = c.request(0, 9, body, client_id=client_id)
+    return resp.responses[0].partition_responses[0]
+
+
+def list_offset(c: RawClient, topic: str, partition: int = 0, timestamp: int = -1) -> int:
+    """ListOffsets v7 of one partition (timestamp -1 latest, -2 earliest); it must succeed."""
+    resp = c.request(
+        2,
+        7,
+        {
+            "replica_id": -1,
+            "isolation_level": 0,
+            "topics": [
+                {
+                    "name": topic,
+                    "partitions": [
+                        {
+                            "partition_index": partition,
+                            "current_leader_epoch": -1,
+                            "timestamp": timestamp,
+                        }
+                    ],
+                }
+            ],
+        },
+    )
+    p = resp.topics[0].partitions[0]
+    assert p.error_code == 0, p
+    return p.offset

@@ -6,7 +6,6 @@ kafka-python's KafkaAdminClient, against a real tidegate process.
 from __future__ import annotations
 
 import os
-import time
 import uuid
 import warnings
 
@@ -16,10 +15,9 @@ import pytest
 warnings.filterwarnings("ignore", r".* is deprecated\. Use files\(\) instead", DeprecationWarning)
 
 from confluent_kafka import (
-    Consumer,
+    OFFSET_BEGINNING,
     KafkaError,
     KafkaException,
-    Producer,
     TopicCollection,
     TopicPartition,
 )
@@ -35,7 +33,11 @@ from confluent_kafka.admin import (
 from kafka import KafkaProducer
 from kafka import errors as kerr
 from kafka.admin import ConfigResource as KConfigResource
-from kafka.admin import ConfigResourceType, KafkaAdminClient
+from kafka.admin import ConfigResourceType
+
+from tests.conftest import wait_until
+
+from .clients import admin_client, consume, create_topic, new_consumer, produce
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -43,12 +45,12 @@ BROKER_ID = "1"
 
 
 def cfk_admin(broker) -> AdminClient:
-    return AdminClient({"bootstrap.servers": broker.bootstrap, "log_level": 0})
+    return admin_client(broker.bootstrap, client="confluent")
 
 
 @pytest.fixture
 def kp_admin(broker):
-    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap, request_timeout_ms=10_000)
+    admin = admin_client(broker.bootstrap, client="kafka-python")
     yield admin
     admin.close()
 
@@ -239,7 +241,7 @@ def test_create_errors_kafka_python(kp_admin):
 
 def test_create_with_broker_defaults_and_describe_by_topic_id(broker_factory):
     b = broker_factory({"num.partitions": "2"})
-    admin = KafkaAdminClient(bootstrap_servers=b.bootstrap, request_timeout_ms=10_000)
+    admin = admin_client(b.bootstrap, client="kafka-python")
     try:
         # Names only: num_partitions and replication_factor -1 take the broker defaults.
         [topic] = admin.create_topics(["dflt"])["topics"]
@@ -310,12 +312,9 @@ def test_create_partitions_kafka_python_and_use_them(broker, kp_admin):
     with pytest.raises(kerr.InvalidPartitionsError):
         kp_admin.create_partitions({"grow-k": 3})
     # The new partitions take data.
-    p = KafkaProducer(bootstrap_servers=broker.bootstrap)
-    try:
-        offsets = [p.send("grow-k", b"v", partition=i).get(10).offset for i in (3, 3, 2)]
-    finally:
-        p.close(timeout=5)
-    assert offsets == [0, 1, 0]
+    delivered = produce(broker.bootstrap, "grow-k", [b"v"] * 3, client="kafka-python",
+                        partition=lambda i: (3, 3, 2)[i])  # fmt: skip
+    assert [(d.partition, d.offset) for d in delivered] == [(3, 0), (3, 1), (2, 0)]
 
 
 # -- DeleteTopics ----------------------------------------------------------------------
@@ -369,14 +368,7 @@ def test_auto_create_on_metadata_when_enabled(broker_factory):
     assert md.topics["auto-yes"].error is None
     assert len(md.topics["auto-yes"].partitions) == 3
     # A consumer's metadata request does not allow it (allow.auto.create.topics=false).
-    c = Consumer(
-        {
-            "bootstrap.servers": b.bootstrap,
-            "group.id": "g",
-            "enable.auto.commit": False,
-            "log_level": 0,
-        }
-    )
+    c = new_consumer(b.bootstrap, client="confluent")
     try:
         md = c.list_topics("auto-no", timeout=10)
     finally:
@@ -463,12 +455,10 @@ def test_retention_by_time_deletes_old_segments_in_a_running_broker(broker_facto
             "log.segment.bytes": 20000,
         }
     )
-    admin = AdminClient({"bootstrap.servers": b.bootstrap})
-    admin.create_topics([NewTopic("ret", 1, 1)])["ret"].result(10)
-    producer = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 0})
-    for _ in range(300):
-        producer.produce("ret", b"x" * 500)
-        producer.flush(10)
+    admin = admin_client(b.bootstrap, client="confluent")
+    create_topic(b.bootstrap, "ret", client="confluent")
+    # one record per request: a batch each, so the segments roll at 20000 bytes
+    produce(b.bootstrap, "ret", [b"x" * 500] * 300, client="confluent", linger_ms=0, flush_every=1)
     tp = TopicPartition("ret", 0)
 
     def offset(spec) -> int:
@@ -481,26 +471,12 @@ def test_retention_by_time_deletes_old_segments_in_a_running_broker(broker_facto
     before = segment_bases()
     assert len(before) > 3, before  # rolled at 20000 bytes
     assert offset(OffsetSpec.earliest()) == 0
-    deadline = time.monotonic() + 20
-    while offset(OffsetSpec.earliest()) < 300:
-        assert time.monotonic() < deadline, (offset(OffsetSpec.earliest()), segment_bases())
-        time.sleep(0.3)
+    wait_until(lambda: offset(OffsetSpec.earliest()) >= 300, 20, interval=0.3,
+               what="retention deleting every old segment")  # fmt: skip
+    assert offset(OffsetSpec.earliest()) == 300
     assert offset(OffsetSpec.latest()) == 300
     assert segment_bases() == [300]  # one empty active segment at the end offset
     # new records after it are served from the new log start offset
-    for i in range(5):
-        producer.produce("ret", f"new{i}".encode())
-    producer.flush(10)
-    c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "ret", "enable.auto.commit": False})
-    try:
-        c.assign([TopicPartition("ret", 0, -2)])  # OFFSET_BEGINNING
-        got = []
-        deadline = time.monotonic() + 15
-        while len(got) < 5 and time.monotonic() < deadline:
-            m = c.poll(0.5)
-            if m is not None:
-                assert m.error() is None, m.error()
-                got.append((m.offset(), m.value()))
-        assert got == [(300 + i, f"new{i}".encode()) for i in range(5)]
-    finally:
-        c.close()
+    produce(b.bootstrap, "ret", [f"new{i}".encode() for i in range(5)], client="confluent")
+    got = consume(b.bootstrap, "ret", 5, client="confluent", start=OFFSET_BEGINNING, timeout=15)
+    assert [(g.offset, g.value) for g in got] == [(300 + i, f"new{i}".encode()) for i in range(5)]

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import TopicPartition
 
-from tests.conftest import BrokerProcess, free_port
+from tests.conftest import BrokerProcess, free_port, wait_until
+
+from .clients import ProducerThread, admin_client, create_topic, new_consumer, read_to_end
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -95,125 +95,53 @@ def test_console_script_installed():
     assert "log.segment.bytes" in proc.stdout
 
 
-class ProducerLoop(threading.Thread):
-    """Produces numbered values as fast as the broker takes them; records what was acked."""
-
-    def __init__(self, bootstrap: str, topic: str, acks: str, prefix: str) -> None:
-        super().__init__(daemon=True)
-        self.producer = Producer(
-            {
-                "bootstrap.servers": bootstrap,
-                "acks": acks,
-                "linger.ms": 2,
-                "message.timeout.ms": 5000,
-                "reconnect.backoff.max.ms": 200,
-                "log_level": 0,
-            }
-        )
-        self.topic = topic
-        self.prefix = prefix
-        self.acked: dict[bytes, int] = {}
-        self.stop_event = threading.Event()
-
-    def _delivered(self, err, msg) -> None:
-        if err is None:
-            self.acked[msg.value()] = msg.offset()
-
-    def run(self) -> None:
-        i = 0
-        while not self.stop_event.is_set():
-            try:
-                self.producer.produce(
-                    self.topic,
-                    value=f"{self.prefix}-{i}".encode(),
-                    partition=0,
-                    on_delivery=self._delivered,
-                )
-                i += 1
-            except BufferError:
-                pass
-            self.producer.poll(0.001 if i % 100 == 0 else 0)
-
-    def finish(self) -> None:
-        self.stop_event.set()
-        self.join(10)
-        self.producer.purge()
-        self.producer.flush(5)
-
-
-def read_all(bootstrap: str, topic: str, timeout: float = 20) -> list[tuple[int, bytes]]:
-    c = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "g",
-            "enable.auto.commit": False,
-            "log_level": 0,
-        }
-    )
-    try:
-        _low, high = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
-        c.assign([TopicPartition(topic, 0, 0)])
-        out: list[tuple[int, bytes]] = []
-        deadline = time.monotonic() + timeout
-        while len(out) < high and time.monotonic() < deadline:
-            for m in c.consume(1000, 0.5):
-                assert not m.error(), m.error()
-                out.append((m.offset(), m.value()))
-        return out
-    finally:
-        c.close()
+def producer_loop(bootstrap: str, topic: str, acks: str, prefix: str) -> ProducerThread:
+    """``<prefix>-0``, ``<prefix>-1``, ... as fast as the broker takes them."""
+    conf = {
+        "acks": acks,
+        "linger.ms": 2,
+        "message.timeout.ms": 5000,
+        "reconnect.backoff.max.ms": 200,
+    }
+    return ProducerThread(bootstrap, topic, conf, value_of=lambda n, _: f"{prefix}-{n}".encode())
 
 
 def test_sigterm_with_active_producers_exits_0_and_keeps_acked_data(broker):
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap, "log_level": 0})
     for name in ("busy-all", "busy-one"):
-        admin.create_topics([NewTopic(name, 1, 1)], request_timeout=10)[name].result(10)
-    loops = [
-        ProducerLoop(broker.bootstrap, "busy-all", "all", "all"),
-        ProducerLoop(broker.bootstrap, "busy-one", "1", "one"),
-    ]
-    for loop in loops:
+        create_topic(broker.bootstrap, name, client="confluent")
+    loops = {
+        "all": producer_loop(broker.bootstrap, "busy-all", "all", "all"),
+        "one": producer_loop(broker.bootstrap, "busy-one", "1", "one"),
+    }
+    for loop in loops.values():
         loop.start()
-    deadline = time.monotonic() + 20
-    while min(len(loop.acked) for loop in loops) < 500 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert min(len(loop.acked) for loop in loops) >= 500, "producers made no progress"
+    wait_until(lambda: min(len(loop.acked) for loop in loops.values()) >= 500, 20,
+               what="500 records acknowledged to each producer")  # fmt: skip
 
     assert broker.stop() == 0  # SIGTERM while both are sending
-    for loop in loops:
+    for loop in loops.values():
         loop.finish()
     assert "shut down cleanly" in broker.log_text()
 
     broker.start()
-    for loop in loops:
-        records = read_all(broker.bootstrap, loop.topic)
+    for prefix, loop in loops.items():
+        records = [(g.offset, g.value) for g in read_to_end(broker.bootstrap, loop.topic)[0]]
         assert [o for o, _ in records] == list(range(len(records))), "offsets are not contiguous"
         stored = {v: o for o, v in records}
         assert len(stored) == len(records), "a value was stored twice"
-        missing = {v: o for v, o in loop.acked.items() if stored.get(v) != o}
+        missing = {v: o for (_, o), v in loop.acked.items() if stored.get(v) != o}
         assert not missing, (
             f"{len(missing)} acknowledged records lost or moved, e.g. {next(iter(missing.items()))}"
         )
         # What was stored is each producer's sequence in order, acked or not.
-        assert [v for _, v in records] == [
-            f"{loop.prefix}-{i}".encode() for i in range(len(records))
-        ]
+        assert [v for _, v in records] == [f"{prefix}-{i}".encode() for i in range(len(records))]
 
 
 def test_sigterm_with_a_parked_long_poll_fetch_exits_promptly(broker):
     """A consumer long-polling (fetch.wait.max.ms=30s) must not hold up shutdown: the
     parked fetch is answered at once and the broker exits 0."""
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap, "log_level": 0})
-    admin.create_topics([NewTopic("parked", 1, 1)], request_timeout=10)["parked"].result(10)
-    c = Consumer(
-        {
-            "bootstrap.servers": broker.bootstrap,
-            "group.id": "g",
-            "enable.auto.commit": False,
-            "fetch.wait.max.ms": 30_000,
-            "log_level": 0,
-        }
-    )
+    create_topic(broker.bootstrap, "parked", client="confluent")
+    c = new_consumer(broker.bootstrap, client="confluent", conf={"fetch.wait.max.ms": 30_000})
     try:
         c.assign([TopicPartition("parked", 0, 0)])
         assert c.consume(1, 1.0) == []  # now parked in a fetch on the broker
@@ -240,9 +168,7 @@ def test_second_broker_on_same_data_dir_refuses_to_start(broker):
     assert str(broker.data_dir) in output
     # The first broker is unaffected and still serves.
     assert broker.alive()
-    md = AdminClient({"bootstrap.servers": broker.bootstrap, "log_level": 0}).list_topics(
-        timeout=10
-    )
+    md = admin_client(broker.bootstrap, client="confluent").list_topics(timeout=10)
     assert [b.id for b in md.brokers.values()] == [1]
 
     # Once the first one stops, the directory is free again.

@@ -2,8 +2,8 @@
 (metadata, ListOffsets, Fetch) and ``tidegate.producer.Producer`` against one real
 broker process with SASL_PLAINTEXT, SSL and SASL_SSL listeners on loopback.
 
-Users come from a credentials file (``test_security``'s), certificates from trustme
-(``test_tls``'s ``pki`` fixture); failed logins must surface as
+Users come from a credentials file (``clients.USERS``), certificates from trustme
+(the ``pki`` fixture); failed logins must surface as
 ``SaslAuthenticationError`` at once, not be retried until a timeout.
 """
 
@@ -14,9 +14,8 @@ import uuid
 
 import pytest
 
-from tests.conftest import BrokerProcess, free_port, wait_for_port
-from tests.integration.test_security import USERS, _write_users
-from tests.integration.test_tls import pki  # noqa: F401 - the module-scoped fixture
+from tests.conftest import free_port, wait_until
+from tests.integration.clients import USERS, Rec, produce, sasl_overrides, write_users
 from tidegate.client import KafkaClient
 from tidegate.client.errors import SaslAuthenticationError, SslAuthenticationError
 from tidegate.client.fetcher import end_offsets, read_range
@@ -34,39 +33,30 @@ def jaas(mechanism: str, user: str, password: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def listeners(tmp_path_factory, pki):  # noqa: F811
-    d = tmp_path_factory.mktemp("client-security")
-    ports = {name: free_port() for name in ("PLAINTEXT", "SASL_PLAINTEXT", "SSL", "SASL_SSL")}
-    proc = BrokerProcess(d / "data", port=ports["PLAINTEXT"], overrides={
-        "listeners": ",".join(f"{n}://127.0.0.1:{p}" for n, p in ports.items()),
-        "sasl.credentials.file": str(_write_users(d / "users.json")),
+def listeners(module_broker_factory, tmp_path_factory, pki):
+    """One broker with a PLAINTEXT, SASL_PLAINTEXT, SSL and SASL_SSL listener: {name: address}."""
+    names = ("PLAINTEXT", "SASL_PLAINTEXT", "SSL", "SASL_SSL")
+    proc = module_broker_factory({
+        "listeners": ",".join(f"{n}://127.0.0.1:{free_port()}" for n in names),
+        "sasl.credentials.file": str(write_users(tmp_path_factory.mktemp("users") / "users.json")),
         "ssl.keystore.location": str(pki["server"]),
         "ssl.truststore.location": str(pki["ca"]),
         "ssl.client.auth": "requested",
     })  # fmt: skip
-    proc.start()
-    for p in ports.values():
-        wait_for_port(p)
-    yield {n: f"127.0.0.1:{p}" for n, p in ports.items()}
-    if proc.alive():
-        try:
-            proc.stop(10)
-        except Exception:  # noqa: BLE001
-            proc.kill()
+    return {n: proc.listener(n) for n in names}
 
 
-def roundtrip(conf: dict, n: int = 30) -> tuple[list[bytes], KafkaClient]:
+def tidegate_roundtrip(conf: dict, n: int = 30) -> list[bytes]:
     """Produce n records with the Producer, read them back with KafkaClient (Metadata,
     ListOffsets, Fetch), both with the same security keys."""
     topic = f"cs-{uuid.uuid4().hex[:8]}"
-    p = Producer({**conf, "acks": "all", "linger.ms": 2})
-    futures = [p.send(topic, f"v{i}".encode(), key=b"k") for i in range(n)]
-    p.flush(30)
-    offsets = [f.result(10).offset for f in futures]
-    p.close()
-    assert offsets == list(range(n))
+    bootstrap = conf["bootstrap.servers"]
     security = {k: v for k, v in conf.items() if k != "bootstrap.servers"}
-    with KafkaClient(conf["bootstrap.servers"], security=security) as c:
+    values = [Rec(b"k", f"v{i}".encode()) for i in range(n)]
+    delivered = produce(bootstrap, topic, values, client="tidegate", partition=None, acks=-1,
+                        linger_ms=2, conf=security)  # fmt: skip
+    assert [d.offset for d in delivered] == list(range(n))
+    with KafkaClient(bootstrap, security=security) as c:
         cluster = c.metadata([topic], timeout_ms=10_000)
         assert cluster.partition_count(topic) == 1
         # the broker names the listener the client came in on
@@ -74,7 +64,7 @@ def roundtrip(conf: dict, n: int = 30) -> tuple[list[bytes], KafkaClient]:
         assert f"{broker.host}:{broker.port}" == conf["bootstrap.servers"]
         end = end_offsets(c, [(topic, 0)], timeout_ms=10_000)[(topic, 0)]
         got = [r.value for r in read_range(c, (topic, 0), 0, end, timeout_ms=10_000)]
-    return got, c
+    return got
 
 
 EXPECTED = [f"v{i}".encode() for i in range(30)]
@@ -92,47 +82,47 @@ def test_sasl_plaintext(listeners, mechanism, style):
         conf["sasl.jaas.config"] = jaas(mechanism, "alice", USERS["alice"])
     else:
         conf |= {"sasl.username": "bob", "sasl.password": USERS["bob"]}
-    got, _ = roundtrip(conf)
+    got = tidegate_roundtrip(conf)
     assert got == EXPECTED
 
 
-def test_ssl_with_truststore_file(listeners, pki):  # noqa: F811
+def test_ssl_with_truststore_file(listeners, pki):
     conf = {"bootstrap.servers": listeners["SSL"], "security.protocol": "SSL",
             "ssl.truststore.type": "PEM", "ssl.truststore.location": str(pki["ca"])}  # fmt: skip
-    got, _ = roundtrip(conf)
+    got = tidegate_roundtrip(conf)
     assert got == EXPECTED
 
 
-def test_ssl_with_pem_text_and_client_certificate(listeners, pki):  # noqa: F811
+def test_ssl_with_pem_text_and_client_certificate(listeners, pki):
     conf = {"bootstrap.servers": listeners["SSL"], "security.protocol": "SSL",
             "ssl.truststore.certificates": pki["ca"].read_text(),
             "ssl.keystore.type": "PEM", "ssl.keystore.location": str(pki["client"])}  # fmt: skip
-    got, _ = roundtrip(conf)
+    got = tidegate_roundtrip(conf)
     assert got == EXPECTED
 
 
-def test_sasl_ssl_scram(listeners, pki):  # noqa: F811
+def test_sasl_ssl_scram(listeners, pki):
     conf = {"bootstrap.servers": listeners["SASL_SSL"], "security.protocol": "SASL_SSL",
             "ssl.truststore.location": str(pki["ca"]), "sasl.mechanism": "SCRAM-SHA-512",
             "sasl.jaas.config": jaas("SCRAM-SHA-512", "alice", USERS["alice"])}  # fmt: skip
-    got, _ = roundtrip(conf)
+    got = tidegate_roundtrip(conf)
     assert got == EXPECTED
 
 
-def test_large_values_over_tls(listeners, pki):  # noqa: F811
+def test_large_values_over_tls(listeners, pki):
     """Requests and responses far larger than a TLS record and the socket buffers."""
     conf = {"bootstrap.servers": listeners["SASL_SSL"], "security.protocol": "SASL_SSL",
             "ssl.truststore.location": str(pki["ca"]), "sasl.mechanism": "PLAIN",
             "sasl.username": "alice", "sasl.password": USERS["alice"]}  # fmt: skip
     topic = f"big-{uuid.uuid4().hex[:8]}"
     values = [bytes([i]) * (300_000 + i) for i in range(8)]
-    p = Producer({**conf, "acks": "all", "batch.size": 1 << 20, "max.request.size": 4 << 20})
-    futures = [p.send(topic, v) for v in values]
-    p.flush(30)
-    assert [f.result(10).offset for f in futures] == list(range(8))
-    p.close()
+    bootstrap = conf["bootstrap.servers"]
     security = {k: v for k, v in conf.items() if k != "bootstrap.servers"}
-    with KafkaClient(conf["bootstrap.servers"], security=security) as c:
+    delivered = produce(bootstrap, topic, values, client="tidegate", partition=None, acks=-1,
+                        linger_ms=None,
+                        conf={**security, "batch.size": 1 << 20, "max.request.size": 4 << 20})
+    assert [d.offset for d in delivered] == list(range(8))
+    with KafkaClient(bootstrap, security=security) as c:
         c.metadata([topic], timeout_ms=10_000)
         got = [r.value for r in read_range(c, (topic, 0), 0, 8, partition_max_bytes=4 << 20,
                                            timeout_ms=10_000)]  # fmt: skip
@@ -141,7 +131,7 @@ def test_large_values_over_tls(listeners, pki):  # noqa: F811
 
 @pytest.mark.parametrize("protocol", ["SASL_PLAINTEXT", "SASL_SSL"])
 @pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256"])
-def test_wrong_password_is_a_sasl_authentication_error(listeners, pki, protocol, mechanism):  # noqa: F811
+def test_wrong_password_is_a_sasl_authentication_error(listeners, pki, protocol, mechanism):
     conf = {"security.protocol": protocol, "sasl.mechanism": mechanism,
             "sasl.jaas.config": jaas(mechanism, "alice", "wrong"),
             "ssl.truststore.location": str(pki["ca"])}  # fmt: skip
@@ -163,26 +153,16 @@ def test_wrong_password_is_a_sasl_authentication_error(listeners, pki, protocol,
     p.close()
 
 
-def test_unknown_mechanism_on_the_broker(tmp_path):
+def test_unknown_mechanism_on_the_broker(broker_factory, tmp_path):
     """A mechanism the listener does not enable: the broker's list is in the error."""
-    port, sasl = free_port(), free_port()
-    proc = BrokerProcess(tmp_path / "data", port=port, overrides={
-        "listeners": f"PLAINTEXT://127.0.0.1:{port},SASL_PLAINTEXT://127.0.0.1:{sasl}",
-        "sasl.enabled.mechanisms": "SCRAM-SHA-512",
-        "sasl.credentials.file": str(_write_users(tmp_path / "users.json")),
-    })  # fmt: skip
-    proc.start()
-    try:
-        wait_for_port(sasl)
-        conf = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
-                "sasl.username": "alice", "sasl.password": USERS["alice"]}  # fmt: skip
-        with (
-            KafkaClient(f"127.0.0.1:{sasl}", security=conf) as c,
-            pytest.raises(SaslAuthenticationError, match=r"'PLAIN' not enabled.*SCRAM-SHA-512"),
-        ):
-            c.bootstrap(timeout_ms=20_000)
-    finally:
-        proc.stop(10)
+    proc = broker_factory(sasl_overrides(tmp_path, **{"sasl.enabled.mechanisms": "SCRAM-SHA-512"}))
+    conf = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
+            "sasl.username": "alice", "sasl.password": USERS["alice"]}  # fmt: skip
+    with (
+        KafkaClient(proc.listener("SASL_PLAINTEXT"), security=conf) as c,
+        pytest.raises(SaslAuthenticationError, match=r"'PLAIN' not enabled.*SCRAM-SHA-512"),
+    ):
+        c.bootstrap(timeout_ms=20_000)
 
 
 def test_untrusted_certificate_is_an_ssl_authentication_error(listeners, tmp_path):
@@ -200,7 +180,7 @@ def test_untrusted_certificate_is_an_ssl_authentication_error(listeners, tmp_pat
     assert time.monotonic() - started < 5
 
 
-def test_hostname_check_and_disabling_it(tmp_path):
+def test_hostname_check_and_disabling_it(broker_factory, tmp_path):
     """A certificate for another name: refused by default (https), accepted with
     ssl.endpoint.identification.algorithm empty (the chain is still verified)."""
     import trustme
@@ -210,25 +190,21 @@ def test_hostname_check_and_disabling_it(tmp_path):
     ca.issue_cert("broker.example").private_key_and_cert_chain_pem.write_to_path(
         str(tmp_path / "broker.pem")
     )
-    port, ssl_port = free_port(), free_port()
-    proc = BrokerProcess(tmp_path / "data", port=port, overrides={
-        "listeners": f"PLAINTEXT://127.0.0.1:{port},SSL://127.0.0.1:{ssl_port}",
+    proc = broker_factory({
+        "listeners": f"PLAINTEXT://127.0.0.1:{free_port()},SSL://127.0.0.1:{free_port()}",
         "ssl.keystore.location": str(tmp_path / "broker.pem"),
     })  # fmt: skip
-    proc.start()
-    try:
-        wait_for_port(ssl_port)
-        conf = {"security.protocol": "SSL", "ssl.truststore.location": str(tmp_path / "ca.pem")}
-        with (
-            KafkaClient(f"127.0.0.1:{ssl_port}", security=conf) as c,
-            pytest.raises(SslAuthenticationError, match="IP address mismatch|hostname"),
-        ):
-            c.bootstrap(timeout_ms=20_000)
-        conf["ssl.endpoint.identification.algorithm"] = ""
-        with KafkaClient(f"127.0.0.1:{ssl_port}", security=conf) as c:
-            assert c.bootstrap(timeout_ms=20_000).brokers
-    finally:
-        proc.stop(10)
+    ssl_address = proc.listener("SSL")
+    conf = {"security.protocol": "SSL", "ssl.truststore.location": str(tmp_path / "ca.pem")}
+    with (
+        KafkaClient(ssl_address, security=conf) as c,
+        pytest.raises(SslAuthenticationError, match="IP address mismatch|hostname"),
+    ):
+        c.bootstrap(timeout_ms=20_000)
+    conf["ssl.endpoint.identification.algorithm"] = ""
+    with KafkaClient(ssl_address, security=conf) as c:
+        # the broker names itself by the SSL listener the client came in on
+        assert [b.address for b in c.bootstrap(timeout_ms=20_000).brokers.values()] == [ssl_address]
 
 
 def test_login_retried_after_the_credentials_are_fixed(listeners):
@@ -252,17 +228,21 @@ def test_login_retried_after_the_credentials_are_fixed(listeners):
         admin.alter_user_scram_credentials([UserScramCredentialUpsertion(user, info, b"late-pw")])[
             user
         ].result(10)
-        deadline = time.monotonic() + 10
-        while True:
+        brokers: list[str] = []
+
+        def logged_in() -> bool:
             try:
-                assert c.bootstrap(timeout_ms=10_000).brokers
-                break
+                cluster = c.bootstrap(timeout_ms=10_000)
             except SaslAuthenticationError:
-                assert time.monotonic() < deadline
-                time.sleep(0.2)
+                return False
+            brokers.extend(b.address for b in cluster.brokers.values())
+            return True
+
+        wait_until(logged_in, 10, interval=0.2, what="a login with the new credentials")
+        assert brokers == [listeners["SASL_PLAINTEXT"]]
 
 
-def test_tidegate_configs_command_config(listeners, pki, tmp_path):  # noqa: F811
+def test_tidegate_configs_command_config(listeners, pki, tmp_path):
     """`tidegate configs --command-config` (kafka-configs.sh's option) over SASL_SSL."""
     import subprocess
     import sys

@@ -13,17 +13,9 @@ from __future__ import annotations
 import time
 
 import pytest
-from confluent_kafka import (
-    TIMESTAMP_CREATE_TIME,
-    TIMESTAMP_LOG_APPEND_TIME,
-    Consumer,
-    KafkaError,
-    KafkaException,
-    Producer,
-    TopicCollection,
-    TopicPartition,
-)
-from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicCollection
+from confluent_kafka import TopicPartition as CTopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from .clients import (
     ACKS_BY_CODEC,
@@ -32,159 +24,23 @@ from .clients import (
     LOG_APPEND_TIME,
     RECORDS_PER_CODEC,
     ROUNDTRIP_TOPIC_CONFIG,
-    Got,
     Rec,
+    admin_client,
     assert_records_match,
     base_timestamp,
-    check_offset_for_time,
+    check_list_offsets,
+    confluent_list_offset,
+    consume,
+    create_topic,
     make_records,
+    new_consumer,
+    produce,
     segment_count,
-    timestamp_queries,
 )
 
 pytestmark = pytest.mark.timeout(120)
 
-TS_TYPES = {TIMESTAMP_CREATE_TIME: CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME: LOG_APPEND_TIME}
-
-
-# -- client helpers --------------------------------------------------------------------
-
-
-def admin_client(bootstrap: str) -> AdminClient:
-    return AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
-
-
-def create_topic(
-    admin: AdminClient, name: str, partitions: int = 1, config: dict | None = None
-) -> None:
-    futures = admin.create_topics(
-        [NewTopic(name, partitions, 1, config=config or {})],
-        operation_timeout=10,
-        request_timeout=15,
-    )
-    futures[name].result(15)
-
-
-def produce(
-    bootstrap: str,
-    topic: str,
-    records: list[Rec],
-    *,
-    codec: str = "none",
-    acks: int = 1,
-    batch_per_record: bool = False,
-    extra: dict | None = None,
-    errors: list | None = None,
-) -> list:
-    """Send ``records`` to partition 0; returns the delivered messages in send order.
-
-    Delivery errors fail the call unless an ``errors`` list is given to collect them."""
-    conf = {
-        "bootstrap.servers": bootstrap,
-        "compression.type": codec,
-        "acks": acks,
-        "linger.ms": 0 if batch_per_record else 5,
-        "log_level": 0,
-    }
-    conf.update(extra or {})
-    p = Producer(conf)
-    delivered: list = []
-    expect_errors = errors is not None
-    errors = [] if errors is None else errors
-
-    def on_delivery(err, msg):
-        if err is not None:
-            errors.append(err)
-        else:
-            delivered.append(msg)
-
-    for r in records:
-        while True:
-            try:
-                p.produce(
-                    topic,
-                    key=r.key,
-                    value=r.value,
-                    headers=list(r.headers),
-                    timestamp=r.timestamp,
-                    partition=0,
-                    on_delivery=on_delivery,
-                )
-                break
-            except BufferError:
-                p.poll(0.05)
-        p.poll(0)
-        if batch_per_record:
-            assert p.flush(10) == 0
-    assert p.flush(30) == 0, "messages still queued after 30s"
-    if not expect_errors:
-        assert not errors, f"{len(errors)} delivery errors, first: {errors[0]}"
-        assert len(delivered) == len(records)
-    return delivered
-
-
-def new_consumer(bootstrap: str) -> Consumer:
-    return Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "tidegate-integration",
-            "enable.auto.commit": False,
-            "auto.offset.reset": "error",
-            "log_level": 0,
-        }
-    )
-
-
-def to_got(m) -> Got:
-    ts_type, ts = m.timestamp()
-    return Got(
-        m.offset(), m.key(), m.value(), tuple(m.headers() or ()), ts, TS_TYPES.get(ts_type, -1)
-    )
-
-
-def consume(
-    bootstrap: str, topic: str, count: int, start: int = 0, timeout: float = 30.0
-) -> list[Got]:
-    c = new_consumer(bootstrap)
-    try:
-        c.assign([TopicPartition(topic, 0, start)])
-        got: list[Got] = []
-        deadline = time.monotonic() + timeout
-        while len(got) < count and time.monotonic() < deadline:
-            for m in c.consume(1000, 0.5):
-                if m.error():
-                    raise KafkaException(m.error())
-                got.append(to_got(m))
-        # Nothing beyond what was produced.
-        extra = [m for m in c.consume(10, 0.2) if not m.error()]
-        assert not extra, f"unexpected record at offset {extra[0].offset()}"
-        return got
-    finally:
-        c.close()
-
-
-def list_offset(admin: AdminClient, topic: str, spec) -> tuple[int, int]:
-    tp = TopicPartition(topic, 0)
-    info = admin.list_offsets({tp: spec}, request_timeout=10)[tp].result(10)
-    return info.offset, info.timestamp
-
-
-def check_list_offsets(bootstrap: str, topic: str, sent: list[Rec], *, exact: bool = False) -> None:
-    n = len(sent)
-    admin = admin_client(bootstrap)
-    assert list_offset(admin, topic, OffsetSpec.earliest())[0] == 0
-    assert list_offset(admin, topic, OffsetSpec.latest())[0] == n
-    c = new_consumer(bootstrap)
-    try:
-        assert c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10) == (0, n)
-        for q in timestamp_queries(sent) + [sent[-1].timestamp + 1]:
-            offset, ts = list_offset(admin, topic, OffsetSpec.for_timestamp(q))
-            check_offset_for_time(sent, q, offset, ts, exact=exact)
-            [tp] = c.offsets_for_times([TopicPartition(topic, 0, q)], timeout=10)
-            assert tp.error is None
-            check_offset_for_time(sent, q, tp.offset, exact=exact)
-    finally:
-        c.close()
+CFK = "confluent"
 
 
 # -- tests -----------------------------------------------------------------------------
@@ -193,68 +49,73 @@ def check_list_offsets(bootstrap: str, topic: str, sent: list[Rec], *, exact: bo
 @pytest.mark.parametrize("codec", CODECS)
 def test_roundtrip_every_field_then_restart(broker, codec):
     topic = f"cfk-{codec}"
-    create_topic(admin_client(broker.bootstrap), topic, config=ROUNDTRIP_TOPIC_CONFIG)
+    create_topic(broker.bootstrap, topic, configs=ROUNDTRIP_TOPIC_CONFIG, client=CFK)
     sent = make_records(RECORDS_PER_CODEC, base_timestamp(), seed=CODECS.index(codec))
     acks = ACKS_BY_CODEC[codec]
-    delivered = produce(broker.bootstrap, topic, sent, codec=codec, acks=acks)
+    delivered = produce(broker.bootstrap, topic, sent, client=CFK, codec=codec, acks=acks)
     if acks != 0:
         # The produce response's base offset gives each message its offset.
-        assert [m.offset() for m in delivered] == list(range(len(sent)))
-        assert all(
-            m.timestamp() == (TIMESTAMP_CREATE_TIME, r.timestamp) for m, r in zip(delivered, sent)
-        )
+        assert [d.offset for d in delivered] == list(range(len(sent)))
+        assert [(d.timestamp_type, d.timestamp) for d in delivered] == [
+            (CREATE_TIME, r.timestamp) for r in sent
+        ]
 
-    got = consume(broker.bootstrap, topic, len(sent))
+    got = consume(broker.bootstrap, topic, len(sent), client=CFK)
     assert_records_match(sent, got)
-    check_list_offsets(broker.bootstrap, topic, sent)
+    check_list_offsets(broker.bootstrap, topic, sent, client=CFK)
 
     assert segment_count(broker.data_dir, topic) > 1, "10,000 records should span several segments"
     assert broker.stop() == 0
     broker.start()
-    assert consume(broker.bootstrap, topic, len(sent)) == got
+    assert consume(broker.bootstrap, topic, len(sent), client=CFK) == got
     # Seeking into the middle of the log after recovery lands on the exact record.
     middle = len(sent) // 2 + 17
-    assert consume(broker.bootstrap, topic, len(sent) - middle, start=middle) == got[middle:]
-    check_list_offsets(broker.bootstrap, topic, sent)
+    assert consume(broker.bootstrap, topic, len(sent) - middle, client=CFK, start=middle) == (
+        got[middle:]
+    )
+    check_list_offsets(broker.bootstrap, topic, sent, client=CFK)
 
 
 def test_offsets_for_times_exact_with_one_record_per_batch(broker):
     topic = "cfk-times"
-    create_topic(admin_client(broker.bootstrap), topic)
+    create_topic(broker.bootstrap, topic, client=CFK)
     sent = make_records(30, base_timestamp(), ts_step=lambda i: 10 * i)
-    produce(broker.bootstrap, topic, sent, acks=-1, batch_per_record=True)
-    check_list_offsets(broker.bootstrap, topic, sent, exact=True)
+    produce(broker.bootstrap, topic, sent, client=CFK, acks=-1, linger_ms=0, flush_every=1)
+    check_list_offsets(broker.bootstrap, topic, sent, client=CFK, exact=True)
+    admin = admin_client(broker.bootstrap, client=CFK)
     for i in (0, 1, 13, 29):
         q = sent[i].timestamp - 5  # between record i-1 and record i
-        offset, ts = list_offset(admin_client(broker.bootstrap), topic, OffsetSpec.for_timestamp(q))
+        offset, ts = confluent_list_offset(admin, topic, OffsetSpec.for_timestamp(q))
         assert (offset, ts) == (i, sent[i].timestamp)
-    offset, ts = list_offset(admin_client(broker.bootstrap), topic, OffsetSpec.max_timestamp())
+    offset, ts = confluent_list_offset(admin, topic, OffsetSpec.max_timestamp())
     assert (offset, ts) == (29, sent[29].timestamp)
 
 
 def test_log_append_time_topic(broker):
     topic = "cfk-lat"
-    admin = admin_client(broker.bootstrap)
-    create_topic(admin, topic, config={"message.timestamp.type": "LogAppendTime"})
+    admin = admin_client(broker.bootstrap, client=CFK)
+    create_topic(broker.bootstrap, topic, configs={"message.timestamp.type": "LogAppendTime"},
+                 client=CFK)  # fmt: skip
     sent = make_records(2000, base_timestamp() - 86_400_000)
     before = int(time.time() * 1000)
-    delivered = produce(broker.bootstrap, topic, sent, codec="lz4", acks=1)
+    delivered = produce(broker.bootstrap, topic, sent, client=CFK, codec="lz4", acks=1)
     after = int(time.time() * 1000)
-    for m in delivered:
-        ts_type, ts = m.timestamp()
-        assert ts_type == TIMESTAMP_LOG_APPEND_TIME
-        assert before <= ts <= after
+    for d in delivered:
+        assert d.timestamp_type == LOG_APPEND_TIME
+        assert before <= d.timestamp <= after
 
-    got = consume(broker.bootstrap, topic, len(sent))
+    got = consume(broker.bootstrap, topic, len(sent), client=CFK)
     assert_records_match(sent, got, timestamp_type=LOG_APPEND_TIME, check_timestamps=False)
     for g, r in zip(got, sent):
         assert before <= g.timestamp <= after, (
             f"offset {g.offset}: {g.timestamp} not in [{before}, {after}]"
         )
         assert g.timestamp != r.timestamp
+    # The produce responses carried the append times the consumer reads.
+    assert {g.timestamp for g in got} == {d.timestamp for d in delivered}
     # Lookups by time use the append times, not the producer's CreateTime.
-    assert list_offset(admin, topic, OffsetSpec.for_timestamp(sent[-1].timestamp))[0] == 0
-    assert list_offset(admin, topic, OffsetSpec.for_timestamp(after + 60_000))[0] == -1
+    assert confluent_list_offset(admin, topic, OffsetSpec.for_timestamp(sent[-1].timestamp))[0] == 0
+    assert confluent_list_offset(admin, topic, OffsetSpec.for_timestamp(after + 60_000))[0] == -1
 
 
 def topic_names(admin: AdminClient) -> set[str]:
@@ -269,12 +130,13 @@ def topic_id(admin: AdminClient, name: str):
 
 def test_delete_topic_then_restart(broker_factory):
     b = broker_factory({"auto.create.topics.enable": "false"})
-    admin = admin_client(b.bootstrap)
-    create_topic(admin, "cfk-keep")
-    create_topic(admin, "cfk-drop")
+    admin = admin_client(b.bootstrap, client=CFK)
+    create_topic(b.bootstrap, "cfk-keep", client=CFK)
+    create_topic(b.bootstrap, "cfk-drop", client=CFK)
     keep = make_records(3000, base_timestamp(), seed=1)
-    produce(b.bootstrap, "cfk-keep", keep, codec="zstd", acks=-1)
-    produce(b.bootstrap, "cfk-drop", make_records(500, base_timestamp(), seed=2), acks=1)
+    produce(b.bootstrap, "cfk-keep", keep, client=CFK, codec="zstd", acks=-1)
+    produce(b.bootstrap, "cfk-drop", make_records(500, base_timestamp(), seed=2), client=CFK,
+            acks=1)  # fmt: skip
     keep_id = topic_id(admin, "cfk-keep")
     drop_id = topic_id(admin, "cfk-drop")
     assert {"cfk-keep", "cfk-drop"} <= topic_names(admin)
@@ -288,83 +150,57 @@ def test_delete_topic_then_restart(broker_factory):
     assert exc.value.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART
     # A producer that looks the topic up is told it does not exist.
     errors: list = []
-    produce(
-        b.bootstrap,
-        "cfk-drop",
-        keep[:1],
-        extra={"topic.metadata.propagation.max.ms": 100},
-        errors=errors,
-    )
+    delivered = produce(b.bootstrap, "cfk-drop", keep[:1], client=CFK, acks=1,
+                        conf={"topic.metadata.propagation.max.ms": 100}, errors=errors)  # fmt: skip
+    assert delivered == []
     assert [e.code() for e in errors] == [KafkaError.UNKNOWN_TOPIC_OR_PART]
     with pytest.raises(KafkaException) as exc:
         admin.delete_topics(["cfk-drop"], operation_timeout=10)["cfk-drop"].result(10)
     assert exc.value.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART
 
-    got = consume(b.bootstrap, "cfk-keep", len(keep))
+    got = consume(b.bootstrap, "cfk-keep", len(keep), client=CFK)
     assert_records_match(keep, got)
     assert b.stop() == 0
     b.start()
-    admin = admin_client(b.bootstrap)
+    admin = admin_client(b.bootstrap, client=CFK)
     assert "cfk-drop" not in topic_names(admin)
     assert topic_id(admin, "cfk-keep") == keep_id
-    assert consume(b.bootstrap, "cfk-keep", len(keep)) == got
+    assert consume(b.bootstrap, "cfk-keep", len(keep), client=CFK) == got
 
     # Re-creating the deleted name gives a new, empty topic: none of the old data returns.
-    create_topic(admin, "cfk-drop")
+    create_topic(b.bootstrap, "cfk-drop", client=CFK)
     assert topic_id(admin, "cfk-drop") != drop_id
-    assert list_offset(admin, "cfk-drop", OffsetSpec.latest())[0] == 0
+    assert confluent_list_offset(admin, "cfk-drop", OffsetSpec.latest())[0] == 0
     assert b.stop() == 0
     b.start()
-    admin = admin_client(b.bootstrap)
-    assert list_offset(admin, "cfk-drop", OffsetSpec.latest())[0] == 0
-    assert consume(b.bootstrap, "cfk-keep", len(keep)) == got
+    admin = admin_client(b.bootstrap, client=CFK)
+    assert confluent_list_offset(admin, "cfk-drop", OffsetSpec.latest())[0] == 0
+    assert consume(b.bootstrap, "cfk-keep", len(keep), client=CFK) == got
 
 
 def test_consume_with_fetch_limits_smaller_than_a_batch(broker):
     """KIP-74: a batch larger than the fetch limits is still returned, so the consumer
     makes progress instead of stalling."""
     topic = "cfk-tiny-fetch"
-    create_topic(admin_client(broker.bootstrap), topic)
+    create_topic(broker.bootstrap, topic, client=CFK)
     sent = make_records(3000, base_timestamp(), seed=5)
-    produce(broker.bootstrap, topic, sent, codec="gzip", acks=1)
-    c = Consumer(
-        {
-            "bootstrap.servers": broker.bootstrap,
-            "group.id": "tidegate-integration",
-            "enable.auto.commit": False,
-            "fetch.max.bytes": 1024,
-            "message.max.bytes": 1024,  # librdkafka wants fetch.max.bytes >= this
-            "max.partition.fetch.bytes": 512,
-            "log_level": 0,
-        }
-    )
-    try:
-        c.assign([TopicPartition(topic, 0, 0)])
-        got: list[Got] = []
-        deadline = time.monotonic() + 30
-        while len(got) < len(sent) and time.monotonic() < deadline:
-            got.extend(to_got(m) for m in c.consume(1000, 0.5) if not m.error())
-    finally:
-        c.close()
-    assert_records_match(sent, got)
+    produce(broker.bootstrap, topic, sent, client=CFK, codec="gzip", acks=1)
+    limits = {
+        "fetch.max.bytes": 1024,
+        "message.max.bytes": 1024,  # librdkafka wants fetch.max.bytes >= this
+        "max.partition.fetch.bytes": 512,
+    }
+    assert_records_match(sent, consume(broker.bootstrap, topic, len(sent), client=CFK, conf=limits))
 
 
 def test_waiting_fetch_is_woken_by_produce(broker):
     """A consumer at the log end long-polls (fetch.wait.max.ms=10s); a produce must
     answer it at once rather than when the wait expires."""
     topic = "cfk-long-poll"
-    create_topic(admin_client(broker.bootstrap), topic)
-    c = Consumer(
-        {
-            "bootstrap.servers": broker.bootstrap,
-            "group.id": "tidegate-integration",
-            "enable.auto.commit": False,
-            "fetch.wait.max.ms": 10_000,
-            "log_level": 0,
-        }
-    )
+    create_topic(broker.bootstrap, topic, client=CFK)
+    c: Consumer = new_consumer(broker.bootstrap, client=CFK, conf={"fetch.wait.max.ms": 10_000})
     try:
-        c.assign([TopicPartition(topic, 0, 0)])
+        c.assign([CTopicPartition(topic, 0, 0)])
         assert c.consume(1, 1.0) == []  # the consumer is now parked in a fetch
         p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0, "log_level": 0})
         p.produce(topic, value=b"wake up", partition=0)
@@ -382,12 +218,14 @@ def test_waiting_fetch_is_woken_by_produce(broker):
 
 def test_batch_larger_than_topic_max_message_bytes_is_rejected(broker):
     topic = "cfk-small-max"
-    create_topic(admin_client(broker.bootstrap), topic, config={"max.message.bytes": "2048"})
+    create_topic(broker.bootstrap, topic, configs={"max.message.bytes": "2048"}, client=CFK)
     errors: list = []
-    produce(broker.bootstrap, topic, [Rec(b"k", b"x" * 8192, (), base_timestamp())], errors=errors)
+    delivered = produce(broker.bootstrap, topic, [Rec(b"k", b"x" * 8192, (), base_timestamp())],
+                        client=CFK, acks=1, errors=errors)  # fmt: skip
+    assert delivered == []
     assert [e.code() for e in errors] == [KafkaError.MSG_SIZE_TOO_LARGE]
     # Smaller records still go in, and nothing of the rejected batch was stored.
     small = make_records(5, base_timestamp(), headers=False)
-    delivered = produce(broker.bootstrap, topic, small)
-    assert [m.offset() for m in delivered] == list(range(5))
-    assert_records_match(small, consume(broker.bootstrap, topic, 5))
+    delivered = produce(broker.bootstrap, topic, small, client=CFK, acks=1)
+    assert [d.offset for d in delivered] == list(range(5))
+    assert_records_match(small, consume(broker.bootstrap, topic, 5, client=CFK))

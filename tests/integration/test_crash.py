@@ -18,17 +18,16 @@ from __future__ import annotations
 
 import random
 import re
-import threading
 import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
 from kio.schema.errors import ErrorCode
 
 from tidegate.log.batch_builder import Record, build_batch
 
-from .rawclient import RawClient
+from .clients import Got, ProducerThread, consume, create_topic, produce, read_to_end
+from .rawclient import RawClient, produce_partition
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
@@ -39,28 +38,6 @@ VALUE_RE = re.compile(rb"^rec-(\d+)-p(\d+)-([0-9a-f]{8})$")
 
 
 # -- helpers ----------------------------------------------------------------------------
-
-
-def create_topic(bootstrap: str, name: str, partitions: int) -> None:
-    with RawClient.connect(bootstrap) as c:
-        resp = c.request(
-            19,
-            7,
-            {
-                "topics": [
-                    {
-                        "name": name,
-                        "num_partitions": partitions,
-                        "replication_factor": 1,
-                        "assignments": [],
-                        "configs": [],
-                    }
-                ],
-                "timeout": 5000,
-                "validate_only": False,
-            },
-        )
-        assert resp.topics[0].error_code == ErrorCode.none, resp
 
 
 def value_of(n: int, partition: int) -> bytes:
@@ -77,122 +54,28 @@ def check_value(value: bytes) -> tuple[int, int]:
     return n, p
 
 
-class StreamingProducer(threading.Thread):
-    """Produces rec-0, rec-1, ... round-robin over the partitions until stopped."""
-
-    def __init__(self, bootstrap: str, topic: str, partitions: int, codec: str) -> None:
-        super().__init__(daemon=True)
-        self.topic = topic
-        self.partitions = partitions
-        self.producer = Producer(
-            {
-                "bootstrap.servers": bootstrap,
-                "acks": "all",
-                "linger.ms": 2,
-                "compression.type": codec,
-                # many small requests rather than a few huge ones: the kill then lands
-                # among dozens of in-flight batches on every partition
-                "batch.num.messages": 50,
-                "queue.buffering.max.messages": 3000,
-                "enable.idempotence": False,
-                # no retries: every value is sent once, so the log holds distinct values
-                "message.send.max.retries": 0,
-                "message.timeout.ms": 5000,
-                "reconnect.backoff.ms": 50,
-                "reconnect.backoff.max.ms": 200,
-                "log_level": 0,
-            }
-        )
-        self.stop_event = threading.Event()
-        self.lock = threading.Lock()
-        self.acked: dict[tuple[int, int], bytes] = {}  # (partition, offset) -> value
-        self.failed = 0
-        self.sent = 0
-        self.error: BaseException | None = None
-
-    def on_delivery(self, err, msg) -> None:
-        with self.lock:
-            if err is None:
-                key = (msg.partition(), msg.offset())
-                assert key not in self.acked, f"offset acknowledged twice: {key}"
-                self.acked[key] = msg.value()
-            else:
-                self.failed += 1
-
-    @property
-    def acked_count(self) -> int:
-        """Acknowledged records, counting only once every partition has some."""
-        with self.lock:
-            if len({p for p, _ in self.acked}) < self.partitions:
-                return 0
-            return len(self.acked)
-
-    def run(self) -> None:
-        try:
-            n = 0
-            while not self.stop_event.is_set():
-                p = n % self.partitions
-                try:
-                    self.producer.produce(
-                        self.topic, value=value_of(n, p), partition=p, on_delivery=self.on_delivery
-                    )
-                except BufferError:
-                    self.producer.poll(0.01)
-                    continue
-                n += 1
-                self.sent = n
-                if n % 50 == 0:
-                    self.producer.poll(0)
-            # The broker is gone: drop whatever was not acknowledged; reports that
-            # already arrived are still delivered by the poll below.
-            self.producer.poll(0)
-            self.producer.purge(in_queue=True, in_flight=True)
-            self.producer.flush(5)
-        except BaseException as exc:  # noqa: BLE001 - re-raised in finish()
-            self.error = exc
-
-    def finish(self) -> None:
-        self.stop_event.set()
-        self.join(20)
-        assert not self.is_alive(), "producer thread did not stop"
-        if self.error is not None:
-            raise self.error
+def streaming_producer(bootstrap: str, topic: str, partitions: int, codec: str) -> ProducerThread:
+    """rec-0, rec-1, ... round-robin over the partitions, acks=all, until stopped."""
+    conf = {
+        "acks": "all",
+        "linger.ms": 2,
+        "compression.type": codec,
+        # many small requests rather than a few huge ones: the kill then lands
+        # among dozens of in-flight batches on every partition
+        "batch.num.messages": 50,
+        "queue.buffering.max.messages": 3000,
+        "enable.idempotence": False,
+        # no retries: every value is sent once, so the log holds distinct values
+        "message.send.max.retries": 0,
+        "message.timeout.ms": 5000,
+        "reconnect.backoff.ms": 50,
+        "reconnect.backoff.max.ms": 200,
+    }
+    return ProducerThread(bootstrap, topic, conf, partitions=partitions, value_of=value_of)
 
 
-def consume_all(
-    bootstrap: str, topic: str, partitions: int, timeout: float = 30.0
-) -> dict[int, list]:
-    """Every record of every partition, from offset 0 to the high watermark: {p: [(offset, value)]}."""
-    c = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "crash-test",
-            "enable.auto.commit": False,
-            "check.crcs": True,
-            "log_level": 0,
-        }
-    )
-    try:
-        ends = {}
-        for p in range(partitions):
-            low, high = c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
-            assert low == 0
-            ends[p] = high
-        c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
-        got: dict[int, list] = {p: [] for p in range(partitions)}
-        deadline = time.monotonic() + timeout
-        while any(len(got[p]) < ends[p] for p in got) and time.monotonic() < deadline:
-            for m in c.consume(2000, 0.5):
-                if m.error():
-                    raise KafkaException(m.error())
-                got[m.partition()].append((m.offset(), m.value()))
-        for p, records in got.items():
-            assert len(records) == ends[p], (
-                f"partition {p}: read {len(records)} of {ends[p]} records"
-            )
-        return got
-    finally:
-        c.close()
+def offsets_and_values(got: dict[int, list[Got]]) -> dict[int, list[tuple[int, bytes]]]:
+    return {p: [(g.offset, g.value) for g in records] for p, records in got.items()}
 
 
 def assert_log_intact(got: dict[int, list], acked: dict[tuple[int, int], bytes]) -> None:
@@ -220,62 +103,19 @@ def produce_after_restart(
     bootstrap: str, topic: str, partitions: int, codec: str, ends: dict[int, int]
 ) -> None:
     """New records land exactly at the recovered log end of each partition and read back."""
-    p = Producer(
-        {
-            "bootstrap.servers": bootstrap,
-            "acks": "all",
-            "linger.ms": 2,
-            "compression.type": codec,
-            "log_level": 0,
-        }
-    )
-    delivered: list = []
-    errors: list = []
-
-    def on_delivery(err, msg):
-        (errors if err is not None else delivered).append(err or msg)
-
     per_partition = 20
+    values = [f"after-{part}-{i}".encode() for part in range(partitions) for i in range(per_partition)]
+    delivered = produce(bootstrap, topic, values, client="confluent", codec=codec, acks=-1,
+                        linger_ms=2, partition=lambda i: i // per_partition)  # fmt: skip
     for part in range(partitions):
-        for i in range(per_partition):
-            p.produce(
-                topic, value=f"after-{part}-{i}".encode(), partition=part, on_delivery=on_delivery
-            )
-    assert p.flush(20) == 0
-    assert not errors, errors
-    by_partition: dict[int, list[int]] = {}
-    for m in delivered:
-        by_partition.setdefault(m.partition(), []).append(m.offset())
+        offsets = sorted(d.offset for d in delivered if d.partition == part)
+        assert offsets == list(range(ends[part], ends[part] + per_partition)), part
+    got = consume(bootstrap, topic, partitions * per_partition, client="confluent",
+                  partitions=partitions, start=ends, timeout=20)  # fmt: skip
     for part in range(partitions):
-        assert sorted(by_partition[part]) == list(range(ends[part], ends[part] + per_partition)), (
-            part
-        )
-
-    c = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "after",
-            "enable.auto.commit": False,
-            "log_level": 0,
-        }
-    )
-    try:
-        c.assign([TopicPartition(topic, part, ends[part]) for part in range(partitions)])
-        got: dict[int, list] = {part: [] for part in range(partitions)}
-        deadline = time.monotonic() + 20
-        while (
-            sum(map(len, got.values())) < partitions * per_partition and time.monotonic() < deadline
-        ):
-            for m in c.consume(500, 0.5):
-                if m.error():
-                    raise KafkaException(m.error())
-                got[m.partition()].append((m.offset(), m.value()))
-        for part in range(partitions):
-            assert got[part] == [
-                (ends[part] + i, f"after-{part}-{i}".encode()) for i in range(per_partition)
-            ], part
-    finally:
-        c.close()
+        assert [(g.offset, g.value) for g in got if g.partition == part] == [
+            (ends[part] + i, f"after-{part}-{i}".encode()) for i in range(per_partition)
+        ], part
 
 
 # -- kill -9 mid-stream -------------------------------------------------------------------
@@ -286,9 +126,9 @@ def test_every_acknowledged_record_survives_kill_9(broker_factory, codec):
     partitions = 3
     topic = f"crash-{codec}"
     broker = broker_factory()
-    create_topic(broker.bootstrap, topic, partitions)
+    create_topic(broker.bootstrap, topic, partitions, client="raw")
 
-    stream = StreamingProducer(broker.bootstrap, topic, partitions, codec)
+    stream = streaming_producer(broker.bootstrap, topic, partitions, codec)
     stream.start()
     deadline = time.monotonic() + PRODUCE_TIME_LIMIT
     while stream.acked_count < TARGET_ACKED and time.monotonic() < deadline and stream.is_alive():
@@ -310,7 +150,7 @@ def test_every_acknowledged_record_survives_kill_9(broker_factory, codec):
         -3000:
     ]
 
-    got = consume_all(broker.bootstrap, topic, partitions)
+    got = offsets_and_values(read_to_end(broker.bootstrap, topic, partitions))
     assert_log_intact(got, acked)
     # every partition received records, so the kill cut through several logs
     assert all(got[p] for p in range(partitions))
@@ -320,7 +160,7 @@ def test_every_acknowledged_record_survives_kill_9(broker_factory, codec):
     # and once more across a clean restart: nothing moves
     broker.stop()
     broker.start()
-    again = consume_all(broker.bootstrap, topic, partitions)
+    again = offsets_and_values(read_to_end(broker.bootstrap, topic, partitions))
     for p in range(partitions):
         assert again[p][: ends[p]] == got[p]
         assert len(again[p]) == ends[p] + 20
@@ -335,27 +175,8 @@ def _produce_batches(
     batches = []
     for i in range(count):
         values = [f"{topic}-{partition}-b{i}-r{j}".encode() * 3 for j in range(3)]
-        resp = client.request(
-            0,
-            9,
-            {
-                "transactional_id": None,
-                "acks": -1,
-                "timeout": 5000,
-                "topic_data": [
-                    {
-                        "name": topic,
-                        "partition_data": [
-                            {
-                                "index": partition,
-                                "records": bytes(build_batch([Record(v) for v in values])),
-                            }
-                        ],
-                    }
-                ],
-            },
-        )
-        part = resp.responses[0].partition_responses[0]
+        batch = bytes(build_batch([Record(v) for v in values]))
+        part = produce_partition(client, topic, batch, partition=partition, acks=-1)
         assert (part.error_code, part.base_offset) == (ErrorCode.none, 3 * i)
         batches.append(values)
     return batches
@@ -382,7 +203,7 @@ def test_damaged_tail_is_cut_back_to_the_last_whole_batch(broker_factory, shutdo
     topic = "tail"
     batches = 20
     broker = broker_factory({"log.index.interval.bytes": 256})
-    create_topic(broker.bootstrap, topic, 3)
+    create_topic(broker.bootstrap, topic, 3, client="raw")
     with RawClient.connect(broker.bootstrap) as c:
         written = {p: _produce_batches(c, topic, p, batches) for p in range(3)}
     if shutdown == "kill":
@@ -432,7 +253,7 @@ def test_damaged_tail_is_cut_back_to_the_last_whole_batch(broker_factory, shutdo
     assert seg0.stat().st_size == size0, "the garbage was not cut off"
     assert seg1.stat().st_size == size1 - last1, "the torn batch was not cut off"
 
-    got = consume_all(broker.bootstrap, topic, 3)
+    got = offsets_and_values(read_to_end(broker.bootstrap, topic, 3))
     expected = {
         0: [v for b in written[0] for v in b],
         1: [v for b in written[1][:-1] for v in b],
@@ -446,29 +267,10 @@ def test_damaged_tail_is_cut_back_to_the_last_whole_batch(broker_factory, shutdo
     # appends continue right after the last whole batch, and read back
     with RawClient.connect(broker.bootstrap) as c:
         for p in range(3):
-            resp = c.request(
-                0,
-                9,
-                {
-                    "transactional_id": None,
-                    "acks": -1,
-                    "timeout": 5000,
-                    "topic_data": [
-                        {
-                            "name": topic,
-                            "partition_data": [
-                                {
-                                    "index": p,
-                                    "records": bytes(build_batch([Record(b"after-damage")])),
-                                }
-                            ],
-                        }
-                    ],
-                },
-            )
-            part = resp.responses[0].partition_responses[0]
+            batch = bytes(build_batch([Record(b"after-damage")]))
+            part = produce_partition(c, topic, batch, partition=p, acks=-1)
             assert (part.error_code, part.base_offset) == (ErrorCode.none, len(expected[p])), p
-    got = consume_all(broker.bootstrap, topic, 3)
+    got = offsets_and_values(read_to_end(broker.bootstrap, topic, 3))
     for p in range(3):
         assert got[p][-1] == (len(expected[p]), b"after-damage")
         assert [v for _, v in got[p][:-1]] == expected[p]

@@ -43,12 +43,14 @@ warnings.filterwarnings("ignore", r".* is deprecated\. Use files\(\) instead", D
 
 from aiokafka import AIOKafkaConsumer
 from aiokafka.abc import ConsumerRebalanceListener as AIOConsumerRebalanceListener
-from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import Consumer, TopicPartition
 from kafka import KafkaConsumer
 from kafka.consumer.subscription_state import ConsumerRebalanceListener
 
-from .rawclient import RawClient
+from tests.conftest import wait_until
+
+from .clients import Rec, admin_client, create_topic, new_consumer, produce
+from .rawclient import RawClient, list_offset
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -60,47 +62,20 @@ RECORDS = 600
 
 # -- helpers ---------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def shared(tmp_path_factory):
-    """One broker for the tests that need no restart."""
-    from tests.conftest import BrokerProcess
-
-    b = BrokerProcess(tmp_path_factory.mktemp("groups") / "data", overrides=GROUP_OVERRIDES).start()
+def shared(module_broker_factory):
+    """One broker for the tests that need no restart; it must stop cleanly and log no error."""
+    b = module_broker_factory(GROUP_OVERRIDES)
     yield b
-    if b.alive():
-        try:
-            assert b.stop(15) == 0
-        except Exception:
-            b.kill()
-            raise
+    assert b.stop(15) == 0  # (killed by the factory if it will not stop)
     log = b.log_text()
     assert "Traceback" not in log and " ERROR " not in log, log[-5000:]
 
 
-def create_topic(bootstrap: str, name: str, partitions: int) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(name, partitions, 1)], operation_timeout=10)[name].result(15)
-
-
-def produce(bootstrap: str, topic: str, n: int, partitions: int) -> None:
-    p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": False, "linger.ms": 5,
-                  "log_level": 0})
-    for i in range(n):
-        p.produce(topic, key=b"k%d" % i, value=b"v%d" % i, partition=i % partitions)
-    assert p.flush(30) == 0
-
-
-def wait_until(cond: Callable[[], bool], timeout: float, step: Callable[[], None] | None = None,
-               what: str = "condition") -> float:
-    """Run ``step`` (or sleep) until ``cond``; returns the seconds it took."""
-    start = time.monotonic()
-    while not cond():
-        if time.monotonic() - start > timeout:
-            raise AssertionError(f"{what} not reached within {timeout}s")
-        if step is not None:
-            step()
-        else:
-            time.sleep(0.05)
-    return time.monotonic() - start
+def produce_spread(bootstrap: str, topic: str, n: int, partitions: int) -> None:
+    """``n`` records ``k<i>``/``v<i>``, record i to partition ``i % partitions``."""
+    records = [Rec(b"k%d" % i, b"v%d" % i) for i in range(n)]
+    produce(bootstrap, topic, records, client="confluent", partition=lambda i: i % partitions,
+            conf={"enable.idempotence": False})  # fmt: skip
 
 
 def describe(bootstrap: str, group: str):
@@ -139,17 +114,16 @@ def check_shared(assignments: dict[int, set[int]]) -> None:
 
 
 def confluent_consumer(bootstrap: str, group: str, **extra) -> Consumer:
-    conf = {
-        "bootstrap.servers": bootstrap,
+    """A confluent-kafka group member (subscribe, commits, resets to earliest)."""
+    return new_consumer(bootstrap, client="confluent", conf={
         "group.id": group,
+        "enable.auto.commit": True,
         "auto.offset.reset": "earliest",
         "session.timeout.ms": SESSION_MS,
         "heartbeat.interval.ms": HEARTBEAT_MS,
         "max.poll.interval.ms": 20_000,
-        "log_level": 0,
-    }
-    conf.update(extra)
-    return Consumer(conf)
+        **extra,
+    })  # fmt: skip
 
 
 class Member:
@@ -425,7 +399,7 @@ def wait_for_split(members: list[Member], partitions: int, timeout: float = 40) 
 @pytest.mark.parametrize("client", list(MEMBERS))
 def test_three_consumers_share_six_partitions_exactly_once(shared, client):
     topic, group = f"share-{client}", f"g-share-{client}"
-    create_topic(shared.bootstrap, topic, 6)
+    create_topic(shared.bootstrap, topic, 6, client="confluent")
     got: list[tuple[int, int, int]] = []
     members = [MEMBERS[client](shared.bootstrap, topic, group, i, got) for i in range(3)]
     try:
@@ -435,7 +409,7 @@ def test_three_consumers_share_six_partitions_exactly_once(shared, client):
         assert len({m.generation for m in members}) == 1
         d = describe(shared.bootstrap, group)
         assert d.group_state == "Stable" and len(d.members) == 3 and d.protocol_type == "consumer"
-        produce(shared.bootstrap, topic, RECORDS, 6)
+        produce_spread(shared.bootstrap, topic, RECORDS, 6)
         wait_until(lambda: len(got) >= RECORDS, 30, what=f"{RECORDS} records consumed")
         time.sleep(0.5)  # nothing more arrives
         check_exactly_once(got, assignments, RECORDS)
@@ -452,7 +426,7 @@ def test_three_consumers_share_six_partitions_exactly_once(shared, client):
 @pytest.mark.parametrize("client", list(MEMBERS))
 def test_a_closed_consumer_hands_its_partitions_over_at_once(shared, client):
     topic, group = f"leave-{client}", f"g-leave-{client}"
-    create_topic(shared.bootstrap, topic, 6)
+    create_topic(shared.bootstrap, topic, 6, client="confluent")
     sink: list = []
     a, b = (MEMBERS[client](shared.bootstrap, topic, group, i, sink) for i in range(2))
     try:
@@ -488,7 +462,7 @@ raise member.error
 @pytest.mark.parametrize("client", list(MEMBERS))
 def test_a_killed_consumer_loses_its_partitions_when_its_session_expires(shared, client):
     topic, group = f"killed-{client}", f"g-killed-{client}"
-    create_topic(shared.bootstrap, topic, 6)
+    create_topic(shared.bootstrap, topic, 6, client="confluent")
     proc = subprocess.Popen(
         [sys.executable, "-c", KILLED_MEMBER, client, shared.bootstrap, topic, group],
         cwd=Path(__file__).resolve().parents[2],
@@ -524,8 +498,8 @@ def test_committed_offsets_survive_a_restart_and_a_kill_9(broker_factory):
     for all three."""
     broker = broker_factory(GROUP_OVERRIDES)
     topic = "durable"
-    create_topic(broker.bootstrap, topic, 2)
-    produce(broker.bootstrap, topic, 100, 2)  # 50 per partition
+    create_topic(broker.bootstrap, topic, 2, client="confluent")
+    produce_spread(broker.bootstrap, topic, 100, 2)  # 50 per partition
     groups = {client: f"g-durable-{client}" for client in MEMBERS}
 
     def start_members(sinks: dict[str, list]) -> dict[str, Member]:
@@ -586,7 +560,7 @@ def test_committed_offsets_survive_a_restart_and_a_kill_9(broker_factory):
 @pytest.mark.parametrize("client", list(MEMBERS))
 def test_a_static_member_rejoins_without_a_rebalance(shared, client):
     topic, group = f"static-{client}", f"g-static-{client}"
-    create_topic(shared.bootstrap, topic, 4)
+    create_topic(shared.bootstrap, topic, 4, client="confluent")
     sink: list = []
     a = MEMBERS[client](shared.bootstrap, topic, group, 0, sink, instance_id="instance-a")
     b = MEMBERS[client](shared.bootstrap, topic, group, 1, sink, instance_id="instance-b")
@@ -627,12 +601,7 @@ def test_a_static_member_rejoins_without_a_rebalance(shared, client):
 
 def test_the_offsets_topic_is_compacted_in_the_background_and_replays(broker_factory):
     broker = broker_factory({**GROUP_OVERRIDES, "offsets.compaction.min.records": 200})
-    create_topic(broker.bootstrap, "compact", 3)
-
-    def earliest(c: RawClient) -> int:
-        r = c.request(2, 1, {"replica_id": -1, "topics": [
-            {"name": "__consumer_offsets", "partitions": [{"partition_index": 0, "timestamp": -2}]}]})
-        return r.topics[0].partitions[0].offset
+    create_topic(broker.bootstrap, "compact", 3, client="confluent")
 
     with RawClient.connect(broker.bootstrap) as c:
         for i in range(600):  # a standalone consumer committing one offset at a time
@@ -646,7 +615,8 @@ def test_the_offsets_topic_is_compacted_in_the_background_and_replays(broker_fac
             assert r.topics[0].partitions[0].error_code == 0
         # the maintenance task (1 s tick, possibly while the commits are still coming)
         # rewrites the 3 live keys once more than 200 records pile up, and drops the rest
-        wait_until(lambda: earliest(c) > 200, 15, what="compaction of __consumer_offsets")
+        wait_until(lambda: list_offset(c, "__consumer_offsets", timestamp=-2) > 200, 15,
+                   what="compaction of __consumer_offsets")
     broker.restart()
     with RawClient.connect(broker.bootstrap) as c:
         r = c.request(9, 8, {"require_stable": False, "groups": [{"group_id": "compact-g", "topics": None}]})
@@ -661,8 +631,8 @@ def test_admin_clients_list_describe_and_manage_groups(shared):
     from kafka.admin import KafkaAdminClient
 
     topic, group = "admin-groups", "g-admin"
-    create_topic(shared.bootstrap, topic, 2)
-    admin = AdminClient({"bootstrap.servers": shared.bootstrap})
+    create_topic(shared.bootstrap, topic, 2, client="confluent")
+    admin = admin_client(shared.bootstrap, client="confluent")
     c = confluent_consumer(shared.bootstrap, group, **{"enable.auto.commit": False})
     c.subscribe([topic])
     try:

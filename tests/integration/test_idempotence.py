@@ -13,11 +13,9 @@
 
 from __future__ import annotations
 
-import asyncio
 import socket
 import struct
 import threading
-import time
 import warnings
 from collections import Counter
 
@@ -25,42 +23,30 @@ import pytest
 
 warnings.filterwarnings("ignore", r".* is deprecated\. Use files\(\) instead", DeprecationWarning)
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-from aiokafka.structs import TopicPartition as AioTP
-from confluent_kafka import Consumer, Producer, TopicPartition
-from kafka import KafkaConsumer, KafkaProducer
-from kafka import TopicPartition as KpTP
+from kafka import KafkaProducer
 
 from tests.conftest import BrokerProcess, free_port
 from tidegate.log.batch_builder import Record, build_batch
 from tidegate.log.record_batch import iter_batches, read_header
 
-from .rawclient import RawClient, decode_response, encode_request, frame
+from .clients import consume, create_topic, produce
+from .rawclient import (
+    RawClient,
+    decode_response,
+    encode_request,
+    fetch_body,
+    frame,
+    list_offset,
+    produce_body,
+)
 
 pytestmark = pytest.mark.timeout(180)
 
-PRODUCE, FETCH, LIST_OFFSETS, METADATA, INIT_PRODUCER_ID = 0, 1, 2, 3, 22
+PRODUCE, FETCH, INIT_PRODUCER_ID = 0, 1, 22
 NONE, OUT_OF_ORDER = 0, 45
 
 
 # -- raw helpers ---------------------------------------------------------------------------
-
-
-def ensure_topic(c: RawClient, topic: str, partitions: int = 1, configs: dict | None = None) -> None:
-    body = {
-        "topics": [
-            {
-                "name": topic,
-                "num_partitions": partitions,
-                "replication_factor": 1,
-                "assignments": [],
-                "configs": [{"name": k, "value": v} for k, v in (configs or {}).items()],
-            }
-        ],
-        "timeout": 5000,
-        "validate_only": False,
-    }
-    assert c.request(19, 7, body).topics[0].error_code in (0, 36)  # created, or exists
 
 
 def init_producer_id(c: RawClient, version: int = 4) -> tuple[int, int]:
@@ -74,12 +60,8 @@ def init_producer_id(c: RawClient, version: int = 4) -> tuple[int, int]:
 
 
 def produce_frame(topic: str, batch: bytes, acks: int = 1, correlation_id: int = 7) -> bytes:
-    body = {
-        "transactional_id": None,
-        "acks": acks,
-        "timeout": 10_000,
-        "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": bytes(batch)}]}],
-    }
+    """A whole Produce v9 request of ``batch`` to partition 0, to send (again) byte for byte."""
+    body = produce_body(topic, {0: batch}, acks=acks, timeout=10_000)
     return frame(encode_request(PRODUCE, 9, correlation_id, body))
 
 
@@ -96,22 +78,8 @@ def stored(bootstrap: str, topic: str, partition: int = 0) -> list:
     offset = 0
     with RawClient.connect(bootstrap) as c:
         for _ in range(10_000):  # bounded: one fetch per 1 MiB
-            body = {
-                "replica_id": -1,
-                "max_wait": 0,
-                "min_bytes": 1,
-                "max_bytes": 1 << 20,
-                "isolation_level": 0,
-                "topics": [
-                    {
-                        "topic": topic,
-                        "partitions": [
-                            {"partition": partition, "fetch_offset": offset, "partition_max_bytes": 1 << 20}
-                        ],
-                    }
-                ],
-            }
-            p = c.request(FETCH, 11, body).responses[0].partitions[0]
+            body = fetch_body(topic, offset, partition=partition, partition_max_bytes=1 << 20)
+            p = c.request(FETCH, 12, body).responses[0].partitions[0]
             assert p.error_code == NONE, p
             if not p.records:
                 return out
@@ -121,16 +89,6 @@ def stored(bootstrap: str, topic: str, partition: int = 0) -> list:
                     out.append(h)
                 offset = h.last_offset + 1
     raise AssertionError("fetch loop did not end")
-
-
-def log_end_offset(bootstrap: str, topic: str) -> int:
-    with RawClient.connect(bootstrap) as c:
-        body = {
-            "replica_id": -1,
-            "isolation_level": 0,
-            "topics": [{"name": topic, "partitions": [{"partition_index": 0, "timestamp": -1}]}],
-        }
-        return c.request(LIST_OFFSETS, 5, body).topics[0].partitions[0].offset
 
 
 def assert_idempotent_batches(headers) -> None:
@@ -159,62 +117,19 @@ def values(n: int = N, tag: str = "m") -> list[bytes]:
     return [b"%s-%06d" % (tag.encode(), i) for i in range(n)]
 
 
-def consume_confluent(bootstrap: str, topic: str, count: int, timeout: float = 60.0) -> list[bytes]:
-    c = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": "idem", "enable.auto.commit": False,
-         "auto.offset.reset": "earliest", "log_level": 0}
-    )
-    try:
-        c.assign([TopicPartition(topic, 0, 0)])
-        got: list[bytes] = []
-        deadline = time.monotonic() + timeout
-        while len(got) < count and time.monotonic() < deadline:
-            for m in c.consume(500, 1.0):
-                assert m.error() is None, m.error()
-                got.append(m.value())
-        # anything beyond ``count`` would be a duplicate: look a little longer
-        end = time.monotonic() + 1.0
-        while time.monotonic() < end:
-            got += [m.value() for m in c.consume(500, 0.2) if m.error() is None]
-        return got
-    finally:
-        c.close()
-
-
-def confluent_produce(
-    bootstrap: str, topic: str, vals: list[bytes], chunk: int = 0, **conf
-) -> list[int]:
-    """Produce to partition 0; with ``chunk``, flush every ``chunk`` records (many requests)."""
-    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "log_level": 0, **conf})
-    offsets: list[int] = []
-    errors: list = []
-
-    def done(err, msg):
-        if err is not None:
-            errors.append(err)
-        else:
-            offsets.append(msg.offset())
-
-    for i, v in enumerate(vals):
-        for _ in range(1000):  # bounded retry on a full local queue
-            try:
-                p.produce(topic, value=v, partition=0, on_delivery=done)
-                break
-            except BufferError:
-                p.poll(0.05)
-        p.poll(0)
-        if chunk and i % chunk == chunk - 1:
-            assert p.flush(60) == 0
-    assert p.flush(60) == 0
-    assert not errors, errors[:3]
-    return offsets
+def read_values(bootstrap: str, topic: str, count: int, client: str) -> list[bytes]:
+    """The values of partition 0 from offset 0: ``count`` of them, and anything more that
+    arrives within a second after (a duplicate)."""
+    got = consume(bootstrap, topic, count, client=client, timeout=60, settle=1.0)
+    return [g.value for g in got]
 
 
 def test_confluent_kafka_with_enable_idempotence(broker):
     vals = values()
-    offsets = confluent_produce(broker.bootstrap, "idem-ck", vals, **{"enable.idempotence": True})
-    assert sorted(offsets) == list(range(N))
-    assert consume_confluent(broker.bootstrap, "idem-ck", N) == vals
+    delivered = produce(broker.bootstrap, "idem-ck", vals, client="confluent", timeout=60,
+                        conf={"enable.idempotence": True})  # fmt: skip
+    assert [d.offset for d in delivered] == list(range(N))
+    assert read_values(broker.bootstrap, "idem-ck", N, "confluent") == vals
     assert_idempotent_batches(stored(broker.bootstrap, "idem-ck"))
 
 
@@ -225,57 +140,19 @@ def test_kafka_python_idempotent_by_default(broker):
         vals = values(tag="kp")
         futures = [p.send("idem-kp", v, partition=0) for v in vals]
         p.flush(60)
-        assert sorted(f.get(30).offset for f in futures) == list(range(N))
+        assert [f.get(30).offset for f in futures] == list(range(N))
     finally:
         p.close(timeout=10)
-    c = KafkaConsumer(bootstrap_servers=broker.bootstrap, group_id=None, enable_auto_commit=False)
-    try:
-        tp = KpTP("idem-kp", 0)
-        c.assign([tp])
-        c.seek(tp, 0)
-        got: list[bytes] = []
-        deadline = time.monotonic() + 60
-        while len(got) < N and time.monotonic() < deadline:
-            for recs in c.poll(1000).values():
-                got += [r.value for r in recs]
-        got += [r.value for recs in c.poll(500).values() for r in recs]
-    finally:
-        c.close()
-    assert got == vals
+    assert read_values(broker.bootstrap, "idem-kp", N, "kafka-python") == vals
     assert_idempotent_batches(stored(broker.bootstrap, "idem-kp"))
-
-
-async def _aiokafka_roundtrip(bootstrap: str, topic: str, vals: list[bytes], **kw) -> list[bytes]:
-    p = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, **kw)
-    await p.start()
-    try:
-        futures = [await p.send(topic, v, partition=0) for v in vals]
-        metas = await asyncio.wait_for(asyncio.gather(*futures), 60)
-        assert sorted(m.offset for m in metas) == list(range(len(vals)))
-    finally:
-        await p.stop()
-    c = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False)
-    await c.start()
-    try:
-        tp = AioTP(topic, 0)
-        c.assign([tp])
-        c.seek(tp, 0)
-        got: list[bytes] = []
-        deadline = time.monotonic() + 60
-        while len(got) < len(vals) and time.monotonic() < deadline:
-            for recs in (await c.getmany(timeout_ms=1000)).values():
-                got += [r.value for r in recs]
-        for recs in (await c.getmany(timeout_ms=500)).values():
-            got += [r.value for r in recs]
-        return got
-    finally:
-        await c.stop()
 
 
 def test_aiokafka_with_enable_idempotence(broker):
     vals = values(tag="ai")
-    got = asyncio.run(_aiokafka_roundtrip(broker.bootstrap, "idem-ai", vals, enable_idempotence=True))
-    assert got == vals
+    delivered = produce(broker.bootstrap, "idem-ai", vals, client="aiokafka", timeout=60,
+                        conf={"enable_idempotence": True})  # fmt: skip
+    assert [d.offset for d in delivered] == list(range(N))
+    assert read_values(broker.bootstrap, "idem-ai", N, "aiokafka") == vals
     assert_idempotent_batches(stored(broker.bootstrap, "idem-ai"))
 
 
@@ -285,7 +162,7 @@ def test_aiokafka_with_enable_idempotence(broker):
 @pytest.mark.parametrize("acks", [1, -1])
 def test_the_same_produce_request_twice_is_written_once(broker, acks):
     with RawClient.connect(broker.bootstrap) as c:
-        ensure_topic(c, "idem-raw")
+        create_topic(c, "idem-raw", client="raw")
         pid, epoch = init_producer_id(c)
         assert epoch == 0
         first_req = produce_frame("idem-raw", idem_batch(pid, 0, 3), acks)
@@ -301,14 +178,14 @@ def test_the_same_produce_request_twice_is_written_once(broker, acks):
         assert (again.error_code, again.base_offset) == (NONE, 3)
         gap = send_produce(c2, produce_frame("idem-raw", idem_batch(pid, 9, 1), acks))
         assert gap.error_code == OUT_OF_ORDER
-    assert log_end_offset(broker.bootstrap, "idem-raw") == 5
+        assert list_offset(c2, "idem-raw") == 5
     headers = stored(broker.bootstrap, "idem-raw")
     assert [(h.base_offset, h.base_sequence) for h in headers] == [(0, 0), (3, 3)]
 
 
 def _produce_raw_batches(bootstrap: str, topic: str, count: int) -> tuple[int, list, list[int]]:
     with RawClient.connect(bootstrap) as c:
-        ensure_topic(c, topic, configs={"segment.bytes": "2000"})
+        create_topic(c, topic, configs={"segment.bytes": "2000"}, client="raw")
         pid, _ = init_producer_id(c)
         requests, offsets = [], []
         for i in range(count):
@@ -321,12 +198,12 @@ def _produce_raw_batches(bootstrap: str, topic: str, count: int) -> tuple[int, l
 
 
 def _retries_after_restart(b: BrokerProcess, topic: str, pid: int, requests, offsets) -> None:
-    leo = log_end_offset(b.bootstrap, topic)
     with RawClient.connect(b.bootstrap) as c:
+        leo = list_offset(c, topic)
         for req, offset in zip(requests[-5:], offsets[-5:], strict=True):
             part = send_produce(c, req)
             assert (part.error_code, part.base_offset) == (NONE, offset)
-        assert log_end_offset(b.bootstrap, topic) == leo  # nothing written twice
+        assert list_offset(c, topic) == leo  # nothing written twice
         nxt = send_produce(c, produce_frame(topic, idem_batch(pid, 3 * len(requests), 3)))
         assert (nxt.error_code, nxt.base_offset) == (NONE, leo)
         new_pid, _ = init_producer_id(c)
@@ -465,22 +342,21 @@ class DroppingProxy:
 
 
 @pytest.fixture
-def proxied(tmp_path):
+def proxied(broker_factory):
     """A broker that advertises a DroppingProxy in front of it as its address."""
     port = free_port()
     proxy = DroppingProxy(port)
-    b = BrokerProcess(
-        tmp_path / "data",
-        port=port,
-        overrides={"advertised.listeners": f"PLAINTEXT://127.0.0.1:{proxy.port}"},
-    )
-    b.start()
     try:
+        advertised = f"PLAINTEXT://127.0.0.1:{proxy.port}"
+        b = broker_factory({"advertised.listeners": advertised}, port=port)
         yield b, proxy, f"127.0.0.1:{proxy.port}"
     finally:
         proxy.close()
-        if b.alive():
-            b.stop(10)
+
+
+#: The proxy drops the answer to every 7th Produce, 3 at most. Every test below sends
+#: 600 records flushed 20 at a time: at least 30 Produce requests, so exactly 3 drops.
+DROPS = 3
 
 
 def _duplicates(got: list[bytes]) -> int:
@@ -490,10 +366,11 @@ def _duplicates(got: list[bytes]) -> int:
 def test_confluent_kafka_retries_after_lost_responses_are_deduplicated(proxied):
     b, proxy, bootstrap = proxied
     vals = values(600, "ck")
-    confluent_produce(bootstrap, "idem-lost", vals, chunk=20, **{"enable.idempotence": True})
-    assert proxy.dropped >= 1, "no response was dropped: the test proved nothing"
-    got = consume_confluent(b.bootstrap, "idem-lost", len(vals))
-    assert _duplicates(got) == 0 and sorted(got) == sorted(vals)
+    produce(bootstrap, "idem-lost", vals, client="confluent", flush_every=20, timeout=60,
+            conf={"enable.idempotence": True})  # fmt: skip
+    assert proxy.dropped == DROPS, "not every planned response was dropped"
+    got = read_values(b.bootstrap, "idem-lost", len(vals), "confluent")
+    assert got == vals  # once each, in order
     assert_idempotent_batches(stored(b.bootstrap, "idem-lost"))
 
 
@@ -501,27 +378,22 @@ def test_without_idempotence_the_same_lost_responses_write_duplicates(proxied):
     """The control: the proxy really makes clients resend batches the broker kept."""
     b, proxy, bootstrap = proxied
     vals = values(600, "dup")
-    confluent_produce(bootstrap, "dup-lost", vals, chunk=20, **{"enable.idempotence": False})
-    assert proxy.dropped >= 1
-    got = consume_confluent(b.bootstrap, "dup-lost", len(vals))
+    produce(bootstrap, "dup-lost", vals, client="confluent", flush_every=20, timeout=60,
+            conf={"enable.idempotence": False})  # fmt: skip
+    assert proxy.dropped == DROPS
+    got = read_values(b.bootstrap, "dup-lost", len(vals), "confluent")
     assert set(got) == set(vals)
-    assert _duplicates(got) >= 1
+    # each dropped response's batch was appended, then appended again by the retry
+    assert _duplicates(got) >= DROPS
 
 
 def test_kafka_python_retries_after_lost_responses_are_deduplicated(proxied):
     b, proxy, bootstrap = proxied
     vals = values(600, "kp")
-    p = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=0, request_timeout_ms=5000)
-    try:
-        futures = []
-        for i in range(0, len(vals), 20):  # many small requests
-            futures += [p.send("idem-lost-kp", v, partition=0) for v in vals[i : i + 20]]
-            p.flush(60)
-        for f in futures:
-            f.get(30)
-    finally:
-        p.close(timeout=10)
-    assert proxy.dropped >= 1
+    # many small requests
+    produce(bootstrap, "idem-lost-kp", vals, client="kafka-python", linger_ms=0, flush_every=20,
+            conf={"request_timeout_ms": 5000}, timeout=60)  # fmt: skip
+    assert proxy.dropped == DROPS
     headers = stored(b.bootstrap, "idem-lost-kp")
     assert sum(h.records_count for h in headers) == len(vals)
     assert_idempotent_batches(headers)
@@ -531,18 +403,10 @@ def test_aiokafka_retries_after_lost_responses_are_deduplicated(proxied):
     b, proxy, bootstrap = proxied
     vals = values(600, "ai")
 
-    async def run():
-        p = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=0, enable_idempotence=True)
-        await p.start()
-        try:
-            for i in range(0, len(vals), 20):  # many small requests
-                futures = [await p.send("idem-lost-ai", v, partition=0) for v in vals[i : i + 20]]
-                await asyncio.wait_for(asyncio.gather(*futures), 60)
-        finally:
-            await p.stop()
-
-    asyncio.run(run())
-    assert proxy.dropped >= 1
+    # many small requests
+    produce(bootstrap, "idem-lost-ai", vals, client="aiokafka", linger_ms=0, flush_every=20,
+            conf={"enable_idempotence": True}, timeout=60)  # fmt: skip
+    assert proxy.dropped == DROPS
     headers = stored(b.bootstrap, "idem-lost-ai")
     assert sum(h.records_count for h in headers) == len(vals)
     assert_idempotent_batches(headers)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import free_port
+from tests.conftest import metrics_overrides
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import memory_flood as mf
@@ -79,15 +79,8 @@ def assert_all_answered(run) -> None:
 
 
 def test_flood_with_64_mib_pool_stays_bounded_fair_and_live(broker_factory):
-    mport = free_port()
-    metrics_url = f"http://127.0.0.1:{mport}/metrics"
-    broker = broker_factory(
-        {
-            **BROKER,
-            "queued.max.request.bytes": str(POOL),
-            "metrics.listener": f"http://127.0.0.1:{mport}",
-        }
-    )
+    broker = broker_factory({**BROKER, "queued.max.request.bytes": str(POOL), **metrics_overrides()})
+    metrics_url = broker.metrics_url
     before = mf.scrape_pool(metrics_url)
     assert before["kafka_network_socketserver_memorypoolavailable"] == POOL
 

@@ -27,24 +27,22 @@ import statistics
 import sys
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import Producer, TopicPartition
 from kio.schema.errors import ErrorCode
-from prometheus_client.parser import text_string_to_metric_families
 
-from tests.conftest import BrokerProcess, free_port
+from tests.conftest import metrics_overrides, wait_until
 from tidegate.log.batch_builder import Record, build_batch
 
+from .clients import create_topic, new_consumer, sample, scrape
 from .rawclient import (
     RawClient,
-    create_topics_body,
     decode_response,
     fetch_body,
-    produce_body,
+    list_offset,
+    produce_partition,
     repeated_batch,
 )
 
@@ -63,84 +61,23 @@ def measured(what: str) -> None:
     print(f"\n[measured] {what}")
 
 
-# -- brokers ---------------------------------------------------------------------------
-
-
-def metered_broker(factory_or_path, name: str = "data") -> BrokerProcess:
-    mport = free_port()
-    overrides = {"metrics.listener": f"http://127.0.0.1:{mport}"}
-    if callable(factory_or_path):
-        b = factory_or_path(overrides, name)
-    else:
-        b = BrokerProcess(factory_or_path, overrides=overrides).start()
-    b.metrics_url = f"http://127.0.0.1:{mport}/metrics"
-    return b
+# -- brokers and raw requests ----------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory):
-    b = metered_broker(tmp_path_factory.mktemp("purgatory") / "data")
-    yield b
-    if b.alive():
-        try:
-            b.stop(10)
-        except Exception:  # noqa: BLE001 - as conftest's broker_factory: kill if it won't stop
-            b.kill()
+def broker(module_broker_factory):
+    return module_broker_factory(metrics_overrides())
 
 
-def scrape(url: str) -> dict[tuple[str, str | None], float]:
-    """(sample name, delayedOperation label or None) -> value."""
-    with urllib.request.urlopen(url, timeout=10) as resp:
-        text = resp.read().decode()
-    out = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            out[(s.name, s.labels.get("delayedOperation"))] = s.value
-    return out
+def gauge(url: str, name: str, op: str | None = None) -> float | None:
+    """One sample of ``name`` (of purgatory ``op``, if given) in a fresh scrape."""
+    labels = {} if op is None else {"delayedOperation": op}
+    return sample(scrape(url), name, **labels)
 
 
-def wait_gauge(url: str, name: str, op: str, want: float, timeout: float = 10.0) -> float:
-    deadline = time.monotonic() + timeout
-    got = None
-    while time.monotonic() < deadline:
-        got = scrape(url).get((name, op))
-        if got == want:
-            return got
-        time.sleep(0.05)
-    raise AssertionError(f"{name}{{delayedOperation={op}}} is {got}, expected {want}")
-
-
-# -- raw requests ------------------------------------------------------------------------
-
-
-def create_topic(c: RawClient, name: str, partitions: int = 1) -> None:
-    resp = c.request(19, 7, create_topics_body(name, partitions))
-    assert resp.topics[0].error_code == ErrorCode.none, resp
-
-
-def produce(c: RawClient, topic: str, value: bytes, **kw):
-    resp = c.request(0, 9, produce_body(topic, {0: repeated_batch(value)}, **kw))
-    return resp.responses[0].partition_responses[0]
-
-
-def end_offset(c: RawClient, topic: str) -> int:
-    resp = c.request(
-        2,
-        7,
-        {
-            "replica_id": -1,
-            "isolation_level": 0,
-            "topics": [
-                {
-                    "name": topic,
-                    "partitions": [
-                        {"partition_index": 0, "current_leader_epoch": -1, "timestamp": -1}
-                    ],
-                }
-            ],
-        },
-    )
-    return resp.topics[0].partitions[0].offset
+def wait_gauge(url: str, name: str, op: str, want: float, timeout: float = 10.0) -> None:
+    wait_until(lambda: gauge(url, name, op) == want, timeout,
+               what=f"{name}{{delayedOperation={op}}} == {want}")  # fmt: skip
 
 
 def readable(c: RawClient, timeout: float) -> bool:
@@ -201,11 +138,9 @@ def long_poll_latencies(bootstrap: str, topic: str, poll) -> tuple[list[float], 
         return msg.offset()
 
     def wait_received(offset: int, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while offset not in received and time.monotonic() < deadline and not errors:
-            time.sleep(0.005)
+        wait_until(lambda: offset in received or errors, timeout, interval=0.005,
+                   what=f"offset {offset} consumed")  # fmt: skip
         assert not errors, errors
-        assert offset in received, f"offset {offset} not consumed within {timeout}s"
 
     thread = threading.Thread(target=consume, daemon=True)
     thread.start()
@@ -243,17 +178,9 @@ def check_long_poll(client: str, from_ack: list[float], from_send: list[float]) 
 
 def test_confluent_long_poll_is_woken_by_the_append(broker):
     topic = "lp-confluent"
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap, "log_level": 0})
-    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(15)
-    consumer = Consumer(
-        {
-            "bootstrap.servers": broker.bootstrap,
-            "group.id": "unused",
-            "enable.auto.commit": False,
-            "fetch.min.bytes": 1,
-            "fetch.wait.max.ms": 500,
-            "log_level": 0,
-        }
+    create_topic(broker.bootstrap, topic, client="confluent")
+    consumer = new_consumer(
+        broker.bootstrap, client="confluent", conf={"fetch.min.bytes": 1, "fetch.wait.max.ms": 500}
     )
     consumer.assign([TopicPartition(topic, 0, 0)])
 
@@ -268,19 +195,12 @@ def test_confluent_long_poll_is_woken_by_the_append(broker):
 
 
 def test_kafka_python_long_poll_is_woken_by_the_append(broker):
-    from kafka import KafkaConsumer
     from kafka import TopicPartition as KTopicPartition
 
     topic = "lp-kafka-python"
-    with RawClient.connect(broker.bootstrap) as c:
-        create_topic(c, topic)
-    consumer = KafkaConsumer(
-        bootstrap_servers=broker.bootstrap,
-        group_id=None,
-        enable_auto_commit=False,
-        fetch_min_bytes=1,
-        fetch_max_wait_ms=500,
-        request_timeout_ms=15_000,
+    create_topic(broker.bootstrap, topic, client="raw")
+    consumer = new_consumer(
+        broker.bootstrap, client="kafka-python", conf={"fetch_min_bytes": 1, "fetch_max_wait_ms": 500}
     )
     tp = KTopicPartition(topic, 0)
     consumer.assign([tp])
@@ -302,7 +222,7 @@ def test_idle_long_poll_answers_after_max_wait(broker):
     topic = "lp-idle"
     elapsed = []
     with RawClient.connect(broker.bootstrap) as c:
-        create_topic(c, topic)
+        create_topic(c, topic, client="raw")
         for _ in range(5):
             t0 = time.monotonic()
             resp = c.request(1, 12, fetch_body(topic, 0, max_wait=500, min_bytes=1))
@@ -321,14 +241,16 @@ def test_min_bytes_waits_for_enough_produces(broker):
     size = len(build_batch([Record(b"x" * 200)]))
     min_bytes = 3 * size - size // 2  # more than two batches, at most three
     with RawClient.connect(broker.bootstrap) as c:
-        create_topic(c, topic)
+        create_topic(c, topic, client="raw")
         fetcher = park_fetch(broker.bootstrap, topic, max_wait=15_000, min_bytes=min_bytes)
         with fetcher:
             time.sleep(0.1)
             for n in (1, 2):
-                assert produce(c, topic, b"x" * 200).error_code == ErrorCode.none
+                part = produce_partition(c, topic, repeated_batch(b"x" * 200))
+                assert part.error_code == ErrorCode.none
                 assert not readable(fetcher, 0.3), f"answered after produce {n} of 3"
-            assert produce(c, topic, b"x" * 200).error_code == ErrorCode.none
+            part = produce_partition(c, topic, repeated_batch(b"x" * 200))
+            assert part.error_code == ErrorCode.none
             t0 = time.monotonic()
             assert readable(fetcher, 5), "not answered after the third produce"
             waited = time.monotonic() - t0
@@ -344,7 +266,7 @@ def test_min_bytes_waits_for_enough_produces(broker):
 def test_deleting_the_topic_answers_a_parked_fetch(broker):
     topic = "lp-delete"
     with RawClient.connect(broker.bootstrap) as c:
-        create_topic(c, topic)
+        create_topic(c, topic, client="raw")
         fetcher = park_fetch(broker.bootstrap, topic, max_wait=15_000)
         with fetcher:
             assert not readable(fetcher, 0.3)
@@ -368,7 +290,7 @@ def test_acks_all_producers_share_fsyncs(broker):
     topic = "acks-all-group"
     producers, per_producer = 8, 100
     with RawClient.connect(broker.bootstrap) as c:
-        create_topic(c, topic)
+        create_topic(c, topic, client="raw")
     before = scrape(broker.metrics_url)
     barrier = threading.Barrier(producers)
     delivered: list[int] = [0] * producers
@@ -409,10 +331,10 @@ def test_acks_all_producers_share_fsyncs(broker):
     assert not failed, failed[:5]
     assert delivered == [per_producer] * producers
     after = scrape(broker.metrics_url)
-    rounds = after[(ROUNDS, None)] - before.get((ROUNDS, None), 0)
-    requests = after[(FLUSH_REQUESTS, None)] - before.get((FLUSH_REQUESTS, None), 0)
+    rounds = sample(after, ROUNDS) - (sample(before, ROUNDS) or 0)
+    requests = sample(after, FLUSH_REQUESTS) - (sample(before, FLUSH_REQUESTS) or 0)
     with RawClient.connect(broker.bootstrap) as c:
-        assert end_offset(c, topic) == producers * per_producer
+        assert list_offset(c, topic) == producers * per_producer
     measured(
         f"acks=all, {producers} producers x {per_producer} records: {requests:.0f} acks=all "
         f"appends, {rounds:.0f} fsync rounds ({requests / max(rounds, 1):.1f} appends per fsync)"
@@ -425,14 +347,15 @@ def test_acks_all_timeout_answers_request_timed_out(broker):
     topic = "acks-all-timeout"
     codes = []
     with RawClient.connect(broker.bootstrap) as c:
-        create_topic(c, topic)
+        create_topic(c, topic, client="raw")
         for i in range(5):
-            codes.append(produce(c, topic, b"t%d" % i, acks=-1, timeout=0).error_code)
+            part = produce_partition(c, topic, repeated_batch(b"t%d" % i), acks=-1, timeout=0)
+            codes.append(part.error_code)
         # still serving: a normal acks=all produce succeeds, and the timed-out data
         # stayed appended (as in Kafka)
-        ok = produce(c, topic, b"after", acks=-1, timeout=5000)
+        ok = produce_partition(c, topic, repeated_batch(b"after"), acks=-1, timeout=5000)
         assert ok.error_code == ErrorCode.none and ok.base_offset == 5
-        assert end_offset(c, topic) == 6
+        assert list_offset(c, topic) == 6
     measured(f"acks=-1 timeout_ms=0: error codes {[int(x) for x in codes]}")
     assert set(codes) <= {ErrorCode.none, ErrorCode.request_timed_out}, codes
     assert broker.alive()
@@ -442,17 +365,18 @@ def test_acks_all_timeout_answers_request_timed_out(broker):
 
 
 def test_purgatory_gauges_follow_parked_fetches(broker_factory):
-    b = metered_broker(broker_factory, "gauges")
+    b = broker_factory(metrics_overrides(), "gauges")
     url = b.metrics_url
     topic = "lp-gauges"
     with RawClient.connect(b.bootstrap) as c:
-        create_topic(c, topic)
-        assert scrape(url)[(FETCH_GAUGE, "Fetch")] == 0
+        create_topic(c, topic, client="raw")
+        assert gauge(url, FETCH_GAUGE, "Fetch") == 0
         fetchers = [park_fetch(b.bootstrap, topic, max_wait=15_000) for _ in range(5)]
         try:
             wait_gauge(url, FETCH_GAUGE, "Fetch", 5)
-            assert scrape(url)[(FETCH_SIZE_GAUGE, "Fetch")] == 5
-            assert produce(c, topic, b"wake").error_code == ErrorCode.none
+            assert gauge(url, FETCH_SIZE_GAUGE, "Fetch") == 5
+            woke = produce_partition(c, topic, repeated_batch(b"wake"))
+            assert woke.error_code == ErrorCode.none
             for f in fetchers:
                 assert readable(f, 5)
                 assert answer(f).responses[0].partitions[0].records
@@ -462,7 +386,7 @@ def test_purgatory_gauges_follow_parked_fetches(broker_factory):
             for f in fetchers:
                 f.close()
         # expiry: the gauge drops and the expirations counter counts them
-        expired_before = scrape(url)[(EXPIRES, "Fetch")]
+        expired_before = gauge(url, EXPIRES, "Fetch")
         fetchers = [park_fetch(b.bootstrap, topic, 1, max_wait=300) for _ in range(3)]
         try:
             for f in fetchers:
@@ -472,14 +396,14 @@ def test_purgatory_gauges_follow_parked_fetches(broker_factory):
             for f in fetchers:
                 f.close()
         wait_gauge(url, FETCH_GAUGE, "Fetch", 0)
-        assert scrape(url)[(EXPIRES, "Fetch")] == expired_before + 3
+        assert gauge(url, EXPIRES, "Fetch") == expired_before + 3
 
 
 def test_sigterm_answers_parked_long_polls_and_exits_0(broker_factory):
-    b = metered_broker(broker_factory, "shutdown")
+    b = broker_factory(metrics_overrides(), "shutdown")
     topic = "lp-shutdown"
     with RawClient.connect(b.bootstrap) as c:
-        create_topic(c, topic)
+        create_topic(c, topic, client="raw")
     fetchers = [park_fetch(b.bootstrap, topic, max_wait=30_000) for _ in range(5)]
     try:
         wait_gauge(b.metrics_url, FETCH_GAUGE, "Fetch", 5)
@@ -517,7 +441,7 @@ def test_a_thousand_parked_fetches_idle_and_wake(broker_factory):
     bench = load_benchmark()
     n = 1000
     assert bench.raise_nofile(n + 512) >= n + 512
-    b = metered_broker(broker_factory, "scale")
+    b = broker_factory(metrics_overrides(), "scale")
     bench.prlimit_nofile(b.pid, n + 1024)
     res = asyncio.run(
         bench.measure(
@@ -551,7 +475,7 @@ def test_long_polls_are_not_late_while_a_group_rebalances(broker):
     topic = "lp-rebalance"
     with RawClient.connect(broker.bootstrap) as c:
         create_topic(c, topic, partitions=2)
-        end = end_offset(c, topic)
+        end = list_offset(c, topic)
     consumers = []
     stop = threading.Event()
 
@@ -561,10 +485,9 @@ def test_long_polls_are_not_late_while_a_group_rebalances(broker):
 
     threads = []
     for i in range(3):
-        consumer = Consumer({
-            "bootstrap.servers": broker.bootstrap, "group.id": "lp-rebalance-group",
-            "client.id": f"member-{i}", "session.timeout.ms": 6000, "heartbeat.interval.ms": 500,
-            "enable.auto.commit": False, "auto.offset.reset": "latest",
+        consumer = new_consumer(broker.bootstrap, client="confluent", conf={
+            "group.id": "lp-rebalance-group", "client.id": f"member-{i}",
+            "session.timeout.ms": 6000, "heartbeat.interval.ms": 500, "auto.offset.reset": "latest",
         })  # fmt: skip
         consumer.subscribe([topic])
         consumers.append(consumer)

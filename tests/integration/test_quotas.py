@@ -14,7 +14,6 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 import uuid
 import warnings
 
@@ -27,35 +26,15 @@ from confluent_kafka import Producer
 from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from kio.schema.errors import ErrorCode
 
-from .rawclient import RawClient, create_topics_body, fetch_body, produce_body, repeated_batch
+from tests.conftest import metrics_overrides
+
+from .clients import alter_quotas, create_topic, sample, scrape
+from .rawclient import RawClient, fetch_body, produce_body, repeated_batch
 
 pytestmark = pytest.mark.timeout(180)
 
 
 # -- helpers ------------------------------------------------------------------------------
-def alter_quotas(bootstrap: str, entity: dict, ops: dict, validate_only: bool = False) -> list:
-    """AlterClientQuotas v1 over a raw connection: ``ops`` maps a key to a value or None
-    (remove); ``entity`` maps entity type to name (None: the default)."""
-    with RawClient.connect(bootstrap) as c:
-        resp = c.request(
-            49,
-            1,
-            {
-                "entries": [
-                    {
-                        "entity": [{"entity_type": t, "entity_name": n} for t, n in entity.items()],
-                        "ops": [
-                            {"key": k, "value": 0.0 if v is None else float(v), "remove": v is None}
-                            for k, v in ops.items()
-                        ],
-                    }
-                ],
-                "validate_only": validate_only,
-            },
-        )
-    return [(e.error_code, e.error_message) for e in resp.entries]
-
-
 def describe_quotas(bootstrap: str, components=(), strict: bool = False) -> dict:
     """DescribeClientQuotas v1: {(("user", name), ...): {key: value}}."""
     with RawClient.connect(bootstrap) as c:
@@ -78,12 +57,6 @@ def describe_quotas(bootstrap: str, components=(), strict: bool = False) -> dict
     }
 
 
-def create_topic(bootstrap: str, name: str, partitions: int = 1) -> None:
-    with RawClient.connect(bootstrap) as c:
-        resp = c.request(19, 7, create_topics_body(name, partitions))
-    assert resp.topics[0].error_code == ErrorCode.none
-
-
 METADATA_V12 = {"topics": [], "allow_auto_topic_creation": False,
                 "include_topic_authorized_operations": False}
 
@@ -94,7 +67,7 @@ def test_produce_throttle_answers_at_once_and_mutes_the_connection(broker):
     once; the next request on the connection (sent immediately, ignoring the hint) is
     read only when the throttle ends; another connection is not held up."""
     topic = f"q-{uuid.uuid4().hex[:8]}"
-    create_topic(broker.bootstrap, topic)
+    create_topic(broker.bootstrap, topic, client="raw")
     assert alter_quotas(broker.bootstrap, {"client-id": "greedy"}, {"producer_byte_rate": 20_000}) \
         == [(ErrorCode.none, None)]
     with RawClient.connect(broker.bootstrap) as c, RawClient.connect(broker.bootstrap) as other:
@@ -122,7 +95,7 @@ def test_produce_throttle_answers_at_once_and_mutes_the_connection(broker):
 def test_acks0_produce_is_throttled_by_the_mute(broker):
     """acks=0 has no response to carry the throttle, but the connection is muted anyway."""
     topic = f"q-{uuid.uuid4().hex[:8]}"
-    create_topic(broker.bootstrap, topic)
+    create_topic(broker.bootstrap, topic, client="raw")
     alter_quotas(broker.bootstrap, {"client-id": "fire-and-forget"}, {"producer_byte_rate": 20_000})
     with RawClient.connect(broker.bootstrap) as c:
         t0 = time.monotonic()
@@ -133,7 +106,7 @@ def test_acks0_produce_is_throttled_by_the_mute(broker):
 
 def test_throttled_fetch_is_empty_with_throttle_time(broker):
     topic = f"q-{uuid.uuid4().hex[:8]}"
-    create_topic(broker.bootstrap, topic)
+    create_topic(broker.bootstrap, topic, client="raw")
     with RawClient.connect(broker.bootstrap) as c:
         c.request(0, 9, produce_body(topic, {0: repeated_batch(b"z" * 1000, 240)}), client_id="loader")
     alter_quotas(broker.bootstrap, {"client-id": "slow-reader"}, {"consumer_byte_rate": 20_000})
@@ -212,7 +185,7 @@ def test_kafka_python_protocol_classes_manage_quotas(broker):
     )
 
     topic = f"q-{uuid.uuid4().hex[:8]}"
-    create_topic(broker.bootstrap, topic)
+    create_topic(broker.bootstrap, topic, client="raw")
     admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap, request_timeout_ms=10_000)
     with RawClient.connect(broker.bootstrap) as live:
         live.request(3, 12, METADATA_V12, client_id="live")  # a connection made before the quota
@@ -252,7 +225,7 @@ def test_confluent_producer_held_at_producer_byte_rate(broker_factory):
     broker = broker_factory(SHORT_WINDOW_BROKER)
     rate = 1_000_000
     topic = f"q-{uuid.uuid4().hex[:8]}"
-    create_topic(broker.bootstrap, topic)
+    create_topic(broker.bootstrap, topic, client="raw")
     alter_quotas(broker.bootstrap, {"client-id": "cfk-producer"}, {"producer_byte_rate": rate})
     throttles: list[float] = []
     stats_throttle: list[int] = []
@@ -307,7 +280,7 @@ def test_kafka_python_consumer_held_at_consumer_byte_rate(broker_factory):
     broker = broker_factory(SHORT_WINDOW_BROKER)
     rate = 500_000
     topic = f"q-{uuid.uuid4().hex[:8]}"
-    create_topic(broker.bootstrap, topic)
+    create_topic(broker.bootstrap, topic, client="raw")
     with RawClient.connect(broker.bootstrap) as c:
         # 15 MB, more than 20 s at the quota, in batches of 20 KB (a fetch returns whole
         # batches, at least one however large)
@@ -459,47 +432,35 @@ def test_cli_alters_and_describes_like_kafka_configs(broker):
 
 # -- metrics ------------------------------------------------------------------------------------
 def test_quota_metrics_per_entity(broker_factory):
-    from prometheus_client.parser import text_string_to_metric_families
-
-    from tests.conftest import free_port
-
-    port = free_port()
-    broker = broker_factory({"metrics.listener": f"http://127.0.0.1:{port}"})
-    url = f"http://127.0.0.1:{port}/metrics"
-
-    def scrape() -> dict:
-        with urllib.request.urlopen(url, timeout=10) as resp:
-            text = resp.read().decode()
-        return {
-            (s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(text)
-            for s in family.samples
-        }
+    broker = broker_factory(metrics_overrides())
+    url = broker.metrics_url
 
     topic = f"q-{uuid.uuid4().hex[:8]}"
-    create_topic(broker.bootstrap, topic)
+    create_topic(broker.bootstrap, topic, client="raw")
     alter_quotas(broker.bootstrap, {"client-id": "greedy"}, {"producer_byte_rate": 20_000})
     alter_quotas(broker.bootstrap, {"user": None}, {"request_percentage": 100})
     with RawClient.connect(broker.bootstrap) as c:
         c.request(18, 3, {"client_software_name": "t", "client_software_version": "1"})
         resp = c.request(0, 9, produce_body(topic, {0: repeated_batch(b"x" * 1000, 240)}), client_id="greedy")
         throttle_ms = resp.throttle_time.total_seconds() * 1000
-        during = scrape()  # while the connection is muted
-    entity = (("client_id", "greedy"), ("user", ""))
-    assert during[("kafka_server_produce_byte_rate", entity)] > 20_000
-    assert during[("kafka_server_produce_throttle_time_ms", entity)] == pytest.approx(throttle_ms)
-    assert during[("kafka_server_produce_throttle_time_max_ms", entity)] == pytest.approx(
-        throttle_ms
-    )
-    assert ("kafka_server_produce_throttle_time", entity) not in during
-    assert during[("tidegate_quota_produce_bound", entity)] == 20_000
-    assert during[("kafka_server_produce_queue_size", ())] == 1
+        during = scrape(url)  # while the connection is muted
+    greedy_entity = {"client_id": "greedy", "user": ""}
+
+    def produce_sample(name: str) -> float | None:
+        return sample(during, f"kafka_server_produce_{name}", **greedy_entity)
+
+    assert produce_sample("byte_rate") > 20_000
+    assert produce_sample("throttle_time_ms") == pytest.approx(throttle_ms)
+    assert produce_sample("throttle_time_max_ms") == pytest.approx(throttle_ms)
+    assert produce_sample("throttle_time") is None
+    assert sample(during, "tidegate_quota_produce_bound", **greedy_entity) == 20_000
+    assert sample(during, "kafka_server_produce_queue_size") == 1
     # the request quota is per user (the user default): user ANONYMOUS, client-id ""
-    anonymous = (("client_id", ""), ("user", "ANONYMOUS"))
-    assert during[("kafka_server_request_request_time", anonymous)] > 0
-    assert during[("kafka_server_request_exempt_request_time", ())] > 0
+    anonymous = {"client_id": "", "user": "ANONYMOUS"}
+    assert sample(during, "kafka_server_request_request_time", **anonymous) > 0
+    assert sample(during, "kafka_server_request_exempt_request_time") > 0
     time.sleep(throttle_ms / 1000 + 0.2)
-    assert scrape()[("kafka_server_produce_queue_size", ())] == 0
+    assert sample(scrape(url), "kafka_server_produce_queue_size") == 0
     top = subprocess.run(
         [sys.executable, "-m", "tidegate", "top", "--once", "--interval", "0.2", "--metrics-url", url],
         capture_output=True, text=True, timeout=60, check=False,

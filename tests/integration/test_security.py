@@ -6,7 +6,6 @@ from a credentials file; confluent-kafka (librdkafka), kafka-python and a raw cl
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 import subprocess
@@ -18,66 +17,38 @@ import scramp
 from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import (
     AdminClient,
-    NewTopic,
     ScramCredentialInfo,
     ScramMechanism,
     UserScramCredentialDeletion,
     UserScramCredentialUpsertion,
 )
 
-from tests.conftest import BrokerProcess, free_port, wait_for_port
-from tests.integration.clients import roundtrip_confluent
+from tests.conftest import BrokerProcess, wait_until
+from tests.integration.clients import (
+    USERS,
+    alter_quotas,
+    create_topic,
+    roundtrip,
+    sasl_overrides,
+)
 from tests.integration.rawclient import RawClient, decode_response
 from tidegate.protocol.apis import ApiKey
 
 pytestmark = pytest.mark.timeout(120)
 
-USERS = {"alice": "alice-secret", "bob": "bob-secret"}
-
-
-def _write_users(path, users=USERS):
-    path.write_text(json.dumps({"users": {u: {"password": p} for u, p in users.items()}}))
-    return path
-
-
-class SecureBroker:
-    def __init__(self, tmp_path, extra: dict | None = None):
-        self.plain_port = free_port()
-        self.sasl_port = free_port()
-        users = _write_users(tmp_path / "users.json")
-        overrides = {
-            "listeners": f"PLAINTEXT://127.0.0.1:{self.plain_port},"
-                         f"SASL_PLAINTEXT://127.0.0.1:{self.sasl_port}",
-            "sasl.credentials.file": str(users),
-            **(extra or {}),
-        }
-        self.proc = BrokerProcess(tmp_path / "data", port=self.plain_port, overrides=overrides)
-
-    @property
-    def plain(self) -> str:
-        return f"127.0.0.1:{self.plain_port}"
-
-    @property
-    def sasl(self) -> str:
-        return f"127.0.0.1:{self.sasl_port}"
+SASL = "SASL_PLAINTEXT"
+FIVE = [f"v{i}".encode() for i in range(5)]  # what roundtrip(conf, 5) reads back
 
 
 @pytest.fixture
-def secure(tmp_path):
-    b = SecureBroker(tmp_path)
-    b.proc.start()
-    wait_for_port(b.sasl_port)  # start() waited for the first listener only
-    yield b
-    if b.proc.alive():
-        try:
-            b.proc.stop(10)
-        except Exception:  # noqa: BLE001
-            b.proc.kill()
+def secure(broker_factory, tmp_path):
+    """A broker with a PLAINTEXT (``bootstrap``) and a SASL_PLAINTEXT listener, users USERS."""
+    return broker_factory(sasl_overrides(tmp_path))
 
 
-def sasl_conf(broker: SecureBroker, mechanism: str, user: str, password: str, **extra) -> dict:
+def sasl_conf(broker: BrokerProcess, mechanism: str, user: str, password: str, **extra) -> dict:
     return {
-        "bootstrap.servers": broker.sasl,
+        "bootstrap.servers": broker.listener(SASL),
         "security.protocol": "SASL_PLAINTEXT",
         "sasl.mechanism": mechanism,
         "sasl.username": user,
@@ -88,41 +59,23 @@ def sasl_conf(broker: SecureBroker, mechanism: str, user: str, password: str, **
 
 @pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
 def test_confluent_produce_consume_over_sasl(secure, mechanism):
-    got = roundtrip_confluent(sasl_conf(secure, mechanism, "alice", USERS["alice"]))
+    got = roundtrip(sasl_conf(secure, mechanism, "alice", USERS["alice"]))
     assert got == [f"v{i}".encode() for i in range(50)]
 
 
 def test_kafka_python_scram(secure):
-    from kafka import KafkaConsumer, KafkaProducer
-    from kafka.admin import KafkaAdminClient
-    from kafka.admin import NewTopic as KNewTopic
-
-    conf = {"bootstrap_servers": secure.sasl, "security_protocol": "SASL_PLAINTEXT",
+    conf = {"bootstrap_servers": secure.listener(SASL), "security_protocol": "SASL_PLAINTEXT",
             "sasl_mechanism": "SCRAM-SHA-512", "sasl_plain_username": "bob",
             "sasl_plain_password": USERS["bob"]}
-    admin = KafkaAdminClient(**conf)
-    admin.create_topics([KNewTopic("kp-sec", 1, 1)])
-    admin.close()
-    p = KafkaProducer(acks="all", **conf)
-    for i in range(20):
-        p.send("kp-sec", f"m{i}".encode())
-    p.flush(20)
-    p.close()
-    c = KafkaConsumer("kp-sec", auto_offset_reset="earliest", consumer_timeout_ms=5000,
-                      group_id=None, **conf)
-    got = [m.value for m in c]
-    c.close()
-    assert got == [f"m{i}".encode() for i in range(20)]
+    got = roundtrip(conf, 20, client="kafka-python", prefix="kp-sec")
+    assert got == [f"v{i}".encode() for i in range(20)]
 
 
 def _auth_error(conf: dict) -> str:
     """The error librdkafka reports for a failed login (its timing detail removed)."""
     errors: list[str] = []
     p = Producer({**conf, "error_cb": lambda e: errors.append(e.str())})
-    deadline = time.monotonic() + 15
-    while not errors and time.monotonic() < deadline:
-        p.poll(0.2)
-    assert errors, "no authentication error reported"
+    wait_until(lambda: errors, 15, step=lambda: p.poll(0.2), what="an authentication error")
     return re.sub(r" \(after \d+ms in state [A-Z_]+\)", "", errors[0])
 
 
@@ -146,8 +99,8 @@ def _raw_scram_first(bootstrap: str, user: str):
 
 
 def test_raw_scram_unknown_user_fails_at_the_same_step(secure):
-    a_first, a_final, a_closed = _raw_scram_first(secure.sasl, "alice")
-    m_first, m_final, m_closed = _raw_scram_first(secure.sasl, "mallory")
+    a_first, a_final, a_closed = _raw_scram_first(secure.listener(SASL), "alice")
+    m_first, m_final, m_closed = _raw_scram_first(secure.listener(SASL), "mallory")
     assert a_first.error_code == m_first.error_code == 0
     assert a_final.error_code == m_final.error_code == 58
     assert a_final.error_message == m_final.error_message
@@ -155,7 +108,7 @@ def test_raw_scram_unknown_user_fails_at_the_same_step(secure):
 
 
 def test_request_before_authentication_closes_the_connection(secure):
-    with RawClient.connect(secure.sasl) as rc:
+    with RawClient.connect(secure.listener(SASL)) as rc:
         versions = rc.request(ApiKey.API_VERSIONS, 3, {"client_software_name": "raw",
                                                        "client_software_version": "1"})
         assert versions.error_code == 0
@@ -164,30 +117,30 @@ def test_request_before_authentication_closes_the_connection(secure):
         rc.send(ApiKey.METADATA, 12, {"topics": None, "allow_auto_topic_creation": False,
                                       "include_topic_authorized_operations": False})
         assert rc.closed_by_peer(5)
-    with RawClient.connect(secure.sasl) as rc:  # not even ApiVersions first
+    with RawClient.connect(secure.listener(SASL)) as rc:  # not even ApiVersions first
         rc.send(ApiKey.CREATE_TOPICS, 7, {"topics": [], "timeout": 1000, "validate_only": False})
         assert rc.closed_by_peer(5)
-    assert "during SASL handshake" in secure.proc.log_text()
+    assert "during SASL handshake" in secure.log_text()
 
 
 def test_handshake_v0_raw_plain_token(secure):
-    with RawClient.connect(secure.sasl) as rc:
+    with RawClient.connect(secure.listener(SASL)) as rc:
         hs = rc.request(ApiKey.SASL_HANDSHAKE, 0, {"mechanism": "PLAIN"})
         assert hs.error_code == 0 and "PLAIN" in hs.mechanisms
         rc.send_raw(len(b"\0alice\0alice-secret").to_bytes(4, "big") + b"\0alice\0alice-secret")
         assert rc.recv_frame() == b""
         md = rc.request(ApiKey.METADATA, 12, {"topics": None, "allow_auto_topic_creation": False,
                                               "include_topic_authorized_operations": False})
-        assert md.brokers[0].port == secure.sasl_port
+        assert md.brokers[0].port == secure.listener_port(SASL)
 
 
 def test_plaintext_listener_beside_sasl(secure):
-    got = roundtrip_confluent({"bootstrap.servers": secure.plain}, n=10)
+    got = roundtrip({"bootstrap.servers": secure.bootstrap}, n=10)
     assert got == [f"v{i}".encode() for i in range(10)]
-    with RawClient.connect(secure.plain) as rc:
+    with RawClient.connect(secure.bootstrap) as rc:
         md = rc.request(ApiKey.METADATA, 12, {"topics": None, "allow_auto_topic_creation": False,
                                               "include_topic_authorized_operations": False})
-        assert md.brokers[0].port == secure.plain_port  # the listener the client is on
+        assert md.brokers[0].port == secure.port  # the listener the client is on
         hs = rc.request(ApiKey.SASL_HANDSHAKE, 1, {"mechanism": "PLAIN"})
         assert hs.error_code == 34  # ILLEGAL_SASL_STATE, as Kafka answers on PLAINTEXT
 
@@ -212,7 +165,7 @@ def test_scram_admin_new_user_logs_in_and_survives_restart(secure):
         admin.describe_user_scram_credentials(["nobody"])["nobody"].result(10)
     assert info.value.args[0].code() == 91  # RESOURCE_NOT_FOUND
     everyone = admin.describe_user_scram_credentials().result(10)
-    assert {"alice", "bob", "carol", "dave"} <= set(everyone)
+    assert set(everyone) == {"alice", "bob", "carol", "dave"}  # the file's two, the new two
     # too few iterations
     bad = admin.alter_user_scram_credentials([UserScramCredentialUpsertion(
         "erin", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 1000), b"x")])
@@ -220,14 +173,13 @@ def test_scram_admin_new_user_logs_in_and_survives_restart(secure):
         bad["erin"].result(10)
     assert info.value.args[0].code() == 93  # UNACCEPTABLE_CREDENTIAL
     # the new users log in at once, without a restart
-    assert roundtrip_confluent(sasl_conf(secure, "SCRAM-SHA-256", "carol", "carol-pw"), 5)
-    assert roundtrip_confluent(sasl_conf(secure, "SCRAM-SHA-512", "dave", "dave-pw"), 5)
-    data_dir = secure.proc.data_dir
+    assert roundtrip(sasl_conf(secure, "SCRAM-SHA-256", "carol", "carol-pw"), 5) == FIVE
+    assert roundtrip(sasl_conf(secure, "SCRAM-SHA-512", "dave", "dave-pw"), 5) == FIVE
+    data_dir = secure.data_dir
     text = (data_dir / "scram-credentials.json").read_text()
     assert "carol-pw" not in text and "dave-pw" not in text
-    secure.proc.restart()
-    wait_for_port(secure.sasl_port)
-    assert roundtrip_confluent(sasl_conf(secure, "SCRAM-SHA-256", "carol", "carol-pw"), 5)
+    secure.restart()  # waits for every listener
+    assert roundtrip(sasl_conf(secure, "SCRAM-SHA-256", "carol", "carol-pw"), 5) == FIVE
     admin = AdminClient(sasl_conf(secure, "SCRAM-SHA-512", "dave", "dave-pw"))
     admin.alter_user_scram_credentials(
         [UserScramCredentialDeletion("carol", ScramMechanism.SCRAM_SHA_256)])["carol"].result(10)
@@ -236,7 +188,7 @@ def test_scram_admin_new_user_logs_in_and_survives_restart(secure):
 
 
 def test_unsupported_mechanism(secure):
-    with RawClient.connect(secure.sasl) as rc:
+    with RawClient.connect(secure.listener(SASL)) as rc:
         rc.send(ApiKey.SASL_HANDSHAKE, 1, {"mechanism": "GSSAPI"})
         _, resp = decode_response(ApiKey.SASL_HANDSHAKE, 1, rc.recv_frame())
         assert resp.error_code == 33 and set(resp.mechanisms) == {"PLAIN", "SCRAM-SHA-256",
@@ -252,9 +204,10 @@ def test_kcat_over_sasl(secure, mechanism):
     auth = ["-X", "security.protocol=SASL_PLAINTEXT", "-X", f"sasl.mechanisms={mechanism}",
             "-X", "sasl.username=alice", "-X", f"sasl.password={USERS['alice']}"]
     topic = f"kc-{mechanism.lower()}"
-    subprocess.run(["kcat", "-b", secure.sasl, *auth, "-t", topic, "-P"], input=b"hello\n",
+    sasl = secure.listener(SASL)
+    subprocess.run(["kcat", "-b", sasl, *auth, "-t", topic, "-P"], input=b"hello\n",
                    check=True, timeout=30)
-    out = subprocess.run(["kcat", "-b", secure.sasl, *auth, "-t", topic, "-C", "-o", "beginning",
+    out = subprocess.run(["kcat", "-b", sasl, *auth, "-t", topic, "-C", "-o", "beginning",
                           "-e", "-q"], capture_output=True, check=True, timeout=30)
     assert out.stdout == b"hello\n"
 
@@ -262,12 +215,9 @@ def test_kcat_over_sasl(secure, mechanism):
 def test_user_quota_applies_to_the_sasl_principal(secure):
     """A producer_byte_rate for user alice throttles alice's SASL connections (librdkafka
     reports the broker's throttle) and not bob's: quotas see the authenticated user."""
-    from tests.integration.test_quotas import alter_quotas
-
-    assert alter_quotas(secure.plain, {"user": "alice"}, {"producer_byte_rate": 20_000}) == [(0, None)]
+    assert alter_quotas(secure.bootstrap, {"user": "alice"}, {"producer_byte_rate": 20_000}) == [(0, None)]
     topic = f"quota-{uuid.uuid4().hex[:8]}"
-    admin = AdminClient({"bootstrap.servers": secure.plain})
-    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(20)
+    create_topic(secure.bootstrap, topic, client="confluent")
 
     def throttled_as(user: str) -> int:
         throttles: list[int] = []

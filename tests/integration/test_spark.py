@@ -20,11 +20,20 @@ import pytest
 
 pyspark = pytest.importorskip("pyspark")
 
-from tests.conftest import wait_for_port
+from tests.conftest import wait_until
 from tidegate.client import KafkaClient
-from tidegate.producer import Producer
+from tidegate.client.fetcher import list_offsets
 
-from .clients import CODECS, Rec, base_timestamp, create_topic, make_records
+from .clients import (
+    CODECS,
+    USERS,
+    Rec,
+    base_timestamp,
+    create_topic,
+    make_records,
+    produce,
+    sasl_overrides,
+)
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -59,29 +68,13 @@ def bootstrap(request):
 
 
 
-def produce(
+def produce_to(
     bootstrap: str, topic: str, partition: int, records: list[Rec], codec: str = "none"
 ) -> list[int]:
-    """Send ``records`` to one partition with one codec; returns their offsets."""
-    p = Producer(
-        {"bootstrap.servers": bootstrap, "compression.type": codec, "linger.ms": 5, "acks": "all"}
-    )
-    try:
-        futs = [
-            p.send(
-                topic,
-                r.value,
-                key=r.key,
-                partition=partition,
-                headers=list(r.headers),
-                timestamp=r.timestamp,
-            )
-            for r in records
-        ]
-        p.flush(30)
-        return [f.result(30).offset for f in futs]
-    finally:
-        p.close()
+    """Send ``records`` to one partition with one codec (tidegate's Producer, acks=all);
+    returns their offsets."""
+    return [d.offset for d in produce(bootstrap, topic, records, client="tidegate",
+                                      partition=partition, codec=codec, acks=-1)]  # fmt: skip
 
 
 def read_df(spark, bootstrap: str, **options):
@@ -145,7 +138,7 @@ def _produce_codecs(bootstrap: str, topic: str, n_per_codec: int) -> dict[int, l
         recs = make_records(n_per_codec, base + i * 10_000, seed=i)
         for partition in (0, 1):
             part = recs[partition::2]
-            offs = produce(bootstrap, topic, partition, part, codec)
+            offs = produce_to(bootstrap, topic, partition, part, codec)
             sent[partition] += list(zip(offs, part))
     return sent
 
@@ -154,7 +147,7 @@ def _produce_codecs(bootstrap: str, topic: str, n_per_codec: int) -> dict[int, l
 
 
 def test_batch_read_equals_what_was_produced(spark, bootstrap):
-    topic = create_topic(bootstrap, 2, prefix="spark")
+    topic = create_topic(bootstrap, partitions=2, prefix="spark")
     sent = _produce_codecs(bootstrap, topic, 200)
     df = read_df(spark, bootstrap, subscribe=topic, includeHeaders="true")
     assert df.columns == [
@@ -189,12 +182,12 @@ def test_batch_read_equals_what_was_produced(spark, bootstrap):
 def test_batch_read_pattern_and_bounded_fetches(spark, bootstrap):
     """subscribePattern picks the matching topics only; a 1 KiB max.partition.fetch.bytes
     (many fetches per partition) and minPartitions splitting read the same rows."""
-    a = create_topic(bootstrap, 1, prefix="pat-a")
-    b = create_topic(bootstrap, 1, prefix="pat-b")
-    other = create_topic(bootstrap, 1, prefix="other")
+    a = create_topic(bootstrap, partitions=1, prefix="pat-a")
+    b = create_topic(bootstrap, partitions=1, prefix="pat-b")
+    other = create_topic(bootstrap, partitions=1, prefix="other")
     base = base_timestamp()
     for t in (a, b, other):
-        produce(bootstrap, t, 0, make_records(300, base, headers=False), "lz4")
+        produce_to(bootstrap, t, 0, make_records(300, base, headers=False), "lz4")
     df = read_df(spark, bootstrap, subscribePattern="pat-.*")
     assert sorted(df.groupBy("topic").count().collect()) == [(a, 300), (b, 300)]
     df = read_df(
@@ -209,7 +202,7 @@ def test_batch_read_pattern_and_bounded_fetches(spark, bootstrap):
     assert offsets == list(range(300))
     # the tuple path (tidegate.arrow=false) gives the same rows as the Arrow path
     recs = make_records(50, base)
-    produce(bootstrap, other, 0, recs, "gzip")
+    produce_to(bootstrap, other, 0, recs, "gzip")
     arrow = rows_of(read_df(spark, bootstrap, subscribe=other, includeHeaders="true"))
     tuples = read_df(spark, bootstrap, subscribe=other, includeHeaders="true",
                      **{"tidegate.arrow": "false"})  # fmt: skip
@@ -290,11 +283,11 @@ def _sink_rows(spark, out: Path) -> list[tuple]:
 def test_stream_available_now_max_offsets_per_trigger(spark, bootstrap, tmp_path):
     """700 + 300 records, maxOffsetsPerTrigger=250: several micro-batches, each within
     the cap and split in proportion to lag, every record once."""
-    topic = create_topic(bootstrap, 2, prefix="spark")
+    topic = create_topic(bootstrap, partitions=2, prefix="spark")
     base = base_timestamp()
     recs = make_records(1000, base, headers=False)
-    offs0 = produce(bootstrap, topic, 0, recs[:700], "zstd")
-    offs1 = produce(bootstrap, topic, 1, recs[700:], "snappy")
+    offs0 = produce_to(bootstrap, topic, 0, recs[:700], "zstd")
+    offs1 = produce_to(bootstrap, topic, 1, recs[700:], "snappy")
     q = _stream(
         spark,
         bootstrap,
@@ -326,14 +319,14 @@ def test_stream_available_now_max_offsets_per_trigger(spark, bootstrap, tmp_path
 def test_stream_restart_from_checkpoint_exactly_once(spark, bootstrap, tmp_path):
     """A query stopped mid-stream, new data produced, then restarted on the same
     checkpoint: the file sink holds every record exactly once."""
-    topic = create_topic(bootstrap, 2, prefix="spark")
+    topic = create_topic(bootstrap, partitions=2, prefix="spark")
     base = base_timestamp()
     recs = make_records(1200, base, headers=False)
     sent = []
     for partition, chunk in ((0, recs[:400]), (1, recs[400:600])):
         sent += [
             (partition, o, r.key)
-            for o, r in zip(produce(bootstrap, topic, partition, chunk), chunk)
+            for o, r in zip(produce_to(bootstrap, topic, partition, chunk), chunk)
         ]
     out, ckpt = tmp_path / "out", tmp_path / "ckpt"
     # run 1: small micro-batches on a processing-time trigger, stopped after two batches
@@ -347,11 +340,12 @@ def test_stream_restart_from_checkpoint_exactly_once(spark, bootstrap, tmp_path)
         startingOffsets="earliest",
         maxOffsetsPerTrigger="100",
     )
-    deadline = time.monotonic() + QUERY_TIMEOUT_S
-    while sum(1 for p in q.recentProgress if p["numInputRows"]) < 2:
+
+    def two_batches() -> bool:
         assert q.exception() is None, q.exception()
-        assert time.monotonic() < deadline, "no progress"
-        time.sleep(0.2)
+        return sum(1 for p in q.recentProgress if p["numInputRows"]) >= 2
+
+    wait_until(two_batches, QUERY_TIMEOUT_S, interval=0.2, what="two micro-batches with rows")
     q.stop()
     first_run = len(_sink_rows(spark, out))
     assert 0 < first_run < 600
@@ -359,7 +353,7 @@ def test_stream_restart_from_checkpoint_exactly_once(spark, bootstrap, tmp_path)
     for partition, chunk in ((0, recs[600:900]), (1, recs[900:])):
         sent += [
             (partition, o, r.key)
-            for o, r in zip(produce(bootstrap, topic, partition, chunk), chunk)
+            for o, r in zip(produce_to(bootstrap, topic, partition, chunk), chunk)
         ]
     # run 2: same checkpoint; startingOffsets=latest must not matter on a restart
     q = _stream(
@@ -381,10 +375,10 @@ def test_stream_pattern_picks_up_new_topics_from_earliest(spark, bootstrap, tmp_
     a topic created later is read from its earliest offset (Spark's rule for new
     partitions), across a restart."""
     prefix = f"newt{os.getpid()}x{int(time.time()) % 10000}"
-    a = create_topic(bootstrap, 1, prefix=prefix)
+    a = create_topic(bootstrap, partitions=1, prefix=prefix)
     base = base_timestamp()
     old = make_records(20, base, headers=False)
-    produce(bootstrap, a, 0, old)
+    produce_to(bootstrap, a, 0, old)
     out, ckpt = tmp_path / "out", tmp_path / "ckpt"
 
     def run() -> None:
@@ -404,10 +398,10 @@ def test_stream_pattern_picks_up_new_topics_from_earliest(spark, bootstrap, tmp_
 
     run()  # starts at latest: nothing to read yet
     new_a = make_records(5, base + 100, headers=False)
-    produce(bootstrap, a, 0, new_a)
-    b = create_topic(bootstrap, 2, prefix=prefix)
-    produce(bootstrap, b, 0, make_records(7, base, headers=False))
-    produce(bootstrap, b, 1, make_records(3, base, headers=False))
+    produce_to(bootstrap, a, 0, new_a)
+    b = create_topic(bootstrap, partitions=2, prefix=prefix)
+    produce_to(bootstrap, b, 0, make_records(7, base, headers=False))
+    produce_to(bootstrap, b, 1, make_records(3, base, headers=False))
     run()
     got = sorted(tuple(r) for r in spark.read.parquet(str(out)).collect())
     want = sorted(
@@ -422,7 +416,7 @@ def test_stream_pattern_picks_up_new_topics_from_earliest(spark, bootstrap, tmp_
 
 
 def test_write_then_read_back(spark, bootstrap, tmp_path):
-    topic = create_topic(bootstrap, 3, prefix="spark")
+    topic = create_topic(bootstrap, partitions=3, prefix="spark")
     rows = [
         (
             f"k{i}" if i % 7 else None,
@@ -455,7 +449,7 @@ def test_write_then_read_back(spark, bootstrap, tmp_path):
         assert offs == list(range(100))
 
     # streaming write: the topic column routes rows; read back equals the source
-    target = create_topic(bootstrap, 1, prefix="spark")
+    target = create_topic(bootstrap, partitions=1, prefix="spark")
     q = (
         spark.readStream.format("tidegate")
         .option("kafka.bootstrap.servers", bootstrap)
@@ -474,40 +468,34 @@ def test_write_then_read_back(spark, bootstrap, tmp_path):
     assert sorted(bytes(r["value"]) for r in back) == sorted(v for _, v, _, _ in rows)
 
 
-def test_write_and_read_over_sasl_scram(spark, tmp_path):
+def test_write_and_read_over_sasl_scram(spark, broker_factory, tmp_path):
     """Issue #8: kafka.security.protocol / kafka.sasl.mechanism / kafka.sasl.jaas.config
     pass through to the client (driver and executors) and to the producer."""
-    from tests.integration.test_security import USERS, SecureBroker
-
-    b = SecureBroker(tmp_path)
-    b.proc.start()
-    try:
-        wait_for_port(b.sasl_port)
-        topic = create_topic(b.plain, 2, prefix="spark-sasl")
-        sasl = {
-            "kafka.security.protocol": "SASL_PLAINTEXT",
-            "kafka.sasl.mechanism": "SCRAM-SHA-256",
-            "kafka.sasl.jaas.config": "org.apache.kafka.common.security.scram.ScramLoginModule"
-            f' required username="alice" password="{USERS["alice"]}";',
-        }
-        rows = [(f"k{i}", f"v{i}".encode(), i % 2) for i in range(100)]
-        df = spark.createDataFrame(rows, "key string, value binary, partition int")
-        df.write.format("tidegate").option("kafka.bootstrap.servers", b.sasl).option(
-            "topic", topic
-        ).options(**sasl).mode("append").save()
-        got = read_df(spark, b.sasl, subscribe=topic, **sasl).collect()
-        assert sorted(
-            (r["key"].decode(), bytes(r["value"]), r["partition"]) for r in got
-        ) == sorted(rows)
-        # a wrong password fails the query with the broker's message, at once
-        bad = {**sasl, "kafka.sasl.jaas.config": sasl["kafka.sasl.jaas.config"].replace(
-            USERS["alice"], "wrong")}  # fmt: skip
-        started = time.monotonic()
-        with pytest.raises(Exception, match="Authentication failed"):
-            read_df(spark, b.sasl, subscribe=topic, **bad).collect()
-        assert time.monotonic() - started < 30
-    finally:
-        b.proc.stop(10)
+    b = broker_factory(sasl_overrides(tmp_path))
+    sasl_address = b.listener("SASL_PLAINTEXT")
+    topic = create_topic(b.bootstrap, partitions=2, prefix="spark-sasl")
+    sasl = {
+        "kafka.security.protocol": "SASL_PLAINTEXT",
+        "kafka.sasl.mechanism": "SCRAM-SHA-256",
+        "kafka.sasl.jaas.config": "org.apache.kafka.common.security.scram.ScramLoginModule"
+        f' required username="alice" password="{USERS["alice"]}";',
+    }
+    rows = [(f"k{i}", f"v{i}".encode(), i % 2) for i in range(100)]
+    df = spark.createDataFrame(rows, "key string, value binary, partition int")
+    df.write.format("tidegate").option("kafka.bootstrap.servers", sasl_address).option(
+        "topic", topic
+    ).options(**sasl).mode("append").save()
+    got = read_df(spark, sasl_address, subscribe=topic, **sasl).collect()
+    assert sorted(
+        (r["key"].decode(), bytes(r["value"]), r["partition"]) for r in got
+    ) == sorted(rows)
+    # a wrong password fails the query with the broker's message, at once
+    bad = {**sasl, "kafka.sasl.jaas.config": sasl["kafka.sasl.jaas.config"].replace(
+        USERS["alice"], "wrong")}  # fmt: skip
+    started = time.monotonic()
+    with pytest.raises(Exception, match="Authentication failed"):
+        read_df(spark, sasl_address, subscribe=topic, **bad).collect()
+    assert time.monotonic() - started < 30
 
 
 def test_write_rejects_bad_columns(spark, broker):
@@ -535,20 +523,17 @@ def test_fail_on_data_loss(spark, broker_factory):
             "log.retention.check.interval.ms": "200",
         }
     )
-    topic = create_topic(b.bootstrap, 1, prefix="spark")
+    topic = create_topic(b.bootstrap, partitions=1, prefix="spark")
     recs = make_records(400, base_timestamp(), headers=False)
     for i in range(0, 400, 20):  # many small batches: many segments
-        produce(b.bootstrap, topic, 0, recs[i : i + 20])
-    deadline = time.monotonic() + 30
-    while True:
-        with KafkaClient(b.bootstrap) as c:
-            from tidegate.client.fetcher import list_offsets
+        produce_to(b.bootstrap, topic, 0, recs[i : i + 20])
 
-            earliest = list_offsets(c, {(topic, 0): -2})[(topic, 0)]
-        if earliest > 0:
-            break
-        assert time.monotonic() < deadline, "retention deleted nothing"
-        time.sleep(0.2)
+    def log_start() -> int:
+        with KafkaClient(b.bootstrap) as c:
+            return list_offsets(c, {(topic, 0): -2})[(topic, 0)]
+
+    wait_until(lambda: log_start() > 0, 30, what="retention deleting a segment", interval=0.2)
+    earliest = log_start()
     opts = {"assign": f'{{"{topic}":[0]}}', "startingOffsets": f'{{"{topic}":{{"0":0}}}}'}
     with pytest.raises(Exception, match="Some data may have been lost"):
         read_df(spark, b.bootstrap, **opts).collect()

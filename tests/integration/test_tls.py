@@ -4,16 +4,13 @@ muting over TLS. Certificates are made at run time with trustme; no key is commi
 from __future__ import annotations
 
 import asyncio
-import json
 import ssl
-import struct
-import uuid
 
 import pytest
-import trustme
 
-from tests.conftest import BrokerProcess, free_port, wait_for_port
-from tests.integration.clients import roundtrip_confluent
+from tests.conftest import free_port
+from tests.integration.clients import USERS, roundtrip, write_users
+from tests.integration.rawclient import RawClient, frame
 from tests.unit.test_connection import HoldingProcessor, Processor
 from tidegate.network.memory_pool import NONE, SimpleMemoryPool
 from tidegate.network.mute_state import MuteReason
@@ -24,30 +21,6 @@ from tidegate.security.listener import ListenerSecurity
 from tidegate.security.tls import build_server_context, subject_dn
 
 pytestmark = pytest.mark.timeout(120)
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory):
-    d = tmp_path_factory.mktemp("pki")
-    ca = trustme.CA(organization_name="Tidegate Test CA")
-    server = ca.issue_cert("127.0.0.1", "localhost")
-    client = ca.issue_cert("writer@example.org", common_name="writer",
-                           organization_name="Tidegate Tests", organization_unit_name="clients")
-    paths = {
-        "ca": d / "ca.pem",
-        "server": d / "server.pem",
-        "client_cert": d / "client-cert.pem",
-        "client_key": d / "client-key.pem",
-        "client": d / "client.pem",
-    }
-    ca.cert_pem.write_to_path(str(paths["ca"]))
-    server.private_key_and_cert_chain_pem.write_to_path(str(paths["server"]))
-    client.private_key_and_cert_chain_pem.write_to_path(str(paths["client"]))
-    client.private_key_pem.write_to_path(str(paths["client_key"]))
-    paths["client_cert"].write_bytes(b"".join(blob.bytes() for blob in client.cert_chain_pems))
-    paths["server_chain_text"] = b"".join(b.bytes() for b in server.cert_chain_pems).decode()
-    paths["server_key_text"] = server.private_key_pem.bytes().decode()
-    return paths
 
 
 def test_subject_dn_is_rfc2253_most_specific_first():
@@ -81,10 +54,6 @@ def shell(proc, pool, max_request_size):
     return server
 
 
-def _frame(payload: bytes) -> bytes:
-    return struct.pack(">i", len(payload)) + payload
-
-
 @pytest.mark.parametrize("client_auth, with_cert, principal", [
     ("required", True, "CN=writer,OU=clients,O=Tidegate Tests"),
     ("requested", False, "ANONYMOUS"),
@@ -106,7 +75,7 @@ def test_tls_shell_principal_and_muting(pki, client_auth, with_cert, principal):
         reader, writer = await asyncio.open_connection(host, port, ssl=client_ctx,
                                                        server_hostname="127.0.0.1")
         # two pipelined requests: the second is not read while the first is in flight
-        writer.write(_frame(b"first-request") + _frame(b"second-request"))
+        writer.write(frame(b"first-request") + frame(b"second-request"))
         await writer.drain()
         for _ in range(100):
             if proc.requests:
@@ -117,16 +86,16 @@ def test_tls_shell_principal_and_muting(pki, client_auth, with_cert, principal):
         (conn,) = server.connections.values()
         assert conn.mute_state.has(MuteReason.IN_FLIGHT)
         assert conn.principal == principal and conn.authenticated
-        proc.answer(0, _frame(b"one"))
+        proc.answer(0, frame(b"one"))
         for _ in range(100):
             if len(proc.requests) == 2:
                 break
             await asyncio.sleep(0.01)
         assert [r[0] for r in proc.requests] == [b"first-request", b"second-request"]
         assert {r[1] for r in proc.requests} == {principal}
-        proc.answer(1, _frame(b"two"))
+        proc.answer(1, frame(b"two"))
         got = await asyncio.wait_for(reader.readexactly(14), 5)
-        assert got == _frame(b"one") + _frame(b"two")
+        assert got == frame(b"one") + frame(b"two")
         writer.close()
         await server.shutdown(1)
 
@@ -147,7 +116,7 @@ def test_tls_required_client_auth_refuses_clients_without_a_certificate(pki):
         with pytest.raises((ssl.SSLError, ConnectionError, asyncio.IncompleteReadError)):
             reader, writer = await asyncio.open_connection(host, port, ssl=client_ctx,
                                                            server_hostname="127.0.0.1")
-            writer.write(_frame(b"x"))
+            writer.write(frame(b"x"))
             await writer.drain()
             await asyncio.wait_for(reader.readexactly(1), 5)
         assert not proc.requests
@@ -185,14 +154,14 @@ def test_tls_memory_muting_keeps_handshakes_and_already_decrypted_bytes(pki):
                 host, port, ssl=client_ctx, server_hostname="127.0.0.1"), 10)
 
         _ra, wa = await open_tls()
-        wa.write(_frame(b"A" * 1000))  # fills the pool
+        wa.write(frame(b"A" * 1000))  # fills the pool
         await wait_for(lambda: len(proc.requests) == 1, "A's request")
         assert pool.available == 0
         (conn_a,) = server.connections.values()
 
         rb, wb = await open_tls()
         b1, b2 = b"first:" + b"1" * 300, b"second:" + b"2" * 400
-        wb.write(_frame(b1) + _frame(b2))  # one write: one TLS record holding both frames
+        wb.write(frame(b1) + frame(b2))  # one write: one TLS record holding both frames
         await wait_for(lambda: server.memory_muted, "B to be muted for memory")
         (conn_b,) = server.memory_muted
         assert conn_b.mute_state.reasons == MuteReason.MEMORY
@@ -208,14 +177,14 @@ def test_tls_memory_muting_keeps_handshakes_and_already_decrypted_bytes(pki):
         assert conn_c.mute_state.reasons == MuteReason.NONE
         assert len(proc.requests) == 1 and conn_b in server.memory_muted
 
-        proc.answer(0, _frame(b"done-a"))  # A answered: its 1000 bytes back
+        proc.answer(0, frame(b"done-a"))  # A answered: its 1000 bytes back
         await wait_for(lambda: len(proc.requests) == 2, "B's first frame")
         assert proc.requests[1][0] == b1
-        proc.answer(1, _frame(b"r1"))
+        proc.answer(1, frame(b"r1"))
         await wait_for(lambda: len(proc.requests) == 3, "B's second frame")
         assert proc.requests[2][0] == b2
-        proc.answer(2, _frame(b"r2"))
-        assert await asyncio.wait_for(rb.readexactly(12), 5) == _frame(b"r1") + _frame(b"r2")
+        proc.answer(2, frame(b"r2"))
+        assert await asyncio.wait_for(rb.readexactly(12), 5) == frame(b"r1") + frame(b"r2")
         await wait_for(lambda: pool.outstanding == 0, "every buffer back")
         assert pool.available == 1000
         for w in (wa, wb, wc):
@@ -227,11 +196,9 @@ def test_tls_memory_muting_keeps_handshakes_and_already_decrypted_bytes(pki):
 
 # -- a broker process with real clients --------------------------------------------------
 @pytest.fixture
-def tls_broker(tmp_path, pki):
+def tls_broker(broker_factory, tmp_path, pki):
     ssl_port, sasl_ssl_port = free_port(), free_port()
-    users = tmp_path / "users.json"
-    users.write_text(json.dumps({"users": {"alice": {"password": "alice-secret"}}}))
-    proc = BrokerProcess(tmp_path / "data", port=ssl_port, overrides={
+    proc = broker_factory({
         "listeners": f"SSL://127.0.0.1:{ssl_port},SASL_SSL://127.0.0.1:{sasl_ssl_port}",
         # the SSL listener reads PEM files, the SASL_SSL one PEM text (listener overrides)
         "ssl.keystore.location": str(pki["server"]),
@@ -239,16 +206,9 @@ def tls_broker(tmp_path, pki):
         "listener.name.sasl_ssl.ssl.keystore.key": pki["server_key_text"],
         "ssl.truststore.location": str(pki["ca"]),
         "ssl.client.auth": "requested",
-        "sasl.credentials.file": str(users),
+        "sasl.credentials.file": str(write_users(tmp_path / "users.json")),
     })
-    proc.start()
-    wait_for_port(sasl_ssl_port)  # start() waited for the first listener only
-    yield proc, f"127.0.0.1:{ssl_port}", f"127.0.0.1:{sasl_ssl_port}"
-    if proc.alive():
-        try:
-            proc.stop(10)
-        except Exception:  # noqa: BLE001
-            proc.kill()
+    return proc, proc.listener("SSL"), proc.listener("SASL_SSL")
 
 
 def test_confluent_over_ssl_with_client_certificate(tls_broker, pki):
@@ -256,20 +216,18 @@ def test_confluent_over_ssl_with_client_certificate(tls_broker, pki):
     conf = {"bootstrap.servers": ssl_addr, "security.protocol": "SSL",
             "ssl.ca.location": str(pki["ca"]), "ssl.certificate.location": str(pki["client_cert"]),
             "ssl.key.location": str(pki["client_key"])}
-    assert roundtrip_confluent(conf, 20, prefix="tls") == [f"v{i}".encode() for i in range(20)]
+    assert roundtrip(conf, 20, prefix="tls") == [f"v{i}".encode() for i in range(20)]
 
 
 def test_confluent_over_sasl_ssl_scram(tls_broker, pki):
     _, _, sasl_addr = tls_broker
     conf = {"bootstrap.servers": sasl_addr, "security.protocol": "SASL_SSL",
             "ssl.ca.location": str(pki["ca"]), "sasl.mechanism": "SCRAM-SHA-512",
-            "sasl.username": "alice", "sasl.password": "alice-secret"}
-    assert roundtrip_confluent(conf, 20, prefix="tls") == [f"v{i}".encode() for i in range(20)]
+            "sasl.username": "alice", "sasl.password": USERS["alice"]}
+    assert roundtrip(conf, 20, prefix="tls") == [f"v{i}".encode() for i in range(20)]
 
 
 def test_plaintext_client_on_a_tls_listener_is_dropped(tls_broker):
-    from tests.integration.rawclient import RawClient
-
     proc, ssl_addr, _ = tls_broker
     with RawClient.connect(ssl_addr) as rc:
         rc.send(18, 3, {"client_software_name": "raw", "client_software_version": "1"})
@@ -278,23 +236,12 @@ def test_plaintext_client_on_a_tls_listener_is_dropped(tls_broker):
 
 
 def test_kafka_python_over_ssl_and_sasl_ssl(tls_broker, pki):
-    from kafka import KafkaConsumer, KafkaProducer
-
     _, ssl_addr, sasl_addr = tls_broker
     for conf in (
         {"bootstrap_servers": ssl_addr, "security_protocol": "SSL", "ssl_cafile": str(pki["ca"])},
         {"bootstrap_servers": sasl_addr, "security_protocol": "SASL_SSL",
          "ssl_cafile": str(pki["ca"]), "sasl_mechanism": "PLAIN",
-         "sasl_plain_username": "alice", "sasl_plain_password": "alice-secret"},
+         "sasl_plain_username": "alice", "sasl_plain_password": USERS["alice"]},
     ):
-        topic = f"kp-{uuid.uuid4().hex[:6]}"
-        p = KafkaProducer(acks="all", **conf)
-        for i in range(10):
-            p.send(topic, f"k{i}".encode())
-        p.flush(20)
-        p.close()
-        c = KafkaConsumer(topic, auto_offset_reset="earliest", consumer_timeout_ms=5000,
-                          group_id=None, **conf)
-        got = [m.value for m in c]
-        c.close()
-        assert got == [f"k{i}".encode() for i in range(10)], conf["security_protocol"]
+        got = roundtrip(conf, 10, client="kafka-python", prefix="kp")
+        assert got == [f"v{i}".encode() for i in range(10)], conf["security_protocol"]

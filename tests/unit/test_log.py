@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from kafka.record.memory_records import MemoryRecords
 
+from tests.unit.logs import LOG_DIR, batch, open_log, read_all
 from tidegate.log import (
     CorruptRecordError,
     InvalidRecordError,
@@ -33,35 +34,12 @@ from tidegate.log.log import (
 HOUR = 3_600_000
 
 
-def batch(n: int = 1, ts: int = 1_000, size: int = 20, tag: bytes = b"") -> bytearray:
-    return build_batch(
-        [Record(tag + b"v" * size, key=b"k%d" % i, timestamp=ts + i) for i in range(n)]
-    )
-
-
-def open_log(tmp_path: Path, now: int = 0, **cfg) -> Log:
-    return Log(tmp_path / "topic-0", LogConfig(**cfg), now)
-
-
 def batch_ranges(data) -> list[tuple[int, int]]:
     """(base offset, last offset) of each batch in ``data``."""
     return [
         (read_header(data, p).base_offset, read_header(data, p).last_offset)
         for p, _ in iter_batches(data)
     ]
-
-
-def read_all(log: Log) -> list[tuple[int, int]]:
-    """Every batch's offset range, reading through the log a fetch at a time."""
-    out: list[tuple[int, int]] = []
-    offset = log.log_start_offset
-    while offset < log.log_end_offset:
-        data = log.read(offset, 1 << 20)
-        assert data, f"empty read at {offset}"
-        ranges = batch_ranges(data)
-        out.extend(ranges)
-        offset = ranges[-1][1] + 1
-    return out
 
 
 def checkpoint(log_dir: Path, name: str) -> int:
@@ -204,9 +182,9 @@ def test_roll_at_segment_bytes(tmp_path):
     assert [s.base_offset for s in segs] == [0, 3, 6, 9]
     assert all(s.size <= one * 3 for s in segs)
     assert [s.next_offset for s in segs] == [3, 6, 9, 10]
-    names = sorted(p.name for p in (tmp_path / "topic-0").glob("*.log"))
+    names = sorted(p.name for p in (tmp_path / LOG_DIR).glob("*.log"))
     assert names == [f"{b:020d}.log" for b in (0, 3, 6, 9)]
-    assert {p.suffix for p in (tmp_path / "topic-0").iterdir()} >= {".log", ".index", ".timeindex"}
+    assert {p.suffix for p in (tmp_path / LOG_DIR).iterdir()} >= {".log", ".index", ".timeindex"}
     assert read_all(log) == [(i, i) for i in range(10)]
     log.close()
 
@@ -278,11 +256,11 @@ def test_retention_by_time_deletes_old_segments_and_persists(tmp_path):
     assert log.apply_retention(now) == 3
     assert log.log_start_offset == 6
     assert [s.base_offset for s in log.segments] == [6, 8, 10]
-    assert not (tmp_path / "topic-0" / f"{0:020d}.log").exists()
+    assert not (tmp_path / LOG_DIR / f"{0:020d}.log").exists()
     with pytest.raises(OffsetOutOfRangeError):
         log.read(5, 100)
     assert batch_ranges(log.read(6, 100))[0] == (6, 7)
-    assert checkpoint(tmp_path / "topic-0", LOG_START_OFFSET_FILE) == 6
+    assert checkpoint(tmp_path / LOG_DIR, LOG_START_OFFSET_FILE) == 6
     assert log.apply_retention(now) == 0
     log.close()
     again = open_log(tmp_path)
@@ -357,7 +335,9 @@ def test_offset_for_timestamp(tmp_path):
     for i in range(30):
         info = log.append(batch(3, ts=1_000 * i), 0)  # timestamps 1000i .. 1000i+2
         starts[i] = info.first_offset
-    assert len(log.segments) > 2
+    # equal batches, as many to a segment as fit in 400 bytes
+    per_segment = 400 // len(batch(3))
+    assert len(log.segments) == -(-30 // per_segment) > 2
     assert log.offset_for_timestamp(0) == (0, 2)
     assert log.offset_for_timestamp(1_000) == (starts[1], 1_002)
     assert log.offset_for_timestamp(1_002) == (starts[1], 1_002)
@@ -402,18 +382,17 @@ def test_flush_advances_the_recovery_point_and_the_timer_checkpoints_it(tmp_path
     assert log.recovery_point == log.flushed_offset == 3
     # The flush itself does not rewrite the checkpoint file (Kafka writes it on
     # log.flush.offset.checkpoint.interval.ms); the periodic checkpoint does.
-    ckpt_file = tmp_path / "topic-0" / RECOVERY_POINT_FILE
-    assert not ckpt_file.exists() or checkpoint(tmp_path / "topic-0", RECOVERY_POINT_FILE) == 0
+    assert not (tmp_path / LOG_DIR / RECOVERY_POINT_FILE).exists()  # none written yet
     ticket = log.checkpoint_recovery_point()
     assert ticket is not None and ticket.value == 3
     ticket.run()
-    assert checkpoint(tmp_path / "topic-0", RECOVERY_POINT_FILE) == 3
+    assert checkpoint(tmp_path / LOG_DIR, RECOVERY_POINT_FILE) == 3
     assert log.checkpoint_recovery_point() is None  # unchanged since: nothing to write
     log.append(batch(2), 0)
     log.flush(up_to=4)
     assert log.recovery_point == 4
     log.checkpoint_recovery_point().run()
-    assert checkpoint(tmp_path / "topic-0", RECOVERY_POINT_FILE) == 4
+    assert checkpoint(tmp_path / LOG_DIR, RECOVERY_POINT_FILE) == 4
     log.close()
 
 
@@ -514,7 +493,7 @@ def test_close_writes_a_clean_shutdown_marker_that_open_consumes(tmp_path):
     log = open_log(tmp_path)
     log.append(batch(2), 0)
     log.close()
-    d = tmp_path / "topic-0"
+    d = tmp_path / LOG_DIR
     assert (d / CLEAN_SHUTDOWN_FILE).exists()
     assert checkpoint(d, RECOVERY_POINT_FILE) == 2
     again = open_log(tmp_path)
@@ -529,7 +508,7 @@ def test_delete_removes_the_directory(tmp_path):
     log = open_log(tmp_path)
     log.append(batch(2), 0)
     log.delete()
-    assert not (tmp_path / "topic-0").exists()
+    assert not (tmp_path / LOG_DIR).exists()
     assert log.closed
 
 

@@ -14,38 +14,20 @@ from pathlib import Path
 
 import pytest
 
-from tidegate.log import Log, LogConfig, LogSegment, Record, build_batch, iter_batches, read_header
+from tests.unit import logs
+from tests.unit.logs import LOG_DIR, crash, open_log, read_all
+from tidegate.log import Log, LogConfig, LogSegment
 from tidegate.log.log import CLEAN_SHUTDOWN_FILE, LOG_START_OFFSET_FILE, RECOVERY_POINT_FILE
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 
 
-def batch(n: int = 2, ts: int = 1_000, size: int = 40) -> bytearray:
-    return build_batch([Record(b"v" * size, key=b"k%d" % i, timestamp=ts + i) for i in range(n)])
+def batch(ts: int = 1_000) -> bytearray:
+    """This module's batch: two records of 40-byte values."""
+    return logs.batch(2, ts=ts, size=40)
 
 
 CFG = LogConfig(segment_bytes=len(batch()) * 4, index_interval_bytes=1)
-
-
-def open_log(tmp_path: Path, cfg: LogConfig = CFG, now: int = 0) -> Log:
-    return Log(tmp_path / "t-0", cfg, now)
-
-
-def crash(log: Log) -> None:
-    """Drop the log like kill -9 would: no flush, no checkpoint, no marker."""
-    log._release()
-
-
-def read_all(log: Log) -> list[tuple[int, int]]:
-    out: list[tuple[int, int]] = []
-    offset = log.log_start_offset
-    while offset < log.log_end_offset:
-        data = log.read(offset, 1 << 20)
-        for p, _ in iter_batches(data, verify_crc=True):
-            h = read_header(data, p)
-            out.append((h.base_offset, h.last_offset))
-        offset = out[-1][1] + 1
-    return out
 
 
 def filled(tmp_path: Path, batches: int = 10, cfg: LogConfig = CFG) -> tuple[Log, list]:
@@ -58,7 +40,7 @@ def filled(tmp_path: Path, batches: int = 10, cfg: LogConfig = CFG) -> tuple[Log
 
 
 def seg_file(tmp_path: Path, base: int, suffix: str = ".log") -> Path:
-    return tmp_path / "t-0" / f"{base:020d}{suffix}"
+    return tmp_path / LOG_DIR / f"{base:020d}{suffix}"
 
 
 def assert_serves(log: Log, ranges: list) -> None:
@@ -79,7 +61,7 @@ def test_torn_tail_is_truncated(tmp_path, cut):
     path = seg_file(tmp_path, last_base)
     size = path.stat().st_size
     os.truncate(path, size - cut)
-    again = open_log(tmp_path)
+    again = open_log(tmp_path, CFG)
     assert not again.had_clean_shutdown
     assert path.stat().st_size == size - len(batch())
     assert again.recovered_truncated_bytes == len(batch()) - cut
@@ -104,7 +86,7 @@ def test_garbage_after_the_last_batch_is_truncated(tmp_path, garbage):
     size = path.stat().st_size
     with open(path, "ab") as f:
         f.write(junk)
-    again = open_log(tmp_path)
+    again = open_log(tmp_path, CFG)
     assert path.stat().st_size == size
     assert again.recovered_truncated_bytes == len(junk)
     assert_serves(again, ranges)
@@ -119,7 +101,7 @@ def test_flipped_byte_in_the_last_batch_drops_that_batch(tmp_path):
     data = bytearray(path.read_bytes())
     data[-3] ^= 0x01
     path.write_bytes(data)
-    again = open_log(tmp_path)
+    again = open_log(tmp_path, CFG)
     assert_serves(again, ranges[:-1])
     again.close()
 
@@ -134,7 +116,7 @@ def test_corruption_in_an_earlier_unflushed_segment_drops_everything_after_it(tm
     second_batch = len(batch())
     data[second_batch + 40] ^= 0xFF  # inside the 2nd batch of the middle segment
     path.write_bytes(data)
-    again = open_log(tmp_path)
+    again = open_log(tmp_path, CFG)
     assert [s.base_offset for s in again.segments] == bases[:2]
     assert not seg_file(tmp_path, bases[2]).exists()
     assert_serves(again, ranges[:5])
@@ -149,7 +131,7 @@ def test_offsets_going_backwards_are_treated_as_corruption(tmp_path):
     data = bytearray(path.read_bytes())
     struct.pack_into(">q", data, 2 * len(batch()), 1)  # 3rd batch claims offset 1
     path.write_bytes(data)
-    again = open_log(tmp_path)
+    again = open_log(tmp_path, CFG)
     assert_serves(again, ranges[:2])
     again.close()
 
@@ -157,15 +139,15 @@ def test_offsets_going_backwards_are_treated_as_corruption(tmp_path):
 def test_a_crash_after_a_clean_open_still_recovers(tmp_path):
     log, ranges = filled(tmp_path)
     log.close()
-    again = open_log(tmp_path)
+    again = open_log(tmp_path, CFG)
     assert again.had_clean_shutdown
-    assert not (tmp_path / "t-0" / CLEAN_SHUTDOWN_FILE).exists()
+    assert not (tmp_path / LOG_DIR / CLEAN_SHUTDOWN_FILE).exists()
     again.append(batch(), 0)
     last_base = again.segments[-1].base_offset
     crash(again)
     path = seg_file(tmp_path, last_base)
     os.truncate(path, path.stat().st_size - 10)
-    third = open_log(tmp_path)
+    third = open_log(tmp_path, CFG)
     assert not third.had_clean_shutdown
     assert_serves(third, ranges)
     third.close()
@@ -184,10 +166,10 @@ def test_recovery_starts_at_the_recovery_point(tmp_path, monkeypatch):
         return original(self)
 
     monkeypatch.setattr(LogSegment, "recover", spy)
-    open_log(tmp_path).close()
+    open_log(tmp_path, CFG).close()
     assert recovered == bases  # the segment holding the recovery point and all after it
     recovered.clear()
-    again = open_log(tmp_path)  # clean shutdown: nothing to recover
+    again = open_log(tmp_path, CFG)  # clean shutdown: nothing to recover
     assert recovered == []
     again.append(batch(), 0)  # rolls: the segments were full
     again.flush()
@@ -195,7 +177,7 @@ def test_recovery_starts_at_the_recovery_point(tmp_path, monkeypatch):
     last_base = again.segments[-1].base_offset
     assert last_base not in bases
     crash(again)
-    open_log(tmp_path).close()
+    open_log(tmp_path, CFG).close()
     assert recovered == [last_base]
 
 
@@ -203,13 +185,13 @@ def test_a_lost_recovery_point_checkpoint_means_full_recovery(tmp_path, monkeypa
     log, ranges = filled(tmp_path)
     log.flush()
     crash(log)
-    (tmp_path / "t-0" / RECOVERY_POINT_FILE).write_text("garbage")
+    (tmp_path / LOG_DIR / RECOVERY_POINT_FILE).write_text("garbage")
     recovered = []
     original = LogSegment.recover
     monkeypatch.setattr(
         LogSegment, "recover", lambda self: recovered.append(self.base_offset) or original(self)
     )
-    again = open_log(tmp_path)
+    again = open_log(tmp_path, CFG)
     assert len(recovered) == len(again.segments) == 3
     assert again.recovery_point == 0
     assert_serves(again, ranges)
@@ -219,9 +201,9 @@ def test_a_lost_recovery_point_checkpoint_means_full_recovery(tmp_path, monkeypa
 def test_lost_tail_below_a_checkpointed_log_start_offset(tmp_path):
     log, _ranges = filled(tmp_path, batches=2)
     crash(log)
-    d = tmp_path / "t-0"
+    d = tmp_path / LOG_DIR
     (d / LOG_START_OFFSET_FILE).write_text("0\n50\n")  # e.g. DeleteRecords up to the old end
-    again = open_log(tmp_path)
+    again = open_log(tmp_path, CFG)
     assert (again.log_start_offset, again.log_end_offset) == (50, 50)
     assert again.append(batch(), 0).first_offset == 50
     again.close()
@@ -238,15 +220,15 @@ def index_snapshot(log: Log) -> list:
 def test_deleted_indexes_are_rebuilt(tmp_path, suffix):
     log, ranges = filled(tmp_path)
     log.close()
-    reopened = open_log(tmp_path)
+    reopened = open_log(tmp_path, CFG)
     before = index_snapshot(reopened)
     reopened.close()
     bases = [s.base_offset for s in log.segments]
     for s in (".index", ".timeindex") if suffix == "both" else (suffix,):
         for base in bases:
             seg_file(tmp_path, base, s).unlink()
-    (tmp_path / "t-0" / CLEAN_SHUTDOWN_FILE).touch()  # even after a clean shutdown
-    again = open_log(tmp_path)
+    (tmp_path / LOG_DIR / CLEAN_SHUTDOWN_FILE).touch()  # even after a clean shutdown
+    again = open_log(tmp_path, CFG)
     assert index_snapshot(again) == before
     assert all(seg_file(tmp_path, b, ".index").exists() for b in bases)
     assert_serves(again, ranges)
@@ -261,7 +243,7 @@ def test_truncated_index_file_is_rebuilt(tmp_path):
     path.write_bytes(good[:-3])
     tpath = seg_file(tmp_path, 0, ".timeindex")
     tpath.write_bytes(tpath.read_bytes()[:-1])
-    again = open_log(tmp_path)
+    again = open_log(tmp_path, CFG)
     assert path.read_bytes() == good
     assert seg_file(tmp_path, 8, ".index").stat().st_size % 8 == 0
     assert_serves(again, ranges)
@@ -287,7 +269,7 @@ def test_implausible_indexes_are_rebuilt(tmp_path, damage):
         tpath.write_bytes(tpath.read_bytes() + struct.pack(">qi", 1 << 50, 1_000))
         bad = good
     path.write_bytes(bad)
-    again = open_log(tmp_path)
+    again = open_log(tmp_path, CFG)
     assert path.read_bytes() == good
     assert_serves(again, ranges)
     again.close()
@@ -300,7 +282,7 @@ def test_active_segment_index_check(tmp_path):
     good = path.read_bytes()
     rel, pos = struct.unpack(">ii", good[-8:])
     path.write_bytes(good[:-8] + struct.pack(">ii", rel, pos + 1))  # off by one byte
-    again = open_log(tmp_path)
+    again = open_log(tmp_path, CFG)
     assert path.read_bytes() == good
     assert_serves(again, ranges)
     again.close()
@@ -309,10 +291,10 @@ def test_active_segment_index_check(tmp_path):
 def test_stray_files_are_cleaned_up(tmp_path):
     log, ranges = filled(tmp_path, batches=2)
     log.close()
-    d = tmp_path / "t-0"
+    d = tmp_path / LOG_DIR
     (d / f"{RECOVERY_POINT_FILE}.tmp-123-4-5").write_text("0\n999\n")
     (d / f"{123:020d}.index").write_bytes(b"")
-    again = open_log(tmp_path)
+    again = open_log(tmp_path, CFG)
     assert not (d / f"{RECOVERY_POINT_FILE}.tmp-123-4-5").exists()
     assert not (d / f"{123:020d}.index").exists()
     assert_serves(again, ranges)
@@ -338,7 +320,7 @@ CHILD = textwrap.dedent(
 
 
 def test_kill_9_during_appends(tmp_path):
-    d = tmp_path / "t-0"
+    d = tmp_path / LOG_DIR
     env = dict(os.environ, PYTHONPATH=str(SRC))
     child = subprocess.Popen(
         [sys.executable, "-c", CHILD, str(d)], stdout=subprocess.PIPE, env=env, text=True
@@ -369,9 +351,9 @@ def test_kill_9_during_appends(tmp_path):
 def test_open_descriptors_stay_about_one_per_segment(tmp_path):
     log, ranges = filled(tmp_path, batches=40)  # 10 segments
     crash(log)
-    assert not (tmp_path / "t-0" / RECOVERY_POINT_FILE).exists()  # full recovery: all rebuilt
+    assert not (tmp_path / LOG_DIR / RECOVERY_POINT_FILE).exists()  # full recovery: all rebuilt
     before = len(os.listdir("/proc/self/fd"))
-    again = open_log(tmp_path)
+    again = open_log(tmp_path, CFG)
     opened = len(os.listdir("/proc/self/fd")) - before
     # one per segment log file, the directory, and the active segment's two indexes
     assert opened <= len(again.segments) + 3

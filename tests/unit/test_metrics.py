@@ -233,7 +233,9 @@ def test_memory_pool_gauges_follow_a_simple_memory_pool():
     clock.set_milliseconds(250)
     pool.release(buf)  # ends it: 250 ms depleted
     assert sample(bm, "kafka_network_socketserver_memorypooldepletedtimetotal") == 250
-    assert sample(bm, "kafka_network_socketserver_memorypoolavgdepletedpercent") > 0
+    # 250 depleted ms over Kafka's padded window (2 samples of 30 s: at least one full
+    # window counted, 30 s here)
+    assert sample(bm, "kafka_network_socketserver_memorypoolavgdepletedpercent") == 250 / 30_000
 
 
 def test_registered_purgatories_are_read_at_scrape_time():

@@ -5,15 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from tidegate.server.old_purgatory import OldDelayedOperation, RequestPurgatory
-
-
-class FakeClock:
-    def __init__(self, now: int = 0) -> None:
-        self.now = now
-
-    def __call__(self) -> int:
-        return self.now
+from benchmarks.old_purgatory import OldDelayedOperation, RequestPurgatory
+from tests.fake_loop import clock_at
 
 
 class MockOp(OldDelayedOperation):
@@ -35,7 +28,7 @@ class MockOp(OldDelayedOperation):
 
 @pytest.fixture
 def clock():
-    return FakeClock(5_000)
+    return clock_at(5_000)
 
 
 def test_watch_then_complete_by_check(clock):
@@ -75,14 +68,14 @@ def test_reaper_expires_due_unsatisfied_requests_once(clock):
     for r in (r1, r2, r3):
         p.try_complete_else_watch(r, ["k"])
     r2.force_complete()  # satisfied: stays in the delay queue until due
-    clock.now += 19
+    clock.advance(19)
     assert p.advance_clock() is False
     assert p.delayed == 3
-    clock.now += 1
+    clock.advance(1)
     assert p.advance_clock() is True
     assert events == [("complete", "r2"), ("complete", "r1"), ("expire", "r1")]
     assert p.delayed == 1 and p.expirations_total == 1
-    clock.now += 1000
+    clock.advance(1000)
     p.advance_clock()
     p.advance_clock()
     assert events[-2:] == [("complete", "r3"), ("expire", "r3")]

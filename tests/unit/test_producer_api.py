@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from tidegate.client.errors import KafkaTimeoutError
+from tidegate.client.errors import KafkaError, KafkaTimeoutError
 from tidegate.client.metadata import BrokerNode, Cluster, PartitionInfo, TopicMetadata
 from tidegate.producer import (
     BufferExhaustedError,
@@ -177,7 +177,10 @@ def test_invalid_partition_is_reported_through_the_future():
     p = unreachable_producer(**{"enable.idempotence": False, "max.block.ms": 50})
     try:
         f = p.send("t", b"v", partition=99)
-        assert f.done() and f.exception() is not None
+        assert f.done()
+        err = f.exception()
+        assert type(err) is KafkaError  # not retriable, not a timeout
+        assert str(err) == "Invalid partition given with record: 99 is not in the range [0...8)."
     finally:
         p.close(0)
 

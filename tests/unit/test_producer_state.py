@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tidegate.log import Log, LogConfig, Record, build_batch, iter_batches, read_header
+from tests.unit.logs import LOG_DIR, batch_headers, crash, open_log
+from tidegate.log import Log, LogConfig, Record, build_batch
 from tidegate.log.producer_state import (
     NUM_BATCHES_TO_RETAIN,
     BatchMetadata,
@@ -271,26 +272,9 @@ def test_deleting_old_snapshots_keeps_the_newest(tmp_path):
 CFG = LogConfig(segment_bytes=len(pbatch(0, 2)) * 4, index_interval_bytes=1)
 
 
-def open_log(tmp_path: Path, cfg: LogConfig = CFG) -> Log:
-    return Log(tmp_path / "t-0", cfg, 0)
-
-
-def crash(log: Log) -> None:
-    """kill -9 as test_log_recovery simulates it: no flush, no snapshot, no marker."""
-    log._release()
-
-
 def offsets_in_log(log: Log) -> list[tuple[int, int, int]]:
     """(base offset, producer id, base sequence) of every batch in the log."""
-    out = []
-    offset = log.log_start_offset
-    while offset < log.log_end_offset:
-        data = log.read(offset, 1 << 20)
-        for p, _ in iter_batches(data, verify_crc=True):
-            h = read_header(data, p)
-            out.append((h.base_offset, h.producer_id, h.base_sequence))
-            offset = h.last_offset + 1
-    return out
+    return [(h.base_offset, h.producer_id, h.base_sequence) for h in batch_headers(log)]
 
 
 def produce(log: Log, n: int, pid: int = PID, epoch: int = 0, start_seq: int = 0) -> list:
@@ -301,7 +285,7 @@ def produce(log: Log, n: int, pid: int = PID, epoch: int = 0, start_seq: int = 0
 
 
 def test_a_retried_batch_is_not_written_and_gets_the_original_offsets(tmp_path):
-    log = open_log(tmp_path)
+    log = open_log(tmp_path, CFG)
     first = log.append(pbatch(0, 2), 0)
     log.append(build_batch([Record(b"someone else")]), 0)
     second = log.append(pbatch(2, 2), 0)
@@ -317,7 +301,7 @@ def test_a_retried_batch_is_not_written_and_gets_the_original_offsets(tmp_path):
 
 
 def test_a_retried_batch_on_a_log_append_time_topic_gets_the_original_append_time(tmp_path):
-    log = Log(tmp_path / "t-0", LogConfig(message_timestamp_type="LogAppendTime"), 0)
+    log = Log(tmp_path / LOG_DIR, LogConfig(message_timestamp_type="LogAppendTime"), 0)
     first = log.append(pbatch(0, 2), 111)
     again = log.append(pbatch(0, 2), 999)
     assert again.duplicate and again.log_append_time_ms == first.log_append_time_ms == 111
@@ -325,7 +309,7 @@ def test_a_retried_batch_on_a_log_append_time_topic_gets_the_original_append_tim
 
 
 def test_rejected_batches_write_nothing(tmp_path):
-    log = open_log(tmp_path)
+    log = open_log(tmp_path, CFG)
     produce(log, 2, epoch=3)
     leo, size = log.log_end_offset, log.size_bytes
     with pytest.raises(OutOfOrderSequenceError):
@@ -340,20 +324,20 @@ def test_rejected_batches_write_nothing(tmp_path):
 
 
 def test_snapshots_at_rolls_and_at_close(tmp_path):
-    log = open_log(tmp_path)
+    log = open_log(tmp_path, CFG)
     produce(log, 9)  # 4 batches of 2 records per segment
     assert [s.base_offset for s in log.segments] == [0, 8, 16]
-    d = tmp_path / "t-0"
+    d = tmp_path / LOG_DIR
     assert list_snapshots(d) == [8, 16]
     log.close()
     assert list_snapshots(d) == [8, 16, 18]
 
 
 def test_clean_restart_reads_the_snapshot_and_no_batches(tmp_path):
-    log = open_log(tmp_path)
+    log = open_log(tmp_path, CFG)
     produce(log, 9)
     log.close()
-    again = open_log(tmp_path)
+    again = open_log(tmp_path, CFG)
     assert again.producer_state_replayed_batches == 0
     assert again.producer_state.entry(PID).last_seq == 17
     dup = again.append(pbatch(12, 2), 0)  # one of the last five batches
@@ -363,11 +347,11 @@ def test_clean_restart_reads_the_snapshot_and_no_batches(tmp_path):
 
 
 def test_crash_rebuilds_from_the_last_roll_snapshot_and_the_tail(tmp_path):
-    log = open_log(tmp_path)
+    log = open_log(tmp_path, CFG)
     produce(log, 10)
     produce(log, 3, pid=77)  # a second producer, only in the active segment
     crash(log)
-    again = open_log(tmp_path)
+    again = open_log(tmp_path, CFG)
     assert not again.had_clean_shutdown
     assert again.producer_state.last_snapshot_offset == 24
     assert again.producer_state_replayed_batches == 1  # only what followed offset 24
@@ -383,26 +367,26 @@ def test_crash_rebuilds_from_the_last_roll_snapshot_and_the_tail(tmp_path):
 
 
 def test_without_any_snapshot_the_whole_log_is_replayed(tmp_path):
-    log = open_log(tmp_path)
+    log = open_log(tmp_path, CFG)
     produce(log, 10)
     crash(log)
-    d = tmp_path / "t-0"
+    d = tmp_path / LOG_DIR
     for off in list_snapshots(d):
         os.unlink(snapshot_path(d, off))
-    again = open_log(tmp_path)
+    again = open_log(tmp_path, CFG)
     assert again.producer_state_replayed_batches == 10
     assert again.append(pbatch(18, 2), 0).duplicate
     again.close()
 
 
 def test_a_corrupt_newest_snapshot_falls_back_to_an_older_one(tmp_path):
-    log = open_log(tmp_path)
+    log = open_log(tmp_path, CFG)
     produce(log, 10)
     log.close()
-    d = tmp_path / "t-0"
+    d = tmp_path / LOG_DIR
     newest = list_snapshots(d)[-1]
     snapshot_path(d, newest).write_bytes(b"\x00\x01garbage")
-    again = open_log(tmp_path)
+    again = open_log(tmp_path, CFG)
     assert again.producer_state.last_snapshot_offset < newest
     assert again.producer_state.entry(PID).last_seq == 19
     assert again.append(pbatch(18, 2), 0).duplicate
@@ -413,13 +397,13 @@ def test_a_torn_tail_takes_its_batches_out_of_the_producer_state(tmp_path):
     """The last batch was acknowledged (acks=1) but never reached the disk whole: after
     recovery cuts it, its retry must be appended as new data, not answered as a
     duplicate pointing at an offset that no longer exists."""
-    log = open_log(tmp_path)
+    log = open_log(tmp_path, CFG)
     infos = produce(log, 10)
     last = infos[-1]
     crash(log)
-    seg = tmp_path / "t-0" / f"{log.segments[-1].base_offset:020d}.log"
+    seg = tmp_path / LOG_DIR / f"{log.segments[-1].base_offset:020d}.log"
     os.truncate(seg, seg.stat().st_size - 3)
-    again = open_log(tmp_path)
+    again = open_log(tmp_path, CFG)
     assert again.log_end_offset == last.first_offset
     assert again.producer_state.entry(PID).last_seq == 17
     retried = again.append(pbatch(18, 2), 0)
@@ -428,11 +412,11 @@ def test_a_torn_tail_takes_its_batches_out_of_the_producer_state(tmp_path):
 
 
 def test_truncate_to_rebuilds_the_state_below_the_new_end(tmp_path):
-    log = open_log(tmp_path)
+    log = open_log(tmp_path, CFG)
     produce(log, 10)
     log.truncate_to(11)  # cuts the batch holding 11 (10-11) and everything after
     assert log.log_end_offset == 10
-    d = tmp_path / "t-0"
+    d = tmp_path / LOG_DIR
     assert max(list_snapshots(d)) <= 10
     assert log.producer_state.entry(PID).last_seq == 9
     assert not log.append(pbatch(10, 2), 0).duplicate  # the cut batch, sent again
@@ -445,9 +429,12 @@ def test_truncate_to_rebuilds_the_state_below_the_new_end(tmp_path):
 def test_retention_keeps_the_state_and_the_newest_snapshot(tmp_path):
     cfg = LogConfig(segment_bytes=CFG.segment_bytes, index_interval_bytes=1, retention_ms=10)
     log = open_log(tmp_path, cfg)
-    produce(log, 10)
-    assert log.apply_retention(now_ms=10**9) > 0
-    d = tmp_path / "t-0"
+    produce(log, 10)  # 10 two-record batches, 4 to a segment: segments at 0, 8 and 16
+    assert [s.base_offset for s in log.segments] == [0, 8, 16]
+    # every record is past retention: all three go (the active one after a roll)
+    assert log.apply_retention(now_ms=10**9) == 3
+    assert [s.base_offset for s in log.segments] == [20]
+    d = tmp_path / LOG_DIR
     assert list_snapshots(d) == [log.segments[0].base_offset]
     assert log.producer_state.entry(PID).last_seq == 19  # KIP-360: state outlives its data
     assert log.append(pbatch(18, 2), 0).duplicate
@@ -459,18 +446,18 @@ def test_retention_keeps_the_state_and_the_newest_snapshot(tmp_path):
 
 
 def test_expired_producers_are_forgotten_by_the_log(tmp_path):
-    log = open_log(tmp_path)
+    log = open_log(tmp_path, CFG)
     log.append(pbatch(0, ts=1_000), 0)
     assert log.remove_expired_producers(1_000 + 86_400_000, 86_400_000) == 1
     assert log.producer_state.entry(PID) is None
     log.close()
-    assert open_log(tmp_path).producer_state.entry(PID) is None
+    assert open_log(tmp_path, CFG).producer_state.entry(PID) is None
 
 
 def test_snapshots_written_at_rolls_are_fsynced_by_the_next_flush(tmp_path, monkeypatch):
-    log = open_log(tmp_path)
+    log = open_log(tmp_path, CFG)
     produce(log, 5)  # one roll
-    d = tmp_path / "t-0"
+    d = tmp_path / LOG_DIR
     synced = []
     real = os.fdatasync if hasattr(os, "fdatasync") else os.fsync
 
@@ -508,7 +495,7 @@ CHILD = textwrap.dedent(
 
 @pytest.mark.skipif(not Path("/proc/self/fd").exists(), reason="needs /proc")
 def test_kill_9_while_an_idempotent_producer_appends(tmp_path):
-    d = tmp_path / "t-0"
+    d = tmp_path / LOG_DIR
     env = dict(os.environ, PYTHONPATH=str(SRC))
     child = subprocess.Popen(
         [sys.executable, "-c", CHILD, str(d)], stdout=subprocess.PIPE, env=env, text=True

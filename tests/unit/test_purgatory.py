@@ -9,16 +9,10 @@ import random
 
 import pytest
 
+from tests.fake_loop import clock_at
+from tidegate.clock import MockClock
 from tidegate.server.purgatory import DelayedOperation, DelayedOperationPurgatory
 from tidegate.server.timer import SystemTimer
-
-
-class FakeClock:
-    def __init__(self, now: int = 0) -> None:
-        self.now = now
-
-    def __call__(self) -> int:
-        return self.now
 
 
 class MockOp(DelayedOperation):
@@ -46,7 +40,7 @@ class MockOp(DelayedOperation):
 
 @pytest.fixture
 def clock():
-    return FakeClock(10_000)
+    return clock_at(10_000)
 
 
 @pytest.fixture
@@ -56,12 +50,12 @@ def purgatory(clock):
     p.shutdown()
 
 
-def advance_to(purgatory: DelayedOperationPurgatory, clock: FakeClock, t: int) -> None:
+def advance_to(purgatory: DelayedOperationPurgatory, clock: MockClock, t: int) -> None:
     """Event-loop style: wake at each due bucket up to ``t``."""
     while (nxt := purgatory.timer.next_expiration_ms()) is not None and nxt <= t:
-        clock.now = max(clock.now, nxt)
+        clock.set_milliseconds(max(clock(), nxt))
         purgatory.advance_clock()
-    clock.now = max(clock.now, t)
+    clock.set_milliseconds(max(clock(), t))
     purgatory.advance_clock()
 
 
@@ -77,7 +71,7 @@ def test_force_complete_succeeds_exactly_once_and_cancels_the_timeout(purgatory,
     assert op.is_completed
     assert purgatory.delayed == 0  # gone from the timer at once
     assert op.events == [("complete", "r")]
-    advance_to(purgatory, clock, clock.now + 5000)
+    advance_to(purgatory, clock, clock() + 5000)
     assert op.events == [("complete", "r")]  # no expiry after completion
     assert purgatory.expirations_total == 0
 
@@ -184,7 +178,7 @@ def test_8_empty_watch_keys_are_an_error(purgatory):
 
 def test_9_request_expiry(purgatory, clock):
     events: list = []
-    start = clock.now
+    start = clock()
     r1 = MockOp(20, "r1", events)
     r2 = MockOp(200_000, "r2", events)
     assert purgatory.try_complete_else_watch(r1, ["test1"]) is False
@@ -216,7 +210,7 @@ def test_9_expiry_with_an_injected_executor_still_completes_once(clock):
     p = DelayedOperationPurgatory("x", SystemTimer(clock=clock, executor=deferred.append))
     op = MockOp(5, "e")
     p.try_complete_else_watch(op, ["k"])
-    clock.now += 5
+    clock.advance(5)
     p.advance_clock()
     assert not op.is_completed and len(deferred) == 1
     op.completable = True
@@ -267,7 +261,7 @@ def test_11_cancel_for_key_returns_the_cancelled_operations(purgatory, clock):
     assert purgatory.delayed == 1
     assert purgatory.watched == 1
     assert not a.is_completed and not b.is_completed  # cancelled, not completed
-    advance_to(purgatory, clock, clock.now + 20_000)
+    advance_to(purgatory, clock, clock() + 20_000)
     assert a.events == [] and b.events == []  # and they never expire
     assert c.is_completed
 
@@ -318,7 +312,7 @@ def test_12_expired_operations_count_towards_the_purge_and_empty_keys_go(clock):
         p.try_complete_else_watch(MockOp(50), [("topic", i)])
     keeper = MockOp(100_000)
     p.try_complete_else_watch(keeper, [("topic", 99)])
-    clock.now += 50
+    clock.advance(50)
     p.advance_clock()  # 8 expire: estimated 9 - delayed 1 > 5 -> purge in the same call
     assert p.expirations_total == 8
     assert p.watched == 1
@@ -380,7 +374,7 @@ def test_13_many_ops_checked_repeatedly_from_many_keys_complete_exactly_once(clo
     assert all(op.is_completed for op in ops), "lost wake-up"
     assert completions == {i: 1 for i in range(100)}, "double or missing completion"
     assert p.delayed == 0
-    clock.now += 20_000
+    clock.advance(20_000)
     p.advance_clock()
     assert completions == {i: 1 for i in range(100)}
     assert p.expirations_total == 0
@@ -428,7 +422,7 @@ def test_13_completion_during_expiry_of_the_same_bucket_is_exactly_once(purgator
     a = CompletesNeighbour(30, "a", events)
     purgatory.try_complete_else_watch(a, ["k"])
     purgatory.try_complete_else_watch(b, ["k"])
-    advance_to(purgatory, clock, clock.now + 30)
+    advance_to(purgatory, clock, clock() + 30)
     assert events == [("complete", "a"), ("complete", "b"), ("expire", "a")]
     assert purgatory.expirations_total == 1
     assert purgatory.delayed == 0
@@ -441,7 +435,7 @@ def test_metrics_are_plain_readable_attributes(purgatory, clock):
     for i in range(3):
         purgatory.try_complete_else_watch(MockOp(10), [i, "all"])
     assert (purgatory.purgatory_size, purgatory.num_delayed_operations) == (6, 3)
-    clock.now += 10
+    clock.advance(10)
     purgatory.advance_clock()
     assert purgatory.expirations_total == 3
     assert purgatory.num_delayed_operations == 0
@@ -451,6 +445,6 @@ def test_shutdown_stops_expiry(purgatory, clock):
     op = MockOp(10)
     purgatory.try_complete_else_watch(op, ["k"])
     purgatory.shutdown()
-    clock.now += 100
+    clock.advance(100)
     assert purgatory.advance_clock() is False
     assert not op.is_completed

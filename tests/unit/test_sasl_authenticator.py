@@ -461,9 +461,11 @@ def test_connection_refuses_large_and_unexpected_frames_before_login():
 def test_store_delete_then_upsert_same_user_is_duplicate(tmp_path):
     s = CredentialStore(tmp_path)
     s.alter([], [upsert("alice")])
+    before = s.scram_credential("alice", "SCRAM-SHA-256")
+    assert before is not None
     (r,) = s.alter([("alice", 1)], [upsert("alice", 2)])
     assert (r.user, r.error_code) == ("alice", 92)
-    assert s.scram_credential("alice", "SCRAM-SHA-256") is not None  # nothing applied
+    assert s.scram_credential("alice", "SCRAM-SHA-256") == before  # nothing applied
 
 
 def test_missing_credentials_file_is_a_config_error(tmp_path):

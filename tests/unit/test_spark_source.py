@@ -215,7 +215,13 @@ def test_split_ranges():
     assert sum(p.end - p.start for p in parts) == 100
     assert len(parts) >= 4 and all(p.end > p.start for p in parts)
     by_tp = sorted((p.partition, p.start, p.end) for p in parts)
-    assert by_tp[0][1] == 0 and by_tp[-1] == (1, 5, 15)
+    # minPartitions 4 over 100 offsets: t-0 (90) in four even parts, t-1 (10) whole,
+    # the empty t-2 in none
+    assert by_tp == [(0, 0, 22), (0, 22, 45), (0, 45, 68), (0, 68, 90), (1, 5, 15)]
     capped = source._split_ranges([(("t", 0), 0, 95)], None, 10)
-    assert [(p.start, p.end) for p in capped][:2] == [(0, 10), (10, 19)] or len(capped) == 10
+    # at most 10 offsets each: 95 in ten parts, boundaries at round(9.5 * i)
+    assert [(p.start, p.end) for p in capped] == [
+        (0, 10), (10, 19), (19, 28), (28, 38), (38, 48),
+        (48, 57), (57, 66), (66, 76), (76, 86), (86, 95),
+    ]  # fmt: skip
     assert max(p.end - p.start for p in capped) <= 10

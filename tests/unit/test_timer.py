@@ -9,6 +9,8 @@ import random
 
 import pytest
 
+from tests.fake_loop import clock_at
+from tidegate.clock import MockClock
 from tidegate.server.timer import (
     BucketQueue,
     SystemTimer,
@@ -20,18 +22,10 @@ from tidegate.server.timer import (
 )
 
 
-class FakeClock:
-    def __init__(self, now: int = 0) -> None:
-        self.now = now
-
-    def __call__(self) -> int:
-        return self.now
-
-
 class RecordingTask(TimerTask):
     """Records (id, clock at run) into a shared list every time it runs."""
 
-    def __init__(self, delay_ms: int, ident, out: list, clock: FakeClock | None = None):
+    def __init__(self, delay_ms: int, ident, out: list, clock: MockClock | None = None):
         super().__init__(delay_ms)
         self.ident = ident
         self.out = out
@@ -46,11 +40,11 @@ class NoopTask(TimerTask):
         pass
 
 
-def drive(timer: SystemTimer, clock: FakeClock, limit: int = 100_000) -> int:
+def drive(timer: SystemTimer, clock: MockClock, limit: int = 100_000) -> int:
     """Jump the fake clock from one due bucket to the next until nothing is scheduled."""
     wakeups = 0
     while (nxt := timer.next_expiration_ms()) is not None:
-        clock.now = max(clock.now, nxt)
+        clock.set_milliseconds(max(clock(), nxt))
         assert timer.advance_clock() is True
         wakeups += 1
         assert wakeups < limit
@@ -157,7 +151,7 @@ def test_3_advancing_moves_the_overflow_wheel_in_its_own_ticks(wheel):
 
 
 def test_3_task_at_plus_25_moves_from_level_2_down_to_level_1():
-    clock = FakeClock(0)
+    clock = MockClock()
     timer = SystemTimer(tick_ms=1, wheel_size=20, clock=clock)
     out: list = []
     timer.add(RecordingTask(25, "t", out, clock))
@@ -166,24 +160,24 @@ def test_3_task_at_plus_25_moves_from_level_2_down_to_level_1():
     assert level2 is not None and level2.tick_ms == 20 and level2.interval_ms == 400
     assert level2.buckets[1].expiration_ms == 20
     assert timer.next_expiration_ms() == 20
-    clock.now = 19
+    clock.set_milliseconds(19)
     assert timer.advance_clock() is False
-    clock.now = 20
+    clock.set_milliseconds(20)
     assert timer.advance_clock() is True
     assert out == []  # re-inserted, not run
     assert level1.buckets[25 % 20].expiration_ms == 25
     assert timer.next_expiration_ms() == 25
-    clock.now = 24
+    clock.set_milliseconds(24)
     timer.advance_clock()
     assert out == []
-    clock.now = 25
+    clock.set_milliseconds(25)
     timer.advance_clock()
     assert out == [("t", 25)]
     assert timer.size == 0
 
 
 def test_3_three_levels_span_20_400_8000_ms():
-    clock = FakeClock(0)
+    clock = MockClock()
     timer = SystemTimer(clock=clock)
     timer.add(NoopTask(7999))
     l1 = timer.timing_wheel
@@ -291,12 +285,12 @@ def test_4_a_task_holds_at_most_one_entry():
 
 
 def test_5_list_delay_follows_the_clock():
-    clock = FakeClock(123_456)
+    clock = clock_at(123_456)
     bucket = TimerTaskList(TaskCounter())
     bucket.set_expiration(clock() + 10_000)
-    clock.now += 5_000
+    clock.advance(5_000)
     assert bucket.get_delay(clock()) == 5_000
-    clock.now += 7_000
+    clock.advance(7_000)
     assert bucket.get_delay(clock()) == 0  # never negative
 
 
@@ -304,7 +298,7 @@ def test_5_list_delay_follows_the_clock():
 
 
 def test_6_negative_delays_run_at_once():
-    clock = FakeClock(50)
+    clock = clock_at(50)
     timer = SystemTimer(tick_ms=1, wheel_size=3, clock=clock)
     out: list = []
     for d in range(-5, 0):
@@ -315,7 +309,7 @@ def test_6_negative_delays_run_at_once():
 
 
 def test_6_expired_tasks_go_to_the_executor_when_one_is_injected():
-    clock = FakeClock(0)
+    clock = MockClock()
     submitted: list = []
     timer = SystemTimer(tick_ms=1, wheel_size=3, clock=clock, executor=submitted.append)
     out: list = []
@@ -323,7 +317,7 @@ def test_6_expired_tasks_go_to_the_executor_when_one_is_injected():
         timer.add(RecordingTask(d, d, out, clock))
     timer.add(RecordingTask(2, 2, out, clock))
     assert out == [] and len(submitted) == 2  # handed over, not run inline
-    clock.now = 2
+    clock.set_milliseconds(2)
     timer.advance_clock()
     assert len(submitted) == 3
     for run in submitted:
@@ -335,7 +329,7 @@ def test_6_expired_tasks_go_to_the_executor_when_one_is_injected():
 
 
 def test_7_every_task_runs_exactly_once_and_on_time():
-    clock = FakeClock(0)
+    clock = MockClock()
     timer = SystemTimer(tick_ms=1, wheel_size=3, clock=clock)
     out: list = []
     expected = []
@@ -362,7 +356,7 @@ def test_7_every_task_runs_exactly_once_and_on_time():
 
 def test_7_thousands_of_random_tasks_with_cancels_and_clock_jumps():
     rng = random.Random(1234)
-    clock = FakeClock(1_000_000)
+    clock = clock_at(1_000_000)
     timer = SystemTimer(tick_ms=1, wheel_size=20, clock=clock)
     out: list = []
     live: dict[int, int] = {}  # id -> expiration
@@ -375,7 +369,7 @@ def test_7_thousands_of_random_tasks_with_cancels_and_clock_jumps():
                                 rng.randrange(0, 20_000)])
             task = RecordingTask(delay, next_id, out, clock)
             tasks[next_id] = task
-            live[next_id] = clock.now + delay
+            live[next_id] = clock() + delay
             timer.add(task)
             next_id += 1
         for ident in rng.sample(sorted(live), k=min(len(live), rng.randrange(0, 5))):
@@ -383,9 +377,9 @@ def test_7_thousands_of_random_tasks_with_cancels_and_clock_jumps():
                 tasks[ident].cancel()
                 cancelled.add(ident)
                 del live[ident]
-        clock.now += rng.choice([0, 1, 3, 17, 250, 4_000])
+        clock.advance(rng.choice([0, 1, 3, 17, 250, 4_000]))
         timer.advance_clock()
-    clock.now += 50_000
+    clock.advance(50_000)
     drive(timer, clock)
     ran = [i for i, _ in out]
     assert len(ran) == len(set(ran)), "a task ran twice"
@@ -398,14 +392,14 @@ def test_7_thousands_of_random_tasks_with_cancels_and_clock_jumps():
 
 
 def test_7_tasks_never_run_before_their_expiration():
-    clock = FakeClock(0)
+    clock = MockClock()
     timer = SystemTimer(tick_ms=1, wheel_size=20, clock=clock)
     out: list = []
     tasks = [RecordingTask(d, d, out, clock) for d in range(1, 3000, 7)]
     for t in tasks:
         timer.add(t)
     for now in range(3100):
-        clock.now = now
+        clock.set_milliseconds(now)
         timer.advance_clock()
         assert all(ran_at >= i for i, ran_at in out)
     assert sorted(i for i, _ in out) == list(range(1, 3000, 7))
@@ -416,7 +410,7 @@ def test_7_tasks_never_run_before_their_expiration():
 
 
 def test_size_counts_tasks_in_buckets_and_cancel_decrements_at_once():
-    clock = FakeClock(0)
+    clock = MockClock()
     timer = SystemTimer(clock=clock)
     tasks = [NoopTask(d) for d in (5, 50, 5000, 5)]
     for t in tasks:
@@ -429,7 +423,7 @@ def test_size_counts_tasks_in_buckets_and_cancel_decrements_at_once():
 
 
 def test_readding_a_task_moves_it():
-    clock = FakeClock(0)
+    clock = MockClock()
     timer = SystemTimer(clock=clock)
     out: list = []
     task = RecordingTask(10, "x", out, clock)
@@ -437,7 +431,7 @@ def test_readding_a_task_moves_it():
     task.delay_ms = 30
     timer.add(task)
     assert timer.size == 1
-    clock.now = 10
+    clock.set_milliseconds(10)
     timer.advance_clock()
     assert out == []
     drive(timer, clock)
@@ -445,7 +439,7 @@ def test_readding_a_task_moves_it():
 
 
 def test_the_heap_holds_buckets_not_tasks():
-    clock = FakeClock(0)
+    clock = MockClock()
     timer = SystemTimer(clock=clock)
     for _ in range(1000):
         timer.add(NoopTask(5))
@@ -454,7 +448,7 @@ def test_the_heap_holds_buckets_not_tasks():
 
 
 def test_next_expiration_skips_buckets_whose_tasks_all_completed():
-    clock = FakeClock(0)
+    clock = MockClock()
     timer = SystemTimer(clock=clock)
     early = [NoopTask(3) for _ in range(10)]
     for t in early:
@@ -475,7 +469,7 @@ def test_next_expiration_skips_buckets_whose_tasks_all_completed():
 
 
 def test_on_schedule_reports_bucket_scheduling_not_each_task():
-    clock = FakeClock(0)
+    clock = MockClock()
     scheduled: list[int] = []
     timer = SystemTimer(clock=clock, on_schedule=scheduled.append)
     for _ in range(100):
@@ -487,7 +481,7 @@ def test_on_schedule_reports_bucket_scheduling_not_each_task():
 
 def test_a_single_wakeup_driver_sees_every_expiry():
     """Simulate an event loop that arms one wake-up and re-arms from on_schedule."""
-    clock = FakeClock(0)
+    clock = MockClock()
     armed: list[int | None] = [None]
 
     def on_schedule(exp: int) -> None:
@@ -504,40 +498,40 @@ def test_a_single_wakeup_driver_sees_every_expiry():
             for _ in range(3):
                 timer.add(RecordingTask(rng.randrange(1, 900), step, out, clock))
                 pending += 1
-        target = clock.now + 5
+        target = clock() + 5
         # sleep until the armed wake-up if it is before the next "request"
         while armed[0] is not None and armed[0] <= target:
-            clock.now = max(clock.now, armed[0])
+            clock.set_milliseconds(max(clock(), armed[0]))
             armed[0] = None
             timer.advance_clock()
             wakeups += 1
             nxt = timer.next_expiration_ms()
             if nxt is not None and (armed[0] is None or nxt < armed[0]):
                 armed[0] = nxt
-        clock.now = target
+        clock.set_milliseconds(target)
     while armed[0] is not None:
-        clock.now = max(clock.now, armed[0])
+        clock.set_milliseconds(max(clock(), armed[0]))
         armed[0] = None
         timer.advance_clock()
         wakeups += 1
         armed[0] = timer.next_expiration_ms()
     assert len(out) == pending
     assert timer.size == 0
-    assert wakeups < clock.now  # far fewer wake-ups than a 1 ms tick loop
+    assert wakeups < clock()  # far fewer wake-ups than a 1 ms tick loop
 
 
 def test_a_lagging_wheel_still_expires_on_time():
-    clock = FakeClock(0)
+    clock = MockClock()
     timer = SystemTimer(clock=clock)
     out: list = []
-    clock.now = 3_600_000  # an hour idle: the wheels never moved
+    clock.set_milliseconds(3_600_000)  # an hour idle: the wheels never moved
     timer.add(RecordingTask(500, "poll", out, clock))
     drive(timer, clock)
     assert out == [("poll", 3_600_500)]
 
 
 def test_a_task_added_by_a_running_task_is_scheduled_normally():
-    clock = FakeClock(0)
+    clock = MockClock()
     timer = SystemTimer(clock=clock)
     out: list = []
 
@@ -557,23 +551,23 @@ def test_a_task_added_by_a_running_task_is_scheduled_normally():
 
 
 def test_advance_clock_reports_whether_anything_was_due():
-    clock = FakeClock(0)
+    clock = MockClock()
     timer = SystemTimer(clock=clock)
     assert timer.advance_clock() is False
     timer.add(NoopTask(2))
-    clock.now = 1
+    clock.set_milliseconds(1)
     assert timer.advance_clock() is False
-    clock.now = 2
+    clock.set_milliseconds(2)
     assert timer.advance_clock() is True
 
 
 def test_shutdown_stops_the_timer():
-    clock = FakeClock(0)
+    clock = MockClock()
     timer = SystemTimer(clock=clock)
     out: list = []
     timer.add(RecordingTask(5, 1, out, clock))
     timer.shutdown()
-    clock.now = 10
+    clock.set_milliseconds(10)
     assert timer.advance_clock() is False
     assert timer.next_expiration_ms() is None
     assert out == []
@@ -604,7 +598,7 @@ def test_bucket_queue_drops_stale_items():
 
 
 def test_a_task_due_within_the_current_tick_runs_at_once():
-    clock = FakeClock(1000)
+    clock = clock_at(1000)
     timer = SystemTimer(tick_ms=10, wheel_size=5, clock=clock)
     out: list = []
     timer.add(RecordingTask(5, "soon", out, clock))  # 1005 < current 1000 + tick 10
@@ -613,10 +607,10 @@ def test_a_task_due_within_the_current_tick_runs_at_once():
 
 
 def test_non_positive_delays_run_at_once_even_when_the_wheel_lags():
-    clock = FakeClock(0)
+    clock = MockClock()
     timer = SystemTimer(clock=clock)
     out: list = []
-    clock.now = 3_600_000  # the wheels have not moved for an hour
+    clock.set_milliseconds(3_600_000)  # the wheels have not moved for an hour
     timer.add(RecordingTask(0, "zero", out, clock))
     timer.add(RecordingTask(-7, "negative", out, clock))
     assert out == [("zero", 3_600_000), ("negative", 3_600_000)]
@@ -627,7 +621,7 @@ def test_non_positive_delays_run_at_once_even_when_the_wheel_lags():
 
 
 def test_adds_with_one_expiration_share_a_bucket_and_each_runs_once():
-    clock = FakeClock(0)
+    clock = MockClock()
     scheduled: list = []
     timer = SystemTimer(clock=clock, on_schedule=scheduled.append)
     out: list = []
@@ -641,23 +635,23 @@ def test_adds_with_one_expiration_share_a_bucket_and_each_runs_once():
 
 
 def test_an_add_after_the_wheels_moved_does_not_reuse_a_flushed_bucket():
-    clock = FakeClock(0)
+    clock = MockClock()
     timer = SystemTimer(clock=clock)  # tick 1, wheel 20: level 2 spans 400 ms
     out: list = []
     timer.add(RecordingTask(25, "first", out, clock))  # level 2, bucket due at 20
-    clock.now = 20
+    clock.set_milliseconds(20)
     assert timer.advance_clock() is True  # that bucket is flushed: "first" moves to level 1
     timer.add(RecordingTask(5, "second", out, clock))  # the same expiration, 25
     assert timer.size == 2
     assert timer.next_expiration_ms() == 25
-    clock.now = 25
+    clock.set_milliseconds(25)
     assert timer.advance_clock() is True
     assert sorted(out) == [("first", 25), ("second", 25)]
     assert timer.size == 0
 
 
 def test_an_add_after_its_emptied_bucket_was_unscheduled_schedules_it_again():
-    clock = FakeClock(0)
+    clock = MockClock()
     timer = SystemTimer(clock=clock)
     out: list = []
     gone = RecordingTask(200, "gone", out, clock)
@@ -671,7 +665,7 @@ def test_an_add_after_its_emptied_bucket_was_unscheduled_schedules_it_again():
 
 
 def test_a_task_added_by_a_task_that_runs_during_advance_clock_is_placed_afresh():
-    clock = FakeClock(0)
+    clock = MockClock()
     timer = SystemTimer(clock=clock)
     out: list = []
 

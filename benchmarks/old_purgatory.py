@@ -1,8 +1,9 @@
 """Kafka 0.8's request purgatory, rendered faithfully -- for the benchmark only.
 
-The broker uses :mod:`tidegate.server.purgatory`.  This module exists so that
-``benchmarks/purgatory.py`` can measure the design the timing wheels replaced, in the
-same language and driven the same way.  It follows ``RequestPurgatory`` of Kafka
+The broker uses :mod:`tidegate.server.purgatory`.  This module is not part of the
+product: it lives beside ``benchmarks/purgatory.py`` (and ``purgatory_opcodes.py``) so
+they can measure the design the timing wheels replaced, in the same language and driven
+the same way; ``tests/unit/test_old_purgatory.py`` checks it.  It follows ``RequestPurgatory`` of Kafka
 0.8.0/0.8.1 (and the "Request Purgatory (0.8)" wiki page):
 
 * Every delayed request is put in a per-request delay queue (Java ``DelayQueue``; here a
