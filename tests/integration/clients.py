@@ -411,11 +411,8 @@ def _produce_confluent(bootstrap, topic, recs, partition, codec, acks, linger_ms
     return [delivered[i] for i in sorted(delivered)]
 
 
-def _produce_kafka_python(bootstrap, topic, recs, partition, codec, acks, linger_ms, flush_every,
-                          conf, errors, timeout) -> list[Delivered]:  # fmt: skip
-    from kafka import KafkaProducer
-    from kafka.errors import KafkaError
-
+def _python_producer_settings(bootstrap, codec, acks, linger_ms) -> dict:
+    """kafka-python's and aiokafka's producer settings (they share the key names)."""
     settings: dict = {"bootstrap_servers": bootstrap}
     if codec is not None:
         settings["compression_type"] = None if codec == "none" else codec
@@ -423,6 +420,15 @@ def _produce_kafka_python(bootstrap, topic, recs, partition, codec, acks, linger
         settings["acks"] = "all" if acks == -1 else acks
     if linger_ms is not None:
         settings["linger_ms"] = linger_ms
+    return settings
+
+
+def _produce_kafka_python(bootstrap, topic, recs, partition, codec, acks, linger_ms, flush_every,
+                          conf, errors, timeout) -> list[Delivered]:  # fmt: skip
+    from kafka import KafkaProducer
+    from kafka.errors import KafkaError
+
+    settings = _python_producer_settings(bootstrap, codec, acks, linger_ms)
     p = KafkaProducer(**{**settings, **conf})
     try:
         futures = []
@@ -451,13 +457,7 @@ def _produce_aiokafka(bootstrap, topic, recs, partition, codec, acks, linger_ms,
                       conf, errors, timeout) -> list[Delivered]:  # fmt: skip
     from aiokafka import AIOKafkaProducer
 
-    settings: dict = {"bootstrap_servers": bootstrap}
-    if codec is not None:
-        settings["compression_type"] = None if codec == "none" else codec
-    if acks is not None:
-        settings["acks"] = "all" if acks == -1 else acks
-    if linger_ms is not None:
-        settings["linger_ms"] = linger_ms
+    settings = _python_producer_settings(bootstrap, codec, acks, linger_ms)
 
     async def send_all() -> list:
         p = AIOKafkaProducer(**{**settings, **conf})

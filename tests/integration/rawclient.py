@@ -206,11 +206,12 @@ def repeated_batch(value: bytes, count: int = 1) -> bytes:
 
 
 def produce_body(
-    topic: str, records_by_partition: dict[int, bytes], acks: int = 1, timeout: int = 5000
+    topic: str, records_by_partition: dict[int, bytes], acks: int = 1, timeout: int = 5000,
+    transactional_id: str | None = None,
 ) -> dict:
     """Produce (v3+) of one record set per partition of ``topic``."""
     return {
-        "transactional_id": None,
+        "transactional_id": transactional_id,
         "acks": acks,
         "timeout": timeout,
         "topic_data": [
@@ -224,6 +225,43 @@ def produce_body(
     }
 
 
+def fetch_topics_body(
+    topics: list, *, max_wait: int = 0, min_bytes: int = 1, max_bytes: int = 50 * 1024 * 1024
+) -> dict:
+    """Fetch (v4+) by a consumer of ``[(name, topic_id, [(partition, fetch_offset,
+    partition_max_bytes), ...]), ...]`` (names up to v12, ids from v13)."""
+    return {
+        "replica_id": -1,
+        "replica_state": {"replica_id": -1, "replica_epoch": -1},
+        "max_wait": max_wait,
+        "min_bytes": min_bytes,
+        "max_bytes": max_bytes,
+        "isolation_level": 0,
+        "session_id": 0,
+        "session_epoch": -1,
+        "topics": [
+            {
+                "topic": name,
+                "topic_id": topic_id,
+                "partitions": [
+                    {
+                        "partition": p,
+                        "current_leader_epoch": -1,
+                        "fetch_offset": off,
+                        "last_fetched_epoch": -1,
+                        "log_start_offset": -1,
+                        "partition_max_bytes": pmb,
+                    }
+                    for p, off, pmb in parts
+                ],
+            }
+            for name, topic_id, parts in topics
+        ],
+        "forgotten_topics_data": [],
+        "rack_id": "",
+    }
+
+
 def fetch_body(
     topic: str,
     offset: int = 0,
@@ -234,35 +272,10 @@ def fetch_body(
     partition_max_bytes: int = 10 * 1024 * 1024,
 ) -> dict:
     """Fetch (v4..v12) of one partition of ``topic`` from ``offset``, by a consumer."""
-    return {
-        "replica_id": -1,
-        "max_wait": max_wait,
-        "min_bytes": min_bytes,
-        "max_bytes": 50 * 1024 * 1024,
-        "isolation_level": 0,
-        "session_id": 0,
-        "session_epoch": -1,
-        "topics": [
-            {
-                "topic": topic,
-                "partitions": [
-                    {
-                        "partition": partition,
-                        "current_leader_epoch": -1,
-                        "fetch_offset": offset,
-                        "last_fetched_epoch": -1,
-                        "log_start_offset": -1,
-                        "partition_max_bytes": partition_max_bytes,
-                    }
-                ],
-            }
-        ],
-        "forgotten_topics_data": [],
-        "rack_id": "",
-    }
+    return fetch_topics_body(
+        [(topic, None, [(partition, offset, partition_max_bytes)])], max_wait=max_wait, min_bytes=min_bytes
+    )
 
-
-# -- one-request helpers ----------------------------------------------------------------
 def produce_partition(
     c: RawClient,
     topic: str,
@@ -280,28 +293,26 @@ def produce_partition(
     return resp.responses[0].partition_responses[0]
 
 
+def list_offsets_body(topic: str, partition: int = 0, timestamp: int = -1) -> dict:
+    """ListOffsets (v1+) of one partition (timestamp -1 latest, -2 earliest, -3 max)."""
+    return {
+        "replica_id": -1,
+        "isolation_level": 0,
+        "timeout": 1000,
+        "topics": [
+            {
+                "name": topic,
+                "partitions": [
+                    {"partition_index": partition, "current_leader_epoch": -1, "timestamp": timestamp}
+                ],
+            }
+        ],
+    }
+
+
 def list_offset(c: RawClient, topic: str, partition: int = 0, timestamp: int = -1) -> int:
     """ListOffsets v7 of one partition (timestamp -1 latest, -2 earliest); it must succeed."""
-    resp = c.request(
-        2,
-        7,
-        {
-            "replica_id": -1,
-            "isolation_level": 0,
-            "topics": [
-                {
-                    "name": topic,
-                    "partitions": [
-                        {
-                            "partition_index": partition,
-                            "current_leader_epoch": -1,
-                            "timestamp": timestamp,
-                        }
-                    ],
-                }
-            ],
-        },
-    )
+    resp = c.request(2, 7, list_offsets_body(topic, partition, timestamp))
     p = resp.topics[0].partitions[0]
     assert p.error_code == 0, p
     return p.offset

@@ -15,7 +15,13 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from tests.core_harness import CTX, CoreHarness, decode_frame, response_bytes
-from tests.integration.rawclient import decode_response, encode_request
+from tests.integration.rawclient import (
+    decode_response,
+    encode_request,
+    list_offsets_body,
+    produce_body,
+)
+from tests.integration.rawclient import fetch_topics_body as fetch_body
 from tidegate.log.batch_builder import Record, build_batch
 from tidegate.log.record_batch import (
     ATTRIBUTES_OFFSET,
@@ -65,7 +71,7 @@ class Harness(CoreHarness):
         return resp.topics[0].topic_id
 
     def produce(self, topic, partition, batch, acks=1, version=9, transactional_id=None):
-        body = produce_body(topic, {partition: batch}, acks, transactional_id)
+        body = produce_body(topic, {partition: batch}, acks, transactional_id=transactional_id)
         resp = self.request(PRODUCE, version, body)
         return resp.responses[0].partition_responses[0]
 
@@ -73,23 +79,7 @@ class Harness(CoreHarness):
         return self.request(FETCH, version, fetch_body(topics, **kw))
 
     def list_offsets(self, topic, timestamp, partition=0, version=7):
-        body = {
-            "replica_id": -1,
-            "isolation_level": 0,
-            "timeout": 1000,
-            "topics": [
-                {
-                    "name": topic,
-                    "partitions": [
-                        {
-                            "partition_index": partition,
-                            "current_leader_epoch": -1,
-                            "timestamp": timestamp,
-                        }
-                    ],
-                }
-            ],
-        }
+        body = list_offsets_body(topic, partition, timestamp)
         return self.request(LIST_OFFSETS, version, body).topics[0].partitions[0]
 
     def metadata(self, version, topics, allow_auto=True):
@@ -100,56 +90,6 @@ class Harness(CoreHarness):
             "include_topic_authorized_operations": False,
         }
         return self.request(METADATA, version, body)
-
-
-def produce_body(topic, batches_by_partition, acks=1, transactional_id=None):
-    return {
-        "transactional_id": transactional_id,
-        "acks": acks,
-        "timeout": 5000,
-        "topic_data": [
-            {
-                "name": topic,
-                "partition_data": [
-                    {"index": p, "records": bytes(b)} for p, b in batches_by_partition.items()
-                ],
-            }
-        ],
-    }
-
-
-def fetch_body(topics, *, max_wait=0, min_bytes=1, max_bytes=50_000_000):
-    """topics: [(name, topic_id, [(partition, fetch_offset, partition_max_bytes), ...]), ...]"""
-    return {
-        "replica_id": -1,
-        "replica_state": {"replica_id": -1, "replica_epoch": -1},
-        "max_wait": max_wait,
-        "min_bytes": min_bytes,
-        "max_bytes": max_bytes,
-        "isolation_level": 0,
-        "session_id": 0,
-        "session_epoch": -1,
-        "topics": [
-            {
-                "topic": name,
-                "topic_id": topic_id,
-                "partitions": [
-                    {
-                        "partition": p,
-                        "current_leader_epoch": -1,
-                        "fetch_offset": off,
-                        "last_fetched_epoch": -1,
-                        "log_start_offset": -1,
-                        "partition_max_bytes": pmb,
-                    }
-                    for p, off, pmb in parts
-                ],
-            }
-            for name, topic_id, parts in topics
-        ],
-        "forgotten_topics_data": [],
-        "rack_id": "",
-    }
 
 
 def batch(*values, ts=NOW, size=0):
