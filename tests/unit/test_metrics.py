@@ -10,6 +10,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from tests.core_harness import CTX, CoreHarness, decode_frame, response_bytes
+from tests.fake_loop import clock_at
 from tests.integration.rawclient import encode_request
 from tidegate import top
 from tidegate.clock import MockClock
@@ -514,7 +515,7 @@ def _nothing() -> None:
 def _throttled_quotas() -> QuotaManagers:
     """Real quota managers on a fixed clock: a request quota on (alice, app), a user
     quota on bob and a client-id quota on greedy, each with one throttle recorded."""
-    quotas = QuotaManagers(clock=lambda: NOW)
+    quotas = QuotaManagers(clock=clock_at(NOW))
     quotas.set_quota(QuotaEntity("alice", "app"), "request_percentage", 50)
     quotas.set_quota(QuotaEntity("bob"), "producer_byte_rate", 1000)
     quotas.set_quota(QuotaEntity(client_id="greedy"), "consumer_byte_rate", 1000)
@@ -553,7 +554,7 @@ def test_top_throttle_view_names_user_and_client_id():
 
 
 def test_top_throttle_view_with_quotas_in_use_but_nothing_throttled():
-    quotas = QuotaManagers(clock=lambda: NOW)
+    quotas = QuotaManagers(clock=clock_at(NOW))
     quotas.set_quota(QuotaEntity("alice"), "producer_byte_rate", 1_000_000)
     assert quotas.produce.record_and_get_throttle_time_ms("alice", "c", 10) == 0
     bm = BrokerMetrics()
