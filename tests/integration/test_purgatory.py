@@ -474,7 +474,7 @@ def test_long_polls_are_not_late_while_a_group_rebalances(broker):
     answer at its max wait (the second pipelined one 500 ms after the first)."""
     topic = "lp-rebalance"
     with RawClient.connect(broker.bootstrap) as c:
-        create_topic(c, topic, partitions=2)
+        create_topic(c, topic, partitions=2, client="raw")
         end = list_offset(c, topic)
     consumers = []
     stop = threading.Event()
