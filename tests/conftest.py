@@ -60,6 +60,31 @@ def metrics_overrides() -> dict:
     return {"metrics.listener": f"http://127.0.0.1:{free_port()}"}
 
 
+#: log files of the brokers started so far (a failing test shows those written during it)
+STARTED_LOGS: dict[Path, None] = {}
+LOG_TAIL_LINES = 80
+_test_started_at = [0.0]
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failing test shows the end of the log of every broker that wrote to its log during
+    the test: what the broker said about the connections and requests the test saw, so a
+    flaky failure is diagnosable from the CI output alone."""
+    outcome = yield
+    report = outcome.get_result()
+    if call.when == "setup":
+        _test_started_at[0] = call.start
+    if report.failed:
+        for path in STARTED_LOGS:
+            if path.exists() and path.stat().st_mtime >= _test_started_at[0]:
+                lines = path.read_text(errors="replace").splitlines()
+                report.sections.append(
+                    (f"broker log {path.name} (last {LOG_TAIL_LINES} lines)",
+                     "\n".join(lines[-LOG_TAIL_LINES:]))
+                )
+
+
 class BrokerProcess:
     """``tidegate serve`` in a subprocess, restartable on the same port and data dir."""
 
@@ -123,6 +148,7 @@ class BrokerProcess:
             args += ["--override", f"{k}={v}"]
         with open(self.log_path, "ab") as logf:
             self.proc = subprocess.Popen(args, stdout=logf, stderr=subprocess.STDOUT)
+        STARTED_LOGS[self.log_path] = None
         for port in self.listener_ports():
             wait_for_port(port, self.proc)
         return self
