@@ -591,7 +591,9 @@ class KafkaApis:
                         "log_start_offset": r.log_start_offset,
                         "record_errors": [
                             {"batch_index": i, "batch_index_error_message": m} for i, m in r.record_errors
-                        ],
+                        ]
+                        if r.record_errors
+                        else (),
                         "error_message": r.error_message,
                     }
                 )

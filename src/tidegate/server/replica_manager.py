@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
@@ -48,17 +48,35 @@ E = ErrorCode
 MAX_INT32 = 2**31 - 1
 
 
-@dataclass(slots=True)
 class PartitionResponse:
-    """One partition's append result (Kafka's ProduceResponse.PartitionResponse)."""
+    """One partition's append result (Kafka's ProduceResponse.PartitionResponse).
 
-    error: ErrorCode = ErrorCode.none
-    base_offset: int = -1
-    log_append_time: int = -1
-    log_start_offset: int = -1
-    error_message: str | None = None
-    #: (batch index, message): Kafka's record_errors
-    record_errors: list[tuple[int, str | None]] = field(default_factory=list)
+    A plain slotted class rather than a dataclass: one is made per partition of every
+    Produce, so its construction stays a single frame."""
+
+    __slots__ = ("base_offset", "error", "error_message", "log_append_time", "log_start_offset",
+                 "record_errors")
+
+    def __init__(
+        self,
+        error: ErrorCode = ErrorCode.none,
+        base_offset: int = -1,
+        log_append_time: int = -1,
+        log_start_offset: int = -1,
+        error_message: str | None = None,
+        record_errors: tuple[tuple[int, str | None], ...] = (),
+    ) -> None:
+        self.error = error
+        self.base_offset = base_offset
+        self.log_append_time = log_append_time
+        self.log_start_offset = log_start_offset
+        self.error_message = error_message
+        #: (batch index, message): Kafka's record_errors
+        self.record_errors = record_errors
+
+    def __repr__(self) -> str:
+        return (f"PartitionResponse({self.error.name}, base_offset={self.base_offset}, "
+                f"message={self.error_message!r})")
 
 
 @dataclass(slots=True)
