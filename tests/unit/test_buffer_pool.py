@@ -21,6 +21,7 @@ import time
 
 import pytest
 
+from tests.conftest import wait_until as shared_wait_until
 from tidegate.clock import MockClock
 from tidegate.producer.buffer_pool import BufferPool, chunk_size_for
 from tidegate.producer.errors import BufferExhaustedError, ProducerClosedError
@@ -28,11 +29,8 @@ from tidegate.producer.metrics import Metrics
 
 
 def wait_until(cond, timeout=5.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.001)
+    """The suite's wait_until, polling every millisecond (these waits are thread hand-offs)."""
+    return shared_wait_until(cond, timeout, what=what, interval=0.001)
 
 
 def stepped_clock():
