@@ -60,23 +60,24 @@ class MockClock(Clock):
     timeout and reports a timeout at once, without waiting for a notify: "blocked
     for max.block.ms and gave up" takes no real time.
 
-    With ``autojump=False`` time moves only when the test calls :meth:`advance`:
-    ``wait`` returns True as soon as the condition is notified (another thread freed
-    memory, or closed the pool) and False once the fake time has been advanced past
-    its deadline; until then it keeps waiting (polling the fake time every
-    millisecond of real time). Tests where a second thread wakes a blocked one use
-    this, so wait times and timeouts are exact and nothing depends on how fast the
-    machine runs.
+    With ``autojump=False`` time moves only when the test calls :meth:`advance` (or
+    :meth:`set_milliseconds`): ``wait`` returns True when the condition is notified
+    (another thread freed memory, or closed the pool) and False once the fake time has
+    been moved past its deadline, which wakes it. The wait itself is an untimed
+    ``Condition.wait``: a timed one can lose a ``notify`` that races with its timeout
+    (CPython hands the notify to the waiter whose timeout just expired, which then
+    reports a timeout), and on fake time that never moves the notified thread would
+    then sleep for good. Tests where a second thread wakes a blocked one use this, so
+    wait times and timeouts are exact and nothing depends on how fast the machine runs.
     """
-
-    #: Real seconds between looks at the fake time while waiting (``autojump=False``).
-    POLL_S = 0.001
 
     def __init__(self, start_ms: int = 1_700_000_000_000, *, autojump: bool = True) -> None:
         self._ns = 0
         self._wall_base_ms = start_ms
         self._lock = threading.Lock()
         self.autojump = autojump
+        #: threads blocked in wait (autojump=False): woken when the time passes their deadline
+        self._sleepers: list[_Sleeper] = []
 
     def nanoseconds(self) -> int:
         return self._ns
@@ -89,18 +90,29 @@ class MockClock(Clock):
 
     def set_milliseconds(self, ms: int) -> None:
         """Move the fake monotonic time forward to ``ms`` (never backwards)."""
+        if ms * 1_000_000 < self._ns:
+            raise ValueError("a monotonic clock cannot go backwards")
+        self._move_to(ms * 1_000_000)
+
+    def _move_to(self, ns: int) -> None:
+        """Set the time and wake every waiter whose deadline it reaches."""
         with self._lock:
-            if ms * 1_000_000 < self._ns:
-                raise ValueError("a monotonic clock cannot go backwards")
-            self._ns = ms * 1_000_000
+            self._ns = ns
+            due = [s for s in self._sleepers if not s.expired and s.deadline_ns <= ns]
+            for sleeper in due:
+                sleeper.expired = True
+        for sleeper in due:
+            # The waiter holds this lock until it is inside Condition.wait, so the notify
+            # cannot arrive before it waits.
+            with sleeper.condition:
+                sleeper.condition.notify_all()
 
     def __call__(self) -> int:
         """The monotonic milliseconds: a MockClock is itself the clock callable."""
         return self._ns // 1_000_000
 
     def advance(self, ms: float) -> None:
-        with self._lock:
-            self._ns += int(ms * 1_000_000)
+        self._move_to(self._ns + int(ms * 1_000_000))
 
     def sleep(self, seconds: float) -> None:
         self.advance(seconds * 1000)
@@ -112,8 +124,23 @@ class MockClock(Clock):
             with self._lock:
                 self._ns += timeout_ns
             return False
-        deadline = self._ns + timeout_ns
-        while self._ns < deadline:
-            if condition.wait(self.POLL_S):
-                return True
-        return False
+        with self._lock:
+            sleeper = _Sleeper(condition, self._ns + timeout_ns)
+            self._sleepers.append(sleeper)
+        try:
+            condition.wait()
+            return not sleeper.expired
+        finally:
+            with self._lock:
+                self._sleepers.remove(sleeper)
+
+
+class _Sleeper:
+    """A thread blocked in :meth:`MockClock.wait` until ``deadline_ns`` of fake time."""
+
+    __slots__ = ("condition", "deadline_ns", "expired")
+
+    def __init__(self, condition: threading.Condition, deadline_ns: int) -> None:
+        self.condition = condition
+        self.deadline_ns = deadline_ns
+        self.expired = False
