@@ -7,6 +7,13 @@ can (keystores for SSL listeners, advertised listeners, KIP-72's
 ``queued.max.request.bytes`` rule, which lives here and which the network
 layer's memory pool imports) and resolves the topic defaults (:mod:`.topic`).
 It is the top of the config package: no other config module imports it.
+
+It also holds Kafka's dynamic broker configs (KIP-226, ``DynamicBrokerConfig``): the
+cluster-default and per-broker layers that IncrementalAlterConfigs and AlterConfigs
+set on a BROKER resource. The effective value of a key is, in Kafka's precedence, the
+per-broker dynamic value, the cluster-default dynamic value, the static value
+(properties file, ``--override``), or the key's default; :meth:`BrokerConfig.get`,
+the properties and :meth:`BrokerConfig.topic_default` always answer with it.
 """
 
 from __future__ import annotations
@@ -27,7 +34,9 @@ from tidegate.config.definitions import (
     ConfigError,
     ConfigSource,
     ConfigSynonym,
+    ConfigType,
     Scope,
+    UpdateMode,
     convert_to_string,
     resolve,
     split_list,
@@ -57,6 +66,44 @@ def _broker_hint(name: str) -> str:
 
 
 BROKER_CONFIG = ConfigDef(BROKER_KEYS.values(), scope=Scope.BROKER, hint=_broker_hint)
+
+#: Kafka's ``DynamicBrokerConfig.brokerConfigSynonyms``: the names one broker setting may
+#: be given under, in precedence order (DescribeConfigs lists them as synonyms).
+BROKER_SYNONYMS: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {
+        **dict.fromkeys(_roll := ("log.roll.ms", "log.roll.hours"), _roll),
+        **dict.fromkeys(_jitter := ("log.roll.jitter.ms", "log.roll.jitter.hours"), _jitter),
+        "log.flush.interval.ms": ("log.flush.interval.ms", "log.flush.scheduler.interval.ms"),
+        **dict.fromkeys(
+            _ret := ("log.retention.ms", "log.retention.minutes", "log.retention.hours"), _ret
+        ),
+    }
+)
+
+#: Kafka's ``SslConfigs.RECONFIGURABLE_CONFIGS``: dynamic in Kafka only with a listener
+#: prefix, so without one they are refused with Kafka's own message.
+SECURITY_RECONFIGURABLE = frozenset(
+    {
+        "ssl.keystore.type", "ssl.keystore.location", "ssl.keystore.password",
+        "ssl.key.password", "ssl.truststore.type", "ssl.truststore.location",
+        "ssl.truststore.password", "ssl.keystore.certificate.chain", "ssl.keystore.key",
+        "ssl.truststore.certificates",
+    }
+)  # fmt: skip
+
+
+def scala_set(names: Sequence[str]) -> str:
+    """How Kafka's messages print a set of config names: ``Set(a, b)``."""
+    return f"Set({', '.join(names)})"
+
+
+def is_dynamic(name: str) -> bool:
+    """Whether IncrementalAlterConfigs/AlterConfigs may change the broker key ``name``
+    (a key no table line defines counts as dynamic: Kafka stores such custom keys)."""
+    key = BROKER_CONFIG.get(name)
+    if key is None:
+        return not LISTENER_PREFIX_RE.fullmatch(name)
+    return key.update_mode is not UpdateMode.READ_ONLY
 
 
 def validate_queued_max_request_bytes(value: int, socket_request_max_bytes: int) -> None:
@@ -99,7 +146,11 @@ class BrokerConfig:
             if name not in prefixed:
                 values[name] = BROKER_CONFIG.parse_value(name, raw)
         self._originals = MappingProxyType(originals)
-        self._values = MappingProxyType(values)
+        self._static_values = MappingProxyType(values)
+        self._values = self._static_values
+        #: the dynamic layers (raw strings as set): cluster default and this broker's
+        self._dynamic_default: dict[str, str] = {}
+        self._dynamic_broker: dict[str, str] = {}
         self._protocol_map = MappingProxyType(
             parse_protocol_map(
                 "listener.security.protocol.map", values["listener.security.protocol.map"]
@@ -206,6 +257,92 @@ class BrokerConfig:
                 )
         self._advertised_raw = advertised
 
+    # ---- dynamic configs (KIP-226) --------------------------------------------------------
+    def dynamic_configs(self, per_broker: bool) -> Mapping[str, str]:
+        """The dynamic configs set on this broker (``per_broker``) or as the cluster default."""
+        return MappingProxyType(self._dynamic_broker if per_broker else self._dynamic_default)
+
+    def validate_dynamic(self, props: Mapping[str, str], per_broker: bool) -> None:
+        """Check a whole new set of dynamic configs for one level as Kafka's
+        ``DynamicBrokerConfig.validate`` does; ConfigError with Kafka's message (the
+        request answers INVALID_REQUEST with it, KAFKA-13609).
+
+        In Kafka's order: keys that cannot change at run time, TLS keys without a listener
+        prefix, each value, then the whole configuration these layers would give. Keys no
+        table line defines are accepted and kept, as Kafka keeps custom broker configs.
+        """
+        static = [
+            n for n in props if not is_dynamic(n) and n not in SECURITY_RECONFIGURABLE
+        ]
+        if static:
+            raise ConfigError(
+                f"Cannot update these configs dynamically: {scala_set(static)}", name=static[0]
+            )
+        security = [n for n in props if n in SECURITY_RECONFIGURABLE]
+        if security:
+            raise ConfigError(
+                "These security configs can be dynamically updated only per-listener using "
+                f"the listener prefix: {scala_set(security)}",
+                name=security[0],
+            )
+        for name, raw in props.items():
+            if name in BROKER_CONFIG:
+                BROKER_CONFIG.parse_value(name, raw)
+        layers = (props, self._dynamic_broker) if not per_broker else (self._dynamic_default, props)
+        self._check_dynamic_combination(self._layered(*layers))
+
+    @staticmethod
+    def _check_dynamic_combination(values: Mapping[str, Any]) -> None:
+        """Kafka's reconfiguration checks of a whole configuration (DynamicLogConfig's
+        local retention rules); failing them is Kafka's "Invalid dynamic configuration"."""
+        retention_ms = resolve(TOPIC_CONFIG["retention.ms"], values)
+        local_ms = values["log.local.retention.ms"]
+        retention_bytes = values["log.retention.bytes"]
+        local_bytes = values["log.local.retention.bytes"]
+        if (retention_ms != -1 and local_ms != -2 and (local_ms == -1 or local_ms > retention_ms)) or (
+            retention_bytes > -1 and local_bytes != -2
+            and (local_bytes == -1 or local_bytes > retention_bytes)
+        ):  # fmt: skip
+            raise ConfigError("Invalid dynamic configuration")
+
+    def _layered(self, default: Mapping[str, str], broker: Mapping[str, str]) -> dict[str, Any]:
+        """The typed values the static config gives with these dynamic layers on top
+        (keys no table line defines are kept only in the layers)."""
+        values = dict(self._static_values)
+        for layer in (default, broker):
+            for name, raw in layer.items():
+                if name in BROKER_CONFIG:
+                    values[name] = BROKER_CONFIG.parse_value(name, raw)
+        return values
+
+    def set_dynamic(self, props: Mapping[str, str], per_broker: bool) -> None:
+        """Replace one dynamic layer (validated with :meth:`validate_dynamic`) and
+        recompute every effective value and the topics' defaults."""
+        if per_broker:
+            self._dynamic_broker = dict(props)
+        else:
+            self._dynamic_default = dict(props)
+        self._values = MappingProxyType(self._layered(self._dynamic_default, self._dynamic_broker))
+        self._log_config = topic_log_config(self, {})
+
+    def load_dynamic(self, default: Mapping[str, str], broker: Mapping[str, str]) -> list[str]:
+        """Install persisted dynamic configs at start-up. As Kafka's
+        ``fromPersistentProps``, an entry that is no longer valid (a key made static, a
+        value refused) is dropped rather than stopping the broker; returns what was
+        dropped, as "level: key (reason)" strings, for the log."""
+        dropped: list[str] = []
+        for per_broker, layer in ((False, default), (True, broker)):
+            kept: dict[str, str] = {}
+            for name, raw in layer.items():
+                try:
+                    self.validate_dynamic({**kept, name: raw}, per_broker)
+                except ConfigError as exc:
+                    dropped.append(f"{'broker' if per_broker else 'default'}: {name} ({exc})")
+                    continue
+                kept[name] = raw
+            self.set_dynamic(kept, per_broker)
+        return dropped
+
     # ---- generic access ----------------------------------------------------------------
     def get(self, name: str) -> Any:
         """The typed value of a broker key (its default if unset; None for unset nullable keys)."""
@@ -225,7 +362,13 @@ class BrokerConfig:
         return name not in self._originals
 
     def source(self, name: str) -> ConfigSource:
-        """STATIC_BROKER_CONFIG if set in the file/overrides, else DEFAULT_CONFIG."""
+        """Where the value of ``name`` comes from: DYNAMIC_BROKER_CONFIG,
+        DYNAMIC_DEFAULT_BROKER_CONFIG, STATIC_BROKER_CONFIG (file/overrides) or
+        DEFAULT_CONFIG."""
+        if name in self._dynamic_broker:
+            return ConfigSource.DYNAMIC_BROKER_CONFIG
+        if name in self._dynamic_default:
+            return ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG
         return (
             ConfigSource.DEFAULT_CONFIG
             if self.is_default(name)
@@ -250,36 +393,78 @@ class BrokerConfig:
             return convert_to_string(self._default_queued_max_request_bytes())
         return None
 
-    def describe(self) -> list[ConfigEntry]:
-        """DescribeConfigs entries for every broker key (all read-only: no dynamic configs).
+    def config_synonyms(self, name: str) -> list[ConfigSynonym]:
+        """Kafka's synonyms of the broker key ``name`` (``ConfigHelper.configSynonyms``):
+        every name of the setting (:data:`BROKER_SYNONYMS`) set per broker, then as the
+        cluster default, then statically, then their non-null defaults; those before the
+        first named ``name`` are dropped. Values are null for sensitive keys."""
+        key = BROKER_CONFIG.get(name)
+        hidden = key is None or key.sensitive  # Kafka hides keys of no known type
+        names = BROKER_SYNONYMS.get(name, (name,))
+        static = {
+            n: convert_to_string(self._static_values[n]) for n in names if n in self._originals
+        }
+        defaults = {}
+        for n in names:
+            default = BROKER_CONFIG[n].default_string if n in BROKER_CONFIG else None
+            computed = self._effective_default(n)
+            if default is not None or computed is not None:
+                defaults[n] = default if default is not None else computed
+        synonyms = [
+            ConfigSynonym(n, None if hidden else layer[n], source)
+            for layer, source in (
+                (self._dynamic_broker, ConfigSource.DYNAMIC_BROKER_CONFIG),
+                (self._dynamic_default, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG),
+                (static, ConfigSource.STATIC_BROKER_CONFIG),
+                (defaults, ConfigSource.DEFAULT_CONFIG),
+            )
+            for n in names
+            if n in layer
+        ]
+        while synonyms and synonyms[0].name != name:
+            del synonyms[0]
+        return synonyms
 
-        An unset key reports its default with source DEFAULT_CONFIG. For a key whose
-        default is computed (queued.max.request.bytes: max(256 MiB,
-        socket.request.max.bytes)) that is the value in force, not null.
+    def describe(self, per_broker: bool = True) -> list[ConfigEntry]:
+        """DescribeConfigs entries of this broker (``per_broker``: resource name = node
+        id), or of the cluster default (resource name ``""``: only the keys set there), as
+        Kafka's ``ConfigHelper`` makes them.
+
+        Keys Kafka cannot change at run time are read-only. An unset nullable key reports
+        null, except one whose default is computed (queued.max.request.bytes: max(256 MiB,
+        socket.request.max.bytes)), which reports the value in force. A dynamic key no
+        table line defines is reported as Kafka reports it: type UNKNOWN, sensitive.
         """
+        if per_broker:
+            names = list(BROKER_CONFIG)
+            names += [n for n in {**self._dynamic_default, **self._dynamic_broker} if n not in BROKER_CONFIG]
+        else:
+            names = list(self._dynamic_default)
         entries = []
-        for name, key in BROKER_CONFIG.items():
-            value = None if key.sensitive else convert_to_string(self._values[name])
-            computed = self._effective_default(name)
-            if value is None and computed is not None:
-                value = computed
-            synonyms = []
-            if name in self._originals:
-                synonyms.append(ConfigSynonym(name, value, ConfigSource.STATIC_BROKER_CONFIG))
-            if key.default is not None:
-                default = None if key.sensitive else key.default_string
-                synonyms.append(ConfigSynonym(name, default, ConfigSource.DEFAULT_CONFIG))
-            elif computed is not None:
-                synonyms.append(ConfigSynonym(name, computed, ConfigSource.DEFAULT_CONFIG))
+        for name in names:
+            key = BROKER_CONFIG.get(name)
+            synonyms = self.config_synonyms(name)
+            if not per_broker:
+                synonyms = [
+                    s for s in synonyms if s.source is ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG
+                ]
+            if key is None:
+                value = None
+            elif not per_broker:
+                value = None if key.sensitive else self._dynamic_default[name]
+            else:
+                value = None if key.sensitive else convert_to_string(self._values[name])
+                if value is None and not key.sensitive:
+                    value = self._effective_default(name)
             entries.append(
                 ConfigEntry(
                     name,
                     value,
-                    self.source(name),
-                    True,
-                    key.sensitive,
-                    key.type,
-                    key.doc,
+                    synonyms[0].source if synonyms else ConfigSource.DEFAULT_CONFIG,
+                    not is_dynamic(name) or key is None,
+                    key is None or key.sensitive,
+                    key.type if key is not None else ConfigType.UNKNOWN,
+                    key.doc if key is not None else "",
                     tuple(synonyms),
                 )
             )

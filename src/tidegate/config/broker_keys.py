@@ -8,6 +8,14 @@ keys are rejected, so a key should only be added once the broker honours it.
 A key that sets a topic's default also gets a ``topic(...)`` line in
 :mod:`.topic`, naming this key as its synonym.
 
+``mode=`` is Kafka's "dynamic update mode": a key Kafka lets IncrementalAlterConfigs
+change at run time is ``CLUSTER_WIDE`` (the default broker resource ``""`` or this
+node's id) here too, and the broker applies the change live
+(:class:`~.broker.BrokerConfig` keeps the dynamic layers). As in Kafka's
+``DynamicLogConfig``, every key that is the first synonym of a topic key is
+cluster-wide (a unit test checks it). Kafka's per-broker listener and TLS keys stay
+read-only in tidegate: it cannot rebind listeners or reload TLS material at run time.
+
 The table is here rather than in :mod:`.broker` because the topic keys take
 their type, validator and default from their broker synonyms, while
 ``BrokerConfig`` needs the topic keys: broker keys -> topic keys -> BrokerConfig,
@@ -44,6 +52,7 @@ from tidegate.config.definitions import (
     Importance,
     OneOf,
     Range,
+    UpdateMode,
     Validator,
     split_list,
     typed_default,
@@ -109,11 +118,28 @@ def broker(
     validator: Validator | None,
     importance: Importance,
     doc: str,
+    *,
+    mode: UpdateMode = UpdateMode.READ_ONLY,
 ) -> ConfigKey:
     """A broker-level key (one line of the table)."""
     return ConfigKey(
-        name, type, default, validator, importance, doc, sensitive=type is ConfigType.PASSWORD
-    )
+        name, type, default, validator, importance, doc,
+        sensitive=type is ConfigType.PASSWORD, update_mode=mode,
+    )  # fmt: skip
+
+
+def _check_gzip_level(name: str, value: Any) -> None:
+    # Kafka's CompressionType.GZIP.levelValidator: Deflater's 1..9, or -1 (its default, 6)
+    if value > 9 or (value < 1 and value != -1):
+        raise ConfigError.invalid(name, value, "Value must be between 1 and 9 or equal to -1")
+
+
+#: Kafka's BrokerCompressionType names, in Kafka's order (the validator's message lists them)
+COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
+gzip_level = Check(_check_gzip_level, "[1,...,9] or -1")
+lz4_level = Range.between(1, 17)
+zstd_level = Range.between(-131072, 22)
+compression_type = OneOf(COMPRESSION_TYPES)
 
 
 _listeners = Check(check_listener_list, "NAME://host:port,...")
@@ -126,6 +152,7 @@ _UNSUPPORTED_STORES = {
     for t in ("JKS", "PKCS12")
 }
 _log_dir = Check(_check_single_log_dir, "exactly one directory")
+CLUSTER = UpdateMode.CLUSTER_WIDE
 #: replication factors: also the validator of the topic key min.insync.replicas
 single_node = Check(_check_single_node, "[1]")
 
@@ -159,38 +186,101 @@ _TABLE: tuple[ConfigKey, ...] = (
     broker("auto.create.topics.enable", BOOLEAN, True, None, HIGH,
            "Create a topic when a client asks for metadata of a topic that does not exist."),
     broker("log.segment.bytes", INT, 1073741824, Range.at_least(14), HIGH,
-           "The maximum size of a single log segment file."),
+           "The maximum size of a single log segment file.",
+           mode=CLUSTER),
     broker("log.roll.ms", LONG, None, Range.at_least(1), HIGH,
-           "Roll a new segment after this many ms; if unset, log.roll.hours is used."),
+           "Roll a new segment after this many ms; if unset, log.roll.hours is used.",
+           mode=CLUSTER),
     broker("log.roll.hours", INT, 168, Range.at_least(1), HIGH,
            "Roll a new segment after this many hours; secondary to log.roll.ms."),
     broker("log.retention.ms", LONG, None, Range.at_least(-1), HIGH,
            "Delete segments older than this many ms (-1: no time limit); if unset, "
-           "log.retention.minutes is used."),
+           "log.retention.minutes is used.",
+           mode=CLUSTER),
     broker("log.retention.minutes", INT, None, None, HIGH,
            "Retention in minutes, used if log.retention.ms is unset; if unset too, "
            "log.retention.hours is used."),
     broker("log.retention.hours", INT, 168, None, HIGH,
            "Retention in hours; tertiary to log.retention.ms and log.retention.minutes."),
     broker("log.retention.bytes", LONG, -1, None, HIGH,
-           "Delete old segments while a partition is larger than this (-1: no size limit)."),
+           "Delete old segments while a partition is larger than this (-1: no size limit).",
+           mode=CLUSTER),
     broker("log.retention.check.interval.ms", LONG, 300000, Range.at_least(1), MEDIUM,
            "How often, in ms, the log checks for segments eligible for deletion."),
     broker("log.flush.interval.messages", LONG, LONG_MAX, Range.at_least(1), HIGH,
-           "fsync a partition after this many messages have been appended to it."),
+           "fsync a partition after this many messages have been appended to it.",
+           mode=CLUSTER),
     broker("log.flush.interval.ms", LONG, None, Range.at_least(0), HIGH,
            "fsync a partition when its oldest unflushed message is this old (ms); if "
-           "unset, log.flush.scheduler.interval.ms is used."),
+           "unset, log.flush.scheduler.interval.ms is used.",
+           mode=CLUSTER),
     broker("log.flush.scheduler.interval.ms", LONG, LONG_MAX, Range.at_least(1), HIGH,
            "How often, in ms, the flusher checks whether any log needs flushing."),
     broker("log.flush.offset.checkpoint.interval.ms", INT, 60000, Range.at_least(0), HIGH,
            "How often, in ms, each partition's recovery point is checkpointed to disk."),
     broker("log.index.interval.bytes", INT, 4096, Range.at_least(0), MEDIUM,
-           "Add an entry to the offset index every this many bytes of log."),
+           "Add an entry to the offset index every this many bytes of log.",
+           mode=CLUSTER),
+    broker("log.roll.jitter.ms", LONG, None, None, HIGH,
+           "The most random jitter subtracted from a segment's roll time (ms); if unset, "
+           "log.roll.jitter.hours is used. Accepted only: tidegate rolls without jitter.",
+           mode=CLUSTER),
+    broker("log.roll.jitter.hours", INT, 0, Range.at_least(0), HIGH,
+           "The roll jitter in hours, used if log.roll.jitter.ms is unset. Accepted only."),
+    broker("log.index.size.max.bytes", INT, 10485760, Range.at_least(4), MEDIUM,
+           "The largest offset index of a segment, in bytes. Accepted only: tidegate's "
+           "indexes grow with their segment.",
+           mode=CLUSTER),
+    broker("log.segment.delete.delay.ms", LONG, 60000, Range.at_least(0), HIGH,
+           "How long a deleted segment's files are kept before removal. Accepted only: "
+           "tidegate removes them at once.",
+           mode=CLUSTER),
+    broker("log.preallocate", BOOLEAN, False, None, MEDIUM,
+           "Preallocate new segment files. Accepted only: tidegate never preallocates.",
+           mode=CLUSTER),
+    broker("log.message.timestamp.before.max.ms", LONG, LONG_MAX, Range.at_least(0), MEDIUM,
+           "With CreateTime, a record more than this many ms older than the broker's clock "
+           "is refused (INVALID_TIMESTAMP).",
+           mode=CLUSTER),
+    broker("log.message.timestamp.after.max.ms", LONG, 3600000, Range.at_least(0), MEDIUM,
+           "With CreateTime, a record more than this many ms ahead of the broker's clock is "
+           "refused (INVALID_TIMESTAMP). Kafka 4.0's default: one hour.",
+           mode=CLUSTER),
+    broker("log.message.downconversion.enable", BOOLEAN, True, None, LOW,
+           "Deprecated and without effect in Kafka 4.0, which never converts message formats.",
+           mode=CLUSTER),
+    broker("log.local.retention.ms", LONG, -2, Range.at_least(-2), MEDIUM,
+           "Tiered storage's local retention (-2: retention.ms). Accepted only: tidegate has no "
+           "tiered storage.",
+           mode=CLUSTER),
+    broker("log.local.retention.bytes", LONG, -2, Range.at_least(-2), MEDIUM,
+           "Tiered storage's local retention bytes (-2: retention.bytes). Accepted only.",
+           mode=CLUSTER),
+    broker("compression.type", STRING, "producer", compression_type, HIGH,
+           "The codec batches are stored with: producer (as sent) or uncompressed, gzip, "
+           "snappy, lz4, zstd (batches in another codec are recompressed on append).",
+           mode=CLUSTER),
+    broker("compression.gzip.level", INT, -1, gzip_level, MEDIUM,
+           "The gzip level when the broker compresses (-1: gzip's default, 6).",
+           mode=CLUSTER),
+    broker("compression.lz4.level", INT, 9, lz4_level, MEDIUM,
+           "The lz4 level when the broker compresses (9: lz4's fast compressor, else LZ4 HC).",
+           mode=CLUSTER),
+    broker("compression.zstd.level", INT, 3, zstd_level, MEDIUM,
+           "The zstd level when the broker compresses.",
+           mode=CLUSTER),
+    broker("min.insync.replicas", INT, 1, Range.at_least(1), HIGH,
+           "acks=all produces need this many in-sync replicas; a single node has one, so "
+           "more makes them fail with NOT_ENOUGH_REPLICAS, as in Kafka.",
+           mode=CLUSTER),
+    broker("unclean.leader.election.enable", BOOLEAN, False, None, HIGH,
+           "Accepted only: a single node never elects another leader.",
+           mode=CLUSTER),
     broker("log.message.timestamp.type", STRING, "CreateTime",
            OneOf(("CreateTime", "LogAppendTime")), MEDIUM,
            "Record timestamps as sent by the producer (CreateTime) or as the append "
-           "time (LogAppendTime)."),
+           "time (LogAppendTime).",
+           mode=CLUSTER),
     broker("socket.request.max.bytes", INT, 104857600, Range.at_least(1), HIGH,
            "The largest request the broker reads; larger requests close the connection."),
     broker("socket.receive.buffer.bytes", INT, 102400, Range.at_least(-1), HIGH,
@@ -203,7 +293,8 @@ _TABLE: tuple[ConfigKey, ...] = (
            "The same for the produce purgatory (acks=all produces waiting for their fsync)."),
     broker("producer.id.expiration.ms", INT, 86400000, Range.at_least(1), LOW,
            "How long a partition keeps an idle producer id's state (epoch, last sequences) "
-           "after that producer's last batch; a retry arriving later is not deduplicated."),
+           "after that producer's last batch; a retry arriving later is not deduplicated.",
+           mode=CLUSTER),
     broker("producer.id.expiration.check.interval.ms", INT, 600000, Range.at_least(1), LOW,
            "How often to remove producer ids idle for producer.id.expiration.ms."),
     broker("queued.max.request.bytes", LONG, None, None, MEDIUM,
@@ -213,7 +304,8 @@ _TABLE: tuple[ConfigKey, ...] = (
     broker("queued.max.requests", INT, 500, Range.at_least(1), HIGH,
            "The number of received requests the broker holds at once before it stops reading."),
     broker("message.max.bytes", INT, 1048588, Range.at_least(0), HIGH,
-           "The largest record batch (after compression) the broker accepts."),
+           "The largest record batch (after compression) the broker accepts.",
+           mode=CLUSTER),
     # ---- client quotas (docs/quotas.md) ---------------------------------------------------
     broker("quota.window.num", INT, 11, Range.at_least(1), LOW,
            "The number of samples kept in memory for client quotas (each quota's Rate is "

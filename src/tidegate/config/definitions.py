@@ -56,8 +56,10 @@ class ConfigError(ValueError):
 
 
 class ConfigType(enum.IntEnum):
-    """Value types; the numbers are DescribeConfigs' ``config_type`` ids (KIP-569)."""
+    """Value types; the numbers are DescribeConfigs' ``config_type`` ids (KIP-569).
+    UNKNOWN is what Kafka reports for a dynamic broker config that no key defines."""
 
+    UNKNOWN = 0
     BOOLEAN = 1
     STRING = 2
     INT = 3
@@ -81,6 +83,15 @@ class ConfigSource(enum.IntEnum):
     STATIC_BROKER_CONFIG = 4
     DEFAULT_CONFIG = 5
     DYNAMIC_BROKER_LOGGER_CONFIG = 6
+
+
+class UpdateMode(enum.Enum):
+    """Kafka's "Dynamic update mode" of a broker key: whether IncrementalAlterConfigs /
+    AlterConfigs on a BROKER resource may change it without a restart."""
+
+    READ_ONLY = "read-only"
+    PER_BROKER = "per-broker"
+    CLUSTER_WIDE = "cluster-wide"
 
 
 class Importance(enum.Enum):
@@ -204,6 +215,8 @@ class ConfigKey:
     synonyms: tuple[Synonym, ...] = ()
     # negative means unlimited: normalised to -1 (Kafka's retention semantics)
     unlimited_if_negative: bool = False
+    # broker keys only: whether (and where) it can be changed at run time
+    update_mode: UpdateMode = UpdateMode.READ_ONLY
 
     @property
     def default_string(self) -> str | None:
@@ -314,7 +327,8 @@ def resolve(key: ConfigKey, values: Mapping[str, Any]) -> Any:
     for syn in key.synonyms:
         value = values.get(syn.name)
         if value is not None:
-            value = value * syn.scale
+            if syn.scale != 1:
+                value = value * syn.scale
             if key.unlimited_if_negative and value < 0:
                 value = -1
             return value

@@ -17,15 +17,16 @@ module sits below :mod:`.broker`.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-from tidegate.config.broker_keys import BROKER_KEYS, single_node
+from tidegate.config.broker_keys import BROKER_KEYS
 from tidegate.config.definitions import (
-    INT,
+    BOOLEAN,
     LIST,
     MEDIUM,
-    STRING,
+    Check,
     ConfigDef,
     ConfigEntry,
     ConfigError,
@@ -35,6 +36,7 @@ from tidegate.config.definitions import (
     ConfigType,
     Importance,
     OneOf,
+    Range,
     Scope,
     Synonym,
     Validator,
@@ -78,6 +80,24 @@ def topic(
     )
 
 
+def _check_throttled_replicas(name: str, value: Any) -> None:
+    """Kafka's ThrottledReplicaListValidator: '*' or [partitionId]:[brokerId] items."""
+    items = [item.strip() for item in value]
+    if all(re.fullmatch(r"([0-9]+:[0-9]+)?", item) for item in items) or "".join(items) == "*":
+        return
+    raise ConfigError(
+        f"Invalid value [{', '.join(value)}] for configuration {name}: {name} must be the "
+        "literal '*' or a list of replicas in the following format: "
+        "[partitionId]:[brokerId],[partitionId]:[brokerId],...",
+        name=name,
+        value=value,
+    )
+
+
+throttled_replicas = Check(
+    _check_throttled_replicas, "[partitionId]:[brokerId],[partitionId]:[brokerId],..."
+)
+
 # fmt: off
 _TABLE: tuple[ConfigKey, ...] = (
     # CreateTopics configs, DescribeConfigs on a topic
@@ -105,16 +125,55 @@ _TABLE: tuple[ConfigKey, ...] = (
     topic("cleanup.policy", [], "Only delete: old segments are deleted by retention.",
           type=LIST, default=["delete"], importance=MEDIUM,
           validator=OneOf(("delete",), {"compact": "log compaction is not supported yet"})),
-    topic("compression.type", [],
-          "Only producer: batches are stored exactly as the producer sent them.",
-          type=STRING, default="producer", importance=MEDIUM,
-          validator=OneOf(("producer",), {
-              c: "tidegate stores batches exactly as the producer sent them; only "
-                 "compression.type=producer is supported"
-              for c in ("uncompressed", "zstd", "lz4", "snappy", "gzip")})),
-    topic("min.insync.replicas", [],
-          "Accepted for compatibility; a single node has one in-sync replica, so only 1.",
-          type=INT, default=1, importance=MEDIUM, validator=single_node),
+    topic("compression.type", ["compression.type"],
+          "The codec batches are stored with: producer keeps the producer's; uncompressed, "
+          "gzip, snappy, lz4 or zstd recompress batches sent in another codec."),
+    topic("compression.gzip.level", ["compression.gzip.level"],
+          "The gzip level when compression.type is gzip (-1: gzip's default)."),
+    topic("compression.lz4.level", ["compression.lz4.level"],
+          "The lz4 level when compression.type is lz4 (9: the fast compressor)."),
+    topic("compression.zstd.level", ["compression.zstd.level"],
+          "The zstd level when compression.type is zstd."),
+    topic("min.insync.replicas", ["min.insync.replicas"],
+          "acks=all produces need this many in-sync replicas (a single node has one)."),
+    topic("message.timestamp.before.max.ms", ["log.message.timestamp.before.max.ms"],
+          "With CreateTime, refuse records more than this many ms older than the broker's clock."),
+    topic("message.timestamp.after.max.ms", ["log.message.timestamp.after.max.ms"],
+          "With CreateTime, refuse records more than this many ms ahead of the broker's clock."),
+    # accepted and reported as Kafka reports them; no effect on a single node or tidegate's
+    # storage (docs/configuration.md says which and why)
+    topic("segment.jitter.ms", ["log.roll.jitter.ms", ("log.roll.jitter.hours", HOUR_MS)],
+          "The most random jitter subtracted from the roll time. Accepted only.",
+          validator=Range.at_least(0), importance=MEDIUM),
+    topic("segment.index.bytes", ["log.index.size.max.bytes"],
+          "The largest offset index of a segment. Accepted only."),
+    topic("file.delete.delay.ms", ["log.segment.delete.delay.ms"],
+          "How long deleted segment files are kept. Accepted only: removed at once."),
+    topic("preallocate", ["log.preallocate"],
+          "Preallocate new segment files. Accepted only."),
+    topic("unclean.leader.election.enable", ["unclean.leader.election.enable"],
+          "Elect an out-of-sync replica as a last resort. Accepted only: one replica."),
+    topic("message.downconversion.enable", ["log.message.downconversion.enable"],
+          "Deprecated and without effect in Kafka 4.0."),
+    topic("leader.replication.throttled.replicas", [],
+          "Replicas whose replication the leader throttles. Accepted only: no replication.",
+          type=LIST, default=[], importance=MEDIUM, validator=throttled_replicas),
+    topic("follower.replication.throttled.replicas", [],
+          "Replicas whose replication followers throttle. Accepted only: no replication.",
+          type=LIST, default=[], importance=MEDIUM, validator=throttled_replicas),
+    topic("remote.storage.enable", [],
+          "Tiered storage for the topic; true is refused: the broker has no tiered storage.",
+          type=BOOLEAN, default=False, importance=MEDIUM),
+    topic("local.retention.ms", ["log.local.retention.ms"],
+          "Tiered storage's local retention (-2: retention.ms). Accepted only."),
+    topic("local.retention.bytes", ["log.local.retention.bytes"],
+          "Tiered storage's local retention bytes (-2: retention.bytes). Accepted only."),
+    topic("remote.log.copy.disable", [],
+          "Stop copying to tiered storage. Accepted only.",
+          type=BOOLEAN, default=False, importance=MEDIUM),
+    topic("remote.log.delete.on.disable", [],
+          "Delete tiered data when tiered storage is disabled. Accepted only.",
+          type=BOOLEAN, default=False, importance=MEDIUM),
 )
 # fmt: on
 
@@ -149,22 +208,31 @@ class BrokerDefaults(Protocol):
         """A topic key's value for topics that do not override it."""
         ...
 
-    def is_default(self, name: str) -> bool:
-        """True if the broker key ``name`` was not set."""
+    def config_synonyms(self, name: str) -> list[ConfigSynonym]:
+        """Kafka's synonyms of the broker key ``name`` (DescribeConfigs order)."""
         ...
 
-    def get(self, name: str) -> Any:
-        """The typed value of the broker key ``name``."""
-        ...
+
+#: Kafka's message when a topic asks for tiered storage the broker does not have.
+TIERED_STORAGE_DISABLED = (
+    "Tiered Storage functionality is disabled in the broker. "
+    "Topic cannot be configured with remote log storage."
+)
 
 
 def _parse_topic_configs(configs: Mapping[str, str | None]) -> dict[str, Any]:
-    parsed: dict[str, Any] = {}
-    for name, raw in configs.items():
+    # Kafka's order: null values (ControllerConfigurationValidator), then the names
+    # (LogConfig.validateNames), then each value
+    nulls = [name for name, raw in configs.items() if raw is None]
+    if nulls:
+        raise ConfigError(
+            f"Null value not supported for topic configs: {','.join(nulls)}", name=nulls[0]
+        )
+    for name in configs:
         if name not in TOPIC_CONFIG:
             raise TOPIC_CONFIG.unknown(name)
-        if raw is None:
-            raise ConfigError(f"Null value not supported for topic configs: {name}", name=name)
+    parsed: dict[str, Any] = {}
+    for name, raw in configs.items():
         value = TOPIC_CONFIG.parse_value(name, raw)
         if TOPIC_CONFIG[name].unlimited_if_negative and value < 0:
             value = -1
@@ -173,10 +241,15 @@ def _parse_topic_configs(configs: Mapping[str, str | None]) -> dict[str, Any]:
 
 
 def validate_topic_configs(configs: Mapping[str, str | None]) -> dict[str, str]:
-    """Validate CreateTopics-style configs; returns them with canonical string values
-    (trimmed, ``true``/``false``, lists comma-joined). ConfigError names the key."""
+    """Validate a topic's whole set of configs (CreateTopics ``configs``, or what an
+    AlterConfigs leaves): Kafka's ``LogConfig.validate``. Returns them with canonical
+    string values (trimmed, ``true``/``false``, lists comma-joined). ConfigError names
+    the key (INVALID_CONFIG with its message)."""
+    parsed = _parse_topic_configs(configs)
+    if parsed.get("remote.storage.enable"):
+        raise ConfigError(TIERED_STORAGE_DISABLED, name="remote.storage.enable", value=True)
     canonical: dict[str, str] = {}
-    for name, value in _parse_topic_configs(configs).items():
+    for name, value in parsed.items():
         text = convert_to_string(value)
         assert text is not None  # _parse_topic_configs refuses null values
         canonical[name] = text
@@ -196,12 +269,16 @@ def topic_log_config(broker_cfg: BrokerDefaults, topic_overrides: Mapping[str, s
 def describe_topic_configs(
     broker_cfg: BrokerDefaults, overrides: Mapping[str, str]
 ) -> list[ConfigEntry]:
-    """DescribeConfigs entries for every topic key.
+    """DescribeConfigs entries for every topic key, as Kafka's ``ConfigHelper`` makes them.
 
-    Source: DYNAMIC_TOPIC_CONFIG for the topic's overrides, STATIC_BROKER_CONFIG when
-    a broker synonym was set, DEFAULT_CONFIG otherwise. Synonyms list, in precedence
-    order, the override, the broker synonyms that were set (as set, unconverted) and
-    the broker synonyms' defaults.
+    Synonyms, in precedence order: the topic's own value (DYNAMIC_TOPIC_CONFIG), then
+    Kafka's synonyms of the key's first broker synonym: each of that broker key's
+    names (``log.retention.ms``, ``.minutes``, ``.hours``) set per broker
+    (DYNAMIC_BROKER_CONFIG), then as the cluster default (DYNAMIC_DEFAULT_BROKER_CONFIG),
+    then statically (STATIC_BROKER_CONFIG), then their non-null defaults (DEFAULT_CONFIG),
+    dropping those before the first that is the first synonym itself (so with only
+    ``log.retention.hours`` set, ``retention.ms`` reports no broker synonyms, as Kafka
+    does). The source is the first synonym's, DEFAULT_CONFIG without one.
     """
     parsed = _parse_topic_configs(overrides)
     entries = []
@@ -214,19 +291,8 @@ def describe_topic_configs(
             )
         else:
             value = broker_cfg.topic_default(name)
-        for syn in key.synonyms:
-            if not broker_cfg.is_default(syn.name):
-                synonyms.append(
-                    ConfigSynonym(
-                        syn.name,
-                        convert_to_string(broker_cfg.get(syn.name)),
-                        ConfigSource.STATIC_BROKER_CONFIG,
-                    )
-                )
-        for syn in key.synonyms:
-            default = BROKER_KEYS[syn.name].default_string
-            if default is not None:
-                synonyms.append(ConfigSynonym(syn.name, default, ConfigSource.DEFAULT_CONFIG))
+        if key.synonyms:
+            synonyms += broker_cfg.config_synonyms(key.synonyms[0].name)
         source = synonyms[0].source if synonyms else ConfigSource.DEFAULT_CONFIG
         entries.append(
             ConfigEntry(

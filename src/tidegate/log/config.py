@@ -21,3 +21,13 @@ class LogConfig:
     index_interval_bytes: int = 4096  # index.interval.bytes
     max_message_bytes: int = 1048588  # max.message.bytes (largest batch accepted)
     message_timestamp_type: str = "CreateTime"  # message.timestamp.type: CreateTime|LogAppendTime
+    # message.timestamp.{before,after}.max.ms: CreateTime records further than this from the
+    # broker's clock are refused (INVALID_TIMESTAMP); Kafka 4.0's defaults
+    message_timestamp_before_max_ms: int = 9223372036854775807
+    message_timestamp_after_max_ms: int = 3600000
+    # compression.type: producer (keep the batch's codec), uncompressed, gzip, snappy, lz4, zstd
+    compression_type: str = "producer"
+    compression_gzip_level: int = -1  # compression.gzip.level (-1: gzip's default)
+    compression_lz4_level: int = 9  # compression.lz4.level (9: the fast compressor)
+    compression_zstd_level: int = 3  # compression.zstd.level
+    min_insync_replicas: int = 1  # min.insync.replicas (acks=all needs this many in sync)
