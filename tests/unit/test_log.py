@@ -201,9 +201,9 @@ def test_oversized_batch_gets_its_own_segment(tmp_path):
 def test_roll_by_segment_ms_uses_message_timestamps(tmp_path):
     log = open_log(tmp_path, segment_ms=HOUR)
     log.append(batch(1, ts=0), now_ms=0)
-    log.append(batch(1, ts=HOUR), now_ms=0)  # exactly segment.ms later: no roll
+    log.append(batch(1, ts=HOUR), now_ms=HOUR)  # exactly segment.ms later: no roll
     assert len(log.segments) == 1
-    log.append(batch(1, ts=HOUR + 1), now_ms=0)
+    log.append(batch(1, ts=HOUR + 1), now_ms=HOUR + 1)
     assert [s.base_offset for s in log.segments] == [0, 2]
 
 
@@ -432,7 +432,7 @@ def test_split_flush_survives_a_roll_and_a_deletion_in_between(tmp_path):
     ticket = log.begin_flush()
     assert ticket.target_offset == 4 and ticket.fds
     # Meanwhile: a roll, and retention deletes the segments the ticket covers.
-    log.append(batch(2, ts=10 * HOUR), 0)
+    log.append(batch(2, ts=10 * HOUR), 10 * HOUR)
     assert log.apply_retention(10 * HOUR) == 2
     worker = threading.Thread(target=ticket.run)
     worker.start()

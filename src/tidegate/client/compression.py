@@ -22,6 +22,13 @@ still open (as in Kafka, where the compressor stream writes into the batch
 buffer). Flush points depend only on the number of input bytes, so the same
 records always give the same bytes. :func:`decompress` reads all of the above
 plus the variants other clients write (raw snappy, lz4 frames with checksums).
+
+The same codecs serve the producer and the broker, which recompresses batches for a
+topic whose ``compression.type`` names another codec (``tidegate.log.validator``).
+Levels are Kafka's (KIP-390: ``compression.gzip.level``, ``compression.lz4.level``,
+``compression.zstd.level``): gzip -1 is Deflater's default (6); lz4 9 is lz4's fast
+compressor, any other level LZ4 HC at that level, as Kafka's ``Lz4BlockOutputStream``;
+zstd's default is 3. Snappy has none.
 """
 
 from __future__ import annotations
@@ -45,6 +52,9 @@ __all__ = [
 
 NONE, GZIP, SNAPPY, LZ4, ZSTD = 0, 1, 2, 3, 4
 CODECS = {"none": NONE, "gzip": GZIP, "snappy": SNAPPY, "lz4": LZ4, "zstd": ZSTD}
+#: Kafka's default level per codec (CompressionType.defaultLevel)
+DEFAULT_LEVELS = {GZIP: -1, LZ4: 9, ZSTD: 3}
+_GZIP_DEFAULT = 6  # Deflater.DEFAULT_COMPRESSION (-1) means level 6
 
 #: Kafka's initial compression-ratio estimates are 1.0 for every codec; the producer
 #: refines them per topic from the batches it closes (``CompressionRatioEstimator``).
@@ -110,8 +120,13 @@ _LZ4_HEADER = (
 )
 
 
-def _lz4_block(data: bytes) -> bytes:
-    compressed = bytes(cramjam.lz4.compress_block(data, store_size=False))
+def _lz4_block(data: bytes, level: int = DEFAULT_LEVELS[LZ4]) -> bytes:
+    if level == DEFAULT_LEVELS[LZ4]:  # Kafka: the fast compressor at the default level
+        compressed = bytes(cramjam.lz4.compress_block(data, store_size=False))
+    else:
+        compressed = bytes(cramjam.lz4.compress_block(
+            data, mode="high_compression", compression=level, store_size=False
+        ))
     if len(compressed) >= len(data):  # incompressible: stored raw, high bit set
         return struct.pack("<I", len(data) | 0x80000000) + bytes(data)
     return struct.pack("<I", len(compressed)) + compressed
@@ -130,21 +145,23 @@ class StreamCompressor:
     one stream in the codec's Kafka framing.
     """
 
-    __slots__ = ("_inner", "_pending", "_started", "codec", "uncompressed")
+    __slots__ = ("_inner", "_pending", "_started", "codec", "level", "uncompressed")
 
-    def __init__(self, codec: int) -> None:
+    def __init__(self, codec: int, level: int | None = None) -> None:
+        """``level``: Kafka's level for gzip, lz4 and zstd (None: the codec's default)."""
         if codec not in (GZIP, SNAPPY, LZ4, ZSTD):
             raise ValueError(f"no stream compressor for codec {codec}")
         self.codec = codec
+        self.level = DEFAULT_LEVELS.get(codec, 0) if level is None else level
         self._pending = bytearray()
         self._started = False
         self.uncompressed = 0
         # the streaming codecs (gzip, zstd); snappy and lz4 are framed here by block
         self._inner: cramjam.gzip.Compressor | cramjam.zstd.Compressor | None
         if codec == GZIP:
-            self._inner = cramjam.gzip.Compressor(6)  # Deflater.DEFAULT_COMPRESSION
+            self._inner = cramjam.gzip.Compressor(_GZIP_DEFAULT if self.level == -1 else self.level)
         elif codec == ZSTD:
-            self._inner = cramjam.zstd.Compressor(3)  # zstd's default level, as Kafka's
+            self._inner = cramjam.zstd.Compressor(self.level)
         else:
             self._inner = None
 
@@ -162,7 +179,7 @@ class StreamCompressor:
                 self._started = True
                 return _XERIAL_HEADER + out
             return out
-        out = _lz4_block(block)  # LZ4
+        out = _lz4_block(block, self.level)  # LZ4
         if not self._started:
             self._started = True
             return _LZ4_HEADER + out
@@ -195,19 +212,19 @@ class StreamCompressor:
                 self._started = True
                 out = _XERIAL_HEADER + out
             return out
-        out = _lz4_block(pending) if pending else b""  # LZ4
+        out = _lz4_block(pending, self.level) if pending else b""  # LZ4
         if not self._started:
             self._started = True
             out = _LZ4_HEADER + out
         return out + b"\x00\x00\x00\x00"  # end mark
 
 
-def compress(codec: int | str, data: bytes) -> bytes:
+def compress(codec: int | str, data: bytes, level: int | None = None) -> bytes:
     """One-shot compression in Kafka's framing (the same bytes a StreamCompressor gives)."""
     codec = codec_id(codec)
     if codec == NONE:
         return bytes(data)
-    c = StreamCompressor(codec)
+    c = StreamCompressor(codec, level)
     return c.write(data) + c.finish()
 
 

@@ -34,8 +34,9 @@ from tidegate.errors import OffsetOutOfRangeError
 
 from .config import LogConfig
 from .producer_state import ProducerStateManager
-from .record_batch import NO_TIMESTAMP, assign_offsets, validate_batches
+from .record_batch import NO_TIMESTAMP, BatchTooLargeError, assign_offsets, validate_batches
 from .segment import LogSegment
+from .validator import needs_record_validation, validate_records
 
 __all__ = [
     "CLEAN_SHUTDOWN_FILE",
@@ -491,7 +492,9 @@ class Log:
         ``records`` is modified in place (offsets, leader epoch, LogAppendTime), so it
         must be writable (bytearray or writable memoryview); ``bytes`` is copied
         first. Validation errors (:mod:`tidegate.log.record_batch` exceptions) are
-        raised before anything is written. The bytes are in the OS page cache when
+        raised before anything is written. Batches in another codec than the topic's
+        ``compression.type`` are rebuilt in it first, and record timestamps are checked
+        against ``message.timestamp.{before,after}.max.ms`` (:mod:`.validator`). The bytes are in the OS page cache when
         this returns. With ``auto_flush`` the log is fsynced here once
         ``flush.messages`` messages are unflushed; an asyncio caller passes
         ``auto_flush=False`` and checks :meth:`flush_due` to flush off-thread.
@@ -508,6 +511,20 @@ class Log:
             from_client=from_client,
             single_batch=single_batch,
         )
+        if needs_record_validation(v, config, now_ms):
+            # Kafka's LogValidator: record timestamps, and recompression to the topic's codec
+            rebuilt = validate_records(records, v, config, now_ms)
+            if rebuilt is not None:
+                records = rebuilt
+                v = validate_batches(records, _INT32_MAX, from_client=from_client)
+                for h, pos in zip(v.headers, v.positions, strict=True):
+                    if h.size > config.max_message_bytes:
+                        raise BatchTooLargeError(
+                            f"Message batch size is {h.size} bytes in append topartition "
+                            f"{self.directory.name} which exceeds the maximum configured size "
+                            f"of {config.max_message_bytes}.",
+                            pos,
+                        )
         log_append_time = now_ms if config.message_timestamp_type == "LogAppendTime" else None
         max_ts = log_append_time if log_append_time is not None else v.max_timestamp
         first = self.log_end_offset

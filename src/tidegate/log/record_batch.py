@@ -79,6 +79,7 @@ __all__ = [
     "BatchTooLargeError",
     "CorruptRecordError",
     "InvalidRecordError",
+    "InvalidTimestampError",
     "RecordBatchError",
     "RecordTooLargeError",
     "UnsupportedForMessageFormatError",
@@ -174,10 +175,17 @@ class RecordBatchError(Exception):
 
     error_code: int = -1  # UNKNOWN_SERVER_ERROR
 
-    def __init__(self, message: str, position: int | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        position: int | None = None,
+        record_errors: tuple[tuple[int, str | None], ...] = (),
+    ) -> None:
         super().__init__(message)
         #: Byte position (in the buffer being checked) of the offending batch, if known.
         self.position = position
+        #: Kafka's ``record_errors``: (index of the record in its batch, message)
+        self.record_errors = record_errors
 
 
 class CorruptRecordError(RecordBatchError):
@@ -199,6 +207,14 @@ class BatchTooLargeError(RecordBatchError, RecordTooLargeError):
     both catch it."""
 
     error_code = 10
+
+
+class InvalidTimestampError(RecordBatchError):
+    """INVALID_TIMESTAMP: records whose CreateTime is further from the broker's clock than
+    ``message.timestamp.before.max.ms`` / ``message.timestamp.after.max.ms`` allow (the
+    offending records are in ``record_errors``)."""
+
+    error_code = 32
 
 
 class InvalidRecordError(RecordBatchError):

@@ -49,6 +49,7 @@ __all__ = [
     "RecordDecodeError",
     "decode_batch_records",
     "iter_decoded_batches",
+    "scan_records",
 ]
 
 CREATE_TIME = TIMESTAMP_TYPE_CREATE_TIME
@@ -258,6 +259,33 @@ def _zigzag(data: bytes, pos: int) -> tuple[int, int]:
         shift += 7
         if shift > 63:
             raise RecordDecodeError("varint longer than 10 bytes")
+
+
+def scan_records(data: bytes, count: int) -> list[tuple[int, int]]:
+    """(timestamp delta, offset delta) of each record of an (uncompressed) records
+    section that should hold ``count`` records; RecordDecodeError if it holds another
+    number, or a record overruns the section. Reads only each record's first fields, so
+    it is what the broker uses to check timestamps and to rebuild a batch."""
+    out: list[tuple[int, int]] = []
+    append = out.append
+    n = len(data)
+    pos = 0
+    zz = _zigzag
+    try:
+        while pos < n:
+            length, pos = zz(data, pos)
+            end = pos + length
+            if length < 3 or end > n:
+                raise RecordDecodeError(f"record {len(out)} has an invalid length {length}")
+            ts_delta, p = zz(data, pos + 1)  # after the attributes byte
+            off_delta, p = zz(data, p)
+            append((ts_delta, off_delta))
+            pos = end
+    except IndexError as exc:
+        raise RecordDecodeError(f"record {len(out)} is cut short") from exc
+    if len(out) != count:
+        raise RecordDecodeError(f"the batch declares {count} records but holds {len(out)}")
+    return out
 
 
 def decode_records(buf: bytes | memoryview) -> Iterator[ConsumerRecord]:

@@ -1,0 +1,219 @@
+"""The record-level half of Kafka's ``LogValidator``: timestamps and recompression.
+
+The produce path stays on batch headers (:mod:`.record_batch`) whenever it can. Two
+topic configs need the records themselves, and only then are they read:
+
+* ``message.timestamp.before.max.ms`` / ``message.timestamp.after.max.ms`` (CreateTime
+  topics): a record further in the past or future than these from the broker's clock
+  fails the batch with INVALID_TIMESTAMP, every such record listed in ``record_errors``
+  with Kafka's message. With ``before`` unbounded (its default) a batch whose
+  maxTimestamp is within ``after`` of the clock cannot hold such a record, so only the
+  header is read; the records are scanned when that is not so, to name them.
+* ``compression.type`` other than ``producer``: a batch whose codec is not the topic's is
+  rebuilt, as Kafka's ``buildRecordsAndAssignOffsets`` does: one batch holding the same
+  records (keys, values, headers and timestamps), offset deltas 0..n-1, baseTimestamp the
+  first record's, compressed with the topic's codec at its level
+  (``compression.{gzip,lz4,zstd}.level``), the producer id, epoch, base sequence and
+  transactional flag kept, maxTimestamp the largest record timestamp (the append time on
+  a LogAppendTime topic), and a new CRC. When the records already have those deltas the
+  records section is recompressed as it is; otherwise each record is re-encoded. The
+  log then assigns offsets to the new batch as to any other. A batch in the topic's
+  codec is kept as sent (Kafka's in-place assignment), whatever level it was made at;
+  control batches are never recompressed.
+
+The rebuilt batch may be larger than the one sent: the log checks it against
+``max.message.bytes`` again (:meth:`~.log.Log.append`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from tidegate.client.compression import GZIP, LZ4, NONE, SNAPPY, ZSTD, compress, decompress
+
+from .batch_builder import batch_crc, encode_record, set_crc, write_header
+from .record_batch import (
+    HEADER_SIZE,
+    BatchHeader,
+    CorruptRecordError,
+    InvalidTimestampError,
+    ValidatedBatches,
+)
+from .records import RecordDecodeError, decode_batch_records, iter_decoded_batches, scan_records
+
+if TYPE_CHECKING:
+    from .config import LogConfig
+
+__all__ = ["TARGET_CODECS", "needs_record_validation", "validate_records"]
+
+#: ``compression.type`` -> the codec batches are stored with (None: the producer's)
+TARGET_CODECS: dict[str, int | None] = {
+    "producer": None,
+    "uncompressed": NONE,
+    "gzip": GZIP,
+    "snappy": SNAPPY,
+    "lz4": LZ4,
+    "zstd": ZSTD,
+}
+
+_LONG_MAX = 2**63 - 1
+_WRAP = 2**64
+
+
+def _int64(value: int) -> int:
+    """Java long arithmetic: wrap to 64 bits (Kafka's message prints the wrapped bounds)."""
+    value %= _WRAP
+    return value - _WRAP if value > _LONG_MAX else value
+
+
+def _target_codec(config: LogConfig) -> int | None:
+    return TARGET_CODECS[config.compression_type]
+
+
+def _must_recompress(h: BatchHeader, target: int | None) -> bool:
+    return target is not None and h.compression_type != target and not h.is_control
+
+
+def _timestamps_suspect(h: BatchHeader, config: LogConfig, now_ms: int) -> bool:
+    """Whether a record of this batch may be out of the allowed range (CreateTime only)."""
+    if config.message_timestamp_type != "CreateTime":
+        return False
+    if config.message_timestamp_before_max_ms < _LONG_MAX:
+        return True  # the smallest timestamp is in no header
+    return h.max_timestamp - now_ms > config.message_timestamp_after_max_ms
+
+
+def needs_record_validation(v: ValidatedBatches, config: LogConfig, now_ms: int) -> bool:
+    """Whether :func:`validate_records` has anything to do (read from the headers only)."""
+    target = _target_codec(config)
+    return any(
+        _must_recompress(h, target) or _timestamps_suspect(h, config, now_ms) for h in v.headers
+    )
+
+
+def validate_records(
+    buf: bytes | bytearray | memoryview, v: ValidatedBatches, config: LogConfig, now_ms: int
+) -> bytearray | None:
+    """Check the records' timestamps and recompress batches not in the topic's codec.
+
+    ``v`` is what :func:`~.record_batch.validate_batches` found in ``buf``. Returns the
+    new records (every batch, rebuilt or as sent) when a batch was rebuilt, else None.
+    Raises :class:`InvalidTimestampError` (with ``record_errors``), or
+    :class:`CorruptRecordError` for records that do not parse.
+    """
+    target = _target_codec(config)
+    out: list[bytes | memoryview] = []
+    rebuilt = False
+    mv = memoryview(buf)
+    for pos, h in zip(v.positions, v.headers, strict=True):
+        end = pos + h.size
+        recompress = _must_recompress(h, target)
+        if not recompress and not _timestamps_suspect(h, config, now_ms):
+            out.append(mv[pos:end])
+            continue
+        body = bytes(mv[pos + HEADER_SIZE : end])
+        try:
+            records = body if h.compression_type == NONE else decompress(h.compression_type, body)
+            deltas = scan_records(records, h.records_count)
+        except RecordDecodeError as exc:
+            raise CorruptRecordError(f"batch at position {pos}: {exc}", pos) from exc
+        except Exception as exc:
+            raise CorruptRecordError(
+                f"batch at position {pos} does not decompress: {exc}", pos
+            ) from exc
+        if config.message_timestamp_type == "CreateTime":
+            _check_timestamps(h, deltas, config, now_ms, pos)
+        if recompress and deltas:
+            assert target is not None
+            out.append(_rebuild(mv[pos:end], h, records, deltas, target, config, now_ms))
+            rebuilt = True
+        else:
+            out.append(mv[pos:end])
+    if not rebuilt:
+        return None
+    return bytearray(b"".join(out))
+
+
+def _check_timestamps(
+    h: BatchHeader, deltas: list[tuple[int, int]], config: LogConfig, now_ms: int, pos: int
+) -> None:
+    """Kafka's ``LogValidator.validateTimestamp`` on every record of a CreateTime batch."""
+    before = config.message_timestamp_before_max_ms
+    after = config.message_timestamp_after_max_ms
+    errors: list[tuple[int, str | None]] = []
+    base_ts = h.base_timestamp
+    for index, (ts_delta, off_delta) in enumerate(deltas):
+        ts = base_ts + ts_delta
+        if ts == -1:  # NO_TIMESTAMP: not checked
+            continue
+        diff = now_ms - ts
+        if diff > before or -diff > after:
+            errors.append(
+                (
+                    index,
+                    (f"Timestamp {ts} of message with offset {h.base_offset + off_delta} is out "
+                    f"of range. The timestamp should be within [{_int64(now_ms - before)}, "
+                    f"{_int64(now_ms + after)}]"),
+                )
+            )
+    if errors:
+        raise InvalidTimestampError(
+            "One or more records have been rejected due to invalid timestamp",
+            pos,
+            tuple(errors),
+        )
+
+
+def _level(config: LogConfig, codec: int) -> int | None:
+    return {
+        GZIP: config.compression_gzip_level,
+        LZ4: config.compression_lz4_level,
+        ZSTD: config.compression_zstd_level,
+    }.get(codec)
+
+
+def _rebuild(
+    batch: memoryview,
+    h: BatchHeader,
+    records: bytes,
+    deltas: list[tuple[int, int]],
+    target: int,
+    config: LogConfig,
+    now_ms: int,
+) -> bytes:
+    """One batch with the same records in the ``target`` codec (Kafka's
+    ``MemoryRecordsBuilder`` as ``LogValidator`` drives it)."""
+    base_ts = h.base_timestamp + deltas[0][0]  # the first record's timestamp
+    in_order = deltas[0][0] == 0 and all(off == i for i, (_, off) in enumerate(deltas))
+    if not in_order:
+        # offset deltas not 0..n-1, or the first timestamp not the base: re-encode
+        (info,) = iter_decoded_batches(bytes(batch))
+        decoded = decode_batch_records(info)
+        parts = []
+        for i, r in enumerate(decoded):
+            ts = h.base_timestamp + deltas[i][0]
+            parts.append(encode_record(i, ts - base_ts, r.key, r.value, r.headers))
+        records = b"".join(parts)
+    timestamps = [h.base_timestamp + ts_delta for ts_delta, _ in deltas]
+    log_append = config.message_timestamp_type == "LogAppendTime"
+    max_ts = now_ms if log_append else max(timestamps)
+    payload = compress(target, records, _level(config, target))
+    out = bytearray(HEADER_SIZE)
+    write_header(
+        out,
+        size=HEADER_SIZE + len(payload),
+        count=len(deltas),
+        base_timestamp=base_ts,
+        max_timestamp=max_ts,
+        compression=target,
+        base_offset=h.base_offset,
+        partition_leader_epoch=h.partition_leader_epoch,
+        producer_id=h.producer_id,
+        producer_epoch=h.producer_epoch,
+        base_sequence=h.base_sequence,
+        transactional=h.is_transactional,
+        log_append_time=log_append,
+    )
+    out += payload
+    set_crc(out, batch_crc((out,)))
+    return bytes(out)
