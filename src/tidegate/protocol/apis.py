@@ -33,8 +33,10 @@ class ApiKey(enum.IntEnum):
     INIT_PRODUCER_ID = 22
     SASL_AUTHENTICATE = 36
     DESCRIBE_CONFIGS = 32
+    ALTER_CONFIGS = 33
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
+    INCREMENTAL_ALTER_CONFIGS = 44
     OFFSET_DELETE = 47
     DESCRIBE_CLIENT_QUOTAS = 48
     ALTER_CLIENT_QUOTAS = 49
@@ -76,6 +78,8 @@ SUPPORTED_APIS: dict[int, ApiRange] = {
         ApiRange(ApiKey.INIT_PRODUCER_ID, 0, 5),
         ApiRange(ApiKey.SASL_AUTHENTICATE, 0, 2),
         ApiRange(ApiKey.DESCRIBE_CONFIGS, 1, 4),
+        ApiRange(ApiKey.ALTER_CONFIGS, 0, 2),
+        ApiRange(ApiKey.INCREMENTAL_ALTER_CONFIGS, 0, 1),
         ApiRange(ApiKey.CREATE_PARTITIONS, 0, 3),
         ApiRange(ApiKey.DELETE_GROUPS, 0, 2),
         ApiRange(ApiKey.OFFSET_DELETE, 0, 0),

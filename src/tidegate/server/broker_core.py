@@ -24,7 +24,7 @@ from tidegate.server.endpoints import Endpoints
 from tidegate.server.group_apis import GroupApis
 from tidegate.server.kafka_apis import KafkaApis
 from tidegate.server.log_manager import LogManager
-from tidegate.server.metadata import TopicStore, load_or_create_meta
+from tidegate.server.metadata import BrokerConfigStore, TopicStore, load_or_create_meta
 from tidegate.server.producer_id_manager import ProducerIdManager
 from tidegate.server.purgatory import DelayedOperationPurgatory
 from tidegate.server.quota.client_quota_manager import ClientQuotaManagerConfig
@@ -60,6 +60,10 @@ class BrokerCore:
         wall_ms = clock.wall_milliseconds
         self.cluster_id = load_or_create_meta(data_dir, config.node_id, config.get("cluster.id"))
         self.store = TopicStore(data_dir)
+        # Dynamic broker configs (IncrementalAlterConfigs on BROKER) apply before any log opens.
+        self.broker_configs = BrokerConfigStore(data_dir)
+        for dropped in config.load_dynamic(*self.broker_configs.load()):
+            log.error("ignoring an invalid persisted dynamic broker config: %s", dropped)
         self.logs = LogManager(data_dir, self.store, lambda info: topic_log_config(config, info.configs), wall_ms)
         started = monotonic_ms()
         self.logs.load()
@@ -73,6 +77,7 @@ class BrokerCore:
             clock=monotonic_ms,
             fetch_purge_interval=config.get("fetch.purgatory.purge.interval.requests"),
             produce_purge_interval=config.get("producer.purgatory.purge.interval.requests"),
+            node_id=config.node_id,
         )
         # Consumer groups (Kafka's two purgatories): session expiry, and the join/sync
         # phases of rebalances.
@@ -96,6 +101,7 @@ class BrokerCore:
             producer_ids=ProducerIdManager(data_dir),
             credentials=self.credentials,
             endpoints=self.endpoints,
+            broker_configs=self.broker_configs,
             time=clock,
         )  # fmt: skip
         # The one scheduler drives every timer: delayed operations and throttles.

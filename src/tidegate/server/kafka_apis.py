@@ -63,6 +63,7 @@ from tidegate.server.admin_apis import AdminApis
 from tidegate.server.endpoints import Endpoints
 from tidegate.server.group_apis import GroupApis
 from tidegate.server.metadata import (
+    BrokerConfigStore,
     InvalidTopicError,
     TopicInfo,
     TopicStore,
@@ -129,6 +130,7 @@ class KafkaApis:
         producer_ids: ProducerIdManager,
         credentials: CredentialStore,
         endpoints: Endpoints,
+        broker_configs: BrokerConfigStore,
         time: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.config = config
@@ -146,7 +148,9 @@ class KafkaApis:
         self.producer_ids = producer_ids
         self.groups = groups
         groups.respond = self.send_response
-        self.admin = AdminApis(config, cluster_id, replicas, store, quotas, endpoints, groups)
+        self.admin = AdminApis(
+            config, cluster_id, replicas, store, quotas, endpoints, groups, broker_configs
+        )
         self.security = SecurityApis(credentials)
         self.handlers: dict[int, Handler] = {
             ApiKey.PRODUCE: self.handle_produce,
@@ -158,6 +162,8 @@ class KafkaApis:
             ApiKey.CREATE_TOPICS: self.admin.handle_create_topics,
             ApiKey.DELETE_TOPICS: self.admin.handle_delete_topics,
             ApiKey.DESCRIBE_CONFIGS: self.admin.handle_describe_configs,
+            ApiKey.ALTER_CONFIGS: self.admin.handle_alter_configs,
+            ApiKey.INCREMENTAL_ALTER_CONFIGS: self.admin.handle_incremental_alter_configs,
             ApiKey.CREATE_PARTITIONS: self.admin.handle_create_partitions,
             ApiKey.DESCRIBE_CLUSTER: self.admin.handle_describe_cluster,
             ApiKey.DESCRIBE_CLIENT_QUOTAS: self.admin.handle_describe_client_quotas,

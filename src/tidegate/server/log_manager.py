@@ -150,6 +150,23 @@ class LogManager:
             shutil.rmtree(partition_dir(self.root, name, p), ignore_errors=True)
         return info
 
+    # -- configs changed at run time (AlterConfigs) ---------------------------
+    def topic_config_updated(self, name: str) -> None:
+        """A topic's configs changed: its partitions take the new LogConfig, which the
+        next append, retention pass and roll use (Kafka's ``Log.updateConfig``)."""
+        info = self.store.topics[name]
+        config = self.log_config_for(info)
+        for p in range(info.partitions):
+            plog = self.logs.get((name, p))
+            if plog is not None:
+                plog.update_config(config)
+
+    def broker_config_updated(self) -> None:
+        """A dynamic broker default changed: every topic's LogConfig is rebuilt from its
+        own overrides and the new defaults (Kafka's ``DynamicLogConfig.reconfigure``)."""
+        for name in self.store.topics:
+            self.topic_config_updated(name)
+
     def close(self) -> None:
         for plog in self.logs.values():
             try:

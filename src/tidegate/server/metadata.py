@@ -1,9 +1,11 @@
-"""Topic metadata that must survive restarts: names, ids, partition counts, configs.
+"""Cluster metadata that must survive restarts: topics (names, ids, partition counts,
+configs) and the dynamic broker configs.
 
-Kafka keeps this in its ``__cluster_metadata`` log; a single-node tidegate keeps
-one small JSON document, replaced atomically (write, fsync, rename, fsync the
-directory) on every change, so a crash leaves either the old or the new state.
-``meta.properties`` carries the cluster id and node id as Kafka's does.
+Kafka keeps these in its ``__cluster_metadata`` log (TopicRecord, PartitionRecord,
+ConfigRecord); a single-node tidegate keeps small JSON documents, each replaced
+atomically (write, fsync, rename, fsync the directory) on every change, so a crash
+leaves either the old or the new state. ``meta.properties`` carries the cluster id and
+node id as Kafka's does.
 """
 
 from __future__ import annotations
@@ -12,10 +14,12 @@ import json
 import os
 import re
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 TOPICS_FILE = "__tidegate_topics.json"
+BROKER_CONFIGS_FILE = "__tidegate_broker_configs.json"
 META_PROPERTIES = "meta.properties"
 MAX_TOPIC_NAME_LENGTH = 249
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
@@ -140,6 +144,37 @@ class TopicStore:
         except BaseException:
             info.partitions = old
             raise
+
+    def set_configs(self, name: str, configs: dict[str, str]) -> None:
+        """Replace a topic's configs (AlterConfigs), durably; unchanged if that fails."""
+        info = self.topics[name]
+        old, info.configs = info.configs, dict(configs)
+        try:
+            self._persist()
+        except BaseException:
+            info.configs = old
+            raise
+
+
+class BrokerConfigStore:
+    """The dynamic broker configs (KIP-226): the cluster default layer (resource name
+    ``""``) and this node's layer, key -> value as set, in one JSON document."""
+
+    def __init__(self, directory: Path) -> None:
+        self.path = directory / BROKER_CONFIGS_FILE
+
+    def load(self) -> tuple[dict[str, str], dict[str, str]]:
+        """(cluster default, this broker's): empty before anything was ever set."""
+        if not self.path.exists():
+            return {}, {}
+        doc = json.loads(self.path.read_bytes())
+        if doc.get("version") != 1:
+            raise ValueError(f"{self.path}: unknown format version {doc.get('version')!r}")
+        return dict(doc["default"]), dict(doc["broker"])
+
+    def save(self, default: Mapping[str, str], broker: Mapping[str, str]) -> None:
+        doc = {"version": 1, "default": dict(default), "broker": dict(broker)}
+        write_atomically(self.path, json.dumps(doc, indent=1, sort_keys=True).encode())
 
 
 def load_or_create_meta(directory: Path, node_id: int, cluster_id: str | None) -> str:

@@ -141,8 +141,11 @@ class ReplicaManager:
         clock: Callable[[], int] | None = None,
         fetch_purge_interval: int = 1000,
         produce_purge_interval: int = 1000,
+        node_id: int = 1,
     ) -> None:
         self.logs = logs
+        #: this node: the only replica, so the in-sync replica set is {node_id}
+        self.node_id = node_id
         timer_args: dict[str, Any] = {} if clock is None else {"clock": clock}
         self.fetch_purgatory = DelayedOperationPurgatory("Fetch", SystemTimer(**timer_args), fetch_purge_interval)
         self.produce_purgatory = DelayedOperationPurgatory(
@@ -205,6 +208,15 @@ class ReplicaManager:
                 result.error = E.corrupt_message
                 result.error_message = "empty records"
                 continue
+            min_isr = plog.config.min_insync_replicas
+            if required_acks == -1 and min_isr > 1:
+                # Kafka's Partition.appendRecordsToLeader: one node is an ISR of one
+                result.error = E.not_enough_replicas
+                result.error_message = (
+                    f"The size of the current ISR Set({self.node_id}) is insufficient to "
+                    f"satisfy the min.isr requirement of {min_isr} for partition {topic}-{partition}"
+                )
+                continue
             try:
                 info = plog.append(
                     records, now_ms, from_client=from_client, single_batch=from_client,
@@ -213,6 +225,7 @@ class ReplicaManager:
             except RecordBatchError as exc:
                 result.error = ErrorCode(exc.error_code)
                 result.error_message = str(exc)
+                result.record_errors = exc.record_errors
                 log.info("produce to %s-%d rejected: %s", topic, partition, exc)
                 continue
             result.base_offset = info.first_offset
