@@ -23,6 +23,8 @@ import itertools
 import json
 import os
 import random
+import subprocess
+import sys
 import threading
 import time
 import urllib.request
@@ -289,6 +291,14 @@ def create_topic(
         else:
             raise ValueError(f"unknown client {client!r}")
     return name
+
+
+def configs_cli(bootstrap: str, *args: str) -> subprocess.CompletedProcess:
+    """``tidegate configs --bootstrap-server BOOTSTRAP ARGS...`` in a subprocess (output as text)."""
+    return subprocess.run(
+        [sys.executable, "-m", "tidegate", "configs", "--bootstrap-server", bootstrap, *args],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
 
 
 def admin_client(bootstrap: str, *, client: str, **conf: Any):

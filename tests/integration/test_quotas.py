@@ -28,7 +28,7 @@ from kio.schema.errors import ErrorCode
 
 from tests.conftest import metrics_overrides
 
-from .clients import alter_quotas, create_topic, sample, scrape
+from .clients import alter_quotas, configs_cli, create_topic, sample, scrape
 from .rawclient import RawClient, fetch_body, produce_body, repeated_batch
 
 pytestmark = pytest.mark.timeout(180)
@@ -390,10 +390,7 @@ def test_request_percentage_holds_a_greedy_client_near_its_share(broker_factory)
 
 # -- tidegate configs ---------------------------------------------------------------------------
 def _configs(broker, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "tidegate", "configs", "--bootstrap-server", broker.bootstrap, *args],
-        capture_output=True, text=True, timeout=60, check=False,
-    )
+    return configs_cli(broker.bootstrap, *args)
 
 
 def test_cli_alters_and_describes_like_kafka_configs(broker):
