@@ -735,5 +735,8 @@ def test_the_broker_default_compression_type_applies_to_topics_without_one(tmp_p
         assert describe(h, TOPIC, "t", ["compression.type"])["compression.type"] == (
             "snappy", 4, False, [("compression.type", "snappy", 4), ("compression.type", "producer", 5)]
         )
+        # the group coordinator's topic keeps its writes as they are, as Kafka's does
+        h.apis.groups.offsets_log.log(create=True)
+        assert h.replicas.get_log("__consumer_offsets", 0).config.compression_type == "producer"
     finally:
         h.close()

@@ -51,13 +51,16 @@ COORDINATOR_TYPE_TRANSACTION = 1
 
 def offsets_topic_configs(config: Any) -> dict[str, str]:
     """Topic configs of ``__consumer_offsets``: never deleted by retention (the
-    coordinator compacts it), segments of ``offsets.topic.segment.bytes``, and batches
-    as large as a request may be (one OffsetCommit is one batch)."""
+    coordinator compacts it), segments of ``offsets.topic.segment.bytes``, batches as
+    large as a request may be (one OffsetCommit is one batch), and stored as the
+    coordinator writes them whatever the broker's ``compression.type`` (Kafka sets
+    ``compression.type=producer`` on it too)."""
     return {
         "retention.ms": "-1",
         "retention.bytes": "-1",
         "segment.bytes": str(config.get("offsets.topic.segment.bytes")),
         "max.message.bytes": str(config.get("socket.request.max.bytes")),
+        "compression.type": "producer",
     }
 
 
