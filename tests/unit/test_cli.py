@@ -172,3 +172,44 @@ def test_log_level_configures_logging(runner, install_broker, basic_config_calls
     assert all(c["format"] == LOG_FORMAT and "asctime" in c["format"] for c in basic_config_calls)
     result = runner.invoke(main, ["serve", "--log-level", "chatty"])
     assert result.exit_code == 2
+
+
+# ---- tidegate configs: argument handling (the broker side is in the integration tests) -----
+def test_add_config_is_split_as_kafka_configs_splits_it():
+    from tidegate.cli import _parse_add_config
+
+    assert _parse_add_config(
+        "retention.ms=1000,cleanup.policy=[delete,compact], a = b ,"
+        "follower.replication.throttled.replicas=[0:1,1:1],ssl.endpoint.identification.algorithm="
+    ) == {
+        "retention.ms": "1000",
+        "cleanup.policy": "delete,compact",
+        "a": "b",
+        "follower.replication.throttled.replicas": "0:1,1:1",
+        "ssl.endpoint.identification.algorithm": "",
+    }
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--alter", "--entity-type", "topics", "--add-config", "a=1"],
+         "--entity-name or --entity-default must be specified with each --entity-type for --alter"),
+        (["--describe", "--entity-type", "topics", "--entity-type", "users"],
+         "--entity-type topics cannot be combined with another."),
+        (["--alter", "--entity-type", "topics", "--entity-default", "--add-config", "a=1"],
+         "--entity-default is for brokers, users and clients."),
+        (["--alter", "--all", "--entity-type", "brokers", "--entity-name", "1", "--add-config", "a=1"],
+         "--all goes with --describe of topics or brokers."),
+        (["--alter", "--entity-type", "topics", "--entity-name", "t", "--add-config", "novalue"],
+         'Invalid entity config: all configs to be added must be in the format "key=val".'),
+        (["--alter", "--entity-type", "topics", "--entity-name", "t", "--add-config", "a b=1"],
+         "Invalid character found for config key: a b"),
+        (["--alter", "--entity-type", "topics", "--entity-name", "t"],
+         "--alter needs --add-config or --delete-config."),
+    ],
+)
+def test_configs_usage_errors(runner, args, message):
+    result = runner.invoke(main, ["configs", "--bootstrap-server", "127.0.0.1:1", *args])
+    assert result.exit_code == 2, result.output
+    assert message in re.sub(r"\s+", " ", result.output)
