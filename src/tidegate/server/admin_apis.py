@@ -359,7 +359,7 @@ class AdminApis:
                     if include_synonyms
                     else [],
                     "config_type": e.config_type,
-                    "documentation": e.documentation if include_doc else None,
+                    "documentation": (e.documentation or None) if include_doc else None,
                 }
                 for e in entries
                 if keys is None or e.name in keys
