@@ -102,10 +102,12 @@ def test_producer_id_and_epoch_come_together_or_not_at_all(h, pid, epoch):
 
 
 @pytest.mark.parametrize("version", [0, 2, 5])
-def test_transactional_ids_are_refused_with_a_fatal_authorization_error(h, version):
-    resp = init_pid(h, version, transactional_id="tx-1")
-    assert resp.error_code == ErrorCode.transactional_id_authorization_failed
-    assert (resp.producer_id, resp.producer_epoch) == (-1, -1)
+def test_transactional_ids_are_served_by_the_transaction_coordinator(h, version):
+    body = {"transactional_id": "tx-1", "transaction_timeout": 60_000, "producer_id": -1,
+            "producer_epoch": -1}
+    resp = h.request_parked(INIT_PRODUCER_ID, version, body, within_ms=1000)
+    assert resp.error_code == ErrorCode.none
+    assert (resp.producer_id, resp.producer_epoch) == (0, 0)
     assert init_pid(h, version, transactional_id="").error_code == ErrorCode.invalid_request
 
 

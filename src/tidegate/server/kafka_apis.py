@@ -69,7 +69,6 @@ from tidegate.server.metadata import (
     is_internal_topic,
     validate_topic_name,
 )
-from tidegate.server.producer_id_manager import ProducerIdManager
 from tidegate.server.replica_manager import (
     MAX_INT32,
     FetchParams,
@@ -79,6 +78,7 @@ from tidegate.server.replica_manager import (
     ReplicaManager,
 )
 from tidegate.server.security_apis import SecurityApis
+from tidegate.server.transaction_apis import TransactionApis
 
 if TYPE_CHECKING:
     from tidegate.log.log import Log
@@ -99,6 +99,8 @@ AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
 ZERO_UUID = uuid.UUID(int=0)
 SASL_HANDSHAKE = 17
 SASL_AUTHENTICATE = 36
+COORDINATOR_TYPE_GROUP = 0
+COORDINATOR_TYPE_TRANSACTION = 1
 
 Handler = Callable[[Request, int], Any]
 
@@ -124,9 +126,9 @@ class KafkaApis:
         store: TopicStore,
         quotas: QuotaManagers,
         groups: GroupApis,
+        transactions: TransactionApis,
         *,
         channel: RequestChannel | None = None,
-        producer_ids: ProducerIdManager,
         credentials: CredentialStore,
         endpoints: Endpoints,
         time: Clock = SYSTEM_CLOCK,
@@ -142,10 +144,10 @@ class KafkaApis:
         self.quotas = quotas
         self.time = time
         self.endpoints = endpoints
-        # InitProducerId: ids persisted in blocks in the data directory (never reused).
-        self.producer_ids = producer_ids
         self.groups = groups
         groups.respond = self.send_response
+        self.transactions = transactions
+        transactions.respond = self.send_response
         self.admin = AdminApis(config, cluster_id, replicas, store, quotas, endpoints, groups)
         self.security = SecurityApis(credentials)
         self.handlers: dict[int, Handler] = {
@@ -154,7 +156,13 @@ class KafkaApis:
             ApiKey.LIST_OFFSETS: self.handle_list_offsets,
             ApiKey.METADATA: self.handle_metadata,
             ApiKey.API_VERSIONS: self.handle_api_versions,
-            ApiKey.INIT_PRODUCER_ID: self.handle_init_producer_id,
+            ApiKey.INIT_PRODUCER_ID: transactions.handle_init_producer_id,
+            ApiKey.ADD_PARTITIONS_TO_TXN: transactions.handle_add_partitions_to_txn,
+            ApiKey.ADD_OFFSETS_TO_TXN: transactions.handle_add_offsets_to_txn,
+            ApiKey.END_TXN: transactions.handle_end_txn,
+            ApiKey.WRITE_TXN_MARKERS: transactions.handle_write_txn_markers,
+            ApiKey.DESCRIBE_TRANSACTIONS: transactions.handle_describe_transactions,
+            ApiKey.LIST_TRANSACTIONS: transactions.handle_list_transactions,
             ApiKey.CREATE_TOPICS: self.admin.handle_create_topics,
             ApiKey.DELETE_TOPICS: self.admin.handle_delete_topics,
             ApiKey.DESCRIBE_CONFIGS: self.admin.handle_describe_configs,
@@ -162,7 +170,7 @@ class KafkaApis:
             ApiKey.DESCRIBE_CLUSTER: self.admin.handle_describe_cluster,
             ApiKey.DESCRIBE_CLIENT_QUOTAS: self.admin.handle_describe_client_quotas,
             ApiKey.ALTER_CLIENT_QUOTAS: self.admin.handle_alter_client_quotas,
-            ApiKey.FIND_COORDINATOR: groups.handle_find_coordinator,
+            ApiKey.FIND_COORDINATOR: self.handle_find_coordinator,
             ApiKey.JOIN_GROUP: groups.handle_join_group,
             ApiKey.SYNC_GROUP: groups.handle_sync_group,
             ApiKey.HEARTBEAT: groups.handle_heartbeat,
@@ -711,40 +719,41 @@ class KafkaApis:
             topics.append({"name": t.name, "partitions": parts})
         return {"throttle_time": 0, "topics": topics}
 
-    # -- InitProducerId -------------------------------------------------------------------
-    def handle_init_producer_id(self, request: Request, now_ms: int) -> dict:
-        """Idempotent producers get a fresh producer id with epoch 0, as Kafka's
-        TransactionCoordinator answers every request without a transactional id (also
-        v3+ requests carrying a current id and epoch: Kafka ignores them then, and the
-        clients take whatever id and epoch come back). Transactional ids are refused
-        with TRANSACTIONAL_ID_AUTHORIZATION_FAILED: there is no transaction coordinator,
-        and that code makes every client fail at once with a clear error instead of
-        retrying a coordinator lookup until it times out (docs/idempotence.md)."""
-        req = request.body
-        body = {"throttle_time": 0, "error_code": ErrorCode.none, "producer_id": -1, "producer_epoch": -1}
-        txn_id = req.transactional_id
-        if txn_id is not None:
-            if txn_id == "":
-                body["error_code"] = ErrorCode.invalid_request
+    # -- FindCoordinator ----------------------------------------------------------------------
+    def handle_find_coordinator(self, request: Request, now_ms: int) -> dict:
+        """This node coordinates every group and every transactional id; the coordinator's
+        internal topic is created on first use."""
+        header, req = request.header, request.body
+        version = header.api_version
+        key_type = getattr(req, "key_type", COORDINATOR_TYPE_GROUP)
+        keys = list(req.coordinator_keys) if version >= 4 else [req.key]
+        host, port = self.endpoints.endpoint(request.context)
+        message: str | None
+        if key_type == COORDINATOR_TYPE_GROUP:
+            error, message = self.groups.coordinator_error()
+        elif key_type == COORDINATOR_TYPE_TRANSACTION:
+            error, message = self.transactions.coordinator_error()
+        else:
+            error, message = ErrorCode.invalid_request, f"unknown coordinator key type {key_type}"
+        coordinators = []
+        for key in keys:
+            if error is ErrorCode.none:
+                coordinators.append({"key": key, "node_id": self.node_id, "host": host, "port": port,
+                                     "error_code": error, "error_message": None})
             else:
-                body["error_code"] = ErrorCode.transactional_id_authorization_failed
-                log.info("InitProducerId for transactional id %r refused: transactions are "
-                         "not supported", txn_id)
-            return body
-        pid = getattr(req, "producer_id", -1)
-        epoch = getattr(req, "producer_epoch", -1)
-        if (pid == -1) != (epoch == -1):
-            body["error_code"] = ErrorCode.invalid_request  # Kafka: both or neither
-            return body
-        try:
-            body["producer_id"] = self.producer_ids.generate()
-        except OSError as exc:
-            # Kafka answers this when no id block can be had: retriable, clients retry.
-            log.error("cannot reserve a block of producer ids: %s", exc)
-            body["error_code"] = ErrorCode.coordinator_load_in_progress
-            return body
-        body["producer_epoch"] = 0
-        return body
+                coordinators.append({"key": key, "node_id": -1, "host": "", "port": -1,
+                                     "error_code": error, "error_message": message})
+        if version >= 4:
+            return {"throttle_time": 0, "coordinators": coordinators}
+        only = coordinators[0]
+        return {
+            "throttle_time": 0,
+            "error_code": only["error_code"],
+            "error_message": only["error_message"],
+            "node_id": only["node_id"],
+            "host": only["host"],
+            "port": only["port"],
+        }
 
 
 class _NoChannel:
