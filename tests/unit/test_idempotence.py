@@ -102,10 +102,12 @@ def test_producer_id_and_epoch_come_together_or_not_at_all(h, pid, epoch):
 
 
 @pytest.mark.parametrize("version", [0, 2, 5])
-def test_transactional_ids_are_refused_with_a_fatal_authorization_error(h, version):
-    resp = init_pid(h, version, transactional_id="tx-1")
-    assert resp.error_code == ErrorCode.transactional_id_authorization_failed
-    assert (resp.producer_id, resp.producer_epoch) == (-1, -1)
+def test_transactional_ids_are_served_by_the_transaction_coordinator(h, version):
+    body = {"transactional_id": "tx-1", "transaction_timeout": 60_000, "producer_id": -1,
+            "producer_epoch": -1}
+    resp = h.request_parked(INIT_PRODUCER_ID, version, body, within_ms=1000)
+    assert resp.error_code == ErrorCode.none
+    assert (resp.producer_id, resp.producer_epoch) == (0, 0)
     assert init_pid(h, version, transactional_id="").error_code == ErrorCode.invalid_request
 
 
@@ -217,11 +219,14 @@ def test_a_new_epoch_restarts_at_sequence_zero(h):
     assert h.produce(TOPIC, 0, idem_batch(pid, 1, epoch=1)).base_offset == 4
 
 
-def test_transactional_batches_are_refused(h):
+def test_transactional_batches_without_a_transactional_id_are_refused(h):
     pid = init_pid(h).producer_id
-    resp = h.produce(TOPIC, 0, idem_batch(pid, 0, transactional=True))
-    assert resp.error_code == ErrorCode.transactional_id_authorization_failed
+    body = produce_body(TOPIC, {0: idem_batch(pid, 0, transactional=True), 1: idem_batch(pid, 0)})
+    parts = h.request(PRODUCE, 9, body).responses[0].partition_responses
+    # the whole request, as Kafka answers it
+    assert [p.error_code for p in parts] == [ErrorCode.transactional_id_authorization_failed] * 2
     assert h.replicas.get_log(TOPIC, 0).log_end_offset == 0
+    assert h.replicas.get_log(TOPIC, 1).log_end_offset == 0
 
 
 def test_other_partitions_of_a_request_are_unaffected_by_a_rejected_one(h):
@@ -252,13 +257,6 @@ def test_dedup_survives_a_clean_restart(tmp_path):
     h2.close()
 
 
-def _crash(h):
-    """kill -9: the logs are dropped without flush, snapshot or clean-shutdown marker."""
-    for plog in h.logs.logs.values():
-        plog._release()
-    h.logs.logs.clear()
-
-
 def test_dedup_survives_a_crash_across_segment_rolls(tmp_path):
     root = tmp_path / "data"
     h1 = Harness(root)
@@ -266,7 +264,7 @@ def test_dedup_survives_a_crash_across_segment_rolls(tmp_path):
     pid = init_pid(h1).producer_id
     offsets = [h1.produce(TOPIC, 0, idem_batch(pid, 2 * i, 2, tag=b"x" * 40)).base_offset for i in range(20)]
     assert len(h1.replicas.get_log(TOPIC, 0).segments) > 3
-    _crash(h1)
+    h1.crash()
     h2 = Harness(root)
     plog = h2.replicas.get_log(TOPIC, 0)
     assert not plog.had_clean_shutdown
@@ -287,7 +285,7 @@ def test_a_torn_tail_is_not_answered_as_a_duplicate(tmp_path):
     h1.produce(TOPIC, 0, idem_batch(pid, 0, 2))
     h1.produce(TOPIC, 0, idem_batch(pid, 2, 2))  # acked, then lost with the tail
     seg = h1.replicas.get_log(TOPIC, 0).segments[-1].log_path
-    _crash(h1)
+    h1.crash()
     os.truncate(seg, seg.stat().st_size - 5)
     h2 = Harness(root)
     assert h2.replicas.get_log(TOPIC, 0).log_end_offset == 2

@@ -374,6 +374,33 @@ _TABLE: tuple[ConfigKey, ...] = (
     broker("offsets.compaction.min.records", INT, 10000, Range.at_least(1), LOW,
            "tidegate only: rewrite __consumer_offsets once it holds more than this many records "
            "and more than 4 per live key (its compaction; see docs/groups.md)."),
+    # -- the transaction coordinator (docs/transactions.md) --
+    broker("transaction.max.timeout.ms", INT, 900000, Range.at_least(1), HIGH,
+           "The largest transaction.timeout.ms a producer may ask for; a larger one is refused "
+           "with INVALID_TRANSACTION_TIMEOUT."),
+    broker("transactional.id.expiration.ms", INT, 604800000, Range.at_least(1), HIGH,
+           "How long a transactional id with no transaction in progress is kept after its last "
+           "update before the coordinator forgets it."),
+    broker("transaction.abort.timed.out.transaction.cleanup.interval.ms", INT, 10000,
+           Range.at_least(1), LOW,
+           "How often the coordinator aborts transactions open longer than their timeout."),
+    broker("transaction.remove.expired.transaction.cleanup.interval.ms", INT, 3600000,
+           Range.at_least(1), LOW,
+           "How often the coordinator removes transactional ids past transactional.id.expiration.ms."),
+    broker("transaction.state.log.num.partitions", INT, 50, Range.at_least(1), HIGH,
+           "The number of partitions of the internal __transaction_state topic."),
+    broker("transaction.state.log.segment.bytes", INT, 104857600, Range.at_least(1), HIGH,
+           "The segment size of the internal __transaction_state topic."),
+    broker("transaction.state.log.replication.factor", INT, 3, Range.at_least(1), HIGH,
+           "Kafka's replication factor of __transaction_state; one node stores one copy whatever "
+           "this says (accepted for compatibility)."),
+    broker("transaction.state.log.min.isr", INT, 2, Range.at_least(1), HIGH,
+           "Kafka's min.insync.replicas of __transaction_state (accepted for compatibility)."),
+    broker("transaction.state.log.load.buffer.size", INT, 5242880, Range.at_least(1), LOW,
+           "How many bytes are read at a time while the coordinator loads __transaction_state."),
+    broker("transaction.partition.verification.enable", BOOLEAN, True, None, LOW,
+           "Verify with the coordinator that a transactional produce's partition was added to the "
+           "transaction before appending (KIP-890 part 1)."),
 )
 # fmt: on
 

@@ -133,9 +133,10 @@ def iter_decoded_batches(buf: bytes | memoryview) -> Iterator[BatchInfo]:
         pos += total
 
 
-def decode_batch_records(batch: BatchInfo) -> list[ConsumerRecord]:
-    """Every record of one batch (a control batch gives an empty list)."""
-    if batch.is_control:
+def decode_batch_records(batch: BatchInfo, *, include_control: bool = False) -> list[ConsumerRecord]:
+    """Every record of one batch (a control batch gives an empty list unless
+    ``include_control``: then its control records, e.g. a transaction marker)."""
+    if batch.is_control and not include_control:
         return []
     data = batch.records
     n = len(data)

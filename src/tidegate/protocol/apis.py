@@ -31,6 +31,10 @@ class ApiKey(enum.IntEnum):
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
     INIT_PRODUCER_ID = 22
+    ADD_PARTITIONS_TO_TXN = 24
+    ADD_OFFSETS_TO_TXN = 25
+    END_TXN = 26
+    WRITE_TXN_MARKERS = 27
     SASL_AUTHENTICATE = 36
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
@@ -43,6 +47,8 @@ class ApiKey(enum.IntEnum):
     DESCRIBE_USER_SCRAM_CREDENTIALS = 50
     ALTER_USER_SCRAM_CREDENTIALS = 51
     DESCRIBE_CLUSTER = 60
+    DESCRIBE_TRANSACTIONS = 65
+    LIST_TRANSACTIONS = 66
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +82,10 @@ SUPPORTED_APIS: dict[int, ApiRange] = {
         ApiRange(ApiKey.CREATE_TOPICS, 2, 7),
         ApiRange(ApiKey.DELETE_TOPICS, 1, 6),
         ApiRange(ApiKey.INIT_PRODUCER_ID, 0, 5),
+        ApiRange(ApiKey.ADD_PARTITIONS_TO_TXN, 0, 5),
+        ApiRange(ApiKey.ADD_OFFSETS_TO_TXN, 0, 4),
+        ApiRange(ApiKey.END_TXN, 0, 4),  # v5 is transaction version 2 (not advertised)
+        ApiRange(ApiKey.WRITE_TXN_MARKERS, 1, 1),
         ApiRange(ApiKey.SASL_AUTHENTICATE, 0, 2),
         ApiRange(ApiKey.DESCRIBE_CONFIGS, 1, 4),
         ApiRange(ApiKey.ALTER_CONFIGS, 0, 2),
@@ -88,6 +98,8 @@ SUPPORTED_APIS: dict[int, ApiRange] = {
         ApiRange(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, 0),
         ApiRange(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, 0),
         ApiRange(ApiKey.DESCRIBE_CLUSTER, 0, 2),
+        ApiRange(ApiKey.DESCRIBE_TRANSACTIONS, 0, 0),
+        ApiRange(ApiKey.LIST_TRANSACTIONS, 0, 1),
     )
 }
 

@@ -17,6 +17,14 @@ from typing import TYPE_CHECKING
 
 from tidegate.clock import SYSTEM_CLOCK, Clock
 from tidegate.config import BrokerConfig, topic_log_config
+from tidegate.coordinator.transaction.transaction_coordinator import TransactionCoordinator
+from tidegate.coordinator.transaction.transaction_marker_channel_manager import (
+    TransactionMarkerChannelManager,
+)
+from tidegate.coordinator.transaction.transaction_state_manager import (
+    TransactionConfig,
+    TransactionStateManager,
+)
 from tidegate.network.request_channel import RequestChannel
 from tidegate.scheduler import Cancellable, Scheduler
 from tidegate.security.credentials import CredentialStore
@@ -32,6 +40,7 @@ from tidegate.server.quota.quota_factory import QuotaManagers
 from tidegate.server.replica_manager import ReplicaManager
 from tidegate.server.timer import SystemTimer
 from tidegate.server.timer_reaper import TimerReaper
+from tidegate.server.transaction_apis import TransactionApis
 
 if TYPE_CHECKING:
     from tidegate.metrics.prometheus import BrokerMetrics
@@ -95,10 +104,26 @@ class BrokerCore:
         )
         self.quotas.load()
         self.credentials = credentials if credentials is not None else CredentialStore(None)
+        # Transactions: the coordinator, its __transaction_state and markers; its periodic
+        # tasks (timeouts, id expiry) and marker retries are tasks on its own timer.
+        txn_config = TransactionConfig.from_broker(config)
+        self.transaction_timer = SystemTimer(clock=monotonic_ms)
+        self.transaction_coordinator = TransactionCoordinator(
+            txn_config,
+            TransactionStateManager(txn_config, self.logs, self.replicas.append_records, data_dir, monotonic_ms),
+            ProducerIdManager(data_dir),
+            TransactionMarkerChannelManager(self.replicas, self.transaction_timer, wall_ms),
+            self.transaction_timer,
+            wall_ms,
+        )
+        if config.get("transaction.partition.verification.enable"):
+            self.replicas.transaction_verifier = self.transaction_coordinator.handle_verify_partitions
+        self.transactions = TransactionApis(self.transaction_coordinator, self.replicas,
+                                            self.groups.offsets_partition_for)
         self.apis = KafkaApis(
             config, self.cluster_id, self.replicas, self.store, self.quotas, self.groups,
+            self.transactions,
             channel=channel,
-            producer_ids=ProducerIdManager(data_dir),
             credentials=self.credentials,
             endpoints=self.endpoints,
             broker_configs=self.broker_configs,
@@ -110,6 +135,7 @@ class BrokerCore:
             self.reaper.add_purgatory(purgatory)
         for name, timer in self.quotas.throttle_timers():
             self.reaper.add_timer(name, timer)
+        self.reaper.add_timer("TransactionCoordinator", self.transaction_timer)
         self._tasks: list[Cancellable] = []
         self._compacting = False
         self._due_at: dict[str, int] = {}
@@ -134,6 +160,7 @@ class BrokerCore:
         """Replay __consumer_offsets (arming members' session timers) and schedule the
         periodic work."""
         self.groups.start()
+        self.transaction_coordinator.startup()
         start = self.clock.wall_milliseconds()
         config = self.config
         self._intervals = {
@@ -198,6 +225,7 @@ class BrokerCore:
             task.cancel()
         self._tasks.clear()
         self.groups.shutdown()
+        self.transaction_coordinator.shutdown()
         self.replicas.complete_fetches_now()
 
     def close(self) -> None:

@@ -45,8 +45,6 @@ log = logging.getLogger(__name__)
 
 E = ErrorCode
 AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
-COORDINATOR_TYPE_GROUP = 0
-COORDINATOR_TYPE_TRANSACTION = 1
 
 
 def offsets_topic_configs(config: Any) -> dict[str, str]:
@@ -134,54 +132,22 @@ class GroupApis:
         if self.coordinator.active:
             self.coordinator.remove_offsets_of_topic(name)
 
-    # -- FindCoordinator ------------------------------------------------------------------------
-    def handle_find_coordinator(self, request: Request, now_ms: int) -> dict:
-        header, req = request.header, request.body
-        version = header.api_version
-        key_type = getattr(req, "key_type", COORDINATOR_TYPE_GROUP)
-        keys = list(req.coordinator_keys) if version >= 4 else [req.key]
-        host, port = self.endpoints.endpoint(request.context)
-        error, message = E.none, None
-        if key_type == COORDINATOR_TYPE_GROUP:
-            try:
-                if not self._coord().active:
-                    error, message = E.coordinator_not_available, "the broker is shutting down"
-                else:
-                    self._open_offsets_log(True)
-            except OSError as exc:
-                log.error("could not create %s: %s", OFFSETS_TOPIC, exc)
-                error, message = E.coordinator_not_available, f"cannot create {OFFSETS_TOPIC}: {exc}"
-        elif key_type == COORDINATOR_TYPE_TRANSACTION:
-            # This broker is every coordinator. Transactions are not supported, but
-            # pointing the client here lets InitProducerId answer the clear, fatal
-            # TRANSACTIONAL_ID_AUTHORIZATION_FAILED at once; COORDINATOR_NOT_AVAILABLE
-            # would make every client retry silently until its timeout (8-15 s).
-            pass
-        else:
-            error, message = E.invalid_request, f"unknown coordinator key type {key_type}"
-        coordinators = []
-        for key in keys:
-            if error is E.none:
-                coordinators.append(
-                    {"key": key, "node_id": self.node_id, "host": host, "port": port,
-                     "error_code": E.none, "error_message": None}
-                )
-            else:
-                coordinators.append(
-                    {"key": key, "node_id": -1, "host": "", "port": -1,
-                     "error_code": error, "error_message": message}
-                )
-        if version >= 4:
-            return {"throttle_time": 0, "coordinators": coordinators}
-        only = coordinators[0]
-        return {
-            "throttle_time": 0,
-            "error_code": only["error_code"],
-            "error_message": only["error_message"],
-            "node_id": only["node_id"],
-            "host": only["host"],
-            "port": only["port"],
-        }
+    def coordinator_error(self) -> tuple[ErrorCode, str | None]:
+        """FindCoordinator for a group: NONE once __consumer_offsets exists (it is created
+        here on first use, as Kafka does), else why this broker cannot coordinate."""
+        try:
+            if not self._coord().active:
+                return E.coordinator_not_available, "the broker is shutting down"
+            self._open_offsets_log(True)
+        except OSError as exc:
+            log.error("could not create %s: %s", OFFSETS_TOPIC, exc)
+            return E.coordinator_not_available, f"cannot create {OFFSETS_TOPIC}: {exc}"
+        return E.none, None
+
+    def offsets_partition_for(self, group_id: str) -> tuple[str, int]:
+        """The __consumer_offsets partition of a group (one partition), created if need be."""
+        self._open_offsets_log(True)
+        return OFFSETS_KEY
 
     # -- JoinGroup / SyncGroup / Heartbeat / LeaveGroup --------------------------------------------
     def handle_join_group(self, request: Request, now_ms: int) -> Any:

@@ -36,6 +36,7 @@ from kio.schema.errors import ErrorCode
 
 from tidegate.clock import SYSTEM_CLOCK, Clock
 from tidegate.config import BrokerConfig
+from tidegate.log.record_batch import ATTRIBUTES_OFFSET, TRANSACTIONAL_FLAG_MASK
 from tidegate.network.request_channel import (
     PARKED,
     CloseConnectionResponse,
@@ -70,9 +71,10 @@ from tidegate.server.metadata import (
     is_internal_topic,
     validate_topic_name,
 )
-from tidegate.server.producer_id_manager import ProducerIdManager
 from tidegate.server.replica_manager import (
     MAX_INT32,
+    READ_COMMITTED,
+    READ_UNCOMMITTED,
     FetchParams,
     FetchPartition,
     FetchPartitionData,
@@ -80,6 +82,7 @@ from tidegate.server.replica_manager import (
     ReplicaManager,
 )
 from tidegate.server.security_apis import SecurityApis
+from tidegate.server.transaction_apis import TransactionApis
 
 if TYPE_CHECKING:
     from tidegate.log.log import Log
@@ -100,6 +103,8 @@ AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
 ZERO_UUID = uuid.UUID(int=0)
 SASL_HANDSHAKE = 17
 SASL_AUTHENTICATE = 36
+COORDINATOR_TYPE_GROUP = 0
+COORDINATOR_TYPE_TRANSACTION = 1
 
 Handler = Callable[[Request, int], Any]
 
@@ -125,9 +130,9 @@ class KafkaApis:
         store: TopicStore,
         quotas: QuotaManagers,
         groups: GroupApis,
+        transactions: TransactionApis,
         *,
         channel: RequestChannel | None = None,
-        producer_ids: ProducerIdManager,
         credentials: CredentialStore,
         endpoints: Endpoints,
         broker_configs: BrokerConfigStore,
@@ -144,10 +149,10 @@ class KafkaApis:
         self.quotas = quotas
         self.time = time
         self.endpoints = endpoints
-        # InitProducerId: ids persisted in blocks in the data directory (never reused).
-        self.producer_ids = producer_ids
         self.groups = groups
         groups.respond = self.send_response
+        self.transactions = transactions
+        transactions.respond = self.send_response
         self.admin = AdminApis(
             config, cluster_id, replicas, store, quotas, endpoints, groups, broker_configs
         )
@@ -158,7 +163,13 @@ class KafkaApis:
             ApiKey.LIST_OFFSETS: self.handle_list_offsets,
             ApiKey.METADATA: self.handle_metadata,
             ApiKey.API_VERSIONS: self.handle_api_versions,
-            ApiKey.INIT_PRODUCER_ID: self.handle_init_producer_id,
+            ApiKey.INIT_PRODUCER_ID: transactions.handle_init_producer_id,
+            ApiKey.ADD_PARTITIONS_TO_TXN: transactions.handle_add_partitions_to_txn,
+            ApiKey.ADD_OFFSETS_TO_TXN: transactions.handle_add_offsets_to_txn,
+            ApiKey.END_TXN: transactions.handle_end_txn,
+            ApiKey.WRITE_TXN_MARKERS: transactions.handle_write_txn_markers,
+            ApiKey.DESCRIBE_TRANSACTIONS: transactions.handle_describe_transactions,
+            ApiKey.LIST_TRANSACTIONS: transactions.handle_list_transactions,
             ApiKey.CREATE_TOPICS: self.admin.handle_create_topics,
             ApiKey.DELETE_TOPICS: self.admin.handle_delete_topics,
             ApiKey.DESCRIBE_CONFIGS: self.admin.handle_describe_configs,
@@ -168,7 +179,7 @@ class KafkaApis:
             ApiKey.DESCRIBE_CLUSTER: self.admin.handle_describe_cluster,
             ApiKey.DESCRIBE_CLIENT_QUOTAS: self.admin.handle_describe_client_quotas,
             ApiKey.ALTER_CLIENT_QUOTAS: self.admin.handle_alter_client_quotas,
-            ApiKey.FIND_COORDINATOR: groups.handle_find_coordinator,
+            ApiKey.FIND_COORDINATOR: self.handle_find_coordinator,
             ApiKey.JOIN_GROUP: groups.handle_join_group,
             ApiKey.SYNC_GROUP: groups.handle_sync_group,
             ApiKey.HEARTBEAT: groups.handle_heartbeat,
@@ -548,35 +559,40 @@ class KafkaApis:
         req = request.body
         acks = req.acks
         entries: dict[tuple[str, int], Any] = {}
-        early: dict[tuple[str, int], PartitionResponse] = {}
         order: list[tuple[str, list[tuple[str, int]]]] = []
-        transactional = req.transactional_id is not None and acks in (0, 1, -1)
+        has_transactional = False
         for topic in req.topic_data:
             keys = []
             for pd in topic.partition_data:
                 key = (topic.name, pd.index)
                 keys.append(key)
+                records = entries[key] = pd.records
                 if (
-                    transactional
-                    and not is_internal_topic(topic.name)
-                    and self.replicas.get_log(*key) is not None
+                    records is not None
+                    and len(records) > ATTRIBUTES_OFFSET + 1
+                    and records[ATTRIBUTES_OFFSET + 1] & TRANSACTIONAL_FLAG_MASK
                 ):
-                    early[key] = PartitionResponse(
-                        ErrorCode.transactional_id_authorization_failed,
-                        error_message="transactions are not supported by this broker yet",
-                    )
-                else:
-                    entries[key] = pd.records
+                    has_transactional = True
             order.append((topic.name, keys))
+
+        if has_transactional and req.transactional_id is None:
+            # Kafka: transactional records need a transactional id the client may write
+            # (WRITE on it), else the whole request fails
+            if acks == 0:
+                return None
+            tidaf = PartitionResponse(ErrorCode.transactional_id_authorization_failed)
+            return self._produce_body(order, dict.fromkeys(entries, tidaf))
 
         def respond(results: dict[tuple[str, int], PartitionResponse]) -> None:
             if acks == 0:
                 self.send_response(request, None)
                 return
-            results.update(early)
             self.send_response(request, self._produce_body(order, results))
 
-        self.replicas.append_records(ms(req.timeout), acks, entries, now_ms, respond)
+        self.replicas.append_records(
+            ms(req.timeout), acks, entries, now_ms, respond,
+            transactional_id=req.transactional_id, generic_txn_errors=request.header.api_version >= 11,
+        )  # fmt: skip
         return PARKED
 
     @staticmethod
@@ -634,7 +650,10 @@ class KafkaApis:
                 request.context.principal, header.client_id or ""
             )
             max_bytes = int(min(window_max, max_bytes))
-        params = FetchParams(ms(req.max_wait), req.min_bytes, min(max_bytes, MAX_INT32))
+        params = FetchParams(
+            ms(req.max_wait), req.min_bytes, min(max_bytes, MAX_INT32),
+            req.isolation_level if header.api_version >= 4 else READ_UNCOMMITTED,
+        )  # fmt: skip
 
         def respond(results: list[FetchPartitionData]) -> None:
             self.send_response(request, self._fetch_body(by_id, topics, results))
@@ -660,7 +679,10 @@ class KafkaApis:
                         "high_watermark": r.high_watermark,
                         "last_stable_offset": r.last_stable_offset,
                         "log_start_offset": r.log_start_offset,
-                        "aborted_transactions": None,
+                        "aborted_transactions": None
+                        if r.aborted_transactions is None
+                        else [{"producer_id": a.producer_id, "first_offset": a.first_offset}
+                              for a in r.aborted_transactions],
                         "preferred_read_replica": -1,
                         "records": r.records,
                     }
@@ -682,6 +704,8 @@ class KafkaApis:
 
     # -- ListOffsets ----------------------------------------------------------------------
     def handle_list_offsets(self, request: Request, now_ms: int) -> dict:
+        req = request.body
+        read_committed = request.header.api_version >= 2 and req.isolation_level == READ_COMMITTED
         topics = []
         for t in request.body.topics:
             info = self.store.get(t.name)
@@ -700,8 +724,11 @@ class KafkaApis:
                     out["error_code"] = ErrorCode.unknown_topic_or_partition
                     continue
                 ts = p.timestamp
+                # read_committed sees the log up to the last stable offset (Kafka's
+                # Partition.fetchOffsetForTimestamp)
+                upper = plog.last_stable_offset if read_committed else plog.high_watermark
                 if ts == LATEST_TIMESTAMP or ts == LATEST_TIERED_TIMESTAMP:
-                    out["offset"] = plog.high_watermark
+                    out["offset"] = upper
                 elif ts in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
                     out["offset"] = plog.log_start_offset
                 elif ts == MAX_TIMESTAMP:
@@ -712,45 +739,46 @@ class KafkaApis:
                     out["error_code"] = ErrorCode.invalid_request
                 else:
                     found = plog.offset_for_timestamp(ts)
-                    if found is not None:
+                    if found is not None and found[0] < upper:
                         out["offset"], out["timestamp"] = found
             topics.append({"name": t.name, "partitions": parts})
         return {"throttle_time": 0, "topics": topics}
 
-    # -- InitProducerId -------------------------------------------------------------------
-    def handle_init_producer_id(self, request: Request, now_ms: int) -> dict:
-        """Idempotent producers get a fresh producer id with epoch 0, as Kafka's
-        TransactionCoordinator answers every request without a transactional id (also
-        v3+ requests carrying a current id and epoch: Kafka ignores them then, and the
-        clients take whatever id and epoch come back). Transactional ids are refused
-        with TRANSACTIONAL_ID_AUTHORIZATION_FAILED: there is no transaction coordinator,
-        and that code makes every client fail at once with a clear error instead of
-        retrying a coordinator lookup until it times out (docs/idempotence.md)."""
-        req = request.body
-        body = {"throttle_time": 0, "error_code": ErrorCode.none, "producer_id": -1, "producer_epoch": -1}
-        txn_id = req.transactional_id
-        if txn_id is not None:
-            if txn_id == "":
-                body["error_code"] = ErrorCode.invalid_request
+    # -- FindCoordinator ----------------------------------------------------------------------
+    def handle_find_coordinator(self, request: Request, now_ms: int) -> dict:
+        """This node coordinates every group and every transactional id; the coordinator's
+        internal topic is created on first use."""
+        header, req = request.header, request.body
+        version = header.api_version
+        key_type = getattr(req, "key_type", COORDINATOR_TYPE_GROUP)
+        keys = list(req.coordinator_keys) if version >= 4 else [req.key]
+        host, port = self.endpoints.endpoint(request.context)
+        message: str | None
+        if key_type == COORDINATOR_TYPE_GROUP:
+            error, message = self.groups.coordinator_error()
+        elif key_type == COORDINATOR_TYPE_TRANSACTION:
+            error, message = self.transactions.coordinator_error()
+        else:
+            error, message = ErrorCode.invalid_request, f"unknown coordinator key type {key_type}"
+        coordinators = []
+        for key in keys:
+            if error is ErrorCode.none:
+                coordinators.append({"key": key, "node_id": self.node_id, "host": host, "port": port,
+                                     "error_code": error, "error_message": None})
             else:
-                body["error_code"] = ErrorCode.transactional_id_authorization_failed
-                log.info("InitProducerId for transactional id %r refused: transactions are "
-                         "not supported", txn_id)
-            return body
-        pid = getattr(req, "producer_id", -1)
-        epoch = getattr(req, "producer_epoch", -1)
-        if (pid == -1) != (epoch == -1):
-            body["error_code"] = ErrorCode.invalid_request  # Kafka: both or neither
-            return body
-        try:
-            body["producer_id"] = self.producer_ids.generate()
-        except OSError as exc:
-            # Kafka answers this when no id block can be had: retriable, clients retry.
-            log.error("cannot reserve a block of producer ids: %s", exc)
-            body["error_code"] = ErrorCode.coordinator_load_in_progress
-            return body
-        body["producer_epoch"] = 0
-        return body
+                coordinators.append({"key": key, "node_id": -1, "host": "", "port": -1,
+                                     "error_code": error, "error_message": message})
+        if version >= 4:
+            return {"throttle_time": 0, "coordinators": coordinators}
+        only = coordinators[0]
+        return {
+            "throttle_time": 0,
+            "error_code": only["error_code"],
+            "error_message": only["error_message"],
+            "node_id": only["node_id"],
+            "host": only["host"],
+            "port": only["port"],
+        }
 
 
 class _NoChannel:
