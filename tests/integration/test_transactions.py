@@ -299,3 +299,34 @@ def test_kill_9_while_transactions_commit_leaves_every_transaction_whole(broker_
     missing = set(committed) - set(seen)
     assert not missing, f"committed transactions lost: {sorted(missing)[:20]}"
     assert len(got) == PER_TXN * len(seen)  # nothing twice
+
+
+def test_kafka_python_admin_describes_and_lists_transactions(broker):
+    from kafka.admin import KafkaAdminClient
+    from kafka.errors import TransactionalIdNotFoundError
+
+    topic = create_topic(broker.bootstrap, partitions=2)
+    txn_id = f"admin-{topic}"
+    p = TransactionalProducer("confluent", broker.bootstrap, txn_id, timeout_ms=45_000)
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap, request_timeout_ms=10_000)
+    try:
+        p.init()
+        p.begin()
+        p.send(topic, b"x", partition=1)
+        p.flush()
+        d = admin.describe_transactions([txn_id])[txn_id]
+        assert (str(d.state.value), d.transaction_timeout_ms) == ("Ongoing", 45_000)
+        assert {(tp.topic, tp.partition) for tp in d.topic_partitions} == {(topic, 1)}
+        assert d.transaction_start_time_ms > 0
+        listed = [t for ts in admin.list_transactions(state_filters=["Ongoing"]).values() for t in ts]
+        assert txn_id in {t.transactional_id for t in listed}
+        listed = [t for ts in admin.list_transactions(producer_id_filters=[d.producer_id]).values() for t in ts]
+        assert [t.transactional_id for t in listed] == [txn_id]
+        p.commit()
+        wait_until(lambda: str(admin.describe_transactions([txn_id])[txn_id].state.value) == "CompleteCommit",
+                   timeout=10, what="CompleteCommit")
+        with pytest.raises(TransactionalIdNotFoundError):
+            admin.describe_transactions(["no-such-id"])
+    finally:
+        p.close()
+        admin.close()
