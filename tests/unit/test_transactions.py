@@ -523,3 +523,21 @@ def test_coordinator_metrics_and_the_top_view(h):
     rows = {r[0]: r[1] for r in section.rows}
     assert (rows["open transactions"], rows["commits/s"], rows["aborts/s"]) == ("0", "1", "1")
     assert rows["ids by state"] == "CompleteCommit 1, CompleteAbort 1"
+
+
+def test_a_parked_read_committed_fetch_waits_for_the_commit_not_the_data(h):
+    _, pid, epoch = init(h)
+    add(h, pid, epoch)
+    body = fetch_body(TOPIC, 0, isolation_level=1, max_wait=5_000, min_bytes=1)
+    request, cid = call(h, ApiKey.FETCH, 11, body, wait=False)
+    assert produce(h, txn(0, pid)).error_code == E.none
+    h.loop.advance(100)
+    assert h.channel.response_to(request) is None  # the data is not committed yet
+    uncommitted = call(h, ApiKey.FETCH, 11, fetch_body(TOPIC, 0, max_wait=5_000, min_bytes=1))
+    assert len(batches_in(uncommitted.responses[0].partitions[0].records)) == 1  # read_uncommitted sees it
+    assert end_txn(h, pid, epoch, True) == E.none
+    started = h.clock.milliseconds()
+    r = h.answer(request, cid, within_ms=100)
+    assert h.clock.milliseconds() - started < 100  # woken by the marker, not the timeout
+    p = r.responses[0].partitions[0]
+    assert (p.last_stable_offset, len(batches_in(p.records))) == (2, 2)

@@ -178,6 +178,7 @@ class ReplicaManager:
         node_id: int = 1,
     ) -> None:
         self.logs = logs
+        self.scheduler = scheduler
         #: this node: the only replica, so the in-sync replica set is {node_id}
         self.node_id = node_id
         timer_args: dict[str, Any] = {} if clock is None else {"clock": clock}
@@ -296,6 +297,11 @@ class ReplicaManager:
             # own response is out: with many parked consumers that work must not delay it.
             check = self.fetch_purgatory.check_and_complete
             self.action_queue.add(lambda: [check(k) for k in appended])
+            if not from_client:
+                # a coordinator's write (a transaction marker, a group's offsets) may come
+                # from a timer or an fsync completion, after which no response is written
+                # to run the queue: run it on the next turn of the loop
+                self.scheduler.call_soon(self.try_complete_actions)
         if not pending:
             callback(results)
             return results
