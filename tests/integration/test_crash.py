@@ -249,7 +249,7 @@ def test_damaged_tail_is_cut_back_to_the_last_whole_batch(broker_factory, shutdo
         assert (
             f"{topic}-1: {cut1} byte(s) of corrupt tail truncated despite a clean shutdown" in log
         ), log
-        assert f"{topic}-2:" not in log and "unclean" not in log
+        assert f"{topic}-2:" not in log and "unclean shutdown" not in log
     assert seg0.stat().st_size == size0, "the garbage was not cut off"
     assert seg1.stat().st_size == size1 - last1, "the torn batch was not cut off"
 
