@@ -114,6 +114,10 @@ class BrokerCore:
         )
         self.transactions = TransactionApis(self.transaction_coordinator, self.replicas,
                                             self.groups.offsets_partition_for)
+        # Offsets in transactions: TxnOffsetCommit verifies with the transaction coordinator
+        # (KIP-890), and markers on __consumer_offsets commit or discard pending offsets.
+        self.groups.verify_partitions = self.transaction_coordinator.handle_verify_partitions
+        self.transaction_coordinator.markers.marker_listeners.append(self.groups.coordinator.on_marker_written)
         self.apis = KafkaApis(
             config, self.cluster_id, self.replicas, self.store, self.quotas, self.groups,
             self.transactions,

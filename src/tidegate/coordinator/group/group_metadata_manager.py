@@ -34,15 +34,15 @@ import base64
 import json
 import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
 from tidegate.log.batch_builder import Record, build_batch
 from tidegate.log.log import Log
-from tidegate.log.record_batch import iter_batches, read_header
 from tidegate.log.records import decode_batch_records, iter_decoded_batches
+from tidegate.log.replay import ReplayedBatch, replay_batches
 from tidegate.server.metadata import GROUP_METADATA_TOPIC_NAME
 
 if TYPE_CHECKING:
@@ -60,7 +60,6 @@ FORMAT_VERSION = 1
 
 #: Records per batch when rewriting live keys (keeps batches far below max.message.bytes).
 _REWRITE_BATCH_RECORDS = 500
-_READ_CHUNK = 1 << 20
 
 
 @dataclass(slots=True)
@@ -73,6 +72,9 @@ class OffsetAndMetadata:
     commit_timestamp: int = 0
     #: OffsetCommit v2-v4 ``retention_time``: an explicit expiry (None: offsets.retention.minutes)
     expire_timestamp: int | None = None
+    #: the offset of its record in __consumer_offsets (-1 until appended): when a transaction
+    #: commits, its offsets replace committed ones only if written later (Kafka's recordOffset)
+    record_offset: int = field(default=-1, compare=False)
 
 
 # -- record keys and values ----------------------------------------------------------------
@@ -188,10 +190,12 @@ class PendingAppend:
     """The durability of one append to ``__consumer_offsets``: callbacks run once it is
     fsynced (with ErrorCode.none) or not within the commit timeout (another code)."""
 
-    __slots__ = ("_callbacks", "error")
+    __slots__ = ("_callbacks", "base_offset", "error")
 
-    def __init__(self) -> None:
+    def __init__(self, base_offset: int = -1) -> None:
         self.error: ErrorCode | None = None
+        #: the offset of the batch's first record (record i is at base_offset + i)
+        self.base_offset = base_offset
         self._callbacks: list[Callable[[ErrorCode], None]] = []
 
     def add_callback(self, callback: Callable[[ErrorCode], None]) -> None:
@@ -232,8 +236,11 @@ class OffsetsLog:
         self.compaction_min_records = compaction_min_records
         self._append_records = append_records
         self.timeout_ms = timeout_ms
-        #: latest value of every live key (tombstoned keys are absent)
+        #: latest value of every live key (tombstoned keys are absent); transactional
+        #: records enter only once their transaction commits (:meth:`materialize`)
         self.live: dict[bytes, bytes] = {}
+        #: producer id -> epoch of every transaction with records here and no marker yet
+        self.open_transactions: dict[int, int] = {}
         #: records from the log start offset to the end (what a replay reads)
         self.records_in_log = 0
         self.compactions = 0
@@ -242,52 +249,57 @@ class OffsetsLog:
         return self._open_log(create)
 
     # -- startup ---------------------------------------------------------------------
-    def load(self) -> int:
-        """Replay the partition from its log start offset (latest value per key wins).
-        Returns the number of records read."""
+    def load(self, replay: Callable[[ReplayedBatch], None] | None = None) -> int:
+        """Replay the partition from its log start offset: every batch goes to ``replay``
+        (the coordinator's state, markers included), and the latest non-transactional
+        value per key becomes live. Returns the number of data records read."""
         self.live.clear()
+        self.open_transactions.clear()
         self.records_in_log = 0
         plog = self.log(False)
         if plog is None:
             return 0
-        offset = plog.log_start_offset
-        end = plog.log_end_offset
         live = self.live
         n = 0
-        while offset < end:
-            data = plog.read(offset, _READ_CHUNK)
-            if not data:
-                break
-            last = offset
-            for off, key, value in iter_records(data, offset):
-                n += 1
-                last = off
-                if key is None:
-                    continue
-                if value is None:
-                    live.pop(key, None)
-                else:
-                    live[key] = value
-            # continue after the last whole batch read
-            nxt = offset
-            for pos, _size in iter_batches(data):
-                nxt = read_header(data, pos).next_offset
-            if nxt <= offset:
-                log.error("replay of %s stopped at offset %d (no progress)", OFFSETS_TOPIC, offset)
-                break
-            offset = max(nxt, last + 1)
+        for batch in replay_batches(plog):
+            if batch.is_control:
+                self.open_transactions.pop(batch.producer_id, None)
+            elif batch.is_transactional:
+                self.open_transactions[batch.producer_id] = batch.producer_epoch
+                n += len(batch.records)
+            else:
+                n += len(batch.records)
+                for r in batch.records:
+                    if r.key is None:
+                        continue
+                    if r.value is None:
+                        live.pop(r.key, None)
+                    else:
+                        live[r.key] = r.value
+            if replay is not None:
+                replay(batch)
         self.records_in_log = n
         return n
 
     # -- writing ----------------------------------------------------------------------
-    def append(self, records: Sequence[tuple[bytes, bytes | None]]) -> PendingAppend:
-        """Append ``(key, value-or-None)`` records as one batch; returns its durability.
-        Raises OSError or :class:`AppendError` (and the log is unchanged) if the write
-        fails."""
+    def append(
+        self, records: Sequence[tuple[bytes, bytes | None]], *, producer_id: int = -1, producer_epoch: int = -1,
+    ) -> PendingAppend:  # fmt: skip
+        """Append ``(key, value-or-None)`` records as one batch; returns its durability
+        (and the batch's first offset). With a ``producer_id`` the batch is transactional,
+        as Kafka's coordinator writes a TxnOffsetCommit: that producer's id and epoch, base
+        sequence 0, the transactional attribute; its values are not live until
+        :meth:`materialize`. Raises OSError or :class:`AppendError` (and the log is
+        unchanged) if the write fails."""
         plog = self.log(True)
         assert plog is not None
         now = self.now_ms()
-        batch = build_batch([Record(value, key, now) for key, value in records])
+        transactional = producer_id >= 0
+        batch = build_batch(
+            [Record(value, key, now) for key, value in records],
+            producer_id=producer_id, producer_epoch=producer_epoch, base_sequence=0 if transactional else -1,
+            transactional=transactional,
+        )  # fmt: skip
         pending = PendingAppend()
         results = self._append_records(
             self.timeout_ms, -1, {OFFSETS_KEY: batch}, now,
@@ -297,18 +309,41 @@ class OffsetsLog:
         result = results[OFFSETS_KEY]
         if result.base_offset < 0:
             raise AppendError(f"{result.error.name}: {result.error_message or ''}")
+        pending.base_offset = result.base_offset
+        if transactional:
+            self.open_transactions[producer_id] = producer_epoch
+        else:
+            self.materialize(records)
+        self.records_in_log += len(records)
+        return pending
+
+    def materialize(self, records: Iterable[tuple[bytes, bytes | None]]) -> None:
+        """Make values live: those of a plain append, or of a committed transaction."""
         for key, value in records:
             if value is None:
                 self.live.pop(key, None)
             else:
                 self.live[key] = value
-        self.records_in_log += len(records)
-        return pending
+
+    def has_ongoing_transaction(self, producer_id: int, producer_epoch: int) -> bool:
+        """Whether this producer, at this epoch, has records here awaiting their marker
+        (Kafka's ``UnifiedLog.hasOngoingTransaction``: such a producer needs no KIP-890
+        verification for its next write)."""
+        return self.open_transactions.get(producer_id) == producer_epoch
+
+    def end_transaction(self, producer_id: int) -> None:
+        """A transaction marker for this producer was written here."""
+        self.open_transactions.pop(producer_id, None)
 
     # -- compaction -------------------------------------------------------------------
     @property
     def needs_compaction(self) -> bool:
-        return self.records_in_log > max(4 * len(self.live), self.compaction_min_records)
+        """Enough dead records to rewrite, and no open transaction: the rewrite keeps only
+        live values, so records of an undecided transaction must not be dropped (Kafka's
+        cleaner does not clean past the last stable offset either)."""
+        return not self.open_transactions and self.records_in_log > max(
+            4 * len(self.live), self.compaction_min_records
+        )
 
     def begin_compaction(self) -> CompactionTicket | None:
         """Roll, rewrite every live key into the new segment, and hand back the fsync to
