@@ -140,8 +140,8 @@ def iter_decoded_batches(buf: bytes | memoryview) -> Iterator[BatchInfo]:
 
 
 def decode_batch_records(batch: BatchInfo, *, include_control: bool = False) -> list[ConsumerRecord]:
-    """Every record of one batch. A control batch gives an empty list, unless
-    ``include_control`` (a coordinator replaying its log reads the markers' records)."""
+    """Every record of one batch (a control batch gives an empty list unless
+    ``include_control``: then its control records, e.g. a transaction marker)."""
     if batch.is_control and not include_control:
         return []
     data = batch.records

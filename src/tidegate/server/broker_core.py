@@ -105,13 +105,14 @@ class BrokerCore:
         self.transaction_timer = SystemTimer(clock=monotonic_ms)
         self.transaction_coordinator = TransactionCoordinator(
             txn_config,
-            TransactionStateManager(txn_config, self.logs, self.replicas.append_records, data_dir,
-                                    config.get("socket.request.max.bytes")),
+            TransactionStateManager(txn_config, self.logs, self.replicas.append_records, data_dir),
             ProducerIdManager(data_dir),
             TransactionMarkerChannelManager(self.replicas, self.transaction_timer, wall_ms),
             self.transaction_timer,
             wall_ms,
         )
+        if config.get("transaction.partition.verification.enable"):
+            self.replicas.transaction_verifier = self.transaction_coordinator.handle_verify_partitions
         self.transactions = TransactionApis(self.transaction_coordinator, self.replicas,
                                             self.groups.offsets_partition_for)
         # Offsets in transactions: TxnOffsetCommit verifies with the transaction coordinator

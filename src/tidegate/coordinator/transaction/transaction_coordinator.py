@@ -69,15 +69,16 @@ def _init_error(error: ErrorCode) -> InitProducerIdResult:
 
 @dataclass(frozen=True, slots=True)
 class TransactionDescription:
-    """DescribeTransactions' view of one id."""
+    """DescribeTransactions' view of one id (an error leaves the other fields at the
+    message's defaults, as Kafka's does)."""
 
     transactional_id: str
     error: ErrorCode
     state: str = ""
-    producer_id: int = -1
-    producer_epoch: int = -1
-    timeout_ms: int = -1
-    start_timestamp: int = -1
+    producer_id: int = 0
+    producer_epoch: int = 0
+    timeout_ms: int = 0
+    start_timestamp: int = 0
     partitions: tuple[TopicPartition, ...] = ()
 
 

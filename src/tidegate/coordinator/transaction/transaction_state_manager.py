@@ -77,14 +77,14 @@ class TransactionConfig:
         )
 
 
-def transaction_log_topic_configs(config: TransactionConfig, max_message_bytes: int) -> dict[str, str]:
-    """Topic configs of ``__transaction_state``: kept forever by retention (tombstones
-    remove ids), segments of transaction.state.log.segment.bytes."""
+def transaction_log_topic_configs(config: TransactionConfig) -> dict[str, str]:
+    """Topic configs of ``__transaction_state`` (Kafka's ``transactionTopicConfigs``):
+    segments of transaction.state.log.segment.bytes, kept forever by retention (a
+    tombstone removes an id)."""
     return {
         "retention.ms": "-1",
         "retention.bytes": "-1",
         "segment.bytes": str(config.transaction_log_segment_bytes),
-        "max.message.bytes": str(max_message_bytes),
     }
 
 
@@ -107,13 +107,11 @@ class TransactionStateManager:
         logs: LogManager,
         append_records: AppendRecords,
         data_dir: Path,
-        max_message_bytes: int,
     ) -> None:
         self.config = config
         self.logs = logs
         self._append_records = append_records
         self.data_dir = Path(data_dir)
-        self.max_message_bytes = max_message_bytes
         self._cache: dict[str, TransactionMetadata] = {}
         self.coordinator_epoch = 0
         self.active = False
@@ -174,7 +172,7 @@ class TransactionStateManager:
             self.logs.create_topic(
                 TRANSACTION_STATE_TOPIC,
                 self.config.transaction_log_num_partitions,
-                transaction_log_topic_configs(self.config, self.max_message_bytes),
+                transaction_log_topic_configs(self.config),
             )
             log.info("created the internal topic %s with %d partitions", TRANSACTION_STATE_TOPIC,
                      self.config.transaction_log_num_partitions)
