@@ -23,7 +23,7 @@ from tidegate.log.control_records import ControlRecordType, parse_control_key
 from tidegate.log.record_batch import iter_batches, read_header
 from tidegate.log.replay import replay_batches, replay_records
 from tidegate.protocol.apis import ApiKey
-from tidegate.server.group_apis import txn_offset_commit_verification_error
+from tidegate.server.group_apis import coordinator_operation_error
 
 TXN = "tx-1"
 GROUP = "g"
@@ -366,8 +366,8 @@ def test_an_open_transaction_on_the_offsets_partition_needs_no_verification(h):
     add_offsets(h, pid, epoch)
     assert txn_commit(h, 3, txn_body(pid, epoch, {T0: 1})) == {T0: E.none}
     calls = []
-    verify = h.core.groups.verify_partitions
-    h.core.groups.verify_partitions = lambda *a: calls.append(a) or verify(*a)
+    verify = h.replicas.transaction_verifier
+    h.replicas.transaction_verifier = lambda *a: calls.append(a) or verify(*a)
     assert txn_commit(h, 3, txn_body(pid, epoch, {T1: 2})) == {T1: E.none}
     assert calls == []
     end_txn(h, pid, epoch, commit=True)
@@ -393,19 +393,20 @@ def test_verification_can_be_disabled(tmp_path):
 def test_load_in_progress_is_not_available_before_v2(h, version, expected):
     pid, epoch = init_producer(h)
     # a transaction coordinator still loading, as a stand-in verifier answers it
-    h.core.groups.verify_partitions = lambda *_a: (E.coordinator_load_in_progress, {})
+    h.replicas.transaction_verifier = lambda *_a: (E.coordinator_load_in_progress, {})
     assert txn_commit(h, version, txn_body(pid, epoch, {T0: 1})) == {T0: expected}
 
 
-def test_verification_error_mapping():
-    f = txn_offset_commit_verification_error
-    assert [f(E.producer_fenced, v) for v in (0, 4)] == [E.invalid_producer_epoch] * 2
-    assert [f(E.transaction_abortable, v) for v in (3, 4)] == [E.invalid_txn_state, E.transaction_abortable]
-    assert f(E.network_exception, 4) == E.coordinator_load_in_progress
-    assert f(E.not_enough_replicas, 4) == f(E.request_timed_out, 4) == E.coordinator_not_available
-    assert f(E.kafka_storage_error, 4) == E.not_coordinator
-    assert f(E.concurrent_transactions, 0) == E.concurrent_transactions
-    assert f(E.none, 0) == E.none
+def test_coordinator_operation_error_mapping():
+    """Kafka's GroupCoordinatorService.handleOperationException."""
+    f = coordinator_operation_error
+    assert f(E.network_exception) == E.coordinator_load_in_progress
+    assert f(E.unknown_topic_or_partition) == f(E.not_enough_replicas) == E.coordinator_not_available
+    assert f(E.request_timed_out) == E.coordinator_not_available
+    assert f(E.not_leader_or_follower) == f(E.kafka_storage_error) == E.not_coordinator
+    assert f(E.message_too_large) == f(E.record_list_too_large) == E.unknown_server_error
+    assert f(E.concurrent_transactions) == E.concurrent_transactions
+    assert f(E.none) == E.none
 
 
 # -- expiry and deletion -----------------------------------------------------------------------
@@ -484,12 +485,12 @@ def test_restart_keeps_committed_drops_aborted_and_keeps_open_transactions_pendi
         assert fetch(h2, [T0, T1, T2], stable=False) == {T0: (10, "m10", E.none), T1: (5, "m5", E.none),
                                                          T2: NONE_YET}
         assert fetch(h2, [T2], stable=True) == {T2: UNSTABLE}
-        assert h2.core.groups.offsets_log.open_transactions == {c: ec}
-        assert not h2.core.groups.offsets_log.needs_compaction  # never past an open transaction
+        plog = h2.replicas.get_log(OFFSETS_TOPIC, 0)
+        assert plog.has_ongoing_transaction(c, ec) and not plog.has_ongoing_transaction(a, ea)
         # the open transaction completes after the restart: its offsets become visible
         end_txn(h2, c, ec, commit=True, txn_id="tx-c")
         assert fetch(h2, [T2], stable=True) == {T2: (30, "m30", E.none)}
-        assert h2.core.groups.offsets_log.open_transactions == {}
+        assert plog.first_unstable_offset is None
     finally:
         h2.close()
 

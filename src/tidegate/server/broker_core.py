@@ -115,9 +115,8 @@ class BrokerCore:
             self.replicas.transaction_verifier = self.transaction_coordinator.handle_verify_partitions
         self.transactions = TransactionApis(self.transaction_coordinator, self.replicas,
                                             self.groups.offsets_partition_for)
-        # Offsets in transactions: TxnOffsetCommit verifies with the transaction coordinator
-        # (KIP-890), and markers on __consumer_offsets commit or discard pending offsets.
-        self.groups.verify_partitions = self.transaction_coordinator.handle_verify_partitions
+        # Offsets in transactions: markers on __consumer_offsets commit or discard the
+        # group coordinator's pending offsets.
         self.transaction_coordinator.markers.marker_listeners.append(self.groups.coordinator.on_marker_written)
         self.apis = KafkaApis(
             config, self.cluster_id, self.replicas, self.store, self.quotas, self.groups,

@@ -49,9 +49,6 @@ log = logging.getLogger(__name__)
 E = ErrorCode
 AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
 TopicPartition = tuple[str, int]
-#: TransactionCoordinator.handle_verify_partitions: (transactional id, producer id, epoch,
-#: partitions) -> (transaction-level error, error per partition)
-VerifyPartitions = Callable[[str, int, int, list[TopicPartition]], tuple[ErrorCode, dict[TopicPartition, ErrorCode]]]
 
 #: Kafka's GroupCoordinatorService.handleOperationException: what a failed coordinator write
 #: (or its KIP-890 verification) answers
@@ -68,16 +65,9 @@ _OPERATION_ERRORS = {
 }
 
 
-def txn_offset_commit_verification_error(error: ErrorCode, version: int) -> ErrorCode:
-    """What a TxnOffsetCommit answers when the transaction coordinator's verification of
-    the group's offsets partition (AddPartitionsToTxn verify_only) returns ``error``, as in
-    Kafka 4.0: PRODUCER_FENCED becomes INVALID_PRODUCER_EPOCH, and a partition not in the
-    transaction (TRANSACTION_ABORTABLE) INVALID_TXN_STATE before v4 (AddPartitionsToTxnManager);
-    then the coordinator's error mapping (handleOperationException)."""
-    if error is E.producer_fenced:
-        error = E.invalid_producer_epoch
-    elif error is E.transaction_abortable and version < 4:
-        error = E.invalid_txn_state
+def coordinator_operation_error(error: ErrorCode) -> ErrorCode:
+    """What the group coordinator answers when a write or its verification fails with
+    ``error`` (Kafka's handleOperationException)."""
     return _OPERATION_ERRORS.get(error, error)
 
 
@@ -126,9 +116,6 @@ class GroupApis:
         )
         #: answers a parked request (KafkaApis sets it to its send_response)
         self.respond: Callable[[Request, dict | None], None] = _unset_respond
-        #: KIP-890 verification of TxnOffsetCommit (BrokerCore wires the transaction
-        #: coordinator's); None: not verified
-        self.verify_partitions: VerifyPartitions | None = None
 
     # -- the offsets topic -------------------------------------------------------------------
     def _open_offsets_log(self, create: bool) -> Log | None:
@@ -398,8 +385,8 @@ class GroupApis:
             getattr(req, "group_instance_id", None),
             getattr(req, "generation_id", -1),
             offsets,
-            lambda: self._verify_offsets_partition(req.transactional_id, req.producer_id, req.producer_epoch,
-                                                   version),
+            lambda: self._verify_offsets_partition(req.group_id, req.transactional_id, req.producer_id,
+                                                   req.producer_epoch, version),
         )  # fmt: skip
         for tp, error in errors.items():
             finish(parts_by_tp[tp], error)
@@ -407,26 +394,26 @@ class GroupApis:
             return body
         return self._answer_when_durable(
             request, body, [parts_by_tp[tp] for tp, e in errors.items() if e is E.none], wait,
-            lambda error: _OPERATION_ERRORS.get(error, error),
+            coordinator_operation_error,
         )  # fmt: skip
 
     def _verify_offsets_partition(
-        self, transactional_id: str, producer_id: int, producer_epoch: int, version: int
+        self, group_id: str, transactional_id: str, producer_id: int, producer_epoch: int, version: int
     ) -> ErrorCode:
         """KIP-890 part 1: the transaction coordinator must have the group's offsets
-        partition in this producer's transaction (AddOffsetsToTxn put it there), unless the
-        partition already holds this producer's open transaction at this epoch (Kafka's
-        UnifiedLog.maybeStartTransactionVerification) or
-        ``transaction.partition.verification.enable`` is false."""
-        verify = self.verify_partitions
-        if verify is None or not self.config.get("transaction.partition.verification.enable"):
-            return E.none
-        if self.offsets_log.has_ongoing_transaction(producer_id, producer_epoch):
-            return E.none
-        error, per_partition = verify(transactional_id, producer_id, producer_epoch, [OFFSETS_KEY])
-        if error is E.none:
-            error = per_partition.get(OFFSETS_KEY, E.none)
-        return txn_offset_commit_verification_error(error, version)
+        partition in this producer's transaction (AddOffsetsToTxn put it there), checked as
+        for a produce (ReplicaManager.verify_transaction); v4 knows TRANSACTION_ABORTABLE,
+        earlier versions get INVALID_TXN_STATE (AddPartitionsToTxnManager's
+        txnOffsetCommitRequestVersionToTransactionSupportedOperation)."""
+        try:
+            tp = self.offsets_partition_for(group_id)
+        except OSError as exc:
+            log.error("could not create %s: %s", OFFSETS_TOPIC, exc)
+            return E.coordinator_not_available
+        refused = self.replicas.verify_transaction(
+            transactional_id, producer_id, producer_epoch, [tp], generic_errors=version >= 4
+        )
+        return coordinator_operation_error(refused.get(tp, E.none))
 
     @staticmethod
     def _fetch_partitions(topics: Any) -> list[tuple[str, int]] | None:

@@ -1004,7 +1004,6 @@ class GroupCoordinator:
             for tp, om in group.complete_pending_txn_offset_commit(producer_id, commit):
                 materialized.append((offset_key(group_id, *tp), encode_offset(om)))
         if self.store is not None:
-            self.store.end_transaction(producer_id)
             self.store.materialize(materialized)
 
     def on_marker_written(self, tp: tuple[str, int], producer_id: int, commit: bool) -> None:

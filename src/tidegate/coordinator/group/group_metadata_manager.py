@@ -239,8 +239,6 @@ class OffsetsLog:
         #: latest value of every live key (tombstoned keys are absent); transactional
         #: records enter only once their transaction commits (:meth:`materialize`)
         self.live: dict[bytes, bytes] = {}
-        #: producer id -> epoch of every transaction with records here and no marker yet
-        self.open_transactions: dict[int, int] = {}
         #: records from the log start offset to the end (what a replay reads)
         self.records_in_log = 0
         self.compactions = 0
@@ -254,7 +252,6 @@ class OffsetsLog:
         (the coordinator's state, markers included), and the latest non-transactional
         value per key becomes live. Returns the number of data records read."""
         self.live.clear()
-        self.open_transactions.clear()
         self.records_in_log = 0
         plog = self.log(False)
         if plog is None:
@@ -262,13 +259,9 @@ class OffsetsLog:
         live = self.live
         n = 0
         for batch in replay_batches(plog):
-            if batch.is_control:
-                self.open_transactions.pop(batch.producer_id, None)
-            elif batch.is_transactional:
-                self.open_transactions[batch.producer_id] = batch.producer_epoch
+            if not batch.is_control:
                 n += len(batch.records)
-            else:
-                n += len(batch.records)
+            if not batch.is_control and not batch.is_transactional:
                 for r in batch.records:
                     if r.key is None:
                         continue
@@ -310,9 +303,7 @@ class OffsetsLog:
         if result.base_offset < 0:
             raise AppendError(f"{result.error.name}: {result.error_message or ''}")
         pending.base_offset = result.base_offset
-        if transactional:
-            self.open_transactions[producer_id] = producer_epoch
-        else:
+        if not transactional:
             self.materialize(records)
         self.records_in_log += len(records)
         return pending
@@ -325,25 +316,16 @@ class OffsetsLog:
             else:
                 self.live[key] = value
 
-    def has_ongoing_transaction(self, producer_id: int, producer_epoch: int) -> bool:
-        """Whether this producer, at this epoch, has records here awaiting their marker
-        (Kafka's ``UnifiedLog.hasOngoingTransaction``: such a producer needs no KIP-890
-        verification for its next write)."""
-        return self.open_transactions.get(producer_id) == producer_epoch
-
-    def end_transaction(self, producer_id: int) -> None:
-        """A transaction marker for this producer was written here."""
-        self.open_transactions.pop(producer_id, None)
-
     # -- compaction -------------------------------------------------------------------
     @property
     def needs_compaction(self) -> bool:
         """Enough dead records to rewrite, and no open transaction: the rewrite keeps only
         live values, so records of an undecided transaction must not be dropped (Kafka's
         cleaner does not clean past the last stable offset either)."""
-        return not self.open_transactions and self.records_in_log > max(
-            4 * len(self.live), self.compaction_min_records
-        )
+        if self.records_in_log <= max(4 * len(self.live), self.compaction_min_records):
+            return False
+        plog = self.log(False)
+        return plog is not None and plog.first_unstable_offset is None
 
     def begin_compaction(self) -> CompactionTicket | None:
         """Roll, rewrite every live key into the new segment, and hand back the fsync to
