@@ -19,7 +19,9 @@ from tests.unit.test_group_apis import call
 from tidegate.coordinator.transaction.transaction_log import TRANSACTION_STATE_TOPIC
 from tidegate.coordinator.transaction.transaction_metadata import TransactionState
 from tidegate.log.control_records import ControlRecordType, end_transaction_marker_of
+from tidegate import top
 from tidegate.log.record_batch import CONTROL_FLAG_MASK, read_header
+from tidegate.metrics.prometheus import BrokerMetrics
 from tidegate.protocol.apis import ApiKey
 
 TOPIC = "t"
@@ -440,3 +442,37 @@ def test_describe_and_list_transactions(h):
     # has start -1 and so always passes
     assert listed(duration=10_000)[1] == [("tx-2", "Empty")]
     assert listed(duration=1_000)[1] == [(TX, "Ongoing"), ("tx-2", "Empty")]
+
+
+# -- metrics and tidegate top ------------------------------------------------------------------------
+
+
+def test_coordinator_metrics_and_the_top_view(h):
+    bm = BrokerMetrics()
+    bm.register_transaction_coordinator(h.core.transaction_coordinator)
+
+    def value(name, **labels):
+        return bm.registry.get_sample_value(name, labels)
+
+    _, pid, epoch = init(h)
+    add(h, pid, epoch)
+    produce(h, txn(0, pid))
+    _, pid2, epoch2 = init(h, "tx-2")
+    h.loop.advance(2_000)
+    assert value("tidegate_transaction_coordinator_transactional_ids", state="Ongoing") == 1
+    assert value("tidegate_transaction_coordinator_transactional_ids", state="Empty") == 1
+    assert value("tidegate_transaction_coordinator_oldest_open_transaction_age_ms") == 2_000
+    first = top.Snapshot.parse(bm.exposition().decode(), 1.0)
+    end_txn(h, pid, epoch, True)
+    add(h, pid2, epoch2, txn_id="tx-2")
+    end_txn(h, pid2, epoch2, False, txn_id="tx-2")
+    settle(h)
+    assert value("tidegate_transaction_coordinator_completed_transactions_total", result="commit") == 1
+    assert value("tidegate_transaction_coordinator_completed_transactions_total", result="abort") == 1
+    assert value("tidegate_transaction_coordinator_markers_written_total") == 2
+    assert value("kafka_server_transaction_coordinator_metrics_partition_load_time_max") == 0
+    (section,) = [s for s in top.build_view(first, top.Snapshot.parse(bm.exposition().decode(), 2.0),
+                                            "test").sections if s.title == "Transactions"]
+    rows = dict((r[0], r[1]) for r in section.rows)
+    assert (rows["open transactions"], rows["commits/s"], rows["aborts/s"]) == ("0", "1", "1")
+    assert rows["ids by state"] == "CompleteCommit 1, CompleteAbort 1"

@@ -105,7 +105,7 @@ class BrokerCore:
         self.transaction_timer = SystemTimer(clock=monotonic_ms)
         self.transaction_coordinator = TransactionCoordinator(
             txn_config,
-            TransactionStateManager(txn_config, self.logs, self.replicas.append_records, data_dir),
+            TransactionStateManager(txn_config, self.logs, self.replicas.append_records, data_dir, monotonic_ms),
             ProducerIdManager(data_dir),
             TransactionMarkerChannelManager(self.replicas, self.transaction_timer, wall_ms),
             self.transaction_timer,

@@ -107,11 +107,16 @@ class TransactionStateManager:
         logs: LogManager,
         append_records: AppendRecords,
         data_dir: Path,
+        monotonic_ms: Callable[[], int] = lambda: 0,
     ) -> None:
         self.config = config
         self.logs = logs
         self._append_records = append_records
         self.data_dir = Path(data_dir)
+        self._monotonic_ms = monotonic_ms
+        #: how long loading each partition of __transaction_state took at startup (ms):
+        #: Kafka's partition-load-time-max/avg
+        self.partition_load_times_ms: list[int] = []
         self._cache: dict[str, TransactionMetadata] = {}
         self.coordinator_epoch = 0
         self.active = False
@@ -124,7 +129,9 @@ class TransactionStateManager:
         self.coordinator_epoch = self._bump_coordinator_epoch()
         self._cache.clear()
         loaded = 0
+        self.partition_load_times_ms = []
         for plog in self._existing_logs():
+            started = self._monotonic_ms()
             for _offset, key, value in replay_records(plog, self.config.transaction_log_load_buffer_size):
                 if key is None:
                     continue
@@ -136,6 +143,7 @@ class TransactionStateManager:
                     self._cache.pop(txn_id, None)
                 else:
                     self._cache[txn_id] = decode_value(txn_id, value)
+            self.partition_load_times_ms.append(self._monotonic_ms() - started)
         self.active = True
         if loaded:
             log.info("loaded %d transactional id(s) from %d record(s) of %s, coordinator epoch %d",
