@@ -16,8 +16,7 @@ batches, but ``partition_max_bytes`` can end a response inside one) is not an er
 decoding stops there and the caller fetches again from the next offset.
 
 Users: the consumer side (:mod:`tidegate.client.fetcher`, the Spark source) and the
-broker reading its own ``__consumer_offsets`` back
-(:mod:`tidegate.coordinator.group.group_metadata_manager`).
+broker reading its internal topics back (:mod:`tidegate.log.replay`).
 Everything here is sans-IO: bytes in, records out.
 """
 

@@ -35,7 +35,15 @@ Every method here runs on the event loop's thread; answers leave through callbac
 Group metadata (after each rebalance) and committed offsets are written to
 ``__consumer_offsets`` through
 :class:`~tidegate.coordinator.group.group_metadata_manager.OffsetsLog` and replayed
-by :meth:`GroupCoordinator.startup`.
+by :meth:`GroupCoordinator.startup`, in log order.
+
+Offsets in transactions (KIP-98, KIP-447): TxnOffsetCommit writes a transactional batch
+of the producer; its offsets stay pending per (group, producer id), invisible to
+OffsetFetch (UNSTABLE_OFFSET_COMMIT with require_stable), until the producer's marker
+reaches ``__consumer_offsets`` (:meth:`GroupCoordinator.on_transaction_completed`):
+COMMIT makes them committed unless a plain commit was written after them, ABORT drops
+them. Replay does the same with the markers in the log, so a transaction still open at
+shutdown stays pending after a restart.
 
 Kafka's layout: a group's state is :mod:`~tidegate.coordinator.group.group_metadata`,
 the timeouts are :mod:`~tidegate.coordinator.group.delayed_operations`, the

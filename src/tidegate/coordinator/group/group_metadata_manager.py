@@ -16,6 +16,13 @@ arrays, ``["o", group, topic, partition]`` for an offset and ``["g", group]``
 for a group, and whose values are JSON objects (``v`` is the format version),
 or null for a tombstone.
 
+Transactional offset commits (TxnOffsetCommit) are written as Kafka's coordinator
+writes them: a transactional batch with the producer's id and epoch (base sequence 0),
+later followed by that producer's COMMIT or ABORT marker, which the transaction
+coordinator appends. Replay hands every batch, markers included, to the group
+coordinator, which keeps such offsets pending until their marker; only plain commits
+and committed transactions' offsets are live here.
+
 Compaction: tidegate has no log cleaner, so :class:`OffsetsLog` keeps the
 latest value of every live key in memory (it needs them anyway) and, when the
 log holds many more records than live keys, rewrites them: roll a new segment,
@@ -25,7 +32,9 @@ leaves either the old records (still complete) or the old ones plus a partial
 or complete copy (same values, so replay gives the same result). Replay at
 startup reads the records from the log start offset on, so it costs time
 proportional to what is left after the last compaction (at most about
-``max(4 x live keys, offsets.compaction.min.records)`` records).
+``max(4 x live keys, offsets.compaction.min.records)`` records). No rewrite runs while a
+transaction is open on the partition (Kafka's cleaner stops at the last stable offset
+too): it would drop records whose outcome is not known yet.
 """
 
 from __future__ import annotations
