@@ -16,6 +16,7 @@ from kio.schema.errors import ErrorCode as E
 
 from tests.unit.test_apis import Harness
 from tests.unit.test_group_apis import GROUP_PROPS, call, commit_body, join_body
+from tidegate.coordinator.group.group_coordinator import coordinator_operation_error
 from tidegate.coordinator.group.group_metadata import DEAD
 from tidegate.coordinator.group.group_metadata_manager import OFFSETS_TOPIC
 from tidegate.coordinator.transaction.transaction_metadata import TransactionState
@@ -23,7 +24,6 @@ from tidegate.log.control_records import ControlRecordType, parse_control_key
 from tidegate.log.record_batch import iter_batches, read_header
 from tidegate.log.replay import replay_batches, replay_records
 from tidegate.protocol.apis import ApiKey
-from tidegate.server.group_apis import coordinator_operation_error
 
 TXN = "tx-1"
 GROUP = "g"
@@ -376,12 +376,16 @@ def test_an_open_transaction_on_the_offsets_partition_needs_no_verification(h):
     assert [c[3] for c in calls] == [[(OFFSETS_TOPIC, 0)]]  # the next transaction is verified again
 
 
-def test_verification_can_be_disabled(tmp_path):
+def test_verification_can_be_disabled_and_the_log_still_refuses_an_old_epoch(tmp_path):
     h = Harness(tmp_path / "data", {**GROUP_PROPS, "transaction.partition.verification.enable": "false"})
     try:
         h.create_topic("t", 1)
-        pid, epoch = init_producer(h)
-        assert txn_commit(h, 3, txn_body(pid, epoch, {T0: 1})) == {T0: E.none}
+        init_producer(h)
+        pid, epoch = init_producer(h)  # the same id again: epoch 1
+        assert epoch == 1
+        assert txn_commit(h, 3, txn_body(pid, epoch, {T0: 1})) == {T0: E.none}  # no AddOffsetsToTxn
+        # the partition's producer state refuses the older epoch: the append's error
+        assert txn_commit(h, 3, txn_body(pid, 0, {T0: 2})) == {T0: E.invalid_producer_epoch}
     finally:
         h.close()
 

@@ -192,7 +192,12 @@ def _ignore(_results: object) -> None:
 
 
 class AppendError(Exception):
-    """A write to ``__consumer_offsets`` failed: nothing of it was appended."""
+    """A write to ``__consumer_offsets`` failed: nothing of it was appended (``error``:
+    what the append answered)."""
+
+    def __init__(self, message: str, error: ErrorCode = ErrorCode.unknown_server_error) -> None:
+        super().__init__(message)
+        self.error = error
 
 
 class PendingAppend:
@@ -310,7 +315,7 @@ class OffsetsLog:
         )  # fmt: skip
         result = results[OFFSETS_KEY]
         if result.base_offset < 0:
-            raise AppendError(f"{result.error.name}: {result.error_message or ''}")
+            raise AppendError(f"{result.error.name}: {result.error_message or ''}", result.error)
         pending.base_offset = result.base_offset
         if not transactional:
             self.materialize(records)
