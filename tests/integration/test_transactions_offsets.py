@@ -16,6 +16,10 @@ transaction:
    committed: the offset is 20 and read_committed sees each of the twenty inputs once
    (read_uncommitted also sees the five aborted ones).
 
+And with confluent-kafka: offsets of a transaction open when the broker is killed
+(SIGKILL) are still pending after the restart and become committed when the producer
+commits.
+
 Every wait is bounded.
 """
 
@@ -267,3 +271,42 @@ def test_consume_transform_produce_commits_offsets_in_the_transaction(broker, cl
     # the last transaction's markers are written and CompleteCommit is stored after the
     # client's EndTxn was answered
     wait_until(lambda: state() == ("CompleteCommit", 0), 10, what=lambda: f"CompleteCommit, not {state()}")
+
+
+def test_offsets_of_a_transaction_open_at_a_kill_9_stay_pending_and_commit_after_restart(broker_factory):
+    """confluent-kafka: the offsets are sent, the broker is killed (SIGKILL) before the
+    commit; after the restart they are still pending (replayed from __consumer_offsets),
+    and the producer's commit_transaction, retried against the restarted broker, makes
+    them the group's committed offset."""
+    from confluent_kafka import Producer, TopicPartition
+
+    b = broker_factory(OVERRIDES)
+    s = Scenario(b.bootstrap, "restart")
+    p = Producer({"bootstrap.servers": b.bootstrap, "transactional.id": s.txn_id, "log_level": 0})
+    p.init_transactions(TIMEOUT_S)
+    p.begin_transaction()
+    p.produce(s.dst, value=transform(b"v0"), partition=0)
+    # a standalone consumer's commit (generation -1: no group membership needed)
+    metadata = _group_metadata_of(b.bootstrap, s.group)
+    p.send_offsets_to_transaction([TopicPartition(s.src, 0, 7)], metadata, TIMEOUT_S)
+    assert committed(b.bootstrap, s.group, s.src) == (-1, UNSTABLE_OFFSET_COMMIT)
+    b.kill()
+    b.start()
+    assert committed(b.bootstrap, s.group, s.src) == (-1, UNSTABLE_OFFSET_COMMIT)
+    assert committed(b.bootstrap, s.group, s.src, stable=False) == (-1, 0)
+    p.commit_transaction(TIMEOUT_S)
+    wait_until(lambda: committed(b.bootstrap, s.group, s.src) == (7, 0), 10,
+               what=lambda: f"committed 7, not {committed(b.bootstrap, s.group, s.src)}")
+    assert outputs(b.bootstrap, s.dst, 1, committed_only=True) == [transform(b"v0")]
+    p.flush(5)
+
+
+def _group_metadata_of(bootstrap: str, group: str):
+    """The group metadata of a consumer that never joins (generation -1, no member id)."""
+    from confluent_kafka import Consumer
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "log_level": 0})
+    try:
+        return c.consumer_group_metadata()
+    finally:
+        c.close()
