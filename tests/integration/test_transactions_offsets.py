@@ -151,6 +151,7 @@ def run_confluent(s: Scenario) -> None:
             p.begin_transaction()
             for m in got:
                 p.produce(s.dst, key=m.key(), value=transform(m.value()), partition=0)
+            p.flush(TIMEOUT_S)  # in the log before the end (an abort purges what is queued)
             next_offset = got[-1].offset() + 1
             p.send_offsets_to_transaction([TopicPartition(s.src, 0, next_offset)], c.consumer_group_metadata(),
                                           TIMEOUT_S)
@@ -193,6 +194,7 @@ def run_kafka_python(s: Scenario) -> None:
             p.begin_transaction()
             for r in got:
                 p.send(s.dst, key=r.key, value=transform(r.value), partition=0)
+            p.flush()  # in the log before the end (an abort drops what is queued)
             next_offset = got[-1].offset + 1
             p.send_offsets_to_transaction({TopicPartition(s.src, 0): OffsetAndMetadata(next_offset, "", -1)},
                                           c.group_metadata())
@@ -235,8 +237,8 @@ def run_aiokafka(s: Scenario) -> None:
                 assert len(got) == n, f"consumed {len(got)} of {n}"
                 s.consumed += [r.offset for r in got]
                 await p.begin_transaction()
-                for r in got:
-                    await p.send(s.dst, key=r.key, value=transform(r.value), partition=0)
+                for r in got:  # each in the log before the end
+                    await p.send_and_wait(s.dst, key=r.key, value=transform(r.value), partition=0)
                 next_offset = got[-1].offset + 1
                 await p.send_offsets_to_transaction({TopicPartition(s.src, 0): next_offset}, s.group)
                 # the checks block the loop briefly: the broker is another process
@@ -286,6 +288,7 @@ def test_offsets_of_a_transaction_open_at_a_kill_9_stay_pending_and_commit_after
     p.init_transactions(TIMEOUT_S)
     p.begin_transaction()
     p.produce(s.dst, value=transform(b"v0"), partition=0)
+    p.flush(TIMEOUT_S)
     # a standalone consumer's commit (generation -1: no group membership needed)
     metadata = _group_metadata_of(b.bootstrap, s.group)
     p.send_offsets_to_transaction([TopicPartition(s.src, 0, 7)], metadata, TIMEOUT_S)
