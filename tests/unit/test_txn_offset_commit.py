@@ -30,10 +30,10 @@ GROUP = "g"
 
 
 # -- request helpers ---------------------------------------------------------------------------
-def init_producer(h: Harness, txn_id: str = TXN) -> tuple[int, int]:
+def init_producer(h: Harness, txn_id: str = TXN, timeout_ms: int = 60_000) -> tuple[int, int]:
     r = call(h, ApiKey.FIND_COORDINATOR, 4, {"key_type": 1, "coordinator_keys": [txn_id]})
     assert r.coordinators[0].error_code == E.none
-    r = call(h, ApiKey.INIT_PRODUCER_ID, 4, {"transactional_id": txn_id, "transaction_timeout": 60_000,
+    r = call(h, ApiKey.INIT_PRODUCER_ID, 4, {"transactional_id": txn_id, "transaction_timeout": timeout_ms,
                                              "producer_id": -1, "producer_epoch": -1})
     assert r.error_code == E.none
     return r.producer_id, r.producer_epoch
@@ -221,6 +221,21 @@ def test_one_transaction_commits_offsets_of_two_groups(h):
     end_txn(h, pid, epoch, commit=True)
     assert fetch(h, [T0], stable=True, group="g1") == {T0: (3, "m3", E.none)}
     assert fetch(h, [T0], stable=True, group="g2") == {T0: (4, "m4", E.none)}
+
+
+def test_a_transaction_past_its_timeout_is_aborted_and_its_offsets_dropped(h):
+    """The coordinator fences and aborts it (every 10 s, Kafka's
+    transaction.abort.timed.out.transaction.cleanup.interval.ms): its ABORT marker on
+    __consumer_offsets discards the pending offsets, and the old epoch is refused."""
+    pid, epoch = init_producer(h, timeout_ms=1000)
+    add_offsets(h, pid, epoch)
+    txn_commit(h, 3, txn_body(pid, epoch, {T0: 5}))
+    h.loop.advance(9_000)
+    assert fetch(h, [T0], stable=True) == {T0: UNSTABLE}
+    h.loop.advance(1_100)  # the cleanup at 10 s
+    h.loop.run_pending()
+    assert fetch(h, [T0], stable=True) == {T0: NONE_YET}
+    assert txn_commit(h, 3, txn_body(pid, epoch, {T0: 6})) == {T0: E.invalid_producer_epoch}
 
 
 def test_write_txn_markers_from_an_admin_also_completes_pending_offsets(h):
