@@ -350,12 +350,6 @@ class GroupApis:
                 )
             topics.append({"name": t.name, "partitions": parts})
         body = {"throttle_time": 0, "topics": topics}
-
-        def finish(part: dict, error: ErrorCode) -> None:
-            if version < 2 and error is E.coordinator_load_in_progress:
-                error = E.coordinator_not_available
-            part["error_code"] = error
-
         if not offsets:
             return body
         errors, wait = self._coord().handle_txn_commit_offsets(
@@ -370,7 +364,9 @@ class GroupApis:
                                                    req.producer_epoch, version),
         )  # fmt: skip
         for tp, error in errors.items():
-            finish(parts_by_tp[tp], error)
+            if version < 2 and error is E.coordinator_load_in_progress:
+                error = E.coordinator_not_available  # KAFKA-7296: older clients could crash on it
+            parts_by_tp[tp]["error_code"] = error
         if wait is None:
             return body
         return self._answer_when_durable(

@@ -206,10 +206,10 @@ class PendingAppend:
 
     __slots__ = ("_callbacks", "base_offset", "error")
 
-    def __init__(self, base_offset: int = -1) -> None:
+    def __init__(self) -> None:
         self.error: ErrorCode | None = None
         #: the offset of the batch's first record (record i is at base_offset + i)
-        self.base_offset = base_offset
+        self.base_offset = -1
         self._callbacks: list[Callable[[ErrorCode], None]] = []
 
     def add_callback(self, callback: Callable[[ErrorCode], None]) -> None:
