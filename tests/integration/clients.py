@@ -708,7 +708,8 @@ class TransactionalProducer:
             from kafka import OffsetAndMetadata, TopicPartition
 
             kp_offsets = {TopicPartition(t, p): OffsetAndMetadata(o, "", -1) for (t, p), o in offsets.items()}
-            self.p.send_offsets_to_transaction(kp_offsets, group_id)
+            self.p.send_offsets_to_transaction(kp_offsets, consumer.group_metadata() if consumer is not None
+                                               else group_id)
         else:
             from aiokafka import TopicPartition as AioTP
 

@@ -16,8 +16,7 @@ batches, but ``partition_max_bytes`` can end a response inside one) is not an er
 decoding stops there and the caller fetches again from the next offset.
 
 Users: the consumer side (:mod:`tidegate.client.fetcher`, the Spark source) and the
-broker reading its own ``__consumer_offsets`` back
-(:mod:`tidegate.coordinator.group.group_metadata_manager`).
+broker reading its internal topics back (:mod:`tidegate.log.replay`).
 Everything here is sans-IO: bytes in, records out.
 """
 
@@ -40,6 +39,7 @@ from .record_batch import (
     TIMESTAMP_TYPE_CREATE_TIME,
     TIMESTAMP_TYPE_LOG_APPEND_TIME,
     TIMESTAMP_TYPE_MASK,
+    TRANSACTIONAL_FLAG_MASK,
 )
 
 __all__ = [
@@ -79,6 +79,9 @@ class BatchInfo(NamedTuple):
     base_timestamp: int
     max_timestamp: int
     timestamp_type: int
+    producer_id: int
+    producer_epoch: int
+    is_transactional: bool
 
 
 def iter_decoded_batches(buf: bytes | memoryview) -> Iterator[BatchInfo]:
@@ -112,8 +115,8 @@ def iter_decoded_batches(buf: bytes | memoryview) -> Iterator[BatchInfo]:
             last_delta,
             base_ts,
             max_ts,
-            _pid,
-            _pepoch,
+            pid,
+            pepoch,
             _seq,
             count,
         ) = HEADER_STRUCT.unpack_from(mv, pos)
@@ -129,6 +132,9 @@ def iter_decoded_batches(buf: bytes | memoryview) -> Iterator[BatchInfo]:
             base_ts,
             max_ts,
             LOG_APPEND_TIME if attributes & TIMESTAMP_TYPE_MASK else CREATE_TIME,
+            pid,
+            pepoch,
+            bool(attributes & TRANSACTIONAL_FLAG_MASK),
         )
         pos += total
 

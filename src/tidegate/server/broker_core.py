@@ -120,6 +120,9 @@ class BrokerCore:
             self.replicas.transaction_verifier = self.transaction_coordinator.handle_verify_partitions
         self.transactions = TransactionApis(self.transaction_coordinator, self.replicas,
                                             self.groups.offsets_partition_for)
+        # Offsets in transactions: markers on __consumer_offsets commit or discard the
+        # group coordinator's pending offsets.
+        self.transaction_coordinator.markers.marker_listeners.append(self.groups.coordinator.on_marker_written)
         self.apis = KafkaApis(
             config, self.cluster_id, self.replicas, self.store, self.quotas, self.groups,
             self.transactions,

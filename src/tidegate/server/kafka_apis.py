@@ -186,6 +186,7 @@ class KafkaApis:
             ApiKey.LEAVE_GROUP: groups.handle_leave_group,
             ApiKey.OFFSET_COMMIT: groups.handle_offset_commit,
             ApiKey.OFFSET_FETCH: groups.handle_offset_fetch,
+            ApiKey.TXN_OFFSET_COMMIT: groups.handle_txn_offset_commit,
             ApiKey.LIST_GROUPS: groups.handle_list_groups,
             ApiKey.DESCRIBE_GROUPS: groups.handle_describe_groups,
             ApiKey.DELETE_GROUPS: groups.handle_delete_groups,

@@ -329,32 +329,51 @@ class ReplicaManager:
         if len(producers) > 1:
             ipim = "Transactional records contained more than one producer ID"
             return {k: PartitionResponse(E.invalid_producer_id_mapping, error_message=ipim) for k in entries}
-        verifier = self.transaction_verifier
-        if verifier is None or transactional_id is None:
+        if transactional_id is None:
             return {}
         pid, epoch = next(iter(producers))
-        logs = self.logs.logs
-        unverified = [k for k in transactional if (plog := logs.get(k)) is not None
-                      and not plog.has_ongoing_transaction(pid, epoch)]  # fmt: skip
-        if not unverified:
-            return {}
-        error, per_partition = verifier(transactional_id, pid, epoch, unverified)
         refused: dict[TopicPartition, PartitionResponse] = {}
-        for key in unverified:
-            e = error if error is not E.none else per_partition.get(key, E.none)
-            if e is E.none:
-                continue
+        for key, e in self.verify_transaction(transactional_id, pid, epoch, transactional, generic_errors).items():
             message: str | None = None
-            if e is E.producer_fenced:
-                e = E.invalid_producer_epoch
-            elif e is E.transaction_abortable and not generic_errors:
-                e = E.invalid_txn_state
             if e is E.invalid_txn_state:
                 message = "Partition was not added to the transaction"
             elif e in _VERIFICATION_RETRIABLE:
                 message = f"Unable to verify the partition has been added to the transaction. Underlying error: {e.name}"
                 e = E.not_enough_replicas
             refused[key] = PartitionResponse(e, error_message=message)
+        return refused
+
+    def verify_transaction(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: Sequence[TopicPartition],
+        generic_errors: bool,
+    ) -> dict[TopicPartition, ErrorCode]:  # fmt: skip
+        """KIP-890 part 1 for Produce and TxnOffsetCommit (Kafka's
+        ``maybeStartTransactionVerificationForPartitions`` with AddPartitionsToTxnManager's
+        error mapping): the partitions the transaction coordinator does not confirm are in
+        this producer's transaction, each with its error. A partition already holding the
+        producer's open transaction at this epoch is not asked about; an unknown one is
+        left to the append. PRODUCER_FENCED becomes INVALID_PRODUCER_EPOCH, and
+        TRANSACTION_ABORTABLE INVALID_TXN_STATE unless ``generic_errors`` (the request
+        versions that know it). Empty when verification is off."""
+        verifier = self.transaction_verifier
+        if verifier is None:
+            return {}
+        logs = self.logs.logs
+        unverified = [k for k in partitions if (plog := logs.get(k)) is not None
+                      and not plog.has_ongoing_transaction(producer_id, producer_epoch)]  # fmt: skip
+        if not unverified:
+            return {}
+        error, per_partition = verifier(transactional_id, producer_id, producer_epoch, unverified)
+        refused: dict[TopicPartition, ErrorCode] = {}
+        for key in unverified:
+            e = error if error is not E.none else per_partition.get(key, E.none)
+            if e is E.none:
+                continue
+            if e is E.producer_fenced:
+                e = E.invalid_producer_epoch
+            elif e is E.transaction_abortable and not generic_errors:
+                e = E.invalid_txn_state
+            refused[key] = e
         return refused
 
     # -- fetch ----------------------------------------------------------------------------

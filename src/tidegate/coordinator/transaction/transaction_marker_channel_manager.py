@@ -59,10 +59,16 @@ class TransactionMarkerChannelManager:
         self.request_timeout_ms = request_timeout_ms
         #: called after a marker is durable on a partition: (partition, producer id, commit)
         #: (the group coordinator completes transactional offsets on __consumer_offsets)
-        self.on_marker_written: Callable[[TopicPartition, int, bool], None] = lambda _tp, _pid, _c: None
+        self.marker_listeners: list[Callable[[TopicPartition, int, bool], None]] = []
         self.markers_written = 0
         #: markers waiting to be written again (Kafka's LogAppendRetryQueueSize)
         self.retry_queue_size = 0
+
+    def marker_written(self, tp: TopicPartition, producer_id: int, commit: bool) -> None:
+        """Tell every listener that a marker is durable on ``tp``: the markers written here,
+        and those WriteTxnMarkers appends (an admin's abortTransaction)."""
+        for listener in self.marker_listeners:
+            listener(tp, producer_id, commit)
 
     def write_markers(
         self,
@@ -94,7 +100,7 @@ class TransactionMarkerChannelManager:
             if error in _DONE:
                 if error is E.none:
                     self.markers_written += 1
-                    self.on_marker_written(tp, producer_id, commit)
+                    self.marker_written(tp, producer_id, commit)
                 on_done(tp, E.none)
             elif error in _RETRIABLE or (error is E.unknown_topic_or_partition and self.replicas.get_log(*tp)):
                 log.info("transaction marker for %s-%d failed with %s; retrying", tp[0], tp[1], error.name)
