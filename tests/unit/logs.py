@@ -23,13 +23,21 @@ def batch(n: int = 1, ts: int = 1_000, size: int = 20, tag: bytes = b"") -> byte
     )
 
 
-def open_log(tmp_path: Path, cfg: LogConfig | None = None, now: int = 0, **settings) -> Log:
-    """The log of ``tmp_path / LOG_DIR`` with ``cfg`` (or ``LogConfig(**settings)``)."""
+def open_log(
+    tmp_path: Path,
+    cfg: LogConfig | None = None,
+    now: int = 0,
+    *,
+    log_start_offset: int | None = None,
+    **settings,
+) -> Log:
+    """The log of ``tmp_path / LOG_DIR`` with ``cfg`` (or ``LogConfig(**settings)``);
+    ``log_start_offset`` is what the log directory's checkpoint would hand it."""
     if cfg is None:
         cfg = LogConfig(**settings)
     else:
         assert not settings, "pass a LogConfig or settings, not both"
-    return Log(tmp_path / LOG_DIR, cfg, now)
+    return Log(tmp_path / LOG_DIR, cfg, now, log_start_offset=log_start_offset)
 
 
 def crash(log: Log) -> None:

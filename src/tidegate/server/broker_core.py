@@ -60,7 +60,9 @@ class BrokerCore:
         wall_ms = clock.wall_milliseconds
         self.cluster_id = load_or_create_meta(data_dir, config.node_id, config.get("cluster.id"))
         self.store = TopicStore(data_dir)
-        self.logs = LogManager(data_dir, self.store, lambda info: topic_log_config(config, info.configs), wall_ms)
+        self.logs = LogManager(
+            data_dir, self.store, lambda info: topic_log_config(config, info.configs), wall_ms, scheduler
+        )
         started = monotonic_ms()
         self.logs.load()
         log.info(
@@ -73,6 +75,7 @@ class BrokerCore:
             clock=monotonic_ms,
             fetch_purge_interval=config.get("fetch.purgatory.purge.interval.requests"),
             produce_purge_interval=config.get("producer.purgatory.purge.interval.requests"),
+            node_id=config.node_id,
         )
         # Consumer groups (Kafka's two purgatories): session expiry, and the join/sync
         # phases of rebalances.
@@ -149,8 +152,8 @@ class BrokerCore:
         return True
 
     def maintain_logs(self) -> None:
-        """Time-based flush and retention, recovery-point checkpoints (written on the
-        scheduler's worker threads) and producer-id expiry, each when due."""
+        """Time-based flush and retention, recovery-point and leader-epoch checkpoints
+        (written on the scheduler's worker threads) and producer-id expiry, each when due."""
         now = self.clock.wall_milliseconds()
         self.reaper.purge_if_due()
         self.logs.maintenance(now, self._due("retention", now))
@@ -161,6 +164,8 @@ class BrokerCore:
         if self._due("checkpoint", now):
             for ticket in self.logs.recovery_point_checkpoints():
                 self.scheduler.submit(ticket.run, _log_failure("recovery-point checkpoint"))
+            for epochs in self.logs.leader_epoch_checkpoints():
+                self.scheduler.submit(epochs.run, _log_failure("leader-epoch checkpoint"))
 
     def maintain_groups(self) -> None:
         """Offset retention, and the compaction of __consumer_offsets (its fsync on a

@@ -36,6 +36,7 @@ from kio.schema.errors import ErrorCode
 
 from tidegate.clock import SYSTEM_CLOCK, Clock
 from tidegate.config import BrokerConfig
+from tidegate.log.segment import TimestampAndOffset
 from tidegate.network.request_channel import (
     PARKED,
     CloseConnectionResponse,
@@ -77,6 +78,7 @@ from tidegate.server.replica_manager import (
     FetchPartitionData,
     PartitionResponse,
     ReplicaManager,
+    check_leader_epoch,
 )
 from tidegate.server.security_apis import SecurityApis
 
@@ -95,6 +97,15 @@ LATEST_TIMESTAMP = -1
 MAX_TIMESTAMP = -3
 EARLIEST_LOCAL_TIMESTAMP = -4
 LATEST_TIERED_TIMESTAMP = -5
+#: the first ListOffsets version that accepts each special timestamp (Kafka's
+#: ``ReplicaManager.timestampMinSupportedVersion``); others are UNSUPPORTED_VERSION
+TIMESTAMP_MIN_VERSION = {
+    EARLIEST_TIMESTAMP: 1,
+    LATEST_TIMESTAMP: 1,
+    MAX_TIMESTAMP: 7,
+    EARLIEST_LOCAL_TIMESTAMP: 8,
+    LATEST_TIERED_TIMESTAMP: 9,
+}
 AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
 ZERO_UUID = uuid.UUID(int=0)
 SASL_HANDSHAKE = 17
@@ -447,28 +458,13 @@ class KafkaApis:
         return self._api_versions_body()
 
     # -- Metadata -------------------------------------------------------------------------
-    def _partition_metadata(self, partitions: int) -> list[dict]:
-        node = self.node_id
-        return [
-            {
-                "error_code": ErrorCode.none,
-                "partition_index": p,
-                "leader_id": node,
-                "leader_epoch": 0,
-                "replica_nodes": (node,),
-                "isr_nodes": (node,),
-                "offline_replicas": (),
-            }
-            for p in range(partitions)
-        ]
-
     def _topic_metadata(self, info: TopicInfo) -> dict:
         return {
             "error_code": ErrorCode.none,
             "name": info.name,
             "topic_id": info.topic_id,
             "is_internal": is_internal_topic(info.name),
-            "partitions": self._partition_metadata(info.partitions),
+            "partitions": self.replicas.partition_states(info),
             "topic_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
         }
 
@@ -477,13 +473,9 @@ class KafkaApis:
         req = request.body
         topics_out = []
         if req.topics is None or (version == 0 and not req.topics):
-            # null (v1+) or empty (v0) means every topic
-            # ... except internal ones (__consumer_offsets), unless asked for by name
-            topics_out = [
-                self._topic_metadata(info)
-                for info in self.store.topics.values()
-                if not is_internal_topic(info.name)
-            ]
+            # null (v1+) or empty (v0) means every topic, internal ones included, as
+            # Kafka's metadata cache lists them (is_internal tells them apart)
+            topics_out = [self._topic_metadata(info) for info in self.store.topics.values()]
         else:
             allow_auto = getattr(req, "allow_auto_topic_creation", True)
             for t in req.topics:
@@ -614,6 +606,8 @@ class KafkaApis:
                     (info.name, p.partition) if info is not None else None,
                     p.fetch_offset,
                     p.partition_max_bytes,
+                    getattr(p, "current_leader_epoch", -1),
+                    getattr(p, "last_fetched_epoch", -1),
                 )
                 for p in t.partitions
             ]
@@ -631,34 +625,51 @@ class KafkaApis:
         params = FetchParams(ms(req.max_wait), req.min_bytes, min(max_bytes, MAX_INT32))
 
         def respond(results: list[FetchPartitionData]) -> None:
-            self.send_response(request, self._fetch_body(by_id, topics, results))
+            self.send_response(request, self._fetch_body(request, by_id, topics, results))
 
         self.replicas.fetch_messages(params, partitions, respond, lambda: request.abandoned)
         return PARKED
 
-    @staticmethod
-    def _fetch_body(by_id: bool, topics: list, results: list[FetchPartitionData]) -> dict:
+    def _fetch_body(
+        self, request: Request, by_id: bool, topics: list, results: list[FetchPartitionData]
+    ) -> dict:
         it = iter(results)
         responses = []
-        for t, _fps in topics:
+        node_endpoints: list[dict] = []
+        for t, fps in topics:
             parts = []
-            for p in t.partitions:
+            for p, fp in zip(t.partitions, fps, strict=True):
                 r = next(it)
                 error = r.error
                 if by_id and error is ErrorCode.unknown_topic_or_partition:
                     error = ErrorCode.unknown_topic_id
-                parts.append(
-                    {
-                        "partition_index": p.partition,
-                        "error_code": error,
-                        "high_watermark": r.high_watermark,
-                        "last_stable_offset": r.last_stable_offset,
-                        "log_start_offset": r.log_start_offset,
-                        "aborted_transactions": None,
-                        "preferred_read_replica": -1,
-                        "records": r.records,
+                part = {
+                    "partition_index": p.partition,
+                    "error_code": error,
+                    "high_watermark": r.high_watermark,
+                    "last_stable_offset": r.last_stable_offset,
+                    "log_start_offset": r.log_start_offset,
+                    "aborted_transactions": None,
+                    "preferred_read_replica": -1,
+                    "records": r.records,
+                }
+                if r.diverging_epoch is not None:
+                    part["diverging_epoch"] = {
+                        "epoch": r.diverging_epoch[0], "end_offset": r.diverging_epoch[1]
                     }
-                )
+                if error is ErrorCode.fenced_leader_epoch:
+                    # KIP-951 (v16+): the current leader, and its endpoint below
+                    plog = self.replicas.get_log(*fp.key)
+                    part["current_leader"] = {
+                        "leader_id": self.node_id,
+                        "leader_epoch": plog.leader_epoch if plog is not None else -1,
+                    }
+                    if not node_endpoints:
+                        host, port = self.endpoints.endpoint(request.context)
+                        node_endpoints.append(
+                            {"node_id": self.node_id, "host": host, "port": port, "rack": None}
+                        )
+                parts.append(part)
             responses.append(
                 {
                     "topic": t.topic if not by_id else None,
@@ -671,45 +682,82 @@ class KafkaApis:
             "error_code": ErrorCode.none,
             "session_id": 0,  # no fetch session: clients send full fetches (KIP-227 allows it)
             "responses": responses,
-            "node_endpoints": [],
+            "node_endpoints": node_endpoints,
         }
 
     # -- ListOffsets ----------------------------------------------------------------------
     def handle_list_offsets(self, request: Request, now_ms: int) -> dict:
-        topics = []
+        """Kafka's ``ReplicaManager.fetchOffset`` on one node: a partition named twice gets
+        INVALID_REQUEST (once), a special timestamp the version predates
+        UNSUPPORTED_VERSION, a stale or future ``current_leader_epoch``
+        FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH; timestamps are searched record by
+        record; leader epochs are answered from v4."""
+        version = request.header.api_version
+        wanted: dict[str, dict[int, Any]] = {}
+        duplicates: set[tuple[str, int]] = set()
         for t in request.body.topics:
-            info = self.store.get(t.name)
-            parts = []
+            parts = wanted.setdefault(t.name, {})
             for p in t.partitions:
-                out = {
-                    "partition_index": p.partition_index,
-                    "error_code": ErrorCode.none,
-                    "timestamp": NO_TIMESTAMP,
-                    "offset": -1,
-                    "leader_epoch": 0,
-                }
-                parts.append(out)
-                plog: Log | None = self.replicas.get_log(t.name, p.partition_index) if info is not None else None
-                if plog is None:
-                    out["error_code"] = ErrorCode.unknown_topic_or_partition
-                    continue
-                ts = p.timestamp
-                if ts == LATEST_TIMESTAMP or ts == LATEST_TIERED_TIMESTAMP:
-                    out["offset"] = plog.high_watermark
-                elif ts in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
-                    out["offset"] = plog.log_start_offset
-                elif ts == MAX_TIMESTAMP:
-                    found = plog.max_timestamp_offset()
-                    if found is not None:
-                        out["offset"], out["timestamp"] = found
-                elif ts < 0:
-                    out["error_code"] = ErrorCode.invalid_request
+                if p.partition_index in parts:
+                    duplicates.add((t.name, p.partition_index))
                 else:
-                    found = plog.offset_for_timestamp(ts)
-                    if found is not None:
-                        out["offset"], out["timestamp"] = found
-            topics.append({"name": t.name, "partitions": parts})
+                    parts[p.partition_index] = p
+        topics = []
+        for name, parts in wanted.items():
+            topics.append(
+                {
+                    "name": name,
+                    "partitions": [
+                        self._list_offset(name, p, version, (name, index) in duplicates)
+                        for index, p in parts.items()
+                    ],
+                }
+            )
         return {"throttle_time": 0, "topics": topics}
+
+    def _list_offset(self, topic: str, p: Any, version: int, duplicate: bool) -> dict:
+        out = {
+            "partition_index": p.partition_index,
+            "error_code": ErrorCode.none,
+            "timestamp": NO_TIMESTAMP,
+            "offset": -1,
+            "leader_epoch": -1,
+        }
+        ts = p.timestamp
+        if duplicate:
+            out["error_code"] = ErrorCode.invalid_request
+            return out
+        if ts < 0 and version < TIMESTAMP_MIN_VERSION.get(ts, MAX_INT32):
+            out["error_code"] = ErrorCode.unsupported_version  # Kafka's isListOffsetsTimestampUnsupported
+            return out
+        plog: Log | None = self.replicas.get_log(topic, p.partition_index)
+        if plog is None:
+            out["error_code"] = ErrorCode.unknown_topic_or_partition
+            return out
+        epoch_error = check_leader_epoch(plog, getattr(p, "current_leader_epoch", -1))
+        if epoch_error is not ErrorCode.none:
+            out["error_code"] = epoch_error
+            return out
+        if ts == LATEST_TIMESTAMP:
+            # the high watermark (read_committed: the last stable offset, the same without
+            # transactions), with the partition's current epoch
+            found: TimestampAndOffset | None = TimestampAndOffset(
+                NO_TIMESTAMP, plog.high_watermark, plog.leader_epoch
+            )
+        elif ts == LATEST_TIERED_TIMESTAMP:
+            found = TimestampAndOffset(NO_TIMESTAMP, -1, -1)  # no tiered storage
+        elif ts in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
+            found = plog.offset_for_timestamp(EARLIEST_TIMESTAMP)  # local = all: no tiers
+        else:
+            found = plog.offset_for_timestamp(ts)
+            if found is not None and found.offset >= plog.high_watermark:
+                found = None  # beyond what a consumer may read: no offset
+        if found is not None:
+            out["offset"] = found.offset
+            out["timestamp"] = found.timestamp
+            if found.leader_epoch is not None and version >= 4:
+                out["leader_epoch"] = found.leader_epoch
+        return out
 
     # -- InitProducerId -------------------------------------------------------------------
     def handle_init_producer_id(self, request: Request, now_ms: int) -> dict:
