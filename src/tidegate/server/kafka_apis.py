@@ -157,8 +157,9 @@ class KafkaApis:
         self.producer_ids = producer_ids
         self.groups = groups
         groups.respond = self.send_response
-        self.admin = AdminApis(config, cluster_id, replicas, store, quotas, endpoints, groups)
-        self.security = SecurityApis(credentials)
+        self.admin = admin = AdminApis(config, cluster_id, replicas, store, quotas, endpoints, groups)
+        admin.respond = self.send_response
+        self.security = security = SecurityApis(credentials)
         self.handlers: dict[int, Handler] = {
             ApiKey.PRODUCE: self.handle_produce,
             ApiKey.FETCH: self.handle_fetch,
@@ -166,13 +167,27 @@ class KafkaApis:
             ApiKey.METADATA: self.handle_metadata,
             ApiKey.API_VERSIONS: self.handle_api_versions,
             ApiKey.INIT_PRODUCER_ID: self.handle_init_producer_id,
-            ApiKey.CREATE_TOPICS: self.admin.handle_create_topics,
-            ApiKey.DELETE_TOPICS: self.admin.handle_delete_topics,
-            ApiKey.DESCRIBE_CONFIGS: self.admin.handle_describe_configs,
-            ApiKey.CREATE_PARTITIONS: self.admin.handle_create_partitions,
-            ApiKey.DESCRIBE_CLUSTER: self.admin.handle_describe_cluster,
-            ApiKey.DESCRIBE_CLIENT_QUOTAS: self.admin.handle_describe_client_quotas,
-            ApiKey.ALTER_CLIENT_QUOTAS: self.admin.handle_alter_client_quotas,
+            ApiKey.OFFSET_FOR_LEADER_EPOCH: self.handle_offset_for_leader_epoch,
+            ApiKey.CREATE_TOPICS: admin.handle_create_topics,
+            ApiKey.DELETE_TOPICS: admin.handle_delete_topics,
+            ApiKey.DELETE_RECORDS: admin.handle_delete_records,
+            ApiKey.DESCRIBE_CONFIGS: admin.handle_describe_configs,
+            ApiKey.ALTER_REPLICA_LOG_DIRS: admin.handle_alter_replica_log_dirs,
+            ApiKey.DESCRIBE_LOG_DIRS: admin.handle_describe_log_dirs,
+            ApiKey.CREATE_PARTITIONS: admin.handle_create_partitions,
+            ApiKey.ELECT_LEADERS: admin.handle_elect_leaders,
+            ApiKey.ALTER_PARTITION_REASSIGNMENTS: admin.handle_alter_partition_reassignments,
+            ApiKey.LIST_PARTITION_REASSIGNMENTS: admin.handle_list_partition_reassignments,
+            ApiKey.DESCRIBE_QUORUM: admin.handle_describe_quorum,
+            ApiKey.DESCRIBE_CLUSTER: admin.handle_describe_cluster,
+            ApiKey.DESCRIBE_PRODUCERS: admin.handle_describe_producers,
+            ApiKey.UNREGISTER_BROKER: admin.handle_unregister_broker,
+            ApiKey.LIST_CLIENT_METRICS_RESOURCES: admin.handle_list_client_metrics_resources,
+            ApiKey.DESCRIBE_TOPIC_PARTITIONS: admin.handle_describe_topic_partitions,
+            ApiKey.ADD_RAFT_VOTER: admin.handle_add_raft_voter,
+            ApiKey.REMOVE_RAFT_VOTER: admin.handle_remove_raft_voter,
+            ApiKey.DESCRIBE_CLIENT_QUOTAS: admin.handle_describe_client_quotas,
+            ApiKey.ALTER_CLIENT_QUOTAS: admin.handle_alter_client_quotas,
             ApiKey.FIND_COORDINATOR: groups.handle_find_coordinator,
             ApiKey.JOIN_GROUP: groups.handle_join_group,
             ApiKey.SYNC_GROUP: groups.handle_sync_group,
@@ -184,10 +199,16 @@ class KafkaApis:
             ApiKey.DESCRIBE_GROUPS: groups.handle_describe_groups,
             ApiKey.DELETE_GROUPS: groups.handle_delete_groups,
             ApiKey.OFFSET_DELETE: groups.handle_offset_delete,
-            ApiKey.SASL_HANDSHAKE: self.security.handle_sasl_handshake,
-            ApiKey.SASL_AUTHENTICATE: self.security.handle_sasl_authenticate,
-            ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: self.security.handle_describe_user_scram_credentials,
-            ApiKey.ALTER_USER_SCRAM_CREDENTIALS: self.security.handle_alter_user_scram_credentials,
+            ApiKey.CONSUMER_GROUP_HEARTBEAT: groups.handle_consumer_group_heartbeat,
+            ApiKey.CONSUMER_GROUP_DESCRIBE: groups.handle_consumer_group_describe,
+            ApiKey.SASL_HANDSHAKE: security.handle_sasl_handshake,
+            ApiKey.SASL_AUTHENTICATE: security.handle_sasl_authenticate,
+            ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: security.handle_describe_user_scram_credentials,
+            ApiKey.ALTER_USER_SCRAM_CREDENTIALS: security.handle_alter_user_scram_credentials,
+            ApiKey.CREATE_DELEGATION_TOKEN: security.handle_create_delegation_token,
+            ApiKey.RENEW_DELEGATION_TOKEN: security.handle_renew_delegation_token,
+            ApiKey.EXPIRE_DELEGATION_TOKEN: security.handle_expire_delegation_token,
+            ApiKey.DESCRIBE_DELEGATION_TOKEN: security.handle_describe_delegation_token,
         }
         assert set(self.handlers) == set(SUPPORTED_APIS), "advertised and handled APIs differ"
         # Set by the broker when metrics are on (metrics.listener); None costs one check.
@@ -758,6 +779,25 @@ class KafkaApis:
             if found.leader_epoch is not None and version >= 4:
                 out["leader_epoch"] = found.leader_epoch
         return out
+
+    # -- OffsetForLeaderEpoch --------------------------------------------------------------
+    def handle_offset_for_leader_epoch(self, request: Request, now_ms: int) -> dict:
+        """KIP-320 truncation detection: the end offset of each asked epoch (Kafka's
+        ``Partition.lastOffsetForLeaderEpoch``); a consumer validates its position with it
+        after a metadata change. Each partition has one stable epoch, so a consumer asking
+        for it gets (epoch, log end offset) and keeps its position."""
+        topics = []
+        for t in request.body.topics:
+            parts = []
+            for p in t.partitions:
+                error, epoch, end = self.replicas.last_offset_for_leader_epoch(
+                    (t.topic, p.partition), getattr(p, "current_leader_epoch", -1), p.leader_epoch
+                )
+                parts.append(
+                    {"error_code": error, "partition": p.partition, "leader_epoch": epoch, "end_offset": end}
+                )
+            topics.append({"topic": t.topic, "partitions": parts})
+        return {"throttle_time": 0, "topics": topics}
 
     # -- InitProducerId -------------------------------------------------------------------
     def handle_init_producer_id(self, request: Request, now_ms: int) -> dict:
