@@ -29,15 +29,17 @@ def open_log(
     now: int = 0,
     *,
     log_start_offset: int | None = None,
+    leader_epoch: int = 0,
     **settings,
 ) -> Log:
     """The log of ``tmp_path / LOG_DIR`` with ``cfg`` (or ``LogConfig(**settings)``);
-    ``log_start_offset`` is what the log directory's checkpoint would hand it."""
+    ``log_start_offset`` is what the log directory's checkpoint would hand it,
+    ``leader_epoch`` the epoch a new log starts with."""
     if cfg is None:
         cfg = LogConfig(**settings)
     else:
         assert not settings, "pass a LogConfig or settings, not both"
-    return Log(tmp_path / LOG_DIR, cfg, now, log_start_offset=log_start_offset)
+    return Log(tmp_path / LOG_DIR, cfg, now, log_start_offset=log_start_offset, leader_epoch=leader_epoch)
 
 
 def crash(log: Log) -> None:

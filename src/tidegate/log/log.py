@@ -419,13 +419,16 @@ class Log:
 
     def _load_producer_state(self) -> None:
         """Kafka's rebuild: the newest snapshot at or below the log end offset, then the
-        batch headers after it (after a clean shutdown the snapshot is at the end and
-        nothing is read)."""
+        batch headers after it, from the log start offset on (batches DeleteRecords put
+        below the start are not replayed; after a clean shutdown the snapshot is at the
+        end and nothing is read)."""
         ps = self.producer_state
         leo = self.log_end_offset
         start = ps.load(leo)
         segs = self._segments
-        scan_from = segs[0].base_offset if start is None else max(start, segs[0].base_offset)
+        scan_from = max(segs[0].base_offset, self._log_start_offset)
+        if start is not None:
+            scan_from = max(start, scan_from)
         replayed = 0
         if scan_from < leo:
             i = max(0, bisect_right(self._bases, scan_from) - 1)

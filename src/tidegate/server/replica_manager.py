@@ -423,7 +423,8 @@ class ReplicaManager:
         call ``callback`` once the new start offsets are durable in the log directory's
         ``log-start-offset-checkpoint`` (Kafka waits for the followers instead; a single
         node has none). Segments wholly below a new start are deleted at once; fetches
-        below it get OFFSET_OUT_OF_RANGE and parked ones answer."""
+        below it get OFFSET_OUT_OF_RANGE. (A parked fetch waits at the log end offset,
+        which a new start never passes.)"""
         results: dict[TopicPartition, DeleteRecordsResult] = {}
         moved: list[TopicPartition] = []
         for key, offset in offsets.items():
@@ -459,8 +460,6 @@ class ReplicaManager:
         if not moved:
             callback(results)
             return
-        for key in moved:
-            self.fetch_purgatory.check_and_complete(key)  # parked fetches below the start
         epochs = [t for t in (self.logs.logs[k].checkpoint_leader_epochs() for k in moved) if t]
 
         def durable(exc: BaseException | None) -> None:
