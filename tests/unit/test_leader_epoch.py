@@ -252,3 +252,15 @@ def test_truncation_trims_from_the_end_and_a_full_truncation_starts_afresh(tmp_p
     log.append(batch(1), 0)  # the next batch records the epoch again
     assert log.leader_epoch_cache.entries == [(4, 0)]
     log.close()
+
+
+def test_a_trim_written_after_its_partition_was_deleted_is_no_error(tmp_path):
+    log = open_log(tmp_path, segment_bytes=len(batch(2)), retention_ms=-1)
+    for _ in range(2):
+        log.append(batch(2), 0)
+    log.increment_log_start_offset(2)
+    ticket = log.checkpoint_leader_epochs()
+    assert ticket is not None
+    log.delete()  # DeleteTopics before the worker thread ran the write
+    ticket.run()
+    assert not (tmp_path / LOG_DIR).exists()

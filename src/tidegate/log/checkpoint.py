@@ -92,20 +92,28 @@ def read_checkpoint_file(dir_fd: int, name: str) -> list[str] | None:
 
 class CheckpointWrite:
     """One write of a checkpoint file, to run on any thread (it owns a duplicate of the
-    directory descriptor, so the directory's owner may close meanwhile)."""
+    directory descriptor, so the directory's owner may close meanwhile). With
+    ``missing_ok`` a directory deleted meanwhile (a partition's, with its topic) is not
+    an error: there is nothing left to checkpoint."""
 
-    __slots__ = ("_dir_fd", "_seq", "_writer", "entries")
+    __slots__ = ("_dir_fd", "_missing_ok", "_seq", "_writer", "entries")
 
-    def __init__(self, writer: CheckpointWriter, dir_fd: int, seq: int, entries: list[str]) -> None:
+    def __init__(
+        self, writer: CheckpointWriter, dir_fd: int, seq: int, entries: list[str], missing_ok: bool
+    ) -> None:
         self._writer = writer
         self._dir_fd = dir_fd
         self._seq = seq
+        self._missing_ok = missing_ok
         self.entries = entries
 
     def run(self) -> None:
         """Write the file unless a newer write of it already finished; raises OSError."""
         try:
             self._writer._write(self._dir_fd, self._seq, self.entries)
+        except FileNotFoundError:
+            if not self._missing_ok:
+                raise
         finally:
             os.close(self._dir_fd)
             self._dir_fd = -1
@@ -133,9 +141,9 @@ class CheckpointWriter:
         """Write now, on this thread."""
         self._write(dir_fd, self._take(), entries)
 
-    def ticket(self, dir_fd: int, entries: list[str]) -> CheckpointWrite:
+    def ticket(self, dir_fd: int, entries: list[str], *, missing_ok: bool = False) -> CheckpointWrite:
         """A write to run later on any thread (``dir_fd`` is duplicated)."""
-        return CheckpointWrite(self, os.dup(dir_fd), self._take(), entries)
+        return CheckpointWrite(self, os.dup(dir_fd), self._take(), entries, missing_ok)
 
     def _take(self) -> int:
         with self._lock:

@@ -177,7 +177,8 @@ class LeaderEpochFileCache:
         if not self._dirty:
             return None
         self._dirty = False
-        return self._writer.ticket(self._dir_fd, self._lines())
+        # the partition may be deleted before the ticket runs: then there is nothing to write
+        return self._writer.ticket(self._dir_fd, self._lines(), missing_ok=True)
 
     def flush(self) -> None:
         """Write a trimmed cache now (on this thread)."""
