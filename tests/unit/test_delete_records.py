@@ -55,8 +55,9 @@ def filled(h: Harness, topic: str = "d", batches: int = 4, partitions: int = 1) 
             assert h.produce(topic, p, batch(b"a", b"b")).error_code == E.none
 
 
-def checkpoint_text(h: Harness) -> str:
-    return (h.root / LOG_START_OFFSET_CHECKPOINT_FILE).read_text()
+def checkpoint_text(root) -> str:
+    """The log directory's log-start-offset-checkpoint."""
+    return (root / LOG_START_OFFSET_CHECKPOINT_FILE).read_text()
 
 
 @pytest.fixture
@@ -77,7 +78,7 @@ def test_delete_records_moves_the_log_start_offset_once_it_is_durable(h, version
     resp = h.answer(request, cid)
     p = resp.topics[0].partitions[0]
     assert (resp.topics[0].name, p.partition_index, p.error_code, p.low_watermark) == ("d", 0, E.none, 5)
-    assert checkpoint_text(h) == "0\n1\nd 0 5\n"  # Kafka's format: topic partition offset
+    assert checkpoint_text(h.root) == "0\n1\nd 0 5\n"  # Kafka's format: topic partition offset
     # whole segments below the new start are gone; the one holding 5 stays
     assert [s.base_offset for s in plog.segments] == [4, 6]
     assert not (h.root / "d-0" / f"{0:020d}.log").exists()
@@ -154,7 +155,7 @@ def test_partitions_of_several_topics_in_one_request(h):
     assert got == {("a", 0): (E.none, 2), ("a", 1): (E.none, 4), ("b", 0): (E.none, 8)}
     # As Kafka, only starts that the first segment does not imply: a-0 and a-1 now begin
     # at a segment's base; b-0's start (8) is past its last segment's base (6).
-    assert checkpoint_text(h) == "0\n1\nb 0 8\n"
+    assert checkpoint_text(h.root) == "0\n1\nb 0 8\n"
 
 
 @pytest.mark.parametrize("how", ["restart", "kill -9"])
@@ -196,10 +197,10 @@ def test_deleting_a_topic_drops_its_start_offsets_from_the_checkpoint(tmp_path):
     h = Harness(root)
     filled(h)
     assert delete(h, {("d", 0): 5}) == {("d", 0): (E.none, 5)}
-    assert checkpoint_text(h) == "0\n1\nd 0 5\n"
+    assert checkpoint_text(h.root) == "0\n1\nd 0 5\n"
     resp = h.request(20, 5, {"topic_names": ["d"], "timeout": 1000})
     assert resp.responses[0].error_code == E.none
-    assert checkpoint_text(h) == "0\n0\n"  # written at once, not at the next shutdown
+    assert checkpoint_text(h.root) == "0\n0\n"  # written at once, not at the next shutdown
     h.create_topic("d")  # a new topic of the same name starts at 0, also after a crash
     h.produce("d", 0, batch(b"n"))
     h.core.stop_serving()
@@ -242,3 +243,21 @@ def test_delete_records_is_parked_only_when_something_moved(h):
     filled(h)
     _request, outcome, _cid, _released = h.send(DELETE_RECORDS, 2, delete_body({("nope", 0): 1}))
     assert outcome is not PARKED  # nothing to make durable: answered during the handler
+
+
+def test_the_checkpoint_is_read_at_load_and_bad_entries_are_ignored(tmp_path):
+    root = tmp_path / "data"
+    h = Harness(root)
+    filled(h, partitions=2)
+    h.close()
+    (root / LOG_START_OFFSET_CHECKPOINT_FILE).write_text(
+        "0\n4\nd 0 3\nd 1 nonsense\ngone 0 7\nd 1\n"  # two malformed lines, a deleted topic
+    )
+    (root / f"{LOG_START_OFFSET_CHECKPOINT_FILE}.tmp-1-2-3").write_text("a write cut short")
+    again = Harness(root)
+    try:
+        assert [again.replicas.get_log("d", p).log_start_offset for p in (0, 1)] == [3, 0]
+        assert not (root / f"{LOG_START_OFFSET_CHECKPOINT_FILE}.tmp-1-2-3").exists()
+    finally:
+        again.close()
+    assert checkpoint_text(root) == "0\n1\nd 0 3\n"  # rewritten from the logs at shutdown
