@@ -171,35 +171,29 @@ def timestamp_queries(sent: Sequence[Rec]) -> list[int]:
     )
 
 
+def first_with_max_timestamp(sent: Sequence[Rec]) -> int:
+    """Index of the first record carrying the largest timestamp (Kafka's MAX_TIMESTAMP)."""
+    top = max(r.timestamp for r in sent)
+    return next(i for i, r in enumerate(sent) if r.timestamp == top)
+
+
 def check_offset_for_time(
     sent: Sequence[Rec],
     query: int,
     offset: int | None,
     timestamp: int | None = None,
-    *,
-    exact: bool = False,
 ) -> None:
-    """Check a ListOffsets-by-timestamp answer against what was sent (offsets from 0).
-
-    tidegate answers with the base offset of the first batch whose max timestamp is
-    >= the query, so in general the answer is at or before the first record with a
-    timestamp >= the query; with one record per batch (``exact``) it is that record.
-    ``timestamp`` (when the client reports it) is the batch's max timestamp: >= query.
-    """
+    """Check a ListOffsets-by-timestamp answer against what was sent (offsets from 0):
+    as Kafka, the first record whose timestamp is >= the query, exact to the record
+    inside its batch, and that record's timestamp (when the client reports it)."""
     expected = first_at_or_after(sent, query)
     if expected is None:
         assert offset is None or offset == -1, f"query {query} past the last record gave {offset}"
         return
-    assert offset is not None and offset >= 0, f"query {query}: no offset, expected {expected}"
-    if exact or expected == 0:
-        assert offset == expected, f"query {query}: offset {offset}, expected {expected}"
-    else:
-        assert offset <= expected, f"query {query}: offset {offset} is after {expected}"
-    if timestamp is not None and timestamp != -1:
-        assert timestamp >= query, f"query {query}: returned timestamp {timestamp} is earlier"
-        # The reported timestamp is one that a record at or after the answer carries.
-        assert any(r.timestamp == timestamp for r in sent[offset:]), (
-            f"query {query}: timestamp {timestamp} is not that of any record at or after {offset}"
+    assert offset == expected, f"query {query}: offset {offset}, expected {expected}"
+    if timestamp is not None:
+        assert timestamp == sent[expected].timestamp, (
+            f"query {query}: timestamp {timestamp}, expected {sent[expected].timestamp}"
         )
 
 
@@ -983,14 +977,14 @@ def confluent_list_offset(admin, topic: str, spec, partition: int = 0) -> tuple[
     return info.offset, info.timestamp
 
 
-def check_list_offsets(
-    bootstrap: str, topic: str, sent: list[Rec], *, client: str, exact: bool = False
-) -> None:
+def check_list_offsets(bootstrap: str, topic: str, sent: list[Rec], *, client: str) -> None:
     """ListOffsets on partition 0 through ``client`` (its consumer and, where it has one,
-    its admin client): earliest 0, latest ``len(sent)``, and every :func:`timestamp_queries`
-    query (plus one past the last record) answered as :func:`check_offset_for_time` wants."""
+    its admin client): earliest 0, latest ``len(sent)``, max timestamp (admin clients) the
+    first record with the largest timestamp, and every :func:`timestamp_queries` query
+    (plus one past the last record) answered as :func:`check_offset_for_time` wants."""
     queries = timestamp_queries(sent) + [sent[-1].timestamp + 1]
     n = len(sent)
+    top = first_with_max_timestamp(sent)
     if client == "confluent":
         from confluent_kafka import TopicPartition
         from confluent_kafka.admin import OffsetSpec
@@ -998,15 +992,18 @@ def check_list_offsets(
         admin = admin_client(bootstrap, client="confluent")
         assert confluent_list_offset(admin, topic, OffsetSpec.earliest())[0] == 0
         assert confluent_list_offset(admin, topic, OffsetSpec.latest())[0] == n
+        assert confluent_list_offset(admin, topic, OffsetSpec.max_timestamp()) == (
+            top, sent[top].timestamp
+        )
         c = new_consumer(bootstrap, client="confluent")
         try:
             assert c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10) == (0, n)
             for q in queries:
                 offset, ts = confluent_list_offset(admin, topic, OffsetSpec.for_timestamp(q))
-                check_offset_for_time(sent, q, offset, ts, exact=exact)
+                check_offset_for_time(sent, q, offset, ts)
                 [tp] = c.offsets_for_times([TopicPartition(topic, 0, q)], timeout=10)
                 assert tp.error is None
-                check_offset_for_time(sent, q, tp.offset, exact=exact)
+                check_offset_for_time(sent, q, tp.offset)
         finally:
             c.close()
     elif client == "kafka-python":
@@ -1021,12 +1018,14 @@ def check_list_offsets(
             assert c.end_offsets([tp]) == {tp: n}
             assert admin.list_partition_offsets({tp: OffsetSpec.EARLIEST})[tp].offset == 0
             assert admin.list_partition_offsets({tp: OffsetSpec.LATEST})[tp].offset == n
+            mx = admin.list_partition_offsets({tp: OffsetSpec.MAX_TIMESTAMP})[tp]
+            assert (mx.offset, mx.timestamp) == (top, sent[top].timestamp)
             for q in queries:
                 found = c.offsets_for_times({tp: q})[tp]
                 if found is None:
-                    check_offset_for_time(sent, q, None, exact=exact)
+                    check_offset_for_time(sent, q, None)
                 else:
-                    check_offset_for_time(sent, q, found.offset, found.timestamp, exact=exact)
+                    check_offset_for_time(sent, q, found.offset, found.timestamp)
         finally:
             c.close()
             admin.close()
@@ -1044,9 +1043,9 @@ def check_list_offsets(
                 for q in queries:
                     found = (await c.offsets_for_times({tp: q}))[tp]
                     if found is None:
-                        check_offset_for_time(sent, q, None, exact=exact)
+                        check_offset_for_time(sent, q, None)
                     else:
-                        check_offset_for_time(sent, q, found.offset, found.timestamp, exact=exact)
+                        check_offset_for_time(sent, q, found.offset, found.timestamp)
             finally:
                 await c.stop()
 

@@ -40,13 +40,23 @@ def marker(commit: bool, pid: int = PID, epoch: int = 0, coordinator_epoch: int 
     return end_transaction_marker_batch(pid, epoch, coordinator_epoch, commit, ts)
 
 
-def open_log(tmp_path: Path, cfg: LogConfig | None = None, now: int = 0, **settings) -> Log:
-    """The log of ``tmp_path / LOG_DIR`` with ``cfg`` (or ``LogConfig(**settings)``)."""
+def open_log(
+    tmp_path: Path,
+    cfg: LogConfig | None = None,
+    now: int = 0,
+    *,
+    log_start_offset: int | None = None,
+    leader_epoch: int = 0,
+    **settings,
+) -> Log:
+    """The log of ``tmp_path / LOG_DIR`` with ``cfg`` (or ``LogConfig(**settings)``);
+    ``log_start_offset`` is what the log directory's checkpoint would hand it,
+    ``leader_epoch`` the epoch a new log starts with."""
     if cfg is None:
         cfg = LogConfig(**settings)
     else:
         assert not settings, "pass a LogConfig or settings, not both"
-    return Log(tmp_path / LOG_DIR, cfg, now)
+    return Log(tmp_path / LOG_DIR, cfg, now, log_start_offset=log_start_offset, leader_epoch=leader_epoch)
 
 
 def crash(log: Log) -> None:

@@ -950,10 +950,10 @@ def test_create_topic_is_all_or_nothing_when_a_log_cannot_open(tmp_path, monkeyp
 
     opened = []
 
-    def flaky_log(directory, config, now_ms):
+    def flaky_log(directory, config, now_ms, **kwargs):
         if len(opened) == 3:
             raise OSError(24, "Too many open files")
-        log = RealLog(directory, config, now_ms)
+        log = RealLog(directory, config, now_ms, **kwargs)
         opened.append(log)
         return log
 

@@ -220,14 +220,19 @@ def test_offset_commit_fetch_delete_on_the_wire(h):
     go()
 
 
-def test_the_offsets_topic_is_hidden_and_protected(h):
+def test_the_offsets_topic_is_listed_as_internal_and_protected(h):
     h.create_topic("t")
 
     def go():
         call(h, ApiKey.OFFSET_COMMIT, 8, commit_body("s", "", -1, {("t", 0): 5}))
         md = call(h, ApiKey.METADATA, 12, {"topics": None, "allow_auto_topic_creation": True,
                                                  "include_topic_authorized_operations": False})
-        assert [t.name for t in md.topics] == ["t"]
+        # Kafka lists internal topics in an all-topics Metadata (its KRaft metadata cache
+        # returns every topic, KafkaApis only filters by DESCRIBE permission) and marks
+        # them is_internal; clients hide them themselves (exclude.internal.topics).
+        assert [(t.name, t.is_internal) for t in md.topics] == [
+            ("t", False), (OFFSETS_TOPIC, True)
+        ]
         md = call(h, ApiKey.METADATA, 12, {"topics": [{"name": OFFSETS_TOPIC, "topic_id": None}],
                                                  "allow_auto_topic_creation": True,
                                                  "include_topic_authorized_operations": False})

@@ -6,7 +6,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from kafka.record.memory_records import MemoryRecords
+from kafka.record.memory_records import MemoryRecords, MemoryRecordsBuilder
 
 from tests.unit.logs import LOG_DIR, batch, open_log, read_all
 from tidegate.log import (
@@ -25,11 +25,11 @@ from tidegate.log import (
 )
 from tidegate.log.log import (
     CLEAN_SHUTDOWN_FILE,
-    LOG_START_OFFSET_FILE,
     RECOVERY_POINT_FILE,
     parse_partition_dir,
     partition_dir,
 )
+from tidegate.log.segment import TimestampAndOffset
 
 HOUR = 3_600_000
 
@@ -156,7 +156,7 @@ def test_log_append_time_topic(tmp_path):
     assert info.log_append_time_ms == 123_456 and info.max_timestamp == 123_456
     h = read_header(log.read(0, 1000))
     assert h.timestamp_type == 1 and h.max_timestamp == 123_456
-    assert log.offset_for_timestamp(100_000) == (0, 123_456)
+    assert log.offset_for_timestamp(100_000) == TimestampAndOffset(123_456, 0, 0)
     log.close()
 
 
@@ -260,7 +260,6 @@ def test_retention_by_time_deletes_old_segments_and_persists(tmp_path):
     with pytest.raises(OffsetOutOfRangeError):
         log.read(5, 100)
     assert batch_ranges(log.read(6, 100))[0] == (6, 7)
-    assert checkpoint(tmp_path / LOG_DIR, LOG_START_OFFSET_FILE) == 6
     assert log.apply_retention(now) == 0
     log.close()
     again = open_log(tmp_path)
@@ -317,12 +316,25 @@ def test_delete_records_moves_the_log_start_offset(tmp_path):
     with pytest.raises(OffsetOutOfRangeError):
         log.read(4, 100)
     assert batch_ranges(log.read(5, 100)) == [(4, 5)]  # the batch containing 5
-    assert log.offset_for_timestamp(0) == (5, 2 * HOUR + 1)
+    # the first record at or after the start, not the batch holding it
+    assert log.offset_for_timestamp(0) == TimestampAndOffset(2 * HOUR + 1, 5, 0)
+    assert log.offset_for_timestamp(-2) == TimestampAndOffset(-1, 5, 0)
+    assert log.leader_epoch_cache.entries == [(0, 5)]  # trimmed to the new start
     with pytest.raises(OffsetOutOfRangeError):
-        log.increment_log_start_offset(9)
+        log.increment_log_start_offset(9)  # above the high watermark (8)
+    with pytest.raises(OffsetOutOfRangeError):
+        log.increment_log_start_offset(-3)
+    assert log.increment_log_start_offset(3) == 5  # never moves back
+    assert log.increment_log_start_offset(8) == 8  # up to the high watermark: all records
+    assert [s.base_offset for s in log.segments] == [6]  # the last segment stays
     log.close()
+    # The start offset comes back from the log directory's checkpoint (the LogManager
+    # reads it); without it, from the first segment.
+    again = open_log(tmp_path, log_start_offset=8)
+    assert (again.log_start_offset, again.log_end_offset) == (8, 8)
+    again.close()
     again = open_log(tmp_path)
-    assert again.log_start_offset == 5
+    assert again.log_start_offset == 6
     again.close()
 
 
@@ -338,20 +350,21 @@ def test_offset_for_timestamp(tmp_path):
     # equal batches, as many to a segment as fit in 400 bytes
     per_segment = 400 // len(batch(3))
     assert len(log.segments) == -(-30 // per_segment) > 2
-    assert log.offset_for_timestamp(0) == (0, 2)
-    assert log.offset_for_timestamp(1_000) == (starts[1], 1_002)
-    assert log.offset_for_timestamp(1_002) == (starts[1], 1_002)
-    assert log.offset_for_timestamp(1_003) == (starts[2], 2_002)
-    assert log.offset_for_timestamp(17_500) == (starts[18], 18_002)
-    assert log.offset_for_timestamp(29_002) == (starts[29], 29_002)
+    # exact to the record: (the record's timestamp, its offset, its batch's leader epoch)
+    assert log.offset_for_timestamp(0) == TimestampAndOffset(0, 0, 0)
+    assert log.offset_for_timestamp(1_000) == TimestampAndOffset(1_000, starts[1], 0)
+    assert log.offset_for_timestamp(1_002) == TimestampAndOffset(1_002, starts[1] + 2, 0)
+    assert log.offset_for_timestamp(1_003) == TimestampAndOffset(2_000, starts[2], 0)
+    assert log.offset_for_timestamp(17_500) == TimestampAndOffset(18_000, starts[18], 0)
+    assert log.offset_for_timestamp(29_002) == TimestampAndOffset(29_002, starts[29] + 2, 0)
     assert log.offset_for_timestamp(29_003) is None
-    assert log.offset_for_timestamp(-1) == (90, -1)
-    assert log.offset_for_timestamp(-2) == (0, -1)
-    assert log.max_timestamp_offset() == (starts[29], 29_002)
+    assert log.offset_for_timestamp(-1) == TimestampAndOffset(-1, 90, 0)
+    assert log.offset_for_timestamp(-2) == TimestampAndOffset(-1, 0, 0)
+    assert log.max_timestamp_offset() == TimestampAndOffset(29_002, starts[29] + 2, 0)
     log.close()
     again = open_log(tmp_path, segment_bytes=400, index_interval_bytes=100)
-    assert again.offset_for_timestamp(17_500) == (starts[18], 18_002)
-    assert again.max_timestamp_offset() == (starts[29], 29_002)
+    assert again.offset_for_timestamp(17_500) == TimestampAndOffset(18_000, starts[18], 0)
+    assert again.max_timestamp_offset() == TimestampAndOffset(29_002, starts[29] + 2, 0)
     again.close()
 
 
@@ -359,10 +372,33 @@ def test_offset_for_timestamp_with_out_of_order_timestamps(tmp_path):
     log = open_log(tmp_path, index_interval_bytes=1)
     for ts in (500, 100, 900, 300, 950):
         log.append(batch(1, ts=ts), 0)
-    assert log.offset_for_timestamp(200) == (0, 500)
-    assert log.offset_for_timestamp(600) == (2, 900)
-    assert log.offset_for_timestamp(920) == (4, 950)
-    assert log.max_timestamp_offset() == (4, 950)
+    assert log.offset_for_timestamp(200) == TimestampAndOffset(500, 0, 0)
+    assert log.offset_for_timestamp(600) == TimestampAndOffset(900, 2, 0)
+    assert log.offset_for_timestamp(920) == TimestampAndOffset(950, 4, 0)
+    assert log.max_timestamp_offset() == TimestampAndOffset(950, 4, 0)
+
+
+@pytest.mark.parametrize("codec", [0, 1, 2, 3, 4])  # none, gzip, snappy, lz4, zstd
+def test_timestamps_inside_one_batch_are_exact(tmp_path, codec):
+    """The issue's case: records stamped 100, 400, 200 in one batch (offsets 0-2):
+    MAX_TIMESTAMP is offset 1 and so is "the first at or after 150", not the batch's base
+    offset; compressed batches are read the same way."""
+    log = open_log(tmp_path)
+    builder = MemoryRecordsBuilder(magic=2, compression_type=codec, batch_size=1 << 20)
+    for ts in (100, 400, 200):
+        builder.append(timestamp=ts, key=b"k", value=b"v" * 50, headers=[])
+    builder.close()
+    log.append(bytearray(builder.buffer()), 0)
+    assert log.max_timestamp_offset() == TimestampAndOffset(400, 1, 0)
+    assert log.offset_for_timestamp(150) == TimestampAndOffset(400, 1, 0)
+    assert log.offset_for_timestamp(100) == TimestampAndOffset(100, 0, 0)
+    assert log.offset_for_timestamp(300) == TimestampAndOffset(400, 1, 0)
+    assert log.offset_for_timestamp(401) is None
+    # a LogAppendTime batch: every record carries the batch's time, the first one answers
+    log.update_config(LogConfig(message_timestamp_type="LogAppendTime"))
+    log.append(batch(3, ts=10), 7_000)
+    assert log.max_timestamp_offset() == TimestampAndOffset(7_000, 3, 0)
+    assert log.offset_for_timestamp(6_999) == TimestampAndOffset(7_000, 3, 0)
 
 
 def test_max_timestamp_offset_on_an_empty_log(tmp_path):

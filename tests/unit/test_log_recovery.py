@@ -17,7 +17,7 @@ import pytest
 from tests.unit import logs
 from tests.unit.logs import LOG_DIR, crash, open_log, read_all
 from tidegate.log import Log, LogConfig, LogSegment
-from tidegate.log.log import CLEAN_SHUTDOWN_FILE, LOG_START_OFFSET_FILE, RECOVERY_POINT_FILE
+from tidegate.log.log import CLEAN_SHUTDOWN_FILE, RECOVERY_POINT_FILE
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 
@@ -161,9 +161,9 @@ def test_recovery_starts_at_the_recovery_point(tmp_path, monkeypatch):
     recovered = []
     original = LogSegment.recover
 
-    def spy(self):
+    def spy(self, epoch_cache=None):
         recovered.append(self.base_offset)
-        return original(self)
+        return original(self, epoch_cache)
 
     monkeypatch.setattr(LogSegment, "recover", spy)
     open_log(tmp_path, CFG).close()
@@ -189,7 +189,8 @@ def test_a_lost_recovery_point_checkpoint_means_full_recovery(tmp_path, monkeypa
     recovered = []
     original = LogSegment.recover
     monkeypatch.setattr(
-        LogSegment, "recover", lambda self: recovered.append(self.base_offset) or original(self)
+        LogSegment, "recover",
+        lambda self, cache=None: recovered.append(self.base_offset) or original(self, cache),
     )
     again = open_log(tmp_path, CFG)
     assert len(recovered) == len(again.segments) == 3
@@ -201,9 +202,8 @@ def test_a_lost_recovery_point_checkpoint_means_full_recovery(tmp_path, monkeypa
 def test_lost_tail_below_a_checkpointed_log_start_offset(tmp_path):
     log, _ranges = filled(tmp_path, batches=2)
     crash(log)
-    d = tmp_path / LOG_DIR
-    (d / LOG_START_OFFSET_FILE).write_text("0\n50\n")  # e.g. DeleteRecords up to the old end
-    again = open_log(tmp_path, CFG)
+    # e.g. DeleteRecords up to the old end, in the log directory's checkpoint
+    again = open_log(tmp_path, CFG, log_start_offset=50)
     assert (again.log_start_offset, again.log_end_offset) == (50, 50)
     assert again.append(batch(), 0).first_offset == 50
     again.close()

@@ -541,3 +541,23 @@ def test_a_parked_read_committed_fetch_waits_for_the_commit_not_the_data(h):
     assert h.clock.milliseconds() - started < 100  # woken by the marker, not the timeout
     p = r.responses[0].partitions[0]
     assert (p.last_stable_offset, len(batches_in(p.records))) == (2, 2)
+
+
+def test_describe_producers_shows_the_open_transaction_and_the_coordinator_epoch(h):
+    _, pid, epoch = init(h)
+    add(h, pid, epoch, [(TOPIC, 0), (TOPIC, 1)])
+    produce(h, pbatch(0, 2, pid=pid, transactional=True, ts=NOW), partition=1)
+    h.produce(TOPIC, 1, pbatch(0, 1, pid=777, ts=NOW))  # an idempotent producer beside it
+
+    def producers(partition):
+        body = {"topics": [{"name": TOPIC, "partition_indexes": [partition]}]}
+        r = call(h, ApiKey.DESCRIBE_PRODUCERS, 0, body)
+        return sorted((s.producer_id, s.coordinator_epoch, s.current_txn_start_offset)
+                      for s in r.topics[0].partitions[0].active_producers)
+
+    assert producers(1) == [(pid, -1, 0), (777, -1, -1)]
+    assert end_txn(h, pid, epoch, True) == E.none
+    settle(h)
+    coordinator_epoch = h.core.transaction_coordinator.txn_manager.coordinator_epoch
+    assert producers(1) == [(pid, coordinator_epoch, -1), (777, -1, -1)]
+    assert producers(0) == [(pid, coordinator_epoch, -1)]  # the marker alone

@@ -1,10 +1,13 @@
 """One partition's log: a directory of segments, Kafka's ``UnifiedLog``/``LocalLog``.
 
 Layout (Kafka's): ``<log.dirs>/<topic>-<partition>/`` holding
-``{base_offset:020d}.log``/``.index``/``.timeindex`` per segment, plus three small
-files of our own: ``recovery-point`` and ``log-start-offset`` (checkpoints,
-replaced atomically with tmp + fsync + rename) and ``clean-shutdown`` (written
-last by :meth:`Log.close`, removed by the next open).
+``{base_offset:020d}.log``/``.index``/``.timeindex`` per segment, Kafka's
+``leader-epoch-checkpoint`` (:mod:`.leader_epoch`), and two small files of our own:
+``recovery-point`` (a checkpoint, replaced atomically with tmp + fsync + rename) and
+``clean-shutdown`` (written last by :meth:`Log.close`, removed by the next open). The
+log start offset is kept as Kafka keeps it, in the log directory's
+``log-start-offset-checkpoint`` (written by the LogManager, read back into
+``Log(log_start_offset=...)``).
 
 Plain synchronous object: no asyncio, no threads, time passed in. The one
 concession to an asyncio caller is the split flush (:meth:`Log.begin_flush`,
@@ -20,11 +23,9 @@ the first torn or corrupt one.
 from __future__ import annotations
 
 import contextlib
-import itertools
 import os
 import re
 import shutil
-import threading
 from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ from pathlib import Path
 
 from tidegate.errors import OffsetOutOfRangeError
 
+from .checkpoint import TMP_MARK, CheckpointWrite, replace_file
 from .config import LogConfig
 from .control_records import (
     EndTransactionMarker,
@@ -39,6 +41,7 @@ from .control_records import (
     end_transaction_marker_of,
 )
 from .index import AbortedTxn
+from .leader_epoch import LeaderEpochFileCache
 from .producer_state import CompletedTxn, ProducerStateManager
 from .record_batch import (
     CONTROL_FLAG_MASK,
@@ -48,14 +51,13 @@ from .record_batch import (
     assign_offsets,
     validate_batches,
 )
-from .segment import LogSegment
+from .segment import LogSegment, TimestampAndOffset
 from .validator import needs_record_validation, validate_records
 
 __all__ = [
     "CLEAN_SHUTDOWN_FILE",
     "EARLIEST_TIMESTAMP",
     "LATEST_TIMESTAMP",
-    "LOG_START_OFFSET_FILE",
     "MAX_TIMESTAMP",
     "RECOVERY_POINT_FILE",
     "AppendInfo",
@@ -64,17 +66,16 @@ __all__ = [
     "LogClosedError",
     "LogOffsetOutOfRangeError",
     "OffsetOutOfRangeError",
+    "TimestampAndOffset",
     "parse_partition_dir",
     "partition_dir",
 ]
 
 RECOVERY_POINT_FILE = "recovery-point"
-LOG_START_OFFSET_FILE = "log-start-offset"
 CLEAN_SHUTDOWN_FILE = "clean-shutdown"
-_TMP_MARK = ".tmp-"
+_TMP_MARK = TMP_MARK
 _SEGMENT_RE = re.compile(r"^(\d{20})\.(log|index|timeindex|txnindex)$")
 _INT32_MAX = 2**31 - 1
-_tmp_counter = itertools.count()
 
 #: ListOffsets special timestamps understood by :meth:`Log.offset_for_timestamp`.
 LATEST_TIMESTAMP = -1
@@ -143,14 +144,7 @@ def _write_checkpoint(dir_fd: int, name: str, value: int) -> None:
     The directory itself is not fsynced: losing the rename leaves the previous,
     lower value, which is always safe (more recovery, never less).
     """
-    tmp = f"{name}{_TMP_MARK}{os.getpid()}-{threading.get_ident()}-{next(_tmp_counter)}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644, dir_fd=dir_fd)
-    try:
-        os.write(fd, f"0\n{value}\n".encode("ascii"))
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    replace_file(dir_fd, name, f"0\n{value}\n".encode("ascii"), sync_dir=False)
 
 
 # -- public records --------------------------------------------------------------
@@ -295,12 +289,19 @@ class Log:
         now_ms: int,
         *,
         leader_epoch: int = 0,
+        log_start_offset: int | None = None,
     ) -> None:
         self.directory = Path(directory)
         self.config = config
-        #: Stamped into every appended batch's partitionLeaderEpoch (as Kafka's leader does).
-        #: Keep it equal to the leader epoch the broker reports in Metadata.
+        #: The partition's leader epoch: stamped into every appended batch's
+        #: partitionLeaderEpoch (as Kafka's leader does) and reported by Metadata,
+        #: ListOffsets, Fetch and OffsetForLeaderEpoch. Stable: the latest epoch of the
+        #: leader-epoch-checkpoint when there is one, else ``leader_epoch``.
         self.leader_epoch = leader_epoch
+        #: epoch -> start offset (leader-epoch-checkpoint), set up by the load
+        self.leader_epoch_cache: LeaderEpochFileCache
+        #: the log start offset from the log directory's checkpoint (None: not in it)
+        self._checkpointed_log_start_offset = log_start_offset
         self._segments: list[LogSegment] = []
         self._bases: list[int] = []
         self._log_start_offset = 0
@@ -356,8 +357,9 @@ class Log:
         for name in strays:
             os.unlink(d / name)
         rp_ckpt = _read_checkpoint(dir_fd, RECOVERY_POINT_FILE)
-        lso_ckpt = _read_checkpoint(dir_fd, LOG_START_OFFSET_FILE)
+        lso_ckpt = self._checkpointed_log_start_offset
         rp = rp_ckpt if rp_ckpt is not None else 0
+        cache = self.leader_epoch_cache = LeaderEpochFileCache(dir_fd)
         interval = self.config.index_interval_bytes
 
         segs: list[LogSegment] = []
@@ -382,7 +384,7 @@ class Log:
             # recovery point and everything after it.
             unflushed = next_base is None or next_base > rp
             if (not clean and unflushed) or not seg.load(next_base):
-                truncated = seg.recover()
+                truncated = seg.recover(cache)
                 if seg.recovered_control_batches and rebuild_txn_index_from is None:
                     rebuild_txn_index_from = seg.base_offset
                 self.recovered_truncated_bytes += truncated
@@ -414,6 +416,15 @@ class Log:
         leo = self.log_end_offset
         self._recovery_point = leo if clean else min(max(rp, 0), leo)
         self._recovery_point = max(self._recovery_point, self._log_start_offset)
+        # Kafka's LogLoader: the epochs must lie within [log start, log end], and the
+        # leader (this node, at every open) assigns its epoch from the log end offset on.
+        cache.truncate_from_end(leo)
+        cache.truncate_from_start(self._log_start_offset)
+        cache.flush()
+        latest = cache.latest_epoch
+        if latest is not None:
+            self.leader_epoch = latest
+        cache.assign(self.leader_epoch, leo)
 
         if clean:
             os.unlink(d / CLEAN_SHUTDOWN_FILE)
@@ -429,15 +440,18 @@ class Log:
 
     def _load_producer_state(self, rebuild_txn_index_from: int | None = None) -> None:
         """Kafka's rebuild: the newest snapshot at or below the log end offset, then the
-        batches after it (after a clean shutdown the snapshot is at the end and nothing is
-        read). With ``rebuild_txn_index_from`` (recovered segments from there on, their
+        batches after it, from the log start offset on (batches DeleteRecords put below the
+        start are not replayed; after a clean shutdown the snapshot is at the end and nothing
+        is read). With ``rebuild_txn_index_from`` (recovered segments from there on, their
         transaction indexes emptied) the replay starts at a snapshot at or below it and
         re-indexes the transactions aborted from there on."""
         ps = self.producer_state
         leo = self.log_end_offset
         start = ps.load(leo, rebuild_txn_index_from)
         segs = self._segments
-        scan_from = segs[0].base_offset if start is None else max(start, segs[0].base_offset)
+        scan_from = max(segs[0].base_offset, self._log_start_offset)
+        if start is not None:
+            scan_from = max(start, scan_from)
         replayed = 0
         if scan_from < leo:
             i = max(0, bisect_right(self._bases, scan_from) - 1)
@@ -623,6 +637,11 @@ class Log:
             positions=v.positions,
         )
         segment.append(records, last)
+        cache = self.leader_epoch_cache
+        if cache.latest_epoch != self.leader_epoch:
+            # Kafka's maybeAssignEpochStartOffset: the first batch of an epoch (after the
+            # cache was emptied by a full truncation) records where the epoch starts.
+            cache.assign(self.leader_epoch, first)
         if prepared is not None:
             ps = self.producer_state
             for completed in ps.commit(prepared):
@@ -785,30 +804,33 @@ class Log:
 
     # -- timestamps ------------------------------------------------------------------
 
-    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
-        """ListOffsets: ``(offset, timestamp)`` for a target timestamp, or None.
+    def offset_for_timestamp(self, timestamp: int) -> TimestampAndOffset | None:
+        """ListOffsets (Kafka's ``fetchOffsetByTimestamp``): ``(timestamp, offset,
+        leader_epoch)`` for a target timestamp, or None (Kafka's "no offset").
 
-        For ``timestamp >= 0``: the base offset of the first batch (at or after the
-        log start offset) whose maxTimestamp >= ``timestamp``, with that maxTimestamp.
-        Kafka answers with the first *record* whose timestamp >= target, which
-        needs the records decompressed; the broker only reads batch headers, so this
-        is exact for one-record batches and otherwise an offset at most one batch
-        early, from which a consumer that seeks there reaches the same records.
-        None when no batch is that recent (Kafka's "no offset").
-
-        The special values are accepted too: -1 (latest) → (log end offset, -1),
-        -2 (earliest) → (log start offset, -1), -3 → :meth:`max_timestamp_offset`.
+        For ``timestamp >= 0``: the first record at or after the log start offset whose
+        timestamp is >= ``timestamp``, exact to the record inside its batch (the batch is
+        read and its records decoded), with that record's timestamp and its batch's
+        partition leader epoch. The special values: -1 (latest) → the log end offset and
+        the latest epoch, -2 (earliest) → the log start offset and the first epoch if it
+        starts there, -3 → :meth:`max_timestamp_offset`.
         """
         self._check_open()
+        cache = self.leader_epoch_cache
         if timestamp == LATEST_TIMESTAMP:
-            return self.log_end_offset, NO_TIMESTAMP
+            return TimestampAndOffset(NO_TIMESTAMP, self.log_end_offset, cache.latest_epoch)
         if timestamp == EARLIEST_TIMESTAMP:
-            return self._log_start_offset, NO_TIMESTAMP
+            first = cache.earliest_entry()
+            epoch = first.epoch if first is not None and first.start_offset <= self._log_start_offset else None
+            return TimestampAndOffset(NO_TIMESTAMP, self._log_start_offset, epoch)
         if timestamp == MAX_TIMESTAMP:
             return self.max_timestamp_offset()
         if timestamp < 0:
             raise ValueError(f"unsupported ListOffsets timestamp {timestamp}")
         lso = self._log_start_offset
+        # Kafka searches only the first segment whose largest timestamp reaches the
+        # target; the later ones are searched too when records in it that qualify lie
+        # below the log start offset, so the answer is never a deleted record.
         for seg in self._segments:
             if seg.max_timestamp >= timestamp and seg.next_offset > lso:
                 found = seg.find_offset_by_timestamp(timestamp, lso)
@@ -816,13 +838,11 @@ class Log:
                     return found
         return None
 
-    def max_timestamp_offset(self) -> tuple[int, int] | None:
-        """ListOffsets MAX_TIMESTAMP (-3): (offset, timestamp) of the batch with the largest
-        timestamp (the first such batch), None if no batch carries a timestamp.
-
-        The offset is that batch's base offset (Kafka returns the record's offset;
-        see :meth:`offset_for_timestamp` for the same approximation).
-        """
+    def max_timestamp_offset(self) -> TimestampAndOffset | None:
+        """ListOffsets MAX_TIMESTAMP (-3): the first record carrying the largest timestamp
+        of the log (Kafka's answer since KAFKA-16310: the segment with the largest
+        timestamp, its first batch with that max timestamp, the first record in it with
+        that timestamp), with its batch's leader epoch; None if no batch has one."""
         self._check_open()
         best: LogSegment | None = None
         for seg in self._segments:
@@ -830,11 +850,7 @@ class Log:
                 best = seg
         if best is None:
             return None
-        found = best.find_batch(best.offset_of_max_timestamp)
-        if found is None:
-            return None
-        _pos, h = found
-        return max(h.base_offset, self._log_start_offset), h.max_timestamp
+        return best.offset_of_max_timestamp_record()
 
     # -- flushing ----------------------------------------------------------------
 
@@ -1009,19 +1025,29 @@ class Log:
         return n
 
     def _set_log_start_offset(self, offset: int) -> None:
-        if offset == self._log_start_offset:
+        """Kafka's ``updateLogStartOffset`` plus the epoch cache's trim. The log directory's
+        ``log-start-offset-checkpoint`` is the LogManager's to write; the segments below
+        the new start are deleted by the caller (or the next retention pass)."""
+        if offset <= self._log_start_offset:
             return
         self._log_start_offset = offset
-        _write_checkpoint(self._dir_fd, LOG_START_OFFSET_FILE, offset)
         self._recovery_point = max(self._recovery_point, offset)
+        self.leader_epoch_cache.truncate_from_start(offset)
 
     def increment_log_start_offset(self, offset: int) -> int:
-        """DeleteRecords: move the log start offset up to ``offset`` (at most the high
-        watermark) and delete the segments now wholly below it. Returns the new start."""
+        """DeleteRecords (Kafka's ``maybeIncrementLogStartOffset``): move the log start
+        offset up to ``offset`` (at most the high watermark; a lower offset changes
+        nothing), trim the leader-epoch cache, and delete the segments now wholly below
+        it. Returns the log start offset. The caller makes it durable
+        (:meth:`LogManager.checkpoint_log_start_offsets`)."""
         self._check_open()
         if offset > self.high_watermark or offset < 0:
             raise LogOffsetOutOfRangeError(
-                f"cannot move the log start offset to {offset}: outside [0, {self.high_watermark}]",
+                f"Cannot increment the log start offset to {offset} of partition "
+                f"{self.directory.name} since it is larger than the high watermark "
+                f"{self.high_watermark}"
+                if offset >= 0
+                else f"The offset {offset} for partition {self.directory.name} is not valid",
                 self._log_start_offset,
                 self.log_end_offset,
             )
@@ -1031,6 +1057,12 @@ class Log:
                 lambda seg, nxt: nxt is not None and nxt.base_offset <= self._log_start_offset, 0
             )
         return self._log_start_offset
+
+    def checkpoint_leader_epochs(self) -> CheckpointWrite | None:
+        """The pending write of a trimmed leader-epoch-checkpoint (run it on any thread)."""
+        if self._closed:
+            return None
+        return self.leader_epoch_cache.checkpoint()
 
     # -- producer state ----------------------------------------------------------
 
@@ -1067,9 +1099,8 @@ class Log:
         if self._recovery_point > leo:
             self._recovery_point = leo
             _write_checkpoint(self._dir_fd, RECOVERY_POINT_FILE, leo)
-        if self._log_start_offset > leo:
-            self._log_start_offset = leo
-            _write_checkpoint(self._dir_fd, LOG_START_OFFSET_FILE, leo)
+        self._log_start_offset = min(self._log_start_offset, leo)
+        self.leader_epoch_cache.truncate_from_end(leo)
         # As Kafka: drop the snapshots past the new end and rebuild the producer state
         # from the newest one left plus the remaining batch headers.
         self.producer_state.delete_snapshots_after(leo)
@@ -1087,8 +1118,8 @@ class Log:
         self._dir_dirty = True
         self._log_start_offset = offset
         self._recovery_point = offset
-        _write_checkpoint(self._dir_fd, LOG_START_OFFSET_FILE, offset)
         _write_checkpoint(self._dir_fd, RECOVERY_POINT_FILE, offset)
+        self.leader_epoch_cache.clear()
         self.producer_state.truncate_fully()
         self._pending_snapshot_sync = []
 
@@ -1101,7 +1132,7 @@ class Log:
         self.flush()
         dir_fd = self._dir_fd
         _write_checkpoint(dir_fd, RECOVERY_POINT_FILE, self._recovery_point)
-        _write_checkpoint(dir_fd, LOG_START_OFFSET_FILE, self._log_start_offset)
+        self.leader_epoch_cache.flush()
         # The producer state at the end of the log, so the next open reads no batches.
         self.producer_state.take_snapshot(self.log_end_offset, sync=True)
         fd = os.open(

@@ -17,6 +17,7 @@ import mmap
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, NamedTuple
 
 from .index import CorruptIndexError, OffsetIndex, TimeIndex, TransactionIndex
 from .record_batch import (
@@ -32,6 +33,10 @@ from .record_batch import (
     check_batch_contents,
     check_framing,
 )
+from .records import decode_batch_records, iter_decoded_batches
+
+if TYPE_CHECKING:
+    from .leader_epoch import LeaderEpochFileCache
 
 __all__ = [
     "INDEX_FILE_SUFFIX",
@@ -39,6 +44,7 @@ __all__ = [
     "TIME_INDEX_FILE_SUFFIX",
     "TXN_INDEX_FILE_SUFFIX",
     "LogSegment",
+    "TimestampAndOffset",
     "log_file_path",
     "offset_index_file_path",
     "time_index_file_path",
@@ -76,6 +82,16 @@ def time_index_file_path(directory: Path, base_offset: int) -> Path:
 
 def txn_index_file_path(directory: Path, base_offset: int) -> Path:
     return Path(directory) / _file_name(base_offset, TXN_INDEX_FILE_SUFFIX)
+
+
+class TimestampAndOffset(NamedTuple):
+    """A ListOffsets answer (Kafka's ``TimestampAndOffset``): the record's timestamp (-1
+    for the earliest/latest offsets), its offset, and its batch's partition leader epoch
+    (None when unknown)."""
+
+    timestamp: int
+    offset: int
+    leader_epoch: int | None
 
 
 def _pwrite_all(fd: int, data, position: int) -> None:
@@ -433,15 +449,16 @@ class LogSegment:
         return None
 
     def iter_batches_from(self, start_offset: int) -> Iterator[tuple[int, BatchHeader]]:
-        """(position, header) of the batches whose base offset is >= ``start_offset``, in
-        order (framing checked only): what rebuilding the producer state replays."""
+        """(position, header) of the batches that end at or after ``start_offset`` (the one
+        holding it first), in order (framing checked only): what rebuilding the producer
+        state replays."""
         if start_offset >= self._next_offset:
             return
         start = self.offset_index.lookup(start_offset)
         if start >= self._size:
             start = 0
         for pos, h in self._iter_headers(start, self._size):
-            if h[0] >= start_offset:
+            if h[0] + h[6] >= start_offset:
                 yield pos, _make_header(h)
 
     def read_batch(self, position: int, size: int) -> bytes:
@@ -506,34 +523,65 @@ class LogSegment:
             p += s
         return data if p == n else data[:p]
 
+    def _read_records(self, pos: int, h: tuple) -> list:
+        """The records of the batch at ``pos`` (header ``h``), decompressed and decoded."""
+        size = h[1] + LOG_OVERHEAD
+        data = os.pread(self._fd, size, pos)
+        if len(data) < size:
+            raise CorruptRecordError(f"{self.log_path}: short read at {pos}", pos)
+        return [r for info in iter_decoded_batches(data) for r in decode_batch_records(info)]
+
     def find_offset_by_timestamp(
         self, timestamp: int, starting_offset: int = 0
-    ) -> tuple[int, int] | None:
-        """(offset, maxTimestamp) of the first batch with maxTimestamp >= ``timestamp``.
-
-        Only batches ending at or after ``starting_offset`` are considered, and the
-        offset returned is at least ``starting_offset``. See ``Log.offset_for_timestamp``
-        for why it is a batch's base offset rather than a record's offset.
-        """
+    ) -> TimestampAndOffset | None:
+        """The first record at or after ``starting_offset`` whose timestamp is >=
+        ``timestamp`` (Kafka's ``LogSegment.findOffsetByTimestamp``): the time index
+        gives where to start, batches whose max timestamp reaches the target are read
+        and their records' own timestamps compared (a LogAppendTime batch's records all
+        carry its max timestamp)."""
         if self._max_ts < timestamp:
             return None
         _ts, ts_offset = self.time_index.lookup(timestamp)
         start = self.offset_index.lookup(max(ts_offset, starting_offset))
-        for _pos, h in self._iter_headers(start, self._size):
-            if h[8] >= timestamp and h[0] + h[6] >= starting_offset:
-                return max(h[0], starting_offset), h[8]
+        for pos, h in self._iter_headers(start, self._size):
+            if h[8] < timestamp or h[0] + h[6] < starting_offset:
+                continue
+            for r in self._read_records(pos, h):
+                if r.timestamp >= timestamp and r.offset >= starting_offset:
+                    return TimestampAndOffset(r.timestamp, r.offset, h[2] if h[2] >= 0 else None)
+        return None
+
+    def offset_of_max_timestamp_record(self) -> TimestampAndOffset | None:
+        """The first record with this segment's largest timestamp (Kafka's
+        ``batch.offsetOfMaxTimestamp`` on the first batch carrying it), None if the
+        segment has no timestamps."""
+        if self._max_ts < 0:
+            return None
+        found = self._translate(self._offset_of_max_ts, self._size)
+        if found is None:
+            return None
+        start = found[0]
+        for pos, h in self._iter_headers(start, self._size):
+            if h[8] != self._max_ts:
+                continue
+            for r in self._read_records(pos, h):
+                if r.timestamp == h[8]:
+                    return TimestampAndOffset(h[8], r.offset, h[2] if h[2] >= 0 else None)
+            return None
         return None
 
     # -- recovery and truncation ----------------------------------------------
 
-    def recover(self) -> int:
+    def recover(self, epoch_cache: LeaderEpochFileCache | None = None) -> int:
         """Rebuild the indexes from a full scan of the log, CRCs included.
 
         The file is cut at the first batch that is torn, fails its CRC, has impossible
         lengths or counts, or whose offsets go backwards or do not fit the segment.
-        Both index files are rewritten and everything is fsynced. The transaction index
-        is emptied: rebuilding it needs the producer state, which the log replays
-        (``Log._load_producer_state``). Returns the number of bytes truncated.
+        Both index files are rewritten and everything is fsynced. As Kafka's
+        ``LogSegment.recover``, an epoch newer than ``epoch_cache`` knows is assigned
+        the offset of its first batch. The transaction index is emptied: rebuilding it
+        needs the producer state, which the log replays (``Log._load_producer_state``).
+        Returns the number of bytes truncated.
         """
         fd = self._fd
         size = os.fstat(fd).st_size
@@ -564,6 +612,10 @@ class LogSegment:
                         rolling_ts = h[8]
                     if h[5] & CONTROL_FLAG_MASK:
                         control = True
+                    if epoch_cache is not None and h[2] >= 0:
+                        latest = epoch_cache.latest_epoch
+                        if latest is None or latest < h[2]:
+                            epoch_cache.assign(h[2], h[0])
                     if h[8] > max_ts:
                         max_ts, off_of_max = h[8], last
                     if since > interval:

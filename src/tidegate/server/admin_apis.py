@@ -1,17 +1,25 @@
-"""Admin requests: topics, partitions, configs, the cluster, client quotas.
+"""Admin requests: topics, partitions, records, log dirs, configs, the cluster, the
+quorum, client quotas.
 
-CreateTopics, DeleteTopics, CreatePartitions, DescribeConfigs, AlterConfigs,
-IncrementalAlterConfigs, DescribeCluster, DescribeClientQuotas and AlterClientQuotas, for
-:class:`~tidegate.server.kafka_apis.KafkaApis` (which registers them): on a one-node
-KRaft cluster this node is the controller, so the controller's validation and Kafka's
-error codes and messages are reproduced here. Handlers take the request and the time and
-return the response as nested dicts with Kafka's field names.
+CreateTopics, DeleteTopics, CreatePartitions, DeleteRecords, DescribeConfigs,
+AlterConfigs, IncrementalAlterConfigs, DescribeLogDirs, AlterReplicaLogDirs,
+DescribeTopicPartitions, DescribeProducers, ElectLeaders, AlterPartitionReassignments,
+ListPartitionReassignments, DescribeCluster, DescribeQuorum, AddRaftVoter,
+RemoveRaftVoter, UnregisterBroker, ListClientMetricsResources, DescribeClientQuotas and
+AlterClientQuotas, for :class:`~tidegate.server.kafka_apis.KafkaApis` (which registers
+them): on a one-node KRaft cluster this node is the only broker, the controller and the
+one voter of the metadata quorum, so the controller's validation and Kafka's error codes
+and messages are reproduced here as a single-broker Kafka cluster answers. Handlers take
+the request and the time and return the response as nested dicts with Kafka's field
+names (or PARKED, answered later through :attr:`AdminApis.respond`).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import uuid
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
@@ -25,7 +33,7 @@ from tidegate.config import (
 )
 from tidegate.config.alter import AlterConfigError, AlterOp, apply_config_ops
 from tidegate.config.broker import BROKER_CONFIG
-from tidegate.network.request_channel import Request
+from tidegate.network.request_channel import PARKED, Request
 from tidegate.server.endpoints import Endpoints
 from tidegate.server.metadata import (
     BrokerConfigStore,
@@ -36,7 +44,7 @@ from tidegate.server.metadata import (
     validate_topic_name,
 )
 from tidegate.server.quota.quota_factory import QuotaConfigError, QuotaManagers
-from tidegate.server.replica_manager import ReplicaManager
+from tidegate.server.replica_manager import DeleteRecordsResult, ReplicaManager
 
 if TYPE_CHECKING:
     from tidegate.metrics.prometheus import BrokerMetrics
@@ -51,6 +59,23 @@ RESOURCE_BROKER_LOGGER = 8
 RESOURCE_CLIENT_METRICS = 16
 RESOURCE_GROUP = 32
 ZERO_UUID = uuid.UUID(int=0)
+#: What a topic allows when no authorizer is configured: every operation Kafka defines
+#: for topics (READ 3, WRITE 4, CREATE 5, DELETE 6, ALTER 7, DESCRIBE 8,
+#: DESCRIBE_CONFIGS 10, ALTER_CONFIGS 11) as AuthHelper.authorizedOperations' bit field.
+TOPIC_AUTHORIZED_OPERATIONS = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))
+#: Kafka's max.request.partition.size.limit default: DescribeTopicPartitions' largest page.
+MAX_REQUEST_PARTITION_SIZE_LIMIT = 2000
+#: The KRaft metadata log (DescribeQuorum's only partition) and this voter's leader epoch:
+#: the one election a single voter wins. tidegate's metadata is a JSON document, not a
+#: replicated log, so the quorum reports an empty log (end offset and high watermark 0).
+CLUSTER_METADATA_TOPIC = "__cluster_metadata"
+QUORUM_LEADER_EPOCH = 1
+QUORUM_HIGH_WATERMARK = 0
+ELECTION_PREFERRED = 0
+ELECTION_UNCLEAN = 1
+#: Kafka's default messages (Errors.message()) for the errors answered with them.
+UNKNOWN_TOPIC_OR_PARTITION_MESSAGE = "This server does not host this topic-partition."
+ELECTION_NOT_NEEDED_MESSAGE = "Leader election not needed for topic partition."
 
 
 class _Resource:
@@ -107,6 +132,8 @@ class AdminApis:
         self.broker_configs = broker_configs
         #: the broker's metrics when they are on (deleted topics leave them)
         self.metrics: BrokerMetrics | None = None
+        #: answers a parked request (KafkaApis sets it to its send_response)
+        self.respond: Callable[[Request, dict | None], None] = _unset_respond
 
     def _topic_by_id(self, topic_id: uuid.UUID | None) -> TopicInfo | None:
         return None if topic_id is None else self.store.get_by_id(topic_id)
@@ -592,7 +619,439 @@ class AdminApis:
         return {"throttle_time": 0, "entries": results}
 
 
+
+    # -- DeleteRecords ------------------------------------------------------------------------
+    def handle_delete_records(self, request: Request, now_ms: int) -> Any:
+        """Kafka's DeleteRecords: answered once the new log start offsets are durable
+        (the checkpoint runs on a worker thread); see ReplicaManager.delete_records."""
+        offsets: dict[tuple[str, int], int] = {}
+        for t in request.body.topics:
+            for p in t.partitions:
+                offsets[(t.name, p.partition_index)] = p.offset  # named twice: the last wins
+
+        def respond(results: dict[tuple[str, int], DeleteRecordsResult]) -> None:
+            topics: dict[str, list[dict]] = {}
+            for (topic, partition), r in results.items():
+                if r.error is not ErrorCode.none:
+                    log.debug("DeleteRecords on %s-%d: %s %s", topic, partition, r.error.name,
+                              r.error_message or "")
+                topics.setdefault(topic, []).append(
+                    {"partition_index": partition, "low_watermark": r.low_watermark, "error_code": r.error}
+                )
+            self.respond(
+                request,
+                {
+                    "throttle_time": 0,
+                    "topics": [{"name": name, "partitions": parts} for name, parts in topics.items()],
+                },
+            )
+
+        self.replicas.delete_records(offsets, respond)
+        return PARKED
+
+    # -- DescribeLogDirs / AlterReplicaLogDirs ---------------------------------------------------
+    @property
+    def log_dir(self) -> str:
+        """The one log directory, as Kafka names it (``File.getAbsolutePath``)."""
+        return os.path.abspath(self.logs.root)
+
+    def handle_describe_log_dirs(self, request: Request, now_ms: int) -> dict:
+        """One log directory: each (asked) partition's size, offset lag 0 (the log end
+        offset is the high watermark), the file system's total and usable bytes."""
+        req = request.body
+        wanted = (
+            None if req.topics is None else {(t.topic, p) for t in req.topics for p in t.partitions}
+        )
+        topics: dict[str, list[dict]] = {}
+        for (topic, partition), plog in sorted(self.logs.logs.items()):
+            if wanted is not None and (topic, partition) not in wanted:
+                continue
+            topics.setdefault(topic, []).append(
+                {
+                    "partition_index": partition,
+                    "partition_size": plog.size_bytes,
+                    "offset_lag": 0,  # max(HW - LEO, 0): this node is the leader
+                    "is_future_key": False,
+                }
+            )
+        result: dict[str, Any] = {"error_code": ErrorCode.none, "log_dir": self.log_dir}
+        try:
+            st = os.statvfs(self.logs.root)
+        except OSError as exc:
+            log.warning("unable to describe log dir %s: %s", self.log_dir, exc)
+            result["error_code"] = ErrorCode.kafka_storage_error
+            result["topics"] = []
+        else:
+            result["topics"] = [{"name": name, "partitions": parts} for name, parts in topics.items()]
+            result["total_bytes"] = st.f_blocks * st.f_frsize
+            result["usable_bytes"] = st.f_bavail * st.f_frsize
+        return {"throttle_time": 0, "error_code": ErrorCode.none, "results": [result]}
+
+    def handle_alter_replica_log_dirs(self, request: Request, now_ms: int) -> dict:
+        """Kafka's ``ReplicaManager.alterReplicaLogDirs`` with one log directory: moving a
+        replica to where it already is succeeds and does nothing; any other path is
+        LOG_DIR_NOT_FOUND."""
+        results: dict[str, list[dict]] = {}
+        for d in request.body.dirs:
+            for t in d.topics:
+                for p in t.partitions:
+                    results.setdefault(t.name, []).append(
+                        {"partition_index": p, "error_code": self._alter_replica_log_dir(t.name, p, d.path)}
+                    )
+        return {
+            "throttle_time": 0,
+            "results": [{"topic_name": name, "partitions": parts} for name, parts in results.items()],
+        }
+
+    def _alter_replica_log_dir(self, topic: str, partition: int, path: str) -> ErrorCode:
+        # The future replica's directory name: <topic>-<partition>.<32 hex>-future (KAFKA-4893)
+        if len(f"{topic}-{partition}") + 1 + 32 + len("-future") > 255:
+            return ErrorCode.invalid_topic_exception
+        if path != self.log_dir:
+            log.info("AlterReplicaLogDirs for %s-%d: log dir %s is not found in the config",
+                     topic, partition, path)
+            return ErrorCode.log_dir_not_found
+        if self.replicas.get_log(topic, partition) is None:
+            return ErrorCode.unknown_topic_or_partition
+        return ErrorCode.none  # already there
+
+    # -- DescribeTopicPartitions (KIP-966) -------------------------------------------------------
+    def handle_describe_topic_partitions(self, request: Request, now_ms: int) -> dict:
+        """Kafka's DescribeTopicPartitionsRequestHandler: topics in name order from the
+        cursor on, at most ``response_partition_limit`` partitions (capped at 2000); when
+        the budget runs out ``next_cursor`` names where to continue."""
+        req = request.body
+        cursor = req.cursor
+        cursor_topic = cursor.topic_name if cursor is not None else ""
+        fetch_all = not req.topics
+        if fetch_all:
+            names = {n for n in self.store.topics if n >= cursor_topic}
+        else:
+            names = {t.name for t in req.topics if t.name >= cursor_topic}
+            if cursor is not None and cursor.topic_name not in names:
+                return self._describe_topic_partitions_error(
+                    req, "DescribeTopicPartitionsRequest topic list should contain the cursor "
+                    f"topic: {cursor.topic_name}"
+                )
+        if cursor is not None and cursor.partition_index < 0:
+            return self._describe_topic_partitions_error(
+                req, f"DescribeTopicPartitionsRequest cursor partition must be valid: {cursor}"
+            )
+        remaining = max(min(MAX_REQUEST_PARTITION_SIZE_LIMIT, req.response_partition_limit), 1)
+        topics: list[dict] = []
+        next_cursor = None
+        for name in sorted(names):
+            if remaining == 0:
+                # the previous topic is complete: continue from this one
+                next_cursor = {"topic_name": name, "partition_index": 0}
+                break
+            info = self.store.get(name)
+            if info is None:
+                if not fetch_all:
+                    try:
+                        validate_topic_name(name)
+                        error = ErrorCode.unknown_topic_or_partition
+                    except InvalidTopicError:
+                        error = ErrorCode.invalid_topic_exception
+                    topics.append(
+                        {
+                            "error_code": error,
+                            "name": name,
+                            "topic_id": ZERO_UUID,
+                            "is_internal": is_internal_topic(name),
+                            "partitions": [],
+                            "topic_authorized_operations": TOPIC_AUTHORIZED_OPERATIONS,
+                        }
+                    )
+                continue
+            start = cursor.partition_index if cursor is not None and name == cursor_topic else 0
+            upper = min(info.partitions, start + remaining)
+            partitions = self.replicas.partition_states(info)[start:upper]
+            topics.append(
+                {
+                    "error_code": ErrorCode.none,
+                    "name": name,
+                    "topic_id": info.topic_id,
+                    "is_internal": is_internal_topic(name),
+                    "partitions": partitions,
+                    "topic_authorized_operations": TOPIC_AUTHORIZED_OPERATIONS,
+                }
+            )
+            if upper < info.partitions:
+                next_cursor = {"topic_name": name, "partition_index": upper}
+                break
+            remaining -= len(partitions)
+        return {"throttle_time": 0, "topics": topics, "next_cursor": next_cursor}
+
+    @staticmethod
+    def _describe_topic_partitions_error(req: Any, message: str) -> dict:
+        """Kafka's answer to an InvalidRequestException: every asked topic with
+        INVALID_REQUEST (the message goes to the log: the response has no field for it)."""
+        log.info("invalid DescribeTopicPartitions request: %s", message)
+        return {
+            "throttle_time": 0,
+            "topics": [
+                {
+                    "error_code": ErrorCode.invalid_request,
+                    "name": t.name,
+                    "topic_id": ZERO_UUID,
+                    "is_internal": False,
+                    "partitions": [],
+                }
+                for t in req.topics
+            ],
+            "next_cursor": None,
+        }
+
+    # -- DescribeProducers ----------------------------------------------------------------------
+    def handle_describe_producers(self, request: Request, now_ms: int) -> dict:
+        """The idempotent producers each partition tracks (Kafka's
+        ``UnifiedLog.activeProducers``): no transactions yet, so no coordinator epoch and
+        no open transaction."""
+        topics = []
+        for t in request.body.topics:
+            topic_error: tuple[ErrorCode, str] | None = None
+            try:
+                validate_topic_name(t.name)
+            except InvalidTopicError as exc:
+                topic_error = (ErrorCode.invalid_topic_exception, str(exc))
+            if topic_error is None and self.store.get(t.name) is None:
+                topic_error = (ErrorCode.unknown_topic_or_partition, UNKNOWN_TOPIC_OR_PARTITION_MESSAGE)
+            parts = []
+            for index in t.partition_indexes:
+                part: dict[str, Any] = {"partition_index": index, "error_code": ErrorCode.none,
+                                        "error_message": None, "active_producers": []}
+                parts.append(part)
+                plog = self.replicas.get_log(t.name, index) if topic_error is None else None
+                if topic_error is not None:
+                    part["error_code"], part["error_message"] = topic_error
+                elif plog is None:
+                    part["error_code"] = ErrorCode.unknown_topic_or_partition
+                else:
+                    part["active_producers"] = [
+                        {
+                            "producer_id": e.producer_id,
+                            "producer_epoch": e.producer_epoch,
+                            "last_sequence": e.last_seq,
+                            "last_timestamp": e.last_timestamp,
+                            "coordinator_epoch": e.coordinator_epoch,
+                            "current_txn_start_offset": e.current_txn_first_offset,
+                        }
+                        for _pid, e in sorted(plog.producer_state.producers.items())
+                    ]
+            topics.append({"name": t.name, "partitions": parts})
+        return {"throttle_time": 0, "topics": topics}
+
+    # -- ElectLeaders, partition reassignments ---------------------------------------------------
+    def handle_elect_leaders(self, request: Request, now_ms: int) -> dict:
+        """Kafka's controller (``ReplicationControlManager.electLeaders``) on one broker:
+        every partition already has its preferred leader, this node, so each asked
+        partition is ELECTION_NOT_NEEDED; asked for all partitions (null), every topic is
+        listed with none (Kafka leaves out the partitions that need no election)."""
+        req = request.body
+        election_type = getattr(req, "election_type", ELECTION_PREFERRED)
+        if election_type not in (ELECTION_PREFERRED, ELECTION_UNCLEAN):
+            message = f"Unknown election type {election_type}"
+            return {
+                "throttle_time": 0,
+                "error_code": ErrorCode.invalid_request,
+                "replica_election_results": [
+                    {
+                        "topic": t.topic,
+                        "partition_result": [
+                            {"partition_id": p, "error_code": ErrorCode.invalid_request,
+                             "error_message": message}
+                            for p in t.partitions
+                        ],
+                    }
+                    for t in req.topic_partitions or ()
+                ],
+            }
+        results: list[dict[str, Any]] = []
+        if req.topic_partitions is None:
+            results = [{"topic": name, "partition_result": []} for name in sorted(self.store.topics)]
+        else:
+            for t in req.topic_partitions:
+                info = self.store.get(t.topic)
+                parts = []
+                for p in t.partitions:
+                    if info is None:
+                        code, message = ErrorCode.unknown_topic_or_partition, f"No such topic as {t.topic}"
+                    elif not 0 <= p < info.partitions:
+                        code = ErrorCode.unknown_topic_or_partition
+                        message = f"No such partition as {t.topic}-{p}"
+                    else:
+                        # preferred: this node already leads; unclean: there is a leader
+                        code, message = ErrorCode.election_not_needed, ELECTION_NOT_NEEDED_MESSAGE
+                    parts.append({"partition_id": p, "error_code": code, "error_message": message})
+                results.append({"topic": t.topic, "partition_result": parts})
+        return {"throttle_time": 0, "error_code": ErrorCode.none, "replica_election_results": results}
+
+    def handle_alter_partition_reassignments(self, request: Request, now_ms: int) -> dict:
+        """Kafka's controller (``alterPartitionReassignment``): the only possible target is
+        this node, where every replica already is (no change, NONE); other brokers are not
+        registered; nothing is ever in progress to cancel."""
+        responses = []
+        for t in request.body.topics:
+            info = self.store.get(t.name)
+            parts = []
+            for p in t.partitions:
+                code, message = self._reassign(t.name, info, p.partition_index, p.replicas)
+                if code is not ErrorCode.none:
+                    log.info("Unable to alter partition reassignment for %s:%d: %s", t.name,
+                             p.partition_index, message)
+                parts.append({"partition_index": p.partition_index, "error_code": code,
+                              "error_message": message})
+            responses.append({"name": t.name, "partitions": parts})
+        return {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None,
+                "responses": responses}
+
+    def _reassign(
+        self, topic: str, info: TopicInfo | None, partition: int, replicas: Any
+    ) -> tuple[ErrorCode, str | None]:
+        if info is None:
+            return ErrorCode.unknown_topic_or_partition, f"Unable to find a topic named {topic}."
+        if not 0 <= partition < info.partitions:
+            return ErrorCode.unknown_topic_or_partition, f"Unable to find partition {topic}:{partition}."
+        if replicas is None:
+            # cancel: Kafka's NoReassignmentInProgressException carries the default message,
+            # which ApiError.fromThrowable leaves out
+            return ErrorCode.no_reassignment_in_progress, None
+        invalid = ErrorCode.invalid_replica_assignment
+        if not replicas:
+            return invalid, "The manual partition assignment includes an empty replica list."
+        previous = None
+        for broker in sorted(replicas):
+            if broker != self.node_id:
+                return invalid, (
+                    f"The manual partition assignment includes broker {broker}, but no such "
+                    "broker is registered."
+                )
+            if broker == previous:
+                return invalid, (
+                    f"The manual partition assignment includes the broker {previous} more "
+                    "than once."
+                )
+            previous = broker
+        return ErrorCode.none, None  # [this node]: the current assignment, nothing to change
+
+    def handle_list_partition_reassignments(self, request: Request, now_ms: int) -> dict:
+        """No reassignment is ever in progress on one broker: nothing to list."""
+        return {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None, "topics": []}
+
+    # -- the KRaft quorum: DescribeQuorum, AddRaftVoter, RemoveRaftVoter, UnregisterBroker --------
+    def handle_describe_quorum(self, request: Request, now_ms: int) -> dict:
+        """A quorum of one voter, this node, leading the metadata log (Kafka's
+        ``KafkaRaftClient.handleDescribeQuorumRequest``). The voter set is static
+        (kraft.version 0): no directory id, as with ``controller.quorum.voters``."""
+        topics = request.body.topics
+        if not (
+            len(topics) == 1
+            and topics[0].topic_name == CLUSTER_METADATA_TOPIC
+            and len(topics[0].partitions) == 1
+            and topics[0].partitions[0].partition_index == 0
+        ):
+            return {
+                "error_code": ErrorCode.none,
+                "error_message": None,
+                "topics": [
+                    {
+                        "topic_name": t.topic_name,
+                        "partitions": [
+                            {"partition_index": p.partition_index,
+                             "error_code": ErrorCode.unknown_topic_or_partition,
+                             "error_message": UNKNOWN_TOPIC_OR_PARTITION_MESSAGE,
+                             "leader_id": -1, "leader_epoch": -1, "high_watermark": -1,
+                             "current_voters": [], "observers": []}
+                            for p in t.partitions
+                        ],
+                    }
+                    for t in topics
+                ],
+                "nodes": [],
+            }
+        voter = {
+            "replica_id": self.node_id,
+            "replica_directory_id": ZERO_UUID,
+            "log_end_offset": QUORUM_HIGH_WATERMARK,
+            # the leader is always caught up (Kafka reports the current time for itself)
+            "last_fetch_timestamp": now_ms,
+            "last_caught_up_timestamp": now_ms,
+        }
+        return {
+            "error_code": ErrorCode.none,
+            "error_message": None,
+            "topics": [
+                {
+                    "topic_name": CLUSTER_METADATA_TOPIC,
+                    "partitions": [
+                        {
+                            "partition_index": 0,
+                            "error_code": ErrorCode.none,
+                            "error_message": None,
+                            "leader_id": self.node_id,
+                            "leader_epoch": QUORUM_LEADER_EPOCH,
+                            "high_watermark": QUORUM_HIGH_WATERMARK,
+                            "current_voters": [voter],
+                            "observers": [],
+                        }
+                    ],
+                }
+            ],
+            "nodes": [
+                {
+                    "node_id": self.node_id,
+                    "listeners": [
+                        {"name": name, "host": host, "port": port}
+                        for name, host, port in self.endpoints.listeners()
+                    ],
+                }
+            ],
+        }
+
+    def handle_add_raft_voter(self, request: Request, now_ms: int) -> dict:
+        return self._raft_voter_change(request.body, "adding", "Add")
+
+    def handle_remove_raft_voter(self, request: Request, now_ms: int) -> dict:
+        return self._raft_voter_change(request.body, "removing", "Remove")
+
+    def _raft_voter_change(self, req: Any, doing: str, verb: str) -> dict:
+        """Kafka's AddVoterHandler/RemoveVoterHandler on a static voter set (kraft.version
+        0): the cluster id must match, the voter must name a directory, and then the
+        change is refused with UNSUPPORTED_VERSION as Kafka refuses it."""
+        if req.cluster_id is not None and req.cluster_id != self.cluster_id:
+            code = ErrorCode.inconsistent_cluster_id
+            message = f'The given id "{req.cluster_id}" doesn\'t match the cluster id "{self.cluster_id}"'
+        elif req.voter_id < 0 or req.voter_directory_id in (None, ZERO_UUID):
+            code = ErrorCode.invalid_request
+            message = f"{verb} voter request didn't include a valid voter"
+        else:
+            code = ErrorCode.unsupported_version
+            message = f"Cluster doesn't support {doing} voter because the kraft.version feature is 0"
+        return {"throttle_time": 0, "error_code": code, "error_message": message}
+
+    def handle_unregister_broker(self, request: Request, now_ms: int) -> dict:
+        """Kafka's ``ReplicationControlManager.unregisterBroker``: only this node is
+        registered. Unregistering it is accepted and changes nothing: it is the running
+        broker and the controller at once, registered again by being up."""
+        broker_id = request.body.broker_id
+        if broker_id != self.node_id:
+            return {"throttle_time": 0, "error_code": ErrorCode.broker_id_not_registered,
+                    "error_message": f"Broker ID {broker_id} is not currently registered"}
+        log.info("UnregisterBroker for this node (%d): nothing to do on a single node", broker_id)
+        return {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None}
+
+    # -- ListClientMetricsResources (KIP-714) ----------------------------------------------------
+    def handle_list_client_metrics_resources(self, request: Request, now_ms: int) -> dict:
+        """No client-metrics subscriptions exist (no telemetry receiver): an empty list."""
+        return {"throttle_time": 0, "error_code": ErrorCode.none, "config_resources": []}
+
+
 def _is_int(text: str) -> bool:
     """Whether Java's ``Integer.parseInt`` reads ``text`` (an optional sign, digits)."""
     digits = text[1:] if text[:1] in "+-" else text
     return digits.isascii() and digits.isdigit() and -(2**31) <= int(text) < 2**31
+
+
+def _unset_respond(request: Request, values: dict | None) -> None:
+    raise RuntimeError("AdminApis.respond is set by KafkaApis")

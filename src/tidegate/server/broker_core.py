@@ -73,7 +73,9 @@ class BrokerCore:
         self.broker_configs = BrokerConfigStore(data_dir)
         for dropped in config.load_dynamic(*self.broker_configs.load()):
             log.error("ignoring an invalid persisted dynamic broker config: %s", dropped)
-        self.logs = LogManager(data_dir, self.store, lambda info: topic_log_config(config, info.configs), wall_ms)
+        self.logs = LogManager(
+            data_dir, self.store, lambda info: topic_log_config(config, info.configs), wall_ms, scheduler
+        )
         started = monotonic_ms()
         self.logs.load()
         log.info(
@@ -185,8 +187,8 @@ class BrokerCore:
         return True
 
     def maintain_logs(self) -> None:
-        """Time-based flush and retention, recovery-point checkpoints (written on the
-        scheduler's worker threads) and producer-id expiry, each when due."""
+        """Time-based flush and retention, recovery-point and leader-epoch checkpoints
+        (written on the scheduler's worker threads) and producer-id expiry, each when due."""
         now = self.clock.wall_milliseconds()
         self.reaper.purge_if_due()
         self.logs.maintenance(now, self._due("retention", now))
@@ -197,6 +199,8 @@ class BrokerCore:
         if self._due("checkpoint", now):
             for ticket in self.logs.recovery_point_checkpoints():
                 self.scheduler.submit(ticket.run, _log_failure("recovery-point checkpoint"))
+            for epochs in self.logs.leader_epoch_checkpoints():
+                self.scheduler.submit(epochs.run, _log_failure("leader-epoch checkpoint"))
 
     def maintain_groups(self) -> None:
         """Offset retention, and the compaction of __consumer_offsets (its fsync on a

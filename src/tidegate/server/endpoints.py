@@ -29,3 +29,10 @@ class Endpoints:
                 break
         port = chosen.port or self.bound_ports.get(chosen.name, 0)
         return chosen.host, port
+
+    def listeners(self) -> list[tuple[str, str, int]]:
+        """(name, host, port) of every advertised listener (the ports actually bound)."""
+        return [
+            (lst.name, lst.host, lst.port or self.bound_ports.get(lst.name, 0))
+            for lst in self.config.advertised_listeners
+        ]

@@ -532,6 +532,25 @@ class GroupApis:
             "results": [{"group_id": gid, "error_code": err} for gid, err in results.items()],
         }
 
+    # -- KIP-848 (the consumer protocol): not enabled -----------------------------------
+    def handle_consumer_group_heartbeat(self, request: Request, now_ms: int) -> dict:
+        """KIP-848's consumer protocol is not enabled (Kafka's
+        ``group.coordinator.rebalance.protocols=classic``): UNSUPPORTED_VERSION, as Kafka's
+        KafkaApis answers then; the client falls back or tells its user to use classic."""
+        return {"throttle_time": 0, "error_code": ErrorCode.unsupported_version,
+                "member_epoch": 0, "heartbeat_interval": 0}
+
+    def handle_consumer_group_describe(self, request: Request, now_ms: int) -> dict:
+        """As ConsumerGroupHeartbeat: each group UNSUPPORTED_VERSION (Kafka's getErrorResponse)."""
+        return {
+            "throttle_time": 0,
+            "groups": [
+                {"error_code": ErrorCode.unsupported_version, "group_id": g, "group_state": "",
+                 "group_epoch": 0, "assignment_epoch": 0, "assignor_name": "", "members": []}
+                for g in request.body.group_ids
+            ],
+        }
+
 
 def _unset_respond(request: Request, values: dict | None) -> None:
     raise RuntimeError("GroupApis.respond is set by KafkaApis")

@@ -37,6 +37,7 @@ from kio.schema.errors import ErrorCode
 from tidegate.clock import SYSTEM_CLOCK, Clock
 from tidegate.config import BrokerConfig
 from tidegate.log.record_batch import ATTRIBUTES_OFFSET, TRANSACTIONAL_FLAG_MASK
+from tidegate.log.segment import TimestampAndOffset
 from tidegate.network.request_channel import (
     PARKED,
     CloseConnectionResponse,
@@ -80,6 +81,7 @@ from tidegate.server.replica_manager import (
     FetchPartitionData,
     PartitionResponse,
     ReplicaManager,
+    check_leader_epoch,
 )
 from tidegate.server.security_apis import SecurityApis
 from tidegate.server.transaction_apis import TransactionApis
@@ -99,6 +101,15 @@ LATEST_TIMESTAMP = -1
 MAX_TIMESTAMP = -3
 EARLIEST_LOCAL_TIMESTAMP = -4
 LATEST_TIERED_TIMESTAMP = -5
+#: the first ListOffsets version that accepts each special timestamp (Kafka's
+#: ``ReplicaManager.timestampMinSupportedVersion``); others are UNSUPPORTED_VERSION
+TIMESTAMP_MIN_VERSION = {
+    EARLIEST_TIMESTAMP: 1,
+    LATEST_TIMESTAMP: 1,
+    MAX_TIMESTAMP: 7,
+    EARLIEST_LOCAL_TIMESTAMP: 8,
+    LATEST_TIERED_TIMESTAMP: 9,
+}
 AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
 ZERO_UUID = uuid.UUID(int=0)
 SASL_HANDSHAKE = 17
@@ -153,10 +164,11 @@ class KafkaApis:
         groups.respond = self.send_response
         self.transactions = transactions
         transactions.respond = self.send_response
-        self.admin = AdminApis(
+        self.admin = admin = AdminApis(
             config, cluster_id, replicas, store, quotas, endpoints, groups, broker_configs
         )
-        self.security = SecurityApis(credentials)
+        admin.respond = self.send_response
+        self.security = security = SecurityApis(credentials)
         self.handlers: dict[int, Handler] = {
             ApiKey.PRODUCE: self.handle_produce,
             ApiKey.FETCH: self.handle_fetch,
@@ -170,15 +182,29 @@ class KafkaApis:
             ApiKey.WRITE_TXN_MARKERS: transactions.handle_write_txn_markers,
             ApiKey.DESCRIBE_TRANSACTIONS: transactions.handle_describe_transactions,
             ApiKey.LIST_TRANSACTIONS: transactions.handle_list_transactions,
-            ApiKey.CREATE_TOPICS: self.admin.handle_create_topics,
-            ApiKey.DELETE_TOPICS: self.admin.handle_delete_topics,
-            ApiKey.DESCRIBE_CONFIGS: self.admin.handle_describe_configs,
-            ApiKey.ALTER_CONFIGS: self.admin.handle_alter_configs,
-            ApiKey.INCREMENTAL_ALTER_CONFIGS: self.admin.handle_incremental_alter_configs,
-            ApiKey.CREATE_PARTITIONS: self.admin.handle_create_partitions,
-            ApiKey.DESCRIBE_CLUSTER: self.admin.handle_describe_cluster,
-            ApiKey.DESCRIBE_CLIENT_QUOTAS: self.admin.handle_describe_client_quotas,
-            ApiKey.ALTER_CLIENT_QUOTAS: self.admin.handle_alter_client_quotas,
+            ApiKey.OFFSET_FOR_LEADER_EPOCH: self.handle_offset_for_leader_epoch,
+            ApiKey.CREATE_TOPICS: admin.handle_create_topics,
+            ApiKey.DELETE_TOPICS: admin.handle_delete_topics,
+            ApiKey.DELETE_RECORDS: admin.handle_delete_records,
+            ApiKey.DESCRIBE_CONFIGS: admin.handle_describe_configs,
+            ApiKey.ALTER_CONFIGS: admin.handle_alter_configs,
+            ApiKey.INCREMENTAL_ALTER_CONFIGS: admin.handle_incremental_alter_configs,
+            ApiKey.ALTER_REPLICA_LOG_DIRS: admin.handle_alter_replica_log_dirs,
+            ApiKey.DESCRIBE_LOG_DIRS: admin.handle_describe_log_dirs,
+            ApiKey.CREATE_PARTITIONS: admin.handle_create_partitions,
+            ApiKey.ELECT_LEADERS: admin.handle_elect_leaders,
+            ApiKey.ALTER_PARTITION_REASSIGNMENTS: admin.handle_alter_partition_reassignments,
+            ApiKey.LIST_PARTITION_REASSIGNMENTS: admin.handle_list_partition_reassignments,
+            ApiKey.DESCRIBE_QUORUM: admin.handle_describe_quorum,
+            ApiKey.DESCRIBE_CLUSTER: admin.handle_describe_cluster,
+            ApiKey.DESCRIBE_PRODUCERS: admin.handle_describe_producers,
+            ApiKey.UNREGISTER_BROKER: admin.handle_unregister_broker,
+            ApiKey.LIST_CLIENT_METRICS_RESOURCES: admin.handle_list_client_metrics_resources,
+            ApiKey.DESCRIBE_TOPIC_PARTITIONS: admin.handle_describe_topic_partitions,
+            ApiKey.ADD_RAFT_VOTER: admin.handle_add_raft_voter,
+            ApiKey.REMOVE_RAFT_VOTER: admin.handle_remove_raft_voter,
+            ApiKey.DESCRIBE_CLIENT_QUOTAS: admin.handle_describe_client_quotas,
+            ApiKey.ALTER_CLIENT_QUOTAS: admin.handle_alter_client_quotas,
             ApiKey.FIND_COORDINATOR: self.handle_find_coordinator,
             ApiKey.JOIN_GROUP: groups.handle_join_group,
             ApiKey.SYNC_GROUP: groups.handle_sync_group,
@@ -191,10 +217,16 @@ class KafkaApis:
             ApiKey.DESCRIBE_GROUPS: groups.handle_describe_groups,
             ApiKey.DELETE_GROUPS: groups.handle_delete_groups,
             ApiKey.OFFSET_DELETE: groups.handle_offset_delete,
-            ApiKey.SASL_HANDSHAKE: self.security.handle_sasl_handshake,
-            ApiKey.SASL_AUTHENTICATE: self.security.handle_sasl_authenticate,
-            ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: self.security.handle_describe_user_scram_credentials,
-            ApiKey.ALTER_USER_SCRAM_CREDENTIALS: self.security.handle_alter_user_scram_credentials,
+            ApiKey.CONSUMER_GROUP_HEARTBEAT: groups.handle_consumer_group_heartbeat,
+            ApiKey.CONSUMER_GROUP_DESCRIBE: groups.handle_consumer_group_describe,
+            ApiKey.SASL_HANDSHAKE: security.handle_sasl_handshake,
+            ApiKey.SASL_AUTHENTICATE: security.handle_sasl_authenticate,
+            ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: security.handle_describe_user_scram_credentials,
+            ApiKey.ALTER_USER_SCRAM_CREDENTIALS: security.handle_alter_user_scram_credentials,
+            ApiKey.CREATE_DELEGATION_TOKEN: security.handle_create_delegation_token,
+            ApiKey.RENEW_DELEGATION_TOKEN: security.handle_renew_delegation_token,
+            ApiKey.EXPIRE_DELEGATION_TOKEN: security.handle_expire_delegation_token,
+            ApiKey.DESCRIBE_DELEGATION_TOKEN: security.handle_describe_delegation_token,
         }
         assert set(self.handlers) == set(SUPPORTED_APIS), "advertised and handled APIs differ"
         # Set by the broker when metrics are on (metrics.listener); None costs one check.
@@ -465,28 +497,13 @@ class KafkaApis:
         return self._api_versions_body()
 
     # -- Metadata -------------------------------------------------------------------------
-    def _partition_metadata(self, partitions: int) -> list[dict]:
-        node = self.node_id
-        return [
-            {
-                "error_code": ErrorCode.none,
-                "partition_index": p,
-                "leader_id": node,
-                "leader_epoch": 0,
-                "replica_nodes": (node,),
-                "isr_nodes": (node,),
-                "offline_replicas": (),
-            }
-            for p in range(partitions)
-        ]
-
     def _topic_metadata(self, info: TopicInfo) -> dict:
         return {
             "error_code": ErrorCode.none,
             "name": info.name,
             "topic_id": info.topic_id,
             "is_internal": is_internal_topic(info.name),
-            "partitions": self._partition_metadata(info.partitions),
+            "partitions": self.replicas.partition_states(info),
             "topic_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
         }
 
@@ -495,13 +512,9 @@ class KafkaApis:
         req = request.body
         topics_out = []
         if req.topics is None or (version == 0 and not req.topics):
-            # null (v1+) or empty (v0) means every topic
-            # ... except internal ones (__consumer_offsets), unless asked for by name
-            topics_out = [
-                self._topic_metadata(info)
-                for info in self.store.topics.values()
-                if not is_internal_topic(info.name)
-            ]
+            # null (v1+) or empty (v0) means every topic, internal ones included, as
+            # Kafka's metadata cache lists them (is_internal tells them apart)
+            topics_out = [self._topic_metadata(info) for info in self.store.topics.values()]
         else:
             allow_auto = getattr(req, "allow_auto_topic_creation", True)
             for t in req.topics:
@@ -637,6 +650,8 @@ class KafkaApis:
                     (info.name, p.partition) if info is not None else None,
                     p.fetch_offset,
                     p.partition_max_bytes,
+                    getattr(p, "current_leader_epoch", -1),
+                    getattr(p, "last_fetched_epoch", -1),
                 )
                 for p in t.partitions
             ]
@@ -657,37 +672,54 @@ class KafkaApis:
         )  # fmt: skip
 
         def respond(results: list[FetchPartitionData]) -> None:
-            self.send_response(request, self._fetch_body(by_id, topics, results))
+            self.send_response(request, self._fetch_body(request, by_id, topics, results))
 
         self.replicas.fetch_messages(params, partitions, respond, lambda: request.abandoned)
         return PARKED
 
-    @staticmethod
-    def _fetch_body(by_id: bool, topics: list, results: list[FetchPartitionData]) -> dict:
+    def _fetch_body(
+        self, request: Request, by_id: bool, topics: list, results: list[FetchPartitionData]
+    ) -> dict:
         it = iter(results)
         responses = []
-        for t, _fps in topics:
+        node_endpoints: list[dict] = []
+        for t, fps in topics:
             parts = []
-            for p in t.partitions:
+            for p, fp in zip(t.partitions, fps, strict=True):
                 r = next(it)
                 error = r.error
                 if by_id and error is ErrorCode.unknown_topic_or_partition:
                     error = ErrorCode.unknown_topic_id
-                parts.append(
-                    {
-                        "partition_index": p.partition,
-                        "error_code": error,
-                        "high_watermark": r.high_watermark,
-                        "last_stable_offset": r.last_stable_offset,
-                        "log_start_offset": r.log_start_offset,
-                        "aborted_transactions": None
-                        if r.aborted_transactions is None
-                        else [{"producer_id": a.producer_id, "first_offset": a.first_offset}
-                              for a in r.aborted_transactions],
-                        "preferred_read_replica": -1,
-                        "records": r.records,
+                part = {
+                    "partition_index": p.partition,
+                    "error_code": error,
+                    "high_watermark": r.high_watermark,
+                    "last_stable_offset": r.last_stable_offset,
+                    "log_start_offset": r.log_start_offset,
+                    "aborted_transactions": None
+                    if r.aborted_transactions is None
+                    else [{"producer_id": a.producer_id, "first_offset": a.first_offset}
+                          for a in r.aborted_transactions],
+                    "preferred_read_replica": -1,
+                    "records": r.records,
+                }
+                if r.diverging_epoch is not None:
+                    part["diverging_epoch"] = {
+                        "epoch": r.diverging_epoch[0], "end_offset": r.diverging_epoch[1]
                     }
-                )
+                if error is ErrorCode.fenced_leader_epoch:
+                    # KIP-951 (v16+): the current leader, and its endpoint below
+                    plog = self.replicas.get_log(*fp.key)
+                    part["current_leader"] = {
+                        "leader_id": self.node_id,
+                        "leader_epoch": plog.leader_epoch if plog is not None else -1,
+                    }
+                    if not node_endpoints:
+                        host, port = self.endpoints.endpoint(request.context)
+                        node_endpoints.append(
+                            {"node_id": self.node_id, "host": host, "port": port, "rack": None}
+                        )
+                parts.append(part)
             responses.append(
                 {
                     "topic": t.topic if not by_id else None,
@@ -700,49 +732,100 @@ class KafkaApis:
             "error_code": ErrorCode.none,
             "session_id": 0,  # no fetch session: clients send full fetches (KIP-227 allows it)
             "responses": responses,
-            "node_endpoints": [],
+            "node_endpoints": node_endpoints,
         }
 
     # -- ListOffsets ----------------------------------------------------------------------
     def handle_list_offsets(self, request: Request, now_ms: int) -> dict:
-        req = request.body
-        read_committed = request.header.api_version >= 2 and req.isolation_level == READ_COMMITTED
+        """Kafka's ``ReplicaManager.fetchOffset`` on one node: a partition named twice gets
+        INVALID_REQUEST (once), a special timestamp the version predates
+        UNSUPPORTED_VERSION, a stale or future ``current_leader_epoch``
+        FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH; timestamps are searched record by
+        record; leader epochs are answered from v4."""
+        version = request.header.api_version
+        read_committed = version >= 2 and request.body.isolation_level == READ_COMMITTED
+        wanted: dict[str, dict[int, Any]] = {}
+        duplicates: set[tuple[str, int]] = set()
+        for t in request.body.topics:
+            parts = wanted.setdefault(t.name, {})
+            for p in t.partitions:
+                if p.partition_index in parts:
+                    duplicates.add((t.name, p.partition_index))
+                else:
+                    parts[p.partition_index] = p
+        topics = []
+        for name, parts in wanted.items():
+            topics.append(
+                {
+                    "name": name,
+                    "partitions": [
+                        self._list_offset(name, p, version, (name, index) in duplicates, read_committed)
+                        for index, p in parts.items()
+                    ],
+                }
+            )
+        return {"throttle_time": 0, "topics": topics}
+
+    def _list_offset(self, topic: str, p: Any, version: int, duplicate: bool, read_committed: bool) -> dict:
+        out = {
+            "partition_index": p.partition_index,
+            "error_code": ErrorCode.none,
+            "timestamp": NO_TIMESTAMP,
+            "offset": -1,
+            "leader_epoch": -1,
+        }
+        ts = p.timestamp
+        if duplicate:
+            out["error_code"] = ErrorCode.invalid_request
+            return out
+        if ts < 0 and version < TIMESTAMP_MIN_VERSION.get(ts, MAX_INT32):
+            out["error_code"] = ErrorCode.unsupported_version  # Kafka's isListOffsetsTimestampUnsupported
+            return out
+        plog: Log | None = self.replicas.get_log(topic, p.partition_index)
+        if plog is None:
+            out["error_code"] = ErrorCode.unknown_topic_or_partition
+            return out
+        epoch_error = check_leader_epoch(plog, getattr(p, "current_leader_epoch", -1))
+        if epoch_error is not ErrorCode.none:
+            out["error_code"] = epoch_error
+            return out
+        # read_committed sees the log up to the last stable offset (Kafka's
+        # Partition.fetchOffsetForTimestamp)
+        upper = plog.last_stable_offset if read_committed else plog.high_watermark
+        if ts == LATEST_TIMESTAMP:
+            found: TimestampAndOffset | None = TimestampAndOffset(NO_TIMESTAMP, upper, plog.leader_epoch)
+        elif ts == LATEST_TIERED_TIMESTAMP:
+            found = TimestampAndOffset(NO_TIMESTAMP, -1, -1)  # no tiered storage
+        elif ts in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
+            found = plog.offset_for_timestamp(EARLIEST_TIMESTAMP)  # local = all: no tiers
+        else:
+            found = plog.offset_for_timestamp(ts)
+            if found is not None and found.offset >= upper:
+                found = None  # beyond what a consumer may read: no offset
+        if found is not None:
+            out["offset"] = found.offset
+            out["timestamp"] = found.timestamp
+            if found.leader_epoch is not None and version >= 4:
+                out["leader_epoch"] = found.leader_epoch
+        return out
+
+    # -- OffsetForLeaderEpoch --------------------------------------------------------------
+    def handle_offset_for_leader_epoch(self, request: Request, now_ms: int) -> dict:
+        """KIP-320 truncation detection: the end offset of each asked epoch (Kafka's
+        ``Partition.lastOffsetForLeaderEpoch``); a consumer validates its position with it
+        after a metadata change. Each partition has one stable epoch, so a consumer asking
+        for it gets (epoch, log end offset) and keeps its position."""
         topics = []
         for t in request.body.topics:
-            info = self.store.get(t.name)
             parts = []
             for p in t.partitions:
-                out = {
-                    "partition_index": p.partition_index,
-                    "error_code": ErrorCode.none,
-                    "timestamp": NO_TIMESTAMP,
-                    "offset": -1,
-                    "leader_epoch": 0,
-                }
-                parts.append(out)
-                plog: Log | None = self.replicas.get_log(t.name, p.partition_index) if info is not None else None
-                if plog is None:
-                    out["error_code"] = ErrorCode.unknown_topic_or_partition
-                    continue
-                ts = p.timestamp
-                # read_committed sees the log up to the last stable offset (Kafka's
-                # Partition.fetchOffsetForTimestamp)
-                upper = plog.last_stable_offset if read_committed else plog.high_watermark
-                if ts == LATEST_TIMESTAMP or ts == LATEST_TIERED_TIMESTAMP:
-                    out["offset"] = upper
-                elif ts in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
-                    out["offset"] = plog.log_start_offset
-                elif ts == MAX_TIMESTAMP:
-                    found = plog.max_timestamp_offset()
-                    if found is not None:
-                        out["offset"], out["timestamp"] = found
-                elif ts < 0:
-                    out["error_code"] = ErrorCode.invalid_request
-                else:
-                    found = plog.offset_for_timestamp(ts)
-                    if found is not None and found[0] < upper:
-                        out["offset"], out["timestamp"] = found
-            topics.append({"name": t.name, "partitions": parts})
+                error, epoch, end = self.replicas.last_offset_for_leader_epoch(
+                    (t.topic, p.partition), getattr(p, "current_leader_epoch", -1), p.leader_epoch
+                )
+                parts.append(
+                    {"error_code": error, "partition": p.partition, "leader_epoch": epoch, "end_offset": end}
+                )
+            topics.append({"topic": t.topic, "partitions": parts})
         return {"throttle_time": 0, "topics": topics}
 
     # -- FindCoordinator ----------------------------------------------------------------------

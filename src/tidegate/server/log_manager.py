@@ -2,28 +2,48 @@
 
 Loading every partition at start (recovering after a crash), creating and deleting
 them with their topics, and the periodic work on every log (time-based flush,
-retention, recovery-point checkpoints, producer-id expiry). Appending and fetching
-belong to :class:`~tidegate.server.replica_manager.ReplicaManager`, which holds one of
-these. Each partition directory carries a ``partition.metadata`` file with its topic id,
-as Kafka's does, so a directory left behind by a deleted topic is never mistaken for a
-new topic of the same name.
+retention, recovery-point and leader-epoch checkpoints, producer-id expiry). Appending
+and fetching belong to :class:`~tidegate.server.replica_manager.ReplicaManager`, which
+holds one of these. Each partition directory carries a ``partition.metadata`` file with
+its topic id, as Kafka's does, so a directory left behind by a deleted topic is never
+mistaken for a new topic of the same name.
+
+The log start offsets live where Kafka keeps them: ``log-start-offset-checkpoint`` in
+the log directory, one ``topic partition offset`` line per partition whose start is
+above its first segment (elsewhere the first segment's base offset says it), read when
+the logs are loaded and written through the scheduler on a worker thread
+(:meth:`LogManager.checkpoint_log_start_offsets`: DeleteRecords waits for it), when a
+topic is deleted, and at shutdown.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from tidegate.log.checkpoint import (
+    TMP_MARK,
+    CheckpointWrite,
+    CheckpointWriter,
+    read_checkpoint_file,
+)
 from tidegate.log.config import LogConfig
 from tidegate.log.log import Log, partition_dir
 from tidegate.server.metadata import TopicInfo, TopicStore, write_atomically
 
+if TYPE_CHECKING:
+    from tidegate.scheduler import Scheduler
+
 log = logging.getLogger(__name__)
 
 PARTITION_METADATA = "partition.metadata"
+#: Kafka's per-log-directory file of log start offsets (``LogManager.LogStartOffsetCheckpointFile``).
+LOG_START_OFFSET_CHECKPOINT_FILE = "log-start-offset-checkpoint"
 
 TopicPartition = tuple[str, int]
 
@@ -45,12 +65,20 @@ class LogManager:
         store: TopicStore,
         log_config_for: Callable[[TopicInfo], LogConfig],
         now_ms: Callable[[], int],
+        scheduler: Scheduler | None = None,
     ) -> None:
         self.root = root
         self.store = store
         self.log_config_for = log_config_for
         self.now_ms = now_ms
+        #: where checkpoint writes run (a worker thread); None writes them inline
+        self.scheduler = scheduler
         self.logs: dict[TopicPartition, Log] = {}
+        self._lso_writer = CheckpointWriter(LOG_START_OFFSET_CHECKPOINT_FILE)
+        #: the log start offsets read at load, handed to the logs as they open
+        self._loaded_log_start_offsets: dict[TopicPartition, int] = {}
+        #: the entries of the last log-start-offset-checkpoint written (or read)
+        self._checkpointed_lsos: dict[TopicPartition, int] = {}
 
     # -- lifecycle ---------------------------------------------------------
     def load(self) -> None:
@@ -59,7 +87,12 @@ class LogManager:
         for info in self.store.topics.values():
             for p in range(info.partitions):
                 wanted[partition_dir(self.root, info.name, p)] = info
+        self._loaded_log_start_offsets = self._read_log_start_offsets()
+        self._checkpointed_lsos = dict(self._loaded_log_start_offsets)
         for child in sorted(self.root.iterdir()):
+            if child.name.startswith(LOG_START_OFFSET_CHECKPOINT_FILE + TMP_MARK):
+                child.unlink(missing_ok=True)  # a write cut short by a crash
+                continue
             if not child.is_dir():
                 continue
             owner = wanted.get(child)
@@ -68,6 +101,7 @@ class LogManager:
                 shutil.rmtree(child, ignore_errors=True)
         for info in self.store.topics.values():
             self._open_partitions(info, 0, info.partitions)
+        self._loaded_log_start_offsets = {}
         for (topic, partition), plog in self.logs.items():
             if not plog.had_clean_shutdown:
                 log.info(
@@ -97,7 +131,10 @@ class LogManager:
             meta = directory / PARTITION_METADATA
             if not meta.exists():
                 write_atomically(meta, f"version: 0\ntopic_id: {info.topic_id}\n".encode())
-            self.logs[(info.name, p)] = Log(directory, config, now)
+            self.logs[(info.name, p)] = Log(
+                directory, config, now,
+                log_start_offset=self._loaded_log_start_offsets.get((info.name, p)),
+            )  # fmt: skip
 
     def create_topic(self, name: str, partitions: int, configs: dict[str, str]) -> TopicInfo:
         """Open every partition log first, then persist the topic: all or nothing.
@@ -148,6 +185,13 @@ class LogManager:
             if plog is not None:
                 plog.delete()
             shutil.rmtree(partition_dir(self.root, name, p), ignore_errors=True)
+        if any(tp[0] == name for tp in self._checkpointed_lsos):
+            # As Kafka on a deletion: the topic's start offsets leave the checkpoint now,
+            # before a new topic of the same name could be loaded with them.
+            try:
+                self._lso_checkpoint().run()
+            except OSError as exc:
+                log.error("could not write %s: %s", LOG_START_OFFSET_CHECKPOINT_FILE, exc)
         return info
 
     # -- configs changed at run time (AlterConfigs) ---------------------------
@@ -168,12 +212,85 @@ class LogManager:
             self.topic_config_updated(name)
 
     def close(self) -> None:
+        lsos = self._lso_checkpoint()
         for plog in self.logs.values():
             try:
                 plog.close()
             except Exception:
                 log.exception("error closing %s", plog)
         self.logs.clear()
+        try:
+            lsos.run()
+        except OSError as exc:
+            log.error("could not write %s: %s", LOG_START_OFFSET_CHECKPOINT_FILE, exc)
+
+    # -- log-start-offset-checkpoint -------------------------------------------------
+    def _read_log_start_offsets(self) -> dict[TopicPartition, int]:
+        fd = os.open(self.root, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        try:
+            lines = read_checkpoint_file(fd, LOG_START_OFFSET_CHECKPOINT_FILE)
+        finally:
+            os.close(fd)
+        out: dict[TopicPartition, int] = {}
+        for line in lines or ():
+            parts = line.split(" ")
+            try:
+                topic, partition, offset = parts[0], int(parts[1]), int(parts[2])
+            except (IndexError, ValueError):
+                log.warning("ignoring malformed line %r of %s", line, LOG_START_OFFSET_CHECKPOINT_FILE)
+                continue
+            out[(topic, partition)] = offset
+        return out
+
+    def _lso_checkpoint(self) -> CheckpointWrite:
+        """The write of every log's start offset that its first segment does not imply
+        (Kafka's ``checkpointLogStartOffsetsInDir``), to run on any thread."""
+        entries = {
+            tp: plog.log_start_offset
+            for tp, plog in self.logs.items()
+            if not plog.closed and plog.log_start_offset > plog.segments[0].base_offset
+        }
+        self._checkpointed_lsos = entries
+        fd = os.open(self.root, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        try:
+            return self._lso_writer.ticket(
+                fd, [f"{t} {p} {offset}" for (t, p), offset in sorted(entries.items())]
+            )
+        finally:
+            os.close(fd)
+
+    def checkpoint_log_start_offsets(
+        self, on_done: Callable[[BaseException | None], None] | None = None
+    ) -> None:
+        """Write ``log-start-offset-checkpoint`` on a worker thread and call ``on_done``
+        (with the error, if any) once it is durable (inline without a scheduler)."""
+        ticket = self._lso_checkpoint()
+        if self.scheduler is None:
+            exc: BaseException | None = None
+            try:
+                ticket.run()
+            except OSError as e:
+                exc = e
+            if on_done is not None:
+                on_done(exc)
+            return
+
+        def done(_result: object, exc: BaseException | None) -> None:
+            if exc is not None:
+                log.error("could not write %s: %s", LOG_START_OFFSET_CHECKPOINT_FILE, exc)
+            if on_done is not None:
+                on_done(exc)
+
+        self.scheduler.submit(ticket.run, done)
+
+    def leader_epoch_checkpoints(self) -> list[CheckpointWrite]:
+        """The leader-epoch-checkpoint writes of logs whose epochs were trimmed since."""
+        tickets = []
+        for plog in self.logs.values():
+            ticket = plog.checkpoint_leader_epochs()
+            if ticket is not None:
+                tickets.append(ticket)
+        return tickets
 
     def get_log(self, topic: str, partition: int) -> Log | None:
         return self.logs.get((topic, partition))

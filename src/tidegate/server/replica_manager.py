@@ -8,6 +8,8 @@ produce purgatory; the wake-ups of fetches parked on the appended partitions go 
 action queue, run once the producer's response is written
 (:meth:`try_complete_actions`, Kafka's ActionQueue). :meth:`fetch_messages` reads the
 logs and answers at once or parks a :class:`DelayedFetch` until ``min_bytes`` arrive.
+:meth:`delete_records` moves log start offsets (DeleteRecords) and answers once they
+are durable; :meth:`last_offset_for_leader_epoch` answers OffsetForLeaderEpoch.
 
 Both report through a callback, called exactly once, now or later: the caller
 (KafkaApis, the group coordinator) never needs to know whether the operation waited.
@@ -36,7 +38,9 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from tidegate.errors import OffsetOutOfRangeError
 from tidegate.log.index import AbortedTxn
+from tidegate.log.leader_epoch import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
 from tidegate.log.log import Log
 from tidegate.log.record_batch import (
     ATTRIBUTES_OFFSET,
@@ -49,7 +53,7 @@ from tidegate.server.delayed_fetch import DelayedFetch, FetchPartitionStatus
 from tidegate.server.delayed_produce import DelayedProduce
 from tidegate.server.log_flusher import LogFlusher
 from tidegate.server.log_manager import LogManager, TopicPartition
-from tidegate.server.metadata import is_internal_topic
+from tidegate.server.metadata import TopicInfo, is_internal_topic
 from tidegate.server.purgatory import DelayedOperationPurgatory
 from tidegate.server.timer import SystemTimer
 
@@ -112,11 +116,14 @@ class PartitionResponse:
 @dataclass(slots=True)
 class FetchPartition:
     """One partition of a fetch (Kafka's FetchRequest.PartitionData). ``key`` is None
-    when the request named a topic the broker does not know."""
+    when the request named a topic the broker does not know. The epochs are -1 when the
+    request version has none (Fetch v9+ current_leader_epoch, v12+ last_fetched_epoch)."""
 
     key: TopicPartition | None
     fetch_offset: int
     max_bytes: int
+    current_leader_epoch: int = -1
+    last_fetched_epoch: int = -1
 
 
 @dataclass(slots=True)
@@ -130,6 +137,36 @@ class FetchPartitionData:
     records: bytes = b""
     #: read_committed: the aborted transactions the records overlap (None: read_uncommitted)
     aborted_transactions: list[AbortedTxn] | None = None
+    #: (epoch, end offset) when last_fetched_epoch shows the fetcher's log diverged
+    diverging_epoch: tuple[int, int] | None = None
+
+
+def check_leader_epoch(plog: Log, current_leader_epoch: int) -> ErrorCode:
+    """Kafka's ``Partition.checkCurrentLeaderEpoch``: a client's epoch (-1: none given)
+    older than the partition's is FENCED_LEADER_EPOCH, a newer one UNKNOWN_LEADER_EPOCH."""
+    if current_leader_epoch == -1 or current_leader_epoch == plog.leader_epoch:
+        return E.none
+    if current_leader_epoch < plog.leader_epoch:
+        return E.fenced_leader_epoch
+    return E.unknown_leader_epoch
+
+
+def deletion_allowed(plog: Log) -> bool:
+    """Whether the topic's ``cleanup.policy`` includes ``delete`` (Kafka's
+    ``LogConfig.delete``). Read from the log's config, which carries the policy once
+    compaction exists; until then every topic deletes."""
+    policy = getattr(plog.config, "cleanup_policy", "delete")
+    items = policy.split(",") if isinstance(policy, str) else policy
+    return "delete" in (p.strip() for p in items)
+
+
+@dataclass(slots=True)
+class DeleteRecordsResult:
+    """One partition of DeleteRecords (Kafka's DeleteRecordsPartitionResult)."""
+
+    error: ErrorCode = ErrorCode.none
+    low_watermark: int = -1
+    error_message: str | None = None
 
 
 @dataclass(slots=True)
@@ -179,7 +216,7 @@ class ReplicaManager:
     ) -> None:
         self.logs = logs
         self.scheduler = scheduler
-        #: this node: the only replica, so the in-sync replica set is {node_id}
+        #: this node: the leader, only replica and only ISR member of every partition
         self.node_id = node_id
         timer_args: dict[str, Any] = {} if clock is None else {"clock": clock}
         self.fetch_purgatory = DelayedOperationPurgatory("Fetch", SystemTimer(**timer_args), fetch_purge_interval)
@@ -200,6 +237,30 @@ class ReplicaManager:
 
     def get_log(self, topic: str, partition: int) -> Log | None:
         return self.logs.logs.get((topic, partition))
+
+    def partition_states(self, info: TopicInfo) -> list[dict]:
+        """Every partition of a topic as Metadata and DescribeTopicPartitions describe it:
+        this node leads each, alone in its replicas and ISR, at the log's leader epoch."""
+        node = self.node_id
+        logs = self.logs.logs
+        out = []
+        for p in range(info.partitions):
+            plog = logs.get((info.name, p))
+            out.append(
+                {
+                    "error_code": ErrorCode.none,
+                    "partition_index": p,
+                    "leader_id": node,
+                    "leader_epoch": plog.leader_epoch if plog is not None else 0,
+                    "replica_nodes": (node,),
+                    "isr_nodes": (node,),
+                    "offline_replicas": (),
+                    # DescribeTopicPartitions (KIP-966): no ELR with one replica
+                    "eligible_leader_replicas": (),
+                    "last_known_elr": (),
+                }
+            )
+        return out
 
     # -- append ---------------------------------------------------------------------------
     def append_records(
@@ -397,11 +458,31 @@ class ReplicaManager:
             if plog is None:
                 data.error = E.unknown_topic_or_partition
                 continue
+            epoch_error = check_leader_epoch(plog, fp.current_leader_epoch)
+            if epoch_error is not E.none:
+                data.error = epoch_error  # Kafka answers these with no offsets (-1)
+                continue
             hw = plog.high_watermark
             lso = plog.last_stable_offset
             data.high_watermark = hw
             data.last_stable_offset = lso
             data.log_start_offset = plog.log_start_offset
+            if fp.last_fetched_epoch >= 0:
+                # KIP-320 (Kafka's Partition.readRecords): the fetcher's last epoch must end
+                # at or after its fetch offset here, else its log diverged from ours.
+                epoch, end = plog.leader_epoch_cache.end_offset_for(
+                    fp.last_fetched_epoch, plog.log_end_offset
+                )
+                if (
+                    end == UNDEFINED_EPOCH_OFFSET
+                    or epoch == UNDEFINED_EPOCH
+                    or fp.fetch_offset < plog.log_start_offset
+                ):
+                    data.error = E.offset_out_of_range
+                    continue
+                if epoch < fp.last_fetched_epoch or end < fp.fetch_offset:
+                    data.diverging_epoch = (epoch, end)
+                    continue
             if fp.fetch_offset < plog.log_start_offset or fp.fetch_offset > plog.log_end_offset:
                 data.error = E.offset_out_of_range
                 continue
@@ -436,7 +517,7 @@ class ReplicaManager:
             params.max_wait_ms <= 0
             or total >= params.min_bytes
             or not partitions
-            or any(r.error is not E.none for r in results)
+            or any(r.error is not E.none or r.diverging_epoch is not None for r in results)
         ):
             callback(results)
             return
@@ -470,6 +551,86 @@ class ReplicaManager:
                     completed += 1
         return completed
 
+    # -- DeleteRecords --------------------------------------------------------------------
+    def delete_records(
+        self,
+        offsets: Mapping[TopicPartition, int],
+        callback: Callable[[dict[TopicPartition, DeleteRecordsResult]], None],
+    ) -> None:
+        """Move each partition's log start offset up to its offset (-1: the high
+        watermark), as Kafka's ``deleteRecordsOnLocalLog``/``deleteRecordsOnLeader``, and
+        call ``callback`` once the new start offsets are durable in the log directory's
+        ``log-start-offset-checkpoint`` (Kafka waits for the followers instead; a single
+        node has none). Segments wholly below a new start are deleted at once; fetches
+        below it get OFFSET_OUT_OF_RANGE. (A parked fetch waits at the log end offset,
+        which a new start never passes.)"""
+        results: dict[TopicPartition, DeleteRecordsResult] = {}
+        moved: list[TopicPartition] = []
+        for key, offset in offsets.items():
+            result = results[key] = DeleteRecordsResult()
+            topic = key[0]
+            plog = self.logs.logs.get(key)
+            if plog is None:
+                result.error = E.unknown_topic_or_partition
+                continue
+            if is_internal_topic(topic):
+                result.error = E.invalid_topic_exception
+                result.error_message = f"Cannot delete records of internal topic {topic}"
+                continue
+            if not deletion_allowed(plog):
+                result.error = E.policy_violation
+                result.error_message = (
+                    f"Records of partition {topic}-{key[1]} can not be deleted due to the "
+                    "configured policy"
+                )
+                continue
+            target = plog.high_watermark if offset == -1 else offset
+            before = plog.log_start_offset
+            try:
+                result.low_watermark = plog.increment_log_start_offset(target)
+            except OffsetOutOfRangeError as exc:
+                result.error = E.offset_out_of_range
+                result.error_message = str(exc)
+                continue
+            if result.low_watermark != before:
+                log.info("log start offset of %s-%d moved to %d by DeleteRecords", topic, key[1],
+                         result.low_watermark)
+                moved.append(key)
+        if not moved:
+            callback(results)
+            return
+        epochs = [t for t in (self.logs.logs[k].checkpoint_leader_epochs() for k in moved) if t]
+
+        def durable(exc: BaseException | None) -> None:
+            if exc is not None:
+                for key in moved:
+                    results[key] = DeleteRecordsResult(
+                        E.kafka_storage_error, -1, f"could not checkpoint the log start offset: {exc}"
+                    )
+            callback(results)
+
+        self.logs.checkpoint_log_start_offsets(durable)
+        for ticket in epochs:
+            self.scheduler.submit(ticket.run, _log_checkpoint_failure)
+
+    # -- OffsetForLeaderEpoch ---------------------------------------------------------------
+    def last_offset_for_leader_epoch(
+        self, key: TopicPartition, current_leader_epoch: int, leader_epoch: int
+    ) -> tuple[ErrorCode, int, int]:
+        """(error, epoch, end offset) for OffsetForLeaderEpoch (Kafka's
+        ``Partition.lastOffsetForLeaderEpoch``): the largest epoch <= ``leader_epoch`` and
+        where it ends (the log end offset for the latest); (-1, -1) when unknown."""
+        plog = self.logs.logs.get(key)
+        if plog is None:
+            return E.unknown_topic_or_partition, UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
+        error = check_leader_epoch(plog, current_leader_epoch)
+        if error is not E.none:
+            return error, UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
+        epoch, end = plog.leader_epoch_cache.end_offset_for(leader_epoch, plog.log_end_offset)
+        if end == UNDEFINED_EPOCH_OFFSET:
+            return E.none, UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
+        return E.none, epoch, end
+
     # -- partitions going away ------------------------------------------------------------
     def partitions_removed(self, keys: Iterable[TopicPartition]) -> None:
         """Parked fetches and acks=all produces on deleted partitions answer now."""
@@ -483,3 +644,8 @@ class ReplicaManager:
     def shutdown(self) -> None:
         self.fetch_purgatory.shutdown()
         self.produce_purgatory.shutdown()
+
+
+def _log_checkpoint_failure(_result: object, exc: BaseException | None) -> None:
+    if exc is not None:
+        log.error("leader-epoch checkpoint failed: %s", exc)

@@ -1,23 +1,91 @@
-"""Request handlers for identity: SCRAM credential administration, and the SASL
-requests that reach the broker once a connection is past authentication.
+"""Request handlers for identity: SCRAM credential administration, delegation tokens,
+and the SASL requests that reach the broker once a connection is past authentication.
 
 SaslHandshake and SaslAuthenticate are consumed by the connection's
 ``SaslServerAuthenticator`` before authentication; when they reach KafkaApis (on a
 PLAINTEXT or SSL listener, or again after a successful login) Kafka answers
 ILLEGAL_SASL_STATE, and so does tidegate.
+
+Delegation tokens (KIP-48) are answered as a Kafka broker without
+``delegation.token.secret.key`` answers them: DELEGATION_TOKEN_REQUEST_NOT_ALLOWED on
+PLAINTEXT and on SSL without a client certificate, DELEGATION_TOKEN_AUTH_DISABLED
+elsewhere.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from tidegate.network.request_channel import Request
 from tidegate.security.credentials import CredentialStore
 
+USER_TYPE = "User"
+
+
+def _token_requests_allowed(request: Request) -> bool:
+    """Kafka's ``KafkaApis.allowTokenRequests``: not on PLAINTEXT, not on 1-way SSL."""
+    ctx = request.context
+    if ctx.security_protocol == "PLAINTEXT":
+        return False
+    return not (ctx.security_protocol == "SSL" and ctx.principal == "ANONYMOUS")
+
 
 class SecurityApis:
     def __init__(self, credentials: CredentialStore) -> None:
         self.credentials = credentials
+
+    # -- delegation tokens: disabled (no delegation.token.secret.key) ----------------------
+    def handle_create_delegation_token(self, request: Request, now_ms: int) -> dict:
+        req = request.body
+        requester = (USER_TYPE, request.context.principal)
+        owner = (req.owner_principal_type, req.owner_principal_name) if getattr(
+            req, "owner_principal_name", None
+        ) else requester
+        body: dict[str, Any] = {
+            "throttle_time": 0,
+            "principal_type": owner[0],
+            "principal_name": owner[1],
+            "token_requester_principal_type": requester[0],
+            "token_requester_principal_name": requester[1],
+            "token_id": "",
+            "hmac": b"",
+        }
+        if not _token_requests_allowed(request):
+            # CreateDelegationTokenResponse.prepareResponse: timestamps -1
+            body.update(error_code=ErrorCode.delegation_token_request_not_allowed,
+                        issue_timestamp=-1, expiry_timestamp=-1, max_timestamp=-1)
+        elif any(r.principal_type != USER_TYPE for r in req.renewers):
+            body.update(error_code=ErrorCode.invalid_principal_type,
+                        issue_timestamp=-1, expiry_timestamp=-1, max_timestamp=-1)
+        else:
+            # the controller's answer (DelegationTokenControlManager): timestamps unset
+            body.update(error_code=ErrorCode.delegation_token_auth_disabled,
+                        issue_timestamp=0, expiry_timestamp=0, max_timestamp=0)
+        return body
+
+    def handle_renew_delegation_token(self, request: Request, now_ms: int) -> dict:
+        return self._token_refusal(request)
+
+    def handle_expire_delegation_token(self, request: Request, now_ms: int) -> dict:
+        return self._token_refusal(request)
+
+    @staticmethod
+    def _token_refusal(request: Request) -> dict:
+        if not _token_requests_allowed(request):
+            return {"throttle_time": 0, "error_code": ErrorCode.delegation_token_request_not_allowed,
+                    "expiry_timestamp": -1}
+        return {"throttle_time": 0, "error_code": ErrorCode.delegation_token_auth_disabled,
+                "expiry_timestamp": 0}
+
+    def handle_describe_delegation_token(self, request: Request, now_ms: int) -> dict:
+        error = (
+            ErrorCode.delegation_token_auth_disabled
+            if _token_requests_allowed(request)
+            else ErrorCode.delegation_token_request_not_allowed
+        )
+        return {"throttle_time": 0, "error_code": error, "tokens": []}
 
     def handle_sasl_handshake(self, request: Request, now_ms: int) -> dict:
         return {"error_code": ErrorCode.illegal_sasl_state, "mechanisms": ()}
