@@ -2,7 +2,7 @@
 
 Reads the broker's Prometheus endpoint (``metrics.listener``) and shows, from the
 difference between two scrapes, throughput per topic, requests per API, the memory
-pool and muted connections, the purgatories, the clients taking the most request
+pool and muted connections, the purgatories, open transactions, the clients taking the most request
 time, the quota counters (user and client-id) with the most throttle time, and
 connections.
 
@@ -249,6 +249,7 @@ def build_view(prev: Snapshot | None, cur: Snapshot, source: str) -> View:
         _requests(prev, cur) if full else _na("Requests"),
         _memory(cur) if full else _na("Memory pool and muted connections"),
         _purgatories(prev, cur) if full else _na("Purgatories"),
+        _transactions(prev, cur) if full else _na("Transactions"),
         _clients(prev, cur) if full else _na("Top clients by request time"),
         _throttled(prev, cur) if full else _na("Top clients by throttle time"),
         _connections(cur) if full else _na("Connections"),
@@ -400,6 +401,30 @@ def _purgatories(prev: Snapshot | None, cur: Snapshot) -> Section:
         rows,
         None if rows else "no purgatory registered by this broker",
     )
+
+
+#: transaction states, in the order a transaction goes through them
+TXN_STATES = ("Ongoing", "PrepareCommit", "PrepareAbort", "PrepareEpochFence", "CompleteCommit",
+              "CompleteAbort", "Empty")
+
+
+def _transactions(prev: Snapshot | None, cur: Snapshot) -> Section:
+    base = "tidegate_transaction_coordinator_"
+    states = cur.values(base + "transactional_ids", "state")
+    done = rates(prev, cur, base + "completed_transactions_total", "result")
+    open_ = sum(states.get(s, 0.0) for s in ("Ongoing", "PrepareCommit", "PrepareAbort", "PrepareEpochFence"))
+    rows = [
+        ["open transactions", _num(open_)],
+        ["oldest open", f"{cur.value(base + 'oldest_open_transaction_age_ms') / 1000:,.1f} s"],
+        ["commits/s", _num(done.get("commit", 0.0))],
+        ["aborts/s", _num(done.get("abort", 0.0))],
+        ["markers/s", _num(sum(rates(prev, cur, base + "markers_written_total", "").values()))],
+        ["marker retries queued", _num(cur.value(
+            "kafka_coordinator_transaction_transactionmarkerchannelmanager_logappendretryqueuesize"))],
+        ["ids by state", ", ".join(f"{st} {_num(states[st])}" for st in TXN_STATES if states.get(st)) or "none"],
+    ]
+    return Section("Transactions", ["", "value"], rows,
+                   None if cur.has(base + "transactional_ids") else "no transaction coordinator metrics")
 
 
 def _clients(prev: Snapshot | None, cur: Snapshot) -> Section:

@@ -226,17 +226,19 @@ def produce_body(
 
 
 def fetch_topics_body(
-    topics: list, *, max_wait: int = 0, min_bytes: int = 1, max_bytes: int = 50 * 1024 * 1024
+    topics: list, *, max_wait: int = 0, min_bytes: int = 1, max_bytes: int = 50 * 1024 * 1024,
+    isolation_level: int = 0,
 ) -> dict:
     """Fetch (v4+) by a consumer of ``[(name, topic_id, [(partition, fetch_offset,
-    partition_max_bytes), ...]), ...]`` (names up to v12, ids from v13)."""
+    partition_max_bytes), ...]), ...]`` (names up to v12, ids from v13); isolation level
+    0 read_uncommitted, 1 read_committed."""
     return {
         "replica_id": -1,
         "replica_state": {"replica_id": -1, "replica_epoch": -1},
         "max_wait": max_wait,
         "min_bytes": min_bytes,
         "max_bytes": max_bytes,
-        "isolation_level": 0,
+        "isolation_level": isolation_level,
         "session_id": 0,
         "session_epoch": -1,
         "topics": [
@@ -270,10 +272,12 @@ def fetch_body(
     max_wait: int = 0,
     min_bytes: int = 1,
     partition_max_bytes: int = 10 * 1024 * 1024,
+    isolation_level: int = 0,
 ) -> dict:
     """Fetch (v4..v12) of one partition of ``topic`` from ``offset``, by a consumer."""
     return fetch_topics_body(
-        [(topic, None, [(partition, offset, partition_max_bytes)])], max_wait=max_wait, min_bytes=min_bytes
+        [(topic, None, [(partition, offset, partition_max_bytes)])], max_wait=max_wait, min_bytes=min_bytes,
+        isolation_level=isolation_level,
     )
 
 def produce_partition(
@@ -293,11 +297,11 @@ def produce_partition(
     return resp.responses[0].partition_responses[0]
 
 
-def list_offsets_body(topic: str, partition: int = 0, timestamp: int = -1) -> dict:
+def list_offsets_body(topic: str, partition: int = 0, timestamp: int = -1, isolation_level: int = 0) -> dict:
     """ListOffsets (v1+) of one partition (timestamp -1 latest, -2 earliest, -3 max)."""
     return {
         "replica_id": -1,
-        "isolation_level": 0,
+        "isolation_level": isolation_level,
         "timeout": 1000,
         "topics": [
             {

@@ -10,9 +10,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from tidegate.log import Log, LogConfig, Record, build_batch, iter_batches, read_header
+from tidegate.log.control_records import end_transaction_marker_batch
 
 #: The partition directory open_log uses under ``tmp_path``.
 LOG_DIR = "t-0"
+#: The producer id pbatch writes with by default.
+PID = 1000
 
 
 def batch(n: int = 1, ts: int = 1_000, size: int = 20, tag: bytes = b"") -> bytearray:
@@ -21,6 +24,20 @@ def batch(n: int = 1, ts: int = 1_000, size: int = 20, tag: bytes = b"") -> byte
     return build_batch(
         [Record(tag + b"v" * size, key=b"k%d" % i, timestamp=ts + i) for i in range(n)]
     )
+
+
+def pbatch(
+    seq: int, n: int = 1, pid: int = PID, epoch: int = 0, ts: int = 1_000, **kw
+) -> bytearray:
+    """A batch of ``n`` records from producer ``pid``/``epoch`` starting at sequence ``seq``
+    (``transactional=True`` for a transaction's batch)."""
+    recs = [Record(b"v%010d" % (seq + i), key=b"k", timestamp=ts + i) for i in range(n)]
+    return build_batch(recs, producer_id=pid, producer_epoch=epoch, base_sequence=seq, **kw)
+
+
+def marker(commit: bool, pid: int = PID, epoch: int = 0, coordinator_epoch: int = 0, ts: int = 1_000) -> bytearray:
+    """A COMMIT or ABORT marker, as the transaction coordinator writes it."""
+    return end_transaction_marker_batch(pid, epoch, coordinator_epoch, commit, ts)
 
 
 def open_log(tmp_path: Path, cfg: LogConfig | None = None, now: int = 0, **settings) -> Log:

@@ -401,12 +401,12 @@ def test_produce_unknown_topic_and_partition(h):
     assert h.store.get("missing") is None  # produce never auto-creates
 
 
-def test_produce_transactional_id_rejected(h):
+def test_a_transactional_id_without_transactional_batches_is_ignored(h):
+    # as Kafka: only transactional records need (WRITE on) a transactional id
     h.create_topic("t")
     p = h.produce("t", 0, batch(b"a"), transactional_id="tx-1")
-    assert p.error_code == ErrorCode.transactional_id_authorization_failed
-    assert p.base_offset == -1
-    assert h.replicas.get_log("t", 0).log_end_offset == 0
+    assert (p.error_code, p.base_offset) == (ErrorCode.none, 0)
+    assert h.replicas.get_log("t", 0).log_end_offset == 1
 
 
 def test_produce_invalid_acks(h):

@@ -219,11 +219,14 @@ def test_a_new_epoch_restarts_at_sequence_zero(h):
     assert h.produce(TOPIC, 0, idem_batch(pid, 1, epoch=1)).base_offset == 4
 
 
-def test_transactional_batches_are_refused(h):
+def test_transactional_batches_without_a_transactional_id_are_refused(h):
     pid = init_pid(h).producer_id
-    resp = h.produce(TOPIC, 0, idem_batch(pid, 0, transactional=True))
-    assert resp.error_code == ErrorCode.transactional_id_authorization_failed
+    body = produce_body(TOPIC, {0: idem_batch(pid, 0, transactional=True), 1: idem_batch(pid, 0)})
+    parts = h.request(PRODUCE, 9, body).responses[0].partition_responses
+    # the whole request, as Kafka answers it
+    assert [p.error_code for p in parts] == [ErrorCode.transactional_id_authorization_failed] * 2
     assert h.replicas.get_log(TOPIC, 0).log_end_offset == 0
+    assert h.replicas.get_log(TOPIC, 1).log_end_offset == 0
 
 
 def test_other_partitions_of_a_request_are_unaffected_by_a_rejected_one(h):

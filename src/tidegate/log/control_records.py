@@ -18,12 +18,14 @@ import struct
 from typing import NamedTuple
 
 from .batch_builder import Record, build_batch
+from .records import RecordDecodeError, decode_batch_records, iter_decoded_batches
 
 __all__ = [
     "ControlRecordType",
     "EndTransactionMarker",
     "InvalidControlRecordError",
     "end_transaction_marker_batch",
+    "end_transaction_marker_of",
     "parse_control_key",
     "parse_end_transaction_marker",
 ]
@@ -60,7 +62,7 @@ def parse_control_key(key: bytes | memoryview | None) -> ControlRecordType:
         return ControlRecordType.UNKNOWN
 
 
-def parse_end_transaction_marker(key: bytes, value: bytes | None) -> EndTransactionMarker:
+def parse_end_transaction_marker(key: bytes | None, value: bytes | None) -> EndTransactionMarker:
     kind = parse_control_key(key)
     if kind not in (ControlRecordType.ABORT, ControlRecordType.COMMIT):
         raise InvalidControlRecordError(f"not an end transaction marker: type {kind}")
@@ -88,3 +90,21 @@ def end_transaction_marker_batch(
         transactional=True,
         control=True,
     )
+
+
+def end_transaction_marker_of(batch: bytes | memoryview) -> EndTransactionMarker | None:
+    """The marker in one control batch (its first record), or None for the control types
+    that are not transaction markers. Raises :class:`InvalidControlRecordError` for a
+    control batch without a record or with a key or value too short to parse."""
+    try:
+        for info in iter_decoded_batches(batch):
+            records = decode_batch_records(info, include_control=True)
+            if not records:
+                raise InvalidControlRecordError(f"control batch at offset {info.base_offset} has no record")
+            kind = parse_control_key(records[0].key)
+            if kind is ControlRecordType.UNKNOWN:
+                return None
+            return parse_end_transaction_marker(records[0].key, records[0].value)
+    except RecordDecodeError as exc:
+        raise InvalidControlRecordError(str(exc)) from exc
+    raise InvalidControlRecordError("truncated control batch")

@@ -1,4 +1,5 @@
-"""Sparse offset and time indexes of a log segment, in Kafka's on-disk formats.
+"""The indexes of a log segment, in Kafka's on-disk formats: sparse offset and time
+indexes, and the aborted-transaction index (:class:`TransactionIndex`).
 
 ``NNNNNNNNNNNNNNNNNNNN.index``: 8-byte entries, relative offset (int32) and
 file position (int32), big-endian. ``.timeindex``: 12-byte entries, timestamp
@@ -23,8 +24,16 @@ import sys
 from array import array
 from bisect import bisect_left, bisect_right
 from pathlib import Path
+from typing import NamedTuple
 
-__all__ = ["CorruptIndexError", "InvalidIndexEntryError", "OffsetIndex", "TimeIndex"]
+__all__ = [
+    "AbortedTxn",
+    "CorruptIndexError",
+    "InvalidIndexEntryError",
+    "OffsetIndex",
+    "TimeIndex",
+    "TransactionIndex",
+]
 
 _BIG_ENDIAN_HOST = sys.byteorder == "big"
 _INT32_MAX = 2**31 - 1
@@ -392,4 +401,114 @@ class TimeIndex(_Index):
         self._write_all(b"".join(pack(t, o - base) for t, o in ents))
         self._ts = array("q", [t for t, _ in ents])
         self._rel = array("i", [o - base for _, o in ents])
+        self._missing = False
+
+
+class AbortedTxn(NamedTuple):
+    """One entry of a ``.txnindex`` (Kafka's ``AbortedTxn``): an aborted transaction of
+    ``producer_id`` from ``first_offset`` to its ABORT marker at ``last_offset``;
+    ``last_stable_offset`` was the partition's LSO once the marker was written."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    last_stable_offset: int
+
+
+class TransactionIndex(_Index):
+    """The aborted-transaction index of a segment (Kafka's ``TransactionIndex``).
+
+    ``NNNNNNNNNNNNNNNNNNNN.txnindex``: 34-byte entries, int16 version (0), int64
+    producer id, int64 first offset, int64 last offset (the ABORT marker), int64 last
+    stable offset, one per transaction aborted by a marker in this segment, in marker
+    order (last offsets strictly increase). The file is created with its first entry,
+    as Kafka's is, so most segments have none. Entries are kept in memory: a fetch at
+    ``read_committed`` collects the ones it overlaps (:meth:`collect`).
+    """
+
+    ENTRY_SIZE = 34
+    SUFFIX = ".txnindex"
+    VERSION = 0
+    _ENTRY = struct.Struct(">hqqqq")
+
+    __slots__ = ("_entries", "_last_offsets")
+
+    def __init__(self, path: Path, base_offset: int) -> None:
+        super().__init__(path, base_offset)
+        self._entries: list[AbortedTxn] = []
+        self._last_offsets = array("q")
+
+    @classmethod
+    def load(cls, path: Path, base_offset: int) -> TransactionIndex:
+        """Read the file if there is one. Raises :class:`CorruptIndexError` on a torn file,
+        an unknown entry version or last offsets that do not increase."""
+        idx = cls(path, base_offset)
+        data = _load_file(idx.path)
+        if not data:
+            return idx
+        if len(data) % cls.ENTRY_SIZE:
+            raise CorruptIndexError(f"{idx.path}: size {len(data)} is not a multiple of {cls.ENTRY_SIZE}")
+        entries = []
+        for version, *fields in cls._ENTRY.iter_unpack(data):
+            if version != cls.VERSION:
+                raise CorruptIndexError(f"{idx.path}: unknown entry version {version}")
+            entries.append(AbortedTxn(*fields))
+        idx._set(entries)
+        if not _strictly_increasing(idx._last_offsets):
+            raise CorruptIndexError(f"{idx.path}: last offsets are not increasing")
+        return idx
+
+    def _set(self, entries: list[AbortedTxn]) -> None:
+        self._entries = entries
+        self._last_offsets = array("q", [e.last_offset for e in entries])
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def entries(self) -> list[AbortedTxn]:
+        return list(self._entries)
+
+    def sanity_check(self, next_offset: int) -> None:
+        """Raise :class:`CorruptIndexError` for an entry outside the segment."""
+        if self._entries and (
+            self._entries[0].last_offset < self.base_offset or self._entries[-1].last_offset >= next_offset
+        ):
+            raise CorruptIndexError(f"{self.path}: an entry lies outside the segment")
+
+    def append(self, txn: AbortedTxn) -> None:
+        if self._last_offsets and txn.last_offset <= self._last_offsets[-1]:
+            raise InvalidIndexEntryError(
+                f"aborted transaction ending at {txn.last_offset} is not after the last one "
+                f"({self._last_offsets[-1]}) in {self.path}"
+            )
+        self._write_at(self._ENTRY.pack(self.VERSION, *txn), len(self._entries) * self.ENTRY_SIZE)
+        self._entries.append(txn)
+        self._last_offsets.append(txn.last_offset)
+
+    def collect(self, fetch_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
+        """The aborted transactions a fetch from ``fetch_offset`` reading up to (not
+        including) ``upper_bound_offset`` overlaps: last offset >= fetch offset and first
+        offset < upper bound (Kafka's ``collectAbortedTxns``)."""
+        i = bisect_left(self._last_offsets, fetch_offset)
+        return [e for e in self._entries[i:] if e.first_offset < upper_bound_offset]
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove the entries whose marker is at or after ``offset``."""
+        i = bisect_left(self._last_offsets, offset)
+        if i < len(self._entries):
+            self._set(self._entries[:i])
+            if i:
+                self._truncate_file(i)
+            else:
+                self.delete()
+
+    def reset(self, entries: list[AbortedTxn] | None = None) -> None:
+        """Replace every entry and rewrite the file (removed when there are none)."""
+        ents = list(entries or ())
+        if ents:
+            pack = self._ENTRY.pack
+            self._write_all(b"".join(pack(self.VERSION, *e) for e in ents))
+        else:
+            self.delete()
+        self._set(ents)
         self._missing = False

@@ -33,8 +33,20 @@ from pathlib import Path
 from tidegate.errors import OffsetOutOfRangeError
 
 from .config import LogConfig
-from .producer_state import ProducerStateManager
-from .record_batch import NO_TIMESTAMP, assign_offsets, validate_batches
+from .control_records import (
+    EndTransactionMarker,
+    InvalidControlRecordError,
+    end_transaction_marker_of,
+)
+from .index import AbortedTxn
+from .producer_state import CompletedTxn, ProducerStateManager
+from .record_batch import (
+    CONTROL_FLAG_MASK,
+    NO_TIMESTAMP,
+    InvalidRecordError,
+    assign_offsets,
+    validate_batches,
+)
 from .segment import LogSegment
 
 __all__ = [
@@ -58,7 +70,7 @@ RECOVERY_POINT_FILE = "recovery-point"
 LOG_START_OFFSET_FILE = "log-start-offset"
 CLEAN_SHUTDOWN_FILE = "clean-shutdown"
 _TMP_MARK = ".tmp-"
-_SEGMENT_RE = re.compile(r"^(\d{20})\.(log|index|timeindex)$")
+_SEGMENT_RE = re.compile(r"^(\d{20})\.(log|index|timeindex|txnindex)$")
 _INT32_MAX = 2**31 - 1
 _tmp_counter = itertools.count()
 
@@ -357,6 +369,9 @@ class Log:
         self._segments = segs
 
         i = 0
+        #: base offset of the first recovered segment holding markers: its transaction
+        #: index and those after it are rebuilt from the producer state (None: no need)
+        rebuild_txn_index_from: int | None = None
         while i < len(segs):
             seg = segs[i]
             is_last = i == len(segs) - 1
@@ -366,6 +381,8 @@ class Log:
             unflushed = next_base is None or next_base > rp
             if (not clean and unflushed) or not seg.load(next_base):
                 truncated = seg.recover()
+                if seg.recovered_control_batches and rebuild_txn_index_from is None:
+                    rebuild_txn_index_from = seg.base_offset
                 self.recovered_truncated_bytes += truncated
                 if truncated and not is_last:
                     # The log must stay contiguous: what followed the damage goes too.
@@ -404,24 +421,54 @@ class Log:
             # deletion above) durable: a later crash must not look like a clean stop.
             os.fsync(dir_fd)
             self._dir_dirty = False
-        self._load_producer_state()
+        if rebuild_txn_index_from is not None and rebuild_txn_index_from < self._segments[0].base_offset:
+            rebuild_txn_index_from = None  # the recovered segments were all cut away
+        self._load_producer_state(rebuild_txn_index_from)
 
-    def _load_producer_state(self) -> None:
+    def _load_producer_state(self, rebuild_txn_index_from: int | None = None) -> None:
         """Kafka's rebuild: the newest snapshot at or below the log end offset, then the
-        batch headers after it (after a clean shutdown the snapshot is at the end and
-        nothing is read)."""
+        batches after it (after a clean shutdown the snapshot is at the end and nothing is
+        read). With ``rebuild_txn_index_from`` (recovered segments from there on, their
+        transaction indexes emptied) the replay starts at a snapshot at or below it and
+        re-indexes the transactions aborted from there on."""
         ps = self.producer_state
         leo = self.log_end_offset
-        start = ps.load(leo)
+        start = ps.load(leo, rebuild_txn_index_from)
         segs = self._segments
         scan_from = segs[0].base_offset if start is None else max(start, segs[0].base_offset)
         replayed = 0
         if scan_from < leo:
             i = max(0, bisect_right(self._bases, scan_from) - 1)
-            replayed = ps.replay(
-                h for seg in segs[i:] for h in seg.iter_batch_headers(scan_from)
-            )
+            for seg in segs[i:]:
+                reindex = rebuild_txn_index_from is not None and seg.base_offset >= rebuild_txn_index_from
+                if reindex:
+                    seg.txn_index.reset()
+                for pos, h in seg.iter_batches_from(scan_from):
+                    replayed += 1
+                    if h.producer_id < 0:
+                        continue
+                    marker = None
+                    if h.attributes & CONTROL_FLAG_MASK:
+                        marker = self._marker_at(seg, pos, h.size)
+                    completed = ps.replay_batch(h, marker)
+                    if completed is not None:
+                        if reindex and completed.is_aborted:
+                            self._index_aborted(seg, completed)
+                        ps.complete_txn(completed)
         self.producer_state_replayed_batches = replayed
+
+    @staticmethod
+    def _marker_at(seg: LogSegment, pos: int, size: int) -> EndTransactionMarker | None:
+        try:
+            return end_transaction_marker_of(seg.read_batch(pos, size))
+        except InvalidControlRecordError:
+            return None  # Kafka skips control records it cannot read
+
+    def _index_aborted(self, seg: LogSegment, completed: CompletedTxn) -> None:
+        seg.txn_index.append(AbortedTxn(
+            completed.producer_id, completed.first_offset, completed.last_offset,
+            self.producer_state.last_stable_offset(completed),
+        ))  # fmt: skip
 
     # -- properties --------------------------------------------------------------
 
@@ -438,6 +485,25 @@ class Log:
     def high_watermark(self) -> int:
         """Offsets below it are committed; a single-node broker commits on append."""
         return self._segments[-1].next_offset
+
+    @property
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of the oldest open transaction (None: none is open)."""
+        return self.producer_state.first_unstable_offset()
+
+    @property
+    def last_stable_offset(self) -> int:
+        """Kafka's LSO: below it every transaction is decided (committed or aborted);
+        ``read_committed`` consumers read up to it. Without open transactions it is the
+        high watermark; it never falls below the log start offset."""
+        hw = self.high_watermark
+        fuo = self.producer_state.first_unstable_offset()
+        if fuo is None or fuo >= hw:
+            return hw
+        return max(fuo, self._log_start_offset)
+
+    def has_ongoing_transaction(self, producer_id: int, producer_epoch: int) -> bool:
+        return self.producer_state.has_ongoing_transaction(producer_id, producer_epoch)
 
     @property
     def recovery_point(self) -> int:
@@ -511,10 +577,11 @@ class Log:
         log_append_time = now_ms if config.message_timestamp_type == "LogAppendTime" else None
         max_ts = log_append_time if log_append_time is not None else v.max_timestamp
         first = self.log_end_offset
-        # Idempotent producers: epoch and sequence checks (nothing written on error),
-        # and a retried batch is answered with the original's offsets.
+        markers = None if from_client else self._markers(records, v.positions, v.headers)
+        # Idempotent and transactional producers: epoch, sequence and transaction checks
+        # (nothing written on error); a retried batch is answered with the original's offsets.
         prepared = self.producer_state.prepare(
-            v.headers, first, log_append_time, from_client=from_client
+            v.headers, first, log_append_time, from_client=from_client, markers=markers
         )
         if prepared is not None and prepared.duplicate is not None:
             dup = prepared.duplicate
@@ -539,7 +606,11 @@ class Log:
         )
         segment.append(records, last)
         if prepared is not None:
-            self.producer_state.commit(prepared)
+            ps = self.producer_state
+            for completed in ps.commit(prepared):
+                if completed.is_aborted:
+                    self._index_aborted(segment, completed)
+                ps.complete_txn(completed)
         if auto_flush and self.unflushed_messages >= config.flush_messages:
             self.flush(now_ms=now_ms)
         return AppendInfo(
@@ -551,6 +622,23 @@ class Log:
             log_start_offset=self._log_start_offset,
             size_bytes=v.size_bytes,
         )
+
+    @staticmethod
+    def _markers(records, positions: list[int], headers: list) -> list[EndTransactionMarker | None] | None:
+        """The end transaction marker of each control batch of a broker-made append."""
+        if not any(h.attributes & CONTROL_FLAG_MASK for h in headers):
+            return None
+        out: list[EndTransactionMarker | None] = []
+        with memoryview(records) as mv:
+            for pos, h in zip(positions, headers, strict=True):
+                if not h.attributes & CONTROL_FLAG_MASK:
+                    out.append(None)
+                    continue
+                try:
+                    out.append(end_transaction_marker_of(mv[pos : pos + h.size]))
+                except InvalidControlRecordError as exc:
+                    raise InvalidRecordError(f"invalid control batch: {exc}", pos) from exc
+        return out
 
     def _should_roll(
         self, seg: LogSegment, size: int, max_ts: int, max_offset: int, now_ms: int
@@ -595,7 +683,9 @@ class Log:
 
     # -- read ------------------------------------------------------------------
 
-    def read(self, offset: int, max_bytes: int, *, min_one_batch: bool = True) -> bytes:
+    def read(
+        self, offset: int, max_bytes: int, *, min_one_batch: bool = True, max_offset: int | None = None
+    ) -> bytes:
         """Whole batches from the one containing ``offset``, up to ``max_bytes``.
 
         The first batch is returned even if larger than ``max_bytes`` unless
@@ -603,7 +693,8 @@ class Log:
         Fetch response only). Data comes from one segment per call. At the log end
         offset the result is ``b""``; outside [log_start_offset, log_end_offset]
         :class:`LogOffsetOutOfRangeError` is raised. Batches may start before
-        ``offset`` (clients skip those records).
+        ``offset`` (clients skip those records). ``max_offset`` (a batch boundary: the
+        last stable offset for ``read_committed``) stops the read before the batch there.
         """
         self._check_open()
         leo = self.log_end_offset
@@ -612,17 +703,67 @@ class Log:
             raise LogOffsetOutOfRangeError(
                 f"offset {offset} is outside [{lso}, {leo}] for {self.directory.name}", lso, leo
             )
-        if offset == leo:
+        if offset == leo or (max_offset is not None and offset >= max_offset):
             return b""
         segs = self._segments
         i = bisect_right(self._bases, offset) - 1
         i = max(i, 0)
         while i < len(segs):
-            data = segs[i].read(offset, max_bytes, min_one_batch=min_one_batch)
+            seg = segs[i]
+            max_position = None
+            if max_offset is not None and max_offset < seg.next_offset:
+                found = seg.find_batch(max_offset)
+                max_position = found[0] if found is not None else None
+            data = seg.read(offset, max_bytes, max_position=max_position, min_one_batch=min_one_batch)
             if data is not None:
                 return data
+            if max_position is not None:
+                return b""
             i += 1
         return b""
+
+    def fetch_upper_bound(self, offset: int) -> int:
+        """The offset a fetch from ``offset`` reads below at most: the next segment's base
+        offset, else the log end offset (Kafka's fallback for ``upperBoundOffset``)."""
+        i = bisect_right(self._bases, offset)
+        return self._bases[i] if i < len(self._bases) else self.log_end_offset
+
+    def collect_aborted_transactions(self, fetch_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
+        """Every aborted transaction a fetch from ``fetch_offset`` below ``upper_bound_offset``
+        overlaps (Kafka's ``collectAbortedTransactions``): from the segment holding the
+        fetch offset on, until a segment's index has an abort at or past the upper bound."""
+        self._check_open()
+        segs = self._segments
+        out: list[AbortedTxn] = []
+        for seg in segs[max(0, bisect_right(self._bases, fetch_offset) - 1):]:
+            idx = seg.txn_index
+            if not len(idx):
+                continue
+            out.extend(idx.collect(fetch_offset, upper_bound_offset))
+            if idx.entries()[-1].last_offset >= upper_bound_offset:
+                break
+        return out
+
+    def bytes_between(self, start: int, end: int) -> int:
+        """Roughly the bytes of the batches from the one holding ``start`` to the one at
+        ``end`` (a batch boundary); across segments, the rest of ``start``'s segment plus
+        the segments before ``end``'s. What a parked ``read_committed`` fetch counts."""
+        if end <= start:
+            return 0
+        segs = self._segments
+        i = max(0, bisect_right(self._bases, start) - 1)
+        j = max(0, bisect_right(self._bases, end) - 1) if end < self.log_end_offset else len(segs) - 1
+        first = segs[i].find_batch(start)
+        if first is None:
+            return 0
+        if i == j:
+            last = segs[j].find_batch(end) if end < segs[j].next_offset else None
+            return (last[0] if last is not None else segs[j].size) - first[0]
+        total = segs[i].size - first[0]
+        for seg in segs[i + 1 : j]:
+            total += seg.size
+        last = segs[j].find_batch(end) if end < segs[j].next_offset else None
+        return total + (last[0] if last is not None else segs[j].size)
 
     # -- timestamps ------------------------------------------------------------------
 

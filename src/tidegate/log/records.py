@@ -16,8 +16,7 @@ batches, but ``partition_max_bytes`` can end a response inside one) is not an er
 decoding stops there and the caller fetches again from the next offset.
 
 Users: the consumer side (:mod:`tidegate.client.fetcher`, the Spark source) and the
-broker reading its own ``__consumer_offsets`` back
-(:mod:`tidegate.coordinator.group.group_metadata_manager`).
+broker reading its internal topics back (:mod:`tidegate.log.replay`).
 Everything here is sans-IO: bytes in, records out.
 """
 
@@ -40,6 +39,7 @@ from .record_batch import (
     TIMESTAMP_TYPE_CREATE_TIME,
     TIMESTAMP_TYPE_LOG_APPEND_TIME,
     TIMESTAMP_TYPE_MASK,
+    TRANSACTIONAL_FLAG_MASK,
 )
 
 __all__ = [
@@ -78,6 +78,9 @@ class BatchInfo(NamedTuple):
     base_timestamp: int
     max_timestamp: int
     timestamp_type: int
+    producer_id: int
+    producer_epoch: int
+    is_transactional: bool
 
 
 def iter_decoded_batches(buf: bytes | memoryview) -> Iterator[BatchInfo]:
@@ -111,8 +114,8 @@ def iter_decoded_batches(buf: bytes | memoryview) -> Iterator[BatchInfo]:
             last_delta,
             base_ts,
             max_ts,
-            _pid,
-            _pepoch,
+            pid,
+            pepoch,
             _seq,
             count,
         ) = HEADER_STRUCT.unpack_from(mv, pos)
@@ -128,13 +131,17 @@ def iter_decoded_batches(buf: bytes | memoryview) -> Iterator[BatchInfo]:
             base_ts,
             max_ts,
             LOG_APPEND_TIME if attributes & TIMESTAMP_TYPE_MASK else CREATE_TIME,
+            pid,
+            pepoch,
+            bool(attributes & TRANSACTIONAL_FLAG_MASK),
         )
         pos += total
 
 
-def decode_batch_records(batch: BatchInfo) -> list[ConsumerRecord]:
-    """Every record of one batch (a control batch gives an empty list)."""
-    if batch.is_control:
+def decode_batch_records(batch: BatchInfo, *, include_control: bool = False) -> list[ConsumerRecord]:
+    """Every record of one batch (a control batch gives an empty list unless
+    ``include_control``: then its control records, e.g. a transaction marker)."""
+    if batch.is_control and not include_control:
         return []
     data = batch.records
     n = len(data)

@@ -1,4 +1,4 @@
-"""One log segment: ``{base_offset:020d}.log`` with its offset and time indexes.
+"""One log segment: ``{base_offset:020d}.log`` with its offset, time and transaction indexes.
 
 Mirrors Kafka's ``LogSegment``. The log file is a concatenation of v2 record
 batches whose offsets have been assigned; the segment appends to it with
@@ -6,7 +6,9 @@ batches whose offsets have been assigned; the segment appends to it with
 reads whole batches with ``os.pread``, and keeps two sparse indexes: an entry
 every ``index_interval_bytes`` of log, per batch as in Kafka 3.7+ (offset index
 entry = (batch last offset, batch position); time index entry = (max timestamp
-so far, last offset of the batch that carried it)).
+so far, last offset of the batch that carried it)). The ``.txnindex`` holds the
+transactions aborted by markers in this segment; the log fills it (it needs the
+partition's producer state), the segment keeps it with its other files.
 """
 
 from __future__ import annotations
@@ -16,8 +18,9 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from .index import CorruptIndexError, OffsetIndex, TimeIndex
+from .index import CorruptIndexError, OffsetIndex, TimeIndex, TransactionIndex
 from .record_batch import (
+    CONTROL_FLAG_MASK,
     HEADER_SIZE,
     HEADER_STRUCT,
     LOG_OVERHEAD,
@@ -34,15 +37,18 @@ __all__ = [
     "INDEX_FILE_SUFFIX",
     "LOG_FILE_SUFFIX",
     "TIME_INDEX_FILE_SUFFIX",
+    "TXN_INDEX_FILE_SUFFIX",
     "LogSegment",
     "log_file_path",
     "offset_index_file_path",
     "time_index_file_path",
+    "txn_index_file_path",
 ]
 
 LOG_FILE_SUFFIX = ".log"
 INDEX_FILE_SUFFIX = ".index"
 TIME_INDEX_FILE_SUFFIX = ".timeindex"
+TXN_INDEX_FILE_SUFFIX = ".txnindex"
 
 _INT32_MAX = 2**31 - 1
 _unpack_header = HEADER_STRUCT.unpack_from
@@ -66,6 +72,10 @@ def offset_index_file_path(directory: Path, base_offset: int) -> Path:
 
 def time_index_file_path(directory: Path, base_offset: int) -> Path:
     return Path(directory) / _file_name(base_offset, TIME_INDEX_FILE_SUFFIX)
+
+
+def txn_index_file_path(directory: Path, base_offset: int) -> Path:
+    return Path(directory) / _file_name(base_offset, TXN_INDEX_FILE_SUFFIX)
 
 
 def _pwrite_all(fd: int, data, position: int) -> None:
@@ -97,7 +107,9 @@ class LogSegment:
         "index_interval_bytes",
         "log_path",
         "offset_index",
+        "recovered_control_batches",
         "time_index",
+        "txn_index",
     )
 
     def __init__(
@@ -109,6 +121,7 @@ class LogSegment:
         fd: int,
         offset_index: OffsetIndex,
         time_index: TimeIndex,
+        txn_index: TransactionIndex,
     ) -> None:
         self.directory = Path(directory)
         self.base_offset = base_offset
@@ -116,6 +129,7 @@ class LogSegment:
         self.log_path = log_file_path(directory, base_offset)
         self.offset_index = offset_index
         self.time_index = time_index
+        self.txn_index = txn_index
         #: When this object was created (Kafka's ``created``): the age used for
         #: ``segment.ms`` when the segment's batches carry no timestamp.
         self.created_ms = now_ms
@@ -128,6 +142,9 @@ class LogSegment:
         self._rolling_ts: int | None = None
         #: Why the indexes cannot be trusted (None: they looked fine when read).
         self._index_problem: str | None = None
+        #: :meth:`recover` found control batches (transaction markers): the log must
+        #: rebuild this segment's transaction index
+        self.recovered_control_batches = False
 
     # -- construction ------------------------------------------------------------
 
@@ -142,12 +159,14 @@ class LogSegment:
         try:
             oi = OffsetIndex(offset_index_file_path(directory, base_offset), base_offset)
             ti = TimeIndex(time_index_file_path(directory, base_offset), base_offset)
+            xi = TransactionIndex(txn_index_file_path(directory, base_offset), base_offset)
             oi.reset()
             ti.reset()
+            xi.reset()
         except BaseException:
             os.close(fd)
             raise
-        return cls(directory, base_offset, index_interval_bytes, now_ms, fd, oi, ti)
+        return cls(directory, base_offset, index_interval_bytes, now_ms, fd, oi, ti, xi)
 
     @classmethod
     def open(
@@ -166,7 +185,12 @@ class LogSegment:
         except CorruptIndexError as e:
             ti = TimeIndex(time_index_file_path(directory, base_offset), base_offset)
             problem = problem or str(e)
-        seg = cls(directory, base_offset, index_interval_bytes, now_ms, fd, oi, ti)
+        try:
+            xi = TransactionIndex.load(txn_index_file_path(directory, base_offset), base_offset)
+        except CorruptIndexError as e:
+            xi = TransactionIndex(txn_index_file_path(directory, base_offset), base_offset)
+            problem = problem or str(e)
+        seg = cls(directory, base_offset, index_interval_bytes, now_ms, fd, oi, ti, xi)
         if problem is None and seg._size > 0 and (oi.was_missing or ti.was_missing):
             problem = "index file missing"
         seg._index_problem = problem
@@ -209,6 +233,7 @@ class LogSegment:
                 self._max_ts, self._offset_of_max_ts = ts, off
                 self._bytes_since_index = size - self.offset_index.last_entry()[1]
             self.time_index.sanity_check(self._next_offset)
+            self.txn_index.sanity_check(self._next_offset)
         except (CorruptIndexError, RecordBatchError) as e:
             self._index_problem = str(e)
             return False
@@ -407,17 +432,24 @@ class LogSegment:
                 return pos, h
         return None
 
-    def iter_batch_headers(self, start_offset: int) -> Iterator[BatchHeader]:
-        """Headers of the batches whose base offset is >= ``start_offset``, in order
-        (framing checked only): what rebuilding the producer state replays."""
+    def iter_batches_from(self, start_offset: int) -> Iterator[tuple[int, BatchHeader]]:
+        """(position, header) of the batches whose base offset is >= ``start_offset``, in
+        order (framing checked only): what rebuilding the producer state replays."""
         if start_offset >= self._next_offset:
             return
         start = self.offset_index.lookup(start_offset)
         if start >= self._size:
             start = 0
-        for _pos, h in self._iter_headers(start, self._size):
+        for pos, h in self._iter_headers(start, self._size):
             if h[0] >= start_offset:
-                yield _make_header(h)
+                yield pos, _make_header(h)
+
+    def read_batch(self, position: int, size: int) -> bytes:
+        """The bytes of the batch at ``position`` (``size`` from its header)."""
+        data = os.pread(self._fd, size, position)
+        if len(data) < size:
+            raise CorruptRecordError(f"{self.log_path}: short read at {position}", position)
+        return data
 
     def find_batch(self, offset: int) -> tuple[int, BatchHeader] | None:
         """Position and header of the batch containing ``offset`` (or the first one after it)."""
@@ -499,8 +531,9 @@ class LogSegment:
 
         The file is cut at the first batch that is torn, fails its CRC, has impossible
         lengths or counts, or whose offsets go backwards or do not fit the segment.
-        Both index files are rewritten and everything is fsynced. Returns the number
-        of bytes truncated.
+        Both index files are rewritten and everything is fsynced. The transaction index
+        is emptied: rebuilding it needs the producer state, which the log replays
+        (``Log._load_producer_state``). Returns the number of bytes truncated.
         """
         fd = self._fd
         size = os.fstat(fd).st_size
@@ -513,6 +546,7 @@ class LogSegment:
         since = 0
         expected = base
         rolling_ts = None
+        control = False
         pos = 0
         if size > 0:
             with mmap.mmap(fd, size, access=mmap.ACCESS_READ) as mm, memoryview(mm) as mv:
@@ -528,6 +562,8 @@ class LogSegment:
                         break
                     if rolling_ts is None:
                         rolling_ts = h[8]
+                    if h[5] & CONTROL_FLAG_MASK:
+                        control = True
                     if h[8] > max_ts:
                         max_ts, off_of_max = h[8], last
                     if since > interval:
@@ -547,6 +583,7 @@ class LogSegment:
             ti_entries.append((max_ts, off_of_max))
         self.offset_index.reset(oi_entries)
         self.time_index.reset(ti_entries)
+        self.txn_index.reset()
         _fdatasync(fd)
         self.offset_index.flush()
         self.time_index.flush()
@@ -556,6 +593,7 @@ class LogSegment:
         self._bytes_since_index = since
         self._rolling_ts = rolling_ts
         self._index_problem = None
+        self.recovered_control_batches = control
         return truncated
 
     def truncate_to(self, offset: int) -> int:
@@ -571,6 +609,7 @@ class LogSegment:
         new_next = h[0]
         self.offset_index.truncate_to(new_next)
         self.time_index.truncate_to(new_next)
+        self.txn_index.truncate_to(new_next)
         truncated = self._size - pos
         os.ftruncate(self._fd, pos)
         self._size = pos
@@ -584,7 +623,7 @@ class LogSegment:
     def dup_fds_for_flush(self, include_log: bool) -> list[int]:
         """Duplicated descriptors to fsync: the log (if asked) and any dirty index."""
         fds = [os.dup(self._fd)] if include_log else []
-        for idx in (self.offset_index, self.time_index):
+        for idx in (self.offset_index, self.time_index, self.txn_index):
             fd = idx.dup_fd_for_flush()
             if fd is not None:
                 fds.append(fd)
@@ -592,17 +631,19 @@ class LogSegment:
 
     @property
     def indexes_dirty(self) -> bool:
-        return self.offset_index.dirty or self.time_index.dirty
+        return self.offset_index.dirty or self.time_index.dirty or self.txn_index.dirty
 
     def release_index_fds(self) -> None:
         """Close the index descriptors of an inactive, flushed segment (reopened on demand)."""
         self.offset_index.release_fd()
         self.time_index.release_fd()
+        self.txn_index.release_fd()
 
     def flush(self) -> None:
         _fdatasync(self._fd)
         self.offset_index.flush()
         self.time_index.flush()
+        self.txn_index.flush()
 
     def close(self) -> None:
         if self._fd >= 0:
@@ -610,9 +651,10 @@ class LogSegment:
             self._fd = -1
         self.offset_index.close()
         self.time_index.close()
+        self.txn_index.close()
 
     def delete(self) -> None:
-        """Close and remove the segment's three files."""
+        """Close and remove the segment's files."""
         self.close()
         try:
             os.unlink(self.log_path)
@@ -620,6 +662,7 @@ class LogSegment:
             pass
         self.offset_index.delete()
         self.time_index.delete()
+        self.txn_index.delete()
 
     def __repr__(self) -> str:
         return (

@@ -622,6 +622,72 @@ class QuotaCollector(Collector):
         )
 
 
+class TransactionCoordinatorCollector(Collector):
+    """The transaction coordinator (``tidegate.coordinator.transaction``): Kafka's
+    transaction-coordinator-metrics and TransactionMarkerChannelManager gauges, plus
+    tidegate's counts of transactional ids per state and of completed transactions."""
+
+    def __init__(self, coordinator: Any) -> None:
+        self.coordinator = coordinator
+
+    def collect(self) -> Iterable[Metric]:
+        c = self.coordinator
+        loads = c.txn_manager.partition_load_times_ms
+        yield GaugeMetricFamily(
+            "kafka_server_transaction_coordinator_metrics_partition_load_time_max",
+            "Longest load of a __transaction_state partition at startup, ms "
+            "(transaction-coordinator-metrics partition-load-time-max).",
+            value=max(loads, default=0),
+        )
+        yield GaugeMetricFamily(
+            "kafka_server_transaction_coordinator_metrics_partition_load_time_avg",
+            "Average load of a __transaction_state partition at startup, ms "
+            "(transaction-coordinator-metrics partition-load-time-avg).",
+            value=sum(loads) / len(loads) if loads else 0,
+        )
+        yield GaugeMetricFamily(
+            "kafka_coordinator_transaction_transactionmarkerchannelmanager_logappendretryqueuesize",
+            "Transaction markers waiting to be written again (TransactionMarkerChannelManager "
+            "LogAppendRetryQueueSize).",
+            value=c.markers.retry_queue_size,
+        )
+        yield GaugeMetricFamily(
+            "kafka_coordinator_transaction_transactionmarkerchannelmanager_unknowndestinationqueuesize",
+            "Markers for partitions without a known leader (always 0: one node leads every "
+            "partition; TransactionMarkerChannelManager UnknownDestinationQueueSize).",
+            value=0,
+        )
+        states = GaugeMetricFamily(
+            "tidegate_transaction_coordinator_transactional_ids",
+            "Transactional ids the coordinator holds, per transaction state (tidegate only).",
+            labels=["state"],
+        )
+        counts = c.state_counts()
+        for name in sorted(counts):
+            states.add_metric([name], counts[name])
+        yield states
+        oldest = GaugeMetricFamily(
+            "tidegate_transaction_coordinator_oldest_open_transaction_age_ms",
+            "Age of the oldest transaction not yet complete (0: none; tidegate only).",
+            value=c.oldest_open_transaction_age_ms(),
+        )
+        yield oldest
+        done = CounterMetricFamily(
+            "tidegate_transaction_coordinator_completed_transactions",
+            "Transactions completed since start (markers written, Complete* durable), per "
+            "result (tidegate only).",
+            labels=["result"],
+        )
+        done.add_metric(["commit"], c.commits)
+        done.add_metric(["abort"], c.aborts)
+        yield done
+        yield CounterMetricFamily(
+            "tidegate_transaction_coordinator_markers_written",
+            "Transaction markers appended to partitions since start (tidegate only).",
+            value=c.markers.markers_written,
+        )
+
+
 # --------------------------------------------------------------------------------------
 # the broker's metrics
 # --------------------------------------------------------------------------------------
@@ -663,6 +729,10 @@ class BrokerMetrics:
     def register_quotas(self, quotas: Any) -> None:
         """Expose the client-quota managers (per-entity rates and throttle times)."""
         self.registry.register(QuotaCollector(quotas))
+
+    def register_transaction_coordinator(self, coordinator: Any) -> None:
+        """Expose the transaction coordinator's load times, marker retries and states."""
+        self.registry.register(TransactionCoordinatorCollector(coordinator))
 
     def register_flusher(self, flusher: Any) -> None:
         """Expose the group-commit flusher's ``rounds`` and ``requests`` counters."""

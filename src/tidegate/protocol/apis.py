@@ -35,6 +35,7 @@ class ApiKey(enum.IntEnum):
     ADD_OFFSETS_TO_TXN = 25
     END_TXN = 26
     WRITE_TXN_MARKERS = 27
+    TXN_OFFSET_COMMIT = 28
     SASL_AUTHENTICATE = 36
     DESCRIBE_CONFIGS = 32
     CREATE_PARTITIONS = 37
@@ -84,6 +85,7 @@ SUPPORTED_APIS: dict[int, ApiRange] = {
         ApiRange(ApiKey.ADD_OFFSETS_TO_TXN, 0, 4),
         ApiRange(ApiKey.END_TXN, 0, 4),  # v5 is transaction version 2 (not advertised)
         ApiRange(ApiKey.WRITE_TXN_MARKERS, 1, 1),
+        ApiRange(ApiKey.TXN_OFFSET_COMMIT, 0, 4),  # v5 is transaction version 2 (not advertised)
         ApiRange(ApiKey.SASL_AUTHENTICATE, 0, 2),
         ApiRange(ApiKey.DESCRIBE_CONFIGS, 1, 4),
         ApiRange(ApiKey.CREATE_PARTITIONS, 0, 3),

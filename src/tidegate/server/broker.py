@@ -118,6 +118,7 @@ class Broker:
         self.metrics.register_flusher(core.replicas.flusher)
         self.metrics.register_logs(lambda: logs.logs)
         self.metrics.register_quotas(core.quotas)
+        self.metrics.register_transaction_coordinator(core.transaction_coordinator)
         endpoint = parse_metrics_listener(self.config.get("metrics.listener"))
         if endpoint is None:
             return

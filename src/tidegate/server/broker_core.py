@@ -105,15 +105,19 @@ class BrokerCore:
         self.transaction_timer = SystemTimer(clock=monotonic_ms)
         self.transaction_coordinator = TransactionCoordinator(
             txn_config,
-            TransactionStateManager(txn_config, self.logs, self.replicas.append_records, data_dir,
-                                    config.get("socket.request.max.bytes")),
+            TransactionStateManager(txn_config, self.logs, self.replicas.append_records, data_dir, monotonic_ms),
             ProducerIdManager(data_dir),
             TransactionMarkerChannelManager(self.replicas, self.transaction_timer, wall_ms),
             self.transaction_timer,
             wall_ms,
         )
+        if config.get("transaction.partition.verification.enable"):
+            self.replicas.transaction_verifier = self.transaction_coordinator.handle_verify_partitions
         self.transactions = TransactionApis(self.transaction_coordinator, self.replicas,
                                             self.groups.offsets_partition_for)
+        # Offsets in transactions: markers on __consumer_offsets commit or discard the
+        # group coordinator's pending offsets.
+        self.transaction_coordinator.markers.marker_listeners.append(self.groups.coordinator.on_marker_written)
         self.apis = KafkaApis(
             config, self.cluster_id, self.replicas, self.store, self.quotas, self.groups,
             self.transactions,

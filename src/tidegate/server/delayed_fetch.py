@@ -5,7 +5,9 @@ watched on each of its topic-partitions. Every append to one of them calls
 ``check_and_complete`` for that key, which runs :meth:`DelayedFetch.try_complete`:
 the fetch completes as soon as the bytes appended since it parked (each partition
 counting up to its own max bytes) reach ``min_bytes``, one of its partitions is
-deleted, or a fetch offset falls outside the log (truncation, retention). When
+deleted, or a fetch offset falls outside the log (truncation, retention). A
+``read_committed`` fetch counts only the bytes below the last stable offset, which
+moves when a transaction's marker is appended (an append like any other). When
 the wait expires the timer completes it with whatever is there. Completion calls
 ``respond``, which re-reads the logs and answers. A parked fetch holds no task
 and no thread: just this object on the timing wheel and the watcher lists.
@@ -35,7 +37,7 @@ class FetchPartitionStatus:
 
 
 class DelayedFetch(DelayedOperation):
-    __slots__ = ("min_bytes", "partitions", "replicas", "respond")
+    __slots__ = ("min_bytes", "partitions", "read_committed", "replicas", "respond")
 
     def __init__(
         self,
@@ -44,12 +46,15 @@ class DelayedFetch(DelayedOperation):
         partitions: list[FetchPartitionStatus],
         replicas: ReplicaManager,
         respond: Callable[[], None],
+        *,
+        read_committed: bool = False,
     ) -> None:
         super().__init__(delay_ms)
         self.min_bytes = min_bytes
         self.partitions = partitions
         self.replicas = replicas
         self.respond = respond
+        self.read_committed = read_committed
 
     def try_complete(self) -> bool:
         replicas = self.replicas
@@ -60,8 +65,11 @@ class DelayedFetch(DelayedOperation):
                 return self.force_complete()  # deleted (or deleted and re-created)
             if st.fetch_offset > log.log_end_offset or st.fetch_offset < log.log_start_offset:
                 return self.force_complete()  # truncated or retention passed it
-            new = replicas.appended_bytes.get(st.key, 0) - st.appended_at_start
-            accumulated += min(st.bytes_at_start + new, st.max_bytes)
+            if self.read_committed:
+                readable = log.bytes_between(st.fetch_offset, log.last_stable_offset)
+            else:
+                readable = st.bytes_at_start + replicas.appended_bytes.get(st.key, 0) - st.appended_at_start
+            accumulated += min(readable, st.max_bytes)
         if accumulated >= self.min_bytes:
             return self.force_complete()
         return False

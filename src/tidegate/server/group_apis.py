@@ -1,7 +1,7 @@
 """Request handlers of the group APIs, for :class:`tidegate.server.kafka_apis.KafkaApis`.
 
 FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit,
-OffsetFetch, ListGroups, DescribeGroups, DeleteGroups and OffsetDelete: each turns
+TxnOffsetCommit, OffsetFetch, ListGroups, DescribeGroups, DeleteGroups and OffsetDelete: each turns
 the kio request of whatever version arrived into a call on the sans-IO
 :class:`~tidegate.coordinator.group.group_coordinator.GroupCoordinator` and its answer into
 the response dict (Kafka field names) that ``KafkaApis`` builds and encodes.
@@ -10,7 +10,9 @@ A JoinGroup or SyncGroup the coordinator cannot answer yet (a rebalance is in
 progress) returns PARKED; the coordinator's callback answers it later through
 ``respond`` (KafkaApis.send_response). An OffsetCommit is answered once its record is
 fsynced: the coordinator's write to ``__consumer_offsets`` goes through
-ReplicaManager.append_records with acks=all, like a producer's.
+ReplicaManager.append_records with acks=all, like a producer's. A TxnOffsetCommit is
+answered the same way; its offsets stay pending until the producer's transaction marker
+reaches ``__consumer_offsets`` (docs/transactions.md, "Offsets in transactions").
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from tidegate.coordinator.group.group_metadata_manager import (
     OFFSETS_TOPIC,
     OffsetAndMetadata,
     OffsetsLog,
+    PendingAppend,
 )
 from tidegate.log.log import Log
 from tidegate.network.request_channel import PARKED, Request
@@ -45,6 +48,27 @@ log = logging.getLogger(__name__)
 
 E = ErrorCode
 AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
+TopicPartition = tuple[str, int]
+
+#: Kafka's GroupCoordinatorService.handleOperationException: what a failed coordinator write
+#: (or its KIP-890 verification) answers
+_OPERATION_ERRORS = {
+    E.network_exception: E.coordinator_load_in_progress,
+    E.unknown_topic_or_partition: E.coordinator_not_available,
+    E.not_enough_replicas: E.coordinator_not_available,
+    E.request_timed_out: E.coordinator_not_available,
+    E.not_leader_or_follower: E.not_coordinator,
+    E.kafka_storage_error: E.not_coordinator,
+    E.message_too_large: E.unknown_server_error,
+    E.record_list_too_large: E.unknown_server_error,
+    E.invalid_fetch_size: E.unknown_server_error,
+}
+
+
+def coordinator_operation_error(error: ErrorCode) -> ErrorCode:
+    """What the group coordinator answers when a write or its verification fails with
+    ``error`` (Kafka's handleOperationException)."""
+    return _OPERATION_ERRORS.get(error, error)
 
 
 def offsets_topic_configs(config: Any) -> dict[str, str]:
@@ -293,18 +317,103 @@ class GroupApis:
             parts_by_tp[tp]["error_code"] = error
         if wait is None:
             return body
-        committed = [parts_by_tp[tp] for tp, error in errors.items() if error is E.none]
+        return self._answer_when_durable(request, body, [parts_by_tp[tp] for tp, e in errors.items() if e is E.none],
+                                         wait, lambda _error: E.request_timed_out)
+
+    def _answer_when_durable(
+        self, request: Request, body: dict, written: list[dict], wait: PendingAppend,
+        failed: Callable[[ErrorCode], ErrorCode],
+    ) -> Any:  # fmt: skip
+        """Answer once the write is fsynced; if it is not within offsets.commit.timeout.ms
+        (or the log went away), the ``written`` partitions answer ``failed(error)``."""
 
         def durable(error: ErrorCode) -> None:
-            # not fsynced within offsets.commit.timeout.ms, or the log went away
             if error is not E.none:
-                for part in committed:
+                for part in written:
                     if part["error_code"] == E.none:
-                        part["error_code"] = E.request_timed_out
+                        part["error_code"] = failed(error)
             self.respond(request, body)
 
         wait.add_callback(durable)
         return PARKED
+
+    def handle_txn_offset_commit(self, request: Request, now_ms: int) -> Any:
+        """TxnOffsetCommit v0-4 (transaction version 1; v5, where the commit itself adds the
+        offsets partition to the transaction, is TV2 and not advertised). As Kafka's
+        KafkaApis.handleTxnOffsetCommitRequest: an unknown topic or partition answers
+        UNKNOWN_TOPIC_OR_PARTITION; the others go to the group coordinator, after the
+        KIP-890 check that the group's offsets partition is in the transaction. Answered
+        once the transactional batch is fsynced; before v2, COORDINATOR_LOAD_IN_PROGRESS
+        is answered as COORDINATOR_NOT_AVAILABLE (clients before 2.0 did not expect it)."""
+        header, req = request.header, request.body
+        version = header.api_version
+        topics = []
+        parts_by_tp: dict[TopicPartition, dict] = {}
+        offsets: dict[TopicPartition, OffsetAndMetadata] = {}
+        for t in req.topics:
+            info = self.logs.store.get(t.name)
+            parts = []
+            for p in t.partitions:
+                part = {"partition_index": p.partition_index, "error_code": E.none}
+                parts.append(part)
+                if info is None or not 0 <= p.partition_index < info.partitions:
+                    part["error_code"] = E.unknown_topic_or_partition
+                    continue
+                tp = (t.name, p.partition_index)
+                parts_by_tp[tp] = part
+                offsets[tp] = OffsetAndMetadata(
+                    p.committed_offset,
+                    p.committed_leader_epoch if version >= 2 else -1,
+                    p.committed_metadata if p.committed_metadata is not None else "",
+                    now_ms,
+                )
+            topics.append({"name": t.name, "partitions": parts})
+        body = {"throttle_time": 0, "topics": topics}
+
+        def finish(part: dict, error: ErrorCode) -> None:
+            if version < 2 and error is E.coordinator_load_in_progress:
+                error = E.coordinator_not_available
+            part["error_code"] = error
+
+        if not offsets:
+            return body
+        errors, wait = self._coord().handle_txn_commit_offsets(
+            req.group_id,
+            req.producer_id,
+            req.producer_epoch,
+            getattr(req, "member_id", ""),
+            getattr(req, "group_instance_id", None),
+            getattr(req, "generation_id", -1),
+            offsets,
+            lambda: self._verify_offsets_partition(req.group_id, req.transactional_id, req.producer_id,
+                                                   req.producer_epoch, version),
+        )  # fmt: skip
+        for tp, error in errors.items():
+            finish(parts_by_tp[tp], error)
+        if wait is None:
+            return body
+        return self._answer_when_durable(
+            request, body, [parts_by_tp[tp] for tp, e in errors.items() if e is E.none], wait,
+            coordinator_operation_error,
+        )  # fmt: skip
+
+    def _verify_offsets_partition(
+        self, group_id: str, transactional_id: str, producer_id: int, producer_epoch: int, version: int
+    ) -> ErrorCode:
+        """KIP-890 part 1: the transaction coordinator must have the group's offsets
+        partition in this producer's transaction (AddOffsetsToTxn put it there), checked as
+        for a produce (ReplicaManager.verify_transaction); v4 knows TRANSACTION_ABORTABLE,
+        earlier versions get INVALID_TXN_STATE (AddPartitionsToTxnManager's
+        txnOffsetCommitRequestVersionToTransactionSupportedOperation)."""
+        try:
+            tp = self.offsets_partition_for(group_id)
+        except OSError as exc:
+            log.error("could not create %s: %s", OFFSETS_TOPIC, exc)
+            return E.coordinator_not_available
+        refused = self.replicas.verify_transaction(
+            transactional_id, producer_id, producer_epoch, [tp], generic_errors=version >= 4
+        )
+        return coordinator_operation_error(refused.get(tp, E.none))
 
     @staticmethod
     def _fetch_partitions(topics: Any) -> list[tuple[str, int]] | None:
@@ -312,20 +421,28 @@ class GroupApis:
             return None
         return [(t.name, p) for t in topics for p in t.partition_indexes]
 
-    def _offset_fetch_group(self, group_id: str, topics: Any, version: int) -> dict:
-        error, found = self._coord().handle_fetch_offsets(group_id, self._fetch_partitions(topics))
+    def _offset_fetch_group(self, group_id: str, topics: Any, version: int, require_stable: bool) -> dict:
+        """One group's offsets. ``require_stable`` (v7+): a partition with a transactional
+        offset awaiting its marker answers UNSTABLE_OFFSET_COMMIT, per partition (the group's
+        error stays NONE, v8+ too), as Kafka's OffsetMetadataManager.fetchOffsets."""
+        coordinator = self._coord()
+        error, found = coordinator.handle_fetch_offsets(group_id, self._fetch_partitions(topics))
         by_topic: dict[str, list[dict]] = {}
         if topics is not None:
             for t in topics:
                 by_topic.setdefault(t.name, [])
         for (topic, partition), om in sorted(found.items()):
+            if require_stable and coordinator.has_pending_offsets(group_id, (topic, partition)):
+                om, part_error = None, E.unstable_offset_commit
+            else:
+                part_error = E.none
             by_topic.setdefault(topic, []).append(
                 {
                     "partition_index": partition,
                     "committed_offset": om.offset if om is not None else -1,
                     "committed_leader_epoch": om.leader_epoch if om is not None else -1,
                     "metadata": om.metadata if om is not None else "",
-                    "error_code": E.none,
+                    "error_code": part_error,
                 }
             )
         if error is not E.none and version < 2 and topics is not None:
@@ -347,12 +464,14 @@ class GroupApis:
     def handle_offset_fetch(self, request: Request, now_ms: int) -> dict:
         header, req = request.header, request.body
         version = header.api_version
+        require_stable = getattr(req, "require_stable", False)
         if version >= 8:
             return {
                 "throttle_time": 0,
-                "groups": [self._offset_fetch_group(g.group_id, g.topics, version) for g in req.groups],
+                "groups": [self._offset_fetch_group(g.group_id, g.topics, version, require_stable)
+                           for g in req.groups],
             }
-        one = self._offset_fetch_group(req.group_id, req.topics, version)
+        one = self._offset_fetch_group(req.group_id, req.topics, version, require_stable)
         return {"throttle_time": 0, "topics": one["topics"], "error_code": one["error_code"]}
 
     def handle_offset_delete(self, request: Request, now_ms: int) -> dict:

@@ -36,6 +36,7 @@ from kio.schema.errors import ErrorCode
 
 from tidegate.clock import SYSTEM_CLOCK, Clock
 from tidegate.config import BrokerConfig
+from tidegate.log.record_batch import ATTRIBUTES_OFFSET, TRANSACTIONAL_FLAG_MASK
 from tidegate.network.request_channel import (
     PARKED,
     CloseConnectionResponse,
@@ -71,6 +72,8 @@ from tidegate.server.metadata import (
 )
 from tidegate.server.replica_manager import (
     MAX_INT32,
+    READ_COMMITTED,
+    READ_UNCOMMITTED,
     FetchParams,
     FetchPartition,
     FetchPartitionData,
@@ -177,6 +180,7 @@ class KafkaApis:
             ApiKey.LEAVE_GROUP: groups.handle_leave_group,
             ApiKey.OFFSET_COMMIT: groups.handle_offset_commit,
             ApiKey.OFFSET_FETCH: groups.handle_offset_fetch,
+            ApiKey.TXN_OFFSET_COMMIT: groups.handle_txn_offset_commit,
             ApiKey.LIST_GROUPS: groups.handle_list_groups,
             ApiKey.DESCRIBE_GROUPS: groups.handle_describe_groups,
             ApiKey.DELETE_GROUPS: groups.handle_delete_groups,
@@ -550,35 +554,40 @@ class KafkaApis:
         req = request.body
         acks = req.acks
         entries: dict[tuple[str, int], Any] = {}
-        early: dict[tuple[str, int], PartitionResponse] = {}
         order: list[tuple[str, list[tuple[str, int]]]] = []
-        transactional = req.transactional_id is not None and acks in (0, 1, -1)
+        has_transactional = False
         for topic in req.topic_data:
             keys = []
             for pd in topic.partition_data:
                 key = (topic.name, pd.index)
                 keys.append(key)
+                records = entries[key] = pd.records
                 if (
-                    transactional
-                    and not is_internal_topic(topic.name)
-                    and self.replicas.get_log(*key) is not None
+                    records is not None
+                    and len(records) > ATTRIBUTES_OFFSET + 1
+                    and records[ATTRIBUTES_OFFSET + 1] & TRANSACTIONAL_FLAG_MASK
                 ):
-                    early[key] = PartitionResponse(
-                        ErrorCode.transactional_id_authorization_failed,
-                        error_message="transactions are not supported by this broker yet",
-                    )
-                else:
-                    entries[key] = pd.records
+                    has_transactional = True
             order.append((topic.name, keys))
+
+        if has_transactional and req.transactional_id is None:
+            # Kafka: transactional records need a transactional id the client may write
+            # (WRITE on it), else the whole request fails
+            if acks == 0:
+                return None
+            tidaf = PartitionResponse(ErrorCode.transactional_id_authorization_failed)
+            return self._produce_body(order, dict.fromkeys(entries, tidaf))
 
         def respond(results: dict[tuple[str, int], PartitionResponse]) -> None:
             if acks == 0:
                 self.send_response(request, None)
                 return
-            results.update(early)
             self.send_response(request, self._produce_body(order, results))
 
-        self.replicas.append_records(ms(req.timeout), acks, entries, now_ms, respond)
+        self.replicas.append_records(
+            ms(req.timeout), acks, entries, now_ms, respond,
+            transactional_id=req.transactional_id, generic_txn_errors=request.header.api_version >= 11,
+        )  # fmt: skip
         return PARKED
 
     @staticmethod
@@ -636,7 +645,10 @@ class KafkaApis:
                 request.context.principal, header.client_id or ""
             )
             max_bytes = int(min(window_max, max_bytes))
-        params = FetchParams(ms(req.max_wait), req.min_bytes, min(max_bytes, MAX_INT32))
+        params = FetchParams(
+            ms(req.max_wait), req.min_bytes, min(max_bytes, MAX_INT32),
+            req.isolation_level if header.api_version >= 4 else READ_UNCOMMITTED,
+        )  # fmt: skip
 
         def respond(results: list[FetchPartitionData]) -> None:
             self.send_response(request, self._fetch_body(by_id, topics, results))
@@ -662,7 +674,10 @@ class KafkaApis:
                         "high_watermark": r.high_watermark,
                         "last_stable_offset": r.last_stable_offset,
                         "log_start_offset": r.log_start_offset,
-                        "aborted_transactions": None,
+                        "aborted_transactions": None
+                        if r.aborted_transactions is None
+                        else [{"producer_id": a.producer_id, "first_offset": a.first_offset}
+                              for a in r.aborted_transactions],
                         "preferred_read_replica": -1,
                         "records": r.records,
                     }
@@ -684,6 +699,8 @@ class KafkaApis:
 
     # -- ListOffsets ----------------------------------------------------------------------
     def handle_list_offsets(self, request: Request, now_ms: int) -> dict:
+        req = request.body
+        read_committed = request.header.api_version >= 2 and req.isolation_level == READ_COMMITTED
         topics = []
         for t in request.body.topics:
             info = self.store.get(t.name)
@@ -702,8 +719,11 @@ class KafkaApis:
                     out["error_code"] = ErrorCode.unknown_topic_or_partition
                     continue
                 ts = p.timestamp
+                # read_committed sees the log up to the last stable offset (Kafka's
+                # Partition.fetchOffsetForTimestamp)
+                upper = plog.last_stable_offset if read_committed else plog.high_watermark
                 if ts == LATEST_TIMESTAMP or ts == LATEST_TIERED_TIMESTAMP:
-                    out["offset"] = plog.high_watermark
+                    out["offset"] = upper
                 elif ts in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
                     out["offset"] = plog.log_start_offset
                 elif ts == MAX_TIMESTAMP:
@@ -714,7 +734,7 @@ class KafkaApis:
                     out["error_code"] = ErrorCode.invalid_request
                 else:
                     found = plog.offset_for_timestamp(ts)
-                    if found is not None:
+                    if found is not None and found[0] < upper:
                         out["offset"], out["timestamp"] = found
             topics.append({"name": t.name, "partitions": parts})
         return {"throttle_time": 0, "topics": topics}

@@ -21,8 +21,10 @@ MAX_TOPIC_NAME_LENGTH = 249
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
 #: The group coordinator's internal topic (Kafka's ``Topic.GROUP_METADATA_TOPIC_NAME``).
 GROUP_METADATA_TOPIC_NAME = "__consumer_offsets"
-#: Topics clients may read but never write, create, delete or grow.
-INTERNAL_TOPICS = frozenset({GROUP_METADATA_TOPIC_NAME})
+#: The transaction coordinator's internal topic (Kafka's ``Topic.TRANSACTION_STATE_TOPIC_NAME``).
+TRANSACTION_STATE_TOPIC_NAME = "__transaction_state"
+#: Topics clients may read but never write, create, delete or grow (Kafka's ``Topic.INTERNAL_TOPICS``).
+INTERNAL_TOPICS = frozenset({GROUP_METADATA_TOPIC_NAME, TRANSACTION_STATE_TOPIC_NAME})
 
 
 class InvalidTopicError(ValueError):

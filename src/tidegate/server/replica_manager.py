@@ -16,6 +16,14 @@ the scheduler it was given.
 
 One node leads every partition, so there is no replication: ``acks=all`` means "fsynced"
 (see docs/durability.md), and the high watermark is the log end offset.
+
+Transactions (docs/transactions.md): a client's transactional batch is appended only if
+its partition is in the producer's transaction (KIP-890 part 1): when the partition has no
+transaction open for that producer id and epoch, the transaction coordinator is asked
+(``transaction_verifier``, in-process and synchronous on one node, so no verification
+guard is needed: nothing can run between the answer and the append). A ``read_committed``
+fetch reads up to the partition's last stable offset and gets the aborted transactions
+its data overlaps.
 """
 
 from __future__ import annotations
@@ -28,8 +36,15 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from tidegate.log.index import AbortedTxn
 from tidegate.log.log import Log
-from tidegate.log.record_batch import RecordBatchError
+from tidegate.log.record_batch import (
+    ATTRIBUTES_OFFSET,
+    HEADER_SIZE,
+    TRANSACTIONAL_FLAG_MASK,
+    RecordBatchError,
+    read_header,
+)
 from tidegate.server.delayed_fetch import DelayedFetch, FetchPartitionStatus
 from tidegate.server.delayed_produce import DelayedProduce
 from tidegate.server.log_flusher import LogFlusher
@@ -46,6 +61,21 @@ log = logging.getLogger(__name__)
 
 E = ErrorCode
 MAX_INT32 = 2**31 - 1
+READ_UNCOMMITTED = 0
+READ_COMMITTED = 1
+
+#: TransactionCoordinator.handle_verify_partitions: (transactional id, producer id, epoch,
+#: partitions) -> (transaction-level error, per-partition error)
+TransactionVerifier = Callable[
+    [str, int, int, list[tuple[str, int]]], tuple[ErrorCode, dict[tuple[str, int], ErrorCode]]
+]
+
+#: Verification errors older producers would not retry: Kafka answers NOT_ENOUGH_REPLICAS
+#: (retriable, no metadata refresh) instead.
+_VERIFICATION_RETRIABLE = frozenset({
+    E.concurrent_transactions, E.network_exception, E.coordinator_load_in_progress,
+    E.coordinator_not_available, E.not_coordinator,
+})  # fmt: skip
 
 
 class PartitionResponse:
@@ -98,6 +128,8 @@ class FetchPartitionData:
     last_stable_offset: int = -1
     log_start_offset: int = -1
     records: bytes = b""
+    #: read_committed: the aborted transactions the records overlap (None: read_uncommitted)
+    aborted_transactions: list[AbortedTxn] | None = None
 
 
 @dataclass(slots=True)
@@ -106,6 +138,8 @@ class FetchParams:
     min_bytes: int
     #: the response's byte limit: the request's max_bytes, lowered by a fetch quota
     max_bytes: int = MAX_INT32
+    #: 0 read_uncommitted (up to the high watermark), 1 read_committed (up to the LSO)
+    isolation_level: int = READ_UNCOMMITTED
 
 
 class ActionQueue:
@@ -156,6 +190,9 @@ class ReplicaManager:
         self.appended_bytes: dict[TopicPartition, int] = {}
         #: per-topic byte and message counts (tidegate.metrics), when metrics are on
         self.topic_stats: TopicMetrics | None = None
+        #: the transaction coordinator's verification (KIP-890 part 1), set by BrokerCore
+        #: when transaction.partition.verification.enable is true
+        self.transaction_verifier: TransactionVerifier | None = None
 
     def get_log(self, topic: str, partition: int) -> Log | None:
         return self.logs.logs.get((topic, partition))
@@ -171,6 +208,8 @@ class ReplicaManager:
         *,
         internal_topics_allowed: bool = False,
         from_client: bool = True,
+        transactional_id: str | None = None,
+        generic_txn_errors: bool = True,
     ) -> dict[TopicPartition, PartitionResponse]:
         """Append each partition's records (one batch per partition from clients) and
         call ``callback`` with every partition's result: at once, or for ``acks=-1``
@@ -180,6 +219,10 @@ class ReplicaManager:
         append to an internal topic is refused with INVALID_TOPIC_EXCEPTION. Returns the
         results as they are once appended (the same objects the callback gets; an acks=all
         wait may still turn a partition's error into REQUEST_TIMED_OUT).
+
+        A client's transactional batches (from ``transactional_id``) are verified first
+        (see the module doc); ``generic_txn_errors`` (Produce v11+) lets a partition that
+        is not in the transaction answer TRANSACTION_ABORTABLE rather than INVALID_TXN_STATE.
         """
         results: dict[TopicPartition, PartitionResponse] = {}
         if required_acks not in (0, 1, -1):
@@ -187,6 +230,11 @@ class ReplicaManager:
                 results[key] = PartitionResponse(E.invalid_required_acks)
             callback(results)
             return results
+        if from_client:
+            refused = self._verify_transactional(entries, transactional_id, generic_txn_errors)
+            if refused:
+                results.update(refused)
+                entries = {k: v for k, v in entries.items() if k not in refused}
         pending: dict[TopicPartition, tuple[Log, int, PartitionResponse]] = {}
         appended: list[TopicPartition] = []
         stats = self.topic_stats
@@ -242,6 +290,73 @@ class ReplicaManager:
         self.produce_purgatory.try_complete_else_watch(op, list(pending))
         return results
 
+    def _verify_transactional(
+        self, entries: Mapping[TopicPartition, Any], transactional_id: str | None, generic_errors: bool
+    ) -> dict[TopicPartition, PartitionResponse]:
+        """Kafka's ``handleProduceAppend``: the partitions refused before appending. Every
+        transactional batch of a request must come from one producer id and epoch (else
+        INVALID_PRODUCER_ID_MAPPING for all); each partition without that producer's
+        transaction open is checked with the coordinator."""
+        producers: set[tuple[int, int]] = set()
+        transactional: list[TopicPartition] = []
+        for key, records in entries.items():
+            if len(records) >= HEADER_SIZE and records[ATTRIBUTES_OFFSET + 1] & TRANSACTIONAL_FLAG_MASK:
+                h = read_header(records)
+                if h.producer_id >= 0:
+                    producers.add((h.producer_id, h.producer_epoch))
+                    transactional.append(key)
+        if not producers:
+            return {}
+        if len(producers) > 1:
+            ipim = "Transactional records contained more than one producer ID"
+            return {k: PartitionResponse(E.invalid_producer_id_mapping, error_message=ipim) for k in entries}
+        if transactional_id is None:
+            return {}
+        pid, epoch = next(iter(producers))
+        refused: dict[TopicPartition, PartitionResponse] = {}
+        for key, e in self.verify_transaction(transactional_id, pid, epoch, transactional, generic_errors).items():
+            message: str | None = None
+            if e is E.invalid_txn_state:
+                message = "Partition was not added to the transaction"
+            elif e in _VERIFICATION_RETRIABLE:
+                message = f"Unable to verify the partition has been added to the transaction. Underlying error: {e.name}"
+                e = E.not_enough_replicas
+            refused[key] = PartitionResponse(e, error_message=message)
+        return refused
+
+    def verify_transaction(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: Sequence[TopicPartition],
+        generic_errors: bool,
+    ) -> dict[TopicPartition, ErrorCode]:  # fmt: skip
+        """KIP-890 part 1 for Produce and TxnOffsetCommit (Kafka's
+        ``maybeStartTransactionVerificationForPartitions`` with AddPartitionsToTxnManager's
+        error mapping): the partitions the transaction coordinator does not confirm are in
+        this producer's transaction, each with its error. A partition already holding the
+        producer's open transaction at this epoch is not asked about; an unknown one is
+        left to the append. PRODUCER_FENCED becomes INVALID_PRODUCER_EPOCH, and
+        TRANSACTION_ABORTABLE INVALID_TXN_STATE unless ``generic_errors`` (the request
+        versions that know it). Empty when verification is off."""
+        verifier = self.transaction_verifier
+        if verifier is None:
+            return {}
+        logs = self.logs.logs
+        unverified = [k for k in partitions if (plog := logs.get(k)) is not None
+                      and not plog.has_ongoing_transaction(producer_id, producer_epoch)]  # fmt: skip
+        if not unverified:
+            return {}
+        error, per_partition = verifier(transactional_id, producer_id, producer_epoch, unverified)
+        refused: dict[TopicPartition, ErrorCode] = {}
+        for key in unverified:
+            e = error if error is not E.none else per_partition.get(key, E.none)
+            if e is E.none:
+                continue
+            if e is E.producer_fenced:
+                e = E.invalid_producer_epoch
+            elif e is E.transaction_abortable and not generic_errors:
+                e = E.invalid_txn_state
+            refused[key] = e
+        return refused
+
     # -- fetch ----------------------------------------------------------------------------
     def read_from_log(
         self, params: FetchParams, partitions: Sequence[FetchPartition]
@@ -264,14 +379,22 @@ class ReplicaManager:
                 data.error = E.unknown_topic_or_partition
                 continue
             hw = plog.high_watermark
+            lso = plog.last_stable_offset
             data.high_watermark = hw
-            data.last_stable_offset = hw
+            data.last_stable_offset = lso
             data.log_start_offset = plog.log_start_offset
             if fp.fetch_offset < plog.log_start_offset or fp.fetch_offset > plog.log_end_offset:
                 data.error = E.offset_out_of_range
                 continue
             limit = min(fp.max_bytes, remaining)
-            records = plog.read(fp.fetch_offset, max(limit, 0), min_one_batch=total == 0)
+            if params.isolation_level == READ_COMMITTED:
+                records = plog.read(fp.fetch_offset, max(limit, 0), min_one_batch=total == 0, max_offset=lso)
+                data.aborted_transactions = (
+                    plog.collect_aborted_transactions(fp.fetch_offset, plog.fetch_upper_bound(fp.fetch_offset))
+                    if records else []
+                )  # fmt: skip
+            else:
+                records = plog.read(fp.fetch_offset, max(limit, 0), min_one_batch=total == 0)
             data.records = bytes(records)
             total += len(records)
             remaining -= len(records)
@@ -314,7 +437,8 @@ class ReplicaManager:
             if abandoned is None or not abandoned():
                 callback(self.read_from_log(params, partitions)[0])
 
-        op = DelayedFetch(params.max_wait_ms, params.min_bytes, statuses, self, respond)
+        op = DelayedFetch(params.max_wait_ms, params.min_bytes, statuses, self, respond,
+                          read_committed=params.isolation_level == READ_COMMITTED)
         self.fetch_purgatory.try_complete_else_watch(op, [st.key for st in statuses])
 
     def complete_fetches_now(self) -> int:

@@ -112,6 +112,19 @@ class TimerTask:
         return self._entry
 
 
+class FunctionTask(TimerTask):
+    """A task that calls ``fn`` once (retries and backoffs of the coordinators)."""
+
+    __slots__ = ("fn",)
+
+    def __init__(self, delay_ms: int, fn: Callable[[], object]) -> None:
+        super().__init__(delay_ms)
+        self.fn = fn
+
+    def run(self) -> None:
+        self.fn()
+
+
 class TimerTaskEntry:
     """The link cell of a task in a bucket; ``expiration_ms`` is absolute.
 

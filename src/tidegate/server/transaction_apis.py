@@ -200,7 +200,7 @@ class TransactionApis:
         """Markers written on request (the admin's abortTransaction, KIP-664): each partition
         gets the control batch; a partition not hosted here gets UNKNOWN_TOPIC_OR_PARTITION."""
         results: list[dict] = []
-        to_write: list[tuple[TopicPartition, bytearray, dict]] = []
+        to_write: list[tuple[TopicPartition, bytearray, dict, int, bool]] = []
         for m in request.body.markers:
             topics = []
             for t in m.topics:
@@ -214,7 +214,7 @@ class TransactionApis:
                         batch = end_transaction_marker_batch(
                             m.producer_id, m.producer_epoch, m.coordinator_epoch, m.transaction_result, now_ms
                         )
-                        to_write.append(((t.name, p), batch, part))
+                        to_write.append(((t.name, p), batch, part, m.producer_id, m.transaction_result))
                 topics.append({"name": t.name, "partitions": parts})
             results.append({"producer_id": m.producer_id, "topics": topics})
         body = {"markers": results}
@@ -228,14 +228,16 @@ class TransactionApis:
             if pending == 0:
                 self.respond(request, body)
 
-        for tp, batch, part in to_write:
-            self._append_marker(tp, batch, part, now_ms, done)
+        for tp, batch, part, producer_id, commit in to_write:
+            self._append_marker(tp, batch, part, producer_id, commit, now_ms, done)
         return PARKED
 
-    def _append_marker(self, tp: TopicPartition, batch: bytearray, part: dict, now_ms: int,
-                       done: Callable[[], None]) -> None:
+    def _append_marker(self, tp: TopicPartition, batch: bytearray, part: dict, producer_id: int, commit: bool,
+                       now_ms: int, done: Callable[[], None]) -> None:
         def appended(res: dict[TopicPartition, PartitionResponse]) -> None:
             part["error_code"] = res[tp].error
+            if res[tp].error is E.none:
+                self.coordinator.markers.marker_written(tp, producer_id, commit)
             done()
 
         self.replicas.append_records(30_000, -1, {tp: batch}, now_ms, appended,

@@ -35,7 +35,15 @@ Every method here runs on the event loop's thread; answers leave through callbac
 Group metadata (after each rebalance) and committed offsets are written to
 ``__consumer_offsets`` through
 :class:`~tidegate.coordinator.group.group_metadata_manager.OffsetsLog` and replayed
-by :meth:`GroupCoordinator.startup`.
+by :meth:`GroupCoordinator.startup`, in log order.
+
+Offsets in transactions (KIP-98, KIP-447): TxnOffsetCommit writes a transactional batch
+of the producer; its offsets stay pending per (group, producer id), invisible to
+OffsetFetch (UNSTABLE_OFFSET_COMMIT with require_stable), until the producer's marker
+reaches ``__consumer_offsets`` (:meth:`GroupCoordinator.on_transaction_completed`):
+COMMIT makes them committed unless a plain commit was written after them, ABORT drops
+them. Replay does the same with the markers in the log, so a transaction still open at
+shutdown stays pending after a restart.
 
 Kafka's layout: a group's state is :mod:`~tidegate.coordinator.group.group_metadata`,
 the timeouts are :mod:`~tidegate.coordinator.group.delayed_operations`, the
@@ -75,6 +83,7 @@ from tidegate.coordinator.group.group_metadata import (
     SyncResult,
 )
 from tidegate.coordinator.group.group_metadata_manager import (
+    OFFSETS_KEY,
     AppendError,
     OffsetAndMetadata,
     OffsetsLog,
@@ -87,6 +96,12 @@ from tidegate.coordinator.group.group_metadata_manager import (
     offset_key,
     parse_key,
 )
+from tidegate.log.control_records import (
+    ControlRecordType,
+    InvalidControlRecordError,
+    parse_control_key,
+)
+from tidegate.log.replay import ReplayedBatch
 from tidegate.server.purgatory import DelayedOperationPurgatory
 
 log = logging.getLogger(__name__)
@@ -143,6 +158,11 @@ class GroupCoordinator:
         self.store = store
         self.now_ms = now_ms
         self.groups: dict[str, GroupMetadata] = {}
+        #: producer id -> groups with its pending transactional offsets (Kafka's
+        #: GroupMetadataManager.openGroupsForProducer)
+        self.open_groups_by_producer: dict[int, set[str]] = {}
+        #: record offsets when there is no store (tests): what orders commits
+        self._next_record_offset = 0
         self.active = False
         self.rebalances_completed = 0
         self.offsets_expired = 0
@@ -153,58 +173,91 @@ class GroupCoordinator:
         if self.active:
             return
         if self.store is not None:
-            n = self.store.load()
-            self._load(self.store.live.items())
+            stored: dict[str, dict | None] = {}
+            n = self.store.load(lambda batch: self._replay(batch, stored))
+            self._finish_load(stored)
             if n:
                 log.info(
-                    "loaded %d group(s) with %d committed offset(s) from %d record(s)",
+                    "loaded %d group(s) with %d committed offset(s) and %d open transaction(s) "
+                    "from %d record(s)",
                     len(self.groups),
                     sum(len(g.offsets) for g in self.groups.values()),
+                    len(self.open_groups_by_producer),
                     n,
                 )
         self.active = True
 
-    def _load(self, items: Iterable[tuple[bytes, bytes]]) -> None:
-        records: dict[str, dict] = {}
-        offsets: dict[str, dict[tuple[str, int], OffsetAndMetadata]] = {}
-        for key, value in items:
+    def _replay(self, batch: ReplayedBatch, stored: dict[str, dict | None]) -> None:
+        """One batch of ``__consumer_offsets``, in log order (Kafka's replay): offsets of a
+        plain commit are committed, those of a transactional batch pending for its
+        producer until the producer's marker commits or discards them, a tombstone removes
+        both; the latest group record per group is kept in ``stored``."""
+        if batch.is_control:
             try:
-                k = parse_key(key)
+                kind = parse_control_key(batch.records[0].key) if batch.records else ControlRecordType.UNKNOWN
+            except InvalidControlRecordError as exc:
+                log.warning("skipping an unreadable control record of __consumer_offsets: %s", exc)
+                return
+            if kind is not ControlRecordType.UNKNOWN:
+                self.on_transaction_completed(batch.producer_id, kind is ControlRecordType.COMMIT)
+            return
+        producer_id = batch.producer_id if batch.is_transactional else -1
+        for r in batch.records:
+            if r.key is None:
+                continue
+            try:
+                k = parse_key(r.key)
                 if k[0] == "o":
-                    offsets.setdefault(k[1], {})[(k[2], int(k[3]))] = decode_offset(value)
+                    group = self._get_or_create(k[1])
+                    tp = (k[2], int(k[3]))
+                    if r.value is None:
+                        group.remove_offsets([tp])
+                        continue
+                    om = decode_offset(r.value)
+                    om.record_offset = r.offset
+                    if producer_id >= 0:
+                        group.add_pending_txn_offsets(producer_id, {tp: om})
+                        self.open_groups_by_producer.setdefault(producer_id, set()).add(group.group_id)
+                    else:
+                        group.offsets[tp] = om
                 elif k[0] == "g":
-                    records[k[1]] = decode_group(value)
+                    stored[k[1]] = decode_group(r.value) if r.value is not None else None
             except (ValueError, KeyError, IndexError, TypeError) as exc:
                 log.warning("skipping an unreadable record of __consumer_offsets: %s", exc)
-        for group_id in records.keys() | offsets.keys():
-            rec = records.get(group_id)
-            group = GroupMetadata(group_id, EMPTY, self.now_ms)
+
+    def _finish_load(self, stored: dict[str, dict | None]) -> None:
+        """Groups in their last stored generation; groups known only from offsets are Empty
+        (simple groups); a group left with no record, offsets or open transaction is gone."""
+        for group_id in stored.keys() | self.groups.keys():
+            rec = stored.get(group_id)
+            group = self._get_or_create(group_id)
             if rec is None:
+                if not group.offsets and not group.has_pending_transactions:
+                    del self.groups[group_id]
+                    continue
                 group.state_timestamp = None
-            else:
-                group.generation_id = rec["generation"]
-                group.protocol_type = rec["protocol_type"]
-                group.protocol_name = rec["protocol"]
-                group.state_timestamp = rec["state_ts"]
-                for m in rec["members"]:
-                    member = MemberMetadata(
-                        m["member_id"],
-                        m["group_instance_id"],
-                        m["client_id"],
-                        m["client_host"],
-                        m["rebalance_timeout_ms"],
-                        m["session_timeout_ms"],
-                        rec["protocol_type"] or "",
-                        [(rec["protocol"] or "", m["subscription"])],
-                    )
-                    member.assignment = m["assignment"]
-                    group.add(member)
-                group.leader_id = rec["leader"] if rec["leader"] in group.members else group.leader_id
-                if group.members:
-                    group.state = STABLE
-                group.subscribed_topics = group.compute_subscribed_topics()
-            group.offsets = offsets.get(group_id, {})
-            self.groups[group_id] = group
+                continue
+            group.generation_id = rec["generation"]
+            group.protocol_type = rec["protocol_type"]
+            group.protocol_name = rec["protocol"]
+            group.state_timestamp = rec["state_ts"]
+            for m in rec["members"]:
+                member = MemberMetadata(
+                    m["member_id"],
+                    m["group_instance_id"],
+                    m["client_id"],
+                    m["client_host"],
+                    m["rebalance_timeout_ms"],
+                    m["session_timeout_ms"],
+                    rec["protocol_type"] or "",
+                    [(rec["protocol"] or "", m["subscription"])],
+                )
+                member.assignment = m["assignment"]
+                group.add(member)
+            group.leader_id = rec["leader"] if rec["leader"] in group.members else group.leader_id
+            if group.members:
+                group.state = STABLE
+            group.subscribed_topics = group.compute_subscribed_topics()
             for member in group.members.values():
                 self._complete_and_schedule_next_heartbeat_expiration(group, member)
 
@@ -847,8 +900,10 @@ class GroupCoordinator:
 
     # -- offsets ------------------------------------------------------------------------------------
     def _validate_offset_commit(
-        self, group: GroupMetadata, generation_id: int, member_id: str, group_instance_id: str | None
-    ) -> ErrorCode | None:
+        self, group: GroupMetadata, generation_id: int, member_id: str, group_instance_id: str | None,
+        *, is_transactional: bool = False,
+    ) -> ErrorCode | None:  # fmt: skip
+        """Kafka's ``ClassicGroup.validateOffsetCommit``."""
         if group.state is DEAD:
             return E.coordinator_not_available
         if generation_id < 0 and group.state is EMPTY:
@@ -860,8 +915,10 @@ class GroupCoordinator:
             if generation_id != group.generation_id:
                 return E.illegal_generation
             return None
-        if group.state is not EMPTY:
-            return E.unknown_member_id  # only members commit for a non-empty group
+        if group.state is not EMPTY and not is_transactional:
+            # only members commit for a non-empty group; TxnOffsetCommit v0-v2 carry no
+            # member, so transactional commits are accepted without one
+            return E.unknown_member_id
         return None
 
     def handle_commit_offsets(
@@ -898,9 +955,82 @@ class GroupCoordinator:
             self._complete_and_schedule_next_heartbeat_expiration(group, group.members[member_id])
         return self._store_offsets(group, offsets)
 
-    def _store_offsets(
-        self, group: GroupMetadata, offsets: dict[tuple[str, int], OffsetAndMetadata]
+    def handle_txn_commit_offsets(
+        self,
+        group_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        member_id: str,
+        group_instance_id: str | None,
+        generation_id: int,
+        offsets: dict[tuple[str, int], OffsetAndMetadata],
+        verify_transaction: Callable[[], ErrorCode] | None = None,
     ) -> tuple[dict[tuple[str, int], ErrorCode], PendingAppend | None]:
+        """TxnOffsetCommit: Kafka's GroupCoordinatorService.commitTransactionalOffsets and
+        OffsetMetadataManager.commitTransactionalOffset. In order: COORDINATOR_NOT_AVAILABLE
+        while not serving, INVALID_GROUP_ID for an empty id, ``verify_transaction`` (KIP-890:
+        the group's offsets partition must be in the producer's transaction), then the
+        group checks of an offset commit, without the member requirement of a non-empty
+        group and without REBALANCE_IN_PROGRESS. The offsets are written as one
+        transactional batch of the producer and stay pending (invisible to OffsetFetch)
+        until the producer's marker reaches __consumer_offsets
+        (:meth:`on_transaction_completed`)."""
+
+        def all_(error: ErrorCode) -> tuple[dict, None]:
+            return {tp: error for tp in offsets}, None
+
+        if not self.active:
+            return all_(E.coordinator_not_available)
+        if not group_id:
+            return all_(E.invalid_group_id)
+        if verify_transaction is not None:
+            verified = verify_transaction()
+            if verified is not E.none:
+                return all_(verified)
+        group = self.groups.get(group_id)
+        if group is None:
+            if generation_id >= 0:
+                return all_(E.illegal_generation)
+            log.info("creating simple consumer group %s from a transactional offset commit", group_id)
+            group = self._get_or_create(group_id)
+        error = self._validate_offset_commit(
+            group, generation_id, member_id, group_instance_id, is_transactional=True
+        )
+        if error is not None:
+            return all_(error)
+        return self._store_offsets(group, offsets, producer_id, producer_epoch)
+
+    def on_transaction_completed(self, producer_id: int, commit: bool) -> None:
+        """The producer's COMMIT or ABORT marker is in __consumer_offsets (Kafka's
+        onTransactionCompleted / replayEndTransactionMarker): its pending offsets become
+        committed, where no later plain commit exists, or are dropped."""
+        materialized = []
+        for group_id in self.open_groups_by_producer.pop(producer_id, ()):
+            group = self.groups.get(group_id)
+            if group is None:
+                continue
+            for tp, om in group.complete_pending_txn_offset_commit(producer_id, commit):
+                materialized.append((offset_key(group_id, *tp), encode_offset(om)))
+        if self.store is not None:
+            self.store.materialize(materialized)
+
+    def on_marker_written(self, tp: tuple[str, int], producer_id: int, commit: bool) -> None:
+        """A transaction marker reached a partition: only ours matters here."""
+        if tp == OFFSETS_KEY:
+            self.on_transaction_completed(producer_id, commit)
+
+    def has_pending_offsets(self, group_id: str, tp: tuple[str, int]) -> bool:
+        """Whether a transaction has written an offset for this partition that its marker
+        has not committed or aborted yet (OffsetFetch require_stable: UNSTABLE_OFFSET_COMMIT)."""
+        group = self.groups.get(group_id)
+        return group is not None and group.has_pending_offsets_for(tp)
+
+    def _store_offsets(
+        self, group: GroupMetadata, offsets: dict[tuple[str, int], OffsetAndMetadata],
+        producer_id: int = -1, producer_epoch: int = -1,
+    ) -> tuple[dict[tuple[str, int], ErrorCode], PendingAppend | None]:  # fmt: skip
+        """Write the offsets (a transactional batch when ``producer_id`` is set) and make
+        them committed, or pending for the producer."""
         errors: dict[tuple[str, int], ErrorCode] = {}
         records = []
         limit = self.config.offset_metadata_max_bytes
@@ -916,15 +1046,25 @@ class GroupCoordinator:
         if self.store is not None:
             try:
                 wait = self.store.append(
-                    [(offset_key(group.group_id, t, p), encode_offset(om)) for (t, p), om in records]
-                )
+                    [(offset_key(group.group_id, t, p), encode_offset(om)) for (t, p), om in records],
+                    producer_id=producer_id, producer_epoch=producer_epoch,
+                )  # fmt: skip
             except (OSError, AppendError) as exc:
                 log.error("could not store offsets of group %s: %s", group.group_id, exc)
                 for tp, _ in records:
                     errors[tp] = E.not_coordinator
                 return errors, None
-        for tp, om in records:
-            group.offsets[tp] = om
+            base = wait.base_offset
+        else:
+            base = self._next_record_offset
+            self._next_record_offset += len(records)
+        for i, (_tp, om) in enumerate(records):
+            om.record_offset = base + i
+        if producer_id >= 0:
+            group.add_pending_txn_offsets(producer_id, dict(records))
+            self.open_groups_by_producer.setdefault(producer_id, set()).add(group.group_id)
+        else:
+            group.offsets.update(records)
         return errors, wait
 
     def handle_fetch_offsets(
@@ -961,7 +1101,7 @@ class GroupCoordinator:
                     eligible.append(tp)
         else:
             return E.non_empty_group, {}
-        removed = [tp for tp in eligible if group.offsets.pop(tp, None) is not None]
+        removed = group.remove_offsets(eligible)
         self._append_tombstones([offset_key(group_id, t, p) for t, p in removed])
         for tp in eligible:
             errors[tp] = E.none
@@ -970,12 +1110,11 @@ class GroupCoordinator:
         return E.none, errors
 
     def remove_offsets_of_topic(self, topic: str) -> int:
-        """A topic was deleted: forget every group's offsets for it."""
-        keys = []
+        """A topic was deleted: forget every group's offsets for it, pending ones too."""
+        keys: list[bytes] = []
         for group in self.groups.values():
-            for tp in [tp for tp in group.offsets if tp[0] == topic]:
-                del group.offsets[tp]
-                keys.append(offset_key(group.group_id, *tp))
+            tps = [tp for tp in group.offset_partitions() if tp[0] == topic]
+            keys.extend(offset_key(group.group_id, *tp) for tp in group.remove_offsets(tps))
         self._append_tombstones(keys)
         return len(keys)
 
@@ -987,6 +1126,8 @@ class GroupCoordinator:
             for tp, om in group.offsets.items():
                 if subscribed and tp[0] in subscribed:
                     continue
+                if group.has_pending_offsets_for(tp):
+                    continue  # not while a transaction has an offset pending for it
                 if om.expire_timestamp is None:
                     if now - base(om) >= retention:
                         out.append(tp)
@@ -1020,7 +1161,7 @@ class GroupCoordinator:
             tps = self._remove_expired_offsets(group, now)
             removed += len(tps)
             keys.extend(offset_key(group_id, t, p) for t, p in tps)
-            if group.state is EMPTY and not group.offsets:
+            if group.state is EMPTY and not group.offsets and not group.has_pending_transactions:
                 group.transition_to(DEAD)
                 del self.groups[group_id]
                 keys.append(group_key(group_id))
@@ -1089,9 +1230,10 @@ class GroupCoordinator:
             elif group.state is EMPTY:
                 group.transition_to(DEAD)
                 del self.groups[group_id]
-                keys.extend(offset_key(group_id, t, p) for t, p in group.offsets)
+                # committed and pending offsets alike (Kafka's deleteAllOffsets)
+                tps = group.remove_offsets(group.offset_partitions())
+                keys.extend(offset_key(group_id, t, p) for t, p in tps)
                 keys.append(group_key(group_id))
-                group.offsets = {}
                 out[group_id] = E.none
                 log.info("deleted group %s", group_id)
             else:

@@ -15,7 +15,7 @@ import logging
 import struct
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
@@ -215,6 +215,8 @@ class GroupMetadata:
         self.new_member_added = False
         self.subscribed_topics: set[str] | None = None
         self.offsets: dict[tuple[str, int], OffsetAndMetadata] = {}
+        #: TxnOffsetCommit offsets awaiting their transaction's marker, per producer id
+        self.pending_transactional_offsets: dict[int, dict[tuple[str, int], OffsetAndMetadata]] = {}
 
     # -- queries -------------------------------------------------------------------------
     def is_leader(self, member_id: str) -> bool:
@@ -245,6 +247,59 @@ class GroupMetadata:
 
     def is_subscribed_to_topic(self, topic: str) -> bool:
         return True if self.subscribed_topics is None else topic in self.subscribed_topics
+
+    # -- offsets -------------------------------------------------------------------------
+    @property
+    def has_pending_transactions(self) -> bool:
+        return bool(self.pending_transactional_offsets)
+
+    def has_pending_offsets_for(self, tp: tuple[str, int]) -> bool:
+        return any(tp in pending for pending in self.pending_transactional_offsets.values())
+
+    def offset_partitions(self) -> list[tuple[str, int]]:
+        """Partitions with a committed or a pending offset (committed first)."""
+        out = dict.fromkeys(self.offsets)
+        for pending in self.pending_transactional_offsets.values():
+            out.update(dict.fromkeys(pending))
+        return list(out)
+
+    def add_pending_txn_offsets(self, producer_id: int, offsets: dict[tuple[str, int], OffsetAndMetadata]) -> None:
+        self.pending_transactional_offsets.setdefault(producer_id, {}).update(offsets)
+
+    def complete_pending_txn_offset_commit(
+        self, producer_id: int, is_commit: bool
+    ) -> list[tuple[tuple[str, int], OffsetAndMetadata]]:
+        """The producer's transaction ended: on commit its offsets replace the committed
+        ones written before them in the log (a plain commit written after the
+        transactional one wins); on abort they are dropped. Returns what was committed."""
+        pending = self.pending_transactional_offsets.pop(producer_id, None)
+        if not pending or not is_commit:
+            return []
+        committed = []
+        for tp, om in pending.items():
+            current = self.offsets.get(tp)
+            if current is None or current.record_offset < om.record_offset:
+                self.offsets[tp] = om
+                committed.append((tp, om))
+            else:
+                log.info(
+                    "offset %d of %s-%d committed by producer %d in group %s is older than the "
+                    "committed offset %d: not materialized",
+                    om.offset, tp[0], tp[1], producer_id, self.group_id, current.offset,
+                )
+        return committed
+
+    def remove_offsets(self, tps: Iterable[tuple[str, int]]) -> list[tuple[str, int]]:
+        """Forget the offsets of these partitions, committed and pending (what a tombstone
+        does); returns those that had any."""
+        removed = []
+        for tp in tps:
+            found = self.offsets.pop(tp, None) is not None
+            for pending in self.pending_transactional_offsets.values():
+                found = pending.pop(tp, None) is not None or found
+            if found:
+                removed.append(tp)
+        return removed
 
     # -- transitions ---------------------------------------------------------------------
     def transition_to(self, state: GroupState) -> None:

@@ -16,6 +16,13 @@ arrays, ``["o", group, topic, partition]`` for an offset and ``["g", group]``
 for a group, and whose values are JSON objects (``v`` is the format version),
 or null for a tombstone.
 
+Transactional offset commits (TxnOffsetCommit) are written as Kafka's coordinator
+writes them: a transactional batch with the producer's id and epoch (base sequence 0),
+later followed by that producer's COMMIT or ABORT marker, which the transaction
+coordinator appends. Replay hands every batch, markers included, to the group
+coordinator, which keeps such offsets pending until their marker; only plain commits
+and committed transactions' offsets are live here.
+
 Compaction: tidegate has no log cleaner, so :class:`OffsetsLog` keeps the
 latest value of every live key in memory (it needs them anyway) and, when the
 log holds many more records than live keys, rewrites them: roll a new segment,
@@ -25,7 +32,9 @@ leaves either the old records (still complete) or the old ones plus a partial
 or complete copy (same values, so replay gives the same result). Replay at
 startup reads the records from the log start offset on, so it costs time
 proportional to what is left after the last compaction (at most about
-``max(4 x live keys, offsets.compaction.min.records)`` records).
+``max(4 x live keys, offsets.compaction.min.records)`` records). No rewrite runs while a
+transaction is open on the partition (Kafka's cleaner stops at the last stable offset
+too): it would drop records whose outcome is not known yet.
 """
 
 from __future__ import annotations
@@ -34,15 +43,15 @@ import base64
 import json
 import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
 from tidegate.log.batch_builder import Record, build_batch
 from tidegate.log.log import Log
-from tidegate.log.record_batch import iter_batches, read_header
 from tidegate.log.records import decode_batch_records, iter_decoded_batches
+from tidegate.log.replay import ReplayedBatch, replay_batches
 from tidegate.server.metadata import GROUP_METADATA_TOPIC_NAME
 
 if TYPE_CHECKING:
@@ -60,7 +69,6 @@ FORMAT_VERSION = 1
 
 #: Records per batch when rewriting live keys (keeps batches far below max.message.bytes).
 _REWRITE_BATCH_RECORDS = 500
-_READ_CHUNK = 1 << 20
 
 
 @dataclass(slots=True)
@@ -73,6 +81,9 @@ class OffsetAndMetadata:
     commit_timestamp: int = 0
     #: OffsetCommit v2-v4 ``retention_time``: an explicit expiry (None: offsets.retention.minutes)
     expire_timestamp: int | None = None
+    #: the offset of its record in __consumer_offsets (-1 until appended): when a transaction
+    #: commits, its offsets replace committed ones only if written later (Kafka's recordOffset)
+    record_offset: int = field(default=-1, compare=False)
 
 
 # -- record keys and values ----------------------------------------------------------------
@@ -188,10 +199,12 @@ class PendingAppend:
     """The durability of one append to ``__consumer_offsets``: callbacks run once it is
     fsynced (with ErrorCode.none) or not within the commit timeout (another code)."""
 
-    __slots__ = ("_callbacks", "error")
+    __slots__ = ("_callbacks", "base_offset", "error")
 
-    def __init__(self) -> None:
+    def __init__(self, base_offset: int = -1) -> None:
         self.error: ErrorCode | None = None
+        #: the offset of the batch's first record (record i is at base_offset + i)
+        self.base_offset = base_offset
         self._callbacks: list[Callable[[ErrorCode], None]] = []
 
     def add_callback(self, callback: Callable[[ErrorCode], None]) -> None:
@@ -232,7 +245,8 @@ class OffsetsLog:
         self.compaction_min_records = compaction_min_records
         self._append_records = append_records
         self.timeout_ms = timeout_ms
-        #: latest value of every live key (tombstoned keys are absent)
+        #: latest value of every live key (tombstoned keys are absent); transactional
+        #: records enter only once their transaction commits (:meth:`materialize`)
         self.live: dict[bytes, bytes] = {}
         #: records from the log start offset to the end (what a replay reads)
         self.records_in_log = 0
@@ -242,52 +256,52 @@ class OffsetsLog:
         return self._open_log(create)
 
     # -- startup ---------------------------------------------------------------------
-    def load(self) -> int:
-        """Replay the partition from its log start offset (latest value per key wins).
-        Returns the number of records read."""
+    def load(self, replay: Callable[[ReplayedBatch], None] | None = None) -> int:
+        """Replay the partition from its log start offset: every batch goes to ``replay``
+        (the coordinator's state, markers included), and the latest non-transactional
+        value per key becomes live. Returns the number of data records read."""
         self.live.clear()
         self.records_in_log = 0
         plog = self.log(False)
         if plog is None:
             return 0
-        offset = plog.log_start_offset
-        end = plog.log_end_offset
         live = self.live
         n = 0
-        while offset < end:
-            data = plog.read(offset, _READ_CHUNK)
-            if not data:
-                break
-            last = offset
-            for off, key, value in iter_records(data, offset):
-                n += 1
-                last = off
-                if key is None:
-                    continue
-                if value is None:
-                    live.pop(key, None)
-                else:
-                    live[key] = value
-            # continue after the last whole batch read
-            nxt = offset
-            for pos, _size in iter_batches(data):
-                nxt = read_header(data, pos).next_offset
-            if nxt <= offset:
-                log.error("replay of %s stopped at offset %d (no progress)", OFFSETS_TOPIC, offset)
-                break
-            offset = max(nxt, last + 1)
+        for batch in replay_batches(plog):
+            if not batch.is_control:
+                n += len(batch.records)
+            if not batch.is_control and not batch.is_transactional:
+                for r in batch.records:
+                    if r.key is None:
+                        continue
+                    if r.value is None:
+                        live.pop(r.key, None)
+                    else:
+                        live[r.key] = r.value
+            if replay is not None:
+                replay(batch)
         self.records_in_log = n
         return n
 
     # -- writing ----------------------------------------------------------------------
-    def append(self, records: Sequence[tuple[bytes, bytes | None]]) -> PendingAppend:
-        """Append ``(key, value-or-None)`` records as one batch; returns its durability.
-        Raises OSError or :class:`AppendError` (and the log is unchanged) if the write
-        fails."""
+    def append(
+        self, records: Sequence[tuple[bytes, bytes | None]], *, producer_id: int = -1, producer_epoch: int = -1,
+    ) -> PendingAppend:  # fmt: skip
+        """Append ``(key, value-or-None)`` records as one batch; returns its durability
+        (and the batch's first offset). With a ``producer_id`` the batch is transactional,
+        as Kafka's coordinator writes a TxnOffsetCommit: that producer's id and epoch, base
+        sequence 0, the transactional attribute; its values are not live until
+        :meth:`materialize`. Raises OSError or :class:`AppendError` (and the log is
+        unchanged) if the write fails."""
         plog = self.log(True)
         assert plog is not None
         now = self.now_ms()
-        batch = build_batch([Record(value, key, now) for key, value in records])
+        transactional = producer_id >= 0
+        batch = build_batch(
+            [Record(value, key, now) for key, value in records],
+            producer_id=producer_id, producer_epoch=producer_epoch, base_sequence=0 if transactional else -1,
+            transactional=transactional,
+        )  # fmt: skip
         pending = PendingAppend()
         results = self._append_records(
             self.timeout_ms, -1, {OFFSETS_KEY: batch}, now,
@@ -297,18 +311,30 @@ class OffsetsLog:
         result = results[OFFSETS_KEY]
         if result.base_offset < 0:
             raise AppendError(f"{result.error.name}: {result.error_message or ''}")
+        pending.base_offset = result.base_offset
+        if not transactional:
+            self.materialize(records)
+        self.records_in_log += len(records)
+        return pending
+
+    def materialize(self, records: Iterable[tuple[bytes, bytes | None]]) -> None:
+        """Make values live: those of a plain append, or of a committed transaction."""
         for key, value in records:
             if value is None:
                 self.live.pop(key, None)
             else:
                 self.live[key] = value
-        self.records_in_log += len(records)
-        return pending
 
     # -- compaction -------------------------------------------------------------------
     @property
     def needs_compaction(self) -> bool:
-        return self.records_in_log > max(4 * len(self.live), self.compaction_min_records)
+        """Enough dead records to rewrite, and no open transaction: the rewrite keeps only
+        live values, so records of an undecided transaction must not be dropped (Kafka's
+        cleaner does not clean past the last stable offset either)."""
+        if self.records_in_log <= max(4 * len(self.live), self.compaction_min_records):
+            return False
+        plog = self.log(False)
+        return plog is not None and plog.first_unstable_offset is None
 
     def begin_compaction(self) -> CompactionTicket | None:
         """Roll, rewrite every live key into the new segment, and hand back the fsync to

@@ -44,7 +44,7 @@ from tidegate.coordinator.transaction.transaction_state_manager import (
     TransactionConfig,
     TransactionStateManager,
 )
-from tidegate.server.timer import SystemTimer, TimerTask
+from tidegate.server.timer import FunctionTask, SystemTimer, TimerTask
 
 if TYPE_CHECKING:
     from tidegate.server.producer_id_manager import ProducerIdManager
@@ -69,15 +69,16 @@ def _init_error(error: ErrorCode) -> InitProducerIdResult:
 
 @dataclass(frozen=True, slots=True)
 class TransactionDescription:
-    """DescribeTransactions' view of one id."""
+    """DescribeTransactions' view of one id (an error leaves the other fields at the
+    message's defaults, as Kafka's does)."""
 
     transactional_id: str
     error: ErrorCode
     state: str = ""
-    producer_id: int = -1
-    producer_epoch: int = -1
-    timeout_ms: int = -1
-    start_timestamp: int = -1
+    producer_id: int = 0
+    producer_epoch: int = 0
+    timeout_ms: int = 0
+    start_timestamp: int = 0
     partitions: tuple[TopicPartition, ...] = ()
 
 
@@ -99,17 +100,6 @@ class _Periodic(TimerTask):
             log.exception("transaction coordinator task failed")
         if not self.timer.is_shutdown:
             self.timer.add(_Periodic(self.timer, self.period_ms, self.fn))
-
-
-class _Once(TimerTask):
-    __slots__ = ("fn",)
-
-    def __init__(self, delay_ms: int, fn: Callable[[], None]) -> None:
-        super().__init__(delay_ms)
-        self.fn = fn
-
-    def run(self) -> None:
-        self.fn()
 
 
 COMPLETION_RETRY_BACKOFF_MS = 100
@@ -453,7 +443,7 @@ class TransactionCoordinator:
                     self.aborts += 1
             elif error in (E.coordinator_not_available, E.not_coordinator) and self.active:
                 log.info("writing %s of %s failed (%s); retrying", complete.state, transactional_id, error.name)
-                self.timer.add(_Once(COMPLETION_RETRY_BACKOFF_MS, lambda: self._write_completion(
+                self.timer.add(FunctionTask(COMPLETION_RETRY_BACKOFF_MS, lambda: self._write_completion(
                     coordinator_epoch, transactional_id, complete, commit)))
             else:
                 log.error("writing %s of %s failed: %s", complete.state, transactional_id, error.name)
@@ -504,6 +494,21 @@ class TransactionCoordinator:
                 txn_id, self.txn_manager.coordinator_epoch, transit, written, now
             )
         return len(expired)
+
+    # -- metrics ---------------------------------------------------------------------------------
+    def state_counts(self) -> dict[str, int]:
+        """Transactional ids per state name (Dead ones are being removed: not counted)."""
+        counts: dict[str, int] = {}
+        for m in self.txn_manager.all():
+            if m.state is not S.DEAD:
+                counts[m.state.state_name] = counts.get(m.state.state_name, 0) + 1
+        return counts
+
+    def oldest_open_transaction_age_ms(self) -> int:
+        """How long the oldest transaction not yet complete has been open (0: none)."""
+        starts = [m.txn_start_timestamp for m in self.txn_manager.all()
+                  if m.state in (S.ONGOING, S.PREPARE_COMMIT, S.PREPARE_ABORT) and m.txn_start_timestamp >= 0]
+        return max(0, self.now_ms() - min(starts)) if starts else 0
 
     # -- DescribeTransactions / ListTransactions ------------------------------------------------
     def handle_describe_transactions(self, transactional_ids: Iterable[str]) -> list[TransactionDescription]:

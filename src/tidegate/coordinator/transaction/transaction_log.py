@@ -30,6 +30,7 @@ from tidegate.coordinator.transaction.transaction_metadata import (
     TransactionState,
     TxnTransitMetadata,
 )
+from tidegate.server.metadata import TRANSACTION_STATE_TOPIC_NAME
 
 __all__ = [
     "TRANSACTION_STATE_TOPIC",
@@ -41,7 +42,7 @@ __all__ = [
     "partition_for",
 ]
 
-TRANSACTION_STATE_TOPIC = "__transaction_state"
+TRANSACTION_STATE_TOPIC = TRANSACTION_STATE_TOPIC_NAME
 KEY_VERSION = 0
 VALUE_VERSION = 0
 

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 from kio.schema.errors import ErrorCode
 
 from tidegate.log.control_records import end_transaction_marker_batch
-from tidegate.server.timer import SystemTimer, TimerTask
+from tidegate.server.timer import FunctionTask, SystemTimer
 
 if TYPE_CHECKING:
     from tidegate.server.replica_manager import PartitionResponse, ReplicaManager
@@ -45,17 +45,6 @@ _DONE = frozenset({E.none, E.unsupported_for_message_format, E.unsupported_versi
 _ABANDON = frozenset({E.invalid_producer_epoch, E.transaction_coordinator_fenced})
 
 
-class _Retry(TimerTask):
-    __slots__ = ("fn",)
-
-    def __init__(self, delay_ms: int, fn: Callable[[], None]) -> None:
-        super().__init__(delay_ms)
-        self.fn = fn
-
-    def run(self) -> None:
-        self.fn()
-
-
 class TransactionMarkerChannelManager:
     def __init__(
         self,
@@ -70,8 +59,16 @@ class TransactionMarkerChannelManager:
         self.request_timeout_ms = request_timeout_ms
         #: called after a marker is durable on a partition: (partition, producer id, commit)
         #: (the group coordinator completes transactional offsets on __consumer_offsets)
-        self.on_marker_written: Callable[[TopicPartition, int, bool], None] = lambda _tp, _pid, _c: None
+        self.marker_listeners: list[Callable[[TopicPartition, int, bool], None]] = []
         self.markers_written = 0
+        #: markers waiting to be written again (Kafka's LogAppendRetryQueueSize)
+        self.retry_queue_size = 0
+
+    def marker_written(self, tp: TopicPartition, producer_id: int, commit: bool) -> None:
+        """Tell every listener that a marker is durable on ``tp``: the markers written here,
+        and those WriteTxnMarkers appends (an admin's abortTransaction)."""
+        for listener in self.marker_listeners:
+            listener(tp, producer_id, commit)
 
     def write_markers(
         self,
@@ -103,12 +100,12 @@ class TransactionMarkerChannelManager:
             if error in _DONE:
                 if error is E.none:
                     self.markers_written += 1
-                    self.on_marker_written(tp, producer_id, commit)
+                    self.marker_written(tp, producer_id, commit)
                 on_done(tp, E.none)
             elif error in _RETRIABLE or (error is E.unknown_topic_or_partition and self.replicas.get_log(*tp)):
                 log.info("transaction marker for %s-%d failed with %s; retrying", tp[0], tp[1], error.name)
-                self.timer.add(_Retry(RETRY_BACKOFF_MS, lambda: self._write_one(
-                    producer_id, producer_epoch, coordinator_epoch, commit, tp, on_done)))
+                self._retry(lambda: self._write_one(producer_id, producer_epoch, coordinator_epoch, commit, tp,
+                                                    on_done))
             elif error is E.unknown_topic_or_partition:
                 on_done(tp, E.none)  # deleted meanwhile: nothing to mark
             else:
@@ -122,5 +119,14 @@ class TransactionMarkerChannelManager:
                                          internal_topics_allowed=True, from_client=False)
         except OSError as exc:
             log.error("transaction marker for %s-%d: %s; retrying", tp[0], tp[1], exc)
-            self.timer.add(_Retry(RETRY_BACKOFF_MS, lambda: self._write_one(
-                producer_id, producer_epoch, coordinator_epoch, commit, tp, on_done)))
+            self._retry(lambda: self._write_one(producer_id, producer_epoch, coordinator_epoch, commit, tp,
+                                                on_done))
+
+    def _retry(self, write: Callable[[], None]) -> None:
+        self.retry_queue_size += 1
+
+        def again() -> None:
+            self.retry_queue_size -= 1
+            write()
+
+        self.timer.add(FunctionTask(RETRY_BACKOFF_MS, again))

@@ -77,14 +77,14 @@ class TransactionConfig:
         )
 
 
-def transaction_log_topic_configs(config: TransactionConfig, max_message_bytes: int) -> dict[str, str]:
-    """Topic configs of ``__transaction_state``: kept forever by retention (tombstones
-    remove ids), segments of transaction.state.log.segment.bytes."""
+def transaction_log_topic_configs(config: TransactionConfig) -> dict[str, str]:
+    """Topic configs of ``__transaction_state`` (Kafka's ``transactionTopicConfigs``):
+    segments of transaction.state.log.segment.bytes, kept forever by retention (a
+    tombstone removes an id)."""
     return {
         "retention.ms": "-1",
         "retention.bytes": "-1",
         "segment.bytes": str(config.transaction_log_segment_bytes),
-        "max.message.bytes": str(max_message_bytes),
     }
 
 
@@ -107,13 +107,16 @@ class TransactionStateManager:
         logs: LogManager,
         append_records: AppendRecords,
         data_dir: Path,
-        max_message_bytes: int,
+        monotonic_ms: Callable[[], int] = lambda: 0,
     ) -> None:
         self.config = config
         self.logs = logs
         self._append_records = append_records
         self.data_dir = Path(data_dir)
-        self.max_message_bytes = max_message_bytes
+        self._monotonic_ms = monotonic_ms
+        #: how long loading each partition of __transaction_state took at startup (ms):
+        #: Kafka's partition-load-time-max/avg
+        self.partition_load_times_ms: list[int] = []
         self._cache: dict[str, TransactionMetadata] = {}
         self.coordinator_epoch = 0
         self.active = False
@@ -126,7 +129,9 @@ class TransactionStateManager:
         self.coordinator_epoch = self._bump_coordinator_epoch()
         self._cache.clear()
         loaded = 0
+        self.partition_load_times_ms = []
         for plog in self._existing_logs():
+            started = self._monotonic_ms()
             for _offset, key, value in replay_records(plog, self.config.transaction_log_load_buffer_size):
                 if key is None:
                     continue
@@ -138,6 +143,7 @@ class TransactionStateManager:
                     self._cache.pop(txn_id, None)
                 else:
                     self._cache[txn_id] = decode_value(txn_id, value)
+            self.partition_load_times_ms.append(self._monotonic_ms() - started)
         self.active = True
         if loaded:
             log.info("loaded %d transactional id(s) from %d record(s) of %s, coordinator epoch %d",
@@ -174,7 +180,7 @@ class TransactionStateManager:
             self.logs.create_topic(
                 TRANSACTION_STATE_TOPIC,
                 self.config.transaction_log_num_partitions,
-                transaction_log_topic_configs(self.config, self.max_message_bytes),
+                transaction_log_topic_configs(self.config),
             )
             log.info("created the internal topic %s with %d partitions", TRANSACTION_STATE_TOPIC,
                      self.config.transaction_log_num_partitions)
