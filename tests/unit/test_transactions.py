@@ -16,10 +16,10 @@ from tests.integration.rawclient import fetch_body, list_offsets_body, produce_b
 from tests.unit.logs import pbatch
 from tests.unit.test_apis import NOW, Harness, batches_in
 from tests.unit.test_group_apis import call
+from tidegate import top
 from tidegate.coordinator.transaction.transaction_log import TRANSACTION_STATE_TOPIC
 from tidegate.coordinator.transaction.transaction_metadata import TransactionState
 from tidegate.log.control_records import ControlRecordType, end_transaction_marker_of
-from tidegate import top
 from tidegate.log.record_batch import CONTROL_FLAG_MASK, read_header
 from tidegate.metrics.prometheus import BrokerMetrics
 from tidegate.protocol.apis import ApiKey
@@ -473,6 +473,6 @@ def test_coordinator_metrics_and_the_top_view(h):
     assert value("kafka_server_transaction_coordinator_metrics_partition_load_time_max") == 0
     (section,) = [s for s in top.build_view(first, top.Snapshot.parse(bm.exposition().decode(), 2.0),
                                             "test").sections if s.title == "Transactions"]
-    rows = dict((r[0], r[1]) for r in section.rows)
+    rows = {r[0]: r[1] for r in section.rows}
     assert (rows["open transactions"], rows["commits/s"], rows["aborts/s"]) == ("0", "1", "1")
     assert rows["ids by state"] == "CompleteCommit 1, CompleteAbort 1"
