@@ -379,8 +379,9 @@ class Producer:
         ``offset`` and optionally ``metadata``, ``leader_epoch``), and the key anything
         with ``topic``/``partition`` or a pair; or a list of objects with ``topic``,
         ``partition`` and ``offset`` (confluent-kafka's ``TopicPartition``).
-        ``group_metadata``: a :class:`ConsumerGroupMetadata` (or just the group id, as
-        Kafka's deprecated overload, which checks no membership)."""
+        ``group_metadata``: a :class:`ConsumerGroupMetadata` (or an object with its four
+        fields, as kafka-python's ``KafkaConsumer.group_metadata()``; or just the group
+        id, as Kafka's deprecated overload, which checks no membership)."""
         group = _group_metadata(group_metadata)
         txn = self._transaction_manager()
         normalized = _offsets(offsets)
@@ -487,9 +488,17 @@ def _group_metadata(group: Any) -> ConsumerGroupMetadata:
     if isinstance(group, str):
         return ConsumerGroupMetadata(group)
     if not isinstance(group, ConsumerGroupMetadata):
-        raise TypeError(
-            "group_metadata must be a ConsumerGroupMetadata or a group id, not "
-            f"{type(group).__name__}"
+        if not isinstance(getattr(group, "group_id", None), str):
+            raise TypeError(
+                "group_metadata must be a ConsumerGroupMetadata (or an object with its "
+                f"fields, as kafka-python's) or a group id, not {type(group).__name__}"
+            )
+        # another client's snapshot of the same four fields (kafka-python's group_metadata())
+        group = ConsumerGroupMetadata(
+            group.group_id,
+            int(getattr(group, "generation_id", -1)),
+            getattr(group, "member_id", "") or "",
+            getattr(group, "group_instance_id", None),
         )
     if group.generation_id > 0 and group.member_id == "":
         raise ValueError(f"Passed in group metadata {group} has generationId > 0 but member.id ")
