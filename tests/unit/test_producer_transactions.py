@@ -412,3 +412,30 @@ def test_the_asyncio_producer_runs_transactions(coordinator):
     ends = [e.committed for e in c.broker.of(END_TXN)]
     # the abort sends EndTxn only if the partition was added before it (no race to win)
     assert ends in ([True], [True, False])
+
+
+def test_a_record_refused_in_send_makes_the_transaction_abortable(coordinator):
+    """Kafka: an ApiException in send() (too large, no memory, metadata timeout) fails
+    the record's future and leaves the transaction only abortable."""
+    from tidegate.errors import KafkaError
+    from tidegate.producer import RecordTooLargeError
+
+    c = coordinator
+    p = producer(c, **{"max.request.size": 1000})
+    try:
+        p.init_transactions()
+        p.begin_transaction()
+        ok = p.send("t", b"small", partition=0)
+        err = p.send("t", b"x" * 2000, partition=0).exception(0)
+        assert isinstance(err, RecordTooLargeError) and err.txn_requires_abort
+        assert p.transaction_state is State.ABORTABLE_ERROR
+        with pytest.raises(KafkaError, match="in an error state") as commit:
+            p.commit_transaction()  # Kafka: a KafkaException caused by the record's error
+        assert isinstance(commit.value.__cause__, RecordTooLargeError)
+        assert commit.value.txn_requires_abort
+        p.abort_transaction()
+        assert ok.done()  # sent before the error, or aborted with it
+        assert [e.committed for e in c.broker.of(END_TXN)] in ([], [False])
+        assert p.transaction_state is State.READY
+    finally:
+        p.close(5)
