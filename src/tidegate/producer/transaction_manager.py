@@ -652,6 +652,8 @@ class TransactionManager:
     def check_send(self) -> None:
         """Before a record is queued: raise what :meth:`maybe_add_partition` would
         (an error state, or no transaction open), so a refused record is never queued."""
+        if self._state is State.IN_TRANSACTION and self._pending_transition is None:
+            return  # the common case, without the lock (once per record)
         with self._lock:
             self._maybe_fail_with_error()
             self._throw_if_pending_state("send")
@@ -670,6 +672,12 @@ class TransactionManager:
     def maybe_add_partition(self, tp: TopicPartition) -> None:
         """A record was queued for ``tp``: a partition new to the transaction is added
         (AddPartitionsToTxn before its first batch is sent)."""
+        if (
+            self._state is State.IN_TRANSACTION
+            and self._pending_transition is None
+            and (tp in self._partitions_in_txn or tp in self._new_partitions)
+        ):
+            return  # the common case, without the lock (once per record)
         with self._lock:
             self._maybe_fail_with_error()
             self._throw_if_pending_state("send")
