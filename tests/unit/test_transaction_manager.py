@@ -944,3 +944,21 @@ def test_error_for_code_builds_kafkas_classes():
     other = error_for_code(87)
     assert other.code == 87 and type(other).__name__ == "BrokerResponseError"
     assert error_for_code(51).retriable and not error_for_code(48).retriable
+
+
+def test_the_transaction_manager_is_sans_io():
+    """No socket, selector, event loop or network client: the sender is the shell."""
+    import ast
+    from pathlib import Path
+
+    import tidegate.producer.transaction_manager as mod
+
+    tree = ast.parse(Path(mod.__file__).read_text())
+    imported = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            imported |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            imported.add(("." * node.level) + (node.module or ""))
+    forbidden = {"socket", "selectors", "asyncio", "ssl", "time", "tidegate.client", ".sender"}
+    assert not {i for i in imported if i in forbidden or i.startswith("tidegate.client")}
