@@ -108,6 +108,13 @@ class CoreHarness:
         self.core.stop_serving()
         self.core.close()
 
+    def crash(self) -> None:
+        """kill -9: every log is dropped without flush, snapshot or clean-shutdown marker
+        (what was written stays, as in the page cache), and nothing else runs."""
+        for plog in self.logs.logs.values():
+            plog._release()
+        self.logs.logs.clear()
+
     # -- plumbing ---------------------------------------------------------------------------
     def send(
         self, api_key: int, version: int, body: dict, correlation_id: int | None = None,

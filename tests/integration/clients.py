@@ -604,6 +604,162 @@ class ProducerThread(threading.Thread):
             raise self.error
 
 
+# -- transactions ------------------------------------------------------------------------
+
+#: The clients with a transactional producer.
+TRANSACTIONAL_CLIENTS = ("confluent", "kafka-python", "aiokafka")
+
+#: How each client spells the consumer setting for read_committed ...
+READ_COMMITTED = {
+    "confluent": {"isolation.level": "read_committed"},
+    "kafka-python": {"isolation_level": "read_committed"},
+    "aiokafka": {"isolation_level": "read_committed"},
+}
+#: ... and for read_uncommitted (librdkafka's default is read_committed, the others' not).
+READ_UNCOMMITTED = {
+    "confluent": {"isolation.level": "read_uncommitted"},
+    "kafka-python": {"isolation_level": "read_uncommitted"},
+    "aiokafka": {"isolation_level": "read_uncommitted"},
+}
+
+
+class TransactionalProducer:
+    """A transactional producer of confluent-kafka, kafka-python or aiokafka behind one
+    interface, each call in the client's own API (aiokafka's run to completion on an
+    event loop of this object's). Errors are the client's own exceptions;
+    :meth:`fenced` tells whether one means "fenced by a newer instance of the id"."""
+
+    def __init__(self, client: str, bootstrap: str, transactional_id: str, *,
+                 timeout_ms: int = 60_000, conf: dict | None = None) -> None:  # fmt: skip
+        self.client = client
+        self.loop: asyncio.AbstractEventLoop | None = None
+        conf = dict(conf or {})
+        if client == "confluent":
+            from confluent_kafka import Producer
+
+            self.p: Any = Producer({"bootstrap.servers": bootstrap, "transactional.id": transactional_id,
+                                    "transaction.timeout.ms": timeout_ms, "log_level": 0, **conf})
+        elif client == "kafka-python":
+            from kafka import KafkaProducer
+
+            self.p = KafkaProducer(bootstrap_servers=bootstrap, transactional_id=transactional_id,
+                                   enable_idempotence=True, transaction_timeout_ms=timeout_ms, **conf)
+        elif client == "aiokafka":
+            from aiokafka import AIOKafkaProducer
+
+            self.loop = asyncio.new_event_loop()
+
+            async def make() -> Any:
+                return AIOKafkaProducer(bootstrap_servers=bootstrap, transactional_id=transactional_id,
+                                        transaction_timeout_ms=timeout_ms, **conf)
+
+            self.p = self._run(make())
+            self._run(self.p.start())
+        else:
+            raise ValueError(f"no transactional producer for {client!r}")
+
+    def _run(self, coro: Any, timeout: float = 60.0) -> Any:
+        assert self.loop is not None
+        return self.loop.run_until_complete(asyncio.wait_for(coro, timeout))
+
+    def init(self) -> None:
+        if self.client == "confluent":
+            self.p.init_transactions(30)
+        elif self.client == "kafka-python":
+            self.p.init_transactions()
+        # aiokafka initialises its transactional id in start()
+
+    def begin(self) -> None:
+        if self.client == "aiokafka":
+            self._run(self.p.begin_transaction())  # waits for the producer id first
+        else:
+            self.p.begin_transaction()
+
+    def send(self, topic: str, value: bytes, partition: int = 0, key: bytes | None = None) -> None:
+        if self.client == "confluent":
+            self.p.produce(topic, value=value, key=key, partition=partition)
+            self.p.poll(0)
+        elif self.client == "kafka-python":
+            self.p.send(topic, value=value, key=key, partition=partition)
+        else:
+            self._run(self.p.send(topic, value=value, key=key, partition=partition))
+
+    def send_offsets(self, offsets: dict[tuple[str, int], int], group_id: str, consumer: Any = None) -> None:
+        """Commit ``{(topic, partition): next offset}`` for ``group_id`` in the transaction;
+        with ``consumer`` (confluent-kafka, kafka-python) its group metadata (generation,
+        member) is sent, as a consume-transform-produce loop does."""
+        if self.client == "confluent":
+            from confluent_kafka import TopicPartition
+
+            tps = [TopicPartition(t, p, o) for (t, p), o in offsets.items()]
+            meta = consumer.consumer_group_metadata() if consumer is not None else group_id
+            self.p.send_offsets_to_transaction(tps, meta, 30)
+        elif self.client == "kafka-python":
+            from kafka import OffsetAndMetadata, TopicPartition
+
+            kp_offsets = {TopicPartition(t, p): OffsetAndMetadata(o, "", -1) for (t, p), o in offsets.items()}
+            self.p.send_offsets_to_transaction(kp_offsets, consumer.group_metadata() if consumer is not None
+                                               else group_id)
+        else:
+            from aiokafka import TopicPartition as AioTP
+
+            self._run(self.p.send_offsets_to_transaction({AioTP(t, p): o for (t, p), o in offsets.items()},
+                                                         group_id))
+
+    def flush(self) -> None:
+        """Wait until everything sent so far is written (an abort after it has data to abort;
+        without it librdkafka drops what is still queued)."""
+        if self.client == "confluent":
+            assert self.p.flush(30) == 0
+        elif self.client == "kafka-python":
+            self.p.flush(30)
+        else:
+            self._run(self.p.flush())
+
+    def commit(self) -> None:
+        if self.client == "confluent":
+            self.p.commit_transaction(30)
+        elif self.client == "kafka-python":
+            self.p.commit_transaction()
+        else:
+            self._run(self.p.commit_transaction())
+
+    def abort(self) -> None:
+        if self.client == "confluent":
+            self.p.abort_transaction(30)
+        elif self.client == "kafka-python":
+            self.p.abort_transaction()
+        else:
+            self._run(self.p.abort_transaction())
+
+    def fenced(self, exc: BaseException) -> bool:
+        if self.client == "confluent":
+            from confluent_kafka import KafkaError
+
+            err = exc.args[0] if exc.args else None
+            return isinstance(err, KafkaError) and err.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
+                                                                  KafkaError.INVALID_PRODUCER_EPOCH)
+        if self.client == "kafka-python":
+            from kafka.errors import InvalidProducerEpochError, ProducerFencedError
+
+            return isinstance(exc, (ProducerFencedError, InvalidProducerEpochError))
+        from aiokafka.errors import ProducerFenced
+
+        return isinstance(exc, ProducerFenced)
+
+    def close(self) -> None:
+        if self.client == "confluent":
+            self.p.flush(5)
+        elif self.client == "kafka-python":
+            self.p.close(5)
+        else:
+            try:
+                self._run(self.p.stop(), 10)
+            finally:
+                assert self.loop is not None
+                self.loop.close()
+
+
 # -- consuming ---------------------------------------------------------------------------
 
 

@@ -257,13 +257,6 @@ def test_dedup_survives_a_clean_restart(tmp_path):
     h2.close()
 
 
-def _crash(h):
-    """kill -9: the logs are dropped without flush, snapshot or clean-shutdown marker."""
-    for plog in h.logs.logs.values():
-        plog._release()
-    h.logs.logs.clear()
-
-
 def test_dedup_survives_a_crash_across_segment_rolls(tmp_path):
     root = tmp_path / "data"
     h1 = Harness(root)
@@ -271,7 +264,7 @@ def test_dedup_survives_a_crash_across_segment_rolls(tmp_path):
     pid = init_pid(h1).producer_id
     offsets = [h1.produce(TOPIC, 0, idem_batch(pid, 2 * i, 2, tag=b"x" * 40)).base_offset for i in range(20)]
     assert len(h1.replicas.get_log(TOPIC, 0).segments) > 3
-    _crash(h1)
+    h1.crash()
     h2 = Harness(root)
     plog = h2.replicas.get_log(TOPIC, 0)
     assert not plog.had_clean_shutdown
@@ -292,7 +285,7 @@ def test_a_torn_tail_is_not_answered_as_a_duplicate(tmp_path):
     h1.produce(TOPIC, 0, idem_batch(pid, 0, 2))
     h1.produce(TOPIC, 0, idem_batch(pid, 2, 2))  # acked, then lost with the tail
     seg = h1.replicas.get_log(TOPIC, 0).segments[-1].log_path
-    _crash(h1)
+    h1.crash()
     os.truncate(seg, seg.stat().st_size - 5)
     h2 = Harness(root)
     assert h2.replicas.get_log(TOPIC, 0).log_end_offset == 2

@@ -402,6 +402,53 @@ def test_a_transaction_left_in_prepare_commit_is_completed_after_a_restart(tmp_p
     h.close()
 
 
+@pytest.mark.parametrize("stop_at", ["prepared", "mid-markers", "marked"])
+def test_kill_9_at_each_step_of_a_commit_completes_it_after_the_restart(tmp_path, stop_at):
+    """A transaction over two partitions commits and the broker is killed (-9) at
+    ``stop_at``: "prepared" (PrepareCommit durable, no marker), "mid-markers" (the marker
+    on partition 0 only) or "marked" (every marker, CompleteCommit not written). After
+    the restart the transaction must be complete and wholly visible to read_committed."""
+    root = tmp_path / "data"
+    h = Harness(root, PROPS)
+    h.create_topic(TOPIC, partitions=2)
+    _, pid, epoch = init(h)
+    add(h, pid, epoch, [(TOPIC, 0), (TOPIC, 1)])
+    for p in (0, 1):
+        assert produce(h, txn(0, pid, n=2), partition=p).error_code == E.none
+    coordinator = h.core.transaction_coordinator
+    write_markers = coordinator.markers.write_markers
+    if stop_at == "prepared":
+        coordinator.markers.write_markers = lambda *a, **kw: None
+    elif stop_at == "mid-markers":
+        coordinator.markers.write_markers = lambda pid_, ep, ce, commit, partitions, done: write_markers(
+            pid_, ep, ce, commit, partitions[:1], lambda tp, err: None)
+    else:
+        coordinator._write_completion = lambda *a, **kw: None
+    assert end_txn(h, pid, epoch, True) == E.none
+    settle(h)
+    assert len(markers(h, 0)) == (0 if stop_at == "prepared" else 1)
+    assert len(markers(h, 1)) == (1 if stop_at == "marked" else 0)
+    assert state(h) is TransactionState.PREPARE_COMMIT
+    h.crash()
+    h = Harness(root, PROPS)
+    settle(h)
+    assert state(h) is TransactionState.COMPLETE_COMMIT
+    for p in (0, 1):
+        got = fetch(h, partition=p)
+        assert got.last_stable_offset == got.high_watermark
+        data = [b for b in batches_in(got.records) if not read_header(b[2]).attributes & CONTROL_FLAG_MASK]
+        assert [(b[0], b[1]) for b in data] == [(0, 1)]
+        assert all(m[0] is ControlRecordType.COMMIT for m in markers(h, p))
+        assert got.aborted_transactions == ()
+    # the producer goes on: a new transaction at the same epoch
+    add(h, pid, epoch)
+    assert produce(h, txn(2, pid)).error_code == E.none
+    assert end_txn(h, pid, epoch, False) == E.none
+    settle(h)
+    assert state(h) is TransactionState.COMPLETE_ABORT
+    h.close()
+
+
 def test_the_coordinator_state_survives_a_restart(tmp_path):
     root = tmp_path / "data"
     h = Harness(root, PROPS)

@@ -16,6 +16,7 @@ from kio.schema.errors import ErrorCode as E
 
 from tests.unit.test_apis import Harness
 from tests.unit.test_group_apis import GROUP_PROPS, call, commit_body, join_body
+from tidegate.coordinator.group.group_coordinator import coordinator_operation_error
 from tidegate.coordinator.group.group_metadata import DEAD
 from tidegate.coordinator.group.group_metadata_manager import OFFSETS_TOPIC
 from tidegate.coordinator.transaction.transaction_metadata import TransactionState
@@ -23,17 +24,16 @@ from tidegate.log.control_records import ControlRecordType, parse_control_key
 from tidegate.log.record_batch import iter_batches, read_header
 from tidegate.log.replay import replay_batches, replay_records
 from tidegate.protocol.apis import ApiKey
-from tidegate.server.group_apis import coordinator_operation_error
 
 TXN = "tx-1"
 GROUP = "g"
 
 
 # -- request helpers ---------------------------------------------------------------------------
-def init_producer(h: Harness, txn_id: str = TXN) -> tuple[int, int]:
+def init_producer(h: Harness, txn_id: str = TXN, timeout_ms: int = 60_000) -> tuple[int, int]:
     r = call(h, ApiKey.FIND_COORDINATOR, 4, {"key_type": 1, "coordinator_keys": [txn_id]})
     assert r.coordinators[0].error_code == E.none
-    r = call(h, ApiKey.INIT_PRODUCER_ID, 4, {"transactional_id": txn_id, "transaction_timeout": 60_000,
+    r = call(h, ApiKey.INIT_PRODUCER_ID, 4, {"transactional_id": txn_id, "transaction_timeout": timeout_ms,
                                              "producer_id": -1, "producer_epoch": -1})
     assert r.error_code == E.none
     return r.producer_id, r.producer_epoch
@@ -223,6 +223,21 @@ def test_one_transaction_commits_offsets_of_two_groups(h):
     assert fetch(h, [T0], stable=True, group="g2") == {T0: (4, "m4", E.none)}
 
 
+def test_a_transaction_past_its_timeout_is_aborted_and_its_offsets_dropped(h):
+    """The coordinator fences and aborts it (every 10 s, Kafka's
+    transaction.abort.timed.out.transaction.cleanup.interval.ms): its ABORT marker on
+    __consumer_offsets discards the pending offsets, and the old epoch is refused."""
+    pid, epoch = init_producer(h, timeout_ms=1000)
+    add_offsets(h, pid, epoch)
+    txn_commit(h, 3, txn_body(pid, epoch, {T0: 5}))
+    h.loop.advance(9_000)
+    assert fetch(h, [T0], stable=True) == {T0: UNSTABLE}
+    h.loop.advance(1_100)  # the cleanup at 10 s
+    h.loop.run_pending()
+    assert fetch(h, [T0], stable=True) == {T0: NONE_YET}
+    assert txn_commit(h, 3, txn_body(pid, epoch, {T0: 6})) == {T0: E.invalid_producer_epoch}
+
+
 def test_write_txn_markers_from_an_admin_also_completes_pending_offsets(h):
     pid, epoch = init_producer(h)
     add_offsets(h, pid, epoch)
@@ -376,12 +391,16 @@ def test_an_open_transaction_on_the_offsets_partition_needs_no_verification(h):
     assert [c[3] for c in calls] == [[(OFFSETS_TOPIC, 0)]]  # the next transaction is verified again
 
 
-def test_verification_can_be_disabled(tmp_path):
+def test_verification_can_be_disabled_and_the_log_still_refuses_an_old_epoch(tmp_path):
     h = Harness(tmp_path / "data", {**GROUP_PROPS, "transaction.partition.verification.enable": "false"})
     try:
         h.create_topic("t", 1)
-        pid, epoch = init_producer(h)
-        assert txn_commit(h, 3, txn_body(pid, epoch, {T0: 1})) == {T0: E.none}
+        init_producer(h)
+        pid, epoch = init_producer(h)  # the same id again: epoch 1
+        assert epoch == 1
+        assert txn_commit(h, 3, txn_body(pid, epoch, {T0: 1})) == {T0: E.none}  # no AddOffsetsToTxn
+        # the partition's producer state refuses the older epoch: the append's error
+        assert txn_commit(h, 3, txn_body(pid, 0, {T0: 2})) == {T0: E.invalid_producer_epoch}
     finally:
         h.close()
 

@@ -267,8 +267,10 @@ class _AppendInfo:
 
     def append(self, h: BatchHeader, first_offset: int, timestamp: int, validate: bool) -> None:
         epoch = h.producer_epoch
+        # the epoch is checked for the coordinators' writes too (Kafka: every origin but
+        # replication), the sequence only for clients
+        self._check_epoch(epoch, h.producer_id, first_offset)
         if validate:
-            self._check_epoch(epoch, h.producer_id, first_offset)
             self._check_sequence(epoch, h.base_sequence, first_offset, h.producer_id)
         self._update_epoch(epoch)
         delta = h.last_offset_delta

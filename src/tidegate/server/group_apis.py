@@ -28,6 +28,7 @@ from tidegate.coordinator.group.group_coordinator import (
     GROUP_AUTHORIZED_OPERATIONS,
     GroupConfig,
     GroupCoordinator,
+    coordinator_operation_error,
 )
 from tidegate.coordinator.group.group_metadata import JoinResult, SyncResult
 from tidegate.coordinator.group.group_metadata_manager import (
@@ -49,26 +50,6 @@ log = logging.getLogger(__name__)
 E = ErrorCode
 AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
 TopicPartition = tuple[str, int]
-
-#: Kafka's GroupCoordinatorService.handleOperationException: what a failed coordinator write
-#: (or its KIP-890 verification) answers
-_OPERATION_ERRORS = {
-    E.network_exception: E.coordinator_load_in_progress,
-    E.unknown_topic_or_partition: E.coordinator_not_available,
-    E.not_enough_replicas: E.coordinator_not_available,
-    E.request_timed_out: E.coordinator_not_available,
-    E.not_leader_or_follower: E.not_coordinator,
-    E.kafka_storage_error: E.not_coordinator,
-    E.message_too_large: E.unknown_server_error,
-    E.record_list_too_large: E.unknown_server_error,
-    E.invalid_fetch_size: E.unknown_server_error,
-}
-
-
-def coordinator_operation_error(error: ErrorCode) -> ErrorCode:
-    """What the group coordinator answers when a write or its verification fails with
-    ``error`` (Kafka's handleOperationException)."""
-    return _OPERATION_ERRORS.get(error, error)
 
 
 def offsets_topic_configs(config: Any) -> dict[str, str]:
@@ -369,12 +350,6 @@ class GroupApis:
                 )
             topics.append({"name": t.name, "partitions": parts})
         body = {"throttle_time": 0, "topics": topics}
-
-        def finish(part: dict, error: ErrorCode) -> None:
-            if version < 2 and error is E.coordinator_load_in_progress:
-                error = E.coordinator_not_available
-            part["error_code"] = error
-
         if not offsets:
             return body
         errors, wait = self._coord().handle_txn_commit_offsets(
@@ -389,7 +364,9 @@ class GroupApis:
                                                    req.producer_epoch, version),
         )  # fmt: skip
         for tp, error in errors.items():
-            finish(parts_by_tp[tp], error)
+            if version < 2 and error is E.coordinator_load_in_progress:
+                error = E.coordinator_not_available  # KAFKA-7296: older clients could crash on it
+            parts_by_tp[tp]["error_code"] = error
         if wait is None:
             return body
         return self._answer_when_durable(

@@ -114,6 +114,27 @@ NEW_MEMBER_JOIN_TIMEOUT_MS = 5 * 60 * 1000
 GROUP_AUTHORIZED_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
 
 
+#: Kafka's GroupCoordinatorService.handleOperationException: what a failed coordinator
+#: write (or its KIP-890 verification) answers
+_OPERATION_ERRORS = {
+    E.network_exception: E.coordinator_load_in_progress,
+    E.unknown_topic_or_partition: E.coordinator_not_available,
+    E.not_enough_replicas: E.coordinator_not_available,
+    E.request_timed_out: E.coordinator_not_available,
+    E.not_leader_or_follower: E.not_coordinator,
+    E.kafka_storage_error: E.not_coordinator,
+    E.message_too_large: E.unknown_server_error,
+    E.record_list_too_large: E.unknown_server_error,
+    E.invalid_fetch_size: E.unknown_server_error,
+}
+
+
+def coordinator_operation_error(error: ErrorCode) -> ErrorCode:
+    """What the group coordinator answers when a write or its verification fails with
+    ``error`` (Kafka's handleOperationException)."""
+    return _OPERATION_ERRORS.get(error, error)
+
+
 @dataclass(frozen=True, slots=True)
 class GroupConfig:
     min_session_timeout_ms: int = 6000
@@ -1051,8 +1072,11 @@ class GroupCoordinator:
                 )  # fmt: skip
             except (OSError, AppendError) as exc:
                 log.error("could not store offsets of group %s: %s", group.group_id, exc)
+                error = E.not_coordinator
+                if isinstance(exc, AppendError) and producer_id >= 0:
+                    error = coordinator_operation_error(exc.error)  # e.g. INVALID_PRODUCER_EPOCH
                 for tp, _ in records:
-                    errors[tp] = E.not_coordinator
+                    errors[tp] = error
                 return errors, None
             base = wait.base_offset
         else:

@@ -192,7 +192,12 @@ def _ignore(_results: object) -> None:
 
 
 class AppendError(Exception):
-    """A write to ``__consumer_offsets`` failed: nothing of it was appended."""
+    """A write to ``__consumer_offsets`` failed: nothing of it was appended (``error``:
+    what the append answered)."""
+
+    def __init__(self, message: str, error: ErrorCode = ErrorCode.unknown_server_error) -> None:
+        super().__init__(message)
+        self.error = error
 
 
 class PendingAppend:
@@ -201,10 +206,10 @@ class PendingAppend:
 
     __slots__ = ("_callbacks", "base_offset", "error")
 
-    def __init__(self, base_offset: int = -1) -> None:
+    def __init__(self) -> None:
         self.error: ErrorCode | None = None
         #: the offset of the batch's first record (record i is at base_offset + i)
-        self.base_offset = base_offset
+        self.base_offset = -1
         self._callbacks: list[Callable[[ErrorCode], None]] = []
 
     def add_callback(self, callback: Callable[[ErrorCode], None]) -> None:
@@ -310,7 +315,7 @@ class OffsetsLog:
         )  # fmt: skip
         result = results[OFFSETS_KEY]
         if result.base_offset < 0:
-            raise AppendError(f"{result.error.name}: {result.error_message or ''}")
+            raise AppendError(f"{result.error.name}: {result.error_message or ''}", result.error)
         pending.base_offset = result.base_offset
         if not transactional:
             self.materialize(records)
