@@ -8,9 +8,10 @@ consumers (confluent-kafka ``isolation.level=read_committed``, kafka-python
   raises ProducerFencedError (fatal), or its next record fails with
   InvalidProducerEpochError (abortable) and the abort then finds it fenced; only the
   new producer's transaction is visible;
-- ``send_offsets_to_transaction`` in consume-transform-produce (the scenario of
-  test_transactions_offsets.py, with a kafka-python group consumer's
-  ``group_metadata()``): the group's committed offsets move with commits only;
+- ``send_offsets_to_transaction`` in consume-transform-produce, with a kafka-python
+  group consumer's ``group_metadata()`` (KIP-447): the group's committed offsets move
+  with commits only (unstable while the transaction is open), and a new consumer of
+  the group resumes there; with a bare group id too;
 - the asyncio producer, and ``close()`` aborting a transaction left open.
 
 Every wait is bounded.
@@ -33,19 +34,25 @@ from tidegate.producer import (
     ProducerFencedError,
 )
 
-from .clients import consume, create_topic, run_async
-from .test_transactions_offsets import TIMEOUT_S, Scenario, committed, transform
+from .clients import (
+    READ_COMMITTED,
+    READ_UNCOMMITTED,
+    Rec,
+    consume,
+    create_topic,
+    produce,
+    run_async,
+)
+from .rawclient import RawClient
 
 pytestmark = pytest.mark.timeout(180)
 
 STRATEGIES = ["full", "incremental"]
 PARTITIONS = 2
-READ_COMMITTED = {
-    "confluent": {"isolation.level": "read_committed"},
-    "kafka-python": {"isolation_level": "read_committed"},
-}
-#: librdkafka reads read_committed unless told otherwise
-READ_UNCOMMITTED = {"confluent": {"isolation.level": "read_uncommitted"}, "kafka-python": {}}
+#: the consumers that check what is visible
+CONSUMERS = ("confluent", "kafka-python")
+TIMEOUT_S = 30.0
+UNSTABLE_OFFSET_COMMIT = 88
 
 
 @pytest.fixture(scope="module")
@@ -107,7 +114,7 @@ def test_commit_is_visible_abort_is_not_and_commit_after_abort_is(broker, strate
         futures = send_all(p, topic, committed_values)
         p.commit_transaction(TIMEOUT_S)
         assert all(f.done() and f.exception() is None for f in futures)
-        for client in READ_COMMITTED:
+        for client in CONSUMERS:
             assert visible(bs, topic, 20, client=client) == by_partition(committed_values), client
 
         # aborted after its records reached the log: read_uncommitted sees them
@@ -116,7 +123,7 @@ def test_commit_is_visible_abort_is_not_and_commit_after_abort_is(broker, strate
         p.flush(TIMEOUT_S)
         assert all(f.result(0).offset >= 0 for f in futures)
         p.abort_transaction(TIMEOUT_S)
-        for client in READ_COMMITTED:
+        for client in CONSUMERS:
             assert visible(bs, topic, 20, client=client) == by_partition(committed_values), client
         everything = visible(bs, topic, 30, committed_only=False)
         assert sorted(v for vs in everything.values() for v in vs) == sorted(
@@ -130,7 +137,7 @@ def test_commit_is_visible_abort_is_not_and_commit_after_abort_is(broker, strate
         expected = by_partition(committed_values)
         for part, vs in by_partition(later_values).items():
             expected[part] += vs
-        for client in READ_COMMITTED:
+        for client in CONSUMERS:
             assert visible(bs, topic, 30, client=client) == expected, client
         assert p.metrics()["txn-abort-time-ns-total"] > 0
     finally:
@@ -164,7 +171,7 @@ def test_a_zombie_is_fenced_at_commit(broker, strategy):
         new_values = [b"new%d" % i for i in range(4)]
         send_all(new, topic, new_values)
         new.commit_transaction(TIMEOUT_S)
-        for client in READ_COMMITTED:
+        for client in CONSUMERS:
             assert visible(bs, topic, 4, client=client) == by_partition(new_values), client
     finally:
         old.close(10)
@@ -204,22 +211,50 @@ def test_a_zombie_record_is_abortable_and_the_abort_finds_it_fenced(broker):
 # -- offsets in the transaction ----------------------------------------------------------------
 
 
-def run_tidegate(s: Scenario, strategy: str) -> None:
-    """test_transactions_offsets.py's scenario with tidegate's producer; the group
-    consumer is kafka-python's, whose group_metadata() carries the member id and
-    generation (KIP-447)."""
+def committed(bootstrap: str, group: str, topic: str, *, stable: bool = True) -> tuple[int, int]:
+    """(committed offset, error) of the group for partition 0 of ``topic`` (OffsetFetch
+    v7, with or without require_stable)."""
+    with RawClient.connect(bootstrap) as c:
+        r = c.request(9, 7, {"group_id": group, "require_stable": stable,
+                             "topics": [{"name": topic, "partition_indexes": [0]}]})  # fmt: skip
+    assert r.error_code == 0
+    p = r.topics[0].partitions[0]
+    return p.committed_offset, p.error_code
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_offsets_sent_to_the_transaction_are_committed_with_it(broker, strategy):
+    """Consume-transform-produce: a kafka-python group consumer reads 20 inputs; rounds
+    of (10, commit), (5, abort), then a new consumer and (10, commit). The group's
+    committed offset is 10, 10, 20; the outputs visible to read_committed are each
+    input's transform once."""
     from kafka import KafkaConsumer, TopicPartition
 
-    def new_consumer() -> KafkaConsumer:
-        return KafkaConsumer(s.src, bootstrap_servers=s.bootstrap, group_id=s.group,
-                             enable_auto_commit=False, auto_offset_reset="earliest",
-                             isolation_level="read_committed", request_timeout_ms=30_000)  # fmt: skip
+    bs = broker.bootstrap
+    src = create_topic(bs, prefix=f"eos-in-{strategy}")
+    dst = create_topic(bs, prefix=f"eos-out-{strategy}")
+    group = f"eos-{strategy}"
+    produce(bs, src, [Rec(b"k%d" % i, b"v%d" % i) for i in range(20)], client="confluent",
+            partition=0)  # fmt: skip
 
-    p = new_producer(s.bootstrap, s.txn_id, strategy)
-    p.init_transactions(TIMEOUT_S)
+    def new_consumer() -> KafkaConsumer:
+        return KafkaConsumer(src, bootstrap_servers=bs, group_id=group, enable_auto_commit=False,
+                             auto_offset_reset="earliest", isolation_level="read_committed",
+                             request_timeout_ms=30_000)  # fmt: skip
+
+    def while_open() -> None:
+        # the aborted round's offsets are pending: unstable for require_stable readers
+        assert committed(bs, group, src) == (-1, UNSTABLE_OFFSET_COMMIT)
+        assert committed(bs, group, src, stable=False) == (10, 0)
+
+    rounds = [(10, True, False, None, 10), (5, False, False, while_open, 10),
+              (10, True, True, None, 20)]  # fmt: skip
+    consumed: list[int] = []
+    p = new_producer(bs, f"eos-{strategy}", strategy)
     c = new_consumer()
     try:
-        for index, (n, commit, fresh, check) in enumerate(s.rounds):
+        p.init_transactions(TIMEOUT_S)
+        for n, commit, fresh, check, expected in rounds:
             if fresh:
                 c.close()
                 c = new_consumer()
@@ -229,31 +264,31 @@ def run_tidegate(s: Scenario, strategy: str) -> None:
                 for recs in c.poll(timeout_ms=500, max_records=n - len(got)).values():
                     got += recs
             assert len(got) == n, f"consumed {len(got)} of {n}"
-            s.consumed += [r.offset for r in got]
+            consumed += [r.offset for r in got]
             p.begin_transaction()
             for r in got:
-                p.send(s.dst, transform(r.value), key=r.key, partition=0)
-            next_offset = got[-1].offset + 1
+                p.send(dst, b"out-" + r.value, key=r.key, partition=0)
             meta = c.group_metadata()
-            assert meta.generation_id >= 1 and meta.member_id  # a real member
-            p.send_offsets_to_transaction({TopicPartition(s.src, 0): next_offset}, meta, TIMEOUT_S)
+            assert meta.generation_id >= 1 and meta.member_id  # a real member (KIP-447)
+            p.send_offsets_to_transaction({TopicPartition(src, 0): got[-1].offset + 1}, meta,
+                                          TIMEOUT_S)  # fmt: skip
             if check is not None:
-                check(next_offset)
+                check()
             if commit:
                 p.commit_transaction(TIMEOUT_S)
             else:
                 p.abort_transaction(TIMEOUT_S)
-            s.after(index)
+            # EndTxn is answered once the outcome is decided; the marker reaches
+            # __consumer_offsets right after (until then: unstable), as in Kafka
+            wait_until(lambda e=expected: committed(bs, group, src) == (e, 0), 10,
+                       what=lambda e=expected: f"committed {e}, not {committed(bs, group, src)}")  # fmt: skip
     finally:
         c.close()
         p.close(10)
-
-
-@pytest.mark.parametrize("strategy", STRATEGIES)
-def test_offsets_sent_to_the_transaction_are_committed_with_it(broker, strategy):
-    s = Scenario(broker.bootstrap, f"tidegate-{strategy}")
-    run_tidegate(s, strategy)
-    s.check_end()
+    assert consumed == list(range(15)) + list(range(10, 20))
+    outputs = consume(bs, dst, 20, client="confluent", timeout=TIMEOUT_S, settle=0.5,
+                      conf=READ_COMMITTED["confluent"])  # fmt: skip
+    assert [g.value for g in outputs] == [b"out-v%d" % i for i in range(20)]
 
 
 def test_offsets_with_a_group_id_alone(broker):
