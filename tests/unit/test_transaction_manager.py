@@ -962,3 +962,14 @@ def test_the_transaction_manager_is_sans_io():
             imported.add(("." * node.level) + (node.module or ""))
     forbidden = {"socket", "selectors", "asyncio", "ssl", "time", "tidegate.client", ".sender"}
     assert not {i for i in imported if i in forbidden or i.startswith("tidegate.client")}
+
+
+def test_a_batch_failing_after_the_fence_keeps_the_fatal_error():
+    tm, d, _ = in_transaction(("t", 0))
+    tm.set_poison_state_on_invalid_transition(True)  # as on the sender thread
+    result = tm.begin_commit()
+    d.answer(d.expect(END_TXN), PRODUCER_FENCED)
+    tm.handle_failed_batch(batch(), InvalidProducerEpochError("late"))
+    assert tm.state is State.FATAL_ERROR
+    assert isinstance(tm.last_error, ProducerFencedError)
+    assert isinstance(result.error, ProducerFencedError)

@@ -459,7 +459,10 @@ class Sender(threading.Thread):
             if txn.is_transactional:
                 # the transaction becomes abortable (or the producer fatal); classified
                 # before the callbacks run, so they see err.txn_requires_abort / err.fatal
-                txn.handle_failed_batch(batch, err)
+                try:
+                    txn.handle_failed_batch(batch, err)
+                except IllegalStateError as exc:  # poisoned: the state is FATAL_ERROR now
+                    log.debug("failed batch of %s-%s: %s", batch.topic, batch.partition, exc)
             elif batch.base_sequence >= 0 and batch.producer_id == idem.producer_id:
                 # its sequence was never written: later batches of the partition would be
                 # out of order under this producer id, so start a new one

@@ -413,6 +413,9 @@ class TransactionManager:
             if self._state is State.ABORTING_TRANSACTION:
                 log.debug("already aborting; not entering ABORTABLE_ERROR for %s", error)
                 return
+            if self._state is State.FATAL_ERROR:
+                log.debug("already fatal; not entering ABORTABLE_ERROR for %s", error)
+                return
             log.info("transaction abortable after %s", error)
             self._abortable_pid_mapping = isinstance(error, InvalidPidMappingError)
             self._transition_to(State.ABORTABLE_ERROR, error)
