@@ -30,9 +30,19 @@ __all__ = [
 
 
 class KafkaError(Exception):
-    """Base class. ``retriable`` says whether the same request may succeed later."""
+    """Base class. ``retriable`` says whether the same request may succeed later.
+
+    A transactional producer classifies the errors it reports (Kafka's split between a
+    ``KafkaException`` that poisons the producer and an ``ApiException`` the application
+    answers by aborting; confluent-kafka's ``fatal()`` / ``txn_requires_abort()``):
+    ``fatal`` means the producer can do nothing more but ``close()``;
+    ``txn_requires_abort`` means the current transaction can only be aborted, after which
+    the producer goes on. Both are False for every other error.
+    """
 
     retriable = False
+    fatal = False
+    txn_requires_abort = False
     code: int | None = None
 
 

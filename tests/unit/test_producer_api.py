@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from tests.fake_broker import FakeBroker as _FakeBroker
 from tidegate.client.errors import KafkaError, KafkaTimeoutError
 from tidegate.client.metadata import BrokerNode, Cluster, PartitionInfo, TopicMetadata
 from tidegate.producer import (
@@ -61,7 +62,18 @@ def test_config_defaults_are_kafkas():
         ({"acks": "2"}, "acks"),
         ({"buffer.memory.allocation.strategy": "lazy"}, "full or incremental"),
         ({"compression.type": "brotli"}, "compression.type"),
-        ({"transactional.id": "tx"}, "not supported"),
+        ({"transactional.id": ""}, "transactional.id"),
+        (
+            {"transactional.id": "tx", "enable.idempotence": False},
+            "Cannot set a transactional.id without also enabling idempotence",
+        ),
+        # idempotence off by default because of acks: Kafka's ConfigException too
+        (
+            {"transactional.id": "tx", "acks": 1},
+            "Cannot set a transactional.id without also enabling idempotence",
+        ),
+        ({"transactional.id": "tx", "enable.idempotence": True, "acks": 1}, "acks must be all"),
+        ({"transaction.timeout.ms": 0}, "transaction.timeout.ms"),
         ({"delivery.timeout.ms": 100}, "delivery.timeout.ms should be"),
         ({"enable.idempotence": True, "acks": 1}, "acks must be all"),
         (
@@ -73,6 +85,20 @@ def test_config_defaults_are_kafkas():
 def test_config_errors_name_the_key(conf, message):
     with pytest.raises(ConfigError, match=message):
         ProducerConfig.from_dict({"bootstrap.servers": "h:1", **conf})
+
+
+def test_transactional_id_and_transaction_timeout_are_kafkas():
+    c = ProducerConfig.from_dict({"bootstrap.servers": "h:1"})
+    assert c.transactional_id is None and c.transaction_timeout_ms == 60000
+    c = ProducerConfig.from_dict(
+        {"bootstrap.servers": "h:1", "transactional.id": "tx", "transaction.timeout.ms": 5000}
+    )
+    assert c.transactional and c.transactional_id == "tx" and c.transaction_timeout_ms == 5000
+    assert c.enable_idempotence
+    # None is the default: not transactional
+    assert not ProducerConfig.from_dict(
+        {"bootstrap.servers": "h:1", "transactional.id": None}
+    ).transactional
 
 
 def test_idempotence_quietly_off_when_other_settings_rule_it_out():
@@ -276,129 +302,6 @@ def test_keyed_records_use_murmur2_and_keyless_stick():
 
 
 # -- idempotence negotiation against a fake broker -------------------------------------------
-
-
-class _FakeBroker:
-    """ApiVersions (without InitProducerId unless asked), Metadata (topic "t", one
-    partition led by this broker) and Produce (every partition succeeds), on threads."""
-
-    def __init__(self, init_producer_id: bool = False, produce_errors=()):
-        import socketserver
-        import struct
-
-        from kio.serial import entity_reader, entity_writer
-
-        from tidegate.protocol.codec import build, request_class, response_class
-
-        outer = self
-        self.produce_requests = []
-        self.requests = []
-        errors = list(produce_errors)
-        apis = [(0, 3, 12), (3, 0, 12), (18, 0, 3)] + ([(22, 0, 4)] if init_producer_id else [])
-
-        def frame(cid, resp, flexible):
-            import io
-
-            out = io.BytesIO()
-            out.write(struct.pack(">i", cid))
-            if flexible:
-                out.write(b"\x00")
-            entity_writer(type(resp))(out, resp)
-            data = out.getvalue()
-            return struct.pack(">i", len(data)) + data
-
-        class Handler(socketserver.BaseRequestHandler):
-            def handle(self):
-                s = self.request
-                while True:
-                    hdr = s.recv(4, socket.MSG_WAITALL)
-                    if len(hdr) < 4:
-                        return
-                    (n,) = struct.unpack(">i", hdr)
-                    body = s.recv(n, socket.MSG_WAITALL)
-                    key, ver, cid = struct.unpack(">hhi", body[:8])
-                    outer.requests.append(key)
-                    flexible = bool(response_class(key, ver).__flexible__) and key != 18
-                    if key == 18:
-                        resp = build(
-                            response_class(18, ver),
-                            {
-                                "error_code": 0,
-                                "api_keys": [
-                                    {"api_key": k, "min_version": lo, "max_version": hi}
-                                    for k, lo, hi in apis
-                                ],
-                            },
-                        )
-                    elif key == 3:
-                        resp = build(
-                            response_class(3, ver),
-                            {
-                                "brokers": [
-                                    {"node_id": 7, "host": "127.0.0.1", "port": outer.port}
-                                ],
-                                "controller_id": 7,
-                                "topics": [
-                                    {
-                                        "error_code": 0,
-                                        "name": "t",
-                                        "partitions": [
-                                            {
-                                                "error_code": 0,
-                                                "partition_index": 0,
-                                                "leader_id": 7,
-                                                "replica_nodes": [7],
-                                                "isr_nodes": [7],
-                                            }
-                                        ],
-                                    }
-                                ],
-                            },
-                        )
-                    elif key == 0:
-                        cls = request_class(0, ver)
-                        hdr_reader = entity_reader(cls.__header_schema__)
-                        _, off = hdr_reader(body, 0)
-                        req, _ = entity_reader(cls)(body, off)
-                        outer.produce_requests.append(req)
-                        code = errors.pop(0) if errors else 0
-                        resp = build(
-                            response_class(0, ver),
-                            {
-                                "responses": [
-                                    {
-                                        "name": t.name,
-                                        "partition_responses": [
-                                            {"index": p.index, "error_code": code, "base_offset": 0}
-                                            for p in t.partition_data
-                                        ],
-                                    }
-                                    for t in req.topic_data
-                                ]
-                            },
-                        )
-                        if req.acks == 0:
-                            continue
-                    elif key == 22:
-                        resp = build(
-                            response_class(22, ver),
-                            {"error_code": 0, "producer_id": 4242, "producer_epoch": 0},
-                        )
-                    else:
-                        return
-                    s.sendall(frame(cid, resp, flexible))
-
-        class Server(socketserver.ThreadingTCPServer):
-            daemon_threads = True
-            allow_reuse_address = True
-
-        self.server = Server(("127.0.0.1", 0), Handler)
-        self.port = self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
 
 
 def test_idempotence_off_with_a_warning_when_the_broker_lacks_init_producer_id(caplog):

@@ -186,6 +186,12 @@ class KafkaClient:
             if old is not None and old != (b.host, b.port) and node_id in self._conns:
                 self._disconnect(node_id, ConnectionError_("broker address changed"))
 
+    def add_node(self, node_id: int, host: str, port: int) -> None:
+        """Learn a broker's address outside metadata (a FindCoordinator answer); an
+        address metadata already gave is kept."""
+        if node_id not in self._addresses:
+            self._addresses[node_id] = (host, port)
+
     def nodes(self) -> list[int]:
         """Brokers from metadata if any, else the bootstrap pseudo-nodes."""
         brokers = [n for n in self._addresses if n >= 0 and n in self.cluster.brokers]

@@ -125,7 +125,10 @@ class RecordAccumulator:
         self._closed = False
         self._drain_index: dict[int, int] = {}
         self._muted: set[tuple[str, int]] = set()
-        #: set by the sender when idempotence is on: assigns sequences at drain
+        #: set by the sender when idempotence is on: the transaction manager, which
+        #: decides which batches may be drained (``may_drain``), assigns their sequence
+        #: numbers (``assign``) and says when a transaction is completing (a commit
+        #: flushes: ``is_completing``)
         self.sequencer: Any = None
 
     # -- topics and queues ---------------------------------------------------------------
@@ -499,7 +502,12 @@ class RecordAccumulator:
         next_delay: float = 1 << 30
         unknown: set[str] = set()
         exhausted = self.pool.queued() > 0
-        forced = self._closed or self._flushes_in_progress > 0
+        seq = self.sequencer
+        forced = (
+            self._closed
+            or self._flushes_in_progress > 0
+            or (seq is not None and seq.is_completing())
+        )
         linger = self.linger_ms
         for topic, info in list(self._topics.items()):
             # adaptive partitioning once every partition has had a queue (Kafka: until
@@ -693,6 +701,29 @@ class RecordAccumulator:
     @property
     def appends_in_progress(self) -> bool:
         return self._appends_in_progress > 0
+
+    def abort_undrained_batches(self, error: BaseException) -> list[ProducerBatch]:
+        """Fail the batches never drained (no sequence number yet; a batch being retried
+        keeps its place), as a transaction is aborted (Kafka's ``abortUndrainedBatches``).
+        Their records' futures fail with ``error``."""
+        aborted = []
+        for q in self.iter_queues():
+            if not q.batches:
+                continue
+            with q.lock:
+                keep: deque[ProducerBatch] = deque()
+                while q.batches:
+                    b = q.batches.popleft()
+                    if b.base_sequence < 0:
+                        b.close_for_appends()
+                        aborted.append(b)
+                    else:
+                        keep.append(b)
+                q.batches.extend(keep)
+        for b in aborted:
+            if b.complete(-1, -1, error):
+                self.deallocate(b)
+        return aborted
 
     def abort_incomplete_batches(self, error: BaseException) -> list[ProducerBatch]:
         """Fail every batch not yet sent (forced close); in-flight ones fail with their

@@ -12,6 +12,15 @@ lookup of a topic, ``flush``, ``close``) run in a worker thread. ::
 
 ``send`` itself still runs on the loop: it blocks only while ``buffer.memory`` is
 exhausted (at most ``max.block.ms``), as the threaded producer does.
+
+Transactions (``transactional.id``) as on :class:`~tidegate.producer.Producer`; the calls
+that wait for the coordinator are coroutines, ``begin_transaction`` (local) is not::
+
+    async with AIOProducer({"bootstrap.servers": ..., "transactional.id": "t-1"}) as p:
+        await p.init_transactions()
+        p.begin_transaction()
+        await p.send("events", b"value")
+        await p.commit_transaction()
 """
 
 from __future__ import annotations
@@ -22,6 +31,7 @@ from typing import Any
 
 from .batch import RecordMetadata
 from .producer import Producer
+from .transaction_manager import ConsumerGroupMetadata
 
 __all__ = ["AIOProducer"]
 
@@ -64,6 +74,36 @@ class AIOProducer:
 
     async def send_and_wait(self, topic: str, value: Any = None, **kw: Any) -> RecordMetadata:
         return await (await self.send(topic, value, **kw))
+
+    # -- transactions (Producer's, with the waits in a worker thread) --------------------------
+
+    async def init_transactions(self, timeout: float | None = None) -> None:
+        await asyncio.get_running_loop().run_in_executor(
+            None, self.producer.init_transactions, timeout
+        )
+
+    def begin_transaction(self) -> None:
+        self.producer.begin_transaction()
+
+    async def send_offsets_to_transaction(
+        self,
+        offsets: Any,
+        group_metadata: ConsumerGroupMetadata | str,
+        timeout: float | None = None,
+    ) -> None:
+        await asyncio.get_running_loop().run_in_executor(
+            None, self.producer.send_offsets_to_transaction, offsets, group_metadata, timeout
+        )
+
+    async def commit_transaction(self, timeout: float | None = None) -> None:
+        await asyncio.get_running_loop().run_in_executor(
+            None, self.producer.commit_transaction, timeout
+        )
+
+    async def abort_transaction(self, timeout: float | None = None) -> None:
+        await asyncio.get_running_loop().run_in_executor(
+            None, self.producer.abort_transaction, timeout
+        )
 
     async def flush(self, timeout: float | None = None) -> int:
         return await asyncio.get_running_loop().run_in_executor(None, self.producer.flush, timeout)

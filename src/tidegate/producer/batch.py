@@ -279,6 +279,7 @@ class ProducerBatch:
         self.producer_id = -1
         self.producer_epoch = -1
         self.base_sequence = -1
+        self.transactional = False
         self.in_flight = False
         self.finalized = False  # completed or failed
         self.close_after_append = False
@@ -395,18 +396,23 @@ class ProducerBatch:
     def _release_unused(self) -> None:
         """Chunked batches return chunks that never received data."""
 
-    def set_producer_state(self, producer_id: int, epoch: int, base_sequence: int) -> None:
+    def set_producer_state(
+        self, producer_id: int, epoch: int, base_sequence: int, transactional: bool = False
+    ) -> None:
         """Idempotence: set at drain; a closed batch is re-closed (header and CRC
-        rewritten) if its state changes, e.g. a retry under a new producer id."""
-        if (producer_id, epoch, base_sequence) != (
+        rewritten) if its state changes, e.g. a retry under a new producer id.
+        ``transactional`` sets the batch's transactional attribute."""
+        if (producer_id, epoch, base_sequence, transactional) != (
             self.producer_id,
             self.producer_epoch,
             self.base_sequence,
+            self.transactional,
         ):
             self.closed = False
         self.producer_id = producer_id
         self.producer_epoch = epoch
         self.base_sequence = base_sequence
+        self.transactional = transactional
 
     def close(self) -> None:
         """Write the header and CRC: the batch's bytes are final (drain time)."""
@@ -426,6 +432,7 @@ class ProducerBatch:
             producer_id=self.producer_id,
             producer_epoch=self.producer_epoch,
             base_sequence=self.base_sequence,
+            transactional=self.transactional,
         )
         set_crc(first, batch_crc(segs))
         self.final_size = size

@@ -2,7 +2,7 @@
 
 ``Producer({"bootstrap.servers": "host:9092", "acks": "all", ...})``. Unknown keys
 are refused with the key's name; so are Kafka keys for features this producer does
-not have (transactions), unless they are given their default value. The security
+not have (serializers, interceptors), unless they are given their default value. The security
 keys (``security.protocol``, ``sasl.*``, ``ssl.*``) are those of
 :class:`tidegate.client.security.ClientSecurity`.
 """
@@ -60,6 +60,7 @@ class ProducerConfig:
     metrics_sample_window_ms: int = 30000
     metrics_num_samples: int = 2
     transaction_timeout_ms: int = 60000
+    transactional_id: str | None = None
     security: ClientSecurity = field(default_factory=ClientSecurity)
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -134,8 +135,11 @@ class ProducerConfig:
                     f"request.timeout.ms ({floor})"
                 )
             self.delivery_timeout_ms = floor
+        if self.transaction_timeout_ms < 1:
+            raise ConfigError("transaction.timeout.ms must be >= 1")
         # idempotence: on by default; silently off when other settings rule it out,
-        # an error when it was asked for explicitly
+        # an error when it was asked for explicitly (Kafka's
+        # postProcessAndValidateIdempotenceConfigs)
         if self.enable_idempotence:
             conflicts = []
             if self.max_in_flight_requests_per_connection > 5:
@@ -149,6 +153,13 @@ class ProducerConfig:
                     raise ConfigError("enable.idempotence=true requires: " + "; ".join(conflicts))
                 log.info("idempotence disabled: %s", "; ".join(conflicts))
                 self.enable_idempotence = False
+        # checked after idempotence, which the lines above may have switched off
+        if self.transactional_id is not None and not self.enable_idempotence:
+            raise ConfigError("Cannot set a transactional.id without also enabling idempotence.")
+
+    @property
+    def transactional(self) -> bool:
+        return self.transactional_id is not None
 
     @property
     def strategy_incremental(self) -> bool:
@@ -186,6 +197,16 @@ def _acks(v: Any) -> int:
     if s in ("0", "1"):
         return int(s)
     raise ValueError("expected all, -1, 0 or 1")
+
+
+def _transactional_id(v: Any) -> str | None:
+    # Kafka's NonEmptyString validator; None is the default (not transactional)
+    if v is None:
+        return None
+    s = str(v)
+    if not s.strip():
+        raise ValueError("String may not be empty")
+    return s
 
 
 def _strategy(v: Any) -> str:
@@ -239,6 +260,8 @@ _PARSERS: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "max.in.flight.requests.per.connection": ("max_in_flight_requests_per_connection", _int),
     "compression.type": ("compression_type", _compression),
     "enable.idempotence": ("enable_idempotence", _bool),
+    "transactional.id": ("transactional_id", _transactional_id),
+    "transaction.timeout.ms": ("transaction_timeout_ms", _int),
     "partitioner.class": ("partitioner", _partitioner),
     "partitioner.ignore.keys": ("partitioner_ignore_keys", _bool),
     "partitioner.adaptive.partitioning.enable": ("partitioner_adaptive_partitioning_enable", _bool),
@@ -255,7 +278,6 @@ _PARSERS: dict[str, tuple[str, Callable[[Any], Any]]] = {
 
 #: Kafka producer keys accepted only at their default (features not implemented).
 _UNSUPPORTED: dict[str, Any] = {
-    "transactional.id": "None",
     "key.serializer": "None",
     "value.serializer": "None",
     "interceptor.classes": "",

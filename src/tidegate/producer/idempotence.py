@@ -1,6 +1,8 @@
-"""Idempotent-producer state (the non-transactional part of Kafka's
+"""Idempotent-producer state (the sequence-number part of Kafka's
 ``TransactionManager``): the producer id and epoch from InitProducerId, and per
-partition the next sequence number and the batches in flight.
+partition the next sequence number and the batches in flight. The rest of Kafka's
+``TransactionManager`` (InitProducerId itself, the transaction state machine) is
+:mod:`tidegate.producer.transaction_manager`, which owns one of these.
 
 Sequences are assigned when a batch is drained (so a batch keeps its sequence
 across retries) and advance by the batch's record count, wrapping at 2^31-1. A
@@ -13,7 +15,9 @@ never wrote its sequence, so every later batch of the partition would be out of
 order: the producer then takes a new producer id (sequences restart at 0; Kafka
 bumps the epoch for the same reason, KIP-360), and batches that come back with
 OUT_OF_ORDER_SEQUENCE_NUMBER or UNKNOWN_PRODUCER_ID under the old id are retried
-under the new one.
+under the new one. A transactional producer never does that in the middle of a
+transaction: the failure makes the transaction abortable, and the abort bumps the
+epoch through the coordinator (the transaction manager's job).
 """
 
 from __future__ import annotations
@@ -27,9 +31,11 @@ _SEQ_MAX = 2**31 - 1
 
 
 class IdempotenceState:
-    def __init__(self) -> None:
+    def __init__(self, *, transactional: bool = False) -> None:
         self.producer_id = -1
         self.producer_epoch = -1
+        #: batches get the transactional attribute (bit 4) with their sequence
+        self.transactional = transactional
         self._next_seq: dict[tuple[str, int], int] = {}
         self._in_flight: dict[tuple[str, int], list[Any]] = {}
         self._lock = threading.Lock()
@@ -63,7 +69,9 @@ class IdempotenceState:
         with self._lock:
             if batch.base_sequence < 0 or batch.producer_id != self.producer_id:
                 seq = self._next_seq.get(tp, 0)
-                batch.set_producer_state(self.producer_id, self.producer_epoch, seq)
+                batch.set_producer_state(
+                    self.producer_id, self.producer_epoch, seq, self.transactional
+                )
                 nxt = seq + batch.count
                 self._next_seq[tp] = nxt - _SEQ_MAX - 1 if nxt > _SEQ_MAX else nxt
             flying = self._in_flight.setdefault(tp, [])
@@ -82,6 +90,9 @@ class IdempotenceState:
             flying = self._in_flight.get(tp)
             if flying and batch in flying:
                 flying.remove(batch)
+
+    def has_in_flight(self) -> bool:
+        return any(self._in_flight.values())
 
     def reset_partition(self, topic: str, partition: int) -> None:
         with self._lock:

@@ -16,14 +16,28 @@ most ``max.block.ms``) with a :class:`~tidegate.producer.batch.RecordFuture`;
 every outcome of the record, including ``BufferExhaustedError`` and
 ``RecordTooLargeError``, is delivered through that future and the optional
 ``on_delivery(metadata, exception)`` callback. ``send`` raises only for misuse
-(wrong types, a closed producer).
+(wrong types, a closed producer, a record outside a transaction) and after an
+error that stopped the producer or must first abort the transaction.
+
+With ``transactional.id`` set, Kafka's transactional API::
+
+    p = Producer({"bootstrap.servers": "127.0.0.1:9092", "transactional.id": "orders-1"})
+    p.init_transactions()
+    p.begin_transaction()
+    p.send("orders", b"...")
+    p.send_offsets_to_transaction({("in", 0): 42}, ConsumerGroupMetadata("group"))
+    p.commit_transaction()          # or abort_transaction()
+
+An error raised by these calls says what is left to do: ``err.txn_requires_abort``
+(call ``abort_transaction()``, then go on), ``err.fatal`` (only ``close()``), or
+``err.retriable`` (a timeout: call the same method again). See ``docs/transactions.md``.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from tidegate.client import KafkaClient
@@ -36,11 +50,22 @@ from .accumulator import RecordAccumulator
 from .batch import FailedFuture, RecordFuture
 from .buffer_pool import BufferPool, chunk_size_for
 from .config import ProducerConfig
-from .errors import BufferExhaustedError, ProducerClosedError, RecordTooLargeError
+from .errors import (
+    IllegalStateError,
+    ProducerClosedError,
+    RecordTooLargeError,
+)
 from .metadata import ProducerMetadata
 from .metrics import Metrics
 from .partitioner import partition_for_key
 from .sender import Sender
+from .transaction_manager import (
+    ConsumerGroupMetadata,
+    OffsetAndMetadata,
+    State,
+    TransactionalRequestResult,
+    TransactionManager,
+)
 
 __all__ = ["Producer"]
 
@@ -85,10 +110,13 @@ class Producer:
     ) -> None:
         self.config = cfg = ProducerConfig.from_dict(config)
         if "client.id" not in config:
-            global _client_seq
-            with _client_seq_lock:
-                _client_seq += 1
-                cfg.client_id = f"producer-{_client_seq}"
+            if cfg.transactional_id is not None:
+                cfg.client_id = f"producer-{cfg.transactional_id}"  # Kafka's default
+            else:
+                global _client_seq
+                with _client_seq_lock:
+                    _client_seq += 1
+                    cfg.client_id = f"producer-{_client_seq}"
         self.clock = clock
         self._metrics = Metrics(clock)
         poolable = chunk_size_for(cfg.batch_size) if cfg.strategy_incremental else cfg.batch_size
@@ -126,8 +154,26 @@ class Producer:
             security=cfg.security,
             clock=clock,
         )
+        #: InitProducerId, sequence numbers and (with transactional.id) transactions;
+        #: None when idempotence is off
+        self._txn: TransactionManager | None = (
+            TransactionManager(
+                cfg.transactional_id,
+                transaction_timeout_ms=cfg.transaction_timeout_ms,
+                retry_backoff_ms=cfg.retry_backoff_ms,
+                clock=clock,
+            )
+            if cfg.enable_idempotence
+            else None
+        )
         self._sender = Sender(
-            cfg, self._client, self._metadata, self.accumulator, clock, on_batch_sent=_on_request
+            cfg,
+            self._client,
+            self._metadata,
+            self.accumulator,
+            clock,
+            transaction_manager=self._txn,
+            on_batch_sent=_on_request,
         )
         self._partitioner = cfg.partitioner
         self._ignore_keys = cfg.partitioner_ignore_keys
@@ -136,6 +182,12 @@ class Producer:
         self._records_sent = 0
         self._metrics.add("record-send-total", lambda: self._records_sent)
         self._metrics.add("requests-sent-total", lambda: self._sender.requests_sent)
+        # KIP-691: time spent in the transactional calls that succeeded
+        self._txn_time_ns = dict.fromkeys(
+            ("txn-init", "txn-begin", "txn-send-offsets", "txn-commit", "txn-abort"), 0
+        )
+        for name in self._txn_time_ns:
+            self._metrics.add(f"{name}-time-ns-total", self._txn_time_reader(name))
         self._sender.start()
 
     # -- sending ---------------------------------------------------------------------------
@@ -160,6 +212,12 @@ class Producer:
         """
         if self._closed:
             raise ProducerClosedError("Cannot send after the producer is closed.")
+        txn = self._txn
+        transactional = txn is not None and txn.is_transactional
+        if transactional:
+            assert txn is not None
+            # before anything is queued: no transaction open, or one that must be aborted
+            txn.check_send()
         fatal = self._sender.fatal_error
         if fatal is not None:
             raise fatal
@@ -215,21 +273,25 @@ class Producer:
             res = self.accumulator.append(
                 topic, partition, timestamp, key, value, hdrs, on_delivery, max_block, cluster
             )
-            self._records_sent += 1
-            if res[1] or res[2]:
-                self._sender.wakeup()
-            return res[0]
-        except (
-            BufferExhaustedError,
-            RecordTooLargeError,
-            KafkaTimeoutError,
-            BrokerResponseError,
-        ) as exc:
-            return FailedFuture(topic, partition if partition is not None else -1, exc, on_delivery)
         except ProducerClosedError:
             raise
         except KafkaError as exc:
+            # BufferExhaustedError, RecordTooLargeError, KafkaTimeoutError,
+            # BrokerResponseError, ...: through the future; in a transaction, the
+            # transaction can then only be aborted (Kafka: an ApiException in send)
+            if transactional:
+                assert txn is not None
+                txn.maybe_transition_to_error_state(exc)
             return FailedFuture(topic, partition if partition is not None else -1, exc, on_delivery)
+        self._records_sent += 1
+        if transactional:
+            assert txn is not None
+            # after the append, which chose the partition (Kafka does the same); the
+            # sender sends AddPartitionsToTxn before the partition's first batch
+            txn.maybe_add_partition((topic, res[3]))
+        if res[1] or res[2]:
+            self._sender.wakeup()
+        return res[0]
 
     def _wait_on_metadata(self, topic: str, partition: int | None, max_block_ms: float) -> Any:
         """Kafka's ``waitOnMetadata``: block until ``topic`` (and ``partition``) is known."""
@@ -261,6 +323,97 @@ class Producer:
                 )
             if self._sender.fatal_error is not None:
                 raise self._sender.fatal_error
+
+    # -- transactions ------------------------------------------------------------------------
+
+    def _txn_time_reader(self, name: str) -> Callable[[], float]:
+        return lambda: self._txn_time_ns[name]
+
+    def _transaction_manager(self) -> TransactionManager:
+        txn = self._txn
+        if txn is None or not txn.is_transactional:
+            raise IllegalStateError(
+                "Cannot use transactional methods without enabling transactions by setting "
+                "the transactional.id configuration property"
+            )
+        if self._closed:
+            raise ProducerClosedError("Cannot perform operation after producer has been closed")
+        return txn
+
+    def _await(self, result: TransactionalRequestResult, timeout: float | None, metric: str,
+               start_ns: int) -> None:  # fmt: skip
+        self._sender.wakeup()
+        result.wait(self.config.max_block_ms / 1000 if timeout is None else timeout)
+        self._txn_time_ns[metric] += self.clock.nanoseconds() - start_ns
+
+    def init_transactions(self, timeout: float | None = None) -> None:
+        """Register ``transactional.id`` with its coordinator: InitProducerId fences any
+        older producer with the same id and completes (or aborts) its last transaction,
+        then this producer has its producer id and epoch. Call once, before anything
+        else. Waits at most ``timeout`` seconds (default ``max.block.ms``); after a
+        :class:`~tidegate.errors.KafkaTimeoutError`, call it again to go on waiting."""
+        txn = self._transaction_manager()
+        start = self.clock.nanoseconds()
+        self._await(txn.initialize_transactions(), timeout, "txn-init", start)
+
+    def begin_transaction(self) -> None:
+        """Start a transaction (local only: the coordinator learns of it with the first
+        partition or offsets added)."""
+        txn = self._transaction_manager()
+        start = self.clock.nanoseconds()
+        txn.begin_transaction()
+        self._txn_time_ns["txn-begin"] += self.clock.nanoseconds() - start
+
+    def send_offsets_to_transaction(
+        self,
+        offsets: Any,
+        group_metadata: ConsumerGroupMetadata | str,
+        timeout: float | None = None,
+    ) -> None:
+        """Commit consumer offsets as part of the transaction (consume-transform-produce):
+        AddOffsetsToTxn to the transaction coordinator, then TxnOffsetCommit to the
+        group's coordinator. They count as committed when the transaction commits.
+
+        ``offsets``: ``{(topic, partition): offset}``, where the offset is an int (the
+        next offset to consume) or an :class:`OffsetAndMetadata` (or anything with
+        ``offset`` and optionally ``metadata``, ``leader_epoch``), and the key anything
+        with ``topic``/``partition`` or a pair; or a list of objects with ``topic``,
+        ``partition`` and ``offset`` (confluent-kafka's ``TopicPartition``).
+        ``group_metadata``: a :class:`ConsumerGroupMetadata` (or an object with its four
+        fields, as kafka-python's ``KafkaConsumer.group_metadata()``; or just the group
+        id, as Kafka's deprecated overload, which checks no membership)."""
+        group = _group_metadata(group_metadata)
+        txn = self._transaction_manager()
+        normalized = _offsets(offsets)
+        if not normalized:
+            return
+        start = self.clock.nanoseconds()
+        result = txn.send_offsets_to_transaction(normalized, group)
+        self._await(result, timeout, "txn-send-offsets", start)
+
+    def commit_transaction(self, timeout: float | None = None) -> None:
+        """Send every record of the transaction (a flush), then EndTxn(commit). Raises the
+        error of a record that failed instead (the transaction must then be aborted)."""
+        txn = self._transaction_manager()
+        start = self.clock.nanoseconds()
+        self._await(txn.begin_commit(), timeout, "txn-commit", start)
+
+    def abort_transaction(self, timeout: float | None = None) -> None:
+        """Fail the records not sent yet (``TransactionAbortedError``), then
+        EndTxn(abort); after an error that asked for it, also bump the producer epoch
+        (KIP-360). The producer may then begin a new transaction."""
+        txn = self._transaction_manager()
+        start = self.clock.nanoseconds()
+        self._await(txn.begin_abort(), timeout, "txn-abort", start)
+
+    @property
+    def transactional_id(self) -> str | None:
+        return self.config.transactional_id
+
+    @property
+    def transaction_state(self) -> State | None:
+        """The transaction manager's state (None when idempotence is off)."""
+        return self._txn.state if self._txn is not None else None
 
     # -- flush / close ------------------------------------------------------------------------
 
@@ -321,3 +474,66 @@ class Producer:
     def producer_id(self) -> int:
         idem = self._sender.idempotence
         return idem.producer_id if idem is not None else -1
+
+    @property
+    def producer_epoch(self) -> int:
+        idem = self._sender.idempotence
+        return idem.producer_epoch if idem is not None else -1
+
+
+def _group_metadata(group: Any) -> ConsumerGroupMetadata:
+    """Kafka's ``throwIfInvalidGroupMetadata``."""
+    if group is None:
+        raise ValueError("Consumer group metadata could not be null")
+    if isinstance(group, str):
+        return ConsumerGroupMetadata(group)
+    if not isinstance(group, ConsumerGroupMetadata):
+        if not isinstance(getattr(group, "group_id", None), str):
+            raise TypeError(
+                "group_metadata must be a ConsumerGroupMetadata (or an object with its "
+                f"fields, as kafka-python's) or a group id, not {type(group).__name__}"
+            )
+        # another client's snapshot of the same four fields (kafka-python's group_metadata())
+        group = ConsumerGroupMetadata(
+            group.group_id,
+            int(getattr(group, "generation_id", -1)),
+            getattr(group, "member_id", "") or "",
+            getattr(group, "group_instance_id", None),
+        )
+    if group.generation_id > 0 and group.member_id == "":
+        raise ValueError(f"Passed in group metadata {group} has generationId > 0 but member.id ")
+    return group
+
+
+def _topic_partition(key: Any) -> tuple[str, int]:
+    if hasattr(key, "topic") and hasattr(key, "partition"):
+        return str(key.topic), int(key.partition)
+    topic, partition = key
+    return str(topic), int(partition)
+
+
+def _offset_and_metadata(value: Any) -> OffsetAndMetadata:
+    if isinstance(value, OffsetAndMetadata):
+        om = value
+    elif isinstance(value, int) and not isinstance(value, bool):
+        om = OffsetAndMetadata(value)
+    elif hasattr(value, "offset"):
+        epoch = getattr(value, "leader_epoch", None)
+        om = OffsetAndMetadata(
+            int(value.offset),
+            getattr(value, "metadata", None) or "",
+            None if epoch is None or epoch < 0 else int(epoch),
+        )
+    else:
+        raise TypeError(f"an offset must be an int or an OffsetAndMetadata, not {value!r}")
+    if om.offset < 0:
+        raise ValueError(f"Invalid negative offset {om.offset}")
+    return om
+
+
+def _offsets(offsets: Any) -> dict[tuple[str, int], OffsetAndMetadata]:
+    if offsets is None:
+        raise ValueError("offsets must not be None")
+    if isinstance(offsets, Mapping):
+        return {_topic_partition(k): _offset_and_metadata(v) for k, v in offsets.items()}
+    return {_topic_partition(tp): _offset_and_metadata(tp) for tp in offsets}

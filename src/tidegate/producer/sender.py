@@ -1,11 +1,17 @@
 """The producer's I/O thread (Kafka's ``Sender``).
 
-Each loop (:meth:`Sender.run_once`): refresh metadata when needed, obtain a
-producer id when idempotence is on, ask the accumulator which leaders have
-sendable batches, drain them (at most ``max.request.size`` per request), fail
-batches past ``delivery.timeout.ms``, write one Produce request per leader (the
-batches' own buffers/chunks, scatter-gather) and poll the network for
-responses, until woken or the next deadline (linger, backoff, timeouts).
+Each loop (:meth:`Sender.run_once`): refresh metadata when needed; when idempotence
+is on, send the transaction manager's next request (InitProducerId, and for a
+transactional producer FindCoordinator, AddPartitionsToTxn, AddOffsetsToTxn,
+TxnOffsetCommit, EndTxn; one at a time, no produce data goes out while one is in
+flight); ask the accumulator which leaders have sendable batches, drain them (at
+most ``max.request.size`` per request), fail batches past ``delivery.timeout.ms``,
+write one Produce request per leader (the batches' own buffers/chunks,
+scatter-gather) and poll the network for responses, until woken or the next
+deadline (linger, backoff, timeouts).
+
+The transaction state itself is :class:`~tidegate.producer.transaction_manager.TransactionManager`
+(sans-IO); this thread only moves its requests and responses.
 
 Responses complete batches (success, or a retriable error re-queued with
 exponential backoff while ``retries`` and ``delivery.timeout.ms`` allow, or a
@@ -27,7 +33,6 @@ from tidegate.client.metadata import Cluster
 from tidegate.clock import Clock
 from tidegate.errors import (
     INVALID_METADATA_CODES,
-    BrokerResponseError,
     KafkaError,
     KafkaTimeoutError,
     UnsupportedVersionError,
@@ -37,16 +42,30 @@ from tidegate.protocol.codec import timestamp_ms
 from .accumulator import RecordAccumulator
 from .batch import ProducerBatch
 from .config import ProducerConfig
-from .errors import IdempotenceUnsupportedError, ProducerClosedError, RecordTooLargeError
+from .errors import (
+    ClusterAuthorizationError,
+    IdempotenceUnsupportedError,
+    IllegalStateError,
+    ProducerClosedError,
+    RecordTooLargeError,
+    TransactionAbortedError,
+    TransactionalIdAuthorizationError,
+    error_for_code,
+)
 from .idempotence import IdempotenceState
 from .metadata import ProducerMetadata
 from .produce_request import MAX_PRODUCE_VERSION, produce_request_buffers
+from .transaction_manager import CoordinatorType, TransactionManager, TxnRequestHandler
 
 __all__ = ["Sender"]
 
 log = logging.getLogger("tidegate.producer")
 
 PRODUCE, METADATA, INIT_PRODUCER_ID = 0, 3, 22
+#: Produce v12 tells the broker the producer runs transaction version 2 (it adds the
+#: partitions itself); a transactional producer of version 1 stops at v11 (Kafka's
+#: ``LAST_STABLE_VERSION_BEFORE_TRANSACTION_V2``)
+MAX_TRANSACTIONAL_PRODUCE_VERSION = 11
 MESSAGE_TOO_LARGE = 10
 DUPLICATE_SEQUENCE_NUMBER = 46
 OUT_OF_ORDER_SEQUENCE_NUMBER = 45
@@ -64,6 +83,7 @@ class Sender(threading.Thread):
         accumulator: RecordAccumulator,
         clock: Clock,
         *,
+        transaction_manager: TransactionManager | None = None,
         on_batch_sent: Any = None,
     ) -> None:
         super().__init__(name=f"tidegate-producer-network-thread | {config.client_id}", daemon=True)
@@ -75,11 +95,16 @@ class Sender(threading.Thread):
         self._running = True
         self._force_close = False
         self._metadata_in_flight = False
-        self._init_pid_in_flight = False
+        #: the transactional request in flight (Kafka sends one at a time)
+        self._txn_in_flight: TxnRequestHandler | None = None
+        #: InitProducerId, sequence numbers and transactions; used once idempotence is on
+        self.txn = transaction_manager
         self.idempotence: IdempotenceState | None = None
         # None: not decided yet (default config waits for the first broker's
         # ApiVersions); True/False once known
-        self._idempotent: bool | None = None if config.enable_idempotence else False
+        self._idempotent: bool | None = (
+            None if config.enable_idempotence and transaction_manager is not None else False
+        )
         self.fatal_error: BaseException | None = None
         self._guarantee_order = config.max_in_flight_requests_per_connection == 1
         self.on_batch_sent = on_batch_sent
@@ -89,15 +114,37 @@ class Sender(threading.Thread):
     # -- lifecycle ------------------------------------------------------------------------
 
     def run(self) -> None:
+        txn = self.txn
+        if txn is not None:
+            txn.set_poison_state_on_invalid_transition(True)
         try:
             while self._running:
                 self.run_once()
             # graceful close: send what is left unless forced
             while not self._force_close and (
-                self.accumulator.has_undrained() or self.client.has_in_flight()
+                self.accumulator.has_undrained()
+                or self.client.has_in_flight()
+                or self._has_pending_transactional_requests()
             ):
                 if self.fatal_error is not None:
                     break
+                self.run_once()
+            # abort a transaction the application left open (Kafka does the same)
+            while (
+                not self._force_close
+                and self.fatal_error is None
+                and txn is not None
+                and txn.is_transactional
+                and txn.has_ongoing_transaction()
+            ):
+                if not txn.is_completing():
+                    log.info("aborting the incomplete transaction at close")
+                    try:
+                        txn.begin_abort()
+                    except Exception as exc:  # noqa: BLE001 - an error state: force close
+                        log.error("could not abort the transaction at close: %s", exc)
+                        self._force_close = True
+                        break
                 self.run_once()
             if self._force_close or self.fatal_error is not None:
                 err = self.fatal_error or ProducerClosedError("Producer is closed forcefully.")
@@ -107,6 +154,8 @@ class Sender(threading.Thread):
             self.fatal_error = self.fatal_error or KafkaError("sender thread crashed")
             self.accumulator.abort_incomplete_batches(self.fatal_error)
         finally:
+            if txn is not None:
+                txn.close()
             self.client.close()
             # anything still incomplete now can never complete
             for b in self.accumulator.incomplete():
@@ -118,6 +167,15 @@ class Sender(threading.Thread):
         self.accumulator.close()
         self._running = False
         self.wakeup()
+
+    def _has_pending_transactional_requests(self) -> bool:
+        txn = self.txn
+        return (
+            txn is not None
+            and self._idempotent is True
+            and (self._txn_in_flight is not None or txn.has_pending_requests())
+            and txn.has_ongoing_transaction()
+        )
 
     def force_close(self) -> None:
         self._force_close = True
@@ -133,16 +191,31 @@ class Sender(threading.Thread):
         metadata_wait = self._maybe_update_metadata(now_ms)
         if self._idempotent is None:
             self._decide_idempotence(now_ms)
-        elif self._idempotent:
-            assert self.idempotence is not None  # set with _idempotent = True
-            if not self.idempotence.has_producer_id:
-                self._maybe_init_producer_id(now_ms)
+        txn_wait = 1 << 30
+        if self._idempotent:
+            txn = self.txn
+            assert txn is not None  # _idempotent is True only with a transaction manager
+            if txn.has_fatal_error():
+                assert txn.last_error is not None
+                self._fatal(txn.last_error)
+                return
+            if txn.has_abortable_error() and self._handle_authorization_error(txn):
+                return
+            txn.bump_idempotent_epoch_and_reset_id_if_needed()
+            wait = self._maybe_send_and_poll_transactional_request(now_ms)
+            if wait is None:
+                self._check_authentication()
+                return
+            txn_wait = wait
         poll_ms = self._send_producer_data(now_ms)
-        poll_ms = min(poll_ms, metadata_wait)
+        poll_ms = min(poll_ms, metadata_wait, txn_wait)
         poll_ms = min(poll_ms, self.client.next_timeout_ms(self.clock.nanoseconds()))
         if not self._running:
             poll_ms = min(poll_ms, 10)
         self.client.poll(max(0, poll_ms))
+        self._check_authentication()
+
+    def _check_authentication(self) -> None:
         auth = self.client.authentication_error()
         if auth is not None:
             # the same credentials fail again: fail the sends now (their futures and
@@ -194,8 +267,15 @@ class Sender(threading.Thread):
 
     def _send_produce_request(self, node: int, batches: list[ProducerBatch], now_ms: int) -> None:
         acks = self.config.acks
+        tid = self.config.transactional_id
         try:
-            version = self.client.api_version(node, PRODUCE, max_version=MAX_PRODUCE_VERSION)
+            version = self.client.api_version(
+                node,
+                PRODUCE,
+                max_version=MAX_PRODUCE_VERSION
+                if tid is None
+                else MAX_TRANSACTIONAL_PRODUCE_VERSION,
+            )
         except (UnsupportedVersionError, KafkaError) as exc:
             for b in batches:
                 self._fail_batch(b, exc)
@@ -215,6 +295,7 @@ class Sender(threading.Thread):
             acks,
             self.config.request_timeout_ms,
             list(by_topic.items()),
+            transactional_id=tid,
         )
         if self.on_batch_sent is not None:
             self.on_batch_sent(node, version, buffers, batches)
@@ -269,7 +350,7 @@ class Sender(threading.Thread):
                 log_append = timestamp_ms(lat) if lat is not None else -1
                 err = None
                 if code:
-                    err = BrokerResponseError(code, getattr(p, "error_message", None))
+                    err = error_for_code(code, getattr(p, "error_message", None))
                 self._complete_batch(batch, err, int(p.base_offset), log_append, now_ms)
         for tp, b in by_tp.items():
             if tp not in seen:
@@ -315,20 +396,36 @@ class Sender(threading.Thread):
                 f"the broker refused a batch of {batch.count} record(s), {batch.final_size} "
                 f"bytes, for {batch.topic}-{batch.partition} as too large (MESSAGE_TOO_LARGE)"
             )
+        txn = self.txn if idem is not None else None
+        transactional = txn is not None and txn.is_transactional
         if idem is not None and code in (OUT_OF_ORDER_SEQUENCE_NUMBER, UNKNOWN_PRODUCER_ID):
-            # An earlier batch of the partition failed, or the broker lost our state. If
-            # this batch is the oldest in flight under the current id, waiting will not
-            # close the gap: take a new producer id. Either way retry (in sequence order)
-            # while delivery.timeout.ms allows.
+            # An earlier batch of the partition failed, or the broker lost our state.
+            if transactional:
+                # Kafka's canRetry: a batch behind the one that failed is retried (it
+                # will fail in turn once it is first); the first one fails, which makes
+                # the transaction abortable, and the abort bumps the epoch (KIP-360)
+                if not first_in_flight and self._can_retry_sequence(batch, now_ms):
+                    self.accumulator.reenqueue(batch, now_ms)
+                    return
+                self._fail_batch(batch, err)
+                return
+            # Idempotent: if this batch is the oldest in flight under the current id,
+            # waiting will not close the gap: take a new producer id. Either way retry
+            # (in sequence order) while delivery.timeout.ms allows.
             if batch.producer_id == idem.producer_id and first_in_flight:
-                idem.reset_producer_id()
+                self._reset_producer_id()
             if self._can_retry_sequence(batch, now_ms):
                 self.accumulator.reenqueue(batch, now_ms)
                 return
             self._fail_batch(batch, err)
             return
         if code in (INVALID_PRODUCER_EPOCH, PRODUCER_FENCED) and idem is not None:
-            idem.reset_producer_id()
+            if transactional:
+                # KIP-588: INVALID_PRODUCER_EPOCH from a partition is abortable (the abort
+                # finds out whether this producer was fenced)
+                self._fail_batch(batch, err)
+                return
+            self._reset_producer_id()
         if self._can_retry(batch, err, now_ms):
             log.debug(
                 "retrying batch for %s-%s (attempt %d): %s",
@@ -352,15 +449,30 @@ class Sender(threading.Thread):
             self.accumulator.deallocate(batch)
 
     def _fail_batch(self, batch: ProducerBatch, err: BaseException) -> None:
+        if batch.finalized:
+            return
         idem = self.idempotence
-        if idem is not None:
+        txn = self.txn
+        if idem is not None and self._idempotent:
             idem.done(batch)
-            if batch.base_sequence >= 0 and batch.producer_id == idem.producer_id:
+            assert txn is not None
+            if txn.is_transactional:
+                # the transaction becomes abortable (or the producer fatal); classified
+                # before the callbacks run, so they see err.txn_requires_abort / err.fatal
+                try:
+                    txn.handle_failed_batch(batch, err)
+                except IllegalStateError as exc:  # poisoned: the state is FATAL_ERROR now
+                    log.debug("failed batch of %s-%s: %s", batch.topic, batch.partition, exc)
+            elif batch.base_sequence >= 0 and batch.producer_id == idem.producer_id:
                 # its sequence was never written: later batches of the partition would be
                 # out of order under this producer id, so start a new one
-                idem.reset_producer_id()
+                self._reset_producer_id()
         if batch.complete(-1, -1, err):
             self.accumulator.deallocate(batch)
+
+    def _reset_producer_id(self) -> None:
+        assert self.txn is not None
+        self.txn.reset_idempotent_producer_id()
 
     # -- metadata ------------------------------------------------------------------------------
 
@@ -398,18 +510,27 @@ class Sender(threading.Thread):
         self.client.update_cluster(fresh)
         self.metadata.update(fresh, now_ms)
 
-    # -- idempotence ---------------------------------------------------------------------------
+    # -- idempotence and transactions -----------------------------------------------------------
 
     def _decide_idempotence(self, now_ms: int) -> None:
         """Default config: idempotence only if the broker has InitProducerId (22)."""
         node = self.client.least_loaded_node(self.clock.nanoseconds())
         if node is None or not self.client.ready(node):
             return
+        txn = self.txn
+        assert txn is not None  # no decision to make without one
         if self.client.supports(node, INIT_PRODUCER_ID):
             self._idempotent = True
-            self.idempotence = IdempotenceState()
-            self.accumulator.sequencer = self.idempotence
-            self._maybe_init_producer_id(now_ms)
+            self.idempotence = txn.idempotence
+            self.accumulator.sequencer = txn
+            return
+        if txn.is_transactional:
+            self._fatal(
+                UnsupportedVersionError(
+                    "transactional.id is set but the broker does not support transactions "
+                    "(no InitProducerId, API key 22)"
+                )
+            )
             return
         if self.config.enable_idempotence_explicit:
             self._fatal(
@@ -425,47 +546,133 @@ class Sender(threading.Thread):
         )
         self._idempotent = False
 
-    def _maybe_init_producer_id(self, now_ms: int) -> None:
-        if self._init_pid_in_flight:
-            return
-        node = self.client.least_loaded_node(self.clock.nanoseconds())
-        if node is None or not self.client.ready(node):
-            return
+    def _maybe_send_and_poll_transactional_request(self, now_ms: int) -> int | None:
+        """Send the transaction manager's next request (Kafka's
+        ``maybeSendAndPollTransactionalRequest``). Returns None when this loop is done
+        (a request was sent, or one is in flight and was polled for, or the loop should
+        run again at once); otherwise how long the loop may sleep as far as transactional
+        requests go, and the produce path runs."""
+        txn = self.txn
+        assert txn is not None
+        acc = self.accumulator
+        client = self.client
+        backoff = self.config.retry_backoff_ms
+        if self._txn_in_flight is not None:
+            # one transactional request at a time: wait for its answer
+            client.poll(min(backoff, client.next_timeout_ms(self.clock.nanoseconds())))
+            return None
+        if (txn.has_abortable_error() or txn.is_aborting()) and acc.has_incomplete():
+            # batches not sent yet belong to a transaction that will be aborted
+            error = txn.last_error or TransactionAbortedError()
+            acc.abort_undrained_batches(error)
+        handler = txn.next_request(acc.has_incomplete(), now_ms)
+        if handler is None:
+            return txn.retry_delay_ms(now_ms)
+        now_ns = self.clock.nanoseconds()
+        kind = handler.coordinator_type
+        node: int | None
+        if kind is not None:
+            target = txn.coordinator(kind)
+            if target is None:
+                txn.coordinator_unknown(handler)
+                return None
+            node = target[0]
+            client.add_node(node, target[1], target[2])
+        else:
+            node = client.least_loaded_node(now_ns)
+            if node is None:
+                txn.retry(handler)
+                client.poll(backoff)
+                return None
+        if not client.ready(node, now_ns):
+            # connecting, or backing off after a failed connection: wait up to
+            # request.timeout.ms (Kafka's awaitNodeReady), then look the coordinator up again
+            if handler.waiting_since_ms is None:
+                handler.waiting_since_ms = now_ms
+            if now_ms - handler.waiting_since_ms >= self.config.request_timeout_ms:
+                handler.waiting_since_ms = None
+                self._maybe_find_coordinator_and_retry(handler)
+            else:
+                txn.retry(handler, backoff=False)
+            delay = client.connection_delay_ms(node, now_ns)
+            client.poll(min(max(1, delay), backoff))
+            return None
+        handler.waiting_since_ms = None
+        if kind is CoordinatorType.TRANSACTION:
+            txn.handle_coordinator_ready(self._max_version(node, INIT_PRODUCER_ID))
         try:
-            version = self.client.api_version(node, INIT_PRODUCER_ID, max_version=5)
-        except KafkaError as exc:
-            self._fatal(exc)
-            return
-        body = {
-            "transactional_id": None,
-            "transaction_timeout": self.config.transaction_timeout_ms,
-            "producer_id": -1,
-            "producer_epoch": -1,
-        }
-        self._init_pid_in_flight = True
-        self.client.send(node, INIT_PRODUCER_ID, body, version=version, callback=self._on_init_pid)
+            version = client.api_version(
+                node,
+                handler.api_key,
+                max_version=handler.max_version,
+                min_version=handler.min_version,
+            )
+        except UnsupportedVersionError as exc:
+            handler.on_version_mismatch(exc)
+            return None
+        except KafkaError:  # the connection went away meanwhile
+            txn.retry(handler, backoff=False)
+            return None
+        body = handler.body(version)
 
-    def _on_init_pid(self, req: InFlightRequest) -> None:
-        self._init_pid_in_flight = False
-        if req.error is not None:
-            return  # retried on the next loop
-        code = int(req.response.error_code)
-        if code:
-            err = BrokerResponseError(code, "InitProducerId")
-            if err.retriable:
-                return
-            self._fatal(err)
-            return
-        assert self.idempotence is not None
-        self.idempotence.set_producer_id(
-            int(req.response.producer_id), int(req.response.producer_epoch)
-        )
-        log.debug("producer id %s epoch %s", req.response.producer_id, req.response.producer_epoch)
+        def on_response(req: InFlightRequest) -> None:
+            self._on_transactional_response(handler, req)
+
+        try:
+            client.send(node, handler.api_key, body, version=version, callback=on_response)
+        except KafkaError as exc:
+            log.debug("could not send %s to node %s: %s", handler.name, node, exc)
+            self._maybe_find_coordinator_and_retry(handler)
+            return None
+        log.debug("sent %s v%d to node %s", handler.name, version, node)
+        self._txn_in_flight = handler
+        client.poll(min(backoff, client.next_timeout_ms(self.clock.nanoseconds())))
+        return None
+
+    def _on_transactional_response(self, handler: TxnRequestHandler, req: InFlightRequest) -> None:
+        self._txn_in_flight = None
+        try:
+            if req.error is not None:
+                handler.on_disconnect()
+            else:
+                handler.on_response(req.response)
+        except IllegalStateError as exc:
+            # an invalid transition on this thread poisoned the state (FATAL_ERROR)
+            log.error("transactional response to %s: %s", handler.name, exc)
+
+    def _maybe_find_coordinator_and_retry(self, handler: TxnRequestHandler) -> None:
+        txn = self.txn
+        assert txn is not None
+        kind = handler.coordinator_type
+        if kind is not None:
+            txn.lookup_coordinator(kind, handler.coordinator_key)
+        else:
+            self.metadata.request_update()
+        txn.retry(handler)
+
+    def _max_version(self, node: int, api_key: int) -> int | None:
+        conn = self.client.connection(node)
+        versions = conn.api_versions.get(api_key) if conn is not None else None
+        return versions[1] if versions is not None else None
+
+    def _handle_authorization_error(self, txn: TransactionManager) -> bool:
+        """TRANSACTIONAL_ID / CLUSTER_AUTHORIZATION_FAILED on InitProducerId: fail what was
+        pending and start over from UNINITIALIZED, so that ``init_transactions`` can be
+        called again once the ACLs allow it (Kafka's ``shouldHandleAuthorizationError``)."""
+        error = txn.last_error
+        if not isinstance(error, (TransactionalIdAuthorizationError, ClusterAuthorizationError)):
+            return False
+        self.accumulator.abort_incomplete_batches(error)
+        txn.transition_to_uninitialized(error)
+        return True
 
     def _fatal(self, err: BaseException) -> None:
         if self.fatal_error is None:
             log.error("producer failed: %s", err)
             self.fatal_error = err
+        txn = self.txn
+        if txn is not None and not txn.has_fatal_error():
+            txn.transition_to_fatal_error(err)
         self.metadata.set_fatal(err)
         self.accumulator.abort_incomplete_batches(err)
         self._running = False
