@@ -13,7 +13,9 @@ varint-framed fields::
 Lengths of -1 mean null. Control batches (transaction markers) carry no user data and
 are skipped. A batch cut short at the end of a response (the broker sends whole
 batches, but ``partition_max_bytes`` can end a response inside one) is not an error:
-decoding stops there and the caller fetches again from the next offset.
+decoding stops there and the caller fetches again from the next offset. Each batch
+comes with its producer id and transactional bit, what a ``read_committed`` reader
+needs to drop aborted transactions (:class:`tidegate.client.fetcher.CompletedFetch`).
 
 Users: the consumer side (:mod:`tidegate.client.fetcher`, the Spark source) and the
 broker reading its own ``__consumer_offsets`` back
@@ -40,6 +42,7 @@ from .record_batch import (
     TIMESTAMP_TYPE_CREATE_TIME,
     TIMESTAMP_TYPE_LOG_APPEND_TIME,
     TIMESTAMP_TYPE_MASK,
+    TRANSACTIONAL_FLAG_MASK,
 )
 
 __all__ = [
@@ -78,6 +81,10 @@ class BatchInfo(NamedTuple):
     base_timestamp: int
     max_timestamp: int
     timestamp_type: int
+    #: -1 (Kafka's NO_PRODUCER_ID) for a batch from a producer that is neither
+    #: idempotent nor transactional; what read_committed filtering keys on
+    producer_id: int = -1
+    is_transactional: bool = False
 
 
 def iter_decoded_batches(buf: bytes | memoryview) -> Iterator[BatchInfo]:
@@ -111,7 +118,7 @@ def iter_decoded_batches(buf: bytes | memoryview) -> Iterator[BatchInfo]:
             last_delta,
             base_ts,
             max_ts,
-            _pid,
+            producer_id,
             _pepoch,
             _seq,
             count,
@@ -128,6 +135,8 @@ def iter_decoded_batches(buf: bytes | memoryview) -> Iterator[BatchInfo]:
             base_ts,
             max_ts,
             LOG_APPEND_TIME if attributes & TIMESTAMP_TYPE_MASK else CREATE_TIME,
+            producer_id,
+            bool(attributes & TRANSACTIONAL_FLAG_MASK),
         )
         pos += total
 
