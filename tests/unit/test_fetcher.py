@@ -245,8 +245,9 @@ def test_every_range_reads_to_its_end_without_refetching(part, iso):
         for stop in range(start + 1, hw + 1):
             client.fetches.clear()
             # one batch per Fetch: transactions span fetches, ranges end on markers
-            got = [r.offset for r in read_range(client, ("t", 0), start, stop,
-                                                partition_max_bytes=1, isolation_level=iso)]  # fmt: skip
+            records = read_range(client, ("t", 0), start, stop,
+                                 partition_max_bytes=1, isolation_level=iso)  # fmt: skip
+            got = [r.offset for r in records]
             assert got == part.visible(start, stop, iso), (start, stop)
             # every Fetch moved the position on: none repeats, none goes past the end
             assert client.fetches == sorted(set(client.fetches)), (start, stop)
