@@ -7,8 +7,9 @@ groups or a poll loop:
 - :func:`list_offsets` resolves EARLIEST (-2), LATEST (-1) or a timestamp per
   partition, one request per partition leader, refreshing metadata and retrying when
   leadership moved;
-- :func:`end_offsets` is LATEST checked against a Fetch's high watermark (some
-  Kafka-compatible brokers answer LATEST short of it);
+- :func:`end_offsets` is LATEST checked against a Fetch's high watermark (its last
+  stable offset at ``read_committed``; some Kafka-compatible brokers answer LATEST
+  short of it);
 - :func:`fetch` sends one Fetch to one broker for a set of positions and returns the
   raw records per partition, with the high watermark, last stable offset, log start
   offset and (``read_committed``) the aborted transactions the records overlap;
@@ -204,10 +205,6 @@ class CompletedFetch:
                     yield recs
             if end is not None and self.next_fetch_offset >= end:
                 return  # not even decompressing the next batch
-
-    def records(self) -> list[ConsumerRecord]:
-        """Every visible record of the response, in offset order."""
-        return [r for recs in self.record_batches() for r in recs]
 
 
 def _is_abort_marker(batch: BatchInfo) -> bool:
