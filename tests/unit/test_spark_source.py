@@ -175,6 +175,19 @@ def test_defaults_and_case_insensitive_keys():
     assert s["partition_max_bytes"] == 4096 and s["fetch_max_wait_ms"] == 500
 
 
+def test_isolation_level_as_kafkas_consumer_checks_it():
+    assert consumer_settings({"bootstrap.servers": "h:1"})["isolation_level"] == 0
+    opts = _parse(subscribe="a", **{"kafka.isolation.level": " read_committed "})
+    assert consumer_settings(opts.kafka)["isolation_level"] == 1
+    assert consumer_settings({"bootstrap.servers": "h:1",
+                              "isolation.level": "read_uncommitted"})["isolation_level"] == 0
+    # Kafka's ConfigDef.ValidString is case-sensitive: the executors' consumer refuses it
+    with pytest.raises(ValueError, match=(
+        "Invalid value READ_COMMITTED for configuration isolation.level: String must be one "
+        "of: read_committed, read_uncommitted")):
+        _parse(True, subscribe="a", **{"kafka.isolation.level": "READ_COMMITTED"})
+
+
 def test_write_options():
     assert WriteOptions.parse({**BOOT, "TOPIC": " t "}).topic == "t"
     with pytest.raises(ValueError, match="'key.serializer' is not supported"):

@@ -7,13 +7,23 @@ groups or a poll loop:
 - :func:`list_offsets` resolves EARLIEST (-2), LATEST (-1) or a timestamp per
   partition, one request per partition leader, refreshing metadata and retrying when
   leadership moved;
-- :func:`end_offsets` is LATEST checked against a Fetch's high watermark (some
-  Kafka-compatible brokers answer LATEST short of it);
+- :func:`end_offsets` is LATEST checked against a Fetch's high watermark (its last
+  stable offset at ``read_committed``; some Kafka-compatible brokers answer LATEST
+  short of it);
 - :func:`fetch` sends one Fetch to one broker for a set of positions and returns the
-  raw records per partition, with the high watermark and log start offset;
-- :func:`read_range_batches` (and :func:`read_range`, record by record) reads ``[start, end)`` of one partition as records, one Fetch
-  of at most ``partition_max_bytes`` at a time, so memory stays bounded by that
-  (plus one decompressed batch) however long the range is.
+  raw records per partition, with the high watermark, last stable offset, log start
+  offset and (``read_committed``) the aborted transactions the records overlap;
+- :class:`CompletedFetch` reads one partition of one Fetch response the way Kafka's
+  consumer does: control records (transaction markers) never reach the application,
+  and at ``read_committed`` neither do the batches of aborted transactions; the
+  position moves over both;
+- :func:`read_range_batches` (and :func:`read_range`, record by record) reads
+  ``[start, end)`` of one partition as records, one Fetch of at most
+  ``partition_max_bytes`` at a time, so memory stays bounded by that (plus one
+  decompressed batch) however long the range is.
+
+``isolation_level`` is Kafka's: 0 ``read_uncommitted`` (up to the high watermark), 1
+``read_committed`` (up to the last stable offset, aborted transactions dropped).
 
 Fetch v12 is the newest version used: from v13 Fetch names topics by id, which
 needs Metadata topic ids and gains nothing here.
@@ -22,9 +32,10 @@ needs Metadata topic ids and gains nothing here.
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from tidegate.errors import (
     INVALID_METADATA_CODES,
@@ -32,13 +43,23 @@ from tidegate.errors import (
     KafkaError,
     OffsetOutOfRangeError,
 )
-from tidegate.log.records import ConsumerRecord, decode_batch_records, iter_decoded_batches
+from tidegate.log.control_records import ControlRecordType, parse_control_key
+from tidegate.log.records import (
+    BatchInfo,
+    ConsumerRecord,
+    decode_batch_records,
+    iter_decoded_batches,
+)
 
 from .client import KafkaClient
 
 __all__ = [
     "EARLIEST",
     "LATEST",
+    "READ_COMMITTED",
+    "READ_UNCOMMITTED",
+    "AbortedTransaction",
+    "CompletedFetch",
     "FetchOffsetOutOfRangeError",
     "OffsetOutOfRangeError",
     "PartitionFetch",
@@ -53,6 +74,8 @@ FETCH = 1
 LIST_OFFSETS = 2
 EARLIEST = -2
 LATEST = -1
+READ_UNCOMMITTED = 0
+READ_COMMITTED = 1
 OFFSET_OUT_OF_RANGE = 1
 #: Fetch from v13 identifies topics by topic id; v12 is the last by name.
 FETCH_MAX_VERSION = 12
@@ -78,12 +101,117 @@ class FetchOffsetOutOfRangeError(OffsetOutOfRangeError):
         )
 
 
+class AbortedTransaction(NamedTuple):
+    """An entry of a Fetch response's ``aborted_transactions`` (``read_committed``)."""
+
+    producer_id: int
+    first_offset: int
+
+
 @dataclass(slots=True)
 class PartitionFetch:
     error_code: int
     high_watermark: int
     log_start_offset: int
     records: bytes | None
+    #: -1 when the broker does not say (Fetch < v4)
+    last_stable_offset: int = -1
+    #: None at read_uncommitted (and from a broker that does not say); a list, maybe
+    #: empty, at read_committed
+    aborted_transactions: list[AbortedTransaction] | None = None
+
+
+class CompletedFetch:
+    """One partition of one Fetch response, read as Kafka's consumer reads it (its
+    ``CompletedFetch``): the records the application may see, and where the next Fetch
+    starts.
+
+    Control batches (transaction markers) never reach the application, at either
+    isolation level. At ``read_committed`` the response's aborted transactions are
+    applied as Kafka's consumer applies them:
+
+    1. the list is taken in order of first offset;
+    2. a batch with a producer id moves every entry whose first offset is at or below
+       the batch's last offset into the set of aborted producers;
+    3. a transactional batch of a producer in that set is skipped whole;
+    4. that producer's ABORT marker takes it out of the set again (so the same
+       producer's later transactions are read).
+
+    The state lives for one response: a transaction whose batches span two Fetches is
+    listed in both responses (the broker lists every aborted transaction that ends at
+    or after the fetch offset), so the second response skips the rest of it.
+
+    ``next_fetch_offset`` starts at the fetch offset and moves past every batch read:
+    past skipped batches and markers too, so a reader never fetches them again and a
+    range whose last offsets are markers or aborted records is seen to its end.
+    Sans-IO: bytes in, records out.
+    """
+
+    def __init__(
+        self,
+        records: bytes | memoryview | None,
+        fetch_offset: int,
+        *,
+        isolation_level: int = READ_UNCOMMITTED,
+        aborted_transactions: Iterable[tuple[int, int]] | None = None,
+    ) -> None:
+        self.next_fetch_offset = fetch_offset
+        self._records = records if records is not None else b""
+        self._read_committed = isolation_level == READ_COMMITTED
+        pending = [AbortedTransaction(*a) for a in aborted_transactions or ()]
+        pending.sort(key=lambda a: a.first_offset)
+        self._aborted_queue = deque(pending if self._read_committed else ())
+        self._aborted_producers: set[int] = set()
+
+    def skips(self, batch: BatchInfo) -> bool:
+        """Whether none of ``batch``'s records reach the application: a control batch,
+        or (read_committed) a transactional batch of a producer whose transaction was
+        aborted. Call it once per batch of the response, in order: it moves the aborted
+        transactions' state on."""
+        pid = batch.producer_id
+        if self._read_committed and pid >= 0:  # Kafka's hasProducerId
+            queue = self._aborted_queue
+            while queue and queue[0].first_offset <= batch.last_offset:
+                self._aborted_producers.add(queue.popleft().producer_id)
+            if batch.is_control:
+                if _is_abort_marker(batch):
+                    self._aborted_producers.discard(pid)
+            elif batch.is_transactional and pid in self._aborted_producers:
+                return True
+        return batch.is_control
+
+    def record_batches(self, end: int | None = None) -> Iterator[list[ConsumerRecord]]:
+        """The visible records from ``next_fetch_offset`` on, a list per record batch
+        (batches with none are not yielded), in offset order; iterate once.
+
+        With ``end``, only offsets below it, and the walk stops at the first batch that
+        starts at or after it: ``next_fetch_offset`` is then at least ``end`` once the
+        response reached it (it can be past ``end`` when a batch straddles it), and the
+        range up to ``end`` is complete."""
+        for batch in iter_decoded_batches(self._records):
+            if end is not None and batch.base_offset >= end:
+                # the offsets between the last batch read and this one do not exist
+                self.next_fetch_offset = max(self.next_fetch_offset, batch.base_offset)
+                return
+            pos = self.next_fetch_offset
+            # a batch's last offset survives compaction of its last records: the next
+            # fetch starts after the batch, not inside it (Kafka's nextOffset())
+            self.next_fetch_offset = max(pos, batch.last_offset + 1)
+            if not self.skips(batch):
+                recs = decode_batch_records(batch)
+                if recs and (recs[0].offset < pos or (end is not None and recs[-1].offset >= end)):
+                    recs = [r for r in recs if pos <= r.offset and (end is None or r.offset < end)]
+                if recs:
+                    yield recs
+            if end is not None and self.next_fetch_offset >= end:
+                return  # not even decompressing the next batch
+
+
+def _is_abort_marker(batch: BatchInfo) -> bool:
+    """Whether a control batch is a transaction's ABORT marker (its first record's
+    key; Kafka's ``containsAbortMarker``)."""
+    recs = decode_batch_records(batch, include_control=True)
+    return bool(recs) and parse_control_key(recs[0].key) is ControlRecordType.ABORT
 
 
 def _ensure_metadata(client: KafkaClient, topics: Iterable[str], timeout_ms: float) -> None:
@@ -211,11 +339,16 @@ def fetch(
     out: dict[TopicPartition, PartitionFetch] = {}
     for t in resp.responses:
         for p in t.partitions:
+            aborted = getattr(p, "aborted_transactions", None)
             out[(t.topic, int(p.partition_index))] = PartitionFetch(
                 int(p.error_code),
                 int(p.high_watermark),
                 int(getattr(p, "log_start_offset", -1)),
                 p.records,
+                int(getattr(p, "last_stable_offset", -1)),
+                None
+                if aborted is None
+                else [AbortedTransaction(int(a.producer_id), int(a.first_offset)) for a in aborted],
             )
     return out
 
@@ -227,9 +360,11 @@ def end_offsets(
     isolation_level: int = 0,
     timeout_ms: float = 30_000,
 ) -> dict[TopicPartition, int]:
-    """The end offset (high watermark) of each partition: ListOffsets LATEST, checked
-    against the high watermark of a Fetch at that offset (one per leader, at most one
-    byte asked per partition, min_bytes 0, so it does not wait).
+    """The end offset of each partition: the high watermark at read_uncommitted, the
+    last stable offset at read_committed. ListOffsets LATEST (at that isolation level),
+    checked against the same offset in a Fetch at that isolation level from the answer
+    (one per leader, at most one byte asked per partition, min_bytes 0, so it does not
+    wait).
 
     Kafka and tidegate answer both the same, and the Fetch then carries no records.
     Some Kafka-compatible brokers answer LATEST short of the high watermark (Tansu
@@ -240,8 +375,7 @@ def end_offsets(
     latest = list_offsets(
         client, dict.fromkeys(tps, LATEST), isolation_level=isolation_level, timeout_ms=timeout_ms
     )
-    if isolation_level != 0:
-        return latest  # the last stable offset is what ListOffsets answers
+    committed = isolation_level == READ_COMMITTED
     by_node, _ = _group_by_leader(client, latest)
     for node, node_tps in by_node.items():
         got = fetch(
@@ -252,11 +386,13 @@ def end_offsets(
             min_bytes=0,
             max_bytes=1,
             partition_max_bytes=1,
+            isolation_level=isolation_level,
             timeout_ms=timeout_ms,
         )
         for tp, pf in got.items():
-            if pf.error_code == 0 and pf.high_watermark > latest.get(tp, -1):
-                latest[tp] = pf.high_watermark
+            end = pf.last_stable_offset if committed else pf.high_watermark
+            if pf.error_code == 0 and end > latest.get(tp, -1):
+                latest[tp] = end
     return latest
 
 
@@ -290,12 +426,14 @@ def read_range_batches(
 
     Each Fetch asks for at most ``partition_max_bytes`` (a batch larger than that is
     still returned whole, as Kafka does since KIP-74, so progress never stalls).
-    Offsets missing inside the range (compaction, control records, aborted
-    transactions) are skipped silently. When ``start`` (or a later position) is out
-    of range, ``on_out_of_range`` decides: it returns the offset to continue from, or
-    None to stop; without it the error is raised. ``timeout_ms`` bounds the time spent
-    without progress (the records up to ``end`` must exist: ``end`` comes from a
-    ListOffsets the caller made).
+    Offsets missing inside the range (compaction, control records, and at
+    ``read_committed`` aborted transactions, see :class:`CompletedFetch`) are skipped
+    silently: the range is complete once the position passes ``end``, even when its
+    last offsets are markers or aborted records. When ``start`` (or a later position)
+    is out of range, ``on_out_of_range`` decides: it returns the offset to continue
+    from, or None to stop; without it the error is raised. ``timeout_ms`` bounds the
+    time spent without progress (the offsets up to ``end`` must be readable at
+    ``isolation_level``: ``end`` comes from a ListOffsets the caller made at it).
     """
     pos = start
     stalled_since = time.monotonic()
@@ -339,27 +477,26 @@ def read_range_batches(
                 client.metadata([tp[0]], timeout_ms=timeout_ms)
                 continue
             raise err2
-        progressed = False
-        if got.records:
-            for batch in iter_decoded_batches(got.records):
-                if batch.last_offset < pos:
-                    continue
-                if batch.base_offset >= end:
-                    return
-                recs = decode_batch_records(batch)
-                if batch.base_offset < pos or batch.last_offset >= end:
-                    recs = [r for r in recs if pos <= r[0] < end]
-                if recs:
-                    yield recs
-                if batch.last_offset >= end - 1:
-                    return
-                pos = batch.last_offset + 1
-                progressed = True
-        if progressed:
+        completed = CompletedFetch(
+            got.records,
+            pos,
+            isolation_level=isolation_level,
+            aborted_transactions=got.aborted_transactions,
+        )
+        yield from completed.record_batches(end)
+        if completed.next_fetch_offset >= end:
+            return
+        if completed.next_fetch_offset > pos:
+            pos = completed.next_fetch_offset
             stalled_since = time.monotonic()
             continue
         if time.monotonic() - stalled_since > timeout_ms / 1000:
+            lso = (
+                f", last stable offset {got.last_stable_offset}"
+                if isolation_level == READ_COMMITTED
+                else ""
+            )
             raise KafkaError(
                 f"no records from {tp[0]}-{tp[1]} at offset {pos} within {timeout_ms:.0f} ms "
-                f"(range ends at {end}, high watermark {got.high_watermark})"
+                f"(range ends at {end}, high watermark {got.high_watermark}{lso})"
             )

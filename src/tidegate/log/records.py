@@ -13,7 +13,9 @@ varint-framed fields::
 Lengths of -1 mean null. Control batches (transaction markers) carry no user data and
 are skipped. A batch cut short at the end of a response (the broker sends whole
 batches, but ``partition_max_bytes`` can end a response inside one) is not an error:
-decoding stops there and the caller fetches again from the next offset.
+decoding stops there and the caller fetches again from the next offset. Each batch
+comes with its producer id and transactional bit, what a ``read_committed`` reader
+needs to drop aborted transactions (:class:`tidegate.client.fetcher.CompletedFetch`).
 
 Users: the consumer side (:mod:`tidegate.client.fetcher`, the Spark source) and the
 broker reading its internal topics back (:mod:`tidegate.log.replay`).
@@ -79,9 +81,11 @@ class BatchInfo(NamedTuple):
     base_timestamp: int
     max_timestamp: int
     timestamp_type: int
-    producer_id: int
-    producer_epoch: int
-    is_transactional: bool
+    #: -1 (Kafka's NO_PRODUCER_ID) for a batch from a producer that is neither
+    #: idempotent nor transactional; what read_committed filtering keys on
+    producer_id: int = -1
+    producer_epoch: int = -1
+    is_transactional: bool = False
 
 
 def iter_decoded_batches(buf: bytes | memoryview) -> Iterator[BatchInfo]:

@@ -385,19 +385,17 @@ def _check_offset_limit_validity(start: OffsetSpec, end: OffsetSpec) -> None:
 def consumer_settings(kafka: Mapping[str, str]) -> dict[str, Any]:
     """The reader's client settings from the ``kafka.*`` options (Kafka consumer defaults
     otherwise: fetch.max.bytes 50 MiB, max.partition.fetch.bytes 1 MiB, fetch.max.wait.ms
-    500, request.timeout.ms 30 s, isolation.level read_uncommitted)."""
-    iso = kafka.get("isolation.level", "read_uncommitted").strip().lower()
+    500, request.timeout.ms 30 s, isolation.level read_uncommitted).
+
+    ``isolation.level`` is checked as Kafka's consumer checks it (trimmed, then exactly
+    ``read_committed`` or ``read_uncommitted``; its ConfigException's message): at
+    ``read_committed`` the driver's latest offsets are last stable offsets and executors
+    drop aborted transactions (:class:`tidegate.client.fetcher.CompletedFetch`)."""
+    iso = kafka.get("isolation.level", "read_uncommitted").strip()
     if iso not in ("read_uncommitted", "read_committed"):
         raise ValueError(
             f"Invalid value {iso} for configuration isolation.level: String must be one of: "
             "read_committed, read_uncommitted"
-        )
-    if iso == "read_committed":
-        # reading up to the last stable offset is easy; dropping aborted transactions'
-        # records (the Fetch response's aborted_transactions) is not implemented yet
-        raise ValueError(
-            "Kafka option 'isolation.level' = 'read_committed' is not supported by the "
-            "tidegate source yet (aborted transactions are not filtered)"
         )
     return {
         "bootstrap_servers": kafka["bootstrap.servers"],

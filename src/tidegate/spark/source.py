@@ -18,6 +18,12 @@ The driver resolves offsets with ListOffsets; executors read their range with Fe
 at most ``max.partition.fetch.bytes`` per request, and yield Arrow record batches of
 at most :data:`ARROW_BATCH_ROWS` rows, so an executor holds one fetch response and
 one Arrow batch at a time whatever the size of its range.
+
+With ``kafka.isolation.level=read_committed`` (Spark's option) the latest offsets are
+last stable offsets and executors drop aborted transactions as Kafka's consumer does;
+at either level transaction markers never become rows. Rows carry their real
+offsets; a range ``[start, end)`` is read to its end even when its last offsets are
+markers or aborted records, so micro-batches neither stall nor repeat.
 """
 
 from __future__ import annotations
@@ -345,7 +351,8 @@ class _OffsetReader:
         raise AssertionError("unreachable")
 
     def _list(self, targets: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
-        """ListOffsets; LATEST (-1) targets are resolved to the high watermark."""
+        """ListOffsets at the query's isolation level; LATEST (-1) targets are resolved
+        to the high watermark (read_committed: the last stable offset)."""
         if not targets:
             return {}
         iso = self.settings["isolation_level"]
