@@ -4,8 +4,8 @@ output topic, each batch's output and input offsets committed in one transaction
 the broker is killed with SIGKILL and restarted and workers are killed and restarted.
 The output, read at read_committed, must hold every input record exactly once.
 
-Workers exit on any error (a fenced or fatal producer, a broker gone for too long) and
-are restarted by the test with the same ``transactional.id`` (the new instance fences the
+Workers exit on any error (a fenced or fatal producer, a broker gone for too long, a
+call stuck for 30 s) and are restarted by the test with the same ``transactional.id`` (the new instance fences the
 old one and aborts its open transaction); a killed worker's group membership lapses after
 its session timeout and its partitions move to the others, whose offset fetches wait for
 the dead worker's pending transactional offsets (UNSTABLE_OFFSET_COMMIT, KIP-447) until
@@ -40,8 +40,25 @@ PROPS = {
 }
 
 WORKER = textwrap.dedent("""
-    import sys
-    from confluent_kafka import Consumer, KafkaException, Producer
+    import os, sys, threading
+    from confluent_kafka import Consumer, Producer
+
+    # librdkafka's send_offsets_to_transaction can wait past its timeout for a group
+    # coordinator it cached before the broker restarted (confluentinc/librdkafka#5456,
+    # #5511): a worker whose loop stops moving for 30 s exits and is restarted, as a
+    # supervisor would restart a stuck process
+    def watchdog():
+        os._exit(3)
+
+    timer = None
+
+    def alive():
+        global timer
+        if timer is not None:
+            timer.cancel()
+        timer = threading.Timer(30, watchdog)
+        timer.daemon = True
+        timer.start()
 
     bootstrap, src, dst, worker = sys.argv[1:5]
     consumer = Consumer({
@@ -53,9 +70,11 @@ WORKER = textwrap.dedent("""
         "bootstrap.servers": bootstrap, "transactional.id": f"eos-check-{worker}",
         "transaction.timeout.ms": 10000, "linger.ms": 5, "log_level": 0,
     })
+    alive()
     producer.init_transactions(60)
     consumer.subscribe([src])
     while True:
+        alive()
         msgs = [m for m in consumer.consume(500, 0.5) if m.error() is None]
         if not msgs:
             continue
