@@ -17,6 +17,7 @@ from tests.unit.logs import pbatch
 from tests.unit.test_apis import NOW, Harness, batches_in
 from tests.unit.test_group_apis import call
 from tidegate import top
+from tidegate.coordinator.transaction.transaction_coordinator import COMPLETION_WAIT_MS
 from tidegate.coordinator.transaction.transaction_log import TRANSACTION_STATE_TOPIC
 from tidegate.coordinator.transaction.transaction_metadata import TransactionState
 from tidegate.log.control_records import ControlRecordType, end_transaction_marker_of
@@ -53,14 +54,17 @@ def init(h, txn_id=TX, timeout=60_000, pid=-1, epoch=-1, version=4):
     return r.error_code, r.producer_id, r.producer_epoch
 
 
-def add(h, pid, epoch, partitions=((TOPIC, 0),), txn_id=TX, version=3):
+def add_body(pid, epoch, partitions=((TOPIC, 0),), txn_id=TX):
     by_topic: dict[str, list[int]] = {}
     for t, p in partitions:
         by_topic.setdefault(t, []).append(p)
     topics = [{"name": t, "partitions": ps} for t, ps in by_topic.items()]
-    body = {"v3_and_below_transactional_id": txn_id, "v3_and_below_producer_id": pid,
+    return {"v3_and_below_transactional_id": txn_id, "v3_and_below_producer_id": pid,
             "v3_and_below_producer_epoch": epoch, "v3_and_below_topics": topics}
-    r = call(h, ApiKey.ADD_PARTITIONS_TO_TXN, version, body)
+
+
+def add(h, pid, epoch, partitions=((TOPIC, 0),), txn_id=TX, version=3):
+    r = call(h, ApiKey.ADD_PARTITIONS_TO_TXN, version, add_body(pid, epoch, partitions, txn_id))
     return {(t.name, p.partition_index): p.partition_error_code for t in r.results_by_topic_v3_and_below
             for p in t.results_by_partition}
 
@@ -287,7 +291,13 @@ def test_init_producer_id_in_prepare_commit_is_concurrent_transactions(h):
     assert end_txn(h, pid, epoch, True) == E.none
     assert state(h) is TransactionState.PREPARE_COMMIT
     assert init(h)[0] == E.concurrent_transactions
-    assert add(h, pid, epoch) == {(TOPIC, 0): E.concurrent_transactions}
+    # the next transaction's AddPartitionsToTxn waits for the markers, up to
+    # COMPLETION_WAIT_MS, then is told to retry
+    request, cid = call(h, ApiKey.ADD_PARTITIONS_TO_TXN, 3, add_body(pid, epoch), wait=False)
+    h.loop.advance(COMPLETION_WAIT_MS - 1)
+    assert h.channel.response_to(request) is None
+    r = h.answer(request, cid, within_ms=1)
+    assert r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code == E.concurrent_transactions
     # the markers are being written (Complete* pending): either result is told to retry
     assert end_txn(h, pid, epoch, True) == E.concurrent_transactions
     assert end_txn(h, pid, epoch, False) == E.concurrent_transactions
@@ -298,6 +308,29 @@ def test_init_producer_id_in_prepare_commit_is_concurrent_transactions(h):
     m.state = TransactionState.PREPARE_ABORT
     assert end_txn(h, pid, epoch, True) == E.invalid_txn_state
     assert end_txn(h, pid, epoch, False) == E.concurrent_transactions
+
+
+def test_the_next_transaction_waits_for_the_markers_instead_of_retrying(h):
+    """Back to back transactions: the AddPartitionsToTxn sent right after EndTxn is
+    answered once the previous transaction is complete, not with CONCURRENT_TRANSACTIONS
+    (which would cost the client its retry backoff)."""
+    _, pid, epoch = init(h)
+    add(h, pid, epoch)
+    produce(h, txn(0, pid))
+    markers_channel = h.core.transaction_coordinator.markers
+    held = []  # the markers' writes, held back until the next call has arrived
+    write_markers = markers_channel.write_markers
+    markers_channel.write_markers = lambda *a: held.append(a)
+    assert end_txn(h, pid, epoch, True) == E.none
+    assert state(h) is TransactionState.PREPARE_COMMIT and len(held) == 1
+    request, cid = call(h, ApiKey.ADD_PARTITIONS_TO_TXN, 3, add_body(pid, epoch), wait=False)
+    h.loop.advance(5)
+    assert h.channel.response_to(request) is None  # waiting, not CONCURRENT_TRANSACTIONS
+    write_markers(*held[0])
+    r = h.answer(request, cid, within_ms=5)
+    assert r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code == E.none
+    assert state(h) is TransactionState.ONGOING
+    assert markers(h)[0][0] is ControlRecordType.COMMIT
 
 
 # -- AddPartitionsToTxn -------------------------------------------------------------------------

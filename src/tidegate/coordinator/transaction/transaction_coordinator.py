@@ -103,6 +103,21 @@ class _Periodic(TimerTask):
 
 
 COMPLETION_RETRY_BACKOFF_MS = 100
+#: How long an AddPartitionsToTxn/AddOffsetsToTxn that arrives while the previous
+#: transaction's markers are being written waits for them before it is answered
+#: CONCURRENT_TRANSACTIONS (see :meth:`TransactionCoordinator._park_until_complete`).
+COMPLETION_WAIT_MS = 500
+
+
+class _CompletionWaiter:
+    """A request parked until a transaction's Complete* is durable."""
+
+    __slots__ = ("give_up", "retry", "task")
+
+    def __init__(self, retry: Callable[[], None], give_up: Callable[[], None]) -> None:
+        self.retry = retry
+        self.give_up = give_up
+        self.task: FunctionTask | None = None
 
 
 class TransactionCoordinator:
@@ -125,6 +140,8 @@ class TransactionCoordinator:
         #: completed transactions (metrics)
         self.commits = 0
         self.aborts = 0
+        #: requests waiting for a transaction's markers (transactional id -> waiters)
+        self._completion_waiters: dict[str, list[_CompletionWaiter]] = {}
 
     # -- lifecycle ------------------------------------------------------------------------------
     def startup(self) -> None:
@@ -267,6 +284,22 @@ class TransactionCoordinator:
         if metadata is None:
             callback(E.invalid_producer_id_mapping)
             return
+        if (
+            metadata.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT)
+            and metadata.producer_id == producer_id
+            and metadata.producer_epoch == producer_epoch
+        ):
+            # the next transaction's first call, right after EndTxn: wait for the markers
+            # (one fsync or two) instead of answering CONCURRENT_TRANSACTIONS
+            self._park_until_complete(
+                transactional_id,
+                lambda: self.handle_add_partitions(
+                    transactional_id, producer_id, producer_epoch, wanted, callback,
+                    producer_fenced_supported=producer_fenced_supported,
+                ),
+                lambda: callback(E.concurrent_transactions),
+            )  # fmt: skip
+            return
         if metadata.pending_transition_in_progress:
             callback(E.concurrent_transactions)
         elif metadata.producer_id != producer_id:
@@ -283,6 +316,41 @@ class TransactionCoordinator:
             self.txn_manager.append_transaction_to_log(
                 transactional_id, self.txn_manager.coordinator_epoch, transit, callback, now
             )
+
+    def _park_until_complete(
+        self, transactional_id: str, retry: Callable[[], None], give_up: Callable[[], None]
+    ) -> None:
+        """Run ``retry`` once the transaction's Complete* is durable (or its markers are
+        given up), or ``give_up`` after COMPLETION_WAIT_MS.
+
+        Kafka answers a call that arrives while the previous transaction's markers are
+        written with CONCURRENT_TRANSACTIONS, and clients retry after a backoff (20 ms in
+        Java and librdkafka): with back-to-back transactions that backoff, not the
+        markers, is most of each transaction's cost. Here the markers are local appends
+        that complete within a few ms, so the call waits for them and gets the answer its
+        retry would have got; a completion slower than COMPLETION_WAIT_MS (a failing
+        disk) still gets CONCURRENT_TRANSACTIONS."""
+        waiter = _CompletionWaiter(retry, give_up)
+        waiters = self._completion_waiters.setdefault(transactional_id, [])
+        waiters.append(waiter)
+
+        def expire() -> None:
+            current = self._completion_waiters.get(transactional_id)
+            if current is not None and waiter in current:
+                current.remove(waiter)
+                if not current:
+                    del self._completion_waiters[transactional_id]
+                give_up()
+
+        waiter.task = FunctionTask(COMPLETION_WAIT_MS, expire)
+        self.timer.add(waiter.task)
+
+    def _completion_done(self, transactional_id: str) -> None:
+        """The transaction's markers are written (or given up): run the parked calls."""
+        for waiter in self._completion_waiters.pop(transactional_id, ()):
+            if waiter.task is not None:
+                waiter.task.cancel()
+            waiter.retry()
 
     def handle_verify_partitions(
         self, transactional_id: str | None, producer_id: int, producer_epoch: int,
@@ -419,6 +487,7 @@ class TransactionCoordinator:
                 abandoned = True
                 log.info("giving up the markers of transaction %s: %s", transactional_id, error.name)
                 metadata.pending_state = None
+                self._completion_done(transactional_id)
                 return
             pending.discard(tp)
             if metadata.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
@@ -445,8 +514,10 @@ class TransactionCoordinator:
                 log.info("writing %s of %s failed (%s); retrying", complete.state, transactional_id, error.name)
                 self.timer.add(FunctionTask(COMPLETION_RETRY_BACKOFF_MS, lambda: self._write_completion(
                     coordinator_epoch, transactional_id, complete, commit)))
+                return
             else:
                 log.error("writing %s of %s failed: %s", complete.state, transactional_id, error.name)
+            self._completion_done(transactional_id)
 
         self.txn_manager.append_transaction_to_log(
             transactional_id, coordinator_epoch, complete, written, self.now_ms(),
