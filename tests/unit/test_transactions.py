@@ -594,3 +594,13 @@ def test_describe_producers_shows_the_open_transaction_and_the_coordinator_epoch
     coordinator_epoch = h.core.transaction_coordinator.txn_manager.coordinator_epoch
     assert producers(1) == [(pid, coordinator_epoch, -1), (777, -1, -1)]
     assert producers(0) == [(pid, coordinator_epoch, -1)]  # the marker alone
+
+
+def test_a_coordinator_not_serving_cannot_verify_a_produce(h):
+    _, pid, epoch = init(h)
+    add(h, pid, epoch)
+    h.core.transaction_coordinator.active = False  # shutting down
+    r = produce(h, txn(0, pid), partition=1)
+    # COORDINATOR_NOT_AVAILABLE from the verification, as Kafka answers it to producers
+    assert (r.error_code, r.error_message.split(".")[0]) == (
+        E.not_enough_replicas, "Unable to verify the partition has been added to the transaction")

@@ -362,6 +362,8 @@ class TransactionCoordinator:
         wanted = list(partitions)
         if not transactional_id:
             return E.invalid_request, {}
+        if not self.active:
+            return E.coordinator_not_available, {}
         metadata = self.txn_manager.get(transactional_id)
         if metadata is None or metadata.producer_id != producer_id:
             return E.invalid_producer_id_mapping, {}
