@@ -265,28 +265,9 @@ class GroupApis:
         version = header.api_version
         now = now_ms
         retention = ms(req.retention_time) if 2 <= version <= 4 else -1
-        topics = []
-        parts_by_tp: dict[tuple[str, int], dict] = {}
-        offsets: dict[tuple[str, int], OffsetAndMetadata] = {}
-        for t in req.topics:
-            info = self.logs.store.get(t.name)
-            parts = []
-            for p in t.partitions:
-                part = {"partition_index": p.partition_index, "error_code": E.none}
-                parts.append(part)
-                if info is None or not 0 <= p.partition_index < info.partitions:
-                    part["error_code"] = E.unknown_topic_or_partition
-                    continue
-                tp = (t.name, p.partition_index)
-                parts_by_tp[tp] = part
-                offsets[tp] = OffsetAndMetadata(
-                    p.committed_offset,
-                    p.committed_leader_epoch if version >= 6 else -1,
-                    p.committed_metadata if p.committed_metadata is not None else "",
-                    now,
-                    now + retention if retention != -1 else None,
-                )
-            topics.append({"name": t.name, "partitions": parts})
+        topics, parts_by_tp, offsets = self._requested_offsets(
+            req.topics, version >= 6, now, now + retention if retention != -1 else None
+        )
         body = {"throttle_time": 0, "topics": topics}
         if not offsets:
             return body
@@ -321,20 +302,16 @@ class GroupApis:
         wait.add_callback(durable)
         return PARKED
 
-    def handle_txn_offset_commit(self, request: Request, now_ms: int) -> Any:
-        """TxnOffsetCommit v0-4 (transaction version 1; v5, where the commit itself adds the
-        offsets partition to the transaction, is TV2 and not advertised). As Kafka's
-        KafkaApis.handleTxnOffsetCommitRequest: an unknown topic or partition answers
-        UNKNOWN_TOPIC_OR_PARTITION; the others go to the group coordinator, after the
-        KIP-890 check that the group's offsets partition is in the transaction. Answered
-        once the transactional batch is fsynced; before v2, COORDINATOR_LOAD_IN_PROGRESS
-        is answered as COORDINATOR_NOT_AVAILABLE (clients before 2.0 did not expect it)."""
-        header, req = request.header, request.body
-        version = header.api_version
+    def _requested_offsets(
+        self, req_topics: Any, with_leader_epoch: bool, now: int, expire_at: int | None
+    ) -> tuple[list[dict], dict[TopicPartition, dict], dict[TopicPartition, OffsetAndMetadata]]:
+        """The offsets of an OffsetCommit or TxnOffsetCommit request: the response's topics
+        (UNKNOWN_TOPIC_OR_PARTITION filled in for partitions that do not exist), each known
+        partition's response entry, and the offsets to commit."""
         topics = []
         parts_by_tp: dict[TopicPartition, dict] = {}
         offsets: dict[TopicPartition, OffsetAndMetadata] = {}
-        for t in req.topics:
+        for t in req_topics:
             info = self.logs.store.get(t.name)
             parts = []
             for p in t.partitions:
@@ -347,11 +324,25 @@ class GroupApis:
                 parts_by_tp[tp] = part
                 offsets[tp] = OffsetAndMetadata(
                     p.committed_offset,
-                    p.committed_leader_epoch if version >= 2 else -1,
+                    p.committed_leader_epoch if with_leader_epoch else -1,
                     p.committed_metadata if p.committed_metadata is not None else "",
-                    now_ms,
+                    now,
+                    expire_at,
                 )
             topics.append({"name": t.name, "partitions": parts})
+        return topics, parts_by_tp, offsets
+
+    def handle_txn_offset_commit(self, request: Request, now_ms: int) -> Any:
+        """TxnOffsetCommit v0-4 (transaction version 1; v5, where the commit itself adds the
+        offsets partition to the transaction, is TV2 and not advertised). As Kafka's
+        KafkaApis.handleTxnOffsetCommitRequest: an unknown topic or partition answers
+        UNKNOWN_TOPIC_OR_PARTITION; the others go to the group coordinator, after the
+        KIP-890 check that the group's offsets partition is in the transaction. Answered
+        once the transactional batch is fsynced; before v2, COORDINATOR_LOAD_IN_PROGRESS
+        is answered as COORDINATOR_NOT_AVAILABLE (clients before 2.0 did not expect it)."""
+        header, req = request.header, request.body
+        version = header.api_version
+        topics, parts_by_tp, offsets = self._requested_offsets(req.topics, version >= 2, now_ms, None)
         body = {"throttle_time": 0, "topics": topics}
         if not offsets:
             return body
