@@ -337,3 +337,21 @@ def format_table(headers: list[str], rows: list[list[str]]) -> str:
     out = [line(headers)]
     out += [line(r) for r in rows]
     return "\n".join(out)
+
+
+def add_target_arguments(parser) -> None:
+    """``--bootstrap HOST:PORT`` (with ``--pid`` for its CPU time) or ``--spawn-tidegate``:
+    the broker a one-target benchmark measures (see :func:`open_target`)."""
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--bootstrap", help="a running broker (HOST:PORT)")
+    where.add_argument("--spawn-tidegate", action="store_true", help="start a tidegate for the run")
+    parser.add_argument("--pid", type=int, help="the running broker's pid, for its CPU time")
+
+
+def open_target(args) -> tuple[str, int | None, SpawnedTidegate | None]:
+    """(bootstrap, pid, the spawned broker to ``cleanup()`` or None) from
+    :func:`add_target_arguments`' options."""
+    if args.spawn_tidegate:
+        spawned = SpawnedTidegate(log_level="WARNING").start()
+        return spawned.bootstrap, spawned.pid, spawned
+    return args.bootstrap, args.pid, None

@@ -24,7 +24,7 @@ import sys
 import time
 import uuid
 
-from _common import CpuMeter, SpawnedTidegate, format_table, git_describe
+from _common import CpuMeter, add_target_arguments, format_table, git_describe, open_target
 
 SOURCES = ("none", "gzip", "snappy", "lz4", "zstd")
 TARGETS = ("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd")
@@ -83,22 +83,14 @@ def run_case(bootstrap: str, pid: int | None, source: str, target: str, records:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    where = parser.add_mutually_exclusive_group(required=True)
-    where.add_argument("--bootstrap", help="a running broker (HOST:PORT)")
-    where.add_argument("--spawn-tidegate", action="store_true", help="start a tidegate for the run")
-    parser.add_argument("--pid", type=int, help="the running broker's pid, for its CPU time")
+    add_target_arguments(parser)
     parser.add_argument("--records", type=int, default=20000)
     parser.add_argument("--size", type=int, default=1024)
     parser.add_argument("--sources", default=",".join(SOURCES))
     parser.add_argument("--targets", default=",".join(TARGETS))
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args()
-    spawned = None
-    if args.spawn_tidegate:
-        spawned = SpawnedTidegate(log_level="WARNING").start()
-        bootstrap, pid = spawned.bootstrap, spawned.pid
-    else:
-        bootstrap, pid = args.bootstrap, args.pid
+    bootstrap, pid, spawned = open_target(args)
     results = []
     try:
         for source in args.sources.split(","):

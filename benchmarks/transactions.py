@@ -37,7 +37,7 @@ import sys
 import time
 import uuid
 
-from _common import CpuMeter, SpawnedTidegate, format_table, git_describe
+from _common import CpuMeter, add_target_arguments, format_table, git_describe, open_target
 
 PRODUCE_CASES = ("idempotent", "txn-100ms", "txn-1000")
 FETCH_CASES = ("read_uncommitted", "read_committed")
@@ -169,22 +169,14 @@ def summarize(results: list[dict], cases: tuple[str, ...]) -> list[list[str]]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    where = parser.add_mutually_exclusive_group(required=True)
-    where.add_argument("--bootstrap", help="a running broker (HOST:PORT)")
-    where.add_argument("--spawn-tidegate", action="store_true", help="start a tidegate for the run")
-    parser.add_argument("--pid", type=int, help="the running broker's pid, for its CPU time")
+    add_target_arguments(parser)
     parser.add_argument("--records", type=int, default=300_000)
     parser.add_argument("--size", type=int, default=512)
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args()
-    spawned = None
-    if args.spawn_tidegate:
-        spawned = SpawnedTidegate(log_level="WARNING").start()
-        bootstrap, pid = spawned.bootstrap, spawned.pid
-    else:
-        bootstrap, pid = args.bootstrap, args.pid
+    bootstrap, pid, spawned = open_target(args)
     produced: list[dict] = []
     fetched: list[dict] = []
     try:
