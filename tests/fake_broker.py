@@ -3,7 +3,9 @@
 :class:`FakeBroker` answers ApiVersions (the APIs it was given), Metadata (its topics,
 every partition led by itself) and Produce (every partition succeeds unless the test
 queued error codes), and InitProducerId when asked; any other API goes to a handler
-the test passes (``handlers={api_key: fn(version, request) -> response fields}``). Every
+the test passes (``handlers={api_key: fn(version, request) -> response fields}``; a
+handler may answer :data:`SILENT` to send nothing and read on, or ``AtVersion(v,
+fields)`` to answer at another version, as a broker refusing a version does). Every
 request is decoded with kio and recorded in order (``requests``: ``(api_key, version,
 request)``), so a test can check exactly what the producer sent.
 """
@@ -16,13 +18,24 @@ import socketserver
 import struct
 import threading
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 from kio.serial import entity_reader, entity_writer
 
 from tidegate.protocol.codec import build, request_class, response_class
 
-Handler = Callable[[int, Any], "dict[str, Any] | None"]
+#: a handler's answer: send nothing, keep reading (a broker that stopped answering)
+SILENT: Any = object()
+
+
+class AtVersion(NamedTuple):
+    """A handler's answer encoded at ``version`` rather than the request's."""
+
+    version: int
+    fields: dict[str, Any]
+
+
+Handler = Callable[[int, Any], "dict[str, Any] | AtVersion | None"]
 
 #: (api key, min version, max version) a FakeBroker advertises by default
 BASE_APIS = [(0, 3, 12), (3, 0, 12), (18, 0, 3)]
@@ -78,10 +91,14 @@ class FakeBroker:
                         outer.requests.append(key)
                         outer.received.append((key, ver, req))
                         fields = outer._answer(key, ver, req)
+                    if fields is SILENT:
+                        continue
                     if fields is None:
                         if key == 0:
                             continue  # acks=0
                         return  # unknown: hang up
+                    if isinstance(fields, AtVersion):
+                        ver, fields = fields
                     flexible = bool(response_class(key, ver).__flexible__) and key != 18
                     s.sendall(_frame(cid, build(response_class(key, ver), fields), flexible))
 
@@ -94,7 +111,7 @@ class FakeBroker:
         self.bootstrap = f"127.0.0.1:{self.port}"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
-    def _answer(self, key: int, ver: int, req: Any) -> dict[str, Any] | None:
+    def _answer(self, key: int, ver: int, req: Any) -> dict[str, Any] | AtVersion | None:
         handler = self.handlers.get(key)
         if handler is not None:
             return handler(ver, req)

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import socket
 import struct
-import threading
 import time
 
 import pytest
 
+from tests.fake_broker import SILENT, AtVersion, FakeBroker
 from tidegate.client import KafkaClient, parse_bootstrap
 from tidegate.client.connection import BrokerConnection, ConnectionState, InFlightRequest
 from tidegate.client.errors import ConnectionError_, KafkaTimeoutError, NoBrokersAvailableError
@@ -116,96 +116,16 @@ def test_connection_rejects_a_corrupt_size():
         conn.on_readable(0)
 
 
-class FakeBroker:
-    """A minimal broker on a thread: answers ApiVersions (optionally refusing v3 the
-    KIP-511 way), then Metadata, and can stay silent to test timeouts."""
+def _refuse_api_versions_v3(ver, req):
+    """ApiVersions as a broker without v3 answers it (KIP-511): v0 with UNSUPPORTED_VERSION."""
+    if ver == 3:
+        return AtVersion(0, {"error_code": 35, "api_keys": [{"api_key": 18, "min_version": 0, "max_version": 2}]})
+    return {"error_code": 0, "api_keys": [{"api_key": 3, "min_version": 0, "max_version": 12},
+                                          {"api_key": 18, "min_version": 0, "max_version": 2}]}
 
-    def __init__(self, refuse_v3=False, silent_after_api_versions=False):
-        self.refuse_v3 = refuse_v3
-        self.silent = silent_after_api_versions
-        self.srv = socket.socket()
-        self.srv.bind(("127.0.0.1", 0))
-        self.srv.listen()
-        self.port = self.srv.getsockname()[1]
-        self.requests = []
-        self._stop = False
-        self.t = threading.Thread(target=self._run, daemon=True)
-        self.t.start()
 
-    def _run(self):
-        try:
-            s, _ = self.srv.accept()
-        except OSError:
-            return
-        with s:
-            while not self._stop:
-                try:
-                    hdr = s.recv(4, socket.MSG_WAITALL)
-                except OSError:
-                    return
-                if len(hdr) < 4:
-                    return
-                (n,) = struct.unpack(">i", hdr)
-                body = s.recv(n, socket.MSG_WAITALL)
-                key, ver, cid = struct.unpack(">hhi", body[:8])
-                self.requests.append((key, ver))
-                if key == 18:
-                    if self.refuse_v3 and ver == 3:
-                        v0 = build(
-                            response_class(18, 0),
-                            {
-                                "error_code": 35,
-                                "api_keys": [{"api_key": 18, "min_version": 0, "max_version": 2}],
-                            },
-                        )
-                        s.sendall(self._frame(cid, 18, 0, v0, flexible=False))
-                        continue
-                    resp = build(
-                        response_class(18, ver),
-                        {
-                            "error_code": 0,
-                            "api_keys": [
-                                {"api_key": 3, "min_version": 0, "max_version": 12},
-                                {
-                                    "api_key": 18,
-                                    "min_version": 0,
-                                    "max_version": 2 if self.refuse_v3 else 3,
-                                },
-                            ],
-                        },
-                    )
-                    s.sendall(self._frame(cid, 18, ver, resp, flexible=False))
-                elif self.silent:
-                    continue
-                elif key == 3:
-                    resp = build(
-                        response_class(3, ver),
-                        {
-                            "brokers": [{"node_id": 7, "host": "127.0.0.1", "port": self.port}],
-                            "topics": [],
-                            "cluster_id": "c",
-                            "controller_id": 7,
-                        },
-                    )
-                    s.sendall(self._frame(cid, 3, ver, resp, flexible=ver >= 9))
-
-    @staticmethod
-    def _frame(cid, key, ver, resp, flexible):
-        import io
-
-        from kio.serial import entity_writer
-
-        out = io.BytesIO()
-        out.write(struct.pack(">i", cid))
-        if flexible:
-            out.write(b"\x00")
-        entity_writer(type(resp))(out, resp)
-        data = out.getvalue()
-        return struct.pack(">i", len(data)) + data
-
-    def close(self):
-        self._stop = True
-        self.srv.close()
+def _requests(fb):
+    return [(k, v) for k, v, _ in fb.received]
 
 
 def test_client_negotiates_versions_and_reads_metadata():
@@ -215,24 +135,23 @@ def test_client_negotiates_versions_and_reads_metadata():
             cluster = c.bootstrap(timeout_ms=5000)
             assert list(cluster.brokers) == [7]
             assert c.api_version(-1, 3) == 12
-            assert fb.requests[0] == (18, 3)
-            assert fb.requests[1] == (3, 12)
+            assert _requests(fb)[:2] == [(18, 3), (3, 12)]
     finally:
         fb.close()
 
 
 def test_client_falls_back_when_api_versions_v3_is_refused():
-    fb = FakeBroker(refuse_v3=True)
+    fb = FakeBroker(handlers={18: _refuse_api_versions_v3})
     try:
         with KafkaClient(f"127.0.0.1:{fb.port}") as c:
             c.bootstrap(timeout_ms=5000)
-            assert fb.requests[:2] == [(18, 3), (18, 2)]
+            assert _requests(fb)[:2] == [(18, 3), (18, 2)]
     finally:
         fb.close()
 
 
 def test_client_request_timeout_closes_the_connection():
-    fb = FakeBroker(silent_after_api_versions=True)
+    fb = FakeBroker(handlers={3: lambda ver, req: SILENT})
     try:
         with KafkaClient(f"127.0.0.1:{fb.port}", request_timeout_ms=200) as c:
             t0 = time.monotonic()
