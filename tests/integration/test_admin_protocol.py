@@ -196,12 +196,13 @@ def test_deleted_records_stay_deleted_across_a_restart(broker, how):
 def new_leader_epoch(data_dir: Path, topic: str, epoch: int, *, truncate_to: int | None = None) -> None:
     """With the broker stopped: start ``epoch`` on partition 0 as a new leader would, with
     one record (after cutting the log at ``truncate_to``: a leader that lost a tail)."""
-    log = Log(data_dir / f"{topic}-0", LogConfig(), int(time.time() * 1000))
+    now_ms = int(time.time() * 1000)
+    log = Log(data_dir / f"{topic}-0", LogConfig(), now_ms)
     try:
         if truncate_to is not None:
             log.truncate_to(truncate_to)
         log.leader_epoch = epoch
-        log.append(build_batch([Record(b"new leader", timestamp=int(time.time() * 1000))]), 0)
+        log.append(build_batch([Record(b"new leader", timestamp=now_ms)]), now_ms)
     finally:
         log.close()
 

@@ -92,6 +92,7 @@ __all__ = [
     "check_framing",
     "compute_crc",
     "is_crc_valid",
+    "is_transactional_batch",
     "iter_batches",
     "last_offset",
     "max_timestamp",
@@ -319,6 +320,17 @@ def max_timestamp(buf, pos: int = 0) -> int:
 
 def attributes(buf, pos: int = 0) -> int:
     return _unpack_i16(buf, pos + ATTRIBUTES_OFFSET)[0]
+
+
+def is_transactional_batch(buf) -> bool:
+    """Whether ``buf`` starts with a v2 batch that has the transactional flag (Kafka's
+    ``ProduceRequest.hasTransactionalRecords`` on the first batch). Any other magic keeps
+    the flag's byte for something else and is refused by validation."""
+    return (
+        len(buf) >= HEADER_SIZE
+        and buf[MAGIC_OFFSET] == CURRENT_MAGIC
+        and bool(buf[ATTRIBUTES_OFFSET + 1] & TRANSACTIONAL_FLAG_MASK)
+    )
 
 
 def records_count(buf, pos: int = 0) -> int:

@@ -36,7 +36,7 @@ from kio.schema.errors import ErrorCode
 
 from tidegate.clock import SYSTEM_CLOCK, Clock
 from tidegate.config import BrokerConfig
-from tidegate.log.record_batch import ATTRIBUTES_OFFSET, TRANSACTIONAL_FLAG_MASK
+from tidegate.log.record_batch import is_transactional_batch
 from tidegate.log.segment import TimestampAndOffset
 from tidegate.network.request_channel import (
     PARKED,
@@ -581,11 +581,7 @@ class KafkaApis:
                 key = (topic.name, pd.index)
                 keys.append(key)
                 records = entries[key] = pd.records
-                if (
-                    records is not None
-                    and len(records) > ATTRIBUTES_OFFSET + 1
-                    and records[ATTRIBUTES_OFFSET + 1] & TRANSACTIONAL_FLAG_MASK
-                ):
+                if records is not None and is_transactional_batch(records):
                     has_transactional = True
             order.append((topic.name, keys))
 

@@ -43,10 +43,8 @@ from tidegate.log.index import AbortedTxn
 from tidegate.log.leader_epoch import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
 from tidegate.log.log import Log
 from tidegate.log.record_batch import (
-    ATTRIBUTES_OFFSET,
-    HEADER_SIZE,
-    TRANSACTIONAL_FLAG_MASK,
     RecordBatchError,
+    is_transactional_batch,
     read_header,
 )
 from tidegate.server.delayed_fetch import DelayedFetch, FetchPartitionStatus
@@ -380,7 +378,7 @@ class ReplicaManager:
         producers: set[tuple[int, int]] = set()
         transactional: list[TopicPartition] = []
         for key, records in entries.items():
-            if len(records) >= HEADER_SIZE and records[ATTRIBUTES_OFFSET + 1] & TRANSACTIONAL_FLAG_MASK:
+            if is_transactional_batch(records):
                 h = read_header(records)
                 if h.producer_id >= 0:
                     producers.add((h.producer_id, h.producer_epoch))
