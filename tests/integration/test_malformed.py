@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import random
+import select
 import socket
 import struct
 import time
@@ -32,6 +33,7 @@ from tidegate.protocol.codec import build
 from .clients import create_topic, roundtrip
 from .rawclient import (
     RawClient,
+    create_topics_body,
     decode_response,
     encode_request,
     fetch_body,
@@ -451,3 +453,47 @@ def test_well_behaved_clients_after_all_of_the_above(broker):
     confluent_round_trip(broker, "after-abuse", n=200)
     log = broker.log_text()
     assert "Traceback" not in log, log[log.find("Traceback") - 500 :][:3000]
+
+
+def test_a_createtopics_for_millions_of_partitions_is_refused_at_once(broker):
+    """The case seen: one CreateTopics asking for 4,194,560 partitions. Kafka's controller
+    refuses more than 10,000 per request (POLICY_VIOLATION) before doing any work; no
+    directory is made and other clients are served throughout."""
+    t0 = time.monotonic()
+    with connect(broker) as c:
+        resp = c.request(19, 7, create_topics_body("millions", 4_194_560))
+    assert time.monotonic() - t0 < 5
+    (t,) = resp.topics
+    assert (t.error_code, t.error_message) == (
+        ErrorCode.policy_violation, "Excessively large number of partitions per request.")
+    assert not any(broker.data_dir.glob("millions-*"))
+    assert_healthy(broker)
+
+
+def test_the_event_loop_keeps_answering_while_a_large_topic_is_created(broker):
+    """Making 2,000 partition logs (directories, files, fsyncs) runs on a worker thread:
+    ApiVersions round trips on another connection keep being answered meanwhile."""
+    with connect(broker) as creator, connect(broker) as other:
+        cid = 4242
+        creator.send_raw(frame(encode_request(19, 7, cid, build(
+            load_request_schema(19, 7), create_topics_body("large", 2_000)))))
+        answered_meanwhile = 0
+        slowest = 0.0
+        start = time.monotonic()
+        while not select.select([creator.sock], [], [], 0.02)[0]:
+            assert time.monotonic() - start < 60, "CreateTopics not answered within 60 s"
+            t0 = time.monotonic()
+            av = other.request(18, 3, {"client_software_name": "t", "client_software_version": "1"})
+            slowest = max(slowest, time.monotonic() - t0)
+            assert av.error_code == ErrorCode.none
+            answered_meanwhile += 1
+        took = time.monotonic() - start
+        print(f"2,000 partitions in {took:.2f} s; {answered_meanwhile} round trips meanwhile, "
+              f"slowest {slowest * 1000:.0f} ms")
+        creator.sock.settimeout(30)
+        got, resp = decode_response(19, 7, creator.recv_frame())
+        assert got == cid and resp.topics[0].error_code == ErrorCode.none
+        # the loop never waited for the file work (on the loop, one round trip took it all)
+        assert slowest < max(0.5, took / 4), (slowest, took)
+    assert len(list(broker.data_dir.glob("large-*"))) == 2_000
+    assert_healthy(broker)

@@ -50,7 +50,7 @@ DESCRIBE_CONFIGS, CREATE_PARTITIONS, DESCRIBE_CLUSTER = 32, 37, 60
 class Harness(CoreHarness):
     # -- conveniences -------------------------------------------------------------
     def create_topic(self, name, partitions=1, configs=None):
-        resp = self.request(
+        resp = self.request_parked(  # the logs are made on a worker thread
             CREATE_TOPICS,
             7,
             {
@@ -253,7 +253,7 @@ def test_create_topics_validate_only_creates_nothing(h):
 
 
 def test_create_topics_duplicates_in_one_request_all_fail(h):
-    resp = h.request(
+    resp = h.request_parked(
         CREATE_TOPICS,
         5,
         {"topics": [_creatable("dup"), _creatable("dup"), _creatable("ok")], "timeout": 1000},
@@ -268,7 +268,7 @@ def test_create_topics_duplicates_in_one_request_all_fail(h):
 
 
 def test_create_topics_configs_are_validated_stored_and_described(h):
-    resp = h.request(
+    resp = h.request_parked(
         CREATE_TOPICS,
         7,
         {
@@ -296,7 +296,7 @@ def test_create_topics_configs_are_validated_stored_and_described(h):
 
 def test_create_topics_replication_factor_partitions_and_existing(h):
     h.create_topic("exists")
-    resp = h.request(
+    resp = h.request_parked(
         CREATE_TOPICS,
         7,
         {
@@ -384,6 +384,7 @@ def test_produce_versions_and_multiple_partitions(h, version):
 def test_produce_acks_all_waits_for_fsync(h):
     h.create_topic("t")
     body = produce_body("t", {0: batch(b"a", b"b")}, acks=-1)
+    submitted = h.loop.submitted
     request, cid = h.park(PRODUCE, 9, body)
     plog = h.replicas.get_log("t", 0)
     assert plog.recovery_point == 0 and h.channel.response_to(request) is None
@@ -391,7 +392,7 @@ def test_produce_acks_all_waits_for_fsync(h):
     resp = h.answer(request, cid)  # the fsync round completes on the scheduler's next turn
     p = resp.responses[0].partition_responses[0]
     assert (p.error_code, p.base_offset) == (ErrorCode.none, 0)
-    assert plog.recovery_point == 2 and h.loop.submitted == 1
+    assert plog.recovery_point == 2 and h.loop.submitted == submitted + 1
 
 
 def test_produce_unknown_topic_and_partition(h):
@@ -756,7 +757,7 @@ def test_delete_wakes_a_waiting_fetch(h):
 
 def test_create_partitions(h):
     h.create_topic("cp", 1)
-    resp = h.request(
+    resp = h.request_parked(  # the new logs are made on a worker thread
         CREATE_PARTITIONS,
         3,
         {
@@ -807,6 +808,70 @@ def test_create_partitions(h):
     )
     assert resp.results[0].error_code == ErrorCode.invalid_replica_assignment
     assert h.store.get("cp").partitions == 3
+
+
+def _create_topics_body(*topics, validate_only=False):
+    return {"topics": list(topics), "timeout": 1000, "validate_only": validate_only}
+
+
+def test_create_topics_over_kafkas_partition_bound_fails_whole_and_creates_nothing(h):
+    """Kafka's controller (validateTotalNumberOfPartitions): more than 10,000 partitions in
+    one request is a POLICY_VIOLATION for every topic of it, before any is created; the
+    default partition count counts for topics that ask for -1."""
+    resp = h.request(CREATE_TOPICS, 7, _create_topics_body(
+        _creatable("huge", 4_194_560), _creatable("small", 1)))
+    assert [(t.name, t.error_code, t.error_message) for t in resp.topics] == [
+        ("huge", ErrorCode.policy_violation, "Excessively large number of partitions per request."),
+        ("small", ErrorCode.policy_violation, "Excessively large number of partitions per request."),
+    ]
+    assert h.store.get("huge") is None and h.store.get("small") is None
+    assert not any(h.root.glob("huge-*")) and h.loop.submitted == 0
+    resp = h.request(CREATE_TOPICS, 7, _create_topics_body(
+        *[_creatable(f"many{i}", 5_000) for i in range(2)], _creatable("default", -1, -1)))
+    assert {t.error_code for t in resp.topics} == {ErrorCode.policy_violation}
+    # exactly at the bound: allowed (validate_only: answered at once, nothing made)
+    resp = h.request(CREATE_TOPICS, 7, _create_topics_body(
+        *[_creatable(f"many{i}", 5_000) for i in range(2)], validate_only=True))
+    assert [t.error_code for t in resp.topics] == [ErrorCode.none, ErrorCode.none]
+
+
+def test_create_partitions_over_the_bound_fails_the_topic_that_passes_it(h):
+    h.create_topic("a", 1)
+    h.create_topic("b", 1)
+    body = {
+        "topics": [{"name": "a", "count": 9_001, "assignments": None},
+                   {"name": "b", "count": 1_002, "assignments": None}],
+        "timeout": 1000, "validate_only": True}
+    resp = h.request(CREATE_PARTITIONS, 3, body)
+    assert [(r.name, r.error_code, r.error_message) for r in resp.results] == [
+        ("a", ErrorCode.none, None),
+        ("b", ErrorCode.policy_violation, "Unable to perform excessively large batch operation."),
+    ]
+    body["topics"][0]["count"] = 21  # 20 + 1,001 new ones: within the bound
+    body["validate_only"] = False
+    resp = h.request_parked(CREATE_PARTITIONS, 3, body)
+    assert [r.error_code for r in resp.results] == [ErrorCode.none, ErrorCode.none]
+    assert (h.store.get("a").partitions, h.store.get("b").partitions) == (21, 1_002)
+
+
+def test_topic_creations_run_one_at_a_time_off_the_handler(h):
+    """The file work runs on the scheduler's worker; until it is done the topic is not
+    visible, Metadata answers LEADER_NOT_AVAILABLE instead of auto-creating it, and a
+    second CreateTopics waits its turn (then finds the topic there)."""
+    first, first_cid = h.park(CREATE_TOPICS, 7, _create_topics_body(_creatable("slow", 3)))
+    assert h.store.get("slow") is None
+    # (sent without letting the loop run: the worker's answer waits on the loop)
+    _req, outcome, cid, _released = h.send(METADATA, 12, {
+        "topics": [{"name": "slow", "topic_id": ZERO_UUID}], "allow_auto_topic_creation": True,
+        "include_cluster_authorized_operations": False, "include_topic_authorized_operations": False})
+    meta = decode_frame(METADATA, 12, response_bytes(outcome), cid)
+    assert meta.topics[0].error_code == ErrorCode.leader_not_available
+    second, second_cid = h.park(CREATE_TOPICS, 7, _create_topics_body(_creatable("slow", 3)))
+    assert h.answer(first, first_cid).topics[0].error_code == ErrorCode.none
+    again = h.answer(second, second_cid).topics[0]
+    assert (again.error_code, again.error_message) == (
+        ErrorCode.topic_already_exists, "Topic 'slow' already exists.")
+    assert h.store.get("slow").partitions == 3 and h.replicas.get_log("slow", 2) is not None
 
 
 # ---------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import os
 import uuid
+from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +36,7 @@ from tidegate.config.alter import AlterConfigError, AlterOp, apply_config_ops
 from tidegate.config.broker import BROKER_CONFIG
 from tidegate.network.request_channel import PARKED, Request
 from tidegate.server.endpoints import Endpoints
+from tidegate.server.log_manager import PreparedPartitions
 from tidegate.server.metadata import (
     BrokerConfigStore,
     InvalidTopicError,
@@ -74,6 +76,13 @@ QUORUM_HIGH_WATERMARK = 0
 ELECTION_PREFERRED = 0
 ELECTION_UNCLEAN = 1
 #: Kafka's default messages (Errors.message()) for the errors answered with them.
+#: Kafka's ReplicationControlManager.MAX_PARTITIONS_PER_BATCH: the most partitions one
+#: CreateTopics request may ask for (and, as QuorumController.MAX_RECORDS_PER_USER_OP
+#: bounds its records, one CreatePartitions request may add).
+MAX_PARTITIONS_PER_BATCH = 10_000
+#: the message of the PolicyViolationException Kafka's controller makes of an operation
+#: whose records outgrow that bound (EventHandlerExceptionInfo)
+EXCESSIVE_BATCH_MESSAGE = "Unable to perform excessively large batch operation."
 UNKNOWN_TOPIC_OR_PARTITION_MESSAGE = "This server does not host this topic-partition."
 ELECTION_NOT_NEEDED_MESSAGE = "Leader election not needed for topic partition."
 
@@ -134,34 +143,108 @@ class AdminApis:
         self.metrics: BrokerMetrics | None = None
         #: answers a parked request (KafkaApis sets it to its send_response)
         self.respond: Callable[[Request, dict | None], None] = _unset_respond
+        #: a CreateTopics/CreatePartitions whose file work is on a worker thread, and the
+        #: ones waiting for it (the controller applies them one at a time)
+        self._topic_work_busy = False
+        self._topic_work_waiting: deque[tuple[Request, Callable[[], Any]]] = deque()
 
     def _topic_by_id(self, topic_id: uuid.UUID | None) -> TopicInfo | None:
         return None if topic_id is None else self.store.get_by_id(topic_id)
 
     # -- CreateTopics -----------------------------------------------------------------
-    def handle_create_topics(self, request: Request, now_ms: int) -> dict:
+    def handle_create_topics(self, request: Request, now_ms: int) -> Any:
+        """Kafka's controller: a request asking for more than MAX_PARTITIONS_PER_BATCH
+        partitions in all fails whole (POLICY_VIOLATION); otherwise each topic is
+        validated, then the file work of the valid ones (directories, logs, fsyncs) runs
+        on a worker thread and the request is answered once it is done. Topic creations
+        run one request at a time, as the controller's event queue does."""
         req = request.body
-        results = []
+        total = _requested_partitions(req.topics, self.config.get("num.partitions"))
+        if total > MAX_PARTITIONS_PER_BATCH:
+            log.info("CreateTopics refused: %d partitions in one request (at most %d)",
+                     total, MAX_PARTITIONS_PER_BATCH)
+            message = "Excessively large number of partitions per request."
+            return {"throttle_time": 0, "topics": [
+                _create_failure(t.name, ErrorCode.policy_violation, message) for t in req.topics]}
+        return self._in_turn(request, lambda: self._create_topics(request))
+
+    def _create_topics(self, request: Request) -> Any:
+        req = request.body
         seen: dict[str, int] = {}
         for t in req.topics:
             seen[t.name] = seen.get(t.name, 0) + 1
+        results: list[dict | None] = []
+        plans: list[tuple[int, str, int, dict[str, str]]] = []
         for t in req.topics:
-            results.append(self._create_one(t, req.validate_only, seen[t.name] > 1))
-        return {"throttle_time": 0, "topics": results}
+            outcome = self._validate_creatable(t, seen[t.name] > 1)
+            if isinstance(outcome, dict):
+                results.append(outcome)
+            elif req.validate_only:
+                results.append(self._created(t.name, ZERO_UUID, *outcome))
+            else:
+                plans.append((len(results), t.name, *outcome))
+                results.append(None)
+        if not plans:
+            return {"throttle_time": 0, "topics": results}
+        self._topic_work_busy = True
+        self.logs.creating.update(name for _index, name, _partitions, _configs in plans)
 
-    def _create_one(self, t: Any, validate_only: bool, duplicate: bool) -> dict:
+        def work() -> list[PreparedPartitions | OSError]:
+            done: list[PreparedPartitions | OSError] = []
+            for _index, name, partitions, configs in plans:
+                try:
+                    done.append(self.logs.prepare_topic(name, partitions, configs))
+                except OSError as exc:
+                    done.append(exc)
+            return done
+
+        def on_done(prepared: list[PreparedPartitions | OSError] | None, exc: BaseException | None) -> None:
+            try:
+                for n, (index, name, partitions, configs) in enumerate(plans):
+                    outcome = exc if prepared is None else prepared[n]
+                    if isinstance(outcome, PreparedPartitions):
+                        try:
+                            info = self.logs.commit_topic(outcome)
+                        except OSError as error:
+                            outcome = error
+                        else:
+                            log.info("created topic %s (%d partitions, configs %s)",
+                                     name, partitions, configs)
+                            results[index] = self._created(name, info.topic_id, partitions, configs)
+                            continue
+                    log.error("could not create topic %s: %s", name, outcome)
+                    results[index] = _create_failure(
+                        name, ErrorCode.kafka_storage_error, f"could not create the topic's logs: {outcome}")
+                self.respond(request, {"throttle_time": 0, "topics": results})
+            finally:
+                self.logs.creating.difference_update(name for _index, name, _partitions, _configs in plans)
+                self._topic_work_finished()
+
+        self.replicas.scheduler.submit(work, on_done)
+        return PARKED
+
+    def _in_turn(self, request: Request, work: Callable[[], Any]) -> Any:
+        """Run ``work`` (a topic creation or partition addition) now, or after the one in
+        progress: the controller applies such requests one at a time."""
+        if self._topic_work_busy:
+            self._topic_work_waiting.append((request, work))
+            return PARKED
+        return work()
+
+    def _topic_work_finished(self) -> None:
+        self._topic_work_busy = False
+        while self._topic_work_waiting and not self._topic_work_busy:
+            request, work = self._topic_work_waiting.popleft()
+            outcome = work()
+            if outcome is not PARKED:
+                self.respond(request, outcome)
+
+    def _validate_creatable(self, t: Any, duplicate: bool) -> dict | tuple[int, dict[str, str]]:
+        """A creatable topic's failure (a response entry), or its (partitions, configs)."""
         name = t.name
 
         def fail(code: ErrorCode, message: str) -> dict:
-            return {
-                "name": name,
-                "topic_id": ZERO_UUID,
-                "error_code": code,
-                "error_message": message,
-                "num_partitions": -1,
-                "replication_factor": -1,
-                "configs": None,
-            }
+            return _create_failure(name, code, message)
 
         if duplicate:
             return fail(ErrorCode.invalid_request, f"Duplicate topic name {name} in the request")
@@ -212,16 +295,9 @@ class AdminApis:
             configs = validate_topic_configs({c.name: c.value for c in t.configs or ()})
         except ConfigError as exc:
             return fail(ErrorCode.invalid_config, str(exc))
-        if validate_only:
-            topic_id = ZERO_UUID
-        else:
-            try:
-                info = self.logs.create_topic(name, partitions, configs)
-            except OSError as exc:
-                log.error("could not create topic %s: %s", name, exc)
-                return fail(ErrorCode.kafka_storage_error, f"could not create the topic's logs: {exc}")
-            topic_id = info.topic_id
-            log.info("created topic %s (%d partitions, configs %s)", name, partitions, configs)
+        return partitions, configs
+
+    def _created(self, name: str, topic_id: uuid.UUID, partitions: int, configs: dict[str, str]) -> dict:
         described = [
             {
                 "name": e.name,
@@ -290,9 +366,17 @@ class AdminApis:
 
 
     # -- CreatePartitions ------------------------------------------------------------------
-    def handle_create_partitions(self, request: Request, now_ms: int) -> dict:
+    def handle_create_partitions(self, request: Request, now_ms: int) -> Any:
+        return self._in_turn(request, lambda: self._create_partitions(request))
+
+    def _create_partitions(self, request: Request) -> Any:
+        """Validated on the loop; the new partitions' file work runs on a worker thread.
+        As the controller's bounded record list, the new partitions of one request may
+        number at most MAX_PARTITIONS_PER_BATCH: the topic that would pass it fails."""
         req = request.body
-        results = []
+        results: list[dict] = []
+        plans: list[tuple[dict, str, int, int]] = []
+        budget = MAX_PARTITIONS_PER_BATCH
         for t in req.topics:
             info = self.store.get(t.name)
             result = {"name": t.name, "error_code": ErrorCode.none, "error_message": None}
@@ -316,16 +400,51 @@ class AdminApis:
                 result["error_code"] = ErrorCode.invalid_replica_assignment
                 result["error_message"] = f"assignments must name only broker {self.node_id}"
                 continue
+            added = t.count - info.partitions
+            if added > budget:
+                log.info("CreatePartitions refused for %s: %d new partitions (at most %d per request)",
+                         t.name, added, MAX_PARTITIONS_PER_BATCH)
+                result["error_code"] = ErrorCode.policy_violation
+                result["error_message"] = EXCESSIVE_BATCH_MESSAGE
+                continue
+            budget -= added
             if not req.validate_only:
+                plans.append((result, t.name, info.partitions, t.count))
+        body = {"throttle_time": 0, "results": results}
+        if not plans:
+            return body
+        self._topic_work_busy = True
+
+        def work() -> list[PreparedPartitions | OSError]:
+            done: list[PreparedPartitions | OSError] = []
+            for _result, name, _old, count in plans:
                 try:
-                    self.logs.add_partitions(t.name, t.count)
+                    done.append(self.logs.prepare_partitions(name, count))
                 except OSError as exc:
-                    log.error("could not add partitions to %s: %s", t.name, exc)
+                    done.append(exc)
+            return done
+
+        def on_done(prepared: list[PreparedPartitions | OSError] | None, exc: BaseException | None) -> None:
+            try:
+                for n, (result, name, _old, count) in enumerate(plans):
+                    outcome = exc if prepared is None else prepared[n]
+                    if isinstance(outcome, PreparedPartitions):
+                        try:
+                            self.logs.commit_partitions(outcome)
+                        except OSError as error:
+                            outcome = error
+                        else:
+                            log.info("topic %s now has %d partitions", name, count)
+                            continue
+                    log.error("could not add partitions to %s: %s", name, outcome)
                     result["error_code"] = ErrorCode.kafka_storage_error
-                    result["error_message"] = f"could not create the new partitions' logs: {exc}"
-                    continue
-                log.info("topic %s now has %d partitions", t.name, t.count)
-        return {"throttle_time": 0, "results": results}
+                    result["error_message"] = f"could not create the new partitions' logs: {outcome}"
+                self.respond(request, body)
+            finally:
+                self._topic_work_finished()
+
+        self.replicas.scheduler.submit(work, on_done)
+        return PARKED
 
     # -- DescribeConfigs ----------------------------------------------------------------------
     def handle_describe_configs(self, request: Request, now_ms: int) -> dict:
@@ -1051,6 +1170,32 @@ def _is_int(text: str) -> bool:
     """Whether Java's ``Integer.parseInt`` reads ``text`` (an optional sign, digits)."""
     digits = text[1:] if text[:1] in "+-" else text
     return digits.isascii() and digits.isdigit() and -(2**31) <= int(text) < 2**31
+
+
+def _requested_partitions(topics: Any, default_partitions: int) -> int:
+    """Kafka's ``validateTotalNumberOfPartitions``: an upper bound of the partitions a
+    CreateTopics request would create."""
+    total = 0
+    for t in topics:
+        if t.assignments:
+            total += len(t.assignments)
+        elif t.num_partitions == -1:
+            total += default_partitions
+        elif t.num_partitions > 0:
+            total += t.num_partitions
+    return total
+
+
+def _create_failure(name: str, code: ErrorCode, message: str | None) -> dict:
+    return {
+        "name": name,
+        "topic_id": ZERO_UUID,
+        "error_code": code,
+        "error_message": message,
+        "num_partitions": -1,
+        "replication_factor": -1,
+        "configs": None,
+    }
 
 
 def _unset_respond(request: Request, values: dict | None) -> None:

@@ -555,6 +555,9 @@ class KafkaApis:
             validate_topic_name(name)
         except InvalidTopicError:
             return {"error_code": ErrorCode.invalid_topic_exception, "name": name, "partitions": []}
+        if name in self.logs.creating:  # a CreateTopics is making it: not ready yet
+            return {"error_code": ErrorCode.leader_not_available, "name": name, "topic_id": ZERO_UUID,
+                    "partitions": []}
         if allow_auto and self.config.get("auto.create.topics.enable"):
             try:
                 info = self.logs.create_topic(name, self.config.get("num.partitions"), {})

@@ -23,6 +23,7 @@ import os
 import shutil
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -58,6 +59,18 @@ def _read_topic_id(directory: Path) -> uuid.UUID | None:
     return None
 
 
+@dataclass(slots=True)
+class PreparedPartitions:
+    """Partition logs opened for a topic (or new partitions of one) but not yet
+    registered: the result of the file work a worker thread does for CreateTopics and
+    CreatePartitions."""
+
+    info: TopicInfo
+    start: int
+    end: int
+    logs: dict[TopicPartition, Log]
+
+
 class LogManager:
     def __init__(
         self,
@@ -74,6 +87,8 @@ class LogManager:
         #: where checkpoint writes run (a worker thread); None writes them inline
         self.scheduler = scheduler
         self.logs: dict[TopicPartition, Log] = {}
+        #: topics whose creation is under way on a worker thread (not in the store yet)
+        self.creating: set[str] = set()
         self._lso_writer = CheckpointWriter(LOG_START_OFFSET_CHECKPOINT_FILE)
         #: the log start offsets read at load, handed to the logs as they open
         self._loaded_log_start_offsets: dict[TopicPartition, int] = {}
@@ -123,50 +138,92 @@ class LogManager:
                 )
 
     def _open_partitions(self, info: TopicInfo, start: int, end: int) -> None:
+        self.logs.update(self._open_logs(info, start, end))
+
+    def _open_logs(self, info: TopicInfo, start: int, end: int) -> dict[TopicPartition, Log]:
+        """Create (or open) the directories and logs of partitions ``start..end-1``
+        without registering them: safe on a worker thread (it reads only the topic, the
+        configs and the loaded start offsets)."""
         config = self.log_config_for(info)
         now = self.now_ms()
+        opened: dict[TopicPartition, Log] = {}
         for p in range(start, end):
             directory = partition_dir(self.root, info.name, p)
             directory.mkdir(parents=True, exist_ok=True)
             meta = directory / PARTITION_METADATA
             if not meta.exists():
                 write_atomically(meta, f"version: 0\ntopic_id: {info.topic_id}\n".encode())
-            self.logs[(info.name, p)] = Log(
+            opened[(info.name, p)] = Log(
                 directory, config, now,
                 log_start_offset=self._loaded_log_start_offsets.get((info.name, p)),
             )  # fmt: skip
+        return opened
 
     def create_topic(self, name: str, partitions: int, configs: dict[str, str]) -> TopicInfo:
         """Open every partition log first, then persist the topic: all or nothing.
 
         If a log cannot be opened (no disk space, out of file descriptors) the
         logs opened so far are deleted and the topic is not stored, so a failed
-        create never leaves a topic with missing partitions behind.
+        create never leaves a topic with missing partitions behind. This runs the
+        file work inline; CreateTopics requests use :meth:`prepare_topic` on a worker
+        thread and :meth:`commit_topic` on the loop instead.
         """
+        return self.commit_topic(self.prepare_topic(name, partitions, configs))
+
+    def prepare_topic(self, name: str, partitions: int, configs: dict[str, str]) -> PreparedPartitions:
+        """The file work of creating a topic (every partition's directory and log), safe
+        on a worker thread; nothing is visible until :meth:`commit_topic`. On an error the
+        directories made so far are removed and the error raised."""
         info = TopicInfo(name, uuid.uuid4(), partitions, dict(configs))
-        self._open_or_roll_back(info, 0, partitions)
+        return PreparedPartitions(info, 0, partitions, self._open_logs_or_roll_back(info, 0, partitions))
+
+    def commit_topic(self, prepared: PreparedPartitions) -> TopicInfo:
+        """Register prepared logs and persist the topic (on the loop)."""
+        info = prepared.info
+        self.logs.update(prepared.logs)
         try:
             return self.store.add(info)
         except BaseException:
-            self._drop_partitions(name, 0, partitions)
+            self._drop_partitions(info.name, 0, info.partitions)
             raise
 
     def add_partitions(self, name: str, count: int) -> None:
+        self.commit_partitions(self.prepare_partitions(name, count))
+
+    def prepare_partitions(self, name: str, count: int) -> PreparedPartitions:
+        """The file work of growing ``name`` to ``count`` partitions (worker-thread safe)."""
         info = self.store.topics[name]
         old = info.partitions
-        self._open_or_roll_back(info, old, count)
+        return PreparedPartitions(info, old, count, self._open_logs_or_roll_back(info, old, count))
+
+    def commit_partitions(self, prepared: PreparedPartitions) -> None:
+        name, old, count = prepared.info.name, prepared.start, prepared.end
+        self.logs.update(prepared.logs)
         try:
             self.store.set_partitions(name, count)
         except BaseException:
             self._drop_partitions(name, old, count)
             raise
 
-    def _open_or_roll_back(self, info: TopicInfo, start: int, end: int) -> None:
+    def _open_logs_or_roll_back(self, info: TopicInfo, start: int, end: int) -> dict[TopicPartition, Log]:
         try:
-            self._open_partitions(info, start, end)
+            return self._open_logs(info, start, end)
         except BaseException:
-            self._drop_partitions(info.name, start, end)
+            self._remove_partition_dirs(info.name, start, end)
             raise
+
+    def _remove_partition_dirs(self, name: str, start: int, end: int) -> None:
+        for p in range(start, end):
+            shutil.rmtree(partition_dir(self.root, name, p), ignore_errors=True)
+
+    def discard(self, prepared: PreparedPartitions) -> None:
+        """Close and remove prepared logs that will not be committed."""
+        for plog in prepared.logs.values():
+            try:
+                plog.close()
+            except Exception:
+                log.exception("error closing a discarded log of %s", prepared.info.name)
+        self._remove_partition_dirs(prepared.info.name, prepared.start, prepared.end)
 
     def _drop_partitions(self, name: str, start: int, end: int) -> None:
         for p in range(start, end):
@@ -176,7 +233,7 @@ class LogManager:
                     plog.delete()
                 except Exception:
                     log.exception("error removing partition %s-%d", name, p)
-            shutil.rmtree(partition_dir(self.root, name, p), ignore_errors=True)
+        self._remove_partition_dirs(name, start, end)
 
     def delete_topic(self, name: str) -> TopicInfo:
         info = self.store.delete(name)
