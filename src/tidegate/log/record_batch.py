@@ -327,7 +327,8 @@ def is_transactional_batch(buf) -> bool:
     ``ProduceRequest.hasTransactionalRecords`` on the first batch). Any other magic keeps
     the flag's byte for something else and is refused by validation."""
     return (
-        len(buf) >= HEADER_SIZE
+        buf is not None  # a null record set (Produce allows it; the append refuses it)
+        and len(buf) >= HEADER_SIZE
         and buf[MAGIC_OFFSET] == CURRENT_MAGIC
         and bool(buf[ATTRIBUTES_OFFSET + 1] & TRANSACTIONAL_FLAG_MASK)
     )

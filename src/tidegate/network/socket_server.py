@@ -23,6 +23,7 @@ import itertools
 import logging
 import random
 import socket
+import struct
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -234,7 +235,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
             outcome = server.processor.handle(request, clock.wall_milliseconds())
         except Exception:
             request.release_buffer()
-            log.exception("error processing a request from %s; closing the connection", self._peer())
+            key, version = (struct.unpack_from(">hh", payload) if len(payload) >= 4 else (None, None))
+            log.exception("error processing a request (api_key=%s v%s) from %s; closing the connection",
+                          key, version, self._peer())
             self.close()
             return
         if timing is not None:

@@ -28,6 +28,7 @@ from kio.static.protocol import RequestPayload, ResponsePayload
 from tidegate.errors import UnsupportedVersionError
 from tidegate.protocol.apis import SUPPORTED_APIS
 from tidegate.protocol.produce_fast import decode_produce
+from tidegate.protocol.size_check import check_sizes
 
 _I16_I16_I32 = struct.Struct(">hhi")
 _I32 = struct.Struct(">i")
@@ -71,10 +72,10 @@ class RequestHeader:
 
 
 @cache
-def _request_reader(api_key: int, version: int) -> tuple[Any, Any, bool]:
+def _request_reader(api_key: int, version: int) -> tuple[Any, Any, bool, Any]:
     cls = load_request_schema(api_key, version)
     flexible = bool(cls.__flexible__)
-    return entity_reader(cls.__header_schema__), entity_reader(cls), flexible
+    return entity_reader(cls.__header_schema__), entity_reader(cls), flexible, cls
 
 
 def peek_header(buf: Any) -> tuple[int, int, int]:
@@ -103,10 +104,13 @@ def decode_request(buf: Any) -> tuple[RequestHeader, Any]:
         except (ValueError, UnicodeDecodeError) as exc:
             raise InvalidRequestError(f"cannot decode api_key=0 v{api_version}: {exc}") from exc
         return RequestHeader(0, api_version, correlation_id, client_id, api_version >= 9), body
-    header_reader, body_reader, flexible = _request_reader(api_key, api_version)
+    header_reader, body_reader, flexible, cls = _request_reader(api_key, api_version)
     if not isinstance(buf, bytes):
         buf = memoryview(buf).toreadonly()  # kio reads only from read-only buffers
     try:
+        # kio allocates an array from its length prefix before reading it: refuse a
+        # length the request cannot hold first, as Kafka's generated readers do
+        check_sizes(cls.__header_schema__, cls, buf)
         kio_header, offset = header_reader(buf, 0)
         body, _size = body_reader(buf, offset)
     except Exception as exc:  # kio raises a variety of errors on garbage

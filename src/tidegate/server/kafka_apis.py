@@ -515,6 +515,17 @@ class KafkaApis:
             # null (v1+) or empty (v0) means every topic, internal ones included, as
             # Kafka's metadata cache lists them (is_internal tells them apart)
             topics_out = [self._topic_metadata(info) for info in self.store.topics.values()]
+        elif version < 12 and any(t.name is None or getattr(t, "topic_id", None) not in (None, ZERO_UUID)
+                                  for t in req.topics):
+            # KafkaApis: "Topic name can not be null for version" / "Topic IDs are not
+            # supported in requests for version" (v10, v11), answered by the request's
+            # getErrorResponse: each topic INVALID_REQUEST, a null name as ""
+            log.info("Metadata v%d with a null topic name or a topic id: INVALID_REQUEST", version)
+            return {"throttle_time": 0, "brokers": [], "cluster_id": None, "controller_id": -1,
+                    "cluster_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+                    "topics": [{"error_code": ErrorCode.invalid_request, "name": t.name or "",
+                                "topic_id": getattr(t, "topic_id", None) or ZERO_UUID,
+                                "partitions": []} for t in req.topics]}
         else:
             allow_auto = getattr(req, "allow_auto_topic_creation", True)
             for t in req.topics:

@@ -45,7 +45,7 @@ class SecurityApis:
         ) else requester
         body: dict[str, Any] = {
             "throttle_time": 0,
-            "principal_type": owner[0],
+            "principal_type": owner[0] or "",  # a null owner type: refused below
             "principal_name": owner[1],
             "token_requester_principal_type": requester[0],
             "token_requester_principal_name": requester[1],
@@ -56,7 +56,7 @@ class SecurityApis:
             # CreateDelegationTokenResponse.prepareResponse: timestamps -1
             body.update(error_code=ErrorCode.delegation_token_request_not_allowed,
                         issue_timestamp=-1, expiry_timestamp=-1, max_timestamp=-1)
-        elif any(r.principal_type != USER_TYPE for r in req.renewers):
+        elif owner[0] != USER_TYPE or any(r.principal_type != USER_TYPE for r in req.renewers):
             body.update(error_code=ErrorCode.invalid_principal_type,
                         issue_timestamp=-1, expiry_timestamp=-1, max_timestamp=-1)
         else:
