@@ -274,6 +274,7 @@ class KafkaApis:
             request.release_buffer()  # fully decoded: its bytes are not needed
         denied = self.authorization.authorize(request)
         if denied is not None:
+            request.release_buffer()  # Produce: nothing is appended
             return self._respond(request, None if denied is NO_RESPONSE else denied)
         self._current = request
         self._current_response = None
