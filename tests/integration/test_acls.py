@@ -127,7 +127,7 @@ def test_deny_beats_allow_with_kafka_python_over_sasl_ssl(broker, pki):
         ResourcePatternFilter,
     )
     from kafka.admin import ResourceType as KRT
-    from kafka.errors import TopicAuthorizationFailedError
+    from kafka.errors import NoError, TopicAuthorizationFailedError
 
     prefix = name("ledger-")
     open_topic, locked = prefix + "open", prefix + "locked"
@@ -147,6 +147,7 @@ def test_deny_beats_allow_with_kafka_python_over_sasl_ssl(broker, pki):
             resource_pattern=ResourcePatternFilter(KRT.TOPIC, locked, ACLResourcePatternType.MATCH)))
         assert {(a.permission_type, a.resource_pattern.resource_name) for a in found} == {
             (ACLPermissionType.ALLOW, prefix), (ACLPermissionType.DENY, locked)}
+        assert error is NoError
     finally:
         ka.close()
     producer = KafkaProducer(**kp_conf(broker, "bob", pki), retries=0, max_block_ms=10_000)
@@ -175,7 +176,13 @@ def test_super_user_and_metadata_hides_unauthorized_topics(broker, pki):
 
 
 def test_acl_admin_apis_need_cluster_alter_and_describe(broker, pki):
-    from kafka.admin import ACLFilter, ACLOperation, ACLPermissionType, KafkaAdminClient, ResourcePatternFilter
+    from kafka.admin import (
+        ACLFilter,
+        ACLOperation,
+        ACLPermissionType,
+        KafkaAdminClient,
+        ResourcePatternFilter,
+    )
     from kafka.admin import ACLResourcePatternType as Pat
     from kafka.admin import ResourceType as KRT
     from kafka.errors import ClusterAuthorizationFailedError
@@ -261,7 +268,8 @@ def test_transactional_id_needs_write(broker):
 
 def test_aiokafka_producer_consumer_and_admin_with_acls(broker):
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-    from aiokafka.admin import AIOKafkaAdminClient, NewTopic as AioNewTopic
+    from aiokafka.admin import AIOKafkaAdminClient
+    from aiokafka.admin import NewTopic as AioNewTopic
     from aiokafka.errors import TopicAuthorizationFailedError
 
     topic, group = name("aio-"), name("aio-group-")
