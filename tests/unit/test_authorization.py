@@ -304,7 +304,7 @@ def test_denials_are_counted_by_api(h):
     metadata(h, ALICE, ["t"])
     metadata(h, ALICE, ["t"])
     add_acls(h, creation("User:x", Op.READ, "t"), as_=ALICE)
-    assert h.core.authorizer.denied_by_api == {"METADATA": 2, "CREATE_ACLS": 1}
+    assert h.core.authorizer.denied_by_api == {"Metadata": 2, "CreateAcls": 1}
 
 
 def test_ssl_principal_from_the_certificate_dn_through_the_mapping_rules(tmp_path):
@@ -326,3 +326,17 @@ def test_host_of_the_acl_is_compared_with_the_client_address(h):
     add_acls(h, creation("User:alice", Op.DESCRIBE, "t", host="10.0.0.7"))
     assert [t.name for t in metadata(h, ctx("alice", address="10.0.0.7")).topics] == ["t"]
     assert metadata(h, ctx("alice", address="10.0.0.8")).topics == ()
+
+
+def test_authorizer_metrics(h):
+    from tidegate.metrics.prometheus import BrokerMetrics
+
+    create_topic(h, "t")
+    add_acls(h, creation("User:alice", Op.READ, "t"))
+    metadata(h, BOB, ["t"])
+    metrics = BrokerMetrics()
+    metrics.register_authorizer(h.core.authorizer)
+    text = metrics.exposition().decode()
+    assert "kafka_security_authorizer_metrics_acls_total_count 1.0" in text
+    assert 'kafka_security_authorizer_metrics_authorization_denied_by_api_total{request="Metadata"} 1.0' in text
+    assert "kafka_security_authorizer_metrics_authorization_denied_total 1.0" in text

@@ -32,7 +32,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode as E
 
 from tidegate.network.request_channel import Request, RequestContext
-from tidegate.protocol.apis import ApiKey
+from tidegate.protocol.apis import ApiKey, api_name
 from tidegate.security.authorizer.acl import (
     CLUSTER_NAME,
     AclOperation,
@@ -148,7 +148,7 @@ class AuthorizationStep:
             self.authorizer,
             self.principal(ctx),
             java_host_address(ctx.client_address),
-            ApiKey(request.header.api_key).name,
+            api_name(request.header.api_key),
         )
 
     def authorize(self, request: Request) -> dict | None:
