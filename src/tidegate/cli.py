@@ -741,9 +741,9 @@ def acls(
             return
         wanted: list[tuple[ResourceType, str | None]] = list(resources) or [(ResourceType.ANY, None)]
         seen: dict[Any, None] = {}
-        for rtype, name in wanted:
+        for wtype, wname in wanted:
             for p in principals or (None,):
-                f = AclBindingFilter(rtype, name, pattern, p, None, AclOperation.ANY, AclPermissionType.ANY)
+                f = AclBindingFilter(wtype, wname, pattern, p, None, AclOperation.ANY, AclPermissionType.ANY)
                 for acl in describe_acls(client, f):
                     seen[acl] = None
         _print_acls(list(seen), "Current ACLs for resource")
