@@ -325,3 +325,48 @@ def test_acls_survive_a_restart_and_removal_applies_live(broker_factory, tmp_pat
     assert len(deleted.result(15)) == 1
     assert client.describe_acls(everything).result(15) == []
     assert produce_errors(conf(b, "alice"), topic) == {topic: KafkaError.TOPIC_AUTHORIZATION_FAILED}
+
+
+def test_tidegate_acls_cli_with_command_config_over_sasl_ssl(broker, pki, tmp_path):
+    """`tidegate acls` (kafka-acls.sh) adds, lists and removes ACLs; alice's access
+    follows at once."""
+    import subprocess
+    import sys
+
+    props = tmp_path / "admin.properties"
+    props.write_text(
+        "security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-256\n"
+        f"ssl.truststore.location={pki['ca']}\n"
+        "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required \\\n"
+        f'    username="admin" password="{USERS3["admin"]}";\n'
+    )
+
+    def acls(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "tidegate", "acls", "--bootstrap-server", broker.listener("SASL_SSL"),
+             "--command-config", str(props), *args],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+
+    prefix = name("cli-")
+    topic = prefix + "x"
+    create_topics(broker, topic)
+    r = acls("--add", "--allow-principal", "User:alice", "--operation", "Write", "--operation", "Describe",
+             "--topic", prefix, "--resource-pattern-type", "prefixed")
+    assert r.returncode == 0, r.stderr
+    assert f"ResourcePattern(resourceType=TOPIC, name={prefix}, patternType=PREFIXED)" in r.stdout
+    assert "(principal=User:alice, host=*, operation=WRITE, permissionType=ALLOW)" in r.stdout
+    assert produce_errors(conf(broker, "alice"), topic) == {topic: None}
+    r = acls("--list", "--topic", topic, "--resource-pattern-type", "match")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.count("principal=User:alice") == 2
+    r = acls("--remove", "--force", "--topic", prefix, "--resource-pattern-type", "prefixed")
+    assert r.returncode == 0, r.stderr
+    assert "Removed ACLs" in r.stdout
+    assert produce_errors(conf(broker, "alice"), topic) == {topic: KafkaError.TOPIC_AUTHORIZATION_FAILED}
+    # a user without CLUSTER ALTER is refused with Kafka's error
+    props.write_text(props.read_text().replace(USERS3["admin"], USERS3["bob"]).replace('"admin"', '"bob"'))
+    r = acls("--add", "--allow-principal", "User:bob", "--topic", "*")
+    assert r.returncode == 1 and "CLUSTER_AUTHORIZATION_FAILED" in r.stderr
+    r = acls("--add", "--topic", "t")
+    assert r.returncode == 2 and "--allow-principal" in r.stderr
