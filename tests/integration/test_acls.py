@@ -364,6 +364,13 @@ def test_tidegate_acls_cli_with_command_config_over_sasl_ssl(broker, pki, tmp_pa
     assert r.returncode == 0, r.stderr
     assert "Removed ACLs" in r.stdout
     assert produce_errors(conf(broker, "alice"), topic) == {topic: KafkaError.TOPIC_AUTHORIZATION_FAILED}
+    group = name("cli-group-")
+    r = acls("--add", "--allow-principal", "User:bob", "--consumer", "--topic", topic, "--group", group)
+    assert r.returncode == 0, r.stderr
+    r = acls("--list", "--principal", "User:bob", "--topic", topic, "--group", group)
+    assert r.returncode == 0, r.stderr
+    assert sorted(line.split("operation=")[1].split(",")[0] for line in r.stdout.splitlines()
+                  if "principal=User:bob" in line) == ["DESCRIBE", "READ", "READ"]
     # a user without CLUSTER ALTER is refused with Kafka's error
     props.write_text(props.read_text().replace(USERS3["admin"], USERS3["bob"]).replace('"admin"', '"bob"'))
     r = acls("--add", "--allow-principal", "User:bob", "--topic", "*")

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tidegate.errors import BrokerResponseError
+from tidegate.protocol.apis import ApiKey
 from tidegate.security.authorizer.acl import (
     AclBinding,
     AclBindingFilter,
@@ -24,7 +25,6 @@ from tidegate.security.authorizer.acl import (
     PatternType,
     ResourceType,
 )
-from tidegate.protocol.apis import ApiKey
 
 from .client import KafkaClient
 
