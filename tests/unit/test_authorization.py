@@ -340,3 +340,88 @@ def test_authorizer_metrics(h):
     assert "kafka_security_authorizer_metrics_acls_total_count 1.0" in text
     assert 'kafka_security_authorizer_metrics_authorization_denied_by_api_total{request="Metadata"} 1.0' in text
     assert "kafka_security_authorizer_metrics_authorization_denied_total 1.0" in text
+
+
+GROUP_BODY = {
+    "group_id": "g", "session_timeout": 10000, "rebalance_timeout": 10000, "member_id": "m",
+    "group_instance_id": None, "protocol_type": "consumer", "protocols": [{"name": "range", "metadata": b""}],
+    "reason": None, "generation_id": 1, "protocol_name": "range", "assignments": [],
+    "members": [{"member_id": "m", "group_instance_id": None, "reason": None}],
+}
+
+
+@pytest.mark.parametrize("key", [ApiKey.JOIN_GROUP, ApiKey.SYNC_GROUP, ApiKey.HEARTBEAT, ApiKey.LEAVE_GROUP])
+def test_group_denials_encode_at_every_version(h, key):
+    r = SUPPORTED_APIS[key]
+    for version in range(r.min_version, r.max_version + 1):
+        assert h.request(key, version, GROUP_BODY, ctx=ALICE).error_code == E.group_authorization_failed, version
+
+
+def test_find_coordinator_and_offset_apis_denials_at_every_version(h):
+    create_topic(h, "t")
+    r = SUPPORTED_APIS[ApiKey.FIND_COORDINATOR]
+    for version in range(r.min_version, r.max_version + 1):
+        body = {"key": "g", "key_type": 0, "coordinator_keys": ["g"]}
+        resp = h.request(ApiKey.FIND_COORDINATOR, version, body, ctx=ALICE)
+        error = resp.coordinators[0].error_code if version >= 4 else resp.error_code
+        assert error == E.group_authorization_failed, version
+    commit = {"group_id": "g", "generation_id_or_member_epoch": -1, "member_id": "", "group_instance_id": None,
+              "retention_time": -1,
+              "topics": [{"name": "t", "partitions": [{"partition_index": 0, "committed_offset": 0,
+                                                       "committed_leader_epoch": -1, "committed_metadata": "",
+                                                       "commit_timestamp": -1}]}]}
+    r = SUPPORTED_APIS[ApiKey.OFFSET_COMMIT]
+    for version in range(r.min_version, r.max_version + 1):
+        resp = h.request(ApiKey.OFFSET_COMMIT, version, commit, ctx=ALICE)
+        assert resp.topics[0].partitions[0].error_code == E.group_authorization_failed, version
+    r = SUPPORTED_APIS[ApiKey.OFFSET_FETCH]
+    for version in range(r.min_version, r.max_version + 1):
+        body = {"group_id": "g", "topics": [{"name": "t", "partition_indexes": [0]}], "require_stable": False,
+                "groups": [{"group_id": "g", "member_id": None, "member_epoch": -1,
+                            "topics": [{"name": "t", "partition_indexes": [0]}]}]}
+        resp = h.request(ApiKey.OFFSET_FETCH, version, body, ctx=ALICE)
+        if version >= 8:
+            assert resp.groups[0].error_code == E.group_authorization_failed
+        elif version >= 2:
+            assert resp.error_code == E.group_authorization_failed, version
+    r = SUPPORTED_APIS[ApiKey.DESCRIBE_GROUPS]
+    for version in range(r.min_version, r.max_version + 1):
+        resp = h.request(ApiKey.DESCRIBE_GROUPS, version, {"groups": ["g"], "include_authorized_operations": True},
+                         ctx=ALICE)
+        assert resp.groups[0].error_code == E.group_authorization_failed, version
+
+
+@pytest.mark.parametrize("key", [ApiKey.PRODUCE, ApiKey.LIST_OFFSETS, ApiKey.METADATA, ApiKey.CREATE_TOPICS,
+                                 ApiKey.DELETE_TOPICS, ApiKey.INIT_PRODUCER_ID, ApiKey.END_TXN,
+                                 ApiKey.ADD_OFFSETS_TO_TXN, ApiKey.DESCRIBE_CONFIGS, ApiKey.CREATE_ACLS,
+                                 ApiKey.DESCRIBE_ACLS, ApiKey.DELETE_ACLS, ApiKey.DESCRIBE_LOG_DIRS])
+def test_denials_encode_at_every_version(h, key):
+    """Every version's denial answer encodes (a field missing before some version is dropped)."""
+    create_topic(h, "t")
+    bodies = {
+        ApiKey.PRODUCE: dict(produce_body("t", {0: batch(b"x")}), acks=1),
+        ApiKey.LIST_OFFSETS: {"replica_id": -1, "isolation_level": 0, "timeout": 1000, "topics": [
+            {"name": "t", "partitions": [{"partition_index": 0, "current_leader_epoch": -1, "timestamp": -1,
+                                          "max_num_offsets": 1}]}]},
+        ApiKey.METADATA: {"topics": [{"name": "t"}], "allow_auto_topic_creation": False,
+                          "include_cluster_authorized_operations": True, "include_topic_authorized_operations": True},
+        ApiKey.CREATE_TOPICS: create_topics_body("new"),
+        ApiKey.DELETE_TOPICS: {"topic_names": ["t"], "topics": [{"name": "t", "topic_id": None}], "timeout": 1000},
+        ApiKey.INIT_PRODUCER_ID: {"transactional_id": "x", "transaction_timeout": 1000, "producer_id": -1,
+                                  "producer_epoch": -1},
+        ApiKey.END_TXN: {"transactional_id": "x", "producer_id": 1, "producer_epoch": 0, "committed": True},
+        ApiKey.ADD_OFFSETS_TO_TXN: {"transactional_id": "x", "producer_id": 1, "producer_epoch": 0, "group_id": "g"},
+        ApiKey.DESCRIBE_CONFIGS: {"resources": [{"resource_type": 4, "resource_name": "1", "configuration_keys": None}],
+                                  "include_synonyms": False, "include_documentation": False},
+        ApiKey.CREATE_ACLS: {"creations": [creation("User:a", Op.READ, "t")]},
+        ApiKey.DESCRIBE_ACLS: {"resource_type_filter": 1, "resource_name_filter": None, "pattern_type_filter": 1,
+                               "principal_filter": None, "host_filter": None, "operation": 1, "permission_type": 1},
+        ApiKey.DELETE_ACLS: {"filters": [{"resource_type_filter": 1, "resource_name_filter": None,
+                                          "pattern_type_filter": 1, "principal_filter": None, "host_filter": None,
+                                          "operation": 1, "permission_type": 1}]},
+        ApiKey.DESCRIBE_LOG_DIRS: {"topics": None},
+    }
+    r = SUPPORTED_APIS[key]
+    for version in range(r.min_version, r.max_version + 1):
+        h.request(key, version, bodies[key], ctx=ALICE)  # decodes: the answer was well-formed
+    assert sum(h.core.authorizer.denied_by_api.values()) >= r.max_version - r.min_version + 1
