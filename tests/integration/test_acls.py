@@ -33,10 +33,15 @@ MECH = "SCRAM-SHA-256"
 
 
 def overrides(tmp_path, pki) -> dict:
+    names = ("SASL_PLAINTEXT", "SASL_SSL", "SSL", "PLAINTEXT")
     return {
-        "listeners": f"SASL_PLAINTEXT://127.0.0.1:{free_port()},SASL_SSL://127.0.0.1:{free_port()}",
+        "listeners": ",".join(f"{n}://127.0.0.1:{free_port()}" for n in names),
         "sasl.credentials.file": str(write_users(tmp_path / "users.json", USERS3)),
         "ssl.keystore.location": str(pki["server"]),
+        "ssl.truststore.location": str(pki["ca"]),
+        "ssl.client.auth": "requested",
+        # the test client certificate is CN=writer,OU=clients,O=Tidegate Tests
+        "ssl.principal.mapping.rules": "RULE:^CN=([^,]*),.*$/$1/L,DEFAULT",
         "authorizer.class.name": STANDARD,
         "super.users": "User:admin",
         "group.initial.rebalance.delay.ms": 0,
@@ -164,15 +169,32 @@ def test_super_user_and_metadata_hides_unauthorized_topics(broker, pki):
 
     seen, hidden = name("visible-"), name("hidden-")
     create_topics(broker, seen, hidden)
-    add(broker, allow("User:alice", AclOperation.DESCRIBE, seen))
     ka = KafkaAdminClient(**kp_conf(broker, "alice", pki), request_timeout_ms=15_000)
     try:
+        assert not {seen, hidden} & set(ka.list_topics())
+        # applied live: the same connection sees the topic once the ACL exists
+        add(broker, allow("User:alice", AclOperation.DESCRIBE, seen))
         topics = set(ka.list_topics())
         assert seen in topics and hidden not in topics
     finally:
         ka.close()
     everything = admin(broker).list_topics(timeout=15).topics
     assert {seen, hidden} <= set(everything)
+
+
+def test_tls_certificate_principal_through_the_mapping_rules_and_anonymous(broker, pki):
+    topic = name("tls-")
+    create_topics(broker, topic)
+    tls = {"bootstrap.servers": broker.listener("SSL"), "security.protocol": "SSL",
+           "ssl.ca.location": str(pki["ca"]), "ssl.certificate.location": str(pki["client_cert"]),
+           "ssl.key.location": str(pki["client_key"])}
+    anonymous = {"bootstrap.servers": broker.listener("PLAINTEXT")}
+    assert produce_errors(tls, topic) == {topic: KafkaError.TOPIC_AUTHORIZATION_FAILED}
+    add(broker, allow("User:writer", AclOperation.WRITE, topic))
+    assert produce_errors(tls, topic) == {topic: None}
+    assert produce_errors(anonymous, topic) == {topic: KafkaError.TOPIC_AUTHORIZATION_FAILED}
+    add(broker, allow("User:ANONYMOUS", AclOperation.WRITE, topic))
+    assert produce_errors(anonymous, topic) == {topic: None}
 
 
 def test_acl_admin_apis_need_cluster_alter_and_describe(broker, pki):
