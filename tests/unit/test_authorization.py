@@ -425,3 +425,55 @@ def test_denials_encode_at_every_version(h, key):
     for version in range(r.min_version, r.max_version + 1):
         h.request(key, version, bodies[key], ctx=ALICE)  # decodes: the answer was well-formed
     assert sum(h.core.authorizer.denied_by_api.values()) >= r.max_version - r.min_version + 1
+
+
+def test_topic_admin_apis_per_topic(h):
+    for t in ("mine", "theirs"):
+        create_topic(h, t, partitions=2)
+    add_acls(h, creation("User:alice", Op.ALL, "mine"))
+    resp = h.request(ApiKey.CREATE_PARTITIONS, 3, {"topics": [{"name": t, "count": 3, "assignments": None}
+                                                              for t in ("mine", "theirs")],
+                                                   "timeout": 1000, "validate_only": True}, ctx=ALICE)
+    assert {r.name: r.error_code for r in resp.results} == {"mine": E.none, "theirs": E.topic_authorization_failed}
+    resp = h.request(ApiKey.DELETE_RECORDS, 2, {"topics": [{"name": t, "partitions": [{"partition_index": 0,
+                                                                                         "offset": 0}]}
+                                                           for t in ("mine", "theirs")], "timeout": 1000},
+                     ctx=ALICE)
+    assert {t.name: (t.partitions[0].error_code, t.partitions[0].low_watermark) for t in resp.topics} == {
+        "mine": (E.none, 0), "theirs": (E.topic_authorization_failed, -1)}
+    resp = h.request(ApiKey.DESCRIBE_PRODUCERS, 0, {"topics": [{"name": t, "partition_indexes": [0, 1]}
+                                                               for t in ("mine", "theirs")]}, ctx=ALICE)
+    assert {t.name: [p.error_code for p in t.partitions] for t in resp.topics} == {
+        "mine": [E.none, E.none], "theirs": [E.topic_authorization_failed] * 2}
+    resp = h.request(ApiKey.DESCRIBE_TOPIC_PARTITIONS, 0, {"topics": [], "response_partition_limit": 100,
+                                                           "cursor": None}, ctx=ALICE)
+    assert [(t.name, t.topic_authorized_operations) for t in resp.topics] == [("mine", 3576)]
+    resp = h.request(ApiKey.DESCRIBE_TOPIC_PARTITIONS, 0, {"topics": [{"name": "theirs"}],
+                                                           "response_partition_limit": 100, "cursor": None},
+                     ctx=ALICE)
+    assert [(t.name, t.error_code, t.partitions) for t in resp.topics] == [
+        ("theirs", E.topic_authorization_failed, ())]
+    resp = h.request(ApiKey.DESCRIBE_CLUSTER, 1, {"include_cluster_authorized_operations": True}, ctx=ALICE)
+    assert resp.cluster_authorized_operations == 0
+    add_acls(h, creation("User:alice", Op.DESCRIBE, "kafka-cluster", rtype=Res.CLUSTER))
+    resp = h.request(ApiKey.DESCRIBE_CLUSTER, 1, {"include_cluster_authorized_operations": True}, ctx=ALICE)
+    assert resp.cluster_authorized_operations == 1 << Op.DESCRIBE
+
+
+def test_group_admin_apis_per_group(h):
+    create_topic(h, "t")
+    for group in ("mine", "theirs"):
+        body = {"group_id": group, "generation_id_or_member_epoch": -1, "member_id": "", "group_instance_id": None,
+                "topics": [{"name": "t", "partitions": [{"partition_index": 0, "committed_offset": 0,
+                                                         "committed_leader_epoch": -1, "committed_metadata": ""}]}]}
+        request, cid = h.park(ApiKey.OFFSET_COMMIT, 8, body, ctx=ADMIN)
+        assert h.answer(request, cid, within_ms=6000).topics[0].partitions[0].error_code == E.none
+    add_acls(h, creation("User:alice", Op.ALL, "mine", rtype=Res.GROUP))
+    resp = h.request(ApiKey.LIST_GROUPS, 4, {"states_filter": []}, ctx=ALICE)
+    assert [g.group_id for g in resp.groups] == ["mine"]
+    assert len(h.request(ApiKey.LIST_GROUPS, 4, {"states_filter": []}, ctx=ADMIN).groups) == 2
+    resp = h.request(ApiKey.OFFSET_DELETE, 0, {"group_id": "theirs", "topics": []}, ctx=ALICE)
+    assert resp.error_code == E.group_authorization_failed
+    resp = h.request(ApiKey.DELETE_GROUPS, 2, {"groups_names": ["mine", "theirs"]}, ctx=ALICE)
+    assert {r.group_id: r.error_code for r in resp.results} == {
+        "mine": E.none, "theirs": E.group_authorization_failed}
