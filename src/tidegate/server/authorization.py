@@ -68,6 +68,7 @@ ZERO_UUID = uuid.UUID(int=0)
 _CONFIG_RESOURCE = {2: (TOPIC, TAF), 4: (CLUSTER, CAF), 8: (CLUSTER, CAF), 16: (CLUSTER, CAF), 32: (GROUP, GAF)}
 
 Merge = Callable[[dict], dict]
+_api_name = functools.cache(api_name)
 #: the answer of a request that gets no response (Produce with acks=0 denied entirely)
 NO_RESPONSE: dict = {}
 
@@ -150,7 +151,7 @@ class AuthorizationStep:
             self.authorizer,
             self.principal(ctx),
             java_host_address(ctx.client_address),
-            api_name(request.header.api_key),
+            _api_name(request.header.api_key),
         )
 
     def authorize(self, request: Request) -> dict | None:
