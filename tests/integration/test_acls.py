@@ -107,16 +107,19 @@ def produce_errors(c: dict, *topics: str) -> dict:
     return results
 
 
-def test_deny_by_default_then_a_prefixed_allow_opens_orders_but_not_payments(broker):
-    orders, payments = name("orders-"), name("payments-")
+@pytest.mark.parametrize("protocol", ["SASL_PLAINTEXT", "SASL_SSL"])
+def test_deny_by_default_then_a_prefixed_allow_opens_orders_but_not_payments(broker, pki, protocol):
+    prefix = name("orders-") + "-"  # a prefix of this test's own (the broker is shared)
+    orders, payments = prefix + "eu", name("payments-")
     create_topics(broker, orders, payments)
-    alice = conf(broker, "alice")
+    alice = conf(broker, "alice", protocol, pki)
     assert produce_errors(alice, orders) == {orders: KafkaError.TOPIC_AUTHORIZATION_FAILED}
-    add(broker, allow("User:alice", AclOperation.WRITE, "orders-", pattern=ResourcePatternType.PREFIXED))
+    add(broker, allow("User:alice", AclOperation.WRITE, prefix, pattern=ResourcePatternType.PREFIXED))
     assert produce_errors(alice, orders, payments) == {
         orders: None, payments: KafkaError.TOPIC_AUTHORIZATION_FAILED}
     # bob has no ACL: still denied
-    assert produce_errors(conf(broker, "bob"), orders) == {orders: KafkaError.TOPIC_AUTHORIZATION_FAILED}
+    assert produce_errors(conf(broker, "bob", protocol, pki), orders) == {
+        orders: KafkaError.TOPIC_AUTHORIZATION_FAILED}
 
 
 def test_deny_beats_allow_with_kafka_python_over_sasl_ssl(broker, pki):
