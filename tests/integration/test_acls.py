@@ -402,3 +402,25 @@ def test_tidegate_acls_cli_with_command_config_over_sasl_ssl(broker, pki, tmp_pa
     assert r.returncode == 1 and "CLUSTER_AUTHORIZATION_FAILED" in r.stderr
     r = acls("--add", "--topic", "t")
     assert r.returncode == 2 and "--allow-principal" in r.stderr
+
+
+def test_tidegate_producer_idempotent_with_write_on_a_topic_only(broker):
+    """tidegate's own (idempotent) producer: InitProducerId needs IDEMPOTENT_WRITE on the
+    cluster or WRITE on some topic; WRITE on the topic is enough for everything."""
+    from tests.integration.clients import produce
+    from tidegate.producer.errors import ClusterAuthorizationError
+
+    topic = name("own-")
+    create_topics(broker, topic)
+    security = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": MECH, "sasl.username": "bob",
+                "sasl.password": USERS3["bob"], "enable.idempotence": True, "delivery.timeout.ms": 10_000,
+                "request.timeout.ms": 5_000}
+    errors: list = []
+    produce(broker.listener("SASL_PLAINTEXT"), topic, [b"a"], client="tidegate", conf=security, errors=errors,
+            timeout=15)
+    # no ACL at all: the idempotent producer's InitProducerId is refused
+    assert [type(e) for e in errors] == [ClusterAuthorizationError], errors
+    add(broker, allow("User:bob", AclOperation.WRITE, topic))
+    delivered = produce(broker.listener("SASL_PLAINTEXT"), topic, [b"a", b"b"], client="tidegate",
+                        conf=security, timeout=15)
+    assert [d.offset for d in delivered] == [0, 1]
