@@ -418,8 +418,10 @@ def test_tidegate_producer_idempotent_with_write_on_a_topic_only(broker):
     errors: list = []
     produce(broker.listener("SASL_PLAINTEXT"), topic, [b"a"], client="tidegate", conf=security, errors=errors,
             timeout=15)
-    # no ACL at all: the idempotent producer's InitProducerId is refused
-    assert [type(e) for e in errors] == [ClusterAuthorizationError], errors
+    # no ACL on the topic: refused at InitProducerId (CLUSTER_AUTHORIZATION_FAILED) when bob
+    # may write no topic at all, else at the topic (other tests here give bob other topics)
+    assert len(errors) == 1, errors
+    assert isinstance(errors[0], ClusterAuthorizationError) or errors[0].code == 29, errors
     add(broker, allow("User:bob", AclOperation.WRITE, topic))
     delivered = produce(broker.listener("SASL_PLAINTEXT"), topic, [b"a", b"b"], client="tidegate",
                         conf=security, timeout=15)
