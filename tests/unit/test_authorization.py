@@ -477,3 +477,11 @@ def test_group_admin_apis_per_group(h):
     resp = h.request(ApiKey.DELETE_GROUPS, 2, {"groups_names": ["mine", "theirs"]}, ctx=ALICE)
     assert {r.group_id: r.error_code for r in resp.results} == {
         "mine": E.none, "theirs": E.group_authorization_failed}
+
+
+def test_metadata_v0_with_every_named_topic_denied_lists_nothing_else(h):
+    create_topic(h, "t")
+    create_topic(h, "u")
+    resp = h.request(ApiKey.METADATA, 0, {"topics": [{"name": "t"}]}, ctx=ALICE)
+    assert [(t.name, t.error_code) for t in resp.topics] == [("t", E.topic_authorization_failed)]
+    assert len(resp.brokers) == 1

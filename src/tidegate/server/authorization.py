@@ -352,14 +352,15 @@ def check_metadata(s: Session, request: Request, step: AuthorizationStep) -> dic
                     continue
             ok.append(t)
         if len(ok) != len(req.topics):
-            # an empty list at v0 would mean "every topic": an unknown name keeps it named
             _replace(request, topics=tuple(ok))
-            if version == 0 and not ok:
-                return {"brokers": [], "topics": denied_entries}
+    # v0: an empty list means every topic; the handler's list is then replaced
+    drop_all = version == 0 and not all_topics and not request.body.topics
 
     def merge(values: dict) -> dict:
         topics = values["topics"]
-        if all_topics and s.authorizer is not None:
+        if drop_all:
+            topics = []
+        elif all_topics and s.authorizer is not None:
             topics = [t for t in topics if s.allow(DESCRIBE, TOPIC, t["name"], audit=False)]
         if include_topic_ops:
             for t in topics:
