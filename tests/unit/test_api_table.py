@@ -31,7 +31,6 @@ KAFKA_40 = {
 
 #: Kafka 4.0 APIs tidegate does not advertise yet, and the work that adds each.
 LEFT_OUT = {
-    29: "DescribeAcls", 30: "CreateAcls", 31: "DeleteAcls",  # ACLs
     57: "UpdateFeatures",  # no feature levels: transaction version 2 is not implemented
 }
 

@@ -213,3 +213,34 @@ def test_configs_usage_errors(runner, args, message):
     result = runner.invoke(main, ["configs", "--bootstrap-server", "127.0.0.1:1", *args])
     assert result.exit_code == 2, result.output
     assert message in re.sub(r"\s+", " ", result.output)
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        ([], "exactly one of --add, --remove and --list"),
+        (["--add", "--list"], "exactly one of --add, --remove and --list"),
+        (["--add", "--topic", "t"], "--allow-principal or --deny-principal"),
+        (["--add", "--allow-principal", "User:a"], "Give a resource"),
+        (["--add", "--allow-principal", "alice", "--topic", "t"], "expected TYPE:NAME"),
+        (["--add", "--allow-principal", "User:a", "--topic", "t", "--resource-pattern-type", "match"],
+         "literal or prefixed"),
+        (["--add", "--allow-principal", "User:a", "--consumer"], "need --topic"),
+        (["--add", "--allow-principal", "User:a", "--consumer", "--topic", "t", "--operation", "Read"],
+         "no --operation"),
+        (["--add", "--allow-principal", "User:a", "--idempotent", "--topic", "t"], "--idempotent goes with"),
+        (["--list", "--operation", "Nope"], "Invalid value for '--operation'"),
+    ],
+)
+def test_acls_usage_errors_exit_2_before_connecting(runner, args, fragment):
+    result = runner.invoke(main, ["acls", "--bootstrap-server", "127.0.0.1:1", *args])
+    assert result.exit_code == 2, result.output
+    assert fragment in result.output
+
+
+def test_acls_operation_names_are_kafkas():
+    from tidegate.cli import _ACL_OPERATIONS, _acl_operation
+    from tidegate.security.authorizer.acl import AclOperation
+
+    assert {_acl_operation(name) for name in _ACL_OPERATIONS} == set(AclOperation) - {
+        AclOperation.UNKNOWN, AclOperation.ANY}

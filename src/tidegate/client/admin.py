@@ -13,9 +13,18 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from tidegate.errors import BrokerResponseError
 from tidegate.protocol.apis import ApiKey
+from tidegate.security.authorizer.acl import (
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourceType,
+)
 
 from .client import KafkaClient
 
@@ -225,3 +234,66 @@ def alter_client_quotas(
         )
         for entry in resp.entries
     ]
+
+
+# -- ACLs (CreateAcls, DescribeAcls, DeleteAcls) -----------------------------------------------
+def _filter_body(f: AclBindingFilter) -> dict:
+    return {
+        "resource_type_filter": int(f.resource_type),
+        "resource_name_filter": f.name,
+        "pattern_type_filter": int(f.pattern_type),
+        "principal_filter": f.principal,
+        "host_filter": f.host,
+        "operation": int(f.operation),
+        "permission_type": int(f.permission),
+    }
+
+
+def create_acls(client: KafkaClient, bindings: Iterable[AclBinding], *, timeout_ms: float | None = None) -> None:
+    """Create ACLs; the first failed creation raises."""
+    body = {
+        "creations": [
+            {"resource_type": int(b.resource_type), "resource_name": b.name,
+             "resource_pattern_type": int(b.pattern_type), "principal": b.principal, "host": b.host,
+             "operation": int(b.operation), "permission_type": int(b.permission)}
+            for b in bindings
+        ]
+    }  # fmt: skip
+    resp = client.request(ApiKey.CREATE_ACLS, body, timeout_ms=timeout_ms)
+    for result in resp.results:
+        if result.error_code:
+            raise BrokerResponseError(int(result.error_code), result.error_message or "")
+
+
+def _binding(resource: object, entry: object) -> AclBinding:
+    r: Any = resource
+    e: Any = entry
+    return AclBinding(
+        ResourceType(r.resource_type), r.resource_name, PatternType(r.pattern_type), e.principal, e.host,
+        AclOperation(e.operation), AclPermissionType(e.permission_type),
+    )  # fmt: skip
+
+
+def describe_acls(client: KafkaClient, f: AclBindingFilter, *, timeout_ms: float | None = None) -> list[AclBinding]:
+    """The ACLs matching the filter."""
+    resp = client.request(ApiKey.DESCRIBE_ACLS, _filter_body(f), timeout_ms=timeout_ms)
+    if resp.error_code:
+        raise BrokerResponseError(int(resp.error_code), resp.error_message or "")
+    return [_binding(r, a) for r in resp.resources for a in r.acls]
+
+
+def delete_acls(
+    client: KafkaClient, filters: Iterable[AclBindingFilter], *, timeout_ms: float | None = None
+) -> list[list[AclBinding]]:
+    """Delete the ACLs matching each filter; per filter, the ACLs removed."""
+    resp = client.request(ApiKey.DELETE_ACLS, {"filters": [_filter_body(f) for f in filters]}, timeout_ms=timeout_ms)
+    out = []
+    for result in resp.filter_results:
+        if result.error_code:
+            raise BrokerResponseError(int(result.error_code), result.error_message or "")
+        out.append([
+            AclBinding(ResourceType(m.resource_type), m.resource_name, PatternType(m.pattern_type), m.principal,
+                       m.host, AclOperation(m.operation), AclPermissionType(m.permission_type))
+            for m in result.matching_acls
+        ])  # fmt: skip
+    return out

@@ -62,6 +62,8 @@ from tidegate.config.listeners import (
     check_metrics_listener,
     check_protocol_map,
 )
+from tidegate.security.authorizer.principal import SslPrincipalMapper
+from tidegate.security.authorizer.standard_authorizer import STANDARD_AUTHORIZER, parse_super_users
 
 
 # --------------------------------------------------------------------------------------
@@ -152,6 +154,30 @@ _UNSUPPORTED_STORES = {
     for t in ("JKS", "PKCS12")
 }
 _log_dir = Check(_check_single_log_dir, "exactly one directory")
+
+
+def _check_authorizer(name: str, value: Any) -> None:
+    if value not in ("", STANDARD_AUTHORIZER):
+        raise ConfigError.invalid(name, value, f"the only authorizer is {STANDARD_AUTHORIZER}")
+
+
+def _check_super_users(name: str, value: Any) -> None:
+    try:
+        parse_super_users(value)
+    except ValueError as exc:
+        raise ConfigError.invalid(name, value, str(exc)) from None
+
+
+def _check_principal_rules(name: str, value: Any) -> None:
+    try:
+        SslPrincipalMapper(value)
+    except ValueError as exc:
+        raise ConfigError.invalid(name, value, str(exc)) from None
+
+
+_authorizer_class = Check(_check_authorizer, f"empty or {STANDARD_AUTHORIZER}")
+_super_users = Check(_check_super_users, "User:name;User:name2")
+_principal_rules = Check(_check_principal_rules, "RULE:pattern/replacement/[LU],...,DEFAULT")
 CLUSTER = UpdateMode.CLUSTER_WIDE
 #: replication factors: also the validator of the topic key min.insync.replicas
 single_node = Check(_check_single_node, "[1]")
@@ -349,6 +375,17 @@ _TABLE: tuple[ConfigKey, ...] = (
     broker("ssl.client.auth", STRING, "none", OneOf(("none", "requested", "required")), MEDIUM,
            "Client certificates on SSL/SASL_SSL listeners: none, requested (checked if sent) or "
            "required. On SSL listeners a client certificate's subject DN is the principal."),
+    broker("ssl.principal.mapping.rules", STRING, "DEFAULT", _principal_rules, LOW,
+           "Rules that map a TLS client certificate's subject DN to a principal name "
+           "(RULE:pattern/replacement/[LU], ..., DEFAULT: the DN itself), as Kafka's."),
+    # ---- authorization (docs/security.md) ------------------------------------------------
+    broker("authorizer.class.name", STRING, "", _authorizer_class, HIGH,
+           "org.apache.kafka.metadata.authorizer.StandardAuthorizer turns on ACLs; empty: no "
+           "authorization (every client may do everything)."),
+    broker("super.users", STRING, None, _super_users, MEDIUM,
+           "Principals allowed everything, separated by ';' (User:admin;User:ops)."),
+    broker("allow.everyone.if.no.acl.found", BOOLEAN, False, None, MEDIUM,
+           "With an authorizer: allow an operation on a resource that has no ACL at all."),
     # ---- consumer groups (docs/groups.md) ------------------------------------------------
     broker("group.initial.rebalance.delay.ms", INT, 3000, Range.at_least(0), MEDIUM,
            "How long the first rebalance of an empty group waits for more members to join "

@@ -622,6 +622,33 @@ class QuotaCollector(Collector):
         )
 
 
+class AuthorizerCollector(Collector):
+    """The StandardAuthorizer (``tidegate.security.authorizer``), read at scrape time:
+    Kafka's authorizer metrics (``kafka.server:type=kafka.security.authorizer.metrics``)
+    as counters, plus the denials per API (tidegate's split of authorization-denied)."""
+
+    def __init__(self, authorizer: Any) -> None:
+        self.authorizer = authorizer
+
+    def collect(self) -> Iterable[Metric]:
+        a = self.authorizer
+        prefix = "kafka_security_authorizer_metrics"
+        yield GaugeMetricFamily(f"{prefix}_acls_total_count", "ACLs in the authorizer (acls-total-count).",
+                                value=len(a.acls))
+        yield CounterMetricFamily(f"{prefix}_authorization_allowed",
+                                  "Authorization checks that allowed (authorization-allowed-rate-per-minute's "
+                                  "count).", value=a.allowed_count)
+        yield CounterMetricFamily(f"{prefix}_authorization_denied",
+                                  "Authorization checks that denied (authorization-denied-rate-per-minute's "
+                                  "count).", value=a.denied_count)
+        by_api = CounterMetricFamily(f"{prefix}_authorization_denied_by_api",
+                                     "Denied authorization checks per request API (tidegate's split of "
+                                     "authorization-denied; a request may count several).", labels=["request"])
+        for api, count in sorted(a.denied_by_api.items()):
+            by_api.add_metric([api], count)
+        yield by_api
+
+
 class TransactionCoordinatorCollector(Collector):
     """The transaction coordinator (``tidegate.coordinator.transaction``): Kafka's
     transaction-coordinator-metrics and TransactionMarkerChannelManager gauges, plus
@@ -733,6 +760,10 @@ class BrokerMetrics:
     def register_transaction_coordinator(self, coordinator: Any) -> None:
         """Expose the transaction coordinator's load times, marker retries and states."""
         self.registry.register(TransactionCoordinatorCollector(coordinator))
+
+    def register_authorizer(self, authorizer: Any) -> None:
+        """Expose the authorizer's ACL count and its allowed/denied decisions."""
+        self.registry.register(AuthorizerCollector(authorizer))
 
     def register_flusher(self, flusher: Any) -> None:
         """Expose the group-commit flusher's ``rounds`` and ``requests`` counters."""

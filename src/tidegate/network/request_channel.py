@@ -53,10 +53,11 @@ class Request:
     (the request quota measures handler time from there). ``header`` and ``body`` are
     set by the processor once decoded. ``abandoned`` is set by the shell when the
     connection goes away while the request is parked: its completion skips the work of
-    building an answer nobody will read.
+    building an answer nobody will read. ``authz_merge`` is the authorization step's
+    merge of denied entries into the response, applied by the processor.
     """
 
-    __slots__ = ("_release", "abandoned", "body", "context", "header", "payload", "start_ns")
+    __slots__ = ("_release", "abandoned", "authz_merge", "body", "context", "header", "payload", "start_ns")
 
     def __init__(
         self,
@@ -73,6 +74,9 @@ class Request:
         self.header: Any = None
         self.body: Any = None
         self.abandoned = False
+        #: set by the authorization step when it filtered the request: adds the denied
+        #: entries to the handler's response (tidegate.server.authorization)
+        self.authz_merge: Callable[[dict], dict] | None = None
 
     def release_buffer(self) -> None:
         release = self._release

@@ -39,6 +39,9 @@ class ApiKey(enum.IntEnum):
     END_TXN = 26
     WRITE_TXN_MARKERS = 27
     TXN_OFFSET_COMMIT = 28
+    DESCRIBE_ACLS = 29
+    CREATE_ACLS = 30
+    DELETE_ACLS = 31
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
     ALTER_REPLICA_LOG_DIRS = 34
@@ -117,6 +120,9 @@ SUPPORTED_APIS: dict[int, ApiRange] = {
         ApiRange(ApiKey.DESCRIBE_LOG_DIRS, 1, 4),
         ApiRange(ApiKey.SASL_AUTHENTICATE, 0, 2),
         ApiRange(ApiKey.CREATE_PARTITIONS, 0, 3),
+        ApiRange(ApiKey.DESCRIBE_ACLS, 1, 3),
+        ApiRange(ApiKey.CREATE_ACLS, 1, 3),
+        ApiRange(ApiKey.DELETE_ACLS, 1, 3),
         ApiRange(ApiKey.CREATE_DELEGATION_TOKEN, 1, 3),
         ApiRange(ApiKey.RENEW_DELEGATION_TOKEN, 1, 2),
         ApiRange(ApiKey.EXPIRE_DELEGATION_TOKEN, 1, 2),

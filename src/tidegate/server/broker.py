@@ -119,6 +119,8 @@ class Broker:
         self.metrics.register_logs(lambda: logs.logs)
         self.metrics.register_quotas(core.quotas)
         self.metrics.register_transaction_coordinator(core.transaction_coordinator)
+        if core.authorizer is not None:
+            self.metrics.register_authorizer(core.authorizer)
         endpoint = parse_metrics_listener(self.config.get("metrics.listener"))
         if endpoint is None:
             return

@@ -27,6 +27,8 @@ from tidegate.coordinator.transaction.transaction_state_manager import (
 )
 from tidegate.network.request_channel import RequestChannel
 from tidegate.scheduler import Cancellable, Scheduler
+from tidegate.security.authorizer.acl_store import AclStore
+from tidegate.security.authorizer.standard_authorizer import StandardAuthorizer, parse_super_users
 from tidegate.security.credentials import CredentialStore
 from tidegate.server.endpoints import Endpoints
 from tidegate.server.group_apis import GroupApis
@@ -125,6 +127,19 @@ class BrokerCore:
         # Offsets in transactions: markers on __consumer_offsets commit or discard the
         # group coordinator's pending offsets.
         self.transaction_coordinator.markers.marker_listeners.append(self.groups.coordinator.on_marker_written)
+        # Authorization (docs/security.md): the StandardAuthorizer when configured, its
+        # ACLs loaded before the first request is served.
+        self.acl_store = AclStore(data_dir)
+        self.authorizer: StandardAuthorizer | None = None
+        if config.get("authorizer.class.name"):
+            self.authorizer = StandardAuthorizer(
+                parse_super_users(config.get("super.users")),
+                config.get("allow.everyone.if.no.acl.found"),
+                monotonic_ms,
+            )
+            self.authorizer.load(self.acl_store.load())
+            log.info("authorizer %s: %d ACL(s) loaded", config.get("authorizer.class.name"),
+                     len(self.authorizer.acls))
         self.apis = KafkaApis(
             config, self.cluster_id, self.replicas, self.store, self.quotas, self.groups,
             self.transactions,
@@ -133,6 +148,8 @@ class BrokerCore:
             endpoints=self.endpoints,
             broker_configs=self.broker_configs,
             time=clock,
+            authorizer=self.authorizer,
+            acl_store=self.acl_store,
         )  # fmt: skip
         # The one scheduler drives every timer: delayed operations and throttles.
         self.reaper = TimerReaper(scheduler.call_at)

@@ -25,7 +25,6 @@ from kio.schema.errors import ErrorCode
 
 from tidegate.config import BrokerConfig
 from tidegate.coordinator.group.group_coordinator import (
-    GROUP_AUTHORIZED_OPERATIONS,
     GroupConfig,
     GroupCoordinator,
     coordinator_operation_error,
@@ -485,7 +484,6 @@ class GroupApis:
     def handle_describe_groups(self, request: Request, now_ms: int) -> dict:
         header, req = request.header, request.body
         version = header.api_version
-        include_ops = getattr(req, "include_authorized_operations", False)
         coordinator = self._coord()
         out = []
         for group_id in req.groups:
@@ -498,9 +496,8 @@ class GroupApis:
                 "protocol_type": "",
                 "protocol_data": "",
                 "members": [],
-                "authorized_operations": GROUP_AUTHORIZED_OPERATIONS
-                if include_ops
-                else AUTHORIZED_OPERATIONS_OMITTED,
+                # filled by the authorization step when asked for
+                "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
             }
             if error is E.none and summary is None:
                 entry["group_state"] = "Dead"

@@ -7,7 +7,9 @@ every API:
    answered UNSUPPORTED_VERSION, bytes that do not parse close the connection; the
    request's pool memory is released as soon as the body is decoded (Produce: after
    the append);
-2. **authorize**: the place where ACL checks will sit (:meth:`KafkaApis._authorize`);
+2. **authorize** (:mod:`tidegate.server.authorization`): the API's ACL check answers
+   the whole request (a denial), or lets it through with the denied topics, partitions
+   or groups removed and a merge that adds their errors to the handler's response;
 3. **handle**: the API's handler returns the response as nested dicts with Kafka's
    field names, ``None`` for no response (acks=0), or :data:`PARKED` when the request
    waits in a purgatory (its owner calls :meth:`KafkaApis.send_response` later);
@@ -61,7 +63,12 @@ from tidegate.protocol.codec import (
     ms,
     response_class,
 )
+from tidegate.security.authorizer.acl_store import AclStore
+from tidegate.security.authorizer.principal import SslPrincipalMapper
+from tidegate.security.authorizer.standard_authorizer import StandardAuthorizer
+from tidegate.server.acl_apis import AclApis
 from tidegate.server.admin_apis import AdminApis
+from tidegate.server.authorization import NO_RESPONSE, AuthorizationStep
 from tidegate.server.endpoints import Endpoints
 from tidegate.server.group_apis import GroupApis
 from tidegate.server.metadata import (
@@ -148,6 +155,8 @@ class KafkaApis:
         endpoints: Endpoints,
         broker_configs: BrokerConfigStore,
         time: Clock = SYSTEM_CLOCK,
+        authorizer: StandardAuthorizer | None = None,
+        acl_store: AclStore | None = None,
     ) -> None:
         self.config = config
         self.cluster_id = cluster_id
@@ -169,6 +178,11 @@ class KafkaApis:
         )
         admin.respond = self.send_response
         self.security = security = SecurityApis(credentials)
+        self.authorizer = authorizer
+        self.authorization = AuthorizationStep(
+            authorizer, store, SslPrincipalMapper(config.get("ssl.principal.mapping.rules"))
+        )
+        acls = AclApis(authorizer, acl_store if acl_store is not None else AclStore(None))
         self.handlers: dict[int, Handler] = {
             ApiKey.PRODUCE: self.handle_produce,
             ApiKey.FETCH: self.handle_fetch,
@@ -227,6 +241,9 @@ class KafkaApis:
             ApiKey.RENEW_DELEGATION_TOKEN: security.handle_renew_delegation_token,
             ApiKey.EXPIRE_DELEGATION_TOKEN: security.handle_expire_delegation_token,
             ApiKey.DESCRIBE_DELEGATION_TOKEN: security.handle_describe_delegation_token,
+            ApiKey.DESCRIBE_ACLS: acls.handle_describe_acls,
+            ApiKey.CREATE_ACLS: acls.handle_create_acls,
+            ApiKey.DELETE_ACLS: acls.handle_delete_acls,
         }
         assert set(self.handlers) == set(SUPPORTED_APIS), "advertised and handled APIs differ"
         # Set by the broker when metrics are on (metrics.listener); None costs one check.
@@ -255,9 +272,10 @@ class KafkaApis:
         key = header.api_key
         if key != ApiKey.PRODUCE:
             request.release_buffer()  # fully decoded: its bytes are not needed
-        denied = self._authorize(request)
+        denied = self.authorization.authorize(request)
         if denied is not None:
-            return self._respond(request, denied)
+            request.release_buffer()  # Produce: nothing is appended
+            return self._respond(request, None if denied is NO_RESPONSE else denied)
         self._current = request
         self._current_response = None
         try:
@@ -291,13 +309,13 @@ class KafkaApis:
         """Run the work deferred until the responses just sent are written."""
         self.replicas.try_complete_actions()
 
-    def _authorize(self, request: Request) -> dict | None:
-        """The authorization step (KIP-11 ACLs): None lets the request through. No
-        authorizer is configured yet, so everything is allowed (docs/security.md)."""
-        return None
-
     def _respond(self, request: Request, values: dict | None) -> Response:
-        """Quotas, metrics, encoding: Kafka's ``sendResponseMaybeThrottle``."""
+        """The authorization step's merge, then quotas, metrics, encoding: Kafka's
+        ``sendResponseMaybeThrottle``."""
+        merge = request.authz_merge
+        if merge is not None and values is not None:
+            request.authz_merge = None
+            values = merge(values)
         if self.quotas.enabled:
             return self._respond_with_quotas(request, values)
         header: RequestHeader = request.header

@@ -110,8 +110,6 @@ E = ErrorCode
 UNKNOWN_MEMBER_ID = ""
 #: Kafka's NewMemberJoinTimeoutMs: a new member's parked JoinGroup is dropped after this.
 NEW_MEMBER_JOIN_TIMEOUT_MS = 5 * 60 * 1000
-#: DescribeGroups' authorized operations when asked: READ, DELETE, DESCRIBE (no ACLs here).
-GROUP_AUTHORIZED_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
 
 
 #: Kafka's GroupCoordinatorService.handleOperationException: what a failed coordinator

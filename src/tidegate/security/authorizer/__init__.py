@@ -1,0 +1,1 @@
+"""Authorization: Kafka's ACL model and StandardAuthorizer (docs/security.md)."""
