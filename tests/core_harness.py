@@ -175,7 +175,8 @@ class CoreHarness:
         header = request.header
         return decode_frame(header.api_key, header.api_version, response_bytes(response), cid)
 
-    def request_parked(self, api_key: int, version: int, body: dict, within_ms: int = 0) -> Any:
+    def request_parked(self, api_key: int, version: int, body: dict, within_ms: int = 0,
+                       ctx: RequestContext = CTX) -> Any:
         """A request that parks and is answered within ``within_ms`` of fake time."""
-        request, cid = self.park(api_key, version, body)
+        request, cid = self.park(api_key, version, body, ctx=ctx)
         return self.answer(request, cid, within_ms)

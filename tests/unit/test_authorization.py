@@ -58,7 +58,8 @@ def add_acls(h, *creations, as_=ADMIN):
 
 
 def create_topic(h, name, partitions=1):
-    resp = h.request(ApiKey.CREATE_TOPICS, 7, create_topics_body(name, partitions), ctx=ADMIN)
+    # (the logs are made on a worker thread: the request parks until they are)
+    resp = h.request_parked(ApiKey.CREATE_TOPICS, 7, create_topics_body(name, partitions), ctx=ADMIN)
     assert resp.topics[0].error_code == E.none
 
 
