@@ -312,7 +312,11 @@ class Fuzzer:
             return self._after("closed", data)
         sent_cid = _I32.unpack_from(data, 8)[0] if len(data) >= 12 else None
         got_cid = _I32.unpack_from(response, 0)[0]
-        if sent_cid is not None and got_cid != sent_cid:
+        if _I32.unpack_from(data, 0)[0] != len(data) - 4:
+            # a size prefix shorter than the bytes sent: the rest starts the next frame
+            # on this stream, so the connection cannot be reused for a clean case
+            self._drop()
+        elif sent_cid is not None and got_cid != sent_cid:
             raise CaseFailure(f"answered correlation id {got_cid} to a request with {sent_cid}: {data!r}")
         self.outcomes.answered += 1
         return self._after("answered", data)
