@@ -56,15 +56,20 @@ BROKER_PROPS = {
     "num.partitions": str(PARTITIONS),
 }
 
-IDEMPOTENT = textwrap.dedent("""
-    import json, os, signal, sys
-    from confluent_kafka import Producer
-    bootstrap, topic, name, log_path = sys.argv[1:5]
+#: the start of every client script: SIGTERM asks the loop to stop (``stop``)
+_STOPPABLE = textwrap.dedent("""
+    import signal
     stop = False
     def on_term(*_):
         global stop
         stop = True
     signal.signal(signal.SIGTERM, on_term)
+""")
+
+IDEMPOTENT = _STOPPABLE + textwrap.dedent("""
+    import json, os, signal, sys
+    from confluent_kafka import Producer
+    bootstrap, topic, name, log_path = sys.argv[1:5]
     log = open(log_path, "a", buffering=1)
     p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
                   "linger.ms": 5, "message.timeout.ms": 120000, "log_level": 0})
@@ -82,15 +87,10 @@ IDEMPOTENT = textwrap.dedent("""
     p.flush(30)
 """)
 
-TRANSACTIONAL = textwrap.dedent("""
+TRANSACTIONAL = _STOPPABLE + textwrap.dedent("""
     import json, os, random, signal, sys
     from confluent_kafka import KafkaException, Producer
     bootstrap, topic, name, log_path = sys.argv[1:5]
-    stop = False
-    def on_term(*_):
-        global stop
-        stop = True
-    signal.signal(signal.SIGTERM, on_term)
     log = open(log_path, "a", buffering=1)
     p = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"soak-{name}",
                   "transaction.timeout.ms": 10000, "linger.ms": 5, "log_level": 0})
@@ -119,15 +119,10 @@ TRANSACTIONAL = textwrap.dedent("""
         t += 1
 """)
 
-GROUP_MEMBER = textwrap.dedent("""
+GROUP_MEMBER = _STOPPABLE + textwrap.dedent("""
     import signal, sys
     from confluent_kafka import Consumer
     bootstrap, topic = sys.argv[1:3]
-    stop = False
-    def on_term(*_):
-        global stop
-        stop = True
-    signal.signal(signal.SIGTERM, on_term)
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "soak-group", "enable.auto.commit": False,
                   "auto.offset.reset": "earliest", "session.timeout.ms": 3000,
                   "heartbeat.interval.ms": 500, "log_level": 0})

@@ -19,6 +19,7 @@ from typing import Any
 from kio.serial import entity_reader, entity_writer
 
 from tidegate.protocol.codec import build, request_class, response_class
+from tidegate.protocol.varint import read_uvarint
 
 __all__ = [
     "decode_response",
@@ -86,25 +87,11 @@ def encode_request(
     return out.getvalue()
 
 
-def _read_uvarint(buf: Any, pos: int) -> tuple[int, int]:
-    shift = 0
-    value = 0
-    while True:
-        b = buf[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return value, pos
-        shift += 7
-        if shift > 35:
-            raise ValueError("varint too long")
-
-
 def skip_tagged_fields(buf: Any, pos: int) -> int:
-    count, pos = _read_uvarint(buf, pos)
+    count, pos = read_uvarint(buf, pos)
     for _ in range(count):
-        _, pos = _read_uvarint(buf, pos)
-        size, pos = _read_uvarint(buf, pos)
+        _, pos = read_uvarint(buf, pos)
+        size, pos = read_uvarint(buf, pos)
         pos += size
     return pos
 

@@ -21,6 +21,8 @@ from collections.abc import Callable
 from functools import cache
 from typing import Any
 
+from tidegate.protocol.varint import read_uvarint
+
 __all__ = ["CollectionSizeError", "check_sizes"]
 
 _I16 = struct.Struct(">h")
@@ -50,18 +52,10 @@ def _too_big(size: int, pos: int, end: int) -> CollectionSizeError:
 
 
 def _uvarint(buf: Any, pos: int, end: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        if pos >= end:
-            raise CollectionSizeError("varint runs past the end of the request")
-        b = buf[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return value, pos
-        shift += 7
-        if shift > 28:
-            raise CollectionSizeError("varint is longer than 5 bytes")
+    try:
+        return read_uvarint(buf, pos, end)
+    except ValueError as exc:
+        raise CollectionSizeError(str(exc)) from exc
 
 
 def _length(buf: Any, pos: int, end: int, compact: bool, wide: bool) -> tuple[int, int]:
