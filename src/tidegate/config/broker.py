@@ -197,6 +197,10 @@ class BrokerConfig:
             return None
         return self.get(name)
 
+    def listener_override(self, listener: str, name: str) -> Any:
+        """A key's ``listener.name.<listener>.`` override, None if the listener has none."""
+        return self._listener_overrides.get(listener.upper(), {}).get(name)
+
     def _validate_security(self) -> None:
         for lst in self._listeners:
             if lst.security_protocol in ("SSL", "SASL_SSL"):
