@@ -487,7 +487,9 @@ def connection_limit_metrics(server: Any) -> Iterator[Metric]:
     listeners = sorted(server.bound)
     lbl = ["listener"]
     quotas = getattr(server, "quotas", None)
-    now = server.clock.milliseconds()
+    now = server.clock.milliseconds() if quotas is not None else 0
+    pending_by_listener = getattr(server, "pending", {})
+    idle_closed = getattr(server, "idle_closed_total", {})
     rate = GaugeMetricFamily(
         "kafka_server_socketservermetrics_connection_accept_rate",
         "New connections accepted per second (socket-server-metrics connection-accept-rate).",
@@ -525,9 +527,9 @@ def connection_limit_metrics(server: Any) -> Iterator[Metric]:
             refused.add_metric([name], quotas.refused_per_ip_total.get(name, 0))
             throttled.add_metric([name], quotas.throttled_total.get(name, 0))
             blocked.add_metric([name], quotas.blocked_total.get(name, 0))
-        queue = server.pending.get(name, ())
+        queue = pending_by_listener.get(name, ())
         pending.add_metric([name], sum(1 for c in queue if not c.closed))
-        idle.add_metric([name], server.idle_closed_total.get(name, 0))
+        idle.add_metric([name], idle_closed.get(name, 0))
     yield from (rate, throttle, created, refused, throttled, blocked, pending, idle)
 
 

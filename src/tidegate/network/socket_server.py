@@ -88,6 +88,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
         #: when the connection's admission may happen (creation-rate throttle), once at
         #: the head of its listener's queue of connections waiting for admission
         self.admit_at_ms: int | None = None
+        self.is_admitted = False
+        #: a request read before admission (uvloop may read once despite pause_reading
+        #: in connection_made), processed once admitted
+        self._held: NetworkReceive | None = None
 
     # -- asyncio callbacks -------------------------------------------------
     def connection_made(self, transport: Any) -> None:
@@ -124,10 +128,14 @@ class KafkaConnection(asyncio.BufferedProtocol):
     def admitted(self) -> None:
         """Past the connection limits: the connection is served from now on."""
         server = self.server
+        self.is_admitted = True
         server.connections[self.connection_id] = self
         server.touch(self)
         if server.draining:
             self.mute(MuteReason.SHUTDOWN)
+        held, self._held = self._held, None
+        if held is not None and not self.closed:
+            self._process(held)
 
     def get_buffer(self, sizehint: int) -> memoryview:
         return self.receive.get_buffer()
@@ -151,7 +159,18 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if self.receive.complete():
             receive = self.receive
             self.receive = NetworkReceive(self._max_receive_size(), self.server.request_memory)
+            if not self.is_admitted:
+                self._held = receive
+                self._pause_until_admitted()
+                return
             self._process(receive)
+        elif not self.is_admitted:
+            self._pause_until_admitted()
+
+    def _pause_until_admitted(self) -> None:
+        if self.transport is not None and not self.closed:
+            self.transport.pause_reading()
+            self._reading_paused = True
 
     def eof_received(self) -> bool | None:
         return None  # close the transport
@@ -159,6 +178,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self.receive.release()
+        if self._held is not None:
+            self._held.release()
+            self._held = None
         server = self.server
         if server.connections.get(self.connection_id) is self:
             del server.connections[self.connection_id]
