@@ -124,3 +124,14 @@ def test_idle_expiry_in_order_of_last_activity():
     idle.remove(3)
     idle.remove(1)
     assert idle.next_expiry_ms() is None
+
+
+def test_overrides_key_is_validated_when_set():
+    from tidegate.config import BrokerConfig
+    from tidegate.config.definitions import ConfigError
+
+    assert BrokerConfig({"max.connections.per.ip.overrides": "127.0.0.2:3,localhost:0"})
+    with pytest.raises(ConfigError, match="improperly formatted"):
+        BrokerConfig({"max.connections.per.ip.overrides": "127.0.0.2"})
+    with pytest.raises(ConfigError, match="improperly formatted"):
+        BrokerConfig({"max.connections.per.ip.overrides": "127.0.0.2:-1"})

@@ -79,6 +79,19 @@ def _check_single_log_dir(name: str, value: Any) -> None:
         )
 
 
+def _check_per_ip_overrides(name: str, value: Any) -> None:
+    # Kafka's getMap: host:count pairs, the counts non-negative integers
+    for entry in (value or "").split(","):
+        entry = entry.strip()
+        if not entry:
+            continue
+        host, sep, count = entry.rpartition(":")
+        if not sep or not host or not count.strip().isdigit():
+            raise ConfigError.invalid(
+                name, value, f"Map entry '{entry}' is improperly formatted; expected host:count"
+            )
+
+
 def _check_single_node(name: str, value: Any) -> None:
     if value != 1:
         raise ConfigError.invalid(
@@ -309,7 +322,8 @@ _TABLE: tuple[ConfigKey, ...] = (
     broker("max.connections.per.ip", INT, INT_MAX, Range.at_least(0), MEDIUM,
            "The most connections from one IP address; more are closed at once.",
            mode=CLUSTER),
-    broker("max.connections.per.ip.overrides", STRING, "", None, MEDIUM,
+    broker("max.connections.per.ip.overrides", STRING, "",
+           Check(_check_per_ip_overrides, "host:count,..."), MEDIUM,
            "Per-IP or hostname limits overriding max.connections.per.ip: host:count,...",
            mode=CLUSTER),
     broker("max.connection.creation.rate", INT, INT_MAX, Range.at_least(0), MEDIUM,
