@@ -135,3 +135,17 @@ def test_overrides_key_is_validated_when_set():
         BrokerConfig({"max.connections.per.ip.overrides": "127.0.0.2"})
     with pytest.raises(ConfigError, match="improperly formatted"):
         BrokerConfig({"max.connections.per.ip.overrides": "127.0.0.2:-1"})
+
+
+def test_per_ip_zero_needs_overrides():
+    from tidegate.config import BrokerConfig
+    from tidegate.config.definitions import ConfigError
+
+    with pytest.raises(ConfigError, match="can be set to zero only if"):
+        BrokerConfig({"max.connections.per.ip": "0"})
+    config = BrokerConfig({"max.connections.per.ip": "0",
+                           "max.connections.per.ip.overrides": "127.0.0.1:10"})
+    with pytest.raises(ConfigError, match="can be set to zero only if"):
+        config.validate_dynamic({"max.connections.per.ip.overrides": ""}, per_broker=True)
+    config.validate_dynamic({"max.connections.per.ip": "5", "max.connections.per.ip.overrides": ""},
+                            per_broker=True)
