@@ -80,15 +80,19 @@ def decode_response(api_key: int, version: int, data: bytes) -> tuple[int, Any]:
 class RawClient:
     """One blocking TCP connection to a broker."""
 
-    def __init__(self, host: str, port: int, timeout: float = 10.0) -> None:
-        self.sock = socket.create_connection((host, port), timeout=timeout)
+    def __init__(self, host: str, port: int, timeout: float = 10.0, source: str | None = None) -> None:
+        """``source``: the local address to connect from (another loopback address,
+        127.0.0.2 ..., to test per-IP limits)."""
+        self.sock = socket.create_connection(
+            (host, port), timeout=timeout, source_address=(source, 0) if source else None
+        )
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._next_correlation_id = 1
 
     @classmethod
-    def connect(cls, bootstrap: str, timeout: float = 10.0) -> RawClient:
+    def connect(cls, bootstrap: str, timeout: float = 10.0, source: str | None = None) -> RawClient:
         host, port = bootstrap.rsplit(":", 1)
-        return cls(host, int(port), timeout)
+        return cls(host, int(port), timeout, source)
 
     def __enter__(self) -> Self:
         return self

@@ -10,7 +10,8 @@ import struct
 
 import pytest
 
-from tests.fake_loop import FakeLoop
+from tests.fake_loop import FakeLoop, clock_at
+from tidegate.network.connection_quotas import ConnectionQuotas, QuotaLimits
 from tidegate.network.memory_pool import NONE, SimpleMemoryPool
 from tidegate.network.mute_state import MuteReason
 from tidegate.network.request_channel import PARKED, NoOpResponse, SendResponse
@@ -478,3 +479,100 @@ def test_close_outcome_closes_only_that_connection():
     assert ta.closed and ta.written == []
     assert not tb.closed and tb.written == [b"ok"]
     assert pool.outstanding == 0  # both requests' memory came back
+
+
+# -- connection limits (docs/security.md#connection-limits) ----------------------------------
+def limited(limits, **kw):
+    """A SocketServer with ConnectionQuotas(limits) on a FakeLoop whose clock it reads."""
+    loop = FakeLoop(clock_at(1_000_000))
+    proc = ImmediateProcessor()
+    server = SocketServer(proc, NONE, 1 << 20, loop, clock=loop.clock,
+                          quotas=ConnectionQuotas(lambda: limits), **kw)
+    return server, loop, proc
+
+
+def connect_from(server, address):
+    conn = KafkaConnection(server, "PLAINTEXT")
+    transport = FakeTransport()
+    transport.get_extra_info = lambda name, default=None: (
+        (address, 5555) if name == "peername" else default)
+    conn.connection_made(transport)
+    return conn, transport
+
+
+def test_broker_wide_limit_holds_new_connections_unread_until_one_closes():
+    server, _loop, proc = limited(QuotaLimits(max_connections=1))
+    first, t1 = connect_from(server, "10.0.0.1")
+    assert first.is_admitted and not t1.paused
+    second, t2 = connect_from(server, "10.0.0.2")
+    third, t3 = connect_from(server, "10.0.0.3")
+    assert t2.paused and t3.paused and not second.is_admitted
+    assert push(second, frame(b"x")) == 0  # not read while it waits
+    first.connection_lost(None)  # a slot frees: the head of the queue is admitted
+    assert second.is_admitted and not t2.paused
+    assert t3.paused and not third.is_admitted
+    assert push(second, frame(b"x")) == 5 and proc.payloads == [b"x"]
+    assert server.quotas.total == 1
+    assert server.quotas.blocked_total["PLAINTEXT"] >= 2
+
+
+def test_a_request_read_before_admission_is_held_until_admitted():
+    # uvloop may read once although the connection paused reading in connection_made
+    server, _loop, proc = limited(QuotaLimits(max_connections=1))
+    first, _ = connect_from(server, "10.0.0.1")
+    second, t2 = connect_from(server, "10.0.0.2")
+    t2.paused = False  # as if the event loop read anyway
+    assert push(second, frame(b"early")) == 4  # the size; then it pauses again
+    assert proc.payloads == [] and t2.paused
+    first.connection_lost(None)
+    assert push(second, b"early") == 5
+    assert proc.payloads == [b"early"]
+    # a whole (empty) request read before admission is processed once admitted
+    third, t3 = connect_from(server, "10.0.0.3")
+    t3.paused = False
+    assert push(third, frame(b"")) == 4
+    assert proc.payloads == [b"early"] and t3.paused
+    second.connection_lost(None)
+    assert proc.payloads == [b"early", b""]
+
+
+def test_over_the_per_ip_limit_the_connection_is_closed_and_counted_until_its_close():
+    server, _loop, _ = limited(QuotaLimits(max_connections_per_ip=1,
+                                          per_ip_overrides={"10.0.0.9": 2}))
+    connect_from(server, "10.0.0.1")
+    refused, t = connect_from(server, "10.0.0.1")
+    assert t.closed and not refused.is_admitted
+    assert server.quotas.get("10.0.0.1") == 2
+    refused.connection_lost(None)
+    assert server.quotas.get("10.0.0.1") == 1
+    _, a = connect_from(server, "10.0.0.9")
+    _, b = connect_from(server, "10.0.0.9")
+    _, c = connect_from(server, "10.0.0.9")
+    assert not a.closed and not b.closed and c.closed
+
+
+def test_creation_rate_delays_admission_by_the_throttle_time():
+    server, loop, _ = limited(QuotaLimits(max_connection_creation_rate=1, quota_window_num=2))
+    first, _ = connect_from(server, "10.0.0.1")
+    second, t2 = connect_from(server, "10.0.0.1")
+    assert first.is_admitted and not second.is_admitted
+    # 2 connections in a 1 s window against 1/s: (2 - 1) / 1 x 1000 ms
+    assert second.admit_at_ms == loop.time_ms() + 1000
+    loop.advance(999)
+    assert not second.is_admitted
+    loop.advance(2)
+    assert second.is_admitted and not t2.paused
+
+
+def test_idle_connections_are_closed_after_connections_max_idle_ms():
+    server, loop, _ = limited(QuotaLimits(), connections_max_idle_ms=100)
+    server.start_idle_expiry()
+    idle, ti = connect_from(server, "10.0.0.1")
+    busy, tb = connect_from(server, "10.0.0.2")
+    for _ in range(6):
+        loop.advance(40)
+        push(busy, frame(b"x"))
+    assert ti.closed and not tb.closed
+    assert server.idle_closed_total == {"PLAINTEXT": 1}
+    idle.connection_lost(None)
+    assert server.quotas.total == 1

@@ -163,6 +163,7 @@ class BrokerConfig:
         self._validate_security()
         self._validate_advertised()
         self._validate_queued_max_request_bytes()
+        self._check_connection_limits(self._values)
         self._log_config = topic_log_config(self, {})
 
     # ---- construction ------------------------------------------------------------------
@@ -196,6 +197,10 @@ class BrokerConfig:
         if name.endswith(JAAS_SUFFIX):
             return None
         return self.get(name)
+
+    def listener_override(self, listener: str, name: str) -> Any:
+        """A key's ``listener.name.<listener>.`` override, None if the listener has none."""
+        return self._listener_overrides.get(listener.upper(), {}).get(name)
 
     def _validate_security(self) -> None:
         for lst in self._listeners:
@@ -289,7 +294,19 @@ class BrokerConfig:
             if name in BROKER_CONFIG:
                 BROKER_CONFIG.parse_value(name, raw)
         layers = (props, self._dynamic_broker) if not per_broker else (self._dynamic_default, props)
-        self._check_dynamic_combination(self._layered(*layers))
+        combined = self._layered(*layers)
+        self._check_dynamic_combination(combined)
+        self._check_connection_limits(combined)
+
+    @staticmethod
+    def _check_connection_limits(values: Mapping[str, Any]) -> None:
+        """KafkaConfig's requirement: a per-IP limit of 0 needs overrides to let anyone in."""
+        if values["max.connections.per.ip"] == 0 and not values["max.connections.per.ip.overrides"]:
+            raise ConfigError(
+                "requirement failed: max.connections.per.ip can be set to zero only if "
+                "max.connections.per.ip.overrides property is set.",
+                name="max.connections.per.ip",
+            )
 
     @staticmethod
     def _check_dynamic_combination(values: Mapping[str, Any]) -> None:

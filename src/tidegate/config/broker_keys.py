@@ -81,6 +81,19 @@ def _check_single_log_dir(name: str, value: Any) -> None:
         )
 
 
+def _check_per_ip_overrides(name: str, value: Any) -> None:
+    # Kafka's getMap: host:count pairs, the counts non-negative integers
+    for entry in (value or "").split(","):
+        entry = entry.strip()
+        if not entry:
+            continue
+        host, sep, count = entry.rpartition(":")
+        if not sep or not host or not count.strip().isdigit():
+            raise ConfigError.invalid(
+                name, value, f"Map entry '{entry}' is improperly formatted; expected host:count"
+            )
+
+
 def _check_single_node(name: str, value: Any) -> None:
     if value != 1:
         raise ConfigError.invalid(
@@ -327,6 +340,25 @@ _TABLE: tuple[ConfigKey, ...] = (
            "KIP-72: bytes of request bodies the broker holds at once; <= 0 disables the bound. "
            "Unset: max(268435456, socket.request.max.bytes), so a broker is bounded out of the box. "
            "Otherwise must be >= socket.request.max.bytes."),
+    # ---- connection limits (docs/security.md, KIP-306/402/612) -----------------------------
+    broker("max.connections", INT, INT_MAX, Range.at_least(0), MEDIUM,
+           "The most connections the broker holds; at the limit new connections wait "
+           "(unread) until one closes. Per listener: listener.name.<l>.max.connections.",
+           mode=CLUSTER),
+    broker("max.connections.per.ip", INT, INT_MAX, Range.at_least(0), MEDIUM,
+           "The most connections from one IP address; more are closed at once.",
+           mode=CLUSTER),
+    broker("max.connections.per.ip.overrides", STRING, "",
+           Check(_check_per_ip_overrides, "host:count,..."), MEDIUM,
+           "Per-IP or hostname limits overriding max.connections.per.ip: host:count,...",
+           mode=CLUSTER),
+    broker("max.connection.creation.rate", INT, INT_MAX, Range.at_least(0), MEDIUM,
+           "KIP-612: the most new connections per second the broker accepts; over it, "
+           "accepting is delayed. Per listener: listener.name.<l>.max.connection.creation.rate.",
+           mode=CLUSTER),
+    broker("connections.max.idle.ms", LONG, 600000, None, MEDIUM,
+           "Close connections idle (nothing read or written) for this long; -1: never. Also "
+           "bounds a SASL connection that never authenticates."),
     broker("queued.max.requests", INT, 500, Range.at_least(1), HIGH,
            "The number of received requests the broker holds at once before it stops reading."),
     broker("message.max.bytes", INT, 1048588, Range.at_least(0), HIGH,

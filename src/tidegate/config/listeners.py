@@ -153,6 +153,8 @@ LISTENER_OVERRIDABLE = (
     "ssl.truststore.location",
     "ssl.truststore.certificates",
     "ssl.client.auth",
+    "max.connections",
+    "max.connection.creation.rate",
 )
 JAAS_SUFFIX = ".sasl.jaas.config"
 LISTENER_PREFIX_RE = re.compile(r"listener\.name\.(?P<listener>[A-Za-z0-9_-]+)\.(?P<key>.+)")

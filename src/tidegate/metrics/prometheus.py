@@ -478,7 +478,59 @@ class SocketServerCollector(Collector):
         for reason, n in muted.items():
             muted_fam.add_metric([reason], n)
         yield muted_fam
+        yield from connection_limit_metrics(server)
         yield from pool_metrics(server.pool)
+
+
+def connection_limit_metrics(server: Any) -> Iterator[Metric]:
+    """KIP-306/402/612 connection limits (docs/security.md#connection-limits), per listener."""
+    listeners = sorted(server.bound)
+    lbl = ["listener"]
+    quotas = getattr(server, "quotas", None)
+    now = server.clock.milliseconds() if quotas is not None else 0
+    pending_by_listener = getattr(server, "pending", {})
+    idle_closed = getattr(server, "idle_closed_total", {})
+    rate = GaugeMetricFamily(
+        "kafka_server_socketservermetrics_connection_accept_rate",
+        "New connections accepted per second (socket-server-metrics connection-accept-rate).",
+        labels=lbl)
+    throttle = GaugeMetricFamily(
+        "kafka_server_socketservermetrics_connection_accept_throttle_time",
+        "Average ms an accepted connection waited for max.connection.creation.rate "
+        "(socket-server-metrics connection-accept-throttle-time).", labels=lbl)
+    created = CounterMetricFamily(
+        "kafka_server_socketservermetrics_connection_creation",
+        "Connections admitted past the connection limits (connection-creation-total).",
+        labels=lbl)
+    refused = CounterMetricFamily(
+        "tidegate_network_socketserver_connections_refused",
+        "Connections closed at once because their IP address had max.connections.per.ip.",
+        labels=lbl)
+    throttled = CounterMetricFamily(
+        "tidegate_network_socketserver_connections_throttled",
+        "Connections whose admission was delayed by max.connection.creation.rate.", labels=lbl)
+    blocked = CounterMetricFamily(
+        "tidegate_network_socketserver_connections_blocked",
+        "Times a connection had to wait for a slot (max.connections, per listener or broker).",
+        labels=lbl)
+    pending = GaugeMetricFamily(
+        "tidegate_network_socketserver_pendingconnections",
+        "Accepted connections waiting for admission (not read yet).", labels=lbl)
+    idle = CounterMetricFamily(
+        "tidegate_network_socketserver_idle_closed",
+        "Connections closed after connections.max.idle.ms without activity.", labels=lbl)
+    for name in listeners:
+        if quotas is not None:
+            rate.add_metric([name], quotas.accept_rate(name, now))
+            throttle.add_metric([name], quotas.throttle_time_avg(name, now))
+            created.add_metric([name], quotas.accepted_total.get(name, 0))
+            refused.add_metric([name], quotas.refused_per_ip_total.get(name, 0))
+            throttled.add_metric([name], quotas.throttled_total.get(name, 0))
+            blocked.add_metric([name], quotas.blocked_total.get(name, 0))
+        queue = pending_by_listener.get(name, ())
+        pending.add_metric([name], sum(1 for c in queue if not c.closed))
+        idle.add_metric([name], idle_closed.get(name, 0))
+    yield from (rate, throttle, created, refused, throttled, blocked, pending, idle)
 
 
 def pool_metrics(pool: Any) -> Iterator[Metric]:

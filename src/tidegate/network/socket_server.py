@@ -24,10 +24,12 @@ import logging
 import random
 import socket
 import struct
+from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from tidegate.clock import SYSTEM_CLOCK, Clock
+from tidegate.network.connection_quotas import ConnectionQuotas, IdleExpiryManager
 from tidegate.network.memory_pool import MemoryPool, RequestMemory
 from tidegate.network.mute_state import ChannelMuteState, MuteReason
 from tidegate.network.receive import InvalidReceiveError, NetworkReceive
@@ -82,6 +84,15 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.in_flight: Request | None = None
         self._in_flight_timing: RequestTiming | None = None
         self._reading_paused = False
+        #: counted by the server's ConnectionQuotas (admitted, or refused per IP)
+        self.counted = False
+        #: when the connection's admission may happen (creation-rate throttle), once at
+        #: the head of its listener's queue of connections waiting for admission
+        self.admit_at_ms: int | None = None
+        self.is_admitted = False
+        #: a request read before admission (uvloop may read once despite pause_reading
+        #: in connection_made), processed once admitted
+        self._held: NetworkReceive | None = None
 
     # -- asyncio callbacks -------------------------------------------------
     def connection_made(self, transport: Any) -> None:
@@ -113,14 +124,27 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self.connection_id, self.listener_name, str(peer[0]), int(peer[1]),
             self.principal, self.security_protocol, self.authenticated,
         )
-        self.server.connections[self.connection_id] = self
-        if self.server.draining:
+        self.server.accept(self)
+
+    def admitted(self) -> None:
+        """Past the connection limits: the connection is served from now on."""
+        server = self.server
+        self.is_admitted = True
+        server.connections[self.connection_id] = self
+        server.touch(self)
+        if server.draining:
             self.mute(MuteReason.SHUTDOWN)
+        held, self._held = self._held, None
+        if held is not None and not self.closed:
+            self._process(held)
 
     def get_buffer(self, sizehint: int) -> memoryview:
         return self.receive.get_buffer()
 
     def buffer_updated(self, nbytes: int) -> None:
+        idle = self.server.idle
+        if idle is not None:
+            idle.update(self.connection_id, self.server.clock.milliseconds())
         try:
             self.receive.advance(nbytes)
         except InvalidReceiveError as exc:
@@ -136,7 +160,18 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if self.receive.complete():
             receive = self.receive
             self.receive = NetworkReceive(self._max_receive_size(), self.server.request_memory)
+            if not self.is_admitted:
+                self._held = receive
+                self._pause_until_admitted()
+                return
             self._process(receive)
+        elif not self.is_admitted:
+            self._pause_until_admitted()
+
+    def _pause_until_admitted(self) -> None:
+        if self.transport is not None and not self.closed:
+            self.transport.pause_reading()
+            self._reading_paused = True
 
     def eof_received(self) -> bool | None:
         return None  # close the transport
@@ -144,9 +179,13 @@ class KafkaConnection(asyncio.BufferedProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self.receive.release()
+        if self._held is not None:
+            self._held.release()
+            self._held = None
         server = self.server
         if server.connections.get(self.connection_id) is self:
             del server.connections[self.connection_id]
+        server.connection_closed(self)
         server.memory_muted.pop(self, None)
         request = self.in_flight
         if request is not None:
@@ -292,6 +331,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
         transport = self.transport
         if self.closed or transport is None:
             return
+        idle = self.server.idle
+        if idle is not None:
+            idle.update(self.connection_id, self.server.clock.milliseconds())
         if len(pieces) == 1:
             transport.write(pieces[0])
         elif pieces:
@@ -330,6 +372,8 @@ class SocketServer:
         receive_buffer_bytes: int = -1,
         sasl_max_receive_size: int = 524288,
         clock: Clock = SYSTEM_CLOCK,
+        quotas: ConnectionQuotas | None = None,
+        connections_max_idle_ms: int = -1,
     ) -> None:
         self.processor = processor
         self.scheduler = scheduler
@@ -357,6 +401,16 @@ class SocketServer:
         #: requests parked in the core, waiting for their response
         self.parked = 0
         self._idle: asyncio.Event | None = None
+        # Connection limits (docs/security.md): None when nothing limits connections.
+        self.quotas = quotas
+        #: accepted connections waiting for admission, per listener, in accept order
+        self.pending: dict[str, deque[KafkaConnection]] = {}
+        self._admission_timers: dict[str, Any] = {}
+        #: connections.max.idle.ms (Kafka's Selector idle expiry); None: -1, never
+        self.idle = IdleExpiryManager(connections_max_idle_ms) if connections_max_idle_ms >= 0 else None
+        self._idle_task: Any = None
+        #: connections closed for idleness, per listener
+        self.idle_closed_total: dict[str, int] = {}
 
     async def start_listener(
         self, name: str, host: str, port: int, security: ListenerSecurity | None = None
@@ -371,9 +425,107 @@ class SocketServer:
             ssl=security.ssl_context if security is not None else None,
         )
         self.servers.append(server)
+        self.start_idle_expiry()
         sockname = server.sockets[0].getsockname()
         self.bound[name] = (sockname[0], sockname[1])
         return self.bound[name]
+
+    # -- connection limits -------------------------------------------------------------
+    def accept(self, conn: KafkaConnection) -> None:
+        """A new connection: admitted now, or held unread until the limits let it in
+        (Kafka's acceptor blocks; here the connection waits in its listener's queue)."""
+        if self.quotas is None:
+            conn.admitted()
+            return
+        transport = conn.transport
+        assert transport is not None
+        transport.pause_reading()
+        conn._reading_paused = True
+        self.pending.setdefault(conn.listener_name, deque()).append(conn)
+        self._admit(conn.listener_name)
+
+    def _admit(self, listener: str) -> None:
+        quotas = self.quotas
+        queue = self.pending.get(listener)
+        if quotas is None or not queue:
+            return
+        while queue:
+            conn = queue[0]
+            if conn.closed:
+                queue.popleft()
+                continue
+            now = self.clock.milliseconds()
+            if conn.admit_at_ms is None:
+                # at the head: the acceptor accepts it now (KIP-612 records it now)
+                conn.admit_at_ms = now + quotas.record_connection(listener, now)
+            if now < conn.admit_at_ms:
+                if listener not in self._admission_timers:
+                    self._admission_timers[listener] = self.scheduler.call_at(
+                        conn.admit_at_ms, lambda: self._admission_timer(listener))
+                return
+            if not quotas.slot_available(listener):
+                quotas.blocked_total[listener] = quotas.blocked_total.get(listener, 0) + 1
+                return  # connection_closed() tries again
+            queue.popleft()
+            assert conn.ctx is not None
+            address = conn.ctx.client_address
+            conn.counted = True
+            if not quotas.inc(listener, address):
+                log.info("Rejected connection from %s, address already has the configured "
+                         "maximum of %d connections.", address, quotas.limits().max_per_ip(address))
+                conn.close()
+                continue
+            conn._sync_reading()
+            conn.admitted()
+
+    def _admission_timer(self, listener: str) -> None:
+        self._admission_timers.pop(listener, None)
+        self._admit(listener)
+
+    def connection_closed(self, conn: KafkaConnection) -> None:
+        if self.idle is not None:
+            self.idle.remove(conn.connection_id)
+        quotas = self.quotas
+        if quotas is None or not conn.counted:
+            return
+        conn.counted = False
+        assert conn.ctx is not None
+        quotas.dec(conn.listener_name, conn.ctx.client_address)
+        for listener in list(self.pending):
+            self._admit(listener)
+
+    def touch(self, conn: KafkaConnection) -> None:
+        if self.idle is not None:
+            self.idle.update(conn.connection_id, self.clock.milliseconds())
+
+    def close_idle_connections(self) -> None:
+        """Close connections idle longer than connections.max.idle.ms (Kafka's
+        Selector.maybeCloseOldestConnection). A connection waiting for its parked
+        request's response is not idle: it is marked active instead."""
+        idle = self.idle
+        if idle is None:
+            return
+        now = self.clock.milliseconds()
+        for cid in idle.expired(now):
+            conn = self.connections.get(cid)  # type: ignore[call-overload]
+            if conn is None or conn.closed:
+                idle.remove(cid)
+                continue
+            if conn.in_flight is not None:
+                idle.update(cid, now)
+                continue
+            log.debug("closing connection %s from %s: idle for more than %d ms",
+                      cid, conn._peer(), idle.max_idle_ms)
+            name = conn.listener_name
+            self.idle_closed_total[name] = self.idle_closed_total.get(name, 0) + 1
+            idle.remove(cid)
+            conn.close()
+
+    def start_idle_expiry(self) -> None:
+        if self.idle is not None and self._idle_task is None:
+            period = max(1, min(self.idle.max_idle_ms // 2, 1000))
+            self._idle_task = self.scheduler.schedule(
+                "connections-max-idle", self.close_idle_connections, period)
 
     # -- the RequestChannel -----------------------------------------------------------
     def send_response(self, request: Request, response: Response) -> None:
@@ -452,6 +604,16 @@ class SocketServer:
         self.draining = True
         for server in self.servers:
             server.close()
+        if self._idle_task is not None:
+            self._idle_task.cancel()
+            self._idle_task = None
+        for timer in self._admission_timers.values():
+            timer.cancel()
+        self._admission_timers.clear()
+        for queue in self.pending.values():
+            for conn in queue:
+                conn.close()
+            queue.clear()
         for conn in list(self.connections.values()):
             conn.mute(MuteReason.SHUTDOWN)
 

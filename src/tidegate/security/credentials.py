@@ -201,8 +201,12 @@ class CredentialStore:
         static: StaticCredentials | None = None,
         *,
         fsync: bool = True,
+        create: bool = True,
     ) -> None:
         self.root = root
+        #: create the store file at start-up if missing (only with a SASL listener; else
+        #: it is written at the first credential change)
+        self._create = create
         self.static = static or StaticCredentials()
         self._fsync = fsync
         self.dynamic: dict[tuple[str, str], ScramCredential] = {}
@@ -236,7 +240,8 @@ class CredentialStore:
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
-            self._save()  # creates the file and the per-broker secret
+            if self._create:
+                self._save()  # creates the file and the per-broker secret
             return
         except (OSError, ValueError) as exc:
             raise CredentialsError(f"cannot read {path}: {exc}") from None

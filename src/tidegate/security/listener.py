@@ -77,7 +77,9 @@ def build_credential_store(config: BrokerConfig, root: Path | None) -> Credentia
     path = config.get("sasl.credentials.file")
     try:
         static = load_credentials_file(path, enabled) if path is not None else StaticCredentials()
-        return CredentialStore(root, static)
+        # no SASL listener: no scram-credentials.json until a credential is altered
+        sasl = any(lst.security_protocol.startswith("SASL_") for lst in config.listeners)
+        return CredentialStore(root, static, create=sasl)
     except CredentialsError as exc:
         raise ConfigError(str(exc), name="sasl.credentials.file", value=path) from None
 

@@ -21,6 +21,7 @@ from tidegate.clock import SYSTEM_CLOCK, Clock
 from tidegate.config import BrokerConfig, parse_metrics_listener
 from tidegate.metrics.prometheus import BrokerMetrics, MetricsHttpServer
 from tidegate.network import memory_pool
+from tidegate.network.connection_quotas import ConnectionQuotas, connection_limits
 from tidegate.network.socket_server import SocketServer
 from tidegate.scheduler import AsyncioScheduler
 from tidegate.security.listener import build_credential_store, build_listener_security
@@ -88,6 +89,8 @@ class Broker:
             receive_buffer_bytes=config.get("socket.receive.buffer.bytes"),
             sasl_max_receive_size=config.get("sasl.server.max.receive.size"),
             clock=self.clock,
+            quotas=ConnectionQuotas(connection_limits(config)),
+            connections_max_idle_ms=config.get("connections.max.idle.ms"),
         )
         core.apis.channel = self.socket_server
         core.start()
