@@ -15,6 +15,7 @@ Mounting a tmpfs needs root: the test skips otherwise.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -40,7 +41,7 @@ def small_disk(tmp_path):
     mnt = tmp_path / "data"  # the broker's log dir itself (its log file stays outside)
     mnt.mkdir()
     r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={DISK_MB}m", "tmpfs", str(mnt)],
-                       capture_output=True, text=True)  # fmt: skip
+                       check=False, capture_output=True, text=True)  # fmt: skip
     if r.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
     try:
@@ -134,8 +135,15 @@ def test_a_full_disk_answers_storage_errors_and_recovers(small_disk, broker_fact
     assert "Traceback" not in text, text[-3000:]
     assert max(acked) == len(acked) - 1  # acknowledged offsets run from 0 without a gap
 
-    # kill -9 and restart while the disk is still full: recovery, then reads
+    # kill -9 and restart while the disk is still full: recovery, then reads. A torn
+    # batch is left at the tail (as a crash mid-write would) for recovery to cut off.
     b.kill()
+    filler = small_disk / "filler"
+    os.truncate(filler, filler.stat().st_size - (64 << 10))
+    segment = max((small_disk / f"{topic}-0").glob("*.log"))
+    with open(segment, "ab") as f:
+        f.write(b"\0" * 8 + b"\x00\x00\x10\x00" + b"torn" * 20)  # a batch header, cut short
+    fill(small_disk / "filler2", 0)
     b.start()
     got = read_to_end(b.bootstrap, topic)[0]
     assert len(got) >= len(acked)
@@ -143,9 +151,11 @@ def test_a_full_disk_answers_storage_errors_and_recovers(small_disk, broker_fact
         if g.offset in acked:
             assert g.value == acked[g.offset], f"offset {g.offset} changed"
     assert "Traceback" not in b.log_text()
+    assert re.search(r"recovered .* [1-9][0-9]* byte\(s\) of torn or corrupt tail truncated", b.log_text())
 
     # space returns: writes resume, and everything acknowledged reads back in order
-    (small_disk / "filler").unlink()
+    filler.unlink()
+    (small_disk / "filler2").unlink()
     more = produce_some(b.bootstrap, topic, 1_000_000, 200)
     assert min(more) >= len(got)
     everything = read_to_end(b.bootstrap, topic)[0]
