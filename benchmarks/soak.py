@@ -30,6 +30,7 @@ consume-transform-produce workers and the quota throttling of issue 19.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import random
@@ -295,7 +296,7 @@ def check(hist: History, uncommitted: dict, committed: dict) -> dict:
     non_monotonic = 0
     for p, recs in uncommitted.items():
         offsets = [o for o, _ in recs]
-        non_monotonic += sum(1 for a, b in zip(offsets, offsets[1:], strict=False) if b <= a)
+        non_monotonic += sum(1 for a, b in itertools.pairwise(offsets) if b <= a)
         for o, v in recs:
             where[v].append((p, o))
     seen_committed = Counter(v for recs in committed.values() for _, v in recs)
