@@ -58,7 +58,7 @@ class DiskFaults:
                 return real_pwrite(fd, data, position)
             self.hits += 1
             keep = r["partial"]
-            if keep and r["times"] != 0:
+            if keep:
                 # a full disk takes the first bytes, then refuses the rest
                 real_pwrite(fd, bytes(memoryview(data)[:keep]), position)
                 r["partial"] = 0
@@ -81,7 +81,7 @@ class DiskFaults:
         monkeypatch.setattr(log_module, "_fdatasync", failing(real_fdatasync, "fsync"))
 
     def fail(self, call: str, suffix: str, err: int = errno.ENOSPC, *, partial: int = 0) -> None:
-        self.rules.append({"call": call, "suffix": suffix, "err": err, "partial": partial, "times": -1})
+        self.rules.append({"call": call, "suffix": suffix, "err": err, "partial": partial})
 
     def clear(self) -> None:
         self.rules.clear()
