@@ -50,10 +50,17 @@ def replace_file(dir_fd: int, name: str, data: bytes, *, sync_dir: bool) -> None
     tmp = f"{name}{TMP_MARK}{os.getpid()}-{threading.get_ident()}-{next(_tmp_counter)}"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644, dir_fd=dir_fd)
     try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        try:
+            view = memoryview(data)
+            while view:  # a short write (a full disk) must not rename a truncated file over
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp, dir_fd=dir_fd)
+        raise
     os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     if sync_dir:
         os.fsync(dir_fd)

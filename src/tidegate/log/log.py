@@ -40,6 +40,7 @@ from .control_records import (
     InvalidControlRecordError,
     end_transaction_marker_of,
 )
+from .dir_failure import StorageError
 from .index import AbortedTxn
 from .leader_epoch import LeaderEpochFileCache
 from .producer_state import CompletedTxn, ProducerStateManager
@@ -186,7 +187,7 @@ class RecoveryPointCheckpoint:
     def run(self) -> None:
         try:
             _write_checkpoint(self._dir_fd, RECOVERY_POINT_FILE, self.value)
-        except OSError:
+        except FileNotFoundError:
             pass  # the partition was deleted meanwhile: nothing to recover any more
         finally:
             os.close(self._dir_fd)
@@ -580,7 +581,9 @@ class Log:
         ``flush.messages`` messages are unflushed; an asyncio caller passes
         ``auto_flush=False`` and checks :meth:`flush_due` to flush off-thread.
         See :func:`~tidegate.log.record_batch.validate_batches` for ``from_client``
-        and ``single_batch``. An ``OSError`` while writing leaves the log as it was.
+        and ``single_batch``. An ``OSError`` is raised as :class:`.dir_failure.StorageError`:
+        while writing the batch or rolling a segment it leaves the log as it was (the
+        torn bytes are cut off); ``fatal`` when it came after the batch was written.
         """
         self._check_open()
         if isinstance(records, bytes):
@@ -628,7 +631,10 @@ class Log:
                 duplicate=True,
             )
         last = first + v.num_records - 1
-        segment = self._maybe_roll(v.size_bytes, max_ts, last, now_ms)
+        try:
+            segment = self._maybe_roll(v.size_bytes, max_ts, last, now_ms)
+        except OSError as exc:
+            raise StorageError("segment roll", exc) from exc
         assign_offsets(
             records,
             first,
@@ -636,20 +642,30 @@ class Log:
             partition_leader_epoch=self.leader_epoch,
             positions=v.positions,
         )
-        segment.append(records, last)
+        try:
+            # On an error the segment cuts the torn bytes off (or raises
+            # UnrecoverableWriteError, which takes the dir offline): the log is as it was.
+            segment.append(records, last)
+        except OSError as exc:
+            raise StorageError("append", exc) from exc
         cache = self.leader_epoch_cache
         if cache.latest_epoch != self.leader_epoch:
             # Kafka's maybeAssignEpochStartOffset: the first batch of an epoch (after the
             # cache was emptied by a full truncation) records where the epoch starts.
             cache.assign(self.leader_epoch, first)
-        if prepared is not None:
-            ps = self.producer_state
-            for completed in ps.commit(prepared):
-                if completed.is_aborted:
-                    self._index_aborted(segment, completed)
-                ps.complete_txn(completed)
-        if auto_flush and self.unflushed_messages >= config.flush_messages:
-            self.flush(now_ms=now_ms)
+        try:
+            if prepared is not None:
+                ps = self.producer_state
+                for completed in ps.commit(prepared):
+                    if completed.is_aborted:
+                        self._index_aborted(segment, completed)
+                    ps.complete_txn(completed)
+            if auto_flush and self.unflushed_messages >= config.flush_messages:
+                self.flush(now_ms=now_ms)
+        except OSError as exc:
+            # the batch is in the log but its transaction index or its fsync failed:
+            # the state on disk is unknown
+            raise StorageError("append", exc, fatal=True) from exc
         return AppendInfo(
             first_offset=first,
             last_offset=last,
@@ -1144,6 +1160,13 @@ class Log:
             os.close(fd)
         os.fsync(dir_fd)
         self._release()
+
+    def abandon(self) -> None:
+        """Close every file without flushing or marking a clean shutdown (an offline log
+        dir, a close that failed): the next open recovers the log."""
+        if not self._closed:
+            self._generation += 1
+            self._release()
 
     def delete(self) -> None:
         """Close every file and remove the partition directory (DeleteTopics)."""

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
+from .dir_failure import UnrecoverableWriteError
 from .index import CorruptIndexError, OffsetIndex, TimeIndex, TransactionIndex
 from .record_batch import (
     CONTROL_FLAG_MASK,
@@ -386,8 +387,14 @@ class LogSegment:
                     size = h[1] + LOG_OVERHEAD
                     since += size
                     p += size
-        except BaseException:
-            os.ftruncate(fd, start)
+        except BaseException as exc:
+            try:
+                os.ftruncate(fd, start)
+            except OSError as cut:
+                raise UnrecoverableWriteError(
+                    cut.errno, f"could not cut {self.log_path} back to {start} bytes after "
+                    f"a failed write ({exc}): {cut.strerror}",
+                ) from exc
             if len(oi) > n_oi:
                 oi.truncate_to(oi.entries()[n_oi][0])
             if len(ti) > n_ti:

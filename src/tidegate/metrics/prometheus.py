@@ -615,6 +615,35 @@ class FlusherCollector(Collector):
         )
 
 
+class LogDirFailureCollector(Collector):
+    """The log dir's I/O failures (``tidegate.log.dir_failure.LogDirFailureChannel``):
+    Kafka's LogManager OfflineLogDirectoryCount, whether the dir is full now (writes
+    refused until space returns), and the storage errors reported since start."""
+
+    def __init__(self, channel: Any) -> None:
+        self.channel = channel
+
+    def collect(self) -> Iterable[Metric]:
+        ch = self.channel
+        yield GaugeMetricFamily(
+            "kafka_log_logmanager_offlinelogdirectorycount",
+            "Log directories offline after an I/O error, until restart (LogManager "
+            "OfflineLogDirectoryCount).",
+            value=ch.offline_log_directory_count,
+        )
+        yield GaugeMetricFamily(
+            "tidegate_log_dir_full",
+            "1 while the log directory is out of space: appends answer KAFKA_STORAGE_ERROR "
+            "until one succeeds.",
+            value=1 if ch.full else 0,
+        )
+        yield CounterMetricFamily(
+            "tidegate_log_storage_errors",
+            "I/O errors of the write path (append, roll, fsync, checkpoint, retention).",
+            value=ch.storage_errors,
+        )
+
+
 class QuotaCollector(Collector):
     """Client quotas (``tidegate.server.quota.quota_factory.QuotaManagers``), read at scrape time:
     per entity (the counters' ``user``/``client_id`` tags, "" where the quota is not per
@@ -820,6 +849,10 @@ class BrokerMetrics:
     def register_flusher(self, flusher: Any) -> None:
         """Expose the group-commit flusher's ``rounds`` and ``requests`` counters."""
         self.registry.register(FlusherCollector(flusher))
+
+    def register_log_dir_failures(self, channel: Any) -> None:
+        """Expose the log dir's offline count, full flag and storage-error counter."""
+        self.registry.register(LogDirFailureCollector(channel))
 
     def exposition(self) -> bytes:
         """The registry in Prometheus text format."""

@@ -795,6 +795,9 @@ class AdminApis:
             )
         result: dict[str, Any] = {"error_code": ErrorCode.none, "log_dir": self.log_dir}
         try:
+            if self.logs.failure_channel.offline:
+                # Kafka's describeLogDirs: an offline dir answers KAFKA_STORAGE_ERROR, no topics
+                raise OSError(f"log directory {self.log_dir} is offline")
             st = os.statvfs(self.logs.root)
         except OSError as exc:
             log.warning("unable to describe log dir %s: %s", self.log_dir, exc)

@@ -25,8 +25,9 @@ from tidegate.coordinator.transaction.transaction_state_manager import (
     TransactionConfig,
     TransactionStateManager,
 )
+from tidegate.log.dir_failure import StorageError
 from tidegate.network.request_channel import RequestChannel
-from tidegate.scheduler import Cancellable, Scheduler
+from tidegate.scheduler import Cancellable, OnDone, Scheduler
 from tidegate.security.authorizer.acl_store import AclStore
 from tidegate.security.authorizer.standard_authorizer import StandardAuthorizer, parse_super_users
 from tidegate.security.credentials import CredentialStore
@@ -213,11 +214,25 @@ class BrokerCore:
             removed = self.logs.remove_expired_producers(now, self.config.get("producer.id.expiration.ms"))
             if removed:
                 log.info("removed %d expired producer id state(s)", removed)
-        if self._due("checkpoint", now):
+        # No checkpoint of an offline dir: after a failed fsync a higher recovery point
+        # would let the next start skip the validation of data that may not be on disk.
+        if self._due("checkpoint", now) and not self.logs.failure_channel.offline:
             for ticket in self.logs.recovery_point_checkpoints():
-                self.scheduler.submit(ticket.run, _log_failure("recovery-point checkpoint"))
+                self.scheduler.submit(ticket.run, self._checkpoint_failure("recovery-point checkpoint"))
             for epochs in self.logs.leader_epoch_checkpoints():
-                self.scheduler.submit(epochs.run, _log_failure("leader-epoch checkpoint"))
+                self.scheduler.submit(epochs.run, self._checkpoint_failure("leader-epoch checkpoint"))
+
+    def _checkpoint_failure(self, what: str) -> OnDone:
+        """Report a checkpoint write's I/O error to the log dir's failure channel."""
+        failures = self.logs.failure_channel
+
+        def on_done(_result: object, exc: BaseException | None) -> None:
+            if isinstance(exc, OSError):
+                failures.error(StorageError(what, exc))
+            elif exc is not None:
+                log.error("%s failed: %s", what, exc)
+
+        return on_done
 
     def maintain_groups(self) -> None:
         """Offset retention, and the compaction of __consumer_offsets (its fsync on a
@@ -256,11 +271,3 @@ class BrokerCore:
         """Stop the timers and close every log (flushed, clean-shutdown marker)."""
         self.reaper.shutdown()
         self.logs.close()
-
-
-def _log_failure(what: str):
-    def on_done(_result: object, exc: BaseException | None) -> None:
-        if exc is not None:
-            log.error("%s failed: %s", what, exc)
-
-    return on_done

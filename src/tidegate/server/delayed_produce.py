@@ -44,6 +44,13 @@ class DelayedProduce(DelayedOperation):
 
     def try_complete(self) -> bool:
         pending = self.pending
+        if self.replicas.log_dir_offline:
+            # an fsync failed: what was appended may never reach the disk
+            for _log, _last, part in pending.values():
+                part.error = ErrorCode.kafka_storage_error
+                part.error_message = self.replicas.failure_channel.offline_reason
+            pending.clear()
+            return self.force_complete()
         for key in list(pending):
             log, last_offset, part = pending[key]
             if self.replicas.get_log(*key) is not log:

@@ -17,6 +17,7 @@ reaches ``__consumer_offsets`` (docs/transactions.md, "Offsets in transactions")
 
 from __future__ import annotations
 
+import errno
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -37,6 +38,7 @@ from tidegate.coordinator.group.group_metadata_manager import (
     OffsetsLog,
     PendingAppend,
 )
+from tidegate.log.dir_failure import StorageError
 from tidegate.log.log import Log
 from tidegate.network.request_channel import PARKED, Request
 from tidegate.protocol.codec import ms
@@ -144,9 +146,16 @@ class GroupApis:
                 return E.coordinator_not_available, "the broker is shutting down"
             self._open_offsets_log(True)
         except OSError as exc:
-            log.error("could not create %s: %s", OFFSETS_TOPIC, exc)
+            self._creation_failed(exc)
             return E.coordinator_not_available, f"cannot create {OFFSETS_TOPIC}: {exc}"
         return E.none, None
+
+    def _creation_failed(self, exc: OSError) -> None:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            # one rate-limited line from the log dir's failure channel
+            self.replicas.failure_channel.error(StorageError(f"creating {OFFSETS_TOPIC}", exc))
+        else:
+            log.error("could not create %s: %s", OFFSETS_TOPIC, exc)
 
     def offsets_partition_for(self, group_id: str) -> tuple[str, int]:
         """The __consumer_offsets partition of a group (one partition), created if need be."""
@@ -378,7 +387,7 @@ class GroupApis:
         try:
             tp = self.offsets_partition_for(group_id)
         except OSError as exc:
-            log.error("could not create %s: %s", OFFSETS_TOPIC, exc)
+            self._creation_failed(exc)
             return E.coordinator_not_available
         refused = self.replicas.verify_transaction(
             transactional_id, producer_id, producer_epoch, [tp], generic_errors=version >= 4

@@ -813,6 +813,9 @@ class KafkaApis:
         if plog is None:
             out["error_code"] = ErrorCode.unknown_topic_or_partition
             return out
+        if self.replicas.log_dir_offline:
+            out["error_code"] = ErrorCode.kafka_storage_error
+            return out
         epoch_error = check_leader_epoch(plog, getattr(p, "current_leader_epoch", -1))
         if epoch_error is not ErrorCode.none:
             out["error_code"] = epoch_error

@@ -31,9 +31,15 @@ class LogFlusher:
         self,
         on_flushed: Callable[[Key], object],
         submit: Callable[[Callable[[], Any], OnDone], None],
+        on_error: Callable[[Key, BaseException], object] | None = None,
     ) -> None:
         self.on_flushed = on_flushed
         self._submit = submit
+        #: told of a failed fsync before ``on_flushed`` (the log dir goes offline)
+        self.on_error = on_error
+        #: a failed fsync stops every later round: the page cache's state is unknown
+        #: after one (fsyncgate), so no later fsync may advance a recovery point
+        self.halted = False
         self._running: dict[Key, Any] = {}  # key -> the log being flushed
         self._again: set[Key] = set()
         self.rounds = 0  # fsync rounds started (tests and docs compare it to requests)
@@ -42,6 +48,9 @@ class LogFlusher:
     def request(self, key: Key, plog: Any) -> None:
         """Make everything appended to ``plog`` so far durable, soon."""
         self.requests += 1
+        if self.halted:
+            self.on_flushed(key)
+            return
         if key in self._running:
             self._again.add(key)
             return
@@ -56,16 +65,22 @@ class LogFlusher:
     def _done(self, key: Key, plog: Any, ticket: Any, exc: BaseException | None) -> None:
         del self._running[key]
         if exc is not None:
-            # The data stays unflushed: waiting producers time out (REQUEST_TIMED_OUT).
-            log.error("fsync of %s-%d failed: %s", key[0], key[1], exc)
-        else:
+            # The data stays unflushed. With on_error (the broker) the log dir goes
+            # offline and waiting producers answer KAFKA_STORAGE_ERROR; without it
+            # they time out (REQUEST_TIMED_OUT).
+            self.halted = True
+            if self.on_error is not None:
+                self.on_error(key, exc)
+            else:
+                log.error("fsync of %s-%d failed: %s", key[0], key[1], exc)
+        elif not self.halted:
             plog.complete_flush(ticket)
         try:
             self.on_flushed(key)
         finally:
             if key in self._again:
                 self._again.discard(key)
-                if not plog.closed and plog.recovery_point < plog.log_end_offset:
+                if not self.halted and not plog.closed and plog.recovery_point < plog.log_end_offset:
                     self._start(key, plog)
 
     @property

@@ -34,6 +34,7 @@ from tidegate.log.checkpoint import (
     read_checkpoint_file,
 )
 from tidegate.log.config import LogConfig
+from tidegate.log.dir_failure import LogDirFailureChannel, StorageError
 from tidegate.log.log import Log, partition_dir
 from tidegate.server.metadata import TopicInfo, TopicStore, write_atomically
 
@@ -87,6 +88,8 @@ class LogManager:
         #: where checkpoint writes run (a worker thread); None writes them inline
         self.scheduler = scheduler
         self.logs: dict[TopicPartition, Log] = {}
+        #: the log dir's I/O failures and whether it is full or offline (docs/reliability.md)
+        self.failure_channel = LogDirFailureChannel(str(root), now_ms)
         #: topics whose creation is under way on a worker thread (not in the store yet)
         self.creating: set[str] = set()
         self._lso_writer = CheckpointWriter(LOG_START_OFFSET_CHECKPOINT_FILE)
@@ -270,12 +273,22 @@ class LogManager:
 
     def close(self) -> None:
         lsos = self._lso_checkpoint()
+        failures = self.failure_channel
         for plog in self.logs.values():
+            if failures.offline:
+                # no flush, checkpoint or clean-shutdown marker: the next start recovers
+                plog.abandon()
+                continue
             try:
                 plog.close()
+            except OSError as exc:
+                failures.error(StorageError(f"close of {plog.directory.name}", exc))
+                plog.abandon()
             except Exception:
                 log.exception("error closing %s", plog)
         self.logs.clear()
+        if failures.offline:
+            return
         try:
             lsos.run()
         except OSError as exc:
@@ -370,9 +383,21 @@ class LogManager:
 
     def maintenance(self, now_ms: int, retention_due: bool) -> None:
         """Time-based flush (flush.ms) and, when due, retention on every partition."""
+        failures = self.failure_channel
+        if failures.offline:
+            return  # nothing is flushed or deleted in an offline dir (its state is unknown)
         for plog in list(self.logs.values()):
-            plog.maybe_flush_by_time(now_ms)
+            try:
+                plog.maybe_flush_by_time(now_ms)
+            except OSError as exc:
+                failures.error(StorageError(f"flush of {plog.directory.name}", exc, fatal=True))
+                return
             if retention_due:
-                deleted = plog.apply_retention(now_ms)
+                try:
+                    deleted = plog.apply_retention(now_ms)
+                except OSError as exc:
+                    if failures.error(StorageError(f"retention of {plog.directory.name}", exc)):
+                        return
+                    continue
                 if deleted:
                     log.info("retention deleted %d segment(s) of %s", deleted, plog)

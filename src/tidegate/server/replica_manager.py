@@ -30,6 +30,7 @@ its data overlaps.
 
 from __future__ import annotations
 
+import errno
 import logging
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -39,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from tidegate.errors import OffsetOutOfRangeError
+from tidegate.log.dir_failure import StorageError
 from tidegate.log.index import AbortedTxn
 from tidegate.log.leader_epoch import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
 from tidegate.log.log import Log
@@ -222,7 +224,11 @@ class ReplicaManager:
             "Produce", SystemTimer(**timer_args), produce_purge_interval
         )
         # group commit for acks=all: each fsync round completes the produces it covered
-        self.flusher = LogFlusher(self.produce_purgatory.check_and_complete, scheduler.submit)
+        #: the log dir's I/O failures: full (writes refused until space returns) or offline
+        self.failure_channel = logs.failure_channel
+        self.flusher = LogFlusher(
+            self.produce_purgatory.check_and_complete, scheduler.submit, self._flush_failed
+        )
         self.action_queue = ActionQueue()
         # Bytes appended per partition since start: a monotonic count that parked
         # fetches compare against (DelayedFetch), unaffected by retention.
@@ -241,18 +247,23 @@ class ReplicaManager:
         this node leads each, alone in its replicas and ISR, at the log's leader epoch."""
         node = self.node_id
         logs = self.logs.logs
+        # An offline log dir (docs/reliability.md): this node stays the leader, so clients
+        # keep asking it and get KAFKA_STORAGE_ERROR, and lists itself as an offline replica.
+        offline = self.failure_channel.offline
+        error = ErrorCode.kafka_storage_error if offline else ErrorCode.none
+        offline_replicas = (node,) if offline else ()
         out = []
         for p in range(info.partitions):
             plog = logs.get((info.name, p))
             out.append(
                 {
-                    "error_code": ErrorCode.none,
+                    "error_code": error,
                     "partition_index": p,
                     "leader_id": node,
                     "leader_epoch": plog.leader_epoch if plog is not None else 0,
                     "replica_nodes": (node,),
                     "isr_nodes": (node,),
-                    "offline_replicas": (),
+                    "offline_replicas": offline_replicas,
                     # DescribeTopicPartitions (KIP-966): no ELR with one replica
                     "eligible_leader_replicas": (),
                     "last_known_elr": (),
@@ -301,6 +312,7 @@ class ReplicaManager:
         pending: dict[TopicPartition, tuple[Log, int, PartitionResponse]] = {}
         appended: list[TopicPartition] = []
         stats = self.topic_stats
+        failures = self.failure_channel
         for key, records in entries.items():
             result = results[key] = PartitionResponse()
             topic, partition = key
@@ -311,6 +323,10 @@ class ReplicaManager:
             plog = self.logs.logs.get(key)
             if plog is None:
                 result.error = E.unknown_topic_or_partition
+                continue
+            if failures.offline:
+                result.error = E.kafka_storage_error
+                result.error_message = failures.offline_reason
                 continue
             if not records:
                 result.error = E.corrupt_message
@@ -336,6 +352,14 @@ class ReplicaManager:
                 result.record_errors = exc.record_errors
                 log.info("produce to %s-%d rejected: %s", topic, partition, exc)
                 continue
+            except StorageError as exc:
+                # Kafka's KafkaStorageException: one line from the failure channel, no
+                # traceback, and the partition answers KAFKA_STORAGE_ERROR
+                failures.error(exc)
+                result.error = E.kafka_storage_error
+                result.error_message = f"{topic}-{partition}: {exc}"
+                continue
+            failures.write_succeeded()
             result.base_offset = info.first_offset
             result.log_append_time = info.log_append_time_ms
             result.log_start_offset = plog.log_start_offset
@@ -455,6 +479,9 @@ class ReplicaManager:
             plog = logs.get(fp.key) if fp.key is not None else None
             if plog is None:
                 data.error = E.unknown_topic_or_partition
+                continue
+            if self.failure_channel.offline:
+                data.error = E.kafka_storage_error  # Kafka: an offline log dir's partitions
                 continue
             epoch_error = check_leader_epoch(plog, fp.current_leader_epoch)
             if epoch_error is not E.none:
@@ -628,6 +655,18 @@ class ReplicaManager:
         if end == UNDEFINED_EPOCH_OFFSET:
             return E.none, UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
         return E.none, epoch, end
+
+    # -- storage errors -------------------------------------------------------------------
+    def _flush_failed(self, key: TopicPartition, exc: BaseException) -> None:
+        """An fsync failed: whatever its errno the page cache's state is unknown (fsyncgate),
+        so the dir goes offline and the acks=all produces waiting on it answer
+        KAFKA_STORAGE_ERROR (the flusher then completes them via on_flushed)."""
+        cause = exc if isinstance(exc, OSError) else OSError(errno.EIO, str(exc))
+        self.failure_channel.error(StorageError(f"fsync of {key[0]}-{key[1]}", cause, fatal=True))
+
+    @property
+    def log_dir_offline(self) -> bool:
+        return self.failure_channel.offline
 
     # -- partitions going away ------------------------------------------------------------
     def partitions_removed(self, keys: Iterable[TopicPartition]) -> None:

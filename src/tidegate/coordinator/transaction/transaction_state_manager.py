@@ -13,6 +13,7 @@ never decreasing, as Kafka's leader epoch of the partition would).
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -161,7 +162,23 @@ class TransactionStateManager:
         except FileNotFoundError:
             previous = -1
         epoch = previous + 1
-        write_atomically(path, f"{epoch}\n".encode())
+        data = f"{epoch}\n".encode()
+        try:
+            write_atomically(path, data)
+        except OSError as exc:
+            if previous < 0:
+                raise
+            # A full disk has no room for the tmp file: rewrite the existing file in place
+            # (a few bytes in a block it already owns), so the broker can start and serve
+            # reads on a full disk (docs/reliability.md). Durable before it is used.
+            log.warning("could not replace %s (%s): rewriting it in place", path, exc)
+            fd = os.open(path, os.O_WRONLY)
+            try:
+                os.pwrite(fd, data, 0)
+                os.ftruncate(fd, len(data))
+                os.fsync(fd)
+            finally:
+                os.close(fd)
         return epoch
 
     def _existing_logs(self) -> Iterator[Log]:
