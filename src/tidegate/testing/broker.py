@@ -186,7 +186,10 @@ class Broker:
         from tidegate.config import BrokerConfig
         from tidegate.server.broker import Broker as Server
 
-        config = BrokerConfig(props)
+        try:
+            config = BrokerConfig(props)
+        except ValueError as exc:  # ConfigError
+            raise BrokerError(f"broker did not start: {exc}") from exc
         server = Server(config)
         started = threading.Event()
         failure: list[BaseException] = []
@@ -314,10 +317,12 @@ class Broker:
 
     def client_config(
         self, listener: str = "PLAINTEXT", user: str | None = None,
-        mechanism: str = "SCRAM-SHA-512",
+        mechanism: str = "SCRAM-SHA-512", *, client: Literal["confluent", "tidegate"] = "confluent",
     ) -> dict[str, str]:
-        """Settings for confluent-kafka or tidegate's clients (dotted keys) to reach
-        ``listener``, logged in as ``user`` (default: the first of ``users``)."""
+        """Settings (dotted keys) for confluent-kafka (``client="confluent"``) or tidegate's
+        client and producer (``"tidegate"``, which spells the CA file as Kafka's Java
+        client does) to reach ``listener``, logged in as ``user`` (default: the first of
+        ``users``)."""
         conf = {"bootstrap.servers": self.listener(listener), "security.protocol": listener}
         if listener.startswith("SASL"):
             user = user or next(iter(self.users))
@@ -325,7 +330,8 @@ class Broker:
                          "sasl.password": self.users[user]})
         if listener in ("SSL", "SASL_SSL"):
             assert self.pki is not None
-            conf["ssl.ca.location"] = str(self.pki["ca"])
+            key = "ssl.ca.location" if client == "confluent" else "ssl.truststore.location"
+            conf[key] = str(self.pki["ca"])
         return conf
 
     # -- helpers ------------------------------------------------------------------------
