@@ -251,27 +251,8 @@ def peer_bootstrap():
 
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory):
-    """A CA, a server certificate for 127.0.0.1 and a client certificate (trustme, made at
-    run time: no key is committed), as files and PEM text."""
-    import trustme
+    """A CA, a server certificate for 127.0.0.1 and a client certificate (made at run
+    time: no key is committed), as files and PEM text: :func:`tidegate.testing.make_pki`."""
+    from tidegate.testing import make_pki
 
-    d = tmp_path_factory.mktemp("pki")
-    ca = trustme.CA(organization_name="Tidegate Test CA")
-    server = ca.issue_cert("127.0.0.1", "localhost")
-    client = ca.issue_cert("writer@example.org", common_name="writer",
-                           organization_name="Tidegate Tests", organization_unit_name="clients")
-    paths = {
-        "ca": d / "ca.pem",
-        "server": d / "server.pem",
-        "client_cert": d / "client-cert.pem",
-        "client_key": d / "client-key.pem",
-        "client": d / "client.pem",
-    }
-    ca.cert_pem.write_to_path(str(paths["ca"]))
-    server.private_key_and_cert_chain_pem.write_to_path(str(paths["server"]))
-    client.private_key_and_cert_chain_pem.write_to_path(str(paths["client"]))
-    client.private_key_pem.write_to_path(str(paths["client_key"]))
-    paths["client_cert"].write_bytes(b"".join(blob.bytes() for blob in client.cert_chain_pems))
-    paths["server_chain_text"] = b"".join(b.bytes() for b in server.cert_chain_pems).decode()
-    paths["server_key_text"] = server.private_key_pem.bytes().decode()
-    return paths
+    return make_pki(tmp_path_factory.mktemp("pki"))
