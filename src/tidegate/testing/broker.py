@@ -70,6 +70,10 @@ class Broker:
     ``quotas``: ``[(entity, {key: value})]`` set with AlterClientQuotas once started,
     e.g. ``[({"client-id": "slow"}, {"producer_byte_rate": 1024})]``.
 
+    Unlike a production broker, ``group.initial.rebalance.delay.ms`` is 0 unless
+    overridden (as in Kafka's own test harness): a group forms as soon as its first
+    member joins.
+
     ``data_dir``: the log directory (default: a temporary directory, removed by
     :meth:`stop` unless ``keep=True``).
     """
@@ -98,7 +102,9 @@ class Broker:
         self.start_timeout = start_timeout
         self._given_dir = Path(data_dir) if data_dir is not None else None
         self._tmp: Path | None = None
-        self.overrides: dict[str, Any] = {}
+        # as Kafka's own test clusters and testcontainers do: a first consumer's group
+        # forms at once instead of after Kafka's 3 s default
+        self.overrides: dict[str, Any] = {"group.initial.rebalance.delay.ms": 0}
         if partitions is not None:
             self.overrides["num.partitions"] = partitions
         if auto_create is not None:
