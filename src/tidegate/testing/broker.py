@@ -74,7 +74,7 @@ class Broker:
     overridden (as in Kafka's own test harness): a group forms as soon as its first
     member joins.
 
-    ``data_dir``: the log directory (default: a temporary directory, removed by
+    ``data_dir``: the log directory (default: ``data`` in a temporary directory, removed by
     :meth:`stop` unless ``keep=True``).
     """
 
@@ -91,6 +91,7 @@ class Broker:
         data_dir: str | Path | None = None,
         keep: bool = False,
         start_timeout: float = 30.0,
+        log_path: str | Path | None = None,
     ) -> None:
         if mode not in ("inprocess", "subprocess"):
             raise ValueError(f"mode must be 'inprocess' or 'subprocess', not {mode!r}")
@@ -122,7 +123,8 @@ class Broker:
         self._server: Any = None
         # subprocess
         self.proc: subprocess.Popen[bytes] | None = None
-        self.log_path: Path | None = None
+        #: the subprocess's output (default: broker.log beside the data directory)
+        self.log_path: Path | None = Path(log_path) if log_path is not None else None
 
     # -- life cycle ---------------------------------------------------------------------
     @property
@@ -140,6 +142,11 @@ class Broker:
         return self.proc is not None and self.proc.poll() is None
 
     def _listener_specs(self) -> dict[str, str]:
+        """{listener name: spec}: a ``listeners`` override as given, else those the
+        options ask for (port 0 until first bound)."""
+        if "listeners" in self.overrides:
+            specs = [s.strip() for s in str(self.overrides["listeners"]).split(",") if s.strip()]
+            return {spec.split("://", 1)[0]: spec for spec in specs}
         names = ["PLAINTEXT"]
         if self.users:
             names.append("SASL_PLAINTEXT")
@@ -150,7 +157,7 @@ class Broker:
         return {n: f"{n}://127.0.0.1:{self.ports.get(n, 0)}" for n in names}
 
     def _config(self) -> dict[str, Any]:
-        base = self._given_dir or self.data_dir.parent
+        base = self.data_dir.parent  # broker.log, users.json, pki/ go beside the data
         props: dict[str, Any] = {
             "listeners": ",".join(self._listener_specs().values()),
             "log.dirs": str(self.data_dir),
@@ -164,8 +171,6 @@ class Broker:
             props["ssl.keystore.location"] = str(self.pki["server"])
             props["ssl.truststore.location"] = str(self.pki["ca"])
             props["ssl.client.auth"] = "requested"
-        if "listeners" in self.overrides:
-            raise ValueError("listeners are the Broker's: use users= and tls= for more")
         props.update(self.overrides)
         return props
 
@@ -234,7 +239,8 @@ class Broker:
         args = [sys.executable, "-m", "tidegate", "serve", "--log-level", "info"]
         for k, v in props.items():
             args += ["--override", f"{k}={v}"]
-        self.log_path = (self._given_dir or self.data_dir.parent) / "broker.log"
+        if self.log_path is None:
+            self.log_path = self.data_dir.parent / "broker.log"
         offset = self.log_path.stat().st_size if self.log_path.exists() else 0
         with open(self.log_path, "ab") as logf:
             self.proc = subprocess.Popen(args, stdout=logf, stderr=subprocess.STDOUT)
@@ -254,13 +260,15 @@ class Broker:
             time.sleep(0.02)
         self.ports.update(found)
 
-    def stop(self, timeout: float = 30.0) -> None:
-        """Stop cleanly (SIGTERM for a subprocess) and remove the temporary directory
-        unless ``keep``."""
-        self._shutdown(timeout)
+    def stop(self, timeout: float = 30.0) -> int | None:
+        """Stop cleanly (SIGTERM for a subprocess, SIGKILL if it has not exited within
+        ``timeout``) and remove the temporary directory unless ``keep``. Returns the
+        subprocess's exit status (0 after a clean shutdown)."""
+        rc = self._shutdown(timeout)
         if self._tmp is not None and not self.keep:
             shutil.rmtree(self._tmp, ignore_errors=True)
             self._tmp = None
+        return rc
 
     def _close_client(self) -> None:
         with self._client_lock:
@@ -268,12 +276,13 @@ class Broker:
                 self._client.close()
                 self._client = None
 
-    def _shutdown(self, timeout: float = 30.0) -> None:
+    def _shutdown(self, timeout: float = 30.0) -> int | None:
         self._close_client()
+        rc = None
         if self.mode == "inprocess":
             loop, thread, server = self._loop, self._thread, self._server
             if loop is None or thread is None:
-                return
+                return None
             if thread.is_alive():
                 asyncio.run_coroutine_threadsafe(server.shutdown(), loop).result(timeout)
                 loop.call_soon_threadsafe(loop.stop)
@@ -287,7 +296,9 @@ class Broker:
                 except subprocess.TimeoutExpired:
                     self.proc.kill()
                     self.proc.wait(10)
+            rc = self.proc.returncode
             self.proc = None
+        return rc
 
     def kill(self) -> None:
         """SIGKILL the subprocess broker: no flush, no clean shutdown (a crash)."""
