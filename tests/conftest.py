@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import os
-import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
+from tidegate.testing import Broker
 
 
 def free_port() -> int:
@@ -85,18 +84,23 @@ def pytest_runtest_makereport(item, call):
                 )
 
 
-class BrokerProcess:
-    """``tidegate serve`` in a subprocess, restartable on the same port and data dir."""
+class BrokerProcess(Broker):
+    """``tidegate serve`` in a subprocess, restartable on the same port and data dir: a
+    :class:`tidegate.testing.Broker` (``mode="subprocess"``) with the tests' defaults
+    (Kafka's ``group.initial.rebalance.delay.ms``, a log per port that a failing test
+    shows)."""
 
     def __init__(self, data_dir: Path, port: int | None = None, overrides: dict | None = None):
         """``port``: the first listener's; by default that of a ``listeners`` override,
         else a free one (one PLAINTEXT listener)."""
-        self.data_dir = data_dir
-        self.overrides = dict(overrides or {})
-        listeners = self._listeners()
+        overrides = dict(overrides or {})
+        listeners = _listener_ports(overrides)
         self.port = port or (next(iter(listeners.values())) if listeners else free_port())
-        self.proc: subprocess.Popen | None = None
-        self.log_path = data_dir.parent / f"broker-{self.port}.log"
+        overrides.setdefault("listeners", f"PLAINTEXT://127.0.0.1:{self.port}")
+        super().__init__(mode="subprocess", data_dir=data_dir, overrides=overrides, keep=True,
+                         log_path=data_dir.parent / f"broker-{self.port}.log")
+        if "group.initial.rebalance.delay.ms" not in (overrides or {}):
+            del self.overrides["group.initial.rebalance.delay.ms"]  # Kafka's default here
 
     @property
     def bootstrap(self) -> str:
@@ -108,25 +112,12 @@ class BrokerProcess:
         listener = self.overrides.get("metrics.listener")
         return f"{listener}/metrics" if listener else None
 
-    def _listeners(self) -> dict[str, int]:
-        """{listener name: port} of a ``listeners`` override."""
-        out = {}
-        for spec in str(self.overrides.get("listeners", "")).split(","):
-            if spec.strip():
-                name, address = spec.strip().split("://", 1)
-                out[name] = int(address.rsplit(":", 1)[1])
-        return out
-
     def listener_port(self, name: str) -> int:
-        return self._listeners()[name]
-
-    def listener(self, name: str) -> str:
-        """The address of listener ``name`` (of a ``listeners`` override)."""
-        return f"127.0.0.1:{self.listener_port(name)}"
+        return _listener_ports(self.overrides)[name]
 
     def listener_ports(self) -> list[int]:
         """Every port the broker listens on: ``port`` and those of a ``listeners`` override."""
-        return list(dict.fromkeys([self.port, *self._listeners().values()]))
+        return list(dict.fromkeys([self.port, *_listener_ports(self.overrides).values()]))
 
     @property
     def pid(self) -> int:
@@ -134,57 +125,35 @@ class BrokerProcess:
         return self.proc.pid
 
     def start(self) -> BrokerProcess:
-        args = [
-            sys.executable,
-            "-m",
-            "tidegate",
-            "serve",
-            "--override",
-            f"listeners=PLAINTEXT://127.0.0.1:{self.port}",
-            "--override",
-            f"log.dirs={self.data_dir}",
-        ]
-        for k, v in self.overrides.items():
-            args += ["--override", f"{k}={v}"]
-        with open(self.log_path, "ab") as logf:
-            self.proc = subprocess.Popen(args, stdout=logf, stderr=subprocess.STDOUT)
+        assert self.log_path is not None
         STARTED_LOGS[self.log_path] = None
-        for port in self.listener_ports():
-            wait_for_port(port, self.proc)
+        super().start()
         return self
 
-    def stop(self, timeout: float = 30.0) -> int:
-        """SIGTERM and wait: a clean shutdown returns 0."""
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGTERM)
-        rc = self.proc.wait(timeout)
-        self.proc = None
-        return rc
-
-    def kill(self) -> None:
-        assert self.proc is not None
-        os.kill(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(10)
-        self.proc = None
+    def restart(self) -> BrokerProcess:
+        super().restart()
+        return self
 
     def stop_or_kill(self, timeout: float = 10.0) -> None:
         """Tear-down: stop it if it runs, and kill it if it will not stop."""
         if self.alive():
-            try:
-                self.stop(timeout)
-            except Exception:  # noqa: BLE001 - a broker that will not stop is killed
-                self.kill()
-
-    def restart(self) -> BrokerProcess:
-        if self.proc is not None:
-            self.stop()
-        return self.start()
+            self.stop(timeout)
 
     def log_text(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+        return self.log_path.read_text(errors="replace") if self.log_path and self.log_path.exists() else ""
 
     def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
+        return self.running
+
+
+def _listener_ports(overrides: dict) -> dict[str, int]:
+    """{listener name: port} of a ``listeners`` override."""
+    out = {}
+    for spec in str(overrides.get("listeners", "")).split(","):
+        if spec.strip():
+            name, address = spec.strip().split("://", 1)
+            out[name] = int(address.rsplit(":", 1)[1])
+    return out
 
 
 def _broker_factory(base: Path):
@@ -251,27 +220,8 @@ def peer_bootstrap():
 
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory):
-    """A CA, a server certificate for 127.0.0.1 and a client certificate (trustme, made at
-    run time: no key is committed), as files and PEM text."""
-    import trustme
+    """A CA, a server certificate for 127.0.0.1 and a client certificate (made at run
+    time: no key is committed), as files and PEM text: :func:`tidegate.testing.make_pki`."""
+    from tidegate.testing import make_pki
 
-    d = tmp_path_factory.mktemp("pki")
-    ca = trustme.CA(organization_name="Tidegate Test CA")
-    server = ca.issue_cert("127.0.0.1", "localhost")
-    client = ca.issue_cert("writer@example.org", common_name="writer",
-                           organization_name="Tidegate Tests", organization_unit_name="clients")
-    paths = {
-        "ca": d / "ca.pem",
-        "server": d / "server.pem",
-        "client_cert": d / "client-cert.pem",
-        "client_key": d / "client-key.pem",
-        "client": d / "client.pem",
-    }
-    ca.cert_pem.write_to_path(str(paths["ca"]))
-    server.private_key_and_cert_chain_pem.write_to_path(str(paths["server"]))
-    client.private_key_and_cert_chain_pem.write_to_path(str(paths["client"]))
-    client.private_key_pem.write_to_path(str(paths["client_key"]))
-    paths["client_cert"].write_bytes(b"".join(blob.bytes() for blob in client.cert_chain_pems))
-    paths["server_chain_text"] = b"".join(b.bytes() for b in server.cert_chain_pems).decode()
-    paths["server_key_text"] = server.private_key_pem.bytes().decode()
-    return paths
+    return make_pki(tmp_path_factory.mktemp("pki"))

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import json
 import os
 import random
 import subprocess
@@ -1061,9 +1060,11 @@ USERS = {"alice": "alice-secret", "bob": "bob-secret"}
 
 
 def write_users(path: Path, users: dict[str, str] = USERS) -> Path:
-    """A SASL credentials file (``sasl.credentials.file``) with ``users``."""
-    path.write_text(json.dumps({"users": {u: {"password": p} for u, p in users.items()}}))
-    return path
+    """A SASL credentials file (``sasl.credentials.file``) with ``users``
+    (:func:`tidegate.testing.write_users`)."""
+    from tidegate.testing import write_users as write
+
+    return write(path, users)
 
 
 def sasl_overrides(tmp_path: Path, **extra: str) -> dict:
