@@ -3,6 +3,7 @@ cases on real segment files, time passed in."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import pytest
@@ -179,10 +180,12 @@ def test_record_timestamps_survive_the_delete_horizon(compacted):
 
 
 def test_unkeyed_records_are_dropped(compacted):
-    plog = compacted()
+    """Written before the topic became compacted (cleanup.policy altered)."""
+    plog = compacted(cleanup_policy=("delete",))
     plog.append(kv((None, b"a"), (1, b"b")), 0)
     for _ in range(30):
         plog.append(kv((2, b"c" * 40)), 0)
+    plog.update_config(dataclasses.replace(plog.config, cleanup_policy=("compact",)))
     ltc = LogToClean(TP, plog, 0, plog.segments[-1].base_offset, 0, 1)
     stats = Cleaner(1 << 20).clean(ltc, 0)
     assert stats.invalid_messages_read == 1
@@ -390,3 +393,21 @@ def test_max_compaction_lag_forces_a_clean_below_the_ratio(compacted, tmp_path):
     assert best is None
     best, _ = manager.grab_filthiest({TP: plog}, 10_000)
     assert best is not None and best.needs_compaction_now
+
+
+def test_a_compacted_topic_refuses_a_batch_with_an_unkeyed_record(compacted):
+    """Kafka's LogValidator: INVALID_RECORD for the whole batch, the records in
+    record_errors; nothing of the batch is appended."""
+    from tidegate.log.record_batch import InvalidRecordError
+
+    plog = compacted()
+    with pytest.raises(InvalidRecordError) as info:
+        plog.append(kv((1, b"a"), (None, b"b"), (2, b"c"), (None, b"d")), 0)
+    assert info.value.error_code == 87
+    assert [i for i, _ in info.value.record_errors] == [1, 3]
+    assert info.value.record_errors[0][1] == (
+        "Compacted topic cannot accept message without key in topic partition t-0."
+    )
+    assert plog.log_end_offset == 0
+    plog.append(kv((1, b"a")), 0)
+    assert plog.log_end_offset == 1

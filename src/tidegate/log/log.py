@@ -54,7 +54,7 @@ from .record_batch import (
     validate_batches,
 )
 from .segment import LogSegment, TimestampAndOffset
-from .validator import needs_record_validation, validate_records
+from .validator import check_keys, needs_record_validation, validate_records
 
 __all__ = [
     "CLEAN_SHUTDOWN_FILE",
@@ -702,6 +702,8 @@ class Log:
             from_client=from_client,
             single_batch=single_batch,
         )
+        if config.compact:
+            check_keys(records, v, self.directory.name)
         if needs_record_validation(v, config, now_ms):
             # Kafka's LogValidator: record timestamps, and recompression to the topic's codec
             rebuilt = validate_records(records, v, config, now_ms)
@@ -796,7 +798,8 @@ class Log:
         cfg = self.config
         return (
             seg.size > cfg.segment_bytes - size
-            or seg.time_waited_for_roll(now_ms, max_ts) > cfg.segment_ms
+            or seg.time_waited_for_roll(now_ms, max_ts)
+            > (min(cfg.segment_ms, cfg.max_compaction_lag_ms) if cfg.compact else cfg.segment_ms)
             or max_offset - seg.base_offset > _INT32_MAX
         )
 

@@ -78,6 +78,11 @@ class BrokerCore:
         )
         started = monotonic_ms()
         self.logs.load()
+        if config.get("log.cleaner.enable"):
+            self.logs.enable_cleaner(
+                config.get("log.cleaner.dedupe.buffer.size"),
+                config.get("log.cleaner.io.buffer.load.factor"),
+            )
         log.info(
             "loaded %d partition log(s) of %d topic(s) from %s in %.2fs",
             len(self.logs.logs), len(self.store.topics), data_dir, (monotonic_ms() - started) / 1000,
@@ -173,6 +178,7 @@ class BrokerCore:
             "checkpoint": config.get("log.flush.offset.checkpoint.interval.ms"),
             "producer-expiration": config.get("producer.id.expiration.check.interval.ms"),
             "offsets-retention": config.get("offsets.retention.check.interval.ms"),
+            "log-cleaner": config.get("log.cleaner.backoff.ms"),
         }
         self._due_at = {name: start + interval for name, interval in self._intervals.items()}
         schedule = self.scheduler.schedule
@@ -192,6 +198,11 @@ class BrokerCore:
         now = self.clock.wall_milliseconds()
         self.reaper.purge_if_due()
         self.logs.maintenance(now, self._due("retention", now))
+        # Kafka's cleaner thread: clean the filthiest log; when none was due, back off
+        # log.cleaner.backoff.ms
+        cleaner_due = self.logs.cleaner is not None and now >= self._due_at["log-cleaner"]
+        if cleaner_due and not self.logs.clean(now):
+            self._due_at["log-cleaner"] = now + self._intervals["log-cleaner"]
         if self._due("producer-expiration", now):
             removed = self.logs.remove_expired_producers(now, self.config.get("producer.id.expiration.ms"))
             if removed:
