@@ -407,9 +407,6 @@ _TABLE: tuple[ConfigKey, ...] = (
            "(REQUEST_TIMED_OUT after)."),
     broker("offsets.topic.segment.bytes", INT, 104857600, Range.at_least(1), HIGH,
            "The segment size of the internal __consumer_offsets topic."),
-    broker("offsets.compaction.min.records", INT, 10000, Range.at_least(1), LOW,
-           "tidegate only: rewrite __consumer_offsets once it holds more than this many records "
-           "and more than 4 per live key (its compaction; see docs/groups.md)."),
     # -- the transaction coordinator (docs/transactions.md) --
     broker("transaction.max.timeout.ms", INT, 900000, Range.at_least(1), HIGH,
            "The largest transaction.timeout.ms a producer may ask for; a larger one is refused "

@@ -545,7 +545,6 @@ class Log:
         seg.release_index_fds()
         self._segments[i : i + len(old)] = [seg]
         self._bases[i : i + len(old)] = [base]
-        self._generation += 1
         return seg
 
     def _load_producer_state(self, rebuild_txn_index_from: int | None = None) -> None:

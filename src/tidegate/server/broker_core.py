@@ -147,7 +147,6 @@ class BrokerCore:
             self.reaper.add_timer(name, timer)
         self.reaper.add_timer("TransactionCoordinator", self.transaction_timer)
         self._tasks: list[Cancellable] = []
-        self._compacting = False
         self._due_at: dict[str, int] = {}
 
     def count_metrics(self, metrics: BrokerMetrics) -> None:
@@ -214,26 +213,9 @@ class BrokerCore:
                 self.scheduler.submit(epochs.run, _log_failure("leader-epoch checkpoint"))
 
     def maintain_groups(self) -> None:
-        """Offset retention, and the compaction of __consumer_offsets (its fsync on a
-        worker thread)."""
+        """Offset retention (the log cleaner compacts __consumer_offsets)."""
         now = self.clock.wall_milliseconds()
         self.groups.maintenance(now, self._due("offsets-retention", now))
-        offsets_log = self.groups.offsets_log
-        if self._compacting or not offsets_log.needs_compaction:
-            return
-        ticket = offsets_log.begin_compaction()
-        if ticket is None:
-            return
-        self._compacting = True
-
-        def done(_result: object, exc: BaseException | None) -> None:
-            self._compacting = False
-            if exc is not None:
-                log.error("compaction of __consumer_offsets failed: %s", exc)
-            else:
-                offsets_log.finish_compaction(ticket)
-
-        self.scheduler.submit(ticket.flush.run, done)
 
     # -- stopping ------------------------------------------------------------------------
     def stop_serving(self) -> None:
