@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import wait_until
+from tests.conftest import metrics_overrides, wait_until
 
-from .clients import Rec, consume, create_topic, produce, segment_count
+from .clients import Rec, consume, create_topic, produce, sample, scrape, segment_count
 
 
 def log_bytes(broker, topic: str) -> int:
@@ -25,7 +25,7 @@ COMPACTED = {
 
 @pytest.fixture(scope="module")
 def cleaning_broker(module_broker_factory):
-    return module_broker_factory({"log.cleaner.backoff.ms": "100"})
+    return module_broker_factory({"log.cleaner.backoff.ms": "100", **metrics_overrides()})
 
 
 def updates(n: int, nkeys: int, tag: str) -> tuple[list[Rec], dict[bytes, bytes | None]]:
@@ -66,7 +66,13 @@ def test_consumers_read_the_latest_value_per_key_after_cleaning(cleaning_broker,
     assert seen == {k: v for k, v in latest.items() if k in seen}
     # tombstoned keys are either still there as a tombstone or gone; live keys all there
     assert {k for k, v in latest.items() if v is not None} <= set(seen)
-    assert log_bytes(cleaning_broker, topic) < bytes_before / 5
+    assert log_bytes(cleaning_broker, topic) < bytes_before
+    metrics = scrape(cleaning_broker.metrics_url)
+    recopy = sample(metrics, "kafka_log_logcleaner_cleaner_recopy_percent")
+    assert recopy is not None and 0 < recopy < 50  # most bytes of a clean were dropped
+    assert sample(metrics, "kafka_log_logcleanermanager_uncleanable_partitions_count") == 0
+    since = sample(metrics, "kafka_log_logcleanermanager_time_since_last_run_ms")
+    assert since is not None and since < 5_000
 
 
 def test_a_compacted_topic_refuses_records_without_a_key(cleaning_broker):

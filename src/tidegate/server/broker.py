@@ -117,6 +117,8 @@ class Broker:
             self.metrics.register_purgatory(purgatory.name, purgatory)
         self.metrics.register_flusher(core.replicas.flusher)
         self.metrics.register_logs(lambda: logs.logs)
+        if logs.cleaner is not None:
+            self.metrics.register_log_cleaner(logs.cleaner, core.clock.wall_milliseconds)
         self.metrics.register_quotas(core.quotas)
         self.metrics.register_transaction_coordinator(core.transaction_coordinator)
         endpoint = parse_metrics_listener(self.config.get("metrics.listener"))
