@@ -82,3 +82,49 @@ def test_a_compacted_topic_refuses_records_without_a_key(cleaning_broker):
     produce(bootstrap, topic, [Rec(None, b"no key")], client="confluent", errors=errors,
             conf={"retries": 0, "enable.idempotence": False})  # fmt: skip
     assert errors and "INVALID_RECORD" in str(errors[0]).upper().replace(" ", "_")
+
+
+@pytest.mark.slow
+def test_a_transactional_producer_on_a_compacted_topic(cleaning_broker):
+    """Committed and aborted updates (confluent-kafka): once cleaned, read_committed and
+    read_uncommitted consumers both read exactly the latest committed value per key."""
+    from .clients import TransactionalProducer
+
+    bootstrap = cleaning_broker.bootstrap
+    topic = create_topic(bootstrap, configs=COMPACTED, client="confluent", prefix="compact")
+    p = TransactionalProducer("confluent", bootstrap, f"txn-{topic}")
+    latest: dict[bytes, bytes] = {}
+    try:
+        p.init()
+        for t in range(30):
+            p.begin()
+            for k in range(5):
+                p.send(topic, b"t%d-" % t + b"y" * 80, key=b"key-%d" % k)
+            if t % 3 == 2:
+                p.abort()
+            else:
+                p.commit()
+                latest.update({b"key-%d" % k: b"t%d-" % t + b"y" * 80 for k in range(5)})
+    finally:
+        p.close()
+    # unrelated keys push the transactions out of the active segment
+    filler = [Rec(b"filler-%d" % i, b"z" * 100) for i in range(60)]
+    produce(bootstrap, topic, filler, client="confluent", flush_every=10)
+    latest.update({r.key: r.value for r in filler if r.key is not None and r.value is not None})
+
+    def read(isolation: str) -> dict[bytes, bytes | None]:
+        got = consume(bootstrap, topic, 10_000, client="confluent", timeout=3, settle=0.5,
+                      conf={"isolation.level": isolation})  # fmt: skip
+        out: dict[bytes, bytes | None] = {}
+        for g in got:
+            assert g.key is not None
+            out[g.key] = g.value
+        return out
+
+    def aborted_gone() -> bool:
+        return all(not v.startswith(b"t%d-" % t) for v in read("read_uncommitted").values()
+                   for t in range(2, 30, 3) if v is not None)  # fmt: skip
+
+    wait_until(aborted_gone, 30, what="the cleaner removing the aborted updates", interval=0.5)
+    assert read("read_committed") == latest
+    assert read("read_uncommitted") == latest
