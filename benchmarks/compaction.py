@@ -8,7 +8,7 @@ Two parts:
    growth during it (sampled every 10 ms).
 2. **Produce latency** (``--broker``): a spawned tidegate with a compacted topic holding
    ``--size`` bytes; a confluent-kafka producer (acks=all, one record at a time, 200/s)
-   measures delivery latency for ``--seconds``, once with the cleaner disabled
+   measures delivery latency for ``--seconds`` (segments of size/16, at most 64 MiB), once with the cleaner disabled
    (``log.cleaner.enable=false``) and once with it cleaning that topic meanwhile.
 
     .venv/bin/python benchmarks/compaction.py --size 64M
@@ -100,9 +100,10 @@ def produce_latency(size: int, keys: int, seconds: float, cleaner: bool) -> dict
     ]).start()  # fmt: skip
     try:
         topic = "compacted"
+        segment_bytes = max(1 << 20, min(64 << 20, size // 16))
         admin = AdminClient({"bootstrap.servers": broker.bootstrap})
         admin.create_topics([NewTopic(topic, 1, 1, config={
-            "cleanup.policy": "compact", "segment.bytes": str(64 << 20),
+            "cleanup.policy": "compact", "segment.bytes": str(segment_bytes),
             "min.cleanable.dirty.ratio": "0.99"})])[topic].result(30)  # fmt: skip
         p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 20, "acks": 1})
         value = b"v" * 1024
@@ -119,7 +120,7 @@ def produce_latency(size: int, keys: int, seconds: float, cleaner: bool) -> dict
         from confluent_kafka.admin import ConfigResource
 
         res = ConfigResource(ConfigResource.Type.TOPIC, topic, set_config={
-            "cleanup.policy": "compact", "segment.bytes": str(64 << 20),
+            "cleanup.policy": "compact", "segment.bytes": str(segment_bytes),
             "min.cleanable.dirty.ratio": "0.01"})  # fmt: skip
         admin.alter_configs([res])[res].result(30)
         timed = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0, "acks": "all"})

@@ -28,8 +28,10 @@ drops them. Batch headers (producer id, epoch, base sequence, last offset delta)
 kept; a batch emptied by cleaning survives as an empty header when it is its
 producer's last batch, so the producer's sequence survives.
 
-Plain synchronous objects with time passed in; the broker's scheduler runs
-:meth:`LogCleaner.clean_once` on a worker thread.
+Plain synchronous objects with time passed in. The broker chooses the log on its event
+loop (:meth:`LogCleaner.choose`), runs :meth:`Cleaner.prepare` (the map and the
+``.cleaned`` files: all the reading and writing) on a worker thread, and swaps the result
+in back on the loop (:meth:`LogCleaner.finish`), where the log's segment list lives.
 """
 
 from __future__ import annotations
@@ -66,6 +68,7 @@ __all__ = [
     "LogCleanerManager",
     "LogToClean",
     "OffsetMap",
+    "PreparedClean",
 ]
 
 log = logging.getLogger(__name__)
@@ -135,6 +138,15 @@ class CleanerStats:
     @property
     def elapsed_secs(self) -> float:
         return max(0, self.end_ms - self.start_ms) / 1000.0
+
+
+@dataclass
+class PreparedClean:
+    """A clean written as ``.cleaned`` files, waiting for :meth:`Cleaner.commit`."""
+
+    log: Log
+    stats: CleanerStats
+    groups: list[tuple[list[LogSegment], list[AbortedTxn]]] = field(default_factory=list)
 
 
 @dataclass
@@ -337,7 +349,24 @@ class Cleaner:
         on_step: Callable[[str], None] | None = None,
         wall_ms: Callable[[], int] | None = None,
     ) -> CleanerStats:
-        """Clean one log; the stats' ``end_offset`` is the new first dirty offset."""
+        """Clean one log (:meth:`prepare` then :meth:`commit` on this thread); the stats'
+        ``end_offset`` is the new first dirty offset."""
+        prepared = self.prepare(to_clean, now_ms, on_step=on_step, wall_ms=wall_ms)
+        self.commit(prepared, now_ms, on_step=on_step)
+        return prepared.stats
+
+    def prepare(
+        self,
+        to_clean: LogToClean,
+        now_ms: int,
+        *,
+        on_step: Callable[[str], None] | None = None,
+        wall_ms: Callable[[], int] | None = None,
+    ) -> PreparedClean:
+        """Everything but the swap, without changing the log: build the offset map and
+        write each group's cleaned segment as ``.cleaned`` files. Reads only inactive
+        segments, so the broker runs it on a worker thread while the log takes appends;
+        :meth:`commit` (on the log's thread) swaps the groups in."""
         wall = wall_ms or (lambda: int(time.monotonic() * 1000))
         stats = CleanerStats(start_ms=wall())
         plog = to_clean.log
@@ -350,7 +379,8 @@ class Cleaner:
         delete_retention_ms = plog.config.delete_retention_ms
         start = plog.log_start_offset
         tracker = _TxnTracker(plog.collect_aborted_transactions(start, end))
-        segs = [s for s in plog.segments[:-1] if s.base_offset < end]
+        segs = [s for s in list(plog.segments)[:-1] if s.base_offset < end]
+        prepared = PreparedClean(plog, stats)
         for group in self.group_segments(segs, plog.config.segment_bytes):
             out: list[bytes] = []
             kept_aborted: list[AbortedTxn] = []
@@ -365,9 +395,28 @@ class Cleaner:
             log_data = b"".join(out)
             stats.bytes_written += len(log_data)
             self.throttle(len(log_data))
-            plog.replace_segments(group, log_data, kept_aborted, now_ms, on_step)
+            plog.write_cleaned(group[0].base_offset, log_data, kept_aborted)
+            prepared.groups.append((group, kept_aborted))
+            if on_step is not None:
+                on_step("cleaned")
         stats.end_ms = wall()
-        return stats
+        return prepared
+
+    @staticmethod
+    def commit(
+        prepared: PreparedClean, now_ms: int, *, on_step: Callable[[str], None] | None = None
+    ) -> bool:
+        """Swap the prepared groups in; False (the rest discarded) when the log changed
+        under them (retention, DeleteRecords, truncation, closing)."""
+        plog = prepared.log
+        for i, (group, aborted) in enumerate(prepared.groups):
+            if not plog.can_swap(group):
+                for later, _ in prepared.groups[i:]:
+                    if not plog.closed:
+                        plog.discard_cleaned(later[0].base_offset)
+                return False
+            plog.swap_in(group, aborted, now_ms, on_step)
+        return True
 
     def _clean_batch(
         self,
@@ -559,23 +608,51 @@ class LogCleaner:
     last_run_ms: int = 0
     cleans: int = 0
     last_stats: CleanerStats | None = None
+    #: the log a worker thread is cleaning (retention leaves it alone meanwhile)
+    in_progress: Log | None = None
     stats_history: list[CleanerStats] = field(default_factory=list)
 
     def clean_once(self, logs: Mapping[tuple[str, int], Log], now_ms: int) -> bool:
-        """Clean the filthiest eligible log once; False when none needed cleaning."""
+        """Clean the filthiest eligible log once, on this thread; False when none needed
+        cleaning."""
+        ltc = self.choose(logs, now_ms)
+        if ltc is None:
+            return False
+        try:
+            prepared = self.cleaner.prepare(ltc, now_ms)
+        except Exception as exc:  # noqa: BLE001 - Kafka: any error makes it uncleanable
+            self.failed(ltc, exc)
+            return False
+        return self.finish(ltc, prepared, now_ms)
+
+    def choose(self, logs: Mapping[tuple[str, int], Log], now_ms: int) -> LogToClean | None:
+        """The log to clean now (None: none is due); updates max-dirty-percent."""
         ltc, max_ratio = self.manager.grab_filthiest(logs, now_ms)
         self.max_dirty_percent = int(100 * max_ratio)
         self.last_run_ms = now_ms
-        if ltc is None:
-            return False
+        return ltc
+
+    def failed(self, ltc: LogToClean, exc: BaseException) -> None:
+        """A clean raised: the partition is uncleanable from now on (Kafka's behaviour),
+        unless the log changed under the clean (closed, or segments deleted meanwhile)."""
+        if ltc.log.closed:
+            return
+        log.error("cleaning %s failed, marked uncleanable: %r", ltc.log, exc)
+        assert isinstance(ltc.key, tuple)
+        self.manager.uncleanable.add(ltc.key)
+
+    def finish(self, ltc: LogToClean, prepared: PreparedClean, now_ms: int) -> bool:
+        """Swap a prepared clean in, move the checkpoint, update the metrics."""
         tp = ltc.key
         assert isinstance(tp, tuple)
         try:
-            stats = self.cleaner.clean(ltc, now_ms)
-        except Exception:
-            log.exception("cleaning %s failed: marked uncleanable", ltc.log)
-            self.manager.uncleanable.add(tp)
+            if not self.cleaner.commit(prepared, now_ms):
+                log.info("cleaning %s abandoned: its segments changed meanwhile", ltc.log)
+                return False
+        except Exception as exc:  # noqa: BLE001 - Kafka: any error makes it uncleanable
+            self.failed(ltc, exc)
             return False
+        stats = prepared.stats
         self.manager.update_checkpoint(tp, stats.end_offset)
         self.cleans += 1
         self.last_stats = stats

@@ -492,21 +492,22 @@ class Log:
         ``log_data`` (their cleaned batches, offsets unchanged) and the ``aborted``
         transactions of its ``.txnindex``: Kafka's ``replaceSegments``. Steps, each
         durable before the next (``on_step`` is called after each: crash tests):
-        ``cleaned`` (files written as ``.cleaned``), ``swap`` (renamed ``.swap``: from here
-        a crash completes the replacement at load), ``deleted`` (old segments removed),
-        ``renamed`` (the ``.swap`` suffix dropped); the indexes are then rebuilt."""
+        ``cleaned`` (files written as ``.cleaned``, :meth:`write_cleaned`), ``swap``
+        (renamed ``.swap``: from here a crash completes the replacement at load),
+        ``deleted`` (old segments removed), ``renamed`` (the ``.swap`` suffix dropped);
+        the indexes are then rebuilt (:meth:`swap_in`)."""
         self._check_open()
-        step = on_step or (lambda _name: None)
+        self.write_cleaned(old[0].base_offset, log_data, aborted)
+        if on_step is not None:
+            on_step("cleaned")
+        return self.swap_in(old, aborted, now_ms, on_step)
+
+    def write_cleaned(self, base: int, log_data: bytes, aborted: list[AbortedTxn]) -> None:
+        """The first step of :meth:`replace_segments`: write and fsync ``<base>.log.cleaned``
+        (and its ``.txnindex.cleaned``). Touches no state of the log: the log cleaner runs
+        it on a worker thread."""
         d = self.directory
-        dir_fd = self._dir_fd
-        base = old[0].base_offset
-        i = self._segments.index(old[0])
-        if self._segments[i : i + len(old)] != old or i + len(old) >= len(self._segments):
-            raise ValueError("replace_segments takes consecutive inactive segments")
-        next_base = self._segments[i + len(old)].base_offset
         log_name = f"{base:020d}.log"
-        txn_name = f"{base:020d}.txnindex"
-        names = [log_name] + ([txn_name] if aborted else [])
         flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
         fd = os.open(d / (log_name + CLEANED_FILE_SUFFIX), flags, 0o644)
         try:
@@ -517,12 +518,45 @@ class Log:
         finally:
             os.close(fd)
         if aborted:
-            xi = TransactionIndex(d / (txn_name + CLEANED_FILE_SUFFIX), base)
+            xi = TransactionIndex(d / (f"{base:020d}.txnindex" + CLEANED_FILE_SUFFIX), base)
             xi.reset(aborted)
             xi.flush()
             xi.close()
-        os.fsync(dir_fd)
-        step("cleaned")
+        _fsync_dir(d)
+
+    def discard_cleaned(self, base: int) -> None:
+        """Remove what :meth:`write_cleaned` wrote (the segments changed meanwhile)."""
+        for name in (f"{base:020d}.log", f"{base:020d}.txnindex"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.directory / (name + CLEANED_FILE_SUFFIX))
+
+    def can_swap(self, old: list[LogSegment]) -> bool:
+        """``old`` is still a run of consecutive inactive segments of this log."""
+        if self._closed or not old or old[0] not in self._segments:
+            return False
+        i = self._segments.index(old[0])
+        return self._segments[i : i + len(old)] == old and i + len(old) < len(self._segments)
+
+    def swap_in(
+        self,
+        old: list[LogSegment],
+        aborted: list[AbortedTxn],
+        now_ms: int,
+        on_step: Callable[[str], None] | None = None,
+    ) -> LogSegment:
+        """The rest of :meth:`replace_segments` once the ``.cleaned`` files are written."""
+        self._check_open()
+        step = on_step or (lambda _name: None)
+        if not self.can_swap(old):
+            raise ValueError("replace_segments takes consecutive inactive segments")
+        d = self.directory
+        dir_fd = self._dir_fd
+        base = old[0].base_offset
+        i = self._segments.index(old[0])
+        next_base = self._segments[i + len(old)].base_offset
+        log_name = f"{base:020d}.log"
+        txn_name = f"{base:020d}.txnindex"
+        names = [log_name] + ([txn_name] if aborted else [])
         for name in names:
             os.rename(d / (name + CLEANED_FILE_SUFFIX), d / (name + SWAP_FILE_SUFFIX))
         os.fsync(dir_fd)

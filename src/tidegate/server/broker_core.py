@@ -25,6 +25,7 @@ from tidegate.coordinator.transaction.transaction_state_manager import (
     TransactionConfig,
     TransactionStateManager,
 )
+from tidegate.log.cleaner import PreparedClean
 from tidegate.network.request_channel import RequestChannel
 from tidegate.scheduler import Cancellable, Scheduler
 from tidegate.security.credentials import CredentialStore
@@ -172,6 +173,7 @@ class BrokerCore:
         self.transaction_coordinator.startup()
         start = self.clock.wall_milliseconds()
         config = self.config
+        self._cleaning = False
         self._intervals = {
             "retention": config.get("log.retention.check.interval.ms"),
             "checkpoint": config.get("log.flush.offset.checkpoint.interval.ms"),
@@ -197,11 +199,7 @@ class BrokerCore:
         now = self.clock.wall_milliseconds()
         self.reaper.purge_if_due()
         self.logs.maintenance(now, self._due("retention", now))
-        # Kafka's cleaner thread: clean the filthiest log; when none was due, back off
-        # log.cleaner.backoff.ms
-        cleaner_due = self.logs.cleaner is not None and now >= self._due_at["log-cleaner"]
-        if cleaner_due and not self.logs.clean(now):
-            self._due_at["log-cleaner"] = now + self._intervals["log-cleaner"]
+        self._maybe_clean(now)
         if self._due("producer-expiration", now):
             removed = self.logs.remove_expired_producers(now, self.config.get("producer.id.expiration.ms"))
             if removed:
@@ -211,6 +209,30 @@ class BrokerCore:
                 self.scheduler.submit(ticket.run, _log_failure("recovery-point checkpoint"))
             for epochs in self.logs.leader_epoch_checkpoints():
                 self.scheduler.submit(epochs.run, _log_failure("leader-epoch checkpoint"))
+
+    def _maybe_clean(self, now: int) -> None:
+        """Kafka's cleaner thread: choose the filthiest log here, clean it on a worker
+        thread (reads and ``.cleaned`` files only), swap the result in back on the loop;
+        when no log was due, look again after log.cleaner.backoff.ms."""
+        cleaner = self.logs.cleaner
+        if cleaner is None or self._cleaning or now < self._due_at["log-cleaner"]:
+            return
+        ltc = cleaner.choose(self.logs.logs, now)
+        if ltc is None:
+            self._due_at["log-cleaner"] = now + self._intervals["log-cleaner"]
+            return
+        self._cleaning = True
+        cleaner.in_progress = ltc.log
+
+        def done(prepared: PreparedClean, exc: BaseException | None) -> None:
+            self._cleaning = False
+            cleaner.in_progress = None
+            if exc is not None:
+                cleaner.failed(ltc, exc)
+            else:
+                cleaner.finish(ltc, prepared, self.clock.wall_milliseconds())
+
+        self.scheduler.submit(lambda: cleaner.cleaner.prepare(ltc, now), done)
 
     def maintain_groups(self) -> None:
         """Offset retention (the log cleaner compacts __consumer_offsets)."""

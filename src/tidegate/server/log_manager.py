@@ -341,7 +341,7 @@ class LogManager:
         """Time-based flush (flush.ms) and, when due, retention on every partition."""
         for plog in list(self.logs.values()):
             plog.maybe_flush_by_time(now_ms)
-            if retention_due:
+            if retention_due and (self.cleaner is None or self.cleaner.in_progress is not plog):
                 deleted = plog.apply_retention(now_ms)
                 if deleted:
                     log.info("retention deleted %d segment(s) of %s", deleted, plog)
