@@ -4,6 +4,8 @@ every key (docs/compaction.md)."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from tests.conftest import metrics_overrides, wait_until
@@ -128,3 +130,27 @@ def test_a_transactional_producer_on_a_compacted_topic(cleaning_broker):
     wait_until(aborted_gone, 30, what="the cleaner removing the aborted updates", interval=0.5)
     assert read("read_committed") == latest
     assert read("read_uncommitted") == latest
+
+
+@pytest.mark.slow
+def test_kill_9_while_the_cleaner_works_loses_no_latest_value(broker_factory):
+    """kill -9 a few times while the cleaner is busy with a large dirty log: every
+    restart completes or discards the interrupted swap (no .cleaned/.swap left) and the
+    latest value of every key is there."""
+    b = broker_factory({"log.cleaner.backoff.ms": "50"})
+    topic = create_topic(b.bootstrap, configs={**COMPACTED, "segment.bytes": "65536"},
+                         client="confluent", prefix="compact")  # fmt: skip
+    recs, latest = updates(6000, 300, "kill")
+    produce(b.bootstrap, topic, recs, client="confluent", linger_ms=20)
+    produce(b.bootstrap, topic, [Rec(b"key-0", b"last")], client="confluent")
+    latest[b"key-0"] = b"last"
+    for delay in (1.0, 1.3, 1.6, 2.0):  # the maintenance tick is 1 s: kills mid-clean
+        time.sleep(delay)
+        b.kill()
+        b.start()
+        got = consume(b.bootstrap, topic, 10_000, client="confluent", timeout=5, settle=0.5)
+        seen = {g.key: g.value for g in got}
+        assert {k: v for k, v in seen.items() if v is not None} == {
+            k: v for k, v in latest.items() if v is not None
+        }
+    wait_until(lambda: "cleaned Log(" in b.log_text(), 30, what="a completed clean")
