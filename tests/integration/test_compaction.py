@@ -10,7 +10,7 @@ import pytest
 
 from tests.conftest import metrics_overrides, wait_until
 
-from .clients import Rec, consume, create_topic, produce, sample, scrape, segment_count
+from .clients import Rec, configs_cli, consume, create_topic, produce, sample, scrape, segment_count
 
 
 def log_bytes(broker, topic: str) -> int:
@@ -138,17 +138,21 @@ def test_kill_9_while_the_cleaner_works_loses_no_latest_value(broker_factory):
     restart completes or discards the interrupted swap (no .cleaned/.swap left) and the
     latest value of every key is there."""
     b = broker_factory({"log.cleaner.backoff.ms": "50"})
-    topic = create_topic(b.bootstrap, configs={**COMPACTED, "segment.bytes": "65536"},
-                         client="confluent", prefix="compact")  # fmt: skip
-    recs, latest = updates(6000, 300, "kill")
+    # not cleanable while it fills (ratio 0.99), then made cleanable just before the kills
+    configs = {**COMPACTED, "segment.bytes": "65536", "min.cleanable.dirty.ratio": "0.99"}
+    topic = create_topic(b.bootstrap, configs=configs, client="confluent", prefix="compact")
+    recs, latest = updates(20_000, 300, "kill")
     produce(b.bootstrap, topic, recs, client="confluent", linger_ms=20)
     produce(b.bootstrap, topic, [Rec(b"key-0", b"last")], client="confluent")
     latest[b"key-0"] = b"last"
-    for delay in (1.0, 1.3, 1.6, 2.0):  # the maintenance tick is 1 s: kills mid-clean
+    alter = configs_cli(b.bootstrap, "--entity-type", "topics", "--entity-name", topic, "--alter",
+                        "--add-config", "min.cleanable.dirty.ratio=0.01")  # fmt: skip
+    assert alter.returncode == 0, alter.stderr
+    for delay in (1.0, 1.2, 1.5, 2.0):  # the maintenance tick is 1 s: kills around the clean
         time.sleep(delay)
         b.kill()
         b.start()
-        got = consume(b.bootstrap, topic, 10_000, client="confluent", timeout=5, settle=0.5)
+        got = consume(b.bootstrap, topic, 30_000, client="confluent", timeout=5, settle=0.5)
         seen = {g.key: g.value for g in got}
         assert {k: v for k, v in seen.items() if v is not None} == {
             k: v for k, v in latest.items() if v is not None
