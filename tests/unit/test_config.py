@@ -528,8 +528,8 @@ def test_invalid_topic_configs_are_rejected(configs, message):
 
 
 def test_every_kafka_4_topic_config_is_accepted():
-    """Kafka 4.0's LogConfig keys with a valid value each (the compaction keys come with the
-    log cleaner); what tidegate does with each is in docs/configuration.md."""
+    """Kafka 4.0's LogConfig keys with a valid value each; what tidegate does with each is
+    in docs/configuration.md."""
     valid = {
         "segment.bytes": "1048576", "segment.ms": "60000", "segment.jitter.ms": "10",
         "segment.index.bytes": "4096", "flush.messages": "10", "flush.ms": "1000",
@@ -544,6 +544,8 @@ def test_every_kafka_4_topic_config_is_accepted():
         "message.downconversion.enable": "false", "remote.storage.enable": "false",
         "local.retention.ms": "-2", "local.retention.bytes": "-2",
         "remote.log.copy.disable": "true", "remote.log.delete.on.disable": "true",
+        "min.cleanable.dirty.ratio": "0.3", "delete.retention.ms": "1000",
+        "min.compaction.lag.ms": "10", "max.compaction.lag.ms": "100000",
     }  # fmt: skip
     assert validate_topic_configs(valid) == valid
     for codec in ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"):
