@@ -250,6 +250,7 @@ def build_view(prev: Snapshot | None, cur: Snapshot, source: str) -> View:
         _memory(cur) if full else _na("Memory pool and muted connections"),
         _purgatories(prev, cur) if full else _na("Purgatories"),
         _transactions(prev, cur) if full else _na("Transactions"),
+        _log_cleaner(cur) if full else _na("Log cleaner"),
         _clients(prev, cur) if full else _na("Top clients by request time"),
         _throttled(prev, cur) if full else _na("Top clients by throttle time"),
         _connections(cur) if full else _na("Connections"),
@@ -425,6 +426,21 @@ def _transactions(prev: Snapshot | None, cur: Snapshot) -> Section:
     ]
     return Section("Transactions", ["", "value"], rows,
                    None if cur.has(base + "transactional_ids") else "no transaction coordinator metrics")
+
+
+def _log_cleaner(cur: Snapshot) -> Section:
+    """Kafka's LogCleaner / LogCleanerManager gauges (docs/compaction.md)."""
+    mgr, cl = "kafka_log_logcleanermanager_", "kafka_log_logcleaner_"
+    rows = [
+        ["dirtiest compacted log", f"{cur.value(mgr + 'max_dirty_percent'):.0f} % dirty"],
+        ["last look", f"{cur.value(mgr + 'time_since_last_run_ms') / 1000:,.1f} s ago"],
+        ["last clean", (f"{cur.value(cl + 'max_clean_time_secs'):.0f} s, "
+                        f"{cur.value(cl + 'cleaner_recopy_percent'):.0f} % of bytes kept, offset map "
+                        f"{cur.value(cl + 'max_buffer_utilization_percent'):.0f} % full")],
+        ["uncleanable partitions", _num(cur.value(mgr + "uncleanable_partitions_count"))],
+    ]  # fmt: skip
+    return Section("Log cleaner", ["", "value"], rows,
+                   None if cur.has(mgr + "max_dirty_percent") else "log.cleaner.enable=false")
 
 
 def _clients(prev: Snapshot | None, cur: Snapshot) -> Section:

@@ -276,7 +276,7 @@ def test_create_topics_configs_are_validated_stored_and_described(h):
                 _creatable("c1", 2, configs={"retention.ms": "1234", "max.message.bytes": "2048"}),
                 _creatable("c2", configs={"retention.ms": "not-a-number"}),
                 _creatable("c3", configs={"no.such.key": "1"}),
-                _creatable("c4", configs={"cleanup.policy": "compact"}),
+                _creatable("c4", configs={"cleanup.policy": "compacted"}),
             ],
             "timeout": 1000,
         },

@@ -491,9 +491,8 @@ def test_validate_topic_configs_returns_canonical_strings():
         ({"segment.bytes": "10"}, "Invalid value 10 for configuration segment.bytes"),
         ({"retention.ms": "soon"}, "Not a number of type LONG"),
         ({"message.timestamp.type": "Now"}, "String must be one of: CreateTime, LogAppendTime"),
-        ({"cleanup.policy": "compact"}, "log compaction is not supported yet"),
-        ({"cleanup.policy": "delete,compact"}, "log compaction is not supported yet"),
-        ({"cleanup.policy": "shred"}, "String must be one of: delete"),
+        ({"cleanup.policy": "shred"}, "String must be one of: compact, delete"),
+        ({"min.cleanable.dirty.ratio": "1.5"}, "Value must be no more than 1"),
         ({"compression.type": "rar"},
          ("Invalid value rar for configuration compression.type: String must be one of: "
          "uncompressed, zstd, lz4, snappy, gzip, producer")),
@@ -529,8 +528,8 @@ def test_invalid_topic_configs_are_rejected(configs, message):
 
 
 def test_every_kafka_4_topic_config_is_accepted():
-    """Kafka 4.0's LogConfig keys with a valid value each (the compaction keys come with the
-    log cleaner); what tidegate does with each is in docs/configuration.md."""
+    """Kafka 4.0's LogConfig keys with a valid value each; what tidegate does with each is
+    in docs/configuration.md."""
     valid = {
         "segment.bytes": "1048576", "segment.ms": "60000", "segment.jitter.ms": "10",
         "segment.index.bytes": "4096", "flush.messages": "10", "flush.ms": "1000",
@@ -545,6 +544,8 @@ def test_every_kafka_4_topic_config_is_accepted():
         "message.downconversion.enable": "false", "remote.storage.enable": "false",
         "local.retention.ms": "-2", "local.retention.bytes": "-2",
         "remote.log.copy.disable": "true", "remote.log.delete.on.disable": "true",
+        "min.cleanable.dirty.ratio": "0.3", "delete.retention.ms": "1000",
+        "min.compaction.lag.ms": "10", "max.compaction.lag.ms": "100000",
     }  # fmt: skip
     assert validate_topic_configs(valid) == valid
     for codec in ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"):
@@ -636,7 +637,8 @@ def test_topic_log_config_maps_every_field():
 def test_every_log_config_field_is_a_topic_key():
     for field in dataclasses.fields(LogConfig):
         key = TOPIC_CONFIG[field.name.replace("_", ".")]
-        assert key.default == field.default, field.name
+        default = tuple(key.default) if isinstance(key.default, list) else key.default
+        assert default == field.default, field.name
 
 
 def test_topic_log_config_rejects_bad_overrides():
@@ -730,11 +732,10 @@ def test_describe_topic_configs_sources_and_synonyms():
     assert (flush.value, flush.source) == (str(LONG_MAX), ConfigSource.DEFAULT_CONFIG)
 
     cleanup = entries["cleanup.policy"]
-    assert (cleanup.value, cleanup.source, cleanup.synonyms) == (
-        "delete",
-        ConfigSource.DEFAULT_CONFIG,
-        (),
-    )
+    assert (cleanup.value, cleanup.source) == ("delete", ConfigSource.DEFAULT_CONFIG)
+    assert [(s.name, s.value, s.source) for s in cleanup.synonyms] == [
+        ("log.cleanup.policy", "delete", ConfigSource.DEFAULT_CONFIG)
+    ]
     assert entries["compression.type"].value == "producer"
     assert [(s.name, s.value, s.source) for s in entries["compression.type"].synonyms] == [
         ("compression.type", "producer", ConfigSource.DEFAULT_CONFIG)

@@ -471,6 +471,23 @@ def test_top_view_rates_names_topics_and_clients():
     top.render_rich(view)  # renders without a terminal
 
 
+def test_top_shows_the_log_cleaner():
+    from tidegate.log.cleaner import Cleaner, LogCleaner
+
+    cleaner = LogCleaner(type("M", (), {"uncleanable": {("t", 0)}})(), Cleaner(1 << 20))  # type: ignore[arg-type]
+    cleaner.max_dirty_percent, cleaner.recopy_percent, cleaner.last_run_ms = 42, 7, 1_000
+    bm = BrokerMetrics()
+    bm.register_log_cleaner(cleaner, lambda: 3_500)
+    view = top.build_view(None, _snapshot(bm, 1.0), "test")
+    rows = dict(map(tuple, {s.title: s for s in view.sections}["Log cleaner"].rows))
+    assert rows["dirtiest compacted log"] == "42 % dirty"
+    assert rows["last look"] == "2.5 s ago"
+    assert "7 % of bytes kept" in rows["last clean"]
+    assert rows["uncleanable partitions"] == "1"
+    no_cleaner = top.build_view(None, _snapshot(BrokerMetrics(), 1.0), "test")
+    assert {s.title: s for s in no_cleaner.sections}["Log cleaner"].note == "log.cleaner.enable=false"
+
+
 def test_top_protocol_only_view_says_what_is_missing():
     snap = top.Snapshot(
         5.0,
@@ -485,7 +502,7 @@ def test_top_protocol_only_view_says_what_is_missing():
     text = top.render_plain(view)
     assert "note: no metrics listener" in text
     assert view.sections[0].rows[0][:3] == ["a", "1", "10"]  # offsets moved by 10 in 1 s
-    assert text.count(top.NO_METRICS) == 7
+    assert text.count(top.NO_METRICS) == 8
 
 
 def test_metrics_url_defaults_the_path():

@@ -18,7 +18,7 @@ from tests.unit.test_apis import Harness
 from tests.unit.test_group_apis import GROUP_PROPS, call, commit_body, join_body
 from tidegate.coordinator.group.group_coordinator import coordinator_operation_error
 from tidegate.coordinator.group.group_metadata import DEAD
-from tidegate.coordinator.group.group_metadata_manager import OFFSETS_TOPIC
+from tidegate.coordinator.group.group_metadata_manager import OFFSETS_TOPIC, iter_records
 from tidegate.coordinator.transaction.transaction_metadata import TransactionState
 from tidegate.log.control_records import ControlRecordType, parse_control_key
 from tidegate.log.record_batch import iter_batches, read_header
@@ -529,21 +529,27 @@ def test_restart_then_abort_of_the_open_transaction_discards_it(h):
         h2.close()
 
 
-def test_compaction_waits_for_open_transactions_and_keeps_committed_offsets(tmp_path):
-    h = Harness(tmp_path / "data", {**GROUP_PROPS, "offsets.compaction.min.records": "1"})
+def test_the_cleaner_waits_for_open_transactions_and_keeps_committed_offsets(tmp_path):
+    h = Harness(tmp_path / "data", {**GROUP_PROPS, "log.cleaner.delete.retention.ms": "0"})
     h.create_topic("t", 3)
-    offsets_log = h.core.groups.offsets_log
+    logs = h.core.logs
     for i in range(12):
         call(h, ApiKey.OFFSET_COMMIT, 8, commit_body(GROUP, "", -1, {T0: i}))
     pid, epoch = init_producer(h)
     add_offsets(h, pid, epoch)
     txn_commit(h, 3, txn_body(pid, epoch, {T1: 40}))
-    assert not offsets_log.needs_compaction
+    plog = logs.get_log("__consumer_offsets", 0)
+    assert plog is not None and plog.config.compact
+    now = h.clock.wall_milliseconds()
+    plog.roll(now)
+    assert logs.cleaner is not None
+    _dirty, uncleanable = logs.cleaner.manager.cleanable_range(("__consumer_offsets", 0), plog, now)
+    assert uncleanable == 12  # the open transaction's first offset: nothing past it is cleaned
     end_txn(h, pid, epoch, commit=True)
-    assert offsets_log.needs_compaction
-    assert offsets_log.compact_now()
-    assert set(offsets_log.live) == {b'["o","g","t",0]', b'["o","g","t",1]'}
-    assert offsets_log.records_in_log == 2
+    plog.roll(now)
+    assert logs.clean(now)
+    keys = [k for _, k, _ in iter_records(plog.read(0, 1 << 20), 0)]
+    assert sorted(keys) == [b'["o","g","t",0]', b'["o","g","t",1]']
     h.close()
     h2 = Harness(h.root, GROUP_PROPS)
     try:

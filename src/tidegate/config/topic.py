@@ -35,7 +35,6 @@ from tidegate.config.definitions import (
     ConfigSynonym,
     ConfigType,
     Importance,
-    OneOf,
     Range,
     Scope,
     Synonym,
@@ -122,9 +121,17 @@ _TABLE: tuple[ConfigKey, ...] = (
           "The largest record batch (after compression) accepted for this topic."),
     topic("message.timestamp.type", ["log.message.timestamp.type"],
           "CreateTime (producer's timestamp) or LogAppendTime (broker's append time)."),
-    topic("cleanup.policy", [], "Only delete: old segments are deleted by retention.",
-          type=LIST, default=["delete"], importance=MEDIUM,
-          validator=OneOf(("delete",), {"compact": "log compaction is not supported yet"})),
+    topic("cleanup.policy", ["log.cleanup.policy"],
+          "delete: retention deletes old segments; compact: the log cleaner keeps the "
+          "latest record per key; compact,delete: both."),
+    topic("min.cleanable.dirty.ratio", ["log.cleaner.min.cleanable.ratio"],
+          "Clean the log once this share of it is dirty."),
+    topic("delete.retention.ms", ["log.cleaner.delete.retention.ms"],
+          "How long tombstones and removable transaction markers stay after a clean."),
+    topic("min.compaction.lag.ms", ["log.cleaner.min.compaction.lag.ms"],
+          "Records younger than this stay uncompacted."),
+    topic("max.compaction.lag.ms", ["log.cleaner.max.compaction.lag.ms"],
+          "A dirty record older than this makes the log eligible for cleaning."),
     topic("compression.type", ["compression.type"],
           "The codec batches are stored with: producer keeps the producer's; uncompressed, "
           "gzip, snappy, lz4 or zstd recompress batches sent in another codec."),
@@ -259,10 +266,11 @@ def validate_topic_configs(configs: Mapping[str, str | None]) -> dict[str, str]:
 def topic_log_config(broker_cfg: BrokerDefaults, topic_overrides: Mapping[str, str]) -> LogConfig:
     """The LogConfig of a topic: its overrides, else what the broker keys resolve to."""
     parsed = _parse_topic_configs(topic_overrides)
-    kwargs = {}
+    kwargs: dict[str, Any] = {}
     for field in dataclasses.fields(LogConfig):
         name = field.name.replace("_", ".")
-        kwargs[field.name] = parsed[name] if name in parsed else broker_cfg.topic_default(name)
+        value = parsed[name] if name in parsed else broker_cfg.topic_default(name)
+        kwargs[field.name] = tuple(value) if isinstance(value, list) else value
     return LogConfig(**kwargs)
 
 

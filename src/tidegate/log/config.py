@@ -31,3 +31,19 @@ class LogConfig:
     compression_lz4_level: int = 9  # compression.lz4.level (9: the fast compressor)
     compression_zstd_level: int = 3  # compression.zstd.level
     min_insync_replicas: int = 1  # min.insync.replicas (acks=all needs this many in sync)
+    # cleanup.policy: "delete" (retention), "compact" (the log cleaner) or both
+    cleanup_policy: tuple[str, ...] = ("delete",)
+    min_cleanable_dirty_ratio: float = 0.5  # min.cleanable.dirty.ratio
+    delete_retention_ms: int = 86400000  # delete.retention.ms (tombstones' horizon)
+    min_compaction_lag_ms: int = 0  # min.compaction.lag.ms
+    max_compaction_lag_ms: int = 9223372036854775807  # max.compaction.lag.ms
+
+    @property
+    def compact(self) -> bool:
+        """cleanup.policy includes compact: the log cleaner compacts this log."""
+        return "compact" in self.cleanup_policy
+
+    @property
+    def delete(self) -> bool:
+        """cleanup.policy includes delete: retention.ms/bytes delete old segments."""
+        return "delete" in self.cleanup_policy

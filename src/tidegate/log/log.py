@@ -41,11 +41,13 @@ from .control_records import (
     end_transaction_marker_of,
 )
 from .dir_failure import StorageError
-from .index import AbortedTxn
+from .index import AbortedTxn, TransactionIndex
 from .leader_epoch import LeaderEpochFileCache
 from .producer_state import CompletedTxn, ProducerStateManager
 from .record_batch import (
     CONTROL_FLAG_MASK,
+    HEADER_STRUCT,
+    LOG_OVERHEAD,
     NO_TIMESTAMP,
     BatchTooLargeError,
     InvalidRecordError,
@@ -53,7 +55,7 @@ from .record_batch import (
     validate_batches,
 )
 from .segment import LogSegment, TimestampAndOffset
-from .validator import needs_record_validation, validate_records
+from .validator import check_keys, needs_record_validation, validate_records
 
 __all__ = [
     "CLEAN_SHUTDOWN_FILE",
@@ -76,6 +78,12 @@ RECOVERY_POINT_FILE = "recovery-point"
 CLEAN_SHUTDOWN_FILE = "clean-shutdown"
 _TMP_MARK = TMP_MARK
 _SEGMENT_RE = re.compile(r"^(\d{20})\.(log|index|timeindex|txnindex)$")
+#: Kafka's suffixes for the log cleaner's replacement segments: written as ``.cleaned``,
+#: renamed to ``.swap`` once complete (the commit point), renamed into place once the
+#: segments they replace are gone.
+CLEANED_FILE_SUFFIX = ".cleaned"
+SWAP_FILE_SUFFIX = ".swap"
+_SWAP_RE = re.compile(r"^(\d{20})\.(log|txnindex)\.(cleaned|swap)$")
 _INT32_MAX = 2**31 - 1
 
 #: ListOffsets special timestamps understood by :meth:`Log.offset_for_timestamp`.
@@ -342,6 +350,7 @@ class Log:
         dir_fd = self._dir_fd
         clean = os.path.exists(d / CLEAN_SHUTDOWN_FILE)
         self.had_clean_shutdown = clean
+        self._recover_swaps()
         bases: set[int] = set()
         strays: list[str] = []
         for name in os.listdir(d):
@@ -438,6 +447,140 @@ class Log:
         if rebuild_txn_index_from is not None and rebuild_txn_index_from < self._segments[0].base_offset:
             rebuild_txn_index_from = None  # the recovered segments were all cut away
         self._load_producer_state(rebuild_txn_index_from)
+
+    def _recover_swaps(self) -> None:
+        """Kafka's LogLoader for the cleaner's leftovers: ``.cleaned`` files (a clean cut
+        short before its commit point) are deleted; a ``.swap`` log (committed) replaces
+        every segment whose base offset lies in its offset range, then takes its place."""
+        d = self.directory
+        cleaned: list[str] = []
+        swaps: dict[int, list[str]] = {}
+        for name in os.listdir(d):
+            m = _SWAP_RE.match(name)
+            if m is None:
+                continue
+            if m.group(3) == "cleaned":
+                cleaned.append(name)
+            else:
+                swaps.setdefault(int(m.group(1)), []).append(name)
+        for name in cleaned:
+            os.unlink(d / name)
+        for base, names in sorted(swaps.items()):
+            log_swap = f"{base:020d}.log{SWAP_FILE_SUFFIX}"
+            if log_swap not in names:
+                for name in names:  # an index without its log: nothing to complete
+                    os.unlink(d / name)
+                continue
+            end = _next_offset_of_file(d / log_swap, base)
+            for name in os.listdir(d):
+                m = _SEGMENT_RE.match(name)
+                if m and base <= int(m.group(1)) < end:
+                    os.unlink(d / name)
+            for name in names:
+                os.rename(d / name, d / name[: -len(SWAP_FILE_SUFFIX)])
+        if cleaned or swaps:
+            self._dir_dirty = True
+
+    def replace_segments(
+        self,
+        old: list[LogSegment],
+        log_data: bytes,
+        aborted: list[AbortedTxn],
+        now_ms: int,
+        on_step: Callable[[str], None] | None = None,
+    ) -> LogSegment:
+        """Swap ``old`` (consecutive inactive segments) for one segment holding
+        ``log_data`` (their cleaned batches, offsets unchanged) and the ``aborted``
+        transactions of its ``.txnindex``: Kafka's ``replaceSegments``. Steps, each
+        durable before the next (``on_step`` is called after each: crash tests):
+        ``cleaned`` (files written as ``.cleaned``, :meth:`write_cleaned`), ``swap``
+        (renamed ``.swap``: from here a crash completes the replacement at load),
+        ``deleted`` (old segments removed), ``renamed`` (the ``.swap`` suffix dropped);
+        the indexes are then rebuilt (:meth:`swap_in`)."""
+        self._check_open()
+        self.write_cleaned(old[0].base_offset, log_data, aborted)
+        if on_step is not None:
+            on_step("cleaned")
+        return self.swap_in(old, aborted, now_ms, on_step)
+
+    def write_cleaned(self, base: int, log_data: bytes, aborted: list[AbortedTxn]) -> None:
+        """The first step of :meth:`replace_segments`: write and fsync ``<base>.log.cleaned``
+        (and its ``.txnindex.cleaned``). Touches no state of the log: the log cleaner runs
+        it on a worker thread."""
+        d = self.directory
+        log_name = f"{base:020d}.log"
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+        fd = os.open(d / (log_name + CLEANED_FILE_SUFFIX), flags, 0o644)
+        try:
+            view = memoryview(log_data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        if aborted:
+            xi = TransactionIndex(d / (f"{base:020d}.txnindex" + CLEANED_FILE_SUFFIX), base)
+            xi.reset(aborted)
+            xi.flush()
+            xi.close()
+        _fsync_dir(d)
+
+    def discard_cleaned(self, base: int) -> None:
+        """Remove what :meth:`write_cleaned` wrote (the segments changed meanwhile)."""
+        for name in (f"{base:020d}.log", f"{base:020d}.txnindex"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.directory / (name + CLEANED_FILE_SUFFIX))
+
+    def can_swap(self, old: list[LogSegment]) -> bool:
+        """``old`` is still a run of consecutive inactive segments of this log."""
+        if self._closed or not old or old[0] not in self._segments:
+            return False
+        i = self._segments.index(old[0])
+        return self._segments[i : i + len(old)] == old and i + len(old) < len(self._segments)
+
+    def swap_in(
+        self,
+        old: list[LogSegment],
+        aborted: list[AbortedTxn],
+        now_ms: int,
+        on_step: Callable[[str], None] | None = None,
+    ) -> LogSegment:
+        """The rest of :meth:`replace_segments` once the ``.cleaned`` files are written."""
+        self._check_open()
+        step = on_step or (lambda _name: None)
+        if not self.can_swap(old):
+            raise ValueError("replace_segments takes consecutive inactive segments")
+        d = self.directory
+        dir_fd = self._dir_fd
+        base = old[0].base_offset
+        i = self._segments.index(old[0])
+        next_base = self._segments[i + len(old)].base_offset
+        log_name = f"{base:020d}.log"
+        txn_name = f"{base:020d}.txnindex"
+        names = [log_name] + ([txn_name] if aborted else [])
+        for name in names:
+            os.rename(d / (name + CLEANED_FILE_SUFFIX), d / (name + SWAP_FILE_SUFFIX))
+        os.fsync(dir_fd)
+        step("swap")
+        for seg in old:
+            if seg in self._pending_index_sync:
+                self._pending_index_sync.remove(seg)
+            seg.delete()
+        os.fsync(dir_fd)
+        step("deleted")
+        for name in names:
+            os.rename(d / (name + SWAP_FILE_SUFFIX), d / name)
+        os.fsync(dir_fd)
+        step("renamed")
+        seg = LogSegment.open(d, base, self.config.index_interval_bytes, now_ms)
+        seg.recover()
+        seg.txn_index.reset(aborted)
+        seg.txn_index.flush()
+        seg.set_next_offset(next_base)
+        seg.release_index_fds()
+        self._segments[i : i + len(old)] = [seg]
+        self._bases[i : i + len(old)] = [base]
+        return seg
 
     def _load_producer_state(self, rebuild_txn_index_from: int | None = None) -> None:
         """Kafka's rebuild: the newest snapshot at or below the log end offset, then the
@@ -595,6 +738,8 @@ class Log:
             from_client=from_client,
             single_batch=single_batch,
         )
+        if config.compact:
+            check_keys(records, v, self.directory.name)
         if needs_record_validation(v, config, now_ms):
             # Kafka's LogValidator: record timestamps, and recompression to the topic's codec
             rebuilt = validate_records(records, v, config, now_ms)
@@ -702,7 +847,8 @@ class Log:
         cfg = self.config
         return (
             seg.size > cfg.segment_bytes - size
-            or seg.time_waited_for_roll(now_ms, max_ts) > cfg.segment_ms
+            or seg.time_waited_for_roll(now_ms, max_ts)
+            > (min(cfg.segment_ms, cfg.max_compaction_lag_ms) if cfg.compact else cfg.segment_ms)
             or max_offset - seg.base_offset > _INT32_MAX
         )
 
@@ -986,12 +1132,12 @@ class Log:
         self._check_open()
         cfg = self.config
         deleted = 0
-        if cfg.retention_ms >= 0:
+        if cfg.delete and cfg.retention_ms >= 0:
             retention_ms = cfg.retention_ms
             deleted += self._delete_old_segments(
                 lambda seg, nxt: now_ms - seg.largest_timestamp() > retention_ms, now_ms
             )
-        if cfg.retention_bytes >= 0:
+        if cfg.delete and cfg.retention_bytes >= 0:
             diff = self.size_bytes - cfg.retention_bytes
             if diff > 0:
                 remaining = [diff]
@@ -1192,6 +1338,22 @@ class Log:
             f"log_end_offset={self.log_end_offset if self._segments else '?'}, "
             f"segments={len(self._segments)})"
         )
+
+
+def _next_offset_of_file(path: Path, base: int) -> int:
+    """The offset after the last whole batch of a log file (``base`` when it has none)."""
+    end = base
+    with open(path, "rb") as f:
+        data = f.read()
+    pos = 0
+    while pos + HEADER_STRUCT.size <= len(data):
+        h = HEADER_STRUCT.unpack_from(data, pos)
+        size = h[1] + LOG_OVERHEAD
+        if h[1] < 0 or pos + size > len(data):
+            break
+        end = h[0] + h[6] + 1
+        pos += size
+    return end
 
 
 def _fsync_dir(path: Path) -> None:

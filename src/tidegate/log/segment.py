@@ -692,6 +692,11 @@ class LogSegment:
     def indexes_dirty(self) -> bool:
         return self.offset_index.dirty or self.time_index.dirty or self.txn_index.dirty
 
+    def set_next_offset(self, next_offset: int) -> None:
+        """An inactive segment ends where the next one starts (the log cleaner leaves
+        gaps: its last batches may be gone)."""
+        self._next_offset = max(self._next_offset, next_offset)
+
     def release_index_fds(self) -> None:
         """Close the index descriptors of an inactive, flushed segment (reopened on demand)."""
         self.offset_index.release_fd()

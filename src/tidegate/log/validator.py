@@ -36,6 +36,7 @@ from .record_batch import (
     HEADER_SIZE,
     BatchHeader,
     CorruptRecordError,
+    InvalidRecordError,
     InvalidTimestampError,
     ValidatedBatches,
 )
@@ -44,7 +45,7 @@ from .records import RecordDecodeError, decode_batch_records, iter_decoded_batch
 if TYPE_CHECKING:
     from .config import LogConfig
 
-__all__ = ["TARGET_CODECS", "needs_record_validation", "validate_records"]
+__all__ = ["TARGET_CODECS", "check_keys", "needs_record_validation", "validate_records"]
 
 #: ``compression.type`` -> the codec batches are stored with (None: the producer's)
 TARGET_CODECS: dict[str, int | None] = {
@@ -132,6 +133,32 @@ def validate_records(
     if not rebuilt:
         return None
     return bytearray(b"".join(out))
+
+
+def check_keys(buf: bytes | bytearray | memoryview, v: ValidatedBatches, topic_partition: str) -> None:
+    """Kafka's ``LogValidator.validateKey`` on a compacted topic: a record without a key
+    fails its whole batch with INVALID_RECORD, each such record in ``record_errors``."""
+    mv = memoryview(buf)
+    for pos, h in zip(v.positions, v.headers, strict=True):
+        if h.is_control:
+            continue
+        try:
+            (info,) = iter_decoded_batches(mv[pos : pos + h.size])
+            keys = [r.key for r in decode_batch_records(info)]
+        except (RecordDecodeError, ValueError) as exc:
+            raise CorruptRecordError(f"batch at position {pos}: {exc}", pos) from exc
+        message = (
+            f"Compacted topic cannot accept message without key in topic partition {topic_partition}."
+        )
+        errors = tuple((i, message) for i, key in enumerate(keys) if key is None)
+        if errors:
+            shown = ", ".join(f"RecordError(batchIndex={i}, message='{m}')" for i, m in errors[:3])
+            raise InvalidRecordError(
+                f"One or more records have been rejected due to {len(errors)} record errors "
+                f"in total, and only showing the first three errors at most: [{shown}]",
+                pos,
+                errors,
+            )
 
 
 def _check_timestamps(

@@ -443,6 +443,39 @@ class LogCollector(Collector):
         yield from (size, end, start, segments)
 
 
+class LogCleanerCollector(Collector):
+    """kafka.log:type=LogCleaner and LogCleanerManager gauges, read from the broker's
+    log cleaner (:class:`tidegate.log.cleaner.LogCleaner`)."""
+
+    def __init__(self, cleaner: Any, now_ms: Callable[[], int]) -> None:
+        self.cleaner = cleaner
+        self.now_ms = now_ms
+
+    def collect(self) -> Iterable[Metric]:
+        c = self.cleaner
+        since = max(0, self.now_ms() - c.last_run_ms) if c.last_run_ms else 0
+        for name, doc, value in (
+            ("kafka_log_logcleanermanager_max_dirty_percent",
+             "Dirty share of the dirtiest compacted log, in percent (max-dirty-percent).",
+             c.max_dirty_percent),
+            ("kafka_log_logcleaner_cleaner_recopy_percent",
+             "Bytes written over bytes read by the last clean, in percent.", c.recopy_percent),
+            ("kafka_log_logcleaner_max_clean_time_secs",
+             "Duration of the last clean (s).", c.max_clean_time_secs),
+            ("kafka_log_logcleaner_max_buffer_utilization_percent",
+             "Offset map fill of the last clean, in percent.",
+             c.max_buffer_utilization_percent),
+            ("kafka_log_logcleanermanager_time_since_last_run_ms",
+             "Milliseconds since the cleaner last looked for a log to clean.", since),
+            ("kafka_log_logcleanermanager_uncleanable_partitions_count",
+             "Partitions whose cleaning failed and that are skipped from then on.",
+             len(c.manager.uncleanable)),
+        ):  # fmt: skip
+            family = GaugeMetricFamily(name, doc)
+            family.add_metric([], value)
+            yield family
+
+
 class SocketServerCollector(Collector):
     """Connections per listener, muted connections per reason, and the memory pool."""
 
@@ -822,6 +855,10 @@ class BrokerMetrics:
 
     def register_logs(self, logs: Callable[[], Mapping[tuple[str, int], Any]]) -> None:
         self.registry.register(LogCollector(logs))
+
+    def register_log_cleaner(self, cleaner: Any, now_ms: Callable[[], int]) -> None:
+        """Expose the log cleaner's gauges (Kafka's LogCleaner metrics)."""
+        self.registry.register(LogCleanerCollector(cleaner, now_ms))
 
     def register_purgatory(self, name: str, purgatory: Any) -> None:
         """Expose a purgatory as ``delayedOperation=name`` ("Produce", "Fetch").

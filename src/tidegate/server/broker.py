@@ -121,6 +121,8 @@ class Broker:
         self.metrics.register_flusher(core.replicas.flusher)
         self.metrics.register_log_dir_failures(core.logs.failure_channel)
         self.metrics.register_logs(lambda: logs.logs)
+        if logs.cleaner is not None:
+            self.metrics.register_log_cleaner(logs.cleaner, core.clock.wall_milliseconds)
         self.metrics.register_quotas(core.quotas)
         self.metrics.register_transaction_coordinator(core.transaction_coordinator)
         if core.authorizer is not None:

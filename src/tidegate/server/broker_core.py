@@ -25,6 +25,7 @@ from tidegate.coordinator.transaction.transaction_state_manager import (
     TransactionConfig,
     TransactionStateManager,
 )
+from tidegate.log.cleaner import PreparedClean
 from tidegate.log.dir_failure import StorageError
 from tidegate.network.request_channel import RequestChannel
 from tidegate.scheduler import Cancellable, OnDone, Scheduler
@@ -81,6 +82,11 @@ class BrokerCore:
         )
         started = monotonic_ms()
         self.logs.load()
+        if config.get("log.cleaner.enable"):
+            self.logs.enable_cleaner(
+                config.get("log.cleaner.dedupe.buffer.size"),
+                config.get("log.cleaner.io.buffer.load.factor"),
+            )
         log.info(
             "loaded %d partition log(s) of %d topic(s) from %s in %.2fs",
             len(self.logs.logs), len(self.store.topics), data_dir, (monotonic_ms() - started) / 1000,
@@ -160,7 +166,6 @@ class BrokerCore:
             self.reaper.add_timer(name, timer)
         self.reaper.add_timer("TransactionCoordinator", self.transaction_timer)
         self._tasks: list[Cancellable] = []
-        self._compacting = False
         self._due_at: dict[str, int] = {}
 
     def count_metrics(self, metrics: BrokerMetrics) -> None:
@@ -186,11 +191,13 @@ class BrokerCore:
         self.transaction_coordinator.startup()
         start = self.clock.wall_milliseconds()
         config = self.config
+        self._cleaning = False
         self._intervals = {
             "retention": config.get("log.retention.check.interval.ms"),
             "checkpoint": config.get("log.flush.offset.checkpoint.interval.ms"),
             "producer-expiration": config.get("producer.id.expiration.check.interval.ms"),
             "offsets-retention": config.get("offsets.retention.check.interval.ms"),
+            "log-cleaner": config.get("log.cleaner.backoff.ms"),
         }
         self._due_at = {name: start + interval for name, interval in self._intervals.items()}
         schedule = self.scheduler.schedule
@@ -210,6 +217,7 @@ class BrokerCore:
         now = self.clock.wall_milliseconds()
         self.reaper.purge_if_due()
         self.logs.maintenance(now, self._due("retention", now))
+        self._maybe_clean(now)
         if self._due("producer-expiration", now):
             removed = self.logs.remove_expired_producers(now, self.config.get("producer.id.expiration.ms"))
             if removed:
@@ -234,27 +242,34 @@ class BrokerCore:
 
         return on_done
 
+    def _maybe_clean(self, now: int) -> None:
+        """Kafka's cleaner thread: choose the filthiest log here, clean it on a worker
+        thread (reads and ``.cleaned`` files only), swap the result in back on the loop;
+        when no log was due, look again after log.cleaner.backoff.ms."""
+        cleaner = self.logs.cleaner
+        if cleaner is None or self._cleaning or now < self._due_at["log-cleaner"]:
+            return
+        ltc = cleaner.choose(self.logs.logs, now)
+        if ltc is None:
+            self._due_at["log-cleaner"] = now + self._intervals["log-cleaner"]
+            return
+        self._cleaning = True
+        cleaner.in_progress = ltc.log
+
+        def done(prepared: PreparedClean, exc: BaseException | None) -> None:
+            self._cleaning = False
+            cleaner.in_progress = None
+            if exc is not None:
+                cleaner.failed(ltc, exc)
+            else:
+                cleaner.finish(ltc, prepared, self.clock.wall_milliseconds())
+
+        self.scheduler.submit(lambda: cleaner.cleaner.prepare(ltc, now), done)
+
     def maintain_groups(self) -> None:
-        """Offset retention, and the compaction of __consumer_offsets (its fsync on a
-        worker thread)."""
+        """Offset retention (the log cleaner compacts __consumer_offsets)."""
         now = self.clock.wall_milliseconds()
         self.groups.maintenance(now, self._due("offsets-retention", now))
-        offsets_log = self.groups.offsets_log
-        if self._compacting or not offsets_log.needs_compaction:
-            return
-        ticket = offsets_log.begin_compaction()
-        if ticket is None:
-            return
-        self._compacting = True
-
-        def done(_result: object, exc: BaseException | None) -> None:
-            self._compacting = False
-            if exc is not None:
-                log.error("compaction of __consumer_offsets failed: %s", exc)
-            else:
-                offsets_log.finish_compaction(ticket)
-
-        self.scheduler.submit(ticket.flush.run, done)
 
     # -- stopping ------------------------------------------------------------------------
     def stop_serving(self) -> None:

@@ -54,14 +54,13 @@ TopicPartition = tuple[str, int]
 
 
 def offsets_topic_configs(config: Any) -> dict[str, str]:
-    """Topic configs of ``__consumer_offsets``: never deleted by retention (the
-    coordinator compacts it), segments of ``offsets.topic.segment.bytes``, batches as
+    """Topic configs of ``__consumer_offsets`` (Kafka's ``offsetsTopicConfigs``):
+    compacted by the log cleaner, segments of ``offsets.topic.segment.bytes``, batches as
     large as a request may be (one OffsetCommit is one batch), and stored as the
     coordinator writes them whatever the broker's ``compression.type`` (Kafka sets
     ``compression.type=producer`` on it too)."""
     return {
-        "retention.ms": "-1",
-        "retention.bytes": "-1",
+        "cleanup.policy": "compact",
         "segment.bytes": str(config.get("offsets.topic.segment.bytes")),
         "max.message.bytes": str(config.get("socket.request.max.bytes")),
         "compression.type": "producer",
@@ -88,7 +87,6 @@ class GroupApis:
         self.offsets_log = OffsetsLog(
             self._open_offsets_log,
             now_ms,
-            compaction_min_records=config.get("offsets.compaction.min.records"),
             append_records=replicas.append_records,
             timeout_ms=self.commit_timeout_ms,
         )

@@ -33,6 +33,7 @@ from tidegate.log.checkpoint import (
     CheckpointWriter,
     read_checkpoint_file,
 )
+from tidegate.log.cleaner import Cleaner, LogCleaner, LogCleanerManager
 from tidegate.log.config import LogConfig
 from tidegate.log.dir_failure import LogDirFailureChannel, StorageError
 from tidegate.log.log import Log, partition_dir
@@ -97,6 +98,24 @@ class LogManager:
         self._loaded_log_start_offsets: dict[TopicPartition, int] = {}
         #: the entries of the last log-start-offset-checkpoint written (or read)
         self._checkpointed_lsos: dict[TopicPartition, int] = {}
+        #: the log cleaner (log.cleaner.enable), set up by :meth:`enable_cleaner`
+        self.cleaner: LogCleaner | None = None
+        self._root_fd = -1
+
+    def enable_cleaner(self, dedupe_buffer_size: int, load_factor: float = 0.9) -> LogCleaner:
+        """Start compacting logs whose cleanup.policy includes compact; the first dirty
+        offsets are in ``cleaner-offset-checkpoint`` in the data directory."""
+        self._root_fd = os.open(self.root, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        self.cleaner = LogCleaner(
+            LogCleanerManager(self._root_fd), Cleaner(dedupe_buffer_size, load_factor)
+        )
+        return self.cleaner
+
+    def clean(self, now_ms: int) -> bool:
+        """One pass of the log cleaner (the filthiest eligible log); False: none was due."""
+        if self.cleaner is None:
+            return False
+        return self.cleaner.clean_once(self.logs, now_ms)
 
     # -- lifecycle ---------------------------------------------------------
     def load(self) -> None:
@@ -245,6 +264,10 @@ class LogManager:
             if plog is not None:
                 plog.delete()
             shutil.rmtree(partition_dir(self.root, name, p), ignore_errors=True)
+        if self.cleaner is not None:
+            for p in range(info.partitions):
+                if (name, p) in self.cleaner.manager.checkpoints:
+                    self.cleaner.manager.update_checkpoint((name, p), None)
         if any(tp[0] == name for tp in self._checkpointed_lsos):
             # As Kafka on a deletion: the topic's start offsets leave the checkpoint now,
             # before a new topic of the same name could be loaded with them.
@@ -287,6 +310,9 @@ class LogManager:
             except Exception:
                 log.exception("error closing %s", plog)
         self.logs.clear()
+        if self._root_fd >= 0:
+            os.close(self._root_fd)
+            self._root_fd = -1
         if failures.offline:
             return
         try:
@@ -392,7 +418,7 @@ class LogManager:
             except OSError as exc:
                 failures.error(StorageError(f"flush of {plog.directory.name}", exc, fatal=True))
                 return
-            if retention_due:
+            if retention_due and (self.cleaner is None or self.cleaner.in_progress is not plog):
                 try:
                     deleted = plog.apply_retention(now_ms)
                 except OSError as exc:

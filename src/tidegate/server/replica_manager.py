@@ -153,11 +153,8 @@ def check_leader_epoch(plog: Log, current_leader_epoch: int) -> ErrorCode:
 
 def deletion_allowed(plog: Log) -> bool:
     """Whether the topic's ``cleanup.policy`` includes ``delete`` (Kafka's
-    ``LogConfig.delete``). Read from the log's config, which carries the policy once
-    compaction exists; until then every topic deletes."""
-    policy = getattr(plog.config, "cleanup_policy", "delete")
-    items = policy.split(",") if isinstance(policy, str) else policy
-    return "delete" in (p.strip() for p in items)
+    ``LogConfig.delete``)."""
+    return plog.config.delete
 
 
 @dataclass(slots=True)

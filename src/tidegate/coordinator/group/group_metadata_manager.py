@@ -23,18 +23,11 @@ coordinator appends. Replay hands every batch, markers included, to the group
 coordinator, which keeps such offsets pending until their marker; only plain commits
 and committed transactions' offsets are live here.
 
-Compaction: tidegate has no log cleaner, so :class:`OffsetsLog` keeps the
-latest value of every live key in memory (it needs them anyway) and, when the
-log holds many more records than live keys, rewrites them: roll a new segment,
-append one record per live key, fsync, and move the log start offset to the
-first rewritten record, which deletes every older segment. A crash at any point
-leaves either the old records (still complete) or the old ones plus a partial
-or complete copy (same values, so replay gives the same result). Replay at
-startup reads the records from the log start offset on, so it costs time
-proportional to what is left after the last compaction (at most about
-``max(4 x live keys, offsets.compaction.min.records)`` records). No rewrite runs while a
-transaction is open on the partition (Kafka's cleaner stops at the last stable offset
-too): it would drop records whose outcome is not known yet.
+Compaction: ``__consumer_offsets`` is created with ``cleanup.policy=compact`` (as
+Kafka's) and the broker's log cleaner (:mod:`tidegate.log.cleaner`) compacts it like
+any compacted topic: the latest record per key stays, tombstones go after
+delete.retention.ms, records of open transactions are never cleaned. Replay at startup
+reads what the cleaner left.
 """
 
 from __future__ import annotations
@@ -67,8 +60,6 @@ OFFSETS_PARTITION = 0
 OFFSETS_KEY = (OFFSETS_TOPIC, OFFSETS_PARTITION)
 FORMAT_VERSION = 1
 
-#: Records per batch when rewriting live keys (keeps batches far below max.message.bytes).
-_REWRITE_BATCH_RECORDS = 500
 
 
 @dataclass(slots=True)
@@ -177,20 +168,6 @@ def iter_records(data: bytes, from_offset: int = 0) -> Iterator[tuple[int, bytes
 
 
 # -- the log ------------------------------------------------------------------------------------
-@dataclass(slots=True)
-class CompactionTicket:
-    """A compaction in progress: run ``flush.run()`` (any thread), then
-    :meth:`OffsetsLog.finish_compaction`."""
-
-    log: Log
-    start_offset: int
-    flush: Any  # tidegate.log.log.FlushTicket
-
-
-def _ignore(_results: object) -> None:
-    pass
-
-
 class AppendError(Exception):
     """A write to ``__consumer_offsets`` failed: nothing of it was appended (``error``:
     what the append answered)."""
@@ -228,7 +205,7 @@ class PendingAppend:
 
 
 class OffsetsLog:
-    """``__consumer_offsets-0``: appends, replay, and compaction by rewriting live keys.
+    """``__consumer_offsets-0``: appends and replay (the log cleaner compacts it).
 
     ``open_log(create)`` returns the partition's Log (None if the topic does not exist
     and ``create`` is False); the broker creates the topic on first use, as Kafka does.
@@ -242,12 +219,10 @@ class OffsetsLog:
         now_ms: Callable[[], int],
         *,
         append_records: AppendRecords,
-        compaction_min_records: int = 10_000,
         timeout_ms: int = 5000,
     ) -> None:
         self._open_log = open_log
         self.now_ms = now_ms
-        self.compaction_min_records = compaction_min_records
         self._append_records = append_records
         self.timeout_ms = timeout_ms
         #: latest value of every live key (tombstoned keys are absent); transactional
@@ -255,7 +230,6 @@ class OffsetsLog:
         self.live: dict[bytes, bytes] = {}
         #: records from the log start offset to the end (what a replay reads)
         self.records_in_log = 0
-        self.compactions = 0
 
     def log(self, create: bool = False) -> Log | None:
         return self._open_log(create)
@@ -329,60 +303,3 @@ class OffsetsLog:
                 self.live.pop(key, None)
             else:
                 self.live[key] = value
-
-    # -- compaction -------------------------------------------------------------------
-    @property
-    def needs_compaction(self) -> bool:
-        """Enough dead records to rewrite, and no open transaction: the rewrite keeps only
-        live values, so records of an undecided transaction must not be dropped (Kafka's
-        cleaner does not clean past the last stable offset either)."""
-        if self.records_in_log <= max(4 * len(self.live), self.compaction_min_records):
-            return False
-        plog = self.log(False)
-        return plog is not None and plog.first_unstable_offset is None
-
-    def begin_compaction(self) -> CompactionTicket | None:
-        """Roll, rewrite every live key into the new segment, and hand back the fsync to
-        run before the old records may go (:meth:`finish_compaction`)."""
-        plog = self.log(False)
-        if plog is None:
-            return None
-        now = self.now_ms()
-        plog.roll(now)
-        start = plog.log_end_offset
-        items = list(self.live.items())
-        for i in range(0, len(items), _REWRITE_BATCH_RECORDS):
-            chunk = items[i : i + _REWRITE_BATCH_RECORDS]
-            batch = build_batch([Record(v, k, now) for k, v in chunk])
-            results = self._append_records(
-                self.timeout_ms, 1, {OFFSETS_KEY: batch}, now, _ignore,
-                internal_topics_allowed=True, from_client=False,
-            )  # fmt: skip
-            if results[OFFSETS_KEY].base_offset < 0:
-                raise AppendError(f"rewrite for compaction failed: {results[OFFSETS_KEY].error.name}")
-        return CompactionTicket(plog, start, plog.begin_flush())
-
-    def finish_compaction(self, ticket: CompactionTicket) -> bool:
-        """After the rewrite is fsynced: drop everything before it."""
-        plog = ticket.log
-        if plog.closed or plog is not self.log(False) or not plog.complete_flush(ticket.flush):
-            return False
-        before = plog.log_end_offset
-        plog.increment_log_start_offset(ticket.start_offset)
-        self.records_in_log = before - ticket.start_offset
-        self.compactions += 1
-        log.info(
-            "compacted %s: %d live key(s), log start offset now %d",
-            OFFSETS_TOPIC,
-            len(self.live),
-            ticket.start_offset,
-        )
-        return True
-
-    def compact_now(self) -> bool:
-        """Compaction with the fsync on this thread (tests, tools)."""
-        ticket = self.begin_compaction()
-        if ticket is None:
-            return False
-        ticket.flush.run()
-        return self.finish_compaction(ticket)

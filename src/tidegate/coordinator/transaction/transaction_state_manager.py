@@ -80,11 +80,10 @@ class TransactionConfig:
 
 def transaction_log_topic_configs(config: TransactionConfig) -> dict[str, str]:
     """Topic configs of ``__transaction_state`` (Kafka's ``transactionTopicConfigs``):
-    segments of transaction.state.log.segment.bytes, kept forever by retention (a
-    tombstone removes an id)."""
+    compacted by the log cleaner (a tombstone removes an id), segments of
+    transaction.state.log.segment.bytes."""
     return {
-        "retention.ms": "-1",
-        "retention.bytes": "-1",
+        "cleanup.policy": "compact",
         "segment.bytes": str(config.transaction_log_segment_bytes),
     }
 

@@ -1,0 +1,668 @@
+"""Log compaction: Kafka's ``LogCleaner``, ``LogCleanerManager``, ``Cleaner`` and
+``SkimpyOffsetMap`` (docs/compaction.md).
+
+A compacted log (cleanup.policy includes ``compact``) keeps at least the latest record
+of every key. One clean of one log:
+
+1. the cleanable range is ``[first dirty, first uncleanable)``: the first dirty offset
+   comes from ``cleaner-offset-checkpoint``; the first uncleanable offset is the
+   smallest of the last stable offset (undecided transactions are never cleaned), the
+   active segment's base offset and, with min.compaction.lag.ms, the base of the first
+   segment holding a record younger than the lag;
+2. the :class:`OffsetMap` (MD5 of the key -> latest offset, bounded by
+   log.cleaner.dedupe.buffer.size) is filled from that range, skipping control batches
+   and aborted transactions' batches; when it fills the round ends there and the next
+   round continues (several passes for a log with more keys than fit);
+3. the segments from the log start up to the round's end are grouped (a group within
+   segment.bytes) and each group is rewritten into one segment with the same offsets,
+   swapped in with Kafka's ``.cleaned`` -> ``.swap`` -> replace protocol
+   (:meth:`Log.replace_segments`; a crash at any step is completed or discarded by the
+   next load).
+
+Records are dropped when a later offset holds their key, when they have no key, when
+they belong to an aborted transaction, or when they are tombstones whose delete horizon
+has passed. As Kafka 2.8+ (KIP-534) the first rewrite of a batch holding a tombstone (or
+a removable transaction marker) stamps its delete horizon, now + delete.retention.ms,
+into the batch's base timestamp with attribute bit 6; a later pass past the horizon
+drops them. Batch headers (producer id, epoch, base sequence, last offset delta) are
+kept; a batch emptied by cleaning survives as an empty header when it is its
+producer's last batch, so the producer's sequence survives.
+
+Plain synchronous objects with time passed in. The broker chooses the log on its event
+loop (:meth:`LogCleaner.choose`), runs :meth:`Cleaner.prepare` (the map and the
+``.cleaned`` files: all the reading and writing) on a worker thread, and swaps the result
+in back on the loop (:meth:`LogCleaner.finish`), where the log's segment list lives.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from tidegate.client.compression import compress, decompress
+
+from .batch_builder import batch_crc, set_crc, varint
+from .checkpoint import read_checkpoint_file, write_checkpoint_file
+from .control_records import ControlRecordType, InvalidControlRecordError, end_transaction_marker_of
+from .index import AbortedTxn
+from .log import Log
+from .record_batch import (
+    COMPRESSION_CODEC_MASK,
+    DELETE_HORIZON_FLAG_MASK,
+    HEADER_SIZE,
+    HEADER_STRUCT,
+    LOG_OVERHEAD,
+    BatchHeader,
+)
+from .records import _zigzag
+from .segment import LogSegment
+
+__all__ = [
+    "CLEANER_OFFSET_CHECKPOINT_FILE",
+    "Cleaner",
+    "CleanerStats",
+    "LogCleaner",
+    "LogCleanerManager",
+    "LogToClean",
+    "OffsetMap",
+    "PreparedClean",
+]
+
+log = logging.getLogger(__name__)
+
+#: Kafka's file, one per log directory: each compacted partition's first dirty offset.
+CLEANER_OFFSET_CHECKPOINT_FILE = "cleaner-offset-checkpoint"
+#: Bytes per offset map entry, as Kafka's SkimpyOffsetMap: MD5 (16) + offset (8).
+OFFSET_MAP_ENTRY_SIZE = 24
+_INT32_MAX = 2**31 - 1
+
+
+class OffsetMap:
+    """Kafka's ``SkimpyOffsetMap``: MD5 of a key -> the latest offset seen for it, holding
+    at most ``memory / 24 * load_factor`` keys."""
+
+    def __init__(self, memory: int, load_factor: float = 0.9) -> None:
+        self.slots = min(memory, _INT32_MAX) // OFFSET_MAP_ENTRY_SIZE
+        self.capacity = int(self.slots * load_factor)
+        if self.capacity < 1:
+            raise ValueError(f"an offset map of {memory} bytes holds no entry")
+        self._map: dict[bytes, int] = {}
+        #: the last offset the map covers (Kafka's ``latestOffset``)
+        self.latest_offset = -1
+
+    def __len__(self) -> int:
+        return len(self._map)
+
+    @property
+    def full(self) -> bool:
+        return len(self._map) >= self.capacity
+
+    def put(self, key: bytes, offset: int) -> None:
+        self._map[hashlib.md5(key).digest()] = offset
+        self.latest_offset = offset
+
+    def get(self, key: bytes) -> int:
+        """The latest offset of ``key``, -1 when the map has not seen it."""
+        return self._map.get(hashlib.md5(key).digest(), -1)
+
+    def clear(self) -> None:
+        self._map.clear()
+        self.latest_offset = -1
+
+    @property
+    def utilization(self) -> float:
+        return len(self._map) / self.slots
+
+
+@dataclass
+class CleanerStats:
+    """One clean's counters (Kafka's ``CleanerStats``)."""
+
+    map_bytes_read: int = 0
+    bytes_read: int = 0
+    bytes_written: int = 0
+    map_messages_read: int = 0
+    messages_read: int = 0
+    messages_written: int = 0
+    invalid_messages_read: int = 0
+    buffer_utilization: float = 0.0
+    start_ms: int = 0
+    map_complete_ms: int = 0
+    end_ms: int = 0
+    #: the offset the next round starts from (the checkpoint's new value)
+    end_offset: int = 0
+
+    @property
+    def elapsed_secs(self) -> float:
+        return max(0, self.end_ms - self.start_ms) / 1000.0
+
+
+@dataclass
+class PreparedClean:
+    """A clean written as ``.cleaned`` files, waiting for :meth:`Cleaner.commit`."""
+
+    log: Log
+    stats: CleanerStats
+    groups: list[tuple[list[LogSegment], list[AbortedTxn]]] = field(default_factory=list)
+
+
+@dataclass
+class LogToClean:
+    """A compacted log and its cleanable range (Kafka's ``LogToClean``)."""
+
+    key: object
+    log: Log
+    first_dirty_offset: int
+    first_uncleanable_offset: int
+    clean_bytes: int
+    cleanable_bytes: int
+    #: max.compaction.lag.ms passed for a dirty record: clean whatever the ratio
+    needs_compaction_now: bool = False
+
+    @property
+    def total_bytes(self) -> int:
+        return self.clean_bytes + self.cleanable_bytes
+
+    @property
+    def cleanable_ratio(self) -> float:
+        return self.cleanable_bytes / self.total_bytes if self.total_bytes else 0.0
+
+
+def _header(h: BatchHeader | tuple) -> BatchHeader:
+    return h if isinstance(h, BatchHeader) else BatchHeader._make(h)
+
+
+@dataclass
+class _Record:
+    offset: int
+    key: bytes | None
+    is_tombstone: bool
+    timestamp: int
+    #: the record's bytes after its timestamp delta (offset delta, key, value, headers)
+    tail: bytes
+
+
+def _parse_records(data: bytes, base_offset: int, base_ts: int) -> list[_Record]:
+    out = []
+    pos = 0
+    n = len(data)
+    while pos < n:
+        length, pos = _zigzag(data, pos)
+        end = pos + length
+        ts_delta, p = _zigzag(data, pos + 1)
+        tail_start = p
+        off_delta, p = _zigzag(data, p)
+        klen, p = _zigzag(data, p)
+        key = None
+        if klen >= 0:
+            key = bytes(data[p : p + klen])
+            p += klen
+        vlen, p = _zigzag(data, p)
+        out.append(_Record(base_offset + off_delta, key, vlen < 0, base_ts + ts_delta,
+                           bytes(data[tail_start:end])))  # fmt: skip
+        pos = end
+    return out
+
+
+def _encode(rec: _Record, base_ts: int) -> bytes:
+    body = b"\x00" + varint(rec.timestamp - base_ts) + rec.tail
+    return varint(len(body)) + body
+
+
+def _rebuild(h: BatchHeader, records: list[_Record], base_ts: int, attributes: int) -> bytes:
+    """A batch with ``h``'s header fields (offsets, producer, sequence, last offset delta
+    kept), the given records and base timestamp (the delete horizon when bit 6 is set)."""
+    section = b"".join(_encode(r, base_ts) for r in records)
+    codec = attributes & COMPRESSION_CODEC_MASK
+    if codec and section:
+        section = compress(codec, section)
+    buf = bytearray(HEADER_SIZE)
+    HEADER_STRUCT.pack_into(
+        buf, 0, h.base_offset, HEADER_SIZE + len(section) - LOG_OVERHEAD,
+        h.partition_leader_epoch, h.magic, 0, attributes, h.last_offset_delta, base_ts,
+        h.max_timestamp, h.producer_id, h.producer_epoch, h.base_sequence, len(records),
+    )  # fmt: skip
+    buf += section
+    set_crc(buf, batch_crc((buf,)))
+    return bytes(buf)
+
+
+class _TxnTracker:
+    """Kafka's ``CleanedTransactionMetadata``: which batches belong to aborted
+    transactions (from the ``.txnindex``) and whether a pass saw data of the transaction
+    a marker ends (a marker is removable only when it saw none)."""
+
+    def __init__(self, aborted: list[AbortedTxn]) -> None:
+        self._aborted = sorted(aborted, key=lambda t: t.first_offset)
+        self._next = 0
+        #: pid -> [the aborted transaction, whether a batch of it was seen]
+        self.ongoing_aborted: dict[int, list] = {}
+        self.ongoing_committed: set[int] = set()
+
+    def _advance(self, last_offset: int) -> None:
+        while (
+            self._next < len(self._aborted)
+            and self._aborted[self._next].first_offset <= last_offset
+        ):
+            txn = self._aborted[self._next]
+            self.ongoing_aborted[txn.producer_id] = [txn, False]
+            self._next += 1
+
+    def is_aborted(self, h: BatchHeader) -> bool:
+        """Call for each data batch in order: True when it belongs to an aborted transaction."""
+        self._advance(h.base_offset + h.last_offset_delta)
+        if not h.is_transactional:
+            return False
+        entry = self.ongoing_aborted.get(h.producer_id)
+        if entry is not None:
+            entry[1] = True
+            return True
+        self.ongoing_committed.add(h.producer_id)
+        return False
+
+    def on_marker(self, h: BatchHeader, abort: bool) -> tuple[bool, AbortedTxn | None]:
+        """(whether the marker may be discarded, the index entry to keep with it)."""
+        self._advance(h.base_offset + h.last_offset_delta)
+        if abort:
+            entry = self.ongoing_aborted.pop(h.producer_id, None)
+            if entry is not None and entry[1]:
+                return False, entry[0]
+            return True, None
+        if h.producer_id in self.ongoing_committed:
+            self.ongoing_committed.discard(h.producer_id)
+            return False, None
+        return True, None
+
+
+class Cleaner:
+    """One clean of one log (Kafka's ``Cleaner``)."""
+
+    def __init__(
+        self,
+        dedupe_buffer_size: int = 134217728,
+        load_factor: float = 0.9,
+        *,
+        throttle: Callable[[int], None] | None = None,
+    ) -> None:
+        self.offset_map = OffsetMap(dedupe_buffer_size, load_factor)
+        #: called with the bytes read or written (log.cleaner.io.max.bytes.per.second)
+        self.throttle = throttle or (lambda _n: None)
+
+    # -- map -----------------------------------------------------------------
+    def build_offset_map(self, plog: Log, start: int, end: int, stats: CleanerStats) -> int:
+        """Fill the map from ``[start, end)``; the end offset of the round (the map's
+        latest offset + 1: below ``end`` when the map filled up)."""
+        omap = self.offset_map
+        omap.clear()
+        omap.latest_offset = start - 1
+        tracker = _TxnTracker(plog.collect_aborted_transactions(start, end))
+        segs = [s for s in plog.segments if s.base_offset < end]
+        for i, seg in enumerate(segs):
+            if seg.next_offset <= start:
+                continue
+            for pos, h in seg.iter_batches_from(start):
+                if h.base_offset >= end:
+                    return omap.latest_offset + 1
+                stats.map_bytes_read += h.size
+                self.throttle(h.size)
+                if h.is_control:
+                    tracker.on_marker(h, self._is_abort(seg, pos, h))
+                elif not tracker.is_aborted(h):
+                    for rec in self._records(seg, pos, h):
+                        stats.map_messages_read += 1
+                        if rec.key is not None and rec.offset >= start:
+                            if omap.full:
+                                return omap.latest_offset + 1
+                            omap.put(rec.key, rec.offset)
+                if h.last_offset >= start:
+                    omap.latest_offset = max(omap.latest_offset, h.last_offset)
+            nxt = segs[i + 1].base_offset if i + 1 < len(segs) else end
+            omap.latest_offset = max(omap.latest_offset, min(nxt, end) - 1)
+        return min(omap.latest_offset + 1, end)
+
+    @staticmethod
+    def _records(seg: LogSegment, pos: int, h: BatchHeader) -> list[_Record]:
+        data = seg.read_batch(pos, h.size)
+        body = data[HEADER_SIZE:]
+        codec = h.attributes & COMPRESSION_CODEC_MASK
+        if codec:
+            body = decompress(codec, body)
+        return _parse_records(body, h.base_offset, h.base_timestamp)
+
+    @staticmethod
+    def _is_abort(seg: LogSegment, pos: int, h: BatchHeader) -> bool:
+        try:
+            marker = end_transaction_marker_of(seg.read_batch(pos, h.size))
+        except InvalidControlRecordError:
+            return False
+        return marker is not None and marker.type == ControlRecordType.ABORT
+
+    # -- clean -----------------------------------------------------------------
+    def clean(
+        self,
+        to_clean: LogToClean,
+        now_ms: int,
+        *,
+        on_step: Callable[[str], None] | None = None,
+        wall_ms: Callable[[], int] | None = None,
+    ) -> CleanerStats:
+        """Clean one log (:meth:`prepare` then :meth:`commit` on this thread); the stats'
+        ``end_offset`` is the new first dirty offset."""
+        prepared = self.prepare(to_clean, now_ms, on_step=on_step, wall_ms=wall_ms)
+        self.commit(prepared, now_ms, on_step=on_step)
+        return prepared.stats
+
+    def prepare(
+        self,
+        to_clean: LogToClean,
+        now_ms: int,
+        *,
+        on_step: Callable[[str], None] | None = None,
+        wall_ms: Callable[[], int] | None = None,
+    ) -> PreparedClean:
+        """Everything but the swap, without changing the log: build the offset map and
+        write each group's cleaned segment as ``.cleaned`` files. Reads only inactive
+        segments, so the broker runs it on a worker thread while the log takes appends;
+        :meth:`commit` (on the log's thread) swaps the groups in."""
+        wall = wall_ms or (lambda: int(time.monotonic() * 1000))
+        stats = CleanerStats(start_ms=wall())
+        plog = to_clean.log
+        end = self.build_offset_map(
+            plog, to_clean.first_dirty_offset, to_clean.first_uncleanable_offset, stats
+        )
+        stats.map_complete_ms = wall()
+        stats.buffer_utilization = self.offset_map.utilization
+        stats.end_offset = end
+        delete_retention_ms = plog.config.delete_retention_ms
+        start = plog.log_start_offset
+        tracker = _TxnTracker(plog.collect_aborted_transactions(start, end))
+        segs = [s for s in list(plog.segments)[:-1] if s.base_offset < end]
+        prepared = PreparedClean(plog, stats)
+        for group in self.group_segments(segs, plog.config.segment_bytes):
+            out: list[bytes] = []
+            kept_aborted: list[AbortedTxn] = []
+            for seg in group:
+                for pos, h in seg.iter_batches_from(seg.base_offset):
+                    stats.bytes_read += h.size
+                    self.throttle(h.size)
+                    data = self._clean_batch(plog, seg, pos, h, end, now_ms, delete_retention_ms,
+                                             tracker, kept_aborted, stats)  # fmt: skip
+                    if data is not None:
+                        out.append(data)
+            log_data = b"".join(out)
+            stats.bytes_written += len(log_data)
+            self.throttle(len(log_data))
+            plog.write_cleaned(group[0].base_offset, log_data, kept_aborted)
+            prepared.groups.append((group, kept_aborted))
+            if on_step is not None:
+                on_step("cleaned")
+        stats.end_ms = wall()
+        return prepared
+
+    @staticmethod
+    def commit(
+        prepared: PreparedClean, now_ms: int, *, on_step: Callable[[str], None] | None = None
+    ) -> bool:
+        """Swap the prepared groups in; False (the rest discarded) when the log changed
+        under them (retention, DeleteRecords, truncation, closing)."""
+        plog = prepared.log
+        for i, (group, aborted) in enumerate(prepared.groups):
+            if not plog.can_swap(group):
+                for later, _ in prepared.groups[i:]:
+                    if not plog.closed:
+                        plog.discard_cleaned(later[0].base_offset)
+                return False
+            plog.swap_in(group, aborted, now_ms, on_step)
+        return True
+
+    def _clean_batch(
+        self,
+        plog: Log,
+        seg: LogSegment,
+        pos: int,
+        h: BatchHeader,
+        end: int,
+        now_ms: int,
+        delete_retention_ms: int,
+        tracker: _TxnTracker,
+        kept_aborted: list[AbortedTxn],
+        stats: CleanerStats,
+    ) -> bytes | None:
+        raw = seg.read_batch(pos, h.size)
+        has_horizon = bool(h.attributes & DELETE_HORIZON_FLAG_MASK)
+        horizon_passed = has_horizon and now_ms >= h.base_timestamp
+        if h.is_control:
+            stats.messages_read += h.records_count
+            can_discard, entry = tracker.on_marker(h, self._is_abort(seg, pos, h))
+            if entry is not None:
+                kept_aborted.append(entry)
+            if h.base_offset >= end or not can_discard:
+                return raw
+            if h.records_count == 0 or horizon_passed:
+                return None  # an empty control batch, or a marker past its horizon
+            if has_horizon:
+                return raw
+            recs = self._records(seg, pos, h)
+            horizon = now_ms + delete_retention_ms
+            return _rebuild(h, recs, horizon, h.attributes | DELETE_HORIZON_FLAG_MASK)
+        aborted = tracker.is_aborted(h)
+        if h.base_offset >= end and not aborted:
+            stats.messages_read += h.records_count
+            stats.messages_written += h.records_count
+            return raw
+        recs = self._records(seg, pos, h)
+        stats.messages_read += len(recs)
+        omap = self.offset_map
+        kept: list[_Record] = []
+        tombstones = False
+        for rec in recs:
+            if aborted:
+                continue
+            if rec.offset >= end:
+                kept.append(rec)
+            elif rec.key is None:
+                stats.invalid_messages_read += 1
+            elif rec.offset >= omap.get(rec.key):
+                if rec.is_tombstone:
+                    if horizon_passed:
+                        continue
+                    tombstones = True
+                kept.append(rec)
+        stats.messages_written += len(kept)
+        if len(kept) == len(recs) and (not tombstones or has_horizon):
+            return raw
+        if not kept:
+            producer = plog.producer_state.entry(h.producer_id) if h.producer_id >= 0 else None
+            if producer is not None and producer.last_data_offset == h.last_offset:
+                # the producer's last batch: kept empty so its epoch and sequence survive
+                return _rebuild(h, [], h.base_timestamp, h.attributes)
+            return None
+        if tombstones and not has_horizon:
+            horizon = now_ms + delete_retention_ms
+            return _rebuild(h, kept, horizon, h.attributes | DELETE_HORIZON_FLAG_MASK)
+        return _rebuild(h, kept, h.base_timestamp, h.attributes)
+
+    @staticmethod
+    def group_segments(segs: list[LogSegment], max_size: int) -> list[list[LogSegment]]:
+        """Kafka's ``groupSegmentsBySize``: consecutive segments whose logs together stay
+        within ``max_size`` and whose offsets span less than 2^31."""
+        groups: list[list[LogSegment]] = []
+        i = 0
+        while i < len(segs):
+            group = [segs[i]]
+            size = segs[i].size
+            j = i + 1
+            while j < len(segs):
+                nxt = segs[j]
+                last = segs[j + 1].base_offset - 1 if j + 1 < len(segs) else nxt.next_offset - 1
+                if size + nxt.size > max_size or last - group[0].base_offset > _INT32_MAX:
+                    break
+                group.append(nxt)
+                size += nxt.size
+                j += 1
+            groups.append(group)
+            i = j
+        return groups
+
+
+class LogCleanerManager:
+    """Which log to clean next and from where (Kafka's ``LogCleanerManager``): the
+    first dirty offsets live in ``cleaner-offset-checkpoint`` in the log directory."""
+
+    def __init__(self, dir_fd: int) -> None:
+        self._dir_fd = dir_fd
+        self.checkpoints: dict[tuple[str, int], int] = {}
+        for line in read_checkpoint_file(dir_fd, CLEANER_OFFSET_CHECKPOINT_FILE) or []:
+            try:
+                topic, partition, offset = line.split(" ")
+                self.checkpoints[(topic, int(partition))] = int(offset)
+            except ValueError:
+                continue
+        #: partitions whose cleaning raised: skipped from then on (Kafka's uncleanable)
+        self.uncleanable: set[tuple[str, int]] = set()
+
+    def write_checkpoints(self) -> None:
+        entries = [f"{t} {p} {o}" for (t, p), o in sorted(self.checkpoints.items())]
+        write_checkpoint_file(self._dir_fd, CLEANER_OFFSET_CHECKPOINT_FILE, entries)
+
+    def update_checkpoint(self, tp: tuple[str, int], offset: int | None) -> None:
+        if offset is None:
+            self.checkpoints.pop(tp, None)
+        else:
+            self.checkpoints[tp] = offset
+        self.write_checkpoints()
+
+    def cleanable_range(self, tp: tuple[str, int], plog: Log, now_ms: int) -> tuple[int, int]:
+        """(first dirty, first uncleanable) offsets; an invalid checkpoint is reset to the
+        log start offset."""
+        start = plog.log_start_offset
+        first_dirty = self.checkpoints.get(tp, start)
+        if first_dirty < start or first_dirty > plog.log_end_offset:
+            first_dirty = start
+        segs = plog.segments
+        bound = min(plog.last_stable_offset, plog.high_watermark, segs[-1].base_offset)
+        lag = plog.config.min_compaction_lag_ms
+        if lag > 0:
+            for seg in segs:
+                if seg.base_offset >= bound:
+                    break
+                if seg.largest_timestamp() > now_ms - lag:
+                    bound = seg.base_offset
+                    break
+        return first_dirty, max(first_dirty, bound)
+
+    def log_to_clean(self, tp: tuple[str, int], plog: Log, now_ms: int) -> LogToClean:
+        first_dirty, uncleanable = self.cleanable_range(tp, plog, now_ms)
+        start = plog.log_start_offset
+        clean = plog.bytes_between(start, first_dirty) if first_dirty > start else 0
+        cleanable = plog.bytes_between(first_dirty, uncleanable) if uncleanable > first_dirty else 0
+        ltc = LogToClean(tp, plog, first_dirty, uncleanable, clean, cleanable)
+        max_lag = plog.config.max_compaction_lag_ms
+        if cleanable > 0 and max_lag < 2**62:
+            for seg in plog.segments[:-1]:
+                if seg.next_offset <= first_dirty or seg.base_offset >= uncleanable:
+                    continue
+                first_ts = seg.rolling_based_timestamp()
+                if first_ts is not None and first_ts >= 0 and now_ms - first_ts > max_lag:
+                    ltc.needs_compaction_now = True
+                break
+        return ltc
+
+    def grab_filthiest(
+        self, logs: Mapping[tuple[str, int], Log], now_ms: int
+    ) -> tuple[LogToClean | None, float]:
+        """The eligible log with the highest dirty ratio, and the highest ratio of all
+        compacted logs (the max_dirty_percent metric)."""
+        best: LogToClean | None = None
+        max_ratio = 0.0
+        for tp, plog in logs.items():
+            if not plog.config.compact or tp in self.uncleanable or plog.closed:
+                continue
+            ltc = self.log_to_clean(tp, plog, now_ms)
+            max_ratio = max(max_ratio, ltc.cleanable_ratio)
+            eligible = ltc.cleanable_bytes > 0 and (
+                ltc.needs_compaction_now
+                or ltc.cleanable_ratio > plog.config.min_cleanable_dirty_ratio
+            )
+            if eligible and (best is None or ltc.cleanable_ratio > best.cleanable_ratio):
+                best = ltc
+        return best, max_ratio
+
+
+@dataclass
+class LogCleaner:
+    """The broker's cleaner: picks the filthiest compacted log, cleans it, moves its
+    checkpoint, keeps Kafka's LogCleaner metrics."""
+
+    manager: LogCleanerManager
+    cleaner: Cleaner
+    #: Kafka's metrics: max-dirty-percent, cleaner-recopy-percent, max-clean-time-secs,
+    #: max-buffer-utilization-percent, time-since-last-run-ms (from last_run_ms)
+    max_dirty_percent: int = 0
+    recopy_percent: int = 0
+    max_clean_time_secs: int = 0
+    max_buffer_utilization_percent: int = 0
+    last_run_ms: int = 0
+    cleans: int = 0
+    last_stats: CleanerStats | None = None
+    #: the log a worker thread is cleaning (retention leaves it alone meanwhile)
+    in_progress: Log | None = None
+    stats_history: list[CleanerStats] = field(default_factory=list)
+
+    def clean_once(self, logs: Mapping[tuple[str, int], Log], now_ms: int) -> bool:
+        """Clean the filthiest eligible log once, on this thread; False when none needed
+        cleaning."""
+        ltc = self.choose(logs, now_ms)
+        if ltc is None:
+            return False
+        try:
+            prepared = self.cleaner.prepare(ltc, now_ms)
+        except Exception as exc:  # noqa: BLE001 - Kafka: any error makes it uncleanable
+            self.failed(ltc, exc)
+            return False
+        return self.finish(ltc, prepared, now_ms)
+
+    def choose(self, logs: Mapping[tuple[str, int], Log], now_ms: int) -> LogToClean | None:
+        """The log to clean now (None: none is due); updates max-dirty-percent."""
+        ltc, max_ratio = self.manager.grab_filthiest(logs, now_ms)
+        self.max_dirty_percent = int(100 * max_ratio)
+        self.last_run_ms = now_ms
+        return ltc
+
+    def failed(self, ltc: LogToClean, exc: BaseException) -> None:
+        """A clean raised: the partition is uncleanable from now on (Kafka's behaviour),
+        unless the log changed under the clean (closed, or segments deleted meanwhile)."""
+        if ltc.log.closed:
+            return
+        log.error("cleaning %s failed, marked uncleanable: %r", ltc.log, exc)
+        assert isinstance(ltc.key, tuple)
+        self.manager.uncleanable.add(ltc.key)
+
+    def finish(self, ltc: LogToClean, prepared: PreparedClean, now_ms: int) -> bool:
+        """Swap a prepared clean in, move the checkpoint, update the metrics."""
+        tp = ltc.key
+        assert isinstance(tp, tuple)
+        try:
+            if not self.cleaner.commit(prepared, now_ms):
+                log.info("cleaning %s abandoned: its segments changed meanwhile", ltc.log)
+                return False
+        except Exception as exc:  # noqa: BLE001 - Kafka: any error makes it uncleanable
+            self.failed(ltc, exc)
+            return False
+        stats = prepared.stats
+        self.manager.update_checkpoint(tp, stats.end_offset)
+        self.cleans += 1
+        self.last_stats = stats
+        self.max_clean_time_secs = int(stats.elapsed_secs)
+        self.max_buffer_utilization_percent = int(100 * stats.buffer_utilization)
+        if stats.bytes_read:
+            self.recopy_percent = int(100 * stats.bytes_written / stats.bytes_read)
+        log.info(
+            "cleaned %s up to offset %d: %d of %d message(s) kept, %d -> %d bytes",
+            ltc.log, stats.end_offset, stats.messages_written, stats.messages_read,
+            stats.bytes_read, stats.bytes_written,
+        )  # fmt: skip
+        return True
