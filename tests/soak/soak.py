@@ -54,6 +54,11 @@ BROKER_PROPS = {
     "transaction.state.log.num.partitions": "3",
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
     "num.partitions": str(PARTITIONS),
+    # a long run must not fill its tmpfs: retention keeps each partition near 32 MiB
+    # (what it deleted is counted as aged out, not checked)
+    "log.segment.bytes": str(4 * 1024 * 1024),
+    "log.retention.bytes": str(32 * 1024 * 1024),
+    "log.retention.check.interval.ms": "5000",
 }
 
 #: the start of every client script: SIGTERM asks the loop to stop (``stop``)
@@ -99,19 +104,23 @@ TRANSACTIONAL = _STOPPABLE + textwrap.dedent("""
     while not stop:
         values = [f"{name}:{os.getpid()}:{t}:{i}" for i in range(5)]
         commit = random.random() < 2 / 3
+        at = {}
+        def delivered(err, msg):
+            if err is None:
+                at[msg.value().decode()] = [msg.partition(), msg.offset()]
         try:
             p.begin_transaction()
             for v in values:
-                p.produce(topic, v.encode())
+                p.produce(topic, v.encode(), on_delivery=delivered)
             if commit:
                 p.commit_transaction(60)
             else:
                 p.abort_transaction(60)
-            log.write(json.dumps({"values": values, "status": "committed" if commit else "aborted"}) + "\\n")
+            log.write(json.dumps({"values": values, "at": at, "status": "committed" if commit else "aborted"}) + "\\n")
         except KafkaException as exc:
             if exc.args[0].txn_requires_abort():
                 p.abort_transaction(60)
-                log.write(json.dumps({"values": values, "status": "aborted"}) + "\\n")
+                log.write(json.dumps({"values": values, "at": at, "status": "aborted"}) + "\\n")
             elif exc.args[0].retriable():
                 continue  # the outcome is unknown: neither counted as committed nor aborted
             else:
@@ -144,6 +153,8 @@ class Report:
     nemesis: Counter = field(default_factory=Counter)
     restarts: int = 0
     acked: int = 0
+    #: acknowledged writes below the log start offset at the end (deleted by retention)
+    aged_out: int = 0
     lost: int = 0
     duplicated: int = 0
     txn_committed: int = 0
@@ -167,7 +178,7 @@ class Report:
         rows = [
             ("run", f"{self.seconds:.0f} s, nemesis {dict(self.nemesis)}, {self.restarts} client restarts"),
             ("clients stopped in / checked in", f"{self.wind_down[0]:.0f} s / {self.wind_down[1]:.0f} s"),
-            ("idempotent writes acknowledged", self.acked),
+            ("idempotent writes acknowledged (aged out by retention)", f"{self.acked} ({self.aged_out})"),
             ("  acknowledged writes lost (must be 0)", self.lost),
             ("  values duplicated (must be 0)", self.duplicated),
             ("transactions committed / aborted", f"{self.txn_committed} / {self.txn_aborted}"),
@@ -183,7 +194,8 @@ class Report:
 
 
 class Soak:
-    def __init__(self, base: Path, seconds: float, *, seed: int = 1, disk: bool | None = None) -> None:
+    def __init__(self, base: Path, seconds: float, *, seed: int = 1, disk: bool | None = None,
+                 tmpfs_mb: int = 512) -> None:
         self.base = base
         self.seconds = seconds
         self.rng = random.Random(seed)
@@ -191,7 +203,7 @@ class Soak:
         self.tmpfs = False
         if disk is not False and os.geteuid() == 0 and shutil.which("mount"):
             self.data.mkdir(parents=True, exist_ok=True)
-            self.tmpfs = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256m", "tmpfs", str(self.data)],
+            self.tmpfs = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={tmpfs_mb}m", "tmpfs", str(self.data)],
                                         check=False, capture_output=True).returncode == 0
         self.broker = BrokerProcess(self.data, overrides=BROKER_PROPS)
         self.logs = base / "logs"
@@ -352,6 +364,15 @@ class Soak:
         finally:
             c.close()
 
+    def _log_start_offsets(self, topic: str) -> dict[int, int]:
+        from confluent_kafka import Consumer, TopicPartition
+
+        c = Consumer({"bootstrap.servers": self.broker.bootstrap, "group.id": "soak-checker", "log_level": 0})
+        try:
+            return {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[0] for p in range(PARTITIONS)}
+        finally:
+            c.close()
+
     def _check(self) -> None:
         r = self.report
         if not self.broker.alive():
@@ -368,18 +389,24 @@ class Soak:
         counts = Counter(v for _p, _o, v in idem)
         r.duplicated = sum(1 for n in counts.values() if n > 1)
         at = {(p, o): v for p, o, v in idem}
+        start = self._log_start_offsets("soak-idem")
         for path in self.logs.glob("idem-*.jsonl"):
             for line in path.read_text().splitlines():
                 a = json.loads(line)
                 r.acked += 1
-                if at.get((a["p"], a["o"])) != a["v"]:
+                if a["o"] < start[a["p"]]:
+                    r.aged_out += 1
+                elif at.get((a["p"], a["o"])) != a["v"]:
                     r.lost += 1
         txn_read = {v for _p, _o, v in reads[("soak-txn", True)]}
+        txn_start = self._log_start_offsets("soak-txn")
         for line in (self.logs / "txn-0.jsonl").read_text().splitlines() if (self.logs / "txn-0.jsonl").exists() else []:
             t = json.loads(line)
             if t["status"] == "committed":
                 r.txn_committed += 1
-                r.committed_missing += sum(1 for v in t["values"] if v not in txn_read)
+                r.committed_missing += sum(
+                    1 for v in t["values"]
+                    if v not in txn_read and not (v in t["at"] and t["at"][v][1] < txn_start[t["at"][v][0]]))
             else:
                 r.txn_aborted += 1
                 r.aborted_read += sum(1 for v in t["values"] if v in txn_read)
@@ -401,9 +428,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=1800)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--no-disk", action="store_true", help="no disk-full faults (no tmpfs)")
+    parser.add_argument("--tmpfs-mb", type=int, default=512, help="size of the data tmpfs (root only)")
     args = parser.parse_args(argv)
     base = Path(tempfile.mkdtemp(prefix="tidegate-soak-"))
-    report = Soak(base, args.seconds, seed=args.seed, disk=False if args.no_disk else None).run()
+    report = Soak(base, args.seconds, seed=args.seed, disk=False if args.no_disk else None,
+                  tmpfs_mb=args.tmpfs_mb).run()
     print(report.table())
     print(f"(logs in {base / 'logs'})")
     return 1 if report.violations() else 0
