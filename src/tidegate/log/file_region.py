@@ -42,6 +42,9 @@ class FileRegion:
     def __len__(self) -> int:
         return self.length
 
+    def __bytes__(self) -> bytes:
+        return self.read()
+
     def read(self) -> bytes:
         """The region's bytes (tests, and answers that need them in memory)."""
         return self.read_at(0, self.length)

@@ -478,6 +478,14 @@ class SocketServerCollector(Collector):
         for reason, n in muted.items():
             muted_fam.add_metric([reason], n)
         yield muted_fam
+        in_flight = getattr(server, "response_bytes_in_flight", None)
+        if in_flight is not None:
+            yield GaugeMetricFamily(
+                "kafka_network_socketserver_responsememoryinflight",
+                "Bytes held by responses being sent: transport buffers plus file-region "
+                "chunks read for TLS (SocketServer ResponseMemoryInFlight).",
+                value=in_flight(),
+            )
         yield from pool_metrics(server.pool)
 
 
