@@ -48,7 +48,7 @@ def test_segment_deleted_mid_send_still_sends_and_memory_stays_bounded(broker_fa
     assert segment0.exists()
     with RawClient.connect(b.bootstrap, timeout=30) as slow:
         # a consumer that does not read: the broker's socket fills and it must wait
-        slow.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        slow.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
         cid = slow.send(1, 12, fetch_body("zc", 0, partition_max_bytes=64 * 1024 * 1024))
         time.sleep(0.5)
         # held: at most one chunk of a region in the transport, not the 8 MiB response
@@ -60,7 +60,6 @@ def test_segment_deleted_mid_send_still_sends_and_memory_stays_bounded(broker_fa
             alter = admin.request(44, 1, {"resources": [resource], "validate_only": False})
             assert alter.responses[0].error_code == 0
         wait_until(lambda: not segment0.exists(), 30, interval=0.2, what="retention deleting segment 0")
-        slow.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 * 1024 * 1024)
         got, resp = decode_response(1, 12, slow.recv_frame())
     assert got == cid
     part = resp.responses[0].partitions[0]
