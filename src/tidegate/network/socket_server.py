@@ -341,10 +341,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
         )
         ok = False
         limits = transport.get_write_buffer_limits()
-        if use_sendfile:
-            # Told (resume_writing) as soon as the transport's buffer is empty: only then
-            # may sendfile write to the socket without reordering bytes.
-            transport.set_write_buffer_limits(high=0, low=0)
+        # Told (resume_writing) as soon as the transport's buffer is empty: only then may
+        # sendfile write to the socket without reordering bytes, or the next chunk go.
+        transport.set_write_buffer_limits(high=0, low=0)
         try:
             for piece in pieces:
                 if self.closed:
@@ -367,7 +366,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
                         self.connection_id, self._peer(), exc)
         finally:
             _close_regions(pieces)
-            if use_sendfile and not self.closed:
+            if not self.closed:
                 transport.set_write_buffer_limits(high=limits[1], low=limits[0])
             self._send_task = None
             self.chunk_bytes = 0
@@ -419,21 +418,18 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     async def _write_chunks(self, region: FileRegion) -> None:
         """A region read in chunks of at most ``SEND_CHUNK`` bytes, each written once
-        the transport is below its high-water mark."""
+        the transport has drained the previous one: one chunk held at a time."""
         transport = self.transport
         assert transport is not None
         chunk = self.server.SEND_CHUNK
         offset = 0
         while offset < region.length and not self.closed:
-            if self.mute_state.reasons & MuteReason.SEND_BUFFER:
-                self._drained = asyncio.get_running_loop().create_future()
-                await self._drained
-                self._drained = None
-                continue
+            await self._wait_drained()
+            if self.closed:
+                return
             n = min(chunk, region.length - offset)
             self.chunk_bytes = n
-            data = region.read_at(offset, n)
-            transport.write(data)
+            transport.write(region.read_at(offset, n))
             self.chunk_bytes = 0
             offset += n
 
