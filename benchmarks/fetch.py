@@ -34,7 +34,7 @@ from kio.schema.request_header.v2.header import RequestHeader
 from kio.serial import entity_writer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _common  # noqa: E402
+import _common
 
 FETCH_VERSION = 12
 
@@ -153,7 +153,7 @@ def run_case(target, name: str, record: int, partitions: int, args) -> dict:
     runs = []
     for _ in range(args.repeat):
         cpu0 = sum(proc.cpu_times()[:2]) if proc else None
-        responses, nbytes, elapsed = fetch_loop(target.bootstrap, topic, partitions, args.seconds)
+        _responses, nbytes, elapsed = fetch_loop(target.bootstrap, topic, partitions, args.seconds)
         cpu = sum(proc.cpu_times()[:2]) - cpu0 if proc else None
         runs.append({"mb_s": nbytes / elapsed / 1e6, "records_s": nbytes / record / elapsed,
                      "cpu_s_per_gb": cpu / (nbytes / 1e9) if cpu is not None else None})

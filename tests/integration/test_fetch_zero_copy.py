@@ -25,7 +25,7 @@ BATCHES = 8  # one ~8 MiB segment, then the next batch rolls
 
 def gauge(url: str, name: str) -> float:
     text = urllib.request.urlopen(url, timeout=5).read().decode()
-    m = re.search(rf"^{name} (\S+)$", text, re.M)
+    m = re.search(rf"^{name} (\S+)$", text, re.MULTILINE)
     assert m, name
     return float(m.group(1))
 
