@@ -169,6 +169,50 @@ def run_case(target, name: str, record: int, partitions: int, args) -> dict:
     return out
 
 
+def report(results: list[dict], png: str | None) -> None:
+    """A markdown table of the results and, if matplotlib is installed, a plot."""
+    print("| target | record | partitions | MB/s median (min..max) | records/s median "
+          "| broker CPU s/GB median (min..max) | loopback sendfile MB/s |")
+    print("|---|---|---|---|---|---|---|")
+    for r in results:
+        if "mb_s" not in r:
+            continue
+        mb, cpu = r["mb_s"], r.get("cpu_s_per_gb")
+        cpu_s = f"{cpu['median']:.2f} ({cpu['min']:.2f}..{cpu['max']:.2f})" if cpu else "-"
+        lb = r.get("loopback_sendfile_mb_s")
+        print(f"| {r['target']} | {r['record']} | {r['partitions']} | {mb['median']:.0f} "
+              f"({mb['min']:.0f}..{mb['max']:.0f}) | {r['records_s']['median']:.0f} | {cpu_s} | "
+              f"{f'{lb:.0f}' if lb else '-'} |")
+    if not png:
+        return
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed (pip install -e .[bench]): no plot")
+        return
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4))
+    for target in dict.fromkeys(r["target"] for r in results):
+        for parts in sorted({r["partitions"] for r in results}):
+            rows = [r for r in results if r["target"] == target and r["partitions"] == parts and "mb_s" in r]
+            if not rows:
+                continue
+            xs = [r["record"] / 1024 for r in rows]
+            a1.plot(xs, [r["mb_s"]["median"] for r in rows], marker="o", label=f"{target} {parts}p")
+            if all(r.get("cpu_s_per_gb") for r in rows):
+                a2.plot(xs, [r["cpu_s_per_gb"]["median"] for r in rows], marker="o", label=f"{target} {parts}p")
+    for ax, title in ((a1, "fetch MB/s"), (a2, "broker CPU s per GB fetched")):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("record size (KiB)")
+        ax.set_title(title)
+        ax.legend(fontsize=7)
+    a2.set_yscale("log")
+    fig.tight_layout()
+    fig.savefig(png, dpi=100)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--mb", type=int, default=16, help="MiB loaded per partition")
@@ -179,7 +223,12 @@ def main() -> None:
     ap.add_argument("--base-src", help="src/ of a tidegate checkout before zero-copy fetch")
     ap.add_argument("--peer", help="peer-broker.sh (Tansu)")
     ap.add_argument("--json", help="write all results here")
+    ap.add_argument("--report", help="only print the table (and --png plot) of a --json file")
+    ap.add_argument("--png", help="with --report: plot MB/s and CPU/GB vs record size")
     args = ap.parse_args()
+    if args.report:
+        report(json.loads(Path(args.report).read_text()), args.png)
+        return
     targets = [("tidegate", lambda: _common.SpawnedTidegate())]
     if args.base_src:
         def base():
