@@ -30,6 +30,7 @@ from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal, overload
 
 from tidegate.errors import OffsetOutOfRangeError
 
@@ -41,6 +42,7 @@ from .control_records import (
     end_transaction_marker_of,
 )
 from .dir_failure import StorageError
+from .file_region import FileRegion
 from .index import AbortedTxn, TransactionIndex
 from .leader_epoch import LeaderEpochFileCache
 from .producer_state import CompletedTxn, ProducerStateManager
@@ -882,9 +884,20 @@ class Log:
 
     # -- read ------------------------------------------------------------------
 
+    @overload
     def read(
-        self, offset: int, max_bytes: int, *, min_one_batch: bool = True, max_offset: int | None = None
-    ) -> bytes:
+        self, offset: int, max_bytes: int, *, min_one_batch: bool = ..., max_offset: int | None = ...,
+        region: Literal[False] = ...,
+    ) -> bytes: ...
+    @overload
+    def read(
+        self, offset: int, max_bytes: int, *, min_one_batch: bool = ..., max_offset: int | None = ...,
+        region: bool,
+    ) -> bytes | FileRegion: ...
+    def read(
+        self, offset: int, max_bytes: int, *, min_one_batch: bool = True, max_offset: int | None = None,
+        region: bool = False,
+    ) -> bytes | FileRegion:
         """Whole batches from the one containing ``offset``, up to ``max_bytes``.
 
         The first batch is returned even if larger than ``max_bytes`` unless
@@ -913,13 +926,22 @@ class Log:
             if max_offset is not None and max_offset < seg.next_offset:
                 found = seg.find_batch(max_offset)
                 max_position = found[0] if found is not None else None
-            data = seg.read(offset, max_bytes, max_position=max_position, min_one_batch=min_one_batch)
+            data = (seg.read_region if region else seg.read)(
+                offset, max_bytes, max_position=max_position, min_one_batch=min_one_batch
+            )
             if data is not None:
                 return data
             if max_position is not None:
                 return b""
             i += 1
         return b""
+
+    def read_region(
+        self, offset: int, max_bytes: int, *, min_one_batch: bool = True, max_offset: int | None = None
+    ) -> FileRegion | bytes:
+        """:meth:`read` as a :class:`FileRegion` of the segment file (``b""`` when there
+        is nothing): the fetch path, which sends the bytes from the file."""
+        return self.read(offset, max_bytes, min_one_batch=min_one_batch, max_offset=max_offset, region=True)
 
     def fetch_upper_bound(self, offset: int) -> int:
         """The offset a fetch from ``offset`` reads below at most: the next segment's base

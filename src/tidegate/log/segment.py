@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 from .dir_failure import UnrecoverableWriteError
+from .file_region import FileRegion
 from .index import CorruptIndexError, OffsetIndex, TimeIndex, TransactionIndex
 from .record_batch import (
     CONTROL_FLAG_MASK,
@@ -482,6 +483,58 @@ class LogSegment:
             return None
         return found[0], _make_header(found[1])
 
+    def locate(
+        self,
+        start_offset: int,
+        max_bytes: int,
+        max_position: int | None = None,
+        min_one_batch: bool = True,
+    ) -> tuple[int, int] | None:
+        """(position, length) of the whole batches :meth:`read` returns, without
+        reading them: a trailing partial batch is cut by its length (the batch headers
+        after the first are read, 12 bytes each, only when the limit falls inside the
+        range). None if no batch in the segment reaches ``start_offset``."""
+        if start_offset >= self._next_offset:
+            return None
+        end = self._size if max_position is None else min(max_position, self._size)
+        found = self._translate(start_offset, end)
+        if found is None:
+            return None
+        pos, h = found
+        first_size = h[1] + LOG_OVERHEAD
+        limit = end - pos
+        if first_size > max_bytes:
+            return (pos, first_size) if min_one_batch else (pos, 0)
+        want = min(max_bytes, limit)
+        if want == limit:
+            return pos, want
+        # Cut a trailing partial batch: walk the batch lengths up to the limit.
+        fd = self._fd
+        p = first_size
+        while p + LOG_OVERHEAD <= want:
+            head = os.pread(fd, LOG_OVERHEAD, pos + p)
+            if len(head) < LOG_OVERHEAD:
+                break
+            s = int.from_bytes(head[8:12], "big") + LOG_OVERHEAD
+            if p + s > want:
+                break
+            p += s
+        return pos, p
+
+    def read_region(
+        self,
+        start_offset: int,
+        max_bytes: int,
+        max_position: int | None = None,
+        min_one_batch: bool = True,
+    ) -> FileRegion | None:
+        """:meth:`locate` as a :class:`FileRegion` with its own descriptor (a fetch
+        sends it from the file; it stays readable if the segment is deleted meanwhile)."""
+        found = self.locate(start_offset, max_bytes, max_position, min_one_batch)
+        if found is None:
+            return None
+        return FileRegion.of(self._fd, found[0], found[1])
+
     def read(
         self,
         start_offset: int,
@@ -497,38 +550,18 @@ class LogSegment:
         ``max_position`` (a batch boundary, e.g. the high watermark's position).
         Returns None if no batch in the segment reaches ``start_offset``.
         """
-        if start_offset >= self._next_offset:
-            return None
-        end = self._size if max_position is None else min(max_position, self._size)
-        found = self._translate(start_offset, end)
+        found = self.locate(start_offset, max_bytes, max_position, min_one_batch)
         if found is None:
             return None
-        pos, h = found
-        first_size = h[1] + LOG_OVERHEAD
-        limit = end - pos
-        if first_size > max_bytes:
-            if not min_one_batch:
-                return b""
-            want = first_size
-        else:
-            want = min(max_bytes, limit)
+        pos, want = found
+        if want == 0:
+            return b""
         data = os.pread(self._fd, want, pos)
         if len(data) < want:
             raise CorruptRecordError(
                 f"{self.log_path}: short read at {pos}: {len(data)} of {want} bytes", pos
             )
-        if want == limit or want == first_size:
-            return data
-        # Cut a trailing partial batch.
-        n = len(data)
-        p = first_size
-        unpack = HEADER_STRUCT.unpack_from
-        while p + HEADER_SIZE <= n:
-            s = unpack(data, p)[1] + LOG_OVERHEAD
-            if p + s > n:
-                break
-            p += s
-        return data if p == n else data[:p]
+        return data
 
     def _read_records(self, pos: int, h: tuple) -> list:
         """The records of the batch at ``pos`` (header ``h``), decompressed and decoded."""

@@ -512,6 +512,14 @@ class SocketServerCollector(Collector):
             muted_fam.add_metric([reason], n)
         yield muted_fam
         yield from connection_limit_metrics(server)
+        in_flight = getattr(server, "response_bytes_in_flight", None)
+        if in_flight is not None:
+            yield GaugeMetricFamily(
+                "kafka_network_socketserver_responsememoryinflight",
+                "Bytes held by responses being sent: transport buffers plus file-region "
+                "chunks read for TLS (SocketServer ResponseMemoryInFlight).",
+                value=in_flight(),
+            )
         yield from pool_metrics(server.pool)
 
 

@@ -16,7 +16,8 @@ class MuteReason(enum.Flag):
     SEND_BUFFER = enum.auto()  # the peer is not reading our responses
     MEMORY = enum.auto()  # KIP-72: the memory pool had no room for the next request
     THROTTLE = enum.auto()  # KIP-124/219: serving a quota throttle
-    SHUTDOWN = enum.auto()  # the broker is draining before it stops
+    SHUTDOWN = enum.auto()
+    SENDING = enum.auto()  # a response with file regions is being sent (one at a time)  # the broker is draining before it stops
 
 
 class ChannelMuteState:

@@ -23,7 +23,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
+
+if TYPE_CHECKING:
+    from tidegate.log.file_region import FileRegion
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,13 +109,15 @@ class Response:
 
 
 class SendResponse(Response):
-    """An encoded response: byte pieces written to the socket in order."""
+    """An encoded response: pieces written to the socket in order. A piece is bytes, or
+    a :class:`~tidegate.log.file_region.FileRegion` (a Fetch's records, sent from the
+    segment file: sendfile on PLAINTEXT, bounded chunks on TLS)."""
 
     __slots__ = ("pieces",)
 
     def __init__(
         self,
-        pieces: Sequence[bytes | bytearray | memoryview],
+        pieces: Sequence[bytes | bytearray | memoryview | FileRegion],
         throttle_ms: int = 0,
         after_send: Callable[[], None] | None = None,
     ) -> None:

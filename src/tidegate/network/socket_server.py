@@ -21,6 +21,7 @@ import asyncio
 import dataclasses
 import itertools
 import logging
+import os
 import random
 import socket
 import struct
@@ -29,6 +30,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from tidegate.clock import SYSTEM_CLOCK, Clock
+from tidegate.log.file_region import FileRegion, RegionTruncatedError
 from tidegate.network.connection_quotas import ConnectionQuotas, IdleExpiryManager
 from tidegate.network.memory_pool import MemoryPool, RequestMemory
 from tidegate.network.mute_state import ChannelMuteState, MuteReason
@@ -93,6 +95,11 @@ class KafkaConnection(asyncio.BufferedProtocol):
         #: a request read before admission (uvloop may read once despite pause_reading
         #: in connection_made), processed once admitted
         self._held: NetworkReceive | None = None
+        #: the task sending a response that has file regions (SENDING mute meanwhile)
+        self._send_task: asyncio.Task | None = None
+        self._drained: asyncio.Future | None = None
+        #: bytes of regions read into memory and not yet handed to the transport
+        self.chunk_bytes = 0
 
     # -- asyncio callbacks -------------------------------------------------
     def connection_made(self, transport: Any) -> None:
@@ -187,6 +194,12 @@ class KafkaConnection(asyncio.BufferedProtocol):
             del server.connections[self.connection_id]
         server.connection_closed(self)
         server.memory_muted.pop(self, None)
+        task = self._send_task
+        if task is not None:
+            task.cancel()  # its regions are closed by the task's cleanup
+        drained = self._drained
+        if drained is not None and not drained.done():
+            drained.set_result(None)
         request = self.in_flight
         if request is not None:
             # The request stays in its purgatory until it completes or expires; its
@@ -201,6 +214,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     def resume_writing(self) -> None:
         self.unmute(MuteReason.SEND_BUFFER)
+        drained = self._drained
+        if drained is not None and not drained.done():
+            drained.set_result(None)
 
     # -- muting ------------------------------------------------------------
     def mute(self, reason: MuteReason) -> None:
@@ -315,7 +331,22 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self.close()
             return
         if isinstance(response, SendResponse):
-            self._write(response.pieces)
+            pieces = response.pieces
+            if any(isinstance(p, FileRegion) for p in pieces):
+                if self.closed or self.transport is None:
+                    _close_regions(pieces)
+                    return
+                # Sent by a task (sendfile waits for the socket); nothing is read from
+                # this connection until it is done, so responses stay in order.
+                self.mute(MuteReason.SENDING)
+                self._send_task = asyncio.get_running_loop().create_task(
+                    self._send_pieces(response, timing)
+                )
+                return
+            self._write(pieces)
+        self._sent(response, timing)
+
+    def _sent(self, response: Response, timing: RequestTiming | None) -> None:
         after = response.after_send
         if after is not None:
             after()
@@ -339,6 +370,114 @@ class KafkaConnection(asyncio.BufferedProtocol):
         elif pieces:
             transport.writelines(pieces)
 
+    # -- responses with file regions ---------------------------------------------------
+    async def _send_pieces(self, response: SendResponse, timing: RequestTiming | None) -> None:
+        """Write bytes pieces to the transport and file regions with ``sendfile``
+        (PLAINTEXT) or in bounded chunks (TLS, or ``fetch_sendfile`` off). The broker
+        holds at most the transport's buffer (its high-water mark) plus one chunk
+        per connection: a slow consumer is waited for, not buffered for."""
+        transport = self.transport
+        assert transport is not None
+        pieces = response.pieces
+        sock = transport.get_extra_info("socket")
+        use_sendfile = (
+            self.server.fetch_sendfile and sock is not None
+            and transport.get_extra_info("sslcontext") is None
+        )
+        ok = False
+        limits = transport.get_write_buffer_limits()
+        # Told (resume_writing) as soon as the transport's buffer is empty: only then may
+        # sendfile write to the socket without reordering bytes, or the next chunk go.
+        transport.set_write_buffer_limits(high=0, low=0)
+        try:
+            for piece in pieces:
+                if self.closed:
+                    break
+                if not isinstance(piece, FileRegion):
+                    transport.write(piece)
+                elif use_sendfile:
+                    await self._sendfile(piece)
+                    piece.close()
+                else:
+                    await self._write_chunks(piece)
+                    piece.close()
+            ok = not self.closed
+        except asyncio.CancelledError:
+            pass  # the connection went away
+        except (OSError, RuntimeError) as exc:
+            # A segment truncated under the region: the frame cannot be completed, so
+            # the connection is closed (the client retries), as Kafka's FileRecords.writeTo.
+            log.warning("closing connection %s from %s: sending a response failed: %r",
+                        self.connection_id, self._peer(), exc)
+        finally:
+            _close_regions(pieces)
+            if not self.closed:
+                transport.set_write_buffer_limits(high=limits[1], low=limits[0])
+            self._send_task = None
+            self.chunk_bytes = 0
+        if not ok:
+            self.close()
+            return
+        self._sent(response, timing)
+        if not self.closed:
+            self.unmute(MuteReason.SENDING)
+
+    async def _wait_drained(self) -> None:
+        transport = self.transport
+        while transport is not None and not self.closed and transport.get_write_buffer_size():
+            self._drained = asyncio.get_running_loop().create_future()
+            await self._drained
+            self._drained = None
+
+    async def _sendfile(self, region: FileRegion) -> None:
+        """``os.sendfile`` from the region's descriptor straight to the socket, only
+        while the transport has nothing buffered (uvloop has no ``loop.sendfile``, and
+        bytes must stay in order). When the socket is full, one chunk of at most
+        ``SEND_CHUNK`` bytes goes through the transport instead and the send resumes
+        once it has drained: the broker holds at most that chunk for a slow consumer."""
+        transport = self.transport
+        assert transport is not None
+        sock_fd = transport.get_extra_info("socket").fileno()
+        position, end = region.position, region.position + region.length
+        chunk = self.server.SEND_CHUNK
+        while position < end and not self.closed:
+            await self._wait_drained()
+            if self.closed:
+                return
+            try:
+                n = os.sendfile(sock_fd, region.fd, position, end - position)
+            except BlockingIOError:
+                n = -1
+            if n == 0:
+                raise RegionTruncatedError(
+                    f"file region truncated at {position - region.position} of {region.length} bytes"
+                )
+            if n > 0:
+                position += n
+                continue
+            n = min(chunk, end - position)
+            self.chunk_bytes = n
+            transport.write(region.read_at(position - region.position, n))
+            self.chunk_bytes = 0
+            position += n
+
+    async def _write_chunks(self, region: FileRegion) -> None:
+        """A region read in chunks of at most ``SEND_CHUNK`` bytes, each written once
+        the transport has drained the previous one: one chunk held at a time."""
+        transport = self.transport
+        assert transport is not None
+        chunk = self.server.SEND_CHUNK
+        offset = 0
+        while offset < region.length and not self.closed:
+            await self._wait_drained()
+            if self.closed:
+                return
+            n = min(chunk, region.length - offset)
+            self.chunk_bytes = n
+            transport.write(region.read_at(offset, n))
+            self.chunk_bytes = 0
+            offset += n
+
     def close(self) -> None:
         if self.transport is not None and not self.closed:
             self.closed = True
@@ -358,6 +497,8 @@ class SocketServer:
     #: Below this fraction of the pool available, memory-muted connections are
     #: unmuted in shuffled order so the same ones are not always served last (KIP-72).
     LOW_MEMORY_FRACTION = 0.1
+    #: the most bytes of a file region held in memory at once per connection (TLS)
+    SEND_CHUNK = 64 * 1024
 
     def __init__(
         self,
@@ -385,6 +526,9 @@ class SocketServer:
         self._shuffle = shuffle
         self.max_request_size = max_request_size
         self.send_buffer_bytes = send_buffer_bytes
+        #: file regions go out with sendfile on PLAINTEXT connections; False reads them
+        #: in chunks as on TLS (TIDEGATE_FETCH_SENDFILE=0: the benchmark's comparison)
+        self.fetch_sendfile = os.environ.get("TIDEGATE_FETCH_SENDFILE", "1") != "0"
         self.receive_buffer_bytes = receive_buffer_bytes  # SO_RCVBUF; -1: the OS default
         self.sasl_max_receive_size = sasl_max_receive_size  # before SASL authentication
         #: open connections by id
@@ -511,7 +655,7 @@ class SocketServer:
             if conn is None or conn.closed:
                 idle.remove(cid)
                 continue
-            if conn.in_flight is not None:
+            if conn.in_flight is not None or conn._send_task is not None:  # parked, or sending
                 idle.update(cid, now)
                 continue
             log.debug("closing connection %s from %s: idle for more than %d ms",
@@ -526,6 +670,18 @@ class SocketServer:
             period = max(1, min(self.idle.max_idle_ms // 2, 1000))
             self._idle_task = self.scheduler.schedule(
                 "connections-max-idle", self.close_idle_connections, period)
+
+    def response_bytes_in_flight(self) -> int:
+        """Memory held by responses being sent: every connection's transport buffer
+        plus the region chunk it has read and not yet written (the
+        ResponseMemoryInFlight gauge). Regions sent with sendfile hold none."""
+        total = 0
+        for conn in list(self.connections.values()):
+            transport = conn.transport
+            if transport is not None and not conn.closed:
+                total += transport.get_write_buffer_size()
+            total += conn.chunk_bytes
+        return total
 
     # -- the RequestChannel -----------------------------------------------------------
     def send_response(self, request: Request, response: Response) -> None:
@@ -632,3 +788,9 @@ class SocketServer:
                 conn.transport.close()  # flushes buffered responses before closing
         for server in self.servers:
             await server.wait_closed()
+
+
+def _close_regions(pieces: Any) -> None:
+    for p in pieces:
+        if isinstance(p, FileRegion):
+            p.close()

@@ -63,6 +63,7 @@ from tidegate.protocol.codec import (
     ms,
     response_class,
 )
+from tidegate.protocol.fetch_fast import Piece, encode_fetch_response, fetch_response_size
 from tidegate.security.authorizer.acl_store import AclStore
 from tidegate.security.authorizer.principal import SslPrincipalMapper
 from tidegate.security.authorizer.standard_authorizer import StandardAuthorizer
@@ -323,7 +324,7 @@ class KafkaApis:
             return NoOpResponse()
         if self.metrics is not None:
             self._account(header, values)
-        return SendResponse([self._encode(header, values)])
+        return SendResponse(self._encode_pieces(header, values))
 
     # -- the quota step -------------------------------------------------------------------
     def _quota_request(self, request: Request) -> _QuotaRequest:
@@ -377,11 +378,10 @@ class KafkaApis:
             if values is not None:
                 if self.metrics is not None:
                     self._account(header, values)
-                pieces = [self._encode(header, values)]
+                pieces = self._encode_pieces(header, values)
             return self._with_after_send(pieces, 0, q, encode_start)
         request_ms = quotas.request.maybe_record_request_time_ns(q.user, q.client_id, self._elapsed_ns(request))
         encode_start = clock.nanoseconds()
-        encoded = None
         byte_manager = None
         byte_ms = 0
         fetched = 0
@@ -390,8 +390,9 @@ class KafkaApis:
             byte_ms = byte_manager.maybe_record_and_get_throttle_time_ms(q.user, q.client_id, q.size)
         elif key == ApiKey.FETCH and values is not None and quotas.fetch.quotas_enabled:
             byte_manager = quotas.fetch
-            encoded = self._encode(header, values)
-            fetched = len(encoded)
+            # The throttle is decided on the response's size, known without encoding
+            # (Kafka's fetchResponseSize), so the response is encoded once.
+            fetched = fetch_response_size(header.api_version, values)
             byte_ms = byte_manager.record_and_get_throttle_time_ms(q.user, q.client_id, fetched)
         throttle_ms = max(byte_ms, request_ms)
         if throttle_ms > 0:
@@ -399,10 +400,8 @@ class KafkaApis:
                 if fetched:
                     quotas.fetch.unrecord_quota_sensor(q.user, q.client_id, fetched)
                 values = self._throttled_fetch(values)
-                encoded = None
             if values is not None:
                 values["throttle_time"] = throttle_ms
-                encoded = None
             manager: ClientQuotaManager = (
                 byte_manager if byte_manager is not None and byte_ms > request_ms else quotas.request
             )
@@ -413,16 +412,14 @@ class KafkaApis:
         if values is not None:
             if self.metrics is not None:
                 self._account(header, values)
-            if encoded is None:
-                encoded = self._encode(header, values)
-            pieces = [encoded]
+            pieces = self._encode_pieces(header, values)
         response = self._with_after_send(pieces, throttle_ms, q, encode_start)
         if throttle_ms > 0:
             response.throttle_quota = manager.quota_type.group
         return response
 
     def _with_after_send(
-        self, pieces: list[bytes] | None, throttle_ms: int, q: _QuotaRequest, since_ns: int
+        self, pieces: list[Piece] | None, throttle_ms: int, q: _QuotaRequest, since_ns: int
     ) -> Response:
         """The response, with the action that records the time from ``since_ns`` to the
         end of its write (Kafka's network-thread time) once the shell has written it."""
@@ -480,6 +477,13 @@ class KafkaApis:
                     topics.fetched(name, size)
         else:
             requests.count_errors(key, values)
+
+    def _encode_pieces(self, header: RequestHeader, values: dict) -> list[Piece]:
+        """The framed response as pieces: a Fetch's records stay file regions
+        (:mod:`tidegate.protocol.fetch_fast`), anything else is one ``bytes``."""
+        if header.api_key == ApiKey.FETCH:
+            return encode_fetch_response(header.correlation_id, header.api_version, values)
+        return [self._encode(header, values)]
 
     def _encode(self, header: RequestHeader, values: dict) -> bytes:
         return encode_response(header, build(response_class(header.api_key, header.api_version), values))

@@ -41,6 +41,7 @@ from kio.schema.errors import ErrorCode
 
 from tidegate.errors import OffsetOutOfRangeError
 from tidegate.log.dir_failure import StorageError
+from tidegate.log.file_region import FileRegion
 from tidegate.log.index import AbortedTxn
 from tidegate.log.leader_epoch import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
 from tidegate.log.log import Log
@@ -134,7 +135,8 @@ class FetchPartitionData:
     high_watermark: int = -1
     last_stable_offset: int = -1
     log_start_offset: int = -1
-    records: bytes = b""
+    #: the batches read: a region of a segment file (sent from the file), or b""
+    records: bytes | FileRegion = b""
     #: read_committed: the aborted transactions the records overlap (None: read_uncommitted)
     aborted_transactions: list[AbortedTxn] | None = None
     #: (epoch, end offset) when last_fetched_epoch shows the fetcher's log diverged
@@ -510,14 +512,16 @@ class ReplicaManager:
                 continue
             limit = min(fp.max_bytes, remaining)
             if params.isolation_level == READ_COMMITTED:
-                records = plog.read(fp.fetch_offset, max(limit, 0), min_one_batch=total == 0, max_offset=lso)
+                records = plog.read_region(
+                    fp.fetch_offset, max(limit, 0), min_one_batch=total == 0, max_offset=lso
+                )
                 data.aborted_transactions = (
                     plog.collect_aborted_transactions(fp.fetch_offset, plog.fetch_upper_bound(fp.fetch_offset))
                     if records else []
                 )  # fmt: skip
             else:
-                records = plog.read(fp.fetch_offset, max(limit, 0), min_one_batch=total == 0)
-            data.records = bytes(records)
+                records = plog.read_region(fp.fetch_offset, max(limit, 0), min_one_batch=total == 0)
+            data.records = records
             total += len(records)
             remaining -= len(records)
         return out, total

@@ -1,0 +1,151 @@
+"""The hand-written Fetch response encoder writes exactly kio's bytes, with the
+records left as the pieces the log gave (file regions are never read by it)."""
+
+import os
+import uuid
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tidegate.errors import ErrorCode
+from tidegate.log.file_region import FileRegion, materialize
+from tidegate.protocol.codec import RequestHeader, build, encode_response, response_class
+from tidegate.protocol.fetch_fast import (
+    MAX_VERSION,
+    MIN_VERSION,
+    encode_fetch_response,
+    fetch_response_size,
+    release_pieces,
+)
+
+VERSIONS = range(MIN_VERSION, MAX_VERSION + 1)
+i32 = st.integers(-(2**31), 2**31 - 1)
+i64 = st.integers(-(2**63), 2**63 - 1)
+names = st.text(min_size=0, max_size=12)
+
+
+@pytest.fixture(scope="module")
+def segment(tmp_path_factory):
+    path = tmp_path_factory.mktemp("fetch_fast") / "segment"
+    path.write_bytes(os.urandom(64 * 1024))
+    fd = os.open(path, os.O_RDONLY)
+    yield fd
+    os.close(fd)
+
+
+def records_strategy(fd):
+    region = st.builds(
+        lambda pos, n: FileRegion.of(fd, pos, n), st.integers(0, 32 * 1024), st.integers(0, 32 * 1024)
+    )
+    return st.one_of(st.none(), st.binary(max_size=5000), region)
+
+
+def partitions(fd):
+    pair = st.fixed_dictionaries
+    return pair(
+        {
+            "partition_index": i32,
+            "error_code": st.sampled_from([ErrorCode.none, ErrorCode.offset_out_of_range,
+                                           ErrorCode.fenced_leader_epoch]),
+            "high_watermark": i64,
+            "last_stable_offset": i64,
+            "log_start_offset": i64,
+            "aborted_transactions": st.none()
+            | st.lists(pair({"producer_id": i64, "first_offset": i64}), max_size=3),
+            "preferred_read_replica": i32,
+            "records": records_strategy(fd),
+        },
+        optional={
+            "diverging_epoch": pair({"epoch": i32, "end_offset": i64}),
+            "current_leader": pair({"leader_id": i32, "leader_epoch": i32}),
+            "snapshot_id": pair({"end_offset": i64, "epoch": i32}),
+        },
+    )
+
+
+def responses(fd):
+    topic = st.fixed_dictionaries(
+        {
+            "topic": names,
+            "topic_id": st.uuids(),
+            "partitions": st.lists(partitions(fd), max_size=3),
+        }
+    )
+    endpoint = st.fixed_dictionaries(
+        {"node_id": i32, "host": names, "port": i32, "rack": st.none() | names}
+    )
+    return st.fixed_dictionaries(
+        {
+            "throttle_time": st.integers(0, 2**31 - 1),
+            "error_code": st.sampled_from([ErrorCode.none, ErrorCode.fetch_session_id_not_found]),
+            "session_id": i32,
+            "responses": st.lists(topic, max_size=3),
+            "node_endpoints": st.lists(endpoint, max_size=2),
+        }
+    )
+
+
+def kio_bytes(version, correlation_id, values):
+    materialized = {
+        **values,
+        "responses": [
+            {**t, "partitions": [{**p, "records": materialize(p["records"])} for p in t["partitions"]]}
+            for t in values["responses"]
+        ],
+    }
+    header = RequestHeader(api_key=1, api_version=version, correlation_id=correlation_id, client_id=None,
+                           flexible=version >= 12)
+    return encode_response(header, build(response_class(1, version), materialized))
+
+
+def joined(pieces):
+    return b"".join(p.read() if isinstance(p, FileRegion) else bytes(p) for p in pieces)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_every_version_matches_kio(segment, version):
+    @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(values=responses(segment), correlation_id=i32)
+    def check(values, correlation_id):
+        pieces = encode_fetch_response(correlation_id, version, values)
+        assert joined(pieces) == kio_bytes(version, correlation_id, values)
+        assert fetch_response_size(version, values) == sum(len(p) for p in pieces)
+        release_pieces(pieces)
+
+    check()
+
+
+def test_regions_are_pieces_not_bytes(segment):
+    region = FileRegion.of(segment, 100, 20000)
+    values = {
+        "throttle_time": 0, "error_code": 0, "session_id": 0, "node_endpoints": [],
+        "responses": [{"topic": "t", "topic_id": uuid.uuid4(), "partitions": [
+            {"partition_index": 0, "error_code": 0, "high_watermark": 5, "last_stable_offset": 5,
+             "log_start_offset": 0, "aborted_transactions": None, "records": region},
+        ]}],
+    }
+    pieces = encode_fetch_response(7, 12, values)
+    assert pieces[1] is region  # sent from the file, never read by the encoder
+    assert all(isinstance(p, bytes) for i, p in enumerate(pieces) if i != 1)
+    assert sum(len(p) for p in pieces) - 4 == int.from_bytes(pieces[0][:4], "big")
+
+
+def test_dropped_region_closes_its_descriptor(segment):
+    region = FileRegion.of(segment, 0, 10)
+    fd = region.fd
+    os.fstat(fd)
+    del region
+    with pytest.raises(OSError):
+        os.fstat(fd)
+
+
+def test_region_survives_unlink(tmp_path):
+    path = tmp_path / "seg"
+    path.write_bytes(b"x" * 1000)
+    fd = os.open(path, os.O_RDONLY)
+    region = FileRegion.of(fd, 10, 100)
+    os.close(fd)
+    path.unlink()  # retention deletes the segment while the region is in flight
+    assert region.read() == b"x" * 100
+    region.close()
