@@ -15,6 +15,7 @@ import io
 import socket
 import struct
 import time
+from collections.abc import Sequence
 from typing import Any, Self
 
 from kio.index import load_request_schema, load_response_schema
@@ -227,7 +228,8 @@ def produce_body(
 
 def fetch_topics_body(
     topics: list, *, max_wait: int = 0, min_bytes: int = 1, max_bytes: int = 50 * 1024 * 1024,
-    isolation_level: int = 0, session_id: int = 0, session_epoch: int = -1, forgotten: list = (),  # type: ignore[assignment]
+    isolation_level: int = 0, session_id: int = 0, session_epoch: int = -1,
+    forgotten: Sequence[tuple] = (),
 ) -> dict:
     """Fetch (v4+) by a consumer of ``[(name, topic_id, [(partition, fetch_offset,
     partition_max_bytes), ...]), ...]`` (names up to v12, ids from v13); isolation level
