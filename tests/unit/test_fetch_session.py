@@ -11,6 +11,7 @@ import pytest
 from tests.integration.rawclient import fetch_topics_body as fetch_body
 from tests.unit.test_apis import FETCH, Harness, batch, batches_in
 from tidegate.errors import ErrorCode
+from tidegate.metrics.prometheus import BrokerMetrics
 from tidegate.server.fetch_session import (
     FINAL_EPOCH,
     INVALID_SESSION_ID,
@@ -298,3 +299,20 @@ def test_partition_with_records_moves_to_the_end_of_the_session(h):
     fetch(h, 12, [], session_id=sid, session_epoch=1)
     session = h.apis.fetch_sessions.get(sid)
     assert [k[1] for k in session.partitions] == [1, 2, 0]
+
+
+def test_cache_metrics_under_kafka_names(ids):
+    bm = BrokerMetrics()
+    cache = FetchSessionCache(1, 100, id_source=ids)
+    bm.register_fetch_sessions(cache)
+
+    def value(name):
+        return bm.registry.get_sample_value(name)
+
+    base = "kafka_server_fetchsessioncache_"
+    assert value(base + "numincrementalfetchsessions") == 0
+    cache.maybe_create_session(0, False, 3, False, lambda: dummy(3))
+    cache.maybe_create_session(500, False, 4, False, lambda: dummy(4))  # evicts the stale one
+    assert value(base + "numincrementalfetchsessions") == 1
+    assert value(base + "numincrementalfetchpartitionscached") == 4
+    assert value(base + "incrementalfetchsessionevictions_total") == 1

@@ -116,6 +116,7 @@ class Broker:
         for purgatory in core.purgatories:
             self.metrics.register_purgatory(purgatory.name, purgatory)
         self.metrics.register_flusher(core.replicas.flusher)
+        self.metrics.register_fetch_sessions(core.apis.fetch_sessions)
         self.metrics.register_logs(lambda: logs.logs)
         self.metrics.register_quotas(core.quotas)
         self.metrics.register_transaction_coordinator(core.transaction_coordinator)
