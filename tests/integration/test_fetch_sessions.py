@@ -21,6 +21,8 @@ from confluent_kafka import TopicPartition as CTopicPartition
 from kafka import KafkaConsumer, TopicPartition
 
 from tests.conftest import metrics_overrides
+from tidegate.client import KafkaClient
+from tidegate.client.fetcher import read_range_batches
 
 from .clients import create_topic, produce, sample, scrape
 
@@ -110,3 +112,24 @@ def test_librdkafka_consumer_fetches_sessionless(broker_factory):
         assert session_metrics(broker)[:2] == (0.0, 0.0)
     finally:
         consumer.close()
+
+
+def test_tidegate_range_reader_fetches_through_a_session_and_closes_it(broker_factory):
+    """tidegate's own consumer side (the Spark source's reader): a range read of many
+    fetches uses one incremental session, ended when the read is done."""
+    broker = broker_factory(metrics_overrides())
+    topic = create_topic(broker.bootstrap)
+    sent = [f"r{i}".encode() for i in range(40)]
+    produce(broker.bootstrap, topic, sent, client="tidegate", linger_ms=0, flush_every=1)
+    with KafkaClient(broker.bootstrap) as c:
+        c.metadata([topic])
+        got = []
+        during = None
+        # one batch per Fetch
+        for recs in read_range_batches(c, (topic, 0), 0, len(sent), partition_max_bytes=1):
+            got.extend(r.value for r in recs)
+            if len(got) == 20:
+                during = session_metrics(broker)
+        assert got == sent
+        assert during == (1.0, 1.0, 0.0)
+        assert session_metrics(broker)[:2] == (0.0, 0.0)

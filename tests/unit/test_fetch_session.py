@@ -316,3 +316,31 @@ def test_cache_metrics_under_kafka_names(ids):
     assert value(base + "numincrementalfetchsessions") == 1
     assert value(base + "numincrementalfetchpartitionscached") == 4
     assert value(base + "incrementalfetchsessionevictions_total") == 1
+
+
+def test_client_session_handler_sends_only_changes_and_recovers():
+    from tidegate.client.fetcher import FetchSessionHandler, PartitionFetch
+
+    s = FetchSessionHandler()
+    wanted = {("t", 0): (0, 100), ("t", 1): (5, 100)}
+    assert s.build(wanted) == (wanted, []) and s.epoch == 0
+    s.handle_response(0, 77)
+    assert (s.session_id, s.epoch) == (77, 1)
+    got = {("t", 0): PartitionFetch(0, 3, 0, b"xyz", 3, None), ("t", 1): PartitionFetch(0, 5, 0, b"", 5, None)}
+    s.fill(wanted, got)
+    # the next request names only the moved partition, and forgets a dropped one
+    assert s.build({("t", 0): (3, 100)}) == ({("t", 0): (3, 100)}, [("t", 1)])
+    s.handle_response(0, 77)
+    assert s.epoch == 2
+    # an absent partition had nothing new: no records, its last offsets
+    out: dict = {}
+    s.fill([("t", 0)], out)
+    assert out[("t", 0)].records == b"" and out[("t", 0)].high_watermark == 3
+    # an epoch error closes the session with the next full request; a lost session
+    # starts over; no session given keeps asking with full requests
+    s.handle_response(ErrorCode.invalid_fetch_session_epoch.value, 0)
+    assert (s.session_id, s.epoch) == (77, 0)
+    s.handle_response(ErrorCode.fetch_session_id_not_found.value, 0)
+    assert (s.session_id, s.epoch) == (0, 0)
+    s.handle_response(0, 0)
+    assert (s.session_id, s.epoch) == (0, 0)
