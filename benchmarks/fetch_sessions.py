@@ -31,10 +31,10 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _common import CpuMeter, add_target_arguments, format_table, open_target  # noqa: E402
+from _common import CpuMeter, add_target_arguments, format_table, open_target
 
-from tidegate.client import KafkaClient  # noqa: E402
-from tidegate.client.fetcher import FetchSessionHandler, fetch  # noqa: E402
+from tidegate.client import KafkaClient
+from tidegate.client.fetcher import FetchSessionHandler, fetch
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
