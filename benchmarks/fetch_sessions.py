@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import sys
 import time
@@ -93,10 +94,16 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=5, help="samples per mode and partition count")
     ap.add_argument("--max-wait-ms", type=int, default=100)
     args = ap.parse_args()
+    # a broker of thousands of partitions holds files open for each (inherited limit)
+    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     bootstrap, pid, spawned = open_target(args)
     rows = []
     try:
-        for n in args.partitions:
+        for i, n in enumerate(args.partitions):
+            if spawned is not None and i:
+                spawned.restart()  # a fresh broker per partition count
+                bootstrap, pid = spawned.bootstrap, spawned.pid
             res = measure(bootstrap, pid, n, args.polls, args.rounds, args.max_wait_ms)
             row = [str(n)]
             for mode in ("sessionless", "session"):
@@ -105,7 +112,7 @@ def main() -> int:
             less, sess = res["sessionless"], res["session"]
             row.append(f"{statistics.median(less) / statistics.median(sess):.0f}x" if less and sess else "-")
             rows.append(row)
-            print(f"{n} partitions done", file=sys.stderr, flush=True)
+            print("  ".join(row), file=sys.stderr, flush=True)
     finally:
         if spawned is not None:
             spawned.cleanup()
