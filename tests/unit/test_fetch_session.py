@@ -344,3 +344,15 @@ def test_client_session_handler_sends_only_changes_and_recovers():
     assert (s.session_id, s.epoch) == (0, 0)
     s.handle_response(0, 0)
     assert (s.session_id, s.epoch) == (0, 0)
+
+
+@pytest.mark.parametrize("version", [12, 15])
+def test_a_follower_session_is_privileged(h, version):
+    h.create_topic("s")
+    body = fetch_body([("s", None, [(0, 0, 1000)])], session_epoch=0)
+    body["replica_id"] = 1
+    body["replica_state"] = {"replica_id": 1, "replica_epoch": -1}
+    sid = h.request(FETCH, version, body).session_id
+    assert h.apis.fetch_sessions.get(sid).privileged
+    consumer = fetch(h, version, [("s", None, [(0, 0, 1000)])], session_epoch=0).session_id
+    assert not h.apis.fetch_sessions.get(consumer).privileged

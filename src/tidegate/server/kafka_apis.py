@@ -700,7 +700,10 @@ class KafkaApis:
             ms(req.max_wait), req.min_bytes, min(max_bytes, MAX_INT32),
             req.isolation_level if version >= 4 else READ_UNCOMMITTED,
         )  # fmt: skip
-        privileged = getattr(req, "replica_id", -1) >= 0
+        # a follower's session is privileged in the cache (v15+ names it in replica_state)
+        replica_state = getattr(req, "replica_state", None)
+        replica_id = replica_state.replica_id if version >= 15 and replica_state is not None else req.replica_id
+        privileged = replica_id >= 0
 
         def respond(results: list[FetchPartitionData]) -> None:
             keys = [entry[0] for entry in fetch_data]
