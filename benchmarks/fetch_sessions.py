@@ -42,7 +42,7 @@ def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
     from confluent_kafka.admin import AdminClient as CAdmin
     from confluent_kafka.admin import NewTopic
 
-    admin = CAdmin({"bootstrap.servers": bootstrap, "log_level": 0})
+    admin = CAdmin({"bootstrap.servers": bootstrap, "log_level": 0, "socket.timeout.ms": 300_000})
     admin.create_topics([NewTopic(topic, partitions, 1)], request_timeout=300)[topic].result(300)
 
 
