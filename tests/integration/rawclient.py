@@ -15,6 +15,7 @@ import io
 import socket
 import struct
 import time
+from collections.abc import Sequence
 from typing import Any, Self
 
 from kio.index import load_request_schema, load_response_schema
@@ -231,11 +232,13 @@ def produce_body(
 
 def fetch_topics_body(
     topics: list, *, max_wait: int = 0, min_bytes: int = 1, max_bytes: int = 50 * 1024 * 1024,
-    isolation_level: int = 0,
+    isolation_level: int = 0, session_id: int = 0, session_epoch: int = -1,
+    forgotten: Sequence[tuple] = (),
 ) -> dict:
     """Fetch (v4+) by a consumer of ``[(name, topic_id, [(partition, fetch_offset,
     partition_max_bytes), ...]), ...]`` (names up to v12, ids from v13); isolation level
-    0 read_uncommitted, 1 read_committed."""
+    0 read_uncommitted, 1 read_committed. ``session_id``/``session_epoch`` (v7+, KIP-227;
+    the default is sessionless) and ``forgotten``: ``[(name, topic_id, [partition, ...])]``."""
     return {
         "replica_id": -1,
         "replica_state": {"replica_id": -1, "replica_epoch": -1},
@@ -243,8 +246,8 @@ def fetch_topics_body(
         "min_bytes": min_bytes,
         "max_bytes": max_bytes,
         "isolation_level": isolation_level,
-        "session_id": 0,
-        "session_epoch": -1,
+        "session_id": session_id,
+        "session_epoch": session_epoch,
         "topics": [
             {
                 "topic": name,
@@ -263,7 +266,9 @@ def fetch_topics_body(
             }
             for name, topic_id, parts in topics
         ],
-        "forgotten_topics_data": [],
+        "forgotten_topics_data": [
+            {"topic": name, "topic_id": topic_id, "partitions": list(parts)} for name, topic_id, parts in forgotten
+        ],
         "rack_id": "",
     }
 

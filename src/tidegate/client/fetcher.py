@@ -12,7 +12,9 @@ groups or a poll loop:
   short of it);
 - :func:`fetch` sends one Fetch to one broker for a set of positions and returns the
   raw records per partition, with the high watermark, last stable offset, log start
-  offset and (``read_committed``) the aborted transactions the records overlap;
+  offset and (``read_committed``) the aborted transactions the records overlap; given
+  a :class:`FetchSessionHandler` it fetches through a KIP-227 incremental session
+  (only changed positions sent, only changed partitions answered);
 - :class:`CompletedFetch` reads one partition of one Fetch response the way Kafka's
   consumer does: control records (transaction markers) never reach the application,
   and at ``read_committed`` neither do the batches of aborted transactions; the
@@ -61,6 +63,7 @@ __all__ = [
     "AbortedTransaction",
     "CompletedFetch",
     "FetchOffsetOutOfRangeError",
+    "FetchSessionHandler",
     "OffsetOutOfRangeError",
     "PartitionFetch",
     "end_offsets",
@@ -77,6 +80,9 @@ LATEST = -1
 READ_UNCOMMITTED = 0
 READ_COMMITTED = 1
 OFFSET_OUT_OF_RANGE = 1
+FETCH_SESSION_ID_NOT_FOUND = 70
+#: FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH, FETCH_SESSION_TOPIC_ID_ERROR
+SESSION_ERRORS = frozenset({70, 71, 106})
 #: Fetch from v13 identifies topics by topic id; v12 is the last by name.
 FETCH_MAX_VERSION = 12
 LIST_OFFSETS_MAX_VERSION = 7
@@ -299,6 +305,92 @@ def list_offsets(
     return result
 
 
+class FetchSessionHandler:
+    """The client side of one KIP-227 fetch session with one broker (Kafka's
+    ``FetchSessionHandler``), sans-IO: :meth:`build` turns the wanted positions into a
+    request's session id, epoch, partitions to send and partitions to forget;
+    :meth:`handle_response` moves to the next epoch, or back to a full fetch after an
+    error or when the broker gave no session (then every request is full, epoch 0,
+    which a broker without sessions answers as a plain fetch).
+
+    A partition missing from an incremental response had nothing new: :meth:`fill`
+    answers it with no records and the offsets last reported for it."""
+
+    __slots__ = ("epoch", "last", "sent", "session_id")
+
+    def __init__(self) -> None:
+        self.session_id = 0
+        self.epoch = 0  # INITIAL_EPOCH: a full fetch asking for a session
+        #: what the session holds: partition -> (fetch offset, partition max bytes)
+        self.sent: dict[TopicPartition, tuple[int, int]] = {}
+        self.last: dict[TopicPartition, PartitionFetch] = {}
+
+    def build(
+        self, wanted: dict[TopicPartition, tuple[int, int]]
+    ) -> tuple[dict[TopicPartition, tuple[int, int]], list[TopicPartition]]:
+        """(partitions to send, partitions to forget) for the next request."""
+        if self.epoch == 0:
+            self.sent = dict(wanted)
+            return dict(wanted), []
+        to_send = {tp: v for tp, v in wanted.items() if self.sent.get(tp) != v}
+        forget = [tp for tp in self.sent if tp not in wanted]
+        self.sent = dict(wanted)
+        for tp in forget:
+            self.last.pop(tp, None)
+        return to_send, forget
+
+    def handle_response(self, error_code: int, session_id: int) -> None:
+        if error_code:
+            # FETCH_SESSION_ID_NOT_FOUND: start over; anything else: close the session
+            # with the next full request (same id, epoch 0)
+            if error_code == FETCH_SESSION_ID_NOT_FOUND:
+                self.session_id = 0
+            self.epoch = 0
+        elif session_id == 0:
+            self.session_id, self.epoch = 0, 0  # no session (cache full, or none offered)
+        elif self.epoch == 0:
+            self.session_id, self.epoch = session_id, 1
+        else:
+            self.epoch = 1 if self.epoch == 2**31 - 1 else self.epoch + 1
+
+    def reset(self) -> None:
+        """Forget the session (the connection failed); the next request is full."""
+        self.session_id = self.epoch = 0
+        self.sent.clear()
+        self.last.clear()
+
+    def fill(self, wanted: Iterable[TopicPartition], got: dict[TopicPartition, PartitionFetch]) -> None:
+        for tp in wanted:
+            pf = got.get(tp)
+            if pf is not None:
+                self.last[tp] = pf
+            else:
+                prev = self.last.get(tp)
+                if prev is not None:
+                    got[tp] = PartitionFetch(0, prev.high_watermark, prev.log_start_offset, b"",
+                                             prev.last_stable_offset, None if prev.aborted_transactions is None else [])
+
+
+def close_session(client: KafkaClient, node: int, session: FetchSessionHandler) -> None:
+    """End ``session`` on the broker (a Fetch of no partitions at FINAL_EPOCH naming it,
+    which closes it without opening another), so a finished reader does not hold a slot
+    of the broker's session cache. Best effort: a failure only leaves the session to
+    the broker's eviction."""
+    if session.session_id == 0:
+        return
+    body = {
+        "replica_id": -1, "max_wait": 0, "min_bytes": 0, "max_bytes": 0, "isolation_level": 0,
+        "session_id": session.session_id, "session_epoch": -1, "topics": [], "forgotten_topics_data": [],
+        "rack_id": "",
+    }  # fmt: skip
+    session.reset()
+    try:
+        version = client.api_version(node, FETCH, max_version=FETCH_MAX_VERSION)
+        client.request(FETCH, body, node_id=node, version=version)
+    except (KafkaError, OSError):
+        pass
+
+
 def fetch(
     client: KafkaClient,
     node: int,
@@ -310,30 +402,57 @@ def fetch(
     partition_max_bytes: int = 1024 * 1024,
     isolation_level: int = 0,
     timeout_ms: float | None = None,
+    session: FetchSessionHandler | None = None,
 ) -> dict[TopicPartition, PartitionFetch]:
-    """One Fetch request to ``node`` for ``positions``; raw records per partition."""
+    """One Fetch request to ``node`` for ``positions``; raw records per partition.
+    With ``session`` (one per broker, used by one caller at a time) the request is
+    incremental once the broker gave a session; the result still has every position."""
     client.await_ready(node, timeout_ms)
     version = client.api_version(node, FETCH, max_version=FETCH_MAX_VERSION)
+    if version < 7:
+        session = None  # sessions are Fetch v7+
+    wanted = {tp: (off, partition_max_bytes) for tp, off in positions.items()}
+    forget: list[TopicPartition] = []
+    if session is not None:
+        to_send, forget = session.build(wanted)
+    else:
+        to_send = wanted
     topics: dict[str, list[dict]] = {}
-    for (t, p), off in positions.items():
-        topics.setdefault(t, []).append(
-            {"partition": p, "fetch_offset": off, "partition_max_bytes": partition_max_bytes}
-        )
+    for (t, p), (off, pmb) in to_send.items():
+        topics.setdefault(t, []).append({"partition": p, "fetch_offset": off, "partition_max_bytes": pmb})
+    forgotten: dict[str, list[int]] = {}
+    for t, p in forget:
+        forgotten.setdefault(t, []).append(p)
     body = {
         "replica_id": -1,
         "max_wait": max_wait_ms,
         "min_bytes": min_bytes,
         "max_bytes": max_bytes,
         "isolation_level": isolation_level,
-        "session_id": 0,
-        "session_epoch": -1,
+        "session_id": session.session_id if session is not None else 0,
+        "session_epoch": session.epoch if session is not None else -1,
         "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()],
-        "forgotten_topics_data": [],
+        "forgotten_topics_data": [{"topic": t, "partitions": ps} for t, ps in forgotten.items()],
         "rack_id": "",
     }
     wait = (timeout_ms or client.request_timeout_ms) + max_wait_ms
-    resp = client.request(FETCH, body, node_id=node, version=version, timeout_ms=wait)
+    try:
+        resp = client.request(FETCH, body, node_id=node, version=version, timeout_ms=wait)
+    except BaseException:
+        if session is not None:
+            session.reset()
+        raise
     top_error = int(getattr(resp, "error_code", 0) or 0)
+    if session is not None:
+        was_incremental = session.epoch != 0
+        session.handle_response(top_error, int(getattr(resp, "session_id", 0) or 0))
+        if top_error in SESSION_ERRORS and was_incremental:
+            # the broker lost or refused the session: once more as a full fetch
+            return fetch(
+                client, node, positions, max_wait_ms=max_wait_ms, min_bytes=min_bytes, max_bytes=max_bytes,
+                partition_max_bytes=partition_max_bytes, isolation_level=isolation_level,
+                timeout_ms=timeout_ms, session=session,
+            )  # fmt: skip
     if top_error:
         raise BrokerResponseError(top_error, "Fetch")
     out: dict[TopicPartition, PartitionFetch] = {}
@@ -350,6 +469,8 @@ def fetch(
                 if aborted is None
                 else [AbortedTransaction(int(a.producer_id), int(a.first_offset)) for a in aborted],
             )
+    if session is not None:
+        session.fill(positions, out)
     return out
 
 
@@ -436,6 +557,21 @@ def read_range_batches(
     ``isolation_level``: ``end`` comes from a ListOffsets the caller made at it).
     """
     pos = start
+    sessions: dict[int, FetchSessionHandler] = {}  # one incremental fetch session per leader
+    try:
+        yield from _read_range(client, tp, pos, end, partition_max_bytes, max_wait_ms, isolation_level,
+                               timeout_ms, on_out_of_range, sessions)
+    finally:
+        for node, session in sessions.items():
+            close_session(client, node, session)
+
+
+def _read_range(
+    client: KafkaClient, tp: TopicPartition, pos: int, end: int, partition_max_bytes: int, max_wait_ms: int,
+    isolation_level: int, timeout_ms: float,
+    on_out_of_range: Callable[[FetchOffsetOutOfRangeError], int | None] | None,
+    sessions: dict[int, FetchSessionHandler],
+) -> Iterator[list[ConsumerRecord]]:
     stalled_since = time.monotonic()
     while pos < end:
         leader = client.cluster.leader_for(*tp)
@@ -455,6 +591,7 @@ def read_range_batches(
             partition_max_bytes=partition_max_bytes,
             max_bytes=partition_max_bytes,
             isolation_level=isolation_level,
+            session=sessions.setdefault(leader, FetchSessionHandler()),
         ).get(tp)
         if got is None:
             raise KafkaError(f"Fetch response without {tp[0]}-{tp[1]}")

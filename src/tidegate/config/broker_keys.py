@@ -361,6 +361,9 @@ _TABLE: tuple[ConfigKey, ...] = (
     broker("socket.receive.buffer.bytes", INT, 102400, Range.at_least(-1), HIGH,
            "SO_RCVBUF of accepted connections; -1: the OS default (autotuned). Bounds the "
            "kernel memory a connection muted for memory (KIP-72) can hold."),
+    broker("max.incremental.fetch.session.cache.slots", INT, 1000, Range.at_least(0), MEDIUM,
+           "The most incremental fetch sessions (KIP-227) the broker keeps; 0 answers every "
+           "Fetch sessionless."),
     broker("fetch.purgatory.purge.interval.requests", INT, 1000, Range.at_least(1), MEDIUM,
            "Purge completed operations from the fetch purgatory's watcher lists when the "
            "estimated number of completed-but-watched fetches exceeds this."),

@@ -634,6 +634,33 @@ class PurgatoryCollector(Collector):
         yield from (size, delayed, expires)
 
 
+class FetchSessionCacheCollector(Collector):
+    """KIP-227 fetch sessions (``tidegate.server.fetch_session.FetchSessionCache``):
+    Kafka's ``kafka.server:type=FetchSessionCache`` MBeans."""
+
+    def __init__(self, cache: Any) -> None:
+        self.cache = cache
+
+    def collect(self) -> Iterable[Metric]:
+        yield GaugeMetricFamily(
+            "kafka_server_fetchsessioncache_numincrementalfetchsessions",
+            "Incremental fetch sessions in the cache (FetchSessionCache NumIncrementalFetchSessions).",
+            value=getattr(self.cache, "size", 0),
+        )
+        yield GaugeMetricFamily(
+            "kafka_server_fetchsessioncache_numincrementalfetchpartitionscached",
+            "Partitions over all incremental fetch sessions "
+            "(FetchSessionCache NumIncrementalFetchPartitionsCached).",
+            value=getattr(self.cache, "total_partitions", 0),
+        )
+        yield CounterMetricFamily(
+            "kafka_server_fetchsessioncache_incrementalfetchsessionevictions",
+            "Sessions evicted to make room for new ones "
+            "(FetchSessionCache IncrementalFetchSessionEvictionsPerSec).",
+            value=getattr(self.cache, "evictions_total", 0),
+        )
+
+
 class FlusherCollector(Collector):
     """Group commit of acks=all appends (``tidegate.server.log_flusher.LogFlusher``):
     fsync rounds started, and the acks=all appends that asked for one. Fewer rounds
@@ -890,6 +917,11 @@ class BrokerMetrics:
     def register_authorizer(self, authorizer: Any) -> None:
         """Expose the authorizer's ACL count and its allowed/denied decisions."""
         self.registry.register(AuthorizerCollector(authorizer))
+
+    def register_fetch_sessions(self, cache: Any) -> None:
+        """Expose the fetch session cache's ``size``, ``total_partitions`` and
+        ``evictions_total``."""
+        self.registry.register(FetchSessionCacheCollector(cache))
 
     def register_flusher(self, flusher: Any) -> None:
         """Expose the group-commit flusher's ``rounds`` and ``requests`` counters."""

@@ -120,6 +120,7 @@ class Broker:
             self.metrics.register_purgatory(purgatory.name, purgatory)
         self.metrics.register_flusher(core.replicas.flusher)
         self.metrics.register_log_dir_failures(core.logs.failure_channel)
+        self.metrics.register_fetch_sessions(core.apis.fetch_sessions)
         self.metrics.register_logs(lambda: logs.logs)
         if logs.cleaner is not None:
             self.metrics.register_log_cleaner(logs.cleaner, core.clock.wall_milliseconds)

@@ -71,6 +71,14 @@ from tidegate.server.acl_apis import AclApis
 from tidegate.server.admin_apis import AdminApis
 from tidegate.server.authorization import NO_RESPONSE, AuthorizationStep
 from tidegate.server.endpoints import Endpoints
+from tidegate.server.fetch_session import (
+    INVALID_SESSION_ID,
+    FetchContext,
+    FetchSessionCache,
+    SessionKey,
+    new_context,
+    new_session_partitions,
+)
 from tidegate.server.group_apis import GroupApis
 from tidegate.server.metadata import (
     BrokerConfigStore,
@@ -169,6 +177,8 @@ class KafkaApis:
         self.channel: RequestChannel = channel if channel is not None else _NO_CHANNEL
         self.quotas = quotas
         self.time = time
+        #: KIP-227 incremental fetch sessions (Kafka's FetchManager's cache)
+        self.fetch_sessions = FetchSessionCache(config.get("max.incremental.fetch.session.cache.slots"))
         self.endpoints = endpoints
         self.groups = groups
         groups.respond = self.send_response
@@ -670,26 +680,50 @@ class KafkaApis:
 
     # -- Fetch ----------------------------------------------------------------------------
     def handle_fetch(self, request: Request, now_ms: int) -> Any:
+        """Kafka's ``handleFetchRequest`` with KIP-227 sessions: the fetch context
+        (:func:`~tidegate.server.fetch_session.new_context`) decides which partitions
+        are read (the request's, or an incremental session's) and which are answered."""
         header: RequestHeader = request.header
         req = request.body
-        by_id = header.api_version >= 13
-        topics = []  # (request topic, its partitions' FetchPartition)
-        partitions: list[FetchPartition] = []
+        version = header.api_version
+        by_id = version >= 13
+        fetch_data: list[tuple[SessionKey, int, int, int, int]] = []
         for t in req.topics:
-            info = self._topic_by_id(t.topic_id) if by_id else self.store.get(t.topic)
-            fps = [
-                FetchPartition(
-                    (info.name, p.partition) if info is not None else None,
-                    p.fetch_offset,
-                    p.partition_max_bytes,
-                    getattr(p, "current_leader_epoch", -1),
-                    getattr(p, "last_fetched_epoch", -1),
-                )
-                for p in t.partitions
+            tkey = t.topic_id if by_id else t.topic
+            for p in t.partitions:
+                fetch_data.append(
+                    ((tkey, p.partition), p.fetch_offset, p.partition_max_bytes,
+                     getattr(p, "current_leader_epoch", -1), getattr(p, "last_fetched_epoch", -1))
+                )  # fmt: skip
+        if version >= 7:
+            to_forget: list[SessionKey] = [
+                (f.topic_id if by_id else f.topic, index)
+                for f in req.forgotten_topics_data for index in f.partitions
+            ]  # fmt: skip
+            ctx = new_context(self.fetch_sessions, now_ms, version, req.session_id, req.session_epoch,
+                              fetch_data, to_forget)
+        else:
+            ctx = FetchContext("sessionless")
+        if ctx.kind == "error":
+            return self._fetch_response(ctx.error, INVALID_SESSION_ID, [], [])
+        session = ctx.session
+        if session is not None:  # incremental: read every partition of the session
+            fetch_data = [
+                (cp.key, cp.fetch_offset, cp.max_bytes, cp.current_leader_epoch, cp.last_fetched_epoch)
+                for cp in session.partitions.values()
             ]
-            topics.append((t, fps))
-            partitions.extend(fps)
-        max_bytes = req.max_bytes if header.api_version >= 3 else MAX_INT32
+        names: dict[Any, str | None] = {}
+        partitions: list[FetchPartition] = []
+        for key, offset, pmax, cle, lfe in fetch_data:
+            tkey = key[0]
+            if tkey not in names:
+                info = self._topic_by_id(tkey) if by_id else self.store.get(tkey)
+                names[tkey] = info.name if info is not None else None
+            name = names[tkey]
+            partitions.append(
+                FetchPartition((name, key[1]) if name is not None else None, offset, pmax, cle, lfe)
+            )
+        max_bytes = req.max_bytes if version >= 3 else MAX_INT32
         # Under a fetch quota a response is at most what the quota allows in its whole
         # window (Kafka's getMaxValueInQuotaWindow), so one response cannot earn a
         # throttle of many windows.
@@ -700,72 +734,124 @@ class KafkaApis:
             max_bytes = int(min(window_max, max_bytes))
         params = FetchParams(
             ms(req.max_wait), req.min_bytes, min(max_bytes, MAX_INT32),
-            req.isolation_level if header.api_version >= 4 else READ_UNCOMMITTED,
+            req.isolation_level if version >= 4 else READ_UNCOMMITTED,
         )  # fmt: skip
+        # a follower's session is privileged in the cache (v15+ names it in replica_state)
+        replica_state = getattr(req, "replica_state", None)
+        replica_id = replica_state.replica_id if version >= 15 and replica_state is not None else req.replica_id
+        privileged = replica_id >= 0
 
         def respond(results: list[FetchPartitionData]) -> None:
-            self.send_response(request, self._fetch_body(request, by_id, topics, results))
+            keys = [entry[0] for entry in fetch_data]
+            if ctx.kind == "incremental":
+                body = self._incremental_fetch_body(request, by_id, ctx, keys, partitions, results)
+            else:
+                session_id = INVALID_SESSION_ID
+                if ctx.kind == "full" and self.fetch_sessions.max_entries > 0:
+                    session_id = self.fetch_sessions.maybe_create_session(
+                        self.time.milliseconds(), privileged, len(keys), by_id,
+                        lambda: new_session_partitions(fetch_data, results),
+                    )
+                node_endpoints: list[dict] = []
+                topics = self._fetch_topics(request, by_id, keys, partitions, results, node_endpoints)
+                body = self._fetch_response(ErrorCode.none, session_id, topics, node_endpoints)
+            self.send_response(request, body)
 
         self.replicas.fetch_messages(params, partitions, respond, lambda: request.abandoned)
         return PARKED
 
-    def _fetch_body(
-        self, request: Request, by_id: bool, topics: list, results: list[FetchPartitionData]
+    def _incremental_fetch_body(
+        self, request: Request, by_id: bool, ctx: FetchContext, keys: list[SessionKey],
+        partitions: list[FetchPartition], results: list[FetchPartitionData],
     ) -> dict:
-        it = iter(results)
-        responses = []
+        """Kafka's ``IncrementalFetchContext.updateAndGenerateResponseData``: only the
+        partitions with news, each remembered as sent; one that returned records moves
+        to the end of the session, so a size-limited response rotates fairly."""
+        session = ctx.session
+        assert session is not None
+        if session.epoch != ctx.expected_epoch:  # another request used the session meanwhile
+            return self._fetch_response(ErrorCode.invalid_fetch_session_epoch, session.id, [], [])
+        cached = session.partitions
+        sel_keys: list[SessionKey] = []
+        sel_parts: list[FetchPartition] = []
+        sel_results: list[FetchPartitionData] = []
+        for key, fp, r in zip(keys, partitions, results, strict=True):
+            cp = cached.get(key)
+            if cp is None:
+                continue
+            size = len(r.records)
+            if cp.maybe_update_response_data(size, r.error, r.high_watermark, r.log_start_offset,
+                                             r.diverging_epoch is not None, True):
+                sel_keys.append(key)
+                sel_parts.append(fp)
+                sel_results.append(r)
+                if size > 0:
+                    session.move_to_end(key)
         node_endpoints: list[dict] = []
-        for t, fps in topics:
-            parts = []
-            for p, fp in zip(t.partitions, fps, strict=True):
-                r = next(it)
-                error = r.error
-                if by_id and error is ErrorCode.unknown_topic_or_partition:
-                    error = ErrorCode.unknown_topic_id
-                part = {
-                    "partition_index": p.partition,
-                    "error_code": error,
-                    "high_watermark": r.high_watermark,
-                    "last_stable_offset": r.last_stable_offset,
-                    "log_start_offset": r.log_start_offset,
-                    "aborted_transactions": None
-                    if r.aborted_transactions is None
-                    else [{"producer_id": a.producer_id, "first_offset": a.first_offset}
-                          for a in r.aborted_transactions],
-                    "preferred_read_replica": -1,
-                    "records": r.records,
-                }
-                if r.diverging_epoch is not None:
-                    part["diverging_epoch"] = {
-                        "epoch": r.diverging_epoch[0], "end_offset": r.diverging_epoch[1]
-                    }
-                if error is ErrorCode.fenced_leader_epoch:
-                    # KIP-951 (v16+): the current leader, and its endpoint below
-                    plog = self.replicas.get_log(*fp.key)
-                    part["current_leader"] = {
-                        "leader_id": self.node_id,
-                        "leader_epoch": plog.leader_epoch if plog is not None else -1,
-                    }
-                    if not node_endpoints:
-                        host, port = self.endpoints.endpoint(request.context)
-                        node_endpoints.append(
-                            {"node_id": self.node_id, "host": host, "port": port, "rack": None}
-                        )
-                parts.append(part)
-            responses.append(
-                {
-                    "topic": t.topic if not by_id else None,
-                    "topic_id": t.topic_id if by_id else None,
-                    "partitions": parts,
-                }
-            )
+        topics = self._fetch_topics(request, by_id, sel_keys, sel_parts, sel_results, node_endpoints)
+        return self._fetch_response(ErrorCode.none, session.id, topics, node_endpoints)
+
+    @staticmethod
+    def _fetch_response(error: ErrorCode, session_id: int, responses: list, node_endpoints: list) -> dict:
         return {
             "throttle_time": 0,
-            "error_code": ErrorCode.none,
-            "session_id": 0,  # no fetch session: clients send full fetches (KIP-227 allows it)
+            "error_code": error,
+            "session_id": session_id,
             "responses": responses,
             "node_endpoints": node_endpoints,
         }
+
+    def _fetch_topics(
+        self, request: Request, by_id: bool, keys: list[SessionKey], partitions: list[FetchPartition],
+        results: list[FetchPartitionData], node_endpoints: list[dict],
+    ) -> list[dict]:
+        """The response's topics: consecutive partitions of one topic share an entry, as
+        Kafka's ``FetchResponse.of`` groups them."""
+        responses: list[dict] = []
+        last: Any = _NO_TOPIC
+        parts: list[dict] = []
+        for key, fp, r in zip(keys, partitions, results, strict=True):
+            tkey, index = key
+            if tkey != last:
+                last = tkey
+                parts = []
+                responses.append(
+                    {"topic": None if by_id else tkey, "topic_id": tkey if by_id else None, "partitions": parts}
+                )
+            error = r.error
+            if by_id and error is ErrorCode.unknown_topic_or_partition:
+                error = ErrorCode.unknown_topic_id
+            part: dict[str, Any] = {
+                "partition_index": index,
+                "error_code": error,
+                "high_watermark": r.high_watermark,
+                "last_stable_offset": r.last_stable_offset,
+                "log_start_offset": r.log_start_offset,
+                "aborted_transactions": None
+                if r.aborted_transactions is None
+                else [{"producer_id": a.producer_id, "first_offset": a.first_offset}
+                      for a in r.aborted_transactions],
+                "preferred_read_replica": -1,
+                "records": r.records,
+            }
+            if r.diverging_epoch is not None:
+                part["diverging_epoch"] = {
+                    "epoch": r.diverging_epoch[0], "end_offset": r.diverging_epoch[1]
+                }
+            if error is ErrorCode.fenced_leader_epoch and fp.key is not None:
+                # KIP-951 (v16+): the current leader, and its endpoint below
+                plog = self.replicas.get_log(*fp.key)
+                part["current_leader"] = {
+                    "leader_id": self.node_id,
+                    "leader_epoch": plog.leader_epoch if plog is not None else -1,
+                }
+                if not node_endpoints:
+                    host, port = self.endpoints.endpoint(request.context)
+                    node_endpoints.append(
+                        {"node_id": self.node_id, "host": host, "port": port, "rack": None}
+                    )
+            parts.append(part)
+        return responses
 
     # -- ListOffsets ----------------------------------------------------------------------
     def handle_list_offsets(self, request: Request, now_ms: int) -> dict:
@@ -909,5 +995,6 @@ class _NoChannel:
 
 
 _NO_CHANNEL = _NoChannel()
+_NO_TOPIC = object()  # no topic yet, while grouping a fetch response's partitions
 
 __all__ = ["PARKED", "KafkaApis", "RequestContext"]
