@@ -355,3 +355,28 @@ def open_target(args) -> tuple[str, int | None, SpawnedTidegate | None]:
         spawned = SpawnedTidegate(log_level="WARNING").start()
         return spawned.bootstrap, spawned.pid, spawned
     return args.bootstrap, args.pid, None
+
+
+def fill_topic(bootstrap: str, topic: str, partitions: int, records_per_partition: int, value: bytes,
+               **producer_conf) -> None:
+    """Create ``topic`` and write ``records_per_partition`` copies of ``value`` to each of
+    its partitions with confluent-kafka (acks=1, no compression unless ``producer_conf``
+    says otherwise), round-robin over the partitions."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(120)
+    time.sleep(0.5)
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": 1, "log_level": 0,
+                  "compression.type": "none", **producer_conf})
+    for _ in range(records_per_partition):
+        for part in range(partitions):
+            while True:
+                try:
+                    p.produce(topic, value, partition=part)
+                    break
+                except BufferError:
+                    p.poll(0.05)
+        p.poll(0)
+    assert p.flush(120) == 0

@@ -27,8 +27,6 @@ import time
 from pathlib import Path
 
 import psutil
-from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
 from kio.index import load_request_schema
 from kio.schema.request_header.v2.header import RequestHeader
 from kio.serial import entity_writer
@@ -66,22 +64,8 @@ def fetch_request(topic: str, partitions: int, correlation_id: int) -> bytes:
 
 
 def load(bootstrap: str, topic: str, partitions: int, record: int, mb: int) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
-    time.sleep(0.5)
-    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1024 * 1024,
-                  "message.max.bytes": 1000000, "compression.type": "none", "acks": 1})
-    value = os.urandom(record)
-    n = mb * 1024 * 1024 // record
-    for part in range(partitions):
-        for _ in range(n):
-            while True:
-                try:
-                    p.produce(topic, value, partition=part)
-                    break
-                except BufferError:
-                    p.poll(0.05)
-    assert p.flush(60) == 0
+    _common.fill_topic(bootstrap, topic, partitions, mb * 1024 * 1024 // record, os.urandom(record),
+                       **{"linger.ms": 20, "batch.size": 1024 * 1024, "message.max.bytes": 1000000})
 
 
 def fetch_loop(bootstrap: str, topic: str, partitions: int, seconds: float) -> tuple[int, int, float]:

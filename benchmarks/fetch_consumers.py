@@ -27,24 +27,7 @@ from _common import CpuMeter, SpawnedTidegate, format_table
 
 
 def fill(bootstrap: str, topic: str, partitions: int, records: int, size: int) -> None:
-    from confluent_kafka import Producer
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
-    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(120)
-    time.sleep(1)
-    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": 1, "log_level": 0})
-    value = b"x" * size
-    for i in range(records):
-        for part in range(partitions):
-            while True:
-                try:
-                    p.produce(topic, value, partition=part)
-                    break
-                except BufferError:
-                    p.poll(0.05)
-        p.poll(0)
-    assert p.flush(120) == 0
+    _common.fill_topic(bootstrap, topic, partitions, records, b"x" * size)
 
 
 def read_all(bootstrap: str, topic: str, partitions: int, records: int) -> float:
