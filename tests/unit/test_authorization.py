@@ -12,7 +12,7 @@ import pytest
 from kio.schema.errors import ErrorCode as E
 
 from tests.core_harness import CTX, CoreHarness, decode_frame, response_bytes
-from tests.integration.rawclient import create_topics_body, produce_body
+from tests.integration.rawclient import create_topics_body, fetch_topics_body, produce_body
 from tidegate.log.batch_builder import Record, build_batch
 from tidegate.network.request_channel import PARKED
 from tidegate.protocol.apis import SUPPORTED_APIS, ApiKey
@@ -205,6 +205,34 @@ def test_fetch_and_list_offsets_need_read_and_describe(h):
     resp = h.request(ApiKey.LIST_OFFSETS, 7, lo, ctx=ALICE)
     errors = {t.name: (t.partitions[0].error_code, t.partitions[0].offset) for t in resp.topics}
     assert errors == {"a": (E.none, 0), "b": (E.topic_authorization_failed, -1)}
+
+
+def _fetch(h, who, body):
+    request, outcome, cid, _ = h.send(ApiKey.FETCH, 12, body, ctx=who)
+    if outcome is PARKED:
+        return h.answer(request, cid, within_ms=10)
+    return decode_frame(ApiKey.FETCH, 12, response_bytes(outcome), cid)
+
+
+def test_an_acl_removed_applies_to_the_next_fetch_of_a_session(h):
+    """KIP-227: an incremental fetch names no partitions, the session does; they are
+    authorized on every fetch, so removing READ stops the consumer's next poll."""
+    create_topic(h, "a")
+    acl = creation("User:alice", Op.READ, "a")
+    add_acls(h, acl)
+    full = fetch_topics_body([("a", None, [(0, 0, 1 << 20)])], session_epoch=0, min_bytes=0)
+    resp = _fetch(h, ALICE, full)
+    assert resp.error_code == E.none and resp.session_id > 0
+    assert resp.responses[0].partitions[0].error_code == E.none
+    incremental = fetch_topics_body([], session_id=resp.session_id, session_epoch=1, min_bytes=0)
+    deleted = h.request(ApiKey.DELETE_ACLS, 3, {"filters": [{
+        "resource_type_filter": Res.TOPIC, "resource_name_filter": "a", "pattern_type_filter": Pat.LITERAL,
+        "principal_filter": "User:alice", "host_filter": None, "operation": Op.READ,
+        "permission_type": Perm.ALLOW}]}, ctx=ADMIN)
+    assert deleted.filter_results[0].error_code == E.none
+    resp = _fetch(h, ALICE, incremental)
+    assert [(t.topic, t.partitions[0].error_code) for t in resp.responses] == [
+        ("a", E.topic_authorization_failed)]
 
 
 def test_groups_need_read_on_the_group_and_the_topics(h):

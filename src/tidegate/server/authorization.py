@@ -154,6 +154,16 @@ class AuthorizationStep:
             _api_name(request.header.api_key),
         )
 
+    def unreadable_topics(self, request: Request, names: Iterable[str]) -> set[str]:
+        """The topics of an incremental fetch session the request's principal may no
+        longer READ: a session's partitions are checked on every fetch (Kafka's
+        handleFetchRequest authorizes ``fetchContext.foreachPartition``), so an ACL
+        removed while a consumer polls applies to its next fetch."""
+        if self.authorizer is None:
+            return set()
+        s = self.session(request)
+        return {name for name in set(names) if not s.allow(READ, TOPIC, name)}
+
     def authorize(self, request: Request) -> dict | None:
         """Run the request's check: None lets it through (maybe with a filtered body and
         a merge), a dict is the whole answer."""

@@ -723,6 +723,20 @@ class KafkaApis:
             partitions.append(
                 FetchPartition((name, key[1]) if name is not None else None, offset, pmax, cle, lfe)
             )
+        # a follower's session is privileged in the cache (v15+ names it in replica_state)
+        replica_state = getattr(req, "replica_state", None)
+        replica_id = replica_state.replica_id if version >= 15 and replica_state is not None else req.replica_id
+        privileged = replica_id >= 0
+        unreadable: set[int] = set()
+        if session is not None and not privileged:  # a follower was checked for CLUSTER_ACTION
+            denied = self.authorization.unreadable_topics(
+                request, (fp.key[0] for fp in partitions if fp.key is not None))
+            if denied:
+                for i, fp in enumerate(partitions):
+                    if fp.key is not None and fp.key[0] in denied:
+                        unreadable.add(i)
+                        partitions[i] = FetchPartition(None, fp.fetch_offset, fp.max_bytes,
+                                                       fp.current_leader_epoch, fp.last_fetched_epoch)
         max_bytes = req.max_bytes if version >= 3 else MAX_INT32
         # Under a fetch quota a response is at most what the quota allows in its whole
         # window (Kafka's getMaxValueInQuotaWindow), so one response cannot earn a
@@ -736,12 +750,10 @@ class KafkaApis:
             ms(req.max_wait), req.min_bytes, min(max_bytes, MAX_INT32),
             req.isolation_level if version >= 4 else READ_UNCOMMITTED,
         )  # fmt: skip
-        # a follower's session is privileged in the cache (v15+ names it in replica_state)
-        replica_state = getattr(req, "replica_state", None)
-        replica_id = replica_state.replica_id if version >= 15 and replica_state is not None else req.replica_id
-        privileged = replica_id >= 0
 
         def respond(results: list[FetchPartitionData]) -> None:
+            for i in unreadable:
+                results[i] = FetchPartitionData(ErrorCode.topic_authorization_failed)
             keys = [entry[0] for entry in fetch_data]
             if ctx.kind == "incremental":
                 body = self._incremental_fetch_body(request, by_id, ctx, keys, partitions, results)
