@@ -115,6 +115,8 @@ class BrokerResponseError(KafkaError):
 
     def __init__(self, code: int, message: str | None = None) -> None:
         self.code = int(code)
+        #: the broker's error message (None when it sent none)
+        self.message = message
         try:
             self.name = ErrorCode(self.code).name.upper()
             self.retriable = bool(ErrorCode(self.code).retriable)

@@ -297,3 +297,86 @@ def delete_acls(
             for m in result.matching_acls
         ])  # fmt: skip
     return out
+
+
+# -- topics (CreateTopics 19, DeleteTopics 20, CreatePartitions 37, Metadata 3) ------------
+@dataclass(frozen=True, slots=True)
+class PartitionInfo:
+    partition: int
+    leader: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    offline: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TopicDescription:
+    name: str
+    topic_id: str
+    internal: bool
+    partitions: tuple[PartitionInfo, ...]
+
+
+def create_topic(
+    client: KafkaClient, name: str, partitions: int = -1, replication_factor: int = -1,
+    configs: Mapping[str, str] | None = None, *, timeout_ms: float | None = None,
+) -> None:
+    """CreateTopics of one topic (-1: the broker's defaults); BrokerResponseError on an error."""
+    body = {
+        "topics": [{"name": name, "num_partitions": partitions, "replication_factor": replication_factor,
+                    "assignments": [],
+                    "configs": [{"name": k, "value": v} for k, v in (configs or {}).items()]}],
+        "timeout": 30_000,
+        "validate_only": False,
+    }
+    resp = client.request(ApiKey.CREATE_TOPICS, body, timeout_ms=timeout_ms)
+    (result,) = resp.topics
+    if result.error_code:
+        raise BrokerResponseError(int(result.error_code), result.error_message or "")
+
+
+def delete_topics(client: KafkaClient, names: Iterable[str], *, timeout_ms: float | None = None) -> None:
+    body = {"topic_names": list(names), "timeout": 30_000}
+    resp = client.request(ApiKey.DELETE_TOPICS, body, max_version=5, timeout_ms=timeout_ms)
+    for r in resp.responses:
+        if r.error_code:
+            raise BrokerResponseError(int(r.error_code), r.error_message or f"topic {r.name}")
+
+
+def create_partitions(client: KafkaClient, name: str, count: int, *, timeout_ms: float | None = None) -> None:
+    body = {"topics": [{"name": name, "count": count, "assignments": None}], "timeout": 30_000,
+            "validate_only": False}
+    resp = client.request(ApiKey.CREATE_PARTITIONS, body, timeout_ms=timeout_ms)
+    (result,) = resp.results
+    if result.error_code:
+        raise BrokerResponseError(int(result.error_code), result.error_message or "")
+
+
+def describe_topics(
+    client: KafkaClient, names: Iterable[str] | None = None, *, timeout_ms: float | None = None
+) -> list[TopicDescription]:
+    """Metadata of ``names`` (None: every topic), sorted by name; a named topic that does
+    not exist raises BrokerResponseError."""
+    body = {"topics": None if names is None else [{"name": n, "topic_id": None} for n in names],
+            "allow_auto_topic_creation": False, "include_cluster_authorized_operations": False,
+            "include_topic_authorized_operations": False}
+    resp = client.request(ApiKey.METADATA, body, version=12, timeout_ms=timeout_ms)
+    out = []
+    for t in resp.topics:
+        if t.error_code:
+            raise BrokerResponseError(int(t.error_code), f"topic '{t.name}'")
+        parts = tuple(sorted(
+            (PartitionInfo(p.partition_index, p.leader_id, tuple(p.replica_nodes), tuple(p.isr_nodes),
+                           tuple(p.offline_replicas)) for p in t.partitions),
+            key=lambda p: p.partition))
+        out.append(TopicDescription(t.name, _kafka_uuid(t.topic_id), t.is_internal, parts))
+    return sorted(out, key=lambda d: d.name)
+
+
+def _kafka_uuid(value: Any) -> str:
+    """A topic id as Kafka prints it (Uuid.toString: URL-safe base64, no padding)."""
+    import base64
+    import uuid
+
+    raw = value.bytes if isinstance(value, uuid.UUID) else bytes(16)
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
