@@ -111,14 +111,24 @@ def test_every_record_exactly_once_through_broker_and_worker_kills(broker_factor
     dst = create_topic(b.bootstrap, partitions=PARTITIONS, prefix="eos-out")
     p = Producer({"bootstrap.servers": b.bootstrap, "enable.idempotence": True, "linger.ms": 20,
                   "log_level": 0})
-    for n in range(RECORDS):
-        while True:
-            try:
-                p.produce(src, b"%d" % n, partition=n % PARTITIONS)
-                break
-            except BufferError:
-                p.poll(0.01)
-    assert p.flush(60) == 0
+    produced = 0
+
+    def produce_up_to(fraction: float) -> None:
+        """The input arrives in chunks, the next one just before each event, so the
+        workers are busy when it strikes and cannot finish the input before the last one
+        (with fast fetches they once copied everything between two samples)."""
+        nonlocal produced
+        for n in range(produced, int(fraction * RECORDS)):
+            while True:
+                try:
+                    p.produce(src, b"%d" % n, partition=n % PARTITIONS)
+                    break
+                except BufferError:
+                    p.poll(0.01)
+        produced = int(fraction * RECORDS)
+        assert p.flush(60) == 0
+
+    produce_up_to(0.2)
 
     logs = tmp_path / "workers.log"
     workers: dict[int, subprocess.Popen] = {}
@@ -145,6 +155,7 @@ def test_every_record_exactly_once_through_broker_and_worker_kills(broker_factor
                 break
             if events and committed >= events[0][0] * RECORDS:
                 _, what = events.pop(0)
+                produce_up_to(1.0 if not events else events[0][0] + 0.05)
                 done_events.append((what, committed))
                 if what == "broker":
                     b.kill()
