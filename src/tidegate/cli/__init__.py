@@ -60,6 +60,19 @@ def _config_error(ctx: click.Context, exc: ConfigError) -> None:
     ctx.exit(CONFIG_ERROR_EXIT)
 
 
+def admin_options(command: Any) -> Any:
+    """The connection options every admin subcommand shares, as Kafka's scripts name them:
+    ``--bootstrap-server`` and ``--command-config`` (client security properties)."""
+    command = click.option(
+        "--command-config", "command_config", metavar="FILE",
+        type=click.Path(exists=True, dir_okay=False),
+        help="A properties file with client settings: security.protocol, sasl.mechanism, "
+        "sasl.jaas.config, ssl.* (see docs/security.md).")(command)
+    return click.option(
+        "--bootstrap-server", default="localhost:9092", show_default=True, metavar="HOST:PORT",
+        help="The broker (or any Kafka cluster) to connect to.")(command)
+
+
 @click.group(name="tidegate", context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, "--version", prog_name="tidegate")
 def main() -> None:
@@ -245,8 +258,7 @@ def _number(value: float) -> str:
 
 
 @main.command(context_settings={"max_content_width": 120})
-@click.option("--bootstrap-server", default="localhost:9092", show_default=True,
-              metavar="HOST:PORT", help="The broker to connect to.")
+@admin_options
 @click.option("--entity-type", "entity_types", multiple=True,
               type=click.Choice(sorted([*_ENTITY_TYPES, *_RESOURCE_TYPES])),
               help="topics, brokers, users or clients; users and clients together (users first) "
@@ -270,10 +282,6 @@ def _number(value: float) -> str:
               help="A properties file of configs to set with --alter (topics and brokers).")
 @click.option("--delete-config", "delete_config", multiple=True, metavar="K[,K]",
               help="Configs to remove with --alter (comma-separated or repeated).")
-@click.option("--command-config", "command_config", metavar="FILE",
-              type=click.Path(exists=True, dir_okay=False),
-              help="A properties file with client settings: security.protocol, sasl.mechanism, "
-              "sasl.jaas.config, ssl.* (see docs/security.md).")
 @click.pass_context
 def configs(
     ctx: click.Context,
@@ -579,12 +587,7 @@ def _print_acls(acls: list[Any], heading: str) -> None:
 
 
 @main.command(context_settings={"max_content_width": 120})
-@click.option("--bootstrap-server", default="localhost:9092", show_default=True,
-              metavar="HOST:PORT", help="The broker to connect to.")
-@click.option("--command-config", "command_config", metavar="FILE",
-              type=click.Path(exists=True, dir_okay=False),
-              help="A properties file with client settings: security.protocol, sasl.mechanism, "
-              "sasl.jaas.config, ssl.* (see docs/security.md).")
+@admin_options
 @click.option("--add", is_flag=True, help="Add the ACLs.")
 @click.option("--remove", is_flag=True, help="Remove the matching ACLs.")
 @click.option("--list", "list_", is_flag=True, help="List the ACLs (of the given resources, or all).")
@@ -764,10 +767,7 @@ Examples:
 
 
 @main.command(context_settings={"max_content_width": 120}, epilog=_TOPICS_EPILOG)
-@click.option("--bootstrap-server", default="localhost:9092", show_default=True,
-              help="The broker (or any Kafka cluster) to connect to.")
-@click.option("--command-config", "command_config", metavar="FILE",
-              help="Client security properties (security.protocol, sasl.*, ssl.*), as kafka-topics.sh.")
+@admin_options
 @click.option("--create", is_flag=True, help="Create a topic.")
 @click.option("--list", "list_", is_flag=True, help="List the topics (all, or those --topic names).")
 @click.option("--describe", is_flag=True, help="Describe the topics: partitions, leaders, configs.")
@@ -875,3 +875,7 @@ def topics(
                                "\tElr: N/A\tLastKnownElr: N/A")
 
     _run_admin(ctx, "topics", bootstrap_server, command_config, work)
+
+
+# Subcommands kept in their own modules register themselves on ``main`` when imported.
+from tidegate.cli import _registry  # noqa: F401

@@ -1,0 +1,1 @@
+"""Imports the subcommand modules of ``tidegate.cli`` so each registers on ``main``."""
