@@ -5,17 +5,23 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import pickle
 
 import pytest
 
 from tests.unit.logs import LOG_DIR, batch_headers, crash, marker, open_log
 from tidegate.log import Log, LogConfig, Record, build_batch
+from tidegate.clock import MockClock
 from tidegate.log.cleaner import (
     CLEANER_OFFSET_CHECKPOINT_FILE,
     Cleaner,
+    CleanJob,
     LogCleaner,
     LogCleanerManager,
     LogToClean,
+    PreparedClean,
+    Throttler,
+    prepare_in_worker,
 )
 from tidegate.log.record_batch import DELETE_HORIZON_FLAG_MASK
 from tidegate.log.records import decode_batch_records, iter_decoded_batches
@@ -68,12 +74,36 @@ def keys(plog: Log) -> list[int]:
     return [int(k) for _, k, _ in records(plog) if k is not None]
 
 
+@pytest.fixture(autouse=True, params=["thread", "worker"])
+def execution(request, monkeypatch):
+    """Every case runs twice: the clean prepared on the log itself (a worker thread's
+    way) and from a pickled :class:`CleanJob` through :func:`prepare_in_worker` (the
+    worker process's code, its input and output through pickle as across the process
+    boundary)."""
+    monkeypatch.setattr(f"{__name__}.EXECUTION", request.param)
+    return request.param
+
+
+EXECUTION = "thread"
+
+
+def in_worker(ltc: LogToClean, now: int, cleaner: Cleaner) -> PreparedClean:
+    job = pickle.loads(pickle.dumps(CleanJob.of(ltc, now, cleaner)))
+    result = pickle.loads(pickle.dumps(prepare_in_worker(job, os.getppid())))
+    return PreparedClean.of_worker(ltc.log, *result)
+
+
 def clean(plog: Log, now: int, *, memory: int = 1 << 20, upper: int | None = None, first: int = 0,
           **kw) -> int:  # fmt: skip
     """Clean ``[first, upper or the active segment)`` once at ``now``; the end offset."""
     if upper is None:
         upper = min(plog.segments[-1].base_offset, plog.last_stable_offset)
     ltc = LogToClean(TP, plog, first, upper, 0, 1)
+    if EXECUTION == "worker" and not kw:
+        cleaner = Cleaner(memory)
+        prepared = in_worker(ltc, now, cleaner)
+        assert Cleaner.commit(prepared, now)
+        return prepared.stats.end_offset
     return Cleaner(memory).clean(ltc, now, **kw).end_offset
 
 
@@ -411,3 +441,64 @@ def test_a_compacted_topic_refuses_a_batch_with_an_unkeyed_record(compacted):
     assert plog.log_end_offset == 0
     plog.append(kv((1, b"a")), 0)
     assert plog.log_end_offset == 1
+
+
+def test_throttler_sleeps_off_the_excess_rate():
+    """Kafka's Throttler: checked once per interval, the bytes over the rate slept off."""
+    clock = MockClock()
+    slept: list[float] = []
+
+    def sleep(s: float) -> None:
+        slept.append(s)
+        clock.advance(int(s * 1000))
+
+    throttle = Throttler(1000.0, check_interval_ms=300, clock=lambda: clock.milliseconds() / 1000, sleep=sleep)
+    throttle(100)
+    clock.advance(100)
+    throttle(100)  # within the interval: no check
+    assert slept == []
+    clock.advance(300)
+    throttle(800)  # 1000 bytes in 0.4 s at 1000/s: 0.6 s too fast
+    assert slept == [pytest.approx(0.6)]
+    clock.advance(1000)
+    throttle(500)  # 500 bytes in 1 s: under the rate
+    assert slept == [pytest.approx(0.6)]
+    assert throttle.slept_s == pytest.approx(0.6)
+    unbounded = Throttler(1.7976931348623157e308, clock=lambda: clock.milliseconds() / 1000, sleep=sleep)
+    clock.advance(1000)
+    unbounded(10**12)
+    assert slept == [pytest.approx(0.6)]
+
+
+def test_a_throttled_clean_reads_and_writes_at_the_rate(compacted):
+    plog = compacted()
+    fill(plog, 300, 3)
+    seen: list[int] = []
+    cleaner = Cleaner(1 << 20, throttle=seen.append)
+    ltc = LogToClean(TP, plog, 0, plog.segments[-1].base_offset, 0, 1)
+    stats = cleaner.clean(ltc, 0)
+    assert sum(seen) == stats.map_bytes_read + stats.bytes_read + stats.bytes_written > 0
+
+
+def test_a_worker_clean_whose_segments_were_deleted_meanwhile_is_discarded(compacted):
+    """DeleteRecords during a clean in the worker: the groups from the deleted
+    segments on are dropped with their .cleaned files, the log keeps its segments, and
+    the partition is not marked uncleanable."""
+    plog = compacted()
+    fill(plog, 300, 3)
+    ltc = LogCleanerManager(os.open(plog.directory.parent, os.O_RDONLY)).log_to_clean(TP, plog, 0)
+    job = CleanJob.of(ltc, 0, Cleaner(1 << 20))
+    stats, groups = prepare_in_worker(job, os.getppid())
+    assert groups and list(plog.directory.glob("*.cleaned"))
+    before = [s.base_offset for s in plog.segments]
+    plog.increment_log_start_offset(plog.segments[1].base_offset)  # DeleteRecords
+    prepared = PreparedClean.of_worker(plog, stats, groups)
+    assert prepared.groups == [] and not list(plog.directory.glob("*.cleaned"))
+    assert [s.base_offset for s in plog.segments] == before[1:]
+    cleaner = LogCleaner(LogCleanerManager(os.open(plog.directory.parent, os.O_RDONLY)), Cleaner(1 << 20))
+    cleaner.failed(ltc, FileNotFoundError("segment deleted"))
+    assert TP not in cleaner.manager.uncleanable
+    # an error without such a change marks it uncleanable, as Kafka does
+    ltc2 = cleaner.manager.log_to_clean(TP, plog, 0)
+    cleaner.failed(ltc2, ValueError("corrupt"))
+    assert TP in cleaner.manager.uncleanable

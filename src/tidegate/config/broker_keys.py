@@ -289,8 +289,13 @@ _TABLE: tuple[ConfigKey, ...] = (
            "How full the cleaner's offset map may get.",
            mode=CLUSTER),
     broker("log.cleaner.io.max.bytes.per.second", ConfigType.DOUBLE, 1.7976931348623157e308,
-           None, MEDIUM, "Throttle on the cleaner's reads plus writes.",
+           None, MEDIUM, "Throttle on the cleaner's reads plus writes, in bytes per second "
+           "(Kafka's Throttler: checked every 300 ms, the excess slept off).",
            mode=CLUSTER),
+    broker("log.cleaner.execution", STRING, "process", OneOf(("process", "thread")), MEDIUM,
+           "tidegate only: where a clean's reading and rewriting runs: process (a worker "
+           "process, so the clean's Python work does not take the event loop's GIL) or "
+           "thread (a worker thread of the broker). The swap is always on the broker."),
     broker("log.cleaner.backoff.ms", LONG, 15000, Range.at_least(0), MEDIUM,
            "How long the cleaner sleeps when no log needs cleaning.",
            mode=CLUSTER),

@@ -255,6 +255,14 @@ def validate_topic_configs(configs: Mapping[str, str | None]) -> dict[str, str]:
     parsed = _parse_topic_configs(configs)
     if parsed.get("remote.storage.enable"):
         raise ConfigError(TIERED_STORAGE_DISABLED, name="remote.storage.enable", value=True)
+    # Kafka's LogConfig.validateValues, over the topic's values and the topic defaults
+    min_lag = parsed.get("min.compaction.lag.ms", TOPIC_CONFIG["min.compaction.lag.ms"].default)
+    max_lag = parsed.get("max.compaction.lag.ms", TOPIC_CONFIG["max.compaction.lag.ms"].default)
+    if min_lag > max_lag:
+        raise ConfigError(
+            f"conflict topic config setting min.compaction.lag.ms ({min_lag}) > "
+            f"max.compaction.lag.ms ({max_lag})", name="min.compaction.lag.ms",
+        )  # fmt: skip
     canonical: dict[str, str] = {}
     for name, value in parsed.items():
         text = convert_to_string(value)

@@ -38,17 +38,20 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Union
 
 from tidegate.client.compression import compress, decompress
 
 from .batch_builder import batch_crc, set_crc, varint
 from .checkpoint import read_checkpoint_file, write_checkpoint_file
 from .control_records import ControlRecordType, InvalidControlRecordError, end_transaction_marker_of
-from .index import AbortedTxn
-from .log import Log
+from .index import AbortedTxn, TransactionIndex
+from .log import Log, collect_aborted_transactions, write_cleaned_files
 from .record_batch import (
     COMPRESSION_CODEC_MASK,
     DELETE_HORIZON_FLAG_MASK,
@@ -58,10 +61,11 @@ from .record_batch import (
     BatchHeader,
 )
 from .records import _zigzag
-from .segment import LogSegment
+from .segment import LogSegment, iter_batch_headers, log_file_path, txn_index_file_path
 
 __all__ = [
     "CLEANER_OFFSET_CHECKPOINT_FILE",
+    "CleanJob",
     "Cleaner",
     "CleanerStats",
     "LogCleaner",
@@ -69,6 +73,8 @@ __all__ = [
     "LogToClean",
     "OffsetMap",
     "PreparedClean",
+    "Throttler",
+    "prepare_in_worker",
 ]
 
 log = logging.getLogger(__name__)
@@ -78,6 +84,8 @@ CLEANER_OFFSET_CHECKPOINT_FILE = "cleaner-offset-checkpoint"
 #: Bytes per offset map entry, as Kafka's SkimpyOffsetMap: MD5 (16) + offset (8).
 OFFSET_MAP_ENTRY_SIZE = 24
 _INT32_MAX = 2**31 - 1
+#: log.cleaner.io.max.bytes.per.second's default (Double.MaxValue): no throttle
+UNBOUNDED_RATE = 1.7976931348623157e308
 
 
 class OffsetMap:
@@ -85,6 +93,8 @@ class OffsetMap:
     at most ``memory / 24 * load_factor`` keys."""
 
     def __init__(self, memory: int, load_factor: float = 0.9) -> None:
+        self.memory = memory
+        self.load_factor = load_factor
         self.slots = min(memory, _INT32_MAX) // OFFSET_MAP_ENTRY_SIZE
         self.capacity = int(self.slots * load_factor)
         if self.capacity < 1:
@@ -115,6 +125,49 @@ class OffsetMap:
     @property
     def utilization(self) -> float:
         return len(self._map) / self.slots
+
+
+class Throttler:
+    """Kafka's ``Throttler``: holds a byte rate to ``rate`` per second by sleeping. Every
+    ``check_interval_ms`` it compares the bytes seen since the last check with the
+    time taken and sleeps off the excess. ``clock`` (seconds) and ``sleep`` are
+    injected: tests drive it with a fake clock."""
+
+    def __init__(
+        self,
+        rate: float,
+        *,
+        check_interval_ms: int = 300,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.rate = rate
+        self.check_interval_s = check_interval_ms / 1000.0
+        self._clock = clock
+        self._sleep = sleep
+        self._period_start = clock()
+        self._observed = 0
+        #: seconds slept in total (the cleaner's throttle metric)
+        self.slept_s = 0.0
+
+    @property
+    def unbounded(self) -> bool:
+        return self.rate >= UNBOUNDED_RATE or self.rate <= 0
+
+    def __call__(self, observed: int) -> None:
+        if self.unbounded:
+            return
+        self._observed += observed
+        elapsed = self._clock() - self._period_start
+        if elapsed <= self.check_interval_s or self._observed <= 0:
+            return
+        if self._observed / elapsed > self.rate:
+            pause = self._observed / self.rate - elapsed
+            if pause > 0:
+                self._sleep(pause)
+                self.slept_s += pause
+        self._period_start = self._clock()
+        self._observed = 0
 
 
 @dataclass
@@ -148,6 +201,26 @@ class PreparedClean:
     stats: CleanerStats
     groups: list[tuple[list[LogSegment], list[AbortedTxn]]] = field(default_factory=list)
 
+    @classmethod
+    def of_worker(
+        cls, plog: Log, stats: CleanerStats, groups: list[tuple[list[int], list[AbortedTxn]]]
+    ) -> PreparedClean:
+        """What :func:`prepare_in_worker` returned, on the live log: each group's base
+        offsets become its segments (a group whose segments are gone, deleted by
+        retention or DeleteRecords meanwhile, gets none: :meth:`Cleaner.commit` then
+        discards the rest)."""
+        by_base = {seg.base_offset: seg for seg in plog.segments}
+        prepared = cls(plog, stats)
+        for i, (bases, aborted) in enumerate(groups):
+            segs = [by_base[b] for b in bases if b in by_base]
+            if len(segs) < len(bases):
+                for later, _ in groups[i:]:
+                    if not plog.closed:
+                        plog.discard_cleaned(later[0])
+                break
+            prepared.groups.append((segs, aborted))
+        return prepared
+
 
 @dataclass
 class LogToClean:
@@ -161,6 +234,8 @@ class LogToClean:
     cleanable_bytes: int
     #: max.compaction.lag.ms passed for a dirty record: clean whatever the ratio
     needs_compaction_now: bool = False
+    #: the log start offset when the clean was chosen (DeleteRecords may move it meanwhile)
+    log_start_offset: int = -1
 
     @property
     def total_bytes(self) -> int:
@@ -169,6 +244,159 @@ class LogToClean:
     @property
     def cleanable_ratio(self) -> float:
         return self.cleanable_bytes / self.total_bytes if self.total_bytes else 0.0
+
+
+class SegmentFile:
+    """A closed segment as a cleaner worker process sees it: its log file (read-only,
+    opened on first read, up to the size it had when the clean was chosen) and its
+    aborted-transaction index. What :class:`Cleaner` reads of a :class:`LogSegment`."""
+
+    def __init__(self, directory: Path, base_offset: int, size: int, next_offset: int) -> None:
+        self.base_offset = base_offset
+        self.size = size
+        self.next_offset = next_offset
+        self.path = log_file_path(directory, base_offset)
+        self._txn_path = txn_index_file_path(directory, base_offset)
+        self._fd: int | None = None
+        self._txn_index: TransactionIndex | None = None
+
+    @property
+    def txn_index(self) -> TransactionIndex:
+        if self._txn_index is None:
+            self._txn_index = TransactionIndex.load(self._txn_path, self.base_offset)
+        return self._txn_index
+
+    def _file(self) -> int:
+        if self._fd is None:
+            self._fd = os.open(self.path, os.O_RDONLY)
+        return self._fd
+
+    def iter_batches_from(self, start_offset: int) -> Iterator[tuple[int, BatchHeader]]:
+        if start_offset >= self.next_offset:
+            return
+        for pos, h in iter_batch_headers(self._file(), self.path, 0, self.size):
+            if h[0] + h[6] >= start_offset:
+                yield pos, BatchHeader._make(h)
+
+    def read_batch(self, position: int, size: int) -> bytes:
+        data = os.pread(self._file(), size, position)
+        if len(data) < size:
+            raise OSError(f"{self.path}: short read at {position}")
+        return data
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+@dataclass(frozen=True)
+class _SnapshotConfig:
+    delete_retention_ms: int
+    segment_bytes: int
+
+
+@dataclass(frozen=True)
+class CleanJob:
+    """One clean, described by value so a worker process can run it (:func:`prepare_in_worker`):
+    the partition directory, its segments (base offset, size, next offset; the last is the
+    active one, never read), the cleanable range, the configs the clean uses, each
+    producer's last data offset, and the I/O throttle."""
+
+    directory: str
+    segments: tuple[tuple[int, int, int], ...]
+    log_start_offset: int
+    first_dirty_offset: int
+    first_uncleanable_offset: int
+    delete_retention_ms: int
+    segment_bytes: int
+    producer_last_offsets: dict[int, int]
+    now_ms: int
+    dedupe_buffer_size: int
+    load_factor: float
+    io_max_bytes_per_second: float
+
+    @classmethod
+    def of(cls, ltc: LogToClean, now_ms: int, cleaner: Cleaner) -> CleanJob:
+        plog = ltc.log
+        return cls(
+            str(plog.directory),
+            tuple((s.base_offset, s.size, s.next_offset) for s in plog.segments),
+            plog.log_start_offset, ltc.first_dirty_offset, ltc.first_uncleanable_offset,
+            plog.config.delete_retention_ms, plog.config.segment_bytes,
+            {pid: e.last_data_offset for pid, e in plog.producer_state.producers.items()},
+            now_ms, cleaner.offset_map.memory, cleaner.offset_map.load_factor, cleaner.throttler.rate,
+        )  # fmt: skip
+
+
+class LogSnapshot:
+    """What :class:`Cleaner` reads of a :class:`Log`, rebuilt from a :class:`CleanJob`
+    in a worker process: the segment files, the log start, the configs of the clean, the
+    aborted transactions (from the segments' ``.txnindex`` files) and the producers' last
+    data offsets; ``.cleaned`` files are written the same way as by the log."""
+
+    def __init__(self, job: CleanJob) -> None:
+        self.directory = Path(job.directory)
+        self.segments = [SegmentFile(self.directory, b, size, nxt) for b, size, nxt in job.segments]
+        self._bases = [s.base_offset for s in self.segments]
+        self.log_start_offset = job.log_start_offset
+        self.config = _SnapshotConfig(job.delete_retention_ms, job.segment_bytes)
+        self.producer_last_offsets = job.producer_last_offsets
+
+    def collect_aborted_transactions(self, fetch_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
+        return collect_aborted_transactions(self.segments, self._bases, fetch_offset, upper_bound_offset)
+
+    def write_cleaned(self, base: int, log_data: bytes, aborted: list[AbortedTxn]) -> None:
+        write_cleaned_files(self.directory, base, log_data, aborted)
+
+    def close(self) -> None:
+        for seg in self.segments:
+            seg.close()
+
+
+#: what a clean reads: the live log (thread) or its snapshot (worker process)
+_CleanedLog = Union[Log, LogSnapshot]  # noqa: UP007 - a runtime alias
+_Segment = Union[LogSegment, SegmentFile]  # noqa: UP007 - a runtime alias
+
+
+def _last_data_offset(plog: _CleanedLog, producer_id: int) -> int | None:
+    if isinstance(plog, LogSnapshot):
+        return plog.producer_last_offsets.get(producer_id)
+    entry = plog.producer_state.entry(producer_id)
+    return None if entry is None else entry.last_data_offset
+
+
+def _check_parent(parent: int) -> Callable[[int], None]:
+    """A throttle hook for a worker process: stop when the broker that started it is
+    gone (its ``.cleaned`` files belong to a broker that no longer exists)."""
+
+    def check(_n: int) -> None:
+        if os.getppid() != parent:
+            raise SystemExit("the broker is gone")
+
+    return check
+
+
+def prepare_in_worker(job: CleanJob, parent_pid: int) -> tuple[CleanerStats, list[tuple[list[int], list[AbortedTxn]]]]:
+    """Run a clean's :meth:`Cleaner.prepare` in a worker process: everything but the
+    swap, from the files alone. Returns the stats and, per group, the base offsets of
+    the segments it replaces and the aborted transactions it kept."""
+    throttle = Throttler(job.io_max_bytes_per_second)
+    alive = _check_parent(parent_pid)
+
+    def hook(n: int) -> None:
+        alive(n)
+        throttle(n)
+
+    cleaner = Cleaner(job.dedupe_buffer_size, job.load_factor, throttle=hook)
+    snapshot = LogSnapshot(job)
+    try:
+        stats, groups = cleaner.prepare_log(
+            snapshot, job.first_dirty_offset, job.first_uncleanable_offset, job.now_ms
+        )
+    finally:
+        snapshot.close()
+    return stats, [([s.base_offset for s in segs], aborted) for segs, aborted in groups]
 
 
 def _header(h: BatchHeader | tuple) -> BatchHeader:
@@ -285,14 +513,17 @@ class Cleaner:
         dedupe_buffer_size: int = 134217728,
         load_factor: float = 0.9,
         *,
+        io_max_bytes_per_second: float = UNBOUNDED_RATE,
         throttle: Callable[[int], None] | None = None,
     ) -> None:
         self.offset_map = OffsetMap(dedupe_buffer_size, load_factor)
-        #: called with the bytes read or written (log.cleaner.io.max.bytes.per.second)
-        self.throttle = throttle or (lambda _n: None)
+        #: log.cleaner.io.max.bytes.per.second (its ``rate`` changes live)
+        self.throttler = Throttler(io_max_bytes_per_second)
+        #: called with the bytes read or written
+        self.throttle: Callable[[int], None] = throttle or self.throttler
 
     # -- map -----------------------------------------------------------------
-    def build_offset_map(self, plog: Log, start: int, end: int, stats: CleanerStats) -> int:
+    def build_offset_map(self, plog: _CleanedLog, start: int, end: int, stats: CleanerStats) -> int:
         """Fill the map from ``[start, end)``; the end offset of the round (the map's
         latest offset + 1: below ``end`` when the map filled up)."""
         omap = self.offset_map
@@ -324,7 +555,7 @@ class Cleaner:
         return min(omap.latest_offset + 1, end)
 
     @staticmethod
-    def _records(seg: LogSegment, pos: int, h: BatchHeader) -> list[_Record]:
+    def _records(seg: _Segment, pos: int, h: BatchHeader) -> list[_Record]:
         data = seg.read_batch(pos, h.size)
         body = data[HEADER_SIZE:]
         codec = h.attributes & COMPRESSION_CODEC_MASK
@@ -333,7 +564,7 @@ class Cleaner:
         return _parse_records(body, h.base_offset, h.base_timestamp)
 
     @staticmethod
-    def _is_abort(seg: LogSegment, pos: int, h: BatchHeader) -> bool:
+    def _is_abort(seg: _Segment, pos: int, h: BatchHeader) -> bool:
         try:
             marker = end_transaction_marker_of(seg.read_batch(pos, h.size))
         except InvalidControlRecordError:
@@ -365,22 +596,43 @@ class Cleaner:
     ) -> PreparedClean:
         """Everything but the swap, without changing the log: build the offset map and
         write each group's cleaned segment as ``.cleaned`` files. Reads only inactive
-        segments, so the broker runs it on a worker thread while the log takes appends;
+        segments, so the broker runs it off the event loop while the log takes appends;
         :meth:`commit` (on the log's thread) swaps the groups in."""
+        stats, groups = self.prepare_log(
+            to_clean.log, to_clean.first_dirty_offset, to_clean.first_uncleanable_offset,
+            now_ms, on_step=on_step, wall_ms=wall_ms,
+        )  # fmt: skip
+        prepared = PreparedClean(to_clean.log, stats)
+        for segs, aborted in groups:
+            assert all(isinstance(seg, LogSegment) for seg in segs)
+            prepared.groups.append(([seg for seg in segs if isinstance(seg, LogSegment)], aborted))
+        return prepared
+
+    def prepare_log(
+        self,
+        plog: _CleanedLog,
+        first_dirty: int,
+        first_uncleanable: int,
+        now_ms: int,
+        *,
+        on_step: Callable[[str], None] | None = None,
+        wall_ms: Callable[[], int] | None = None,
+    ) -> tuple[CleanerStats, list[tuple[list[_Segment], list[AbortedTxn]]]]:
+        """:meth:`prepare` of a live log or of a worker process's :class:`LogSnapshot`:
+        the stats and, per group, the segments it replaces and the aborted transactions
+        its ``.cleaned`` transaction index holds."""
         wall = wall_ms or (lambda: int(time.monotonic() * 1000))
         stats = CleanerStats(start_ms=wall())
-        plog = to_clean.log
-        end = self.build_offset_map(
-            plog, to_clean.first_dirty_offset, to_clean.first_uncleanable_offset, stats
-        )
+        end = self.build_offset_map(plog, first_dirty, first_uncleanable, stats)
         stats.map_complete_ms = wall()
         stats.buffer_utilization = self.offset_map.utilization
         stats.end_offset = end
         delete_retention_ms = plog.config.delete_retention_ms
         start = plog.log_start_offset
         tracker = _TxnTracker(plog.collect_aborted_transactions(start, end))
-        segs = [s for s in list(plog.segments)[:-1] if s.base_offset < end]
-        prepared = PreparedClean(plog, stats)
+        all_segs: Sequence[_Segment] = plog.segments
+        segs = [s for s in all_segs[:-1] if s.base_offset < end]
+        groups: list[tuple[list[_Segment], list[AbortedTxn]]] = []
         for group in self.group_segments(segs, plog.config.segment_bytes):
             out: list[bytes] = []
             kept_aborted: list[AbortedTxn] = []
@@ -396,11 +648,11 @@ class Cleaner:
             stats.bytes_written += len(log_data)
             self.throttle(len(log_data))
             plog.write_cleaned(group[0].base_offset, log_data, kept_aborted)
-            prepared.groups.append((group, kept_aborted))
+            groups.append((group, kept_aborted))
             if on_step is not None:
                 on_step("cleaned")
         stats.end_ms = wall()
-        return prepared
+        return stats, groups
 
     @staticmethod
     def commit(
@@ -420,8 +672,8 @@ class Cleaner:
 
     def _clean_batch(
         self,
-        plog: Log,
-        seg: LogSegment,
+        plog: _CleanedLog,
+        seg: _Segment,
         pos: int,
         h: BatchHeader,
         end: int,
@@ -475,8 +727,8 @@ class Cleaner:
         if len(kept) == len(recs) and (not tombstones or has_horizon):
             return raw
         if not kept:
-            producer = plog.producer_state.entry(h.producer_id) if h.producer_id >= 0 else None
-            if producer is not None and producer.last_data_offset == h.last_offset:
+            last = _last_data_offset(plog, h.producer_id) if h.producer_id >= 0 else None
+            if last == h.last_offset:
                 # the producer's last batch: kept empty so its epoch and sequence survive
                 return _rebuild(h, [], h.base_timestamp, h.attributes)
             return None
@@ -486,10 +738,10 @@ class Cleaner:
         return _rebuild(h, kept, h.base_timestamp, h.attributes)
 
     @staticmethod
-    def group_segments(segs: list[LogSegment], max_size: int) -> list[list[LogSegment]]:
+    def group_segments(segs: list[_Segment], max_size: int) -> list[list[_Segment]]:
         """Kafka's ``groupSegmentsBySize``: consecutive segments whose logs together stay
         within ``max_size`` and whose offsets span less than 2^31."""
-        groups: list[list[LogSegment]] = []
+        groups: list[list[_Segment]] = []
         i = 0
         while i < len(segs):
             group = [segs[i]]
@@ -559,7 +811,7 @@ class LogCleanerManager:
         start = plog.log_start_offset
         clean = plog.bytes_between(start, first_dirty) if first_dirty > start else 0
         cleanable = plog.bytes_between(first_dirty, uncleanable) if uncleanable > first_dirty else 0
-        ltc = LogToClean(tp, plog, first_dirty, uncleanable, clean, cleanable)
+        ltc = LogToClean(tp, plog, first_dirty, uncleanable, clean, cleanable, log_start_offset=start)
         max_lag = plog.config.max_compaction_lag_ms
         if cleanable > 0 and max_lag < 2**62:
             for seg in plog.segments[:-1]:
@@ -634,8 +886,12 @@ class LogCleaner:
 
     def failed(self, ltc: LogToClean, exc: BaseException) -> None:
         """A clean raised: the partition is uncleanable from now on (Kafka's behaviour),
-        unless the log changed under the clean (closed, or segments deleted meanwhile)."""
+        unless the log changed under the clean (closed, or DeleteRecords moved its start
+        and deleted segments the clean was reading)."""
         if ltc.log.closed:
+            return
+        if ltc.log.log_start_offset != ltc.log_start_offset:
+            log.info("cleaning %s abandoned: its log start moved meanwhile (%r)", ltc.log, exc)
             return
         log.error("cleaning %s failed, marked uncleanable: %r", ltc.log, exc)
         assert isinstance(ltc.key, tuple)

@@ -27,10 +27,10 @@ import os
 import re
 import shutil
 from bisect import bisect_right
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, overload
+from typing import Any, Literal, overload
 
 from tidegate.errors import OffsetOutOfRangeError
 
@@ -506,26 +506,9 @@ class Log:
         return self.swap_in(old, aborted, now_ms, on_step)
 
     def write_cleaned(self, base: int, log_data: bytes, aborted: list[AbortedTxn]) -> None:
-        """The first step of :meth:`replace_segments`: write and fsync ``<base>.log.cleaned``
-        (and its ``.txnindex.cleaned``). Touches no state of the log: the log cleaner runs
-        it on a worker thread."""
-        d = self.directory
-        log_name = f"{base:020d}.log"
-        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
-        fd = os.open(d / (log_name + CLEANED_FILE_SUFFIX), flags, 0o644)
-        try:
-            view = memoryview(log_data)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        if aborted:
-            xi = TransactionIndex(d / (f"{base:020d}.txnindex" + CLEANED_FILE_SUFFIX), base)
-            xi.reset(aborted)
-            xi.flush()
-            xi.close()
-        _fsync_dir(d)
+        """The first step of :meth:`replace_segments` (:func:`write_cleaned_files`).
+        Touches no state of the log: the log cleaner runs it off the event loop."""
+        write_cleaned_files(self.directory, base, log_data, aborted)
 
     def discard_cleaned(self, base: int) -> None:
         """Remove what :meth:`write_cleaned` wrote (the segments changed meanwhile)."""
@@ -951,19 +934,9 @@ class Log:
 
     def collect_aborted_transactions(self, fetch_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
         """Every aborted transaction a fetch from ``fetch_offset`` below ``upper_bound_offset``
-        overlaps (Kafka's ``collectAbortedTransactions``): from the segment holding the
-        fetch offset on, until a segment's index has an abort at or past the upper bound."""
+        overlaps (:func:`collect_aborted_transactions`)."""
         self._check_open()
-        segs = self._segments
-        out: list[AbortedTxn] = []
-        for seg in segs[max(0, bisect_right(self._bases, fetch_offset) - 1):]:
-            idx = seg.txn_index
-            if not len(idx):
-                continue
-            out.extend(idx.collect(fetch_offset, upper_bound_offset))
-            if idx.entries()[-1].last_offset >= upper_bound_offset:
-                break
-        return out
+        return collect_aborted_transactions(self._segments, self._bases, fetch_offset, upper_bound_offset)
 
     def bytes_between(self, start: int, end: int) -> int:
         """Roughly the bytes of the batches from the one holding ``start`` to the one at
@@ -1384,3 +1357,43 @@ def _fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def write_cleaned_files(directory: Path, base: int, log_data: bytes, aborted: list[AbortedTxn]) -> None:
+    """Write and fsync ``<base>.log.cleaned`` (and its ``.txnindex.cleaned``) in a
+    partition directory: what a clean leaves for the swap. Needs no open log, so a
+    cleaner worker process runs it too."""
+    d = Path(directory)
+    log_name = f"{base:020d}.log"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+    fd = os.open(d / (log_name + CLEANED_FILE_SUFFIX), flags, 0o644)
+    try:
+        view = memoryview(log_data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    if aborted:
+        xi = TransactionIndex(d / (f"{base:020d}.txnindex" + CLEANED_FILE_SUFFIX), base)
+        xi.reset(aborted)
+        xi.flush()
+        xi.close()
+    _fsync_dir(d)
+
+
+def collect_aborted_transactions(
+    segments: Sequence[Any], bases: Sequence[int], fetch_offset: int, upper_bound_offset: int
+) -> list[AbortedTxn]:
+    """Kafka's ``collectAbortedTransactions`` over ``segments`` (each with a
+    ``txn_index``; ``bases`` their base offsets): from the segment holding the fetch offset
+    on, until a segment's index has an abort at or past the upper bound."""
+    out: list[AbortedTxn] = []
+    for seg in segments[max(0, bisect_right(bases, fetch_offset) - 1):]:
+        idx = seg.txn_index
+        if not len(idx):
+            continue
+        out.extend(idx.collect(fetch_offset, upper_bound_offset))
+        if idx.entries()[-1].last_offset >= upper_bound_offset:
+            break
+    return out

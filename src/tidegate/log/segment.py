@@ -96,6 +96,34 @@ class TimestampAndOffset(NamedTuple):
     leader_epoch: int | None
 
 
+
+def iter_batch_headers(fd: int, path: object, start: int, end: int) -> Iterator[tuple[int, tuple]]:
+    """Yield (position, raw header tuple) for each batch of the log file ``fd`` in
+    [start, end), by chunked pread.
+
+    Checks only the framing (lengths and magic); raises CorruptRecordError on a
+    torn or impossible batch.
+    """
+    buf = b""
+    buf_start = start
+    pos = start
+    while pos < end:
+        rel = pos - buf_start
+        if rel < 0 or rel + HEADER_SIZE > len(buf):
+            buf = os.pread(fd, min(_SCAN_CHUNK, end - pos), pos)
+            buf_start, rel = pos, 0
+            if len(buf) < HEADER_SIZE:
+                raise CorruptRecordError(f"{path}: truncated batch header at position {pos}", pos)
+        h = _unpack_header(buf, rel)
+        length = h[1]
+        if length < MIN_BATCH_LENGTH or h[3] != 2 or pos + length + LOG_OVERHEAD > end:
+            raise CorruptRecordError(
+                f"{path}: invalid batch at position {pos} (length {length}, magic {h[3]})", pos
+            )
+        yield pos, h
+        pos += length + LOG_OVERHEAD
+
+
 def _pwrite_all(fd: int, data, position: int) -> None:
     view = memoryview(data)
     try:
@@ -417,34 +445,7 @@ class LogSegment:
     # -- read --------------------------------------------------------------------
 
     def _iter_headers(self, start: int, end: int) -> Iterator[tuple[int, tuple]]:
-        """Yield (position, raw header tuple) for each batch in [start, end), by chunked pread.
-
-        Checks only the framing (lengths and magic); raises CorruptRecordError on a
-        torn or impossible batch.
-        """
-        fd = self._fd
-        buf = b""
-        buf_start = start
-        pos = start
-        while pos < end:
-            rel = pos - buf_start
-            if rel < 0 or rel + HEADER_SIZE > len(buf):
-                buf = os.pread(fd, min(_SCAN_CHUNK, end - pos), pos)
-                buf_start, rel = pos, 0
-                if len(buf) < HEADER_SIZE:
-                    raise CorruptRecordError(
-                        f"{self.log_path}: truncated batch header at position {pos}", pos
-                    )
-            h = _unpack_header(buf, rel)
-            length = h[1]
-            if length < MIN_BATCH_LENGTH or h[3] != 2 or pos + length + LOG_OVERHEAD > end:
-                raise CorruptRecordError(
-                    f"{self.log_path}: invalid batch at position {pos} "
-                    f"(length {length}, magic {h[3]})",
-                    pos,
-                )
-            yield pos, h
-            pos += length + LOG_OVERHEAD
+        return iter_batch_headers(self._fd, self.log_path, start, end)
 
     def _translate(self, offset: int, end: int) -> tuple[int, tuple] | None:
         """Position and header of the first batch whose last offset >= ``offset``."""

@@ -12,8 +12,11 @@ requests straight into :meth:`KafkaApis.handle`, so the same wiring runs in both
 from __future__ import annotations
 
 import logging
+import os
+from asyncio import CancelledError
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tidegate.clock import SYSTEM_CLOCK, Clock
 from tidegate.config import BrokerConfig, topic_log_config
@@ -25,7 +28,7 @@ from tidegate.coordinator.transaction.transaction_state_manager import (
     TransactionConfig,
     TransactionStateManager,
 )
-from tidegate.log.cleaner import PreparedClean
+from tidegate.log.cleaner import CleanJob, PreparedClean, prepare_in_worker
 from tidegate.log.dir_failure import StorageError
 from tidegate.network.request_channel import RequestChannel
 from tidegate.scheduler import Cancellable, OnDone, Scheduler
@@ -243,9 +246,10 @@ class BrokerCore:
         return on_done
 
     def _maybe_clean(self, now: int) -> None:
-        """Kafka's cleaner thread: choose the filthiest log here, clean it on a worker
-        thread (reads and ``.cleaned`` files only), swap the result in back on the loop;
-        when no log was due, look again after log.cleaner.backoff.ms."""
+        """Kafka's cleaner thread: choose the filthiest log here, clean it off the loop
+        (reads and ``.cleaned`` files only: in the worker process, or on a worker thread
+        with log.cleaner.execution=thread), swap the result in back on the loop; when no
+        log was due, look again after log.cleaner.backoff.ms."""
         cleaner = self.logs.cleaner
         if cleaner is None or self._cleaning or now < self._due_at["log-cleaner"]:
             return
@@ -255,16 +259,29 @@ class BrokerCore:
             return
         self._cleaning = True
         cleaner.in_progress = ltc.log
+        cleaner.cleaner.throttler.rate = self.config.get("log.cleaner.io.max.bytes.per.second")
 
-        def done(prepared: PreparedClean, exc: BaseException | None) -> None:
+        def done(prepared: PreparedClean | None, exc: BaseException | None) -> None:
             self._cleaning = False
             cleaner.in_progress = None
-            if exc is not None:
-                cleaner.failed(ltc, exc)
+            if isinstance(exc, (BrokenProcessPool, CancelledError)):
+                # the worker process was stopped (shutdown) or killed: not the log's fault
+                log.warning("cleaning %s interrupted: %r", ltc.log, exc)
+                return
+            if exc is not None or prepared is None:
+                cleaner.failed(ltc, exc or RuntimeError("no result"))
             else:
                 cleaner.finish(ltc, prepared, self.clock.wall_milliseconds())
 
-        self.scheduler.submit(lambda: cleaner.cleaner.prepare(ltc, now), done)
+        if self.config.get("log.cleaner.execution") == "thread":
+            self.scheduler.submit(lambda: cleaner.cleaner.prepare(ltc, now), done)
+            return
+        job = CleanJob.of(ltc, now, cleaner.cleaner)
+
+        def from_worker(result: Any, exc: BaseException | None) -> None:
+            done(None if exc is not None else PreparedClean.of_worker(ltc.log, *result), exc)
+
+        self.scheduler.submit_process(prepare_in_worker, (job, os.getpid()), from_worker)
 
     def maintain_groups(self) -> None:
         """Offset retention (the log cleaner compacts __consumer_offsets)."""
