@@ -117,7 +117,7 @@ def produce_latency(size: int, keys: int, seconds: float, mode: str, throttle_mb
         admin = AdminClient({"bootstrap.servers": broker.bootstrap})
         admin.create_topics([NewTopic(topic, 1, 1, config={
             "cleanup.policy": "compact", "segment.bytes": str(segment_bytes),
-            "min.cleanable.dirty.ratio": "0.99"})])[topic].result(30)  # fmt: skip
+            "min.cleanable.dirty.ratio": "1.0"})])[topic].result(30)  # fmt: skip
         p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 20, "acks": 1})
         value = b"v" * 1024
         for i in range(size // 1024):
@@ -128,7 +128,7 @@ def produce_latency(size: int, keys: int, seconds: float, mode: str, throttle_mb
                 except BufferError:
                     p.poll(0.05)
         p.flush(300)
-        # let the cleaner see the dirty log now (ratio 0.99 kept it from cleaning during
+        # let the cleaner see the dirty log now (ratio 1.0 kept it from cleaning during
         # the fill): a ratio change applies live
         from confluent_kafka.admin import ConfigResource
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 
+import psutil
 import pytest
 
 from tests.conftest import metrics_overrides, wait_until
@@ -150,9 +151,16 @@ def test_kill_9_while_the_cleaner_works_loses_no_latest_value(broker_factory):
     alter = configs_cli(b.bootstrap, "--entity-type", "topics", "--entity-name", topic, "--alter",
                         "--add-config", "min.cleanable.dirty.ratio=0.01")  # fmt: skip
     assert alter.returncode == 0, alter.stderr
+    workers_seen = 0
     for delay in (1.0, 1.2, 1.5, 2.0):  # the maintenance tick is 1 s: kills around the clean
         time.sleep(delay)
+        assert b.proc is not None
+        workers = psutil.Process(b.proc.pid).children()  # the cleaner's worker process
+        workers_seen += len(workers)
         b.kill()
+        # the worker dies with the broker (it must not write into the restarted one's logs)
+        _, alive = psutil.wait_procs(workers, timeout=10)
+        assert alive == []
         b.start()
         got = consume(b.bootstrap, topic, 30_000, client="confluent", timeout=5, settle=0.5)
         seen = {g.key: g.value for g in got}
@@ -160,3 +168,4 @@ def test_kill_9_while_the_cleaner_works_loses_no_latest_value(broker_factory):
             k: v for k, v in latest.items() if v is not None
         }
     wait_until(lambda: "cleaned Log(" in b.log_text(), 30, what="a completed clean")
+    assert workers_seen > 0  # the kills hit while the log was being cleaned in the worker

@@ -191,15 +191,18 @@ def test_append_and_subtract_on_a_key_that_is_not_a_list_is_invalid_config(h, op
         ([("remote.storage.enable", SET, "true")],
          ("Tiered Storage functionality is disabled in the broker. Topic cannot be configured "
          "with remote log storage.")),
+        # checked against the topic's other values (Kafka's LogConfig.validateValues)
+        ([("max.compaction.lag.ms", SET, "500")],
+         "conflict topic config setting min.compaction.lag.ms (1000) > max.compaction.lag.ms (500)"),
         # one bad key fails the resource: the good one is not applied either
         ([("retention.ms", SET, "5"), ("segment.bytes", SET, "10")],
          "Invalid value 10 for configuration segment.bytes: Value must be at least 14"),
     ],
 )
 def test_invalid_topic_configs_are_invalid_config_and_change_nothing(h, ops, message):
-    h.create_topic("t", configs={"retention.ms": "1000"})
+    h.create_topic("t", configs={"retention.ms": "1000", "min.compaction.lag.ms": "1000"})
     assert incremental(h, [(TOPIC, "t", ops)]) == [(ErrorCode.invalid_config, message, TOPIC, "t")]
-    assert h.store.get("t").configs == {"retention.ms": "1000"}
+    assert h.store.get("t").configs == {"retention.ms": "1000", "min.compaction.lag.ms": "1000"}
     assert h.replicas.get_log("t", 0).config.retention_ms == 1000
 
 

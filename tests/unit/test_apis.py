@@ -1006,6 +1006,32 @@ def test_null_metadata_topics_still_means_all_topics(h):
     assert [t.name for t in decode_frame(3, 1, response_bytes(outcome), 9).topics] == ["x"]
 
 
+def test_internal_topics_of_an_older_data_dir_become_compacted_at_load(tmp_path):
+    """A data dir whose __consumer_offsets / __transaction_state were created before the
+    log cleaner (no cleanup.policy) loads them compacted, as Kafka creates them; an
+    operator's own cleanup.policy and other topics stay as they are."""
+    from tidegate.config import BrokerConfig, topic_log_config
+    from tidegate.server.log_manager import LogManager
+    from tidegate.server.metadata import TopicStore
+
+    config = BrokerConfig({})
+    store = TopicStore(tmp_path)
+    store.create("__consumer_offsets", 1, {"segment.bytes": "104857600"})
+    store.create("__transaction_state", 2, {"cleanup.policy": "compact,delete"})
+    store.create("events", 1, {})
+    logs = LogManager(tmp_path, TopicStore(tmp_path), lambda info: topic_log_config(config, info.configs), lambda: 0)
+    logs.load()
+    try:
+        assert TopicStore(tmp_path).get("__consumer_offsets").configs == {
+            "segment.bytes": "104857600", "cleanup.policy": "compact"}  # fmt: skip
+        assert logs.get_log("__consumer_offsets", 0).config.compact
+        assert TopicStore(tmp_path).get("__transaction_state").configs == {"cleanup.policy": "compact,delete"}
+        assert TopicStore(tmp_path).get("events").configs == {}
+        assert not logs.get_log("events", 0).config.compact
+    finally:
+        logs.close()
+
+
 def test_create_topic_is_all_or_nothing_when_a_log_cannot_open(tmp_path, monkeypatch):
     """A partition log that fails to open (e.g. EMFILE) rolls the whole topic back."""
     from tidegate.log.config import LogConfig

@@ -10,8 +10,8 @@ import pickle
 import pytest
 
 from tests.unit.logs import LOG_DIR, batch_headers, crash, marker, open_log
-from tidegate.log import Log, LogConfig, Record, build_batch
 from tidegate.clock import MockClock
+from tidegate.log import Log, LogConfig, Record, build_batch
 from tidegate.log.cleaner import (
     CLEANER_OFFSET_CHECKPOINT_FILE,
     Cleaner,

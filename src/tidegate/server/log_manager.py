@@ -37,7 +37,7 @@ from tidegate.log.cleaner import Cleaner, LogCleaner, LogCleanerManager
 from tidegate.log.config import LogConfig
 from tidegate.log.dir_failure import LogDirFailureChannel, StorageError
 from tidegate.log.log import Log, partition_dir
-from tidegate.server.metadata import TopicInfo, TopicStore, write_atomically
+from tidegate.server.metadata import TopicInfo, TopicStore, is_internal_topic, write_atomically
 
 if TYPE_CHECKING:
     from tidegate.scheduler import Scheduler
@@ -137,6 +137,12 @@ class LogManager:
                 log.info("removing %s: it belongs to no live topic", child)
                 shutil.rmtree(child, ignore_errors=True)
         for info in self.store.topics.values():
+            if is_internal_topic(info.name) and "cleanup.policy" not in info.configs:
+                # created by a tidegate older than its log cleaner: Kafka creates the
+                # internal topics compacted, so their offsets and transaction states
+                # are never removed by time retention
+                self.store.set_configs(info.name, {**info.configs, "cleanup.policy": "compact"})
+                log.info("%s: cleanup.policy=compact, as Kafka creates it", info.name)
             self._open_partitions(info, 0, info.partitions)
         self._loaded_log_start_offsets = {}
         for (topic, partition), plog in self.logs.items():
