@@ -502,3 +502,26 @@ def test_a_worker_clean_whose_segments_were_deleted_meanwhile_is_discarded(compa
     ltc2 = cleaner.manager.log_to_clean(TP, plog, 0)
     cleaner.failed(ltc2, ValueError("corrupt"))
     assert TP in cleaner.manager.uncleanable
+
+
+def test_a_cleaned_segment_is_written_through_a_bounded_buffer(compacted, monkeypatch):
+    """log.cleaner.io.buffer.size: the cleaned segment is written as the clean goes, at
+    most half the buffer (plus one batch) held, not the whole group in memory."""
+    from tidegate.log import log as log_module
+
+    plog = compacted(segment_bytes=1 << 20)
+    fill(plog, 2_000, 2_000)  # unique keys: nothing is dropped, everything rewritten
+    plog.roll(10_000)
+    held: list[int] = []
+    real_write = log_module.CleanedSegmentWriter.write
+
+    def write(self, data: bytes) -> None:
+        real_write(self, data)
+        held.append(self._pending_bytes)
+
+    monkeypatch.setattr(log_module.CleanedSegmentWriter, "write", write)
+    ltc = LogToClean(TP, plog, 0, plog.segments[-1].base_offset, 0, 1)
+    stats = Cleaner(1 << 20, io_buffer_size=8192).clean(ltc, 0)
+    assert stats.bytes_written > 100_000 and len(held) == 2_000
+    assert max(held) < 4096 + 200  # half the buffer plus one batch
+    assert len(records(plog)) == 2_000

@@ -51,7 +51,7 @@ from .batch_builder import batch_crc, set_crc, varint
 from .checkpoint import read_checkpoint_file, write_checkpoint_file
 from .control_records import ControlRecordType, InvalidControlRecordError, end_transaction_marker_of
 from .index import AbortedTxn, TransactionIndex
-from .log import Log, collect_aborted_transactions, write_cleaned_files
+from .log import CleanedSegmentWriter, Log, collect_aborted_transactions
 from .record_batch import (
     COMPRESSION_CODEC_MASK,
     DELETE_HORIZON_FLAG_MASK,
@@ -314,6 +314,7 @@ class CleanJob:
     now_ms: int
     dedupe_buffer_size: int
     load_factor: float
+    io_buffer_size: int
     io_max_bytes_per_second: float
 
     @classmethod
@@ -325,7 +326,8 @@ class CleanJob:
             plog.log_start_offset, ltc.first_dirty_offset, ltc.first_uncleanable_offset,
             plog.config.delete_retention_ms, plog.config.segment_bytes,
             {pid: e.last_data_offset for pid, e in plog.producer_state.producers.items()},
-            now_ms, cleaner.offset_map.memory, cleaner.offset_map.load_factor, cleaner.throttler.rate,
+            now_ms, cleaner.offset_map.memory, cleaner.offset_map.load_factor, cleaner.io_buffer_size,
+            cleaner.throttler.rate,
         )  # fmt: skip
 
 
@@ -346,8 +348,8 @@ class LogSnapshot:
     def collect_aborted_transactions(self, fetch_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
         return collect_aborted_transactions(self.segments, self._bases, fetch_offset, upper_bound_offset)
 
-    def write_cleaned(self, base: int, log_data: bytes, aborted: list[AbortedTxn]) -> None:
-        write_cleaned_files(self.directory, base, log_data, aborted)
+    def cleaned_writer(self, base: int, buffer_size: int) -> CleanedSegmentWriter:
+        return CleanedSegmentWriter(self.directory, base, buffer_size)
 
     def close(self) -> None:
         for seg in self.segments:
@@ -388,7 +390,7 @@ def prepare_in_worker(job: CleanJob, parent_pid: int) -> tuple[CleanerStats, lis
         alive(n)
         throttle(n)
 
-    cleaner = Cleaner(job.dedupe_buffer_size, job.load_factor, throttle=hook)
+    cleaner = Cleaner(job.dedupe_buffer_size, job.load_factor, io_buffer_size=job.io_buffer_size, throttle=hook)
     snapshot = LogSnapshot(job)
     try:
         stats, groups = cleaner.prepare_log(
@@ -513,10 +515,14 @@ class Cleaner:
         dedupe_buffer_size: int = 134217728,
         load_factor: float = 0.9,
         *,
+        io_buffer_size: int = 524288,
         io_max_bytes_per_second: float = UNBOUNDED_RATE,
         throttle: Callable[[int], None] | None = None,
     ) -> None:
         self.offset_map = OffsetMap(dedupe_buffer_size, load_factor)
+        #: log.cleaner.io.buffer.size: half for reading, half for the cleaned segment
+        self.io_buffer_size = io_buffer_size
+        self.write_buffer_size = max(1, io_buffer_size // 2)
         #: log.cleaner.io.max.bytes.per.second (its ``rate`` changes live)
         self.throttler = Throttler(io_max_bytes_per_second)
         #: called with the bytes read or written
@@ -634,20 +640,23 @@ class Cleaner:
         segs = [s for s in all_segs[:-1] if s.base_offset < end]
         groups: list[tuple[list[_Segment], list[AbortedTxn]]] = []
         for group in self.group_segments(segs, plog.config.segment_bytes):
-            out: list[bytes] = []
             kept_aborted: list[AbortedTxn] = []
-            for seg in group:
-                for pos, h in seg.iter_batches_from(seg.base_offset):
-                    stats.bytes_read += h.size
-                    self.throttle(h.size)
-                    data = self._clean_batch(plog, seg, pos, h, end, now_ms, delete_retention_ms,
-                                             tracker, kept_aborted, stats)  # fmt: skip
-                    if data is not None:
-                        out.append(data)
-            log_data = b"".join(out)
-            stats.bytes_written += len(log_data)
-            self.throttle(len(log_data))
-            plog.write_cleaned(group[0].base_offset, log_data, kept_aborted)
+            writer = plog.cleaned_writer(group[0].base_offset, self.write_buffer_size)
+            try:
+                for seg in group:
+                    for pos, h in seg.iter_batches_from(seg.base_offset):
+                        stats.bytes_read += h.size
+                        self.throttle(h.size)
+                        data = self._clean_batch(plog, seg, pos, h, end, now_ms, delete_retention_ms,
+                                                 tracker, kept_aborted, stats)  # fmt: skip
+                        if data is not None:
+                            writer.write(data)
+                            self.throttle(len(data))
+            except BaseException:
+                writer.close()
+                raise
+            writer.finish(kept_aborted)
+            stats.bytes_written += writer.written
             groups.append((group, kept_aborted))
             if on_step is not None:
                 on_step("cleaned")

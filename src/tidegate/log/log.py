@@ -506,9 +506,13 @@ class Log:
         return self.swap_in(old, aborted, now_ms, on_step)
 
     def write_cleaned(self, base: int, log_data: bytes, aborted: list[AbortedTxn]) -> None:
-        """The first step of :meth:`replace_segments` (:func:`write_cleaned_files`).
-        Touches no state of the log: the log cleaner runs it off the event loop."""
+        """The first step of :meth:`replace_segments` (:func:`write_cleaned_files`)."""
         write_cleaned_files(self.directory, base, log_data, aborted)
+
+    def cleaned_writer(self, base: int, buffer_size: int) -> CleanedSegmentWriter:
+        """A :class:`CleanedSegmentWriter` for a clean of this log. Touches no state of
+        the log: the log cleaner uses it off the event loop."""
+        return CleanedSegmentWriter(self.directory, base, buffer_size)
 
     def discard_cleaned(self, base: int) -> None:
         """Remove what :meth:`write_cleaned` wrote (the segments changed meanwhile)."""
@@ -1360,26 +1364,66 @@ def _fsync_dir(path: Path) -> None:
 
 
 def write_cleaned_files(directory: Path, base: int, log_data: bytes, aborted: list[AbortedTxn]) -> None:
-    """Write and fsync ``<base>.log.cleaned`` (and its ``.txnindex.cleaned``) in a
-    partition directory: what a clean leaves for the swap. Needs no open log, so a
-    cleaner worker process runs it too."""
-    d = Path(directory)
-    log_name = f"{base:020d}.log"
-    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
-    fd = os.open(d / (log_name + CLEANED_FILE_SUFFIX), flags, 0o644)
+    """Write and fsync ``<base>.log.cleaned`` (and its ``.txnindex.cleaned``) in one go
+    (:class:`CleanedSegmentWriter`)."""
+    writer = CleanedSegmentWriter(directory, base)
     try:
-        view = memoryview(log_data)
+        writer.write(log_data)
+    except BaseException:
+        writer.close()
+        raise
+    writer.finish(aborted)
+
+
+class CleanedSegmentWriter:
+    """``<base>.log.cleaned`` in a partition directory, written as a clean goes through
+    at most ``buffer_size`` bytes held (the write half of log.cleaner.io.buffer.size),
+    then fsynced with its ``.txnindex.cleaned`` by :meth:`finish`: what a clean leaves
+    for the swap. Needs no open log, so a cleaner worker process uses it too."""
+
+    def __init__(self, directory: Path, base: int, buffer_size: int = 262144) -> None:
+        self.directory = Path(directory)
+        self.base = base
+        self.buffer_size = max(1, buffer_size)
+        self.written = 0
+        self._pending: list[bytes] = []
+        self._pending_bytes = 0
+        path = self.directory / (f"{base:020d}.log" + CLEANED_FILE_SUFFIX)
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+
+    def write(self, data: bytes) -> None:
+        self._pending.append(data)
+        self._pending_bytes += len(data)
+        self.written += len(data)
+        if self._pending_bytes >= self.buffer_size:
+            self._drain()
+
+    def _drain(self) -> None:
+        view = memoryview(b"".join(self._pending))
+        self._pending.clear()
+        self._pending_bytes = 0
         while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    if aborted:
-        xi = TransactionIndex(d / (f"{base:020d}.txnindex" + CLEANED_FILE_SUFFIX), base)
-        xi.reset(aborted)
-        xi.flush()
-        xi.close()
-    _fsync_dir(d)
+            view = view[os.write(self._fd, view) :]
+
+    def finish(self, aborted: list[AbortedTxn]) -> None:
+        """The rest written and fsynced, the transaction index beside it, the directory
+        fsynced."""
+        try:
+            self._drain()
+            os.fsync(self._fd)
+        finally:
+            self.close()
+        if aborted:
+            xi = TransactionIndex(self.directory / (f"{self.base:020d}.txnindex" + CLEANED_FILE_SUFFIX), self.base)
+            xi.reset(aborted)
+            xi.flush()
+            xi.close()
+        _fsync_dir(self.directory)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
 
 
 def collect_aborted_transactions(

@@ -89,6 +89,7 @@ class BrokerCore:
             self.logs.enable_cleaner(
                 config.get("log.cleaner.dedupe.buffer.size"),
                 config.get("log.cleaner.io.buffer.load.factor"),
+                config.get("log.cleaner.io.buffer.size"),
             )
         log.info(
             "loaded %d partition log(s) of %d topic(s) from %s in %.2fs",

@@ -102,12 +102,15 @@ class LogManager:
         self.cleaner: LogCleaner | None = None
         self._root_fd = -1
 
-    def enable_cleaner(self, dedupe_buffer_size: int, load_factor: float = 0.9) -> LogCleaner:
+    def enable_cleaner(
+        self, dedupe_buffer_size: int, load_factor: float = 0.9, io_buffer_size: int = 524288
+    ) -> LogCleaner:
         """Start compacting logs whose cleanup.policy includes compact; the first dirty
         offsets are in ``cleaner-offset-checkpoint`` in the data directory."""
         self._root_fd = os.open(self.root, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
         self.cleaner = LogCleaner(
-            LogCleanerManager(self._root_fd), Cleaner(dedupe_buffer_size, load_factor)
+            LogCleanerManager(self._root_fd),
+            Cleaner(dedupe_buffer_size, load_factor, io_buffer_size=io_buffer_size),
         )
         return self.cleaner
 
