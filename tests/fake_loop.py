@@ -78,12 +78,6 @@ class FakeLoop:
             result, exc = None, e
         self._ready.append(lambda: on_done(result, exc))
 
-    def submit_process(
-        self, fn: Callable[..., Any], args: tuple, on_done: Callable[[Any, BaseException | None], None]
-    ) -> None:
-        """A worker process's call, run here (``fn`` and ``args`` stay picklable-shaped)."""
-        self.submit(lambda: fn(*args), on_done)
-
     def schedule(self, name: str, fn: Callable[[], None], period_ms: int) -> _Periodic:
         return _Periodic(self, name, fn, period_ms)
 

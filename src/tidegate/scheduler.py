@@ -9,8 +9,6 @@ flusher, log maintenance) never touches the event loop. It is given a
   (returns a handle with ``cancel()``),
 * ``submit(fn, on_done)``: run ``fn`` off the loop (a worker thread: fsync, checkpoint
   writes), then ``on_done(result, exception)`` back on the loop,
-* ``submit_process(fn, args, on_done)``: the same in a worker process (``fn`` and
-  ``args`` picklable: the log cleaner's CPU-bound work, away from the loop's GIL),
 * ``schedule(name, fn, period_ms)``: run ``fn`` every ``period_ms`` (Kafka's
   KafkaScheduler: retention, time-based flush, checkpoints, offset expiry).
 
@@ -23,13 +21,9 @@ deterministically without sleeping. Nothing in the core asks whether a loop is r
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import logging
-import multiprocessing
-import os
-import signal
 from collections.abc import Callable
-from concurrent.futures import Executor, ProcessPoolExecutor
+from concurrent.futures import Executor
 from typing import Any, Protocol
 
 from tidegate.clock import monotonic_ms
@@ -49,8 +43,6 @@ class Scheduler(Protocol):
     def call_at(self, at_ms: int, fn: Callable[[], None]) -> Cancellable: ...
 
     def submit(self, fn: Callable[[], Any], on_done: OnDone) -> None: ...
-
-    def submit_process(self, fn: Callable[..., Any], args: tuple, on_done: OnDone) -> None: ...
 
     def schedule(self, name: str, fn: Callable[[], None], period_ms: int) -> Cancellable: ...
 
@@ -102,7 +94,6 @@ class AsyncioScheduler:
         self.executor = executor
         self._pending: set[asyncio.Future] = set()
         self._periodic: list[_Periodic] = []
-        self._processes: ProcessPoolExecutor | None = None
 
     def call_soon(self, fn: Callable[[], None]) -> None:
         self.loop.call_soon(fn)
@@ -115,22 +106,6 @@ class AsyncioScheduler:
 
     def submit(self, fn: Callable[[], Any], on_done: OnDone) -> None:
         self._run(self.loop.run_in_executor(self.executor, fn), on_done)
-
-    def submit_process(self, fn: Callable[..., Any], args: tuple, on_done: OnDone) -> None:
-        """Run ``fn(*args)`` in the worker process (one, started on first use with the
-        spawn method: no copy of the broker's threads or locks)."""
-        if self._processes is None:
-            self._processes = ProcessPoolExecutor(
-                1, mp_context=multiprocessing.get_context("spawn"), initializer=die_with_parent
-            )
-        pool = self._processes
-
-        def done(result: Any, exc: BaseException | None) -> None:
-            if exc is not None and self._processes is pool and pool._broken:  # type: ignore[attr-defined]
-                self._processes = None  # killed (OOM, signal): the next call starts another
-            on_done(result, exc)
-
-        self._run(self.loop.run_in_executor(pool, fn, *args), done)
 
     def _run(self, fut: asyncio.Future, on_done: OnDone) -> None:
         self._pending.add(fut)
@@ -162,26 +137,8 @@ class AsyncioScheduler:
             await asyncio.wait(list(self._pending), timeout=timeout_s)
 
     def shutdown(self) -> None:
-        """Stop every periodic task (submitted thread work is not interrupted) and the
-        worker process (its work is written to be thrown away: the log cleaner's
-        ``.cleaned`` files, which the next start removes)."""
+        """Stop every periodic task (submitted work is not interrupted)."""
         for task in self._periodic:
             task.cancel()
         self._periodic.clear()
-        pool, self._processes = self._processes, None
-        if pool is not None:
-            for process in list(getattr(pool, "_processes", {}).values()):
-                process.terminate()
-            pool.shutdown(wait=False, cancel_futures=True)
 
-
-def die_with_parent() -> None:
-    """A worker process's initializer: on Linux, be killed when the broker dies
-    (``PR_SET_PDEATHSIG``), so no orphan keeps writing into the data directory."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-    if os.getppid() == 1:  # the broker died before the call above
-        os._exit(1)

@@ -525,3 +525,35 @@ def test_a_cleaned_segment_is_written_through_a_bounded_buffer(compacted, monkey
     assert stats.bytes_written > 100_000 and len(held) == 2_000
     assert max(held) < 4096 + 200  # half the buffer plus one batch
     assert len(records(plog)) == 2_000
+
+
+def test_the_worker_process_cleans_and_reports_its_death(compacted):
+    """CleanerWorker: a real child process (python -m tidegate.log.cleaner_worker) runs
+    the job; its exceptions come back as themselves; a killed worker is
+    CleanerWorkerDied and the next job starts a new one."""
+    from tidegate.log.cleaner_worker import CleanerWorker, CleanerWorkerDied
+
+    plog = compacted()
+    latest = fill(plog, 300, 3)
+    ltc = LogToClean(TP, plog, 0, plog.segments[-1].base_offset, 0, 1)
+    worker = CleanerWorker()
+    try:
+        stats, groups = worker.run(CleanJob.of(ltc, 0, Cleaner(1 << 20)))
+        first = worker.pid
+        # one record per batch: the records below the active segment were read
+        assert first is not None and stats.messages_read == plog.segments[-1].base_offset
+        prepared = PreparedClean.of_worker(plog, stats, groups)
+        assert Cleaner.commit(prepared, 0)
+        assert {k: v for _, k, v in records(plog)} == latest
+        bad = dataclasses.replace(CleanJob.of(ltc, 0, Cleaner(1 << 20)), directory=str(plog.directory / "gone"))
+        with pytest.raises(FileNotFoundError):
+            worker.run(bad)
+        assert worker.pid == first  # an error in a job does not end the worker
+        os.kill(first, 9)
+        with pytest.raises(CleanerWorkerDied):
+            worker.run(CleanJob.of(ltc, 0, Cleaner(1 << 20)))
+        worker.run(CleanJob.of(ltc, 0, Cleaner(1 << 20)))  # a new worker
+        assert worker.pid not in (None, first)
+    finally:
+        worker.close()
+    assert worker.pid is None

@@ -12,9 +12,6 @@ requests straight into :meth:`KafkaApis.handle`, so the same wiring runs in both
 from __future__ import annotations
 
 import logging
-import os
-from asyncio import CancelledError
-from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,7 +25,8 @@ from tidegate.coordinator.transaction.transaction_state_manager import (
     TransactionConfig,
     TransactionStateManager,
 )
-from tidegate.log.cleaner import CleanJob, PreparedClean, prepare_in_worker
+from tidegate.log.cleaner import CleanJob, PreparedClean
+from tidegate.log.cleaner_worker import CleanerWorker, CleanerWorkerDied
 from tidegate.log.dir_failure import StorageError
 from tidegate.network.request_channel import RequestChannel
 from tidegate.scheduler import Cancellable, OnDone, Scheduler
@@ -170,6 +168,8 @@ class BrokerCore:
             self.reaper.add_timer(name, timer)
         self.reaper.add_timer("TransactionCoordinator", self.transaction_timer)
         self._tasks: list[Cancellable] = []
+        #: log.cleaner.execution=process: the worker process, started on the first clean
+        self._cleaner_worker: CleanerWorker | None = None
         self._due_at: dict[str, int] = {}
 
     def count_metrics(self, metrics: BrokerMetrics) -> None:
@@ -265,7 +265,7 @@ class BrokerCore:
         def done(prepared: PreparedClean | None, exc: BaseException | None) -> None:
             self._cleaning = False
             cleaner.in_progress = None
-            if isinstance(exc, (BrokenProcessPool, CancelledError)):
+            if isinstance(exc, CleanerWorkerDied):
                 # the worker process was stopped (shutdown) or killed: not the log's fault
                 log.warning("cleaning %s interrupted: %r", ltc.log, exc)
                 return
@@ -278,11 +278,14 @@ class BrokerCore:
             self.scheduler.submit(lambda: cleaner.cleaner.prepare(ltc, now), done)
             return
         job = CleanJob.of(ltc, now, cleaner.cleaner)
+        if self._cleaner_worker is None:
+            self._cleaner_worker = CleanerWorker()
+        worker = self._cleaner_worker
 
         def from_worker(result: Any, exc: BaseException | None) -> None:
             done(None if exc is not None else PreparedClean.of_worker(ltc.log, *result), exc)
 
-        self.scheduler.submit_process(prepare_in_worker, (job, os.getpid()), from_worker)
+        self.scheduler.submit(lambda: worker.run(job), from_worker)
 
     def maintain_groups(self) -> None:
         """Offset retention (the log cleaner compacts __consumer_offsets)."""
@@ -299,6 +302,8 @@ class BrokerCore:
         self.groups.shutdown()
         self.transaction_coordinator.shutdown()
         self.replicas.complete_fetches_now()
+        if self._cleaner_worker is not None:
+            self._cleaner_worker.close()  # a clean in progress is abandoned
 
     def close(self) -> None:
         """Stop the timers and close every log (flushed, clean-shutdown marker)."""
