@@ -26,6 +26,7 @@ import logging
 import os
 import threading
 from collections.abc import Sequence
+from pathlib import Path
 
 __all__ = [
     "TMP_MARK",
@@ -44,17 +45,22 @@ CHECKPOINT_VERSION = 0
 _tmp_counter = itertools.count()
 
 
-def replace_file(dir_fd: int, name: str, data: bytes, *, sync_dir: bool) -> None:
-    """Replace ``name`` in the directory ``dir_fd`` atomically: tmp file, fsync, rename
-    (and fsync the directory with ``sync_dir``)."""
+def replace_file(
+    dir_fd: int, name: str, data: bytes, *, sync_dir: bool, sync: bool = True, mode: int = 0o644
+) -> None:
+    """Replace ``name`` in the directory ``dir_fd`` atomically: a tmp file (named with
+    :data:`TMP_MARK`, which a log removes when it opens), fsync (unless ``sync`` is
+    False: the caller fsyncs later), rename (and fsync the directory with ``sync_dir``).
+    The one way tidegate replaces a file."""
     tmp = f"{name}{TMP_MARK}{os.getpid()}-{threading.get_ident()}-{next(_tmp_counter)}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644, dir_fd=dir_fd)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode, dir_fd=dir_fd)
     try:
         try:
             view = memoryview(data)
             while view:  # a short write (a full disk) must not rename a truncated file over
                 view = view[os.write(fd, view) :]
-            os.fsync(fd)
+            if sync:
+                os.fsync(fd)
         finally:
             os.close(fd)
     except BaseException:
@@ -64,6 +70,17 @@ def replace_file(dir_fd: int, name: str, data: bytes, *, sync_dir: bool) -> None
     os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     if sync_dir:
         os.fsync(dir_fd)
+
+
+def write_atomically(
+    path: Path, data: bytes, *, sync: bool = True, sync_dir: bool = True, mode: int = 0o644
+) -> None:
+    """Replace the file ``path`` atomically and durably (:func:`replace_file`)."""
+    dir_fd = os.open(path.parent, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        replace_file(dir_fd, path.name, data, sync_dir=sync_dir, sync=sync, mode=mode)
+    finally:
+        os.close(dir_fd)
 
 
 def write_checkpoint_file(dir_fd: int, name: str, entries: Sequence[str]) -> None:

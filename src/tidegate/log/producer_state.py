@@ -51,11 +51,9 @@ Pure synchronous code: time is passed in, the caller owns the files' directory.
 
 from __future__ import annotations
 
-import itertools
 import os
 import re
 import struct
-import threading
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -64,6 +62,7 @@ from typing import NamedTuple
 
 from crc32c import crc32c
 
+from .checkpoint import write_atomically
 from .control_records import ControlRecordType, EndTransactionMarker
 from .record_batch import CONTROL_FLAG_MASK, TRANSACTIONAL_FLAG_MASK, BatchHeader, RecordBatchError
 
@@ -96,8 +95,6 @@ NO_SEQUENCE = -1
 SNAPSHOT_SUFFIX = ".snapshot"
 _INT32_MAX = 2**31 - 1
 _SNAPSHOT_RE = re.compile(r"^(\d{20})\.snapshot$")
-_TMP_MARK = ".tmp-"  # the log deletes files with this mark when it opens
-_tmp_counter = itertools.count()
 
 
 # -- errors ----------------------------------------------------------------------
@@ -660,23 +657,7 @@ def write_snapshot(
     before the rename; otherwise the caller fsyncs it later (a torn snapshot fails its
     CRC on load and the state is rebuilt from an older one and the log)."""
     path = snapshot_path(directory, offset)
-    tmp = path.with_name(
-        f"{path.name}{_TMP_MARK}{os.getpid()}-{threading.get_ident()}-{next(_tmp_counter)}"
-    )
-    data = _encode(entries)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        if sync:
-            os.fsync(fd)
-    except BaseException:
-        os.close(fd)
-        _unlink(tmp)
-        raise
-    os.close(fd)
-    os.replace(tmp, path)
+    write_atomically(path, _encode(entries), sync=sync, sync_dir=False)
     return path
 
 

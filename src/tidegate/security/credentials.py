@@ -21,13 +21,13 @@ import base64
 import hmac
 import json
 import logging
-import os
 import re
 import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tidegate.log.checkpoint import write_atomically
 from tidegate.security.scram import (
     MAX_ITERATIONS,
     MECHANISM_TYPES,
@@ -265,21 +265,8 @@ class CredentialStore:
             creds.setdefault(user, {})[mech] = _credential_to_json(cred)
         data = {"version": STORE_VERSION, "secret": _b64(self.fake_secret), "credentials": creds}
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            os.write(fd, json.dumps(data, indent=1, sort_keys=True).encode("utf-8"))
-            if self._fsync:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-        if self._fsync:
-            dfd = os.open(path.parent, os.O_RDONLY)
-            try:
-                os.fsync(dfd)
-            finally:
-                os.close(dfd)
+        write_atomically(path, json.dumps(data, indent=1, sort_keys=True).encode("utf-8"),
+                         sync=self._fsync, sync_dir=self._fsync, mode=0o600)  # fmt: skip
 
     # -- AlterUserScramCredentials / DescribeUserScramCredentials ------------------
     def alter(

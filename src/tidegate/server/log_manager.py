@@ -130,8 +130,8 @@ class LogManager:
         self._loaded_log_start_offsets = self._read_log_start_offsets()
         self._checkpointed_lsos = dict(self._loaded_log_start_offsets)
         for child in sorted(self.root.iterdir()):
-            if child.name.startswith(LOG_START_OFFSET_CHECKPOINT_FILE + TMP_MARK):
-                child.unlink(missing_ok=True)  # a write cut short by a crash
+            if TMP_MARK in child.name and child.is_file():
+                child.unlink(missing_ok=True)  # a file replacement cut short by a crash
                 continue
             if not child.is_dir():
                 continue

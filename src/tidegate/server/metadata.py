@@ -11,12 +11,13 @@ node id as Kafka's does.
 from __future__ import annotations
 
 import json
-import os
 import re
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from tidegate.log.checkpoint import write_atomically
 
 TOPICS_FILE = "__tidegate_topics.json"
 BROKER_CONFIGS_FILE = "__tidegate_broker_configs.json"
@@ -55,22 +56,6 @@ def validate_topic_name(name: str | None) -> None:
 def is_internal_topic(name: str | None) -> bool:
     """Kafka's ``Topic.isInternal``."""
     return name in INTERNAL_TOPICS
-
-
-def write_atomically(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
 
 
 @dataclass(slots=True)

@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -31,6 +30,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from tidegate.clock import monotonic_ms
+from tidegate.log.checkpoint import write_atomically
 from tidegate.server.quota.client_quota_manager import (
     DEFAULT,
     ClientQuotaManager,
@@ -192,17 +192,7 @@ class QuotaManagers:
                 for entity, values in self.entries.items()
             ],
         }
-        tmp = self.path.with_suffix(".json.tmp")
-        with open(tmp, "w") as f:
-            json.dump(data, f, indent=1, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
-        dir_fd = os.open(self.path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        write_atomically(self.path, json.dumps(data, indent=1, sort_keys=True).encode())
 
     # ---- AlterClientQuotas ---------------------------------------------------------
     def alter(self, entries: Iterable[Any], validate_only: bool) -> list[dict]:
