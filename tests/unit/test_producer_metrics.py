@@ -66,3 +66,25 @@ def test_metrics_meter_registers_the_rate_and_the_total():
     m.record(2)
     assert metrics.snapshot() == {"x-rate": 3 / 30.0, "x-total": 3.0}
     assert metrics.get("x-total") == 3.0
+
+
+def test_the_producers_rates_use_its_metrics_sample_window():
+    """metrics.sample.window.ms / metrics.num.samples (Kafka's MetricConfig) shape the
+    producer's rates: a rate with 1 s windows forgets what a 30 s one still counts."""
+    from tidegate.producer import Producer
+
+    clock = MockClock()
+    short = Producer({"bootstrap.servers": "127.0.0.1:1", "metrics.sample.window.ms": "1000",
+                      "metrics.num.samples": "2"}, clock=clock)  # fmt: skip
+    default = Producer({"bootstrap.servers": "127.0.0.1:1"}, clock=clock)
+    try:
+        for p in (short, default):
+            m = p._metrics.meter("x-rate", "x-total")
+            m.record(10)
+        clock.advance(5_000)
+        assert short._metrics.get("x-rate") == 0.0  # both 1 s samples expired
+        assert default._metrics.get("x-rate") == 10 / 35.0
+        assert short._metrics.get("x-total") == default._metrics.get("x-total") == 10
+    finally:
+        short.close(0)
+        default.close(0)

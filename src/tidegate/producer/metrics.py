@@ -68,8 +68,17 @@ class Metrics:
 
     GROUP = "producer-metrics"
 
-    def __init__(self, clock: Clock = SYSTEM_CLOCK) -> None:
+    def __init__(
+        self,
+        clock: Clock = SYSTEM_CLOCK,
+        *,
+        window_ms: int = METRICS_SAMPLE_WINDOW_MS_DEFAULT,
+        samples: int = METRICS_NUM_SAMPLES_DEFAULT,
+    ) -> None:
         self.clock = clock
+        #: Kafka's MetricConfig: metrics.sample.window.ms and metrics.num.samples
+        self.window_ms = window_ms
+        self.samples = samples
         self._readers: dict[str, Callable[[], float]] = {}
 
     def add(self, name: str, reader: Callable[[], float]) -> None:
@@ -81,11 +90,10 @@ class Metrics:
         total_name: str,
         *,
         unit: TimeUnit = TimeUnit.SECONDS,
-        window_ms: int = METRICS_SAMPLE_WINDOW_MS_DEFAULT,
-        samples: int = METRICS_NUM_SAMPLES_DEFAULT,
     ) -> Meter:
-        """A :class:`Meter` read as ``rate_name`` (its rate) and ``total_name`` (its total)."""
-        m = Meter(self.clock, window_ms=window_ms, samples=samples, unit=unit)
+        """A :class:`Meter` read as ``rate_name`` (its rate) and ``total_name`` (its total),
+        over this registry's sample windows."""
+        m = Meter(self.clock, window_ms=self.window_ms, samples=self.samples, unit=unit)
         self.add(rate_name, m.rate)
         self.add(total_name, lambda: m.total)
         return m

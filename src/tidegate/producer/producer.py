@@ -118,7 +118,7 @@ class Producer:
                     _client_seq += 1
                     cfg.client_id = f"producer-{_client_seq}"
         self.clock = clock
-        self._metrics = Metrics(clock)
+        self._metrics = Metrics(clock, window_ms=cfg.metrics_sample_window_ms, samples=cfg.metrics_num_samples)
         poolable = chunk_size_for(cfg.batch_size) if cfg.strategy_incremental else cfg.batch_size
         self.pool = BufferPool(
             cfg.buffer_memory, max(1, poolable), clock=clock, metrics=self._metrics
