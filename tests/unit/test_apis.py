@@ -1060,3 +1060,16 @@ def test_create_topic_is_all_or_nothing_when_a_log_cannot_open(tmp_path, monkeyp
     monkeypatch.setattr(lm, "Log", RealLog)
     info = logs.create_topic("big", 10, {})
     assert len(logs.logs) == 10 and store.get("big") is info
+
+
+def test_produce_acks_0_with_an_error_closes_the_connection(h):
+    """Kafka's handleProduceRequest: acks=0 has no response to carry an error, so any
+    partition error closes the connection (the producer then refreshes its metadata);
+    the partitions without error are appended."""
+    h.create_topic("t")
+    body = produce_body("t", {0: batch(b"a"), 5: batch(b"b")}, acks=0)  # partition 5: unknown
+    _request, result, _cid, _released = h.send(PRODUCE, 9, body)
+    assert isinstance(result, CloseConnectionResponse)
+    assert h.replicas.get_log("t", 0).log_end_offset == 1
+    body = produce_body("missing", {0: batch(b"a")}, acks=0)
+    assert isinstance(h.send(PRODUCE, 9, body)[1], CloseConnectionResponse)

@@ -14,7 +14,7 @@ from kio.schema.errors import ErrorCode as E
 from tests.core_harness import CTX, CoreHarness, decode_frame, response_bytes
 from tests.integration.rawclient import create_topics_body, fetch_topics_body, produce_body
 from tidegate.log.batch_builder import Record, build_batch
-from tidegate.network.request_channel import PARKED
+from tidegate.network.request_channel import PARKED, CloseConnectionResponse, NoOpResponse
 from tidegate.protocol.apis import SUPPORTED_APIS, ApiKey
 from tidegate.security.authorizer.acl import AclOperation as Op
 from tidegate.security.authorizer.acl import AclPermissionType as Perm
@@ -153,6 +153,24 @@ def test_produce_partial_answer_and_transactional_id(h):
     assert resp.responses[0].partition_responses[0].error_code == E.topic_authorization_failed
     resp = h.request(ApiKey.PRODUCE, 9, dict(only, transactional_id="tx"), ctx=ALICE)
     assert resp.responses[0].partition_responses[0].error_code == E.transactional_id_authorization_failed
+
+
+def test_produce_acks_0_denied_closes_the_connection(h):
+    """acks=0 has no response to carry TOPIC_AUTHORIZATION_FAILED: as Kafka, the allowed
+    topics are appended and the connection is closed (entirely denied: closed at once)."""
+    create_topic(h, "orders-1")
+    create_topic(h, "payments-1")
+    add_acls(h, creation("User:alice", Op.WRITE, "orders-", pattern=Pat.PREFIXED))
+    body = produce_body("orders-1", {0: batch(b"x")}, acks=0)
+    body["topic_data"] = body["topic_data"] + produce_body("payments-1", {0: batch(b"y")})["topic_data"]
+    assert isinstance(h.send(ApiKey.PRODUCE, 9, body, ctx=ALICE)[1], CloseConnectionResponse)
+    assert h.logs.get_log("orders-1", 0).log_end_offset == 1
+    assert h.logs.get_log("payments-1", 0).log_end_offset == 0
+    only = produce_body("payments-1", {0: batch(b"y")}, acks=0)
+    assert isinstance(h.send(ApiKey.PRODUCE, 9, only, ctx=ALICE)[1], CloseConnectionResponse)
+    ok = produce_body("orders-1", {0: batch(b"z")}, acks=0)
+    assert isinstance(h.send(ApiKey.PRODUCE, 9, ok, ctx=ALICE)[1], NoOpResponse)
+    assert h.logs.get_log("orders-1", 0).log_end_offset == 2
 
 
 def test_metadata_hides_and_refuses_unauthorized_topics(h):

@@ -69,8 +69,9 @@ _CONFIG_RESOURCE = {2: (TOPIC, TAF), 4: (CLUSTER, CAF), 8: (CLUSTER, CAF), 16: (
 
 Merge = Callable[[dict], dict]
 _api_name = functools.cache(api_name)
-#: the answer of a request that gets no response (Produce with acks=0 denied entirely)
-NO_RESPONSE: dict = {}
+#: the answer that closes the connection: a Produce with acks=0 denied, which has no
+#: response to carry the error (Kafka's ``closeConnection`` in ``handleProduceRequest``)
+CLOSE_CONNECTION: dict = {}
 
 
 @functools.lru_cache(maxsize=4096)
@@ -265,7 +266,7 @@ def check_produce(s: Session, request: Request, step: AuthorizationStep) -> dict
     base = {"responses": [], "throttle_time": 0, "node_endpoints": []}
     if req.transactional_id is not None and not s.allow(WRITE, TXN, req.transactional_id):
         if acks == 0:
-            return NO_RESPONSE
+            return CLOSE_CONNECTION
         base["responses"] = [answer(t, TIDAF) for t in req.topic_data]
         return base
     out = _partitioned(
@@ -273,7 +274,9 @@ def check_produce(s: Session, request: Request, step: AuthorizationStep) -> dict
         denied_topic=lambda t: answer(t, TAF), base=base,
     )  # fmt: skip
     if out is not None and acks == 0:
-        return NO_RESPONSE  # acks=0: nothing is answered (denied topics are dropped)
+        return CLOSE_CONNECTION  # acks=0: every topic denied
+    # acks=0 with some topics denied: the rest is appended, then the connection closed
+    # (KafkaApis.handle_produce sees the denied topics' errors in the merged response)
     return out
 
 

@@ -69,7 +69,7 @@ from tidegate.security.authorizer.principal import SslPrincipalMapper
 from tidegate.security.authorizer.standard_authorizer import StandardAuthorizer
 from tidegate.server.acl_apis import AclApis
 from tidegate.server.admin_apis import AdminApis
-from tidegate.server.authorization import NO_RESPONSE, AuthorizationStep
+from tidegate.server.authorization import CLOSE_CONNECTION, AuthorizationStep
 from tidegate.server.endpoints import Endpoints
 from tidegate.server.fetch_session import (
     INVALID_SESSION_ID,
@@ -286,7 +286,9 @@ class KafkaApis:
         denied = self.authorization.authorize(request)
         if denied is not None:
             request.release_buffer()  # Produce: nothing is appended
-            return self._respond(request, None if denied is NO_RESPONSE else denied)
+            if denied is CLOSE_CONNECTION:
+                return CloseConnectionResponse(_ACKS_0_ERROR)
+            return self._respond(request, denied)
         self._current = request
         self._current_response = None
         try:
@@ -315,6 +317,13 @@ class KafkaApis:
             return  # the connection went away
         request.start_ns = self.time.nanoseconds()  # time from here is this answer's
         self.channel.send_response(request, self._respond(request, values))
+
+    def _send(self, request: Request, response: Response) -> None:
+        """:meth:`send_response` of a response already made (closing the connection)."""
+        if request is self._current:
+            self._current_response = response
+        elif not request.abandoned:
+            self.channel.send_response(request, response)
 
     def try_complete_actions(self) -> None:
         """Run the work deferred until the responses just sent are written."""
@@ -635,15 +644,24 @@ class KafkaApis:
             # Kafka: transactional records need a transactional id the client may write
             # (WRITE on it), else the whole request fails
             if acks == 0:
-                return None
+                self._send(request, CloseConnectionResponse(_ACKS_0_ERROR))
+                return PARKED
             tidaf = PartitionResponse(ErrorCode.transactional_id_authorization_failed)
             return self._produce_body(order, dict.fromkeys(entries, tidaf))
 
         def respond(results: dict[tuple[str, int], PartitionResponse]) -> None:
+            body = self._produce_body(order, results)
             if acks == 0:
-                self.send_response(request, None)
+                # Kafka: no response, but an error in any partition (the denied topics'
+                # included) closes the connection, so the producer refreshes its metadata
+                merge, request.authz_merge = request.authz_merge, None
+                merged = merge(body) if merge is not None else body
+                if any(p["error_code"] for t in merged["responses"] for p in t["partition_responses"]):
+                    self._send(request, CloseConnectionResponse(_ACKS_0_ERROR))
+                else:
+                    self.send_response(request, None)
                 return
-            self.send_response(request, self._produce_body(order, results))
+            self.send_response(request, body)
 
         self.replicas.append_records(
             ms(req.timeout), acks, entries, now_ms, respond,
@@ -1007,6 +1025,8 @@ class _NoChannel:
 
 
 _NO_CHANNEL = _NoChannel()
+#: why an acks=0 Produce closes its connection (Kafka's closeConnection)
+_ACKS_0_ERROR = "acks=0 produce with an error in a partition: closing the connection, as Kafka does"
 _NO_TOPIC = object()  # no topic yet, while grouping a fetch response's partitions
 
 __all__ = ["PARKED", "KafkaApis", "RequestContext"]
