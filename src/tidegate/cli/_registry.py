@@ -1,1 +1,2 @@
 """Imports the subcommand modules of ``tidegate.cli`` so each registers on ``main``."""
+from tidegate.cli import consumer_groups  # noqa: F401

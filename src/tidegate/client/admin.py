@@ -380,3 +380,194 @@ def _kafka_uuid(value: Any) -> str:
 
     raw = value.bytes if isinstance(value, uuid.UUID) else bytes(16)
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+# -- consumer groups (FindCoordinator 10, ListGroups 16, DescribeGroups 15, OffsetFetch 9,
+#    OffsetCommit 8, DeleteGroups 42, OffsetDelete 47) -------------------------------------
+TopicPartition = tuple[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class GroupListing:
+    group_id: str
+    protocol_type: str
+    state: str
+
+
+@dataclass(frozen=True, slots=True)
+class MemberDescription:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    host: str
+    #: the partitions of its assignment (consumer protocol), sorted
+    assignment: tuple[TopicPartition, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class GroupDescription:
+    group_id: str
+    error_code: int
+    state: str
+    protocol_type: str
+    #: the assignor the members agreed on (range, roundrobin, ...)
+    protocol: str
+    members: tuple[MemberDescription, ...]
+    coordinator: tuple[int, str, int]
+
+
+def find_group_coordinator(client: KafkaClient, group: str, *, timeout_ms: float | None = None) -> int:
+    """The node id of ``group``'s coordinator (FindCoordinator, key type GROUP), known to
+    ``client`` from then on."""
+    return group_coordinator(client, group, timeout_ms=timeout_ms)[0]
+
+
+def group_coordinator(
+    client: KafkaClient, group: str, *, timeout_ms: float | None = None
+) -> tuple[int, str, int]:
+    """(node id, host, port) of ``group``'s coordinator (:func:`find_group_coordinator`)."""
+    node = client.await_ready(None, timeout_ms)
+    version = client.api_version(node, ApiKey.FIND_COORDINATOR, max_version=4)
+    if version >= 4:
+        body: dict = {"key_type": 0, "coordinator_keys": [group]}
+    else:
+        body = {"key": group, "key_type": 0}
+    resp = client.request(ApiKey.FIND_COORDINATOR, body, node_id=node, version=version, timeout_ms=timeout_ms)
+    found = resp.coordinators[0] if version >= 4 else resp
+    if found.error_code:
+        raise BrokerResponseError(int(found.error_code), found.error_message or f"group '{group}'")
+    if found.node_id not in client.nodes():
+        client.add_node(found.node_id, found.host, found.port)
+    return int(found.node_id), str(found.host), int(found.port)
+
+
+def list_groups(
+    client: KafkaClient, states: Iterable[str] = (), *, timeout_ms: float | None = None
+) -> list[GroupListing]:
+    """Every group of every broker (ListGroups to each, as Kafka's Admin.listGroups),
+    optionally only those in ``states`` (KIP-518), sorted by id."""
+    client.metadata([], timeout_ms=timeout_ms)
+    out: dict[str, GroupListing] = {}
+    for node in client.nodes():
+        body = {"states_filter": list(states), "types_filter": []}
+        resp = client.request(ApiKey.LIST_GROUPS, body, node_id=node, max_version=5, timeout_ms=timeout_ms)
+        if resp.error_code:
+            raise BrokerResponseError(int(resp.error_code), "ListGroups")
+        for g in resp.groups:
+            out[g.group_id] = GroupListing(g.group_id, g.protocol_type, g.group_state or "")
+    return [out[k] for k in sorted(out)]
+
+
+def _consumer_assignment(data: bytes | None) -> tuple[TopicPartition, ...]:
+    """The partitions of a consumer protocol ``ConsumerProtocolAssignment`` (int16 version,
+    [topic string, [int32 partition]], user data); () when it is not one."""
+    import struct
+
+    if not data or len(data) < 6:
+        return ()
+    try:
+        pos = 2
+        (count,) = struct.unpack_from(">i", data, pos)
+        pos += 4
+        out: list[TopicPartition] = []
+        for _ in range(max(count, 0)):
+            (n,) = struct.unpack_from(">h", data, pos)
+            pos += 2
+            topic = bytes(data[pos : pos + n]).decode()
+            pos += n
+            (parts,) = struct.unpack_from(">i", data, pos)
+            pos += 4
+            for p in struct.unpack_from(f">{max(parts, 0)}i", data, pos):
+                out.append((topic, p))
+            pos += 4 * max(parts, 0)
+        return tuple(sorted(out))
+    except (struct.error, UnicodeDecodeError):
+        return ()
+
+
+def describe_groups(
+    client: KafkaClient, groups: Iterable[str], *, timeout_ms: float | None = None
+) -> list[GroupDescription]:
+    """DescribeGroups of each group at its coordinator; a group that does not exist comes
+    back in state ``Dead`` (as Kafka answers), an error in ``error_code``."""
+    out = []
+    for group in groups:
+        where = group_coordinator(client, group, timeout_ms=timeout_ms)
+        node = where[0]
+        body = {"groups": [group], "include_authorized_operations": False}
+        resp = client.request(ApiKey.DESCRIBE_GROUPS, body, node_id=node, max_version=5, timeout_ms=timeout_ms)
+        g = resp.groups[0]
+        consumer = g.protocol_type in ("consumer", "")
+        members = tuple(
+            MemberDescription(
+                m.member_id, getattr(m, "group_instance_id", None), m.client_id, m.client_host,
+                _consumer_assignment(m.member_assignment) if consumer else (),
+            )
+            for m in g.members
+        )  # fmt: skip
+        out.append(GroupDescription(g.group_id, int(g.error_code), g.group_state, g.protocol_type,
+                                    g.protocol_data, members, where))  # fmt: skip
+    return out
+
+
+def list_group_offsets(
+    client: KafkaClient, group: str, *, require_stable: bool = False, timeout_ms: float | None = None
+) -> dict[TopicPartition, int]:
+    """{(topic, partition): committed offset} of ``group`` (OffsetFetch of all its topics;
+    ``require_stable``: wait out offsets of open transactions, KIP-447)."""
+    node = find_group_coordinator(client, group, timeout_ms=timeout_ms)
+    client.await_ready(node, timeout_ms)
+    version = client.api_version(node, ApiKey.OFFSET_FETCH, max_version=7)  # v8+: groups in a list
+    body: dict = {"group_id": group, "topics": None}
+    if version >= 7:
+        body["require_stable"] = require_stable
+    resp = client.request(ApiKey.OFFSET_FETCH, body, node_id=node, version=version, timeout_ms=timeout_ms)
+    if resp.error_code:
+        raise BrokerResponseError(int(resp.error_code), f"group '{group}'")
+    return {
+        (t.name, p.partition_index): int(p.committed_offset)
+        for t in resp.topics for p in t.partitions if p.committed_offset >= 0
+    }  # fmt: skip
+
+
+def alter_group_offsets(
+    client: KafkaClient, group: str, offsets: Mapping[TopicPartition, int], *, timeout_ms: float | None = None
+) -> dict[TopicPartition, int]:
+    """Commit ``offsets`` for ``group`` as an admin (OffsetCommit, generation -1, no member:
+    the group must be empty); {(topic, partition): error code}."""
+    node = find_group_coordinator(client, group, timeout_ms=timeout_ms)
+    topics: dict[str, list[dict]] = {}
+    for (t, p), offset in sorted(offsets.items()):
+        topics.setdefault(t, []).append({"partition_index": p, "committed_offset": offset,
+                                         "committed_leader_epoch": -1, "committed_metadata": ""})
+    body = {"group_id": group, "generation_id_or_member_epoch": -1, "member_id": "",
+            "group_instance_id": None, "retention_time_ms": -1,
+            "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]}  # fmt: skip
+    resp = client.request(ApiKey.OFFSET_COMMIT, body, node_id=node, version=8, timeout_ms=timeout_ms)
+    return {(t.name, p.partition_index): int(p.error_code) for t in resp.topics for p in t.partitions}
+
+
+def delete_groups(client: KafkaClient, groups: Iterable[str], *, timeout_ms: float | None = None) -> dict[str, int]:
+    """DeleteGroups at each group's coordinator; {group: error code}."""
+    out = {}
+    for group in groups:
+        node = find_group_coordinator(client, group, timeout_ms=timeout_ms)
+        resp = client.request(ApiKey.DELETE_GROUPS, {"groups_names": [group]}, node_id=node, max_version=2,
+                              timeout_ms=timeout_ms)  # fmt: skip
+        out[group] = int(resp.results[0].error_code)
+    return out
+
+
+def delete_group_offsets(
+    client: KafkaClient, group: str, partitions: Iterable[TopicPartition], *, timeout_ms: float | None = None
+) -> tuple[int, dict[TopicPartition, int]]:
+    """OffsetDelete: (the group's error code, {(topic, partition): error code})."""
+    node = find_group_coordinator(client, group, timeout_ms=timeout_ms)
+    topics: dict[str, list[dict]] = {}
+    for t, p in sorted(set(partitions)):
+        topics.setdefault(t, []).append({"partition_index": p})
+    body = {"group_id": group, "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]}
+    resp = client.request(ApiKey.OFFSET_DELETE, body, node_id=node, version=0, timeout_ms=timeout_ms)
+    return int(resp.error_code), {
+        (t.name, p.partition_index): int(p.error_code) for t in resp.topics for p in t.partitions
+    }

@@ -30,6 +30,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
+from tidegate.client.admin import describe_groups, list_group_offsets
 from tidegate.client.client import KafkaClient
 from tidegate.client.fetcher import EARLIEST, end_offsets, list_offsets, read_range
 from tidegate.errors import error_for_code as for_code
@@ -459,13 +460,11 @@ class Broker:
 
     def group_state(self, group: str) -> str:
         """The group's state as DescribeGroups says (Stable, Empty, Dead, ...)."""
-        resp = self._request(
-            DESCRIBE_GROUPS, {"groups": [group], "include_authorized_operations": False}, 5
-        )
-        g = resp.groups[0]
-        if g.error_code:
-            raise for_code(g.error_code, None)
-        return str(g.group_state)
+        with self._client_lock:
+            (desc,) = describe_groups(self.client, [group])
+        if desc.error_code:
+            raise for_code(desc.error_code, None)
+        return desc.state
 
     def wait_for_group(self, group: str, state: str = "Stable", timeout: float = 30.0) -> None:
         """Wait until ``group`` is in ``state`` (a consumer group is Stable once every
@@ -478,18 +477,9 @@ class Broker:
 
     def committed(self, group: str, topic: str | None = None) -> dict[tuple[str, int], int]:
         """{(topic, partition): committed offset} of ``group`` (all its topics, or one)."""
-        topics = None
-        if topic is not None:
-            topics = [{"name": topic, "partition_indexes": self.partitions(topic)}]
-        resp = self._request(
-            OFFSET_FETCH, {"group_id": group, "topics": topics, "require_stable": True}, 7
-        )
-        if resp.error_code:
-            raise for_code(resp.error_code, None)
-        return {
-            (t.name, p.partition_index): p.committed_offset
-            for t in resp.topics for p in t.partitions if p.committed_offset >= 0
-        }
+        with self._client_lock:
+            offsets = list_group_offsets(self.client, group, require_stable=True)
+        return {tp: o for tp, o in offsets.items() if topic is None or tp[0] == topic}
 
     def lag(self, group: str, topic: str) -> dict[int, int]:
         """{partition: end offset - committed offset} (the whole partition when nothing

@@ -1,0 +1,483 @@
+"""``tidegate consumer-groups``: Kafka's kafka-consumer-groups.sh (ConsumerGroupCommand)
+over tidegate's admin calls (:mod:`tidegate.client.admin`): list, describe (offsets and
+lag, members, state), reset offsets, delete groups and delete offsets, with Kafka's
+flags, column layout and messages."""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+from collections.abc import Iterable
+from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
+
+import click
+
+from tidegate.cli import _run_admin, admin_options, main
+
+MISSING = "-"
+#: Kafka's Errors: (exception class, message) of the codes these commands print
+_KAFKA_ERRORS = {
+    3: ("UnknownTopicOrPartitionException", "This server does not host this topic-partition."),
+    15: ("CoordinatorNotAvailableException", "The coordinator is not available."),
+    24: ("InvalidGroupIdException", "The configured groupId is invalid."),
+    25: ("UnknownMemberIdException", "The coordinator is not aware of this member."),
+    29: ("TopicAuthorizationException", "Topic authorization failed."),
+    30: ("GroupAuthorizationException", "Group authorization failed."),
+    68: ("GroupNotEmptyException", "The group is not empty."),
+    69: ("GroupIdNotFoundException", "The group id does not exist."),
+    86: ("GroupSubscribedToTopicException", "The consumer group is actively subscribed to the topic"),
+}
+_STATES = ("PreparingRebalance", "CompletingRebalance", "Stable", "Dead", "Empty",
+           "Assigning", "Reconciling")  # fmt: skip
+_EPILOG = """\b
+Examples:
+  tidegate consumer-groups --bootstrap-server 127.0.0.1:9092 --list --state
+  tidegate consumer-groups --bootstrap-server 127.0.0.1:9092 --describe --group orders-app
+  tidegate consumer-groups --bootstrap-server 127.0.0.1:9092 --describe --group orders-app --members --verbose
+  tidegate consumer-groups --bootstrap-server 127.0.0.1:9092 --reset-offsets --group orders-app \\
+      --topic orders --to-datetime 2026-11-25T00:00:00.000 --execute
+  tidegate consumer-groups --bootstrap-server 127.0.0.1:9092 --delete --group orders-app
+"""
+
+
+def _exception_text(code: int) -> str:
+    """An error as Kafka's tool prints a thrown exception."""
+    name, message = _KAFKA_ERRORS.get(code, ("KafkaException", f"error code {code}"))
+    return f"org.apache.kafka.common.errors.{name}: {message}"
+
+
+def _print_error(message: str) -> None:
+    click.echo(f"\nError: {message}")
+
+
+def _row(fmt: list[int], values: Iterable[Any]) -> str:
+    """One line of Kafka's ``%-Ns`` columns (the last one unpadded)."""
+    cells = [str(v) for v in values]
+    return " ".join(f"{c:<{w}}" if w else c for c, w in zip(cells, fmt, strict=True))
+
+
+def parse_datetime(text: str) -> int:
+    """Kafka's ``Utils.getDateTime``: yyyy-MM-dd'T'HH:mm:ss.SSS with an optional zone
+    (Z, +hh:mm, -hhmm); without one, the local time zone. Milliseconds since the epoch."""
+    m = re.fullmatch(r"(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d{3})?)(Z|[+-]\d{2}:?\d{2})?", text)
+    if m is None:
+        raise click.UsageError(
+            f"Error parsing timestamp '{text}': expected the format yyyy-MM-dd'T'HH:mm:ss.SSS"
+        )
+    stamp = datetime.fromisoformat(m.group(1))
+    zone = m.group(2)
+    if zone is None:
+        stamp = stamp.astimezone()  # the local zone, as Kafka without one
+    elif zone == "Z":
+        stamp = stamp.replace(tzinfo=UTC)
+    else:
+        z = zone.replace(":", "")
+        sign = 1 if z[0] == "+" else -1
+        stamp = stamp.replace(tzinfo=timezone(sign * timedelta(hours=int(z[1:3]), minutes=int(z[3:5]))))
+    return int(stamp.timestamp() * 1000)
+
+
+def parse_duration(text: str) -> int:
+    """An ISO-8601 duration as Java's ``Duration.parse`` takes it (PnDTnHnMn.nS, with
+    an optional leading minus), in milliseconds."""
+    m = re.fullmatch(
+        r"([-+]?)P(?:([-+]?\d+)D)?(?:T(?:([-+]?\d+)H)?(?:([-+]?\d+)M)?(?:([-+]?\d+(?:\.\d+)?)S)?)?", text,
+        re.IGNORECASE,
+    )  # fmt: skip
+    if m is None or text.upper().endswith("T") or not any(m.groups()[1:]):
+        raise click.UsageError(f"Error parsing duration '{text}': expected ISO-8601 PnDTnHnMn.nS")
+    days, hours, minutes, seconds = (float(g) if g else 0.0 for g in m.groups()[1:])
+    total = ((days * 24 + hours) * 60 + minutes) * 60 + seconds
+    return int((-total if m.group(1) == "-" else total) * 1000)
+
+
+@main.command("consumer-groups", context_settings={"max_content_width": 120}, epilog=_EPILOG)
+@admin_options
+@click.option("--list", "list_", is_flag=True, help="List all consumer groups.")
+@click.option("--describe", is_flag=True, help="Describe the groups: offsets and lag (default), --members or --state.")
+@click.option("--delete", is_flag=True, help="Delete the groups (they must be empty).")
+@click.option("--reset-offsets", is_flag=True,
+              help="Reset the groups' offsets (the group must be inactive); --dry-run by default.")
+@click.option("--delete-offsets", is_flag=True, help="Delete the group's offsets of the --topic partitions.")
+@click.option("--group", "groups", multiple=True, metavar="GROUP", help="A consumer group (repeatable).")
+@click.option("--all-groups", is_flag=True, help="Every group (--describe, --delete, --reset-offsets).")
+@click.option("--topic", "topics", multiple=True, metavar="TOPIC[:P,P]",
+              help="A topic, or some of its partitions as topic:0,1 (--reset-offsets, --delete-offsets).")
+@click.option("--all-topics", is_flag=True, help="--reset-offsets: every topic the group has offsets for.")
+@click.option("--offsets", is_flag=True, help="--describe: the offsets and lag (the default).")
+@click.option("--members", is_flag=True, help="--describe: the members.")
+@click.option("--state", "state", is_flag=False, flag_value="", default=None, metavar="[STATES]",
+              help="--describe: the groups' state; --list: show the state, or only groups in STATES (comma-separated).")
+@click.option("--verbose", is_flag=True, help="--describe --members: each member's assignment.")
+@click.option("--dry-run", is_flag=True, help="--reset-offsets: show the new offsets only (the default).")
+@click.option("--execute", is_flag=True, help="--reset-offsets: commit the new offsets.")
+@click.option("--to-earliest", is_flag=True, help="Reset to the earliest offset.")
+@click.option("--to-latest", is_flag=True, help="Reset to the latest offset.")
+@click.option("--to-current", is_flag=True, help="Reset to the current (committed) offset.")
+@click.option("--to-offset", type=int, metavar="N", help="Reset to offset N (within the log's range).")
+@click.option("--to-datetime", metavar="YYYY-MM-DDTHH:mm:SS.sss", help="Reset to the first offset at or after a time.")
+@click.option("--by-duration", metavar="PnDTnHnMnS", help="Reset to the first offset at or after now minus a duration.")
+@click.option("--shift-by", type=int, metavar="N", help="Move the committed offsets by N (may be negative).")
+@click.option("--timeout", "timeout_ms", type=int, default=5000, show_default=True, metavar="MS",
+              help="How long to wait for the broker's answers.")
+@click.pass_context
+def consumer_groups(
+    ctx: click.Context, bootstrap_server: str, command_config: str | None, list_: bool, describe: bool,
+    delete: bool, reset_offsets: bool, delete_offsets: bool, groups: tuple[str, ...], all_groups: bool,
+    topics: tuple[str, ...], all_topics: bool, offsets: bool, members: bool, state: str | None, verbose: bool,
+    dry_run: bool, execute: bool, to_earliest: bool, to_latest: bool, to_current: bool, to_offset: int | None,
+    to_datetime: str | None, by_duration: str | None, shift_by: int | None, timeout_ms: int,
+) -> None:
+    """List, describe, reset and delete consumer groups, like Kafka's kafka-consumer-groups.sh."""
+    actions = [a for a, on in (("list", list_), ("describe", describe), ("delete", delete),
+                                ("reset-offsets", reset_offsets), ("delete-offsets", delete_offsets)) if on]
+    if len(actions) != 1:
+        raise click.UsageError("Command must include exactly one action: --list, --describe, --delete, "
+                               "--reset-offsets, --delete-offsets")
+    if (describe or delete or reset_offsets) and not groups and not all_groups:
+        raise click.UsageError(f"Option [{actions[0]}] takes one of these options: [all-groups], [group]")
+    if delete_offsets and len(groups) != 1:
+        raise click.UsageError("Option [delete-offsets] takes the [group] option once")
+    if delete_offsets and not topics:
+        raise click.UsageError("Option [delete-offsets] takes the [topic] option")
+    scenarios = [s for s, on in (("to-earliest", to_earliest), ("to-latest", to_latest), ("to-current", to_current),
+                                 ("to-offset", to_offset is not None), ("to-datetime", to_datetime is not None),
+                                 ("by-duration", by_duration is not None), ("shift-by", shift_by is not None)) if on]
+    if reset_offsets:
+        if len(scenarios) != 1:
+            raise click.UsageError("Option [reset-offsets] takes exactly one of: --to-earliest, --to-latest, "
+                                   "--to-current, --to-offset, --to-datetime, --by-duration, --shift-by")
+        if not topics and not all_topics:
+            raise click.UsageError("One of the reset scopes should be defined: --all-topics, --topic.")
+        if dry_run and execute:
+            raise click.UsageError("Option [reset-offsets] takes at most one of these options: [dry-run], [execute]")
+    elif scenarios or dry_run or execute:
+        raise click.UsageError("--to-*, --by-duration, --shift-by, --dry-run and --execute go with --reset-offsets")
+    if sum([offsets, members, state is not None]) > 1 and describe:
+        raise click.UsageError("Option [describe] takes at most one of these options: [members], [offsets], [state]")
+    states = [s.strip() for s in (state or "").split(",") if s.strip()]
+    if list_ and states:
+        bad = [s for s in states if s.lower() not in {x.lower() for x in _STATES}]
+        if bad:
+            raise click.UsageError(f"Invalid state list '{state}'. Valid states are: {', '.join(_STATES)}")
+    reset_ms = parse_datetime(to_datetime) if to_datetime else None
+    if by_duration:
+        reset_ms = int(time.time() * 1000) - parse_duration(by_duration)
+
+    def work(client: Any) -> None:
+        from tidegate.client import admin
+
+        def group_ids() -> list[str]:
+            if all_groups:
+                return [g.group_id for g in admin.list_groups(client, timeout_ms=timeout_ms)
+                        if g.protocol_type in ("consumer", "")]
+            return list(groups)
+
+        if list_:
+            _list(client, state, states, timeout_ms)
+        elif describe:
+            _describe(client, group_ids(), members, state is not None, verbose, timeout_ms)
+        elif delete:
+            _delete(client, group_ids(), timeout_ms)
+        elif delete_offsets:
+            _delete_offsets(ctx, client, groups[0], topics, timeout_ms)
+        else:
+            spec = {"to-earliest": -2, "to-latest": -1}.get(scenarios[0])
+            _reset(client, group_ids(), topics, all_topics, scenarios[0], spec, to_offset, shift_by,
+                   reset_ms, execute, timeout_ms)  # fmt: skip
+
+    _run_admin(ctx, "consumer-groups", bootstrap_server, command_config, work)
+
+
+def _list(client: Any, state: str | None, states: list[str], timeout_ms: int) -> None:
+    from tidegate.client import admin
+
+    canonical = {s.lower(): s for s in _STATES}
+    listed = [g for g in admin.list_groups(client, [canonical[s.lower()] for s in states], timeout_ms=timeout_ms)
+              if g.protocol_type in ("consumer", "")]
+    if state is None:
+        for g in listed:
+            click.echo(g.group_id)
+        return
+    width = max([15, *(len(g.group_id) for g in listed)]) + 10
+    click.echo(_row([width, 20], ["GROUP", "STATE"]))
+    for g in listed:
+        click.echo(_row([width, 20], [g.group_id, g.state or "Unknown"]))
+
+
+def _should_print(group: str, state: str, rows: int) -> bool:
+    """Kafka's ``shouldPrintMemberState``."""
+    if state == "Dead":
+        _print_error(f"Consumer group '{group}' does not exist.")
+        return False
+    if state == "Empty":
+        click.echo(f"\nConsumer group '{group}' has no active members.", err=True)
+    elif state in ("PreparingRebalance", "CompletingRebalance", "Assigning", "Reconciling"):
+        click.echo(f"\nWarning: Consumer group '{group}' is rebalancing.", err=True)
+    return rows > 0
+
+
+def _end_offsets(client: Any, partitions: Iterable[tuple[str, int]], spec: int, timeout_ms: int) -> dict:
+    from tidegate.client.fetcher import list_offsets
+
+    targets = dict.fromkeys(partitions, spec)
+    return list_offsets(client, targets, timeout_ms=timeout_ms) if targets else {}
+
+
+def _describe(client: Any, group_ids: list[str], members: bool, state: bool, verbose: bool, timeout_ms: int) -> None:
+    from tidegate.client import admin
+
+    for desc in sorted(admin.describe_groups(client, group_ids, timeout_ms=timeout_ms), key=lambda d: d.group_id):
+        if desc.error_code:
+            _print_error(f"Executing consumer group command failed due to {_exception_text(desc.error_code)}")
+            continue
+        group = desc.group_id
+        if state:
+            if _should_print(group, desc.state, 1):
+                node, host, port = desc.coordinator
+                coordinator = f"{host}:{port}  ({node})"
+                widths = [max(15, len(group)), max(25, len(coordinator)), 20, 20, 0]
+                click.echo()
+                click.echo(_row(widths, ["GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS"]))
+                click.echo(_row(widths, [group, coordinator, desc.protocol or MISSING, desc.state, len(desc.members)]))
+            continue
+        if members:
+            _describe_members(desc, verbose)
+            continue
+        committed = admin.list_group_offsets(client, group, timeout_ms=timeout_ms)
+        rows: list[list[Any]] = []
+        assigned: set[tuple[str, int]] = set()
+        for m in sorted(desc.members, key=lambda m: -len(m.assignment)):
+            if not m.assignment:
+                continue
+            assigned.update(m.assignment)
+            rows += _partition_rows(client, group, m.assignment, committed, m.member_id, m.host, m.client_id,
+                                    timeout_ms)  # fmt: skip
+        rest = sorted(set(committed) - assigned)
+        if rest:
+            rows += _partition_rows(client, group, rest, committed, MISSING, MISSING, MISSING, timeout_ms)
+        if not _should_print(group, desc.state, len(rows)):
+            continue
+        widths = [max([15, *(len(str(r[0])) for r in rows)]), max([15, *(len(str(r[1])) for r in rows)]),
+                  10, 15, 15, 15, max([15, *(len(str(r[6])) for r in rows)]),
+                  max([15, *(len(str(r[7])) for r in rows)]), 0]  # fmt: skip
+        click.echo()
+        click.echo(_row(widths, ["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG",
+                                 "CONSUMER-ID", "HOST", "CLIENT-ID"]))  # fmt: skip
+        for r in rows:
+            click.echo(_row(widths, r))
+
+
+def _partition_rows(
+    client: Any, group: str, partitions: Iterable[tuple[str, int]], committed: dict, member: str, host: str,
+    client_id: str, timeout_ms: int,
+) -> list[list[Any]]:
+    """Kafka's ``describePartitions``: one row per partition, sorted by topic and partition."""
+    parts = sorted(partitions)
+    ends = _end_offsets(client, parts, -1, timeout_ms)
+    rows = []
+    for tp in parts:
+        offset = committed.get(tp)
+        end = ends.get(tp)
+        lag = end - offset if offset is not None and end is not None and end >= 0 else None
+        rows.append([group, tp[0], tp[1], MISSING if offset is None else offset,
+                     MISSING if end is None or end < 0 else end, MISSING if lag is None else lag,
+                     member, host, client_id])  # fmt: skip
+    return rows
+
+
+def _assignment_text(assignment: Iterable[tuple[str, int]]) -> str:
+    by_topic: dict[str, list[int]] = {}
+    for t, p in assignment:
+        by_topic.setdefault(t, []).append(p)
+    return ";".join(sorted(f"{t}:{','.join(map(str, sorted(ps)))}" for t, ps in by_topic.items()))
+
+
+def _describe_members(desc: Any, verbose: bool) -> None:
+    group = desc.group_id
+    if desc.state == "Dead":
+        _should_print(group, desc.state, 0)
+        return
+    _should_print(group, desc.state, len(desc.members))
+    ms = list(desc.members)
+    with_instance = any(m.group_instance_id for m in ms)
+    widths = [max([15, len(group)]), max([15, *(len(m.member_id) for m in ms)])]
+    if with_instance:
+        widths.append(max([17, *(len(m.group_instance_id or "") for m in ms)]))
+    widths += [max([15, *(len(m.host) for m in ms)]), max([15, *(len(m.client_id) for m in ms)]), 15]
+    current = [_assignment_text(m.assignment) or MISSING for m in ms]
+    header = ["GROUP", "CONSUMER-ID", *(["GROUP-INSTANCE-ID"] if with_instance else []), "HOST", "CLIENT-ID",
+              "#PARTITIONS"]  # fmt: skip
+    tail_widths = [15, max([20, *(len(c) for c in current)]), 15, 20]
+    line = _row(widths, header) + " "
+    if verbose:
+        line += _row(tail_widths, ["CURRENT-EPOCH", "CURRENT-ASSIGNMENT", "TARGET-EPOCH", "TARGET-ASSIGNMENT"])
+    click.echo()
+    click.echo(line)
+    for m, cur in zip(ms, current, strict=True):
+        cells = [group, m.member_id, *([m.group_instance_id or ""] if with_instance else []), m.host, m.client_id,
+                 len(m.assignment)]  # fmt: skip
+        line = _row(widths, cells) + " "
+        if verbose:
+            line += _row(tail_widths, [MISSING, cur, MISSING, MISSING])
+        click.echo(line)
+
+
+def _delete(client: Any, group_ids: list[str], timeout_ms: int) -> None:
+    from tidegate.client import admin
+
+    results = admin.delete_groups(client, group_ids, timeout_ms=timeout_ms)
+    ok = [g for g, code in results.items() if code == 0]
+    failed = {g: code for g, code in results.items() if code != 0}
+    if not failed:
+        click.echo(f"Deletion of requested consumer groups ({', '.join(repr(g) for g in ok)}) was successful.")
+        return
+    _print_error("Deletion of some consumer groups failed:")
+    for g, code in failed.items():
+        click.echo(f"* Group '{g}' could not be deleted due to: {_exception_text(code)}")
+    if ok:
+        click.echo(f"\nThese consumer groups were deleted successfully: {', '.join(repr(g) for g in ok)}")
+
+
+def _topic_partitions(client: Any, topics: Iterable[str]) -> list[tuple[str, int]]:
+    """Kafka's ``parseTopicPartitionsToReset``: ``topic:0,1`` as given, a bare topic as
+    all of its partitions."""
+    from tidegate.client.admin import describe_topics
+
+    out: list[tuple[str, int]] = []
+    bare = []
+    for arg in topics:
+        if ":" in arg:
+            name, _, parts = arg.partition(":")
+            try:
+                out += [(name, int(p)) for p in parts.split(",")]
+            except ValueError:
+                raise click.UsageError(f"Invalid topic arg '{arg}', expected topic name and partitions") from None
+        else:
+            bare.append(arg)
+    if bare:
+        for d in describe_topics(client, bare):
+            out += [(d.name, p.partition) for p in d.partitions]
+    return out
+
+
+def _reset(
+    client: Any, group_ids: list[str], topics: tuple[str, ...], all_topics: bool, scenario: str,
+    spec: int | None, to_offset: int | None, shift_by: int | None, reset_ms: int | None, execute: bool,
+    timeout_ms: int,
+) -> None:
+    from tidegate.client import admin
+
+    plans: dict[str, dict[tuple[str, int], int]] = {}
+    for desc in admin.describe_groups(client, group_ids, timeout_ms=timeout_ms):
+        group = desc.group_id
+        if desc.state not in ("Empty", "Dead"):
+            _print_error(f"Assignments can only be reset if the group '{group}' is inactive, but the current "
+                         f"state is {desc.state}.")  # fmt: skip
+            plans[group] = {}
+            continue
+        committed = admin.list_group_offsets(client, group, timeout_ms=timeout_ms)
+        partitions = sorted(committed) if all_topics else _topic_partitions(client, topics)
+        plan = _new_offsets(client, partitions, committed, scenario, spec, to_offset, shift_by, reset_ms,
+                            timeout_ms)  # fmt: skip
+        if execute and plan:
+            _commit_with_progress(client, group, plan, timeout_ms)
+        plans[group] = plan
+    gw = max([15, *(len(g) for g in plans)])
+    tw = max([15, *(len(t) for plan in plans.values() for t, _ in plan)])
+    click.echo()
+    if plans:
+        click.echo(_row([gw, tw, 10, 0], ["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"]))
+    for group, plan in plans.items():
+        for (t, p), offset in plan.items():
+            click.echo(_row([gw, tw, 10, 0], [group, t, p, offset]))
+
+
+def _new_offsets(
+    client: Any, partitions: list[tuple[str, int]], committed: dict, scenario: str, spec: int | None,
+    to_offset: int | None, shift_by: int | None, reset_ms: int | None, timeout_ms: int,
+) -> dict[tuple[str, int], int]:
+    """Kafka's GroupOffsetsResetter: the offset of each partition for the scenario, a
+    requested offset kept within the log's range."""
+    if not partitions:
+        return {}
+    if spec is not None:
+        return _end_offsets(client, partitions, spec, timeout_ms)
+    ends = _end_offsets(client, partitions, -1, timeout_ms)
+    if reset_ms is not None:
+        found = _end_offsets(client, partitions, reset_ms, timeout_ms)
+        out = {}
+        for tp in partitions:
+            if found.get(tp, -1) < 0:
+                click.echo(f"\nWarn: Partition {tp[1]} from topic {tp[0]} is empty. Falling back to latest known offset.")
+                out[tp] = ends[tp]
+            else:
+                out[tp] = found[tp]
+        return out
+    if scenario == "to-current":
+        return {tp: committed.get(tp, ends[tp]) for tp in partitions}
+    starts = _end_offsets(client, partitions, -2, timeout_ms)
+    if scenario == "to-offset":
+        assert to_offset is not None
+        wanted = dict.fromkeys(partitions, to_offset)
+    else:
+        assert shift_by is not None
+        wanted = {tp: committed.get(tp, ends[tp]) + shift_by for tp in partitions}
+    return {tp: min(max(o, starts[tp]), ends[tp]) for tp, o in wanted.items()}
+
+
+def _commit_with_progress(client: Any, group: str, plan: dict[tuple[str, int], int], timeout_ms: int) -> None:
+    """Commit the new offsets, in chunks behind a progress bar when the terminal shows one
+    (a reset of many partitions)."""
+    from tidegate.client import admin
+
+    items = sorted(plan.items())
+    chunk = 1000
+    show = len(items) > chunk and sys.stderr.isatty()
+    progress: Any = None
+    if show:
+        from rich.progress import Progress
+
+        progress = Progress(transient=True)
+        progress.start()
+        task = progress.add_task(f"resetting {group}", total=len(items))
+    try:
+        for i in range(0, len(items), chunk):
+            part = dict(items[i : i + chunk])
+            errors = admin.alter_group_offsets(client, group, part, timeout_ms=timeout_ms)
+            bad = {tp: code for tp, code in errors.items() if code}
+            if bad:
+                (tp, code), *_ = bad.items()
+                raise click.ClickException(
+                    f"Executing consumer group command failed due to {_exception_text(code)} ({tp[0]}-{tp[1]})"
+                )
+            if progress is not None:
+                progress.update(task, advance=len(part))
+    finally:
+        if progress is not None:
+            progress.stop()
+
+
+def _delete_offsets(ctx: click.Context, client: Any, group: str, topics: tuple[str, ...], timeout_ms: int) -> None:
+    from tidegate.client import admin
+
+    partitions = _topic_partitions(client, topics)
+    top, results = admin.delete_group_offsets(client, group, partitions, timeout_ms=timeout_ms)
+    if top == 0:
+        click.echo(f"Request succeeded for deleting offsets from group {group}.")
+    elif top in (24, 69, 30, 68):
+        _print_error(_KAFKA_ERRORS[top][1])
+    elif top in (86, 29, 3):
+        _print_error("Encountered some partition-level error, see the follow-up details.")
+    else:
+        _print_error(f"Encountered some unknown error: {top}")
+    width = max([15, *(len(t) for t, _ in results)])
+    click.echo()
+    click.echo(_row([width, 10, 15], ["TOPIC", "PARTITION", "STATUS"]))
+    for (t, p), code in sorted(results.items(), key=lambda kv: kv[0][0] + str(kv[0][1])):
+        status = "Successful" if code == 0 else f"Error: {_KAFKA_ERRORS.get(code, ('', f'error code {code}'))[1]}"
+        click.echo(_row([width, 10, 15], [t, p, status]))
+    if top:
+        ctx.exit(1)

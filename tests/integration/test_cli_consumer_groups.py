@@ -1,0 +1,183 @@
+"""``tidegate consumer-groups`` (kafka-consumer-groups.sh) against a live broker with a
+group made by a real client (confluent-kafka), and against the peer broker where it has
+the group APIs: list, describe (offsets and lag, members, state), reset offsets (dry run,
+execute, each scenario), delete offsets, delete groups, Kafka's columns and messages."""
+
+from __future__ import annotations
+
+import re
+import time
+
+from click.testing import CliRunner
+from confluent_kafka import Consumer, Producer
+
+from tests.conftest import wait_until
+from tidegate.cli import main
+from tidegate.cli.consumer_groups import parse_datetime, parse_duration
+from tidegate.client import KafkaClient
+from tidegate.client.admin import create_topic, list_group_offsets
+
+
+def groups(bootstrap: str, *args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(main, ["consumer-groups", "--bootstrap-server", bootstrap, *args])
+    return result.exit_code, result.stdout, result.stderr
+
+
+def fill(bootstrap: str, topic: str, per_partition: int, partitions: int = 3) -> None:
+    p = Producer({"bootstrap.servers": bootstrap})
+    for i in range(per_partition * partitions):
+        p.produce(topic, b"v%d" % i, partition=i % partitions)
+    assert p.flush(30) == 0
+
+
+def consumer(bootstrap: str, group: str, topic: str) -> Consumer:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+                  "enable.auto.commit": False, "client.id": "cg-test"})  # fmt: skip
+    c.subscribe([topic])
+    return c
+
+
+def consume(c: Consumer, n: int, timeout: float = 30.0) -> list:
+    got = []
+    deadline = time.monotonic() + timeout
+    while len(got) < n and time.monotonic() < deadline:
+        m = c.poll(0.5)
+        if m is not None and not m.error():
+            got.append(m)
+    return got
+
+
+def committed(bootstrap: str, group: str) -> dict[tuple[str, int], int]:
+    with KafkaClient(bootstrap) as client:
+        return list_group_offsets(client, group)
+
+
+def test_list_describe_reset_and_delete(broker):
+    b = broker.bootstrap
+    with KafkaClient(b) as client:
+        create_topic(client, "cg-orders", 3)
+    fill(b, "cg-orders", 10)
+    c = consumer(b, "cg-app", "cg-orders")
+    assert len(consume(c, 30)) == 30
+    c.commit(asynchronous=False)
+    fill(b, "cg-orders", 2)  # 2 more per partition: a lag of 2 each
+
+    code, out, _ = groups(b, "--list")
+    assert code == 0 and "cg-app" in out.split()
+    code, out, _ = groups(b, "--list", "--state")
+    assert code == 0 and out.splitlines()[0] == f"{'GROUP':<25} {'STATE':<20}"
+    assert f"{'cg-app':<25} {'Stable':<20}" in out.splitlines()
+    assert "cg-app" not in groups(b, "--list", "--state", "Empty")[1]
+
+    code, out, err = groups(b, "--describe", "--group", "cg-app")
+    lines = out.splitlines()
+    assert code == 0 and err == "" and lines[0] == ""
+    assert re.fullmatch(r"GROUP {11}TOPIC {11}PARTITION  CURRENT-OFFSET  LOG-END-OFFSET  LAG {13}CONSUMER-ID +"
+                        r"HOST {12}CLIENT-ID", lines[1]), lines[1]
+    rows = [line.split() for line in lines[2:]]
+    assert [r[:6] for r in rows] == [["cg-app", "cg-orders", str(p), "10", "12", "2"] for p in range(3)]
+    assert all(r[6].startswith("cg-test-") and r[7] == "/127.0.0.1" and r[8] == "cg-test" for r in rows)
+
+    code, out, _ = groups(b, "--describe", "--group", "cg-app", "--members", "--verbose")
+    head, row = out.splitlines()[1:]
+    assert head.split() == ["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS", "CURRENT-EPOCH",
+                            "CURRENT-ASSIGNMENT", "TARGET-EPOCH", "TARGET-ASSIGNMENT"]  # fmt: skip
+    assert row.split()[2:] == ["/127.0.0.1", "cg-test", "3", "-", "cg-orders:0,1,2", "-", "-"]
+    code, out, _ = groups(b, "--describe", "--group", "cg-app", "--state")
+    host, port = b.split(":")
+    assert out.splitlines()[2].split() == ["cg-app", f"{host}:{port}", "(1)", "range", "Stable", "1"]
+
+    # an active group's offsets are not reset
+    code, out, _ = groups(b, "--reset-offsets", "--group", "cg-app", "--topic", "cg-orders", "--to-earliest",
+                          "--execute")  # fmt: skip
+    assert "Error: Assignments can only be reset if the group 'cg-app' is inactive, but the current state is " \
+           "Stable." in out
+    c.close()
+    wait_until(lambda: "Empty" in groups(b, "--describe", "--group", "cg-app", "--state")[1], 30,
+               what="the group to become empty")  # fmt: skip
+
+    code, out, err = groups(b, "--describe", "--group", "cg-app")
+    assert err == "\nConsumer group 'cg-app' has no active members.\n"
+    assert [line.split()[3:] for line in out.splitlines()[2:]] == [["10", "12", "2", "-", "-", "-"]] * 3
+
+    # dry run (the default) prints the plan and changes nothing
+    code, out, _ = groups(b, "--reset-offsets", "--group", "cg-app", "--topic", "cg-orders", "--to-earliest")
+    assert out == ("\nGROUP           TOPIC           PARTITION  NEW-OFFSET\n"
+                   + "".join(f"cg-app          cg-orders       {p:<10} 0\n" for p in range(3)))  # fmt: skip
+    assert committed(b, "cg-app") == {("cg-orders", p): 10 for p in range(3)}
+    groups(b, "--reset-offsets", "--group", "cg-app", "--topic", "cg-orders:1", "--to-earliest", "--execute")
+    assert committed(b, "cg-app")[("cg-orders", 1)] == 0
+    groups(b, "--reset-offsets", "--group", "cg-app", "--all-topics", "--shift-by", "-3", "--execute")
+    assert committed(b, "cg-app") == {("cg-orders", 0): 7, ("cg-orders", 1): 0, ("cg-orders", 2): 7}
+    groups(b, "--reset-offsets", "--group", "cg-app", "--topic", "cg-orders", "--to-offset", "1000", "--execute")
+    assert set(committed(b, "cg-app").values()) == {12}  # kept within the log
+    groups(b, "--reset-offsets", "--group", "cg-app", "--topic", "cg-orders",
+           "--to-datetime", "2000-01-01T00:00:00.000Z", "--execute")  # fmt: skip
+    assert set(committed(b, "cg-app").values()) == {0}
+    code, out, _ = groups(b, "--reset-offsets", "--group", "cg-app", "--topic", "cg-orders:2",
+                          "--by-duration", "PT0S", "--execute")  # fmt: skip
+    assert "Warn: Partition 2 from topic cg-orders is empty. Falling back to latest known offset." in out
+    assert committed(b, "cg-app")[("cg-orders", 2)] == 12
+    groups(b, "--reset-offsets", "--group", "cg-app", "--topic", "cg-orders:2", "--to-offset", "5", "--execute")
+
+    # a consumer of the group starts where the reset put it
+    again = consumer(b, "cg-app", "cg-orders")
+    got = consume(again, 12 + 12 + 7)
+    assert sorted((m.partition(), m.offset()) for m in got)[:1] == [(0, 0)]
+    assert min(m.offset() for m in got if m.partition() == 2) == 5
+    again.close()
+    wait_until(lambda: "Empty" in groups(b, "--describe", "--group", "cg-app", "--state")[1], 30,
+               what="the group to become empty")  # fmt: skip
+
+    code, out, _ = groups(b, "--delete-offsets", "--group", "cg-app", "--topic", "cg-orders:0")
+    assert out == ("Request succeeded for deleting offsets from group cg-app.\n\n"
+                   f"{'TOPIC':<15} {'PARTITION':<10} {'STATUS':<15}\n{'cg-orders':<15} {'0':<10} {'Successful':<15}\n")
+    assert ("cg-orders", 0) not in committed(b, "cg-app")
+
+    code, out, _ = groups(b, "--delete", "--group", "cg-app", "--group", "cg-missing")
+    assert out == ("\nError: Deletion of some consumer groups failed:\n"
+                   "* Group 'cg-missing' could not be deleted due to: "
+                   "org.apache.kafka.common.errors.GroupIdNotFoundException: The group id does not exist.\n"
+                   "\nThese consumer groups were deleted successfully: 'cg-app'\n")
+    assert groups(b, "--describe", "--group", "cg-app") == (
+        0, "\nError: Consumer group 'cg-app' does not exist.\n", "")
+
+
+def test_usage_errors_exit_2(broker):
+    code, _, err = groups(broker.bootstrap, "--list", "--describe")
+    assert code == 2 and "Command must include exactly one action" in err
+    code, _, err = groups(broker.bootstrap, "--reset-offsets", "--group", "g", "--to-earliest")
+    assert code == 2 and "One of the reset scopes should be defined: --all-topics, --topic." in err
+    code, _, err = groups(broker.bootstrap, "--list", "--state", "Sleepy")
+    assert code == 2 and "Invalid state list 'Sleepy'" in err
+
+
+def test_datetime_and_duration_parse_as_kafka():
+    assert parse_datetime("2026-11-25T10:00:00.000Z") == 1795600800000
+    assert parse_datetime("2026-11-25T11:00:00.000+01:00") == 1795600800000
+    assert parse_datetime("2026-11-25T09:00:00-0100") == 1795600800000
+    assert parse_duration("PT1H30M") == 5_400_000
+    assert parse_duration("P1DT0.5S") == 86_400_500
+    assert parse_duration("-PT1M") == -60_000
+
+
+def test_against_the_peer_broker(peer_bootstrap):
+    """The peer broker (Tansu): the tool lists a group made there and describes its
+    members. (Its offsets view is not checked: Tansu does not answer an OffsetFetch of
+    all of a group's topics, topics null, which Kafka's admin client sends too.)"""
+    b = peer_bootstrap
+    fill(b, "cg-peer", 2, partitions=1)
+    c = consumer(b, "cg-peer-app", "cg-peer")
+    try:
+        assert len(consume(c, 2, timeout=60)) == 2
+        c.commit(asynchronous=False)  # Tansu lists a group once it has offsets
+        code, out, err = groups(b, "--list")
+        assert code == 0, err
+        assert "cg-peer-app" in out.split()
+        code, out, err = groups(b, "--describe", "--group", "cg-peer-app", "--members")
+        assert code == 0, err
+        (row,) = [line.split() for line in out.splitlines()[2:]]
+        # (Tansu answers DescribeGroups without the member's host, client id or assignment)
+        assert row[0] == "cg-peer-app" and row[1].startswith("cg-test-"), row
+    finally:
+        c.close()
