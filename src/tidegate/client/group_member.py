@@ -1,0 +1,265 @@
+"""A consumer group member on the classic protocol (Kafka's ``ConsumerCoordinator``, the
+part ``tidegate console-consumer --group`` needs): join and sync with the range assignor,
+heartbeats from the caller's poll loop, committed offsets, commits at the member's
+generation, and leaving the group.
+
+The consumer protocol's bytes (:func:`encode_subscription`, :func:`decode_assignment`,
+...) and the range assignor (:func:`range_assign`) are plain functions; the member sends
+blocking requests on a :class:`~tidegate.client.KafkaClient` and keeps time through the
+client's clock, so the caller drives it: :meth:`GroupMember.poll` between fetches.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable, Mapping
+
+from tidegate.errors import BrokerResponseError
+from tidegate.protocol.apis import ApiKey
+
+from .admin import find_group_coordinator
+from .client import KafkaClient
+
+__all__ = [
+    "GroupMember",
+    "decode_assignment",
+    "decode_subscription",
+    "encode_assignment",
+    "encode_subscription",
+    "range_assign",
+]
+
+TopicPartition = tuple[str, int]
+
+REBALANCE_IN_PROGRESS = 27
+ILLEGAL_GENERATION = 22
+UNKNOWN_MEMBER_ID = 25
+MEMBER_ID_REQUIRED = 79
+FENCED_INSTANCE_ID = 82
+_REJOIN = {REBALANCE_IN_PROGRESS, ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID}
+#: a coordinator error that means: find the coordinator again and rejoin
+_COORDINATOR = {14, 15, 16}  # COORDINATOR_LOAD_IN_PROGRESS, NOT_AVAILABLE, NOT_COORDINATOR
+
+
+# -- the consumer protocol (ConsumerProtocolSubscription / ConsumerProtocolAssignment v0) -----
+def _string(s: str) -> bytes:
+    raw = s.encode()
+    return struct.pack(">h", len(raw)) + raw
+
+
+def encode_subscription(topics: Iterable[str]) -> bytes:
+    """version 0: [topic], user data null."""
+    names = sorted(set(topics))
+    return struct.pack(">hi", 0, len(names)) + b"".join(_string(t) for t in names) + struct.pack(">i", -1)
+
+
+def decode_subscription(data: bytes) -> list[str]:
+    """The topics of any version's subscription (the fields after them are ignored)."""
+    (count,) = struct.unpack_from(">i", data, 2)
+    pos, out = 6, []
+    for _ in range(max(count, 0)):
+        (n,) = struct.unpack_from(">h", data, pos)
+        out.append(bytes(data[pos + 2 : pos + 2 + n]).decode())
+        pos += 2 + n
+    return out
+
+
+def encode_assignment(partitions: Iterable[TopicPartition]) -> bytes:
+    """version 0: [topic, [partition]], user data null."""
+    by_topic: dict[str, list[int]] = {}
+    for t, p in partitions:
+        by_topic.setdefault(t, []).append(p)
+    out = [struct.pack(">hi", 0, len(by_topic))]
+    for t in sorted(by_topic):
+        ps = sorted(by_topic[t])
+        out.append(_string(t) + struct.pack(f">i{len(ps)}i", len(ps), *ps))
+    out.append(struct.pack(">i", -1))
+    return b"".join(out)
+
+
+def decode_assignment(data: bytes | None) -> list[TopicPartition]:
+    """The partitions of any version's assignment, sorted (empty bytes: none)."""
+    if not data:
+        return []
+    (count,) = struct.unpack_from(">i", data, 2)
+    pos, out = 6, []
+    for _ in range(max(count, 0)):
+        (n,) = struct.unpack_from(">h", data, pos)
+        topic = bytes(data[pos + 2 : pos + 2 + n]).decode()
+        pos += 2 + n
+        (k,) = struct.unpack_from(">i", data, pos)
+        out += [(topic, p) for p in struct.unpack_from(f">{k}i", data, pos + 4)]
+        pos += 4 + 4 * k
+    return sorted(out)
+
+
+def range_assign(
+    subscriptions: Mapping[str, Iterable[str]], partitions: Mapping[str, int]
+) -> dict[str, list[TopicPartition]]:
+    """Kafka's ``RangeAssignor``: per topic, its members in member-id order each take a
+    consecutive range, the first ``partitions % members`` one more."""
+    out: dict[str, list[TopicPartition]] = {m: [] for m in subscriptions}
+    by_topic: dict[str, list[str]] = {}
+    for member, topics in subscriptions.items():
+        for t in set(topics):
+            by_topic.setdefault(t, []).append(member)
+    for topic, members in by_topic.items():
+        count = partitions.get(topic, 0)
+        members.sort()
+        per, extra = divmod(count, len(members))
+        start = 0
+        for i, member in enumerate(members):
+            n = per + (1 if i < extra else 0)
+            out[member] += [(topic, p) for p in range(start, start + n)]
+            start += n
+    return out
+
+
+class GroupMember:
+    """One member of ``group_id`` subscribed to ``topics`` (classic protocol, protocol
+    type ``consumer``, the ``range`` assignor)."""
+
+    def __init__(
+        self,
+        client: KafkaClient,
+        group_id: str,
+        topics: Iterable[str],
+        *,
+        session_timeout_ms: int = 45_000,
+        rebalance_timeout_ms: int = 300_000,
+        heartbeat_interval_ms: int = 3_000,
+    ) -> None:
+        self.client = client
+        self.group_id = group_id
+        self.topics = sorted(set(topics))
+        self.session_timeout_ms = session_timeout_ms
+        self.rebalance_timeout_ms = rebalance_timeout_ms
+        self.heartbeat_interval_ms = heartbeat_interval_ms
+        self.member_id = ""
+        self.generation = -1
+        self.assignment: list[TopicPartition] = []
+        self._coordinator: int | None = None
+        self._next_heartbeat_ns = 0
+        self._rejoin = True
+
+    @property
+    def needs_join(self) -> bool:
+        return self._rejoin
+
+    def _node(self) -> int:
+        if self._coordinator is None:
+            self._coordinator = find_group_coordinator(self.client, self.group_id)
+        return self._coordinator
+
+    def _request(self, api_key: int, body: dict, max_version: int) -> object:
+        return self.client.request(api_key, body, node_id=self._node(), max_version=max_version,
+                                   timeout_ms=self.rebalance_timeout_ms + 5_000)  # fmt: skip
+
+    def _check(self, code: int, what: str) -> None:
+        if code in _COORDINATOR:
+            self._coordinator = None
+        if code in _COORDINATOR or code in _REJOIN:
+            self._rejoin = True
+            if code in (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION):
+                self.member_id, self.generation = "", -1
+            return
+        if code:
+            raise BrokerResponseError(code, f"{what} of group '{self.group_id}'")
+
+    def join(self) -> list[TopicPartition]:
+        """JoinGroup (again with the member id the coordinator hands out), the leader's
+        assignment, SyncGroup; the partitions this member got."""
+        while True:
+            self._rejoin = False
+            body = {
+                "group_id": self.group_id, "session_timeout": self.session_timeout_ms,
+                "rebalance_timeout": self.rebalance_timeout_ms, "member_id": self.member_id,
+                "group_instance_id": None, "protocol_type": "consumer", "reason": None,
+                "protocols": [{"name": "range", "metadata": encode_subscription(self.topics)}],
+            }  # fmt: skip
+            resp = self._request(ApiKey.JOIN_GROUP, body, 9)
+            code = int(resp.error_code)  # type: ignore[attr-defined]
+            if code == MEMBER_ID_REQUIRED:
+                self.member_id = resp.member_id  # type: ignore[attr-defined]
+                continue
+            self._check(code, "JoinGroup")
+            if self._rejoin:
+                continue
+            self.member_id = resp.member_id  # type: ignore[attr-defined]
+            self.generation = int(resp.generation_id)  # type: ignore[attr-defined]
+            assignments = []
+            if resp.leader == self.member_id:  # type: ignore[attr-defined]
+                subs = {m.member_id: decode_subscription(m.metadata) for m in resp.members}  # type: ignore[attr-defined]
+                wanted = sorted({t for ts in subs.values() for t in ts})
+                cluster = self.client.metadata(wanted)
+                counts = {t: cluster.partition_count(t) or 0 for t in wanted}
+                plan = range_assign(subs, counts)
+                assignments = [{"member_id": m, "assignment": encode_assignment(ps)} for m, ps in plan.items()]
+            body = {
+                "group_id": self.group_id, "generation_id": self.generation, "member_id": self.member_id,
+                "group_instance_id": None, "protocol_type": "consumer", "protocol_name": "range",
+                "assignments": assignments,
+            }  # fmt: skip
+            sync = self._request(ApiKey.SYNC_GROUP, body, 5)
+            self._check(int(sync.error_code), "SyncGroup")  # type: ignore[attr-defined]
+            if self._rejoin:
+                continue
+            self.assignment = decode_assignment(sync.assignment)  # type: ignore[attr-defined]
+            self._next_heartbeat_ns = self.client.clock.nanoseconds() + self.heartbeat_interval_ms * 1_000_000
+            return self.assignment
+
+    def poll(self) -> bool:
+        """A heartbeat when one is due; True when the member must rejoin (a rebalance:
+        call :meth:`join`, then start from the committed offsets of the new assignment)."""
+        if self._rejoin:
+            return True
+        now = self.client.clock.nanoseconds()
+        if now >= self._next_heartbeat_ns:
+            self._next_heartbeat_ns = now + self.heartbeat_interval_ms * 1_000_000
+            body = {"group_id": self.group_id, "generation_id": self.generation, "member_id": self.member_id,
+                    "group_instance_id": None}  # fmt: skip
+            resp = self._request(ApiKey.HEARTBEAT, body, 4)
+            self._check(int(resp.error_code), "Heartbeat")  # type: ignore[attr-defined]
+        return self._rejoin
+
+    def committed(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        """The group's committed offsets of ``partitions`` (those without one left out)."""
+        topics: dict[str, list[int]] = {}
+        for t, p in partitions:
+            topics.setdefault(t, []).append(p)
+        if not topics:
+            return {}
+        body = {"group_id": self.group_id, "require_stable": True,
+                "topics": [{"name": t, "partition_indexes": ps} for t, ps in topics.items()]}  # fmt: skip
+        resp = self.client.request(ApiKey.OFFSET_FETCH, body, node_id=self._node(), version=7)
+        self._check(int(resp.error_code), "OffsetFetch")
+        return {(t.name, p.partition_index): int(p.committed_offset)
+                for t in resp.topics for p in t.partitions if p.committed_offset >= 0}  # fmt: skip
+
+    def commit(self, offsets: Mapping[TopicPartition, int]) -> None:
+        """OffsetCommit at this member's generation (a rebalance in between makes the
+        commit fail with a rejoin, as Kafka's CommitFailedException)."""
+        if not offsets:
+            return
+        topics: dict[str, list[dict]] = {}
+        for (t, p), off in offsets.items():
+            topics.setdefault(t, []).append({"partition_index": p, "committed_offset": off,
+                                             "committed_leader_epoch": -1, "committed_metadata": ""})
+        body = {"group_id": self.group_id, "generation_id_or_member_epoch": self.generation,
+                "member_id": self.member_id, "group_instance_id": None, "retention_time_ms": -1,
+                "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]}  # fmt: skip
+        resp = self.client.request(ApiKey.OFFSET_COMMIT, body, node_id=self._node(), version=8)
+        for t in resp.topics:
+            for p in t.partitions:
+                self._check(int(p.error_code), "OffsetCommit")
+
+    def leave(self) -> None:
+        """LeaveGroup (the group rebalances without waiting for the session timeout)."""
+        if not self.member_id:
+            return
+        body = {"group_id": self.group_id, "members": [{"member_id": self.member_id, "group_instance_id": None,
+                                                        "reason": None}]}  # fmt: skip
+        try:
+            self.client.request(ApiKey.LEAVE_GROUP, body, node_id=self._node(), max_version=5, timeout_ms=5_000)
+        finally:
+            self.member_id, self.generation = "", -1
