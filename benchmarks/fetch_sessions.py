@@ -114,7 +114,9 @@ def main() -> int:
                 vals = sorted(res[mode])
                 row.append(f"{statistics.median(vals):.2f} ({vals[0]:.2f}..{vals[-1]:.2f})" if vals else "-")
             less, sess = res["sessionless"], res["session"]
-            row.append(f"{statistics.median(less) / statistics.median(sess):.0f}x" if less and sess else "-")
+            # a median of 0: below the CPU clock's resolution (10 ms over --polls polls)
+            row.append(f"{statistics.median(less) / statistics.median(sess):.0f}x"
+                       if less and sess and statistics.median(sess) else "-")
             rows.append(row)
             print("  ".join(row), file=sys.stderr, flush=True)
     finally:
