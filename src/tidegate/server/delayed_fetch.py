@@ -11,6 +11,9 @@ moves when a transaction's marker is appended (an append like any other). When
 the wait expires the timer completes it with whatever is there. Completion calls
 ``respond``, which re-reads the logs and answers. A parked fetch holds no task
 and no thread: just this object on the timing wheel and the watcher lists.
+
+An incremental fetch of a KIP-227 session parks a :class:`SessionDelayedFetch` instead,
+on the session's one key, checking only the session's dirty partitions.
 """
 
 from __future__ import annotations

@@ -7,7 +7,10 @@ bytes that parked fetches wait for, asks the group-commit flusher for an fsync w
 produce purgatory; the wake-ups of fetches parked on the appended partitions go on the
 action queue, run once the producer's response is written
 (:meth:`try_complete_actions`, Kafka's ActionQueue). :meth:`fetch_messages` reads the
-logs and answers at once or parks a :class:`DelayedFetch` until ``min_bytes`` arrive.
+logs and answers at once or parks a :class:`DelayedFetch` until ``min_bytes`` arrive;
+:meth:`fetch_session_messages` does the same for an incremental fetch session's dirty
+partitions (appends mark them dirty in the sessions through ``fetch_sessions``), parked
+as one :class:`SessionDelayedFetch` on the session's key.
 :meth:`delete_records` moves log start offsets (DeleteRecords) and answers once they
 are durable; :meth:`last_offset_for_leader_epoch` answers OffsetForLeaderEpoch.
 
