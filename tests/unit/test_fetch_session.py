@@ -10,7 +10,7 @@ from itertools import count
 import pytest
 
 from tests.integration.rawclient import fetch_topics_body as fetch_body
-from tests.unit.test_apis import FETCH, Harness, batch, batches_in
+from tests.unit.test_apis import FETCH, NOW, Harness, batch, batches_in
 from tidegate.errors import ErrorCode
 from tidegate.metrics.prometheus import BrokerMetrics
 from tidegate.server.fetch_session import (
@@ -476,6 +476,24 @@ def test_a_new_log_start_offset_reaches_the_incremental_response(h):
     got = parts_of(fetch(h, 12, [], session_id=sid, session_epoch=2))
     assert list(got) == [("s", 2)] and got[("s", 2)].log_start_offset == 1
     assert fetch(h, 12, [], session_id=sid, session_epoch=3).responses == ()
+
+
+def test_a_log_start_offset_moved_by_retention_reaches_the_incremental_response(tmp_path):
+    h = Harness(tmp_path / "d", {"log.retention.check.interval.ms": "1000"})
+    try:
+        h.create_topic("t", partitions=2, configs={"retention.ms": "30000"})
+        for i in range(3):
+            assert h.produce("t", 0, batch(b"v%d" % i, ts=NOW - 60_000)).error_code == ErrorCode.none
+        full = fetch(h, 12, [("t", None, [(0, 3, 1000), (1, 0, 1000)])], session_epoch=0)
+        assert parts_of(full)[("t", 0)].log_start_offset == 0
+        sid = full.session_id
+        assert fetch(h, 12, [], session_id=sid, session_epoch=1).responses == ()
+        h.loop.advance(2000)  # a retention pass deletes the old segments
+        assert h.replicas.get_log("t", 0).log_start_offset == 3
+        got = parts_of(fetch(h, 12, [], session_id=sid, session_epoch=2))
+        assert list(got) == [("t", 0)] and got[("t", 0)].log_start_offset == 3
+    finally:
+        h.close()
 
 
 def test_partitions_left_behind_by_the_response_limit_are_read_again(h):
