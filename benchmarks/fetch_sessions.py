@@ -10,6 +10,10 @@ produced, in the same run:
 * ``session``: the first Fetch opens a session (epoch 0), then every Fetch is
   incremental: no partition named, none answered (kafka-python, the Java consumer).
 
+and, as a baseline, ``idle``: no requests for as long as the polls take (the broker's
+background work, e.g. its once-a-second log maintenance over every partition, per
+poll-equivalent of wall time; subtract it from the other two for the cost of a poll).
+
 Each poll waits ``--max-wait-ms`` at the broker. The broker's CPU time (user+system,
 psutil) over ``--polls`` polls, divided by the polls, is one sample; ``--rounds``
 samples per mode give the median and the spread (min..max). The consumer is tidegate's
@@ -59,12 +63,22 @@ def poll_round(client: KafkaClient, node: int, positions: dict, polls: int, max_
     return (after - before) * 1000 / polls
 
 
+def idle_round(polls: int, max_wait_ms: int, cpu: CpuMeter) -> float | None:
+    """Broker CPU ms per poll-equivalent (``max_wait_ms``) of wall time with no requests."""
+    before = cpu.now()
+    time.sleep(polls * max_wait_ms / 1000)
+    after = cpu.now()
+    if before is None or after is None:
+        return None
+    return (after - before) * 1000 / polls
+
+
 def measure(bootstrap: str, pid: int | None, partitions: int, polls: int, rounds: int,
             max_wait_ms: int) -> dict[str, list[float]]:
     topic = f"fs-{partitions}-{int(time.time())}"
     create_topic(bootstrap, topic, partitions)
     cpu = CpuMeter(pid)
-    out: dict[str, list[float]] = {"sessionless": [], "session": []}
+    out: dict[str, list[float]] = {"sessionless": [], "session": [], "idle": []}
     with KafkaClient(bootstrap, request_timeout_ms=120_000) as client:
         client.metadata([topic], timeout_ms=120_000)
         leaders = {client.cluster.leader_for(topic, p) for p in range(partitions)}
@@ -76,11 +90,14 @@ def measure(bootstrap: str, pid: int | None, partitions: int, polls: int, rounds
         fetch(client, node, positions, max_wait_ms=0, min_bytes=0, session=session)  # opens it
         established = session.session_id != 0
         for _ in range(rounds):  # alternate, so drift in machine load hits both alike
-            for mode in ("sessionless", "session"):
+            for mode in ("sessionless", "session", "idle"):
                 if mode == "session" and not established:
                     continue
-                v = poll_round(client, node, positions, polls, max_wait_ms,
-                               session if mode == "session" else None, cpu)
+                if mode == "idle":
+                    v = idle_round(polls, max_wait_ms, cpu)
+                else:
+                    v = poll_round(client, node, positions, polls, max_wait_ms,
+                                   session if mode == "session" else None, cpu)
                 if v is not None:
                     out[mode].append(v)
     return out
@@ -110,11 +127,13 @@ def main() -> int:
                 bootstrap, pid = spawned.bootstrap, spawned.pid
             res = measure(bootstrap, pid, n, args.polls, args.rounds, args.max_wait_ms)
             row = [str(n)]
-            for mode in ("sessionless", "session"):
+            for mode in ("sessionless", "session", "idle"):
                 vals = sorted(res[mode])
                 row.append(f"{statistics.median(vals):.2f} ({vals[0]:.2f}..{vals[-1]:.2f})" if vals else "-")
             less, sess = res["sessionless"], res["session"]
-            row.append(f"{statistics.median(less) / statistics.median(sess):.0f}x" if less and sess else "-")
+            # a median of 0: below the CPU clock's resolution (10 ms over --polls polls)
+            row.append(f"{statistics.median(less) / statistics.median(sess):.0f}x"
+                       if less and sess and statistics.median(sess) else "-")
             rows.append(row)
             print("  ".join(row), file=sys.stderr, flush=True)
     finally:
@@ -122,7 +141,7 @@ def main() -> int:
             spawned.cleanup()
     print(f"broker CPU ms per idle long-poll (max_wait {args.max_wait_ms} ms, {args.polls} polls x "
           f"{args.rounds} rounds; median (min..max)); load average {os.getloadavg()[0]:.2f}")
-    print(format_table(["partitions", "sessionless", "session", "ratio"], rows))
+    print(format_table(["partitions", "sessionless", "session", "idle (no requests)", "ratio"], rows))
     return 0
 
 

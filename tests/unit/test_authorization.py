@@ -251,6 +251,13 @@ def test_an_acl_removed_applies_to_the_next_fetch_of_a_session(h):
     resp = _fetch(h, ALICE, incremental)
     assert [(t.topic, t.partitions[0].error_code) for t in resp.responses] == [
         ("a", E.topic_authorization_failed)]
+    # READ given back: the partition (unchanged, but last answered with an error) is
+    # answered again on the next incremental fetch, then no more while nothing changes
+    add_acls(h, acl)
+    for epoch, expected in ((2, [("a", E.none)]), (3, [])):
+        body = fetch_topics_body([], session_id=resp.session_id, session_epoch=epoch, min_bytes=0)
+        got = _fetch(h, ALICE, body)
+        assert [(t.topic, t.partitions[0].error_code) for t in got.responses] == expected
 
 
 def test_groups_need_read_on_the_group_and_the_topics(h):

@@ -3,13 +3,14 @@ FetchSessionTest) and the Fetch handler's session paths, over real logs."""
 
 from __future__ import annotations
 
+import os
 import uuid
 from itertools import count
 
 import pytest
 
 from tests.integration.rawclient import fetch_topics_body as fetch_body
-from tests.unit.test_apis import FETCH, Harness, batch, batches_in
+from tests.unit.test_apis import FETCH, NOW, Harness, batch, batches_in
 from tidegate.errors import ErrorCode
 from tidegate.metrics.prometheus import BrokerMetrics
 from tidegate.server.fetch_session import (
@@ -356,3 +357,160 @@ def test_a_follower_session_is_privileged(h, version):
     assert h.apis.fetch_sessions.get(sid).privileged
     consumer = fetch(h, version, [("s", None, [(0, 0, 1000)])], session_epoch=0).session_id
     assert not h.apis.fetch_sessions.get(consumer).privileged
+
+
+# -- change tracking: an idle incremental fetch costs O(changed), not O(partitions) ----------
+
+
+def tracked(cache: FetchSessionCache, size: int, now: int = 0):
+    """A session of ``size`` partitions of topic t, each reading the log ("t", i), all
+    settled (nothing to read until a log changes)."""
+    def parts():
+        out = dummy(size)
+        for key, cp in out.items():
+            cp.tp = key
+        return out
+
+    session = cache.get(cache.maybe_create_session(now, False, size, False, parts))
+    assert session.dirty == set(session.partitions)  # untracked: everything is read
+    cache.track(session, [], False)
+    return session
+
+
+def test_log_changes_mark_the_partition_dirty_in_the_sessions_that_hold_it(ids):
+    cache = FetchSessionCache(10, id_source=ids)
+    a, b = tracked(cache, 5), tracked(cache, 3)
+    assert a.dirty == b.dirty == set()
+    assert cache.partition_changed(("t", 4)) == [a]
+    assert sorted(s.id for s in cache.partition_changed(("t", 1))) == [a.id, b.id]
+    assert cache.partition_changed(("u", 0)) == []
+    assert a.dirty == {("t", 1), ("t", 4)} and b.dirty == {("t", 1)}
+    # a read partition settles only when nothing is left to tell
+    class R:
+        error = ErrorCode.none
+        diverging_epoch = None
+        records = b""
+        high_watermark = last_stable_offset = 0
+    a.settle(a.partitions[("t", 1)], R, False)
+    assert a.dirty == {("t", 4)}
+    R.high_watermark = 7  # data behind the fetch offset (a response size limit): stays
+    a.settle(a.partitions[("t", 4)], R, False)
+    assert a.dirty == {("t", 4)}
+    R.high_watermark, R.error = 0, ErrorCode.unknown_topic_or_partition  # errors always stay
+    a.settle(a.partitions[("t", 4)], R, False)
+    assert a.dirty == {("t", 4)}
+    # a request's new and changed partitions are dirty; forgotten ones are no longer watched
+    new_context(cache, 1, 12, a.id, a.epoch, [(("t", 0), 3, 100, -1, -1), (("t", 9), 0, 100, -1, -1)],
+                [("t", 3)])
+    assert a.dirty == {("t", 0), ("t", 4), ("t", 9)}
+    assert cache.partition_changed(("t", 3)) == []
+    # dirty partitions are read in the session's fetch order, which move_to_end rotates
+    a.move_to_end(("t", 0))
+    assert [cp.key[1] for cp in a.dirty_in_order()] == [4, 9, 0]
+    # a removed session is watched no more
+    cache.remove(a.id)
+    assert cache.partition_changed(("t", 1)) == [b]
+
+
+def reads(h):
+    """Count the partitions each read_from_log call reads (list of counts)."""
+    counts: list[int] = []
+    real = h.apis.replicas.read_from_log
+
+    def counting(params, partitions):
+        counts.append(len(partitions))
+        return real(params, partitions)
+
+    h.apis.replicas.read_from_log = counting
+    return counts
+
+
+def test_idle_poll_of_a_2000_partition_session_reads_nothing_and_an_append_wakes_it(h):
+    """The long poll of an idle session waits on one purgatory key and reads no
+    partition; an append to one of its 2,000 partitions completes it with just that
+    partition, read alone."""
+    n = 2000
+    proc = os.path.isdir("/proc/self/fd")
+    fds_before = len(os.listdir("/proc/self/fd")) if proc else 0
+    h.create_topic("big", partitions=n)
+    if proc:  # lazy index files: each partition holds its segment log and directory open
+        assert len(os.listdir("/proc/self/fd")) - fds_before <= 2 * n + 10
+    full = fetch(h, 12, [("big", None, [(p, 0, 1000) for p in range(n)])], session_epoch=0)
+    sid = full.session_id
+    assert len(parts_of(full)) == n
+    session = h.apis.fetch_sessions.get(sid)
+    assert session.dirty == set()
+    counts = reads(h)
+    request, cid = h.park(FETCH, 12, fetch_body([], session_id=sid, session_epoch=1, max_wait=10_000))
+    h.loop.advance(50)
+    assert h.channel.response_to(request) is None
+    assert counts == [0]
+    assert h.apis.replicas.fetch_purgatory.watched_keys() == [("fetch-session", sid)]
+    h.produce("big", 1234, batch(b"wake"))
+    resp = h.answer(request, cid)
+    assert list(parts_of(resp)) == [("big", 1234)]
+    assert [b for b, _, _ in batches_in(parts_of(resp)[("big", 1234)].records)] == [0]
+    assert counts == [0, 1]
+    # the records told, the partition stays dirty until the client moves past them
+    assert session.dirty == {("big", 1234)}
+    resp = fetch(h, 12, [("big", None, [(1234, 1, 1000)])], session_id=sid, session_epoch=2)
+    assert resp.responses == () and session.dirty == set()
+    # an idle long poll expires empty, having read nothing
+    request, cid = h.park(FETCH, 12, fetch_body([], session_id=sid, session_epoch=3, max_wait=200))
+    assert h.answer(request, cid, within_ms=1000).responses == ()
+    assert counts == [0, 1, 1, 0, 0]
+
+
+def test_a_new_log_start_offset_reaches_the_incremental_response(h):
+    """DeleteRecords moves a partition's log start offset: the next incremental fetch
+    reports it (Kafka's maybeUpdateResponseData), though nothing was appended."""
+    h.create_topic("s", partitions=3)
+    for _ in range(2):
+        h.produce("s", 2, batch(b"x"))
+    sid = fetch(h, 12, [("s", None, [(p, 2 if p == 2 else 0, 1000) for p in range(3)])],
+                session_epoch=0).session_id
+    assert fetch(h, 12, [], session_id=sid, session_epoch=1).responses == ()
+    done = []
+    h.apis.replicas.delete_records({("s", 2): 1}, done.append)
+    h.loop.advance(10)
+    got = parts_of(fetch(h, 12, [], session_id=sid, session_epoch=2))
+    assert list(got) == [("s", 2)] and got[("s", 2)].log_start_offset == 1
+    assert fetch(h, 12, [], session_id=sid, session_epoch=3).responses == ()
+
+
+def test_a_log_start_offset_moved_by_retention_reaches_the_incremental_response(tmp_path):
+    h = Harness(tmp_path / "d", {"log.retention.check.interval.ms": "1000"})
+    try:
+        h.create_topic("t", partitions=2, configs={"retention.ms": "30000"})
+        for i in range(3):
+            assert h.produce("t", 0, batch(b"v%d" % i, ts=NOW - 60_000)).error_code == ErrorCode.none
+        full = fetch(h, 12, [("t", None, [(0, 3, 1000), (1, 0, 1000)])], session_epoch=0)
+        assert parts_of(full)[("t", 0)].log_start_offset == 0
+        sid = full.session_id
+        assert fetch(h, 12, [], session_id=sid, session_epoch=1).responses == ()
+        h.loop.advance(2000)  # a retention pass deletes the old segments
+        assert h.replicas.get_log("t", 0).log_start_offset == 3
+        got = parts_of(fetch(h, 12, [], session_id=sid, session_epoch=2))
+        assert list(got) == [("t", 0)] and got[("t", 0)].log_start_offset == 3
+    finally:
+        h.close()
+
+
+def test_partitions_left_behind_by_the_response_limit_are_read_again(h):
+    """A response's max_bytes lets only the first partition's batch through: the others
+    still have data behind their fetch offsets, so they stay dirty and come next, as
+    Kafka's incremental fetch (which reads every partition) would send them."""
+    h.create_topic("s", partitions=3)
+    for p in range(3):
+        h.produce("s", p, batch(b"v", size=200))
+    full = fetch(h, 12, [("s", None, [(p, 0, 1000) for p in range(3)])], session_epoch=0, max_bytes=10)
+    got = parts_of(full)
+    assert [k for k, p in got.items() if p.records] == [("s", 0)]
+    sid = full.session_id
+    seen = [("s", 0)]
+    for epoch in (1, 2, 3):
+        moved = [("s", None, [(seen[-1][1], 1, 1000)])]
+        inc = parts_of(fetch(h, 12, moved, session_id=sid, session_epoch=epoch, max_bytes=10))
+        seen += [k for k, p in inc.items() if p.records]
+    assert seen == [("s", 0), ("s", 1), ("s", 2)]
+    assert h.apis.fetch_sessions.get(sid).dirty == set()

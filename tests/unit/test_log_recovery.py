@@ -362,6 +362,34 @@ def test_open_descriptors_stay_about_one_per_segment(tmp_path):
     assert len(os.listdir("/proc/self/fd")) == before
 
 
+@pytest.mark.skipif(not Path("/proc/self/fd").exists(), reason="needs /proc")
+def test_index_files_open_lazily_so_many_partitions_hold_two_descriptors_each(tmp_path):
+    """Kafka's LazyIndex: a new partition's empty index, time index and transaction index
+    are created and synced, then closed; a write reopens them and a flush closes them
+    again. 200 partitions hold their segment log and directory open, nothing more."""
+    before = len(os.listdir("/proc/self/fd"))
+    parts = [Log(tmp_path / f"t-{i}", CFG, 0) for i in range(200)]
+    assert len(os.listdir("/proc/self/fd")) - before == 2 * len(parts)
+    log = parts[7]
+    ranges = []
+    for i in range(3):  # every batch gets an index entry (index_interval_bytes=1)
+        info = log.append(batch(ts=10_000 + 100 * i), 0)
+        ranges.append((info.first_offset, info.last_offset))
+    assert len(os.listdir("/proc/self/fd")) - before > 2 * len(parts)  # reopened to write
+    log.flush()
+    assert len(os.listdir("/proc/self/fd")) - before == 2 * len(parts)
+    # reads after the lazy reopen and close: the index and time index answer
+    assert read_all(log) == ranges
+    assert log.offset_for_timestamp(10_100).offset == ranges[1][0]
+    for p in parts:
+        p.close()
+    reopened = Log(tmp_path / "t-7", CFG, 0)
+    assert read_all(reopened) == ranges
+    assert reopened.offset_for_timestamp(10_200).offset == ranges[2][0]
+    reopened.close()
+    assert len(os.listdir("/proc/self/fd")) == before
+
+
 def test_a_dropped_flush_ticket_closes_its_descriptors(tmp_path):
     log, _ = filled(tmp_path, batches=3)
     before = len(os.listdir("/proc/self/fd"))

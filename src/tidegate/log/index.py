@@ -120,7 +120,12 @@ class _Index:
         self._dirty = True
 
     def _write_all(self, data: bytes) -> None:
-        """Replace the file's content with ``data``."""
+        """Replace the file's content with ``data``. An empty index is created and closed
+        at once (Kafka's LazyIndex): a new segment's indexes hold no descriptor until
+        their first entry, so thousands of idle partitions do not hold three each."""
+        if not data and self._fd is None:
+            os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644))
+            return  # nothing to fsync: the directory's sync makes the name durable
         fd = self._ensure_fd()
         os.ftruncate(fd, 0)
         if data:

@@ -1080,11 +1080,12 @@ class Log:
         if not ticket.synced or ticket._generation != self._generation or self._closed:
             return False
         self._recovery_point = max(self._recovery_point, ticket.target_offset)
-        active = self._segments[-1]
-        rp = self._recovery_point
+        # Index files open lazily (Kafka's LazyIndex): once synced, every index
+        # descriptor of the flushed segments closes, the active segment's too, and the
+        # next index write reopens it. A broker of 5,000 idle partitions then holds one
+        # descriptor per segment log (and one per partition directory), not four.
         for seg in ticket._segments:
-            if seg is not active and seg.next_offset <= rp:
-                seg.release_index_fds()
+            seg.release_index_fds()
         return True
 
     def checkpoint_recovery_point(self) -> RecoveryPointCheckpoint | None:

@@ -732,7 +732,7 @@ class LogSegment:
         self._next_offset = max(self._next_offset, next_offset)
 
     def release_index_fds(self) -> None:
-        """Close the index descriptors of an inactive, flushed segment (reopened on demand)."""
+        """Close the index descriptors of a flushed segment (reopened by the next write)."""
         self.offset_index.release_fd()
         self.time_index.release_fd()
         self.txn_index.release_fd()

@@ -11,6 +11,9 @@ moves when a transaction's marker is appended (an append like any other). When
 the wait expires the timer completes it with whatever is there. Completion calls
 ``respond``, which re-reads the logs and answers. A parked fetch holds no task
 and no thread: just this object on the timing wheel and the watcher lists.
+
+An incremental fetch of a KIP-227 session parks a :class:`SessionDelayedFetch` instead,
+on the session's one key, checking only the session's dirty partitions.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from tidegate.server.purgatory import DelayedOperation
 
 if TYPE_CHECKING:
     from tidegate.log.log import Log
+    from tidegate.server.fetch_session import FetchSession
     from tidegate.server.replica_manager import ReplicaManager
 
 
@@ -72,6 +76,60 @@ class DelayedFetch(DelayedOperation):
             accumulated += min(readable, st.max_bytes)
         if accumulated >= self.min_bytes:
             return self.force_complete()
+        return False
+
+    def on_complete(self) -> None:
+        self.respond()
+
+
+class SessionDelayedFetch(DelayedOperation):
+    """A parked incremental fetch of a KIP-227 session: watched on the session's one
+    purgatory key (:func:`~tidegate.server.fetch_session.session_watch_key`), which every
+    change to one of the session's partitions checks. ``try_complete`` counts only the
+    session's dirty partitions (the others are caught up and unchanged, so hold no
+    bytes): the bytes between each fetch offset and the readable end (high watermark, or
+    last stable offset for ``read_committed``), each up to its partition's max bytes.
+    A deleted partition or a fetch offset outside its log completes it at once. The
+    cost of a check is O(dirty), not O(partitions of the session)."""
+
+    __slots__ = ("min_bytes", "read_committed", "replicas", "respond", "session")
+
+    def __init__(
+        self,
+        delay_ms: int,
+        min_bytes: int,
+        session: FetchSession,
+        replicas: ReplicaManager,
+        respond: Callable[[], None],
+        *,
+        read_committed: bool = False,
+    ) -> None:
+        super().__init__(delay_ms)
+        self.min_bytes = min_bytes
+        self.session = session
+        self.replicas = replicas
+        self.respond = respond
+        self.read_committed = read_committed
+
+    def try_complete(self) -> bool:
+        logs = self.replicas.logs.logs
+        parts = self.session.partitions
+        accumulated = 0
+        for key in list(self.session.dirty):
+            cp = parts.get(key)
+            if cp is None:
+                continue
+            log = logs.get(cp.tp) if cp.tp is not None else None
+            if log is None:
+                return self.force_complete()  # deleted (or never known: an error to report)
+            offset = cp.fetch_offset
+            if offset > log.log_end_offset or offset < log.log_start_offset:
+                return self.force_complete()  # truncated or retention passed it
+            end = log.last_stable_offset if self.read_committed else log.high_watermark
+            if end > offset:
+                accumulated += min(log.bytes_between(offset, end), cp.max_bytes)
+                if accumulated >= self.min_bytes:
+                    return self.force_complete()
         return False
 
     def on_complete(self) -> None:

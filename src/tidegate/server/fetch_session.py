@@ -19,6 +19,21 @@ error). Sans-IO: every entry point takes ``now_ms``.
   session (FETCH_SESSION_ID_NOT_FOUND) at its current epoch (INVALID_FETCH_SESSION_EPOCH)
   with the same topic-id-ness (FETCH_SESSION_TOPIC_ID_ERROR).
 
+Idle cost independent of the session's size (issue 18). The cache also keeps, per
+partition of the log, the sessions that hold it (:meth:`FetchSessionCache.watch`); every
+change the broker makes to a log (an append, so a new high watermark and last stable
+offset; a new log start offset; a deleted partition) marks that partition *dirty* in those
+sessions (:meth:`FetchSessionCache.partition_changed`). An incremental fetch reads only the
+dirty partitions (plus those the request changed, which are marked dirty on arrival): a
+partition the client was told everything about (caught up at the high watermark, or at the
+last stable offset for ``read_committed``, no error) and that has not changed since cannot
+enter the response by Kafka's ``maybeUpdateResponseData`` rules, so skipping it changes
+nothing. A read partition leaves the dirty set only in that settled state
+(:meth:`FetchSession.settle`): one that returned records, an error or a diverging epoch, or
+still has data behind its fetch offset (a response size limit), is read again next time,
+as Kafka would. A parked incremental fetch waits on the session's one purgatory key
+(:func:`session_watch_key`), and its ``try_complete`` looks at the dirty partitions only.
+
 Differences from Kafka: one cache shard (Kafka 3.8+ splits the slots over 8 shards by
 session id range); the eviction orderings are found by a scan when the cache is full
 (least recently used, least valuable) rather than kept in tree maps: a scan happens only
@@ -66,6 +81,11 @@ class CachedPartition:
     last_fetched_epoch: int = -1
     high_watermark: int = -1
     log_start_offset: int = -1
+    #: the log's (topic name, partition) this partition was last read from (None: not
+    #: yet, or its topic id is unknown); the cache's watch on it
+    tp: tuple[str, int] | None = None
+    #: position in the session's fetch order (the dirty partitions are read in it)
+    seq: int = 0
 
     def update_request(self, fetch_offset: int, max_bytes: int, current_leader_epoch: int,
                        last_fetched_epoch: int) -> None:
@@ -112,6 +132,26 @@ class FetchSession:
     partitions: dict[SessionKey, CachedPartition] = field(default_factory=dict)
     #: size when last touched (-1: never), which the cache's partition count holds
     cached_size: int = -1
+    #: the partitions an incremental fetch must read (every one until the cache tracks
+    #: the session: :meth:`FetchSessionCache.track`)
+    dirty: set[SessionKey] = field(default_factory=set)
+    #: the isolation level the dirty set was settled for (None: none yet)
+    read_committed: bool | None = None
+    _next_seq: int = 0
+    #: topic key -> how many of its partitions the session holds
+    _topics: dict[Any, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        topics = self._topics
+        for key, cp in self.partitions.items():
+            cp.seq = self._next_seq
+            self._next_seq += 1
+            topics[key[0]] = topics.get(key[0], 0) + 1
+        self.dirty = set(self.partitions)
+
+    def topic_keys(self) -> Iterable[Any]:
+        """The session's distinct topics (names, or ids from Fetch v13)."""
+        return self._topics.keys()
 
     @property
     def size(self) -> int:
@@ -122,11 +162,14 @@ class FetchSession:
         return (self.privileged, self.cached_size, self.id)
 
     def update(
-        self, fetch_data: Iterable[tuple[SessionKey, int, int, int, int]], to_forget: Iterable[SessionKey]
+        self, fetch_data: Iterable[tuple[SessionKey, int, int, int, int]], to_forget: Iterable[SessionKey],
+        on_forget: Callable[[FetchSession, CachedPartition], None] | None = None,
     ) -> tuple[list[SessionKey], list[SessionKey], list[SessionKey]]:
         """Apply an incremental request: (key, fetch_offset, max_bytes,
         current_leader_epoch, last_fetched_epoch) adds or updates, ``to_forget`` removes.
-        Returns (added, updated, removed), as Kafka's ``FetchSession.update``."""
+        Returns (added, updated, removed), as Kafka's ``FetchSession.update``. Added and
+        updated partitions are dirty (read by this fetch); ``on_forget`` sees each removed
+        partition (the cache drops its watch)."""
         added: list[SessionKey] = []
         updated: list[SessionKey] = []
         removed: list[SessionKey] = []
@@ -134,18 +177,76 @@ class FetchSession:
         for key, offset, max_bytes, cle, lfe in fetch_data:
             cached = parts.get(key)
             if cached is None:
-                parts[key] = CachedPartition(key, offset, max_bytes, cle, lfe)
+                parts[key] = CachedPartition(key, offset, max_bytes, cle, lfe, seq=self._next_seq)
+                self._next_seq += 1
+                self._topics[key[0]] = self._topics.get(key[0], 0) + 1
                 added.append(key)
             else:
                 cached.update_request(offset, max_bytes, cle, lfe)
                 updated.append(key)
+            self.dirty.add(key)
         for key in to_forget:
-            if parts.pop(key, None) is not None:
+            gone = parts.pop(key, None)
+            if gone is not None:
                 removed.append(key)
+                self.dirty.discard(key)
+                left = self._topics[key[0]] - 1
+                if left:
+                    self._topics[key[0]] = left
+                else:
+                    del self._topics[key[0]]
+                if on_forget is not None:
+                    on_forget(self, gone)
         return added, updated, removed
 
     def move_to_end(self, key: SessionKey) -> None:
-        self.partitions[key] = self.partitions.pop(key)
+        cp = self.partitions[key] = self.partitions.pop(key)
+        cp.seq = self._next_seq
+        self._next_seq += 1
+
+    def mark_all_dirty(self) -> None:
+        self.dirty = set(self.partitions)
+
+    def dirty_in_order(self) -> list[CachedPartition]:
+        """The dirty partitions in fetch order: O(dirty log dirty) when few are dirty."""
+        parts = self.partitions
+        dirty = self.dirty
+        if 4 * len(dirty) >= len(parts):
+            return [cp for key, cp in parts.items() if key in dirty]
+        found = [cp for key in dirty if (cp := parts.get(key)) is not None]
+        found.sort(key=_seq_of)
+        return found
+
+    def settle(self, cp: CachedPartition, result: Any, read_committed: bool) -> None:
+        """After answering ``cp`` with ``result`` (a FetchPartitionData): it stays dirty
+        unless nothing in it can enter a response until its log changes (no records, no
+        error, no diverging epoch, the fetch offset at the readable end)."""
+        if settled(cp.fetch_offset, result, read_committed):
+            self.dirty.discard(cp.key)
+        else:
+            self.dirty.add(cp.key)
+
+
+def settled(fetch_offset: int, result: Any, read_committed: bool) -> bool:
+    """Whether a partition answered with ``result`` (FetchPartitionData) can only enter a
+    later incremental response after its log changes: no records, no error, no diverging
+    epoch, and the fetch offset at the readable end (high watermark, or last stable
+    offset for ``read_committed``)."""
+    return (
+        result.error is ErrorCode.none
+        and result.diverging_epoch is None
+        and not result.records
+        and fetch_offset >= (result.last_stable_offset if read_committed else result.high_watermark)
+    )
+
+
+def _seq_of(cp: CachedPartition) -> int:
+    return cp.seq
+
+
+def session_watch_key(session: FetchSession) -> tuple[str, int]:
+    """The one fetch-purgatory key a parked incremental fetch of ``session`` waits on."""
+    return ("fetch-session", session.id)
 
 
 class FetchSessionCache:
@@ -160,6 +261,8 @@ class FetchSessionCache:
         self.eviction_ms = eviction_ms
         self._id_source = id_source or (lambda: random.randint(1, MAX_INT32))
         self._sessions: dict[int, FetchSession] = {}
+        #: log partition -> the (session, session key) pairs that hold it
+        self._watchers: dict[tuple[str, int], set[tuple[FetchSession, SessionKey]]] = {}
         #: partitions over all sessions (Kafka's NumIncrementalFetchPartitionsCached)
         self.num_partitions = 0
         #: Kafka's IncrementalFetchSessionEvictionsPerSec count
@@ -244,7 +347,57 @@ class FetchSessionCache:
             return None
         if session.cached_size != -1:
             self.num_partitions -= session.cached_size
+        for cp in session.partitions.values():
+            self.unwatch(session, cp)
         return session
+
+    # -- change tracking (what makes an idle incremental fetch O(changed)) -------------------
+    def watch(self, session: FetchSession, cp: CachedPartition, tp: tuple[str, int]) -> None:
+        """``cp`` of ``session`` reads the log of ``tp``: changes to it mark ``cp`` dirty."""
+        if cp.tp == tp:
+            return
+        self.unwatch(session, cp)
+        cp.tp = tp
+        entry = (session, cp.key)
+        holders = self._watchers.get(tp)
+        if holders is None:
+            self._watchers[tp] = {entry}
+        else:
+            holders.add(entry)
+
+    def unwatch(self, session: FetchSession, cp: CachedPartition) -> None:
+        tp = cp.tp
+        if tp is None:
+            return
+        cp.tp = None
+        holders = self._watchers.get(tp)
+        if holders is not None:
+            holders.discard((session, cp.key))
+            if not holders:
+                del self._watchers[tp]
+
+    def track(self, session: FetchSession, dirty: Iterable[SessionKey], read_committed: bool) -> None:
+        """A new session's partitions (their ``tp`` set from the full fetch) are watched
+        from now; only ``dirty`` ones need reading by the first incremental fetch."""
+        for cp in session.partitions.values():
+            tp = cp.tp
+            if tp is not None:
+                cp.tp = None
+                self.watch(session, cp, tp)
+        session.dirty = set(dirty)
+        session.read_committed = read_committed
+
+    def partition_changed(self, tp: tuple[str, int]) -> list[FetchSession]:
+        """The log of ``tp`` changed: mark it dirty in every session that holds it, and
+        return those sessions (whose parked fetches may now complete)."""
+        holders = self._watchers.get(tp)
+        if not holders:
+            return []
+        out = []
+        for session, key in holders:
+            session.dirty.add(key)
+            out.append(session)
+        return out
 
 
 # -- contexts (Kafka's FetchContext subclasses) -----------------------------------------------
@@ -286,7 +439,7 @@ def new_context(
         return FetchContext("error", ErrorCode.invalid_fetch_session_epoch)
     if session.uses_topic_ids != (version >= 13):
         return FetchContext("error", ErrorCode.fetch_session_topic_id_error)
-    session.update(fetch_data, to_forget)
+    session.update(fetch_data, to_forget, cache.unwatch)
     if not session.partitions:
         # every partition forgotten: the session ends, and the request is answered
         # as a sessionless one (of no partitions)
@@ -298,13 +451,18 @@ def new_context(
 
 
 def new_session_partitions(
-    fetch_data: Iterable[tuple[SessionKey, int, int, int, int]], results: Iterable[Any]
+    fetch_data: Iterable[tuple[SessionKey, int, int, int, int]], results: Iterable[Any],
+    tps: Iterable[tuple[str, int] | None] | None = None,
 ) -> dict[SessionKey, CachedPartition]:
     """A new session's partitions from a full request and its response (Kafka's
     ``CachedPartition(part, reqData, respData)``: the high watermark and log start offset
-    the client was just told). ``results`` are FetchPartitionData."""
+    the client was just told). ``results`` are FetchPartitionData; ``tps`` the logs read
+    (for :meth:`FetchSessionCache.track`)."""
     out: dict[SessionKey, CachedPartition] = {}
-    for (key, offset, max_bytes, cle, lfe), r in zip(fetch_data, results, strict=True):
+    tp_list = list(tps) if tps is not None else None
+    for i, ((key, offset, max_bytes, cle, lfe), r) in enumerate(zip(fetch_data, results, strict=True)):
         hw = r.high_watermark if r.error is ErrorCode.none else -1
-        out[key] = CachedPartition(key, offset, max_bytes, cle, lfe, hw, r.log_start_offset)
+        cp = out[key] = CachedPartition(key, offset, max_bytes, cle, lfe, hw, r.log_start_offset)
+        if tp_list is not None:
+            cp.tp = tp_list[i]
     return out

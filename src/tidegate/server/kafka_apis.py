@@ -74,10 +74,12 @@ from tidegate.server.endpoints import Endpoints
 from tidegate.server.fetch_session import (
     INVALID_SESSION_ID,
     FetchContext,
+    FetchSession,
     FetchSessionCache,
     SessionKey,
     new_context,
     new_session_partitions,
+    settled,
 )
 from tidegate.server.group_apis import GroupApis
 from tidegate.server.metadata import (
@@ -179,6 +181,7 @@ class KafkaApis:
         self.time = time
         #: KIP-227 incremental fetch sessions (Kafka's FetchManager's cache)
         self.fetch_sessions = FetchSessionCache(config.get("max.incremental.fetch.session.cache.slots"))
+        replicas.fetch_sessions = self.fetch_sessions
         self.endpoints = endpoints
         self.groups = groups
         groups.respond = self.send_response
@@ -724,37 +727,10 @@ class KafkaApis:
             ctx = FetchContext("sessionless")
         if ctx.kind == "error":
             return self._fetch_response(ctx.error, INVALID_SESSION_ID, [], [])
-        session = ctx.session
-        if session is not None:  # incremental: read every partition of the session
-            fetch_data = [
-                (cp.key, cp.fetch_offset, cp.max_bytes, cp.current_leader_epoch, cp.last_fetched_epoch)
-                for cp in session.partitions.values()
-            ]
-        names: dict[Any, str | None] = {}
-        partitions: list[FetchPartition] = []
-        for key, offset, pmax, cle, lfe in fetch_data:
-            tkey = key[0]
-            if tkey not in names:
-                info = self._topic_by_id(tkey) if by_id else self.store.get(tkey)
-                names[tkey] = info.name if info is not None else None
-            name = names[tkey]
-            partitions.append(
-                FetchPartition((name, key[1]) if name is not None else None, offset, pmax, cle, lfe)
-            )
         # a follower's session is privileged in the cache (v15+ names it in replica_state)
         replica_state = getattr(req, "replica_state", None)
         replica_id = replica_state.replica_id if version >= 15 and replica_state is not None else req.replica_id
         privileged = replica_id >= 0
-        unreadable: set[int] = set()
-        if session is not None and not privileged:  # a follower was checked for CLUSTER_ACTION
-            denied = self.authorization.unreadable_topics(
-                request, (fp.key[0] for fp in partitions if fp.key is not None))
-            if denied:
-                for i, fp in enumerate(partitions):
-                    if fp.key is not None and fp.key[0] in denied:
-                        unreadable.add(i)
-                        partitions[i] = FetchPartition(None, fp.fetch_offset, fp.max_bytes,
-                                                       fp.current_leader_epoch, fp.last_fetched_epoch)
         max_bytes = req.max_bytes if version >= 3 else MAX_INT32
         # Under a fetch quota a response is at most what the quota allows in its whole
         # window (Kafka's getMaxValueInQuotaWindow), so one response cannot earn a
@@ -768,35 +744,114 @@ class KafkaApis:
             ms(req.max_wait), req.min_bytes, min(max_bytes, MAX_INT32),
             req.isolation_level if version >= 4 else READ_UNCOMMITTED,
         )  # fmt: skip
+        if ctx.session is not None:
+            return self._fetch_incremental(request, ctx, ctx.session, by_id, privileged, params)
+        names: dict[Any, str | None] = {}
+        partitions: list[FetchPartition] = []
+        for key, offset, pmax, cle, lfe in fetch_data:
+            tkey = key[0]
+            if tkey not in names:
+                info = self._topic_by_id(tkey) if by_id else self.store.get(tkey)
+                names[tkey] = info.name if info is not None else None
+            name = names[tkey]
+            partitions.append(
+                FetchPartition((name, key[1]) if name is not None else None, offset, pmax, cle, lfe)
+            )
+        read_committed = params.isolation_level == READ_COMMITTED
 
         def respond(results: list[FetchPartitionData]) -> None:
-            for i in unreadable:
-                results[i] = FetchPartitionData(ErrorCode.topic_authorization_failed)
             keys = [entry[0] for entry in fetch_data]
-            if ctx.kind == "incremental":
-                body = self._incremental_fetch_body(request, by_id, ctx, keys, partitions, results)
-            else:
-                session_id = INVALID_SESSION_ID
-                if ctx.kind == "full" and self.fetch_sessions.max_entries > 0:
-                    session_id = self.fetch_sessions.maybe_create_session(
-                        self.time.milliseconds(), privileged, len(keys), by_id,
-                        lambda: new_session_partitions(fetch_data, results),
-                    )
-                node_endpoints: list[dict] = []
-                topics = self._fetch_topics(request, by_id, keys, partitions, results, node_endpoints)
-                body = self._fetch_response(ErrorCode.none, session_id, topics, node_endpoints)
-            self.send_response(request, body)
+            session_id = INVALID_SESSION_ID
+            if ctx.kind == "full" and self.fetch_sessions.max_entries > 0:
+                session_id = self.fetch_sessions.maybe_create_session(
+                    self.time.milliseconds(), privileged, len(keys), by_id,
+                    lambda: new_session_partitions(fetch_data, results, (fp.key for fp in partitions)),
+                )
+                session = self.fetch_sessions.get(session_id)
+                if session is not None:
+                    # what the first incremental fetch must read: the partitions this
+                    # response left unsettled (records, errors, data still behind)
+                    self.fetch_sessions.track(session, [
+                        key for key, (_, offset, *_rest), r in zip(keys, fetch_data, results, strict=True)
+                        if not settled(offset, r, read_committed)
+                    ], read_committed)
+            node_endpoints: list[dict] = []
+            topics = self._fetch_topics(request, by_id, keys, partitions, results, node_endpoints)
+            self.send_response(request, self._fetch_response(ErrorCode.none, session_id, topics, node_endpoints))
 
         self.replicas.fetch_messages(params, partitions, respond, lambda: request.abandoned)
         return PARKED
 
+    def _fetch_incremental(
+        self, request: Request, ctx: FetchContext, session: FetchSession, by_id: bool, privileged: bool,
+        params: FetchParams,
+    ) -> Any:
+        """An incremental fetch reads only the session's dirty partitions (those that
+        changed, or that the client was not yet told everything about; see
+        :mod:`tidegate.server.fetch_session`): an idle poll of a session of N partitions
+        costs O(changed), not O(N). Every topic of the session is authorized on every
+        fetch (Kafka's handleFetchRequest): a denied topic's partitions are answered
+        TOPIC_AUTHORIZATION_FAILED (and so stay dirty until allowed again)."""
+        cache = self.fetch_sessions
+        read_committed = params.isolation_level == READ_COMMITTED
+        offline = self.replicas.log_dir_offline
+        if session.read_committed is not read_committed or offline:
+            session.mark_all_dirty()  # settled for the other isolation level (or no log dir)
+            session.read_committed = read_committed
+        names: dict[Any, str | None] = {}
+
+        def name_of(tkey: Any) -> str | None:
+            if tkey not in names:
+                info = self._topic_by_id(tkey) if by_id else self.store.get(tkey)
+                names[tkey] = info.name if info is not None else None
+            return names[tkey]
+
+        denied: set[str] = set()
+        if not privileged:  # a follower was checked for CLUSTER_ACTION
+            topics = {n for n in map(name_of, session.topic_keys()) if n is not None}
+            denied = self.authorization.unreadable_topics(request, topics)
+            if denied:
+                for key in session.partitions:
+                    if name_of(key[0]) in denied:
+                        session.dirty.add(key)
+
+        def select() -> tuple[list[Any], list[FetchPartition]]:
+            keys: list[Any] = []
+            partitions: list[FetchPartition] = []
+            for cp in session.dirty_in_order():
+                key = cp.key
+                name = name_of(key[0])
+                keys.append(key)
+                if name is None or name in denied:
+                    partitions.append(FetchPartition(None, cp.fetch_offset, cp.max_bytes,
+                                                     cp.current_leader_epoch, cp.last_fetched_epoch))
+                    continue
+                tp = (name, key[1])
+                cache.watch(session, cp, tp)
+                partitions.append(FetchPartition(tp, cp.fetch_offset, cp.max_bytes,
+                                                 cp.current_leader_epoch, cp.last_fetched_epoch))
+            return keys, partitions
+
+        def respond(keys: list[Any], partitions: list[FetchPartition], results: list[FetchPartitionData]) -> None:
+            if denied:
+                for i, key in enumerate(keys):
+                    if name_of(key[0]) in denied:
+                        results[i] = FetchPartitionData(ErrorCode.topic_authorization_failed)
+            body = self._incremental_fetch_body(request, by_id, ctx, keys, partitions, results, read_committed)
+            self.send_response(request, body)
+
+        self.replicas.fetch_session_messages(params, session, select, respond, lambda: request.abandoned)
+        return PARKED
+
     def _incremental_fetch_body(
         self, request: Request, by_id: bool, ctx: FetchContext, keys: list[SessionKey],
-        partitions: list[FetchPartition], results: list[FetchPartitionData],
+        partitions: list[FetchPartition], results: list[FetchPartitionData], read_committed: bool,
     ) -> dict:
-        """Kafka's ``IncrementalFetchContext.updateAndGenerateResponseData``: only the
-        partitions with news, each remembered as sent; one that returned records moves
-        to the end of the session, so a size-limited response rotates fairly."""
+        """Kafka's ``IncrementalFetchContext.updateAndGenerateResponseData`` over the
+        partitions read (the dirty ones): only those with news, each remembered as sent;
+        one that returned records moves to the end of the session, so a size-limited
+        response rotates fairly. Each read partition settles (leaves the dirty set) once
+        nothing in it is left to tell."""
         session = ctx.session
         assert session is not None
         if session.epoch != ctx.expected_epoch:  # another request used the session meanwhile
@@ -817,6 +872,7 @@ class KafkaApis:
                 sel_results.append(r)
                 if size > 0:
                     session.move_to_end(key)
+            session.settle(cp, r, read_committed)
         node_endpoints: list[dict] = []
         topics = self._fetch_topics(request, by_id, sel_keys, sel_parts, sel_results, node_endpoints)
         return self._fetch_response(ErrorCode.none, session.id, topics, node_endpoints)

@@ -91,6 +91,9 @@ class LogManager:
         self.logs: dict[TopicPartition, Log] = {}
         #: the log dir's I/O failures and whether it is full or offline (docs/reliability.md)
         self.failure_channel = LogDirFailureChannel(str(root), now_ms)
+        #: told of a partition whose log start offset retention may have moved (the
+        #: ReplicaManager's: incremental fetch sessions report it)
+        self.log_start_moved: Callable[[TopicPartition], None] | None = None
         #: topics whose creation is under way on a worker thread (not in the store yet)
         self.creating: set[str] = set()
         self._lso_writer = CheckpointWriter(LOG_START_OFFSET_CHECKPOINT_FILE)
@@ -421,7 +424,7 @@ class LogManager:
         failures = self.failure_channel
         if failures.offline:
             return  # nothing is flushed or deleted in an offline dir (its state is unknown)
-        for plog in list(self.logs.values()):
+        for key, plog in list(self.logs.items()):
             try:
                 plog.maybe_flush_by_time(now_ms)
             except OSError as exc:
@@ -436,3 +439,5 @@ class LogManager:
                     continue
                 if deleted:
                     log.info("retention deleted %d segment(s) of %s", deleted, plog)
+                    if self.log_start_moved is not None:
+                        self.log_start_moved(key)

@@ -7,7 +7,10 @@ bytes that parked fetches wait for, asks the group-commit flusher for an fsync w
 produce purgatory; the wake-ups of fetches parked on the appended partitions go on the
 action queue, run once the producer's response is written
 (:meth:`try_complete_actions`, Kafka's ActionQueue). :meth:`fetch_messages` reads the
-logs and answers at once or parks a :class:`DelayedFetch` until ``min_bytes`` arrive.
+logs and answers at once or parks a :class:`DelayedFetch` until ``min_bytes`` arrive;
+:meth:`fetch_session_messages` does the same for an incremental fetch session's dirty
+partitions (appends mark them dirty in the sessions through ``fetch_sessions``), parked
+as one :class:`SessionDelayedFetch` on the session's key.
 :meth:`delete_records` moves log start offsets (DeleteRecords) and answers once they
 are durable; :meth:`last_offset_for_leader_epoch` answers OffsetForLeaderEpoch.
 
@@ -50,8 +53,9 @@ from tidegate.log.record_batch import (
     is_transactional_batch,
     read_header,
 )
-from tidegate.server.delayed_fetch import DelayedFetch, FetchPartitionStatus
+from tidegate.server.delayed_fetch import DelayedFetch, FetchPartitionStatus, SessionDelayedFetch
 from tidegate.server.delayed_produce import DelayedProduce
+from tidegate.server.fetch_session import FetchSession, FetchSessionCache, session_watch_key
 from tidegate.server.log_flusher import LogFlusher
 from tidegate.server.log_manager import LogManager, TopicPartition
 from tidegate.server.metadata import TopicInfo, is_internal_topic
@@ -232,6 +236,10 @@ class ReplicaManager:
         # Bytes appended per partition since start: a monotonic count that parked
         # fetches compare against (DelayedFetch), unaffected by retention.
         self.appended_bytes: dict[TopicPartition, int] = {}
+        #: the KIP-227 session cache (KafkaApis'), told of every change to a log so each
+        #: session knows which of its partitions an incremental fetch must read
+        self.fetch_sessions: FetchSessionCache | None = None
+        logs.log_start_moved = self._log_changed
         #: per-topic byte and message counts (tidegate.metrics), when metrics are on
         self.topic_stats: TopicMetrics | None = None
         #: the transaction coordinator's verification (KIP-890 part 1), set by BrokerCore
@@ -377,8 +385,10 @@ class ReplicaManager:
         if appended:
             # Fetches parked on these partitions re-read and answer once this append's
             # own response is out: with many parked consumers that work must not delay it.
+            # A session's parked fetch waits on its session's key instead.
             check = self.fetch_purgatory.check_and_complete
-            self.action_queue.add(lambda: [check(k) for k in appended])
+            woken = self._sessions_changed(appended)
+            self.action_queue.add(lambda: [check(k) for k in appended + woken])
             if not from_client:
                 # a coordinator's write (a transaction marker, a group's offsets) may come
                 # from a timer or an fsync completion, after which no response is written
@@ -567,6 +577,54 @@ class ReplicaManager:
                           read_committed=params.isolation_level == READ_COMMITTED)
         self.fetch_purgatory.try_complete_else_watch(op, [st.key for st in statuses])
 
+    def fetch_session_messages(
+        self,
+        params: FetchParams,
+        session: FetchSession,
+        select: Callable[[], tuple[list[Any], list[FetchPartition]]],
+        callback: Callable[[list[Any], list[FetchPartition], list[FetchPartitionData]], None],
+        abandoned: Callable[[], bool] | None = None,
+    ) -> None:
+        """An incremental fetch: as :meth:`fetch_messages`, for the partitions ``select()``
+        names (the session's dirty ones, as (session keys, partitions)), chosen again
+        when a parked fetch completes. A parked fetch waits on the session's one key and
+        its checks cost O(dirty partitions) (:class:`SessionDelayedFetch`)."""
+        keys, partitions = select()
+        results, total = self.read_from_log(params, partitions)
+        if (
+            params.max_wait_ms <= 0
+            or total >= params.min_bytes
+            or any(r.error is not E.none or r.diverging_epoch is not None for r in results)
+        ):
+            callback(keys, partitions, results)
+            return
+
+        def respond() -> None:
+            if abandoned is None or not abandoned():
+                keys, partitions = select()
+                callback(keys, partitions, self.read_from_log(params, partitions)[0])
+
+        op = SessionDelayedFetch(params.max_wait_ms, params.min_bytes, session, self, respond,
+                                 read_committed=params.isolation_level == READ_COMMITTED)
+        self.fetch_purgatory.try_complete_else_watch(op, [session_watch_key(session)])
+
+    def _sessions_changed(self, keys: Iterable[TopicPartition]) -> list[Any]:
+        """Mark ``keys`` dirty in the fetch sessions that hold them; the purgatory keys
+        of those sessions (their parked fetches may complete now)."""
+        cache = self.fetch_sessions
+        if cache is None:
+            return []
+        woken: dict[Any, None] = {}
+        for key in keys:
+            for session in cache.partition_changed(key):
+                woken[session_watch_key(session)] = None
+        return list(woken)
+
+    def _log_changed(self, key: TopicPartition) -> None:
+        """A change that completes no parked fetch (a new log start offset: a parked fetch
+        waits at the log end) but must reach incremental responses."""
+        self._sessions_changed((key,))
+
     def complete_fetches_now(self) -> int:
         """Answer every parked fetch with what is there now (broker shutdown)."""
         completed = 0
@@ -619,6 +677,7 @@ class ReplicaManager:
                 result.error_message = str(exc)
                 continue
             if result.low_watermark != before:
+                self._log_changed(key)
                 log.info("log start offset of %s-%d moved to %d by DeleteRecords", topic, key[1],
                          result.low_watermark)
                 moved.append(key)
@@ -672,8 +731,10 @@ class ReplicaManager:
     # -- partitions going away ------------------------------------------------------------
     def partitions_removed(self, keys: Iterable[TopicPartition]) -> None:
         """Parked fetches and acks=all produces on deleted partitions answer now."""
-        for key in keys:
+        keys = list(keys)
+        for key in keys + self._sessions_changed(keys):
             self.fetch_purgatory.check_and_complete(key)
+        for key in keys:
             self.produce_purgatory.check_and_complete(key)
 
     def try_complete_actions(self) -> None:
