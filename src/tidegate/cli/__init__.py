@@ -14,6 +14,7 @@ from typing import Any
 import click
 
 from tidegate import __version__
+from tidegate.cli.base import _run_admin, admin_options, main
 from tidegate.config import BROKER_CONFIG, BrokerConfig, ConfigError
 
 LOG_FORMAT = "[%(asctime)s] %(levelname)s %(name)s: %(message)s"
@@ -60,23 +61,6 @@ def _config_error(ctx: click.Context, exc: ConfigError) -> None:
     ctx.exit(CONFIG_ERROR_EXIT)
 
 
-def admin_options(command: Any) -> Any:
-    """The connection options every admin subcommand shares, as Kafka's scripts name them:
-    ``--bootstrap-server`` and ``--command-config`` (client security properties)."""
-    command = click.option(
-        "--command-config", "command_config", metavar="FILE",
-        type=click.Path(exists=True, dir_okay=False),
-        help="A properties file with client settings: security.protocol, sasl.mechanism, "
-        "sasl.jaas.config, ssl.* (see docs/security.md).")(command)
-    return click.option(
-        "--bootstrap-server", default="localhost:9092", show_default=True, metavar="HOST:PORT",
-        help="The broker (or any Kafka cluster) to connect to.")(command)
-
-
-@click.group(name="tidegate", context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, "--version", prog_name="tidegate")
-def main() -> None:
-    """tidegate: a Kafka-wire-compatible message broker."""
 
 
 @main.command(cls=_ServeCommand, context_settings={"max_content_width": 120})
@@ -361,29 +345,6 @@ def configs(
             _quota_configs(ctx, client, entity_types, names, additions, deletes, describe)
 
     _run_admin(ctx, "configs", bootstrap_server, command_config, work)
-
-
-def _run_admin(
-    ctx: click.Context, command: str, bootstrap_server: str, command_config: str | None, work: Any
-) -> None:
-    """Connect an admin client (``--command-config``: its security settings) and run
-    ``work(client)``; a broker error or a connection failure exits 1 with its message."""
-    from tidegate.client import BrokerResponseError, KafkaClient, KafkaError, SecurityConfigError
-    from tidegate.config import ConfigError, read_properties
-
-    try:
-        security = read_properties(command_config) if command_config else None
-    except ConfigError as exc:
-        raise click.UsageError(f"--command-config: {exc}") from None
-    try:
-        with KafkaClient(bootstrap_server, client_id=f"tidegate-{command}",
-                         request_timeout_ms=30_000, security=security) as client:
-            work(client)
-    except SecurityConfigError as exc:
-        raise click.UsageError(f"--command-config: {exc}") from None
-    except (BrokerResponseError, KafkaError) as exc:
-        click.echo(f"tidegate {command}: {exc}", err=True)
-        ctx.exit(1)
 
 
 def _config_line(entry: Any) -> str:
@@ -878,4 +839,4 @@ def topics(
 
 
 # Subcommands kept in their own modules register themselves on ``main`` when imported.
-from tidegate.cli import _registry  # noqa: F401
+from tidegate.cli import console, consumer_groups  # noqa: F401

@@ -16,7 +16,7 @@ from typing import IO, Any
 
 import click
 
-from tidegate.cli import admin_options, main
+from tidegate.cli.base import admin_options, main
 
 _TIMESTAMP_TYPES = {0: "CreateTime", 1: "LogAppendTime"}
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from tidegate.cli import _run_admin, admin_options, main
+from tidegate.cli.base import _run_admin, admin_options, main
 
 MISSING = "-"
 #: Kafka's Errors: (exception class, message) of the codes these commands print

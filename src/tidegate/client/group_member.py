@@ -112,7 +112,7 @@ def range_assign(
             n = per + (1 if i < extra else 0)
             out[member] += [(topic, p) for p in range(start, start + n)]
             start += n
-    return out
+    return {m: sorted(ps) for m, ps in out.items()}
 
 
 class GroupMember:
