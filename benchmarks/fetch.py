@@ -3,7 +3,9 @@ pre-zero-copy tidegate (``--base-python``/``--base-src``: a checkout of main bef
 the peer broker, and a plain loopback ``os.sendfile`` of the same segment bytes.
 
 Each case loads ``--mb`` MiB per partition with confluent-kafka, then one blocking
-client sends Fetch v12 for every partition from offset 0 again and again for
+client sends Fetch v12 (max_wait 500 ms, min_bytes 1: answered at once, data being there;
+the peer broker answers max_wait 0 with an empty response) for every partition from
+offset 0 again and again for
 ``--seconds`` (the same bytes each time: the page cache serves them, as for consumers
 that keep up) and discards the responses without decoding them. Reported per record
 size and partition count: records/s, MB/s, broker CPU seconds per GB fetched
@@ -44,7 +46,7 @@ def fetch_request(topic: str, partitions: int, correlation_id: int) -> bytes:
     mod = sys.modules[cls.__module__]
     body = cls(
         cluster_id=None, replica_id=-1,
-        max_wait=datetime.timedelta(0), min_bytes=1, max_bytes=64 * 1024 * 1024,
+        max_wait=datetime.timedelta(milliseconds=500), min_bytes=1, max_bytes=64 * 1024 * 1024,
         isolation_level=0, session_id=0, session_epoch=-1,
         topics=(
             mod.FetchTopic(topic=topic, partitions=tuple(

@@ -4,7 +4,10 @@ muting over TLS. Certificates are made at run time with trustme; no key is commi
 from __future__ import annotations
 
 import asyncio
+import os
+import socket
 import ssl
+import struct
 
 import pytest
 
@@ -189,6 +192,62 @@ def test_tls_memory_muting_keeps_handshakes_and_already_decrypted_bytes(pki):
         assert pool.available == 1000
         for w in (wa, wb, wc):
             w.close()
+        await server.shutdown(1)
+
+    asyncio.run(run())
+
+
+def test_tls_region_chunks_come_from_the_memory_pool(pki, tmp_path):
+    """On TLS a file region cannot be sent with sendfile: it is read in chunks, each a
+    buffer of the request memory pool held until the transport has drained it, so a
+    slow TLS consumer holds one chunk of pool memory (and the KIP-72 bound covers every
+    connection's), and the chunks go back to the pool once sent."""
+    from tidegate.log.file_region import FileRegion
+
+    settings = {"ssl.keystore.location": str(pki["server"]), "ssl.key.password": None,
+                "ssl.client.auth": "none", "ssl.truststore.location": None,
+                "ssl.truststore.certificates": None}
+    data = bytes(range(256)) * 4096 * 8  # 8 MiB: more than the socket buffers take
+    segment = tmp_path / "segment"
+    segment.write_bytes(data)
+
+    async def wait_for(check, what):
+        for _ in range(500):
+            if check():
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError(f"timed out waiting for {what}")
+
+    async def run():
+        pool = SimpleMemoryPool(200_000, 200_000, strict=False, debug=True)
+        proc = HoldingProcessor()
+        server = shell(proc, pool, 1000)
+        chunk = server.SEND_CHUNK
+        sec = ListenerSecurity("SSL", "SSL", ssl_context=build_server_context(settings.get, "SSL"))
+        host, port = await server.start_listener("SSL", "127.0.0.1", 0, sec)
+        client_ctx = ssl.create_default_context(cafile=str(pki["ca"]))
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 32 * 1024)  # a slow consumer
+        sock.connect((host, port))
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(
+            sock=sock, ssl=client_ctx, server_hostname="127.0.0.1", limit=1 << 16), 10)
+        (conn,) = server.connections.values()
+        writer.write(frame(b"fetch"))
+        await wait_for(lambda: len(proc.requests) == 1, "the request")
+        fd = os.open(segment, os.O_RDONLY)
+        region = FileRegion.of(fd, 0, len(data))
+        os.close(fd)
+        server.send_response(proc.requests[0][1], SendResponse([struct.pack(">i", len(data)), region]))
+        # the client does not read: the send stops with one chunk out of the pool
+        await wait_for(lambda: conn.chunk_bytes == chunk, "a chunk held for the slow reader")
+        await asyncio.sleep(0.2)
+        assert pool.size - pool.available == chunk  # the request's buffer is back, one chunk out
+        assert server.response_bytes_in_flight() <= 2 * chunk + 64 * 1024
+        got = await asyncio.wait_for(reader.readexactly(4 + len(data)), 30)
+        assert got == struct.pack(">i", len(data)) + data
+        await wait_for(lambda: pool.available == pool.size, "every chunk back in the pool")
+        assert conn.chunk_bytes == 0
+        writer.close()
         await server.shutdown(1)
 
     asyncio.run(run())

@@ -433,13 +433,14 @@ class KafkaConnection(asyncio.BufferedProtocol):
         """``os.sendfile`` from the region's descriptor straight to the socket, only
         while the transport has nothing buffered (uvloop has no ``loop.sendfile``, and
         bytes must stay in order). When the socket is full, one chunk of at most
-        ``SEND_CHUNK`` bytes goes through the transport instead and the send resumes
-        once it has drained: the broker holds at most that chunk for a slow consumer."""
+        ``SENDFILE_STALL_CHUNK`` bytes goes through the transport instead and the send
+        resumes once it has drained: the broker holds at most that chunk for a slow
+        consumer."""
         transport = self.transport
         assert transport is not None
         sock_fd = transport.get_extra_info("socket").fileno()
         position, end = region.position, region.position + region.length
-        chunk = self.server.SEND_CHUNK
+        chunk = self.server.SENDFILE_STALL_CHUNK
         while position < end and not self.closed:
             await self._wait_drained()
             if self.closed:
@@ -462,20 +463,34 @@ class KafkaConnection(asyncio.BufferedProtocol):
             position += n
 
     async def _write_chunks(self, region: FileRegion) -> None:
-        """A region read in chunks of at most ``SEND_CHUNK`` bytes, each written once
-        the transport has drained the previous one: one chunk held at a time."""
+        """A region read in chunks of at most ``SEND_CHUNK`` bytes into buffers of the
+        request memory pool (KIP-72's bound covers them), each handed to the transport
+        (TLS encrypts from it) and given back once the transport has drained it: one
+        chunk held at a time per connection, all of them within the pool."""
         transport = self.transport
         assert transport is not None
-        chunk = self.server.SEND_CHUNK
+        server = self.server
+        pool = server.pool
+        chunk = server.SEND_CHUNK
         offset = 0
         while offset < region.length and not self.closed:
-            await self._wait_drained()
-            if self.closed:
-                return
             n = min(chunk, region.length - offset)
-            self.chunk_bytes = n
-            transport.write(region.read_at(offset, n))
-            self.chunk_bytes = 0
+            buf = await server.allocate_chunk(n, self)
+            if buf is None:
+                return  # closed while waiting for memory
+            try:
+                view = memoryview(buf)[:n]
+                region.readinto_at(view, offset)
+                self.chunk_bytes = n
+                transport.write(view)
+                await self._wait_drained()
+                if self.closed:
+                    # the transport must not send from the buffer once the pool has it back
+                    transport.abort()
+            finally:
+                self.chunk_bytes = 0
+                pool.release(buf)
+                server.memory_released_soon()  # muted readers and waiting chunks may go on
             offset += n
 
     def close(self) -> None:
@@ -499,6 +514,10 @@ class SocketServer:
     LOW_MEMORY_FRACTION = 0.1
     #: the most bytes of a file region held in memory at once per connection (TLS)
     SEND_CHUNK = 64 * 1024
+    #: what sendfile writes through the transport when the socket is full, only to be
+    #: told when it drains (uvloop gives no writability callback on a transport's
+    #: socket): small, as its bytes are copied through Python
+    SENDFILE_STALL_CHUNK = 4 * 1024
 
     def __init__(
         self,
@@ -521,7 +540,9 @@ class SocketServer:
         self.clock = clock
         self.pool = pool
         self.request_memory = RequestMemory(pool, max_queued_requests)
-        self.request_memory.on_release = self._memory_released_soon
+        #: region chunks (TLS sends) waiting for pool memory: woken on every release
+        self._chunk_waiters: list[asyncio.Future[None]] = []
+        self.request_memory.on_release = self.memory_released_soon
         self._unmute_scheduled = False
         self._shuffle = shuffle
         self.max_request_size = max_request_size
@@ -671,6 +692,18 @@ class SocketServer:
             self._idle_task = self.scheduler.schedule(
                 "connections-max-idle", self.close_idle_connections, period)
 
+    async def allocate_chunk(self, size: int, conn: KafkaConnection) -> bytearray | None:
+        """A pool buffer of ``size`` bytes for a region chunk (the TLS send path),
+        waiting for a release while the pool has none; None once ``conn`` closed."""
+        while not conn.closed:
+            buf = self.pool.try_allocate(size)
+            if buf is not None:
+                return buf
+            waiter = asyncio.get_running_loop().create_future()
+            self._chunk_waiters.append(waiter)
+            await waiter
+        return None
+
     def response_bytes_in_flight(self) -> int:
         """Memory held by responses being sent: every connection's transport buffer
         plus the region chunk it has read and not yet written (the
@@ -701,7 +734,7 @@ class SocketServer:
             self._idle.set()
 
     # -- memory ------------------------------------------------------------------------
-    def _memory_released_soon(self) -> None:
+    def memory_released_soon(self) -> None:
         """On a release: hand the memory on once the releasing call has returned.
 
         A request is released while its handler still holds the buffer (Produce
@@ -720,6 +753,10 @@ class SocketServer:
 
     def _run_memory_released(self) -> None:
         self._unmute_scheduled = False
+        waiters, self._chunk_waiters = self._chunk_waiters, []
+        for waiter in waiters:  # region chunks waiting for memory try again
+            if not waiter.done():
+                waiter.set_result(None)
         self.memory_released()
 
     def memory_released(self) -> None:
