@@ -69,3 +69,32 @@ def test_segment_deleted_mid_send_still_sends_and_memory_stays_bounded(broker_fa
     assert len(batches) >= BATCHES
     expected = [[v] * PER_BATCH for v in values] + [[b"roll"]]
     assert [[r.value for r in decode_batch_records(x)] for x in batches] == expected[: len(batches)]
+
+
+def test_a_segment_truncated_under_a_region_closes_only_that_connection(broker_factory):
+    """A segment file cut short while a region of it is being sent (nothing in the broker
+    does that; an operator or a failing disk can): the frame cannot be completed, so the
+    broker closes that connection (the client retries, as with Kafka's FileRecords
+    writeTo) instead of sending garbage, and keeps serving everyone else."""
+    b = broker_factory({"log.segment.bytes": BATCHES * (PER_BATCH * (RECORD + 100) + 100)})
+    values = [bytes([i]) * RECORD for i in range(BATCHES)]
+    with RawClient.connect(b.bootstrap) as c:
+        assert c.request(19, 7, create_topics_body("zt")).topics[0].error_code == 0
+        assert c.request(19, 7, create_topics_body("other")).topics[0].error_code == 0
+        for v in [*values, b"roll"]:
+            assert produce_partition(c, "zt", repeated_batch(v, PER_BATCH if v != b"roll" else 1)).error_code == 0
+    segment0 = b.data_dir / "zt-0" / "00000000000000000000.log"
+    with RawClient.connect(b.bootstrap, timeout=30) as slow:
+        slow.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+        slow.send(1, 12, fetch_body("zt", 0, partition_max_bytes=64 * 1024 * 1024))
+        time.sleep(0.5)  # the broker's socket is full: the region is part sent
+        with open(segment0, "r+b") as f:
+            f.truncate(1024 * 1024)
+        assert slow.closed_by_peer(timeout=20)
+    # the broker still serves: another topic takes records and gives them back
+    with RawClient.connect(b.bootstrap) as c:
+        assert produce_partition(c, "other", repeated_batch(b"after", 3)).error_code == 0
+        resp = c.request(1, 12, fetch_body("other", 0))
+        (batch,) = iter_decoded_batches(resp.responses[0].partitions[0].records)
+        assert [r.value for r in decode_batch_records(batch)] == [b"after"] * 3
+    assert b.alive()
