@@ -50,6 +50,21 @@ class RecordingProcessor(Processor):
         self.server.send_response(self.requests[i][2], SendResponse([data]))
 
 
+def server_settings(pki, client_auth="none", truststore=None):
+    """The SSL listener keys of a shell-level test."""
+    return {"ssl.keystore.location": str(pki["server"]), "ssl.key.password": None,
+            "ssl.client.auth": client_auth, "ssl.truststore.location": truststore,
+            "ssl.truststore.certificates": None}
+
+
+async def wait_for(check, what):
+    for _ in range(500):
+        if check():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
 def shell(proc, pool, max_request_size):
     """A SocketServer on the running loop's scheduler, answering for ``proc``."""
     server = SocketServer(proc, pool, max_request_size, AsyncioScheduler(asyncio.get_running_loop()))
@@ -63,9 +78,7 @@ def shell(proc, pool, max_request_size):
     ("none", True, "ANONYMOUS"),
 ])
 def test_tls_shell_principal_and_muting(pki, client_auth, with_cert, principal):
-    settings = {"ssl.keystore.location": str(pki["server"]), "ssl.key.password": None,
-                "ssl.client.auth": client_auth, "ssl.truststore.location": str(pki["ca"]),
-                "ssl.truststore.certificates": None}
+    settings = server_settings(pki, client_auth, str(pki["ca"]))
 
     async def run():
         proc = RecordingProcessor()
@@ -106,9 +119,7 @@ def test_tls_shell_principal_and_muting(pki, client_auth, with_cert, principal):
 
 
 def test_tls_required_client_auth_refuses_clients_without_a_certificate(pki):
-    settings = {"ssl.keystore.location": str(pki["server"]), "ssl.key.password": None,
-                "ssl.client.auth": "required", "ssl.truststore.location": str(pki["ca"]),
-                "ssl.truststore.certificates": None}
+    settings = server_settings(pki, "required", str(pki["ca"]))
 
     async def run():
         proc = RecordingProcessor()
@@ -133,16 +144,7 @@ def test_tls_memory_muting_keeps_handshakes_and_already_decrypted_bytes(pki):
     has bytes already decrypted in its TLS layer, which the socket will never signal
     again; resuming must drain them. A handshake is never muted: a connection is only
     handed to the shell (and can only be muted) once its handshake is done."""
-    settings = {"ssl.keystore.location": str(pki["server"]), "ssl.key.password": None,
-                "ssl.client.auth": "none", "ssl.truststore.location": None,
-                "ssl.truststore.certificates": None}
-
-    async def wait_for(check, what):
-        for _ in range(500):
-            if check():
-                return
-            await asyncio.sleep(0.01)
-        raise AssertionError(f"timed out waiting for {what}")
+    settings = server_settings(pki)
 
     async def run():
         pool = SimpleMemoryPool(1000, 1000, strict=False, debug=True)
@@ -204,19 +206,10 @@ def test_tls_region_chunks_come_from_the_memory_pool(pki, tmp_path):
     connection's), and the chunks go back to the pool once sent."""
     from tidegate.log.file_region import FileRegion
 
-    settings = {"ssl.keystore.location": str(pki["server"]), "ssl.key.password": None,
-                "ssl.client.auth": "none", "ssl.truststore.location": None,
-                "ssl.truststore.certificates": None}
+    settings = server_settings(pki)
     data = bytes(range(256)) * 4096 * 8  # 8 MiB: more than the socket buffers take
     segment = tmp_path / "segment"
     segment.write_bytes(data)
-
-    async def wait_for(check, what):
-        for _ in range(500):
-            if check():
-                return
-            await asyncio.sleep(0.01)
-        raise AssertionError(f"timed out waiting for {what}")
 
     async def run():
         pool = SimpleMemoryPool(200_000, 200_000, strict=False, debug=True)

@@ -40,8 +40,32 @@ class FetchPartitionStatus:
     appended_at_start: int  # ReplicaManager.appended_bytes for the key then
 
 
-class DelayedFetch(DelayedOperation):
-    __slots__ = ("min_bytes", "partitions", "read_committed", "replicas", "respond")
+class _DelayedFetchBase(DelayedOperation):
+    """What both parked fetches hold: the bytes that complete them, the replica
+    manager, the answer to send, the isolation level."""
+
+    __slots__ = ("min_bytes", "read_committed", "replicas", "respond")
+
+    def __init__(
+        self,
+        delay_ms: int,
+        min_bytes: int,
+        replicas: ReplicaManager,
+        respond: Callable[[], None],
+        read_committed: bool,
+    ) -> None:
+        super().__init__(delay_ms)
+        self.min_bytes = min_bytes
+        self.replicas = replicas
+        self.respond = respond
+        self.read_committed = read_committed
+
+    def on_complete(self) -> None:
+        self.respond()
+
+
+class DelayedFetch(_DelayedFetchBase):
+    __slots__ = ("partitions",)
 
     def __init__(
         self,
@@ -53,12 +77,8 @@ class DelayedFetch(DelayedOperation):
         *,
         read_committed: bool = False,
     ) -> None:
-        super().__init__(delay_ms)
-        self.min_bytes = min_bytes
+        super().__init__(delay_ms, min_bytes, replicas, respond, read_committed)
         self.partitions = partitions
-        self.replicas = replicas
-        self.respond = respond
-        self.read_committed = read_committed
 
     def try_complete(self) -> bool:
         replicas = self.replicas
@@ -78,11 +98,8 @@ class DelayedFetch(DelayedOperation):
             return self.force_complete()
         return False
 
-    def on_complete(self) -> None:
-        self.respond()
 
-
-class SessionDelayedFetch(DelayedOperation):
+class SessionDelayedFetch(_DelayedFetchBase):
     """A parked incremental fetch of a KIP-227 session: watched on the session's one
     purgatory key (:func:`~tidegate.server.fetch_session.session_watch_key`), which every
     change to one of the session's partitions checks. ``try_complete`` counts only the
@@ -92,7 +109,7 @@ class SessionDelayedFetch(DelayedOperation):
     A deleted partition or a fetch offset outside its log completes it at once. The
     cost of a check is O(dirty), not O(partitions of the session)."""
 
-    __slots__ = ("min_bytes", "read_committed", "replicas", "respond", "session")
+    __slots__ = ("session",)
 
     def __init__(
         self,
@@ -104,12 +121,8 @@ class SessionDelayedFetch(DelayedOperation):
         *,
         read_committed: bool = False,
     ) -> None:
-        super().__init__(delay_ms)
-        self.min_bytes = min_bytes
+        super().__init__(delay_ms, min_bytes, replicas, respond, read_committed)
         self.session = session
-        self.replicas = replicas
-        self.respond = respond
-        self.read_committed = read_committed
 
     def try_complete(self) -> bool:
         logs = self.replicas.logs.logs
@@ -131,6 +144,3 @@ class SessionDelayedFetch(DelayedOperation):
                 if accumulated >= self.min_bytes:
                     return self.force_complete()
         return False
-
-    def on_complete(self) -> None:
-        self.respond()
