@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import socket
+import ssl
 import struct
 import time
 from collections.abc import Sequence
@@ -81,19 +82,38 @@ def decode_response(api_key: int, version: int, data: bytes) -> tuple[int, Any]:
 class RawClient:
     """One blocking TCP connection to a broker."""
 
-    def __init__(self, host: str, port: int, timeout: float = 10.0, source: str | None = None) -> None:
+    def __init__(
+        self, host: str, port: int, timeout: float = 10.0, source: str | None = None,
+        ssl_context: ssl.SSLContext | None = None, receive_buffer: int | None = None,
+    ) -> None:
         """``source``: the local address to connect from (another loopback address,
-        127.0.0.2 ..., to test per-IP limits)."""
-        self.sock = socket.create_connection(
-            (host, port), timeout=timeout, source_address=(source, 0) if source else None
-        )
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        127.0.0.2 ..., to test per-IP limits). ``ssl_context``: talk TLS (an SSL
+        listener). ``receive_buffer``: SO_RCVBUF, set before connecting (a slow
+        consumer's small window)."""
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(timeout)
+            if receive_buffer is not None:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
+            if source:
+                sock.bind((source, 0))
+            sock.connect((host, port))
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if ssl_context is not None:
+                sock = ssl_context.wrap_socket(sock, server_hostname=host)
+        except BaseException:
+            sock.close()
+            raise
+        self.sock = sock
         self._next_correlation_id = 1
 
     @classmethod
-    def connect(cls, bootstrap: str, timeout: float = 10.0, source: str | None = None) -> RawClient:
+    def connect(
+        cls, bootstrap: str, timeout: float = 10.0, source: str | None = None,
+        ssl_context: ssl.SSLContext | None = None, receive_buffer: int | None = None,
+    ) -> RawClient:
         host, port = bootstrap.rsplit(":", 1)
-        return cls(host, int(port), timeout, source)
+        return cls(host, int(port), timeout, source, ssl_context, receive_buffer)
 
     def __enter__(self) -> Self:
         return self

@@ -246,6 +246,69 @@ def test_tls_region_chunks_come_from_the_memory_pool(pki, tmp_path):
     asyncio.run(run())
 
 
+def test_tls_region_send_waits_for_pool_memory_and_reuses_one_chunk(pki, tmp_path):
+    """On TLS a response's file region is read into one chunk from the request memory
+    pool (KIP-72), counted by ResponseMemoryInFlight: with the pool empty the send waits,
+    a release hands the chunk over ahead of requests, and the region (several chunks
+    through the one buffer) arrives intact; the chunk goes back when the send is done."""
+    from tidegate.log.file_region import FileRegion
+
+    settings = server_settings(pki)
+    data = os.urandom(300_000)
+    path = tmp_path / "segment.log"
+    path.write_bytes(data)
+
+    class Proc(HoldingProcessor):
+        """Keeps the memory of requests starting with A, releases the others'."""
+
+        def handle(self, request, now_ms):
+            if not bytes(request.payload).startswith(b"A"):
+                request.release_buffer()
+            return super().handle(request, now_ms)
+
+    async def run():
+        pool = SimpleMemoryPool(100_000, 100_000, strict=False, debug=True)
+        proc = Proc()
+        server = shell(proc, pool, 100_000)
+        sec = ListenerSecurity("SSL", "SSL", ssl_context=build_server_context(settings.get, "SSL"))
+        host, port = await server.start_listener("SSL", "127.0.0.1", 0, sec)
+        client_ctx = ssl.create_default_context(cafile=str(pki["ca"]))
+
+        async def open_tls():
+            return await asyncio.wait_for(asyncio.open_connection(
+                host, port, ssl=client_ctx, server_hostname="127.0.0.1"), 10)
+
+        rb, wb = await open_tls()
+        wb.write(frame(b"fetch"))
+        await wait_for(lambda: len(proc.requests) == 1, "B's request")
+        _ra, wa = await open_tls()
+        wa.write(frame(b"A" * 100_000))  # held: the pool is empty
+        await wait_for(lambda: len(proc.requests) == 2, "A's request")
+        assert pool.available == 0
+        conn_b = proc.requests[0][1].context.connection_id
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            region = FileRegion.of(fd, 0, len(data))
+        finally:
+            os.close(fd)
+        proc.server.send_response(proc.requests[0][1], SendResponse([struct.pack(">i", len(data)), region]))
+        assert await asyncio.wait_for(rb.readexactly(4), 5) == struct.pack(">i", len(data))
+        await wait_for(lambda: server.chunk_waiters, "B's send to wait for a chunk")
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(rb.readexactly(1), 0.3)
+        assert server.connections[conn_b].chunk_bytes == 0
+        proc.answer(1, frame(b"done-a"))  # A's 100,000 bytes back: B's chunk first
+        got = await asyncio.wait_for(rb.readexactly(len(data)), 10)
+        assert got == data
+        await wait_for(lambda: pool.outstanding == 0, "the chunk back in the pool")
+        assert server.response_bytes_in_flight() == 0 and region.fd == -1
+        for w in (wa, wb):
+            w.close()
+        await server.shutdown(1)
+
+    asyncio.run(run())
+
+
 # -- a broker process with real clients --------------------------------------------------
 @pytest.fixture
 def tls_broker(broker_factory, tmp_path, pki):

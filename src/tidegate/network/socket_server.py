@@ -98,8 +98,14 @@ class KafkaConnection(asyncio.BufferedProtocol):
         #: the task sending a response that has file regions (SENDING mute meanwhile)
         self._send_task: asyncio.Task | None = None
         self._drained: asyncio.Future | None = None
-        #: bytes of regions read into memory and not yet handed to the transport
+        #: the pool buffer regions are read into on TLS (one per connection, while sending)
+        self._chunk: bytearray | None = None
+        #: its size: the memory this connection's response holds beyond the transport's
         self.chunk_bytes = 0
+        #: the socket's descriptor when regions go out with sendfile (PLAINTEXT), else -1
+        self._sock_fd = -1
+        #: a duplicate of it, waited on for writability while a response is sent
+        self._writable_fd = -1
 
     # -- asyncio callbacks -------------------------------------------------
     def connection_made(self, transport: Any) -> None:
@@ -122,6 +128,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 except OSError:
                     pass
         transport.set_write_buffer_limits(high=self.server.send_buffer_bytes)
+        if sock is not None and self.server.fetch_sendfile and transport.get_extra_info("sslcontext") is None:
+            self._sock_fd = sock.fileno()
         peer = transport.get_extra_info("peername") or ("?", 0)
         if self.security is not None and self.security.principal_from_certificate:
             from tidegate.security.tls import subject_dn
@@ -333,14 +341,30 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if isinstance(response, SendResponse):
             pieces = response.pieces
             if any(isinstance(p, FileRegion) for p in pieces):
-                if self.closed or self.transport is None:
+                transport = self.transport
+                if self.closed or transport is None:
                     _close_regions(pieces)
                     return
-                # Sent by a task (sendfile waits for the socket); nothing is read from
-                # this connection until it is done, so responses stay in order.
+                start = (0, 0)
+                if self._sock_fd >= 0 and not transport.get_write_buffer_size():
+                    self.server.touch(self)
+                    try:
+                        rest = self._send_now(pieces)
+                    except OSError as exc:
+                        _close_regions(pieces)
+                        log.warning("closing connection %s from %s: sending a response failed: %r",
+                                    self.connection_id, self._peer(), exc)
+                        self.close()
+                        return
+                    if rest is None:
+                        self._sent(response, timing)
+                        return
+                    start = rest
+                # The rest is sent by a task (sendfile waits for the socket); nothing is
+                # read from this connection until it is done, so responses stay in order.
                 self.mute(MuteReason.SENDING)
                 self._send_task = asyncio.get_running_loop().create_task(
-                    self._send_pieces(response, timing)
+                    self._send_pieces(response, timing, start)
                 )
                 return
             self._write(pieces)
@@ -371,36 +395,67 @@ class KafkaConnection(asyncio.BufferedProtocol):
             transport.writelines(pieces)
 
     # -- responses with file regions ---------------------------------------------------
-    async def _send_pieces(self, response: SendResponse, timing: RequestTiming | None) -> None:
-        """Write bytes pieces to the transport and file regions with ``sendfile``
-        (PLAINTEXT) or in bounded chunks (TLS, or ``fetch_sendfile`` off). The broker
-        holds at most the transport's buffer (its high-water mark) plus one chunk
-        per connection: a slow consumer is waited for, not buffered for."""
+    def _send_now(self, pieces: Any) -> tuple[int, int] | None:
+        """Send what the socket takes right now, without a task: byte pieces with
+        ``os.write`` and regions with ``os.sendfile`` straight to the socket (PLAINTEXT,
+        the transport's buffer empty, so bytes stay in order). None if everything went;
+        else where to go on from: (piece index, bytes of that piece already sent). A
+        frame cut short by the socket leaves the rest to :meth:`_send_pieces`."""
+        fd = self._sock_fd
+        for i, piece in enumerate(pieces):
+            if isinstance(piece, FileRegion):
+                sent = 0
+                length = piece.length
+                while sent < length:
+                    try:
+                        n = os.sendfile(fd, piece.fd, piece.position + sent, length - sent)
+                    except BlockingIOError:
+                        return i, sent
+                    if n == 0:
+                        raise RegionTruncatedError(f"file region truncated at {sent} of {length} bytes")
+                    sent += n
+                piece.close()
+            else:
+                try:
+                    n = os.write(fd, piece)
+                except BlockingIOError:
+                    n = 0
+                if n < len(piece):
+                    return i, n
+        return None
+
+    async def _send_pieces(
+        self, response: SendResponse, timing: RequestTiming | None, start: tuple[int, int] = (0, 0)
+    ) -> None:
+        """Send the pieces from ``start`` (piece index, bytes of it already sent) on:
+        bytes through the transport, file regions with ``sendfile`` (PLAINTEXT) once
+        the transport has drained and whenever the socket is writable again, or in
+        chunks from the memory pool (TLS, or ``fetch_sendfile`` off). The broker holds
+        at most the transport's buffer (its high-water mark) plus one chunk per
+        connection: a slow consumer is waited for, not buffered for."""
         transport = self.transport
         assert transport is not None
         pieces = response.pieces
-        sock = transport.get_extra_info("socket")
-        use_sendfile = (
-            self.server.fetch_sendfile and sock is not None
-            and transport.get_extra_info("sslcontext") is None
-        )
+        use_sendfile = self._sock_fd >= 0
         ok = False
         limits = transport.get_write_buffer_limits()
         # Told (resume_writing) as soon as the transport's buffer is empty: only then may
         # sendfile write to the socket without reordering bytes, or the next chunk go.
         transport.set_write_buffer_limits(high=0, low=0)
+        index, skip = start
         try:
-            for piece in pieces:
+            for piece in pieces[index:]:
                 if self.closed:
                     break
                 if not isinstance(piece, FileRegion):
-                    transport.write(piece)
+                    transport.write(memoryview(piece)[skip:] if skip else piece)
                 elif use_sendfile:
-                    await self._sendfile(piece)
+                    await self._sendfile(piece, skip)
                     piece.close()
                 else:
                     await self._write_chunks(piece)
                     piece.close()
+                skip = 0
             ok = not self.closed
         except asyncio.CancelledError:
             pass  # the connection went away
@@ -414,7 +469,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
             if not self.closed:
                 transport.set_write_buffer_limits(high=limits[1], low=limits[0])
             self._send_task = None
-            self.chunk_bytes = 0
+            self._release_chunk()
+            self._close_writable_fd()
         if not ok:
             self.close()
             return
@@ -429,18 +485,38 @@ class KafkaConnection(asyncio.BufferedProtocol):
             await self._drained
             self._drained = None
 
-    async def _sendfile(self, region: FileRegion) -> None:
+    async def _wait_writable(self) -> None:
+        """Until the socket can take more bytes. The transport owns the socket's
+        descriptor in the loop, so the wait is on a duplicate of it (made once per
+        response, on its first full socket)."""
+        loop = asyncio.get_running_loop()
+        if self._writable_fd < 0:
+            self._writable_fd = os.dup(self._sock_fd)
+        fd = self._writable_fd
+        waiter = loop.create_future()
+
+        def writable() -> None:
+            if not waiter.done():
+                waiter.set_result(None)
+
+        loop.add_writer(fd, writable)
+        try:
+            await waiter
+        finally:
+            loop.remove_writer(fd)
+
+    def _close_writable_fd(self) -> None:
+        fd, self._writable_fd = self._writable_fd, -1
+        if fd >= 0:
+            os.close(fd)
+
+    async def _sendfile(self, region: FileRegion, sent: int = 0) -> None:
         """``os.sendfile`` from the region's descriptor straight to the socket, only
         while the transport has nothing buffered (uvloop has no ``loop.sendfile``, and
-        bytes must stay in order). When the socket is full, one chunk of at most
-        ``SENDFILE_STALL_CHUNK`` bytes goes through the transport instead and the send
-        resumes once it has drained: the broker holds at most that chunk for a slow
-        consumer."""
-        transport = self.transport
-        assert transport is not None
-        sock_fd = transport.get_extra_info("socket").fileno()
-        position, end = region.position, region.position + region.length
-        chunk = self.server.SENDFILE_STALL_CHUNK
+        bytes must stay in order), waiting for the socket to be writable when it is
+        full. No record byte is read into the broker."""
+        sock_fd = self._sock_fd
+        position, end = region.position + sent, region.position + region.length
         while position < end and not self.closed:
             await self._wait_drained()
             if self.closed:
@@ -448,50 +524,62 @@ class KafkaConnection(asyncio.BufferedProtocol):
             try:
                 n = os.sendfile(sock_fd, region.fd, position, end - position)
             except BlockingIOError:
-                n = -1
+                await self._wait_writable()
+                continue
             if n == 0:
                 raise RegionTruncatedError(
                     f"file region truncated at {position - region.position} of {region.length} bytes"
                 )
-            if n > 0:
-                position += n
-                continue
-            n = min(chunk, end - position)
-            self.chunk_bytes = n
-            transport.write(region.read_at(position - region.position, n))
-            self.chunk_bytes = 0
             position += n
 
     async def _write_chunks(self, region: FileRegion) -> None:
-        """A region read in chunks of at most ``SEND_CHUNK`` bytes into buffers of the
-        request memory pool (KIP-72's bound covers them), each handed to the transport
-        (TLS encrypts from it) and given back once the transport has drained it: one
-        chunk held at a time per connection, all of them within the pool."""
+        """A region read in chunks of at most ``SEND_CHUNK`` bytes into one buffer from
+        the memory pool (held for the whole send, counted by ResponseMemoryInFlight),
+        each written once the transport has drained the previous one. When the pool has
+        no room the send waits for a release, as a request read does (KIP-72)."""
         transport = self.transport
         assert transport is not None
-        server = self.server
-        pool = server.pool
-        chunk = server.SEND_CHUNK
         offset = 0
         while offset < region.length and not self.closed:
-            n = min(chunk, region.length - offset)
-            buf = await server.allocate_chunk(n, self)
+            await self._wait_drained()
+            if self.closed:
+                return
+            buf = self._chunk
             if buf is None:
-                return  # closed while waiting for memory
-            try:
-                view = memoryview(buf)[:n]
-                region.readinto_at(view, offset)
-                self.chunk_bytes = n
-                transport.write(view)
-                await self._wait_drained()
+                buf = await self._allocate_chunk(min(self.server.send_chunk_bytes, region.length - offset))
                 if self.closed:
-                    # the transport must not send from the buffer once the pool has it back
-                    transport.abort()
-            finally:
-                self.chunk_bytes = 0
-                pool.release(buf)
-                server.memory_released_soon()  # muted readers and waiting chunks may go on
+                    return
+            n = min(len(buf), region.length - offset)
+            view = memoryview(buf)[:n]
+            region.readinto_at(view, offset)
+            transport.write(view)
             offset += n
+
+    async def _allocate_chunk(self, size: int) -> bytearray:
+        server = self.server
+        buf = server.pool.try_allocate(size)
+        if buf is None:
+            # handed over by SocketServer.memory_released, ahead of connections muted
+            # for memory: sending responses is what lets their clients send requests
+            waiter: asyncio.Future[bytearray] = asyncio.get_running_loop().create_future()
+            server.chunk_waiters.append((waiter, size))
+            try:
+                buf = await waiter
+            except asyncio.CancelledError:
+                if waiter.done() and not waiter.cancelled():  # handed over as the send ended
+                    server.pool.release(waiter.result())
+                    server.chunk_released()
+                raise
+        self._chunk = buf
+        self.chunk_bytes = size
+        return buf
+
+    def _release_chunk(self) -> None:
+        buf, self._chunk = self._chunk, None
+        self.chunk_bytes = 0
+        if buf is not None:
+            self.server.pool.release(buf)
+            self.server.chunk_released()
 
     def close(self) -> None:
         if self.transport is not None and not self.closed:
@@ -514,10 +602,6 @@ class SocketServer:
     LOW_MEMORY_FRACTION = 0.1
     #: the most bytes of a file region held in memory at once per connection (TLS)
     SEND_CHUNK = 64 * 1024
-    #: what sendfile writes through the transport when the socket is full, only to be
-    #: told when it drains (uvloop gives no writability callback on a transport's
-    #: socket): small, as its bytes are copied through Python
-    SENDFILE_STALL_CHUNK = 4 * 1024
 
     def __init__(
         self,
@@ -540,9 +624,11 @@ class SocketServer:
         self.clock = clock
         self.pool = pool
         self.request_memory = RequestMemory(pool, max_queued_requests)
-        #: region chunks (TLS sends) waiting for pool memory: woken on every release
-        self._chunk_waiters: list[asyncio.Future[None]] = []
-        self.request_memory.on_release = self.memory_released_soon
+        self.request_memory.on_release = self._memory_released_soon
+        #: sends waiting for pool memory for their region chunk (TLS): (future, size)
+        self.chunk_waiters: deque[tuple[asyncio.Future, int]] = deque()
+        #: a region chunk's size: SEND_CHUNK, or less if the pool allows no more at once
+        self.send_chunk_bytes = min(self.SEND_CHUNK, getattr(pool, "max_single_allocation", self.SEND_CHUNK))
         self._unmute_scheduled = False
         self._shuffle = shuffle
         self.max_request_size = max_request_size
@@ -692,18 +778,6 @@ class SocketServer:
             self._idle_task = self.scheduler.schedule(
                 "connections-max-idle", self.close_idle_connections, period)
 
-    async def allocate_chunk(self, size: int, conn: KafkaConnection) -> bytearray | None:
-        """A pool buffer of ``size`` bytes for a region chunk (the TLS send path),
-        waiting for a release while the pool has none; None once ``conn`` closed."""
-        while not conn.closed:
-            buf = self.pool.try_allocate(size)
-            if buf is not None:
-                return buf
-            waiter = asyncio.get_running_loop().create_future()
-            self._chunk_waiters.append(waiter)
-            await waiter
-        return None
-
     def response_bytes_in_flight(self) -> int:
         """Memory held by responses being sent: every connection's transport buffer
         plus the region chunk it has read and not yet written (the
@@ -734,7 +808,7 @@ class SocketServer:
             self._idle.set()
 
     # -- memory ------------------------------------------------------------------------
-    def memory_released_soon(self) -> None:
+    def _memory_released_soon(self) -> None:
         """On a release: hand the memory on once the releasing call has returned.
 
         A request is released while its handler still holds the buffer (Produce
@@ -753,14 +827,15 @@ class SocketServer:
 
     def _run_memory_released(self) -> None:
         self._unmute_scheduled = False
-        waiters, self._chunk_waiters = self._chunk_waiters, []
-        for waiter in waiters:  # region chunks waiting for memory try again
-            if not waiter.done():
-                waiter.set_result(None)
         self.memory_released()
 
+    def chunk_released(self) -> None:
+        """A region chunk went back to the pool: hand the memory on (next turn)."""
+        self._memory_released_soon()
+
     def memory_released(self) -> None:
-        """Give freed memory to connections muted for it, then let them read again.
+        """Give freed memory to region chunks waiting for it (TLS responses), then
+        to connections muted for it, and let those read again.
 
         Each muted connection's body buffer is allocated *before* it is unmuted
         (a BufferedProtocol must never be handed an empty buffer), first come
@@ -768,6 +843,18 @@ class SocketServer:
         Only the MEMORY mute reason is removed: a connection that also has a
         request in flight or a throttle to serve stays muted for that.
         """
+        waiters = self.chunk_waiters
+        while waiters:
+            # region chunks first (TLS responses waiting to go on), in arrival order
+            waiter, size = waiters[0]
+            if waiter.done():  # its connection went away
+                waiters.popleft()
+                continue
+            buf = self.pool.try_allocate(size)
+            if buf is None:
+                return
+            waiters.popleft()
+            waiter.set_result(buf)
         muted = self.memory_muted
         if not muted or self.request_memory.is_out_of_memory:
             return
