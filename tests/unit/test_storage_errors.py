@@ -1,7 +1,7 @@
 """Storage errors (docs/reliability.md "Storage errors"): ENOSPC and EIO injected at
 chosen writes and fsyncs of real files, in the log layer and through the broker core.
 
-``DiskFaults`` wraps ``os.pwrite``, ``os.ftruncate`` and the fsyncs: a rule names the
+``DiskFaults`` wraps ``os.pwrite``, ``os.pread``, ``os.ftruncate`` and the fsyncs: a rule names the
 file (by suffix of its path), the call and the error, and may let part of the write
 through first, which is how a full disk tears a batch.
 """
@@ -34,7 +34,7 @@ class DiskFaults:
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.rules: list[dict] = []
         self.hits = 0
-        real_pwrite, real_ftruncate = os.pwrite, os.ftruncate
+        real_pwrite, real_pread, real_ftruncate = os.pwrite, os.pread, os.ftruncate
         real_fsync, real_fdatasync = os.fsync, log_module._fdatasync
 
         def path_of(fd: int) -> str:
@@ -76,6 +76,7 @@ class DiskFaults:
             return f
 
         monkeypatch.setattr(os, "pwrite", pwrite)
+        monkeypatch.setattr(os, "pread", failing(real_pread, "pread"))
         monkeypatch.setattr(os, "ftruncate", failing(real_ftruncate, "ftruncate"))
         monkeypatch.setattr(os, "fsync", failing(real_fsync, "fsync"))
         monkeypatch.setattr(log_module, "_fdatasync", failing(real_fdatasync, "fsync"))
@@ -307,3 +308,27 @@ def test_a_failed_fsync_takes_the_dir_offline_until_restart(h, faults, caplog):
         assert again.produce("s", 0, batch(b"d")).error_code == E.none
     finally:
         again.close()
+
+
+def test_a_failed_read_takes_the_dir_offline_and_answers_storage_error(h, faults, caplog):
+    """Kafka's LocalLog.read under maybeHandleIOException: an I/O error reading a
+    segment for a Fetch takes the log dir offline (one line, no traceback) and the
+    partition answers KAFKA_STORAGE_ERROR; the broker goes on answering."""
+    caplog.set_level(logging.INFO)
+    for v in (b"a", b"b", b"c"):
+        assert produce(h, v).error_code == E.none
+    faults.fail("pread", ".log", errno.EIO)
+    # from an offset inside the segment: the read walks batch headers with pread
+    resp = h.request(FETCH, 12, fetch_body("s", 1))
+    part = resp.responses[0].partitions[0]
+    assert faults.hits >= 1
+    assert part.error_code == E.kafka_storage_error and not part.records
+    assert part.high_watermark == -1
+    channel = h.logs.failure_channel
+    assert channel.offline and "read of s-0" in (channel.offline_reason or "")
+    lines = [m for m in storage_lines(caplog) if "offline until restart" in m]
+    assert len(lines) == 1 and "Input/output error" in lines[0]
+    assert not [r for r in caplog.records if r.exc_info]  # no traceback
+    faults.clear()
+    assert fetch_all(h)[0] == E.kafka_storage_error  # offline until restart
+    assert produce(h, b"d").error_code == E.kafka_storage_error

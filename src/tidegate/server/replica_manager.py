@@ -521,16 +521,30 @@ class ReplicaManager:
                 data.error = E.offset_out_of_range
                 continue
             limit = min(fp.max_bytes, remaining)
-            if params.isolation_level == READ_COMMITTED:
-                records = plog.read_region(
-                    fp.fetch_offset, max(limit, 0), min_one_batch=total == 0, max_offset=lso
-                )
-                data.aborted_transactions = (
-                    plog.collect_aborted_transactions(fp.fetch_offset, plog.fetch_upper_bound(fp.fetch_offset))
-                    if records else []
-                )  # fmt: skip
-            else:
-                records = plog.read_region(fp.fetch_offset, max(limit, 0), min_one_batch=total == 0)
+            records: bytes | FileRegion = b""
+            try:
+                if params.isolation_level == READ_COMMITTED:
+                    records = plog.read_region(
+                        fp.fetch_offset, max(limit, 0), min_one_batch=total == 0, max_offset=lso
+                    )
+                    data.aborted_transactions = (
+                        plog.collect_aborted_transactions(fp.fetch_offset, plog.fetch_upper_bound(fp.fetch_offset))
+                        if records else []
+                    )  # fmt: skip
+                else:
+                    records = plog.read_region(fp.fetch_offset, max(limit, 0), min_one_batch=total == 0)
+            except OSError as exc:
+                # Kafka's LocalLog.read under maybeHandleIOException: a read that fails
+                # takes the log dir offline (one line from the failure channel, no
+                # traceback) and the partition answers KAFKA_STORAGE_ERROR
+                key = fp.key
+                what = f"read of {key[0]}-{key[1]}" if key is not None else "read"
+                self.failure_channel.error(StorageError(what, exc, fatal=True))
+                if isinstance(records, FileRegion):
+                    records.close()
+                out[-1] = failed = FetchPartitionData()
+                failed.error = E.kafka_storage_error
+                continue
             data.records = records
             total += len(records)
             remaining -= len(records)
