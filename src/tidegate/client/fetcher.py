@@ -94,7 +94,7 @@ class FetchOffsetOutOfRangeError(OffsetOutOfRangeError):
     """A Fetch position is outside ``[log_start_offset, high_watermark]`` (retention
     deleted it, or the partition was recreated): the shared
     :class:`~tidegate.errors.OffsetOutOfRangeError`, re-exported here, with the partition,
-    the position and the range the broker answered with."""
+    the position and the partition's range (ListOffsets EARLIEST and LATEST)."""
 
     def __init__(self, tp: TopicPartition, offset: int, log_start: int, high_watermark: int):
         self.tp = tp
@@ -596,7 +596,11 @@ def _read_range(
         if got is None:
             raise KafkaError(f"Fetch response without {tp[0]}-{tp[1]}")
         if got.error_code == OFFSET_OUT_OF_RANGE:
-            err = FetchOffsetOutOfRangeError(tp, pos, got.log_start_offset, got.high_watermark)
+            # Kafka answers an error with no offsets (-1): the available range comes
+            # from ListOffsets, as Spark's KafkaDataConsumer.getAvailableOffsetRange does
+            earliest = list_offsets(client, {tp: -2}, timeout_ms=timeout_ms)[tp]
+            latest = list_offsets(client, {tp: -1}, isolation_level=isolation_level, timeout_ms=timeout_ms)[tp]
+            err = FetchOffsetOutOfRangeError(tp, pos, earliest, latest)
             if on_out_of_range is None:
                 raise err
             nxt = on_out_of_range(err)

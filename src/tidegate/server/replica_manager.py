@@ -498,9 +498,6 @@ class ReplicaManager:
                 continue
             hw = plog.high_watermark
             lso = plog.last_stable_offset
-            data.high_watermark = hw
-            data.last_stable_offset = lso
-            data.log_start_offset = plog.log_start_offset
             if fp.last_fetched_epoch >= 0:
                 # KIP-320 (Kafka's Partition.readRecords): the fetcher's last epoch must end
                 # at or after its fetch offset here, else its log diverged from ours.
@@ -515,11 +512,17 @@ class ReplicaManager:
                     data.error = E.offset_out_of_range
                     continue
                 if epoch < fp.last_fetched_epoch or end < fp.fetch_offset:
+                    # answered with the partition's offsets, as Kafka's readRecords does
+                    data.high_watermark, data.last_stable_offset = hw, lso
+                    data.log_start_offset = plog.log_start_offset
                     data.diverging_epoch = (epoch, end)
                     continue
             if fp.fetch_offset < plog.log_start_offset or fp.fetch_offset > plog.log_end_offset:
+                # Kafka's createLogReadResult(e): an error answers no offsets (-1)
                 data.error = E.offset_out_of_range
                 continue
+            data.high_watermark, data.last_stable_offset = hw, lso
+            data.log_start_offset = plog.log_start_offset
             limit = min(fp.max_bytes, remaining)
             records: bytes | FileRegion = b""
             try:
