@@ -1,18 +1,12 @@
 """The console tools' pure parts: Kafka's DefaultMessageFormatter and LineMessageReader,
-the consumer protocol's bytes and the range assignor (tidegate.client.group_member)."""
+and the range assignor (tidegate.client.group_member)."""
 
 from __future__ import annotations
 
 import pytest
 
 from tidegate.cli.console import LineReader, MessageFormatter
-from tidegate.client.group_member import (
-    decode_assignment,
-    decode_subscription,
-    encode_assignment,
-    encode_subscription,
-    range_assign,
-)
+from tidegate.client.group_member import range_assign
 from tidegate.log.records import ConsumerRecord
 
 REC = ConsumerRecord(offset=7, timestamp=1700000000000, timestamp_type=0, key=b"k", value=b"v",
@@ -55,16 +49,6 @@ def test_the_line_reader_splits_as_kafkas_line_message_reader():
     lenient = LineReader({"parse.key": "true", "ignore.error": "true"})
     assert lenient.parse("just a value", 1) == (None, b"just a value", [])
     assert LineReader({}).parse("k\tv", 1) == (None, b"k\tv", [])
-
-
-def test_the_consumer_protocol_round_trips():
-    assert decode_subscription(encode_subscription(["b", "a", "a"])) == ["a", "b"]
-    parts = [("t", 2), ("t", 0), ("u", 1)]
-    assert decode_assignment(encode_assignment(parts)) == sorted(parts)
-    assert decode_assignment(b"") == []
-    # a version 1+ subscription (owned partitions after the topics) still reads its topics
-    v1 = b"\x00\x01" + encode_subscription(["x"])[2:-4] + b"\xff\xff\xff\xff" + b"\x00\x00\x00\x00"
-    assert decode_subscription(v1) == ["x"]
 
 
 def test_the_range_assignor_is_kafkas():

@@ -17,6 +17,7 @@ from typing import Any
 
 from tidegate.errors import BrokerResponseError
 from tidegate.protocol.apis import ApiKey
+from tidegate.protocol.consumer_protocol import decode_assignment
 from tidegate.security.authorizer.acl import (
     AclBinding,
     AclBindingFilter,
@@ -459,29 +460,10 @@ def list_groups(
 
 
 def _consumer_assignment(data: bytes | None) -> tuple[TopicPartition, ...]:
-    """The partitions of a consumer protocol ``ConsumerProtocolAssignment`` (int16 version,
-    [topic string, [int32 partition]], user data); () when it is not one."""
-    import struct
-
-    if not data or len(data) < 6:
-        return ()
+    """The partitions of a consumer protocol assignment; () when it is not one."""
     try:
-        pos = 2
-        (count,) = struct.unpack_from(">i", data, pos)
-        pos += 4
-        out: list[TopicPartition] = []
-        for _ in range(max(count, 0)):
-            (n,) = struct.unpack_from(">h", data, pos)
-            pos += 2
-            topic = bytes(data[pos : pos + n]).decode()
-            pos += n
-            (parts,) = struct.unpack_from(">i", data, pos)
-            pos += 4
-            for p in struct.unpack_from(f">{max(parts, 0)}i", data, pos):
-                out.append((topic, p))
-            pos += 4 * max(parts, 0)
-        return tuple(sorted(out))
-    except (struct.error, UnicodeDecodeError):
+        return tuple(decode_assignment(data))
+    except ValueError:
         return ()
 
 

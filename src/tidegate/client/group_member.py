@@ -3,19 +3,24 @@ part ``tidegate console-consumer --group`` needs): join and sync with the range 
 heartbeats from the caller's poll loop, committed offsets, commits at the member's
 generation, and leaving the group.
 
-The consumer protocol's bytes (:func:`encode_subscription`, :func:`decode_assignment`,
-...) and the range assignor (:func:`range_assign`) are plain functions; the member sends
+The consumer protocol's bytes come from :mod:`tidegate.protocol.consumer_protocol`
+(re-exported here); the range assignor (:func:`range_assign`) is a plain function; the member sends
 blocking requests on a :class:`~tidegate.client.KafkaClient` and keeps time through the
 client's clock, so the caller drives it: :meth:`GroupMember.poll` between fetches.
 """
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Iterable, Mapping
 
 from tidegate.errors import BrokerResponseError
 from tidegate.protocol.apis import ApiKey
+from tidegate.protocol.consumer_protocol import (
+    decode_assignment,
+    decode_subscription,
+    encode_assignment,
+    encode_subscription,
+)
 
 from .admin import find_group_coordinator
 from .client import KafkaClient
@@ -39,58 +44,6 @@ FENCED_INSTANCE_ID = 82
 _REJOIN = {REBALANCE_IN_PROGRESS, ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID}
 #: a coordinator error that means: find the coordinator again and rejoin
 _COORDINATOR = {14, 15, 16}  # COORDINATOR_LOAD_IN_PROGRESS, NOT_AVAILABLE, NOT_COORDINATOR
-
-
-# -- the consumer protocol (ConsumerProtocolSubscription / ConsumerProtocolAssignment v0) -----
-def _string(s: str) -> bytes:
-    raw = s.encode()
-    return struct.pack(">h", len(raw)) + raw
-
-
-def encode_subscription(topics: Iterable[str]) -> bytes:
-    """version 0: [topic], user data null."""
-    names = sorted(set(topics))
-    return struct.pack(">hi", 0, len(names)) + b"".join(_string(t) for t in names) + struct.pack(">i", -1)
-
-
-def decode_subscription(data: bytes) -> list[str]:
-    """The topics of any version's subscription (the fields after them are ignored)."""
-    (count,) = struct.unpack_from(">i", data, 2)
-    pos, out = 6, []
-    for _ in range(max(count, 0)):
-        (n,) = struct.unpack_from(">h", data, pos)
-        out.append(bytes(data[pos + 2 : pos + 2 + n]).decode())
-        pos += 2 + n
-    return out
-
-
-def encode_assignment(partitions: Iterable[TopicPartition]) -> bytes:
-    """version 0: [topic, [partition]], user data null."""
-    by_topic: dict[str, list[int]] = {}
-    for t, p in partitions:
-        by_topic.setdefault(t, []).append(p)
-    out = [struct.pack(">hi", 0, len(by_topic))]
-    for t in sorted(by_topic):
-        ps = sorted(by_topic[t])
-        out.append(_string(t) + struct.pack(f">i{len(ps)}i", len(ps), *ps))
-    out.append(struct.pack(">i", -1))
-    return b"".join(out)
-
-
-def decode_assignment(data: bytes | None) -> list[TopicPartition]:
-    """The partitions of any version's assignment, sorted (empty bytes: none)."""
-    if not data:
-        return []
-    (count,) = struct.unpack_from(">i", data, 2)
-    pos, out = 6, []
-    for _ in range(max(count, 0)):
-        (n,) = struct.unpack_from(">h", data, pos)
-        topic = bytes(data[pos + 2 : pos + 2 + n]).decode()
-        pos += 2 + n
-        (k,) = struct.unpack_from(">i", data, pos)
-        out += [(topic, p) for p in struct.unpack_from(f">{k}i", data, pos + 4)]
-        pos += 4 + 4 * k
-    return sorted(out)
 
 
 def range_assign(

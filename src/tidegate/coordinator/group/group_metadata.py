@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import enum
 import logging
-import struct
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -21,6 +20,7 @@ from dataclasses import dataclass, field
 from kio.schema.errors import ErrorCode
 
 from tidegate.coordinator.group.group_metadata_manager import OffsetAndMetadata
+from tidegate.protocol.consumer_protocol import decode_subscription
 
 log = logging.getLogger(__name__)
 
@@ -172,25 +172,9 @@ class MemberMetadata:
 
 
 def subscribed_topics_of(metadata: bytes) -> set[str]:
-    """Topics of a ConsumerProtocolSubscription (the v0 prefix every version shares:
-    int16 version, then an array of strings). Raises ValueError if it does not parse."""
-    try:
-        (_version,) = struct.unpack_from(">h", metadata, 0)
-        (count,) = struct.unpack_from(">i", metadata, 2)
-        pos = 6
-        topics = set()
-        if count < 0 or count > len(metadata):
-            raise ValueError(f"bad topic count {count}")
-        for _ in range(count):
-            (n,) = struct.unpack_from(">h", metadata, pos)
-            pos += 2
-            if n < 0 or pos + n > len(metadata):
-                raise ValueError("bad topic name length")
-            topics.add(bytes(metadata[pos : pos + n]).decode("utf-8"))
-            pos += n
-        return topics
-    except (struct.error, UnicodeDecodeError) as exc:
-        raise ValueError(str(exc)) from exc
+    """Topics of a ConsumerProtocolSubscription of any version. Raises ValueError if it
+    does not parse."""
+    return set(decode_subscription(metadata))
 
 
 class GroupMetadata:

@@ -1,0 +1,76 @@
+"""The consumer protocol's embedded bytes (tidegate.protocol.consumer_protocol): round
+trips, later versions read by their shared prefix, byte equality with a real client's
+encoding (aiokafka's ConsumerProtocol classes), and malformed bytes refused with
+ValueError instead of being read past their end."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+from aiokafka.coordinator.protocol import (
+    ConsumerProtocolMemberAssignment,
+    ConsumerProtocolMemberMetadata,
+)
+
+from tidegate.client.admin import _consumer_assignment
+from tidegate.protocol.consumer_protocol import (
+    decode_assignment,
+    decode_subscription,
+    encode_assignment,
+    encode_subscription,
+)
+
+
+def test_round_trips():
+    assert decode_subscription(encode_subscription(["b", "a", "a"])) == ["a", "b"]
+    parts = [("t", 2), ("t", 0), ("u", 1)]
+    assert decode_assignment(encode_assignment(parts)) == sorted(parts)
+    assert decode_assignment(b"") == [] and decode_assignment(None) == []
+
+
+def test_a_later_version_reads_by_its_v0_prefix():
+    # v1 subscription: topics, user data (null), owned partitions (empty)
+    v1 = b"\x00\x01" + encode_subscription(["x"])[2:-4] + b"\xff\xff\xff\xff" + b"\x00\x00\x00\x00"
+    assert decode_subscription(v1) == ["x"]
+    # v3 subscription with a generation id and a rack after the owned partitions
+    v3 = v1[:-4] + b"\x00\x00\x00\x00" + struct.pack(">i", 7) + struct.pack(">h", 2) + b"r1"
+    assert decode_subscription(b"\x00\x03" + v3[2:]) == ["x"]
+
+
+def test_bytes_equal_a_real_clients():
+    # aiokafka encodes user data b"" as an empty (not null) byte string: compare the prefix
+    theirs = ConsumerProtocolMemberAssignment(0, [("t", [0, 2]), ("u", [1])], b"").encode()
+    ours = encode_assignment([("t", 2), ("u", 1), ("t", 0)])
+    assert ours[:-4] == theirs[:-4] and ours[-4:] == b"\xff\xff\xff\xff"
+    assert decode_assignment(theirs) == [("t", 0), ("t", 2), ("u", 1)]
+    sub = ConsumerProtocolMemberMetadata(0, ["a", "b"], b"").encode()
+    assert encode_subscription(["b", "a"])[:-4] == sub[:-4]
+    assert decode_subscription(sub) == ["a", "b"]
+    back = ConsumerProtocolMemberAssignment.decode(ours)
+    assert [(t, sorted(ps)) for t, ps in back.assignment] == [("t", [0, 2]), ("u", [1])]
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"\x00",  # no array length
+        b"\x00\x00\xff\xff\xff\xfe",  # an array length of -2
+        b"\x00\x00\x7f\xff\xff\xff",  # two billion topics in six bytes
+        b"\x00\x00\x00\x00\x00\x01\x00\x05ab",  # a name longer than the bytes left
+        b"\x00\x00\x00\x00\x00\x01\xff\xfe",  # a negative name length
+        b"\x00\x00\x00\x00\x00\x01\x00\x01\xff",  # a name that is not UTF-8
+    ],
+)
+def test_malformed_bytes_are_refused(data):
+    with pytest.raises(ValueError):
+        decode_subscription(data)
+    with pytest.raises(ValueError):
+        decode_assignment(data)
+    assert _consumer_assignment(data) == ()
+
+
+def test_an_assignment_with_too_many_partitions_is_refused():
+    data = struct.pack(">hi", 0, 1) + struct.pack(">h", 1) + b"t" + struct.pack(">i", 1000) + struct.pack(">i", 0)
+    with pytest.raises(ValueError):
+        decode_assignment(data)
