@@ -396,19 +396,25 @@ def test_authorizer_metrics(h):
     assert "kafka_security_authorizer_metrics_authorization_denied_total 1.0" in text
 
 
-GROUP_BODY = {
-    "group_id": "g", "session_timeout": 10000, "rebalance_timeout": 10000, "member_id": "m",
-    "group_instance_id": None, "protocol_type": "consumer", "protocols": [{"name": "range", "metadata": b""}],
-    "reason": None, "generation_id": 1, "protocol_name": "range", "assignments": [],
-    "members": [{"member_id": "m", "group_instance_id": None, "reason": None}],
-}
+GROUP_BODIES = {
+    ApiKey.JOIN_GROUP: {
+        "group_id": "g", "session_timeout": 10000, "rebalance_timeout": 10000, "member_id": "m",
+        "group_instance_id": None, "protocol_type": "consumer", "protocols": [{"name": "range", "metadata": b""}],
+        "reason": None,
+    },
+    ApiKey.SYNC_GROUP: {"group_id": "g", "generation_id": 1, "member_id": "m", "group_instance_id": None,
+                        "protocol_type": "consumer", "protocol_name": "range", "assignments": []},
+    ApiKey.HEARTBEAT: {"group_id": "g", "generation_id": 1, "member_id": "m", "group_instance_id": None},
+    ApiKey.LEAVE_GROUP: {"group_id": "g", "member_id": "m",
+                         "members": [{"member_id": "m", "group_instance_id": None, "reason": None}]},
+}  # fmt: skip
 
 
 @pytest.mark.parametrize("key", [ApiKey.JOIN_GROUP, ApiKey.SYNC_GROUP, ApiKey.HEARTBEAT, ApiKey.LEAVE_GROUP])
 def test_group_denials_encode_at_every_version(h, key):
     r = SUPPORTED_APIS[key]
     for version in range(r.min_version, r.max_version + 1):
-        assert h.request(key, version, GROUP_BODY, ctx=ALICE).error_code == E.group_authorization_failed, version
+        assert h.request(key, version, GROUP_BODIES[key], ctx=ALICE).error_code == E.group_authorization_failed, version
 
 
 def test_find_coordinator_and_offset_apis_denials_at_every_version(h):
@@ -422,8 +428,8 @@ def test_find_coordinator_and_offset_apis_denials_at_every_version(h):
     commit = {"group_id": "g", "generation_id_or_member_epoch": -1, "member_id": "", "group_instance_id": None,
               "retention_time": -1,
               "topics": [{"name": "t", "partitions": [{"partition_index": 0, "committed_offset": 0,
-                                                       "committed_leader_epoch": -1, "committed_metadata": "",
-                                                       "commit_timestamp": -1}]}]}
+                                                       "committed_leader_epoch": -1,
+                                                       "committed_metadata": ""}]}]}
     r = SUPPORTED_APIS[ApiKey.OFFSET_COMMIT]
     for version in range(r.min_version, r.max_version + 1):
         resp = h.request(ApiKey.OFFSET_COMMIT, version, commit, ctx=ALICE)
@@ -455,8 +461,7 @@ def test_denials_encode_at_every_version(h, key):
     bodies = {
         ApiKey.PRODUCE: dict(produce_body("t", {0: batch(b"x")}), acks=1),
         ApiKey.LIST_OFFSETS: {"replica_id": -1, "isolation_level": 0, "timeout": 1000, "topics": [
-            {"name": "t", "partitions": [{"partition_index": 0, "current_leader_epoch": -1, "timestamp": -1,
-                                          "max_num_offsets": 1}]}]},
+            {"name": "t", "partitions": [{"partition_index": 0, "current_leader_epoch": -1, "timestamp": -1}]}]},
         ApiKey.METADATA: {"topics": [{"name": "t"}], "allow_auto_topic_creation": False,
                           "include_cluster_authorized_operations": True, "include_topic_authorized_operations": True},
         ApiKey.CREATE_TOPICS: create_topics_body("new"),

@@ -106,6 +106,17 @@ def test_build_drops_fields_a_version_lacks_and_defaults_the_rest():
     assert v12.topics[0].is_internal is False
 
 
+def test_build_refuses_a_field_no_version_has():
+    """A misspelt field would otherwise go out as its default (a JoinGroup sent with
+    ``session_timeout_ms`` instead of kio's ``session_timeout`` went out with 0)."""
+    with pytest.raises(TypeError, match="session_timeout_ms"):
+        build(request_class(11, 5), {"group_id": "g", "session_timeout_ms": 10_000})
+    # a field of a nested entity is checked too; one another version has is fine
+    with pytest.raises(TypeError, match="partiton_index"):
+        build(response_class(3, 12), {"topics": [{"name": "t", "partitions": [{"partiton_index": 0}]}]})
+    assert build(request_class(11, 0), {"group_id": "g", "rebalance_timeout": 5}).group_id == "g"
+
+
 @pytest.mark.parametrize("version", [0, 3, 4])
 def test_response_encoding_matches_kio_and_header_versions(version):
     header = RequestHeader(18, version, 9, "c", version >= 3)

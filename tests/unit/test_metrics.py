@@ -361,7 +361,7 @@ def test_apis_count_messages_bytes_and_errors(apis):
     })  # fmt: skip
     assert sample(m, errors, request="CreateTopics", error="TOPIC_ALREADY_EXISTS") == 1
 
-    call(apis, 20, 6, {"topics": [{"name": "t", "topic_id": uuid.UUID(int=0)}], "timeout_ms": 5000})
+    call(apis, 20, 6, {"topics": [{"name": "t", "topic_id": uuid.UUID(int=0)}], "timeout": 5000})
     assert sample(m, "kafka_server_brokertopicmetrics_messagesin_total", topic="t") is None
 
 

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import importlib
 import io
+import pkgutil
 import struct
 import types
 import typing
@@ -272,8 +274,34 @@ def _convert(plan: _FieldPlan, value: Any) -> Any:
     return build(plan.target, value) if isinstance(value, dict) else value
 
 
+@cache
+def _known_fields(cls: type) -> frozenset[str]:
+    """Field names of ``cls`` in every version of its message (kio's modules are
+    ``kio.schema.<message>.v<N>.<request|response>``): a dict may carry a field another
+    version has, not one no version has."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    parts = cls.__module__.split(".")
+    if len(parts) == 5 and parts[:2] == ["kio", "schema"] and parts[3].startswith("v"):
+        package = importlib.import_module(".".join(parts[:3]))
+        for info in pkgutil.iter_modules(package.__path__):
+            try:
+                module = importlib.import_module(f"{package.__name__}.{info.name}.{parts[4]}")
+            except ImportError:
+                continue
+            other = getattr(module, cls.__qualname__, None)
+            if other is not None and dataclasses.is_dataclass(other):
+                names.update(f.name for f in dataclasses.fields(other))
+    return frozenset(names)
+
+
 def build(cls: type, values: dict[str, Any]) -> Any:
-    """Build a kio dataclass of ``cls`` from a dict, tolerating version differences."""
+    """Build a kio dataclass of ``cls`` from a dict, tolerating version differences: a
+    field this version lacks is left out, one it has and the dict lacks gets its default.
+    A key that no version of the message has is a mistake (a misspelt field would
+    otherwise go out as its default) and raises ``TypeError``."""
+    unknown = values.keys() - _known_fields(cls)
+    if unknown:
+        raise TypeError(f"{cls.__module__}.{cls.__qualname__} has no field {', '.join(sorted(unknown))} in any version")
     kwargs = {}
     for plan in _plan(cls):
         if plan.name in values:

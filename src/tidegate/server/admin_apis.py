@@ -889,6 +889,9 @@ class AdminApis:
             start = cursor.partition_index if cursor is not None and name == cursor_topic else 0
             upper = min(info.partitions, start + remaining)
             partitions = self.replicas.partition_states(info)[start:upper]
+            for state in partitions:  # KIP-966: no ELR with one replica
+                state["eligible_leader_replicas"] = ()
+                state["last_known_elr"] = ()
             topics.append(
                 {
                     "error_code": ErrorCode.none,

@@ -271,9 +271,6 @@ class ReplicaManager:
                     "replica_nodes": (node,),
                     "isr_nodes": (node,),
                     "offline_replicas": offline_replicas,
-                    # DescribeTopicPartitions (KIP-966): no ELR with one replica
-                    "eligible_leader_replicas": (),
-                    "last_known_elr": (),
                 }
             )
         return out
