@@ -268,7 +268,7 @@ def list_offsets(
             topics: dict[str, list[dict]] = {}
             for t, p in tps:
                 topics.setdefault(t, []).append(
-                    {"partition_index": p, "timestamp": pending[(t, p)], "max_num_offsets": 1}
+                    {"partition_index": p, "timestamp": pending[(t, p)]}
                 )
             body = {
                 "replica_id": -1,
