@@ -523,7 +523,7 @@ def alter_group_offsets(
         topics.setdefault(t, []).append({"partition_index": p, "committed_offset": offset,
                                          "committed_leader_epoch": -1, "committed_metadata": ""})
     body = {"group_id": group, "generation_id_or_member_epoch": -1, "member_id": "",
-            "group_instance_id": None, "retention_time_ms": -1,
+            "group_instance_id": None,
             "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]}  # fmt: skip
     resp = client.request(ApiKey.OFFSET_COMMIT, body, node_id=node, version=8, timeout_ms=timeout_ms)
     return {(t.name, p.partition_index): int(p.error_code) for t in resp.topics for p in t.partitions}

@@ -199,7 +199,7 @@ class GroupMember:
             topics.setdefault(t, []).append({"partition_index": p, "committed_offset": off,
                                              "committed_leader_epoch": -1, "committed_metadata": ""})
         body = {"group_id": self.group_id, "generation_id_or_member_epoch": self.generation,
-                "member_id": self.member_id, "group_instance_id": None, "retention_time_ms": -1,
+                "member_id": self.member_id, "group_instance_id": None,
                 "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]}  # fmt: skip
         resp = self.client.request(ApiKey.OFFSET_COMMIT, body, node_id=self._node(), version=8)
         for t in resp.topics:
