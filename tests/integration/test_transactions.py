@@ -119,23 +119,25 @@ def test_a_second_instance_fences_the_zombie(broker, client):
 
 KILLED_PRODUCER = textwrap.dedent("""
     import sys, time
-    from confluent_kafka import Producer
-    p = Producer({"bootstrap.servers": sys.argv[1], "transactional.id": sys.argv[3],
-                  "transaction.timeout.ms": 2000, "log_level": 0})
-    p.init_transactions(30)
-    p.begin_transaction()
+    from tests.integration.clients import TransactionalProducer
+    p = TransactionalProducer(sys.argv[4], sys.argv[1], sys.argv[3], timeout_ms=2000)
+    p.init()
+    p.begin()
     for i in range(3):
-        p.produce(sys.argv[2], value=b"doomed-%d" % i, partition=0)
-    p.flush(30)
+        p.send(sys.argv[2], b"doomed-%d" % i, partition=0)
+    p.flush()
     print("ready", flush=True)
     time.sleep(600)
 """)
 
 
-def test_a_transaction_left_open_by_a_killed_producer_is_aborted_after_its_timeout(broker):
+@pytest.mark.parametrize("client", TRANSACTIONAL_CLIENTS)
+def test_a_transaction_left_open_by_a_killed_producer_is_aborted_after_its_timeout(broker, client):
     topic = create_topic(broker.bootstrap, partitions=1)
-    proc = subprocess.Popen([sys.executable, "-c", KILLED_PRODUCER, broker.bootstrap, topic, f"killed-{topic}"],
-                            stdout=subprocess.PIPE, text=True)
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.Popen([sys.executable, "-c", KILLED_PRODUCER, broker.bootstrap, topic, f"killed-{topic}", client],
+                            stdout=subprocess.PIPE, text=True, cwd=root, env=env)
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
         with RawClient.connect(broker.bootstrap) as c:
@@ -158,7 +160,7 @@ def test_a_transaction_left_open_by_a_killed_producer_is_aborted_after_its_timeo
         if proc.poll() is None:
             proc.kill()
             proc.wait(10)
-    p = TransactionalProducer("confluent", broker.bootstrap, f"after-{topic}")
+    p = TransactionalProducer(client, broker.bootstrap, f"after-{topic}")
     try:
         p.init()
         p.begin()
@@ -166,8 +168,8 @@ def test_a_transaction_left_open_by_a_killed_producer_is_aborted_after_its_timeo
         p.commit()
     finally:
         p.close()
-    assert values(read(broker, topic, "confluent", 1, committed=True, partitions=1)) == [b"after"]
-    assert values(read(broker, topic, "confluent", 4, committed=False, partitions=1)) == [
+    assert values(read(broker, topic, client, 1, committed=True, partitions=1)) == [b"after"]
+    assert values(read(broker, topic, client, 4, committed=False, partitions=1)) == [
         b"after", b"doomed-0", b"doomed-1", b"doomed-2"]
 
 
