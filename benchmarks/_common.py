@@ -50,6 +50,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def recv_exactly(sock: socket.socket, n: int) -> bytes:
+    """``n`` bytes from a blocking socket; ConnectionError if it closes first."""
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        if not chunk:
+            raise ConnectionError(f"EOF after {len(buf)} of {n} bytes")
+        buf += chunk
+    return bytes(buf)
+
+
 def wait_for_port(host: str, port: int, timeout: float = 30.0, alive=lambda: True) -> None:
     """Wait until something accepts TCP connections on host:port.
 

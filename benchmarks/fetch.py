@@ -81,23 +81,14 @@ def load(bootstrap: str, topic: str, partitions: int, record: int, mb: int) -> N
                        **{"linger.ms": 20, "batch.size": 1024 * 1024, "message.max.bytes": 1000000})
 
 
-def _recv_exactly(sock: socket.socket, n: int) -> bytes:
-    data = bytearray()
-    while len(data) < n:
-        chunk = sock.recv(n - len(data))
-        if not chunk:
-            raise ConnectionError("broker closed")
-        data += chunk
-    return bytes(data)
-
 
 def check_response(bootstrap: str, topic: str, partitions: int, max_wait_ms: int) -> list[int]:
     """Bytes of records in each partition of one Fetch's response (decoded)."""
     host, port = bootstrap.split(":")
     with socket.create_connection((host, int(port)), timeout=30) as sock:
         sock.sendall(fetch_request(topic, partitions, 1, max_wait_ms))
-        size = struct.unpack(">i", _recv_exactly(sock, 4))[0]
-        data = _recv_exactly(sock, size)
+        size = struct.unpack(">i", _common.recv_exactly(sock, 4))[0]
+        data = _common.recv_exactly(sock, size)
     # response header v1 (flexible): correlation id, no tagged fields
     body, _ = entity_reader(load_response_schema(1, FETCH_VERSION))(data, 5)
     got = {(t.topic, p.partition_index): len(p.records or b"") for t in body.responses for p in t.partitions}

@@ -246,8 +246,8 @@ class Probe(threading.Thread):
                 cid += 1
                 t = time.monotonic()
                 sock.sendall(req.head(cid) + req.tail)
-                (size,) = _I32.unpack(_recv_exactly(sock, 4))
-                data = _recv_exactly(sock, size)
+                (size,) = _I32.unpack(_common.recv_exactly(sock, 4))
+                data = _common.recv_exactly(sock, size)
                 (got,) = _I32.unpack_from(data, 0)
                 if got != cid:
                     raise RuntimeError(f"correlation id {got}, expected {cid}")
@@ -271,15 +271,6 @@ class Probe(threading.Thread):
         self._halt.set()
         self.join(self.timeout + 5)
 
-
-def _recv_exactly(sock: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        if not chunk:
-            raise ConnectionError(f"EOF after {len(buf)} of {n} bytes")
-        buf += chunk
-    return bytes(buf)
 
 
 # ----------------------------------------------------------------------------- flood

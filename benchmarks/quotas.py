@@ -45,7 +45,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import psutil
-from _common import SpawnedTidegate, format_table, git_describe
+from _common import SpawnedTidegate, format_table, git_describe, recv_exactly
 
 GREEDY = "greedy"
 POLITE = "polite"
@@ -64,20 +64,11 @@ def _request(api_key: int, version: int, correlation_id: int, client_id: str, bo
     return struct.pack(">i", len(payload)) + payload
 
 
-def _recv_exactly(sock: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        if not chunk:
-            raise ConnectionError("broker closed the connection")
-        buf += chunk
-    return bytes(buf)
-
 
 def _roundtrip(sock: socket.socket, frame: bytes) -> bytes:
     sock.sendall(frame)
-    (size,) = struct.unpack(">i", _recv_exactly(sock, 4))
-    return _recv_exactly(sock, size)
+    (size,) = struct.unpack(">i", recv_exactly(sock, 4))
+    return recv_exactly(sock, size)
 
 
 def _connect(bootstrap: str) -> socket.socket:

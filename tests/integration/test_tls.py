@@ -72,6 +72,20 @@ def shell(proc, pool, max_request_size):
     return server
 
 
+async def tls_shell(pki, settings, proc, pool, max_request_size):
+    """:func:`shell` with an SSL listener: (server, host, port, a client context that
+    trusts the test CA)."""
+    server = shell(proc, pool, max_request_size)
+    sec = ListenerSecurity("SSL", "SSL", ssl_context=build_server_context(settings.get, "SSL"))
+    host, port = await server.start_listener("SSL", "127.0.0.1", 0, sec)
+    return server, host, port, ssl.create_default_context(cafile=str(pki["ca"]))
+
+
+async def open_tls(host, port, client_ctx):
+    return await asyncio.wait_for(asyncio.open_connection(
+        host, port, ssl=client_ctx, server_hostname="127.0.0.1"), 10)
+
+
 @pytest.mark.parametrize("client_auth, with_cert, principal", [
     ("required", True, "CN=writer,OU=clients,O=Tidegate Tests"),
     ("requested", False, "ANONYMOUS"),
@@ -82,10 +96,7 @@ def test_tls_shell_principal_and_muting(pki, client_auth, with_cert, principal):
 
     async def run():
         proc = RecordingProcessor()
-        server = shell(proc, NONE, 1 << 20)
-        sec = ListenerSecurity("SSL", "SSL", ssl_context=build_server_context(settings.get, "SSL"))
-        host, port = await server.start_listener("SSL", "127.0.0.1", 0, sec)
-        client_ctx = ssl.create_default_context(cafile=str(pki["ca"]))
+        server, host, port, client_ctx = await tls_shell(pki, settings, proc, NONE, 1 << 20)
         if with_cert:
             client_ctx.load_cert_chain(str(pki["client"]))
         reader, writer = await asyncio.open_connection(host, port, ssl=client_ctx,
@@ -123,10 +134,7 @@ def test_tls_required_client_auth_refuses_clients_without_a_certificate(pki):
 
     async def run():
         proc = RecordingProcessor()
-        server = shell(proc, NONE, 1 << 20)
-        sec = ListenerSecurity("SSL", "SSL", ssl_context=build_server_context(settings.get, "SSL"))
-        host, port = await server.start_listener("SSL", "127.0.0.1", 0, sec)
-        client_ctx = ssl.create_default_context(cafile=str(pki["ca"]))
+        server, host, port, client_ctx = await tls_shell(pki, settings, proc, NONE, 1 << 20)
         with pytest.raises((ssl.SSLError, ConnectionError, asyncio.IncompleteReadError)):
             reader, writer = await asyncio.open_connection(host, port, ssl=client_ctx,
                                                            server_hostname="127.0.0.1")
@@ -149,22 +157,15 @@ def test_tls_memory_muting_keeps_handshakes_and_already_decrypted_bytes(pki):
     async def run():
         pool = SimpleMemoryPool(1000, 1000, strict=False, debug=True)
         proc = HoldingProcessor()  # keeps each request's memory until answered
-        server = shell(proc, pool, 1000)
-        sec = ListenerSecurity("SSL", "SSL", ssl_context=build_server_context(settings.get, "SSL"))
-        host, port = await server.start_listener("SSL", "127.0.0.1", 0, sec)
-        client_ctx = ssl.create_default_context(cafile=str(pki["ca"]))
+        server, host, port, client_ctx = await tls_shell(pki, settings, proc, pool, 1000)
 
-        async def open_tls():
-            return await asyncio.wait_for(asyncio.open_connection(
-                host, port, ssl=client_ctx, server_hostname="127.0.0.1"), 10)
-
-        _ra, wa = await open_tls()
+        _ra, wa = await open_tls(host, port, client_ctx)
         wa.write(frame(b"A" * 1000))  # fills the pool
         await wait_for(lambda: len(proc.requests) == 1, "A's request")
         assert pool.available == 0
         (conn_a,) = server.connections.values()
 
-        rb, wb = await open_tls()
+        rb, wb = await open_tls(host, port, client_ctx)
         b1, b2 = b"first:" + b"1" * 300, b"second:" + b"2" * 400
         wb.write(frame(b1) + frame(b2))  # one write: one TLS record holding both frames
         await wait_for(lambda: server.memory_muted, "B to be muted for memory")
@@ -175,7 +176,7 @@ def test_tls_memory_muting_keeps_handshakes_and_already_decrypted_bytes(pki):
         await wait_for(lambda: ssl_b.pending() == len(b1) + 4 + len(b2), "B's decrypted bytes")
 
         # the pool is empty: a new TLS connection still completes its handshake
-        _rc, wc = await open_tls()
+        _rc, wc = await open_tls(host, port, client_ctx)
         await wait_for(lambda: len(server.connections) == 3, "C's connection")
         (conn_c,) = set(server.connections.values()) - {conn_a, conn_b}
         assert conn_c.transport.get_extra_info("ssl_object").version() is not None
@@ -214,11 +215,8 @@ def test_tls_region_chunks_come_from_the_memory_pool(pki, tmp_path):
     async def run():
         pool = SimpleMemoryPool(200_000, 200_000, strict=False, debug=True)
         proc = HoldingProcessor()
-        server = shell(proc, pool, 1000)
+        server, host, port, client_ctx = await tls_shell(pki, settings, proc, pool, 1000)
         chunk = server.SEND_CHUNK
-        sec = ListenerSecurity("SSL", "SSL", ssl_context=build_server_context(settings.get, "SSL"))
-        host, port = await server.start_listener("SSL", "127.0.0.1", 0, sec)
-        client_ctx = ssl.create_default_context(cafile=str(pki["ca"]))
         sock = socket.socket()
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 32 * 1024)  # a slow consumer
         sock.connect((host, port))
@@ -269,19 +267,12 @@ def test_tls_region_send_waits_for_pool_memory_and_reuses_one_chunk(pki, tmp_pat
     async def run():
         pool = SimpleMemoryPool(100_000, 100_000, strict=False, debug=True)
         proc = Proc()
-        server = shell(proc, pool, 100_000)
-        sec = ListenerSecurity("SSL", "SSL", ssl_context=build_server_context(settings.get, "SSL"))
-        host, port = await server.start_listener("SSL", "127.0.0.1", 0, sec)
-        client_ctx = ssl.create_default_context(cafile=str(pki["ca"]))
+        server, host, port, client_ctx = await tls_shell(pki, settings, proc, pool, 100_000)
 
-        async def open_tls():
-            return await asyncio.wait_for(asyncio.open_connection(
-                host, port, ssl=client_ctx, server_hostname="127.0.0.1"), 10)
-
-        rb, wb = await open_tls()
+        rb, wb = await open_tls(host, port, client_ctx)
         wb.write(frame(b"fetch"))
         await wait_for(lambda: len(proc.requests) == 1, "B's request")
-        _ra, wa = await open_tls()
+        _ra, wa = await open_tls(host, port, client_ctx)
         wa.write(frame(b"A" * 100_000))  # held: the pool is empty
         await wait_for(lambda: len(proc.requests) == 2, "A's request")
         assert pool.available == 0
