@@ -129,6 +129,42 @@ def test_tls_shell_principal_and_muting(pki, client_auth, with_cert, principal):
     asyncio.run(run())
 
 
+@pytest.mark.parametrize("rules, principal", [
+    ("RULE:^CN=([^,]*),.*$/$1/L,DEFAULT", "writer"),
+    ("DEFAULT", "CN=writer,OU=clients,O=Tidegate Tests"),
+    ("RULE:^CN=reader,.*$/reader/", None),  # no rule matches: refused, as Kafka's principal builder
+])
+def test_the_certificate_dn_becomes_the_principal_through_the_mapping_rules(pki, rules, principal):
+    """Kafka's DefaultKafkaPrincipalBuilder maps an SSL client's DN once, when it
+    connects, so ACLs, quotas and logs all see the mapped name; a DN no rule matches
+    fails the connection."""
+    from tidegate.security.authorizer.principal import SslPrincipalMapper
+
+    settings = server_settings(pki, "required", str(pki["ca"]))
+
+    async def run():
+        proc = RecordingProcessor()
+        server = shell(proc, NONE, 1 << 20)
+        sec = ListenerSecurity("SSL", "SSL", ssl_context=build_server_context(settings.get, "SSL"),
+                               principal_mapper=SslPrincipalMapper(rules))
+        host, port = await server.start_listener("SSL", "127.0.0.1", 0, sec)
+        client_ctx = ssl.create_default_context(cafile=str(pki["ca"]))
+        client_ctx.load_cert_chain(str(pki["client"]))
+        reader, writer = await open_tls(host, port, client_ctx)
+        writer.write(frame(b"request"))
+        await writer.drain()
+        if principal is None:
+            assert await asyncio.wait_for(reader.read(), 5) == b""  # closed, nothing read
+            assert proc.requests == []
+        else:
+            await wait_for(lambda: proc.requests, "the request")
+            assert proc.requests[0][1] == principal
+        writer.close()
+        await server.shutdown(1)
+
+    asyncio.run(run())
+
+
 def test_tls_required_client_auth_refuses_clients_without_a_certificate(pki):
     settings = server_settings(pki, "required", str(pki["ca"]))
 

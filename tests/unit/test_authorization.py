@@ -361,20 +361,6 @@ def test_denials_are_counted_by_api(h):
     assert h.core.authorizer.denied_by_api == {"Metadata": 2, "CreateAcls": 1}
 
 
-def test_ssl_principal_from_the_certificate_dn_through_the_mapping_rules(tmp_path):
-    h = CoreHarness(tmp_path / "data", {
-        **AUTHORIZER, "ssl.principal.mapping.rules": "RULE:^CN=([^,]*),.*$/$1/L,DEFAULT"})
-    try:
-        create_topic(h, "t")
-        add_acls(h, creation("User:writer", Op.DESCRIBE, "t"))
-        tls = ctx("CN=Writer,OU=clients,O=Tests", protocol="SSL")
-        assert [t.name for t in metadata(h, tls).topics] == ["t"]
-        anonymous = ctx("ANONYMOUS", protocol="PLAINTEXT")
-        assert metadata(h, anonymous).topics == ()
-    finally:
-        h.close()
-
-
 def test_host_of_the_acl_is_compared_with_the_client_address(h):
     create_topic(h, "t")
     add_acls(h, creation("User:alice", Op.DESCRIBE, "t", host="10.0.0.7"))

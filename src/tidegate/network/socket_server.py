@@ -131,15 +131,24 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if sock is not None and self.server.fetch_sendfile and transport.get_extra_info("sslcontext") is None:
             self._sock_fd = sock.fileno()
         peer = transport.get_extra_info("peername") or ("?", 0)
+        refused = None
         if self.security is not None and self.security.principal_from_certificate:
             from tidegate.security.tls import subject_dn
 
-            self.principal = subject_dn(transport.get_extra_info("peercert") or {}) or "ANONYMOUS"
+            dn = subject_dn(transport.get_extra_info("peercert") or {})
+            if dn:
+                try:
+                    self.principal = self.security.certificate_principal(dn)
+                except ValueError as exc:
+                    refused = f"failed authentication: {exc}"
         self.ctx = RequestContext(
             self.connection_id, self.listener_name, str(peer[0]), int(peer[1]),
             self.principal, self.security_protocol, self.authenticated,
         )
         self.server.accept(self)
+        if refused is not None:
+            log.info("closing connection %s from %s: %s", self.connection_id, self._peer(), refused)
+            self.close()
 
     def admitted(self) -> None:
         """Past the connection limits: the connection is served from now on."""

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from tidegate.config import BrokerConfig, ConfigError, Listener
 from tidegate.security.authenticator import SaslServerAuthenticator
+from tidegate.security.authorizer.principal import SslPrincipalMapper
 from tidegate.security.credentials import (
     CredentialsError,
     CredentialStore,
@@ -38,6 +39,8 @@ class ListenerSecurity:
     mechanisms: tuple[str, ...] = ()
     credentials: CredentialStore | None = None
     plain_check: Callable[[str, str], bool] | None = None
+    #: ``ssl.principal.mapping.rules`` (SSL listeners): a certificate's DN -> the user name
+    principal_mapper: SslPrincipalMapper | None = None
 
     @property
     def sasl(self) -> bool:
@@ -47,6 +50,13 @@ class ListenerSecurity:
     def principal_from_certificate(self) -> bool:
         """SSL (not SASL_SSL) listeners name a client by its certificate's subject DN."""
         return self.security_protocol == "SSL"
+
+    def certificate_principal(self, dn: str) -> str:
+        """The user name of a client certificate's subject DN, as Kafka's
+        DefaultKafkaPrincipalBuilder forms it: through ``ssl.principal.mapping.rules``
+        (the DN itself by default). ValueError when no rule matches: Kafka fails the
+        connection's authentication then."""
+        return self.principal_mapper.name(dn) if self.principal_mapper is not None else dn
 
     def new_authenticator(self) -> SaslServerAuthenticator | None:
         if not self.sasl:
@@ -95,6 +105,8 @@ def build_listener_security(
 
     if protocol in ("SSL", "SASL_SSL"):
         sec.ssl_context = build_server_context(get, listener.name)
+    if protocol == "SSL":
+        sec.principal_mapper = SslPrincipalMapper(get("ssl.principal.mapping.rules"))
     if protocol in ("SASL_PLAINTEXT", "SASL_SSL"):
         sec.mechanisms = tuple(get("sasl.enabled.mechanisms"))
         sec.credentials = credentials

@@ -40,7 +40,6 @@ from tidegate.security.authorizer.acl import (
     ResourceType,
     all_operations_bits,
 )
-from tidegate.security.authorizer.principal import SslPrincipalMapper
 from tidegate.security.authorizer.standard_authorizer import StandardAuthorizer
 from tidegate.server.metadata import TopicStore
 
@@ -130,21 +129,15 @@ class AuthorizationStep:
         self,
         authorizer: StandardAuthorizer | None,
         store: TopicStore,
-        mapper: SslPrincipalMapper | None = None,
     ) -> None:
         self.authorizer = authorizer
         self.store = store
-        self.mapper = mapper if mapper is not None else SslPrincipalMapper(None)
 
-    def principal(self, ctx: RequestContext) -> str:
-        """Kafka's KafkaPrincipal of the connection, as ``User:<name>``."""
-        name = ctx.principal
-        if ctx.security_protocol == "SSL" and name != "ANONYMOUS":
-            try:
-                name = self.mapper.name(name)
-            except ValueError:
-                name = "ANONYMOUS"
-        return "User:" + name
+    @staticmethod
+    def principal(ctx: RequestContext) -> str:
+        """Kafka's KafkaPrincipal of the connection, as ``User:<name>`` (an SSL client's
+        name is already mapped by ``ssl.principal.mapping.rules`` when it connects)."""
+        return "User:" + ctx.principal
 
     def session(self, request: Request) -> Session:
         ctx = request.context

@@ -65,7 +65,6 @@ from tidegate.protocol.codec import (
 )
 from tidegate.protocol.fetch_fast import Piece, encode_fetch_response, fetch_response_size
 from tidegate.security.authorizer.acl_store import AclStore
-from tidegate.security.authorizer.principal import SslPrincipalMapper
 from tidegate.security.authorizer.standard_authorizer import StandardAuthorizer
 from tidegate.server.acl_apis import AclApis
 from tidegate.server.admin_apis import AdminApis
@@ -193,9 +192,7 @@ class KafkaApis:
         admin.respond = self.send_response
         self.security = security = SecurityApis(credentials)
         self.authorizer = authorizer
-        self.authorization = AuthorizationStep(
-            authorizer, store, SslPrincipalMapper(config.get("ssl.principal.mapping.rules"))
-        )
+        self.authorization = AuthorizationStep(authorizer, store)
         acls = AclApis(authorizer, acl_store if acl_store is not None else AclStore(None))
         self.handlers: dict[int, Handler] = {
             ApiKey.PRODUCE: self.handle_produce,
