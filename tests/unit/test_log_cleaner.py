@@ -19,6 +19,7 @@ from tidegate.log.cleaner import (
     LogCleaner,
     LogCleanerManager,
     LogToClean,
+    OffsetMap,
     PreparedClean,
     Throttler,
     prepare_in_worker,
@@ -557,3 +558,42 @@ def test_the_worker_process_cleans_and_reports_its_death(compacted):
     finally:
         worker.close()
     assert worker.pid is None
+
+
+# -- the offset map -----------------------------------------------------------------------
+
+
+def test_the_offset_map_keeps_the_latest_offset_per_key_and_stops_at_its_capacity():
+    omap = OffsetMap(24 * 10, load_factor=0.9)  # 10 slots, 9 keys
+    assert (omap.slots, omap.capacity, omap.get(b"a")) == (10, 9, -1)
+    for i in range(9):
+        omap.put(b"k%d" % i, i)
+    omap.put(b"k3", 100)  # an update takes no slot
+    assert len(omap) == 9 and omap.full
+    assert [omap.get(b"k%d" % i) for i in range(9)] == [0, 1, 2, 100, 4, 5, 6, 7, 8]
+    assert omap.get(b"other") == -1 and omap.latest_offset == 100
+    omap.put(b"k9", 9)  # the tenth slot (callers stop at capacity; the map holds its slots)
+    with pytest.raises(ValueError):
+        omap.put(b"k10", 10)
+    omap.clear()
+    assert (len(omap), omap.get(b"k3"), omap.latest_offset) == (0, -1, -1)
+
+
+def test_the_offset_map_holds_its_keys_within_its_memory():
+    """Kafka's bound: the map is ``log.cleaner.dedupe.buffer.size`` bytes whatever the
+    keys (a dict of digests took about 140 bytes a key, 6x the budget)."""
+    import tracemalloc
+
+    memory = 24 * 200_000
+    omap = OffsetMap(memory)
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        for i in range(omap.capacity):
+            omap.put(b"key-%d" % i, i)
+        peak = tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+    assert len(omap) == omap.capacity == 180_000
+    assert peak <= memory + 64 * 1024, peak
+    assert omap.get(b"key-0") == 0 and omap.get(b"key-179999") == 179_999
