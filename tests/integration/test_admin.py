@@ -376,7 +376,10 @@ def test_auto_create_on_metadata_when_enabled(broker_factory):
     assert md.topics["auto-no"].error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
     # The consumer (group.id set) had the group coordinator create __consumer_offsets, and
     # Kafka lists internal topics in an all-topics Metadata (KafkaApis filters only by
-    # DESCRIBE permission; is_internal marks them): "auto-no" was not created.
+    # DESCRIBE permission; is_internal marks them): "auto-no" was not created. The
+    # coordinator creates the topic off the event loop, so it may appear a moment later.
+    wait_until(lambda: "__consumer_offsets" in admin.list_topics(timeout=10).topics, 30,
+               what="__consumer_offsets created for the consumer's FindCoordinator")
     assert set(admin.list_topics(timeout=10).topics) == {"auto-yes", "__consumer_offsets"}
     # Auto-created topics get the broker defaults and survive a restart.
     entry = cfk_topic_configs(admin, "auto-yes")["retention.ms"]
