@@ -275,23 +275,41 @@ def _convert(plan: _FieldPlan, value: Any) -> Any:
 
 
 @cache
-def _known_fields(cls: type) -> frozenset[str]:
-    """Field names of ``cls`` in every version of its message (kio's modules are
-    ``kio.schema.<message>.v<N>.<request|response>``): a dict may carry a field another
-    version has, not one no version has."""
-    names = {f.name for f in dataclasses.fields(cls)}
+def _field_names(cls: type) -> frozenset[str]:
+    return frozenset(f.name for f in dataclasses.fields(cls))
+
+
+@cache
+def _other_versions(cls: type) -> tuple[str, ...]:
+    """The modules of ``cls`` in the other versions of its message, newest first (kio's
+    modules are ``kio.schema.<message>.v<N>.<request|response>``)."""
     parts = cls.__module__.split(".")
-    if len(parts) == 5 and parts[:2] == ["kio", "schema"] and parts[3].startswith("v"):
-        package = importlib.import_module(".".join(parts[:3]))
-        for info in pkgutil.iter_modules(package.__path__):
-            try:
-                module = importlib.import_module(f"{package.__name__}.{info.name}.{parts[4]}")
-            except ImportError:
-                continue
-            other = getattr(module, cls.__qualname__, None)
-            if other is not None and dataclasses.is_dataclass(other):
-                names.update(f.name for f in dataclasses.fields(other))
-    return frozenset(names)
+    if len(parts) != 5 or parts[:2] != ["kio", "schema"] or not parts[3].startswith("v"):
+        return ()
+    package = importlib.import_module(".".join(parts[:3]))
+    versions = sorted(
+        (int(info.name[1:]) for info in pkgutil.iter_modules(package.__path__)
+         if info.name[:1] == "v" and info.name[1:].isdigit()),
+        reverse=True,
+    )
+    return tuple(f"{package.__name__}.v{v}.{parts[4]}" for v in versions if f"v{v}" != parts[3])
+
+
+@cache
+def _known_field(cls: type, name: str) -> bool:
+    """Whether some version of the message of ``cls`` has field ``name``. Versions are
+    imported newest first and only until one has it: a dict built for the newest version
+    costs one import, not one per version (a broker's first request of an API would
+    otherwise import every version of it on the event loop)."""
+    for module_name in _other_versions(cls):
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError:
+            continue
+        other = getattr(module, cls.__qualname__, None)
+        if isinstance(other, type) and dataclasses.is_dataclass(other) and name in _field_names(other):
+            return True
+    return False
 
 
 def build(cls: type, values: dict[str, Any]) -> Any:
@@ -299,7 +317,7 @@ def build(cls: type, values: dict[str, Any]) -> Any:
     field this version lacks is left out, one it has and the dict lacks gets its default.
     A key that no version of the message has is a mistake (a misspelt field would
     otherwise go out as its default) and raises ``TypeError``."""
-    unknown = values.keys() - _known_fields(cls)
+    unknown = [name for name in values.keys() - _field_names(cls) if not _known_field(cls, name)]
     if unknown:
         raise TypeError(f"{cls.__module__}.{cls.__qualname__} has no field {', '.join(sorted(unknown))} in any version")
     kwargs = {}
@@ -309,6 +327,24 @@ def build(cls: type, values: dict[str, Any]) -> Any:
         else:
             kwargs[plan.name] = plan.default
     return cls(**kwargs)
+
+
+def warm_up_order() -> list[tuple[int, int]]:
+    """Every supported (api_key, version), the newest version of every API first (what
+    clients send), then the next newest, and so on."""
+    pairs = [(api, v) for api, r in SUPPORTED_APIS.items() for v in range(r.min_version, r.max_version + 1)]
+    return sorted(pairs, key=lambda p: (SUPPORTED_APIS[p[0]].max_version - p[1], p[0]))
+
+
+def warm_up(api_key: int, version: int) -> None:
+    """Do now what the first request of an API version would otherwise do while a client
+    waits: kio imports a version's schema modules on first use (1-4 ms each, several
+    times that on a busy machine) and tidegate builds the request's reader and the
+    response's writer and build plan."""
+    _request_reader(api_key, version)
+    cls = load_response_schema(api_key, version)
+    _writer(cls)
+    _plan(cls)
 
 
 def response_class(api_key: int, version: int) -> type[ResponsePayload]:
