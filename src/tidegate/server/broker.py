@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import fcntl
+import gc
 import logging
 import os
 import signal
@@ -37,8 +38,16 @@ LOCK_FILE = ".lock"
 
 
 class Broker:
-    def __init__(self, config: BrokerConfig, clock: Clock = SYSTEM_CLOCK) -> None:
+    """The broker in an asyncio loop. ``owns_process``: ``tidegate serve``, whose process
+    is the broker's alone; once start-up is over (the codec warm, see
+    :meth:`BrokerCore._warm_up_codec`), what it allocated is moved out of the garbage
+    collector's reach (``gc.freeze``): a full collection walked every object of the
+    imported schemas, 30-47 ms with the loop stopped, and parked long polls answered that
+    much late."""
+
+    def __init__(self, config: BrokerConfig, clock: Clock = SYSTEM_CLOCK, owns_process: bool = False) -> None:
         self.config = config
+        self.owns_process = owns_process
         self.clock = clock
         self.data_dir = Path(config.log_dir).resolve()
         self._lock_fd: int | None = None
@@ -93,6 +102,8 @@ class Broker:
             connections_max_idle_ms=config.get("connections.max.idle.ms"),
         )
         core.apis.channel = self.socket_server
+        if self.owns_process:
+            core.on_warmed_up = _freeze_start_up_objects
         core.start()
         await self._start_metrics()
         for listener in config.listeners:
@@ -159,8 +170,13 @@ class Broker:
         log.info("shut down cleanly")
 
 
+def _freeze_start_up_objects() -> None:
+    gc.freeze()
+    log.info("codec warm; %d start-up objects moved out of the garbage collector's reach", gc.get_freeze_count())
+
+
 async def serve(config: BrokerConfig) -> int:
-    broker = Broker(config)
+    broker = Broker(config, owns_process=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
