@@ -16,14 +16,19 @@ __all__ = [
     "INVALID_METADATA_CODES",
     "AuthenticationError",
     "BrokerResponseError",
+    "CodedError",
     "ConnectionError_",
+    "InvalidProducerEpochError",
+    "InvalidTxnStateError",
     "KafkaError",
     "KafkaTimeoutError",
     "NoBrokersAvailableError",
     "OffsetOutOfRangeError",
+    "OutOfOrderSequenceError",
     "RecordTooLargeError",
     "SaslAuthenticationError",
     "SslAuthenticationError",
+    "TransactionCoordinatorFencedError",
     "UnsupportedVersionError",
     "error_for_code",
 ]
@@ -124,6 +129,45 @@ class BrokerResponseError(KafkaError):
             self.name = f"UNKNOWN_CODE_{self.code}"
             self.retriable = False
         super().__init__(f"{self.name} ({self.code})" + (f": {message}" if message else ""))
+
+
+class CodedError(BrokerResponseError):
+    """A Kafka error with a class of its own; ``code`` is the class's. The broker raises
+    these too (its producer-state checks), with the message it answers with."""
+
+    code: int = -1
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(type(self).code, message)
+
+
+class OutOfOrderSequenceError(CodedError):
+    """OUT_OF_ORDER_SEQUENCE_NUMBER (45): a gap (or a step back) in a producer's
+    sequence."""
+
+    code = 45
+
+
+class InvalidProducerEpochError(CodedError):
+    """INVALID_PRODUCER_EPOCH (47): a batch (or marker) from an epoch older than the
+    producer's current one. A transactional producer treats it as abortable (KIP-588:
+    the abort then finds out whether the producer was fenced)."""
+
+    code = 47
+
+
+class InvalidTxnStateError(CodedError):
+    """INVALID_TXN_STATE (48): e.g. a non-transactional batch from a producer whose
+    transaction is open on the partition."""
+
+    code = 48
+
+
+class TransactionCoordinatorFencedError(CodedError):
+    """TRANSACTION_COORDINATOR_FENCED (52): a marker from a coordinator epoch older than
+    the one that wrote the producer's last marker."""
+
+    code = 52
 
 
 #: Errors after which the client's metadata is stale (Kafka's InvalidMetadataException

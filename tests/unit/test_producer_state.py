@@ -13,13 +13,12 @@ from pathlib import Path
 import pytest
 
 from tests.unit.logs import LOG_DIR, PID, batch_headers, crash, open_log, pbatch
+from tidegate.errors import InvalidProducerEpochError, OutOfOrderSequenceError
 from tidegate.log import Log, LogConfig, Record, build_batch
 from tidegate.log.producer_state import (
     NUM_BATCHES_TO_RETAIN,
     BatchMetadata,
     CorruptSnapshotError,
-    InvalidProducerEpochError,
-    OutOfOrderSequenceError,
     ProducerStateEntry,
     ProducerStateManager,
     list_snapshots,
@@ -81,7 +80,7 @@ def test_a_gap_or_step_back_is_out_of_order(tmp_path, seq):
     append(psm, 0, pbatch(0, 5))  # 0..4 written; 5 is next
     with pytest.raises(OutOfOrderSequenceError) as exc:
         psm.prepare([hdr(seq, 2 if seq == 4 else 1)], 5, None)
-    assert exc.value.error_code == 45
+    assert exc.value.code == 45
     assert psm.entry(PID).last_seq == 4  # prepare changed nothing
 
 
@@ -122,7 +121,7 @@ def test_an_older_epoch_is_fenced(tmp_path):
     for seq in (0, 1, 7):
         with pytest.raises(InvalidProducerEpochError) as exc:
             psm.prepare([hdr(seq, epoch=4)], 1, None)
-        assert exc.value.error_code == 47
+        assert exc.value.code == 47
 
 
 def test_a_newer_epoch_must_restart_at_zero_and_clears_the_cache(tmp_path):

@@ -10,14 +10,14 @@ import os
 import pytest
 
 from tests.unit.logs import LOG_DIR, PID, crash, marker, open_log, pbatch
-from tidegate.log import LogConfig
-from tidegate.log.index import AbortedTxn, TransactionIndex
-from tidegate.log.producer_state import (
+from tidegate.errors import (
     InvalidProducerEpochError,
     InvalidTxnStateError,
     OutOfOrderSequenceError,
     TransactionCoordinatorFencedError,
 )
+from tidegate.log import LogConfig
+from tidegate.log.index import AbortedTxn, TransactionIndex
 from tidegate.log.record_batch import InvalidRecordError, iter_batches, read_header
 
 OTHER = 2000
@@ -101,7 +101,7 @@ def test_a_non_transactional_batch_inside_an_open_transaction_is_invalid_txn_sta
     log.append(txn(0), 0)
     with pytest.raises(InvalidTxnStateError) as exc:
         log.append(pbatch(1), 0)
-    assert exc.value.error_code == 48
+    assert exc.value.code == 48
     assert log.log_end_offset == 1  # nothing written
 
 
@@ -121,7 +121,7 @@ def test_a_marker_with_an_older_epoch_is_invalid_producer_epoch(log):
     log.append(txn(0, epoch=3), 0)
     with pytest.raises(InvalidProducerEpochError) as exc:
         end(log, commit=True, epoch=2)
-    assert exc.value.error_code == 47
+    assert exc.value.code == 47
     assert log.last_stable_offset == 0  # still open
 
 
@@ -133,7 +133,7 @@ def test_an_older_coordinator_epoch_is_fenced_also_after_a_restart(tmp_path):
     log.append(txn(3), 0)
     with pytest.raises(TransactionCoordinatorFencedError) as exc:
         end(log, commit=True, coordinator_epoch=1)
-    assert exc.value.error_code == 52
+    assert exc.value.code == 52
     log.close()
     log = open_log(tmp_path)  # the coordinator epoch is in the snapshot
     with pytest.raises(TransactionCoordinatorFencedError):

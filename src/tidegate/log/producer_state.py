@@ -62,9 +62,16 @@ from typing import NamedTuple
 
 from crc32c import crc32c
 
+from tidegate.errors import (
+    InvalidProducerEpochError,
+    InvalidTxnStateError,
+    OutOfOrderSequenceError,
+    TransactionCoordinatorFencedError,
+)
+
 from .checkpoint import write_atomically
 from .control_records import ControlRecordType, EndTransactionMarker
-from .record_batch import CONTROL_FLAG_MASK, TRANSACTIONAL_FLAG_MASK, BatchHeader, RecordBatchError
+from .record_batch import CONTROL_FLAG_MASK, TRANSACTIONAL_FLAG_MASK, BatchHeader
 
 __all__ = [
     "NO_PRODUCER_EPOCH",
@@ -74,13 +81,9 @@ __all__ = [
     "BatchMetadata",
     "CompletedTxn",
     "CorruptSnapshotError",
-    "InvalidProducerEpochError",
-    "InvalidTxnStateError",
-    "OutOfOrderSequenceError",
     "PreparedAppend",
     "ProducerStateEntry",
     "ProducerStateManager",
-    "TransactionCoordinatorFencedError",
     "list_snapshots",
     "read_snapshot",
     "snapshot_path",
@@ -98,32 +101,6 @@ _SNAPSHOT_RE = re.compile(r"^(\d{20})\.snapshot$")
 
 
 # -- errors ----------------------------------------------------------------------
-
-
-class OutOfOrderSequenceError(RecordBatchError):
-    """OUT_OF_ORDER_SEQUENCE_NUMBER: a gap (or a step back) in a producer's sequence."""
-
-    error_code = 45
-
-
-class InvalidProducerEpochError(RecordBatchError):
-    """INVALID_PRODUCER_EPOCH: a batch from an epoch older than the producer's current one."""
-
-    error_code = 47
-
-
-class InvalidTxnStateError(RecordBatchError):
-    """INVALID_TXN_STATE: a non-transactional batch from a producer whose transaction is
-    open on this partition."""
-
-    error_code = 48
-
-
-class TransactionCoordinatorFencedError(RecordBatchError):
-    """TRANSACTION_COORDINATOR_FENCED: a marker from a coordinator epoch older than the
-    one that wrote this producer's last marker."""
-
-    error_code = 52
 
 
 class CorruptSnapshotError(Exception):

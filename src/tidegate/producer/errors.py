@@ -18,8 +18,12 @@ from __future__ import annotations
 
 from tidegate.errors import (
     BrokerResponseError,
+    CodedError,
+    InvalidProducerEpochError,
+    InvalidTxnStateError,
     KafkaError,
     KafkaTimeoutError,
+    OutOfOrderSequenceError,
     RecordTooLargeError,
     UnsupportedVersionError,
 )
@@ -84,16 +88,7 @@ class CommitFailedError(KafkaError):
     the transaction must be aborted."""
 
 
-class _CodedError(BrokerResponseError):
-    """A broker error code with a class of its own; ``code`` is the class's."""
-
-    code: int = -1
-
-    def __init__(self, message: str | None = None) -> None:
-        super().__init__(type(self).code, message)
-
-
-class ProducerFencedError(_CodedError):
+class ProducerFencedError(CodedError):
     """PRODUCER_FENCED (90): another producer with the same ``transactional.id`` and a
     newer epoch exists. Always fatal."""
 
@@ -101,89 +96,70 @@ class ProducerFencedError(_CodedError):
     fatal = True
 
 
-class InvalidProducerEpochError(_CodedError):
-    """INVALID_PRODUCER_EPOCH (47): a partition leader refused a batch from an older
-    epoch (KIP-588: abortable; the abort then finds out whether the producer was fenced)."""
-
-    code = 47
-
-
-class InvalidTxnStateError(_CodedError):
-    """INVALID_TXN_STATE (48)."""
-
-    code = 48
-
-
-class InvalidPidMappingError(_CodedError):
+class InvalidPidMappingError(CodedError):
     """INVALID_PRODUCER_ID_MAPPING (49): the coordinator does not know this producer id
     for the transactional id (expired)."""
 
     code = 49
 
 
-class InvalidTxnTimeoutError(_CodedError):
+class InvalidTxnTimeoutError(CodedError):
     """INVALID_TRANSACTION_TIMEOUT (50): ``transaction.timeout.ms`` above the broker's
     ``transaction.max.timeout.ms``."""
 
     code = 50
 
 
-class ConcurrentTransactionsError(_CodedError):
+class ConcurrentTransactionsError(CodedError):
     """CONCURRENT_TRANSACTIONS (51): the previous transaction is still completing
     (retried by the producer)."""
 
     code = 51
 
 
-class TransactionalIdAuthorizationError(_CodedError):
+class TransactionalIdAuthorizationError(CodedError):
     """TRANSACTIONAL_ID_AUTHORIZATION_FAILED (53)."""
 
     code = 53
 
 
-class OutOfOrderSequenceError(_CodedError):
-    """OUT_OF_ORDER_SEQUENCE_NUMBER (45)."""
-
-    code = 45
-
-
-class UnknownProducerIdError(_CodedError):
+class UnknownProducerIdError(CodedError):
     """UNKNOWN_PRODUCER_ID (59)."""
 
     code = 59
 
 
-class TopicAuthorizationError(_CodedError):
+class TopicAuthorizationError(CodedError):
     """TOPIC_AUTHORIZATION_FAILED (29)."""
 
     code = 29
 
 
-class GroupAuthorizationError(_CodedError):
+class GroupAuthorizationError(CodedError):
     """GROUP_AUTHORIZATION_FAILED (30)."""
 
     code = 30
 
 
-class ClusterAuthorizationError(_CodedError):
+class ClusterAuthorizationError(CodedError):
     """CLUSTER_AUTHORIZATION_FAILED (31)."""
 
     code = 31
 
 
-class FencedInstanceIdError(_CodedError):
+class FencedInstanceIdError(CodedError):
     """FENCED_INSTANCE_ID (82): the group's static member id is held by another member."""
 
     code = 82
 
 
-class TransactionAbortableError(_CodedError):
+class TransactionAbortableError(CodedError):
     """TRANSACTION_ABORTABLE (120)."""
 
     code = 120
 
 
-_BY_CODE: dict[int, type[_CodedError]] = {
+_BY_CODE: dict[int, type[CodedError]] = {
     cls.code: cls
     for cls in (
         ProducerFencedError,

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from tidegate.errors import OffsetOutOfRangeError
+from tidegate.errors import CodedError, OffsetOutOfRangeError
 from tidegate.log.dir_failure import StorageError
 from tidegate.log.file_region import FileRegion
 from tidegate.log.index import AbortedTxn
@@ -354,6 +354,12 @@ class ReplicaManager:
                 result.error = ErrorCode(exc.error_code)
                 result.error_message = str(exc)
                 result.record_errors = exc.record_errors
+                log.info("produce to %s-%d rejected: %s", topic, partition, exc)
+                continue
+            except CodedError as exc:
+                # the producer-state checks (OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_PRODUCER_EPOCH, ...)
+                result.error = ErrorCode(exc.code)
+                result.error_message = exc.message
                 log.info("produce to %s-%d rejected: %s", topic, partition, exc)
                 continue
             except StorageError as exc:
