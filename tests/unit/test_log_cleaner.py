@@ -453,7 +453,7 @@ def test_throttler_sleeps_off_the_excess_rate():
         slept.append(s)
         clock.advance(int(s * 1000))
 
-    throttle = Throttler(1000.0, check_interval_ms=300, clock=lambda: clock.milliseconds() / 1000, sleep=sleep)
+    throttle = Throttler(1000.0, check_interval_ms=300, clock=clock, sleep=sleep)
     throttle(100)
     clock.advance(100)
     throttle(100)  # within the interval: no check
@@ -465,7 +465,7 @@ def test_throttler_sleeps_off_the_excess_rate():
     throttle(500)  # 500 bytes in 1 s: under the rate
     assert slept == [pytest.approx(0.6)]
     assert throttle.slept_s == pytest.approx(0.6)
-    unbounded = Throttler(1.7976931348623157e308, clock=lambda: clock.milliseconds() / 1000, sleep=sleep)
+    unbounded = Throttler(1.7976931348623157e308, clock=clock, sleep=sleep)
     clock.advance(1000)
     unbounded(10**12)
     assert slept == [pytest.approx(0.6)]

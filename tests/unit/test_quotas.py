@@ -442,8 +442,11 @@ def test_exempt_request_time():
 CONFIG = ClientQuotaManagerConfig()
 
 
-def check_quota(m, user, client_id, expected_bound, value, expect_throttle, now):
-    """Kafka's checkQuota: bound, max value in the window, then record value * samples."""
+def check_quota(m, user, client_id, expected_bound, value, expected_throttle_ms, now):
+    """Kafka's checkQuota: bound, max value in the window, then record value * samples
+    and get the throttle time. Time does not move in these tests, so every Rate's window
+    is its minimum, (samples - 1) * 1 s = 10 s, and a counter holding R bytes/s over a
+    bound T answers (R - T) / T * 10,000 ms."""
     assert m.quota(user, client_id).bound == expected_bound
     if expected_bound < UNLIMITED_BOUND:
         expected_max = CONFIG.quota_window_size_seconds * (CONFIG.num_quota_samples - 1)
@@ -454,10 +457,7 @@ def check_quota(m, user, client_id, expected_bound, value, expect_throttle, now)
     throttle = m.maybe_record_and_get_throttle_time_ms(
         user, client_id, value * CONFIG.num_quota_samples, now
     )
-    if expect_throttle:
-        assert throttle > 0, (user, client_id)
-    else:
-        assert throttle == 0, (user, client_id)
+    assert throttle == expected_throttle_ms, (user, client_id)
 
 
 def precedence_manager(clock: MockClock) -> ClientQuotaManager:
@@ -521,50 +521,50 @@ def test_case7_precedence_and_sharing_kafka_sequence():
     m = precedence_manager(clock)
     now = clock()
 
-    def check(user, client_id, bound, value, expect_throttle):
-        check_quota(m, user, client_id, bound, value, expect_throttle, now)
+    def check(user, client_id, bound, value, expected_throttle_ms):
+        check_quota(m, user, client_id, bound, value, expected_throttle_ms, now)
 
-    check("userA", "client1", 5000, 4500, False)  # <user, client> over <user>
-    check("userA", "client2", 4000, 4500, True)  # <user> over <client> and defaults
-    check("userA", "client3", 4000, 0, True)  # <user> is shared by the user's clients
-    check("userA", "client1", 5000, 0, False)  # <user, client> is its own counter
+    check("userA", "client1", 5000, 4500, 0)  # <user, client> over <user>: 4,950/s
+    check("userA", "client2", 4000, 4500, 2375)  # <user> over <client> and defaults: 4,950/s
+    check("userA", "client3", 4000, 0, 2375)  # <user> is shared by the user's clients
+    check("userA", "client1", 5000, 0, 0)  # <user, client> is its own counter
 
-    check("userB", "client1", 7000, 8000, True)
-    check("userB", "client2", 8000, 7000, False)  # <user, default client>: per client
-    check("userB", "client3", 8000, 7000, False)
+    check("userB", "client1", 7000, 8000, 2571)  # 8,800/s over 7,000
+    check("userB", "client2", 8000, 7000, 0)  # <user, default client>: per client
+    check("userB", "client3", 8000, 7000, 0)
 
-    check("userD", "client1", 3000, 3500, True)  # <default user, default client>
-    check("userD", "client2", 3000, 2500, False)
-    check("userE", "client1", 3000, 2500, False)
+    check("userD", "client1", 3000, 3500, 2833)  # <default user, default client>: 3,850/s
+    check("userD", "client2", 3000, 2500, 0)
+    check("userE", "client1", 3000, 2500, 0)
 
     # remove the <user, client> default: back to the <user> default, per user
     m.update_quota(QuotaEntity(DEFAULT, DEFAULT), None)
-    check("userD", "client1", 1000, 0, False)  # new tags: a fresh counter
-    check("userE", "client4", 1000, 1500, True)
-    check("userF", "client4", 1000, 800, False)
-    check("userF", "client5", 1000, 800, True)  # shared with userF/client4
+    check("userD", "client1", 1000, 0, 0)  # new tags: a fresh counter
+    check("userE", "client4", 1000, 1500, 6500)  # 1,650/s over 1,000
+    check("userF", "client4", 1000, 800, 0)
+    check("userF", "client5", 1000, 800, 7600)  # shared with userF/client4: 1,760/s
 
     # remove the <user> default: back to the <client-id> default, shared across users
     m.update_quota(QuotaEntity(user=DEFAULT), None)
-    check("userF", "client4", 2000, 0, False)
-    check("userF", "client5", 2000, 0, False)
-    check("userF", "client5", 2000, 2500, True)
-    check("userG", "client5", 2000, 0, True)  # userG shares client5's counter
+    check("userF", "client4", 2000, 0, 0)
+    check("userF", "client5", 2000, 0, 0)
+    check("userF", "client5", 2000, 2500, 3750)  # 2,750/s over 2,000
+    check("userG", "client5", 2000, 0, 3750)  # userG shares client5's counter
 
     # live updates keep the counters
     m.update_quota(QuotaEntity("userA"), 8000)
     m.update_quota(QuotaEntity("userA", "client1"), 10000)
-    check("userA", "client2", 8000, 0, False)
-    check("userA", "client2", 8000, 4500, True)  # sum of new and earlier values
-    check("userA", "client1", 10000, 0, False)
-    check("userA", "client1", 10000, 6000, True)
+    check("userA", "client2", 8000, 0, 0)  # 4,950/s from before
+    check("userA", "client2", 8000, 4500, 2375)  # sum of new and earlier values: 9,900/s
+    check("userA", "client1", 10000, 0, 0)
+    check("userA", "client1", 10000, 6000, 1550)  # 4,950 + 6,600 = 11,550/s
     m.update_quota(QuotaEntity("userA", "client1"), None)
-    check("userA", "client6", 8000, 0, True)  # the shared userA counter
+    check("userA", "client6", 8000, 0, 2375)  # the shared userA counter
     m.update_quota(QuotaEntity("userA", "client6"), 11000)
-    check("userA", "client6", 11000, 8500, False)
+    check("userA", "client6", 11000, 8500, 0)
     m.update_quota(QuotaEntity("userA", DEFAULT), 12000)
     m.update_quota(QuotaEntity("userA", "client6"), None)
-    check("userA", "client6", 12000, 4000, True)  # same (userA, client6) counter, 12500 > 12000
+    check("userA", "client6", 12000, 4000, 1458)  # same (userA, client6) counter: 13,750/s
 
 
 def test_case7_counter_sharing_follows_metric_tags():
@@ -592,7 +592,7 @@ def test_case7_counter_sharing_follows_metric_tags():
     now = clock()
     m.record_no_throttle("userF", "client5", 30_000, now)
     assert m.metrics_for("userG", "client5", now).rate == pytest.approx(3000)
-    assert m.maybe_record_and_get_throttle_time_ms("userG", "client5", 0, now) > 0
+    assert m.maybe_record_and_get_throttle_time_ms("userG", "client5", 0, now) == 5000  # 3,000/s over 2,000
 
 
 def test_sensor_names_use_the_raw_client_id():
@@ -632,14 +632,14 @@ def test_quota_parsing_and_live_updates(client1, client2, random_client, default
     assert m.quota(u1, c1).bound == 2000
     assert m.quota(u2, c2).bound == 4000
     # p1 is throttled on its override
-    assert m.maybe_record_and_get_throttle_time_ms(u1, c1, 2500 * 11, clock()) > 0
+    assert m.maybe_record_and_get_throttle_time_ms(u1, c1, 2500 * 11, clock()) == 3750  # 2,750/s over 2,000
     # raising the quota applies to the live counter
     m.update_quota(e1, 3000)
     assert m.quota(u1, c1).bound == 3000
     assert m.maybe_record_and_get_throttle_time_ms(u1, c1, 0, clock()) == 0
     # lowering it again throttles on the same samples
     m.update_quota(e1, 500)
-    assert m.maybe_record_and_get_throttle_time_ms(u1, c1, 0, clock()) > 0
+    assert m.maybe_record_and_get_throttle_time_ms(u1, c1, 0, clock()) == 45_000  # 2,750/s over 500
     # remove the override, set a high default: no longer throttled
     m.update_quota(e1, None)
     m.update_quota(default_entity, 4000)
@@ -656,13 +656,13 @@ def test_set_and_remove_quota(entity):
     m = produce_manager(clock)
     now = clock()
     assert not m.quotas_enabled
-    check_quota(m, "userA", "client1", UNLIMITED_BOUND, 1000, False, now)
+    check_quota(m, "userA", "client1", UNLIMITED_BOUND, 1000, 0, now)
     m.update_quota(entity, 10)
     assert m.quotas_enabled
-    check_quota(m, "userA", "client1", 10, 1000, True, now)
+    check_quota(m, "userA", "client1", 10, 1000, 1_090_000, now)  # 1,100/s over 10/s
     m.update_quota(entity, None)  # back to no quotas at all
     assert not m.quotas_enabled
-    check_quota(m, "userA", "client1", UNLIMITED_BOUND, 1000, False, now)
+    check_quota(m, "userA", "client1", UNLIMITED_BOUND, 1000, 0, now)
 
 
 def test_no_quota_records_nothing():

@@ -20,6 +20,7 @@ from tests.integration.rawclient import fetch_body, produce_body
 from tests.unit.logs import batch as lbatch
 from tests.unit.logs import crash, open_log, read_all
 from tests.unit.test_apis import FETCH, PRODUCE, Harness, batch, batches_in
+from tidegate.clock import MockClock
 from tidegate.log import log as log_module
 from tidegate.log.dir_failure import LogDirFailureChannel, StorageError, UnrecoverableWriteError
 from tidegate.log.log import CLEAN_SHUTDOWN_FILE
@@ -96,31 +97,23 @@ def faults(monkeypatch):
 # -- the failure channel (sans-IO) ---------------------------------------------------------
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0
-
-    def __call__(self) -> int:
-        return self.now
-
-
 def storage_lines(caplog) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.name == "tidegate.log.dir_failure"]
 
 
 def test_a_full_dir_refuses_writes_until_one_succeeds_and_logs_once(caplog):
     caplog.set_level(logging.INFO)
-    clock = Clock()
+    clock = MockClock()
     ch = LogDirFailureChannel("/data", clock, repeat_interval_ms=60_000)
     enospc = OSError(errno.ENOSPC, "No space left on device")
     for _ in range(100):
         assert ch.error(StorageError("append", enospc)) is False
-        clock.now += 10
+        clock.advance(10)
     assert ch.full and not ch.offline and ch.offline_log_directory_count == 0
     assert ch.storage_errors == 100
     assert len(storage_lines(caplog)) == 1  # 99 repeats within the interval are counted
     assert "is full" in storage_lines(caplog)[0] and "No space left" in storage_lines(caplog)[0]
-    clock.now += 60_000
+    clock.advance(60_000)
     ch.error(StorageError("append", enospc))
     assert len(storage_lines(caplog)) == 2 and "99 more" in storage_lines(caplog)[1]
     ch.write_succeeded()
@@ -140,7 +133,7 @@ def test_a_full_dir_refuses_writes_until_one_succeeds_and_logs_once(caplog):
     ],
 )
 def test_eio_and_fsync_failures_take_the_dir_offline_for_good(exc, caplog):
-    ch = LogDirFailureChannel("/data", Clock())
+    ch = LogDirFailureChannel("/data", MockClock())
     assert ch.error(exc) is True
     assert ch.offline and ch.offline_log_directory_count == 1 and not ch.writable
     ch.write_succeeded()
@@ -216,7 +209,7 @@ def test_a_write_that_cannot_be_cut_back_is_unrecoverable(tmp_path, faults):
     with pytest.raises(StorageError) as info:
         log.append(lbatch(1, size=100), 0)
     assert isinstance(info.value.cause, UnrecoverableWriteError)
-    ch = LogDirFailureChannel(str(tmp_path), Clock())
+    ch = LogDirFailureChannel(str(tmp_path), MockClock())
     assert ch.error(info.value) is True
     faults.clear()
     crash(log)

@@ -40,13 +40,13 @@ import hashlib
 import logging
 import os
 import struct
-import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Union
 
 from tidegate.client.compression import compress, decompress
+from tidegate.clock import SYSTEM_CLOCK, Clock, monotonic_ms
 
 from .batch_builder import batch_crc, set_crc, varint
 from .checkpoint import read_checkpoint_file, write_checkpoint_file
@@ -175,22 +175,22 @@ _OFFSET = struct.Struct(">q")
 class Throttler:
     """Kafka's ``Throttler``: holds a byte rate to ``rate`` per second by sleeping. Every
     ``check_interval_ms`` it compares the bytes seen since the last check with the
-    time taken and sleeps off the excess. ``clock`` (seconds) and ``sleep`` are
-    injected: tests drive it with a fake clock."""
+    time taken and sleeps off the excess. ``clock`` is injected (tests drive it with a
+    :class:`~tidegate.clock.MockClock`); ``sleep`` defaults to the clock's."""
 
     def __init__(
         self,
         rate: float,
         *,
         check_interval_ms: int = 300,
-        clock: Callable[[], float] = time.monotonic,
-        sleep: Callable[[float], None] = time.sleep,
+        clock: Clock = SYSTEM_CLOCK,
+        sleep: Callable[[float], None] | None = None,
     ) -> None:
         self.rate = rate
         self.check_interval_s = check_interval_ms / 1000.0
-        self._clock = clock
-        self._sleep = sleep
-        self._period_start = clock()
+        self._clock = lambda: clock.nanoseconds() / 1e9
+        self._sleep = sleep or clock.sleep
+        self._period_start = self._clock()
         self._observed = 0
         #: seconds slept in total (the cleaner's throttle metric)
         self.slept_s = 0.0
@@ -629,11 +629,11 @@ class Cleaner:
         now_ms: int,
         *,
         on_step: Callable[[str], None] | None = None,
-        wall_ms: Callable[[], int] | None = None,
+        clock_ms: Callable[[], int] = monotonic_ms,
     ) -> CleanerStats:
         """Clean one log (:meth:`prepare` then :meth:`commit` on this thread); the stats'
         ``end_offset`` is the new first dirty offset."""
-        prepared = self.prepare(to_clean, now_ms, on_step=on_step, wall_ms=wall_ms)
+        prepared = self.prepare(to_clean, now_ms, on_step=on_step, clock_ms=clock_ms)
         self.commit(prepared, now_ms, on_step=on_step)
         return prepared.stats
 
@@ -643,7 +643,7 @@ class Cleaner:
         now_ms: int,
         *,
         on_step: Callable[[str], None] | None = None,
-        wall_ms: Callable[[], int] | None = None,
+        clock_ms: Callable[[], int] = monotonic_ms,
     ) -> PreparedClean:
         """Everything but the swap, without changing the log: build the offset map and
         write each group's cleaned segment as ``.cleaned`` files. Reads only inactive
@@ -651,7 +651,7 @@ class Cleaner:
         :meth:`commit` (on the log's thread) swaps the groups in."""
         stats, groups = self.prepare_log(
             to_clean.log, to_clean.first_dirty_offset, to_clean.first_uncleanable_offset,
-            now_ms, on_step=on_step, wall_ms=wall_ms,
+            now_ms, on_step=on_step, clock_ms=clock_ms,
         )  # fmt: skip
         prepared = PreparedClean(to_clean.log, stats)
         for segs, aborted in groups:
@@ -667,15 +667,14 @@ class Cleaner:
         now_ms: int,
         *,
         on_step: Callable[[str], None] | None = None,
-        wall_ms: Callable[[], int] | None = None,
+        clock_ms: Callable[[], int] = monotonic_ms,
     ) -> tuple[CleanerStats, list[tuple[list[_Segment], list[AbortedTxn]]]]:
         """:meth:`prepare` of a live log or of a worker process's :class:`LogSnapshot`:
         the stats and, per group, the segments it replaces and the aborted transactions
         its ``.cleaned`` transaction index holds."""
-        wall = wall_ms or (lambda: int(time.monotonic() * 1000))
-        stats = CleanerStats(start_ms=wall())
+        stats = CleanerStats(start_ms=clock_ms())
         end = self.build_offset_map(plog, first_dirty, first_uncleanable, stats)
-        stats.map_complete_ms = wall()
+        stats.map_complete_ms = clock_ms()
         stats.buffer_utilization = self.offset_map.utilization
         stats.end_offset = end
         delete_retention_ms = plog.config.delete_retention_ms
@@ -705,7 +704,7 @@ class Cleaner:
             groups.append((group, kept_aborted))
             if on_step is not None:
                 on_step("cleaned")
-        stats.end_ms = wall()
+        stats.end_ms = clock_ms()
         self.offset_map.clear()  # its buffer goes back until the next clean
         return stats, groups
 
