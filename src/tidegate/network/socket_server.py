@@ -55,6 +55,22 @@ log = logging.getLogger(__name__)
 _connection_ids = itertools.count(1)
 
 
+def _sendfile_while_writable(sock_fd: int, region: FileRegion, sent: int) -> int:
+    """``os.sendfile`` the region from byte ``sent`` on until it is all sent or the
+    socket is full; returns the bytes of the region sent by then. A region that ends
+    early (its segment truncated under it) raises :class:`RegionTruncatedError`."""
+    length = region.length
+    while sent < length:
+        try:
+            n = os.sendfile(sock_fd, region.fd, region.position + sent, length - sent)
+        except BlockingIOError:
+            break
+        if n == 0:
+            raise RegionTruncatedError(f"file region truncated at {sent} of {length} bytes")
+        sent += n
+    return sent
+
+
 class KafkaConnection(asyncio.BufferedProtocol):
     """One client connection.
 
@@ -413,16 +429,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
         fd = self._sock_fd
         for i, piece in enumerate(pieces):
             if isinstance(piece, FileRegion):
-                sent = 0
-                length = piece.length
-                while sent < length:
-                    try:
-                        n = os.sendfile(fd, piece.fd, piece.position + sent, length - sent)
-                    except BlockingIOError:
-                        return i, sent
-                    if n == 0:
-                        raise RegionTruncatedError(f"file region truncated at {sent} of {length} bytes")
-                    sent += n
+                sent = _sendfile_while_writable(fd, piece, 0)
+                if sent < piece.length:
+                    return i, sent
                 piece.close()
             else:
                 try:
@@ -524,22 +533,13 @@ class KafkaConnection(asyncio.BufferedProtocol):
         while the transport has nothing buffered (uvloop has no ``loop.sendfile``, and
         bytes must stay in order), waiting for the socket to be writable when it is
         full. No record byte is read into the broker."""
-        sock_fd = self._sock_fd
-        position, end = region.position + sent, region.position + region.length
-        while position < end and not self.closed:
+        while sent < region.length and not self.closed:
             await self._wait_drained()
             if self.closed:
                 return
-            try:
-                n = os.sendfile(sock_fd, region.fd, position, end - position)
-            except BlockingIOError:
+            sent = _sendfile_while_writable(self._sock_fd, region, sent)
+            if sent < region.length:
                 await self._wait_writable()
-                continue
-            if n == 0:
-                raise RegionTruncatedError(
-                    f"file region truncated at {position - region.position} of {region.length} bytes"
-                )
-            position += n
 
     async def _write_chunks(self, region: FileRegion) -> None:
         """A region read in chunks of at most ``SEND_CHUNK`` bytes into one buffer from
