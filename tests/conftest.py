@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import socket
 import subprocess
 import time
@@ -84,6 +85,10 @@ def pytest_runtest_makereport(item, call):
                 )
 
 
+#: what ``tidegate serve`` logs once the codec is warm and start-up objects are frozen
+WARM_LINE = re.compile(r"codec warm; (\d+) start-up objects moved")
+
+
 class BrokerProcess(Broker):
     """``tidegate serve`` in a subprocess, restartable on the same port and data dir: a
     :class:`tidegate.testing.Broker` (``mode="subprocess"``) with the tests' defaults
@@ -123,6 +128,22 @@ class BrokerProcess(Broker):
     def pid(self) -> int:
         assert self.proc is not None
         return self.proc.pid
+
+    def wait_until_warm(self, timeout: float = 15) -> int:
+        """Wait for the codec warm-up that follows the start (about 0.7 s of CPU: a test
+        that measures the broker's CPU starts after it); returns the objects it froze."""
+        assert self.log_path is not None
+        log_path = self.log_path
+        found: list[int] = []
+
+        def warm() -> bool:
+            match = WARM_LINE.search(log_path.read_text(errors="replace"))
+            if match:
+                found.append(int(match.group(1)))
+            return bool(match)
+
+        wait_until(warm, timeout, what="the broker's codec warm-up")
+        return found[0]
 
     def start(self) -> BrokerProcess:
         assert self.log_path is not None
