@@ -31,9 +31,10 @@ REQUEST = 8 * MiB  # the whole frame, size prefix included
 CONNECTIONS = 200
 # The bound counts request bodies only. What else the broker allocates during the
 # flood, measured: 0.0-0.8 MiB (200 connections' state, the metrics scrapes, response
-# buffers). The allowance leaves room for the C allocator keeping freed pages and for
-# a slower, busier machine; docs/memory-pool.md explains each part.
-OVERHEAD = 16 * MiB
+# buffers). On top of it glibc keeps up to 16 MiB of freed bodies at the top of its heap
+# (its trim threshold, twice the largest freed mmap chunk: 2 x 8 MiB), measured 8.8 and
+# 16.3 MiB; the rest leaves room for a slower, busier machine. docs/memory-pool.md.
+OVERHEAD = 2 * REQUEST + 4 * MiB
 BOUND = POOL + REQUEST + OVERHEAD  # over the baseline RSS
 FLOOD_S = 30.0  # new requests for this long, then every answer is awaited
 
