@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import socket
 import subprocess
 import time
@@ -11,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tidegate.server.broker import WARM_LINE
 from tidegate.testing import Broker
 
 
@@ -83,10 +83,6 @@ def pytest_runtest_makereport(item, call):
                     (f"broker log {path.name} (last {LOG_TAIL_LINES} lines)",
                      "\n".join(lines[-LOG_TAIL_LINES:]))
                 )
-
-
-#: what ``tidegate serve`` logs once the codec is warm and start-up objects are frozen
-WARM_LINE = re.compile(r"codec warm; (\d+) start-up objects moved")
 
 
 class BrokerProcess(Broker):
