@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from tidegate.server.broker import WARM_LINE
 from tidegate.testing import Broker
 
 
@@ -124,22 +123,6 @@ class BrokerProcess(Broker):
     def pid(self) -> int:
         assert self.proc is not None
         return self.proc.pid
-
-    def wait_until_warm(self, timeout: float = 15) -> int:
-        """Wait for the codec warm-up that follows the start (about 0.7 s of CPU: a test
-        that measures the broker's CPU starts after it); returns the objects it froze."""
-        assert self.log_path is not None
-        log_path = self.log_path
-        found: list[int] = []
-
-        def warm() -> bool:
-            match = WARM_LINE.search(log_path.read_text(errors="replace"))
-            if match:
-                found.append(int(match.group(1)))
-            return bool(match)
-
-        wait_until(warm, timeout, what="the broker's codec warm-up")
-        return found[0]
 
     def start(self) -> BrokerProcess:
         assert self.log_path is not None
