@@ -6,6 +6,8 @@ follows, and every error of Kafka's ReplicaManager.deleteRecords."""
 from __future__ import annotations
 
 import dataclasses
+import errno
+import os
 
 import pytest
 from kio.schema.errors import ErrorCode as E
@@ -178,14 +180,21 @@ def test_the_moved_start_survives_a_restart(tmp_path, how):
         again.close()
 
 
-def test_a_failed_checkpoint_write_is_a_storage_error(h, monkeypatch):
+@pytest.mark.parametrize("err", [errno.ENOSPC, errno.EIO])
+def test_a_failed_checkpoint_write_is_a_storage_error(h, monkeypatch, err):
+    """The partition answers KAFKA_STORAGE_ERROR and the log dir's failure channel hears
+    of it, as of any checkpoint write (Kafka: LogDirFailureChannel): a full disk is
+    *full*, any other error takes the dir offline."""
     filled(h)
 
     def broken(dir_fd, name, entries):
-        raise OSError(28, "No space left on device")
+        raise OSError(err, os.strerror(err))
 
     monkeypatch.setattr(checkpoint, "write_checkpoint_file", broken)
     assert delete(h, {("d", 0): 5}) == {("d", 0): (E.kafka_storage_error, -1)}
+    channel = h.logs.failure_channel
+    assert (channel.full, channel.offline) == ((True, False) if err == errno.ENOSPC else (False, True))
+    assert channel.storage_errors == 2  # the log-start-offset and leader-epoch checkpoints
 
 
 def test_deleting_a_topic_drops_its_start_offsets_from_the_checkpoint(tmp_path):

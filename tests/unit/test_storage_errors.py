@@ -1,8 +1,9 @@
 """Storage errors (docs/reliability.md "Storage errors"): ENOSPC and EIO injected at
 chosen writes and fsyncs of real files, in the log layer and through the broker core.
 
-``DiskFaults`` wraps ``os.pwrite``, ``os.pread``, ``os.ftruncate`` and the fsyncs: a rule names the
-file (by suffix of its path), the call and the error, and may let part of the write
+``DiskFaults`` wraps ``os.pwrite``, ``os.write``, ``os.pread``, ``os.ftruncate`` and the fsyncs: a
+rule names the file (by suffix of its path; a checkpoint by its name, also while it is
+written as a temporary file), the call and the error, and may let part of a ``pwrite``
 through first, which is how a full disk tears a batch.
 """
 
@@ -22,8 +23,10 @@ from tests.unit.logs import crash, open_log, read_all
 from tests.unit.test_apis import FETCH, PRODUCE, Harness, batch, batches_in
 from tidegate.clock import MockClock
 from tidegate.log import log as log_module
+from tidegate.log.checkpoint import TMP_MARK
+from tidegate.log.cleaner import CLEANER_OFFSET_CHECKPOINT_FILE, LogCleanerManager
 from tidegate.log.dir_failure import LogDirFailureChannel, StorageError, UnrecoverableWriteError
-from tidegate.log.log import CLEAN_SHUTDOWN_FILE
+from tidegate.log.log import CLEAN_SHUTDOWN_FILE, RECOVERY_POINT_FILE
 from tidegate.metrics.prometheus import BrokerMetrics
 
 API_VERSIONS, DESCRIBE_LOG_DIRS = 18, 35
@@ -48,8 +51,10 @@ class DiskFaults:
             if not self.rules:
                 return None
             path = path_of(fd)
+            # a file replaced atomically is written as NAME.tmp-...: the rule for NAME holds
+            name = path.split(TMP_MARK, 1)[0]
             for r in self.rules:
-                if r["call"] == call and path.endswith(r["suffix"]):
+                if r["call"] == call and name.endswith(r["suffix"]):
                     return r
             return None
 
@@ -77,6 +82,7 @@ class DiskFaults:
             return f
 
         monkeypatch.setattr(os, "pwrite", pwrite)
+        monkeypatch.setattr(os, "write", failing(os.write, "write"))
         monkeypatch.setattr(os, "pread", failing(real_pread, "pread"))
         monkeypatch.setattr(os, "ftruncate", failing(real_ftruncate, "ftruncate"))
         monkeypatch.setattr(os, "fsync", failing(real_fsync, "fsync"))
@@ -325,3 +331,63 @@ def test_a_failed_read_takes_the_dir_offline_and_answers_storage_error(h, faults
     faults.clear()
     assert fetch_all(h)[0] == E.kafka_storage_error  # offline until restart
     assert produce(h, b"d").error_code == E.kafka_storage_error
+
+
+# -- checkpoint writes ----------------------------------------------------------------------
+CHECKPOINT_INTERVAL_MS = 60_000  # log.flush.offset.checkpoint.interval.ms
+
+
+def test_a_failed_checkpoint_write_takes_the_dir_offline_and_leaves_the_old_file(h, faults, caplog):
+    """Kafka hands a checkpoint's IOException to the LogDirFailureChannel: the dir goes
+    offline (one line, no traceback). The file is replaced atomically, so what is on disk
+    is the previous checkpoint, whole, and no temporary file is left."""
+    caplog.set_level(logging.INFO)
+    assert produce(h, b"a", acks=-1).error_code == E.none  # fsynced: the recovery point moves
+    directory = Path(h.replicas.get_log("s", 0).directory)
+    h.loop.advance(CHECKPOINT_INTERVAL_MS)
+    before = (directory / RECOVERY_POINT_FILE).read_bytes()
+    assert produce(h, b"b", acks=-1).error_code == E.none
+    faults.fail("write", RECOVERY_POINT_FILE, errno.EIO)
+    h.loop.advance(CHECKPOINT_INTERVAL_MS)
+    assert faults.hits == 1
+    channel = h.logs.failure_channel
+    assert channel.offline and "recovery-point checkpoint" in (channel.offline_reason or "")
+    assert (directory / RECOVERY_POINT_FILE).read_bytes() == before
+    assert not [p.name for p in directory.iterdir() if TMP_MARK in p.name]
+    lines = [m for m in storage_lines(caplog) if "offline until restart" in m]
+    assert len(lines) == 1 and "Input/output error" in lines[0]
+    assert not [r for r in caplog.records if r.exc_info]
+    faults.clear()
+    assert produce(h, b"c").error_code == E.kafka_storage_error  # offline until restart
+
+
+def test_a_checkpoint_write_on_a_full_disk_marks_the_dir_full_until_a_write_succeeds(h, faults):
+    assert produce(h, b"a", acks=-1).error_code == E.none
+    faults.fail("write", RECOVERY_POINT_FILE)  # ENOSPC
+    h.loop.advance(CHECKPOINT_INTERVAL_MS)
+    channel = h.logs.failure_channel
+    assert faults.hits == 1 and channel.full and not channel.offline
+    assert fetch_all(h) == (E.none, [0])  # reads keep working
+    faults.clear()
+    assert produce(h, b"b").base_offset == 1
+    assert not channel.full
+
+
+def test_a_failed_cleaner_checkpoint_write_takes_the_dir_offline(tmp_path, faults):
+    """LogCleanerManager.update_checkpoint (after each clean): an I/O error goes to the
+    failure channel (Kafka's ``updateCheckpoints``); without a channel it is raised."""
+    dir_fd = os.open(tmp_path, os.O_RDONLY)
+    try:
+        LogCleanerManager(dir_fd).update_checkpoint(("c", 0), 10)
+        written = (tmp_path / CLEANER_OFFSET_CHECKPOINT_FILE).read_text()
+        channel = LogDirFailureChannel(str(tmp_path), MockClock())
+        manager = LogCleanerManager(dir_fd, channel)
+        assert manager.checkpoints == {("c", 0): 10}
+        faults.fail("write", CLEANER_OFFSET_CHECKPOINT_FILE, errno.EIO)
+        manager.update_checkpoint(("c", 0), 20)
+        assert channel.offline and CLEANER_OFFSET_CHECKPOINT_FILE in (channel.offline_reason or "")
+        assert (tmp_path / CLEANER_OFFSET_CHECKPOINT_FILE).read_text() == written
+        with pytest.raises(OSError):
+            LogCleanerManager(dir_fd).update_checkpoint(("c", 0), 30)
+    finally:
+        os.close(dir_fd)

@@ -51,6 +51,7 @@ from tidegate.clock import SYSTEM_CLOCK, Clock, monotonic_ms
 from .batch_builder import batch_crc, set_crc, varint
 from .checkpoint import read_checkpoint_file, write_checkpoint_file
 from .control_records import ControlRecordType, InvalidControlRecordError, end_transaction_marker_of
+from .dir_failure import LogDirFailureChannel, StorageError
 from .index import AbortedTxn, TransactionIndex
 from .log import CleanedSegmentWriter, Log, collect_aborted_transactions
 from .record_batch import (
@@ -818,8 +819,11 @@ class LogCleanerManager:
     """Which log to clean next and from where (Kafka's ``LogCleanerManager``): the
     first dirty offsets live in ``cleaner-offset-checkpoint`` in the log directory."""
 
-    def __init__(self, dir_fd: int) -> None:
+    def __init__(self, dir_fd: int, failure_channel: LogDirFailureChannel | None = None) -> None:
         self._dir_fd = dir_fd
+        #: where a checkpoint write's I/O error goes (as Kafka's ``updateCheckpoints``);
+        #: without one it is raised
+        self.failure_channel = failure_channel
         self.checkpoints: dict[tuple[str, int], int] = {}
         for line in read_checkpoint_file(dir_fd, CLEANER_OFFSET_CHECKPOINT_FILE) or []:
             try:
@@ -832,7 +836,12 @@ class LogCleanerManager:
 
     def write_checkpoints(self) -> None:
         entries = [f"{t} {p} {o}" for (t, p), o in sorted(self.checkpoints.items())]
-        write_checkpoint_file(self._dir_fd, CLEANER_OFFSET_CHECKPOINT_FILE, entries)
+        try:
+            write_checkpoint_file(self._dir_fd, CLEANER_OFFSET_CHECKPOINT_FILE, entries)
+        except OSError as exc:
+            if self.failure_channel is None:
+                raise
+            self.failure_channel.error(StorageError(f"{CLEANER_OFFSET_CHECKPOINT_FILE} write", exc))
 
     def update_checkpoint(self, tp: tuple[str, int], offset: int | None) -> None:
         if offset is None:

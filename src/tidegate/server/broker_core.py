@@ -28,10 +28,9 @@ from tidegate.coordinator.transaction.transaction_state_manager import (
 )
 from tidegate.log.cleaner import CleanJob, PreparedClean
 from tidegate.log.cleaner_worker import CleanerWorker, CleanerWorkerDied
-from tidegate.log.dir_failure import StorageError
 from tidegate.network.request_channel import RequestChannel
 from tidegate.protocol import codec
-from tidegate.scheduler import Cancellable, OnDone, Scheduler
+from tidegate.scheduler import Cancellable, Scheduler
 from tidegate.security.authorizer.acl_store import AclStore
 from tidegate.security.authorizer.standard_authorizer import StandardAuthorizer, parse_super_users
 from tidegate.security.credentials import CredentialStore
@@ -257,21 +256,9 @@ class BrokerCore:
         # would let the next start skip the validation of data that may not be on disk.
         if self._due("checkpoint", now) and not self.logs.failure_channel.offline:
             for ticket in self.logs.recovery_point_checkpoints():
-                self.scheduler.submit(ticket.run, self._checkpoint_failure("recovery-point checkpoint"))
+                self.scheduler.submit(ticket.run, self.logs.checkpoint_failed("recovery-point checkpoint"))
             for epochs in self.logs.leader_epoch_checkpoints():
-                self.scheduler.submit(epochs.run, self._checkpoint_failure("leader-epoch checkpoint"))
-
-    def _checkpoint_failure(self, what: str) -> OnDone:
-        """Report a checkpoint write's I/O error to the log dir's failure channel."""
-        failures = self.logs.failure_channel
-
-        def on_done(_result: object, exc: BaseException | None) -> None:
-            if isinstance(exc, OSError):
-                failures.error(StorageError(what, exc))
-            elif exc is not None:
-                log.error("%s failed: %s", what, exc)
-
-        return on_done
+                self.scheduler.submit(epochs.run, self.logs.checkpoint_failed("leader-epoch checkpoint"))
 
     def _maybe_clean(self, now: int) -> None:
         """Kafka's cleaner thread: choose the filthiest log here, clean it off the loop

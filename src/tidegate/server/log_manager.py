@@ -40,7 +40,7 @@ from tidegate.log.log import Log, partition_dir
 from tidegate.server.metadata import TopicInfo, TopicStore, is_internal_topic, write_atomically
 
 if TYPE_CHECKING:
-    from tidegate.scheduler import Scheduler
+    from tidegate.scheduler import OnDone, Scheduler
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +112,7 @@ class LogManager:
         offsets are in ``cleaner-offset-checkpoint`` in the data directory."""
         self._root_fd = os.open(self.root, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
         self.cleaner = LogCleaner(
-            LogCleanerManager(self._root_fd),
+            LogCleanerManager(self._root_fd, self.failure_channel),
             Cleaner(dedupe_buffer_size, load_factor, io_buffer_size=io_buffer_size),
         )
         return self.cleaner
@@ -367,28 +367,41 @@ class LogManager:
         finally:
             os.close(fd)
 
+    def checkpoint_failed(self, what: str) -> OnDone:
+        """The ``on_done`` of a checkpoint write run off the loop: an I/O error goes to the
+        log dir's failure channel (ENOSPC: full; anything else: offline until restart), as
+        Kafka hands a checkpoint's IOException to its LogDirFailureChannel."""
+        failures = self.failure_channel
+
+        def on_done(_result: object, exc: BaseException | None) -> None:
+            if isinstance(exc, OSError):
+                failures.error(StorageError(what, exc))
+            elif exc is not None:
+                log.error("%s failed: %s", what, exc)
+
+        return on_done
+
     def checkpoint_log_start_offsets(
         self, on_done: Callable[[BaseException | None], None] | None = None
     ) -> None:
         """Write ``log-start-offset-checkpoint`` on a worker thread and call ``on_done``
         (with the error, if any) once it is durable (inline without a scheduler)."""
         ticket = self._lso_checkpoint()
+        report = self.checkpoint_failed(f"{LOG_START_OFFSET_CHECKPOINT_FILE} write")
+
+        def done(_result: object, exc: BaseException | None) -> None:
+            report(None, exc)
+            if on_done is not None:
+                on_done(exc)
+
         if self.scheduler is None:
             exc: BaseException | None = None
             try:
                 ticket.run()
             except OSError as e:
                 exc = e
-            if on_done is not None:
-                on_done(exc)
+            done(None, exc)
             return
-
-        def done(_result: object, exc: BaseException | None) -> None:
-            if exc is not None:
-                log.error("could not write %s: %s", LOG_START_OFFSET_CHECKPOINT_FILE, exc)
-            if on_done is not None:
-                on_done(exc)
-
         self.scheduler.submit(ticket.run, done)
 
     def leader_epoch_checkpoints(self) -> list[CheckpointWrite]:

@@ -716,7 +716,7 @@ class ReplicaManager:
 
         self.logs.checkpoint_log_start_offsets(durable)
         for ticket in epochs:
-            self.scheduler.submit(ticket.run, _log_checkpoint_failure)
+            self.scheduler.submit(ticket.run, self.logs.checkpoint_failed("leader-epoch checkpoint"))
 
     # -- OffsetForLeaderEpoch ---------------------------------------------------------------
     def last_offset_for_leader_epoch(
@@ -763,8 +763,3 @@ class ReplicaManager:
     def shutdown(self) -> None:
         self.fetch_purgatory.shutdown()
         self.produce_purgatory.shutdown()
-
-
-def _log_checkpoint_failure(_result: object, exc: BaseException | None) -> None:
-    if exc is not None:
-        log.error("leader-epoch checkpoint failed: %s", exc)
