@@ -3,9 +3,15 @@ cases on real segment files, time passed in."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
+import fcntl
 import os
 import pickle
+import signal
+import sys
+import termios
+import time
 
 import pytest
 
@@ -528,10 +534,27 @@ def test_a_cleaned_segment_is_written_through_a_bounded_buffer(compacted, monkey
     assert len(records(plog)) == 2_000
 
 
+def _wait_for_exit_unreaped(pid: int) -> None:
+    """Until ``pid`` (a child) has exited, leaving it for its Popen to reap."""
+    os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+
+
+def _wait_for_bytes_in(pipe, timeout: float = 10.0) -> None:
+    """Until something was written to ``pipe`` and not read yet (FIONREAD on its write end)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        pending = fcntl.ioctl(pipe.fileno(), termios.FIONREAD, b"\0\0\0\0")
+        if int.from_bytes(pending, sys.byteorder):
+            return
+        assert time.monotonic() < deadline, "nothing was written to the pipe"
+        time.sleep(0.001)
+
+
 def test_the_worker_process_cleans_and_reports_its_death(compacted):
     """CleanerWorker: a real child process (python -m tidegate.log.cleaner_worker) runs
-    the job; its exceptions come back as themselves; a killed worker is
-    CleanerWorkerDied and the next job starts a new one."""
+    the job; its exceptions come back as themselves; a worker killed during a job is
+    CleanerWorkerDied, one found dead before a job is replaced, and the next job after a
+    death starts a new one."""
     from tidegate.log.cleaner_worker import CleanerWorker, CleanerWorkerDied
 
     plog = compacted()
@@ -550,11 +573,29 @@ def test_the_worker_process_cleans_and_reports_its_death(compacted):
         with pytest.raises(FileNotFoundError):
             worker.run(bad)
         assert worker.pid == first  # an error in a job does not end the worker
-        os.kill(first, 9)
+        # killed during a job: stopped first (and seen stopped: a stop still pending when
+        # the job arrived would let it read the job), so the job is sent before it dies
+        os.kill(first, signal.SIGSTOP)
+        os.waitid(os.P_PID, first, os.WSTOPPED | os.WNOWAIT)
+        pool = concurrent.futures.ThreadPoolExecutor(1)
+        try:
+            during = pool.submit(worker.run, CleanJob.of(ltc, 0, Cleaner(1 << 20)))
+            assert worker._proc is not None and worker._proc.stdin is not None
+            _wait_for_bytes_in(worker._proc.stdin)
+        finally:
+            os.kill(first, signal.SIGKILL)  # whatever failed above, run() returns
+            pool.shutdown(wait=True)
         with pytest.raises(CleanerWorkerDied):
-            worker.run(CleanJob.of(ltc, 0, Cleaner(1 << 20)))
+            during.result(30)
         worker.run(CleanJob.of(ltc, 0, Cleaner(1 << 20)))  # a new worker
-        assert worker.pid not in (None, first)
+        second = worker.pid
+        assert second not in (None, first)
+        # found dead between jobs: replaced, the job runs
+        assert second is not None
+        os.kill(second, signal.SIGKILL)
+        _wait_for_exit_unreaped(second)
+        stats, _ = worker.run(CleanJob.of(ltc, 0, Cleaner(1 << 20)))
+        assert stats.messages_read > 0 and worker.pid not in (None, first, second)
     finally:
         worker.close()
     assert worker.pid is None
