@@ -37,7 +37,7 @@ from kafka.admin import ConfigResourceType
 
 from tests.conftest import wait_until
 
-from .clients import admin_client, consume, create_topic, new_consumer, produce
+from .clients import admin_client, configs_cli, consume, create_topic, new_consumer, produce
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -462,7 +462,9 @@ def test_retention_by_time_deletes_old_segments_in_a_running_broker(broker_facto
         }
     )
     admin = admin_client(b.bootstrap, client="confluent")
-    create_topic(b.bootstrap, "ret", client="confluent")
+    # Kept for an hour while the records go in (on a slow machine retention would delete the
+    # first segments before the checks below), then the topic falls back to the broker's 2 s.
+    create_topic(b.bootstrap, "ret", client="confluent", configs={"retention.ms": "3600000"})
     # one record per request: a batch each, so the segments roll at 20000 bytes
     produce(b.bootstrap, "ret", [b"x" * 500] * 300, client="confluent", linger_ms=0, flush_every=1)
     tp = TopicPartition("ret", 0)
@@ -477,6 +479,9 @@ def test_retention_by_time_deletes_old_segments_in_a_running_broker(broker_facto
     before = segment_bases()
     assert len(before) > 3, before  # rolled at 20000 bytes
     assert offset(OffsetSpec.earliest()) == 0
+    alter = configs_cli(b.bootstrap, "--entity-type", "topics", "--entity-name", "ret", "--alter",
+                        "--delete-config", "retention.ms")  # fmt: skip
+    assert alter.returncode == 0, alter.stderr
     wait_until(lambda: offset(OffsetSpec.earliest()) >= 300, 20, interval=0.3,
                what="retention deleting every old segment")  # fmt: skip
     assert offset(OffsetSpec.earliest()) == 300

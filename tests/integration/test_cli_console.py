@@ -91,8 +91,10 @@ def test_latest_by_default_and_the_partition_offset_max_messages_options(broker)
     assert out.splitlines()[:5] == [b"old-%d" % i for i in (0, 2, 4, 6, 8)]
 
 
-def test_a_group_resumes_and_shares_partitions_with_a_confluent_consumer(broker):
-    b = broker.bootstrap
+def test_a_group_resumes_and_shares_partitions_with_a_confluent_consumer(broker_factory):
+    # no initial rebalance delay: --timeout-ms counts from the console's start, join included
+    # (as Kafka's console consumer, whose poll(timeout) joins the group)
+    b = broker_factory({"group.initial.rebalance.delay.ms": 0}).bootstrap
     topic = new_topic(b, "console-group", 2)
     produce_lines(b, topic, b"a\nb\n")
     out, err = consume(b, topic, "--group", "console-g", "--from-beginning", "--timeout-ms", "3000")
@@ -106,7 +108,7 @@ def test_a_group_resumes_and_shares_partitions_with_a_confluent_consumer(broker)
     other.subscribe([topic])
     console = subprocess.Popen([sys.executable, "-m", "tidegate", "console-consumer", "--bootstrap-server", b,
                                 "--topic", topic, "--group", "console-shared", "--from-beginning",
-                                "--timeout-ms", "8000"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+                                "--timeout-ms", "15000"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
     seen_other: list[bytes] = []
 
     def two_members_each_with_a_partition() -> bool:

@@ -6,6 +6,7 @@ connection."""
 
 import os
 import re
+import select
 import socket
 import ssl
 import struct
@@ -61,7 +62,10 @@ def test_segment_deleted_mid_send_still_sends_and_memory_stays_bounded(broker_fa
         # a consumer that does not read: the broker's socket fills and it must wait
         slow.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
         cid = slow.send(1, 12, fetch_body("zc", 0, partition_max_bytes=64 * 1024 * 1024))
-        time.sleep(0.5)
+        # the response has begun (its regions were taken from segment 0) before the delete
+        readable, _, _ = select.select([slow.sock], [], [], 10)
+        assert readable, "no response bytes within 10 s"
+        time.sleep(0.2)  # and the broker's socket buffer has filled
         # held: at most one chunk of a region in the transport, not the 8 MiB response
         held = gauge(b.metrics_url, "kafka_network_socketserver_responsememoryinflight")
         assert held <= 2 * 64 * 1024, held

@@ -142,10 +142,11 @@ class Member:
     generation: int | None = None  # the client's view, where it exposes one
 
     def __init__(self, bootstrap: str, topic: str, group: str, index: int, sink: list, *,
-                 instance_id: str | None = None, auto_commit: bool = True) -> None:
+                 instance_id: str | None = None, auto_commit: bool = True,
+                 session_ms: int = SESSION_MS) -> None:
         self.bootstrap, self.topic, self.group = bootstrap, topic, group
         self.index, self.sink = index, sink
-        self.instance_id, self.auto_commit = instance_id, auto_commit
+        self.instance_id, self.auto_commit, self.session_ms = instance_id, auto_commit, session_ms
         self.assignment: set[int] = set()
         self.assigned: list[set[int]] = []
         self.revoked = 0
@@ -216,7 +217,7 @@ class Member:
 
 class ConfluentMember(Member):
     def _main(self) -> None:
-        extra: dict = {"enable.auto.commit": self.auto_commit}
+        extra: dict = {"enable.auto.commit": self.auto_commit, "session.timeout.ms": self.session_ms}
         if self.instance_id is not None:
             extra["group.instance.id"] = self.instance_id
         c = confluent_consumer(self.bootstrap, self.group, **extra)
@@ -271,7 +272,7 @@ class KafkaPythonMember(Member):
             group_id=self.group,
             auto_offset_reset="earliest",
             enable_auto_commit=self.auto_commit,
-            session_timeout_ms=SESSION_MS,
+            session_timeout_ms=self.session_ms,
             heartbeat_interval_ms=HEARTBEAT_MS,
             max_poll_interval_ms=20_000,
             request_timeout_ms=30_000,
@@ -335,7 +336,7 @@ class AiokafkaMember(Member):
             group_instance_id=self.instance_id,
             auto_offset_reset="earliest",
             enable_auto_commit=self.auto_commit,
-            session_timeout_ms=SESSION_MS,
+            session_timeout_ms=self.session_ms,
             heartbeat_interval_ms=HEARTBEAT_MS,
             max_poll_interval_ms=20_000,
         )
@@ -437,8 +438,9 @@ def test_a_closed_consumer_hands_its_partitions_over_at_once(shared, client):
         wait_until(lambda: b.assignment == set(range(6)), 20, what="B owning all 6")
         took = time.monotonic() - start
         print(f"{client}: partitions moved {took:.2f}s after the close")
-        # because A left (B learnt it from its next heartbeat), not because A's session expired
-        assert took < SESSION_MS / 1000
+        # because A left (B learnt it from its next heartbeat), not because A's session
+        # expired: told by the broker's log, not by a wall-clock bound (the close, B's
+        # heartbeat, rejoin and poll add up to several seconds on a loaded machine)
         log = shared.log_text()
         assert f"left group {group} " in log and f"of group {group} failed" not in log
     finally:
@@ -563,8 +565,11 @@ def test_a_static_member_rejoins_without_a_rebalance(shared, client):
     topic, group = f"static-{client}", f"g-static-{client}"
     create_topic(shared.bootstrap, topic, 4, client="confluent")
     sink: list = []
-    a = MEMBERS[client](shared.bootstrap, topic, group, 0, sink, instance_id="instance-a")
-    b = MEMBERS[client](shared.bootstrap, topic, group, 1, sink, instance_id="instance-b")
+    # A static member's session outlives its restart: the new consumer has to join before
+    # it ends (a slow machine took several seconds to close and start a client)
+    static = {"session_ms": 20_000}
+    a = MEMBERS[client](shared.bootstrap, topic, group, 0, sink, instance_id="instance-a", **static)
+    b = MEMBERS[client](shared.bootstrap, topic, group, 1, sink, instance_id="instance-b", **static)
     try:
         wait_for_split([a, b], 4)
         wait_until(lambda: describe(shared.bootstrap, group).group_state == "Stable", 20,
@@ -578,7 +583,7 @@ def test_a_static_member_rejoins_without_a_rebalance(shared, client):
         before = {m.member_id for m in describe(shared.bootstrap, group).members}
         a.close()  # a static member does not send LeaveGroup
 
-        a2 = MEMBERS[client](shared.bootstrap, topic, group, 2, sink, instance_id="instance-a")
+        a2 = MEMBERS[client](shared.bootstrap, topic, group, 2, sink, instance_id="instance-a", **static)
         try:
             took = wait_until(lambda: a2.assignment == a_parts, 20,
                               what="the restarted member owning its old partitions")

@@ -493,7 +493,8 @@ def test_the_event_loop_keeps_answering_while_a_large_topic_is_created(broker):
         creator.sock.settimeout(30)
         got, resp = decode_response(19, 7, creator.recv_frame())
         assert got == cid and resp.topics[0].error_code == ErrorCode.none
-        # the loop never waited for the file work (on the loop, one round trip took it all)
-        assert slowest < max(0.5, took / 4), (slowest, took)
+        # the loop never waited for the file work (on the loop, one round trip took it all;
+        # the bound leaves room for a loaded machine's scheduling stalls)
+        assert slowest < max(1.0, took / 2), (slowest, took)
     assert len(list(broker.data_dir.glob("large-*"))) == 2_000
     assert_healthy(broker)

@@ -26,7 +26,7 @@ from confluent_kafka import Producer
 from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from kio.schema.errors import ErrorCode
 
-from tests.conftest import metrics_overrides
+from tests.conftest import metrics_overrides, wait_until
 
 from .clients import alter_quotas, configs_cli, create_topic, sample, scrape
 from .rawclient import RawClient, fetch_body, produce_body, repeated_batch
@@ -463,8 +463,8 @@ def test_quota_metrics_per_entity(broker_factory):
     anonymous = {"client_id": "", "user": "ANONYMOUS"}
     assert sample(during, "kafka_server_request_request_time", **anonymous) > 0
     assert sample(during, "kafka_server_request_exempt_request_time") > 0
-    time.sleep(throttle_ms / 1000 + 0.2)
-    assert sample(scrape(url), "kafka_server_produce_queue_size") == 0
+    wait_until(lambda: sample(scrape(url), "kafka_server_produce_queue_size") == 0,
+               throttle_ms / 1000 + 5, what="the throttle ending")  # fmt: skip
     top = subprocess.run(
         [sys.executable, "-m", "tidegate", "top", "--once", "--interval", "0.2", "--metrics-url", url],
         capture_output=True, text=True, timeout=60, check=False,

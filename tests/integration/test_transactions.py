@@ -120,7 +120,7 @@ def test_a_second_instance_fences_the_zombie(broker, client):
 KILLED_PRODUCER = textwrap.dedent("""
     import sys, time
     from tests.integration.clients import TransactionalProducer
-    p = TransactionalProducer(sys.argv[4], sys.argv[1], sys.argv[3], timeout_ms=2000)
+    p = TransactionalProducer(sys.argv[4], sys.argv[1], sys.argv[3], timeout_ms=5000)
     p.init()
     p.begin()
     for i in range(3):
@@ -148,12 +148,14 @@ def test_a_transaction_left_open_by_a_killed_producer_is_aborted_after_its_timeo
             def hw() -> int:
                 return c.request(2, 5, list_offsets_body(topic, 0, -1, 0)).topics[0].partitions[0].offset
 
-            assert (lso(), hw()) == (0, 3)  # the open transaction holds read_committed back
+            # the open transaction holds read_committed back (for its 5 s timeout: long enough
+            # for this check on a slow machine)
+            assert (lso(), hw()) == (0, 3)
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait(10)
             killed_at = time.monotonic()
             wait_until(lambda: lso() == 4, timeout=15, what="the LSO moving past the aborted transaction")
-            # 2 s timeout + at most one 0.5 s check + the abort's writes
+            # at most the 5 s timeout (it began before the kill) + one 0.5 s check + the abort
             assert time.monotonic() - killed_at < 10
             assert hw() == 4  # the three records and the coordinator's ABORT marker
     finally:
