@@ -3,6 +3,7 @@ clean SIGTERM under load and the data directory lock."""
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 import time
@@ -12,8 +13,17 @@ import pytest
 from confluent_kafka import TopicPartition
 
 from tests.conftest import BrokerProcess, free_port, wait_until
+from tidegate.testing import Broker
 
-from .clients import ProducerThread, admin_client, create_topic, new_consumer, read_to_end
+from .clients import (
+    ProducerThread,
+    admin_client,
+    consume,
+    create_topic,
+    new_consumer,
+    produce,
+    read_to_end,
+)
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -26,6 +36,64 @@ def serve(*args: str, timeout: float = 30) -> subprocess.CompletedProcess:
         text=True,
         timeout=timeout,
     )
+
+
+KAFKA_SERVER_PROPERTIES = Path(__file__).resolve().parents[1] / "data" / "kafka-4-server.properties"
+
+
+def test_kafkas_own_server_properties_start_the_broker(tmp_path):
+    """Kafka 4's config/server.properties with only the ports and log.dirs changed (and
+    loopback instead of all interfaces): the broker starts, does not bind the KRaft
+    controller listener, and clients produce and consume through what it advertises."""
+    port, controller = free_port(), free_port()
+    text = (KAFKA_SERVER_PROPERTIES.read_text()
+            .replace("PLAINTEXT://:9092", f"PLAINTEXT://127.0.0.1:{port}").replace(":9092", f":{port}")
+            .replace("CONTROLLER://:9093", f"CONTROLLER://127.0.0.1:{controller}").replace(":9093", f":{controller}")
+            .replace("/tmp/kraft-combined-logs", str(tmp_path / "data")))  # fmt: skip
+    assert text.count(str(port)) == 2 and text.count(str(controller)) == 3
+    props = tmp_path / "server.properties"
+    props.write_text(text)
+    log = tmp_path / "broker.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "tidegate", "serve", str(props)],
+                                stdout=out, stderr=subprocess.STDOUT)  # fmt: skip
+    try:
+        wait_until(lambda: " started" in log.read_text() or proc.poll() is not None, 30, what="the start")
+        assert proc.poll() is None, log.read_text()
+        assert f"not listening on CONTROLLER://127.0.0.1:{controller}" in log.read_text()
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", controller), timeout=5).close()
+        bootstrap = f"127.0.0.1:{port}"
+        create_topic(bootstrap, "from-kafka-config", client="confluent")
+        produce(bootstrap, "from-kafka-config", [b"a", b"b"], client="confluent")
+        got = consume(bootstrap, "from-kafka-config", 2, client="confluent", timeout=20)
+        assert [g.value for g in got] == [b"a", b"b"]
+    finally:
+        proc.terminate()
+        assert proc.wait(30) == 0, log.read_text()[-2000:]
+
+
+@pytest.mark.parametrize(("send", "receive"), [(None, None), (65536, 32768), (-1, -1)])
+def test_socket_buffer_keys_size_the_accepted_connections_buffers(send, receive):
+    """socket.send.buffer.bytes / socket.receive.buffer.bytes become SO_SNDBUF / SO_RCVBUF
+    of each accepted connection (Linux doubles what is set); -1 leaves the OS default."""
+    overrides = {k: v for k, v in (("socket.send.buffer.bytes", send), ("socket.receive.buffer.bytes", receive))
+                 if v is not None}  # fmt: skip
+    with Broker(overrides=overrides) as b, socket.create_connection(("127.0.0.1", b.ports["PLAINTEXT"])):
+        connections = b._server.socket_server.connections
+        wait_until(lambda: len(connections) == 1, 10, what="the connection accepted")
+        (conn,) = list(connections.values())
+        sock = conn.transport.get_extra_info("socket")
+        got = (sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF), sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF))
+    with socket.socket() as fresh:  # what the OS gives a socket nobody sized
+        os_default = (fresh.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF),
+                      fresh.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF))  # fmt: skip
+    if send is None:  # Kafka's defaults
+        assert got == (2 * 102400, 2 * 102400)
+    elif send == -1:
+        assert got[0] >= os_default[0] and got[1] >= os_default[1] and got != (2 * 102400, 2 * 102400)
+    else:
+        assert got == (2 * send, 2 * receive)
 
 
 def test_help_lists_broker_keys():

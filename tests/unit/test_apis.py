@@ -747,6 +747,27 @@ def test_delete_topics_by_id_v6(h):
     assert new_id != tid
 
 
+@pytest.mark.parametrize(("version", "code"), [(2, ErrorCode.invalid_request), (3, ErrorCode.topic_deletion_disabled),
+                                             (6, ErrorCode.topic_deletion_disabled)])  # fmt: skip
+def test_delete_topics_with_deletion_disabled_deletes_nothing(tmp_path, version, code):
+    """delete.topic.enable=false: every topic named gets the error (Kafka's
+    handleDeleteTopicsRequest answers it before any lookup, INVALID_REQUEST below v3)."""
+    h = Harness(tmp_path / "data", {"delete.topic.enable": "false"})
+    try:
+        tid = h.create_topic("kept")
+        if version >= 6:
+            body = {"topics": [{"name": "kept", "topic_id": ZERO_UUID}, {"name": None, "topic_id": tid}]}
+        else:
+            body = {"topic_names": ["kept", "unknown"]}
+        resp = h.request(DELETE_TOPICS, version, {**body, "timeout": 1000})
+        assert [r.error_code for r in resp.responses] == [code, code]
+        if version >= 5:
+            assert {r.error_message for r in resp.responses} == {"Topic deletion is disabled."}
+        assert h.store.get("kept") is not None and (h.root / "kept-0").is_dir()
+    finally:
+        h.close()
+
+
 def test_parked_fetches_answer_through_the_channel_and_skip_abandoned_ones(h):
     """A parked long poll is a DelayedFetch in the purgatory, nothing else; a request
     whose connection went away (abandoned) is not re-read or answered at completion."""

@@ -30,6 +30,7 @@ from tidegate.log.config import LogConfig
 LONG_MAX = 9223372036854775807
 WEEK_MS = 7 * 24 * 3600 * 1000
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
+KAFKA_SERVER_PROPERTIES = Path(__file__).resolve().parents[1] / "data" / "kafka-4-server.properties"
 
 
 def cfg(**props: str) -> BrokerConfig:
@@ -786,3 +787,48 @@ def test_repr_hides_secrets_also_in_listener_overrides():
         "listener.name.sasl_ssl.plain.sasl.jaas.config": 'x required user_a="JAAS-PW";',
     }))
     assert not any(secret in text for secret in ("KEY-TEXT", "CHAIN-TEXT", "PW", "JAAS-PW"))
+
+
+# ---- Kafka's own server.properties -------------------------------------------------------
+def test_kafkas_stock_server_properties_are_accepted():
+    """Kafka 4's shipped KRaft file: its thread, quorum and replication keys are accepted,
+    the controller listener is neither bound nor advertised, the rest takes effect."""
+    c = BrokerConfig.load(KAFKA_SERVER_PROPERTIES)
+    assert [str(lst) for lst in c.listeners] == ["PLAINTEXT://:9092"]
+    assert [str(lst) for lst in c.controller_listeners] == ["CONTROLLER://:9093"]
+    assert [(lst.name, lst.host, lst.port) for lst in c.advertised_listeners] == [("PLAINTEXT", "localhost", 9092)]
+    assert c.get("process.roles") == ["broker", "controller"]
+    assert (c.get("num.io.threads"), c.get("num.network.threads")) == (8, 3)
+    assert c.get("socket.send.buffer.bytes") == 102400
+    assert c.get("log.retention.hours") == 168 and c.log_dir == Path("/tmp/kraft-combined-logs")
+
+
+def test_kafka_defaults_of_the_accepted_kraft_keys():
+    c = BrokerConfig({})
+    assert c.get("process.roles") == [] and c.get("controller.listener.names") is None
+    assert (c.get("num.network.threads"), c.get("num.io.threads"), c.get("background.threads")) == (3, 8, 10)
+    assert c.get("offsets.topic.replication.factor") == 3
+    assert c.get("socket.send.buffer.bytes") == 102400
+    assert c.get("delete.topic.enable") is True
+    assert c.controller_listeners == ()
+
+
+@pytest.mark.parametrize(
+    ("props", "message"),
+    [
+        ({"process.roles": "broker,zookeeper"},
+         "Unknown process role 'zookeeper' (only 'broker' and 'controller' are allowed roles)"),
+        ({"inter.broker.listener.name": "INTERNAL"},
+         "inter.broker.listener.name must be a listener name defined in listeners"),
+        ({"listeners": "CONTROLLER://:9093", "controller.listener.names": "CONTROLLER",
+          "listener.security.protocol.map": "CONTROLLER:PLAINTEXT"},
+         "every listener is a controller listener"),
+        ({"listeners": "PLAINTEXT://:9092,CONTROLLER://:9093", "controller.listener.names": "CONTROLLER",
+          "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+          "inter.broker.listener.name": "CONTROLLER"},
+         "(and not a controller listener): PLAINTEXT"),
+        ({"num.io.threads": "0"}, "Invalid value 0 for configuration num.io.threads"),
+    ],
+)  # fmt: skip
+def test_kraft_keys_are_validated(props, message):
+    assert message in error_of(props)

@@ -156,7 +156,18 @@ class BrokerConfig:
                 "listener.security.protocol.map", values["listener.security.protocol.map"]
             )
         )
-        self._listeners = self._build_listeners("listeners", values["listeners"])
+        controllers = {n.upper() for n in values["controller.listener.names"] or ()}
+        every = self._build_listeners("listeners", values["listeners"])
+        #: Kafka's KRaft controller listeners (controller.listener.names): not bound here
+        self.controller_listeners = tuple(lst for lst in every if lst.name.upper() in controllers)
+        self._listeners = tuple(lst for lst in every if lst.name.upper() not in controllers)
+        if not self._listeners:
+            raise ConfigError.invalid(
+                "listeners", ",".join(values["listeners"]),
+                "every listener is a controller listener (controller.listener.names); "
+                "clients need at least one other",
+            )  # fmt: skip
+        self._validate_inter_broker_listener(values["inter.broker.listener.name"])
         self._listener_overrides = parse_listener_overrides(
             prefixed, (lst.name for lst in self._listeners), BROKER_CONFIG.parse_value
         )
@@ -236,12 +247,25 @@ class BrokerConfig:
             return
         validate_queued_max_request_bytes(value, self._values["socket.request.max.bytes"])
 
+    def _validate_inter_broker_listener(self, name: str | None) -> None:
+        names = [lst.name for lst in self._listeners]
+        if name is not None and name.upper() not in (n.upper() for n in names):
+            raise ConfigError.invalid(
+                "inter.broker.listener.name", name,
+                f"inter.broker.listener.name must be a listener name defined in listeners "
+                f"(and not a controller listener): {', '.join(names)}",
+            )  # fmt: skip
+
     def _validate_advertised(self) -> None:
         explicit = self._values["advertised.listeners"]
         if explicit is None:
             advertised = self._listeners
         else:
-            advertised = self._build_listeners("advertised.listeners", explicit)
+            controllers = {lst.name.upper() for lst in self.controller_listeners}
+            advertised = tuple(
+                lst for lst in self._build_listeners("advertised.listeners", explicit)
+                if lst.name.upper() not in controllers
+            )  # fmt: skip
             names = [lst.name for lst in self._listeners]
             for lst in advertised:
                 if lst.name not in names:

@@ -169,6 +169,15 @@ _UNSUPPORTED_STORES = {
 _log_dir = Check(_check_single_log_dir, "exactly one directory")
 
 
+def _check_process_roles(name: str, value: Any) -> None:
+    for role in value or ():
+        if role not in ("broker", "controller"):
+            raise ConfigError.invalid(name, value, f"Unknown process role '{role}' (only 'broker' and 'controller' are allowed roles)")
+
+
+_process_roles = Check(_check_process_roles, "[broker, controller]")
+
+
 def _check_authorizer(name: str, value: Any) -> None:
     if value not in ("", STANDARD_AUTHORIZER):
         raise ConfigError.invalid(name, value, f"the only authorizer is {STANDARD_AUTHORIZER}")
@@ -215,6 +224,46 @@ _TABLE: tuple[ConfigKey, ...] = (
            "The log data directory, used when log.dirs is not set."),
     broker("node.id", INT, 1, Range.at_least(0), HIGH,
            "The id of this broker, as reported to clients in metadata."),
+    # Kafka's KRaft and thread-pool keys, as its stock config/server.properties sets them:
+    # accepted so that file starts tidegate unchanged; one node is its own controller
+    broker("process.roles", LIST, "", _process_roles, HIGH,
+           "Kafka's KRaft roles (broker, controller). Accepted only: a tidegate node is the "
+           "broker and the controller of its one-node cluster."),
+    broker("controller.listener.names", LIST, None, None, HIGH,
+           "Listeners of Kafka's KRaft controller quorum: tidegate has none, so listeners "
+           "named here are neither bound nor advertised (one INFO line says so)."),
+    broker("controller.quorum.voters", LIST, "", None, HIGH,
+           "Kafka's static controller quorum (id@host:port,...). Accepted only."),
+    broker("controller.quorum.bootstrap.servers", LIST, "", None, HIGH,
+           "Kafka's dynamic controller quorum (host:port,...). Accepted only."),
+    broker("metadata.log.dir", STRING, None, None, HIGH,
+           "Kafka's KRaft metadata log directory. Accepted only: tidegate keeps its metadata "
+           "in the log directory."),
+    broker("inter.broker.listener.name", STRING, None, None, MEDIUM,
+           "The listener brokers use among themselves; it must name a listener. Accepted "
+           "only: one node has no other broker to talk to."),
+    broker("num.network.threads", INT, 3, Range.at_least(1), HIGH,
+           "Kafka's network threads. Accepted only: one event loop moves every byte."),
+    broker("num.io.threads", INT, 8, Range.at_least(1), HIGH,
+           "Kafka's request handler threads. Accepted only: requests are handled on the event "
+           "loop, file work on its worker threads."),
+    broker("num.recovery.threads.per.data.dir", INT, 2, Range.at_least(1), HIGH,
+           "Kafka's log recovery threads per directory. Accepted only."),
+    broker("background.threads", INT, 10, Range.at_least(1), HIGH,
+           "Kafka's background task threads. Accepted only."),
+    broker("num.replica.fetchers", INT, 1, Range.at_least(1), HIGH,
+           "Kafka's replica fetcher threads. Accepted only: one node has no followers."),
+    broker("offsets.topic.replication.factor", INT, 3, Range.at_least(1), HIGH,
+           "Kafka's replication factor of __consumer_offsets; one node stores one copy "
+           "whatever this says (accepted for compatibility)."),
+    broker("share.coordinator.state.topic.replication.factor", INT, 3, Range.at_least(1), MEDIUM,
+           "Kafka's replication factor of the share-group state topic (KIP-932). Accepted only: "
+           "tidegate has no share groups."),
+    broker("share.coordinator.state.topic.min.isr", INT, 2, Range.at_least(1), MEDIUM,
+           "Kafka's min.insync.replicas of the share-group state topic. Accepted only."),
+    broker("delete.topic.enable", BOOLEAN, True, None, HIGH,
+           "Whether DeleteTopics deletes; false answers TOPIC_DELETION_DISABLED (INVALID_REQUEST "
+           "below DeleteTopics v3), as Kafka."),
     broker("cluster.id", STRING, None, Check(_check_cluster_id, "[A-Za-z0-9._-]{1,255}"), MEDIUM,
            "The cluster id; if unset, one is generated and kept in meta.properties in the "
            "log directory."),
@@ -363,6 +412,8 @@ _TABLE: tuple[ConfigKey, ...] = (
            mode=CLUSTER),
     broker("socket.request.max.bytes", INT, 104857600, Range.at_least(1), HIGH,
            "The largest request the broker reads; larger requests close the connection."),
+    broker("socket.send.buffer.bytes", INT, 102400, Range.at_least(-1), HIGH,
+           "SO_SNDBUF of accepted connections; -1: the OS default (autotuned)."),
     broker("socket.receive.buffer.bytes", INT, 102400, Range.at_least(-1), HIGH,
            "SO_RCVBUF of accepted connections; -1: the OS default (autotuned). Bounds the "
            "kernel memory a connection muted for memory (KIP-72) can hold."),

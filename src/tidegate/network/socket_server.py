@@ -132,6 +132,12 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             except OSError:
                 pass
+            if self.server.socket_send_buffer_bytes >= 0:
+                # Kafka's socket.send.buffer.bytes (SO_SNDBUF; the kernel doubles it)
+                try:
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.server.socket_send_buffer_bytes)
+                except OSError:
+                    pass
             if self.server.receive_buffer_bytes >= 0:
                 # Kafka's socket.receive.buffer.bytes. A connection muted for memory
                 # leaves its client's bytes in this kernel buffer: with the OS default
@@ -623,6 +629,7 @@ class SocketServer:
         max_queued_requests: int = 500,
         shuffle: Callable[[list], None] = random.shuffle,
         receive_buffer_bytes: int = -1,
+        socket_send_buffer_bytes: int = -1,
         sasl_max_receive_size: int = 524288,
         clock: Clock = SYSTEM_CLOCK,
         quotas: ConnectionQuotas | None = None,
@@ -646,6 +653,7 @@ class SocketServer:
         #: in chunks as on TLS (TIDEGATE_FETCH_SENDFILE=0: the benchmark's comparison)
         self.fetch_sendfile = os.environ.get("TIDEGATE_FETCH_SENDFILE", "1") != "0"
         self.receive_buffer_bytes = receive_buffer_bytes  # SO_RCVBUF; -1: the OS default
+        self.socket_send_buffer_bytes = socket_send_buffer_bytes  # SO_SNDBUF; -1: the OS default
         self.sasl_max_receive_size = sasl_max_receive_size  # before SASL authentication
         #: open connections by id
         self.connections: dict[int, KafkaConnection] = {}

@@ -325,6 +325,13 @@ class AdminApis:
             wanted = [(t.name, t.topic_id) for t in req.topics]
         else:
             wanted = [(n, None) for n in req.topic_names]
+        if not self.config.get("delete.topic.enable"):
+            # Kafka's handleDeleteTopicsRequest: every topic gets the error, before any lookup
+            code = ErrorCode.topic_deletion_disabled if request.header.api_version >= 3 else ErrorCode.invalid_request
+            return {"throttle_time": 0, "responses": [
+                {"name": name, "topic_id": topic_id or ZERO_UUID, "error_code": code,
+                 "error_message": "Topic deletion is disabled."}
+                for name, topic_id in wanted]}  # fmt: skip
         responses = []
         for name, topic_id in wanted:
             if name is None:

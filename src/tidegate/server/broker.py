@@ -97,6 +97,7 @@ class Broker:
             scheduler,
             max_queued_requests=config.get("queued.max.requests"),
             receive_buffer_bytes=config.get("socket.receive.buffer.bytes"),
+            socket_send_buffer_bytes=config.get("socket.send.buffer.bytes"),
             sasl_max_receive_size=config.get("sasl.server.max.receive.size"),
             clock=self.clock,
             quotas=ConnectionQuotas(connection_limits(config)),
@@ -121,6 +122,9 @@ class Broker:
                 extra = f" (SASL mechanisms {', '.join(security.mechanisms)})"
             log.info("listening on %s://%s:%d, security protocol %s%s", listener.name, host, port,
                      listener.security_protocol, extra)
+        for listener in config.controller_listeners:
+            log.info("not listening on %s: a KRaft controller listener (controller.listener.names); "
+                     "a tidegate node is its own controller", listener)
         log.info("tidegate node %d of cluster %s started", config.node_id, core.cluster_id)
 
     async def _start_metrics(self) -> None:
