@@ -99,9 +99,13 @@ def test_broker_wide_limit_holds_the_next_connection_until_one_closes(broker_fac
             waiting.recv_frame()
         assert metric(broker, "tidegate_network_socketserver_pendingconnections") == 1
         assert metric(broker, "tidegate_network_socketserver_connections_blocked_total") >= 1
+        blocked = "kafka_network_acceptor_acceptorblockedpercent_total"
+        assert metric(broker, blocked) >= 0.9e9  # ns: at least the 1 s the recv waited, so far
         first.close()  # a slot frees: the waiting connection is admitted and answered
         waiting.sock.settimeout(10)
         assert len(waiting.recv_frame()) > 0
+        after = metric(broker, blocked)
+        assert after >= 0.9e9 and metric(broker, blocked) == after  # the wait is over
         assert metric(broker, "tidegate_network_socketserver_pendingconnections") == 0
         assert metric(broker, "kafka_server_socketservermetrics_connection_count") == 3
 

@@ -554,6 +554,11 @@ def connection_limit_metrics(server: Any) -> Iterator[Metric]:
         "tidegate_network_socketserver_connections_blocked",
         "Times a connection had to wait for a slot (max.connections, per listener or broker).",
         labels=lbl)
+    blocked_time = CounterMetricFamily(
+        "kafka_network_acceptor_acceptorblockedpercent",
+        "Nanoseconds the listener's acceptor waited for a connection slot (Kafka's "
+        "Acceptor AcceptorBlockedPercent meter): rate() / 1e9 is the fraction of time blocked.",
+        labels=lbl)
     pending = GaugeMetricFamily(
         "tidegate_network_socketserver_pendingconnections",
         "Accepted connections waiting for admission (not read yet).", labels=lbl)
@@ -568,10 +573,11 @@ def connection_limit_metrics(server: Any) -> Iterator[Metric]:
             refused.add_metric([name], quotas.refused_per_ip_total.get(name, 0))
             throttled.add_metric([name], quotas.throttled_total.get(name, 0))
             blocked.add_metric([name], quotas.blocked_total.get(name, 0))
+            blocked_time.add_metric([name], server.acceptor_blocked_ns(name))
         queue = pending_by_listener.get(name, ())
         pending.add_metric([name], sum(1 for c in queue if not c.closed))
         idle.add_metric([name], idle_closed.get(name, 0))
-    yield from (rate, throttle, created, refused, throttled, blocked, pending, idle)
+    yield from (rate, throttle, created, refused, throttled, blocked, blocked_time, pending, idle)
 
 
 def pool_metrics(pool: Any) -> Iterator[Metric]:

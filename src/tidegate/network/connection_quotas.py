@@ -119,6 +119,8 @@ class ConnectionQuotas:
         self.refused_per_ip_total: dict[str, int] = {}
         self.throttled_total: dict[str, int] = {}
         self.blocked_total: dict[str, int] = {}
+        #: nanoseconds each listener's admissions waited for a slot (finished waits)
+        self.blocked_ns: dict[str, int] = {}
 
     # -- the creation rate (KIP-612) ------------------------------------------------
     def _sensor(self, cached: tuple[Sensor, int] | None, name: str, bound: int, now_ms: int,

@@ -107,6 +107,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         #: when the connection's admission may happen (creation-rate throttle), once at
         #: the head of its listener's queue of connections waiting for admission
         self.admit_at_ms: int | None = None
+        #: when it, at the head of its listener's queue, first found no slot (ns)
+        self.blocked_since_ns: int | None = None
         self.is_admitted = False
         #: a request read before admission (uvloop may read once despite pause_reading
         #: in connection_made), processed once admitted
@@ -721,6 +723,7 @@ class SocketServer:
             conn = queue[0]
             if conn.closed:
                 queue.popleft()
+                self._unblocked(listener, conn)
                 continue
             now = self.clock.milliseconds()
             if conn.admit_at_ms is None:
@@ -733,8 +736,11 @@ class SocketServer:
                 return
             if not quotas.slot_available(listener):
                 quotas.blocked_total[listener] = quotas.blocked_total.get(listener, 0) + 1
+                if conn.blocked_since_ns is None:
+                    conn.blocked_since_ns = self.clock.nanoseconds()
                 return  # connection_closed() tries again
             queue.popleft()
+            self._unblocked(listener, conn)
             assert conn.ctx is not None
             address = conn.ctx.client_address
             conn.counted = True
@@ -745,6 +751,23 @@ class SocketServer:
                 continue
             conn._sync_reading()
             conn.admitted()
+
+    def _unblocked(self, listener: str, conn: KafkaConnection) -> None:
+        """The head of the queue left it: the time it blocked the listener's admissions
+        counts in Kafka's AcceptorBlockedPercent."""
+        if conn.blocked_since_ns is not None and self.quotas is not None:
+            blocked = self.clock.nanoseconds() - conn.blocked_since_ns
+            self.quotas.blocked_ns[listener] = self.quotas.blocked_ns.get(listener, 0) + blocked
+            conn.blocked_since_ns = None
+
+    def acceptor_blocked_ns(self, listener: str) -> int:
+        """Nanoseconds the listener's admissions have waited for a slot, the current wait
+        included (Kafka's Acceptor ``AcceptorBlockedPercent`` meter counts the same)."""
+        total = self.quotas.blocked_ns.get(listener, 0) if self.quotas is not None else 0
+        queue = self.pending.get(listener)
+        if queue and queue[0].blocked_since_ns is not None:
+            total += self.clock.nanoseconds() - queue[0].blocked_since_ns
+        return total
 
     def _admission_timer(self, listener: str) -> None:
         self._admission_timers.pop(listener, None)
