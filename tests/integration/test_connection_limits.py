@@ -147,6 +147,10 @@ def test_creation_rate_delays_accepts(broker_factory):
     assert metric(broker, "kafka_server_socketservermetrics_connection_accept_throttle_time") > 0
     # 6 connections at 2/s cannot all be admitted within a second
     assert elapsed >= 1.0
+    # the acceptor blocked for the rate at least that long (Kafka's AcceptorBlockedPercent)
+    blocked = metric(broker, "kafka_network_acceptor_acceptorblockedpercent_total")
+    print(f"blocked {blocked / 1e9:.2f} s of {elapsed:.2f} s")
+    assert 0.9e9 <= blocked <= elapsed * 1e9
 
 
 def test_idle_and_never_authenticating_connections_are_closed(broker_factory, tmp_path):

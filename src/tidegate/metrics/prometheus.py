@@ -556,7 +556,7 @@ def connection_limit_metrics(server: Any) -> Iterator[Metric]:
         labels=lbl)
     blocked_time = CounterMetricFamily(
         "kafka_network_acceptor_acceptorblockedpercent",
-        "Nanoseconds the listener's acceptor waited for a connection slot (Kafka's "
+        "Nanoseconds the listener's acceptor waited for a connection slot or the creation rate (Kafka's "
         "Acceptor AcceptorBlockedPercent meter): rate() / 1e9 is the fraction of time blocked.",
         labels=lbl)
     pending = GaugeMetricFamily(

@@ -107,7 +107,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         #: when the connection's admission may happen (creation-rate throttle), once at
         #: the head of its listener's queue of connections waiting for admission
         self.admit_at_ms: int | None = None
-        #: when it, at the head of its listener's queue, first found no slot (ns)
+        #: when it, at the head of its listener's queue, first had to wait for a slot or
+        #: for the connection creation rate (ns)
         self.blocked_since_ns: int | None = None
         self.is_admitted = False
         #: a request read before admission (uvloop may read once despite pause_reading
@@ -730,6 +731,8 @@ class SocketServer:
                 # at the head: the acceptor accepts it now (KIP-612 records it now)
                 conn.admit_at_ms = now + quotas.record_connection(listener, now)
             if now < conn.admit_at_ms:
+                if conn.blocked_since_ns is None:  # Kafka's acceptor blocks for the rate too
+                    conn.blocked_since_ns = self.clock.nanoseconds()
                 if listener not in self._admission_timers:
                     self._admission_timers[listener] = self.scheduler.call_at(
                         conn.admit_at_ms, lambda: self._admission_timer(listener))
@@ -761,8 +764,9 @@ class SocketServer:
             conn.blocked_since_ns = None
 
     def acceptor_blocked_ns(self, listener: str) -> int:
-        """Nanoseconds the listener's admissions have waited for a slot, the current wait
-        included (Kafka's Acceptor ``AcceptorBlockedPercent`` meter counts the same)."""
+        """Nanoseconds the listener's admissions have waited for a slot or for the
+        connection creation rate, the current wait included (Kafka's Acceptor
+        ``AcceptorBlockedPercent`` meter counts the same)."""
         total = self.quotas.blocked_ns.get(listener, 0) if self.quotas is not None else 0
         queue = self.pending.get(listener)
         if queue and queue[0].blocked_since_ns is not None:
