@@ -14,7 +14,14 @@ import pytest
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
 from tests.conftest import metrics_overrides, wait_until
-from tests.integration.clients import admin_client, roundtrip, sample, sasl_overrides, scrape
+from tests.integration.clients import (
+    admin_client,
+    configs_cli,
+    roundtrip,
+    sample,
+    sasl_overrides,
+    scrape,
+)
 from tests.integration.rawclient import RawClient
 from tidegate.protocol.apis import ApiKey
 
@@ -151,6 +158,33 @@ def test_creation_rate_delays_accepts(broker_factory):
     blocked = metric(broker, "kafka_network_acceptor_acceptorblockedpercent_total")
     print(f"blocked {blocked / 1e9:.2f} s of {elapsed:.2f} s")
     assert 0.9e9 <= blocked <= elapsed * 1e9
+
+
+def test_an_ip_connection_creation_rate_quota_closes_the_excess_of_that_address_only(broker_factory):
+    """KIP-612's per-IP quota set with `tidegate configs --entity-type ips` (AlterClientQuotas):
+    127.0.0.2 may open one connection per second; its second in the same second is closed
+    unserved after the throttle time, while 127.0.0.3 keeps connecting."""
+    broker = broker_factory({"quota.window.num": "2", **metrics_overrides()})
+    bootstrap = broker.bootstrap
+    r = configs_cli(bootstrap, "--alter", "--entity-type", "ips", "--entity-name", "127.0.0.2",
+                    "--add-config", "connection_creation_rate=1")  # fmt: skip
+    assert (r.returncode, r.stdout) == (0, "Completed updating config for ip 127.0.0.2.\n"), r.stderr
+    r = configs_cli(bootstrap, "--describe", "--entity-type", "ips")
+    assert r.stdout == "Quota configs for ip '127.0.0.2' are connection_creation_rate=1.0\n", r.stderr
+    with contextlib.ExitStack() as stack:
+        open_served(bootstrap, "127.0.0.2", stack)
+        over = stack.enter_context(RawClient.connect(bootstrap, source="127.0.0.2", timeout=1))
+        over.send(ApiKey.API_VERSIONS, 3, VERSIONS)
+        for _ in range(3):  # other addresses are not held up meanwhile
+            open_served(bootstrap, "127.0.0.3", stack)
+        start = time.monotonic()
+        assert over.closed_by_peer(5)  # never answered, closed after the throttle time
+        assert time.monotonic() - start <= 3  # the throttle is capped at the 1 s window
+    assert metric(broker, "tidegate_network_socketserver_connections_ip_throttled_total") == 1
+    assert metric(broker, "kafka_server_socketservermetrics_ip_connection_accept_throttle_time") > 0
+    r = configs_cli(bootstrap, "--alter", "--entity-type", "ips", "--entity-name", "broker.example",
+                    "--add-config", "connection_creation_rate=1")  # fmt: skip
+    assert r.returncode == 2 and "must be a valid IP or resolvable host" in r.stderr
 
 
 def test_idle_and_never_authenticating_connections_are_closed(broker_factory, tmp_path):

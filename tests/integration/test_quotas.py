@@ -159,7 +159,7 @@ def test_alter_describe_validate_persist(broker):
     assert alter_quotas(b, {"user": "alice"}, {"bogus_rate": 1})[0] == (
         ErrorCode.invalid_request, "Invalid configuration key bogus_rate")
     assert alter_quotas(b, {"user": "alice"}, {"producer_byte_rate": 1.5})[0] == (
-        ErrorCode.invalid_request, "Configuration producer_byte_rate must be a Long value")
+        ErrorCode.invalid_request, "producer_byte_rate cannot be a fractional value.")
     assert alter_quotas(b, {"group": "g"}, {"producer_byte_rate": 1})[0][0] == ErrorCode.invalid_request
     assert alter_quotas(b, {"user": ""}, {"producer_byte_rate": 1})[0][0] == ErrorCode.invalid_request
     everything = {
@@ -431,7 +431,7 @@ def test_cli_alters_and_describes_like_kafka_configs(broker):
     r = _configs(broker, "--alter", "--add-config", "producer_byte_rate=1.5",
                  "--entity-type", "users", "--entity-name", "alice")
     assert r.returncode == 1
-    assert "INVALID_REQUEST" in r.stderr and "must be a Long value" in r.stderr
+    assert "INVALID_REQUEST" in r.stderr and "cannot be a fractional value" in r.stderr
 
 
 # -- metrics ------------------------------------------------------------------------------------

@@ -85,13 +85,21 @@ def test_validate_only_changes_nothing(quotas, tmp_path):
     ("entity", "ops", "message"),
     [
         ({"user": "a"}, {"bogus": 1}, "Invalid configuration key bogus"),
-        ({"user": "a"}, {"producer_byte_rate": 1.5}, "Configuration producer_byte_rate must be a Long value"),
-        ({"user": "a"}, {"request_percentage": 0}, "Configuration request_percentage must be a positive number, not 0.0"),
-        ({"user": "a"}, {"consumer_byte_rate": -5}, "Configuration consumer_byte_rate must be a positive number, not -5.0"),
+        ({"user": "a"}, {"producer_byte_rate": 1.5}, "producer_byte_rate cannot be a fractional value."),
+        ({"user": "a"}, {"request_percentage": 0}, "Quota request_percentage must be greater than 0"),
+        ({"user": "a"}, {"consumer_byte_rate": -5}, "Quota consumer_byte_rate must be greater than 0"),
+        ({"user": "a"}, {"request_percentage": float("inf")}, "Quota request_percentage must be a finite number"),
         ({}, {"producer_byte_rate": 1}, "Invalid empty client quota entity"),
         ({"group": "g"}, {"producer_byte_rate": 1}, "Unhandled client quota entity type: group"),
         ({"user": ""}, {"producer_byte_rate": 1}, "Empty user not supported"),
-        ({"ip": "1.2.3.4"}, {"connection_creation_rate": 1}, "ip quotas (connection_creation_rate) are not supported by tidegate"),
+        ({"ip": "1.2.3.4", "user": "a"}, {"connection_creation_rate": 1},
+         "Invalid quota entity combination, IP entity shouldnot be combined with User or ClientId"),
+        ({"ip": "broker.example"}, {"connection_creation_rate": 1}, "broker.example is not a valid IP or resolvable host."),
+        ({"ip": ""}, {"connection_creation_rate": 1}, "Empty ip not supported"),
+        ({"ip": "1.2.3.4"}, {"producer_byte_rate": 1}, "Invalid configuration key producer_byte_rate"),
+        ({"user": "a"}, {"connection_creation_rate": 1}, "Invalid configuration key connection_creation_rate"),
+        ({"ip": "1.2.3.4"}, {"connection_creation_rate": 2.5}, "connection_creation_rate cannot be a fractional value."),
+        ({"ip": None}, {"connection_creation_rate": 2**31}, "Proposed value for connection_creation_rate is too large for an INT."),
     ],
 )
 def test_kafka_validation_is_invalid_request(quotas, entity, ops, message):
@@ -99,6 +107,29 @@ def test_kafka_validation_is_invalid_request(quotas, entity, ops, message):
     results = quotas.alter([entry(entity, ops), good], False)
     assert errors(results) == [(ErrorCode.invalid_request, message), (ErrorCode.none, None)]
     assert list(quotas.entries) == [QuotaEntity(None, "ok")]  # the valid entry still applies
+
+
+def test_ip_connection_creation_rates_are_set_described_persisted_and_removed(quotas, tmp_path):
+    """KIP-612's ip entity: an address or the default, one INT key; the socket server
+    reads the rate of an address (its own, else the default) on each new connection."""
+    results = quotas.alter([entry({"ip": "10.0.0.1"}, {"connection_creation_rate": 5}),
+                            entry({"ip": None}, {"connection_creation_rate": 50}),
+                            entry({"ip": "::0:1"}, {"connection_creation_rate": 7})], False)  # fmt: skip
+    assert errors(results) == [(ErrorCode.none, None)] * 3
+    assert quotas.connection_rate_for_ip("10.0.0.1") == 5
+    assert quotas.connection_rate_for_ip("::1") == 7  # addresses are compared normalized
+    assert quotas.connection_rate_for_ip("10.0.0.2") == 50
+    assert not quotas.enabled  # no request or byte-rate quota: their fast path stays on
+    assert described(quotas, [component("ip", MATCH_TYPE_SPECIFIED)]) == {
+        (("ip", "10.0.0.1"),): {"connection_creation_rate": 5.0},
+        (("ip", "::1"),): {"connection_creation_rate": 7.0},
+    }
+    assert described(quotas, [component("ip", MATCH_TYPE_DEFAULT)]) == {(("ip", None),): {"connection_creation_rate": 50.0}}
+    again = QuotaManagers(data_dir=tmp_path)
+    again.load()
+    assert again.ip_rates == quotas.ip_rates
+    quotas.alter([entry({"ip": None}, {"connection_creation_rate": None})], False)
+    assert quotas.connection_rate_for_ip("10.0.0.2") is None
 
 
 def test_a_long_value_within_epsilon_of_a_whole_number_is_accepted(quotas):

@@ -564,6 +564,34 @@ def test_creation_rate_delays_admission_by_the_throttle_time():
     assert second.is_admitted and not t2.paused
 
 
+def test_an_address_over_its_connection_creation_rate_is_closed_unread_after_the_throttle():
+    """KIP-612's ip quota, checked after the slots: the connection is not counted, never
+    read, and closed once Kafka's throttle time (capped at one quota window) has passed;
+    other addresses and the listener are not held up by it."""
+    server, loop, proc = limited(QuotaLimits(quota_window_num=2, quota_window_size_ms=1000))
+    server.quotas.ip_rate = {"10.0.0.1": 1}.get
+    first, t1 = connect_from(server, "10.0.0.1")
+    assert first.is_admitted and not t1.paused
+    second, t2 = connect_from(server, "10.0.0.1")
+    other, t3 = connect_from(server, "10.0.0.2")  # no quota for this address
+    assert other.is_admitted and not t3.paused
+    assert not second.is_admitted and t2.paused and not t2.closed
+    assert push(second, frame(b"x")) == 0  # never read
+    assert server.quotas.get("10.0.0.1") == 1 and server.quotas.total == 2  # not counted
+    assert server.quotas.ip_throttled_total == {"PLAINTEXT": 1}
+    # 2 connections in a 1 s window against 1/s: (2 - 1) / 1 x 1000 ms
+    assert server.quotas.ip_throttle_time_avg("PLAINTEXT", loop.time_ms()) == 1000.0
+    loop.advance(999)
+    assert not t2.closed
+    loop.advance(2)
+    assert t2.closed and not second.is_admitted and proc.payloads == []
+    # the throttled connection was taken back out of the address' rate: a window later
+    # the address is below its rate again
+    loop.advance(2000)
+    third, t4 = connect_from(server, "10.0.0.1")
+    assert third.is_admitted and not t4.paused
+
+
 def test_idle_connections_are_closed_after_connections_max_idle_ms():
     server, loop, _ = limited(QuotaLimits(), connections_max_idle_ms=100)
     server.start_idle_expiry()

@@ -184,8 +184,9 @@ def top(
 
 
 # -- tidegate configs: like kafka-configs.sh ---------------------------------------------------
-_ENTITY_TYPES = {"users": "user", "clients": "client-id"}
-_ENTITY_LABELS = {"user": "user-principal", "client-id": "client-id"}
+_ENTITY_TYPES = {"users": "user", "clients": "client-id", "ips": "ip"}
+_ENTITY_LABELS = {"user": "user-principal", "client-id": "client-id", "ip": "ip"}
+_ENTITY_SINGULAR = {"user": "user", "client-id": "client", "ip": "ip"}
 #: entity types whose configs are config resources (DescribeConfigs/AlterConfigs)
 _RESOURCE_TYPES = {"topics": 2, "brokers": 4}
 #: kafka-configs.sh's split of --add-config: commas outside [...] separate entries
@@ -228,7 +229,7 @@ def _quota_values(additions: dict[str, str]) -> dict[str, float]:
 
 def _entity_text(entity: dict[str, str | None]) -> str:
     parts = []
-    for entity_type in ("user", "client-id"):
+    for entity_type in ("user", "client-id", "ip"):
         if entity_type in entity:
             name = entity[entity_type]
             label = _ENTITY_LABELS[entity_type]
@@ -245,8 +246,8 @@ def _number(value: float) -> str:
 @admin_options
 @click.option("--entity-type", "entity_types", multiple=True,
               type=click.Choice(sorted([*_ENTITY_TYPES, *_RESOURCE_TYPES])),
-              help="topics, brokers, users or clients; users and clients together (users first) "
-              "for a (user, client-id) entity.")
+              help="topics, brokers, users, clients or ips; users and clients together (users "
+              "first) for a (user, client-id) entity.")
 @click.option("--entity-name", "entity_names", multiple=True, metavar="NAME",
               help="The entity's name, one per --entity-type, in the same order (a broker's is "
               "its node id).")
@@ -295,6 +296,8 @@ def configs(
       tidegate configs --describe --all --entity-type brokers --entity-name 1
       tidegate configs --alter --add-config 'request_percentage=50' \\
           --entity-type users --entity-name alice
+      tidegate configs --alter --add-config 'connection_creation_rate=5' \\
+          --entity-type ips --entity-name 10.0.0.7
 
     Topics are changed with IncrementalAlterConfigs, the broker's dynamic configs (per
     broker, or the cluster default with --entity-default) with AlterConfigs, quotas with
@@ -314,6 +317,16 @@ def configs(
     resource = [t for t in entity_types if t in _RESOURCE_TYPES]
     if resource and len(entity_types) > 1:
         raise click.UsageError(f"--entity-type {resource[0]} cannot be combined with another.")
+    if "ips" in entity_types and len(entity_types) > 1:
+        raise click.UsageError("--entity-type ips cannot be combined with another.")
+    if "ips" in entity_types and entity_names:
+        import ipaddress
+
+        try:
+            ipaddress.ip_address(entity_names[0])
+        except ValueError:
+            raise click.UsageError("The entity name for ips must be a valid IP or resolvable host, "
+                                   f"but it is: {entity_names[0]}") from None
     if alter and len(names) != len(entity_types):
         raise click.UsageError(
             "--entity-name or --entity-default must be specified with each --entity-type for --alter"
@@ -507,7 +520,7 @@ def _quota_configs(
                    "in the cluster.")
     else:
         what = ", ".join(
-            f"{'user' if t == 'user' else 'client'} {n if n is not None else '<default>'}"
+            f"{_ENTITY_SINGULAR[t]} {n if n is not None else '<default>'}"
             for t, n in named
         )
         click.echo(f"Completed updating config for {what}.")

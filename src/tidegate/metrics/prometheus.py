@@ -554,6 +554,14 @@ def connection_limit_metrics(server: Any) -> Iterator[Metric]:
         "tidegate_network_socketserver_connections_blocked",
         "Times a connection had to wait for a slot (max.connections, per listener or broker).",
         labels=lbl)
+    ip_throttled = CounterMetricFamily(
+        "tidegate_network_socketserver_connections_ip_throttled",
+        "Connections closed unserved because their address was over its connection_creation_rate "
+        "client quota (KIP-612).", labels=lbl)
+    ip_throttle = GaugeMetricFamily(
+        "kafka_server_socketservermetrics_ip_connection_accept_throttle_time",
+        "Average ms a connection over its address' connection_creation_rate was held before its "
+        "close (socket-server-metrics ip-connection-accept-throttle-time).", labels=lbl)
     blocked_time = CounterMetricFamily(
         "kafka_network_acceptor_acceptorblockedpercent",
         "Nanoseconds the listener's acceptor waited for a connection slot or the creation rate (Kafka's "
@@ -574,10 +582,13 @@ def connection_limit_metrics(server: Any) -> Iterator[Metric]:
             throttled.add_metric([name], quotas.throttled_total.get(name, 0))
             blocked.add_metric([name], quotas.blocked_total.get(name, 0))
             blocked_time.add_metric([name], server.acceptor_blocked_ns(name))
+            ip_throttled.add_metric([name], quotas.ip_throttled_total.get(name, 0))
+            ip_throttle.add_metric([name], quotas.ip_throttle_time_avg(name, now))
         queue = pending_by_listener.get(name, ())
         pending.add_metric([name], sum(1 for c in queue if not c.closed))
         idle.add_metric([name], idle_closed.get(name, 0))
-    yield from (rate, throttle, created, refused, throttled, blocked, blocked_time, pending, idle)
+    yield from (rate, throttle, created, refused, throttled, blocked, blocked_time, ip_throttled,
+                ip_throttle, pending, idle)
 
 
 def pool_metrics(pool: Any) -> Iterator[Metric]:

@@ -43,7 +43,7 @@ from tidegate.metrics.stats import (
     Rate,
     Sensor,
 )
-from tidegate.server.quota.client_quota_manager import throttle_time
+from tidegate.server.quota.client_quota_manager import bounded_throttle_time, throttle_time
 
 if TYPE_CHECKING:
     from tidegate.config.broker import BrokerConfig
@@ -119,6 +119,13 @@ class ConnectionQuotas:
         self.refused_per_ip_total: dict[str, int] = {}
         self.throttled_total: dict[str, int] = {}
         self.blocked_total: dict[str, int] = {}
+        #: KIP-612's per-IP ``connection_creation_rate`` client quota of an address (None:
+        #: unlimited); the broker points it at its client quota configuration
+        self.ip_rate: Callable[[str], int | None] = lambda _address: None
+        self._ip_rate: dict[str, tuple[Sensor, int]] = {}
+        #: ip-connection-accept-throttle-time per listener; closes for an IP's rate
+        self.ip_throttle_time: dict[str, Sensor] = {}
+        self.ip_throttled_total: dict[str, int] = {}
         #: nanoseconds each listener's admissions waited for a slot (finished waits)
         self.blocked_ns: dict[str, int] = {}
 
@@ -167,6 +174,56 @@ class ConnectionQuotas:
             tsensor.add("connection-accept-throttle-time-max", Max())
         tsensor.record(float(delay), now_ms, check_quotas=False)
         return delay
+
+    #: per-IP rate sensors kept before idle ones are dropped (Kafka expires them after an hour)
+    MAX_IP_SENSORS = 10_000
+
+    def record_ip_connection(self, listener: str, address: str, now_ms: int) -> int:
+        """Kafka's ``recordIpConnectionMaybeThrottle``, after a slot was found: 0, or the
+        ms after which the connection from ``address`` must be closed unserved because its
+        IP is over its ``connection_creation_rate``. A throttled connection is taken back
+        out of the IP's, the listener's and the broker's rates and is not counted."""
+        bound = self.ip_rate(address)
+        if bound is None:
+            return 0
+        limits = self.limits()
+        if len(self._ip_rate) >= self.MAX_IP_SENSORS and address not in self._ip_rate:
+            self._drop_idle_ip_sensors(now_ms, limits)
+        cached = self._ip_rate[address] = self._sensor(
+            self._ip_rate.get(address), f"ConnectionAcceptRate-{address}", bound, now_ms, limits)
+        sensor = cached[0]
+        try:
+            sensor.record(1.0, now_ms)
+            return 0
+        except QuotaViolationError as e:
+            delay = bounded_throttle_time(e, limits.quota_window_size_ms, now_ms)
+        sensor.record(-1.0, now_ms, check_quotas=False)
+        for rate in (self._listener_rate.get(listener), self._broker_rate):
+            if rate is not None:
+                rate[0].record(-1.0, now_ms, check_quotas=False)
+        self.ip_throttled_total[listener] = self.ip_throttled_total.get(listener, 0) + 1
+        tsensor = self.ip_throttle_time.get(listener)
+        if tsensor is None:
+            tsensor = self.ip_throttle_time[listener] = Sensor(
+                f"IpConnectionAcceptThrottleTime-{listener}", now_ms,
+                MetricConfig(samples=limits.quota_window_num, time_window_ms=limits.quota_window_size_ms))
+            tsensor.add("ip-connection-accept-throttle-time", Avg())
+        tsensor.record(float(delay), now_ms, check_quotas=False)
+        return delay
+
+    def _drop_idle_ip_sensors(self, now_ms: int, limits: QuotaLimits) -> None:
+        """Forget the per-IP sensors of addresses with no connection in the whole window."""
+        horizon = now_ms - limits.quota_window_num * limits.quota_window_size_ms
+        for address, (sensor, _) in list(self._ip_rate.items()):
+            if sensor.last_record_ms < horizon:
+                del self._ip_rate[address]
+
+    def ip_throttle_time_avg(self, listener: str, now_ms: int) -> float:
+        sensor = self.ip_throttle_time.get(listener)
+        if sensor is None:
+            return 0.0
+        value = sensor.metrics["ip-connection-accept-throttle-time"].value(now_ms)
+        return 0.0 if math.isnan(value) else value
 
     def accept_rate(self, listener: str | None, now_ms: int) -> float:
         """connection-accept-rate of a listener (None: the broker's), per second."""

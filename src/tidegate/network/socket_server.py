@@ -746,6 +746,13 @@ class SocketServer:
             self._unblocked(listener, conn)
             assert conn.ctx is not None
             address = conn.ctx.client_address
+            throttle_ms = quotas.record_ip_connection(listener, address, now)
+            if throttle_ms > 0:
+                # Kafka's ConnectionThrottledException: the acceptor closes the socket,
+                # unserved, once the throttle time has passed
+                log.debug("Delaying closing of connection from %s for %d ms", address, throttle_ms)
+                self.scheduler.call_at(now + throttle_ms, conn.close)
+                continue
             conn.counted = True
             if not quotas.inc(listener, address):
                 log.info("Rejected connection from %s, address already has the configured "

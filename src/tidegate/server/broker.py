@@ -90,6 +90,8 @@ class Broker:
         max_request = config.get("socket.request.max.bytes")
         pool = memory_pool.create_pool(config.queued_max_request_bytes, max_request)
         log.info("request memory pool: %r, queued.max.requests=%d", pool, config.get("queued.max.requests"))
+        connection_quotas = ConnectionQuotas(connection_limits(config))
+        connection_quotas.ip_rate = core.quotas.connection_rate_for_ip  # KIP-612 ip quotas
         self.socket_server = SocketServer(
             core.apis,
             pool,
@@ -100,7 +102,7 @@ class Broker:
             socket_send_buffer_bytes=config.get("socket.send.buffer.bytes"),
             sasl_max_receive_size=config.get("sasl.server.max.receive.size"),
             clock=self.clock,
-            quotas=ConnectionQuotas(connection_limits(config)),
+            quotas=connection_quotas,
             connections_max_idle_ms=config.get("connections.max.idle.ms"),
         )
         core.apis.channel = self.socket_server

@@ -20,6 +20,7 @@ this module puts the three managers together:
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import logging
 import math
@@ -35,6 +36,7 @@ from tidegate.server.quota.client_quota_manager import (
     DEFAULT,
     ClientQuotaManager,
     ClientQuotaManagerConfig,
+    EntityName,
     QuotaEntity,
     QuotaType,
 )
@@ -61,6 +63,14 @@ QUOTA_KEYS: dict[str, bool] = {
     QuotaType.FETCH.config_key: True,
     QuotaType.REQUEST.config_key: False,
 }
+#: the one quota key of an ip entity (KIP-612), an INT
+IP_CONNECTION_RATE = "connection_creation_rate"
+IP_QUOTA_KEYS: dict[str, bool] = {IP_CONNECTION_RATE: True}
+INT_MAX = 2**31 - 1
+
+
+#: an ip entity's name: an address, or DEFAULT
+IpName = EntityName
 
 
 class QuotaConfigError(ValueError):
@@ -73,9 +83,7 @@ def entity_from_components(components: Iterable[tuple[str, str | None]]) -> Quot
     seen: dict[str, str | None] = {}
     for entity_type, name in components:
         if entity_type in seen:
-            raise QuotaConfigError(
-                f"Invalid empty client quota entity, duplicate entity entry {entity_type}"
-            )
+            raise QuotaConfigError(f"Invalid client quota entity, duplicate entity entry {entity_type}")
         if entity_type not in (USER, CLIENT_ID, IP):
             raise QuotaConfigError(f"Unhandled client quota entity type: {entity_type}")
         if name is not None and name == "":
@@ -84,7 +92,7 @@ def entity_from_components(components: Iterable[tuple[str, str | None]]) -> Quot
     if not seen:
         raise QuotaConfigError("Invalid empty client quota entity")
     if IP in seen:
-        raise QuotaConfigError("ip quotas (connection_creation_rate) are not supported by tidegate")
+        raise QuotaConfigError("an ip entity is an IpEntity (ip_entity_from_components)")
 
     def level(t: str) -> Any:
         if t not in seen:
@@ -93,6 +101,35 @@ def entity_from_components(components: Iterable[tuple[str, str | None]]) -> Quot
         return DEFAULT if name is None else name
 
     return QuotaEntity(level(USER), level(CLIENT_ID))
+
+
+def ip_entity_from_components(components: Iterable[tuple[str, str | None]]) -> IpName | None:
+    """The IP of an ``ip`` entity (an address, or :data:`DEFAULT`), None when the entity
+    has no ip component; validated as Kafka's ClientQuotaControlManager does. Host names
+    are refused: Kafka resolves them, tidegate does no DNS lookup on its loop."""
+    items = list(components)
+    types = [t for t, _ in items]
+    if IP not in types:
+        return None
+    if len(set(types)) != len(types):
+        raise QuotaConfigError(f"Invalid client quota entity, duplicate entity entry {IP}")
+    if len(types) > 1:
+        raise QuotaConfigError("Invalid quota entity combination, IP entity should"
+                               "not be combined with User or ClientId")  # Kafka's (missing) space
+    (_, name), = items
+    if name is None:
+        return DEFAULT
+    if name == "":
+        raise QuotaConfigError(f"Empty {IP} not supported")
+    try:
+        return str(ipaddress.ip_address(name))
+    except ValueError:
+        raise QuotaConfigError(f"{name} is not a valid IP or resolvable host.") from None
+
+
+def _ip_name(ip: IpName) -> str | None:
+    """An ip entity's name on the wire and in the file (None: the default)."""
+    return ip if isinstance(ip, str) else None
 
 
 def entity_components(entity: QuotaEntity) -> list[tuple[str, str | None]]:
@@ -106,18 +143,19 @@ def entity_components(entity: QuotaEntity) -> list[tuple[str, str | None]]:
     return out
 
 
-def validate_quota_value(key: str, value: float) -> None:
-    """Kafka's validateQuotaKeyValue, plus tidegate's positive-bound check."""
-    if key not in QUOTA_KEYS:
+def validate_quota_value(key: str, value: float, keys: Mapping[str, bool] = QUOTA_KEYS) -> None:
+    """Kafka's validateQuotaKeyValue for the keys of an entity type (``keys``: user and
+    client-id quotas, or :data:`IP_QUOTA_KEYS`), with its messages."""
+    if key not in keys:
         raise QuotaConfigError(f"Invalid configuration key {key}")
-    if not math.isfinite(value) or value <= 0:
-        # Kafka accepts 0 and negative bounds and then throttles every request
-        # forever; tidegate refuses them (a quota bound must be a positive number).
-        raise QuotaConfigError(f"Configuration {key} must be a positive number, not {value}")
-    if QUOTA_KEYS[key]:
-        epsilon = 1e-6
-        if abs(float(int(value + epsilon)) - value) > epsilon:
-            raise QuotaConfigError(f"Configuration {key} must be a Long value")
+    if value <= 0:
+        raise QuotaConfigError(f"Quota {key} must be greater than 0")
+    if not math.isfinite(value):  # tidegate's: Kafka takes NaN/infinity for a DOUBLE
+        raise QuotaConfigError(f"Quota {key} must be a finite number")
+    if keys is IP_QUOTA_KEYS and value > INT_MAX:
+        raise QuotaConfigError(f"Proposed value for {key} is too large for an INT.")
+    if keys[key] and abs(value % 1.0) > 1e-6:
+        raise QuotaConfigError(f"{key} cannot be a fractional value.")
 
 
 class QuotaManagers:
@@ -142,6 +180,8 @@ class QuotaManagers:
         }
         #: entity -> {quota key: value}: what DescribeClientQuotas lists and the file holds
         self.entries: dict[QuotaEntity, dict[str, float]] = {}
+        #: KIP-612: IP (or DEFAULT) -> connection_creation_rate, read by the socket server
+        self.ip_rates: dict[IpName, int] = {}
         self.path = data_dir / QUOTAS_FILE if data_dir is not None else None
         #: whether any quota of any type is configured (the per-request fast path)
         self.enabled = False
@@ -155,6 +195,12 @@ class QuotaManagers:
         if data.get("version") != FORMAT_VERSION:
             raise ValueError(f"{self.path}: unknown format version {data.get('version')!r}")
         for item in data["quotas"]:
+            ip = ip_entity_from_components(item["entity"].items())
+            if ip is not None:
+                for key, value in item["values"].items():
+                    validate_quota_value(key, float(value), IP_QUOTA_KEYS)
+                    self.ip_rates[ip] = int(value)
+                continue
             entity = entity_from_components(item["entity"].items())
             for key, value in item["values"].items():
                 validate_quota_value(key, float(value))
@@ -182,6 +228,20 @@ class QuotaManagers:
         self._set(entity, key, value)
         self.save()
 
+    def connection_rate_for_ip(self, address: str) -> int | None:
+        """The ``connection_creation_rate`` of an address: its own, else the ip default,
+        else None (unlimited); Kafka's ``connectionRateForIp``."""
+        rates = self.ip_rates
+        if not rates:
+            return None
+        return rates.get(address, rates.get(DEFAULT))
+
+    def _set_ip(self, ip: IpName, value: float | None) -> None:
+        if value is None:
+            self.ip_rates.pop(ip, None)
+        else:
+            self.ip_rates[ip] = int(value)
+
     def save(self) -> None:
         if self.path is None:
             return
@@ -190,6 +250,9 @@ class QuotaManagers:
             "quotas": [
                 {"entity": dict(entity_components(entity)), "values": dict(values)}
                 for entity, values in self.entries.items()
+            ] + [
+                {"entity": {IP: _ip_name(ip)}, "values": {IP_CONNECTION_RATE: rate}}
+                for ip, rate in self.ip_rates.items()
             ],
         }
         write_atomically(self.path, json.dumps(data, indent=1, sort_keys=True).encode())
@@ -209,17 +272,19 @@ class QuotaManagers:
             }
             results.append(result)
             try:
-                entity = entity_from_components(components)
+                ip = ip_entity_from_components(components)
+                entity = entity_from_components(components) if ip is None else None
+                keys = QUOTA_KEYS if ip is None else IP_QUOTA_KEYS
                 ops: dict[str, float | None] = {}
                 for op in entry.ops:
                     if op.key in ops:
                         raise QuotaConfigError(f"Duplicate quota key {op.key} in one entity")
                     if op.remove:
-                        if op.key not in QUOTA_KEYS:
+                        if op.key not in keys:
                             raise QuotaConfigError(f"Invalid configuration key {op.key}")
                         ops[op.key] = None
                     else:
-                        validate_quota_value(op.key, float(op.value))
+                        validate_quota_value(op.key, float(op.value), keys)
                         ops[op.key] = float(op.value)
             except QuotaConfigError as exc:
                 result["error_code"] = ErrorCode.invalid_request
@@ -228,9 +293,14 @@ class QuotaManagers:
             if validate_only:
                 continue
             for key, value in ops.items():
-                self._set(entity, key, value)
+                if ip is not None:
+                    self._set_ip(ip, value)
+                else:
+                    assert entity is not None
+                    self._set(entity, key, value)
                 changed = True
-            log.info("client quotas of %s altered: %s", entity, ops)
+            what = entity if ip is None else f"ip {_ip_name(ip) or '<default>'}"
+            log.info("client quotas of %s altered: %s", what, ops)
         if changed:
             self.save()
         return results
@@ -258,9 +328,14 @@ class QuotaManagers:
             raise QuotaConfigError("Invalid entity filter component combination, IP filter "
                                    "component should not be used with user or clientId filter "
                                    "component.")
+        described: list[tuple[dict[str, str | None], dict[str, float]]] = [
+            (dict(entity_components(entity)), values) for entity, values in self.entries.items()
+        ] + [
+            ({IP: _ip_name(ip)}, {IP_CONNECTION_RATE: float(rate)})
+            for ip, rate in self.ip_rates.items()
+        ]
         out = []
-        for entity, values in self.entries.items():
-            names = dict(entity_components(entity))
+        for names, values in described:
             if strict and set(names) != set(filters):
                 continue
             if not all(self._matches(names, t, m) for t, m in filters.items()):
