@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import contextlib
 import time
+from typing import Any
 
 import pytest
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+from kio.schema.errors import ErrorCode
 
 from tests.conftest import metrics_overrides, wait_until
 from tests.integration.clients import (
@@ -122,14 +124,32 @@ def test_listener_limit_applies_to_its_listener_only(broker_factory, tmp_path):
     overrides["listener.name.plaintext.max.connections"] = "1"
     broker = broker_factory(overrides)
     plain = broker.listener("PLAINTEXT")
+
+    def set_limit(rc: RawClient, broker_id: str, limit: str) -> Any:
+        resource = {"resource_type": 4, "resource_name": broker_id, "configs": [
+            {"name": "listener.name.plaintext.max.connections", "config_operation": 0, "value": limit}]}
+        body = {"resources": [resource], "validate_only": False}
+        return rc.request(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, body).responses[0]
+
     with contextlib.ExitStack() as stack:
-        open_served(plain, "127.0.0.1", stack)
+        first = open_served(plain, "127.0.0.1", stack)  # the listener's one connection
+        # the listener's limit is per broker, not a cluster-wide default (Kafka's rule)
+        refused = set_limit(first, "", "3")
+        assert refused.error_code == ErrorCode.invalid_request
+        assert "broker id must be specified" in refused.error_message
         waiting = stack.enter_context(RawClient.connect(plain, source="127.0.0.2", timeout=1))
         waiting.send(ApiKey.API_VERSIONS, 3, VERSIONS)
         with pytest.raises(TimeoutError):
             waiting.recv_frame()
         for _ in range(3):  # the SASL listener is not limited
             open_served(broker.listener("SASL_PLAINTEXT"), "127.0.0.1", stack)
+        # raised at run time for this broker, the held connection is admitted at once
+        assert set_limit(first, "1", "3").error_code == ErrorCode.none
+        waiting.sock.settimeout(10)
+        assert len(waiting.recv_frame()) > 0
+        open_served(plain, "127.0.0.3", stack)  # the third of three
+        third = stack.enter_context(RawClient.connect(plain, source="127.0.0.4", timeout=1))
+        assert not served(third)
 
 
 def test_creation_rate_delays_accepts(broker_factory):

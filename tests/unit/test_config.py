@@ -832,3 +832,35 @@ def test_kafka_defaults_of_the_accepted_kraft_keys():
 )  # fmt: skip
 def test_kraft_keys_are_validated(props, message):
     assert message in error_of(props)
+
+
+def test_per_listener_connection_limits_change_per_broker_at_run_time():
+    """Kafka's ListenerConnectionQuota reconfigurables: listener.name.<l>.max.connections
+    and .max.connection.creation.rate in the per-broker dynamic layer win over the static
+    value, go when removed, and are refused as a cluster-wide default."""
+    c = cfg(listeners="PLAINTEXT://:9092,INTERNAL://:9093",
+            listener_security_protocol_map="PLAINTEXT:PLAINTEXT,INTERNAL:PLAINTEXT",
+            **{"listener.name.internal.max.connections": "10"})  # fmt: skip
+    seen: list[int] = []
+    c.reconfigurables.append(lambda: seen.append(c.listener_override("INTERNAL", "max.connections")))
+    assert c.listener_override("INTERNAL", "max.connections") == 10
+    layer = {"listener.name.internal.max.connections": "20",
+             "listener.name.PLAINTEXT.max.connection.creation.rate": "5"}  # fmt: skip
+    c.validate_dynamic(layer, per_broker=True)
+    c.set_dynamic(layer, per_broker=True)
+    assert c.listener_override("INTERNAL", "max.connections") == 20
+    assert c.listener_override("plaintext", "max.connection.creation.rate") == 5
+    c.set_dynamic({}, per_broker=True)
+    assert c.listener_override("INTERNAL", "max.connections") == 10 and seen == [20, 10]
+    for props, per_broker, message in [
+        (layer, False, ("Cannot update these configs at default cluster level, broker id must be "
+                       "specified: Set(listener.name.internal.max.connections, "
+                       "listener.name.PLAINTEXT.max.connection.creation.rate)")),
+        ({"listener.name.other.max.connections": "1"}, True, "Listener OTHER is not defined in listeners"),
+        ({"listener.name.internal.max.connections": "-1"}, True,
+         "Invalid value -1 for configuration listener.name.internal.max.connections"),
+        ({"listener.name.internal.ssl.keystore.location": "/k.pem"}, True, "Cannot update these configs dynamically"),
+    ]:  # fmt: skip
+        with pytest.raises(ConfigError) as info:
+            c.validate_dynamic(props, per_broker)
+        assert message in str(info.value)

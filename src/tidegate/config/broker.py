@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import socket
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
 from types import MappingProxyType
@@ -38,6 +38,7 @@ from tidegate.config.definitions import (
     Scope,
     UpdateMode,
     convert_to_string,
+    parse_type,
     resolve,
     split_list,
 )
@@ -97,12 +98,25 @@ def scala_set(names: Sequence[str]) -> str:
     return f"Set({', '.join(names)})"
 
 
+#: the ``listener.name.<l>.`` keys a per-broker dynamic config may change (Kafka's
+#: ListenerConnectionQuota reconfigurables; the TLS and SASL ones stay static here)
+DYNAMIC_LISTENER_KEYS = ("max.connections", "max.connection.creation.rate")
+
+
+def dynamic_listener_key(name: str) -> tuple[str, str] | None:
+    """(LISTENER, key) of a dynamically changeable ``listener.name.<l>.<key>``, else None."""
+    match = LISTENER_PREFIX_RE.fullmatch(name)
+    if match is None or match["key"] not in DYNAMIC_LISTENER_KEYS:
+        return None
+    return match["listener"].upper(), match["key"]
+
+
 def is_dynamic(name: str) -> bool:
     """Whether IncrementalAlterConfigs/AlterConfigs may change the broker key ``name``
     (a key no table line defines counts as dynamic: Kafka stores such custom keys)."""
     key = BROKER_CONFIG.get(name)
     if key is None:
-        return not LISTENER_PREFIX_RE.fullmatch(name)
+        return not LISTENER_PREFIX_RE.fullmatch(name) or dynamic_listener_key(name) is not None
     return key.update_mode is not UpdateMode.READ_ONLY
 
 
@@ -151,6 +165,11 @@ class BrokerConfig:
         #: the dynamic layers (raw strings as set): cluster default and this broker's
         self._dynamic_default: dict[str, str] = {}
         self._dynamic_broker: dict[str, str] = {}
+        #: the per-broker layer's listener.name.<l>.max.connections/.max.connection.creation.rate
+        self._dynamic_listener: dict[str, dict[str, Any]] = {}
+        #: called after every dynamic change (Kafka's Reconfigurables), e.g. the socket
+        #: server re-trying connections held for a limit that may have been raised
+        self.reconfigurables: list[Callable[[], None]] = []
         self._protocol_map = MappingProxyType(
             parse_protocol_map(
                 "listener.security.protocol.map", values["listener.security.protocol.map"]
@@ -210,7 +229,11 @@ class BrokerConfig:
         return self.get(name)
 
     def listener_override(self, listener: str, name: str) -> Any:
-        """A key's ``listener.name.<listener>.`` override, None if the listener has none."""
+        """A key's ``listener.name.<listener>.`` override, None if the listener has none: a
+        per-broker dynamic one (the connection limits) wins over the static one."""
+        dynamic = self._dynamic_listener.get(listener.upper(), {})
+        if name in dynamic:
+            return dynamic[name]
         return self._listener_overrides.get(listener.upper(), {}).get(name)
 
     def _validate_security(self) -> None:
@@ -314,9 +337,17 @@ class BrokerConfig:
                 f"the listener prefix: {scala_set(security)}",
                 name=security[0],
             )
+        per_listener = [n for n in props if dynamic_listener_key(n) is not None]
+        if per_listener and not per_broker:
+            raise ConfigError(
+                "Cannot update these configs at default cluster level, broker id must be "
+                f"specified: {scala_set(per_listener)}",
+                name=per_listener[0],
+            )
         for name, raw in props.items():
             if name in BROKER_CONFIG:
                 BROKER_CONFIG.parse_value(name, raw)
+        self._dynamic_listener_overrides(props)  # each listener named, each value valid
         layers = (props, self._dynamic_broker) if not per_broker else (self._dynamic_default, props)
         combined = self._layered(*layers)
         self._check_dynamic_combination(combined)
@@ -356,15 +387,37 @@ class BrokerConfig:
                     values[name] = BROKER_CONFIG.parse_value(name, raw)
         return values
 
+    def _dynamic_listener_overrides(self, props: Mapping[str, str]) -> dict[str, dict[str, Any]]:
+        """{LISTENER: {key: value}} of a dynamic layer's per-listener connection limits."""
+        out: dict[str, dict[str, Any]] = {}
+        names = {lst.name.upper() for lst in self._listeners}
+        for name, raw in props.items():
+            found = dynamic_listener_key(name)
+            if found is None:
+                continue
+            listener, key = found
+            if listener not in names:
+                raise ConfigError.invalid(name, raw, f"Listener {listener} is not defined in listeners")
+            definition = BROKER_CONFIG.get(key)
+            assert definition is not None
+            value = parse_type(name, raw, definition.type)
+            if definition.validator is not None:
+                definition.validator(name, value)
+            out.setdefault(listener, {})[key] = value
+        return out
+
     def set_dynamic(self, props: Mapping[str, str], per_broker: bool) -> None:
         """Replace one dynamic layer (validated with :meth:`validate_dynamic`) and
         recompute every effective value and the topics' defaults."""
         if per_broker:
             self._dynamic_broker = dict(props)
+            self._dynamic_listener = self._dynamic_listener_overrides(props)
         else:
             self._dynamic_default = dict(props)
         self._values = MappingProxyType(self._layered(self._dynamic_default, self._dynamic_broker))
         self._log_config = topic_log_config(self, {})
+        for reconfigure in self.reconfigurables:
+            reconfigure()
 
     def load_dynamic(self, default: Mapping[str, str], broker: Mapping[str, str]) -> list[str]:
         """Install persisted dynamic configs at start-up. As Kafka's

@@ -323,17 +323,13 @@ def connection_limits(config: BrokerConfig) -> Callable[[], QuotaLimits]:
             config.get("max.connection.creation.rate"),
             config.get("quota.window.num"),
             config.get("quota.window.size.seconds"),
-        )
+            # listener.name.<l>.: static, or a per-broker dynamic config
+            tuple((name, config.listener_override(name, "max.connections"),
+                   config.listener_override(name, "max.connection.creation.rate")) for name in names),
+        )  # fmt: skip
         if cache[0] != key:
-            listener_max = {}
-            listener_rate = {}
-            for name in names:
-                n = config.listener_override(name, "max.connections")
-                if n is not None:
-                    listener_max[name] = int(n)
-                r = config.listener_override(name, "max.connection.creation.rate")
-                if r is not None:
-                    listener_rate[name] = int(r)
+            listener_max = {name: int(n) for name, n, _ in key[6] if n is not None}
+            listener_rate = {name: int(r) for name, _, r in key[6] if r is not None}
             cache[0] = key
             cache[1] = QuotaLimits(
                 max_connections=key[0],

@@ -762,6 +762,12 @@ class SocketServer:
             conn._sync_reading()
             conn.admitted()
 
+    def limits_changed(self) -> None:
+        """A dynamic config changed: connections held for a limit that may have been
+        raised are tried again (Kafka's ConnectionQuotas notifyAll on reconfiguration)."""
+        for listener in list(self.pending):
+            self._admit(listener)
+
     def _unblocked(self, listener: str, conn: KafkaConnection) -> None:
         """The head of the queue left it: the time it blocked the listener's admissions
         counts in Kafka's AcceptorBlockedPercent."""

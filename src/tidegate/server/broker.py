@@ -11,6 +11,7 @@ flushed and closed, and the process exits 0.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fcntl
 import gc
 import logging
@@ -106,6 +107,7 @@ class Broker:
             connections_max_idle_ms=config.get("connections.max.idle.ms"),
         )
         core.apis.channel = self.socket_server
+        config.reconfigurables.append(self.socket_server.limits_changed)
         if self.owns_process:
             core.on_warmed_up = _freeze_start_up_objects
         core.start()
@@ -162,6 +164,8 @@ class Broker:
             await self.metrics_server.close()
         if self.socket_server is not None:
             self.socket_server.stop_reading()
+            with contextlib.suppress(ValueError):
+                self.config.reconfigurables.remove(self.socket_server.limits_changed)
         if self.core is not None:
             self.core.stop_serving()
         if self.socket_server is not None:
