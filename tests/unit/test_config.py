@@ -850,6 +850,10 @@ def test_per_listener_connection_limits_change_per_broker_at_run_time():
     c.set_dynamic(layer, per_broker=True)
     assert c.listener_override("INTERNAL", "max.connections") == 20
     assert c.listener_override("plaintext", "max.connection.creation.rate") == 5
+    # described as Kafka types it: as its base key, with its value, not sensitive
+    entry = {e.name: e for e in c.describe()}["listener.name.internal.max.connections"]
+    assert entry[:6] == ("listener.name.internal.max.connections", "20", ConfigSource.DYNAMIC_BROKER_CONFIG,
+                         False, False, ConfigType.INT)  # fmt: skip
     c.set_dynamic({}, per_broker=True)
     assert c.listener_override("INTERNAL", "max.connections") == 10 and seen == [20, 10]
     for props, per_broker, message in [

@@ -32,6 +32,7 @@ from tidegate.config.definitions import (
     ConfigDef,
     ConfigEntry,
     ConfigError,
+    ConfigKey,
     ConfigSource,
     ConfigSynonym,
     ConfigType,
@@ -109,6 +110,13 @@ def dynamic_listener_key(name: str) -> tuple[str, str] | None:
     if match is None or match["key"] not in DYNAMIC_LISTENER_KEYS:
         return None
     return match["listener"].upper(), match["key"]
+
+
+def _typed_key(name: str) -> ConfigKey | None:
+    """The definition of a broker key; for a per-listener connection limit, its base
+    key's (Kafka types ``listener.name.<l>.<key>`` as ``<key>``); None if unknown."""
+    found = dynamic_listener_key(name)
+    return BROKER_CONFIG.get(found[1] if found is not None else name)
 
 
 def is_dynamic(name: str) -> bool:
@@ -492,12 +500,13 @@ class BrokerConfig:
         every name of the setting (:data:`BROKER_SYNONYMS`) set per broker, then as the
         cluster default, then statically, then their non-null defaults; those before the
         first named ``name`` are dropped. Values are null for sensitive keys."""
-        key = BROKER_CONFIG.get(name)
+        key = _typed_key(name)
         hidden = key is None or key.sensitive  # Kafka hides keys of no known type
         names = BROKER_SYNONYMS.get(name, (name,))
-        static = {
-            n: convert_to_string(self._static_values[n]) for n in names if n in self._originals
-        }
+        static = {  # a listener override is not a typed value: as given
+            n: convert_to_string(self._static_values[n]) if n in self._static_values else str(self._originals[n])
+            for n in names if n in self._originals
+        }  # fmt: skip
         defaults = {}
         for n in names:
             default = BROKER_CONFIG[n].default_string if n in BROKER_CONFIG else None
@@ -536,7 +545,7 @@ class BrokerConfig:
             names = list(self._dynamic_default)
         entries = []
         for name in names:
-            key = BROKER_CONFIG.get(name)
+            key = _typed_key(name)
             synonyms = self.config_synonyms(name)
             if not per_broker:
                 synonyms = [
@@ -544,6 +553,8 @@ class BrokerConfig:
                 ]
             if key is None:
                 value = None
+            elif name not in BROKER_CONFIG:  # a per-listener limit: its layer's value
+                value = self._dynamic_broker.get(name)
             elif not per_broker:
                 value = None if key.sensitive else self._dynamic_default[name]
             else:
