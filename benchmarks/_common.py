@@ -84,6 +84,15 @@ def default_tidegate_python() -> str:
     return str(venv) if venv.exists() else sys.executable
 
 
+
+#: Settings every throughput benchmark gives its confluent-kafka consumers. librdkafka
+#: postpones a partition's next Fetch by ``fetch.queue.backoff.ms`` (1000 ms by default)
+#: once its local queue holds ``queued.min.messages`` / ``queued.max.messages.kbytes``:
+#: a broker fast enough to fill the queue then lost about 1 s per case (produce_fetch
+#: read 200 MB at 160 MB/s instead of 750 in half of its runs, with any tidegate
+#: version). The benchmarks measure the broker, so the backoff is 10 ms.
+CONSUMER_THROUGHPUT_CONFIG: dict[str, object] = {"fetch.queue.backoff.ms": 10}
+
 class SpawnedTidegate:
     """``python -m tidegate serve`` on a free loopback port with a throw-away log dir.
 

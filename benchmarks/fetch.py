@@ -177,7 +177,8 @@ def client_check(bootstrap: str, topic: str, partitions: int, record: int, per_p
 
     want = per_partition * partitions
     start = time.perf_counter()
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "fetch-bench", "enable.auto.commit": False,
+    c = Consumer({**_common.CONSUMER_THROUGHPUT_CONFIG,
+                  "bootstrap.servers": bootstrap, "group.id": "fetch-bench", "enable.auto.commit": False,
                   "log_level": 0, "fetch.max.bytes": 64 * 1024 * 1024,
                   "max.partition.fetch.bytes": PARTITION_MAX_BYTES})
     try:

@@ -36,7 +36,8 @@ def read_all(bootstrap: str, topic: str, partitions: int, records: int) -> float
     done = []
 
     def one(part: int) -> None:
-        c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g{part}", "enable.auto.commit": False,
+        c = Consumer({**_common.CONSUMER_THROUGHPUT_CONFIG,
+                      "bootstrap.servers": bootstrap, "group.id": f"g{part}", "enable.auto.commit": False,
                       "log_level": 0})
         c.assign([TopicPartition(topic, part, 0)])
         n = 0

@@ -540,6 +540,7 @@ def run_case(target: Target, res: CaseResult, args, payloads: list[bytes], log) 
 
     # ---- fetch
     cconf = {
+        **_common.CONSUMER_THROUGHPUT_CONFIG,
         "bootstrap.servers": target.bootstrap,
         "group.id": f"{topic}-reader",  # required by the client; assign() never joins it
         "enable.auto.commit": False,

@@ -32,7 +32,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import REPO_ROOT, SpawnedPeer, SpawnedTidegate, format_table, git_describe
+from _common import (
+    CONSUMER_THROUGHPUT_CONFIG,
+    REPO_ROOT,
+    SpawnedPeer,
+    SpawnedTidegate,
+    format_table,
+    git_describe,
+)
 
 
 def produce(bootstrap: str, topic: str, partitions: int, n: int, size: int, codec: str) -> int:
@@ -84,6 +91,7 @@ def read_confluent(bootstrap: str, topic: str, partitions: int, n: int) -> tuple
 
     c = Consumer(
         {
+            **CONSUMER_THROUGHPUT_CONFIG,
             "bootstrap.servers": bootstrap,
             "group.id": "spark-read-bench",
             "enable.auto.commit": False,

@@ -37,7 +37,14 @@ import sys
 import time
 import uuid
 
-from _common import CpuMeter, add_target_arguments, format_table, git_describe, open_target
+from _common import (
+    CONSUMER_THROUGHPUT_CONFIG,
+    CpuMeter,
+    add_target_arguments,
+    format_table,
+    git_describe,
+    open_target,
+)
 
 PRODUCE_CASES = ("idempotent", "txn-100ms", "txn-1000")
 FETCH_CASES = ("read_uncommitted", "read_committed")
@@ -124,7 +131,8 @@ def fetch_case(bootstrap: str, pid: int | None, case: str, topic: str, records: 
                partitions: int) -> dict:  # fmt: skip
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"txbench-{uuid.uuid4().hex[:6]}",
+    c = Consumer({**CONSUMER_THROUGHPUT_CONFIG,
+                  "bootstrap.servers": bootstrap, "group.id": f"txbench-{uuid.uuid4().hex[:6]}",
                   "enable.auto.commit": False, "isolation.level": case, "fetch.max.bytes": 52428800,
                   "log_level": 0})  # fmt: skip
     c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
