@@ -862,7 +862,7 @@ def test_per_listener_connection_limits_change_per_broker_at_run_time():
                        "listener.name.PLAINTEXT.max.connection.creation.rate)")),
         ({"listener.name.other.max.connections": "1"}, True, "Listener OTHER is not defined in listeners"),
         ({"listener.name.internal.max.connections": "-1"}, True,
-         "Invalid value -1 for configuration listener.name.internal.max.connections"),
+         "Invalid value -1 for configuration max.connections"),
         ({"listener.name.internal.ssl.keystore.location": "/k.pem"}, True, "Cannot update these configs dynamically"),
     ]:  # fmt: skip
         with pytest.raises(ConfigError) as info:

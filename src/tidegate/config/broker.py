@@ -39,7 +39,6 @@ from tidegate.config.definitions import (
     Scope,
     UpdateMode,
     convert_to_string,
-    parse_type,
     resolve,
     split_list,
 )
@@ -396,23 +395,12 @@ class BrokerConfig:
         return values
 
     def _dynamic_listener_overrides(self, props: Mapping[str, str]) -> dict[str, dict[str, Any]]:
-        """{LISTENER: {key: value}} of a dynamic layer's per-listener connection limits."""
-        out: dict[str, dict[str, Any]] = {}
-        names = {lst.name.upper() for lst in self._listeners}
-        for name, raw in props.items():
-            found = dynamic_listener_key(name)
-            if found is None:
-                continue
-            listener, key = found
-            if listener not in names:
-                raise ConfigError.invalid(name, raw, f"Listener {listener} is not defined in listeners")
-            definition = BROKER_CONFIG.get(key)
-            assert definition is not None
-            value = parse_type(name, raw, definition.type)
-            if definition.validator is not None:
-                definition.validator(name, value)
-            out.setdefault(listener, {})[key] = value
-        return out
+        """{LISTENER: {key: value}} of a dynamic layer's per-listener connection limits,
+        parsed as the static ``listener.name.<l>.`` keys are."""
+        return parse_listener_overrides(
+            {n: v for n, v in props.items() if dynamic_listener_key(n) is not None},
+            (lst.name for lst in self._listeners), BROKER_CONFIG.parse_value,
+        )  # fmt: skip
 
     def set_dynamic(self, props: Mapping[str, str], per_broker: bool) -> None:
         """Replace one dynamic layer (validated with :meth:`validate_dynamic`) and

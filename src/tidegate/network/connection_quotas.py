@@ -122,7 +122,7 @@ class ConnectionQuotas:
         #: KIP-612's per-IP ``connection_creation_rate`` client quota of an address (None:
         #: unlimited); the broker points it at its client quota configuration
         self.ip_rate: Callable[[str], int | None] = lambda _address: None
-        self._ip_rate: dict[str, tuple[Sensor, int]] = {}
+        self._ip_rate_sensors: dict[str, tuple[Sensor, int]] = {}
         #: ip-connection-accept-throttle-time per listener; closes for an IP's rate
         self.ip_throttle_time: dict[str, Sensor] = {}
         self.ip_throttled_total: dict[str, int] = {}
@@ -187,10 +187,10 @@ class ConnectionQuotas:
         if bound is None:
             return 0
         limits = self.limits()
-        if len(self._ip_rate) >= self.MAX_IP_SENSORS and address not in self._ip_rate:
+        if len(self._ip_rate_sensors) >= self.MAX_IP_SENSORS and address not in self._ip_rate_sensors:
             self._drop_idle_ip_sensors(now_ms, limits)
-        cached = self._ip_rate[address] = self._sensor(
-            self._ip_rate.get(address), f"ConnectionAcceptRate-{address}", bound, now_ms, limits)
+        cached = self._ip_rate_sensors[address] = self._sensor(
+            self._ip_rate_sensors.get(address), f"ConnectionAcceptRate-{address}", bound, now_ms, limits)
         sensor = cached[0]
         try:
             sensor.record(1.0, now_ms)
@@ -214,9 +214,9 @@ class ConnectionQuotas:
     def _drop_idle_ip_sensors(self, now_ms: int, limits: QuotaLimits) -> None:
         """Forget the per-IP sensors of addresses with no connection in the whole window."""
         horizon = now_ms - limits.quota_window_num * limits.quota_window_size_ms
-        for address, (sensor, _) in list(self._ip_rate.items()):
+        for address, (sensor, _) in list(self._ip_rate_sensors.items()):
             if sensor.last_record_ms < horizon:
-                del self._ip_rate[address]
+                del self._ip_rate_sensors[address]
 
     def ip_throttle_time_avg(self, listener: str, now_ms: int) -> float:
         sensor = self.ip_throttle_time.get(listener)

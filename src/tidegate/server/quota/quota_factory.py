@@ -199,7 +199,7 @@ class QuotaManagers:
             if ip is not None:
                 for key, value in item["values"].items():
                     validate_quota_value(key, float(value), IP_QUOTA_KEYS)
-                    self.ip_rates[ip] = int(value)
+                    self._set_ip(ip, float(value))
                 continue
             entity = entity_from_components(item["entity"].items())
             for key, value in item["values"].items():
