@@ -19,7 +19,7 @@ from typing import Any
 from kio.serial import entity_reader, entity_writer
 
 from tidegate.protocol.codec import build, request_class, response_class
-from tidegate.protocol.varint import read_uvarint
+from tidegate.utils.byte_utils import read_uvarint
 
 __all__ = [
     "decode_response",

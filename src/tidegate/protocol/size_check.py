@@ -21,7 +21,7 @@ from collections.abc import Callable
 from functools import cache
 from typing import Any
 
-from tidegate.protocol.varint import read_uvarint
+from tidegate.utils.byte_utils import read_uvarint
 
 __all__ = ["CollectionSizeError", "check_sizes"]
 
