@@ -143,12 +143,7 @@ class CurrentAssignmentBuilder:
                 merged[topic_id] = merged.get(topic_id, _NONE) | assigned[topic_id]
             pending = merged
         if pending and self._owns_revoked_partitions(pending):
-            return member.update_member_epoch(
-                member_epoch,
-                state=MemberState.UNREVOKED_PARTITIONS,
-                assigned_partitions=new_assigned,
-                partitions_pending_revocation=pending,
-            )
+            return self._revoking(member_epoch, new_assigned, pending)
         # Already revoked: keep the state, shrink the assignment.
         return member.update_member_epoch(member_epoch, assigned_partitions=new_assigned)
 
@@ -186,12 +181,7 @@ class CurrentAssignmentBuilder:
                 to_add[topic_id] = add
 
         if to_revoke and self._owns_revoked_partitions(to_revoke):
-            return member.update_member_epoch(
-                member_epoch,
-                state=MemberState.UNREVOKED_PARTITIONS,
-                assigned_partitions=new_assigned,
-                partitions_pending_revocation=to_revoke,
-            )
+            return self._revoking(member_epoch, new_assigned, to_revoke)
         if to_add:
             for topic_id, partitions in to_add.items():
                 new_assigned[topic_id] = new_assigned.get(topic_id, _NONE) | partitions
@@ -205,4 +195,16 @@ class CurrentAssignmentBuilder:
             state=state,
             assigned_partitions=new_assigned,
             partitions_pending_revocation=EMPTY_ASSIGNMENT,
+        )
+
+    def _revoking(
+        self, member_epoch: int, assigned: Assignment, pending: Assignment
+    ) -> ConsumerGroupMember:
+        """UNREVOKED_PARTITIONS at ``member_epoch``: the member keeps ``assigned`` and must
+        give up ``pending`` before it moves on."""
+        return self.member.update_member_epoch(
+            member_epoch,
+            state=MemberState.UNREVOKED_PARTITIONS,
+            assigned_partitions=assigned,
+            partitions_pending_revocation=pending,
         )
