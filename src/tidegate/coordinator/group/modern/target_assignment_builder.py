@@ -31,7 +31,10 @@ from tidegate.coordinator.group.assignor.api import (
 from tidegate.coordinator.group.modern.consumer.resolved_regular_expression import (
     ResolvedRegularExpression,
 )
-from tidegate.coordinator.group.modern.subscription import subscribed_topic_names
+from tidegate.coordinator.group.modern.subscription import (
+    SubscribedMember,
+    subscribed_topic_names,
+)
 from tidegate.coordinator.group.modern.topics import (
     MetadataImage,
     SubscribedTopicDescriberImpl,
@@ -39,7 +42,7 @@ from tidegate.coordinator.group.modern.topics import (
 )
 
 
-class ModernGroupMember(Protocol):
+class ModernGroupMember(SubscribedMember, Protocol):
     """What the builder reads of a member (a consumer or a share group member)."""
 
     @property
@@ -47,12 +50,6 @@ class ModernGroupMember(Protocol):
 
     @property
     def rack_id(self) -> str | None: ...
-
-    @property
-    def subscribed_topic_names(self) -> frozenset[str]: ...
-
-    @property
-    def subscribed_topic_regex(self) -> str | None: ...
 
 
 @dataclass(frozen=True, slots=True)
