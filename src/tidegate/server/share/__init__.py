@@ -1,0 +1,78 @@
+"""Share groups (KIP-932) on the broker: Kafka's ``kafka.server.share`` and
+``org.apache.kafka.server.share``, sans-IO.
+
+* :mod:`.share_partition` -- :class:`SharePartition`: one (group, topic id, partition)'s
+  in-flight records, acquisition locks on the timing wheel, acknowledgements, the start
+  offset, the load of persisted state.
+* :mod:`.in_flight` -- the in-flight batches and per-offset state it keeps.
+* :mod:`.persister` -- what is persisted (:class:`PersisterWrite`), the :class:`Persister`
+  protocol and an in-memory implementation.
+* :mod:`.session` -- share sessions (:class:`ShareSessionCache`).
+* :mod:`.acknowledgements` -- acknowledge types, batches and their validation.
+"""
+
+from .acknowledgements import (
+    AcknowledgeType,
+    ShareAcknowledgementBatch,
+    validate_acknowledgement_batches,
+)
+from .in_flight import EMPTY_MEMBER_ID, InFlightBatch, RecordState
+from .persister import (
+    InMemoryPersister,
+    Persister,
+    PersisterReadResult,
+    PersisterStateBatch,
+    PersisterWrite,
+    SharePartitionKey,
+)
+from .session import (
+    ShareFetchContext,
+    ShareSession,
+    ShareSessionCache,
+    ShareSessionKey,
+    acknowledge_session_update,
+    new_context,
+    release_session,
+)
+from .share_partition import (
+    AcquiredRecords,
+    FetchedBatch,
+    ShareAcquiredRecords,
+    ShareAcquireMode,
+    ShareAutoOffsetReset,
+    ShareFetchRead,
+    SharePartition,
+    SharePartitionState,
+    ShareResult,
+)
+
+__all__ = [
+    "EMPTY_MEMBER_ID",
+    "AcknowledgeType",
+    "AcquiredRecords",
+    "FetchedBatch",
+    "InFlightBatch",
+    "InMemoryPersister",
+    "Persister",
+    "PersisterReadResult",
+    "PersisterStateBatch",
+    "PersisterWrite",
+    "RecordState",
+    "ShareAcknowledgementBatch",
+    "ShareAcquireMode",
+    "ShareAcquiredRecords",
+    "ShareAutoOffsetReset",
+    "ShareFetchContext",
+    "ShareFetchRead",
+    "SharePartition",
+    "SharePartitionKey",
+    "SharePartitionState",
+    "ShareResult",
+    "ShareSession",
+    "ShareSessionCache",
+    "ShareSessionKey",
+    "acknowledge_session_update",
+    "new_context",
+    "release_session",
+    "validate_acknowledgement_batches",
+]
