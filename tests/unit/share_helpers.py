@@ -59,7 +59,7 @@ class Env:
     ) -> SharePartition:
         """A share-partition; ``active`` ones start at offset 0 with an initialized
         persisted state (Kafka's tests' ``withState(ACTIVE)``)."""
-        if active and KEY not in self.persister.keys():
+        if active and self.persister.state(KEY) is None:
             self.persister.initialize(KEY, 0, 0, lambda _e: None)
         return SharePartition(
             GROUP_ID, TOPIC_ID, 0,
@@ -146,10 +146,6 @@ def release(sp: SharePartition, member: str = MEMBER_ID) -> ShareResult | None:
 
 def ranges(*triples: tuple[int, int, int]) -> list[AcquiredRecords]:
     return [AcquiredRecords(*t) for t in triples]
-
-
-def one_by_one(first: int, last: int, count: int) -> list[AcquiredRecords]:
-    return [AcquiredRecords(o, o, count) for o in range(first, last + 1)]
 
 
 def offset_states(sp: SharePartition, first: int) -> dict[int, tuple[str, int, str]]:

@@ -22,7 +22,6 @@ from tests.unit.share_helpers import (
     error,
     initialize,
     offset_states,
-    one_by_one,
     ranges,
     read,
     records,

@@ -562,10 +562,13 @@ class SharePartition:
         self._archive_stale_batches(fetch_offset, base)
         cache = self._cache
         i = cache.floor(base)
-        if i < 0:
+        if i >= 0 and cache.batches[i].last >= base:
+            base = cache.firsts[i]  # work on the cached batch's boundaries
+        else:
+            # Kafka moves a base below the SPSO up to it only when nothing is cached
+            # before it; also when the cached batches before it end earlier, so a record
+            # below the SPSO (gone with the log start) is never handed out
             base = max(base, self.start_offset)
-        elif cache.batches[i].last >= base:
-            base = cache.firsts[i]
         lo, hi = cache.span(min(first_base, base), last_to_acquire)
         if lo == hi:
             acquired = self._acquire_new(member_id, batches, record_limit, base, last_to_acquire,
@@ -695,6 +698,8 @@ class SharePartition:
             return [AcquiredRecords(current, target, 1)]
         out = []
         for lo, hi in ranges:
+            if hi == lo:
+                hi = lo  # one int object for both ends of a one-record batch (32 bytes)
             batch = InFlightBatch(self, lo, hi, ACQUIRED, 1, member_id)
             self._lock(batch)
             self._cache.insert(batch)
