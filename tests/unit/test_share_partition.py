@@ -485,27 +485,18 @@ def test_acknowledge_when_offset_not_acquired(env):
     assert error(ack(sp, (6, 8, REJECT))) is IRS
 
 
-def test_acknowledge_rollback_with_full_batch_error(env):
-    """42. SPT testAcknowledgeRollbackWithFullBatchError: one bad batch rolls back all."""
+@pytest.mark.parametrize("last_ack", [(15, 19, ACCEPT), (16, 19, ACCEPT)], ids=["full_batch", "subset"])
+def test_acknowledge_rollback(env, last_ack):
+    """42. SPT testAcknowledgeRollbackWithFullBatchError / ...WithSubsetError: one bad batch
+    (acknowledging records already acknowledged in the same request) rolls back all."""
     sp = env.partition()
     for start in (5, 10, 15):
         acquire(sp, records(start, 5), 5)
-    result = ack(sp, (5, 9, RELEASE), (10, 14, ACCEPT), (15, 19, ACCEPT), (15, 19, ACCEPT))
+    result = ack(sp, (5, 9, RELEASE), (10, 14, ACCEPT), (15, 19, ACCEPT), last_ack)
     assert error(result) is IRS
     for start in (5, 10, 15):
         assert state_of(sp, start) == (ACQUIRED, 1, MEMBER_ID)
     assert env.persister.writes == []
-
-
-def test_acknowledge_rollback_with_subset_error(env):
-    """42. SPT testAcknowledgeRollbackWithSubsetError."""
-    sp = env.partition()
-    for start in (5, 10, 15):
-        acquire(sp, records(start, 5), 5)
-    result = ack(sp, (5, 9, RELEASE), (10, 14, ACCEPT), (15, 19, ACCEPT), (16, 19, ACCEPT))
-    assert error(result) is IRS
-    for start in (5, 10, 15):
-        assert state_of(sp, start) == (ACQUIRED, 1, MEMBER_ID)
 
 
 def test_acknowledge_with_another_member_rollback_subset_error(env):
@@ -1147,3 +1138,44 @@ def test_restart_keeps_acknowledged_and_redelivers_acquired_with_their_count(env
     assert sp2.start_offset == 4
     got = acquire(sp2, records(0, 10), 6, fetch_offset=sp2.next_fetch_offset())
     assert got == ranges((4, 5, 2), (6, 9, 1))
+
+
+def test_expiry_queued_by_an_executor_does_not_end_a_newer_lock(env):
+    """With an executor that defers expired tasks (loop.call_soon), an expiry queued
+    before the records were released and acquired again ends nothing."""
+    from tidegate.server.timer import SystemTimer
+
+    queued: list = []
+    env.timer = SystemTimer(clock=env.clock, executor=queued.append)
+    sp = env.partition(lock_ms=LOCK)
+    acquire(sp, records(0, 3), 3)
+    env.advance(LOCK)
+    assert len(queued) == 1 and state_of(sp, 0)[0] is ACQUIRED
+    assert ack(sp, (0, 2, RELEASE)) == OK
+    acquire(sp, records(0, 3), 3, member="member-2")
+    queued.pop()()
+    assert state_of(sp, 0) == (ACQUIRED, 2, "member-2") and sp.batch_at(0).locked
+    env.advance(LOCK)
+    queued.pop()()
+    assert state_of(sp, 0) == (AVAILABLE, 2, "")
+
+
+def test_maybe_acquire_and_release_fetch_lock(env):
+    """SPT testMaybeAcquireAndReleaseFetchLock: one acquiring fetch at a time."""
+    sp = env.partition()
+    first, second = object(), object()
+    assert sp.try_acquire_fetch_lock(first)
+    assert not sp.try_acquire_fetch_lock(second)
+    sp.release_fetch_lock(second)  # not the holder: no effect
+    assert not sp.try_acquire_fetch_lock(second)
+    sp.release_fetch_lock(first)
+    assert sp.try_acquire_fetch_lock(second)
+
+
+def test_can_acquire_records_change_response_post_acknowledgement(env):
+    """SPT testCanAcquireRecordsChangeResponsePostAcknowledgement."""
+    sp = env.partition(max_in_flight_records=100)
+    acquire(sp, records(0, 150), 150)
+    assert not sp.can_acquire_records()
+    assert ack(sp, (0, 149, ACCEPT)) == OK
+    assert sp.can_acquire_records() and sp.in_flight_records == 0

@@ -119,7 +119,10 @@ class InFlightBatch(TimerTask):
         self.offsets: OffsetStates | None = None
 
     def run(self) -> None:
-        self.cancel()  # the lock is gone: "no lock pending" from here on
+        entry = self._entry
+        if entry is None or entry.list is not None:
+            return  # acknowledged, or locked again, since this expiry was queued (an executor)
+        self._entry = None  # the lock is gone: "no lock pending" from here on
         self.owner._batch_lock_expired(self)
 
     @property
@@ -160,36 +163,28 @@ class InFlightBatch(TimerTask):
         self.offsets = offsets
         return offsets
 
-    def record_state(self, offset: int | None = None) -> RecordState:
-        """The state of the batch, or of one of its offsets (flags dropped)."""
+    def state_at(self, offset: int | None = None) -> tuple[int, int, str]:
+        """(state with its flags, delivery count, owner) of the batch, or of one of its
+        offsets once it is split (then ``offset`` is required)."""
         offsets = self.offsets
-        if offset is None or offsets is None:
-            if offsets is not None:
-                raise ValueError("the batch keeps per-offset state")
-            return RecordState(self.state & STATE_MASK)
-        return RecordState(offsets.states[offset - self.first] & STATE_MASK)
+        if offsets is None:
+            return self.state, self.count, self.member
+        if offset is None:
+            raise ValueError("the batch keeps per-offset state")
+        i = offset - self.first
+        return offsets.states[i], offsets.counts[i], offsets.members[i]
+
+    def record_state(self, offset: int | None = None) -> RecordState:
+        return RecordState(self.state_at(offset)[0] & STATE_MASK)
 
     def delivery_count(self, offset: int | None = None) -> int:
-        offsets = self.offsets
-        if offset is None or offsets is None:
-            if offsets is not None:
-                raise ValueError("the batch keeps per-offset state")
-            return self.count
-        return offsets.counts[offset - self.first]
+        return self.state_at(offset)[1]
 
     def member_id(self, offset: int | None = None) -> str:
-        offsets = self.offsets
-        if offset is None or offsets is None:
-            if offsets is not None:
-                raise ValueError("the batch keeps per-offset state")
-            return self.member
-        return offsets.members[offset - self.first]
+        return self.state_at(offset)[2]
 
     def in_transition(self, offset: int | None = None) -> bool:
-        offsets = self.offsets
-        if offset is None or offsets is None:
-            return bool(self.state & TRANSITION)
-        return bool(offsets.states[offset - self.first] & TRANSITION)
+        return bool(self.state_at(offset)[0] & TRANSITION)
 
     def __repr__(self) -> str:
         if self.offsets is None:
@@ -211,6 +206,9 @@ class OffsetLock(TimerTask):
         self.index = index
 
     def run(self) -> None:
-        self.cancel()
+        entry = self._entry
+        if entry is None or entry.list is not None:
+            return  # cancelled, or added again, since this expiry was queued
+        self._entry = None
         batch = self.batch
         batch.owner._offset_lock_expired(batch, self)
