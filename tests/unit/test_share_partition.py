@@ -1179,3 +1179,21 @@ def test_can_acquire_records_change_response_post_acknowledgement(env):
     assert not sp.can_acquire_records()
     assert ack(sp, (0, 149, ACCEPT)) == OK
     assert sp.can_acquire_records() and sp.in_flight_records == 0
+
+
+def test_acquire_when_batches_removed_for_fetch_offset(env):
+    """2.7. SPT testAcquireWhenBatchesRemovedForFetchOffset: cached AVAILABLE batches
+    between the fetch offset and the first batch the read returned (compacted away) are
+    archived, and the SPSO moves past them."""
+    sp = env.partition()
+    acquire(sp, records(0, 5), 5)
+    acquire(sp, records(5, 5), 5)
+    acquire(sp, records(10, 15), 15)
+    assert release(sp) == OK
+    assert len(sp.cached_batches()) == 3
+    assert acquire(sp, read((5, 5)), 5, fetch_offset=0) == ranges((5, 9, 2))
+    assert (sp.next_fetch_offset(), sp.start_offset) == (10, 0)
+    assert state_of(sp, 0) == (ARCHIVED, 1, "")
+    assert release(sp) == OK
+    assert (sp.start_offset, sp.next_fetch_offset()) == (5, 5)
+    assert [state_of(sp, b.first)[0] for b in sp.cached_batches()] == [AVAILABLE, AVAILABLE]
