@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 
 from kio.serial import entity_reader, entity_writer
 
-from tidegate.protocol.codec import build, request_class, response_class
+from tests.kio_codec import build, request_class, response_class
 
 #: a handler's answer: send nothing, keep reading (a broker that stopped answering)
 SILENT: Any = object()

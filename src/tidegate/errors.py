@@ -1,8 +1,9 @@
 """Kafka's errors, one class per error, shared by the client, the producer and the
 broker (as ``org.apache.kafka.common.errors`` is in Kafka).
 
-:class:`KafkaError` carries an optional broker ``code`` (Kafka's ``Errors`` enum,
-from kio's :class:`~kio.schema.errors.ErrorCode`) and whether retrying can help.
+:class:`KafkaError` carries an optional broker ``code`` (one of Kafka's error codes,
+:class:`ErrorCode`, generated from kio's into
+:mod:`tidegate.protocol.messages.error_code`) and whether retrying can help.
 Where one side needs more context than the error itself (the request header of an
 unsupported request, the partition and position of a fetch), it raises a subclass
 with its own name; ``except`` on the class here catches both.
@@ -10,7 +11,7 @@ with its own name; ``except`` on the class here catches both.
 
 from __future__ import annotations
 
-from kio.schema.errors import ErrorCode
+from tidegate.protocol.messages.error_code import ErrorCode
 
 __all__ = [
     "INVALID_METADATA_CODES",
@@ -18,6 +19,7 @@ __all__ = [
     "BrokerResponseError",
     "CodedError",
     "ConnectionError_",
+    "ErrorCode",
     "InvalidProducerEpochError",
     "InvalidTxnStateError",
     "KafkaError",

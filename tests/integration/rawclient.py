@@ -11,7 +11,6 @@ It also sends arbitrary bytes, so tests can speak broken Kafka on purpose.
 
 from __future__ import annotations
 
-import io
 import socket
 import ssl
 import struct
@@ -19,11 +18,25 @@ import time
 from collections.abc import Sequence
 from typing import Any, Self
 
-from kio.index import load_request_schema, load_response_schema
-from kio.serial import entity_reader, entity_writer
-
+from tests.kio_codec import decode_response, encode_request, response_header_size
 from tidegate.log.batch_builder import Record, build_batch
-from tidegate.protocol.codec import build
+
+__all__ = [
+    "ConnectionClosedByBroker",
+    "RawClient",
+    "create_topics_body",
+    "decode_response",  # kio's, re-exported
+    "encode_request",  # kio's, re-exported
+    "fetch_body",
+    "fetch_topics_body",
+    "frame",
+    "list_offset",
+    "list_offsets_body",
+    "produce_body",
+    "produce_partition",
+    "repeated_batch",
+    "response_header_size",  # kio's, re-exported
+]
 
 _I32 = struct.Struct(">i")
 
@@ -32,51 +45,9 @@ class ConnectionClosedByBroker(Exception):
     """The broker closed the connection (EOF or reset) while a response was expected."""
 
 
-def encode_request(
-    api_key: int,
-    version: int,
-    correlation_id: int,
-    body: Any,
-    client_id: str | None = "rawclient",
-) -> bytes:
-    """Header + body of a request (no size prefix). ``body`` is a kio object or a dict."""
-    cls = load_request_schema(api_key, version)
-    header_cls = cls.__header_schema__
-    out = io.BytesIO()
-    entity_writer(header_cls)(
-        out,
-        header_cls(
-            request_api_key=api_key,
-            request_api_version=version,
-            correlation_id=correlation_id,
-            client_id=client_id,
-        ),
-    )
-    if isinstance(body, dict):
-        body = build(cls, body)
-    entity_writer(cls)(out, body)
-    return out.getvalue()
-
-
 def frame(payload: bytes) -> bytes:
     """Size-prefix a request payload."""
     return _I32.pack(len(payload)) + payload
-
-
-def response_header_size(api_key: int, version: int) -> int:
-    """Bytes of the response header before the body: correlation id (+ tagged fields)."""
-    if api_key == 18:
-        return 4
-    flexible = bool(load_response_schema(api_key, version).__flexible__)
-    return 5 if flexible else 4
-
-
-def decode_response(api_key: int, version: int, data: bytes) -> tuple[int, Any]:
-    """(correlation id, kio response) from a response frame without its size prefix."""
-    (correlation_id,) = _I32.unpack_from(data, 0)
-    cls = load_response_schema(api_key, version)
-    body, _ = entity_reader(cls)(data, response_header_size(api_key, version))
-    return correlation_id, body
 
 
 class RawClient:

@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
-from kio.schema.errors import ErrorCode
 
 from tests.conftest import metrics_overrides, wait_until
 from tests.integration.clients import (
@@ -25,6 +24,7 @@ from tests.integration.clients import (
     scrape,
 )
 from tests.integration.rawclient import RawClient
+from tidegate.errors import ErrorCode
 from tidegate.protocol.apis import ApiKey
 
 pytestmark = pytest.mark.timeout(120)

@@ -22,8 +22,8 @@ import time
 from pathlib import Path
 
 import pytest
-from kio.schema.errors import ErrorCode
 
+from tidegate.errors import ErrorCode
 from tidegate.log.batch_builder import Record, build_batch
 
 from .clients import Got, ProducerThread, consume, create_topic, produce, read_to_end

@@ -22,13 +22,13 @@ import zlib
 import psutil
 import pytest
 from kio.index import load_request_schema
-from kio.schema.errors import ErrorCode
 from kio.serial import entity_writer
 
 from tests.conftest import wait_until
+from tests.kio_codec import build
+from tidegate.errors import ErrorCode
 from tidegate.log.batch_builder import Record, build_batch
 from tidegate.protocol.apis import SUPPORTED_APIS, ApiKey
-from tidegate.protocol.codec import build
 
 from .clients import create_topic, roundtrip
 from .rawclient import (

@@ -16,9 +16,9 @@ import urllib.request
 import psutil
 import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
-from kio.schema.errors import ErrorCode
 
 from tests.conftest import free_port, metrics_overrides, wait_until
+from tidegate.errors import ErrorCode
 
 from .clients import admin_client, create_topic, new_consumer, produce, sample, scrape
 from .rawclient import RawClient, create_topics_body, fetch_body, produce_body, repeated_batch

@@ -31,9 +31,9 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer, TopicPartition
-from kio.schema.errors import ErrorCode
 
 from tests.conftest import metrics_overrides, wait_until
+from tidegate.errors import ErrorCode
 from tidegate.log.batch_builder import Record, build_batch
 
 from .clients import create_topic, new_consumer, sample, scrape

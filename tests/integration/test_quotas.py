@@ -24,9 +24,9 @@ warnings.filterwarnings("ignore", r".* is deprecated\. Use files\(\) instead", D
 
 from confluent_kafka import Producer
 from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
-from kio.schema.errors import ErrorCode
 
 from tests.conftest import metrics_overrides, wait_until
+from tidegate.errors import ErrorCode
 
 from .clients import alter_quotas, configs_cli, create_topic, sample, scrape
 from .rawclient import RawClient, fetch_body, produce_body, repeated_batch

@@ -17,9 +17,9 @@ import threading
 import time
 
 import pytest
-from kio.schema.errors import ErrorCode as E
 
 from tests.conftest import wait_until
+from tidegate.errors import ErrorCode as E
 
 from .clients import (
     READ_COMMITTED,

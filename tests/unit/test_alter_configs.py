@@ -13,12 +13,12 @@ from __future__ import annotations
 import json
 
 import pytest
-from kio.schema.errors import ErrorCode
 
 from tests.core_harness import decode_frame, response_bytes
 from tests.integration.rawclient import produce_body
 from tests.unit.test_apis import NOW, Harness, batch, batches_in
 from tidegate.client.compression import GZIP, LZ4, NONE, SNAPPY, ZSTD
+from tidegate.errors import ErrorCode
 from tidegate.log.batch_builder import (
     Record,
     batch_crc,

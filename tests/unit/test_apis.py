@@ -12,7 +12,6 @@ import struct
 import uuid
 
 import pytest
-from kio.schema.errors import ErrorCode
 
 from tests.core_harness import CTX, CoreHarness, decode_frame, response_bytes
 from tests.integration.rawclient import (
@@ -22,6 +21,7 @@ from tests.integration.rawclient import (
     produce_body,
 )
 from tests.integration.rawclient import fetch_topics_body as fetch_body
+from tidegate.errors import ErrorCode
 from tidegate.log.batch_builder import Record, build_batch
 from tidegate.log.record_batch import (
     ATTRIBUTES_OFFSET,

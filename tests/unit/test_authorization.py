@@ -9,10 +9,10 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from kio.schema.errors import ErrorCode as E
 
 from tests.core_harness import CTX, CoreHarness, decode_frame, response_bytes
 from tests.integration.rawclient import create_topics_body, fetch_topics_body, produce_body
+from tidegate.errors import ErrorCode as E
 from tidegate.log.batch_builder import Record, build_batch
 from tidegate.network.request_channel import PARKED, CloseConnectionResponse, NoOpResponse
 from tidegate.protocol.apis import SUPPORTED_APIS, ApiKey

@@ -9,9 +9,9 @@ import json
 from types import SimpleNamespace as NS
 
 import pytest
-from kio.schema.errors import ErrorCode
 
 from tests.fake_loop import FakeLoop
+from tidegate.errors import ErrorCode
 from tidegate.network.memory_pool import NONE
 from tidegate.network.mute_state import MuteReason
 from tidegate.network.socket_server import SocketServer

@@ -11,10 +11,10 @@ import struct
 import uuid
 
 import pytest
-from kio.schema.errors import ErrorCode as E
 
 from tests.core_harness import CTX
 from tests.unit.test_apis import NOW, Harness, batch
+from tidegate.errors import ErrorCode as E
 from tidegate.log.batch_builder import Record, build_batch
 from tidegate.network.request_channel import RequestContext
 from tidegate.server.admin_apis import TOPIC_AUTHORIZED_OPERATIONS

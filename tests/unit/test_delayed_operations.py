@@ -9,10 +9,9 @@ import asyncio
 import time
 from typing import NamedTuple
 
-from kio.schema.errors import ErrorCode
-
 from tests.fake_loop import FakeLoop
 from tidegate.clock import MockClock
+from tidegate.errors import ErrorCode
 from tidegate.log.batch_builder import Record, build_batch
 from tidegate.log.config import LogConfig
 from tidegate.scheduler import AsyncioScheduler

@@ -10,12 +10,12 @@ import errno
 import os
 
 import pytest
-from kio.schema.errors import ErrorCode as E
 
 from tests.core_harness import decode_frame, response_bytes
 from tests.integration.rawclient import fetch_body
 from tests.unit.logs import crash
 from tests.unit.test_apis import FETCH, Harness, batch
+from tidegate.errors import ErrorCode as E
 from tidegate.log import checkpoint
 from tidegate.log.batch_builder import Record, build_batch
 from tidegate.network.request_channel import PARKED

@@ -4,7 +4,6 @@ the broker-side subclasses that add context caught by the shared class."""
 import struct
 
 import pytest
-from kio.schema.errors import ErrorCode
 
 import tidegate.client
 import tidegate.client.errors
@@ -14,6 +13,7 @@ import tidegate.producer
 import tidegate.protocol.codec
 import tidegate.security.scram
 from tidegate import errors
+from tidegate.errors import ErrorCode
 from tidegate.log import BatchTooLargeError, LogOffsetOutOfRangeError, RecordBatchError
 from tidegate.log.batch_builder import Record, build_batch
 from tidegate.log.record_batch import validate_batches

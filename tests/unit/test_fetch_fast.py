@@ -8,9 +8,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.kio_codec import encode_response
 from tidegate.errors import ErrorCode
 from tidegate.log.file_region import FileRegion, materialize
-from tidegate.protocol.codec import RequestHeader, build, encode_response, response_class
 from tidegate.protocol.fetch_fast import (
     MAX_VERSION,
     MIN_VERSION,
@@ -94,9 +94,7 @@ def kio_bytes(version, correlation_id, values):
             for t in values["responses"]
         ],
     }
-    header = RequestHeader(api_key=1, api_version=version, correlation_id=correlation_id, client_id=None,
-                           flexible=version >= 12)
-    return encode_response(header, build(response_class(1, version), materialized))
+    return encode_response(1, version, correlation_id, materialized)
 
 
 def joined(pieces):

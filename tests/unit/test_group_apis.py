@@ -13,11 +13,11 @@ from __future__ import annotations
 import struct
 
 import pytest
-from kio.schema.errors import ErrorCode as E
 
 from tests.core_harness import decode_frame, response_bytes
 from tests.unit.test_apis import NOW, Harness, batch, produce_body
 from tidegate.coordinator.group.group_metadata_manager import OFFSETS_TOPIC
+from tidegate.errors import ErrorCode as E
 from tidegate.network.request_channel import PARKED
 from tidegate.protocol.apis import ApiKey
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import struct
 
 import pytest
-from kio.schema.errors import ErrorCode as E
 
 from tests.fake_loop import FakeLoop
 from tidegate.clock import MockClock
@@ -31,6 +30,7 @@ from tidegate.coordinator.group.group_metadata_manager import (
     OffsetsLog,
     iter_records,
 )
+from tidegate.errors import ErrorCode as E
 from tidegate.log.cleaner import Cleaner, LogToClean
 from tidegate.log.config import LogConfig
 from tidegate.log.log import Log

@@ -8,9 +8,9 @@ from __future__ import annotations
 import os
 
 import pytest
-from kio.schema.errors import ErrorCode
 
 from tests.unit.test_apis import FETCH, NOW, PRODUCE, Harness, batches_in, produce_body
+from tidegate.errors import ErrorCode
 from tidegate.log.batch_builder import Record, build_batch
 from tidegate.protocol.apis import SUPPORTED_APIS
 from tidegate.server.producer_id_manager import (

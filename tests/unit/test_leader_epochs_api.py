@@ -4,10 +4,10 @@ and Fetch report and check (KIP-320), through KafkaApis on fake time."""
 from __future__ import annotations
 
 import pytest
-from kio.schema.errors import ErrorCode as E
 
 from tests.integration.rawclient import fetch_topics_body, list_offsets_body
 from tests.unit.test_apis import FETCH, LIST_OFFSETS, Harness, batch
+from tidegate.errors import ErrorCode as E
 from tidegate.log.batch_builder import Record, build_batch
 from tidegate.log.record_batch import iter_batches, read_header
 

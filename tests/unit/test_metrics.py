@@ -7,7 +7,6 @@ import struct
 import uuid
 
 import pytest
-from kio.schema.errors import ErrorCode
 
 from tests.core_harness import CTX, CoreHarness, decode_frame, response_bytes
 from tests.fake_loop import clock_at
@@ -15,6 +14,7 @@ from tests.integration.rawclient import encode_request
 from tidegate import top
 from tidegate.clock import MockClock
 from tidegate.config import BrokerConfig, ConfigError, parse_metrics_listener
+from tidegate.errors import ErrorCode
 from tidegate.log.batch_builder import Record, build_batch
 from tidegate.metrics.prometheus import (
     NS_PER_MS,

@@ -11,11 +11,11 @@ import time
 import pytest
 
 from tests.fake_broker import SILENT, AtVersion, FakeBroker
+from tests.kio_codec import build, encode_body, response_class
 from tidegate.client import KafkaClient, parse_bootstrap
 from tidegate.client.connection import BrokerConnection, ConnectionState, InFlightRequest
 from tidegate.client.errors import ConnectionError_, KafkaTimeoutError, NoBrokersAvailableError
 from tidegate.client.framing import decode_response
-from tidegate.protocol.codec import build, response_class
 
 
 def test_parse_bootstrap():
@@ -177,13 +177,7 @@ def test_client_no_broker_fails_clearly():
 
 def test_decode_response_skips_tagged_fields():
     resp = build(response_class(3, 12), {"brokers": [], "topics": [], "controller_id": 1})
-    import io
-
-    from kio.serial import entity_writer
-
-    out = io.BytesIO()
-    entity_writer(type(resp))(out, resp)
     # header v1 with one tagged field (tag 5, 2 bytes) before the body
-    frame = struct.pack(">i", 99) + b"\x01\x05\x02ab" + out.getvalue()
+    frame = struct.pack(">i", 99) + b"\x01\x05\x02ab" + encode_body(resp)
     cid, body = decode_response(3, 12, frame)
     assert cid == 99 and body.controller_id == 1

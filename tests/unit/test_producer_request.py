@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from tidegate.client.framing import encode_request
+from tests.integration.rawclient import frame
+from tests.kio_codec import encode_request
 from tidegate.log.batch_builder import Record, build_batch
 from tidegate.producer.produce_request import produce_request_buffers
 
@@ -31,7 +32,7 @@ def test_produce_request_buffers_equal_kio_encoding(version):
             {"name": "b" * 300, "partition_data": [{"index": 1, "records": b1}]},
         ],
     }
-    assert b"".join(bytes(b) for b in bufs) == encode_request(0, version, 42, "client-x", body)
+    assert b"".join(bytes(b) for b in bufs) == frame(encode_request(0, version, 42, body, "client-x"))
     # the batches are referenced, not copied into the framing
     assert any(isinstance(b, memoryview) and b.obj is b1 for b in bufs)
     assert any(b is b2 for b in bufs)

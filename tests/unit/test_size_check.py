@@ -1,8 +1,7 @@
-"""The collection-size check that runs before kio decodes a request
-(tidegate.protocol.size_check): it walks exactly the bytes kio reads for every valid
-request of every advertised version, and refuses lengths the request cannot hold —
-the case the fuzzer found, where kio's allocation from a 2^32 - 1 count killed the
-process."""
+"""The length checks of the request reader (tidegate.protocol.serialization): it reads
+exactly the bytes kio reads for every valid request of every advertised version, and
+refuses lengths the request cannot hold before allocating anything — the case the
+fuzzer found, where kio's allocation from a 2^32 - 1 count killed the process."""
 
 from __future__ import annotations
 
@@ -11,29 +10,32 @@ import struct
 import hypothesis.strategies as st
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
-from kio.index import load_request_schema
-from kio.serial import entity_reader
 
 from tests.fuzz.fuzzer import advertised, structured
-from tidegate.protocol.codec import InvalidRequestError, decode_request
-from tidegate.protocol.size_check import CollectionSizeError, check_sizes
+from tests.kio_codec import decode_body, request_class
+from tidegate.protocol.codec import InvalidRequestError, decode_request, request_is_flexible
+from tidegate.protocol.codec import request_class as our_request_class
+from tidegate.protocol.serialization import SchemaError, read_message, read_request_header
 
 
 @pytest.mark.parametrize(("api_key", "version"), advertised())
-def test_the_walk_ends_where_kio_ends_for_every_valid_request(api_key, version):
-    cls = load_request_schema(api_key, version)
-    header_reader, body_reader = entity_reader(cls.__header_schema__), entity_reader(cls)
+def test_the_reader_ends_where_kio_ends_for_every_valid_request(api_key, version):
+    cls = request_class(api_key, version)
+    flexible = request_is_flexible(api_key, version)
 
     @settings(max_examples=5, deadline=None, database=None, suppress_health_check=list(HealthCheck))
     @given(structured(api_key, version))
     def case(framed: bytes) -> None:
         buf = framed[4:]
-        _header, offset = header_reader(buf, 0)
+        _header, offset = decode_body(cls.__header_schema__, buf)
         try:
-            _body, size = body_reader(buf, offset)
+            _body, size = decode_body(cls, buf, offset)
         except ValueError:  # kio writes timedeltas it cannot read back (i64 overflow)
             assume(False)
-        assert check_sizes(cls.__header_schema__, cls, buf) == offset + size
+        _client_id, pos = read_request_header(buf, flexible)
+        assert pos == offset
+        _ours, end = read_message(our_request_class(api_key, version), version, flexible, buf, pos)
+        assert end == offset + size
 
     case()
 
@@ -46,8 +48,8 @@ FOUND_BY_THE_FUZZER = (
 )
 
 
-def test_a_huge_count_is_refused_before_kio_allocates():
-    with pytest.raises(InvalidRequestError, match="Tried to allocate a collection of size"):
+def test_a_huge_count_is_refused_before_anything_is_allocated():
+    with pytest.raises(InvalidRequestError, match="Tried to allocate a collection of size 4294967294"):
         decode_request(bytearray(FOUND_BY_THE_FUZZER))
 
 
@@ -56,9 +58,28 @@ def test_a_huge_count_is_refused_before_kio_allocates():
 def test_every_count_beyond_the_remaining_bytes_is_refused(count):
     """A Metadata v4 request (non-flexible: int32 counts) announcing ``count`` topics
     with fewer bytes than that left."""
-    cls = load_request_schema(3, 4)
     header = struct.pack(">hhih", 3, 4, 1, 1) + b"c"
     body = struct.pack(">i", count) + b"\x00\x01t" + b"\x01"
     if count > len(body) - 4:
-        with pytest.raises(CollectionSizeError):
-            check_sizes(cls.__header_schema__, cls, header + body)
+        with pytest.raises(InvalidRequestError, match="Tried to allocate"):
+            decode_request(header + body)
+
+
+@given(st.integers(4, 2**15 - 1), st.booleans())
+@settings(max_examples=50, deadline=None)
+def test_every_string_longer_than_the_remaining_bytes_is_refused(length, flexible):
+    """A Metadata request naming one topic whose name length (int16 in v4, a compact
+    varint in v9) says more than the request holds."""
+    if flexible:
+        out = bytearray(struct.pack(">hhih", 3, 9, 1, 1) + b"c" + b"\x00" + b"\x02")
+        n = length + 1
+        while n > 0x7F:
+            out.append((n & 0x7F) | 0x80)
+            n >>= 7
+        out.append(n)
+    else:
+        out = bytearray(struct.pack(">hhih", 3, 4, 1, 1) + b"c" + struct.pack(">ih", 1, length))
+    out += b"abc"
+    with pytest.raises(InvalidRequestError) as info:
+        decode_request(out)
+    assert isinstance(info.value, SchemaError)

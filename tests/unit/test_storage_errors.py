@@ -15,13 +15,13 @@ import os
 from pathlib import Path
 
 import pytest
-from kio.schema.errors import ErrorCode as E
 
 from tests.integration.rawclient import fetch_body, produce_body
 from tests.unit.logs import batch as lbatch
 from tests.unit.logs import crash, open_log, read_all
 from tests.unit.test_apis import FETCH, PRODUCE, Harness, batch, batches_in
 from tidegate.clock import MockClock
+from tidegate.errors import ErrorCode as E
 from tidegate.log import log as log_module
 from tidegate.log.checkpoint import TMP_MARK
 from tidegate.log.cleaner import CLEANER_OFFSET_CHECKPOINT_FILE, LogCleanerManager

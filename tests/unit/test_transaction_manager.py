@@ -71,7 +71,8 @@ UNSUPPORTED_FOR_MESSAGE_FORMAT, INVALID_RECORD, UNKNOWN_SERVER_ERROR = 43, 87, -
 
 
 def fake_response(api_key: int, version: int, **fields):
-    """A decoded response of ``api_key`` v``version`` (kio's class, via the codec)."""
+    """A response of ``api_key`` v``version``, as the client decodes it (the codec's
+    message class)."""
     from tidegate.protocol.codec import build
 
     return build(response_class(api_key, version), fields)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import pytest
 from kafka.protocol.admin.transactions import DescribeTransactionsResponse
-from kio.schema.errors import ErrorCode as E
 
 from tests.core_harness import response_bytes
 from tests.integration.rawclient import fetch_body, list_offsets_body, produce_body
@@ -20,6 +19,7 @@ from tidegate import top
 from tidegate.coordinator.transaction.transaction_coordinator import COMPLETION_WAIT_MS
 from tidegate.coordinator.transaction.transaction_log import TRANSACTION_STATE_TOPIC
 from tidegate.coordinator.transaction.transaction_metadata import TransactionState
+from tidegate.errors import ErrorCode as E
 from tidegate.log.control_records import ControlRecordType, end_transaction_marker_of
 from tidegate.log.record_batch import CONTROL_FLAG_MASK, read_header
 from tidegate.metrics.prometheus import BrokerMetrics

@@ -12,7 +12,6 @@ AddPartitionsToTxnManager).
 from __future__ import annotations
 
 import pytest
-from kio.schema.errors import ErrorCode as E
 
 from tests.unit.test_apis import Harness
 from tests.unit.test_group_apis import GROUP_PROPS, call, commit_body, join_body
@@ -20,6 +19,7 @@ from tidegate.coordinator.group.group_coordinator import coordinator_operation_e
 from tidegate.coordinator.group.group_metadata import DEAD
 from tidegate.coordinator.group.group_metadata_manager import OFFSETS_TOPIC, iter_records
 from tidegate.coordinator.transaction.transaction_metadata import TransactionState
+from tidegate.errors import ErrorCode as E
 from tidegate.log.control_records import ControlRecordType, parse_control_key
 from tidegate.log.record_batch import iter_batches, read_header
 from tidegate.log.replay import replay_batches, replay_records

@@ -2,7 +2,7 @@
 
 Used by tidegate's producer and meant for anything else in tidegate that talks to
 a broker as a client (``tidegate top``, the Spark data source): bootstrap, API
-version negotiation, metadata, request/response framing with kio, a connection
+version negotiation, metadata, request/response framing (tidegate.protocol.codec), a connection
 per broker with pipelining, timeouts and reconnects, TLS and SASL (PLAIN, SCRAM; see
 :mod:`.security`). See :mod:`.client`.
 """
@@ -19,7 +19,7 @@ from tidegate.errors import (
     UnsupportedVersionError,
 )
 
-from .client import KafkaClient, kio_version_range, metadata_request_body, parse_bootstrap
+from .client import KafkaClient, client_version_range, metadata_request_body, parse_bootstrap
 from .connection import BrokerConnection, ConnectionState, InFlightRequest
 from .metadata import BrokerNode, Cluster, PartitionInfo, TopicMetadata
 from .security import ClientSecurity, SecurityConfigError
@@ -44,7 +44,7 @@ __all__ = [
     "SslAuthenticationError",
     "TopicMetadata",
     "UnsupportedVersionError",
-    "kio_version_range",
+    "client_version_range",
     "metadata_request_body",
     "parse_bootstrap",
 ]

@@ -25,7 +25,7 @@ method other threads may call, to cut a :meth:`poll` short.
 
 Two ways to use it:
 
-- blocking: ``client.request(ApiKey, {...})`` returns the decoded kio response
+- blocking: ``client.request(ApiKey, {...})`` returns the decoded response message
   (``client.metadata(["topic"])`` returns a :class:`~tidegate.client.Cluster`);
 - event loop: ``client.ready(node)``, ``client.send(...)`` with a callback, and
   ``client.poll(timeout_ms)`` to make progress, which is what the producer does.
@@ -38,10 +38,7 @@ import random
 import selectors
 import socket
 from collections.abc import Callable, Iterable, Mapping
-from functools import cache
 from typing import Any
-
-from kio.index import load_request_schema
 
 from tidegate.clock import SYSTEM_CLOCK
 from tidegate.errors import (
@@ -54,7 +51,7 @@ from tidegate.errors import (
     SaslAuthenticationError,
     UnsupportedVersionError,
 )
-from tidegate.protocol.codec import ms as td_ms
+from tidegate.protocol.codec import message_versions
 
 from .connection import BrokerConnection, ConnectionState, InFlightRequest
 from .framing import (
@@ -65,7 +62,7 @@ from .framing import (
 from .metadata import Cluster
 from .security import ClientSecurity, sasl_client
 
-__all__ = ["KafkaClient", "kio_version_range", "parse_bootstrap"]
+__all__ = ["KafkaClient", "client_version_range", "parse_bootstrap"]
 
 log = logging.getLogger(__name__)
 
@@ -83,21 +80,12 @@ _CLIENT_SIDE_THROTTLE_FROM = {
 }  # fmt: skip
 
 
-@cache
-def kio_version_range(api_key: int) -> tuple[int, int]:
-    """The versions of ``api_key`` kio has schemas for (what this client can speak)."""
-    versions: list[int] = []
-    for v in range(32):
-        try:
-            load_request_schema(api_key, v)
-        except Exception:  # noqa: BLE001 - kio raises various errors for unknown versions
-            if versions:
-                break
-            continue
-        versions.append(v)
-    if not versions:
-        raise UnsupportedVersionError(f"no schema for api_key {api_key}")
-    return versions[0], versions[-1]
+def client_version_range(api_key: int) -> tuple[int, int]:
+    """The versions of ``api_key`` this client can speak (those its messages cover)."""
+    try:
+        return message_versions(api_key)
+    except KeyError:
+        raise UnsupportedVersionError(f"no schema for api_key {api_key}") from None
 
 
 def parse_bootstrap(servers: str | Iterable[str]) -> list[tuple[str, int]]:
@@ -338,7 +326,7 @@ class KafkaClient:
         max_version: int | None = None,
         min_version: int | None = None,
     ) -> int:
-        """The highest version of ``api_key`` both this client (kio, capped at
+        """The highest version of ``api_key`` both this client (its messages, capped at
         ``max_version``) and the broker behind ``node_id`` support."""
         conn = self._conns.get(node_id)
         if conn is None or not conn.api_versions:
@@ -346,7 +334,7 @@ class KafkaClient:
         broker = conn.api_versions.get(api_key)
         if broker is None:
             raise UnsupportedVersionError(f"node {node_id} does not support api_key {api_key}")
-        lo, hi = kio_version_range(api_key)
+        lo, hi = client_version_range(api_key)
         if max_version is not None:
             hi = min(hi, max_version)
         if min_version is not None:
@@ -379,7 +367,7 @@ class KafkaClient:
         expect_response: bool = True,
         callback: Callable[[InFlightRequest], None] | None = None,
     ) -> InFlightRequest:
-        """Queue a request (kio object or dict body) to a ready node."""
+        """Queue a request (a message or a dict body) to a ready node."""
         if version is None:
             version = self.api_version(node_id, api_key, max_version)
         cid = self.next_correlation_id()
@@ -543,7 +531,7 @@ class KafkaClient:
         req.response = body
         throttle = getattr(body, "throttle_time", None)
         if throttle is not None:
-            t = td_ms(throttle)
+            t = int(throttle)
             if t > 0 and req.api_version >= _CLIENT_SIDE_THROTTLE_FROM.get(req.api_key, 99):
                 conn.throttle_until_ns = max(conn.throttle_until_ns, now + t * 1_000_000)
         self._complete(req)

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from tidegate.protocol.messages import ZERO_UUID
+
 __all__ = ["BrokerNode", "Cluster", "PartitionInfo", "TopicMetadata"]
 
 
@@ -77,10 +79,10 @@ class Cluster:
 
     @classmethod
     def from_response(cls, response: Any) -> Cluster:
-        """Build from a kio MetadataResponse of any version."""
+        """Build from a MetadataResponse of any version."""
         brokers = {
             int(b.node_id): BrokerNode(
-                int(b.node_id), b.host, int(b.port), getattr(b, "rack", None)
+                int(b.node_id), b.host, int(b.port), b.rack
             )
             for b in response.brokers
         }
@@ -95,7 +97,7 @@ class Cluster:
                             t.name,
                             int(p.partition_index),
                             int(p.leader_id),
-                            int(getattr(p, "leader_epoch", -1)),
+                            int(p.leader_epoch),
                             tuple(int(r) for r in p.replica_nodes),
                             tuple(int(r) for r in p.isr_nodes),
                             int(p.error_code),
@@ -109,14 +111,14 @@ class Cluster:
                 t.name,
                 int(t.error_code),
                 parts,
-                getattr(t, "topic_id", None),
-                bool(getattr(t, "is_internal", False)),
+                None if t.topic_id == ZERO_UUID else t.topic_id,
+                bool(t.is_internal),
             )
         return cls(
             brokers,
             topics,
-            int(getattr(response, "controller_id", -1)),
-            getattr(response, "cluster_id", None),
+            int(response.controller_id),
+            response.cluster_id,
         )
 
     def merged_with(self, newer: Cluster, keep_topics: set[str] | None = None) -> Cluster:

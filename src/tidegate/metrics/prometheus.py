@@ -27,7 +27,6 @@ from struct import Struct
 from time import monotonic_ns
 from typing import Any
 
-from kio.schema.errors import ErrorCode
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -38,6 +37,7 @@ from prometheus_client.core import (
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 
+from tidegate.errors import ErrorCode
 from tidegate.protocol.apis import api_name
 
 log = logging.getLogger(__name__)

@@ -73,7 +73,7 @@ class Request:
         self.payload = payload
         self._release = release
         self.start_ns = start_ns
-        # set once decoded: the RequestHeader and the kio request of its version
+        # set once decoded: the RequestHeader and the request message (tidegate.protocol.codec)
         self.header: Any = None
         self.body: Any = None
         self.abandoned = False

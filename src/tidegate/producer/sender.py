@@ -37,7 +37,6 @@ from tidegate.errors import (
     KafkaTimeoutError,
     UnsupportedVersionError,
 )
-from tidegate.protocol.codec import timestamp_ms
 
 from .accumulator import RecordAccumulator
 from .batch import ProducerBatch
@@ -346,8 +345,7 @@ class Sender(threading.Thread):
                     continue
                 seen.add(tp)
                 code = int(p.error_code)
-                lat = p.log_append_time
-                log_append = timestamp_ms(lat) if lat is not None else -1
+                log_append = int(p.log_append_time)
                 err = None
                 if code:
                     err = error_for_code(code, getattr(p, "error_message", None))

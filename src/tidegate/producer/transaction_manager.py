@@ -1139,8 +1139,10 @@ class FindCoordinatorHandler(TxnRequestHandler):
 
     def handle_response(self, response: Any) -> None:
         tm = self.tm
-        coordinators = getattr(response, "coordinators", None)
-        if coordinators is not None:
+        # v4+ answers in ``coordinators``, older versions at the top level (Kafka's
+        # FindCoordinatorResponse.coordinators() makes one of the top-level fields)
+        coordinators = response.coordinators
+        if coordinators:
             if len(coordinators) != 1:
                 self.fatal_error(
                     KafkaError(

@@ -1,43 +1,73 @@
-"""Request decoding and response encoding on top of kio.
+"""Requests and responses on the wire: headers, bodies, frames.
 
-kio gives one frozen dataclass per API version, generated from Kafka's own JSON
-message specs; it decodes natively and encodes in Python. Handlers in
-``tidegate.server.kafka_apis`` describe a response once, as nested dicts, and
-:func:`build` turns that description into the dataclass of whichever version the
-client asked for: fields that version lacks are dropped, fields it has but the
-handler did not set take their schema default. Milliseconds become the
-timedeltas kio expects and ints become ``ErrorCode`` members.
+The bodies are the version-less message classes of :mod:`tidegate.protocol.messages`
+(``MetadataRequest``, ``FetchResponse`` ...), one class covering every version as
+Kafka's generated ``*Data`` classes do; :mod:`tidegate.protocol.serialization` reads
+and writes the fields of the version on the wire. :func:`decode_request` gives the
+broker the request header and body (Produce through its own zero-copy decoder,
+:mod:`tidegate.protocol.produce_fast`); :func:`encode_response` frames a response;
+:func:`encode_request` and :func:`decode_response` are the client's half.
+
+Handlers still describe most responses as nested dicts with Kafka's field names:
+:func:`build` turns one into the message class (nested dicts become entities, ``None``
+uuids the zero uuid, timedeltas and enum members plain ints) and refuses a key no
+version of the message has. It goes when the handlers build messages themselves.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime
-import importlib
-import io
-import pkgutil
+import enum
 import struct
-import types
-import typing
+import sys
 from functools import cache
 from typing import Any
 
-from kio.index import load_request_schema, load_response_schema
-from kio.schema.errors import ErrorCode
-from kio.serial import entity_reader, entity_writer
-from kio.static.protocol import RequestPayload, ResponsePayload
-
 from tidegate.errors import UnsupportedVersionError
 from tidegate.protocol.apis import SUPPORTED_APIS
+from tidegate.protocol.messages import api_module
+from tidegate.protocol.messages._base import ZERO_UUID, Message, MessageSpec
 from tidegate.protocol.produce_fast import decode_produce
-from tidegate.protocol.size_check import check_sizes
+from tidegate.protocol.serialization import (
+    SchemaError,
+    read_message,
+    read_request_header,
+    read_response_header,
+    reader,
+    write_message,
+    write_request_header,
+    write_response_header,
+    writer,
+)
+
+__all__ = [
+    "InvalidRequestError",
+    "RequestHeader",
+    "SchemaError",
+    "UnsupportedRequestVersionError",
+    "build",
+    "decode_request",
+    "decode_response",
+    "encode_error_only",
+    "encode_request",
+    "encode_response",
+    "message_versions",
+    "request_class",
+    "request_is_flexible",
+    "response_class",
+    "response_is_flexible",
+    "warm_up",
+    "warm_up_order",
+]
 
 _I16_I16_I32 = struct.Struct(">hhi")
 _I32 = struct.Struct(">i")
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+API_VERSIONS = 18
 
 
-class InvalidRequestError(Exception):
+class InvalidRequestError(SchemaError):
     """The bytes of a request do not parse: the connection that sent them is closed."""
 
 
@@ -64,20 +94,59 @@ class RequestHeader:
     def response_header_version(self) -> int:
         # KIP-511: ApiVersions responses always use header v0 so that a client
         # can parse the answer whatever version it asked for.
-        if self.api_key == 18:
+        if self.api_key == API_VERSIONS:
             return 0
         return 1 if self.flexible else 0
 
 
 # ---------------------------------------------------------------------------
-# decoding
+# the message classes of each API
 
 
 @cache
-def _request_reader(api_key: int, version: int) -> tuple[Any, Any, bool, Any]:
-    cls = load_request_schema(api_key, version)
-    flexible = bool(cls.__flexible__)
-    return entity_reader(cls.__header_schema__), entity_reader(cls), flexible, cls
+def _spec(api_key: int, response: bool) -> MessageSpec:
+    module = api_module(api_key)
+    spec: MessageSpec = module.RESPONSE if response else module.REQUEST
+    return spec
+
+
+def _flexible(spec: MessageSpec, version: int) -> bool:
+    if not spec[1] <= version <= spec[2]:
+        raise UnsupportedVersionError(f"{spec[0].__name__} has no version {version}")
+    return spec[3] is not None and version >= spec[3]
+
+
+def message_versions(api_key: int) -> tuple[int, int]:
+    """The versions of ``api_key`` the message classes cover (what the client can speak);
+    ``KeyError`` for an API without messages here."""
+    spec = _spec(api_key, False)
+    return spec[1], spec[2]
+
+
+def request_class(api_key: int, version: int) -> type[Message]:
+    spec = _spec(api_key, False)
+    _flexible(spec, version)
+    return spec[0]
+
+
+def response_class(api_key: int, version: int) -> type[Message]:
+    spec = _spec(api_key, True)
+    _flexible(spec, version)
+    return spec[0]
+
+
+def request_is_flexible(api_key: int, version: int) -> bool:
+    return _flexible(_spec(api_key, False), version)
+
+
+def response_is_flexible(api_key: int, version: int) -> bool:
+    """Whether the response *body* is flexible (its header is v0 for ApiVersions
+    whatever this says, KIP-511)."""
+    return _flexible(_spec(api_key, True), version)
+
+
+# ---------------------------------------------------------------------------
+# the broker's half
 
 
 def peek_header(buf: Any) -> tuple[int, int, int]:
@@ -92,7 +161,11 @@ def decode_request(buf: Any) -> tuple[RequestHeader, Any]:
 
     Raises :class:`UnsupportedRequestVersionError` for keys/versions tidegate does not
     implement (the caller answers UNSUPPORTED_VERSION) and
-    :class:`InvalidRequestError` for bytes that do not parse.
+    :class:`InvalidRequestError` for bytes that do not parse. The body is the API's
+    request message, except for a Produce request in a pool buffer (not ``bytes``):
+    :class:`tidegate.protocol.produce_fast.ProduceRequest`, whose records are views of
+    the buffer. Like Kafka's generated parsers, bytes after the last field are ignored
+    (librdkafka pads some requests).
     """
     api_key, api_version, correlation_id = peek_header(buf)
     supported = SUPPORTED_APIS.get(api_key)
@@ -102,281 +175,30 @@ def decode_request(buf: Any) -> tuple[RequestHeader, Any]:
         # Produce: decoded by hand into writable views of the request buffer, so
         # the records are never copied (tidegate.protocol.produce_fast).
         try:
-            _, client_id, body = decode_produce(buf)
+            _, client_id, produce = decode_produce(buf)
         except (ValueError, UnicodeDecodeError) as exc:
             raise InvalidRequestError(f"cannot decode api_key=0 v{api_version}: {exc}") from exc
-        return RequestHeader(0, api_version, correlation_id, client_id, api_version >= 9), body
-    header_reader, body_reader, flexible, cls = _request_reader(api_key, api_version)
-    if not isinstance(buf, bytes):
-        buf = memoryview(buf).toreadonly()  # kio reads only from read-only buffers
-    try:
-        # kio allocates an array from its length prefix before reading it: refuse a
-        # length the request cannot hold first, as Kafka's generated readers do
-        check_sizes(cls.__header_schema__, cls, buf)
-        kio_header, offset = header_reader(buf, 0)
-        body, _size = body_reader(buf, offset)
-    except Exception as exc:  # kio raises a variety of errors on garbage
-        raise InvalidRequestError(
-            f"cannot decode api_key={api_key} v{api_version}: {exc!r}"
-        ) from exc
-    # kio refuses a null string where the schema has none, but reads a null
-    # (length -1) array into None whatever the schema says; refuse it as Kafka's
-    # generated parsers do, before a handler iterates over it.
-    _check_null_arrays(body)
-    # Like Kafka's generated parsers, bytes after the last field are ignored
-    # (librdkafka pads some requests); a body that ends early fails above.
-    header = RequestHeader(api_key, api_version, correlation_id, kio_header.client_id, flexible)
-    return header, body
-
-
-@cache
-def _nested_fields(cls: type) -> tuple[tuple[str, bool, bool, type | None], ...]:
-    """(name, is_array, nullable, entity class to descend into) for the array and
-    entity fields of a request class that may need the null check."""
-    hints = typing.get_type_hints(cls)
-    out: list[tuple[str, bool, bool, type | None]] = []
-    for f in dataclasses.fields(cls):
-        tp = hints[f.name]
-        nullable = False
-        origin = typing.get_origin(tp)
-        if origin in (typing.Union, types.UnionType):
-            members = [a for a in typing.get_args(tp) if a is not type(None)]
-            nullable = len(members) < len(typing.get_args(tp))
-            tp = members[0] if len(members) == 1 else tp
-            origin = typing.get_origin(tp)
-        if origin is tuple:
-            args = typing.get_args(tp)
-            elem: type | None = None
-            if args and isinstance(args[0], type) and dataclasses.is_dataclass(args[0]):
-                elem = args[0]
-            if elem is not None and not _nested_fields(elem):
-                elem = None  # nothing below can be null
-            out.append((f.name, True, nullable, elem))
-        elif isinstance(tp, type) and dataclasses.is_dataclass(tp) and _nested_fields(tp):
-            out.append((f.name, False, nullable, tp))
-    return tuple(out)
-
-
-def _check_null_arrays(obj: Any) -> None:
-    cls: type = type(obj)  # as `type`: mypy takes type[Any] as unhashable (mypy#11470)
-    for name, is_array, nullable, elem in _nested_fields(cls):
-        value = getattr(obj, name)
-        if value is None:
-            if is_array and not nullable:
-                raise InvalidRequestError(f"non-nullable field {name} was serialized as null")
-            continue
-        if elem is not None:
-            if is_array:
-                for item in value:
-                    _check_null_arrays(item)
-            else:
-                _check_null_arrays(value)
-
-
-# ---------------------------------------------------------------------------
-# building responses from plain values
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class _FieldPlan:
-    name: str
-    kind: str  # "entity", "entities", "timedelta", "datetime", "error", "value"
-    target: Any
-    default: Any
-
-
-def _zero_for(tp: Any) -> Any:
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType) and type(None) in typing.get_args(tp):
-        return None
-    if origin is tuple:
-        return ()
-    base = tp if isinstance(tp, type) else None
-    if base is None:
-        return None
-    if issubclass(base, bool):
-        return False
-    if issubclass(base, ErrorCode):
-        return ErrorCode.none
-    if issubclass(base, datetime.timedelta):
-        return datetime.timedelta(0)
-    if issubclass(base, int):
-        return 0
-    if issubclass(base, float):
-        return 0.0
-    if issubclass(base, str):
-        return ""
-    if issubclass(base, bytes):
-        return b""
-    return None
-
-
-@cache
-def _plan(cls: type) -> tuple[_FieldPlan, ...]:
-    hints = typing.get_type_hints(cls)
-    plans = []
-    for f in dataclasses.fields(cls):
-        tp = hints[f.name]
-        origin = typing.get_origin(tp)
-        args = typing.get_args(tp)
-        inner = tp
-        if origin in (typing.Union, types.UnionType):
-            non_none = [a for a in args if a is not type(None)]
-            inner = non_none[0] if len(non_none) == 1 else tp
-            origin = typing.get_origin(inner)
-            args = typing.get_args(inner)
-        # what _convert builds from: an entity class, a value class, or for "value" the
-        # type hint itself (not always a class: a generic alias, a union)
-        target: object
-        if origin is tuple and args and isinstance(args[0], type) and dataclasses.is_dataclass(
-            args[0]
-        ):
-            kind, target = "entities", args[0]
-        elif isinstance(inner, type) and dataclasses.is_dataclass(inner):
-            kind, target = "entity", inner
-        elif isinstance(inner, type) and issubclass(inner, datetime.timedelta):
-            kind, target = "timedelta", inner
-        elif isinstance(inner, type) and issubclass(inner, datetime.datetime):
-            kind, target = "datetime", inner
-        elif isinstance(inner, type) and issubclass(inner, ErrorCode):
-            kind, target = "error", inner
-        else:
-            kind, target = "value", inner
-        if f.default is not dataclasses.MISSING:
-            default = f.default
-        elif f.default_factory is not dataclasses.MISSING:
-            default = f.default_factory()
-        else:
-            default = _zero_for(tp)
-        plans.append(_FieldPlan(f.name, kind, target, default))
-    return tuple(plans)
-
-
-def _convert(plan: _FieldPlan, value: Any) -> Any:
-    if value is None:
-        return None
-    kind = plan.kind
-    if kind == "value":
-        return value
-    if kind == "error":
-        return value if isinstance(value, ErrorCode) else ErrorCode(int(value))
-    if kind == "timedelta":
-        if isinstance(value, datetime.timedelta):
-            return value
-        return datetime.timedelta(milliseconds=value)
-    if kind == "datetime":
-        if isinstance(value, datetime.datetime):
-            return value
-        return _EPOCH + datetime.timedelta(milliseconds=value)
-    if kind == "entities":
-        return tuple(build(plan.target, v) if isinstance(v, dict) else v for v in value)
-    # "entity"
-    return build(plan.target, value) if isinstance(value, dict) else value
-
-
-@cache
-def _field_names(cls: type) -> frozenset[str]:
-    return frozenset(f.name for f in dataclasses.fields(cls))
-
-
-@cache
-def _other_versions(cls: type) -> tuple[str, ...]:
-    """The modules of ``cls`` in the other versions of its message, newest first (kio's
-    modules are ``kio.schema.<message>.v<N>.<request|response>``)."""
-    parts = cls.__module__.split(".")
-    if len(parts) != 5 or parts[:2] != ["kio", "schema"] or not parts[3].startswith("v"):
-        return ()
-    package = importlib.import_module(".".join(parts[:3]))
-    versions = sorted(
-        (int(info.name[1:]) for info in pkgutil.iter_modules(package.__path__)
-         if info.name[:1] == "v" and info.name[1:].isdigit()),
-        reverse=True,
-    )
-    return tuple(f"{package.__name__}.v{v}.{parts[4]}" for v in versions if f"v{v}" != parts[3])
-
-
-@cache
-def _known_field(cls: type, name: str) -> bool:
-    """Whether some version of the message of ``cls`` has field ``name``. Versions are
-    imported newest first and only until one has it: a dict built for the newest version
-    costs one import, not one per version (a broker's first request of an API would
-    otherwise import every version of it on the event loop)."""
-    for module_name in _other_versions(cls):
+        return RequestHeader(0, api_version, correlation_id, client_id, api_version >= 9), produce
+    spec = _spec(api_key, False)
+    flexible = _flexible(spec, api_version)
+    # a view, released before returning: nothing decoded keeps the buffer (a pool's)
+    with memoryview(buf) as view:
         try:
-            module = importlib.import_module(module_name)
-        except ImportError:
-            continue
-        other = getattr(module, cls.__qualname__, None)
-        if isinstance(other, type) and dataclasses.is_dataclass(other) and name in _field_names(other):
-            return True
-    return False
+            client_id, pos = read_request_header(view, flexible)
+            body, _end = read_message(spec[0], api_version, flexible, view, pos)
+        except SchemaError as exc:
+            raise InvalidRequestError(f"cannot decode api_key={api_key} v{api_version}: {exc}") from None
+    return RequestHeader(api_key, api_version, correlation_id, client_id, flexible), body
 
 
-def build(cls: type, values: dict[str, Any]) -> Any:
-    """Build a kio dataclass of ``cls`` from a dict, tolerating version differences: a
-    field this version lacks is left out, one it has and the dict lacks gets its default.
-    A key that no version of the message has is a mistake (a misspelt field would
-    otherwise go out as its default) and raises ``TypeError``."""
-    unknown = [name for name in values.keys() - _field_names(cls) if not _known_field(cls, name)]
-    if unknown:
-        raise TypeError(f"{cls.__module__}.{cls.__qualname__} has no field {', '.join(sorted(unknown))} in any version")
-    kwargs = {}
-    for plan in _plan(cls):
-        if plan.name in values:
-            kwargs[plan.name] = _convert(plan, values[plan.name])
-        else:
-            kwargs[plan.name] = plan.default
-    return cls(**kwargs)
-
-
-def warm_up_order() -> list[tuple[int, int]]:
-    """Every supported (api_key, version), the newest version of every API first (what
-    clients send), then the next newest, and so on."""
-    pairs = [(api, v) for api, r in SUPPORTED_APIS.items() for v in range(r.min_version, r.max_version + 1)]
-    return sorted(pairs, key=lambda p: (SUPPORTED_APIS[p[0]].max_version - p[1], p[0]))
-
-
-def warm_up(api_key: int, version: int) -> None:
-    """Do now what the first request of an API version would otherwise do while a client
-    waits: kio imports a version's schema modules on first use (1-4 ms each, several
-    times that on a busy machine) and tidegate builds the request's reader and the
-    response's writer and build plan."""
-    _request_reader(api_key, version)
-    cls = load_response_schema(api_key, version)
-    _writer(cls)
-    _plan(cls)
-
-
-def response_class(api_key: int, version: int) -> type[ResponsePayload]:
-    return load_response_schema(api_key, version)
-
-
-def request_class(api_key: int, version: int) -> type[RequestPayload]:
-    return load_request_schema(api_key, version)
-
-
-# ---------------------------------------------------------------------------
-# encoding
-
-
-@cache
-def _writer(cls: type) -> Any:
-    return entity_writer(cls)
-
-
-def encode_response(header: RequestHeader, response: Any) -> bytes:
+def encode_response(header: RequestHeader, response: Message) -> bytes:
     """Frame one response: size prefix, response header, body."""
-    cls: type = type(response)  # as `type`: see _check_null_arrays
-    out = io.BytesIO()
-    out.write(b"\x00\x00\x00\x00")
-    out.write(_I32.pack(header.correlation_id))
-    if header.response_header_version >= 1:
-        out.write(b"\x00")  # empty tagged fields
-    _writer(cls)(out, response)
-    data = out.getbuffer()
-    _I32.pack_into(data, 0, len(data) - 4)
-    del data
-    return out.getvalue()
+    flexible = _flexible(_spec(header.api_key, True), header.api_version)
+    out = bytearray(b"\x00\x00\x00\x00")
+    write_response_header(header.correlation_id, header.response_header_version >= 1, out)
+    write_message(response, header.api_version, flexible, out)
+    _I32.pack_into(out, 0, len(out) - 4)
+    return bytes(out)
 
 
 def encode_error_only(correlation_id: int, error_code: int) -> bytes:
@@ -391,15 +213,122 @@ def encode_error_only(correlation_id: int, error_code: int) -> bytes:
     return struct.pack(">iih", 6, correlation_id, error_code)
 
 
-def ms(value: Any) -> int:
-    """Milliseconds from a kio timedelta (or an int already in ms)."""
+def warm_up_order() -> list[tuple[int, int]]:
+    """Every supported (api_key, version), the newest version of every API first (what
+    clients send), then the next newest, and so on."""
+    pairs = [(api, v) for api, r in SUPPORTED_APIS.items() for v in range(r.min_version, r.max_version + 1)]
+    return sorted(pairs, key=lambda p: (SUPPORTED_APIS[p[0]].max_version - p[1], p[0]))
+
+
+def warm_up(api_key: int, version: int) -> None:
+    """Do now what the first request of an API version would otherwise do while a client
+    waits: import the API's message module and build the request's reader and the
+    response's writer (and :func:`build`'s plan of the response)."""
+    request = _spec(api_key, False)
+    response = _spec(api_key, True)
+    reader(request[0], version, _flexible(request, version))
+    writer(response[0], version, _flexible(response, version))
+    _build_plan(response[0])
+
+
+# ---------------------------------------------------------------------------
+# the client's half
+
+
+def encode_request(api_key: int, version: int, correlation_id: int, client_id: str | None,
+                   body: Message | dict[str, Any]) -> bytes:
+    """A whole size-prefixed request frame; ``body`` is a message or a dict for
+    :func:`build`."""
+    spec = _spec(api_key, False)
+    flexible = _flexible(spec, version)
+    message = build(spec[0], body) if isinstance(body, dict) else body
+    out = bytearray(b"\x00\x00\x00\x00")
+    write_request_header(api_key, version, correlation_id, client_id, flexible, out)
+    write_message(message, version, flexible, out)
+    _I32.pack_into(out, 0, len(out) - 4)
+    return bytes(out)
+
+
+def decode_response(api_key: int, version: int, frame: Any) -> tuple[int, Any]:
+    """(correlation id, response message) from a response frame without its size
+    prefix; :class:`SchemaError` for bytes that do not parse."""
+    spec = _spec(api_key, True)
+    flexible = _flexible(spec, version)
+    correlation_id, pos = read_response_header(frame, flexible and api_key != API_VERSIONS)
+    body, _end = read_message(spec[0], version, flexible, frame, pos)
+    return correlation_id, body
+
+
+# ---------------------------------------------------------------------------
+# building messages from handlers' dicts (until the handlers build messages)
+
+
+def _to_int(value: Any) -> Any:
+    if isinstance(value, datetime.datetime):
+        value = value - _EPOCH
     if isinstance(value, datetime.timedelta):
         return (value.days * 86400 + value.seconds) * 1000 + value.microseconds // 1000
-    return int(value)
+    if isinstance(value, enum.Enum):
+        return int(value.value)
+    return value
 
 
-def timestamp_ms(value: Any) -> int:
-    """Milliseconds since the epoch from a kio datetime (or an int already in ms)."""
-    if isinstance(value, datetime.datetime):
-        return ms(value - _EPOCH)
-    return int(value)
+# what build does with a handler's value of a field
+_AS_IS, _INT, _UUID, _LIST, _ENTITY, _ENTITIES = range(6)
+_INT_TYPES = {"int8", "int16", "int32", "int64", "uint16"}
+_build_plans: dict[type[Message], dict[str, tuple[int, Any]]] = {}
+
+
+def _build_plan(cls: type[Message]) -> dict[str, tuple[int, Any]]:
+    """Per field of ``cls``: (what becomes of a handler's value, the entity class)."""
+    plan = _build_plans.get(cls)
+    if plan is not None:
+        return plan
+    module = sys.modules[cls.__module__]
+    plan = _build_plans[cls] = {}
+    for name, wire_type, *_rest in module.SCHEMA[cls]:
+        array = wire_type.startswith("[]")
+        element = wire_type[2:] if array else wire_type
+        if element[0].isupper():
+            plan[name] = (_ENTITIES if array else _ENTITY, getattr(module, element))
+        elif array:
+            plan[name] = (_LIST, None)
+        elif element in _INT_TYPES:
+            plan[name] = (_INT, None)
+        elif element == "uuid":
+            plan[name] = (_UUID, None)
+        else:
+            plan[name] = (_AS_IS, None)
+    return plan
+
+
+def build(cls: type[Message], values: dict[str, Any]) -> Any:
+    """Build a ``cls`` message from a dict: nested dicts become entities, a field left
+    out takes its default, a field the version sent lacks is dropped when it is written.
+    A key that no version of the message has is a mistake (a misspelt field would
+    otherwise go out as its default) and raises ``TypeError``."""
+    plan = _build_plans.get(cls) or _build_plan(cls)
+    kwargs: dict[str, Any] = {}
+    for name, value in values.items():
+        try:
+            kind, entity = plan[name]
+        except KeyError:
+            unknown = ", ".join(sorted(values.keys() - plan.keys()))
+            raise TypeError(f"{cls.__module__}.{cls.__qualname__} has no field {unknown} in any version") from None
+        if kind == _AS_IS:
+            pass
+        elif value is None:
+            if kind == _UUID:
+                value = ZERO_UUID
+        elif kind == _INT:
+            if type(value) is not int:
+                value = _to_int(value)
+        elif kind == _ENTITIES:
+            value = [build(entity, v) if type(v) is dict else v for v in value]
+        elif kind == _ENTITY:
+            if type(value) is dict:
+                value = build(entity, value)
+        elif kind == _LIST and type(value) is not list:
+            value = list(value)
+        kwargs[name] = value
+    return cls(**kwargs)

@@ -15,7 +15,6 @@ caller turns that into a closed connection, as for any undecodable request).
 
 from __future__ import annotations
 
-import datetime
 import struct
 from dataclasses import dataclass
 from typing import Literal, overload
@@ -41,7 +40,7 @@ class TopicProduceData:
 class ProduceRequest:
     transactional_id: str | None
     acks: int
-    timeout: datetime.timedelta
+    timeout: int
     topic_data: list[TopicProduceData]
 
 
@@ -148,7 +147,5 @@ def decode_produce(payload: bytearray | memoryview) -> tuple[int, str | None, Pr
         topics.append(TopicProduceData(name, partitions))
     if flexible:
         r.skip_tagged_fields()
-    request = ProduceRequest(
-        transactional_id, acks, datetime.timedelta(milliseconds=timeout_ms), topics
-    )
+    request = ProduceRequest(transactional_id, acks, timeout_ms, topics)
     return correlation_id, client_id, request

@@ -29,9 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from kio.schema.errors import ErrorCode
-
-from tidegate.errors import UnsupportedVersionError
+from tidegate.errors import ErrorCode, UnsupportedVersionError
 from tidegate.protocol.apis import SUPPORTED_APIS, ApiKey, api_name
 from tidegate.protocol.codec import (
     InvalidRequestError,

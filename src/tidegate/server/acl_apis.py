@@ -10,8 +10,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from kio.schema.errors import ErrorCode
-
+from tidegate.errors import ErrorCode
 from tidegate.network.request_channel import Request
 from tidegate.security.authorizer.acl import (
     AclBinding,

@@ -23,8 +23,6 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from kio.schema.errors import ErrorCode
-
 from tidegate.config import (
     TOPIC_CONFIG,
     BrokerConfig,
@@ -34,6 +32,7 @@ from tidegate.config import (
 )
 from tidegate.config.alter import AlterConfigError, AlterOp, apply_config_ops
 from tidegate.config.broker import BROKER_CONFIG
+from tidegate.errors import ErrorCode
 from tidegate.network.request_channel import PARKED, Request
 from tidegate.server.endpoints import Endpoints
 from tidegate.server.log_manager import PreparedPartitions

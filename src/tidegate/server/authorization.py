@@ -23,15 +23,13 @@ DescribeTopicPartitions get a merge (every supported operation bit is set).
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import ipaddress
 import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from kio.schema.errors import ErrorCode as E
-
+from tidegate.errors import ErrorCode as E
 from tidegate.network.request_channel import Request, RequestContext
 from tidegate.protocol.apis import ApiKey, api_name
 from tidegate.security.authorizer.acl import (
@@ -189,7 +187,9 @@ def _split(items: Iterable[Any], allowed: Callable[[Any], bool]) -> tuple[list[A
 
 
 def _replace(request: Request, **changes: Any) -> None:
-    request.body = dataclasses.replace(request.body, **changes)
+    """Take the denied entries out of the request the handler will read."""
+    for name, value in changes.items():
+        setattr(request.body, name, value)
 
 
 def _partitioned(
@@ -224,7 +224,7 @@ def _partitioned(
     if not ok:
         base[response_field] = extra
         return base
-    _replace(request, **{field: tuple(ok)})
+    _replace(request, **{field: ok})
 
     def merge(values: dict) -> dict:
         values[response_field] = list(values[response_field]) + extra
@@ -358,7 +358,7 @@ def check_metadata(s: Session, request: Request, step: AuthorizationStep) -> dic
                     continue
             ok.append(t)
         if len(ok) != len(req.topics):
-            _replace(request, topics=tuple(ok))
+            _replace(request, topics=ok)
     # v0: an empty list means every topic; the handler's list is then replaced
     drop_all = version == 0 and not all_topics and not request.body.topics
 
@@ -460,7 +460,7 @@ def _offset_fetch_filter(s: Session, topics: Any) -> tuple[Any, list[dict], bool
              "metadata": "", "error_code": TAF} for i in t.partition_indexes]}
         for t in denied
     ]  # fmt: skip
-    return tuple(ok), answers, False
+    return ok, answers, False
 
 
 def _visible_topics(s: Session, topics: list[dict]) -> list[dict]:
@@ -492,10 +492,12 @@ def check_offset_fetch(s: Session, request: Request, step: AuthorizationStep) ->
             continue
         ok, answers, filter_all = _offset_fetch_filter(s, g.topics)
         per_group[g.group_id] = (answers, filter_all)
-        groups.append(dataclasses.replace(g, topics=ok) if answers else g)
+        if answers:
+            g.topics = ok
+        groups.append(g)
     if not groups:
         return {"throttle_time": 0, "groups": denied_groups}
-    _replace(request, groups=tuple(groups))
+    _replace(request, groups=groups)
 
     def merge(values: dict) -> dict:
         for g in values["groups"]:
@@ -531,7 +533,7 @@ def check_find_coordinator(s: Session, request: Request, step: AuthorizationStep
              for k in denied]
     if not ok:
         return {"throttle_time": 0, "coordinators": extra}
-    _replace(request, coordinator_keys=tuple(ok))
+    _replace(request, coordinator_keys=ok)
 
     def merge(values: dict) -> dict:
         values["coordinators"] = list(values["coordinators"]) + extra
@@ -560,7 +562,7 @@ def _describe_groups(field: str, empty: Callable[[str], dict], ops_field: str) -
         if not ok and extra:
             return {"throttle_time": 0, "groups": extra}
         if denied:
-            _replace(request, **{field: tuple(ok)})
+            _replace(request, **{field: ok})
 
         def merge(values: dict) -> dict:
             if include_ops:
@@ -600,7 +602,7 @@ def check_delete_groups(s: Session, request: Request, step: AuthorizationStep) -
     extra = [{"group_id": g, "error_code": GAF} for g in denied]
     if not ok:
         return {"throttle_time": 0, "results": extra}
-    _replace(request, groups_names=tuple(ok))
+    _replace(request, groups_names=ok)
 
     def merge(values: dict) -> dict:
         values["results"] = list(values["results"]) + extra
@@ -694,7 +696,7 @@ def check_describe_transactions(s: Session, request: Request, step: Authorizatio
     if not ok and extra:
         return {"throttle_time": 0, "transaction_states": extra}
     if denied:
-        _replace(request, transactional_ids=tuple(ok))
+        _replace(request, transactional_ids=ok)
 
     def merge(values: dict) -> dict:
         for state in values["transaction_states"]:
@@ -731,7 +733,7 @@ def check_create_topics(s: Session, request: Request, step: AuthorizationStep) -
     if not ok:
         return {"throttle_time": 0, "topics": extra}
     if denied:
-        _replace(request, topics=tuple(ok))
+        _replace(request, topics=ok)
 
     def merge(values: dict) -> dict:
         for t in values["topics"]:
@@ -773,7 +775,7 @@ def check_delete_topics(s: Session, request: Request, step: AuthorizationStep) -
         return None
     if not ok:
         return {"throttle_time": 0, "responses": extra}
-    _replace(request, **{"topics" if by_id else "topic_names": tuple(ok)})
+    _replace(request, **{"topics" if by_id else "topic_names": ok})
 
     def merge(values: dict) -> dict:
         values["responses"] = list(values["responses"]) + extra
@@ -831,7 +833,7 @@ def _configs(op: AclOperation, response_field: str, with_configs: bool) -> Check
             return None
         if not ok:
             return {"throttle_time": 0, response_field: extra}
-        _replace(request, resources=tuple(ok))
+        _replace(request, resources=ok)
 
         def merge(values: dict) -> dict:
             values[response_field] = list(values[response_field]) + extra

@@ -16,8 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from kio.schema.errors import ErrorCode
-
+from tidegate.errors import ErrorCode
 from tidegate.server.purgatory import DelayedOperation
 
 if TYPE_CHECKING:

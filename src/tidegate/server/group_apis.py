@@ -22,8 +22,6 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from kio.schema.errors import ErrorCode
-
 from tidegate.config import BrokerConfig
 from tidegate.coordinator.group.group_coordinator import (
     GroupConfig,
@@ -38,10 +36,10 @@ from tidegate.coordinator.group.group_metadata_manager import (
     OffsetsLog,
     PendingAppend,
 )
+from tidegate.errors import ErrorCode
 from tidegate.log.dir_failure import StorageError
 from tidegate.log.log import Log
 from tidegate.network.request_channel import PARKED, Request
-from tidegate.protocol.codec import ms
 from tidegate.server.endpoints import Endpoints
 from tidegate.server.purgatory import DelayedOperationPurgatory
 from tidegate.server.replica_manager import ReplicaManager
@@ -164,8 +162,8 @@ class GroupApis:
     def handle_join_group(self, request: Request, now_ms: int) -> Any:
         header, req = request.header, request.body
         version = header.api_version
-        session_timeout = ms(req.session_timeout)
-        rebalance_timeout = ms(req.rebalance_timeout) if version >= 1 else session_timeout
+        session_timeout = req.session_timeout
+        rebalance_timeout = req.rebalance_timeout if version >= 1 else session_timeout
         def body(r: JoinResult) -> dict:
             name = r.protocol_name
             if name is None and version < 7:
@@ -270,7 +268,7 @@ class GroupApis:
         header, req = request.header, request.body
         version = header.api_version
         now = now_ms
-        retention = ms(req.retention_time) if 2 <= version <= 4 else -1
+        retention = req.retention_time if 2 <= version <= 4 else -1
         topics, parts_by_tp, offsets = self._requested_offsets(
             req.topics, version >= 6, now, now + retention if retention != -1 else None
         )

@@ -34,10 +34,9 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from kio.schema.errors import ErrorCode
-
 from tidegate.clock import SYSTEM_CLOCK, Clock
 from tidegate.config import BrokerConfig
+from tidegate.errors import ErrorCode
 from tidegate.log.record_batch import is_transactional_batch
 from tidegate.log.segment import TimestampAndOffset
 from tidegate.network.request_channel import (
@@ -60,7 +59,6 @@ from tidegate.protocol.codec import (
     decode_request,
     encode_error_only,
     encode_response,
-    ms,
     response_class,
 )
 from tidegate.protocol.fetch_fast import Piece, encode_fetch_response, fetch_response_size
@@ -664,7 +662,7 @@ class KafkaApis:
             self.send_response(request, body)
 
         self.replicas.append_records(
-            ms(req.timeout), acks, entries, now_ms, respond,
+            req.timeout, acks, entries, now_ms, respond,
             transactional_id=req.transactional_id, generic_txn_errors=request.header.api_version >= 11,
         )  # fmt: skip
         return PARKED
@@ -738,7 +736,7 @@ class KafkaApis:
             )
             max_bytes = int(min(window_max, max_bytes))
         params = FetchParams(
-            ms(req.max_wait), req.min_bytes, min(max_bytes, MAX_INT32),
+            req.max_wait, req.min_bytes, min(max_bytes, MAX_INT32),
             req.isolation_level if version >= 4 else READ_UNCOMMITTED,
         )  # fmt: skip
         if ctx.session is not None:

@@ -40,9 +40,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from kio.schema.errors import ErrorCode
-
-from tidegate.errors import CodedError, OffsetOutOfRangeError
+from tidegate.errors import CodedError, ErrorCode, OffsetOutOfRangeError
 from tidegate.log.dir_failure import StorageError
 from tidegate.log.file_region import FileRegion
 from tidegate.log.index import AbortedTxn

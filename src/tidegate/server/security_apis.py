@@ -16,8 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kio.schema.errors import ErrorCode
-
+from tidegate.errors import ErrorCode
 from tidegate.network.request_channel import Request
 from tidegate.security.credentials import CredentialStore
 

@@ -21,17 +21,15 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from kio.schema.errors import ErrorCode
-
 from tidegate.coordinator.transaction.transaction_coordinator import (
     InitProducerIdResult,
     TransactionCoordinator,
 )
 from tidegate.coordinator.transaction.transaction_log import partitions_by_topic
 from tidegate.coordinator.transaction.transaction_metadata import TransactionResult
+from tidegate.errors import ErrorCode
 from tidegate.log.control_records import end_transaction_marker_batch
 from tidegate.network.request_channel import PARKED, Request
-from tidegate.protocol.codec import ms
 from tidegate.server.metadata import GROUP_METADATA_TOPIC_NAME
 
 if TYPE_CHECKING:
@@ -85,7 +83,7 @@ class TransactionApis:
             self.respond(request, self._init_body(result))
 
         self.coordinator.handle_init_producer_id(
-            req.transactional_id, ms(req.transaction_timeout), expected, answer,
+            req.transactional_id, req.transaction_timeout, expected, answer,
             producer_fenced_supported=version >= 4,
         )  # fmt: skip
         return PARKED

@@ -57,8 +57,6 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from kio.schema.errors import ErrorCode
-
 from tidegate.coordinator.group.delayed_operations import (
     DelayedHeartbeat,
     DelayedJoin,
@@ -96,6 +94,7 @@ from tidegate.coordinator.group.group_metadata_manager import (
     offset_key,
     parse_key,
 )
+from tidegate.errors import ErrorCode
 from tidegate.log.control_records import (
     ControlRecordType,
     InvalidControlRecordError,

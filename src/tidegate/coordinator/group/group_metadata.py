@@ -17,9 +17,8 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from kio.schema.errors import ErrorCode
-
 from tidegate.coordinator.group.group_metadata_manager import OffsetAndMetadata
+from tidegate.errors import ErrorCode
 from tidegate.protocol.consumer_protocol import decode_subscription
 
 log = logging.getLogger(__name__)

@@ -39,8 +39,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from kio.schema.errors import ErrorCode
-
+from tidegate.errors import ErrorCode
 from tidegate.log.batch_builder import Record, build_batch
 from tidegate.log.log import Log
 from tidegate.log.records import decode_batch_records, iter_decoded_batches

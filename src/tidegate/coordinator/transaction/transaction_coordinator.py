@@ -26,8 +26,6 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from kio.schema.errors import ErrorCode
-
 from tidegate.coordinator.transaction.transaction_marker_channel_manager import (
     TransactionMarkerChannelManager,
 )
@@ -44,6 +42,7 @@ from tidegate.coordinator.transaction.transaction_state_manager import (
     TransactionConfig,
     TransactionStateManager,
 )
+from tidegate.errors import ErrorCode
 from tidegate.server.timer import FunctionTask, SystemTimer, TimerTask
 
 if TYPE_CHECKING:

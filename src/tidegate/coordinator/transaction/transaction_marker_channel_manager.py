@@ -22,8 +22,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from kio.schema.errors import ErrorCode
-
+from tidegate.errors import ErrorCode
 from tidegate.log.control_records import end_transaction_marker_batch
 from tidegate.server.timer import FunctionTask, SystemTimer
 

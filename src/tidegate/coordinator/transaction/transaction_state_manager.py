@@ -19,8 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kio.schema.errors import ErrorCode
-
 from tidegate.coordinator.transaction.transaction_log import (
     TRANSACTION_STATE_TOPIC,
     decode_key,
@@ -34,6 +32,7 @@ from tidegate.coordinator.transaction.transaction_metadata import (
     TransactionState,
     TxnTransitMetadata,
 )
+from tidegate.errors import ErrorCode
 from tidegate.log.batch_builder import Record, build_batch
 from tidegate.log.replay import replay_records
 from tidegate.server.metadata import write_atomically

@@ -28,9 +28,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from kio.schema.errors import ErrorCode
-
 from tidegate.clock import monotonic_ms
+from tidegate.errors import ErrorCode
 from tidegate.log.checkpoint import write_atomically
 from tidegate.server.quota.client_quota_manager import (
     DEFAULT,
