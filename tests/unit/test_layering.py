@@ -131,3 +131,13 @@ def test_config_is_the_foundation():
         if name.startswith("tidegate.config"):
             bad = {d for d in deps if d.startswith(("tidegate.network", "tidegate.server", "tidegate.coordinator"))}
             assert not bad, f"{name} imports {bad}"
+
+
+def test_the_generated_messages_sit_below_everything():
+    """tidegate.protocol.messages (generated from kio's schemas) imports nothing else of
+    tidegate: tidegate.errors takes its ErrorCode from there, and every package may use
+    the message classes."""
+    for name, deps in graph().items():
+        if name.startswith("tidegate.protocol.messages"):
+            outside = {d for d in deps if not d.startswith("tidegate.protocol.messages")}
+            assert not outside, f"{name} imports {outside}"

@@ -34,6 +34,7 @@ import struct
 import sys
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any
 
@@ -134,68 +135,74 @@ def _write_length(compact: bool, wide: bool) -> Callable[[int, bytearray], None]
 
 
 # -- value readers and writers ----------------------------------------------------------------
-def _string_reader(name: str, compact: bool, nullable: bool) -> Reader:
-    length = _length(compact, False)
+def _sized_reader(name: str, compact: bool, wide: bool, nullable: bool, unit: int,
+                  take: Callable[[Any, int, int, int], Any]) -> Reader:
+    """A length-prefixed value (string, bytes, array): null where ``nullable``, refused
+    where not; ``take(buf, pos, end, n)`` reads its ``n`` items of at least ``unit``
+    bytes once the length is known to fit."""
+    length = _length(compact, wide)
 
-    def read_string(buf: Any, pos: int, end: int) -> tuple[str | None, int]:
+    def read_sized(buf: Any, pos: int, end: int) -> tuple[Any, int]:
         n, pos = length(buf, pos, end)
         if n < 0:
             if nullable:
                 return None, pos
             raise _null(name)
-        if n > end - pos:
+        if n * unit > end - pos:
             raise _too_big(n, pos, end)
-        try:
-            return str(buf[pos:pos + n], "utf-8"), pos + n
-        except UnicodeDecodeError as exc:
-            raise SchemaError(f"field {name} is not UTF-8: {exc}") from None
-    return read_string
+        return take(buf, pos, end, n)  # type: ignore[no-any-return]
+    return read_sized
 
 
-def _string_writer(name: str, compact: bool, nullable: bool) -> Writer:
-    length = _write_length(compact, False)
+def _sized_writer(name: str, compact: bool, wide: bool, nullable: bool,
+                  put: Callable[[Any, bytearray, Callable[[int, bytearray], None]], None]) -> Writer:
+    """A length-prefixed value: ``put(value, out, length)`` writes a value that is not
+    None, its length through ``length``."""
+    length = _write_length(compact, wide)
 
-    def write_string(value: str | None, out: bytearray) -> None:
+    def write_sized(value: Any, out: bytearray) -> None:
         if value is None:
             if not nullable:
                 raise _null(name)
             length(-1, out)
-            return
+        else:
+            put(value, out, length)
+    return write_sized
+
+
+def _take_string(buf: Any, pos: int, end: int, n: int) -> tuple[str, int]:
+    return str(buf[pos:pos + n], "utf-8"), pos + n  # not UTF-8: read_message's SchemaError
+
+
+def _take_bytes(buf: Any, pos: int, end: int, n: int) -> tuple[bytes, int]:
+    return bytes(buf[pos:pos + n]), pos + n
+
+
+def _string_reader(name: str, compact: bool, nullable: bool) -> Reader:
+    return _sized_reader(name, compact, False, nullable, 1, _take_string)
+
+
+def _bytes_reader(name: str, compact: bool, nullable: bool) -> Reader:
+    return _sized_reader(name, compact, True, nullable, 1, _take_bytes)
+
+
+def _string_writer(name: str, compact: bool, nullable: bool) -> Writer:
+    def put_string(value: str, out: bytearray, length: Callable[[int, bytearray], None]) -> None:
         data = value.encode()
         if not compact and len(data) > _MAX_STRING:
             raise SchemaError(f"string field {name} had invalid length {len(data)}")
         length(len(data), out)
         out += data
-    return write_string
+    return _sized_writer(name, compact, False, nullable, put_string)
 
 
-def _bytes_reader(name: str, compact: bool, nullable: bool) -> Reader:
-    length = _length(compact, True)
-
-    def read_bytes(buf: Any, pos: int, end: int) -> tuple[bytes | None, int]:
-        n, pos = length(buf, pos, end)
-        if n < 0:
-            if nullable:
-                return None, pos
-            raise _null(name)
-        if n > end - pos:
-            raise _too_big(n, pos, end)
-        return bytes(buf[pos:pos + n]), pos + n
-    return read_bytes
+def _put_bytes(value: Any, out: bytearray, length: Callable[[int, bytearray], None]) -> None:
+    length(memoryview(value).nbytes, out)
+    out += value
 
 
 def _bytes_writer(name: str, compact: bool, nullable: bool) -> Writer:
-    length = _write_length(compact, True)
-
-    def write_bytes(value: Any, out: bytearray) -> None:
-        if value is None:
-            if not nullable:
-                raise _null(name)
-            length(-1, out)
-            return
-        length(memoryview(value).nbytes, out)
-        out += value
-    return write_bytes
+    return _sized_writer(name, compact, True, nullable, _put_bytes)
 
 
 def _read_uuid(buf: Any, pos: int, end: int) -> tuple[uuid.UUID, int]:
@@ -229,68 +236,37 @@ def _fixed_writer(code: str) -> Writer:
 
 
 def _fixed_array_reader(name: str, code: str, compact: bool, nullable: bool) -> Reader:
-    length = _length(compact, True)
     size = struct.calcsize(">" + code)
 
-    def read_fixed_array(buf: Any, pos: int, end: int) -> tuple[list[Any] | None, int]:
-        n, pos = length(buf, pos, end)
-        if n < 0:
-            if nullable:
-                return None, pos
-            raise _null(name)
-        if n * size > end - pos:
-            raise _too_big(n, pos, end)
+    def take(buf: Any, pos: int, end: int, n: int) -> tuple[list[Any], int]:
         return list(struct.unpack_from(f">{n}{code}", buf, pos)), pos + n * size
-    return read_fixed_array
+    return _sized_reader(name, compact, True, nullable, size, take)
 
 
 def _fixed_array_writer(name: str, code: str, compact: bool, nullable: bool) -> Writer:
-    length = _write_length(compact, True)
-
-    def write_fixed_array(value: Any, out: bytearray) -> None:
-        if value is None:
-            if not nullable:
-                raise _null(name)
-            length(-1, out)
-            return
+    def put(value: Any, out: bytearray, length: Callable[[int, bytearray], None]) -> None:
         length(len(value), out)
         out += struct.pack(f">{len(value)}{code}", *value)
-    return write_fixed_array
+    return _sized_writer(name, compact, True, nullable, put)
 
 
 def _array_reader(name: str, element: Reader, compact: bool, nullable: bool) -> Reader:
-    length = _length(compact, True)
-
-    def read_array(buf: Any, pos: int, end: int) -> tuple[list[Any] | None, int]:
-        n, pos = length(buf, pos, end)
-        if n < 0:
-            if nullable:
-                return None, pos
-            raise _null(name)
-        if n > end - pos:
-            raise _too_big(n, pos, end)
+    def take(buf: Any, pos: int, end: int, n: int) -> tuple[list[Any], int]:
         items: list[Any] = []
         append = items.append
         for _ in range(n):
             item, pos = element(buf, pos, end)
             append(item)
         return items, pos
-    return read_array
+    return _sized_reader(name, compact, True, nullable, 1, take)
 
 
 def _array_writer(name: str, element: Writer, compact: bool, nullable: bool) -> Writer:
-    length = _write_length(compact, True)
-
-    def write_array(value: Any, out: bytearray) -> None:
-        if value is None:
-            if not nullable:
-                raise _null(name)
-            length(-1, out)
-            return
+    def put(value: Any, out: bytearray, length: Callable[[int, bytearray], None]) -> None:
         length(len(value), out)
         for item in value:
             element(item, out)
-    return write_array
+    return _sized_writer(name, compact, True, nullable, put)
 
 
 def _nullable_entity_reader(read_entity: Reader) -> Reader:
@@ -334,64 +310,59 @@ def _nullable(spec: FieldSpec, version: int) -> bool:
     return versions is not None and versions[0] <= version <= versions[1]
 
 
-def _value_reader(cls: type[Message], spec: FieldSpec, version: int, flexible: bool) -> Reader:
+@dataclass(frozen=True, slots=True)
+class _Side:
+    """The value readers, or the value writers: what :func:`_value_code` builds from."""
+
+    fixed: Callable[[str], Any]
+    fixed_array: Callable[[str, str, bool, bool], Any]
+    array: Callable[[str, Any, bool, bool], Any]
+    string: Callable[[str, bool, bool], Any]
+    bytes: Callable[[str, bool, bool], Any]
+    uuid: Any
+    entity: Callable[[type[Message], int, bool], Any]
+    nullable_entity: Callable[[Any], Any]
+
+
+def _value_code(side: _Side, cls: type[Message], spec: FieldSpec, version: int,
+                flexible: bool) -> Any:
+    """The reader or writer (``side``) of one field's value in ``version``."""
     name, wire_type = spec[0], spec[1]
     nullable = _nullable(spec, version)
     if wire_type.startswith("[]"):
         element_type = wire_type[2:]
         code = _FIXED.get(element_type)
         if code is not None:
-            return _fixed_array_reader(name, code, flexible, nullable)
-        element = _element_reader(cls, element_type, name, version, flexible)
-        return _array_reader(name, element, flexible, nullable)
-    if wire_type in _FIXED:
-        return _fixed_reader(_FIXED[wire_type])
-    read = _element_reader(cls, wire_type, name, version, flexible, nullable)
+            return side.fixed_array(name, code, flexible, nullable)
+        element = _element_code(side, cls, element_type, name, version, flexible, False)
+        return side.array(name, element, flexible, nullable)
+    value = _element_code(side, cls, wire_type, name, version, flexible, nullable)
     if nullable and wire_type[0].isupper():
-        return _nullable_entity_reader(read)
-    return read
+        return side.nullable_entity(value)
+    return value
 
 
-def _element_reader(cls: type[Message], wire_type: str, name: str, version: int,
-                    flexible: bool, nullable: bool = False) -> Reader:
+def _element_code(side: _Side, cls: type[Message], wire_type: str, name: str, version: int,
+                  flexible: bool, nullable: bool) -> Any:
     if wire_type == "string":
-        return _string_reader(name, flexible, nullable)
+        return side.string(name, flexible, nullable)
     if wire_type in ("bytes", "records"):
-        return _bytes_reader(name, flexible, nullable)
+        return side.bytes(name, flexible, nullable)
     if wire_type == "uuid":
-        return _read_uuid
+        return side.uuid
     if wire_type in _FIXED:
-        return _fixed_reader(_FIXED[wire_type])
-    return reader(_entity(cls, wire_type), version, flexible)
+        return side.fixed(_FIXED[wire_type])
+    return side.entity(_entity(cls, wire_type), version, flexible)
+
+
+def _value_reader(cls: type[Message], spec: FieldSpec, version: int, flexible: bool) -> Reader:
+    reader_of: Reader = _value_code(_READERS, cls, spec, version, flexible)
+    return reader_of
 
 
 def _value_writer(cls: type[Message], spec: FieldSpec, version: int, flexible: bool) -> Writer:
-    name, wire_type = spec[0], spec[1]
-    nullable = _nullable(spec, version)
-    if wire_type.startswith("[]"):
-        element_type = wire_type[2:]
-        code = _FIXED.get(element_type)
-        if code is not None:
-            return _fixed_array_writer(name, code, flexible, nullable)
-        element = _element_writer(cls, element_type, name, version, flexible)
-        return _array_writer(name, element, flexible, nullable)
-    write = _element_writer(cls, wire_type, name, version, flexible, nullable)
-    if nullable and wire_type[0].isupper():
-        return _nullable_entity_writer(write)
-    return write
-
-
-def _element_writer(cls: type[Message], wire_type: str, name: str, version: int,
-                    flexible: bool, nullable: bool = False) -> Writer:
-    if wire_type == "string":
-        return _string_writer(name, flexible, nullable)
-    if wire_type in ("bytes", "records"):
-        return _bytes_writer(name, flexible, nullable)
-    if wire_type == "uuid":
-        return _write_uuid
-    if wire_type in _FIXED:
-        return _fixed_writer(_FIXED[wire_type])
-    return writer(_entity(cls, wire_type), version, flexible)
+    writer_of: Writer = _value_code(_WRITERS, cls, spec, version, flexible)
+    return writer_of
 
 
 def _fixed_run(specs: list[FieldSpec]) -> tuple[tuple[str, ...], struct.Struct]:
@@ -660,6 +631,12 @@ def writer(cls: type[Message], version: int, flexible: bool) -> Writer:
 
     _writers[key] = write_entity
     return write_entity
+
+
+_READERS = _Side(_fixed_reader, _fixed_array_reader, _array_reader, _string_reader, _bytes_reader,
+                 _read_uuid, reader, _nullable_entity_reader)
+_WRITERS = _Side(_fixed_writer, _fixed_array_writer, _array_writer, _string_writer, _bytes_writer,
+                 _write_uuid, writer, _nullable_entity_writer)
 
 
 # -- whole messages ---------------------------------------------------------------------------
