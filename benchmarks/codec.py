@@ -9,8 +9,10 @@ Decoding, the broker's side (frame without its size prefix -> header and body):
 "tidegate" is ``codec.decode_request`` (a bytearray, as from the request pool). "kio"
 is what the broker ran before: kio's native readers for the header and the body plus the
 two walks that made them safe (the collection-size check before, the null-array check
-after), taken from ``--base`` (a git revision, default ``main``, read with ``git
-show``); "kio-native" is kio's readers alone (what kio costs without those checks).
+after), taken from ``--base`` (a git revision read with ``git show``; by default the
+last one with that codec, the parent of the commit that removed
+``protocol/size_check.py``); "kio-native" is kio's readers alone (what kio costs
+without those checks).
 
 Encoding, the broker's side (a handler's dict -> frame), and the message alone:
 
@@ -29,7 +31,7 @@ Every timing is the median of ``--repeat`` runs of ``--number`` calls (per call 
 Usage::
 
     .venv/bin/python benchmarks/codec.py
-    .venv/bin/python benchmarks/codec.py --repeat 15 --base HEAD~3
+    .venv/bin/python benchmarks/codec.py --repeat 15 --base 6be5b03
 """
 
 from __future__ import annotations
@@ -129,6 +131,15 @@ def old_codec(base: str) -> types.ModuleType:
     return modules["codec"]
 
 
+def kio_codec_revision() -> str:
+    """The last revision whose codec was kio's: the parent of the commit that removed
+    protocol/size_check.py (which only that codec used)."""
+    removed = subprocess.run(["git", "-C", str(ROOT), "rev-list", "-1", "HEAD", "--",
+                              "src/tidegate/protocol/size_check.py"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    return f"{removed}^"
+
+
 def per_call_us(fns: list[Callable[[], Any]], number: int, repeat: int) -> list[float]:
     """Median µs per call of each of ``fns``, their runs interleaved (a busy machine
     slows them alike)."""
@@ -215,9 +226,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=9)
     parser.add_argument("--number", type=int, default=0, help="calls per run (default: about 0.1 s worth)")
-    parser.add_argument("--base", default="main", help="git revision of the kio-based codec (default main)")
+    parser.add_argument("--base", help="git revision of the kio-based codec (default: the last one)")
     args = parser.parse_args()
-    old = old_codec(args.base)
+    old = old_codec(args.base or kio_codec_revision())
 
     def number_for(fn: Callable[[], Any]) -> int:
         if args.number:
