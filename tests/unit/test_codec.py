@@ -116,6 +116,28 @@ def test_a_string_that_is_not_utf8_is_invalid():
         decode_request(raw[:-2] + b"\xff\xfe")
 
 
+def test_a_client_id_that_is_not_utf8_is_invalid():
+    raw = struct.pack(">hhih", 3, 1, 1, 2) + b"\xff\xfe" + struct.pack(">i", 0)
+    with pytest.raises(InvalidRequestError, match="client_id is not UTF-8"):
+        decode_request(raw)
+
+
+@pytest.mark.parametrize("version", [1, 9, 12])
+def test_every_cut_or_damaged_header_is_invalid_or_unsupported(version):
+    """Every byte of a request's header damaged in turn: the request decodes, or raises
+    InvalidRequestError or UNSUPPORTED_VERSION, nothing else."""
+    raw = encode_request(3, version, 1, {"topics": [{"name": "ab"}]}, "client")
+    for at in range(20):
+        for value in (0x00, 0x7F, 0x80, 0xFE, 0xFF):
+            damaged = bytearray(raw)
+            damaged[at] = value
+            for data in (damaged, damaged[:at]):
+                try:
+                    decode_request(bytes(data))
+                except (InvalidRequestError, UnsupportedVersionError):
+                    pass
+
+
 def test_build_makes_the_message_class_and_defaults_the_rest():
     values = {
         "brokers": [{"node_id": 1, "host": "h", "port": 9092, "rack": None}],

@@ -440,21 +440,21 @@ class _Source:
     def add(self, *lines: str) -> None:
         self.lines.extend(lines)
 
-    def length(self, compact: bool, wide: bool, indent: str = "    ") -> None:
+    def length(self, compact: bool, wide: bool) -> None:
         """``n`` = the length or count prefix (-1 for null) and ``pos`` after it."""
         if compact:
-            self.add(f"{indent}if pos < end and buf[pos] < 128:",
-                     f"{indent}    n = buf[pos] - 1",
-                     f"{indent}    pos += 1",
-                     f"{indent}else:",
-                     f"{indent}    n, pos = _uvarint(buf, pos, end)",
-                     f"{indent}    n -= 1")
+            self.add("    if pos < end and buf[pos] < 128:",
+                     "        n = buf[pos] - 1",
+                     "        pos += 1",
+                     "    else:",
+                     "        n, pos = _uvarint(buf, pos, end)",
+                     "        n -= 1")
         else:
             size = 4 if wide else 2
-            self.add(f"{indent}if pos + {size} > end:",
-                     f"{indent}    raise _eof({size}, pos, end)",
-                     f"{indent}n = {'_i32' if wide else '_i16'}(buf, pos)[0]",
-                     f"{indent}pos += {size}")
+            self.add(f"    if pos + {size} > end:",
+                     f"        raise _eof({size}, pos, end)",
+                     f"    n = {'_i32' if wide else '_i16'}(buf, pos)[0]",
+                     f"    pos += {size}")
 
     def null(self, name: str, nullable: bool) -> None:
         """The ``n < 0`` branch: None, or the error; opens the ``else`` of a value."""
@@ -672,7 +672,10 @@ def read_request_header(buf: Any, flexible: bool) -> tuple[str | None, int]:
     client id stays a classic nullable string in v2, as Kafka's RequestHeader.json says;
     the header's tagged fields are skipped."""
     end = len(buf)
-    client_id, pos = _read_client_id(buf, 8, end)
+    try:
+        client_id, pos = _read_client_id(buf, 8, end)
+    except UnicodeDecodeError as exc:
+        raise SchemaError(f"client_id is not UTF-8: {exc}") from None
     if flexible:
         pos = _skip_tagged(None, buf, pos, end)
     return client_id, pos
