@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -79,25 +79,41 @@ class TopicInfo:
 
 
 class TopicStore:
-    """The persisted topic table, with lookups by name and by id."""
+    """The persisted topic table, with lookups by name and by id.
+
+    ``version`` goes up with every change and is kept in the file, so it never goes back
+    across restarts (Kafka's metadata image version, the offset of the last record of the
+    metadata log): the group coordinator compares it with the version a regular
+    expression was resolved at, and notices topic changes by it.
+    """
 
     def __init__(self, directory: Path) -> None:
         self.path = directory / TOPICS_FILE
         self.topics: dict[str, TopicInfo] = {}
         self.by_id: dict[uuid.UUID, TopicInfo] = {}
+        self.version = 0
         if self.path.exists():
             doc = json.loads(self.path.read_bytes())
+            self.version = int(doc.get("metadata_version", 0))
             for d in doc["topics"]:
                 info = TopicInfo.from_json(d)
                 self.topics[info.name] = info
                 self.by_id[info.topic_id] = info
 
     def _persist(self) -> None:
-        doc = {"version": 1, "topics": [t.to_json() for t in self.topics.values()]}
+        self.version += 1
+        doc = {
+            "version": 1,
+            "metadata_version": self.version,
+            "topics": [t.to_json() for t in self.topics.values()],
+        }
         write_atomically(self.path, json.dumps(doc, indent=1, sort_keys=True).encode())
 
     def get(self, name: str) -> TopicInfo | None:
         return self.topics.get(name)
+
+    def topic_names(self) -> Iterable[str]:
+        return self.topics.keys()
 
     def get_by_id(self, topic_id: uuid.UUID) -> TopicInfo | None:
         return self.by_id.get(topic_id)

@@ -86,6 +86,7 @@ from tidegate.coordinator.group.group_metadata_manager import (
     OffsetAndMetadata,
     OffsetsLog,
     PendingAppend,
+    coordinator_operation_error,
     decode_group,
     decode_offset,
     encode_group,
@@ -109,27 +110,6 @@ E = ErrorCode
 UNKNOWN_MEMBER_ID = ""
 #: Kafka's NewMemberJoinTimeoutMs: a new member's parked JoinGroup is dropped after this.
 NEW_MEMBER_JOIN_TIMEOUT_MS = 5 * 60 * 1000
-
-
-#: Kafka's GroupCoordinatorService.handleOperationException: what a failed coordinator
-#: write (or its KIP-890 verification) answers
-_OPERATION_ERRORS = {
-    E.network_exception: E.coordinator_load_in_progress,
-    E.unknown_topic_or_partition: E.coordinator_not_available,
-    E.not_enough_replicas: E.coordinator_not_available,
-    E.request_timed_out: E.coordinator_not_available,
-    E.not_leader_or_follower: E.not_coordinator,
-    E.kafka_storage_error: E.not_coordinator,
-    E.message_too_large: E.unknown_server_error,
-    E.record_list_too_large: E.unknown_server_error,
-    E.invalid_fetch_size: E.unknown_server_error,
-}
-
-
-def coordinator_operation_error(error: ErrorCode) -> ErrorCode:
-    """What the group coordinator answers when a write or its verification fails with
-    ``error`` (Kafka's handleOperationException)."""
-    return _OPERATION_ERRORS.get(error, error)
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,10 +35,30 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from tidegate.coordinator.group.assignor.api import Assignment
+from tidegate.coordinator.group.modern.consumer.consumer_group_member import (
+    ClassicMemberMetadata,
+    ClassicProtocol,
+)
+from tidegate.coordinator.group.modern.consumer.records import (
+    ConsumerGroupCurrentMemberAssignmentValue,
+    ConsumerGroupMemberMetadataValue,
+    ConsumerGroupMetadataValue,
+    ConsumerGroupTargetAssignmentMemberValue,
+    ConsumerGroupTargetAssignmentMetadataValue,
+    CoordinatorRecord,
+    RecordType,
+    RecordValue,
+)
+from tidegate.coordinator.group.modern.consumer.resolved_regular_expression import (
+    ResolvedRegularExpression,
+)
+from tidegate.coordinator.group.modern.member_state import MemberState
 from tidegate.errors import ErrorCode
 from tidegate.log.batch_builder import Record, build_batch
 from tidegate.log.log import Log
@@ -152,8 +172,144 @@ def decode_group(value: bytes) -> dict:
 
 
 def parse_key(key: bytes) -> tuple:
-    """``("o", group, topic, partition)`` or ``("g", group)``."""
+    """``("o", group, topic, partition)``, ``("g", group)``, or a consumer group
+    record's key (``("cg", group)``, ``("cgm", group, member)``, ...)."""
     return tuple(json.loads(key))
+
+
+# -- consumer group records (KIP-848) ----------------------------------------------------------
+#: the key prefix of each consumer group record type; the group's own records are keyed
+#: [prefix, group], the others [prefix, group, member id or regex]
+_CONSUMER_GROUP_PREFIXES: dict[RecordType, str] = {
+    RecordType.CONSUMER_GROUP_METADATA: "cg",
+    RecordType.CONSUMER_GROUP_MEMBER_METADATA: "cgm",
+    RecordType.CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA: "cgta",
+    RecordType.CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER: "cgtm",
+    RecordType.CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT: "cgc",
+    RecordType.CONSUMER_GROUP_REGULAR_EXPRESSION: "cgr",
+}
+_CONSUMER_GROUP_TYPES = {prefix: t for t, prefix in _CONSUMER_GROUP_PREFIXES.items()}
+_GROUP_LEVEL = (RecordType.CONSUMER_GROUP_METADATA, RecordType.CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA)
+
+
+def _encode_assignment(assignment: Assignment) -> dict[str, list[int]]:
+    return {str(topic_id): sorted(partitions) for topic_id, partitions in assignment.items()}
+
+
+def _decode_assignment(d: dict[str, list[int]]) -> dict[uuid.UUID, frozenset[int]]:
+    return {uuid.UUID(topic_id): frozenset(partitions) for topic_id, partitions in d.items()}
+
+
+def _encode_value(value: RecordValue) -> dict[str, Any]:
+    if isinstance(value, ConsumerGroupMetadataValue):
+        return {"epoch": value.epoch, "hash": value.metadata_hash}
+    if isinstance(value, ConsumerGroupMemberMetadataValue):
+        classic = value.classic_member_metadata
+        return {
+            "instance": value.instance_id,
+            "rack": value.rack_id,
+            "client_id": value.client_id,
+            "client_host": value.client_host,
+            "topics": sorted(value.subscribed_topic_names),
+            "regex": value.subscribed_topic_regex,
+            "rebalance_timeout_ms": value.rebalance_timeout_ms,
+            "assignor": value.server_assignor,
+            "classic": None if classic is None else {
+                "session_timeout_ms": classic.session_timeout_ms,
+                "protocols": [[p.name, _b64(p.metadata)] for p in classic.supported_protocols],
+            },
+        }  # fmt: skip
+    if isinstance(value, ConsumerGroupTargetAssignmentMetadataValue):
+        return {"epoch": value.assignment_epoch}
+    if isinstance(value, ConsumerGroupTargetAssignmentMemberValue):
+        return {"partitions": _encode_assignment(value.partitions)}
+    if isinstance(value, ConsumerGroupCurrentMemberAssignmentValue):
+        return {
+            "epoch": value.member_epoch,
+            "previous_epoch": value.previous_member_epoch,
+            "state": int(value.state),
+            "assigned": _encode_assignment(value.assigned_partitions),
+            "pending": _encode_assignment(value.partitions_pending_revocation),
+        }
+    return {"topics": sorted(value.topics), "version": value.version, "ts": value.timestamp_ms}
+
+
+def _decode_value(record_type: RecordType, d: dict[str, Any]) -> RecordValue:
+    if record_type is RecordType.CONSUMER_GROUP_METADATA:
+        return ConsumerGroupMetadataValue(d["epoch"], d["hash"])
+    if record_type is RecordType.CONSUMER_GROUP_MEMBER_METADATA:
+        classic = d["classic"]
+        return ConsumerGroupMemberMetadataValue(
+            instance_id=d["instance"],
+            rack_id=d["rack"],
+            client_id=d["client_id"],
+            client_host=d["client_host"],
+            subscribed_topic_names=frozenset(d["topics"]),
+            subscribed_topic_regex=d["regex"] or "",
+            rebalance_timeout_ms=d["rebalance_timeout_ms"],
+            server_assignor=d["assignor"],
+            classic_member_metadata=None if classic is None else ClassicMemberMetadata(
+                classic["session_timeout_ms"],
+                tuple(ClassicProtocol(n, base64.b64decode(m)) for n, m in classic["protocols"]),
+            ),
+        )  # fmt: skip
+    if record_type is RecordType.CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA:
+        return ConsumerGroupTargetAssignmentMetadataValue(d["epoch"])
+    if record_type is RecordType.CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER:
+        return ConsumerGroupTargetAssignmentMemberValue(_decode_assignment(d["partitions"]))
+    if record_type is RecordType.CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT:
+        return ConsumerGroupCurrentMemberAssignmentValue(
+            member_epoch=d["epoch"],
+            previous_member_epoch=d["previous_epoch"],
+            state=MemberState.from_value(d["state"]),
+            assigned_partitions=_decode_assignment(d["assigned"]),
+            partitions_pending_revocation=_decode_assignment(d["pending"]),
+        )
+    return ResolvedRegularExpression(frozenset(d["topics"]), d["version"], d["ts"])
+
+
+def encode_coordinator_record(record: CoordinatorRecord) -> tuple[bytes, bytes | None]:
+    """A consumer group record as a ``__consumer_offsets`` (key, value-or-None)."""
+    if record.type is RecordType.CLASSIC_GROUP_METADATA:
+        assert record.value is None, "a consumer group writes only the classic tombstone"
+        return group_key(record.group_id), None
+    prefix = _CONSUMER_GROUP_PREFIXES[record.type]
+    parts = [prefix, record.group_id] if record.type in _GROUP_LEVEL else [prefix, record.group_id, record.key]
+    value = None if record.value is None else _dumps({"v": FORMAT_VERSION, **_encode_value(record.value)})
+    return _dumps(parts), value
+
+
+def decode_coordinator_record(key: tuple, value: bytes | None) -> CoordinatorRecord | None:
+    """The consumer group record of a parsed key (:func:`parse_key`) and its value; None
+    for a key of another kind (offsets, classic groups). Raises ValueError, KeyError,
+    IndexError or TypeError for a malformed record."""
+    record_type = _CONSUMER_GROUP_TYPES.get(key[0])
+    if record_type is None:
+        return None
+    sub_key = "" if record_type in _GROUP_LEVEL else str(key[2])
+    decoded = None if value is None else _decode_value(record_type, json.loads(value))
+    return CoordinatorRecord(record_type, str(key[1]), sub_key, decoded)
+
+
+#: Kafka's GroupCoordinatorService.handleOperationException: what a failed coordinator
+#: write (or its KIP-890 verification) answers
+_OPERATION_ERRORS = {
+    ErrorCode.network_exception: ErrorCode.coordinator_load_in_progress,
+    ErrorCode.unknown_topic_or_partition: ErrorCode.coordinator_not_available,
+    ErrorCode.not_enough_replicas: ErrorCode.coordinator_not_available,
+    ErrorCode.request_timed_out: ErrorCode.coordinator_not_available,
+    ErrorCode.not_leader_or_follower: ErrorCode.not_coordinator,
+    ErrorCode.kafka_storage_error: ErrorCode.not_coordinator,
+    ErrorCode.message_too_large: ErrorCode.unknown_server_error,
+    ErrorCode.record_list_too_large: ErrorCode.unknown_server_error,
+    ErrorCode.invalid_fetch_size: ErrorCode.unknown_server_error,
+}
+
+
+def coordinator_operation_error(error: ErrorCode) -> ErrorCode:
+    """What the group coordinator answers when a write or its verification fails with
+    ``error`` (Kafka's handleOperationException)."""
+    return _OPERATION_ERRORS.get(error, error)
 
 
 # -- reading records back --------------------------------------------------------------------

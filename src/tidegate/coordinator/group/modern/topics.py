@@ -46,11 +46,18 @@ class TopicImage(Protocol):
 
 
 class MetadataImage(Protocol):
-    """The topics, by name and by id (Kafka's ``CoordinatorMetadataImage``)."""
+    """The topics, by name and by id (Kafka's ``CoordinatorMetadataImage``), every name
+    (what a regular expression is matched against) and the image's version (it goes up
+    with every change and never goes back)."""
 
     def get(self, name: str) -> TopicImage | None: ...
 
     def get_by_id(self, topic_id: uuid.UUID) -> TopicImage | None: ...
+
+    def topic_names(self) -> Iterable[str]: ...
+
+    @property
+    def version(self) -> int: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,16 +72,20 @@ class TopicMetadata:
 class TopicsImage:
     """An immutable in-memory :class:`MetadataImage`."""
 
-    __slots__ = ("_by_id", "_by_name")
+    __slots__ = ("_by_id", "_by_name", "version")
 
-    def __init__(self, topics: Iterable[TopicMetadata] = ()) -> None:
+    def __init__(self, topics: Iterable[TopicMetadata] = (), version: int = 0) -> None:
         self._by_name = {t.name: t for t in topics}
         self._by_id = {t.topic_id: t for t in self._by_name.values()}
+        self.version = version
 
     @classmethod
     def of(cls, *topics: tuple[uuid.UUID, str, int]) -> TopicsImage:
         """``TopicsImage.of((topic_id, name, partitions), ...)``."""
         return cls(TopicMetadata(*t) for t in topics)
+
+    def topic_names(self) -> Iterable[str]:
+        return self._by_name.keys()
 
     def get(self, name: str) -> TopicMetadata | None:
         return self._by_name.get(name)

@@ -1,0 +1,628 @@
+"""A KIP-848 consumer group (Kafka's ``ModernGroup`` and ``ConsumerGroup``).
+
+Everything here is the replay of the group's records (:mod:`.records`): the group epoch
+and metadata hash, the members (:class:`ConsumerGroupMember`, with their current
+assignments), the target assignment and its epoch, and the resolved regular expressions.
+The :class:`~.consumer_group_manager.ConsumerGroupManager` changes a group only by
+replaying the records it wrote, so the group after a restart (a replay of the log) is the
+group before it.
+
+Derived from those, kept up to date member by member as Kafka keeps them:
+
+* the static members (instance id -> member id);
+* the **partition epochs**: every partition a member holds or is still revoking -> that
+  member's epoch. A partition in this map is unreleased and cannot go to another member
+  (reconciliation asks :meth:`ConsumerGroup.current_partition_epoch`);
+* the subscription counts: topic name -> how many members name it and how many resolved
+  regexes match it; regex -> how many members use it; server assignor -> how many
+  members prefer it; members speaking the classic protocol and the protocols they
+  support (online migration);
+* the subscription type (HOMOGENEOUS / HETEROGENEOUS).
+
+The state (reference 1.12) is computed when asked, first match: EMPTY (no members),
+ASSIGNING (group epoch above the assignment epoch), RECONCILING (a member not STABLE at
+the assignment epoch), else STABLE; DEAD once deleted.
+
+Offsets (reference 1.14): :meth:`ConsumerGroup.validate_offset_commit` and
+:meth:`ConsumerGroup.validate_offset_fetch` raise Kafka's errors (UNKNOWN_MEMBER_ID,
+STALE_MEMBER_EPOCH for a consumer-protocol member, ILLEGAL_GENERATION for a classic one,
+UNSUPPORTED_VERSION for a consumer-protocol member committing below OffsetCommit v9);
+:meth:`ConsumerGroup.validate_delete_group` wants an EMPTY group (NON_EMPTY_GROUP).
+"""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from kio.schema.errors import ErrorCode
+
+from tidegate.coordinator.group.assignor.api import (
+    EMPTY_ASSIGNMENT,
+    HOMOGENEOUS,
+    Assignment,
+    SubscriptionType,
+)
+from tidegate.coordinator.group.modern.consumer.consumer_group_member import (
+    ConsumerGroupMember,
+)
+from tidegate.coordinator.group.modern.consumer.records import (
+    CoordinatorRecord,
+    new_consumer_group_current_assignment_tombstone_record,
+    new_consumer_group_epoch_tombstone_record,
+    new_consumer_group_member_subscription_tombstone_record,
+    new_consumer_group_regular_expression_tombstone,
+    new_consumer_group_target_assignment_epoch_tombstone_record,
+    new_consumer_group_target_assignment_tombstone_record,
+)
+from tidegate.coordinator.group.modern.consumer.resolved_regular_expression import (
+    ResolvedRegularExpression,
+)
+from tidegate.coordinator.group.modern.subscription import SubscriptionCount, subscription_type
+from tidegate.coordinator.group.modern.topics import MetadataImage
+from tidegate.errors import BrokerResponseError
+
+E = ErrorCode
+
+#: The group's protocol type, as ListGroups and DescribeGroups show it.
+CONSUMER_PROTOCOL_TYPE = "consumer"
+#: Kafka's METADATA_REFRESH_INTERVAL_MS: after a refresh, the subscribed topics' metadata
+#: is refreshed again only when a topic changes (or a write failed).
+METADATA_REFRESH_INTERVAL_MS = 2**31 - 1
+#: A member's type in ConsumerGroupDescribe v1 (KIP-1099).
+MEMBER_TYPE_CLASSIC = 0
+MEMBER_TYPE_CONSUMER = 1
+
+
+def api_error(code: ErrorCode, message: str) -> BrokerResponseError:
+    """An error the coordinator answers with (Kafka's ``ApiException`` of that code)."""
+    return BrokerResponseError(code.value, message)
+
+
+class IllegalStateError(RuntimeError):
+    """Records that contradict the group's state (Kafka's IllegalStateException): a bug,
+    or a log not written by this coordinator."""
+
+
+class ConsumerGroupState(enum.Enum):
+    EMPTY = "Empty"
+    ASSIGNING = "Assigning"
+    RECONCILING = "Reconciling"
+    STABLE = "Stable"
+    DEAD = "Dead"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+# -- counts (never changed in place: computed copies share the count objects) -----------------
+def _add(counts: dict[str, int], key: str, delta: int) -> None:
+    value = counts.get(key, 0) + delta
+    if value > 0:
+        counts[key] = value
+    else:
+        counts.pop(key, None)
+
+
+def _add_topic(
+    counts: dict[str, SubscriptionCount], name: str, by_name: int = 0, by_regex: int = 0
+) -> None:
+    old = counts.get(name)
+    if old is None:
+        new = SubscriptionCount(by_name, by_regex)
+    else:
+        new = SubscriptionCount(old.by_name_count + by_name, old.by_regex_count + by_regex)
+    if new.by_name_count <= 0 and new.by_regex_count <= 0:
+        counts.pop(name, None)
+    else:
+        counts[name] = new
+
+
+def _regex(member: ConsumerGroupMember | None) -> str | None:
+    """The member's regex, None when it has none (Kafka's ``subscribedTopicRegexOrNull``)."""
+    if member is None or not member.subscribed_topic_regex:
+        return None
+    return member.subscribed_topic_regex
+
+
+def _update_name_counts(
+    counts: dict[str, SubscriptionCount],
+    old: ConsumerGroupMember | None,
+    new: ConsumerGroupMember | None,
+) -> None:
+    if old is not None:
+        for name in old.subscribed_topic_names:
+            _add_topic(counts, name, by_name=-1)
+    if new is not None:
+        for name in new.subscribed_topic_names:
+            _add_topic(counts, name, by_name=1)
+
+
+def _update_assignor_counts(
+    counts: dict[str, int], old: ConsumerGroupMember | None, new: ConsumerGroupMember | None
+) -> None:
+    if old is not None and old.server_assignor_name is not None:
+        _add(counts, old.server_assignor_name, -1)
+    if new is not None and new.server_assignor_name is not None:
+        _add(counts, new.server_assignor_name, 1)
+
+
+def _preferred(counts: Mapping[str, int]) -> str | None:
+    """The assignor most members prefer (ties: the one counted first, as Java's
+    ``max`` over the map keeps the first maximum it meets)."""
+    best: str | None = None
+    for name, count in counts.items():
+        if best is None or count > counts[best]:
+            best = name
+    return best
+
+
+# -- ConsumerGroupDescribe ------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class DescribedTopicPartitions:
+    topic_id: uuid.UUID
+    topic_name: str
+    partitions: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DescribedMember:
+    member_id: str
+    instance_id: str | None
+    rack_id: str | None
+    member_epoch: int
+    client_id: str
+    client_host: str
+    subscribed_topic_names: tuple[str, ...]
+    subscribed_topic_regex: str | None
+    assignment: tuple[DescribedTopicPartitions, ...]
+    target_assignment: tuple[DescribedTopicPartitions, ...]
+    #: v1: 0 classic, 1 consumer
+    member_type: int
+
+
+@dataclass(frozen=True, slots=True)
+class DescribedGroup:
+    """One group of a ConsumerGroupDescribe response (Kafka's ``DescribedGroup``)."""
+
+    group_id: str
+    error_code: ErrorCode = E.none
+    error_message: str | None = None
+    group_state: str = ""
+    group_epoch: int = 0
+    assignment_epoch: int = 0
+    assignor_name: str = ""
+    members: tuple[DescribedMember, ...] = ()
+
+
+def described_partitions(
+    assignment: Assignment, image: MetadataImage
+) -> tuple[DescribedTopicPartitions, ...]:
+    """An assignment with topic names; topics that no longer exist are left out."""
+    out = []
+    for topic_id, partitions in assignment.items():
+        topic = image.get_by_id(topic_id)
+        if topic is not None:
+            out.append(DescribedTopicPartitions(topic_id, topic.name, tuple(sorted(partitions))))
+    return tuple(out)
+
+
+class ConsumerGroup:
+    def __init__(self, group_id: str) -> None:
+        self.group_id = group_id
+        self.group_epoch = 0
+        self.metadata_hash = 0
+        self.assignment_epoch = 0
+        self.members: dict[str, ConsumerGroupMember] = {}
+        #: instance id -> member id
+        self.static_members: dict[str, str] = {}
+        #: member id -> its target assignment
+        self.target_assignment: dict[str, Assignment] = {}
+        self.subscribed_topic_names: dict[str, SubscriptionCount] = {}
+        #: regex -> members subscribed to it
+        self.subscribed_regular_expressions: dict[str, int] = {}
+        self.resolved_regular_expressions: dict[str, ResolvedRegularExpression] = {}
+        #: server assignor name -> members preferring it
+        self.server_assignors: dict[str, int] = {}
+        self.num_classic_protocol_members = 0
+        #: classic protocol name -> classic-protocol members supporting it
+        self.classic_protocol_members_supported_protocols: dict[str, int] = {}
+        self.subscription_type: SubscriptionType = HOMOGENEOUS
+        #: (deadline on the monotonic clock, the group epoch it was set at); soft state
+        self.metadata_refresh_deadline: tuple[int, int] = (-(2**63), 0)
+        self.dead = False
+        self._partition_epochs: dict[uuid.UUID, dict[int, int]] = {}
+
+    def __repr__(self) -> str:
+        return (
+            f"ConsumerGroup({self.group_id!r}, {self.state}, epoch={self.group_epoch}, "
+            f"assignment_epoch={self.assignment_epoch}, members={len(self.members)})"
+        )
+
+    # -- state ------------------------------------------------------------------------------
+    @property
+    def state(self) -> ConsumerGroupState:
+        if self.dead:
+            return ConsumerGroupState.DEAD
+        if not self.members:
+            return ConsumerGroupState.EMPTY
+        if self.group_epoch > self.assignment_epoch:
+            return ConsumerGroupState.ASSIGNING
+        epoch = self.assignment_epoch
+        for member in self.members.values():
+            if not member.is_reconciled_to(epoch):
+                return ConsumerGroupState.RECONCILING
+        return ConsumerGroupState.STABLE
+
+    def is_empty(self) -> bool:
+        return not self.members
+
+    def has_member(self, member_id: str) -> bool:
+        return member_id in self.members
+
+    def num_members(self) -> int:
+        return len(self.members)
+
+    def is_subscribed_to_topic(self, topic: str) -> bool:
+        return topic in self.subscribed_topic_names
+
+    # -- members ------------------------------------------------------------------------------
+    def member(self, member_id: str) -> ConsumerGroupMember:
+        """The member; UNKNOWN_MEMBER_ID if there is none."""
+        member = self.members.get(member_id)
+        if member is None:
+            raise api_error(
+                E.unknown_member_id, f"Member {member_id} is not a member of group {self.group_id}."
+            )
+        return member
+
+    def get_or_maybe_create_member(
+        self, member_id: str, create_if_not_exists: bool
+    ) -> ConsumerGroupMember:
+        """The member, or a new one (not added to the group) when ``create_if_not_exists``."""
+        member = self.members.get(member_id)
+        if member is not None:
+            return member
+        if not create_if_not_exists:
+            return self.member(member_id)
+        return ConsumerGroupMember(member_id)
+
+    def static_member_id(self, instance_id: str | None) -> str | None:
+        return None if instance_id is None else self.static_members.get(instance_id)
+
+    def static_member(self, instance_id: str | None) -> ConsumerGroupMember | None:
+        member_id = self.static_member_id(instance_id)
+        return None if member_id is None else self.members.get(member_id)
+
+    def has_static_member(self, instance_id: str | None) -> bool:
+        return instance_id is not None and instance_id in self.static_members
+
+    def update_member(self, new: ConsumerGroupMember) -> None:
+        old = self.members.get(new.member_id)
+        self.members[new.member_id] = new
+        _update_name_counts(self.subscribed_topic_names, old, new)
+        _update_assignor_counts(self.server_assignors, old, new)
+        if old is not None:
+            self._remove_partition_epochs(old)
+        self._add_partition_epochs(new.assigned_partitions, new.member_epoch)
+        self._add_partition_epochs(new.partitions_pending_revocation, new.member_epoch)
+        self._update_regex_counts(old, new)
+        if old is not None and old.instance_id is not None:
+            self.static_members.pop(old.instance_id, None)
+        if new.instance_id is not None:
+            self.static_members[new.instance_id] = new.member_id
+        self._update_classic_counts(old, new)
+        self._update_subscription_type()
+
+    def remove_member(self, member_id: str) -> None:
+        old = self.members.pop(member_id, None)
+        if old is None:
+            return
+        _update_name_counts(self.subscribed_topic_names, old, None)
+        _update_assignor_counts(self.server_assignors, old, None)
+        self._remove_partition_epochs(old)
+        self._update_regex_counts(old, None)
+        if old.instance_id is not None and self.static_members.get(old.instance_id) == member_id:
+            del self.static_members[old.instance_id]
+        self._update_classic_counts(old, None)
+        self._update_subscription_type()
+
+    def _update_regex_counts(
+        self, old: ConsumerGroupMember | None, new: ConsumerGroupMember | None
+    ) -> None:
+        old_regex, new_regex = _regex(old), _regex(new)
+        if old_regex is not None:
+            _add(self.subscribed_regular_expressions, old_regex, -1)
+        if new_regex is not None:
+            _add(self.subscribed_regular_expressions, new_regex, 1)
+
+    def _update_classic_counts(
+        self, old: ConsumerGroupMember | None, new: ConsumerGroupMember | None
+    ) -> None:
+        for member, delta in ((old, -1), (new, 1)):
+            metadata = None if member is None else member.classic_member_metadata
+            if metadata is None:
+                continue
+            self.num_classic_protocol_members += delta
+            for protocol in metadata.supported_protocols:
+                _add(self.classic_protocol_members_supported_protocols, protocol.name, delta)
+
+    def _update_subscription_type(self) -> None:
+        self.subscription_type = subscription_type(
+            self.subscribed_regular_expressions, self.subscribed_topic_names, len(self.members)
+        )
+
+    # -- partition epochs ------------------------------------------------------------------------
+    def current_partition_epoch(self, topic_id: uuid.UUID, partition: int) -> int:
+        """The epoch of the member holding (or revoking) the partition, -1 if none does."""
+        partitions = self._partition_epochs.get(topic_id)
+        return -1 if partitions is None else partitions.get(partition, -1)
+
+    def _remove_partition_epochs(self, member: ConsumerGroupMember) -> None:
+        epoch = member.member_epoch
+        for assignment in (member.assigned_partitions, member.partitions_pending_revocation):
+            for topic_id, partitions in assignment.items():
+                epochs = self._partition_epochs.get(topic_id)
+                if epochs is None:
+                    continue
+                for partition in partitions:
+                    if epochs.get(partition) == epoch:
+                        del epochs[partition]
+                if not epochs:
+                    del self._partition_epochs[topic_id]
+
+    def _add_partition_epochs(self, assignment: Assignment, epoch: int) -> None:
+        for topic_id, partitions in assignment.items():
+            epochs = self._partition_epochs.setdefault(topic_id, {})
+            for partition in partitions:
+                previous = epochs.get(partition)
+                if previous is not None and previous >= epoch:
+                    raise IllegalStateError(
+                        f"Cannot set the epoch of {topic_id}-{partition} to {epoch} because the "
+                        f"partition is still owned at epoch {previous}"
+                    )
+                epochs[partition] = epoch
+
+    # -- target assignment, epochs, regexes --------------------------------------------------------
+    def target_assignment_of(self, member_id: str, instance_id: str | None = None) -> Assignment:
+        """The member's target; a static member rejoining under a new id gets the target
+        of the member id its instance id had."""
+        if instance_id is not None:
+            previous = self.static_member_id(instance_id)
+            if previous is not None:
+                member_id = previous
+            else:
+                return EMPTY_ASSIGNMENT
+        return self.target_assignment.get(member_id, EMPTY_ASSIGNMENT)
+
+    def update_target_assignment(self, member_id: str, assignment: Assignment) -> None:
+        self.target_assignment[member_id] = assignment
+
+    def remove_target_assignment(self, member_id: str) -> None:
+        self.target_assignment.pop(member_id, None)
+
+    def update_resolved_regular_expression(
+        self, regex: str, resolved: ResolvedRegularExpression
+    ) -> None:
+        self.remove_resolved_regular_expression(regex)
+        self.resolved_regular_expressions[regex] = resolved
+        for name in resolved.topics:
+            _add_topic(self.subscribed_topic_names, name, by_regex=1)
+        self._update_subscription_type()
+
+    def remove_resolved_regular_expression(self, regex: str) -> None:
+        old = self.resolved_regular_expressions.pop(regex, None)
+        if old is not None:
+            for name in old.topics:
+                _add_topic(self.subscribed_topic_names, name, by_regex=-1)
+            self._update_subscription_type()
+
+    def num_subscribed_members(self, regex: str) -> int:
+        return self.subscribed_regular_expressions.get(regex, 0)
+
+    def last_resolved_regular_expression_refresh_time_ms(self) -> int:
+        """When the regexes were last resolved (they are resolved together); a very old
+        time when none is."""
+        for resolved in self.resolved_regular_expressions.values():
+            return resolved.timestamp_ms
+        return -(2**63)
+
+    def last_resolved_regular_expression_version(self) -> int:
+        for resolved in self.resolved_regular_expressions.values():
+            return resolved.version
+        return 0
+
+    # -- what a heartbeat would change (copies; the group is unchanged) ---------------------------
+    def compute_subscribed_topic_names(
+        self, old: ConsumerGroupMember | None, new: ConsumerGroupMember | None
+    ) -> dict[str, SubscriptionCount]:
+        counts = dict(self.subscribed_topic_names)
+        _update_name_counts(counts, old, new)
+        old_regex = _regex(old)
+        if (
+            old_regex is not None
+            and old_regex != _regex(new)
+            and self.num_subscribed_members(old_regex) == 1
+        ):
+            # the last member of the regex leaves it: its topics go with it
+            resolved = self.resolved_regular_expressions.get(old_regex)
+            if resolved is not None:
+                for name in resolved.topics:
+                    _add_topic(counts, name, by_regex=-1)
+        return counts
+
+    def compute_subscribed_regular_expressions(
+        self, old: ConsumerGroupMember | None, new: ConsumerGroupMember | None
+    ) -> dict[str, int]:
+        counts = dict(self.subscribed_regular_expressions)
+        old_regex, new_regex = _regex(old), _regex(new)
+        if old_regex != new_regex:
+            if old_regex is not None:
+                _add(counts, old_regex, -1)
+            if new_regex is not None:
+                _add(counts, new_regex, 1)
+        return counts
+
+    def compute_subscribed_topic_names_without_deleted_members(
+        self, removed: Iterable[ConsumerGroupMember], removed_regexes: Iterable[str]
+    ) -> dict[str, SubscriptionCount]:
+        counts = dict(self.subscribed_topic_names)
+        for member in removed:
+            _update_name_counts(counts, member, None)
+        for regex in removed_regexes:
+            resolved = self.resolved_regular_expressions.get(regex)
+            if resolved is not None:
+                for name in resolved.topics:
+                    _add_topic(counts, name, by_regex=-1)
+        return counts
+
+    def compute_subscribed_topic_names_with_regexes(
+        self, resolved: Mapping[str, ResolvedRegularExpression]
+    ) -> dict[str, SubscriptionCount]:
+        """The subscription counts once ``resolved`` replaces these regexes' resolutions."""
+        counts = dict(self.subscribed_topic_names)
+        for regex, new in resolved.items():
+            old = self.resolved_regular_expressions.get(regex)
+            old_topics = frozenset() if old is None else old.topics
+            if old_topics != new.topics:
+                for name in old_topics:
+                    _add_topic(counts, name, by_regex=-1)
+                for name in new.topics:
+                    _add_topic(counts, name, by_regex=1)
+        return counts
+
+    def compute_preferred_server_assignor(
+        self, old: ConsumerGroupMember | None, new: ConsumerGroupMember | None
+    ) -> str | None:
+        counts = dict(self.server_assignors)
+        _update_assignor_counts(counts, old, new)
+        return _preferred(counts)
+
+    @property
+    def preferred_server_assignor(self) -> str | None:
+        return _preferred(self.server_assignors)
+
+    # -- metadata refresh (soft state, not in any record) -------------------------------------
+    def set_metadata_refresh_deadline(self, deadline_ms: int, group_epoch: int) -> None:
+        self.metadata_refresh_deadline = (deadline_ms, group_epoch)
+
+    def request_metadata_refresh(self) -> None:
+        self.metadata_refresh_deadline = (-(2**63), 0)
+
+    def has_metadata_expired(self, now_ms: int) -> bool:
+        """A refresh is due when the deadline passed, or when the epoch it was set at is
+        above the group's (the write that set it failed)."""
+        deadline, epoch = self.metadata_refresh_deadline
+        return now_ms >= deadline or self.group_epoch < epoch
+
+    # -- offsets and deletion (reference 1.14) ---------------------------------------------------
+    def validate_offset_commit(
+        self,
+        member_id: str,
+        instance_id: str | None,
+        member_epoch: int,
+        is_transactional: bool,
+        api_version: int,
+    ) -> None:
+        """Kafka 4.2's ``ConsumerGroup.validateOffsetCommit``."""
+        if member_epoch < 0 and not self.members:
+            return  # the admin client, or a consumer without group management
+        if is_transactional and member_epoch == -1 and member_id == "" and instance_id is None:
+            return  # TxnOffsetCommit checks members only when one is given
+        member = self.member(member_id)
+        if not is_transactional and not member.use_classic_protocol and api_version < 9:
+            raise api_error(
+                E.unsupported_version,
+                "OffsetCommit version 9 or above must be used by members using the modern "
+                "group protocol",
+            )
+        self._validate_member_epoch(member_epoch, member)
+
+    def validate_offset_fetch(self, member_id: str | None, member_epoch: int) -> None:
+        """Kafka's ``ConsumerGroup.validateOffsetFetch``: no member id and a negative
+        epoch (the admin client) is accepted."""
+        if member_id is None and member_epoch < 0:
+            return
+        member = self.members.get(member_id or "")
+        if member is None:
+            raise api_error(
+                E.unknown_member_id, f"Member {member_id} is not a member of group {self.group_id}."
+            )
+        self._validate_member_epoch(member_epoch, member)
+
+    @staticmethod
+    def _validate_member_epoch(received: int, member: ConsumerGroupMember) -> None:
+        if received != member.member_epoch:
+            if member.use_classic_protocol:
+                raise api_error(
+                    E.illegal_generation,
+                    f"The received generation id {received} does not match the expected "
+                    f"member epoch {member.member_epoch}.",
+                )
+            raise api_error(
+                E.stale_member_epoch,
+                f"The received member epoch {received} does not match the expected member "
+                f"epoch {member.member_epoch}.",
+            )
+
+    def validate_delete_group(self) -> None:
+        if self.state is not ConsumerGroupState.EMPTY:
+            raise api_error(E.non_empty_group, "The group is not empty.")
+
+    def create_group_tombstone_records(self) -> list[CoordinatorRecord]:
+        """Every record of the group as a tombstone, in Kafka's order: members' current
+        and target assignments, the target epoch, members, regexes, then the group."""
+        group_id = self.group_id
+        records = [
+            new_consumer_group_current_assignment_tombstone_record(group_id, m)
+            for m in self.members
+        ]
+        records += [
+            new_consumer_group_target_assignment_tombstone_record(group_id, m)
+            for m in self.members
+        ]
+        records.append(new_consumer_group_target_assignment_epoch_tombstone_record(group_id))
+        records += [
+            new_consumer_group_member_subscription_tombstone_record(group_id, m)
+            for m in self.members
+        ]
+        records += [
+            new_consumer_group_regular_expression_tombstone(group_id, regex)
+            for regex in self.resolved_regular_expressions
+        ]
+        records.append(new_consumer_group_epoch_tombstone_record(group_id))
+        return records
+
+    # -- ConsumerGroupDescribe ------------------------------------------------------------------
+    def describe(self, default_assignor: str, image: MetadataImage) -> DescribedGroup:
+        """The group as ConsumerGroupDescribe shows it (Kafka's ``asDescribedGroup``)."""
+        members = tuple(
+            DescribedMember(
+                member_id=m.member_id,
+                instance_id=m.instance_id,
+                rack_id=m.rack_id,
+                member_epoch=m.member_epoch,
+                client_id=m.client_id,
+                client_host=m.client_host,
+                subscribed_topic_names=tuple(sorted(m.subscribed_topic_names)),
+                subscribed_topic_regex=m.subscribed_topic_regex or None,
+                assignment=described_partitions(m.assigned_partitions, image),
+                target_assignment=described_partitions(
+                    self.target_assignment.get(m.member_id, EMPTY_ASSIGNMENT), image
+                ),
+                member_type=(
+                    MEMBER_TYPE_CLASSIC if m.use_classic_protocol else MEMBER_TYPE_CONSUMER
+                ),
+            )
+            for m in self.members.values()
+        )
+        return DescribedGroup(
+            group_id=self.group_id,
+            group_state=str(self.state),
+            group_epoch=self.group_epoch,
+            assignment_epoch=self.assignment_epoch,
+            assignor_name=self.preferred_server_assignor or default_assignor,
+            members=members,
+        )

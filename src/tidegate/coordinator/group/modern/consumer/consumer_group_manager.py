@@ -1,0 +1,1151 @@
+"""The KIP-848 consumer group protocol, sans-IO: the consumer-group half of Kafka's
+``GroupMetadataManager`` (``consumerGroupHeartbeat``, ``consumerGroupLeave``, the static
+member paths, the session and rebalance timeouts, the regular expressions, replay) and the
+request checks of its ``GroupCoordinatorService``.
+
+**Records first.** An operation (a heartbeat, a leave, a timeout, a regex resolution)
+computes the records of what changes without touching any group; they are appended to
+``__consumer_offsets`` through the injected ``append`` (``OffsetsLog.append``: one batch
+through ``ReplicaManager.append_records`` with acks=all) and then replayed into the groups
+(:meth:`ConsumerGroupManager.replay`, the same code a broker start runs over the log). The
+answer waits for the batch to be durable; a failed append changes nothing and answers as
+Kafka does (COORDINATOR_NOT_AVAILABLE for UNKNOWN_TOPIC_OR_PARTITION, NOT_ENOUGH_REPLICAS
+and REQUEST_TIMED_OUT; NOT_COORDINATOR for storage errors). An operation that writes
+nothing answers once the last write before it is durable, so nobody is answered with a
+state that could still be lost.
+
+**Timers** are tasks on the timing wheel the classic coordinator's heartbeat purgatory
+runs on (its ``SystemTimer``, advanced by the broker's one timer reaper): a session
+timeout per member, re-armed by every heartbeat (a static member parked at epoch -2 keeps
+the one it had), and a rebalance timeout armed when a member enters
+UNREVOKED_PARTITIONS, cancelled when it leaves it, fencing the member only if it is still
+at that epoch. Both fence the member like a leave (tombstones and an epoch bump).
+:meth:`ConsumerGroupManager.on_loaded` arms them for the members a replay brought back,
+so a restarted broker resumes its groups where they were.
+
+**Regular expressions** (RE2, whole-name match) are resolved against the topic store
+after the heartbeat that needs it, as a write of its own (Kafka resolves them on an
+executor): a new regex does not bump the group epoch at once; its resolution does. The
+image's ``version`` tells when topics changed: groups then recompute their subscribed
+topics' metadata hash on their next heartbeat (a new hash bumps the epoch) and regexes are
+resolved again.
+
+Inputs are plain values (:class:`ConsumerGroupHeartbeat`), answers come through a
+callback (:class:`ConsumerGroupHeartbeatResult`); the clock, the topic metadata, the
+append, the timer, the per-group configs and the classic groups are injected.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import logging
+import uuid
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from kio.schema.errors import ErrorCode
+
+from tidegate.clock import Clock
+from tidegate.coordinator.group.assignor import CONSUMER_GROUP_ASSIGNORS
+from tidegate.coordinator.group.assignor.api import (
+    EMPTY_ASSIGNMENT,
+    Assignment,
+    PartitionAssignor,
+    PartitionAssignorException,
+    SubscriptionType,
+)
+from tidegate.coordinator.group.group_metadata_manager import (
+    AppendError,
+    PendingAppend,
+    coordinator_operation_error,
+    decode_coordinator_record,
+    encode_coordinator_record,
+    parse_key,
+)
+from tidegate.coordinator.group.modern.consumer.consumer_group import (
+    METADATA_REFRESH_INTERVAL_MS,
+    ConsumerGroup,
+    ConsumerGroupState,
+    DescribedGroup,
+    IllegalStateError,
+    api_error,
+)
+from tidegate.coordinator.group.modern.consumer.consumer_group_member import (
+    ConsumerGroupMember,
+)
+from tidegate.coordinator.group.modern.consumer.current_assignment_builder import (
+    CurrentAssignmentBuilder,
+    OwnedTopicPartitions,
+)
+from tidegate.coordinator.group.modern.consumer.records import (
+    ConsumerGroupCurrentMemberAssignmentValue,
+    ConsumerGroupMemberMetadataValue,
+    ConsumerGroupMetadataValue,
+    ConsumerGroupTargetAssignmentMemberValue,
+    ConsumerGroupTargetAssignmentMetadataValue,
+    CoordinatorRecord,
+    RecordType,
+    from_target_assignment_record,
+    member_with_assignment,
+    member_with_metadata,
+    new_classic_group_tombstone_record,
+    new_consumer_group_current_assignment_record,
+    new_consumer_group_current_assignment_tombstone_record,
+    new_consumer_group_epoch_record,
+    new_consumer_group_member_subscription_record,
+    new_consumer_group_member_subscription_tombstone_record,
+    new_consumer_group_regular_expression_record,
+    new_consumer_group_regular_expression_tombstone,
+    new_consumer_group_target_assignment_record,
+    new_consumer_group_target_assignment_tombstone_record,
+)
+from tidegate.coordinator.group.modern.consumer.resolved_regular_expression import (
+    ResolvedRegularExpression,
+)
+from tidegate.coordinator.group.modern.consumer.topic_regex import (
+    TopicFilter,
+    refresh_regular_expressions,
+    throw_if_regular_expression_is_invalid,
+)
+from tidegate.coordinator.group.modern.member_state import MemberState
+from tidegate.coordinator.group.modern.subscription import SubscriptionCount, subscription_type
+from tidegate.coordinator.group.modern.target_assignment_builder import TargetAssignmentBuilder
+from tidegate.coordinator.group.modern.topics import MetadataImage, compute_metadata_hash
+from tidegate.errors import BrokerResponseError
+from tidegate.log.replay import ReplayedBatch
+from tidegate.server.timer import FunctionTask, SystemTimer
+
+log = logging.getLogger(__name__)
+
+E = ErrorCode
+
+#: A member leaves (Kafka's ConsumerGroupHeartbeatRequest.LEAVE_GROUP_MEMBER_EPOCH).
+LEAVE_GROUP_MEMBER_EPOCH = -1
+#: A static member leaves for now and comes back under its instance id.
+LEAVE_GROUP_STATIC_MEMBER_EPOCH = -2
+#: From this ConsumerGroupHeartbeat version on, the client generates its member id (KIP-1082).
+CONSUMER_GENERATED_MEMBER_ID_REQUIRED_VERSION = 1
+#: Regexes are resolved again at most this often (Kafka's REGEX_BATCH_REFRESH_MIN_INTERVAL_MS).
+REGEX_BATCH_REFRESH_MIN_INTERVAL_MS = 10_000
+#: The group configs a consumer group reads (reference 1.15), falling back to the broker's.
+CONSUMER_SESSION_TIMEOUT_MS_CONFIG = "consumer.session.timeout.ms"
+CONSUMER_HEARTBEAT_INTERVAL_MS_CONFIG = "consumer.heartbeat.interval.ms"
+
+#: (key, value-or-None) pairs appended as one batch; returns its durability, raises
+#: AppendError or OSError when nothing was appended (OffsetsLog.append).
+AppendRecords = Callable[[Sequence[tuple[bytes, bytes | None]]], PendingAppend]
+#: group id -> its group configs (IncrementalAlterConfigs on a GROUP resource), key -> value
+GroupConfigLookup = Callable[[str], Mapping[str, int]]
+
+
+def _no_group_configs(group_id: str) -> Mapping[str, int]:
+    return {}
+
+
+class ClassicGroups(Protocol):
+    """The classic groups a consumer group shares its group ids with (the classic
+    coordinator, wired in by the broker)."""
+
+    def classic_group_is_empty(self, group_id: str) -> bool | None:
+        """Whether the classic group with this id has no member; None if there is none."""
+        ...
+
+    def remove_empty_classic_group(self, group_id: str) -> None:
+        """An empty classic group was replaced by a consumer group (its record was
+        tombstoned): forget it, keeping its committed offsets."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupConfig:
+    """The broker's consumer group configs (Kafka's ``GroupCoordinatorConfig``)."""
+
+    #: group.consumer.session.timeout.ms
+    session_timeout_ms: int = 45_000
+    #: group.consumer.heartbeat.interval.ms
+    heartbeat_interval_ms: int = 5_000
+    #: group.consumer.max.size
+    max_size: int = 2**31 - 1
+    #: group.consumer.assignors; the first is the default
+    assignors: tuple[str, ...] = ("uniform", "range")
+    #: group.consumer.regex.refresh.interval.ms (internal)
+    regex_refresh_interval_ms: int = 600_000
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupHeartbeat:
+    """A ConsumerGroupHeartbeat request (v0/v1 fields) and what the broker knows of its
+    sender: the API version, client id and host, and the ACL filter of its principal."""
+
+    group_id: str
+    member_id: str
+    member_epoch: int
+    instance_id: str | None = None
+    rack_id: str | None = None
+    rebalance_timeout_ms: int = -1
+    subscribed_topic_names: Sequence[str] | None = None
+    subscribed_topic_regex: str | None = None
+    server_assignor: str | None = None
+    #: the partitions the member owns; None = not sent
+    topic_partitions: OwnedTopicPartitions | None = None
+    api_version: int = 1
+    client_id: str = ""
+    client_host: str = ""
+    #: the topics the member's principal may DESCRIBE (regex resolution); None: no authorizer
+    topic_filter: TopicFilter | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupHeartbeatResult:
+    """The response's fields: ``assignment`` None = not sent (reference 1.5 step 9)."""
+
+    error: ErrorCode = E.none
+    error_message: str | None = None
+    member_id: str | None = None
+    member_epoch: int = 0
+    heartbeat_interval_ms: int = 0
+    assignment: Assignment | None = None
+
+
+HeartbeatCallback = Callable[[ConsumerGroupHeartbeatResult], None]
+
+
+@dataclass(slots=True)
+class _Operation:
+    """What an operation writes and does once written."""
+
+    records: list[CoordinatorRecord] = field(default_factory=list)
+    #: run after the records are appended and replayed: timers, follow-up operations
+    after: list[Callable[[], None]] = field(default_factory=list)
+
+
+def _blank(value: str | None) -> bool:
+    return value is not None and not value.strip()
+
+
+def throw_if_consumer_group_heartbeat_request_is_invalid(
+    request: ConsumerGroupHeartbeat, assignors: Collection[str]
+) -> None:
+    """INVALID_REQUEST and UNSUPPORTED_ASSIGNOR (reference 1.4; Kafka's
+    ``GroupCoordinatorService.throwIfConsumerGroupHeartbeatRequestIsInvalid``)."""
+
+    def invalid(message: str) -> BrokerResponseError:
+        return api_error(E.invalid_request, message)
+
+    epoch = request.member_epoch
+    if (
+        request.api_version >= CONSUMER_GENERATED_MEMBER_ID_REQUIRED_VERSION
+        or epoch > 0
+        or epoch == LEAVE_GROUP_MEMBER_EPOCH
+    ) and not request.member_id.strip():
+        raise invalid("MemberId can't be empty.")
+    if not request.group_id.strip():
+        raise invalid("GroupId can't be empty.")
+    if _blank(request.instance_id):
+        raise invalid("InstanceId can't be empty.")
+    if _blank(request.rack_id):
+        raise invalid("RackId can't be empty.")
+    if epoch == 0:
+        if request.rebalance_timeout_ms == -1:
+            raise invalid("RebalanceTimeoutMs must be provided in first request.")
+        if request.topic_partitions is None or len(request.topic_partitions) > 0:
+            raise invalid("TopicPartitions must be empty when (re-)joining.")
+        if request.subscribed_topic_names is None and request.subscribed_topic_regex is None:
+            raise invalid(
+                "Either SubscribedTopicNames or SubscribedTopicRegex must be non-null when "
+                "(re-)joining."
+            )
+    elif epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+        if request.instance_id is None:
+            raise invalid("InstanceId can't be null.")
+    elif epoch < LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+        raise invalid("MemberEpoch is invalid.")
+    if request.server_assignor is not None and request.server_assignor not in assignors:
+        raise api_error(
+            E.unsupported_assignor,
+            f"ServerAssignor {request.server_assignor} is not supported. Supported assignors: "
+            f"{', '.join(assignors)}.",
+        )
+
+
+def _is_subset(owned: OwnedTopicPartitions | None, assigned: Assignment) -> bool:
+    """Whether every partition the member reports is assigned to it (None: not)."""
+    if owned is None:
+        return False
+    for topic_id, partitions in owned:
+        mine = assigned.get(topic_id)
+        if mine is None or not mine.issuperset(partitions):
+            return False
+    return True
+
+
+def throw_if_consumer_group_member_epoch_is_invalid(
+    member: ConsumerGroupMember, received: int, owned: OwnedTopicPartitions | None
+) -> None:
+    """Epoch 0 is always accepted (a rejoin, KAFKA-19233); a larger epoch is fenced; a
+    smaller one only if it is the previous epoch and the member reports a subset of its
+    partitions (the answer with the new epoch was lost)."""
+    if received == 0:
+        return
+    if received > member.member_epoch:
+        raise api_error(
+            E.fenced_member_epoch,
+            f"The consumer group member has a greater member epoch ({received}) than the one "
+            f"known by the group coordinator ({member.member_epoch}). The member must abandon "
+            "all its partitions and rejoin.",
+        )
+    if received < member.member_epoch and (
+        received != member.previous_member_epoch or not _is_subset(owned, member.assigned_partitions)
+    ):
+        raise api_error(
+            E.fenced_member_epoch,
+            f"The consumer group member has a smaller member epoch ({received}) than the one "
+            f"known by the group coordinator ({member.member_epoch}). The member must abandon "
+            "all its partitions and rejoin.",
+        )
+
+
+class ConsumerGroupManager:
+    def __init__(
+        self,
+        config: ConsumerGroupConfig,
+        *,
+        image: MetadataImage,
+        append: AppendRecords,
+        timer: SystemTimer,
+        clock: Clock,
+        group_configs: GroupConfigLookup = _no_group_configs,
+        classic_groups: ClassicGroups | None = None,
+        assignors: Mapping[str, PartitionAssignor] = CONSUMER_GROUP_ASSIGNORS,
+    ) -> None:
+        self.config = config
+        self.image = image
+        self._append = append
+        self.timer = timer
+        self.clock = clock
+        self.group_configs = group_configs
+        self.classic_groups = classic_groups
+        unknown = [name for name in config.assignors if name not in assignors]
+        if unknown or not config.assignors:
+            raise ValueError(f"group.consumer.assignors: unknown or no assignor {unknown}")
+        self.assignors = {name: assignors[name] for name in config.assignors}
+        self.default_assignor = config.assignors[0]
+        self.groups: dict[str, ConsumerGroup] = {}
+        #: (kind, group id, member id) -> its timer task
+        self._timers: dict[tuple[str, str, str], FunctionTask] = {}
+        self._topic_hash_cache: dict[str, int] = {}
+        self._image_version = image.version
+        self._last_version_with_new_topics = image.version
+        #: the last append: an operation without records answers once it is durable
+        self._last_append: PendingAppend | None = None
+        self.active = False
+        self.rebalances = 0
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def replay_batch(self, batch: ReplayedBatch) -> None:
+        """One batch of ``__consumer_offsets`` at load, in log order: the consumer group
+        records are replayed, every other record is left to the classic coordinator."""
+        if batch.is_control or batch.is_transactional:
+            return
+        for r in batch.records:
+            if r.key is None:
+                continue
+            try:
+                record = decode_coordinator_record(parse_key(r.key), r.value)
+            except (ValueError, KeyError, IndexError, TypeError) as exc:
+                log.warning("skipping an unreadable record of __consumer_offsets: %s", exc)
+                continue
+            if record is not None:
+                self.replay(record)
+
+    def on_loaded(self) -> None:
+        """The log is replayed: arm every member's session timeout and the rebalance
+        timeout of the members revoking partitions (Kafka's ``onLoaded``), and serve."""
+        for group in self.groups.values():
+            for member in group.members.values():
+                self._schedule_session_timeout(group.group_id, member.member_id)
+                if member.state is MemberState.UNREVOKED_PARTITIONS:
+                    self._schedule_rebalance_timeout(group.group_id, member)
+            log.info(
+                "loaded consumer group %s (epoch %d, %d member(s))",
+                group.group_id, group.group_epoch, len(group.members),
+            )  # fmt: skip
+        self.active = True
+
+    def shutdown(self) -> None:
+        self.active = False
+        for task in self._timers.values():
+            task.cancel()
+        self._timers.clear()
+
+    def group(self, group_id: str) -> ConsumerGroup:
+        """The consumer group; GROUP_ID_NOT_FOUND if there is none."""
+        group = self.groups.get(group_id)
+        if group is None:
+            raise api_error(E.group_id_not_found, f"Consumer group {group_id} not found.")
+        return group
+
+    # -- replay (Kafka's GroupMetadataManager.replay for each record type) -----------------------
+    def replay(self, record: CoordinatorRecord) -> None:
+        """Apply one record (a write just made, or the log at load)."""
+        t, group_id, key, value = record.type, record.group_id, record.key, record.value
+        if t is RecordType.CLASSIC_GROUP_METADATA:
+            return  # the classic coordinator's record
+        group = self.groups.get(group_id)
+        if group is None:
+            if value is None:
+                return  # a tombstone of something already gone
+            group = self.groups[group_id] = ConsumerGroup(group_id)
+        if value is None:
+            self._replay_tombstone(group, t, key)
+        elif isinstance(value, ConsumerGroupMetadataValue):
+            group.group_epoch = value.epoch
+            group.metadata_hash = value.metadata_hash
+        elif isinstance(value, ConsumerGroupMemberMetadataValue):
+            old = group.get_or_maybe_create_member(key, True)
+            group.update_member(member_with_metadata(old, value))
+        elif isinstance(value, ConsumerGroupCurrentMemberAssignmentValue):
+            old = group.get_or_maybe_create_member(key, True)
+            group.update_member(member_with_assignment(old, value))
+        elif isinstance(value, ConsumerGroupTargetAssignmentMemberValue):
+            group.update_target_assignment(key, value.partitions)
+        elif isinstance(value, ConsumerGroupTargetAssignmentMetadataValue):
+            group.assignment_epoch = value.assignment_epoch
+        else:
+            group.update_resolved_regular_expression(key, value)
+
+    def _replay_tombstone(self, group: ConsumerGroup, t: RecordType, key: str) -> None:
+        if t is RecordType.CONSUMER_GROUP_METADATA:
+            if group.members or group.target_assignment:
+                raise IllegalStateError(
+                    f"a tombstone deletes group {group.group_id} while it has members"
+                )
+            group.dead = True
+            del self.groups[group.group_id]
+        elif t is RecordType.CONSUMER_GROUP_MEMBER_METADATA:
+            group.remove_member(key)
+        elif t is RecordType.CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT:
+            member = group.members.get(key)
+            if member is not None:
+                group.update_member(member_with_assignment(member, None))
+        elif t is RecordType.CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER:
+            group.remove_target_assignment(key)
+        elif t is RecordType.CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA:
+            group.assignment_epoch = -1
+        elif t is RecordType.CONSUMER_GROUP_REGULAR_EXPRESSION:
+            group.remove_resolved_regular_expression(key)
+
+    # -- writing -----------------------------------------------------------------------------
+    def _commit(self, op: _Operation, on_done: Callable[[ErrorCode], None] | None = None) -> None:
+        """Append the operation's records as one batch, replay them, run its follow-ups;
+        ``on_done`` gets NONE once the batch is durable, else the error to answer."""
+
+        def done(error: ErrorCode) -> None:
+            if on_done is not None:
+                on_done(E.none if error is E.none else coordinator_operation_error(error))
+
+        if not op.records:
+            for action in op.after:
+                action()
+            if self._last_append is None:
+                done(E.none)
+            else:
+                self._last_append.add_callback(lambda _error: done(E.none))
+            return
+        try:
+            pending = self._append([encode_coordinator_record(r) for r in op.records])
+        except AppendError as exc:
+            log.error("could not write %d consumer group record(s): %s", len(op.records), exc)
+            done(exc.error)
+            return
+        except OSError as exc:
+            log.error("could not write %d consumer group record(s): %s", len(op.records), exc)
+            done(E.kafka_storage_error)
+            return
+        self._last_append = pending
+        try:
+            for record in op.records:
+                self.replay(record)
+            for action in op.after:
+                action()
+        except Exception:
+            log.exception("replaying consumer group records failed: %s", op.records)
+            done(E.unknown_server_error)
+            return
+        pending.add_callback(done)
+
+    # -- ConsumerGroupHeartbeat ----------------------------------------------------------------
+    def consumer_group_heartbeat(
+        self, request: ConsumerGroupHeartbeat, callback: HeartbeatCallback
+    ) -> None:
+        """Handle a heartbeat (a join at epoch 0, a leave at -1 or -2); ``callback`` gets
+        the answer once what it changed is durable (maybe before this returns)."""
+        try:
+            if not self.active:
+                raise api_error(E.coordinator_not_available, "The coordinator is not active.")
+            throw_if_consumer_group_heartbeat_request_is_invalid(request, self.assignors)
+            self._maybe_update_metadata_image()
+            if request.member_epoch in (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH):
+                op, result = self._consumer_group_leave(request)
+            else:
+                op, result = self._consumer_group_heartbeat(request)
+        except BrokerResponseError as exc:
+            callback(ConsumerGroupHeartbeatResult(_error_code(exc), exc.message))
+            return
+        except Exception as exc:  # a bug: answer it rather than leave the member hanging
+            log.exception("ConsumerGroupHeartbeat of group %s failed", request.group_id)
+            callback(ConsumerGroupHeartbeatResult(E.unknown_server_error, str(exc)))
+            return
+
+        def done(error: ErrorCode) -> None:
+            callback(result if error is E.none else ConsumerGroupHeartbeatResult(error))
+
+        self._commit(op, done)
+
+    def _consumer_group_heartbeat(
+        self, req: ConsumerGroupHeartbeat
+    ) -> tuple[_Operation, ConsumerGroupHeartbeatResult]:
+        """Kafka's ``consumerGroupHeartbeat`` (reference 1.5): the member, its subscription,
+        the group epoch, the target assignment, the member's reconciliation."""
+        op = _Operation()
+        group_id, member_epoch = req.group_id, req.member_epoch
+        create = member_epoch == 0
+        group = self._get_or_maybe_create_consumer_group(group_id, create, op)
+        self._throw_if_consumer_group_is_full(group, req.member_id)
+        member_id = req.member_id or str(uuid.uuid4())  # v0: the coordinator names it
+        if req.instance_id is None:
+            member = group.get_or_maybe_create_member(member_id, create)
+            throw_if_consumer_group_member_epoch_is_invalid(
+                member, member_epoch, req.topic_partitions
+            )
+        else:
+            member = self._get_or_maybe_subscribe_static_member(group, member_id, req, op)
+        if create and member_id not in group.members:
+            log.info("[GroupId %s] Member %s joins the consumer group.", group_id, member_id)
+
+        updated = _updated_member(member, req)
+        names_changed = self._has_member_subscription_changed(group_id, member, updated, op)
+        regex_status = self._maybe_update_regular_expressions(group, member, updated, req, op)
+        has_subscription_changed = names_changed or regex_status is not _RegexUpdate.NO_CHANGE
+        group_epoch = group.group_epoch
+        sub_type = group.subscription_type
+        bump = (
+            group_epoch == 0  # a new group leaves epoch 0 at once
+            or names_changed
+            or regex_status is _RegexUpdate.UPDATED_AND_RESOLVED
+        )
+        if bump or group.has_metadata_expired(self.clock.milliseconds()):
+            group_epoch, sub_type = self._update_subscription_metadata(
+                group, bump, member, updated, op
+            )
+        if group_epoch > group.assignment_epoch:
+            target = self._update_target_assignment(
+                group, group_epoch, member, updated, sub_type, op
+            )
+            target_epoch = group_epoch
+        else:
+            target_epoch = group.assignment_epoch
+            target = group.target_assignment_of(updated.member_id, updated.instance_id)
+        updated = self._maybe_reconcile(
+            group, updated, target_epoch, target, has_subscription_changed, req.topic_partitions, op
+        )
+        op.after.append(lambda: self._schedule_session_timeout(group_id, member_id))
+
+        full = (
+            req.rebalance_timeout_ms != -1
+            and (req.subscribed_topic_names is not None or req.subscribed_topic_regex is not None)
+            and req.topic_partitions is not None
+        )
+        send_assignment = (
+            member_epoch == 0
+            or full
+            or updated.assigned_partitions != member.assigned_partitions
+        )
+        return op, ConsumerGroupHeartbeatResult(
+            member_id=updated.member_id,
+            member_epoch=updated.member_epoch,
+            heartbeat_interval_ms=self._heartbeat_interval_ms(group_id),
+            assignment=updated.assigned_partitions if send_assignment else None,
+        )
+
+    def _get_or_maybe_create_consumer_group(
+        self, group_id: str, create: bool, op: _Operation
+    ) -> ConsumerGroup:
+        """The group; a new one (replayed into being by its records) if ``create``. An
+        empty classic group of that id is replaced; a classic group with members would be
+        upgraded (online migration, reference 1.13), which is not done here: GNF."""
+        group = self.groups.get(group_id)
+        if group is not None:
+            return group
+        classic = self.classic_groups
+        classic_empty = None if classic is None else classic.classic_group_is_empty(group_id)
+        if classic_empty is None:
+            if not create:
+                raise api_error(E.group_id_not_found, f"Consumer group {group_id} not found.")
+            return ConsumerGroup(group_id)
+        if create and classic_empty:
+            assert classic is not None
+            op.records.append(new_classic_group_tombstone_record(group_id))
+            op.after.append(lambda: classic.remove_empty_classic_group(group_id))
+            log.info("[GroupId %s] Converted the empty classic group to a consumer group.", group_id)
+            return ConsumerGroup(group_id)
+        raise api_error(E.group_id_not_found, f"Group {group_id} is not a consumer group.")
+
+    def _consumer_group(self, group_id: str) -> ConsumerGroup:
+        """An existing consumer group (Kafka's ``consumerGroup``): GNF otherwise."""
+        group = self.groups.get(group_id)
+        if group is not None:
+            return group
+        classic = self.classic_groups
+        if classic is not None and classic.classic_group_is_empty(group_id) is not None:
+            raise api_error(E.group_id_not_found, f"Group {group_id} is not a consumer group.")
+        raise api_error(E.group_id_not_found, f"Group {group_id} not found.")
+
+    def _throw_if_consumer_group_is_full(self, group: ConsumerGroup, member_id: str) -> None:
+        limit = self.config.max_size
+        if group.num_members() >= limit and (not member_id or not group.has_member(member_id)):
+            raise api_error(
+                E.group_max_size_reached,
+                f"The consumer group has reached its maximum capacity of {limit} members.",
+            )
+
+    def _get_or_maybe_subscribe_static_member(
+        self, group: ConsumerGroup, member_id: str, req: ConsumerGroupHeartbeat, op: _Operation
+    ) -> ConsumerGroupMember:
+        """Static membership (reference 1.9): a new instance id makes a new member; one
+        held by a member parked at -2 (or speaking the classic protocol) is taken over
+        under the new member id, with its assignment; an active holder fences the
+        newcomer (UNRELEASED_INSTANCE_ID). After the join, the instance id must be known
+        (UNKNOWN_MEMBER_ID) and held by this member id (FENCED_INSTANCE_ID)."""
+        instance_id = req.instance_id
+        existing = group.static_member(instance_id)
+        if req.member_epoch == 0:
+            if existing is None:
+                return group.get_or_maybe_create_member(member_id, True)
+            if not existing.use_classic_protocol and existing.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+                raise api_error(
+                    E.unreleased_instance_id,
+                    f"Static member {member_id} with instance id {instance_id} cannot join the "
+                    f"group because the instance id is owned by {existing.member_id} member.",
+                )
+            new = existing.replace(member_id=member_id, member_epoch=0, previous_member_epoch=0)
+            self._replace_member(op, group, existing, new)
+            log.info(
+                "[GroupId %s] Static member with instance id %s re-joins the consumer group. "
+                "Created a new member %s to replace the existing member %s.",
+                group.group_id, instance_id, member_id, existing.member_id,
+            )  # fmt: skip
+            return new
+        member = _throw_if_static_member_is_unknown_or_fenced(existing, member_id, instance_id)
+        throw_if_consumer_group_member_epoch_is_invalid(
+            member, req.member_epoch, req.topic_partitions
+        )
+        return member
+
+    def _replace_member(
+        self, op: _Operation, group: ConsumerGroup, old: ConsumerGroupMember, new: ConsumerGroupMember
+    ) -> None:
+        group_id = group.group_id
+        _remove_member_records(op.records, group_id, old.member_id)
+        op.records.append(new_consumer_group_member_subscription_record(group_id, new))
+        op.records.append(
+            new_consumer_group_target_assignment_record(
+                group_id, new.member_id, group.target_assignment.get(old.member_id, EMPTY_ASSIGNMENT)
+            )
+        )
+        op.records.append(new_consumer_group_current_assignment_record(group_id, new))
+        if old.member_id != new.member_id:
+            op.after.append(lambda: self._cancel_timers(group_id, old.member_id))
+
+    def _has_member_subscription_changed(
+        self,
+        group_id: str,
+        member: ConsumerGroupMember,
+        updated: ConsumerGroupMember,
+        op: _Operation,
+    ) -> bool:
+        """Write the member's record if it changed; whether its topic names did."""
+        if updated != member:
+            op.records.append(new_consumer_group_member_subscription_record(group_id, updated))
+            return updated.subscribed_topic_names != member.subscribed_topic_names
+        return False
+
+    def _maybe_update_regular_expressions(
+        self,
+        group: ConsumerGroup,
+        member: ConsumerGroupMember,
+        updated: ConsumerGroupMember,
+        req: ConsumerGroupHeartbeat,
+        op: _Operation,
+    ) -> _RegexUpdate:
+        """Kafka's ``maybeUpdateRegularExpressions``: a changed regex is checked (a new
+        one must compile: INVALID_REGULAR_EXPRESSION), a regex left by its last member is
+        tombstoned, and the group's regexes are resolved again (after this write) when
+        one is unresolved, topics were created since, or the refresh interval passed --
+        at most every 10 s."""
+        group_id = group.group_id
+        old_regex = member.subscribed_topic_regex or ""
+        new_regex = updated.subscribed_topic_regex or ""
+        require_refresh = False
+        status = _RegexUpdate.NO_CHANGE
+        if old_regex != new_regex:
+            status = _RegexUpdate.UPDATED
+            if old_regex and group.num_subscribed_members(old_regex) == 1:
+                op.records.append(new_consumer_group_regular_expression_tombstone(group_id, old_regex))
+            if new_regex:
+                if group.num_subscribed_members(new_regex) == 0:
+                    throw_if_regular_expression_is_invalid(new_regex)
+                    require_refresh = True
+                elif new_regex in group.resolved_regular_expressions:
+                    status = _RegexUpdate.UPDATED_AND_RESOLVED
+            elif old_regex:
+                status = _RegexUpdate.UPDATED_AND_RESOLVED
+
+        if not require_refresh and not group.subscribed_regular_expressions:
+            return status
+        now = self.clock.wall_milliseconds()
+        last_refresh = group.last_resolved_regular_expression_refresh_time_ms()
+        if now <= last_refresh + REGEX_BATCH_REFRESH_MIN_INTERVAL_MS:
+            return status
+        regexes = group.compute_subscribed_regular_expressions(member, updated)
+        require_refresh = (
+            require_refresh
+            or len(regexes) != len(group.resolved_regular_expressions)
+            or group.last_resolved_regular_expression_version() < self._last_version_with_new_topics
+            or now > last_refresh + self.config.regex_refresh_interval_ms
+        )
+        if require_refresh and regexes:
+            names, member_id, topic_filter = tuple(regexes), updated.member_id, req.topic_filter
+            op.after.append(
+                lambda: self._refresh_regular_expressions(group_id, member_id, names, topic_filter)
+            )
+        return status
+
+    def _update_subscription_metadata(
+        self,
+        group: ConsumerGroup,
+        bump: bool,
+        member: ConsumerGroupMember,
+        updated: ConsumerGroupMember,
+        op: _Operation,
+    ) -> tuple[int, SubscriptionType]:
+        """The group's subscription as the heartbeat leaves it: its metadata hash (a new
+        hash bumps the epoch), subscription type and epoch."""
+        regexes = group.compute_subscribed_regular_expressions(member, updated)
+        names = group.compute_subscribed_topic_names(member, updated)
+        metadata_hash = self._metadata_hash(names)
+        members = group.num_members()
+        if not group.has_member(updated.member_id) and not group.has_static_member(
+            updated.instance_id
+        ):
+            members += 1
+        sub_type = subscription_type(regexes, names, members)
+        group_epoch = group.group_epoch
+        if bump or metadata_hash != group.metadata_hash:
+            group_epoch += 1
+            op.records.append(new_consumer_group_epoch_record(group.group_id, group_epoch, metadata_hash))
+            self._log_bump(group.group_id, group_epoch, metadata_hash)
+        group.set_metadata_refresh_deadline(
+            self.clock.milliseconds() + METADATA_REFRESH_INTERVAL_MS, group_epoch
+        )
+        return group_epoch, sub_type
+
+    def _log_bump(self, group_id: str, group_epoch: int, metadata_hash: int) -> None:
+        self.rebalances += 1
+        log.info(
+            "[GroupId %s] Bumped group epoch to %d with metadata hash %d.",
+            group_id, group_epoch, metadata_hash,
+        )  # fmt: skip
+
+    def _metadata_hash(self, names: Mapping[str, SubscriptionCount]) -> int:
+        return compute_metadata_hash(names, self.image, self._topic_hash_cache)
+
+    def _update_target_assignment(
+        self,
+        group: ConsumerGroup,
+        group_epoch: int,
+        member: ConsumerGroupMember,
+        updated: ConsumerGroupMember,
+        sub_type: SubscriptionType,
+        op: _Operation,
+    ) -> Assignment:
+        """A new target assignment by the group's preferred assignor; its changed member
+        targets and epoch are written. An assignor failure answers UNKNOWN_SERVER_ERROR."""
+        name = group.compute_preferred_server_assignor(member, updated) or self.default_assignor
+        assignor = self.assignors.get(name) or self.assignors[self.default_assignor]
+        builder = TargetAssignmentBuilder(
+            group.group_id,
+            group_epoch,
+            assignor,
+            members=group.members,
+            target_assignment=group.target_assignment,
+            subscription_type=sub_type,
+            metadata_image=self.image,
+            static_members=group.static_members,
+            resolved_regular_expressions=group.resolved_regular_expressions,
+        ).add_or_update_member(updated.member_id, updated)
+        previous = group.static_member_id(updated.instance_id)
+        if previous is not None and previous != updated.member_id:
+            builder.remove_member(previous)  # the static member it replaces
+        try:
+            result = builder.build()
+        except PartitionAssignorException as exc:
+            message = f"Failed to compute a new target assignment for epoch {group_epoch}: {exc}"
+            log.error("[GroupId %s] %s.", group.group_id, message)
+            raise api_error(E.unknown_server_error, message) from exc
+        log.info(
+            "[GroupId %s] Computed a new target assignment for epoch %d with '%s' assignor.",
+            group.group_id, group_epoch, name,
+        )  # fmt: skip
+        op.records.extend(from_target_assignment_record(r) for r in result.records)
+        return result.target_assignment.get(updated.member_id, EMPTY_ASSIGNMENT)
+
+    def _maybe_reconcile(
+        self,
+        group: ConsumerGroup,
+        member: ConsumerGroupMember,
+        target_epoch: int,
+        target: Assignment,
+        has_subscription_changed: bool,
+        owned: OwnedTopicPartitions | None,
+        op: _Operation,
+    ) -> ConsumerGroupMember:
+        """One reconciliation step; its record if the member changed, and its rebalance
+        timeout armed in UNREVOKED_PARTITIONS, cancelled otherwise."""
+        if not has_subscription_changed and member.is_reconciled_to(target_epoch):
+            return member
+        updated = CurrentAssignmentBuilder(
+            member,
+            target_assignment_epoch=target_epoch,
+            target_assignment=target,
+            current_partition_epoch=group.current_partition_epoch,
+            metadata_image=self.image,
+            owned_topic_partitions=owned,
+            has_subscription_changed=has_subscription_changed,
+            resolved_regular_expressions=group.resolved_regular_expressions,
+        ).build()
+        if updated != member:
+            group_id = group.group_id
+            op.records.append(new_consumer_group_current_assignment_record(group_id, updated))
+            if not updated.use_classic_protocol:
+                if updated.state is MemberState.UNREVOKED_PARTITIONS:
+                    op.after.append(lambda: self._schedule_rebalance_timeout(group_id, updated))
+                else:
+                    op.after.append(lambda: self._cancel(("rebalance", group_id, updated.member_id)))
+        return updated
+
+    # -- leaving and fencing -------------------------------------------------------------------
+    def _consumer_group_leave(
+        self, req: ConsumerGroupHeartbeat
+    ) -> tuple[_Operation, ConsumerGroupHeartbeatResult]:
+        """Epoch -1 (leave) or -2 (a static member leaves for now; reference 1.9)."""
+        group = self._consumer_group(req.group_id)
+        result = ConsumerGroupHeartbeatResult(member_id=req.member_id, member_epoch=req.member_epoch)
+        if req.instance_id is None:
+            member = group.member(req.member_id)
+            log.info("[GroupId %s] Member %s left the consumer group.", group.group_id, member.member_id)
+            return self._consumer_group_fence_members(group, [member]), result
+        member = _throw_if_static_member_is_unknown_or_fenced(
+            group.static_member(req.instance_id), req.member_id, req.instance_id
+        )
+        if req.member_epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+            log.info(
+                "[GroupId %s] Static member %s with instance id %s temporarily left the group.",
+                group.group_id, member.member_id, req.instance_id,
+            )  # fmt: skip
+            parked = member.replace(
+                member_epoch=LEAVE_GROUP_STATIC_MEMBER_EPOCH,
+                partitions_pending_revocation=EMPTY_ASSIGNMENT,
+            )
+            op = _Operation([new_consumer_group_current_assignment_record(group.group_id, parked)])
+            return op, result
+        log.info(
+            "[GroupId %s] Static member %s with instance id %s left the consumer group.",
+            group.group_id, member.member_id, req.instance_id,
+        )  # fmt: skip
+        return self._consumer_group_fence_members(group, [member]), result
+
+    def _consumer_group_fence_members(
+        self, group: ConsumerGroup, members: Sequence[ConsumerGroupMember]
+    ) -> _Operation:
+        """Remove members (a leave, a timeout): their records and the regexes only they
+        used are tombstoned, the group epoch is bumped, their timers cancelled."""
+        op = _Operation()
+        if not members:
+            return op
+        group_id = group.group_id
+        for member in members:
+            _remove_member_records(op.records, group_id, member.member_id)
+        deleted = self._maybe_delete_resolved_regular_expressions(op, group, members)
+        names = group.compute_subscribed_topic_names_without_deleted_members(members, deleted)
+        metadata_hash = self._metadata_hash(names)
+        group_epoch = group.group_epoch + 1
+        op.records.append(new_consumer_group_epoch_record(group_id, group_epoch, metadata_hash))
+        self._log_bump(group_id, group_epoch, metadata_hash)
+        for member in members:
+            op.after.append(functools.partial(self._cancel_timers, group_id, member.member_id))
+        return op
+
+    @staticmethod
+    def _maybe_delete_resolved_regular_expressions(
+        op: _Operation, group: ConsumerGroup, members: Iterable[ConsumerGroupMember]
+    ) -> list[str]:
+        counts: dict[str, int] = {}
+        for member in members:
+            if member.subscribed_topic_regex:
+                regex = member.subscribed_topic_regex
+                counts[regex] = counts.get(regex, 0) + 1
+        deleted = []
+        for regex, count in counts.items():
+            if group.num_subscribed_members(regex) == count:
+                op.records.append(new_consumer_group_regular_expression_tombstone(group.group_id, regex))
+                deleted.append(regex)
+        return deleted
+
+    def _fence_member_operation(self, group_id: str, member_id: str, reason: str) -> None:
+        group = self.groups.get(group_id)
+        member = None if group is None else group.members.get(member_id)
+        if group is None or member is None:
+            return
+        log.info("[GroupId %s] Member %s fenced from the group because %s.", group_id, member_id, reason)
+        self._commit(self._consumer_group_fence_members(group, [member]))
+
+    # -- timers --------------------------------------------------------------------------------
+    def _schedule(self, key: tuple[str, str, str], delay_ms: int, fn: Callable[[], None]) -> None:
+        self._cancel(key)
+
+        def run() -> None:
+            if self._timers.get(key) is task:
+                del self._timers[key]
+                fn()
+
+        task = FunctionTask(delay_ms, run)
+        self._timers[key] = task
+        self.timer.add(task)
+
+    def _cancel(self, key: tuple[str, str, str]) -> None:
+        task = self._timers.pop(key, None)
+        if task is not None:
+            task.cancel()
+
+    def _cancel_timers(self, group_id: str, member_id: str) -> None:
+        self._cancel(("session", group_id, member_id))
+        self._cancel(("rebalance", group_id, member_id))
+
+    def _schedule_session_timeout(self, group_id: str, member_id: str) -> None:
+        self._schedule(
+            ("session", group_id, member_id),
+            self._session_timeout_ms(group_id),
+            lambda: self._fence_member_operation(group_id, member_id, "the member session expired"),
+        )
+
+    def _schedule_rebalance_timeout(self, group_id: str, member: ConsumerGroupMember) -> None:
+        member_id, epoch, timeout_ms = member.member_id, member.member_epoch, member.rebalance_timeout_ms
+
+        def expire() -> None:
+            group = self.groups.get(group_id)
+            current = None if group is None else group.members.get(member_id)
+            if current is not None and current.member_epoch == epoch:
+                self._fence_member_operation(
+                    group_id,
+                    member_id,
+                    f"it failed to transition from epoch {epoch} within {timeout_ms}ms",
+                )
+
+        self._schedule(("rebalance", group_id, member_id), timeout_ms, expire)
+
+    def timeouts(self, group_id: str, member_id: str) -> dict[str, int]:
+        """The member's armed timeouts, kind -> expiration (monotonic ms): for tests and
+        debugging."""
+        out = {}
+        for kind in ("session", "rebalance"):
+            task = self._timers.get((kind, group_id, member_id))
+            entry = None if task is None else task.timer_task_entry
+            if entry is not None:
+                out[kind] = entry.expiration_ms
+        return out
+
+    def _session_timeout_ms(self, group_id: str) -> int:
+        configs = self.group_configs(group_id)
+        return int(configs.get(CONSUMER_SESSION_TIMEOUT_MS_CONFIG, self.config.session_timeout_ms))
+
+    def _heartbeat_interval_ms(self, group_id: str) -> int:
+        configs = self.group_configs(group_id)
+        return int(
+            configs.get(CONSUMER_HEARTBEAT_INTERVAL_MS_CONFIG, self.config.heartbeat_interval_ms)
+        )
+
+    # -- topics and regular expressions ----------------------------------------------------------
+    def _maybe_update_metadata_image(self) -> None:
+        """Kafka's ``onMetadataUpdate``, by the image's version: when topics changed, the
+        topic hashes are recomputed, every subscribed group refreshes its metadata hash on
+        its next heartbeat and its regexes are resolved again."""
+        version = self.image.version
+        if version == self._image_version:
+            return
+        self._image_version = version
+        self._last_version_with_new_topics = version
+        self._topic_hash_cache.clear()
+        for group in self.groups.values():
+            if group.subscribed_topic_names or group.subscribed_regular_expressions:
+                group.request_metadata_refresh()
+
+    def _refresh_regular_expressions(
+        self,
+        group_id: str,
+        member_id: str,
+        regexes: Collection[str],
+        topic_filter: TopicFilter | None,
+    ) -> None:
+        self._maybe_update_metadata_image()
+        resolved = refresh_regular_expressions(
+            group_id,
+            regexes,
+            list(self.image.topic_names()),
+            version=self.image.version,
+            timestamp_ms=self.clock.wall_milliseconds(),
+            topic_filter=topic_filter,
+        )
+        self._commit(self._handle_regular_expressions_result(group_id, member_id, resolved))
+
+    def _handle_regular_expressions_result(
+        self, group_id: str, member_id: str, resolved: Mapping[str, ResolvedRegularExpression]
+    ) -> _Operation:
+        """Write the regexes' resolutions; a changed one, or a new metadata hash, bumps
+        the group epoch."""
+        op = _Operation()
+        group = self.groups.get(group_id)
+        if group is None:
+            return op
+        still = {r: v for r, v in resolved.items() if group.num_subscribed_members(r) > 0}
+        bump = False
+        for regex, new in still.items():
+            old = group.resolved_regular_expressions.get(regex)
+            if old is None or old.topics != new.topics:
+                bump = True
+            op.records.append(new_consumer_group_regular_expression_record(group_id, regex, new))
+        metadata_hash = self._metadata_hash(group.compute_subscribed_topic_names_with_regexes(still))
+        if bump or metadata_hash != group.metadata_hash:
+            group_epoch = group.group_epoch + 1
+            op.records.append(new_consumer_group_epoch_record(group_id, group_epoch, metadata_hash))
+            self._log_bump(group_id, group_epoch, metadata_hash)
+            group.set_metadata_refresh_deadline(
+                self.clock.milliseconds() + METADATA_REFRESH_INTERVAL_MS, group_epoch
+            )
+        log.debug("[GroupId %s] regexes resolved for member %s: %s", group_id, member_id, still)
+        return op
+
+    # -- ConsumerGroupDescribe, ListGroups, DeleteGroups ------------------------------------------
+    def consumer_group_describe(self, group_ids: Iterable[str]) -> list[DescribedGroup]:
+        """One :class:`DescribedGroup` per id; GROUP_ID_NOT_FOUND for a missing group or
+        one of another type."""
+        out = []
+        for group_id in group_ids:
+            try:
+                group = self._consumer_group(group_id)
+            except BrokerResponseError as exc:
+                out.append(DescribedGroup(group_id, _error_code(exc), exc.message))
+                continue
+            out.append(group.describe(self.default_assignor, self.image))
+        return out
+
+    def list_groups(self, states: Collection[str] = ()) -> list[tuple[str, str]]:
+        """(group id, state) of every consumer group in one of ``states`` (lower case;
+        empty: all)."""
+        wanted = {s.lower() for s in states}
+        return [
+            (group_id, str(group.state))
+            for group_id, group in self.groups.items()
+            if not wanted or str(group.state).lower() in wanted
+        ]
+
+    def delete_groups(
+        self, group_ids: Iterable[str], callback: Callable[[dict[str, ErrorCode]], None]
+    ) -> None:
+        """DeleteGroups of consumer groups: GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP unless the
+        group is EMPTY; the groups' records are tombstoned in one write (their committed
+        offsets are the caller's)."""
+        errors: dict[str, ErrorCode] = {}
+        op = _Operation()
+        for group_id in group_ids:
+            try:
+                group = self._consumer_group(group_id)
+                group.validate_delete_group()
+            except BrokerResponseError as exc:
+                errors[group_id] = _error_code(exc)
+                continue
+            op.records.extend(group.create_group_tombstone_records())
+            errors[group_id] = E.none
+            log.info("[GroupId %s] deleting the consumer group", group_id)
+
+        def done(error: ErrorCode) -> None:
+            callback({g: (error if e is E.none else e) for g, e in errors.items()})
+
+        self._commit(op, done)
+
+    def groups_in_state(self, state: ConsumerGroupState) -> int:
+        return sum(1 for g in self.groups.values() if g.state is state)
+
+
+class _RegexUpdate(enum.Enum):
+    """How a heartbeat changed the member's regex (Kafka's UpdateRegularExpressionsResult)."""
+
+    NO_CHANGE = 0
+    UPDATED = 1
+    UPDATED_AND_RESOLVED = 2
+
+
+def _error_code(exc: BrokerResponseError) -> ErrorCode:
+    return E.unknown_server_error if exc.code is None else ErrorCode(exc.code)
+
+
+def _updated_member(member: ConsumerGroupMember, req: ConsumerGroupHeartbeat) -> ConsumerGroupMember:
+    """The member with what the request sets (null / -1 fields leave it unchanged)."""
+    changes: dict[str, object] = {
+        "client_id": req.client_id,
+        "client_host": req.client_host,
+        "classic_member_metadata": None,
+    }
+    if req.instance_id is not None:
+        changes["instance_id"] = req.instance_id
+    if req.rack_id is not None:
+        changes["rack_id"] = req.rack_id
+    if req.rebalance_timeout_ms != -1:
+        changes["rebalance_timeout_ms"] = req.rebalance_timeout_ms
+    if req.server_assignor is not None:
+        changes["server_assignor_name"] = req.server_assignor
+    if req.subscribed_topic_names is not None:
+        changes["subscribed_topic_names"] = frozenset(req.subscribed_topic_names)
+    if req.subscribed_topic_regex is not None:
+        changes["subscribed_topic_regex"] = req.subscribed_topic_regex
+    if member.subscribed_topic_regex is None:
+        changes.setdefault("subscribed_topic_regex", "")
+    updated = member.replace(**changes)
+    return member if updated == member else updated
+
+
+def _remove_member_records(records: list[CoordinatorRecord], group_id: str, member_id: str) -> None:
+    """A member's tombstones, in Kafka's order (current, target, member)."""
+    records.append(new_consumer_group_current_assignment_tombstone_record(group_id, member_id))
+    records.append(new_consumer_group_target_assignment_tombstone_record(group_id, member_id))
+    records.append(new_consumer_group_member_subscription_tombstone_record(group_id, member_id))
+
+
+def _throw_if_static_member_is_unknown_or_fenced(
+    member: ConsumerGroupMember | None, member_id: str, instance_id: str | None
+) -> ConsumerGroupMember:
+    if member is None:
+        raise api_error(E.unknown_member_id, f"Instance id {instance_id} is unknown.")
+    if member.member_id != member_id:
+        log.info(
+            "Static member %s with instance id %s is fenced by existing member %s.",
+            member_id, instance_id, member.member_id,
+        )  # fmt: skip
+        raise api_error(
+            E.fenced_instance_id,
+            f"Static member {member_id} with instance id {instance_id} was fenced by member "
+            f"{member.member_id}.",
+        )
+    return member

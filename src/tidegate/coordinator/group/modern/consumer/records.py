@@ -1,0 +1,292 @@
+"""The records a consumer group is made of in ``__consumer_offsets`` (reference 1.16;
+Kafka's ``ConsumerGroup*Key``/``*Value`` record schemas and the consumer-group half of its
+``GroupCoordinatorRecordHelpers``).
+
+A :class:`CoordinatorRecord` is a record type (Kafka's numbers), the group id, the key
+within the group (the member id; the regular expression; "" for the group's own records)
+and a value, None for a tombstone. Everything the coordinator knows about a consumer
+group is the replay of these records, in log order:
+
+=====  ==========================================  ===============================================
+type   record                                      value
+=====  ==========================================  ===============================================
+3      ConsumerGroupMetadata                       :class:`ConsumerGroupMetadataValue` (epoch, hash)
+5      ConsumerGroupMemberMetadata                 :class:`ConsumerGroupMemberMetadataValue`
+6      ConsumerGroupTargetAssignmentMetadata       :class:`ConsumerGroupTargetAssignmentMetadataValue`
+7      ConsumerGroupTargetAssignmentMember         :class:`ConsumerGroupTargetAssignmentMemberValue`
+8      ConsumerGroupCurrentMemberAssignment        :class:`ConsumerGroupCurrentMemberAssignmentValue`
+16     ConsumerGroupRegularExpression              a :class:`ResolvedRegularExpression`
+2      (classic) GroupMetadata                     only its tombstone: an empty classic group
+                                                   replaced by a consumer group
+=====  ==========================================  ===============================================
+
+How they are stored (tidegate's JSON format) is
+:mod:`tidegate.coordinator.group.group_metadata_manager`'s business.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from tidegate.coordinator.group.assignor.api import EMPTY_ASSIGNMENT, Assignment
+from tidegate.coordinator.group.modern.consumer.consumer_group_member import (
+    ClassicMemberMetadata,
+    ConsumerGroupMember,
+)
+from tidegate.coordinator.group.modern.consumer.resolved_regular_expression import (
+    ResolvedRegularExpression,
+)
+from tidegate.coordinator.group.modern.member_state import MemberState
+from tidegate.coordinator.group.modern.target_assignment_builder import (
+    TargetAssignmentEpochRecord,
+    TargetAssignmentMemberRecord,
+    TargetAssignmentRecord,
+)
+
+
+class RecordType(enum.IntEnum):
+    """Kafka's ``CoordinatorRecordType`` numbers of the records here."""
+
+    CLASSIC_GROUP_METADATA = 2
+    CONSUMER_GROUP_METADATA = 3
+    CONSUMER_GROUP_MEMBER_METADATA = 5
+    CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA = 6
+    CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER = 7
+    CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT = 8
+    CONSUMER_GROUP_REGULAR_EXPRESSION = 16
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupMetadataValue:
+    epoch: int
+    #: the metadata hash of the subscribed topics (KIP-1101)
+    metadata_hash: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupMemberMetadataValue:
+    instance_id: str | None
+    rack_id: str | None
+    client_id: str
+    client_host: str
+    subscribed_topic_names: frozenset[str]
+    #: "" = none
+    subscribed_topic_regex: str
+    rebalance_timeout_ms: int
+    server_assignor: str | None
+    classic_member_metadata: ClassicMemberMetadata | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupTargetAssignmentMetadataValue:
+    assignment_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupTargetAssignmentMemberValue:
+    partitions: Assignment
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupCurrentMemberAssignmentValue:
+    member_epoch: int
+    previous_member_epoch: int
+    state: MemberState
+    assigned_partitions: Assignment
+    partitions_pending_revocation: Assignment
+
+
+RecordValue = (
+    ConsumerGroupMetadataValue
+    | ConsumerGroupMemberMetadataValue
+    | ConsumerGroupTargetAssignmentMetadataValue
+    | ConsumerGroupTargetAssignmentMemberValue
+    | ConsumerGroupCurrentMemberAssignmentValue
+    | ResolvedRegularExpression
+)
+
+
+@dataclass(frozen=True, slots=True)
+class CoordinatorRecord:
+    type: RecordType
+    group_id: str
+    #: the member id (5, 7, 8) or the regular expression (16); "" for the group's own (2, 3, 6)
+    key: str = ""
+    #: None: a tombstone
+    value: RecordValue | None = None
+
+
+# -- the helpers (Kafka's GroupCoordinatorRecordHelpers) ----------------------------------------
+def member_metadata_value(member: ConsumerGroupMember) -> ConsumerGroupMemberMetadataValue:
+    return ConsumerGroupMemberMetadataValue(
+        instance_id=member.instance_id,
+        rack_id=member.rack_id,
+        client_id=member.client_id,
+        client_host=member.client_host,
+        subscribed_topic_names=member.subscribed_topic_names,
+        subscribed_topic_regex=member.subscribed_topic_regex or "",
+        rebalance_timeout_ms=member.rebalance_timeout_ms,
+        server_assignor=member.server_assignor_name,
+        classic_member_metadata=member.classic_member_metadata,
+    )
+
+
+def current_assignment_value(
+    member: ConsumerGroupMember,
+) -> ConsumerGroupCurrentMemberAssignmentValue:
+    return ConsumerGroupCurrentMemberAssignmentValue(
+        member_epoch=member.member_epoch,
+        previous_member_epoch=member.previous_member_epoch,
+        state=member.state,
+        assigned_partitions=member.assigned_partitions,
+        partitions_pending_revocation=member.partitions_pending_revocation,
+    )
+
+
+def new_consumer_group_member_subscription_record(
+    group_id: str, member: ConsumerGroupMember
+) -> CoordinatorRecord:
+    return CoordinatorRecord(
+        RecordType.CONSUMER_GROUP_MEMBER_METADATA,
+        group_id,
+        member.member_id,
+        member_metadata_value(member),
+    )
+
+
+def new_consumer_group_member_subscription_tombstone_record(
+    group_id: str, member_id: str
+) -> CoordinatorRecord:
+    return CoordinatorRecord(RecordType.CONSUMER_GROUP_MEMBER_METADATA, group_id, member_id)
+
+
+def new_consumer_group_epoch_record(
+    group_id: str, epoch: int, metadata_hash: int
+) -> CoordinatorRecord:
+    return CoordinatorRecord(
+        RecordType.CONSUMER_GROUP_METADATA,
+        group_id,
+        value=ConsumerGroupMetadataValue(epoch, metadata_hash),
+    )
+
+
+def new_consumer_group_epoch_tombstone_record(group_id: str) -> CoordinatorRecord:
+    return CoordinatorRecord(RecordType.CONSUMER_GROUP_METADATA, group_id)
+
+
+def new_consumer_group_target_assignment_record(
+    group_id: str, member_id: str, partitions: Assignment
+) -> CoordinatorRecord:
+    return CoordinatorRecord(
+        RecordType.CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER,
+        group_id,
+        member_id,
+        ConsumerGroupTargetAssignmentMemberValue(partitions),
+    )
+
+
+def new_consumer_group_target_assignment_tombstone_record(
+    group_id: str, member_id: str
+) -> CoordinatorRecord:
+    return CoordinatorRecord(RecordType.CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER, group_id, member_id)
+
+
+def new_consumer_group_target_assignment_epoch_record(
+    group_id: str, assignment_epoch: int
+) -> CoordinatorRecord:
+    return CoordinatorRecord(
+        RecordType.CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA,
+        group_id,
+        value=ConsumerGroupTargetAssignmentMetadataValue(assignment_epoch),
+    )
+
+
+def new_consumer_group_target_assignment_epoch_tombstone_record(group_id: str) -> CoordinatorRecord:
+    return CoordinatorRecord(RecordType.CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA, group_id)
+
+
+def new_consumer_group_current_assignment_record(
+    group_id: str, member: ConsumerGroupMember
+) -> CoordinatorRecord:
+    return CoordinatorRecord(
+        RecordType.CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT,
+        group_id,
+        member.member_id,
+        current_assignment_value(member),
+    )
+
+
+def new_consumer_group_current_assignment_tombstone_record(
+    group_id: str, member_id: str
+) -> CoordinatorRecord:
+    return CoordinatorRecord(
+        RecordType.CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT, group_id, member_id
+    )
+
+
+def new_consumer_group_regular_expression_record(
+    group_id: str, regex: str, resolved: ResolvedRegularExpression
+) -> CoordinatorRecord:
+    return CoordinatorRecord(RecordType.CONSUMER_GROUP_REGULAR_EXPRESSION, group_id, regex, resolved)
+
+
+def new_consumer_group_regular_expression_tombstone(group_id: str, regex: str) -> CoordinatorRecord:
+    return CoordinatorRecord(RecordType.CONSUMER_GROUP_REGULAR_EXPRESSION, group_id, regex)
+
+
+def new_classic_group_tombstone_record(group_id: str) -> CoordinatorRecord:
+    """The tombstone of a classic group's stored generation (an empty classic group that a
+    consumer group replaces)."""
+    return CoordinatorRecord(RecordType.CLASSIC_GROUP_METADATA, group_id)
+
+
+def from_target_assignment_record(record: TargetAssignmentRecord) -> CoordinatorRecord:
+    """A :class:`~tidegate.coordinator.group.modern.target_assignment_builder.
+    TargetAssignmentBuilder` record as a consumer group's record (7 or 6)."""
+    if isinstance(record, TargetAssignmentMemberRecord):
+        return new_consumer_group_target_assignment_record(
+            record.group_id, record.member_id, record.partitions
+        )
+    assert isinstance(record, TargetAssignmentEpochRecord)
+    return new_consumer_group_target_assignment_epoch_record(
+        record.group_id, record.assignment_epoch
+    )
+
+
+def member_with_metadata(
+    member: ConsumerGroupMember, value: ConsumerGroupMemberMetadataValue
+) -> ConsumerGroupMember:
+    """``member`` updated with a member metadata record (Kafka's ``Builder.updateWith``)."""
+    return member.replace(
+        instance_id=value.instance_id,
+        rack_id=value.rack_id,
+        client_id=value.client_id,
+        client_host=value.client_host,
+        subscribed_topic_names=value.subscribed_topic_names,
+        subscribed_topic_regex=value.subscribed_topic_regex,
+        rebalance_timeout_ms=value.rebalance_timeout_ms,
+        server_assignor_name=value.server_assignor,
+        classic_member_metadata=value.classic_member_metadata,
+    )
+
+
+def member_with_assignment(
+    member: ConsumerGroupMember, value: ConsumerGroupCurrentMemberAssignmentValue | None
+) -> ConsumerGroupMember:
+    """``member`` updated with a current assignment record; a tombstone leaves it at epoch
+    -1 without partitions, as Kafka's replay does before the member's own tombstone."""
+    if value is None:
+        return member.replace(
+            member_epoch=-1,
+            previous_member_epoch=-1,
+            assigned_partitions=EMPTY_ASSIGNMENT,
+            partitions_pending_revocation=EMPTY_ASSIGNMENT,
+        )
+    return member.replace(
+        member_epoch=value.member_epoch,
+        previous_member_epoch=value.previous_member_epoch,
+        state=value.state,
+        assigned_partitions=value.assigned_partitions,
+        partitions_pending_revocation=value.partitions_pending_revocation,
+    )
