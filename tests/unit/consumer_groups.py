@@ -140,6 +140,10 @@ class Harness:
         assert result.error is E.none, result
         return result
 
+    def beat(self, member_id: str, group_id: str = "grp", **kw):
+        """A steady heartbeat at the member's epoch (owned partitions not reported)."""
+        return self.heartbeat(group_id, member_id, self.member(member_id, group_id).member_epoch, **kw)
+
     def ack(self, member_id: str, group_id: str = "grp", **kw):
         """A heartbeat reporting the partitions the member was last given."""
         member = self.member(member_id, group_id)

@@ -1023,7 +1023,7 @@ class ConsumerGroupManager:
         bump = False
         for regex, new in still.items():
             old = group.resolved_regular_expressions.get(regex)
-            if old is None or old.topics != new.topics:
+            if (frozenset() if old is None else old.topics) != new.topics:
                 bump = True
             op.records.append(new_consumer_group_regular_expression_record(group_id, regex, new))
         metadata_hash = self._metadata_hash(group.compute_subscribed_topic_names_with_regexes(still))
