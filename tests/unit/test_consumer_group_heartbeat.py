@@ -99,8 +99,10 @@ def test_member_id_generation(h):
         ({"topic_partitions": [("t", [0])]}, "TopicPartitions must be empty when (re-)joining."),
         (
             {"subscribed_topic_names": None},
-            "Either SubscribedTopicNames or SubscribedTopicRegex must be non-null when "
-            "(re-)joining.",
+            (
+                "Either SubscribedTopicNames or SubscribedTopicRegex must be non-null when "
+                "(re-)joining."
+            ),
         ),
         ({"member_epoch": -2}, "InstanceId can't be null."),
         ({"member_epoch": -3}, "MemberEpoch is invalid."),
@@ -289,7 +291,7 @@ def test_updating_subscription_triggers_new_target_assignment(h):
 
 
 def test_leaving_member_bumps_group_epoch(h):
-    foo, bar = _two_member_group(h)
+    _two_member_group(h)
     r = h.heartbeat(G, "m2", -1)
     assert (r.error, r.member_id, r.member_epoch, r.assignment) == (E.none, "m2", -1, None)
     assert h.last_batch == [
@@ -359,7 +361,7 @@ def test_static_member_gets_back_assignment_upon_rejoin(h):
 
 
 def test_static_member_rejoins_with_new_subscribed_topics(h):
-    foo, bar = _static_group(h)
+    _static_group(h)
     h.create_topic("zar", 1)
     h.heartbeat(G, "m2", -2, instance_id="i2")
     r = h.heartbeat(G, "m2-new", 0, instance_id="i2", server_assignor="range",

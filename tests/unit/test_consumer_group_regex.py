@@ -160,7 +160,8 @@ def test_regex_and_names_are_a_union(h):
 
 
 def test_consumer_group_member_joins_with_regex_with_topic_authorization_failure(h):
-    foo, bar = h.create_topic("foo", 1), h.create_topic("bar", 1)
+    foo = h.create_topic("foo", 1)
+    h.create_topic("bar", 1)
     r = h.heartbeat(G, "m", 0, subscribed_topic_regex="foo|bar",
                     topic_filter=lambda names: {n for n in names if n != "bar"})
     assert r.error is E.none
@@ -170,7 +171,8 @@ def test_consumer_group_member_joins_with_regex_with_topic_authorization_failure
 
 
 def test_resolved_regular_expressions_removed_when_members_leave_or_fenced(h):
-    foo, bar = h.create_topic("foo", 1), h.create_topic("bar", 1)
+    h.create_topic("foo", 1)
+    h.create_topic("bar", 1)
     h.heartbeat(G, "m1", 0, subscribed_topic_regex="foo*")
     h.heartbeat(G, "m2", 0, subscribed_topic_regex="bar*")
     h.advance(REGEX_BATCH_REFRESH_MIN_INTERVAL_MS + 1000)

@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
-
 from kio.schema.errors import ErrorCode as E
 
 from tests.fake_loop import clock_at

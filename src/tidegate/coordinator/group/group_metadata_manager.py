@@ -213,7 +213,7 @@ def _encode_value(value: RecordValue) -> dict[str, Any]:
             "topics": sorted(value.subscribed_topic_names),
             "regex": value.subscribed_topic_regex,
             "rebalance_timeout_ms": value.rebalance_timeout_ms,
-            "assignor": value.server_assignor,
+            "assignor": value.server_assignor_name,
             "classic": None if classic is None else {
                 "session_timeout_ms": classic.session_timeout_ms,
                 "protocols": [[p.name, _b64(p.metadata)] for p in classic.supported_protocols],
@@ -247,7 +247,7 @@ def _decode_value(record_type: RecordType, d: dict[str, Any]) -> RecordValue:
             subscribed_topic_names=frozenset(d["topics"]),
             subscribed_topic_regex=d["regex"] or "",
             rebalance_timeout_ms=d["rebalance_timeout_ms"],
-            server_assignor=d["assignor"],
+            server_assignor_name=d["assignor"],
             classic_member_metadata=None if classic is None else ClassicMemberMetadata(
                 classic["session_timeout_ms"],
                 tuple(ClassicProtocol(n, base64.b64decode(m)) for n, m in classic["protocols"]),

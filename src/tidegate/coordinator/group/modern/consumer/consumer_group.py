@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import enum
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
@@ -446,12 +446,14 @@ class ConsumerGroup:
             and old_regex != _regex(new)
             and self.num_subscribed_members(old_regex) == 1
         ):
-            # the last member of the regex leaves it: its topics go with it
-            resolved = self.resolved_regular_expressions.get(old_regex)
-            if resolved is not None:
-                for name in resolved.topics:
-                    _add_topic(counts, name, by_regex=-1)
+            self._drop_regex_topics(counts, old_regex)  # its last member leaves it
         return counts
+
+    def _drop_regex_topics(self, counts: dict[str, SubscriptionCount], regex: str) -> None:
+        resolved = self.resolved_regular_expressions.get(regex)
+        if resolved is not None:
+            for name in resolved.topics:
+                _add_topic(counts, name, by_regex=-1)
 
     def compute_subscribed_regular_expressions(
         self, old: ConsumerGroupMember | None, new: ConsumerGroupMember | None
@@ -472,10 +474,7 @@ class ConsumerGroup:
         for member in removed:
             _update_name_counts(counts, member, None)
         for regex in removed_regexes:
-            resolved = self.resolved_regular_expressions.get(regex)
-            if resolved is not None:
-                for name in resolved.topics:
-                    _add_topic(counts, name, by_regex=-1)
+            self._drop_regex_topics(counts, regex)
         return counts
 
     def compute_subscribed_topic_names_with_regexes(
@@ -575,25 +574,18 @@ class ConsumerGroup:
         """Every record of the group as a tombstone, in Kafka's order: members' current
         and target assignments, the target epoch, members, regexes, then the group."""
         group_id = self.group_id
-        records = [
-            new_consumer_group_current_assignment_tombstone_record(group_id, m)
-            for m in self.members
+
+        def each(make: Callable[[str, str], CoordinatorRecord], keys: Iterable[str]) -> list:
+            return [make(group_id, key) for key in keys]
+
+        return [
+            *each(new_consumer_group_current_assignment_tombstone_record, self.members),
+            *each(new_consumer_group_target_assignment_tombstone_record, self.members),
+            new_consumer_group_target_assignment_epoch_tombstone_record(group_id),
+            *each(new_consumer_group_member_subscription_tombstone_record, self.members),
+            *each(new_consumer_group_regular_expression_tombstone, self.resolved_regular_expressions),
+            new_consumer_group_epoch_tombstone_record(group_id),
         ]
-        records += [
-            new_consumer_group_target_assignment_tombstone_record(group_id, m)
-            for m in self.members
-        ]
-        records.append(new_consumer_group_target_assignment_epoch_tombstone_record(group_id))
-        records += [
-            new_consumer_group_member_subscription_tombstone_record(group_id, m)
-            for m in self.members
-        ]
-        records += [
-            new_consumer_group_regular_expression_tombstone(group_id, regex)
-            for regex in self.resolved_regular_expressions
-        ]
-        records.append(new_consumer_group_epoch_tombstone_record(group_id))
-        return records
 
     # -- ConsumerGroupDescribe ------------------------------------------------------------------
     def describe(self, default_assignor: str, image: MetadataImage) -> DescribedGroup:

@@ -27,7 +27,8 @@ How they are stored (tidegate's JSON format) is
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
+from typing import TypeVar
 
 from tidegate.coordinator.group.assignor.api import EMPTY_ASSIGNMENT, Assignment
 from tidegate.coordinator.group.modern.consumer.consumer_group_member import (
@@ -74,7 +75,7 @@ class ConsumerGroupMemberMetadataValue:
     #: "" = none
     subscribed_topic_regex: str
     rebalance_timeout_ms: int
-    server_assignor: str | None
+    server_assignor_name: str | None
     classic_member_metadata: ClassicMemberMetadata | None = None
 
 
@@ -97,6 +98,8 @@ class ConsumerGroupCurrentMemberAssignmentValue:
     partitions_pending_revocation: Assignment
 
 
+_V = TypeVar("_V", "ConsumerGroupMemberMetadataValue", "ConsumerGroupCurrentMemberAssignmentValue")
+
 RecordValue = (
     ConsumerGroupMetadataValue
     | ConsumerGroupMemberMetadataValue
@@ -118,30 +121,18 @@ class CoordinatorRecord:
 
 
 # -- the helpers (Kafka's GroupCoordinatorRecordHelpers) ----------------------------------------
+# The member and current assignment values name their fields as ConsumerGroupMember does.
 def member_metadata_value(member: ConsumerGroupMember) -> ConsumerGroupMemberMetadataValue:
-    return ConsumerGroupMemberMetadataValue(
-        instance_id=member.instance_id,
-        rack_id=member.rack_id,
-        client_id=member.client_id,
-        client_host=member.client_host,
-        subscribed_topic_names=member.subscribed_topic_names,
-        subscribed_topic_regex=member.subscribed_topic_regex or "",
-        rebalance_timeout_ms=member.rebalance_timeout_ms,
-        server_assignor=member.server_assignor_name,
-        classic_member_metadata=member.classic_member_metadata,
-    )
+    value = _from_member(ConsumerGroupMemberMetadataValue, member)
+    return value if value.subscribed_topic_regex is not None else replace(value, subscribed_topic_regex="")
 
 
-def current_assignment_value(
-    member: ConsumerGroupMember,
-) -> ConsumerGroupCurrentMemberAssignmentValue:
-    return ConsumerGroupCurrentMemberAssignmentValue(
-        member_epoch=member.member_epoch,
-        previous_member_epoch=member.previous_member_epoch,
-        state=member.state,
-        assigned_partitions=member.assigned_partitions,
-        partitions_pending_revocation=member.partitions_pending_revocation,
-    )
+def current_assignment_value(member: ConsumerGroupMember) -> ConsumerGroupCurrentMemberAssignmentValue:
+    return _from_member(ConsumerGroupCurrentMemberAssignmentValue, member)
+
+
+def _from_member(cls: type[_V], member: ConsumerGroupMember) -> _V:
+    return cls(**{f.name: getattr(member, f.name) for f in fields(cls)})
 
 
 def new_consumer_group_member_subscription_record(
@@ -258,17 +249,7 @@ def member_with_metadata(
     member: ConsumerGroupMember, value: ConsumerGroupMemberMetadataValue
 ) -> ConsumerGroupMember:
     """``member`` updated with a member metadata record (Kafka's ``Builder.updateWith``)."""
-    return member.replace(
-        instance_id=value.instance_id,
-        rack_id=value.rack_id,
-        client_id=value.client_id,
-        client_host=value.client_host,
-        subscribed_topic_names=value.subscribed_topic_names,
-        subscribed_topic_regex=value.subscribed_topic_regex,
-        rebalance_timeout_ms=value.rebalance_timeout_ms,
-        server_assignor_name=value.server_assignor,
-        classic_member_metadata=value.classic_member_metadata,
-    )
+    return member.replace(**{f.name: getattr(value, f.name) for f in fields(value)})
 
 
 def member_with_assignment(
@@ -277,16 +258,7 @@ def member_with_assignment(
     """``member`` updated with a current assignment record; a tombstone leaves it at epoch
     -1 without partitions, as Kafka's replay does before the member's own tombstone."""
     if value is None:
-        return member.replace(
-            member_epoch=-1,
-            previous_member_epoch=-1,
-            assigned_partitions=EMPTY_ASSIGNMENT,
-            partitions_pending_revocation=EMPTY_ASSIGNMENT,
+        value = ConsumerGroupCurrentMemberAssignmentValue(
+            -1, -1, member.state, EMPTY_ASSIGNMENT, EMPTY_ASSIGNMENT
         )
-    return member.replace(
-        member_epoch=value.member_epoch,
-        previous_member_epoch=value.previous_member_epoch,
-        state=value.state,
-        assigned_partitions=value.assigned_partitions,
-        partitions_pending_revocation=value.partitions_pending_revocation,
-    )
+    return member.replace(**{f.name: getattr(value, f.name) for f in fields(value)})
