@@ -13,8 +13,16 @@ batch is kept).
 Format (tidegate's own, not Kafka's binary schemas; nothing outside the broker
 reads it): uncompressed v2 record batches whose record keys are compact JSON
 arrays, ``["o", group, topic, partition]`` for an offset and ``["g", group]``
-for a group, and whose values are JSON objects (``v`` is the format version),
-or null for a tombstone.
+for a (classic) group, and whose values are JSON objects (``v`` is the format version),
+or null for a tombstone. A KIP-848 consumer group is the records of
+:mod:`tidegate.coordinator.group.modern.consumer.records` (Kafka's record types 3, 5, 6,
+7, 8 and 16), keyed ``["cg", group]`` (epoch and metadata hash), ``["cgm", group, member]``
+(member metadata), ``["cgta", group]`` (target assignment epoch), ``["cgtm", group,
+member]`` (a member's target), ``["cgc", group, member]`` (its current assignment) and
+``["cgr", group, regex]`` (a resolved regular expression), with topic ids as strings and
+partitions as sorted lists (:func:`encode_coordinator_record`,
+:func:`decode_coordinator_record`). The classic coordinator's replay skips them, the
+consumer group coordinator's skips offsets and classic groups.
 
 Transactional offset commits (TxnOffsetCommit) are written as Kafka's coordinator
 writes them: a transactional batch with the producer's id and epoch (base sequence 0),

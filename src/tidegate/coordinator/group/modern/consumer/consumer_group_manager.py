@@ -910,6 +910,7 @@ class ConsumerGroupManager:
         if group is None or member is None:
             return
         log.info("[GroupId %s] Member %s fenced from the group because %s.", group_id, member_id, reason)
+        self._maybe_update_metadata_image()
         self._commit(self._consumer_group_fence_members(group, [member]))
 
     # -- timers --------------------------------------------------------------------------------
