@@ -339,3 +339,65 @@ def test_records_of_other_kinds_are_left_to_the_classic_coordinator(tmp_path):
     h2 = h.restart()
     assert set(h2.manager.groups) == {G}
     assert h2.member("m").member_epoch == 1
+
+
+# ------------------------------------------------------------------------ classic <-> consumer
+def _classic_group(clock):
+    from tidegate.coordinator.group.group_metadata import STABLE, GroupMetadata, MemberMetadata
+    from tidegate.protocol.consumer_protocol import encode_assignment, encode_subscription
+
+    classic = GroupMetadata(G, STABLE, clock)
+    classic.generation_id = 5
+    for member_id, instance, partitions in (("a", "ia", (0, 1)), ("b", None, (2,))):
+        member = MemberMetadata(
+            member_id, instance, f"client-{member_id}", "/10.0.0.1", 60_000, 10_000, "consumer",
+            [("range", encode_subscription(["foo", "gone"])), ("roundrobin", b"rr")],
+        )  # fmt: skip
+        classic.add(member)
+        member.assignment = encode_assignment(
+            [("foo", p) for p in partitions] + [("gone", 0)]
+        )
+    classic.protocol_name = "range"
+    return classic
+
+
+def test_a_classic_group_converts_to_a_consumer_group_and_back(tmp_path):
+    from tidegate.coordinator.group.modern.consumer.classic_conversion import (
+        classic_group_from_consumer,
+        consumer_group_from_classic,
+        consumer_group_records,
+    )
+    from tidegate.protocol.consumer_protocol import decode_assignment
+
+    h = Harness(tmp_path)
+    foo = h.create_topic("foo", 3)
+    group = consumer_group_from_classic(_classic_group(h.clock), h.topics)
+    assert (group.group_epoch, group.assignment_epoch, group.state) == (5, 5, ConsumerGroupState.STABLE)
+    a = group.members["a"]
+    assert (a.member_epoch, a.previous_member_epoch, a.instance_id, a.client_id) == (5, 5, "ia", "client-a")
+    assert a.assigned_partitions == mk((foo, (0, 1))), "a topic that no longer exists is dropped"
+    assert a.subscribed_topic_names == {"foo", "gone"} and a.use_classic_protocol
+    assert a.classic_member_metadata.session_timeout_ms == 10_000
+    assert [p.name for p in a.classic_member_metadata.supported_protocols] == ["range", "roundrobin"]
+    assert group.target_assignment == {"a": mk((foo, (0, 1))), "b": mk((foo, (2,)))}
+    assert group.static_members == {"ia": "a"} and group.current_partition_epoch(foo, 2) == 5
+
+    # its records rebuild the same group
+    for record in consumer_group_records(group):
+        h.manager.replay(record)
+    again = h.group()
+    assert (again.group_epoch, again.assignment_epoch, again.members, again.target_assignment) == (
+        group.group_epoch, group.assignment_epoch, group.members, group.target_assignment,
+    )  # fmt: skip
+    assert again.metadata_hash == group.metadata_hash
+
+    # and back, without the leaving member b
+    classic = classic_group_from_consumer(group, h.topics, h.clock, leaving={"b"})
+    assert (classic.generation_id, classic.protocol_type, classic.protocol_name) == (5, "consumer", "range")
+    assert list(classic.members) == ["a"] and classic.leader_id == "a"
+    assert classic.static_members == {"ia": "a"}
+    assert decode_assignment(classic.members["a"].assignment) == [("foo", 0), ("foo", 1)]
+    assert classic.subscribed_topics == {"foo", "gone"}
+    group.update_member(ConsumerGroupMember("c"))  # a member of the consumer protocol
+    with pytest.raises(ValueError):
+        classic_group_from_consumer(group, h.topics, h.clock)

@@ -1,0 +1,157 @@
+"""A classic group as a consumer group and back: the two conversions of online migration
+(reference 1.13; Kafka's ``ConsumerGroup.fromClassicGroup`` with
+``createConsumerGroupRecords``, and ``ClassicGroup.fromConsumerGroup``).
+
+* :func:`consumer_group_from_classic` -- the upgrade: the group epoch and assignment epoch
+  are the generation; every member is STABLE at it with its last assignment as current
+  and target assignment, remembers its session timeout and JoinGroup protocols
+  (:class:`ClassicMemberMetadata`: it keeps speaking the classic protocol), and
+  subscribes to its ConsumerProtocol subscription's topics;
+  :func:`consumer_group_records` are the records that write such a group.
+* :func:`classic_group_from_consumer` -- the downgrade: a Stable classic group at the
+  group epoch whose members (those using the classic protocol, less the leaving ones) get
+  their target assignment as a ConsumerProtocol assignment, in the protocol the group
+  selects.
+
+Only what the conversion is: the coordinator that drives a migration (policies, pending
+JoinGroup/SyncGroup answers, the rebalance after a downgrade) uses these. What tidegate's
+ConsumerProtocol decoder does not read yet is not carried over: a subscription's rack
+(the member has none) and an assignor's user data (Kafka refuses the upgrade when an
+assignment carries some).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection
+
+from tidegate.coordinator.group.assignor.api import Assignment
+from tidegate.coordinator.group.group_metadata import (
+    CONSUMER_PROTOCOL_TYPE,
+    STABLE,
+    GroupMetadata,
+    MemberMetadata,
+)
+from tidegate.coordinator.group.modern.consumer.consumer_group import ConsumerGroup
+from tidegate.coordinator.group.modern.consumer.consumer_group_member import (
+    ClassicMemberMetadata,
+    ClassicProtocol,
+    ConsumerGroupMember,
+)
+from tidegate.coordinator.group.modern.consumer.records import (
+    CoordinatorRecord,
+    new_consumer_group_current_assignment_record,
+    new_consumer_group_epoch_record,
+    new_consumer_group_member_subscription_record,
+    new_consumer_group_target_assignment_epoch_record,
+    new_consumer_group_target_assignment_record,
+)
+from tidegate.coordinator.group.modern.topics import MetadataImage, compute_metadata_hash
+from tidegate.protocol.consumer_protocol import (
+    decode_assignment,
+    decode_subscription,
+    encode_assignment,
+)
+
+
+def _assignment_by_id(data: bytes, image: MetadataImage) -> Assignment:
+    """A ConsumerProtocol assignment by topic id; topics that no longer exist are dropped."""
+    out: dict = {}
+    for name, partition in decode_assignment(data):
+        topic = image.get(name)
+        if topic is not None:
+            out.setdefault(topic.topic_id, set()).add(partition)
+    return {topic_id: frozenset(partitions) for topic_id, partitions in out.items()}
+
+
+def consumer_group_from_classic(classic: GroupMetadata, image: MetadataImage) -> ConsumerGroup:
+    """The consumer group a classic group becomes (its generation as the epochs). Raises
+    ValueError when a member's subscription or assignment does not parse."""
+    generation = classic.generation_id
+    group = ConsumerGroup(classic.group_id)
+    group.group_epoch = generation
+    group.assignment_epoch = generation
+    protocol = classic.protocol_name
+    for m in classic.members.values():
+        assigned = _assignment_by_id(m.assignment, image)
+        topics = decode_subscription(m.metadata(protocol)) if protocol is not None else []
+        member = ConsumerGroupMember(
+            m.member_id,
+            member_epoch=generation,
+            previous_member_epoch=generation,
+            instance_id=m.group_instance_id,
+            rebalance_timeout_ms=m.rebalance_timeout_ms,
+            client_id=m.client_id,
+            client_host=m.client_host,
+            subscribed_topic_names=frozenset(topics),
+            assigned_partitions=assigned,
+            classic_member_metadata=ClassicMemberMetadata(
+                m.session_timeout_ms,
+                tuple(ClassicProtocol(name, metadata) for name, metadata in m.protocols),
+            ),
+        )
+        group.update_target_assignment(m.member_id, assigned)
+        group.update_member(member)
+    group.metadata_hash = compute_metadata_hash(group.subscribed_topic_names, image)
+    return group
+
+
+def consumer_group_records(group: ConsumerGroup) -> list[CoordinatorRecord]:
+    """The records that write ``group`` (Kafka's ``createConsumerGroupRecords``): members,
+    epoch, targets, target epoch, current assignments."""
+    group_id = group.group_id
+    members = group.members.values()
+    return [
+        *(new_consumer_group_member_subscription_record(group_id, m) for m in members),
+        new_consumer_group_epoch_record(group_id, group.group_epoch, group.metadata_hash),
+        *(
+            new_consumer_group_target_assignment_record(
+                group_id, m.member_id, group.target_assignment_of(m.member_id)
+            )
+            for m in members
+        ),
+        new_consumer_group_target_assignment_epoch_record(group_id, group.assignment_epoch),
+        *(new_consumer_group_current_assignment_record(group_id, m) for m in members),
+    ]
+
+
+def classic_group_from_consumer(
+    group: ConsumerGroup,
+    image: MetadataImage,
+    clock: Callable[[], int],
+    leaving: Collection[str] = (),
+) -> GroupMetadata:
+    """The classic group a consumer group becomes once only classic-protocol members are
+    left (the ``leaving`` member ids excepted). Raises ValueError if a member left does
+    not speak the classic protocol."""
+    classic = GroupMetadata(group.group_id, STABLE, clock)
+    classic.generation_id = group.group_epoch
+    classic.protocol_type = CONSUMER_PROTOCOL_TYPE
+    for member in group.members.values():
+        if member.member_id in leaving:
+            continue
+        metadata = member.classic_member_metadata
+        if metadata is None:
+            raise ValueError(f"member {member.member_id} does not use the classic protocol")
+        classic.add(
+            MemberMetadata(
+                member.member_id,
+                member.instance_id,
+                member.client_id,
+                member.client_host,
+                member.rebalance_timeout_ms,
+                metadata.session_timeout_ms,
+                CONSUMER_PROTOCOL_TYPE,
+                [(p.name, p.metadata) for p in metadata.supported_protocols],
+            )
+        )
+    if classic.members:
+        classic.protocol_name = classic.select_protocol()
+    classic.subscribed_topics = classic.compute_subscribed_topics()
+    for member_id, m in classic.members.items():
+        m.assignment = encode_assignment(
+            (topic.name, partition)
+            for topic_id, partitions in group.target_assignment_of(member_id).items()
+            if (topic := image.get_by_id(topic_id)) is not None
+            for partition in partitions
+        )
+    return classic
