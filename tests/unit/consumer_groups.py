@@ -10,8 +10,6 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from kio.schema.errors import ErrorCode as E
-
 from tests.fake_loop import FakeLoop, clock_at
 from tidegate.coordinator.group.group_metadata_manager import (
     OFFSETS_TOPIC,
@@ -31,6 +29,7 @@ from tidegate.coordinator.group.modern.consumer.records import (
     CoordinatorRecord,
     new_classic_group_tombstone_record,
 )
+from tidegate.errors import ErrorCode as E
 from tidegate.log.config import LogConfig
 from tidegate.log.log import Log
 from tidegate.server.log_manager import LogManager

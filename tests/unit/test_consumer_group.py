@@ -7,7 +7,6 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from kio.schema.errors import ErrorCode as E
 
 from tests.unit.consumer_groups import SESSION, Harness, mk
 from tidegate.coordinator.group.assignor.api import HETEROGENEOUS, HOMOGENEOUS
@@ -45,6 +44,7 @@ from tidegate.coordinator.group.modern.consumer.resolved_regular_expression impo
 )
 from tidegate.coordinator.group.modern.member_state import MemberState
 from tidegate.errors import BrokerResponseError
+from tidegate.errors import ErrorCode as E
 from tidegate.server.metadata import TopicStore
 
 FOO = uuid.UUID("00000000-0000-0000-0000-00000000f001")

@@ -7,7 +7,6 @@ section 4 (items 1-23 and 28), each test named after the Kafka 4.2 test it pins
 from __future__ import annotations
 
 import pytest
-from kio.schema.errors import ErrorCode as E
 
 from tests.unit.consumer_groups import INTERVAL, SESSION, Harness, mk, seed_group
 from tidegate.coordinator.group.assignor.api import (
@@ -35,6 +34,7 @@ from tidegate.coordinator.group.modern.consumer.records import (
 )
 from tidegate.coordinator.group.modern.member_state import MemberState
 from tidegate.coordinator.group.modern.topics import compute_metadata_hash
+from tidegate.errors import ErrorCode as E
 
 STABLE = MemberState.STABLE
 UNREVOKED = MemberState.UNREVOKED_PARTITIONS

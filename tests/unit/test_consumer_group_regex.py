@@ -6,7 +6,6 @@ creation and on the refresh interval, and regexes dropped with their last member
 from __future__ import annotations
 
 import pytest
-from kio.schema.errors import ErrorCode as E
 
 from tests.unit.consumer_groups import SESSION, Harness, mk, seed_group
 from tidegate.coordinator.group.modern.consumer.consumer_group_manager import (
@@ -33,6 +32,7 @@ from tidegate.coordinator.group.modern.consumer.topic_regex import (
 )
 from tidegate.coordinator.group.modern.member_state import MemberState
 from tidegate.coordinator.group.modern.topics import compute_metadata_hash
+from tidegate.errors import ErrorCode as E
 
 G = "fooup"
 

@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
-from kio.schema.errors import ErrorCode as E
 
 from tests.fake_loop import clock_at
 from tidegate.coordinator.group.group_metadata_manager import (
@@ -41,6 +40,7 @@ from tidegate.coordinator.group.modern.consumer.consumer_group_manager import (
 )
 from tidegate.coordinator.group.modern.member_state import MemberState
 from tidegate.coordinator.group.modern.topics import TopicMetadata
+from tidegate.errors import ErrorCode as E
 from tidegate.server.timer import SystemTimer
 
 G = "g"

@@ -37,8 +37,6 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from kio.schema.errors import ErrorCode
-
 from tidegate.coordinator.group.assignor.api import (
     EMPTY_ASSIGNMENT,
     HOMOGENEOUS,
@@ -62,7 +60,7 @@ from tidegate.coordinator.group.modern.consumer.resolved_regular_expression impo
 )
 from tidegate.coordinator.group.modern.subscription import SubscriptionCount, subscription_type
 from tidegate.coordinator.group.modern.topics import MetadataImage
-from tidegate.errors import BrokerResponseError
+from tidegate.errors import BrokerResponseError, ErrorCode
 
 E = ErrorCode
 

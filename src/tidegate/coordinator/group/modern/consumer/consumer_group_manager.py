@@ -45,8 +45,6 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from kio.schema.errors import ErrorCode
-
 from tidegate.clock import Clock
 from tidegate.coordinator.group.assignor import CONSUMER_GROUP_ASSIGNORS
 from tidegate.coordinator.group.assignor.api import (
@@ -113,7 +111,7 @@ from tidegate.coordinator.group.modern.member_state import MemberState
 from tidegate.coordinator.group.modern.subscription import SubscriptionCount, subscription_type
 from tidegate.coordinator.group.modern.target_assignment_builder import TargetAssignmentBuilder
 from tidegate.coordinator.group.modern.topics import MetadataImage, compute_metadata_hash
-from tidegate.errors import BrokerResponseError
+from tidegate.errors import BrokerResponseError, ErrorCode
 from tidegate.log.replay import ReplayedBatch
 from tidegate.server.timer import FunctionTask, SystemTimer
 
