@@ -35,6 +35,11 @@ from tidegate.coordinator.group.modern.consumer.records import (
 from tidegate.coordinator.group.modern.member_state import MemberState
 from tidegate.coordinator.group.modern.topics import compute_metadata_hash
 from tidegate.errors import ErrorCode as E
+from tidegate.protocol.messages.consumer_group_describe import (
+    Assignment,
+    Member,
+    TopicPartitions,
+)
 
 STABLE = MemberState.STABLE
 UNREVOKED = MemberState.UNREVOKED_PARTITIONS
@@ -685,10 +690,18 @@ def test_consumer_group_describe(h):
         E.none, "Assigning", 3, 2, "uniform",
     )  # fmt: skip
     a, b = d.members
-    assert (a.member_id, a.instance_id, a.rack_id, a.client_id, a.client_host) == ("a", "ia", "r1", "c", "/h")
-    assert (a.subscribed_topic_names, a.subscribed_topic_regex, a.member_type) == (("foo",), None, 1)
-    assert [(t.topic_id, t.topic_name, t.partitions) for t in a.assignment] == [(foo, "foo", (0, 1))]
-    assert b.subscribed_topic_regex == "f.*" and b.assignment == ()
+    assert a == Member(
+        member_id="a", instance_id="ia", rack_id="r1", member_epoch=1, client_id="c",
+        client_host="/h", subscribed_topic_names=["foo"], subscribed_topic_regex=None,
+        assignment=Assignment(topic_partitions=[
+            TopicPartitions(topic_id=foo, topic_name="foo", partitions=[0, 1])
+        ]),
+        target_assignment=Assignment(topic_partitions=[
+            TopicPartitions(topic_id=foo, topic_name="foo", partitions=[0])
+        ]),
+        member_type=1,
+    )  # fmt: skip
+    assert (b.subscribed_topic_regex, b.assignment, b.member_epoch) == ("f.*", Assignment(), 2)
 
 
 # --------------------------------------------------------------------- writes

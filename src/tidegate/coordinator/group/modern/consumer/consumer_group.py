@@ -35,7 +35,6 @@ from __future__ import annotations
 import enum
 import uuid
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 
 from tidegate.coordinator.group.assignor.api import (
     EMPTY_ASSIGNMENT,
@@ -61,6 +60,7 @@ from tidegate.coordinator.group.modern.consumer.resolved_regular_expression impo
 from tidegate.coordinator.group.modern.subscription import SubscriptionCount, subscription_type
 from tidegate.coordinator.group.modern.topics import MetadataImage
 from tidegate.errors import BrokerResponseError, ErrorCode
+from tidegate.protocol.messages import consumer_group_describe
 
 E = ErrorCode
 
@@ -157,54 +157,18 @@ def _preferred(counts: Mapping[str, int]) -> str | None:
     return best
 
 
-# -- ConsumerGroupDescribe ------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class DescribedTopicPartitions:
-    topic_id: uuid.UUID
-    topic_name: str
-    partitions: tuple[int, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class DescribedMember:
-    member_id: str
-    instance_id: str | None
-    rack_id: str | None
-    member_epoch: int
-    client_id: str
-    client_host: str
-    subscribed_topic_names: tuple[str, ...]
-    subscribed_topic_regex: str | None
-    assignment: tuple[DescribedTopicPartitions, ...]
-    target_assignment: tuple[DescribedTopicPartitions, ...]
-    #: v1: 0 classic, 1 consumer
-    member_type: int
-
-
-@dataclass(frozen=True, slots=True)
-class DescribedGroup:
-    """One group of a ConsumerGroupDescribe response (Kafka's ``DescribedGroup``)."""
-
-    group_id: str
-    error_code: ErrorCode = E.none
-    error_message: str | None = None
-    group_state: str = ""
-    group_epoch: int = 0
-    assignment_epoch: int = 0
-    assignor_name: str = ""
-    members: tuple[DescribedMember, ...] = ()
-
-
 def described_partitions(
     assignment: Assignment, image: MetadataImage
-) -> tuple[DescribedTopicPartitions, ...]:
+) -> consumer_group_describe.Assignment:
     """An assignment with topic names; topics that no longer exist are left out."""
     out = []
     for topic_id, partitions in assignment.items():
         topic = image.get_by_id(topic_id)
         if topic is not None:
-            out.append(DescribedTopicPartitions(topic_id, topic.name, tuple(sorted(partitions))))
-    return tuple(out)
+            out.append(consumer_group_describe.TopicPartitions(
+                topic_id=topic_id, topic_name=topic.name, partitions=sorted(partitions)
+            ))  # fmt: skip
+    return consumer_group_describe.Assignment(topic_partitions=out)
 
 
 class ConsumerGroup:
@@ -586,17 +550,19 @@ class ConsumerGroup:
         ]
 
     # -- ConsumerGroupDescribe ------------------------------------------------------------------
-    def describe(self, default_assignor: str, image: MetadataImage) -> DescribedGroup:
+    def describe(
+        self, default_assignor: str, image: MetadataImage
+    ) -> consumer_group_describe.DescribedGroup:
         """The group as ConsumerGroupDescribe shows it (Kafka's ``asDescribedGroup``)."""
-        members = tuple(
-            DescribedMember(
+        members = [
+            consumer_group_describe.Member(
                 member_id=m.member_id,
                 instance_id=m.instance_id,
                 rack_id=m.rack_id,
                 member_epoch=m.member_epoch,
                 client_id=m.client_id,
                 client_host=m.client_host,
-                subscribed_topic_names=tuple(sorted(m.subscribed_topic_names)),
+                subscribed_topic_names=sorted(m.subscribed_topic_names),
                 subscribed_topic_regex=m.subscribed_topic_regex or None,
                 assignment=described_partitions(m.assigned_partitions, image),
                 target_assignment=described_partitions(
@@ -607,8 +573,8 @@ class ConsumerGroup:
                 ),
             )
             for m in self.members.values()
-        )
-        return DescribedGroup(
+        ]
+        return consumer_group_describe.DescribedGroup(
             group_id=self.group_id,
             group_state=str(self.state),
             group_epoch=self.group_epoch,

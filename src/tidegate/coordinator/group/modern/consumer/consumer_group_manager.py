@@ -66,7 +66,6 @@ from tidegate.coordinator.group.modern.consumer.consumer_group import (
     METADATA_REFRESH_INTERVAL_MS,
     ConsumerGroup,
     ConsumerGroupState,
-    DescribedGroup,
     IllegalStateError,
     api_error,
 )
@@ -113,6 +112,7 @@ from tidegate.coordinator.group.modern.target_assignment_builder import TargetAs
 from tidegate.coordinator.group.modern.topics import MetadataImage, compute_metadata_hash
 from tidegate.errors import BrokerResponseError, ErrorCode
 from tidegate.log.replay import ReplayedBatch
+from tidegate.protocol.messages import consumer_group_describe
 from tidegate.server.timer import FunctionTask, SystemTimer
 
 log = logging.getLogger(__name__)
@@ -1037,15 +1037,20 @@ class ConsumerGroupManager:
         return op
 
     # -- ConsumerGroupDescribe, ListGroups, DeleteGroups ------------------------------------------
-    def consumer_group_describe(self, group_ids: Iterable[str]) -> list[DescribedGroup]:
-        """One :class:`DescribedGroup` per id; GROUP_ID_NOT_FOUND for a missing group or
-        one of another type."""
+    def consumer_group_describe(
+        self, group_ids: Iterable[str]
+    ) -> list[consumer_group_describe.DescribedGroup]:
+        """One group of a ConsumerGroupDescribe response per id (without the authorized
+        operations: the handler's); GROUP_ID_NOT_FOUND for a missing group or one of
+        another type."""
         out = []
         for group_id in group_ids:
             try:
                 group = self._consumer_group(group_id)
             except BrokerResponseError as exc:
-                out.append(DescribedGroup(group_id, _error_code(exc), exc.message))
+                out.append(consumer_group_describe.DescribedGroup(
+                    group_id=group_id, error_code=_error_code(exc), error_message=exc.message
+                ))  # fmt: skip
                 continue
             out.append(group.describe(self.default_assignor, self.image))
         return out
