@@ -401,3 +401,13 @@ def test_a_classic_group_converts_to_a_consumer_group_and_back(tmp_path):
     group.update_member(ConsumerGroupMember("c"))  # a member of the consumer protocol
     with pytest.raises(ValueError):
         classic_group_from_consumer(group, h.topics, h.clock)
+
+
+def test_an_unreadable_record_is_skipped_at_load(tmp_path):
+    h = Harness(tmp_path)
+    h.create_topic("foo", 1)
+    h.join("m")
+    h.store.append([(b'["cgc","grp","x"]', b'{"v":1}'), (b'["cg","other"]', None)])
+    h.loop.run_pending()
+    h2 = h.restart()
+    assert set(h2.group().members) == {"m"} and "other" not in h2.manager.groups

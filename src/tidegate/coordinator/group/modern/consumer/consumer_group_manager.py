@@ -352,11 +352,10 @@ class ConsumerGroupManager:
                 continue
             try:
                 record = decode_coordinator_record(parse_key(r.key), r.value)
-            except (ValueError, KeyError, IndexError, TypeError) as exc:
-                log.warning("skipping an unreadable record of __consumer_offsets: %s", exc)
-                continue
-            if record is not None:
-                self.replay(record)
+                if record is not None:
+                    self.replay(record)
+            except (ValueError, KeyError, IndexError, TypeError, IllegalStateError) as exc:
+                log.warning("skipping a record of __consumer_offsets at %d: %s", r.offset, exc)
 
     def on_loaded(self) -> None:
         """The log is replayed: arm every member's session timeout and the rebalance
@@ -377,13 +376,6 @@ class ConsumerGroupManager:
         for task in self._timers.values():
             task.cancel()
         self._timers.clear()
-
-    def group(self, group_id: str) -> ConsumerGroup:
-        """The consumer group; GROUP_ID_NOT_FOUND if there is none."""
-        group = self.groups.get(group_id)
-        if group is None:
-            raise api_error(E.group_id_not_found, f"Consumer group {group_id} not found.")
-        return group
 
     # -- replay (Kafka's GroupMetadataManager.replay for each record type) -----------------------
     def replay(self, record: CoordinatorRecord) -> None:
@@ -591,8 +583,9 @@ class ConsumerGroupManager:
             return ConsumerGroup(group_id)
         raise api_error(E.group_id_not_found, f"Group {group_id} is not a consumer group.")
 
-    def _consumer_group(self, group_id: str) -> ConsumerGroup:
-        """An existing consumer group (Kafka's ``consumerGroup``): GNF otherwise."""
+    def consumer_group(self, group_id: str) -> ConsumerGroup:
+        """An existing consumer group (Kafka's ``consumerGroup``): GROUP_ID_NOT_FOUND if
+        there is none or the id is a classic group's (the offset APIs' check)."""
         group = self.groups.get(group_id)
         if group is not None:
             return group
@@ -839,7 +832,7 @@ class ConsumerGroupManager:
         self, req: ConsumerGroupHeartbeat
     ) -> tuple[_Operation, ConsumerGroupHeartbeatResult]:
         """Epoch -1 (leave) or -2 (a static member leaves for now; reference 1.9)."""
-        group = self._consumer_group(req.group_id)
+        group = self.consumer_group(req.group_id)
         result = ConsumerGroupHeartbeatResult(member_id=req.member_id, member_epoch=req.member_epoch)
         if req.instance_id is None:
             member = group.member(req.member_id)
@@ -1046,7 +1039,7 @@ class ConsumerGroupManager:
         out = []
         for group_id in group_ids:
             try:
-                group = self._consumer_group(group_id)
+                group = self.consumer_group(group_id)
             except BrokerResponseError as exc:
                 out.append(consumer_group_describe.DescribedGroup(
                     group_id=group_id, error_code=_error_code(exc), error_message=exc.message
@@ -1075,7 +1068,7 @@ class ConsumerGroupManager:
         op = _Operation()
         for group_id in group_ids:
             try:
-                group = self._consumer_group(group_id)
+                group = self.consumer_group(group_id)
                 group.validate_delete_group()
             except BrokerResponseError as exc:
                 errors[group_id] = _error_code(exc)
