@@ -230,6 +230,37 @@ def test_duplicate_full_heartbeat_in_unrevoked_partitions_state(h):
     assert again == revoking and h.member("a", G).state is UNREVOKED
 
 
+def test_duplicate_full_heartbeat_with_revocation_ack(h):
+    foo = h.create_topic("foo", 3)
+    seed_group(
+        h, G, 101,
+        [member("m", 100, 99, mk((foo, (0, 1))), topics=("foo",), state=UNREVOKED,
+                pending=mk((foo, (2,))))],
+        targets={"m": mk((foo, (0, 1)))},
+    )  # fmt: skip
+    full = {"rebalance_timeout_ms": 5000, "subscribed_topic_names": ["foo"],
+            "topic_partitions": [(foo, [0, 1])]}
+    first = h.heartbeat(G, "m", 100, **full)
+    assert (first.member_epoch, first.assignment) == (101, mk((foo, (0, 1))))
+    assert h.member("m", G).state is STABLE
+    batches = len(h.batches)
+    again = h.heartbeat(G, "m", 100, **full)  # the same request again: its answer was lost
+    assert again == first and len(h.batches) == batches
+
+
+def test_duplicate_full_heartbeat_in_unreleased_partitions_state(h):
+    foo = h.create_topic("foo", 2)
+    h.join("a", group_id=G)
+    h.join("b", group_id=G)
+    full = {"rebalance_timeout_ms": 5000, "subscribed_topic_names": ["foo"],
+            "topic_partitions": []}
+    waiting = h.heartbeat(G, "b", 2, **full)
+    assert h.member("b", G).state is UNRELEASED and waiting.assignment == {}
+    again = h.heartbeat(G, "b", 2, **full)
+    assert again == waiting and h.member("b", G).state is UNRELEASED
+    assert h.group(G).target_assignment["b"][foo], "it waits for a's partitions"
+
+
 def test_member_joins_empty_consumer_group(h):
     foo, bar = h.create_topic("foo", 6), h.create_topic("bar", 3)
     r = h.heartbeat(G, "m", 0, server_assignor="range", subscribed_topic_names=["foo", "bar"],
