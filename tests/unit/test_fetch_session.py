@@ -347,6 +347,38 @@ def test_client_session_handler_sends_only_changes_and_recovers():
     assert (s.session_id, s.epoch) == (0, 0)
 
 
+def test_a_full_cache_evicts_the_stale_session_and_keeps_the_young_one(tmp_path):
+    """Kafka's eviction rules through the Fetch handler, on the broker's own clock: with
+    two slots, a session S unused for more than min.incremental.fetch.session.eviction.ms
+    (120 s) is stale and gives way to any newcomer; a young session Y, created and reused
+    within that time, is protected even from a newcomer with more partitions. Every
+    session here is reused once by an incremental fetch (a touch), so creation and last
+    use must come from the same clock."""
+    h = Harness(tmp_path / "data", {"max.incremental.fetch.session.cache.slots": 2})
+    try:
+        h.create_topic("s", partitions=3)
+        s_id = fetch(h, 12, [("s", None, [(p, 0, 1000) for p in range(3)])], session_epoch=0).session_id
+        assert fetch(h, 12, [], session_id=s_id, session_epoch=1).error_code == ErrorCode.none
+        h.loop.advance(100_000)
+        y_id = fetch(h, 12, [("s", None, [(0, 0, 1000)])], session_epoch=0).session_id
+        assert fetch(h, 12, [], session_id=y_id, session_epoch=1).error_code == ErrorCode.none
+        assert 0 not in (s_id, y_id)
+        h.loop.advance(30_000)  # S last used 130 s ago (stale), Y 30 s ago (young)
+        n_id = fetch(h, 12, [("s", None, [(1, 0, 1000), (2, 0, 1000)])], session_epoch=0).session_id
+        assert n_id != INVALID_SESSION_ID
+        assert sorted(s.id for s in h.apis.fetch_sessions) == sorted([y_id, n_id])
+        assert fetch(h, 12, [], session_id=s_id, session_epoch=2).error_code == ErrorCode.fetch_session_id_not_found
+        assert fetch(h, 12, [], session_id=y_id, session_epoch=2).error_code == ErrorCode.none
+        # nothing stale now, and both sessions are young: a larger newcomer evicts neither
+        h.loop.advance(1_000)
+        big = fetch(h, 12, [("s", None, [(p, 0, 1000) for p in range(3)])], session_epoch=0)
+        assert big.session_id == INVALID_SESSION_ID
+        assert sorted(s.id for s in h.apis.fetch_sessions) == sorted([y_id, n_id])
+        assert h.apis.fetch_sessions.evictions_total == 1
+    finally:
+        h.close()
+
+
 @pytest.mark.parametrize("version", [12, 15])
 def test_a_follower_session_is_privileged(h, version):
     h.create_topic("s")
