@@ -716,8 +716,10 @@ class KafkaApis:
                 (f.topic_id if by_id else f.topic, index)
                 for f in req.forgotten_topics_data for index in f.partitions
             ]  # fmt: skip
-            ctx = new_context(self.fetch_sessions, now_ms, version, req.session_id, req.session_epoch,
-                              fetch_data, to_forget)
+            # sessions live on the monotonic clock, as their creation (Kafka's FetchManager
+            # reads its Time for both)
+            ctx = new_context(self.fetch_sessions, self.time.milliseconds(), version, req.session_id,
+                              req.session_epoch, fetch_data, to_forget)
         else:
             ctx = FetchContext("sessionless")
         if ctx.kind == "error":
