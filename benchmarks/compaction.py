@@ -35,6 +35,7 @@ from _common import SpawnedTidegate, format_table, percentile
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
+from tidegate.clock import SYSTEM_CLOCK
 from tidegate.log import Log, LogConfig, Record, build_batch
 from tidegate.log.cleaner import Cleaner, LogToClean
 
@@ -79,7 +80,7 @@ def cleaner_alone(size: int, keys: int, dedupe: int) -> dict:
         sampler.start()
         upper = plog.segments[-1].base_offset
         started = time.monotonic()
-        stats = Cleaner(dedupe).clean(LogToClean(("t", 0), plog, 0, upper, 0, 1), 0)
+        stats = Cleaner(dedupe, clock=SYSTEM_CLOCK).clean(LogToClean(("t", 0), plog, 0, upper, 0, 1), 0)
         took = time.monotonic() - started
         done.set()
         sampler.join()

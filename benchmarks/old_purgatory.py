@@ -29,9 +29,9 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Callable, Collection, Hashable
+from collections.abc import Collection, Hashable
 
-from tidegate.clock import monotonic_ms
+from tidegate.clock import Clock
 
 __all__ = ["OldDelayedOperation", "RequestPurgatory"]
 
@@ -78,12 +78,12 @@ class RequestPurgatory:
     def __init__(
         self,
         name: str,
-        clock: Callable[[], int] = monotonic_ms,
+        clock: Clock,
         purge_interval: int = 1000,
     ) -> None:
         self.name = name
         self.purge_interval = purge_interval
-        self._clock = clock
+        self._clock = clock.milliseconds
         self._watchers_for_key: dict[Hashable, list[OldDelayedOperation]] = {}
         self._delay_queue: list[tuple[int, int, OldDelayedOperation]] = []
         self._seq = itertools.count()

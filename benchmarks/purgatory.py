@@ -106,7 +106,7 @@ def run_worker(p: dict) -> dict:
         sys.path.insert(0, str(BENCH_DIR))
     from old_purgatory import OldDelayedOperation, RequestPurgatory  # beside this file
 
-    from tidegate.clock import monotonic_ms
+    from tidegate.clock import SYSTEM_CLOCK, Clock, MonotonicMs
     from tidegate.server.purgatory import DelayedOperation, DelayedOperationPurgatory
     from tidegate.server.timer import SystemTimer
 
@@ -134,16 +134,16 @@ def run_worker(p: dict) -> dict:
     simulated = p.get("simulated", False)
     if simulated:
 
-        class SimulatedClock:
+        class SimulatedClock(Clock):
             __slots__ = ("now",)
 
-            def __call__(self) -> int:
-                return self.now
+            def milliseconds(self) -> MonotonicMs:
+                return MonotonicMs(self.now)
 
-        clock = SimulatedClock()
+        clock: Clock = SimulatedClock()
         clock.now = 0
     else:
-        clock = monotonic_ms
+        clock = SYSTEM_CLOCK
 
     if design == "new":
 

@@ -138,7 +138,7 @@ class CoreHarness:
             released[0] += 1
 
         request = Request(ctx, payload, release, self.clock.nanoseconds() - self.handler_ns)
-        outcome = self.apis.handle(request, self.clock.wall_milliseconds())
+        outcome = self.apis.handle(request)
         self.outcomes.append((request, outcome))
         if isinstance(outcome, Response):
             # as the shell: write it, run its after-send action, then the deferred work

@@ -1,17 +1,30 @@
 """Time, injectable so tests can control it: the one clock convention of tidegate.
 
-* Deadlines, timers, rates and quotas use **integer monotonic milliseconds**
-  (:func:`monotonic_ms`, or :meth:`Clock.milliseconds` of an injected clock; the
-  timing wheels, purgatories, quota managers and memory pool take such a callable).
-* Record and commit timestamps use **wall-clock milliseconds**
-  (:meth:`Clock.wall_milliseconds`), passed in by the caller where the core needs one.
+Two clocks, two types that mypy keeps apart (Kafka's ``Time.hiResClockMs()`` and
+``Time.milliseconds()``; Rust's ``Instant`` and ``SystemTime``):
+
+* :data:`MonotonicMs` — integer milliseconds of a monotonic clock
+  (:meth:`Clock.milliseconds`): deadlines, timers, sessions, rates and quotas, anything
+  that measures how long since or until. It never jumps, and means nothing outside
+  this process.
+* :data:`WallMs` — integer milliseconds since the epoch (:meth:`Clock.wall_milliseconds`):
+  record timestamps, commit and expiry times, anything compared with a timestamp a
+  client wrote or that outlives the process.
+* Durations stay plain ``int`` milliseconds; ``now + timeout`` is an ``int`` until it is
+  named a time again (``MonotonicMs(now + timeout)``), which is where a reader checks
+  that both sides are on the same clock.
 * Elapsed thread time (the request quota) uses :meth:`Clock.nanoseconds`.
 
-The client, the buffer pool and the accumulator never read the system clock directly: they
-ask a :class:`Clock` for the time and for a timed wait on a condition. Tests use
-:class:`MockClock` (Kafka's ``MockTime``) everywhere: pass ``clock.milliseconds`` where a
-callable is wanted. Its timed waits return at once with the fake time moved forward by
-the whole timeout (trio's autojump idea), so "blocked for max.block.ms and gave up" is
+Time comes in one way per layer (docs/architecture.md, "Time"): the shell and every
+component of the core hold the :class:`Clock` they were built with (there is no
+default: nothing falls back to the system clock); the state those components drive
+(logs, sessions, group and transaction metadata, sensors, timing wheels) is handed the
+time as the ``now`` argument of each call and never reads a clock.
+
+The client, the buffer pool and the accumulator ask their :class:`Clock` for the time and
+for a timed wait on a condition. Tests use :class:`MockClock` (Kafka's ``MockTime``)
+everywhere. Its timed waits return at once with the fake time moved forward by the
+whole timeout (trio's autojump idea), so "blocked for max.block.ms and gave up" is
 deterministic and takes no real time.
 """
 
@@ -19,11 +32,12 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import NewType
 
-
-def monotonic_ms() -> int:
-    """The default clock of timers and rates: integer milliseconds of a monotonic clock."""
-    return time.monotonic_ns() // 1_000_000
+#: milliseconds of a monotonic clock: deadlines, timers, sessions, rates
+MonotonicMs = NewType("MonotonicMs", int)
+#: milliseconds since the epoch: record timestamps, commit and expiry times
+WallMs = NewType("WallMs", int)
 
 
 class Clock:
@@ -32,12 +46,13 @@ class Clock:
     def nanoseconds(self) -> int:
         return time.monotonic_ns()
 
-    def milliseconds(self) -> int:
-        return monotonic_ms()
+    def milliseconds(self) -> MonotonicMs:
+        """Monotonic milliseconds: deadlines, timers, sessions, rates."""
+        return MonotonicMs(time.monotonic_ns() // 1_000_000)
 
-    def wall_milliseconds(self) -> int:
-        """Milliseconds since the epoch: record timestamps."""
-        return time.time_ns() // 1_000_000
+    def wall_milliseconds(self) -> WallMs:
+        """Milliseconds since the epoch: record timestamps, commit times."""
+        return WallMs(time.time_ns() // 1_000_000)
 
     def wait(self, condition: threading.Condition, timeout_ns: int) -> bool:
         """Wait on ``condition`` (its lock held) for at most ``timeout_ns``; True if
@@ -82,11 +97,11 @@ class MockClock(Clock):
     def nanoseconds(self) -> int:
         return self._ns
 
-    def milliseconds(self) -> int:
-        return self._ns // 1_000_000
+    def milliseconds(self) -> MonotonicMs:
+        return MonotonicMs(self._ns // 1_000_000)
 
-    def wall_milliseconds(self) -> int:
-        return self._wall_base_ms + self._ns // 1_000_000
+    def wall_milliseconds(self) -> WallMs:
+        return WallMs(self._wall_base_ms + self._ns // 1_000_000)
 
     def set_milliseconds(self, ms: int) -> None:
         """Move the fake monotonic time forward to ``ms`` (never backwards)."""
@@ -106,10 +121,6 @@ class MockClock(Clock):
             # cannot arrive before it waits.
             with sleeper.condition:
                 sleeper.condition.notify_all()
-
-    def __call__(self) -> int:
-        """The monotonic milliseconds: a MockClock is itself the clock callable."""
-        return self._ns // 1_000_000
 
     def advance(self, ms: float) -> None:
         self._move_to(self._ns + int(ms * 1_000_000))

@@ -5,8 +5,8 @@ flusher, log maintenance) never touches the event loop. It is given a
 :class:`Scheduler` and asks it to
 
 * ``call_soon(fn)``: run ``fn`` on the next turn of the loop,
-* ``call_at(at_ms, fn)``: run ``fn`` once the monotonic clock reaches ``at_ms``
-  (returns a handle with ``cancel()``),
+* ``call_at(at_ms, fn)``: run ``fn`` once the monotonic clock reaches ``at_ms`` (a
+  :data:`~tidegate.clock.MonotonicMs`; returns a handle with ``cancel()``),
 * ``submit(fn, on_done)``: run ``fn`` off the loop (a worker thread: fsync, checkpoint
   writes), then ``on_done(result, exception)`` back on the loop,
 * ``schedule(name, fn, period_ms)``: run ``fn`` every ``period_ms`` (Kafka's
@@ -26,7 +26,7 @@ from collections.abc import Callable
 from concurrent.futures import Executor
 from typing import Any, Protocol
 
-from tidegate.clock import monotonic_ms
+from tidegate.clock import Clock, MonotonicMs
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ class Cancellable(Protocol):
 class Scheduler(Protocol):
     def call_soon(self, fn: Callable[[], None]) -> None: ...
 
-    def call_at(self, at_ms: int, fn: Callable[[], None]) -> Cancellable: ...
+    def call_at(self, at_ms: MonotonicMs, fn: Callable[[], None]) -> Cancellable: ...
 
     def submit(self, fn: Callable[[], Any], on_done: OnDone) -> None: ...
 
@@ -60,7 +60,7 @@ class _Periodic:
         self.cancelled = False
         self._handle: Cancellable | None = None
 
-    def arm(self, at_ms: int) -> None:
+    def arm(self, at_ms: MonotonicMs) -> None:
         self._handle = self.scheduler.call_at(at_ms, self.run)
 
     def run(self) -> None:
@@ -71,7 +71,7 @@ class _Periodic:
         except Exception:
             log.exception("scheduled task %s failed", self.name)
         if not self.cancelled:
-            self.arm(self.scheduler.clock() + self.period_ms)
+            self.arm(MonotonicMs(self.scheduler.clock.milliseconds() + self.period_ms))
 
     def cancel(self) -> None:
         self.cancelled = True
@@ -81,12 +81,13 @@ class _Periodic:
 
 class AsyncioScheduler:
     """:class:`Scheduler` on an asyncio event loop; worker threads from ``executor``
-    (the loop's default executor when None)."""
+    (the loop's default executor when None). ``call_at`` times are on ``clock``, the
+    broker's: the loop's own clock only measures the delay until then."""
 
     def __init__(
         self,
         loop: asyncio.AbstractEventLoop,
-        clock: Callable[[], int] = monotonic_ms,
+        clock: Clock,
         executor: Executor | None = None,
     ) -> None:
         self.loop = loop
@@ -98,10 +99,10 @@ class AsyncioScheduler:
     def call_soon(self, fn: Callable[[], None]) -> None:
         self.loop.call_soon(fn)
 
-    def call_at(self, at_ms: int, fn: Callable[[], None]) -> Cancellable:
+    def call_at(self, at_ms: MonotonicMs, fn: Callable[[], None]) -> Cancellable:
         # +1 ms: asyncio may run a handle up to its clock resolution early; a timer
         # bucket polled before its expiration would only re-arm for the same time.
-        delay_s = max(at_ms - self.clock() + 1, 0) / 1000
+        delay_s = max(at_ms - self.clock.milliseconds() + 1, 0) / 1000
         return self.loop.call_later(delay_s, fn)
 
     def submit(self, fn: Callable[[], Any], on_done: OnDone) -> None:
@@ -123,7 +124,7 @@ class AsyncioScheduler:
     def schedule(self, name: str, fn: Callable[[], None], period_ms: int) -> Cancellable:
         task = _Periodic(self, name, fn, period_ms)
         self._periodic.append(task)
-        task.arm(self.clock() + period_ms)
+        task.arm(MonotonicMs(self.clock.milliseconds() + period_ms))
         return task
 
     @property

@@ -200,7 +200,7 @@ def new_leader_epoch(data_dir: Path, topic: str, epoch: int, *, truncate_to: int
     log = Log(data_dir / f"{topic}-0", LogConfig(), now_ms)
     try:
         if truncate_to is not None:
-            log.truncate_to(truncate_to)
+            log.truncate_to(truncate_to, 0)
         log.leader_epoch = epoch
         log.append(build_batch([Record(b"new leader", timestamp=now_ms)]), now_ms)
     finally:

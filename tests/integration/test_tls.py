@@ -15,6 +15,7 @@ from tests.conftest import free_port
 from tests.integration.clients import USERS, roundtrip, write_users
 from tests.integration.rawclient import RawClient, frame
 from tests.unit.test_connection import HoldingProcessor, Processor
+from tidegate.clock import SYSTEM_CLOCK
 from tidegate.network.memory_pool import NONE, SimpleMemoryPool
 from tidegate.network.mute_state import MuteReason
 from tidegate.network.request_channel import PARKED, Request, SendResponse
@@ -41,7 +42,7 @@ class RecordingProcessor(Processor):
         self.requests: list[tuple[bytes, str, Request]] = []
         self.server = None
 
-    def handle(self, request, now_ms):
+    def handle(self, request):
         request.release_buffer()
         self.requests.append((bytes(request.payload), request.context.principal, request))
         return PARKED
@@ -67,7 +68,8 @@ async def wait_for(check, what):
 
 def shell(proc, pool, max_request_size):
     """A SocketServer on the running loop's scheduler, answering for ``proc``."""
-    server = SocketServer(proc, pool, max_request_size, AsyncioScheduler(asyncio.get_running_loop()))
+    server = SocketServer(proc, pool, max_request_size, AsyncioScheduler(asyncio.get_running_loop(), SYSTEM_CLOCK),
+                          clock=SYSTEM_CLOCK)
     proc.server = server
     return server
 
@@ -191,7 +193,7 @@ def test_tls_memory_muting_keeps_handshakes_and_already_decrypted_bytes(pki):
     settings = server_settings(pki)
 
     async def run():
-        pool = SimpleMemoryPool(1000, 1000, strict=False, debug=True)
+        pool = SimpleMemoryPool(1000, 1000, strict=False, debug=True, clock=SYSTEM_CLOCK)
         proc = HoldingProcessor()  # keeps each request's memory until answered
         server, host, port, client_ctx = await tls_shell(pki, settings, proc, pool, 1000)
 
@@ -249,7 +251,7 @@ def test_tls_region_chunks_come_from_the_memory_pool(pki, tmp_path):
     segment.write_bytes(data)
 
     async def run():
-        pool = SimpleMemoryPool(200_000, 200_000, strict=False, debug=True)
+        pool = SimpleMemoryPool(200_000, 200_000, strict=False, debug=True, clock=SYSTEM_CLOCK)
         proc = HoldingProcessor()
         server, host, port, client_ctx = await tls_shell(pki, settings, proc, pool, 1000)
         chunk = server.SEND_CHUNK
@@ -295,13 +297,13 @@ def test_tls_region_send_waits_for_pool_memory_and_reuses_one_chunk(pki, tmp_pat
     class Proc(HoldingProcessor):
         """Keeps the memory of requests starting with A, releases the others'."""
 
-        def handle(self, request, now_ms):
+        def handle(self, request):
             if not bytes(request.payload).startswith(b"A"):
                 request.release_buffer()
-            return super().handle(request, now_ms)
+            return super().handle(request)
 
     async def run():
-        pool = SimpleMemoryPool(100_000, 100_000, strict=False, debug=True)
+        pool = SimpleMemoryPool(100_000, 100_000, strict=False, debug=True, clock=SYSTEM_CLOCK)
         proc = Proc()
         server, host, port, client_ctx = await tls_shell(pki, settings, proc, pool, 100_000)
 

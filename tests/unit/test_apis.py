@@ -21,6 +21,7 @@ from tests.integration.rawclient import (
     produce_body,
 )
 from tests.integration.rawclient import fetch_topics_body as fetch_body
+from tidegate.clock import MockClock
 from tidegate.errors import ErrorCode
 from tidegate.log.batch_builder import Record, build_batch
 from tidegate.log.record_batch import (
@@ -475,9 +476,9 @@ def test_non_produce_request_memory_is_released_before_its_handler_runs(h, quota
     released_when_handled = []
     real = h.apis.handlers[METADATA]
 
-    def spy(request, now_ms):
+    def spy(request):
         released_when_handled.append(released[0])
-        return real(request, now_ms)
+        return real(request)
 
     h.apis.handlers[METADATA] = spy
     payload = bytearray(
@@ -491,7 +492,7 @@ def test_non_produce_request_memory_is_released_before_its_handler_runs(h, quota
         released[0] += 1
         payload[:] = bytes(len(payload))  # the pool may hand the buffer on at once
 
-    result = h.apis.handle(Request(CTX, payload, release), NOW)
+    result = h.apis.handle(Request(CTX, payload, release))
     # parsed, then released, then handled: the handler never needs the request's bytes
     assert released_when_handled == [1] and released[0] == 1
     resp = decode_frame(METADATA, 12, response_bytes(result), 5)
@@ -513,7 +514,7 @@ def test_produce_memory_is_released_only_once_the_records_are_appended(h, acks, 
         payload[:] = bytes(len(payload))  # reused by the next request: the log must not care
 
     request = Request(CTX, payload, release)
-    result = h.apis.handle(request, NOW)
+    result = h.apis.handle(request)
     # released when handle returns, not when acks=all's fsync answers
     assert at_release == [2]
     if acks == -1:
@@ -1061,7 +1062,7 @@ def test_internal_topics_of_an_older_data_dir_become_compacted_at_load(tmp_path)
     store.create("__consumer_offsets", 1, {"segment.bytes": "104857600"})
     store.create("__transaction_state", 2, {"cleanup.policy": "compact,delete"})
     store.create("events", 1, {})
-    logs = LogManager(tmp_path, TopicStore(tmp_path), lambda info: topic_log_config(config, info.configs), lambda: 0)
+    logs = LogManager(tmp_path, TopicStore(tmp_path), lambda info: topic_log_config(config, info.configs), MockClock())
     logs.load()
     try:
         assert TopicStore(tmp_path).get("__consumer_offsets").configs == {
@@ -1091,7 +1092,7 @@ def test_create_topic_is_all_or_nothing_when_a_log_cannot_open(tmp_path, monkeyp
         return log
 
     store = TopicStore(tmp_path)
-    logs = lm.LogManager(tmp_path, store, lambda info: LogConfig(), lambda: 0)
+    logs = lm.LogManager(tmp_path, store, lambda info: LogConfig(), MockClock())
     monkeypatch.setattr(lm, "Log", flaky_log)
     with pytest.raises(OSError):
         logs.create_topic("big", 10, {})

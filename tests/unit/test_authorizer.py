@@ -8,6 +8,7 @@ import logging
 
 import pytest
 
+from tidegate.clock import MockClock
 from tidegate.security.authorizer.acl import (
     AclBinding,
     AclBindingFilter,
@@ -38,8 +39,8 @@ def acl(principal, op, name, pattern=LIT, perm=ALLOW, host="*", rtype=T):
     return AclBinding(rtype, name, pattern, principal, host, op, perm)
 
 
-def authz(*acls, allow_everyone=False, super_users=frozenset(), clock=lambda: 0):
-    a = StandardAuthorizer(super_users, allow_everyone, clock)
+def authz(*acls, allow_everyone=False, super_users=frozenset(), clock=None):
+    a = StandardAuthorizer(super_users, allow_everyone, clock=clock or MockClock())
     a.load(acls)
     return a
 
@@ -124,7 +125,7 @@ def test_prefixes_literals_and_wildcard():
 
 
 def test_before_the_initial_load_only_super_users_pass():
-    a = StandardAuthorizer(frozenset({"User:admin"}))
+    a = StandardAuthorizer(frozenset({"User:admin"}), clock=MockClock())
     assert a.authorize("User:admin", "h", Op.WRITE, T, "t")
     assert not a.authorize("User:alice", "h", Op.WRITE, T, "t")
     a.load([acl("User:alice", Op.WRITE, "t")])
@@ -207,8 +208,8 @@ def test_invalid_bindings(binding, reason):
 
 
 def test_denials_are_logged_once_per_minute_per_principal_resource_operation(caplog):
-    now = [0]
-    a = authz(clock=lambda: now[0])
+    clock = MockClock()
+    a = authz(clock=clock)
     caplog.set_level(logging.INFO, logger="tidegate.authorizer")
 
     def denials():
@@ -220,10 +221,10 @@ def test_denials_are_logged_once_per_minute_per_principal_resource_operation(cap
     a.authorize("User:a", "h", Op.READ, T, "t", api="FETCH")  # another operation
     a.authorize("User:b", "h", Op.WRITE, T, "t", api="PRODUCE")  # another principal
     assert denials() == 3
-    now[0] = AUDIT_INTERVAL_MS - 1
+    clock.set_milliseconds(AUDIT_INTERVAL_MS - 1)
     a.authorize("User:a", "h", Op.WRITE, T, "t", api="PRODUCE")
     assert denials() == 3
-    now[0] = AUDIT_INTERVAL_MS
+    clock.set_milliseconds(AUDIT_INTERVAL_MS)
     a.authorize("User:a", "h", Op.WRITE, T, "t", api="PRODUCE")
     assert denials() == 4
     assert a.denied_by_api == {"PRODUCE": 6, "FETCH": 1}

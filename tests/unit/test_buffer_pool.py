@@ -22,7 +22,7 @@ import time
 import pytest
 
 from tests.conftest import wait_until as shared_wait_until
-from tidegate.clock import MockClock
+from tidegate.clock import SYSTEM_CLOCK, MockClock
 from tidegate.producer.buffer_pool import BufferPool, chunk_size_for
 from tidegate.producer.errors import BufferExhaustedError, ProducerClosedError
 from tidegate.producer.metrics import Metrics
@@ -76,7 +76,7 @@ def in_thread(fn):
 
 def test_case1_simple_allocation_and_the_free_list():
     total = 64 * 1024
-    pool = BufferPool(total, 1024)
+    pool = BufferPool(total, 1024, clock=MockClock())
     buf = pool.allocate(1024, 1000)
     assert len(buf) == 1024
     assert pool.unallocated_memory() == total - 1024
@@ -98,7 +98,7 @@ def test_case1_simple_allocation_and_the_free_list():
 
 
 def test_case2_cannot_allocate_more_than_the_pool():
-    pool = BufferPool(1024, 512)
+    pool = BufferPool(1024, 512, clock=MockClock())
     pool.allocate(1024, 10)
     clock_start = time.monotonic()
     with pytest.raises(ValueError):
@@ -149,7 +149,7 @@ def test_case4_buffer_exhausted_after_max_block_with_mock_clock():
 def test_case4_buffer_exhausted_after_max_block_real_clock():
     """The real clock on purpose: the pool's timed wait on a real Condition must give
     up after max.block.ms of wall time too (the only test of Clock.wait itself)."""
-    pool = BufferPool(2, 1)
+    pool = BufferPool(2, 1, clock=SYSTEM_CLOCK)
     pool.allocate(1, 0)
     start = time.monotonic()
     with pytest.raises(BufferExhaustedError):
@@ -238,7 +238,7 @@ def test_case5_close_fails_every_waiter(chunks):
 
 
 def test_deallocate_works_after_close():
-    pool = BufferPool(1024, 512)
+    pool = BufferPool(1024, 512, clock=MockClock())
     b = pool.allocate(512, 0)
     c = pool.allocate_chunks(512, 0)
     pool.close()
@@ -254,7 +254,7 @@ def test_case6_stress_many_threads_random_sizes():
     """The real clock on purpose: real threads contending for the pool lock and
     Conditions is what is under test; no allocation is meant to time out."""
     total = 5 * 1024
-    pool = BufferPool(total, 1024)
+    pool = BufferPool(total, 1024, clock=SYSTEM_CLOCK)
     errors = []
 
     def worker(seed):
@@ -280,7 +280,7 @@ def test_case6_stress_many_threads_random_sizes():
 def test_stress_chunks_many_threads():
     """Real clock, as in case 6."""
     chunk = 128
-    pool = BufferPool(16 * chunk, chunk)
+    pool = BufferPool(16 * chunk, chunk, clock=SYSTEM_CLOCK)
     errors = []
 
     def worker(seed):
@@ -306,7 +306,7 @@ def test_stress_chunks_many_threads():
 
 
 def test_case7_chunk_counts_round_up():
-    pool = BufferPool(1024, 64)
+    pool = BufferPool(1024, 64, clock=MockClock())
     for size, n in ((64, 1), (65, 2), (256, 4), (1, 1), (1024, 16)):
         got = pool.allocate_chunks(size, 100)
         assert len(got) == n
@@ -317,7 +317,7 @@ def test_case7_chunk_counts_round_up():
 
 
 def test_case7_invalid_chunk_requests():
-    pool = BufferPool(128, 64)
+    pool = BufferPool(128, 64, clock=MockClock())
     with pytest.raises(ValueError):
         pool.allocate_chunks(129, 100)  # 3 chunks > the pool
     with pytest.raises(ValueError):
@@ -328,7 +328,7 @@ def test_case7_invalid_chunk_requests():
 
 
 def test_chunks_reuse_the_free_list_first():
-    pool = BufferPool(1024, 64)
+    pool = BufferPool(1024, 64, clock=MockClock())
     got = pool.allocate_chunks(128, 0)
     pool.deallocate_chunks(got)
     assert pool.free_buffers() == 2

@@ -11,6 +11,7 @@ from types import SimpleNamespace as NS
 import pytest
 
 from tests.fake_loop import FakeLoop
+from tidegate.clock import MockClock
 from tidegate.errors import ErrorCode
 from tidegate.network.memory_pool import NONE
 from tidegate.network.mute_state import MuteReason
@@ -55,7 +56,7 @@ def described(quotas, components=(), strict=False):
 
 @pytest.fixture
 def quotas(tmp_path):
-    return QuotaManagers(data_dir=tmp_path)
+    return QuotaManagers(data_dir=tmp_path, clock=MockClock())
 
 
 def test_alter_applies_to_the_managers_at_once(quotas):
@@ -125,7 +126,7 @@ def test_ip_connection_creation_rates_are_set_described_persisted_and_removed(qu
         (("ip", "::1"),): {"connection_creation_rate": 7.0},
     }
     assert described(quotas, [component("ip", MATCH_TYPE_DEFAULT)]) == {(("ip", None),): {"connection_creation_rate": 50.0}}
-    again = QuotaManagers(data_dir=tmp_path)
+    again = QuotaManagers(data_dir=tmp_path, clock=MockClock())
     again.load()
     assert again.ip_rates == quotas.ip_rates
     quotas.alter([entry({"ip": None}, {"connection_creation_rate": None})], False)
@@ -186,7 +187,7 @@ def test_describe_rejects_bad_filters(quotas, components):
 
 
 def test_persisted_across_restarts(tmp_path):
-    first = QuotaManagers(data_dir=tmp_path)
+    first = QuotaManagers(data_dir=tmp_path, clock=MockClock())
     first.alter(
         [
             entry({"user": "alice", "client-id": None}, {"producer_byte_rate": 1000, "request_percentage": 25}),
@@ -200,7 +201,7 @@ def test_persisted_across_restarts(tmp_path):
     assert {"entity": {"user": "alice", "client-id": None},
             "values": {"producer_byte_rate": 1000.0, "request_percentage": 25.0}} in data["quotas"]
     assert [p.name for p in tmp_path.iterdir()] == [QUOTAS_FILE]  # no temporary file left
-    second = QuotaManagers(data_dir=tmp_path)
+    second = QuotaManagers(data_dir=tmp_path, clock=MockClock())
     second.load()
     assert second.entries == first.entries
     assert second.enabled
@@ -211,12 +212,11 @@ def test_persisted_across_restarts(tmp_path):
 def test_a_bound_change_applies_to_a_live_counter(quotas):
     """Kafka re-evaluates the quota config of existing sensors: a connection's next
     record is checked against the new bound, on the same samples."""
-    now = 1_000_000
     quotas.alter([entry({"client-id": "c"}, {"producer_byte_rate": 1_000_000})], False)
-    assert quotas.produce.maybe_record_and_get_throttle_time_ms("u", "c", 50_000, now) == 0
+    assert quotas.produce.maybe_record_and_get_throttle_time_ms("u", "c", 50_000) == 0
     quotas.alter([entry({"client-id": "c"}, {"producer_byte_rate": 1000})], False)
     # 50 kB + 1 byte over a padded 10 s window = 5 kB/s, five times the new bound
-    assert quotas.produce.maybe_record_and_get_throttle_time_ms("u", "c", 1, now) == pytest.approx(40_000, abs=10)
+    assert quotas.produce.maybe_record_and_get_throttle_time_ms("u", "c", 1) == pytest.approx(40_000, abs=10)
 
 
 def _throttle(server, manager, conn, client_id, ms):
@@ -231,7 +231,7 @@ def _shell_with_quotas():
     """A SocketServer and the quota managers sharing one FakeLoop, whose reaper drives
     the throttle timers as the broker's scheduler does."""
     loop = FakeLoop()
-    server = SocketServer(ImmediateProcessor(), NONE, 1000, loop)
+    server = SocketServer(ImmediateProcessor(), NONE, 1000, loop, clock=loop.clock)
     quotas = QuotaManagers(clock=loop.clock)
     reaper = TimerReaper(loop.call_at)
     for name, timer in quotas.throttle_timers():

@@ -11,6 +11,7 @@ import struct
 import pytest
 
 from tests.fake_loop import FakeLoop, clock_at
+from tidegate.clock import MockClock
 from tidegate.network.connection_quotas import ConnectionQuotas, QuotaLimits
 from tidegate.network.memory_pool import NONE, SimpleMemoryPool
 from tidegate.network.mute_state import MuteReason
@@ -66,7 +67,7 @@ class HoldingProcessor(Processor):
         self.requests = []  # (payload, request)
         self.server = None
 
-    def handle(self, request, now_ms):
+    def handle(self, request):
         self.requests.append((bytes(request.payload), request))
         return PARKED
 
@@ -80,7 +81,7 @@ class ImmediateProcessor(Processor):
     def __init__(self):
         self.payloads = []
 
-    def handle(self, request, now_ms):
+    def handle(self, request):
         self.payloads.append(bytes(request.payload))
         return SendResponse([b"resp"])
 
@@ -88,7 +89,7 @@ class ImmediateProcessor(Processor):
 def serve(proc, pool, max_request_size, **kw):
     """A SocketServer on a FakeLoop: (server, loop)."""
     loop = FakeLoop()
-    server = SocketServer(proc, pool, max_request_size, loop, **kw)
+    server = SocketServer(proc, pool, max_request_size, loop, **{"clock": loop.clock, **kw})
     proc.server = server
     return server, loop
 
@@ -121,7 +122,7 @@ def test_out_of_memory_mutes_until_release_then_serves_the_second():
     """kafka-internals section 1, case 6: pool (900, 900), two 900-byte requests."""
 
     def main():
-        pool = SimpleMemoryPool(900, 900, strict=False, debug=True)
+        pool = SimpleMemoryPool(900, 900, strict=False, debug=True, clock=MockClock())
         proc = HoldingProcessor()
         server, loop = serve(proc, pool, 900)
         a, ta = connect(server)
@@ -151,7 +152,7 @@ def test_out_of_memory_mutes_until_release_then_serves_the_second():
 
 def test_release_unmutes_only_the_memory_reason():
     def main():
-        pool = SimpleMemoryPool(100, 100, strict=False, debug=True)
+        pool = SimpleMemoryPool(100, 100, strict=False, debug=True, clock=MockClock())
         proc = HoldingProcessor()
         server, loop = serve(proc, pool, 100)
         a, _ta = connect(server)
@@ -192,7 +193,7 @@ def test_request_count_bound_applies_with_memory_to_spare():
 
 def test_fifo_unmute_order_when_memory_is_plentiful():
     def main():
-        pool = SimpleMemoryPool(1000, 1000, strict=False, debug=True)
+        pool = SimpleMemoryPool(1000, 1000, strict=False, debug=True, clock=MockClock())
         proc = HoldingProcessor()
         shuffles = []
 
@@ -217,7 +218,7 @@ def test_fifo_unmute_order_when_memory_is_plentiful():
 
 def test_shuffle_used_below_ten_percent():
     def main():
-        pool = SimpleMemoryPool(1000, 1000, strict=False, debug=True)
+        pool = SimpleMemoryPool(1000, 1000, strict=False, debug=True, clock=MockClock())
         proc = HoldingProcessor()
         calls = []
 
@@ -246,13 +247,13 @@ def test_shuffle_used_below_ten_percent():
 
 
 def test_zero_size_request_takes_nothing_from_the_pool():
-    pool = SimpleMemoryPool(100, 100, strict=False, debug=True)
+    pool = SimpleMemoryPool(100, 100, strict=False, debug=True, clock=MockClock())
 
     class Zero(Processor):
         def __init__(self):
             self.seen = []
 
-        def handle(self, request, now_ms):
+        def handle(self, request):
             self.seen.append(bytes(request.payload))
             request.release_buffer()
             return SendResponse([b"resp"])
@@ -265,7 +266,7 @@ def test_zero_size_request_takes_nothing_from_the_pool():
 
 
 def test_connection_closed_mid_request_releases_its_buffer():
-    pool = SimpleMemoryPool(1000, 1000, strict=False, debug=True)
+    pool = SimpleMemoryPool(1000, 1000, strict=False, debug=True, clock=MockClock())
     server, _loop = serve(ImmediateProcessor(), pool, 1000)
     a, _ta = connect(server)
     push(a, frame(b"q" * 500)[:100])
@@ -280,7 +281,7 @@ def test_connection_closed_with_a_request_in_flight_gives_its_memory_back():
     a connection waiting for that memory gets it, and a late answer is dropped."""
 
     def main():
-        pool = SimpleMemoryPool(1000, 1000, strict=False, debug=True)
+        pool = SimpleMemoryPool(1000, 1000, strict=False, debug=True, clock=MockClock())
         proc = HoldingProcessor()
         server, loop = serve(proc, pool, 1000)
         a, ta = connect(server)
@@ -317,7 +318,7 @@ def test_connection_closed_with_a_request_in_flight_gives_its_memory_back():
 
 def test_closed_memory_muted_connection_is_forgotten():
     def main():
-        pool = SimpleMemoryPool(100, 100, strict=False, debug=True)
+        pool = SimpleMemoryPool(100, 100, strict=False, debug=True, clock=MockClock())
         proc = HoldingProcessor()
         server, loop = serve(proc, pool, 100)
         a, _ = connect(server)
@@ -363,7 +364,7 @@ def test_freed_memory_is_handed_on_only_after_the_releasing_call_returns():
     so at most pool + one request is ever alive (measured: +2 requests otherwise)."""
 
     def main():
-        pool = SimpleMemoryPool(100, 100, strict=False, debug=True)
+        pool = SimpleMemoryPool(100, 100, strict=False, debug=True, clock=MockClock())
         proc = HoldingProcessor()
         server, loop = serve(proc, pool, 100)
         a, _ = connect(server)
@@ -391,7 +392,7 @@ def test_freed_memory_is_handed_on_only_after_the_releasing_call_returns():
 
 def test_new_requests_queue_behind_connections_waiting_for_memory():
     def main():
-        pool = SimpleMemoryPool(100, 100, strict=False, debug=True)
+        pool = SimpleMemoryPool(100, 100, strict=False, debug=True, clock=MockClock())
         proc = HoldingProcessor()
         server, loop = serve(proc, pool, 100)
         hog, _ = connect(server)
@@ -419,7 +420,7 @@ class OutcomeProcessor(Processor):
         self.outcomes = list(outcomes)
         self.events = events
 
-    def handle(self, request, now_ms):
+    def handle(self, request):
         return self.outcomes.pop(0)
 
     def try_complete_actions(self):
@@ -470,7 +471,7 @@ def test_close_outcome_closes_only_that_connection():
     from tidegate.network.request_channel import CloseConnectionResponse
 
     proc = OutcomeProcessor([CloseConnectionResponse("cannot decode"), SendResponse([b"ok"])], [])
-    pool = SimpleMemoryPool(100, 100, strict=False, debug=True)
+    pool = SimpleMemoryPool(100, 100, strict=False, debug=True, clock=MockClock())
     server, _loop = serve(proc, pool, 100)
     a, ta = connect(server)
     b, tb = connect(server)

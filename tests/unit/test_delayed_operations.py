@@ -10,7 +10,7 @@ import time
 from typing import NamedTuple
 
 from tests.fake_loop import FakeLoop
-from tidegate.clock import MockClock
+from tidegate.clock import SYSTEM_CLOCK, MockClock
 from tidegate.errors import ErrorCode
 from tidegate.log.batch_builder import Record, build_batch
 from tidegate.log.config import LogConfig
@@ -27,9 +27,9 @@ from tidegate.server.timer_reaper import TimerReaper
 
 
 def replicas_with(tmp_path, topic="t", partitions=2, clock=None):
-    logs = LogManager(tmp_path, TopicStore(tmp_path), lambda info: LogConfig(), lambda: 0)
-    logs.create_topic(topic, partitions, {})
     loop = FakeLoop(clock)
+    logs = LogManager(tmp_path, TopicStore(tmp_path), lambda info: LogConfig(), loop.clock)
+    logs.create_topic(topic, partitions, {})
     return ReplicaManager(logs, loop, clock=loop.clock)
 
 
@@ -42,7 +42,7 @@ def append(rm, key, *values):
     """An acks=1 append through ReplicaManager.append_records (counts the bytes parked
     fetches wait for); the fetch wake-ups it queues are left to the test."""
     before = rm.appended_bytes.get(key, 0)
-    results = rm.append_records(0, 1, {key: bytearray(build_batch([Record(v) for v in values]))}, 0,
+    results = rm.append_records(0, 1, {key: bytearray(build_batch([Record(v) for v in values]))},
                                 lambda r: None)
     assert results[key].error == ErrorCode.none
     return Appended(rm.get_log(*key).log_end_offset - 1, rm.appended_bytes[key] - before)
@@ -64,7 +64,7 @@ def test_fetch_completes_when_min_bytes_arrive_across_partitions(tmp_path):
     answered = []
     k0, k1 = ("t", 0), ("t", 1)
     op = DelayedFetch(500, 200, [fetch_status(rm, k0), fetch_status(rm, k1)], rm,
-                      lambda: answered.append(clock()))
+                      lambda: answered.append(clock.milliseconds()))
     assert purgatory.try_complete_else_watch(op, [k0, k1]) is False
     assert purgatory.delayed == 1 and purgatory.watched == 2
     info = append(rm, k0, b"x" * 80)
@@ -72,7 +72,7 @@ def test_fetch_completes_when_min_bytes_arrive_across_partitions(tmp_path):
     assert purgatory.check_and_complete(k0) == 0 and not answered
     append(rm, k1, b"y" * 80)
     assert purgatory.check_and_complete(k1) == 1
-    assert answered == [clock()] and purgatory.delayed == 0
+    assert answered == [clock.milliseconds()] and purgatory.delayed == 0
 
 
 def test_fetch_counts_each_partition_only_up_to_its_max_bytes(tmp_path):
@@ -91,8 +91,8 @@ def test_fetch_expires_after_max_wait_not_before(tmp_path):
     clock = MockClock()
     purgatory = DelayedOperationPurgatory("Fetch", SystemTimer(clock=clock))
     answered = []
-    op = DelayedFetch(500, 1, [fetch_status(rm, ("t", 0))], rm, lambda: answered.append(clock()))
-    start = clock()
+    op = DelayedFetch(500, 1, [fetch_status(rm, ("t", 0))], rm, lambda: answered.append(clock.milliseconds()))
+    start = clock.milliseconds()
     purgatory.try_complete_else_watch(op, [("t", 0)])
     clock.advance(499)
     purgatory.advance_clock()
@@ -112,7 +112,7 @@ def test_fetch_completes_when_its_partition_is_deleted_or_truncated(tmp_path):
     gone = DelayedFetch(500, 1, [fetch_status(rm, ("t", 0))], rm, lambda: answered.append("gone"))
     purgatory.try_complete_else_watch(beyond, [("t", 1)])
     purgatory.try_complete_else_watch(gone, [("t", 0)])
-    rm.get_log("t", 1).truncate_to(1)
+    rm.get_log("t", 1).truncate_to(1, 0)
     assert purgatory.check_and_complete(("t", 1)) == 1
     rm.logs.delete_topic("t")
     assert purgatory.check_and_complete(("t", 0)) == 1
@@ -205,13 +205,13 @@ def test_appends_during_a_flush_share_the_next_round(tmp_path):
 def test_reaper_on_the_asyncio_scheduler_expires_on_time_and_does_not_spin():
     """The one real-time test of the reaper: AsyncioScheduler.call_at arms a loop
     handle per earliest bucket (fake-time behaviour is in test_timer_reaper.py)."""
-    purgatory = DelayedOperationPurgatory("Fetch", SystemTimer())
+    purgatory = DelayedOperationPurgatory("Fetch", SystemTimer(clock=SYSTEM_CLOCK))
     expired_at = []
 
     async def main():
         from tidegate.server.purgatory import DelayedOperation
 
-        reaper = TimerReaper(AsyncioScheduler(asyncio.get_running_loop()).call_at)
+        reaper = TimerReaper(AsyncioScheduler(asyncio.get_running_loop(), SYSTEM_CLOCK).call_at)
         reaper.add_purgatory(purgatory)
 
         class Sleeper(DelayedOperation):

@@ -24,6 +24,7 @@ from tidegate.client.fetcher import (
     read_range,
     read_range_batches,
 )
+from tidegate.clock import MockClock
 from tidegate.errors import KafkaError
 from tidegate.log.batch_builder import Record, build_batch
 from tidegate.log.control_records import end_transaction_marker_batch
@@ -146,6 +147,7 @@ class LogClient:
 
     def __init__(self, log) -> None:
         self.log = log
+        self.clock = MockClock()
         self.cluster = SimpleNamespace(leader_for=lambda topic, partition: 0)
         self.fetches: list[int] = []
 
@@ -168,6 +170,8 @@ class LogClient:
         lso = log.last_stable_offset
         committed = body["isolation_level"] == READ_COMMITTED
         records = log.read(offset, p["partition_max_bytes"], max_offset=lso if committed else None)
+        if not records:
+            self.clock.advance(body["max_wait"])  # nothing to read: the long poll waits it out
         aborted = None
         if committed:
             found = log.collect_aborted_transactions(offset, log.fetch_upper_bound(offset))

@@ -15,7 +15,7 @@ import struct
 import pytest
 
 from tests.core_harness import decode_frame, response_bytes
-from tests.unit.test_apis import NOW, Harness, batch, produce_body
+from tests.unit.test_apis import Harness, batch, produce_body
 from tidegate.coordinator.group.group_metadata_manager import OFFSETS_TOPIC
 from tidegate.errors import ErrorCode as E
 from tidegate.network.request_channel import PARKED
@@ -329,13 +329,16 @@ def test_broker_maintenance_expires_offsets_of_empty_groups(tmp_path):
     h.create_topic("t")
 
     def go():
+        committed_at = h.clock.wall_milliseconds()
         call(h, ApiKey.OFFSET_COMMIT, 8, commit_body("s", "", -1, {("t", 0): 5}))
-        h.apis.groups.maintenance(NOW + 59_000, True)
+        h.clock.advance(committed_at + 59_000 - h.clock.wall_milliseconds())
+        h.apis.groups.maintenance(True)
         f = call(h, ApiKey.OFFSET_FETCH, 5, {"group_id": "s", "topics": None})
         assert [p.committed_offset for p in f.topics[0].partitions] == [5]
-        h.apis.groups.maintenance(NOW + 60_000, False)  # not due: nothing happens
+        h.clock.advance(1_000)  # a minute after the commit
+        h.apis.groups.maintenance(False)  # not due: nothing happens
         assert "s" in h.apis.groups.coordinator.groups
-        h.apis.groups.maintenance(NOW + 60_000, True)
+        h.apis.groups.maintenance(True)
         f = call(h, ApiKey.OFFSET_FETCH, 5, {"group_id": "s", "topics": None})
         assert f.topics == ()
         lg = call(h, ApiKey.LIST_GROUPS, 3, {})

@@ -45,10 +45,11 @@ SESSION = 10_000
 REBALANCE = 30_000
 
 
-def mock_clock(now_ms: int) -> MockClock:
-    """The project's fake clock, its monotonic milliseconds at ``now_ms``."""
-    clock = MockClock()
-    clock.set_milliseconds(now_ms)
+def mock_clock(monotonic_ms: int = 0) -> MockClock:
+    """The project's fake clock, its wall clock at T0 + ``monotonic_ms`` (commit times are
+    wall-clock; sessions and rebalances run on the monotonic time)."""
+    clock = MockClock(start_ms=T0)
+    clock.set_milliseconds(monotonic_ms)
     return clock
 
 
@@ -89,7 +90,7 @@ def _truncate(path, size: int) -> None:
 
 class Harness:
     def __init__(self, tmp_path=None, **config) -> None:
-        self.clock = mock_clock(T0)
+        self.clock = mock_clock()
         self.tmp_path = tmp_path
         config.setdefault("initial_rebalance_delay_ms", 0)
         self.config = GroupConfig(**config)
@@ -142,7 +143,7 @@ class Harness:
         if before is not None:
             before()  # change the files between the two lives
         h = Harness.__new__(Harness)
-        h.clock = mock_clock(self.clock())
+        h.clock = mock_clock(self.clock.milliseconds())
         h.tmp_path = self.tmp_path
         h.config = self.config
         h._build()
@@ -150,9 +151,9 @@ class Harness:
 
     def advance(self, ms: int) -> None:
         """Move the clock in 100 ms steps, expiring what is due at each."""
-        end = self.clock() + ms
-        while self.clock() < end:
-            self.clock.set_milliseconds(min(end, self.clock() + 100))
+        end = self.clock.milliseconds() + ms
+        while self.clock.milliseconds() < end:
+            self.clock.set_milliseconds(min(end, self.clock.milliseconds() + 100))
             self.heartbeat.advance_clock()
             self.rebalance.advance_clock()
 
@@ -620,9 +621,9 @@ def test_explicit_retention_time_of_old_commits():
     h.coord.handle_commit_offsets(
         "simple", "", None, -1, {("t", 0): OffsetAndMetadata(1, commit_timestamp=T0, expire_timestamp=T0 + 5000)}
     )
-    h.clock.set_milliseconds(T0 + 4999)
+    h.clock.set_milliseconds(4999)  # the wall clock at T0 + 4999
     assert h.coord.cleanup_group_metadata() == 0
-    h.clock.set_milliseconds(T0 + 5000)
+    h.clock.set_milliseconds(5000)
     assert h.coord.cleanup_group_metadata() == 1
 
 
@@ -690,7 +691,7 @@ def test_the_log_cleaner_compacts_the_offsets_log_and_replay_gives_the_same_stat
         h.log.roll(T0)  # several segments
         h.coord.handle_commit_offsets("s", "", None, -1, {("t", 0): OffsetAndMetadata(299)})
     upper = h.log.segments[-1].base_offset
-    Cleaner(1 << 20).clean(LogToClean(("__consumer_offsets", 0), h.log, 0, upper, 0, 1), T0)
+    Cleaner(1 << 20, clock=MockClock()).clean(LogToClean(("__consumer_offsets", 0), h.log, 0, upper, 0, 1), T0)
     live = list(iter_records(h.log.read(h.log.log_start_offset, 1 << 20), h.log.log_start_offset))
     below = [r for r in live if r[0] < upper]
     # one record per key below the active segment: 3 offsets, the dead group's tombstones

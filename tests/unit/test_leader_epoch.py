@@ -226,7 +226,7 @@ def test_the_log_start_offset_trims_the_cache(tmp_path):
     log = open_log(tmp_path, segment_bytes=len(batch(2)), retention_ms=-1)
     for _ in range(3):
         log.append(batch(2), 0)
-    log.increment_log_start_offset(3)
+    log.increment_log_start_offset(3, 0)
     assert log.leader_epoch_cache.entries == [(0, 3)]
     ticket = log.checkpoint_leader_epochs()
     assert ticket is not None
@@ -245,9 +245,9 @@ def test_truncation_trims_from_the_end_and_a_full_truncation_starts_afresh(tmp_p
     log.leader_epoch = 4
     log.append(batch(3), 0)
     assert log.leader_epoch_cache.entries == [(0, 0), (4, 3)]
-    log.truncate_to(3)
+    log.truncate_to(3, 0)
     assert log.leader_epoch_cache.entries == [(0, 0)]
-    log.truncate_to(0)  # below the first segment: emptied, restarted
+    log.truncate_to(0, 0)  # below the first segment: emptied, restarted
     assert log.leader_epoch_cache.entries == []
     log.append(batch(1), 0)  # the next batch records the epoch again
     assert log.leader_epoch_cache.entries == [(4, 0)]
@@ -258,7 +258,7 @@ def test_a_trim_written_after_its_partition_was_deleted_is_no_error(tmp_path):
     log = open_log(tmp_path, segment_bytes=len(batch(2)), retention_ms=-1)
     for _ in range(2):
         log.append(batch(2), 0)
-    log.increment_log_start_offset(2)
+    log.increment_log_start_offset(2, 0)
     ticket = log.checkpoint_leader_epochs()
     assert ticket is not None
     log.delete()  # DeleteTopics before the worker thread ran the write

@@ -311,7 +311,7 @@ def test_delete_records_moves_the_log_start_offset(tmp_path):
     one = len(batch(2))
     log = open_log(tmp_path, segment_bytes=one, retention_ms=-1)
     fill_segments(log, 4)
-    assert log.increment_log_start_offset(5) == 5
+    assert log.increment_log_start_offset(5, 0) == 5
     assert [s.base_offset for s in log.segments] == [4, 6]
     with pytest.raises(OffsetOutOfRangeError):
         log.read(4, 100)
@@ -321,11 +321,11 @@ def test_delete_records_moves_the_log_start_offset(tmp_path):
     assert log.offset_for_timestamp(-2) == TimestampAndOffset(-1, 5, 0)
     assert log.leader_epoch_cache.entries == [(0, 5)]  # trimmed to the new start
     with pytest.raises(OffsetOutOfRangeError):
-        log.increment_log_start_offset(9)  # above the high watermark (8)
+        log.increment_log_start_offset(9, 0)  # above the high watermark (8)
     with pytest.raises(OffsetOutOfRangeError):
-        log.increment_log_start_offset(-3)
-    assert log.increment_log_start_offset(3) == 5  # never moves back
-    assert log.increment_log_start_offset(8) == 8  # up to the high watermark: all records
+        log.increment_log_start_offset(-3, 0)
+    assert log.increment_log_start_offset(3, 0) == 5  # never moves back
+    assert log.increment_log_start_offset(8, 0) == 8  # up to the high watermark: all records
     assert [s.base_offset for s in log.segments] == [6]  # the last segment stays
     log.close()
     # The start offset comes back from the log directory's checkpoint (the LogManager
@@ -490,7 +490,7 @@ def test_complete_flush_ignores_tickets_that_did_not_run_or_went_stale(tmp_path)
     assert log.recovery_point == 0
     log.append(batch(3), 0)
     stale = log.begin_flush()
-    log.truncate_to(3)
+    log.truncate_to(3, 0)
     stale.run()
     assert stale.synced and not log.complete_flush(stale)
     assert log.recovery_point == 0
@@ -514,12 +514,12 @@ def test_truncate_to_removes_whole_batches(tmp_path):
     for _ in range(6):
         log.append(batch(2), 0)
     log.flush()
-    assert log.truncate_to(7) == 6  # the batch holding 6..7 goes whole
+    assert log.truncate_to(7, 0) == 6  # the batch holding 6..7 goes whole
     assert read_all(log) == [(0, 1), (2, 3), (4, 5)]
     assert log.recovery_point == 6
     assert log.append(batch(1), 0).first_offset == 6
-    assert log.truncate_to(100) == 7  # beyond the end: nothing to do
-    assert log.truncate_to(0) == 0
+    assert log.truncate_to(100, 0) == 7  # beyond the end: nothing to do
+    assert log.truncate_to(0, 0) == 0
     assert read_all(log) == []
     assert log.append(batch(1), 0).first_offset == 0
     log.close()

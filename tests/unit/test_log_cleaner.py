@@ -107,11 +107,11 @@ def clean(plog: Log, now: int, *, memory: int = 1 << 20, upper: int | None = Non
         upper = min(plog.segments[-1].base_offset, plog.last_stable_offset)
     ltc = LogToClean(TP, plog, first, upper, 0, 1)
     if EXECUTION == "worker" and not kw:
-        cleaner = Cleaner(memory)
+        cleaner = Cleaner(memory, clock=MockClock())
         prepared = in_worker(ltc, now, cleaner)
         assert Cleaner.commit(prepared, now)
         return prepared.stats.end_offset
-    return Cleaner(memory).clean(ltc, now, **kw).end_offset
+    return Cleaner(memory, clock=MockClock()).clean(ltc, now, **kw).end_offset
 
 
 @pytest.fixture
@@ -224,7 +224,7 @@ def test_unkeyed_records_are_dropped(compacted):
         plog.append(kv((2, b"c" * 40)), 0)
     plog.update_config(dataclasses.replace(plog.config, cleanup_policy=("compact",)))
     ltc = LogToClean(TP, plog, 0, plog.segments[-1].base_offset, 0, 1)
-    stats = Cleaner(1 << 20).clean(ltc, 0)
+    stats = Cleaner(1 << 20, clock=MockClock()).clean(ltc, 0)
     assert stats.invalid_messages_read == 1
     assert records(plog)[0] == (1, b"1", b"b")
 
@@ -386,7 +386,7 @@ def test_manager_picks_the_filthiest_eligible_log_and_checkpoints(tmp_path):
         fill(clean_one, 200, 200)
         fill(deleted, 200, 1)
         dir_fd = os.open(tmp_path, os.O_RDONLY)
-        cleaner = LogCleaner(LogCleanerManager(dir_fd), Cleaner(1 << 20))
+        cleaner = LogCleaner(LogCleanerManager(dir_fd), Cleaner(1 << 20, clock=MockClock()))
         logs = {("a", 0): dirty, ("b", 0): clean_one, ("c", 0): deleted}
         assert cleaner.clean_once(logs, 0)
         upper = dirty.segments[-1].base_offset
@@ -481,7 +481,7 @@ def test_a_throttled_clean_reads_and_writes_at_the_rate(compacted):
     plog = compacted()
     fill(plog, 300, 3)
     seen: list[int] = []
-    cleaner = Cleaner(1 << 20, throttle=seen.append)
+    cleaner = Cleaner(1 << 20, throttle=seen.append, clock=MockClock())
     ltc = LogToClean(TP, plog, 0, plog.segments[-1].base_offset, 0, 1)
     stats = cleaner.clean(ltc, 0)
     assert sum(seen) == stats.map_bytes_read + stats.bytes_read + stats.bytes_written > 0
@@ -494,15 +494,15 @@ def test_a_worker_clean_whose_segments_were_deleted_meanwhile_is_discarded(compa
     plog = compacted()
     fill(plog, 300, 3)
     ltc = LogCleanerManager(os.open(plog.directory.parent, os.O_RDONLY)).log_to_clean(TP, plog, 0)
-    job = CleanJob.of(ltc, 0, Cleaner(1 << 20))
+    job = CleanJob.of(ltc, 0, Cleaner(1 << 20, clock=MockClock()))
     stats, groups = prepare_in_worker(job, os.getppid())
     assert groups and list(plog.directory.glob("*.cleaned"))
     before = [s.base_offset for s in plog.segments]
-    plog.increment_log_start_offset(plog.segments[1].base_offset)  # DeleteRecords
+    plog.increment_log_start_offset(plog.segments[1].base_offset, 0)  # DeleteRecords
     prepared = PreparedClean.of_worker(plog, stats, groups)
     assert prepared.groups == [] and not list(plog.directory.glob("*.cleaned"))
     assert [s.base_offset for s in plog.segments] == before[1:]
-    cleaner = LogCleaner(LogCleanerManager(os.open(plog.directory.parent, os.O_RDONLY)), Cleaner(1 << 20))
+    cleaner = LogCleaner(LogCleanerManager(os.open(plog.directory.parent, os.O_RDONLY)), Cleaner(1 << 20, clock=MockClock()))
     cleaner.failed(ltc, FileNotFoundError("segment deleted"))
     assert TP not in cleaner.manager.uncleanable
     # an error without such a change marks it uncleanable, as Kafka does
@@ -528,7 +528,7 @@ def test_a_cleaned_segment_is_written_through_a_bounded_buffer(compacted, monkey
 
     monkeypatch.setattr(log_module.CleanedSegmentWriter, "write", write)
     ltc = LogToClean(TP, plog, 0, plog.segments[-1].base_offset, 0, 1)
-    stats = Cleaner(1 << 20, io_buffer_size=8192).clean(ltc, 0)
+    stats = Cleaner(1 << 20, io_buffer_size=8192, clock=MockClock()).clean(ltc, 0)
     assert stats.bytes_written > 100_000 and len(held) == 2_000
     assert max(held) < 4096 + 200  # half the buffer plus one batch
     assert len(records(plog)) == 2_000
@@ -562,14 +562,14 @@ def test_the_worker_process_cleans_and_reports_its_death(compacted):
     ltc = LogToClean(TP, plog, 0, plog.segments[-1].base_offset, 0, 1)
     worker = CleanerWorker()
     try:
-        stats, groups = worker.run(CleanJob.of(ltc, 0, Cleaner(1 << 20)))
+        stats, groups = worker.run(CleanJob.of(ltc, 0, Cleaner(1 << 20, clock=MockClock())))
         first = worker.pid
         # one record per batch: the records below the active segment were read
         assert first is not None and stats.messages_read == plog.segments[-1].base_offset
         prepared = PreparedClean.of_worker(plog, stats, groups)
         assert Cleaner.commit(prepared, 0)
         assert {k: v for _, k, v in records(plog)} == latest
-        bad = dataclasses.replace(CleanJob.of(ltc, 0, Cleaner(1 << 20)), directory=str(plog.directory / "gone"))
+        bad = dataclasses.replace(CleanJob.of(ltc, 0, Cleaner(1 << 20, clock=MockClock())), directory=str(plog.directory / "gone"))
         with pytest.raises(FileNotFoundError):
             worker.run(bad)
         assert worker.pid == first  # an error in a job does not end the worker
@@ -579,7 +579,7 @@ def test_the_worker_process_cleans_and_reports_its_death(compacted):
         os.waitid(os.P_PID, first, os.WSTOPPED | os.WNOWAIT)
         pool = concurrent.futures.ThreadPoolExecutor(1)
         try:
-            during = pool.submit(worker.run, CleanJob.of(ltc, 0, Cleaner(1 << 20)))
+            during = pool.submit(worker.run, CleanJob.of(ltc, 0, Cleaner(1 << 20, clock=MockClock())))
             assert worker._proc is not None and worker._proc.stdin is not None
             _wait_for_bytes_in(worker._proc.stdin)
         finally:
@@ -587,14 +587,14 @@ def test_the_worker_process_cleans_and_reports_its_death(compacted):
             pool.shutdown(wait=True)
         with pytest.raises(CleanerWorkerDied):
             during.result(30)
-        worker.run(CleanJob.of(ltc, 0, Cleaner(1 << 20)))  # a new worker
+        worker.run(CleanJob.of(ltc, 0, Cleaner(1 << 20, clock=MockClock())))  # a new worker
         second = worker.pid
         assert second not in (None, first)
         # found dead between jobs: replaced, the job runs
         assert second is not None
         os.kill(second, signal.SIGKILL)
         _wait_for_exit_unreaped(second)
-        stats, _ = worker.run(CleanJob.of(ltc, 0, Cleaner(1 << 20)))
+        stats, _ = worker.run(CleanJob.of(ltc, 0, Cleaner(1 << 20, clock=MockClock())))
         assert stats.messages_read > 0 and worker.pid not in (None, first, second)
     finally:
         worker.close()

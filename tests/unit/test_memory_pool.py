@@ -25,11 +25,17 @@ def pool(size, max_single, strict=False, clock=None, debug=True, **kw):
     return SimpleMemoryPool(size, max_single, strict, clock or MockClock(), debug=debug, **kw)
 
 
+def depleted_at(p, clock, ms):
+    """MemoryPoolAvgDepletedPercent read with the pool's clock moved to ``ms``."""
+    clock.set_milliseconds(ms)
+    return p.avg_depleted_percent()
+
+
 # -- case 1: construction ----------------------------------------------------
 @pytest.mark.parametrize("size, max_single", [(0, 7), (-1, 7), (100, 0), (100, -1), (100, 101)])
 def test_invalid_construction(size, max_single):
     with pytest.raises(ValueError):
-        SimpleMemoryPool(size, max_single, False)
+        SimpleMemoryPool(size, max_single, False, MockClock())
 
 
 def test_max_single_equal_to_size_is_allowed():
@@ -215,17 +221,18 @@ def test_rejected_release_does_not_end_a_dry_spell():
 
 
 def test_clock_not_read_on_the_ordinary_path():
-    clock = MockClock()
-    reads = []
+    class CountingClock(MockClock):
+        reads = 0
 
-    def counting_clock() -> int:
-        reads.append(clock())
-        return reads[-1]
+        def milliseconds(self):
+            self.reads += 1
+            return super().milliseconds()
 
-    p = pool(100, 10, clock=counting_clock)
+    clock = CountingClock()
+    p = pool(100, 10, clock=clock)
     for _ in range(10):
         p.release(p.try_allocate(10))
-    assert reads == []
+    assert clock.reads == 0
 
 
 def test_avg_depleted_percent_is_a_fraction_over_kafka_windows():
@@ -240,7 +247,7 @@ def test_avg_depleted_percent_is_a_fraction_over_kafka_windows():
     clock.set_milliseconds(4_000)
     p.release(b)  # 3000 ms recorded at t=4000, into the sample opened at t=0
     # elapsed 10000 ms (< one full window) is padded by one window: 3000 / 40000
-    assert p.avg_depleted_percent(10_000) == 3_000 / 40_000
+    assert depleted_at(p, clock, 10_000) == 3_000 / 40_000
     clock.set_milliseconds(10_000)
     assert p.avg_depleted_percent() == 3_000 / 40_000
 
@@ -249,11 +256,11 @@ def test_avg_depleted_percent_is_a_fraction_over_kafka_windows():
     assert p.try_allocate(1) is None
     clock.set_milliseconds(40_000)
     p.release(b)  # 1000 ms at t=40000: the first sample is complete, a second starts
-    assert p.avg_depleted_percent(50_000) == 4_000 / 50_000  # both, since t=0
+    assert depleted_at(p, clock, 50_000) == 4_000 / 50_000  # both, since t=0
     # at 70 s the first sample (last event 4 s) is 60 s+ old and purged
-    assert p.avg_depleted_percent(70_000) == 1_000 / 30_000
+    assert depleted_at(p, clock, 70_000) == 1_000 / 30_000
     # at 100 s both are purged
-    assert p.avg_depleted_percent(100_000) == 0.0
+    assert depleted_at(p, clock, 100_000) == 0.0
     assert p.depleted_time_total_ms == 4_000  # the total never decays
 
 
@@ -266,7 +273,7 @@ def test_avg_depleted_percent_window_starts_at_the_first_spell_if_not_read_befor
     clock.set_milliseconds(4_000)
     p.release(b)  # 3000 ms recorded at t=4000 into a fresh sample starting at 4000
     # elapsed 6000 ms (< one full window) is padded by one window: 3000 / 36000
-    assert p.avg_depleted_percent(10_000) == 3_000 / 36_000
+    assert depleted_at(p, clock, 10_000) == 3_000 / 36_000
 
 
 def test_avg_depleted_percent_is_clamped_to_one():
@@ -288,8 +295,8 @@ def test_metric_window_is_configurable():
     clock.set_milliseconds(200)
     p.release(b)
     # one sample: no padding, elapsed 500 ms since the sample started at 200
-    assert p.avg_depleted_percent(700) == 200 / 500
-    assert p.avg_depleted_percent(1_200) == 0.0  # purged after samples * window
+    assert depleted_at(p, clock, 700) == 200 / 500
+    assert depleted_at(p, clock, 1_200) == 0.0  # purged after samples * window
 
 
 def test_metric_window_validation():
@@ -313,7 +320,7 @@ def test_depleted_rate_reuses_a_ring_of_samples_plus_one():
     assert p.depleted_time_total_ms == 100
     # at 991: the sample started at 701 (last event 791) is purged, those started at
     # 801 and 901 hold 10 ms each: 20 / (991 - 801)
-    assert p.avg_depleted_percent(991) == 20 / 190
+    assert depleted_at(p, clock, 991) == 20 / 190
 
 
 # -- release listeners -------------------------------------------------------
@@ -393,7 +400,7 @@ def test_none_pool():
 # -- broker wiring -----------------------------------------------------------
 @pytest.mark.parametrize("value", [0, -1, -100])
 def test_create_pool_disabled(value):
-    assert create_pool(value, 100) is NONE
+    assert create_pool(value, 100, MockClock()) is NONE
 
 
 def test_create_pool_builds_a_non_strict_shared_pool():
@@ -412,13 +419,13 @@ def test_create_pool_builds_a_non_strict_shared_pool():
 
 
 def test_create_pool_equal_sizes():
-    p = create_pool(100, 100)
+    p = create_pool(100, 100, MockClock())
     assert isinstance(p, SimpleMemoryPool) and p.size == 100
 
 
 def test_create_pool_rejects_a_pool_smaller_than_the_largest_request():
     with pytest.raises(ValueError, match="socket.request.max.bytes"):
-        create_pool(99, 100)
+        create_pool(99, 100, MockClock())
 
 
 @pytest.mark.parametrize("value", [-1, 0, 100, 101, 2**40])

@@ -289,7 +289,7 @@ def call(apis, api_key, version, body):
     """Send one request to ``apis`` (answered at once here: acks=1, max_wait 0) and
     return its decoded response."""
     payload = bytearray(encode_request(api_key, version, 1, body))
-    outcome = apis.handle(Request(CTX, payload), NOW)
+    outcome = apis.handle(Request(CTX, payload))
     return decode_frame(api_key, version, response_bytes(outcome), 1)
 
 
@@ -474,10 +474,12 @@ def test_top_view_rates_names_topics_and_clients():
 def test_top_shows_the_log_cleaner():
     from tidegate.log.cleaner import Cleaner, LogCleaner
 
-    cleaner = LogCleaner(type("M", (), {"uncleanable": {("t", 0)}})(), Cleaner(1 << 20))  # type: ignore[arg-type]
+    clock = MockClock(start_ms=1_000)
+    cleaner = LogCleaner(type("M", (), {"uncleanable": {("t", 0)}})(), Cleaner(1 << 20, clock=clock))  # type: ignore[arg-type]
     cleaner.max_dirty_percent, cleaner.recopy_percent, cleaner.last_run_ms = 42, 7, 1_000
     bm = BrokerMetrics()
-    bm.register_log_cleaner(cleaner, lambda: 3_500)
+    bm.register_log_cleaner(cleaner, clock)
+    clock.advance(2_500)
     view = top.build_view(None, _snapshot(bm, 1.0), "test")
     rows = dict(map(tuple, {s.title: s for s in view.sections}["Log cleaner"].rows))
     assert rows["dirtiest compacted log"] == "42 % dirty"
@@ -513,8 +515,9 @@ def test_metrics_url_defaults_the_path():
 
 def test_the_real_purgatory_exposes_what_the_collector_reads():
     from tidegate.server.purgatory import DelayedOperationPurgatory
+    from tidegate.server.timer import SystemTimer
 
-    purgatory = DelayedOperationPurgatory("Fetch")
+    purgatory = DelayedOperationPurgatory("Fetch", SystemTimer(clock=MockClock()))
     bm = BrokerMetrics()
     bm.register_purgatory("Fetch", purgatory)
     base = "kafka_server_delayedoperationpurgatory_"

@@ -61,7 +61,7 @@ def test_rate_is_per_second_by_default():
 
 def record_100_at_0_and_30_s(rate: Rate, config: MetricConfig, clock: MockClock) -> None:
     for _ in range(2):
-        rate.record(config, 100, clock())
+        rate.record(config, 100, clock.milliseconds())
         clock.advance(30_000)
     clock.advance(15_000)  # 75 s after the first record
 
@@ -84,10 +84,10 @@ def test_rate_unit_divides_by_the_window_in_that_unit(unit, window_in_unit):
     config = MetricConfig(samples=3, time_window_ms=30_000)
     rate = Rate(unit=unit)
     record_100_at_0_and_30_s(rate, config, clock)
-    assert rate.window_size(config, clock()) == 75_000  # the window itself is in ms
-    assert rate.measure(config, clock()) == 200 / window_in_unit
+    assert rate.window_size(config, clock.milliseconds()) == 75_000  # the window itself is in ms
+    assert rate.measure(config, clock.milliseconds()) == 200 / window_in_unit
     clock.advance(90_000)  # samples * window later: every sample purged
-    assert rate.measure(config, clock()) == 0.0
+    assert rate.measure(config, clock.milliseconds()) == 0.0
 
 
 def test_rate_per_millisecond_is_a_fraction_of_time():
@@ -110,20 +110,20 @@ def test_meter_rate_windowing_and_cumulative_total():
     meter = Meter()
     total = 0
     for _ in range(config.samples - 1):
-        meter.record(config, 100, clock())
+        meter.record(config, 100, clock.milliseconds())
         total += 100
         clock.advance(config.time_window_ms)
-        assert meter.total.measure(config, clock()) == total
+        assert meter.total.measure(config, clock.milliseconds()) == total
     clock.advance(config.time_window_ms // 2)
     elapsed_s = (config.time_window_ms * (config.samples - 1) + config.time_window_ms / 2) / 1000
     assert elapsed_s == 75.0
-    assert meter.rate.measure(config, clock()) == pytest.approx(200 / 75, abs=EPS)
-    assert meter.rate.window_size(config, clock()) == 75_000
-    assert meter.total.measure(config, clock()) == 200
+    assert meter.rate.measure(config, clock.milliseconds()) == pytest.approx(200 / 75, abs=EPS)
+    assert meter.rate.window_size(config, clock.milliseconds()) == 75_000
+    assert meter.total.measure(config, clock.milliseconds()) == 200
     # the rate expires, the total does not
     clock.advance(config.time_window_ms * config.samples)
-    assert meter.rate.measure(config, clock()) == 0.0
-    assert meter.total.measure(config, clock()) == 200
+    assert meter.rate.measure(config, clock.milliseconds()) == 0.0
+    assert meter.total.measure(config, clock.milliseconds()) == 200
 
 
 def test_meter_records_every_value_into_both_parts():
@@ -137,12 +137,12 @@ def test_meter_records_every_value_into_both_parts():
     next_value = expected_total = 0.0
     interval_ms, delta = 100, 5.0
     for i in range(1, 101):
-        while clock() < i * 1000:
+        while clock.milliseconds() < i * 1000:
             expected_total += next_value
-            meter.record(config, next_value, clock())
+            meter.record(config, next_value, clock.milliseconds())
             clock.advance(interval_ms)
             next_value += delta
-        now = clock()
+        now = clock.milliseconds()
         assert meter.total.measure(config, now) == pytest.approx(expected_total, abs=EPS)
         window_ms = meter.rate.window_size(config, now)
         window_start_ms = max(now - window_ms, 0)
@@ -172,12 +172,12 @@ def test_meter_per_millisecond_as_the_memory_pool_uses_it():
 def test_a_sensor_records_into_rates_of_different_units():
     clock = MockClock()
     config = MetricConfig(samples=3)
-    sensor = Sensor("depleted", clock(), config)
+    sensor = Sensor("depleted", clock.milliseconds(), config)
     per_ms = sensor.add("rate-per-ms", Rate(unit=TimeUnit.MILLISECONDS))
     per_s = sensor.add("rate-per-s", Rate())
     for _ in range(2):
-        sensor.record(100, clock())
+        sensor.record(100, clock.milliseconds())
         clock.advance(30_000)
     clock.advance(15_000)
-    assert per_ms.value(clock()) == 200 / 75_000
-    assert per_s.value(clock()) == 200 / 75.0
+    assert per_ms.value(clock.milliseconds()) == 200 / 75_000
+    assert per_s.value(clock.milliseconds()) == 200 / 75.0

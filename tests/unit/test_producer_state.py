@@ -394,13 +394,13 @@ def test_a_torn_tail_takes_its_batches_out_of_the_producer_state(tmp_path):
 def test_truncate_to_rebuilds_the_state_below_the_new_end(tmp_path):
     log = open_log(tmp_path, CFG)
     produce(log, 10)
-    log.truncate_to(11)  # cuts the batch holding 11 (10-11) and everything after
+    log.truncate_to(11, 0)  # cuts the batch holding 11 (10-11) and everything after
     assert log.log_end_offset == 10
     d = tmp_path / LOG_DIR
     assert max(list_snapshots(d)) <= 10
     assert log.producer_state.entry(PID).last_seq == 9
     assert not log.append(pbatch(10, 2), 0).duplicate  # the cut batch, sent again
-    log.truncate_to(0)
+    log.truncate_to(0, 0)
     assert log.producer_state.entry(PID) is None and list_snapshots(d) == []
     log.append(pbatch(40, 2), 0)  # unknown producer again: any sequence
     log.close()

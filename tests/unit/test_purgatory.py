@@ -53,9 +53,9 @@ def purgatory(clock):
 def advance_to(purgatory: DelayedOperationPurgatory, clock: MockClock, t: int) -> None:
     """Event-loop style: wake at each due bucket up to ``t``."""
     while (nxt := purgatory.timer.next_expiration_ms()) is not None and nxt <= t:
-        clock.set_milliseconds(max(clock(), nxt))
+        clock.set_milliseconds(max(clock.milliseconds(), nxt))
         purgatory.advance_clock()
-    clock.set_milliseconds(max(clock(), t))
+    clock.set_milliseconds(max(clock.milliseconds(), t))
     purgatory.advance_clock()
 
 
@@ -71,7 +71,7 @@ def test_force_complete_succeeds_exactly_once_and_cancels_the_timeout(purgatory,
     assert op.is_completed
     assert purgatory.delayed == 0  # gone from the timer at once
     assert op.events == [("complete", "r")]
-    advance_to(purgatory, clock, clock() + 5000)
+    advance_to(purgatory, clock, clock.milliseconds() + 5000)
     assert op.events == [("complete", "r")]  # no expiry after completion
     assert purgatory.expirations_total == 0
 
@@ -178,7 +178,7 @@ def test_8_empty_watch_keys_are_an_error(purgatory):
 
 def test_9_request_expiry(purgatory, clock):
     events: list = []
-    start = clock()
+    start = clock.milliseconds()
     r1 = MockOp(20, "r1", events)
     r2 = MockOp(200_000, "r2", events)
     assert purgatory.try_complete_else_watch(r1, ["test1"]) is False
@@ -261,7 +261,7 @@ def test_11_cancel_for_key_returns_the_cancelled_operations(purgatory, clock):
     assert purgatory.delayed == 1
     assert purgatory.watched == 1
     assert not a.is_completed and not b.is_completed  # cancelled, not completed
-    advance_to(purgatory, clock, clock() + 20_000)
+    advance_to(purgatory, clock, clock.milliseconds() + 20_000)
     assert a.events == [] and b.events == []  # and they never expire
     assert c.is_completed
 
@@ -422,7 +422,7 @@ def test_13_completion_during_expiry_of_the_same_bucket_is_exactly_once(purgator
     a = CompletesNeighbour(30, "a", events)
     purgatory.try_complete_else_watch(a, ["k"])
     purgatory.try_complete_else_watch(b, ["k"])
-    advance_to(purgatory, clock, clock() + 30)
+    advance_to(purgatory, clock, clock.milliseconds() + 30)
     assert events == [("complete", "a"), ("complete", "b"), ("expire", "a")]
     assert purgatory.expirations_total == 1
     assert purgatory.delayed == 0

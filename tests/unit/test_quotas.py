@@ -181,14 +181,14 @@ def test_rate_is_consistent_after_the_first_window():
     steps = [0, 99, 100, 100, 100, 100, 100, 100, 100, 100, 100]
     for step in steps:
         clock.advance(step)
-        rate.record(config, 1, clock())
+        rate.record(config, 1, clock.milliseconds())
     clock.advance(101)
     for step in steps:
         clock.advance(step)
-        rate.record(config, 1, clock())
-        observed = rate.measure(config, clock())
+        rate.record(config, 1, clock.milliseconds())
+        observed = rate.measure(config, clock.milliseconds())
         assert 10 <= observed <= 11
-        assert rate.measure(config, clock()) == observed  # repeatable at the same time
+        assert rate.measure(config, clock.milliseconds()) == observed  # repeatable at the same time
 
 
 # --------------------------------------------------------------------------------------
@@ -197,19 +197,19 @@ def test_rate_is_consistent_after_the_first_window():
 def test_case3_rate_windowing_3_samples_of_30s():
     clock = mock_clock()
     config = MetricConfig(samples=3, time_window_ms=30_000)
-    sensor = Sensor("test.sensor", clock(), config)
+    sensor = Sensor("test.sensor", clock.milliseconds(), config)
     rate = sensor.add("test.rate", Rate())
     total = sensor.add("test.total", CumulativeSum())
     for _ in range(2):
-        sensor.record(100, clock())
+        sensor.record(100, clock.milliseconds())
         clock.advance(30_000)
     clock.advance(15_000)  # now 75 s after the first record
-    assert rate.value(clock()) == pytest.approx(200 / 75, abs=EPS)
-    assert rate.stat.window_size(config, clock()) == 75_000
-    assert total.value(clock()) == 200
+    assert rate.value(clock.milliseconds()) == pytest.approx(200 / 75, abs=EPS)
+    assert rate.stat.window_size(config, clock.milliseconds()) == 75_000
+    assert total.value(clock.milliseconds()) == 200
     clock.advance(90_000)  # samples * window later: everything expired
-    assert rate.value(clock()) == 0
-    assert total.value(clock()) == 200  # the cumulative total is not windowed
+    assert rate.value(clock.milliseconds()) == 0
+    assert total.value(clock.milliseconds()) == 200  # the cumulative total is not windowed
 
 
 def test_purge_resets_samples_whose_last_event_is_a_full_span_old():
@@ -292,18 +292,18 @@ def test_case5_byte_rate_quota_violation():
     m.update_quota(QuotaEntity(client_id=DEFAULT), 500)
     # 10 windows under the quota
     for _ in range(10):
-        assert m.maybe_record_and_get_throttle_time_ms("ANONYMOUS", "unknown", 400, clock()) == 0
+        assert m.maybe_record_and_get_throttle_time_ms("ANONYMOUS", "unknown", 400) == 0
         clock.advance(1000)
     assert m.queue_size == 0
     # spike: (400 * 10 + 2300) / 10.5 s = 600 B/s; (600 - 500) / 500 * 10500 ms
     clock.advance(500)
-    throttle = m.maybe_record_and_get_throttle_time_ms("ANONYMOUS", "unknown", 2300, clock())
+    throttle = m.maybe_record_and_get_throttle_time_ms("ANONYMOUS", "unknown", 2300)
     assert throttle == 2100  # more than one window: byte-rate throttles are not capped
     assert m.max_throttle_time_ms is None
 
     ends = Ends()
-    channel = m.throttle("ANONYMOUS", "unknown", throttle, ends("conn-1"), clock())
-    assert channel is not None and channel.end_time_ms == clock() + 2100
+    channel = m.throttle("ANONYMOUS", "unknown", throttle, ends("conn-1"))
+    assert channel is not None and channel.end_time_ms == clock.milliseconds() + 2100
     assert m.queue_size == 1
     assert ends.reap(m) == []  # not before the delay
     clock.advance(throttle - 1)
@@ -314,9 +314,9 @@ def test_case5_byte_rate_quota_violation():
 
     # delays continue until the burst has rolled out of the samples
     for _ in range(10):
-        m.maybe_record_and_get_throttle_time_ms("ANONYMOUS", "unknown", 400, clock())
+        m.maybe_record_and_get_throttle_time_ms("ANONYMOUS", "unknown", 400)
         clock.advance(1000)
-    assert m.maybe_record_and_get_throttle_time_ms("ANONYMOUS", "unknown", 0, clock()) == 0
+    assert m.maybe_record_and_get_throttle_time_ms("ANONYMOUS", "unknown", 0) == 0
 
 
 def test_unrecord_takes_a_throttled_fetch_back():
@@ -324,23 +324,23 @@ def test_unrecord_takes_a_throttled_fetch_back():
     m = ClientQuotaManager(QuotaType.FETCH, clock=clock)
     m.update_quota(QuotaEntity(client_id=DEFAULT), 500)
     for _ in range(10):
-        m.maybe_record_and_get_throttle_time_ms("u", "c", 400, clock())
+        m.maybe_record_and_get_throttle_time_ms("u", "c", 400)
         clock.advance(1000)
     clock.advance(500)
-    assert m.maybe_record_and_get_throttle_time_ms("u", "c", 2300, clock()) == 2100
-    m.unrecord_quota_sensor("u", "c", 2300, clock())  # the Fetch is answered empty
-    assert m.metrics_for("u", "c", clock()).rate == pytest.approx(4000 / 10.5)
-    assert m.maybe_record_and_get_throttle_time_ms("u", "c", 0, clock()) == 0
+    assert m.maybe_record_and_get_throttle_time_ms("u", "c", 2300) == 2100
+    m.unrecord_quota_sensor("u", "c", 2300)  # the Fetch is answered empty
+    assert m.metrics_for("u", "c").rate == pytest.approx(4000 / 10.5)
+    assert m.maybe_record_and_get_throttle_time_ms("u", "c", 0) == 0
     # without the unrecord the same check throttles
     clock2 = mock_clock()
     m2 = ClientQuotaManager(QuotaType.FETCH, clock=clock2)
     m2.update_quota(QuotaEntity(client_id=DEFAULT), 500)
     for _ in range(10):
-        m2.maybe_record_and_get_throttle_time_ms("u", "c", 400, clock2())
+        m2.maybe_record_and_get_throttle_time_ms("u", "c", 400)
         clock2.advance(1000)
     clock2.advance(500)
-    assert m2.maybe_record_and_get_throttle_time_ms("u", "c", 2300, clock2()) == 2100
-    assert m2.maybe_record_and_get_throttle_time_ms("u", "c", 0, clock2()) == 2100
+    assert m2.maybe_record_and_get_throttle_time_ms("u", "c", 2300) == 2100
+    assert m2.maybe_record_and_get_throttle_time_ms("u", "c", 0) == 2100
     assert m.unrecord == m.unrecord_quota_sensor  # the short name is the same method
 
 
@@ -354,8 +354,7 @@ def test_case6_request_percentage_quota_violation():
 
     def record(ms: float) -> int:
         return m.maybe_record_and_get_throttle_time_ms(
-            "ANONYMOUS", "test-client", millis_to_percent(ms), clock()
-        )
+            "ANONYMOUS", "test-client", millis_to_percent(ms))
 
     for _ in range(10):
         assert record(4) == 0
@@ -366,7 +365,7 @@ def test_case6_request_percentage_quota_violation():
     throttle = record(67.1)
     assert throttle == 210
     ends = Ends()
-    m.throttle("ANONYMOUS", "test-client", throttle, ends("conn"), clock())
+    m.throttle("ANONYMOUS", "test-client", throttle, ends("conn"))
     assert m.queue_size == 1
     assert ends.reap(m) == []
     clock.advance(throttle)
@@ -394,7 +393,7 @@ def test_request_cap_follows_the_window_size():
     m = ClientRequestQuotaManager(ClientQuotaManagerConfig(11, 2), clock=clock)
     m.update_quota(QuotaEntity(client_id="c"), 1)
     assert m.max_throttle_time_ms == 2000
-    assert m.record_and_get_throttle_time_ms("u", "c", millis_to_percent(5000), clock()) == 2000
+    assert m.record_and_get_throttle_time_ms("u", "c", millis_to_percent(5000)) == 2000
 
 
 def test_request_time_is_recorded_in_percent_of_one_thread():
@@ -405,35 +404,35 @@ def test_request_time_is_recorded_in_percent_of_one_thread():
     m.update_quota(QuotaEntity(client_id="c"), 100)  # one whole thread
     # 10 s of history: a thread busy 50% of every second measures 50
     for _ in range(11):
-        assert m.maybe_record_request_time_ns("u", "c", 500_000_000, clock()) == 0
+        assert m.maybe_record_request_time_ns("u", "c", 500_000_000) == 0
         clock.advance(1000)
-    assert m.metrics_for("u", "c", clock()).rate == pytest.approx(50.0, rel=0.1)
+    assert m.metrics_for("u", "c").rate == pytest.approx(50.0, rel=0.1)
     assert m.quota_metric_name == "request-time"
-    assert ClientQuotaManager(QuotaType.FETCH).quota_metric_name == "byte-rate"
+    assert ClientQuotaManager(QuotaType.FETCH, clock=clock).quota_metric_name == "byte-rate"
 
 
 def test_network_thread_time_is_recorded_unchecked_and_counted_next_time():
     clock = mock_clock()
     m = ClientRequestQuotaManager(clock=clock)
     m.update_quota(QuotaEntity(client_id="c"), 1)  # a fresh rate allows 100 ms over 10 s
-    m.record_network_thread_time_ns("u", "c", 150_000_000, clock())  # no exception, no check
+    m.record_network_thread_time_ns("u", "c", 150_000_000)  # no exception, no check
     # the next checked record sees it: 15 / 10 s = 1.5% -> (1.5 - 1) / 1 * 10000 = 5000 -> cap
-    assert m.maybe_record_request_time_ns("u", "c", 0, clock()) == 1000
+    assert m.maybe_record_request_time_ns("u", "c", 0) == 1000
 
 
 def test_exempt_request_time():
     clock = mock_clock()
     m = ClientRequestQuotaManager(clock=clock)
     # exempt time is recorded only once some request quota exists (as Kafka)
-    m.maybe_record_exempt_ns(10_000_000, clock())
-    assert m.exempt_request_time(clock()) == 0
+    m.maybe_record_exempt_ns(10_000_000)
+    assert m.exempt_request_time() == 0
     m.update_quota(QuotaEntity(user=DEFAULT), 50)
-    m.maybe_record_exempt_ns(30_000_000, clock())  # 30 ms = 3 percent-seconds
-    m.record_exempt(3.0, clock())
+    m.maybe_record_exempt_ns(30_000_000)  # 30 ms = 3 percent-seconds
+    m.record_exempt(3.0)
     # broker metric windows: 2 x 30 s, so a fresh rate divides by 30 s
-    assert m.exempt_request_time(clock()) == pytest.approx(6.0 / 30)
+    assert m.exempt_request_time() == pytest.approx(6.0 / 30)
     # exempt time is for all clients together, never on an entity's counter
-    assert m.entity_metrics(clock()) == []
+    assert m.entity_metrics() == []
 
 
 # --------------------------------------------------------------------------------------
@@ -442,7 +441,7 @@ def test_exempt_request_time():
 CONFIG = ClientQuotaManagerConfig()
 
 
-def check_quota(m, user, client_id, expected_bound, value, expected_throttle_ms, now):
+def check_quota(m, user, client_id, expected_bound, value, expected_throttle_ms):
     """Kafka's checkQuota: bound, max value in the window, then record value * samples
     and get the throttle time. Time does not move in these tests, so every Rate's window
     is its minimum, (samples - 1) * 1 s = 10 s, and a counter holding R bytes/s over a
@@ -454,9 +453,7 @@ def check_quota(m, user, client_id, expected_bound, value, expected_throttle_ms,
     else:
         expected_max = sys.float_info.max
     assert m.max_value_in_quota_window(user, client_id) == pytest.approx(expected_max)
-    throttle = m.maybe_record_and_get_throttle_time_ms(
-        user, client_id, value * CONFIG.num_quota_samples, now
-    )
+    throttle = m.maybe_record_and_get_throttle_time_ms(user, client_id, value * CONFIG.num_quota_samples)
     assert throttle == expected_throttle_ms, (user, client_id)
 
 
@@ -519,10 +516,9 @@ def test_case7_all_eight_levels_first_match_wins():
 def test_case7_precedence_and_sharing_kafka_sequence():
     clock = mock_clock()
     m = precedence_manager(clock)
-    now = clock()
 
     def check(user, client_id, bound, value, expected_throttle_ms):
-        check_quota(m, user, client_id, bound, value, expected_throttle_ms, now)
+        check_quota(m, user, client_id, bound, value, expected_throttle_ms)
 
     check("userA", "client1", 5000, 4500, 0)  # <user, client> over <user>: 4,950/s
     check("userA", "client2", 4000, 4500, 2375)  # <user> over <client> and defaults: 4,950/s
@@ -589,10 +585,9 @@ def test_case7_counter_sharing_follows_metric_tags():
     assert m.quota("userF", "client5").bound == 2000
 
     # the same counter: what one entity records, the other sees
-    now = clock()
-    m.record_no_throttle("userF", "client5", 30_000, now)
-    assert m.metrics_for("userG", "client5", now).rate == pytest.approx(3000)
-    assert m.maybe_record_and_get_throttle_time_ms("userG", "client5", 0, now) == 5000  # 3,000/s over 2,000
+    m.record_no_throttle("userF", "client5", 30_000)
+    assert m.metrics_for("userG", "client5").rate == pytest.approx(3000)
+    assert m.maybe_record_and_get_throttle_time_ms("userG", "client5", 0) == 5000  # 3,000/s over 2,000
 
 
 def test_sensor_names_use_the_raw_client_id():
@@ -600,8 +595,8 @@ def test_sensor_names_use_the_raw_client_id():
     m = produce_manager(clock)
     m.update_quota(QuotaEntity(client_id=DEFAULT), 500)
     client_id = "client@#$%"
-    m.maybe_record_and_get_throttle_time_ms("ANONYMOUS", client_id, 100, clock())
-    sensors = m.get_or_create_quota_sensors("ANONYMOUS", client_id, clock())
+    m.maybe_record_and_get_throttle_time_ms("ANONYMOUS", client_id, 100)
+    sensors = m.get_or_create_quota_sensors("ANONYMOUS", client_id, clock.milliseconds())
     assert sensors.quota_sensor.name == "Produce-:client@#$%"
     assert sensors.throttle_time_sensor.name == "ProduceThrottleTime-:client@#$%"
 
@@ -632,19 +627,19 @@ def test_quota_parsing_and_live_updates(client1, client2, random_client, default
     assert m.quota(u1, c1).bound == 2000
     assert m.quota(u2, c2).bound == 4000
     # p1 is throttled on its override
-    assert m.maybe_record_and_get_throttle_time_ms(u1, c1, 2500 * 11, clock()) == 3750  # 2,750/s over 2,000
+    assert m.maybe_record_and_get_throttle_time_ms(u1, c1, 2500 * 11) == 3750  # 2,750/s over 2,000
     # raising the quota applies to the live counter
     m.update_quota(e1, 3000)
     assert m.quota(u1, c1).bound == 3000
-    assert m.maybe_record_and_get_throttle_time_ms(u1, c1, 0, clock()) == 0
+    assert m.maybe_record_and_get_throttle_time_ms(u1, c1, 0) == 0
     # lowering it again throttles on the same samples
     m.update_quota(e1, 500)
-    assert m.maybe_record_and_get_throttle_time_ms(u1, c1, 0, clock()) == 45_000  # 2,750/s over 500
+    assert m.maybe_record_and_get_throttle_time_ms(u1, c1, 0) == 45_000  # 2,750/s over 500
     # remove the override, set a high default: no longer throttled
     m.update_quota(e1, None)
     m.update_quota(default_entity, 4000)
     assert m.quota(u1, c1).bound == 4000
-    assert m.maybe_record_and_get_throttle_time_ms(u1, c1, 1000 * 11, clock()) == 0
+    assert m.maybe_record_and_get_throttle_time_ms(u1, c1, 1000 * 11) == 0
 
 
 @pytest.mark.parametrize(
@@ -654,28 +649,27 @@ def test_quota_parsing_and_live_updates(client1, client2, random_client, default
 def test_set_and_remove_quota(entity):
     clock = mock_clock()
     m = produce_manager(clock)
-    now = clock()
     assert not m.quotas_enabled
-    check_quota(m, "userA", "client1", UNLIMITED_BOUND, 1000, 0, now)
+    check_quota(m, "userA", "client1", UNLIMITED_BOUND, 1000, 0)
     m.update_quota(entity, 10)
     assert m.quotas_enabled
-    check_quota(m, "userA", "client1", 10, 1000, 1_090_000, now)  # 1,100/s over 10/s
+    check_quota(m, "userA", "client1", 10, 1000, 1_090_000)  # 1,100/s over 10/s
     m.update_quota(entity, None)  # back to no quotas at all
     assert not m.quotas_enabled
-    check_quota(m, "userA", "client1", UNLIMITED_BOUND, 1000, 0, now)
+    check_quota(m, "userA", "client1", UNLIMITED_BOUND, 1000, 0)
 
 
 def test_no_quota_records_nothing():
     clock = mock_clock()
     m = produce_manager(clock)
-    assert m.maybe_record_and_get_throttle_time_ms("u", "c", 10**9, clock()) == 0
-    assert m.entity_metrics(clock()) == []
+    assert m.maybe_record_and_get_throttle_time_ms("u", "c", 10**9) == 0
+    assert m.entity_metrics() == []
     assert m.max_value_in_quota_window("u", "c") == sys.float_info.max
     # with a quota elsewhere, an unmatched entity is recorded but never throttled
     m.update_quota(QuotaEntity("other"), 1)
-    assert m.maybe_record_and_get_throttle_time_ms("u", "c", 10**12, clock()) == 0
+    assert m.maybe_record_and_get_throttle_time_ms("u", "c", 10**12) == 0
     assert m.quota("u", "c").bound == UNLIMITED_BOUND
-    (metrics,) = m.entity_metrics(clock())
+    (metrics,) = m.entity_metrics()
     assert (metrics.user, metrics.client_id) == ("u", "")  # only <user> quotas: per user
 
 
@@ -736,8 +730,8 @@ def test_byte_rate_and_request_quota_violated_together():
     request = ClientRequestQuotaManager(clock=clock)
     produce.update_quota(QuotaEntity(client_id="c"), 100)
     request.update_quota(QuotaEntity(client_id="c"), 1)
-    bytes_throttle = produce.maybe_record_and_get_throttle_time_ms("u", "c", 2000, clock())
-    request_throttle = request.maybe_record_request_time_ns("u", "c", 200_000_000, clock())
+    bytes_throttle = produce.maybe_record_and_get_throttle_time_ms("u", "c", 2000)
+    request_throttle = request.maybe_record_request_time_ns("u", "c", 200_000_000)
     # 2000 B over a fresh (10 s) window = 200 B/s: (200 - 100) / 100 * 10000, not capped
     assert bytes_throttle == 10_000
     # 200 ms = 20 percent-seconds over 10 s = 2%: (2 - 1) / 1 * 10000, capped at one window
@@ -749,37 +743,37 @@ def test_entity_metrics_are_plain_numbers():
     clock = mock_clock()
     m = produce_manager(clock)
     m.update_quota(QuotaEntity(client_id=DEFAULT), 500)
-    m.maybe_record_and_get_throttle_time_ms("u", "c", 1000, clock())
-    (metrics,) = m.entity_metrics(clock())
+    m.maybe_record_and_get_throttle_time_ms("u", "c", 1000)
+    (metrics,) = m.entity_metrics()
     assert metrics.user == "" and metrics.client_id == "c"
     assert metrics.rate == pytest.approx(100)  # 1000 B over 10 padded seconds
     assert metrics.quota == 500
     assert metrics.throttle_time_avg == 0.0 and metrics.throttle_time_max == 0.0
-    m.throttle("u", "c", 2100, Ends()(1), clock())
-    m.throttle("u", "c", 500, Ends()(2), clock())
-    metrics = m.metrics_for("u", "c", clock())
+    m.throttle("u", "c", 2100, Ends()(1))
+    m.throttle("u", "c", 500, Ends()(2))
+    metrics = m.metrics_for("u", "c")
     assert metrics.throttle_time_avg == pytest.approx(1300)
     assert metrics.throttle_time_max == 2100
     assert m.queue_size == 2
     # the throttle-time sensor uses the broker's metric windows (2 x 30 s by default)
     clock.advance(60_000)
-    metrics = m.metrics_for("u", "c", clock())
+    metrics = m.metrics_for("u", "c")
     assert metrics.throttle_time_avg == 0.0 and metrics.throttle_time_max == 0.0
     assert metrics.rate == 0.0
-    assert m.metrics_for("nobody", "else", clock()) is None
+    assert m.metrics_for("nobody", "else") is None
 
 
 def test_inactive_sensors_expire_after_an_hour():
     clock = mock_clock()
     m = produce_manager(clock)
     m.update_quota(QuotaEntity(client_id="c"), 500)
-    m.maybe_record_and_get_throttle_time_ms("u", "c", 1, clock())
+    m.maybe_record_and_get_throttle_time_ms("u", "c", 1)
     clock.advance(3600 * 1000)
-    assert m.expire_sensors(clock()) == 0  # not more than an hour yet
+    assert m.expire_sensors() == 0  # not more than an hour yet
     clock.advance(1)
-    assert m.expire_sensors(clock()) == 2  # the quota and throttle-time sensors
-    assert m.entity_metrics(clock()) == []
-    assert m.maybe_record_and_get_throttle_time_ms("u", "c", 1, clock()) == 0  # recreated
+    assert m.expire_sensors() == 2  # the quota and throttle-time sensors
+    assert m.entity_metrics() == []
+    assert m.maybe_record_and_get_throttle_time_ms("u", "c", 1) == 0  # recreated
 
 
 def test_injected_clock_is_used_when_no_time_is_given():
@@ -794,7 +788,7 @@ def test_injected_clock_is_used_when_no_time_is_given():
     assert throttle == 2100
     ends = Ends()
     channel = m.throttle("u", "c", throttle, ends("conn"))
-    assert channel.end_time_ms == clock() + 2100
+    assert channel.end_time_ms == clock.milliseconds() + 2100
     clock.advance(2100)
     assert ends.reap(m) == ["conn"]
 
@@ -809,12 +803,12 @@ def test_throttled_channels_end_in_end_time_order_ties_in_arrival_order():
     m = produce_manager(clock)
     ends = Ends()
     assert m.throttle_timer.next_expiration_ms() is None and m.queue_size == 0
-    m.throttle("u", "c", 300, ends("a"), T0)  # ends T0 + 300
+    m.throttle("u", "c", 300, ends("a"))  # ends T0 + 300
     clock.advance(50)
-    m.throttle("u", "c", 100, ends("b"), T0 + 50)  # ends T0 + 150
+    m.throttle("u", "c", 100, ends("b"))  # ends T0 + 150
     clock.advance(50)
-    m.throttle("u", "c", 200, ends("c"), T0 + 100)  # ends T0 + 300, added after a
-    m.throttle("u", "c", 10, ends("d"), T0 + 100)  # ends T0 + 110
+    m.throttle("u", "c", 200, ends("c"))  # ends T0 + 300, added after a
+    m.throttle("u", "c", 10, ends("d"))  # ends T0 + 110
     assert m.queue_size == 4
     clock.set_milliseconds(T0 + 109)
     assert ends.reap(m) == []
@@ -842,11 +836,11 @@ def test_throttle_then_drain_returns_to_normal():
     m = ClientRequestQuotaManager(clock=clock)
     m.update_quota(QuotaEntity(client_id="c"), 1)
     ends = Ends()
-    assert m.throttle("u", "c", 0, ends("conn"), clock()) is None  # nothing to throttle
-    throttle = m.maybe_record_request_time_ns("u", "c", 500_000_000, clock())
+    assert m.throttle("u", "c", 0, ends("conn")) is None  # nothing to throttle
+    throttle = m.maybe_record_request_time_ns("u", "c", 500_000_000)
     assert throttle == 1000
-    m.throttle("u", "c", throttle, ends("conn"), clock())
-    m.throttle("u", "c", 400, ends("other"), clock())
+    m.throttle("u", "c", throttle, ends("conn"))
+    m.throttle("u", "c", 400, ends("other"))
     clock.advance(400)
     assert ends.reap(m) == ["other"]
     clock.advance(600)

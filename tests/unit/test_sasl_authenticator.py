@@ -11,6 +11,7 @@ import pytest
 import scramp
 
 from tests.integration.rawclient import decode_response, encode_request
+from tidegate.clock import MockClock
 from tidegate.protocol.apis import ApiKey
 from tidegate.security.authenticator import SaslServerAuthenticator, SaslState, generic_failure
 from tidegate.security.credentials import (
@@ -399,7 +400,7 @@ def test_connection_authenticates_before_requests_reach_the_broker():
             self.authenticated = []
             self.exempt_ns = []
 
-        def handle(self, request, now_ms):
+        def handle(self, request):
             ctx = request.context
             self.seen.append((bytes(request.payload[:2]), ctx.principal))
             self.authenticated.append(ctx.authenticated)
@@ -409,7 +410,7 @@ def test_connection_authenticates_before_requests_reach_the_broker():
         def record_exempt_request_time_ns(self, ns):
             self.exempt_ns.append(ns)
 
-    pool = SimpleMemoryPool(1 << 20, 1 << 20, strict=False)
+    pool = SimpleMemoryPool(1 << 20, 1 << 20, strict=False, clock=MockClock())
     rec = Recorder()
     server, _loop = serve(rec, pool, 1 << 20, sasl_max_receive_size=1024)
     sec = ListenerSecurity("SASL_PLAINTEXT", "SASL_PLAINTEXT", mechanisms=("PLAIN",),
@@ -441,7 +442,7 @@ def test_connection_refuses_large_and_unexpected_frames_before_login():
     from tidegate.network.socket_server import KafkaConnection
     from tidegate.security.listener import ListenerSecurity
 
-    pool = SimpleMemoryPool(1 << 20, 1 << 20, strict=False)
+    pool = SimpleMemoryPool(1 << 20, 1 << 20, strict=False, clock=MockClock())
     proc = ImmediateProcessor()
     server, _loop = serve(proc, pool, 1 << 20, sasl_max_receive_size=1024)
     sec = ListenerSecurity("SASL_PLAINTEXT", "SASL_PLAINTEXT", mechanisms=("PLAIN",),

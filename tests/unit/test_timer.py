@@ -32,7 +32,7 @@ class RecordingTask(TimerTask):
         self.clock = clock
 
     def run(self) -> None:
-        self.out.append((self.ident, self.clock() if self.clock else None))
+        self.out.append((self.ident, self.clock.milliseconds() if self.clock else None))
 
 
 class NoopTask(TimerTask):
@@ -44,7 +44,7 @@ def drive(timer: SystemTimer, clock: MockClock, limit: int = 100_000) -> int:
     """Jump the fake clock from one due bucket to the next until nothing is scheduled."""
     wakeups = 0
     while (nxt := timer.next_expiration_ms()) is not None:
-        clock.set_milliseconds(max(clock(), nxt))
+        clock.set_milliseconds(max(clock.milliseconds(), nxt))
         assert timer.advance_clock() is True
         wakeups += 1
         assert wakeups < limit
@@ -287,11 +287,11 @@ def test_4_a_task_holds_at_most_one_entry():
 def test_5_list_delay_follows_the_clock():
     clock = clock_at(123_456)
     bucket = TimerTaskList(TaskCounter())
-    bucket.set_expiration(clock() + 10_000)
+    bucket.set_expiration(clock.milliseconds() + 10_000)
     clock.advance(5_000)
-    assert bucket.get_delay(clock()) == 5_000
+    assert bucket.get_delay(clock.milliseconds()) == 5_000
     clock.advance(7_000)
-    assert bucket.get_delay(clock()) == 0  # never negative
+    assert bucket.get_delay(clock.milliseconds()) == 0  # never negative
 
 
 # --- case 6: already expired tasks --------------------------------------------------------
@@ -369,7 +369,7 @@ def test_7_thousands_of_random_tasks_with_cancels_and_clock_jumps():
                                 rng.randrange(0, 20_000)])
             task = RecordingTask(delay, next_id, out, clock)
             tasks[next_id] = task
-            live[next_id] = clock() + delay
+            live[next_id] = clock.milliseconds() + delay
             timer.add(task)
             next_id += 1
         for ident in rng.sample(sorted(live), k=min(len(live), rng.randrange(0, 5))):
@@ -498,10 +498,10 @@ def test_a_single_wakeup_driver_sees_every_expiry():
             for _ in range(3):
                 timer.add(RecordingTask(rng.randrange(1, 900), step, out, clock))
                 pending += 1
-        target = clock() + 5
+        target = clock.milliseconds() + 5
         # sleep until the armed wake-up if it is before the next "request"
         while armed[0] is not None and armed[0] <= target:
-            clock.set_milliseconds(max(clock(), armed[0]))
+            clock.set_milliseconds(max(clock.milliseconds(), armed[0]))
             armed[0] = None
             timer.advance_clock()
             wakeups += 1
@@ -510,14 +510,14 @@ def test_a_single_wakeup_driver_sees_every_expiry():
                 armed[0] = nxt
         clock.set_milliseconds(target)
     while armed[0] is not None:
-        clock.set_milliseconds(max(clock(), armed[0]))
+        clock.set_milliseconds(max(clock.milliseconds(), armed[0]))
         armed[0] = None
         timer.advance_clock()
         wakeups += 1
         armed[0] = timer.next_expiration_ms()
     assert len(out) == pending
     assert timer.size == 0
-    assert wakeups < clock()  # far fewer wake-ups than a 1 ms tick loop
+    assert wakeups < clock.milliseconds()  # far fewer wake-ups than a 1 ms tick loop
 
 
 def test_a_lagging_wheel_still_expires_on_time():
@@ -541,7 +541,7 @@ def test_a_task_added_by_a_running_task_is_scheduled_normally():
             self.left = left
 
         def run(self):
-            out.append(clock())
+            out.append(clock.milliseconds())
             if self.left:
                 timer.add(Chain(self.delay_ms, self.left - 1))
 
@@ -675,7 +675,7 @@ def test_a_task_added_by_a_task_that_runs_during_advance_clock_is_placed_afresh(
             self.left = left
 
         def run(self) -> None:
-            out.append(clock())
+            out.append(clock.milliseconds())
             if self.left:
                 timer.add(Chain(30, self.left - 1))  # re-entrant add while flushing
 

@@ -24,7 +24,7 @@ class Op(DelayedOperation):
     def __init__(self, name, delay_ms, fired, clock, then=None):
         super().__init__(delay_ms)
         self.name = name
-        self.deadline = clock() + delay_ms
+        self.deadline = clock.milliseconds() + delay_ms
         self.fired = fired
         self.clock = clock
         self.then = then  # called on expiry: schedules follow-up operations
@@ -33,13 +33,13 @@ class Op(DelayedOperation):
         return False
 
     def on_expiration(self):
-        self.fired.append((self.name, self.deadline, self.clock()))
+        self.fired.append((self.name, self.deadline, self.clock.milliseconds()))
         if self.then is not None:
             self.then()
 
 
 def purgatories(loop, names):
-    clock = loop.time_ms
+    clock = loop.clock
     ps = {n: DelayedOperationPurgatory(n, SystemTimer(clock=clock)) for n in names}
     reaper = TimerReaper(loop.call_at)
     for p in ps.values():
@@ -50,9 +50,9 @@ def purgatories(loop, names):
 def test_an_expiry_scheduling_a_later_operation_does_not_delay_other_purgatories():
     loop = FakeLoop()
     ps, reaper = purgatories(loop, ["Fetch", "Heartbeat"])
-    clock = loop.time_ms
+    clock = loop.clock
     fired = []
-    start = clock()
+    start = clock.milliseconds()
 
     def rebalance_done():
         # the completed join arms the members' session deadlines, 6 s out
@@ -71,7 +71,7 @@ def test_nothing_armed_while_idle():
     loop = FakeLoop()
     ps, _reaper = purgatories(loop, ["Fetch"])
     fired = []
-    op = Op("fetch", 300, fired, loop.time_ms)
+    op = Op("fetch", 300, fired, loop.clock)
     ps["Fetch"].try_complete_else_watch(op, ["k"])
     assert loop.armed  # one wake-up for the bucket
     op.force_complete()  # completed by an append: the bucket empties
@@ -101,8 +101,8 @@ def test_every_expiry_fires_at_its_deadline(roots, completions):
     loop = FakeLoop()
     names = ["Fetch", "Produce", "Heartbeat", "Rebalance"]
     ps, _reaper = purgatories(loop, names)
-    clock = loop.time_ms
-    start = clock()
+    clock = loop.clock
+    start = clock.milliseconds()
     fired: list = []
     live: list[Op] = []
     counter = iter(range(10**6))

@@ -90,7 +90,7 @@ def test_the_lso_never_falls_below_the_log_start_offset(log):
     log.append(pbatch(0, 3, pid=OTHER), 0)
     log.append(txn(0), 0)  # 3, open
     log.append(pbatch(3, 2, pid=OTHER), 0)
-    log.increment_log_start_offset(4)
+    log.increment_log_start_offset(4, 0)
     assert (log.first_unstable_offset, log.last_stable_offset) == (3, 4)
 
 
@@ -272,7 +272,7 @@ def test_truncation_reopens_the_transaction_whose_marker_it_removes(tmp_path):
     log.append(txn(0, 2), 0)
     end(log, commit=False)  # 2
     log.append(pbatch(0, pid=OTHER), 0)
-    log.truncate_to(2)
+    log.truncate_to(2, 0)
     assert aborted(log) == []
     assert (log.first_unstable_offset, log.last_stable_offset) == (0, 0)
     log.close()

@@ -40,7 +40,7 @@ import socket
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from tidegate.clock import SYSTEM_CLOCK
+from tidegate.clock import SYSTEM_CLOCK, Clock
 from tidegate.errors import (
     AuthenticationError,
     BrokerResponseError,
@@ -124,9 +124,9 @@ class KafkaClient:
         send_buffer_bytes: int = 131072,
         receive_buffer_bytes: int = 65536,
         security: ClientSecurity | Mapping[str, Any] | None = None,
-        clock: Any = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
-        self.clock = clock or SYSTEM_CLOCK
+        self.clock = clock
         if security is None:
             security = ClientSecurity()
         elif not isinstance(security, ClientSecurity):

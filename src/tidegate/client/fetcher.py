@@ -33,7 +33,6 @@ needs Metadata topic ids and gains nothing here.
 
 from __future__ import annotations
 
-import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -252,7 +251,8 @@ def list_offsets(
 ) -> dict[TopicPartition, int]:
     """The offset for each target: EARLIEST (-2), LATEST (-1) or a timestamp (the first
     offset whose timestamp is >= it; -1 when there is none)."""
-    deadline = time.monotonic() + timeout_ms / 1000
+    clock = client.clock
+    deadline = clock.milliseconds() + timeout_ms
     _ensure_metadata(client, {t for t, _ in targets}, timeout_ms)
     result: dict[TopicPartition, int] = {}
     pending = dict(targets)
@@ -262,7 +262,7 @@ def list_offsets(
         retry: dict[TopicPartition, int] = {tp: pending[tp] for tp in leaderless}
         last_error: BrokerResponseError | None = None
         for node, tps in by_node.items():
-            left = max(1.0, (deadline - time.monotonic()) * 1000)
+            left = max(1.0, deadline - clock.milliseconds())
             client.await_ready(node, left)
             version = client.api_version(node, LIST_OFFSETS, max_version=LIST_OFFSETS_MAX_VERSION)
             topics: dict[str, list[dict]] = {}
@@ -296,11 +296,11 @@ def list_offsets(
         pending = retry
         if pending:
             attempt += 1
-            if attempt > retries or time.monotonic() > deadline:
+            if attempt > retries or clock.milliseconds() > deadline:
                 raise last_error or KafkaError(
                     f"no leader for {sorted(pending)} after {attempt} attempts"
                 )
-            time.sleep(retry_backoff_ms / 1000)
+            clock.sleep(retry_backoff_ms / 1000)
             client.metadata(sorted({t for t, _ in pending}), timeout_ms=timeout_ms)
     return result
 
@@ -572,16 +572,17 @@ def _read_range(
     on_out_of_range: Callable[[FetchOffsetOutOfRangeError], int | None] | None,
     sessions: dict[int, FetchSessionHandler],
 ) -> Iterator[list[ConsumerRecord]]:
-    stalled_since = time.monotonic()
+    clock = client.clock
+    stalled_since = clock.milliseconds()
     while pos < end:
         leader = client.cluster.leader_for(*tp)
         if leader is None:
             client.metadata([tp[0]], timeout_ms=timeout_ms)
             leader = client.cluster.leader_for(*tp)
             if leader is None:
-                if time.monotonic() - stalled_since > timeout_ms / 1000:
+                if clock.milliseconds() - stalled_since > timeout_ms:
                     raise KafkaError(f"no leader for {tp[0]}-{tp[1]}")
-                time.sleep(0.1)
+                clock.sleep(0.1)
                 continue
         got = fetch(
             client,
@@ -607,14 +608,14 @@ def _read_range(
             if nxt is None or nxt >= end:
                 return
             pos = nxt
-            stalled_since = time.monotonic()
+            stalled_since = clock.milliseconds()
             continue
         if got.error_code:
             err2 = BrokerResponseError(got.error_code, f"Fetch {tp[0]}-{tp[1]}")
             if got.error_code in INVALID_METADATA_CODES or err2.retriable:
-                if time.monotonic() - stalled_since > timeout_ms / 1000:
+                if clock.milliseconds() - stalled_since > timeout_ms:
                     raise err2
-                time.sleep(0.1)
+                clock.sleep(0.1)
                 client.metadata([tp[0]], timeout_ms=timeout_ms)
                 continue
             raise err2
@@ -629,9 +630,9 @@ def _read_range(
             return
         if completed.next_fetch_offset > pos:
             pos = completed.next_fetch_offset
-            stalled_since = time.monotonic()
+            stalled_since = clock.milliseconds()
             continue
-        if time.monotonic() - stalled_since > timeout_ms / 1000:
+        if clock.milliseconds() - stalled_since > timeout_ms:
             lso = (
                 f", last stable offset {got.last_stable_offset}"
                 if isolation_level == READ_COMMITTED

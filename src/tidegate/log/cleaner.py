@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Union
 
 from tidegate.client.compression import compress, decompress
-from tidegate.clock import SYSTEM_CLOCK, Clock, monotonic_ms
+from tidegate.clock import SYSTEM_CLOCK, Clock, MonotonicMs, WallMs
 
 from .batch_builder import batch_crc, set_crc, varint
 from .checkpoint import read_checkpoint_file, write_checkpoint_file
@@ -176,7 +176,8 @@ _OFFSET = struct.Struct(">q")
 class Throttler:
     """Kafka's ``Throttler``: holds a byte rate to ``rate`` per second by sleeping. Every
     ``check_interval_ms`` it compares the bytes seen since the last check with the
-    time taken and sleeps off the excess. ``clock`` is injected (tests drive it with a
+    time taken and sleeps off the excess, on the :class:`~tidegate.clock.Clock` it is
+    given (Kafka's ``Throttler`` takes a ``Time``; tests give a
     :class:`~tidegate.clock.MockClock`); ``sleep`` defaults to the clock's."""
 
     def __init__(
@@ -184,7 +185,7 @@ class Throttler:
         rate: float,
         *,
         check_interval_ms: int = 300,
-        clock: Clock = SYSTEM_CLOCK,
+        clock: Clock,
         sleep: Callable[[float], None] | None = None,
     ) -> None:
         self.rate = rate
@@ -216,6 +217,11 @@ class Throttler:
         self._observed = 0
 
 
+#: a clean's times before it is timed, and a cleaner's last run before its first
+_NOT_TIMED = MonotonicMs(0)
+_NEVER = WallMs(0)
+
+
 @dataclass
 class CleanerStats:
     """One clean's counters (Kafka's ``CleanerStats``)."""
@@ -228,9 +234,10 @@ class CleanerStats:
     messages_written: int = 0
     invalid_messages_read: int = 0
     buffer_utilization: float = 0.0
-    start_ms: int = 0
-    map_complete_ms: int = 0
-    end_ms: int = 0
+    #: monotonic times of the clean's start, of its offset map's completion and its end
+    start_ms: MonotonicMs = _NOT_TIMED
+    map_complete_ms: MonotonicMs = _NOT_TIMED
+    end_ms: MonotonicMs = _NOT_TIMED
     #: the offset the next round starts from (the checkpoint's new value)
     end_offset: int = 0
 
@@ -357,14 +364,14 @@ class CleanJob:
     delete_retention_ms: int
     segment_bytes: int
     producer_last_offsets: dict[int, int]
-    now_ms: int
+    now_ms: WallMs
     dedupe_buffer_size: int
     load_factor: float
     io_buffer_size: int
     io_max_bytes_per_second: float
 
     @classmethod
-    def of(cls, ltc: LogToClean, now_ms: int, cleaner: Cleaner) -> CleanJob:
+    def of(cls, ltc: LogToClean, now_ms: WallMs, cleaner: Cleaner) -> CleanJob:
         plog = ltc.log
         return cls(
             str(plog.directory),
@@ -429,14 +436,16 @@ def prepare_in_worker(job: CleanJob, parent_pid: int) -> tuple[CleanerStats, lis
     """Run a clean's :meth:`Cleaner.prepare` in a worker process: everything but the
     swap, from the files alone. Returns the stats and, per group, the base offsets of
     the segments it replaces and the aborted transactions it kept."""
-    throttle = Throttler(job.io_max_bytes_per_second)
+    # the worker is a process of its own: its clock is the system's
+    throttle = Throttler(job.io_max_bytes_per_second, clock=SYSTEM_CLOCK)
     alive = _check_parent(parent_pid)
 
     def hook(n: int) -> None:
         alive(n)
         throttle(n)
 
-    cleaner = Cleaner(job.dedupe_buffer_size, job.load_factor, io_buffer_size=job.io_buffer_size, throttle=hook)
+    cleaner = Cleaner(job.dedupe_buffer_size, job.load_factor, clock=SYSTEM_CLOCK,
+                      io_buffer_size=job.io_buffer_size, throttle=hook)
     snapshot = LogSnapshot(job)
     try:
         stats, groups = cleaner.prepare_log(
@@ -554,23 +563,26 @@ class _TxnTracker:
 
 
 class Cleaner:
-    """One clean of one log (Kafka's ``Cleaner``)."""
+    """One clean of one log (Kafka's ``Cleaner``). Its stats time the clean and its
+    :class:`Throttler` sleeps on ``clock`` (Kafka's ``Cleaner`` holds a ``Time``)."""
 
     def __init__(
         self,
         dedupe_buffer_size: int = 134217728,
         load_factor: float = 0.9,
         *,
+        clock: Clock,
         io_buffer_size: int = 524288,
         io_max_bytes_per_second: float = UNBOUNDED_RATE,
         throttle: Callable[[int], None] | None = None,
     ) -> None:
+        self.clock = clock
         self.offset_map = OffsetMap(dedupe_buffer_size, load_factor)
         #: log.cleaner.io.buffer.size: half for reading, half for the cleaned segment
         self.io_buffer_size = io_buffer_size
         self.write_buffer_size = max(1, io_buffer_size // 2)
         #: log.cleaner.io.max.bytes.per.second (its ``rate`` changes live)
-        self.throttler = Throttler(io_max_bytes_per_second)
+        self.throttler = Throttler(io_max_bytes_per_second, clock=clock)
         #: called with the bytes read or written
         self.throttle: Callable[[int], None] = throttle or self.throttler
 
@@ -627,24 +639,22 @@ class Cleaner:
     def clean(
         self,
         to_clean: LogToClean,
-        now_ms: int,
+        now_ms: WallMs,
         *,
         on_step: Callable[[str], None] | None = None,
-        clock_ms: Callable[[], int] = monotonic_ms,
     ) -> CleanerStats:
         """Clean one log (:meth:`prepare` then :meth:`commit` on this thread); the stats'
         ``end_offset`` is the new first dirty offset."""
-        prepared = self.prepare(to_clean, now_ms, on_step=on_step, clock_ms=clock_ms)
+        prepared = self.prepare(to_clean, now_ms, on_step=on_step)
         self.commit(prepared, now_ms, on_step=on_step)
         return prepared.stats
 
     def prepare(
         self,
         to_clean: LogToClean,
-        now_ms: int,
+        now_ms: WallMs,
         *,
         on_step: Callable[[str], None] | None = None,
-        clock_ms: Callable[[], int] = monotonic_ms,
     ) -> PreparedClean:
         """Everything but the swap, without changing the log: build the offset map and
         write each group's cleaned segment as ``.cleaned`` files. Reads only inactive
@@ -652,7 +662,7 @@ class Cleaner:
         :meth:`commit` (on the log's thread) swaps the groups in."""
         stats, groups = self.prepare_log(
             to_clean.log, to_clean.first_dirty_offset, to_clean.first_uncleanable_offset,
-            now_ms, on_step=on_step, clock_ms=clock_ms,
+            now_ms, on_step=on_step,
         )  # fmt: skip
         prepared = PreparedClean(to_clean.log, stats)
         for segs, aborted in groups:
@@ -665,17 +675,17 @@ class Cleaner:
         plog: _CleanedLog,
         first_dirty: int,
         first_uncleanable: int,
-        now_ms: int,
+        now_ms: WallMs,
         *,
         on_step: Callable[[str], None] | None = None,
-        clock_ms: Callable[[], int] = monotonic_ms,
     ) -> tuple[CleanerStats, list[tuple[list[_Segment], list[AbortedTxn]]]]:
         """:meth:`prepare` of a live log or of a worker process's :class:`LogSnapshot`:
         the stats and, per group, the segments it replaces and the aborted transactions
         its ``.cleaned`` transaction index holds."""
-        stats = CleanerStats(start_ms=clock_ms())
+        clock = self.clock
+        stats = CleanerStats(start_ms=clock.milliseconds())
         end = self.build_offset_map(plog, first_dirty, first_uncleanable, stats)
-        stats.map_complete_ms = clock_ms()
+        stats.map_complete_ms = clock.milliseconds()
         stats.buffer_utilization = self.offset_map.utilization
         stats.end_offset = end
         delete_retention_ms = plog.config.delete_retention_ms
@@ -705,13 +715,13 @@ class Cleaner:
             groups.append((group, kept_aborted))
             if on_step is not None:
                 on_step("cleaned")
-        stats.end_ms = clock_ms()
+        stats.end_ms = clock.milliseconds()
         self.offset_map.clear()  # its buffer goes back until the next clean
         return stats, groups
 
     @staticmethod
     def commit(
-        prepared: PreparedClean, now_ms: int, *, on_step: Callable[[str], None] | None = None
+        prepared: PreparedClean, now_ms: WallMs, *, on_step: Callable[[str], None] | None = None
     ) -> bool:
         """Swap the prepared groups in; False (the rest discarded) when the log changed
         under them (retention, DeleteRecords, truncation, closing)."""
@@ -732,7 +742,7 @@ class Cleaner:
         pos: int,
         h: BatchHeader,
         end: int,
-        now_ms: int,
+        now_ms: WallMs,
         delete_retention_ms: int,
         tracker: _TxnTracker,
         kept_aborted: list[AbortedTxn],
@@ -850,7 +860,7 @@ class LogCleanerManager:
             self.checkpoints[tp] = offset
         self.write_checkpoints()
 
-    def cleanable_range(self, tp: tuple[str, int], plog: Log, now_ms: int) -> tuple[int, int]:
+    def cleanable_range(self, tp: tuple[str, int], plog: Log, now_ms: WallMs) -> tuple[int, int]:
         """(first dirty, first uncleanable) offsets; an invalid checkpoint is reset to the
         log start offset."""
         start = plog.log_start_offset
@@ -869,7 +879,7 @@ class LogCleanerManager:
                     break
         return first_dirty, max(first_dirty, bound)
 
-    def log_to_clean(self, tp: tuple[str, int], plog: Log, now_ms: int) -> LogToClean:
+    def log_to_clean(self, tp: tuple[str, int], plog: Log, now_ms: WallMs) -> LogToClean:
         first_dirty, uncleanable = self.cleanable_range(tp, plog, now_ms)
         start = plog.log_start_offset
         clean = plog.bytes_between(start, first_dirty) if first_dirty > start else 0
@@ -887,7 +897,7 @@ class LogCleanerManager:
         return ltc
 
     def grab_filthiest(
-        self, logs: Mapping[tuple[str, int], Log], now_ms: int
+        self, logs: Mapping[tuple[str, int], Log], now_ms: WallMs
     ) -> tuple[LogToClean | None, float]:
         """The eligible log with the highest dirty ratio, and the highest ratio of all
         compacted logs (the max_dirty_percent metric)."""
@@ -920,14 +930,14 @@ class LogCleaner:
     recopy_percent: int = 0
     max_clean_time_secs: int = 0
     max_buffer_utilization_percent: int = 0
-    last_run_ms: int = 0
+    last_run_ms: WallMs = _NEVER
     cleans: int = 0
     last_stats: CleanerStats | None = None
     #: the log a worker thread is cleaning (retention leaves it alone meanwhile)
     in_progress: Log | None = None
     stats_history: list[CleanerStats] = field(default_factory=list)
 
-    def clean_once(self, logs: Mapping[tuple[str, int], Log], now_ms: int) -> bool:
+    def clean_once(self, logs: Mapping[tuple[str, int], Log], now_ms: WallMs) -> bool:
         """Clean the filthiest eligible log once, on this thread; False when none needed
         cleaning."""
         ltc = self.choose(logs, now_ms)
@@ -940,7 +950,7 @@ class LogCleaner:
             return False
         return self.finish(ltc, prepared, now_ms)
 
-    def choose(self, logs: Mapping[tuple[str, int], Log], now_ms: int) -> LogToClean | None:
+    def choose(self, logs: Mapping[tuple[str, int], Log], now_ms: WallMs) -> LogToClean | None:
         """The log to clean now (None: none is due); updates max-dirty-percent."""
         ltc, max_ratio = self.manager.grab_filthiest(logs, now_ms)
         self.max_dirty_percent = int(100 * max_ratio)
@@ -960,7 +970,7 @@ class LogCleaner:
         assert isinstance(ltc.key, tuple)
         self.manager.uncleanable.add(ltc.key)
 
-    def finish(self, ltc: LogToClean, prepared: PreparedClean, now_ms: int) -> bool:
+    def finish(self, ltc: LogToClean, prepared: PreparedClean, now_ms: WallMs) -> bool:
         """Swap a prepared clean in, move the checkpoint, update the metrics."""
         tp = ltc.key
         assert isinstance(tp, tuple)

@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import errno
 import logging
-from collections.abc import Callable
+
+from tidegate.clock import Clock, MonotonicMs
 
 __all__ = ["LogDirFailureChannel", "StorageError", "UnrecoverableWriteError"]
 
@@ -55,12 +56,13 @@ class LogDirFailureChannel:
     def __init__(
         self,
         log_dir: str,
-        clock_ms: Callable[[], int],
+        clock: Clock,
         *,
         repeat_interval_ms: int = 60_000,
     ) -> None:
         self.log_dir = log_dir
-        self._clock_ms = clock_ms
+        #: its monotonic time spaces out the repeated error lines
+        self._clock = clock
         self.repeat_interval_ms = repeat_interval_ms
         #: the directory is offline until restart (Kafka's offline log dir)
         self.offline = False
@@ -69,7 +71,7 @@ class LogDirFailureChannel:
         self.full = False
         #: I/O errors reported since start (tidegate_log_storage_errors_total)
         self.storage_errors = 0
-        self._last_logged_ms: int | None = None
+        self._last_logged_ms: MonotonicMs | None = None
         self._suppressed = 0
 
     @property
@@ -126,11 +128,11 @@ class LogDirFailureChannel:
 
     def _log_now(self, level: int, msg: str, *args: object) -> None:
         self._suppressed = 0
-        self._last_logged_ms = self._clock_ms()
+        self._last_logged_ms = self._clock.milliseconds()
         log.log(level, msg, *args)
 
     def _repeat(self, reason: str) -> None:
-        now = self._clock_ms()
+        now = self._clock.milliseconds()
         if self._last_logged_ms is not None and now - self._last_logged_ms < self.repeat_interval_ms:
             self._suppressed += 1
             return

@@ -9,9 +9,14 @@ log start offset is kept as Kafka keeps it, in the log directory's
 ``log-start-offset-checkpoint`` (written by the LogManager, read back into
 ``Log(log_start_offset=...)``).
 
-Plain synchronous object: no asyncio, no threads, time passed in. The one
-concession to an asyncio caller is the split flush (:meth:`Log.begin_flush`,
-:meth:`FlushTicket.run` on a worker thread, :meth:`Log.complete_flush`).
+Plain synchronous object: no asyncio, no threads, no clock: every call that needs
+the time takes ``now_ms``, a :data:`~tidegate.clock.WallMs` from its caller. One
+clock for all of it, as Kafka's log reads ``Time.milliseconds()`` (the wall clock)
+for each: LogAppendTime and timestamp validation, retention by time (record
+timestamps), segment roll by time (a segment's creation against record timestamps)
+and flush.ms. The one concession to an asyncio caller is the split flush
+(:meth:`Log.begin_flush`, :meth:`FlushTicket.run` on a worker thread,
+:meth:`Log.complete_flush`).
 
 Durability contract: every offset below :attr:`Log.recovery_point` has been
 fsynced. After a crash (kill -9 or power loss) the next open re-validates every
@@ -32,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, overload
 
+from tidegate.clock import WallMs
 from tidegate.errors import OffsetOutOfRangeError
 
 from .checkpoint import TMP_MARK, CheckpointWrite, replace_file
@@ -297,7 +303,7 @@ class Log:
         self,
         directory: Path,
         config: LogConfig,
-        now_ms: int,
+        now_ms: WallMs,
         *,
         leader_epoch: int = 0,
         log_start_offset: int | None = None,
@@ -347,7 +353,7 @@ class Log:
 
     # -- loading ---------------------------------------------------------------
 
-    def _load(self, now_ms: int) -> None:
+    def _load(self, now_ms: WallMs) -> None:
         d = self.directory
         dir_fd = self._dir_fd
         clean = os.path.exists(d / CLEAN_SHUTDOWN_FILE)
@@ -488,7 +494,7 @@ class Log:
         old: list[LogSegment],
         log_data: bytes,
         aborted: list[AbortedTxn],
-        now_ms: int,
+        now_ms: WallMs,
         on_step: Callable[[str], None] | None = None,
     ) -> LogSegment:
         """Swap ``old`` (consecutive inactive segments) for one segment holding
@@ -531,7 +537,7 @@ class Log:
         self,
         old: list[LogSegment],
         aborted: list[AbortedTxn],
-        now_ms: int,
+        now_ms: WallMs,
         on_step: Callable[[str], None] | None = None,
     ) -> LogSegment:
         """The rest of :meth:`replace_segments` once the ``.cleaned`` files are written."""
@@ -695,7 +701,7 @@ class Log:
     def append(
         self,
         records,
-        now_ms: int,
+        now_ms: WallMs,
         *,
         from_client: bool = True,
         single_batch: bool = False,
@@ -795,7 +801,8 @@ class Log:
                         self._index_aborted(segment, completed)
                     ps.complete_txn(completed)
             if auto_flush and self.unflushed_messages >= config.flush_messages:
-                self.flush(now_ms=now_ms)
+                self.flush()
+                self._last_flush_ms = now_ms
         except OSError as exc:
             # the batch is in the log but its transaction index or its fsync failed:
             # the state on disk is unknown
@@ -828,7 +835,7 @@ class Log:
         return out
 
     def _should_roll(
-        self, seg: LogSegment, size: int, max_ts: int, max_offset: int, now_ms: int
+        self, seg: LogSegment, size: int, max_ts: int, max_offset: int, now_ms: WallMs
     ) -> bool:
         """Kafka's ``LogSegment.shouldRoll`` (no roll jitter; never rolls an empty segment)."""
         if seg.size == 0:
@@ -841,13 +848,13 @@ class Log:
             or max_offset - seg.base_offset > _INT32_MAX
         )
 
-    def _maybe_roll(self, size: int, max_ts: int, max_offset: int, now_ms: int) -> LogSegment:
+    def _maybe_roll(self, size: int, max_ts: int, max_offset: int, now_ms: WallMs) -> LogSegment:
         seg = self._segments[-1]
         if self._should_roll(seg, size, max_ts, max_offset, now_ms):
             return self.roll(now_ms)
         return seg
 
-    def roll(self, now_ms: int) -> LogSegment:
+    def roll(self, now_ms: WallMs) -> LogSegment:
         """Start a new active segment at the log end offset (no-op if the active one is empty)."""
         self._check_open()
         old = self._segments[-1]
@@ -1015,7 +1022,7 @@ class Log:
 
     # -- flushing ----------------------------------------------------------------
 
-    def begin_flush(self, up_to: int | None = None, *, now_ms: int | None = None) -> FlushTicket:
+    def begin_flush(self, up_to: int | None = None) -> FlushTicket:
         """First half of a flush, on the log's own thread: collect what to fsync.
 
         ``up_to`` (exclusive, default the log end offset) is the recovery point the
@@ -1023,8 +1030,6 @@ class Log:
         thread, then call :meth:`complete_flush` back on this thread.
         """
         self._check_open()
-        if now_ms is not None:
-            self._last_flush_ms = now_ms
         leo = self.log_end_offset
         target = leo if up_to is None else max(0, min(up_to, leo))
         rp = self._recovery_point
@@ -1095,13 +1100,13 @@ class Log:
         self._checkpointed_recovery_point = self._recovery_point
         return RecoveryPointCheckpoint(os.dup(self._dir_fd), self._recovery_point)
 
-    def flush(self, up_to: int | None = None, *, now_ms: int | None = None) -> None:
+    def flush(self, up_to: int | None = None) -> None:
         """fsync everything below ``up_to`` (default: the log end offset) on this thread."""
-        ticket = self.begin_flush(up_to, now_ms=now_ms)
+        ticket = self.begin_flush(up_to)
         ticket.run()
         self.complete_flush(ticket)
 
-    def flush_due(self, now_ms: int) -> bool:
+    def flush_due(self, now_ms: WallMs) -> bool:
         """Whether ``flush.messages`` or ``flush.ms`` asks for a flush now."""
         unflushed = self.unflushed_messages
         if unflushed <= 0:
@@ -1109,17 +1114,18 @@ class Log:
         cfg = self.config
         return unflushed >= cfg.flush_messages or now_ms - self._last_flush_ms >= cfg.flush_ms
 
-    def maybe_flush_by_time(self, now_ms: int) -> bool:
+    def maybe_flush_by_time(self, now_ms: WallMs) -> bool:
         """Flush if ``flush.ms`` has passed since the last flush and data is unflushed."""
         self._check_open()
         if self.unflushed_messages > 0 and now_ms - self._last_flush_ms >= self.config.flush_ms:
-            self.flush(now_ms=now_ms)
+            self.flush()
+            self._last_flush_ms = now_ms
             return True
         return False
 
     # -- retention ---------------------------------------------------------------
 
-    def apply_retention(self, now_ms: int) -> int:
+    def apply_retention(self, now_ms: WallMs) -> int:
         """Delete old segments as Kafka's ``deleteOldSegments``; return how many.
 
         In order: segments whose largest timestamp is more than ``retention.ms`` old;
@@ -1155,7 +1161,7 @@ class Log:
         return deleted
 
     def _delete_old_segments(
-        self, predicate: Callable[[LogSegment, LogSegment | None], bool], now_ms: int
+        self, predicate: Callable[[LogSegment, LogSegment | None], bool], now_ms: WallMs
     ) -> int:
         segs = self._segments
         hw = self.high_watermark
@@ -1196,7 +1202,7 @@ class Log:
         self._recovery_point = max(self._recovery_point, offset)
         self.leader_epoch_cache.truncate_from_start(offset)
 
-    def increment_log_start_offset(self, offset: int) -> int:
+    def increment_log_start_offset(self, offset: int, now_ms: WallMs) -> int:
         """DeleteRecords (Kafka's ``maybeIncrementLogStartOffset``): move the log start
         offset up to ``offset`` (at most the high watermark; a lower offset changes
         nothing), trim the leader-epoch cache, and delete the segments now wholly below
@@ -1216,7 +1222,7 @@ class Log:
         if offset > self._log_start_offset:
             self._set_log_start_offset(offset)
             self._delete_old_segments(
-                lambda seg, nxt: nxt is not None and nxt.base_offset <= self._log_start_offset, 0
+                lambda seg, nxt: nxt is not None and nxt.base_offset <= self._log_start_offset, now_ms
             )
         return self._log_start_offset
 
@@ -1228,14 +1234,14 @@ class Log:
 
     # -- producer state ----------------------------------------------------------
 
-    def remove_expired_producers(self, now_ms: int, expiration_ms: int) -> int:
+    def remove_expired_producers(self, now_ms: WallMs, expiration_ms: int) -> int:
         """Forget producers idle for ``producer.id.expiration.ms``; returns how many."""
         self._check_open()
         return self.producer_state.remove_expired(now_ms, expiration_ms)
 
     # -- truncation, close, delete --------------------------------------------------
 
-    def truncate_to(self, offset: int, now_ms: int = 0) -> int:
+    def truncate_to(self, offset: int, now_ms: WallMs) -> int:
         """Remove every batch ending at or after ``offset``; return the new log end offset.
 
         A batch containing ``offset`` is removed whole. Below the log start offset
@@ -1269,7 +1275,7 @@ class Log:
         self._load_producer_state()
         return leo
 
-    def _truncate_fully_and_start_at(self, offset: int, now_ms: int) -> None:
+    def _truncate_fully_and_start_at(self, offset: int, now_ms: WallMs) -> None:
         self._generation += 1
         for seg in self._segments:
             seg.delete()

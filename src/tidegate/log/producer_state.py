@@ -62,6 +62,7 @@ from typing import NamedTuple
 
 from crc32c import crc32c
 
+from tidegate.clock import WallMs
 from tidegate.errors import (
     InvalidProducerEpochError,
     InvalidTxnStateError,
@@ -462,7 +463,7 @@ class ProducerStateManager:
 
     # -- expiration --------------------------------------------------------------------
 
-    def remove_expired(self, now_ms: int, expiration_ms: int) -> int:
+    def remove_expired(self, now_ms: WallMs, expiration_ms: int) -> int:
         """Forget producers idle for ``expiration_ms`` (``producer.id.expiration.ms``), measured
         from their last batch's max timestamp as Kafka does; a producer with an open
         transaction never expires. Returns how many went."""

@@ -19,6 +19,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
+from tidegate.clock import WallMs
+
 from .dir_failure import UnrecoverableWriteError
 from .file_region import FileRegion
 from .index import CorruptIndexError, OffsetIndex, TimeIndex, TransactionIndex
@@ -163,7 +165,7 @@ class LogSegment:
         directory: Path,
         base_offset: int,
         index_interval_bytes: int,
-        now_ms: int,
+        now_ms: WallMs,
         fd: int,
         offset_index: OffsetIndex,
         time_index: TimeIndex,
@@ -196,7 +198,7 @@ class LogSegment:
 
     @classmethod
     def create(
-        cls, directory: Path, base_offset: int, index_interval_bytes: int, now_ms: int
+        cls, directory: Path, base_offset: int, index_interval_bytes: int, now_ms: WallMs
     ) -> LogSegment:
         """A new, empty segment (any leftover files with its name are replaced)."""
         fd = os.open(
@@ -216,7 +218,7 @@ class LogSegment:
 
     @classmethod
     def open(
-        cls, directory: Path, base_offset: int, index_interval_bytes: int, now_ms: int
+        cls, directory: Path, base_offset: int, index_interval_bytes: int, now_ms: WallMs
     ) -> LogSegment:
         """Open an existing segment. Its state is unknown until :meth:`load` or :meth:`recover`."""
         fd = os.open(log_file_path(directory, base_offset), os.O_RDWR)
@@ -372,7 +374,7 @@ class LogSegment:
                 self._rolling_ts = _unpack_header(data, 0)[8]
         return self._rolling_ts
 
-    def time_waited_for_roll(self, now_ms: int, message_timestamp: int) -> int:
+    def time_waited_for_roll(self, now_ms: WallMs, message_timestamp: int) -> int:
         """Kafka's ``timeWaitedForRoll``: age by message timestamps, else by wall clock."""
         t = self.rolling_based_timestamp()
         if t is not None and t >= 0:

@@ -30,6 +30,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from tidegate.client.compression import GZIP, LZ4, NONE, SNAPPY, ZSTD, compress, decompress
+from tidegate.clock import WallMs
 
 from .batch_builder import batch_crc, encode_record, set_crc, write_header
 from .record_batch import (
@@ -75,7 +76,7 @@ def _must_recompress(h: BatchHeader, target: int | None) -> bool:
     return target is not None and h.compression_type != target and not h.is_control
 
 
-def _timestamps_suspect(h: BatchHeader, config: LogConfig, now_ms: int) -> bool:
+def _timestamps_suspect(h: BatchHeader, config: LogConfig, now_ms: WallMs) -> bool:
     """Whether a record of this batch may be out of the allowed range (CreateTime only)."""
     if config.message_timestamp_type != "CreateTime":
         return False
@@ -84,7 +85,7 @@ def _timestamps_suspect(h: BatchHeader, config: LogConfig, now_ms: int) -> bool:
     return h.max_timestamp - now_ms > config.message_timestamp_after_max_ms
 
 
-def needs_record_validation(v: ValidatedBatches, config: LogConfig, now_ms: int) -> bool:
+def needs_record_validation(v: ValidatedBatches, config: LogConfig, now_ms: WallMs) -> bool:
     """Whether :func:`validate_records` has anything to do (read from the headers only)."""
     target = _target_codec(config)
     return any(
@@ -93,7 +94,7 @@ def needs_record_validation(v: ValidatedBatches, config: LogConfig, now_ms: int)
 
 
 def validate_records(
-    buf: bytes | bytearray | memoryview, v: ValidatedBatches, config: LogConfig, now_ms: int
+    buf: bytes | bytearray | memoryview, v: ValidatedBatches, config: LogConfig, now_ms: WallMs
 ) -> bytearray | None:
     """Check the records' timestamps and recompress batches not in the topic's codec.
 
@@ -162,7 +163,7 @@ def check_keys(buf: bytes | bytearray | memoryview, v: ValidatedBatches, topic_p
 
 
 def _check_timestamps(
-    h: BatchHeader, deltas: list[tuple[int, int]], config: LogConfig, now_ms: int, pos: int
+    h: BatchHeader, deltas: list[tuple[int, int]], config: LogConfig, now_ms: WallMs, pos: int
 ) -> None:
     """Kafka's ``LogValidator.validateTimestamp`` on every record of a CreateTime batch."""
     before = config.message_timestamp_before_max_ms
@@ -206,7 +207,7 @@ def _rebuild(
     deltas: list[tuple[int, int]],
     target: int,
     config: LogConfig,
-    now_ms: int,
+    now_ms: WallMs,
 ) -> bytes:
     """One batch with the same records in the ``target`` codec (Kafka's
     ``MemoryRecordsBuilder`` as ``LogValidator`` drives it)."""

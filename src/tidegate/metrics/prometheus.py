@@ -37,6 +37,7 @@ from prometheus_client.core import (
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 
+from tidegate.clock import Clock
 from tidegate.errors import ErrorCode
 from tidegate.protocol.apis import api_name
 
@@ -447,13 +448,14 @@ class LogCleanerCollector(Collector):
     """kafka.log:type=LogCleaner and LogCleanerManager gauges, read from the broker's
     log cleaner (:class:`tidegate.log.cleaner.LogCleaner`)."""
 
-    def __init__(self, cleaner: Any, now_ms: Callable[[], int]) -> None:
+    def __init__(self, cleaner: Any, clock: Clock) -> None:
         self.cleaner = cleaner
-        self.now_ms = now_ms
+        self.clock = clock
 
     def collect(self) -> Iterable[Metric]:
         c = self.cleaner
-        since = max(0, self.now_ms() - c.last_run_ms) if c.last_run_ms else 0
+        # last_run_ms is the wall time the broker handed the cleaner's last look
+        since = max(0, self.clock.wall_milliseconds() - c.last_run_ms) if c.last_run_ms else 0
         for name, doc, value in (
             ("kafka_log_logcleanermanager_max_dirty_percent",
              "Dirty share of the dirtiest compacted log, in percent (max-dirty-percent).",
@@ -908,9 +910,9 @@ class BrokerMetrics:
     def register_logs(self, logs: Callable[[], Mapping[tuple[str, int], Any]]) -> None:
         self.registry.register(LogCollector(logs))
 
-    def register_log_cleaner(self, cleaner: Any, now_ms: Callable[[], int]) -> None:
+    def register_log_cleaner(self, cleaner: Any, clock: Clock) -> None:
         """Expose the log cleaner's gauges (Kafka's LogCleaner metrics)."""
-        self.registry.register(LogCleanerCollector(cleaner, now_ms))
+        self.registry.register(LogCleanerCollector(cleaner, clock))
 
     def register_purgatory(self, name: str, purgatory: Any) -> None:
         """Expose a purgatory as ``delayedOperation=name`` ("Produce", "Fetch").

@@ -14,8 +14,8 @@ share it:
 * the producer (:mod:`tidegate.producer.metrics`): ``Meter`` s over
   ``metrics.num.samples`` windows of ``metrics.sample.window.ms``.
 
-Plain objects, sans-IO: every ``record``/``measure`` takes ``now_ms``, integer
-monotonic milliseconds (the project's clock convention, :mod:`tidegate.clock`), and
+Plain objects, sans-IO: every ``record``/``measure`` takes ``now_ms``, the
+:data:`~tidegate.clock.MonotonicMs` of its caller's clock (rates are monotonic), and
 nothing takes a lock.  Kafka synchronises a sensor's record and a metric's read; a
 caller that records from several threads (the producer) holds its own lock, the
 broker's event loop needs none.  Like Kafka's, ``Avg`` and ``Max`` measure NaN when
@@ -29,6 +29,8 @@ import math
 import sys
 from dataclasses import dataclass
 from typing import Final
+
+from tidegate.clock import MonotonicMs
 
 __all__ = [
     "METRICS_NUM_SAMPLES_DEFAULT",
@@ -134,20 +136,20 @@ class Sample:
 
     __slots__ = ("event_count", "initial_value", "last_event_ms", "start_time_ms", "value")
 
-    def __init__(self, initial_value: float, now_ms: int) -> None:
+    def __init__(self, initial_value: float, now_ms: MonotonicMs) -> None:
         self.initial_value = initial_value
         self.event_count = 0
         self.start_time_ms = now_ms
         self.last_event_ms = now_ms
         self.value = initial_value
 
-    def reset(self, now_ms: int) -> None:
+    def reset(self, now_ms: MonotonicMs) -> None:
         self.event_count = 0
         self.start_time_ms = now_ms
         self.last_event_ms = now_ms
         self.value = self.initial_value
 
-    def is_complete(self, now_ms: int, config: MetricConfig) -> bool:
+    def is_complete(self, now_ms: MonotonicMs, config: MetricConfig) -> bool:
         return (
             now_ms - self.start_time_ms >= config.time_window_ms
             or self.event_count >= config.event_window
@@ -178,7 +180,7 @@ class SampledStat:
         self.samples: list[Sample] = []
         self._current = 0
 
-    def record(self, config: MetricConfig, value: float, now_ms: int) -> None:
+    def record(self, config: MetricConfig, value: float, now_ms: MonotonicMs) -> None:
         sample = self.current(now_ms)
         if sample.is_complete(now_ms, config):
             sample = self._advance(config, now_ms)
@@ -186,7 +188,7 @@ class SampledStat:
         sample.event_count += 1
         sample.last_event_ms = now_ms
 
-    def _advance(self, config: MetricConfig, now_ms: int) -> Sample:
+    def _advance(self, config: MetricConfig, now_ms: MonotonicMs) -> Sample:
         self._current = (self._current + 1) % (config.samples + 1)
         if self._current >= len(self.samples):
             sample = Sample(self.initial_value, now_ms)
@@ -196,22 +198,22 @@ class SampledStat:
         sample.reset(now_ms)
         return sample
 
-    def measure(self, config: MetricConfig, now_ms: int) -> float:
+    def measure(self, config: MetricConfig, now_ms: MonotonicMs) -> float:
         self.purge_obsolete_samples(config, now_ms)
         return self.combine(config, now_ms)
 
-    def current(self, now_ms: int) -> Sample:
+    def current(self, now_ms: MonotonicMs) -> Sample:
         if not self.samples:
             self.samples.append(Sample(self.initial_value, now_ms))
         return self.samples[self._current]
 
-    def oldest(self, now_ms: int) -> Sample:
+    def oldest(self, now_ms: MonotonicMs) -> Sample:
         """The sample with the earliest start (the first such in ring order)."""
         if not self.samples:
             self.samples.append(Sample(self.initial_value, now_ms))
         return min(self.samples, key=_start_time)
 
-    def purge_obsolete_samples(self, config: MetricConfig, now_ms: int) -> None:
+    def purge_obsolete_samples(self, config: MetricConfig, now_ms: MonotonicMs) -> None:
         expire_age = config.samples * config.time_window_ms
         for sample in self.samples:
             if now_ms - sample.last_event_ms >= expire_age:
@@ -220,11 +222,11 @@ class SampledStat:
     def _update(self, sample: Sample, value: float) -> None:
         raise NotImplementedError
 
-    def combine(self, config: MetricConfig, now_ms: int) -> float:
+    def combine(self, config: MetricConfig, now_ms: MonotonicMs) -> float:
         raise NotImplementedError
 
 
-def _start_time(sample: Sample) -> int:
+def _start_time(sample: Sample) -> MonotonicMs:
     return sample.start_time_ms
 
 
@@ -236,7 +238,7 @@ class WindowedSum(SampledStat):
     def _update(self, sample: Sample, value: float) -> None:
         sample.value += value
 
-    def combine(self, config: MetricConfig, now_ms: int) -> float:
+    def combine(self, config: MetricConfig, now_ms: MonotonicMs) -> float:
         return sum(s.value for s in self.samples)
 
 
@@ -248,7 +250,7 @@ class Avg(SampledStat):
     def _update(self, sample: Sample, value: float) -> None:
         sample.value += value
 
-    def combine(self, config: MetricConfig, now_ms: int) -> float:
+    def combine(self, config: MetricConfig, now_ms: MonotonicMs) -> float:
         count = sum(s.event_count for s in self.samples)
         return sum(s.value for s in self.samples) / count if count else math.nan
 
@@ -262,7 +264,7 @@ class Max(SampledStat):
     def _update(self, sample: Sample, value: float) -> None:
         sample.value = max(sample.value, value)
 
-    def combine(self, config: MetricConfig, now_ms: int) -> float:
+    def combine(self, config: MetricConfig, now_ms: MonotonicMs) -> float:
         if not any(s.event_count for s in self.samples):
             return math.nan
         return max(s.value for s in self.samples)
@@ -276,10 +278,10 @@ class CumulativeSum:
     def __init__(self, value: float = 0.0) -> None:
         self.total = value
 
-    def record(self, config: MetricConfig, value: float, now_ms: int) -> None:
+    def record(self, config: MetricConfig, value: float, now_ms: MonotonicMs) -> None:
         self.total += value
 
-    def measure(self, config: MetricConfig, now_ms: int) -> float:
+    def measure(self, config: MetricConfig, now_ms: MonotonicMs) -> float:
         return self.total
 
 
@@ -304,10 +306,10 @@ class Rate:
         self.stat = stat if stat is not None else WindowedSum()
         self.unit = unit
 
-    def record(self, config: MetricConfig, value: float, now_ms: int) -> None:
+    def record(self, config: MetricConfig, value: float, now_ms: MonotonicMs) -> None:
         self.stat.record(config, value, now_ms)
 
-    def measure(self, config: MetricConfig, now_ms: int) -> float:
+    def measure(self, config: MetricConfig, now_ms: MonotonicMs) -> float:
         value = self.stat.measure(config, now_ms)
         return value / self.convert(self.window_size(config, now_ms))
 
@@ -315,7 +317,7 @@ class Rate:
         """A span of ``time_ms`` in this rate's unit (Kafka's ``Rate.convert``)."""
         return self.unit.from_ms(time_ms)
 
-    def window_size(self, config: MetricConfig, now_ms: int) -> int:
+    def window_size(self, config: MetricConfig, now_ms: MonotonicMs) -> int:
         """The span, in ms, the rate divides by (``Rate.windowSize``)."""
         self.stat.purge_obsolete_samples(config, now_ms)
         elapsed = now_ms - self.stat.oldest(now_ms).start_time_ms
@@ -347,7 +349,7 @@ class Meter:
     def unit(self) -> TimeUnit:
         return self.rate.unit
 
-    def record(self, config: MetricConfig, value: float, now_ms: int) -> None:
+    def record(self, config: MetricConfig, value: float, now_ms: MonotonicMs) -> None:
         self.rate.record(config, value, now_ms)
         self.total.record(config, value, now_ms)
 
@@ -369,7 +371,7 @@ class Metric:
         self.stat = stat
         self.config = config
 
-    def value(self, now_ms: int) -> float:
+    def value(self, now_ms: MonotonicMs) -> float:
         return self.stat.measure(self.config, now_ms)
 
     def __repr__(self) -> str:
@@ -394,7 +396,7 @@ class Sensor:
     def __init__(
         self,
         name: str,
-        now_ms: int,
+        now_ms: MonotonicMs,
         config: MetricConfig | None = None,
         inactive_expiration_ms: int | None = None,
     ) -> None:
@@ -411,7 +413,7 @@ class Sensor:
             self.metrics[name] = metric
         return metric
 
-    def record(self, value: float, now_ms: int, check_quotas: bool = True) -> None:
+    def record(self, value: float, now_ms: MonotonicMs, check_quotas: bool = True) -> None:
         """Record into every stat; then raise :class:`QuotaViolationError` on a violation.
 
         The value stays recorded when the check fails (record first, then check).
@@ -422,7 +424,7 @@ class Sensor:
         if check_quotas:
             self.check_quotas(now_ms)
 
-    def check_quotas(self, now_ms: int) -> None:
+    def check_quotas(self, now_ms: MonotonicMs) -> None:
         for metric in self.metrics.values():
             quota = metric.config.quota
             if quota is not None:
@@ -430,7 +432,7 @@ class Sensor:
                 if not quota.acceptable(value):
                     raise QuotaViolationError(metric, value, quota.bound)
 
-    def has_expired(self, now_ms: int) -> bool:
+    def has_expired(self, now_ms: MonotonicMs) -> bool:
         return (
             self.inactive_expiration_ms is not None
             and now_ms - self.last_record_ms > self.inactive_expiration_ms

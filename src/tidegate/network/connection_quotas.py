@@ -1,8 +1,9 @@
 """Connection limits, sans-IO: Kafka's ``ConnectionQuotas`` (KIP-306, KIP-402, KIP-612)
 and the Selector's idle-connection expiry.
 
-Driven by the socket server with millisecond timestamps from its clock; no sockets,
-no timers here. The limits are read through a :class:`QuotaLimits` callable on every
+Driven by the socket server with the monotonic milliseconds of its clock
+(:data:`~tidegate.clock.MonotonicMs`, the ``now_ms`` of every call); no sockets, no
+timers, no clock here. The limits are read through a :class:`QuotaLimits` callable on every
 decision, so a dynamic config change (IncrementalAlterConfigs) applies to the next
 connection without a restart.
 
@@ -34,6 +35,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from tidegate.clock import MonotonicMs
 from tidegate.metrics.stats import (
     Avg,
     Max,
@@ -130,7 +132,7 @@ class ConnectionQuotas:
         self.blocked_ns: dict[str, int] = {}
 
     # -- the creation rate (KIP-612) ------------------------------------------------
-    def _sensor(self, cached: tuple[Sensor, int] | None, name: str, bound: int, now_ms: int,
+    def _sensor(self, cached: tuple[Sensor, int] | None, name: str, bound: int, now_ms: MonotonicMs,
                 limits: QuotaLimits) -> tuple[Sensor, int]:
         if cached is not None and cached[1] == bound:
             return cached
@@ -145,7 +147,7 @@ class ConnectionQuotas:
             metric.stat = old.stat  # a new bound keeps the measured rate
         return sensor, bound
 
-    def record_connection(self, listener: str, now_ms: int) -> int:
+    def record_connection(self, listener: str, now_ms: MonotonicMs) -> int:
         """Record one new connection on ``listener``; the ms its admission must wait
         (0 when both the listener's and the broker's creation rates hold)."""
         limits = self.limits()
@@ -178,7 +180,7 @@ class ConnectionQuotas:
     #: per-IP rate sensors kept before idle ones are dropped (Kafka expires them after an hour)
     MAX_IP_SENSORS = 10_000
 
-    def record_ip_connection(self, listener: str, address: str, now_ms: int) -> int:
+    def record_ip_connection(self, listener: str, address: str, now_ms: MonotonicMs) -> int:
         """Kafka's ``recordIpConnectionMaybeThrottle``, after a slot was found: 0, or the
         ms after which the connection from ``address`` must be closed unserved because its
         IP is over its ``connection_creation_rate``. A throttled connection is taken back
@@ -211,28 +213,28 @@ class ConnectionQuotas:
         tsensor.record(float(delay), now_ms, check_quotas=False)
         return delay
 
-    def _drop_idle_ip_sensors(self, now_ms: int, limits: QuotaLimits) -> None:
+    def _drop_idle_ip_sensors(self, now_ms: MonotonicMs, limits: QuotaLimits) -> None:
         """Forget the per-IP sensors of addresses with no connection in the whole window."""
         horizon = now_ms - limits.quota_window_num * limits.quota_window_size_ms
         for address, (sensor, _) in list(self._ip_rate_sensors.items()):
             if sensor.last_record_ms < horizon:
                 del self._ip_rate_sensors[address]
 
-    def ip_throttle_time_avg(self, listener: str, now_ms: int) -> float:
+    def ip_throttle_time_avg(self, listener: str, now_ms: MonotonicMs) -> float:
         sensor = self.ip_throttle_time.get(listener)
         if sensor is None:
             return 0.0
         value = sensor.metrics["ip-connection-accept-throttle-time"].value(now_ms)
         return 0.0 if math.isnan(value) else value
 
-    def accept_rate(self, listener: str | None, now_ms: int) -> float:
+    def accept_rate(self, listener: str | None, now_ms: MonotonicMs) -> float:
         """connection-accept-rate of a listener (None: the broker's), per second."""
         cached = self._broker_rate if listener is None else self._listener_rate.get(listener)
         if cached is None:
             return 0.0
         return cached[0].metrics["connection-accept-rate"].value(now_ms)
 
-    def throttle_time_avg(self, listener: str, now_ms: int) -> float:
+    def throttle_time_avg(self, listener: str, now_ms: MonotonicMs) -> float:
         sensor = self.throttle_time.get(listener)
         if sensor is None:
             return 0.0
@@ -284,16 +286,16 @@ class IdleExpiryManager:
 
     def __init__(self, max_idle_ms: int) -> None:
         self.max_idle_ms = max_idle_ms
-        self.last_active: OrderedDict[Hashable, int] = OrderedDict()
+        self.last_active: OrderedDict[Hashable, MonotonicMs] = OrderedDict()
 
-    def update(self, key: Hashable, now_ms: int) -> None:
+    def update(self, key: Hashable, now_ms: MonotonicMs) -> None:
         self.last_active[key] = now_ms
         self.last_active.move_to_end(key)
 
     def remove(self, key: Hashable) -> None:
         self.last_active.pop(key, None)
 
-    def expired(self, now_ms: int) -> list[Hashable]:
+    def expired(self, now_ms: MonotonicMs) -> list[Hashable]:
         """The connections idle for longer than the limit, least recently active first."""
         out = []
         for key, at in self.last_active.items():

@@ -15,9 +15,9 @@ into that seam:
 
 Everything here is sans-IO and single-threaded: pools are called from the event
 loop only (tidegate runs one loop where Kafka runs processor threads, so there
-are no atomics or locks). Time comes from an injected clock returning integer
-monotonic milliseconds; :func:`tidegate.clock.monotonic_ms` is the default and
-tests pass a :class:`tidegate.clock.MockClock`.
+are no atomics or locks). A pool reads the monotonic milliseconds of the
+:class:`~tidegate.clock.Clock` it is built with (the broker's; a
+:class:`~tidegate.clock.MockClock` in tests).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import logging
 from collections.abc import Callable, Sized
 from typing import Protocol
 
-from tidegate.clock import monotonic_ms
+from tidegate.clock import Clock, MonotonicMs
 from tidegate.config.broker import validate_queued_max_request_bytes
 from tidegate.metrics.stats import (
     METRICS_NUM_SAMPLES_DEFAULT,
@@ -37,9 +37,6 @@ from tidegate.metrics.stats import (
 )
 
 log = logging.getLogger(__name__)
-
-Clock = Callable[[], int]
-"""A monotonic clock in integer milliseconds (the project's clock convention)."""
 
 ReleaseListener = Callable[[], None]
 """Called with no arguments after a release gave memory back to a pool."""
@@ -94,7 +91,7 @@ class MemoryPool(Protocol):
         """MemoryPoolDepletedTimeTotal: milliseconds spent in finished dry spells."""
         ...
 
-    def avg_depleted_percent(self, now_ms: int | None = None) -> float:
+    def avg_depleted_percent(self) -> float:
         """MemoryPoolAvgDepletedPercent: fraction (0..1) of recent time spent depleted."""
         ...
 
@@ -129,7 +126,7 @@ class _NonePool:
     def remove_release_listener(self, listener: ReleaseListener) -> None:
         pass
 
-    def avg_depleted_percent(self, now_ms: int | None = None) -> float:
+    def avg_depleted_percent(self) -> float:
         return 0.0
 
     def __repr__(self) -> str:
@@ -205,7 +202,7 @@ class SimpleMemoryPool:
         size: int,
         max_single_allocation: int,
         strict: bool,
-        clock: Clock = monotonic_ms,
+        clock: Clock,
         *,
         debug: bool = False,
         metric_samples: int = METRICS_NUM_SAMPLES_DEFAULT,
@@ -226,7 +223,7 @@ class SimpleMemoryPool:
         # id(buffer) -> (buffer, allocated size); the reference pins the id.
         self._outstanding: dict[int, tuple[bytearray, int]] = {}
         self._listeners: tuple[ReleaseListener, ...] = ()
-        self._dry_spell_start: int | None = None
+        self._dry_spell_start: MonotonicMs | None = None
         self._depleted_config = MetricConfig(metric_samples, metric_window_ms)
         self._depleted = Meter(TimeUnit.MILLISECONDS)
 
@@ -240,7 +237,7 @@ class SimpleMemoryPool:
             )
         if self._available < (size if self._strict else 1):
             if self._dry_spell_start is None:
-                self._dry_spell_start = self._clock()
+                self._dry_spell_start = self._clock.milliseconds()
             return None
         buffer = bytearray(size)  # before any accounting: a failure here changes nothing
         self._available -= size
@@ -282,7 +279,7 @@ class SimpleMemoryPool:
             log.exception("memory pool release listener %r failed", listener)
 
     def _end_dry_spell(self) -> None:
-        now = self._clock()
+        now = self._clock.milliseconds()
         start = self._dry_spell_start
         self._dry_spell_start = None
         assert start is not None
@@ -352,14 +349,13 @@ class SimpleMemoryPool:
         """MemoryPoolDepletedTimeTotal: the summed length of finished dry spells, in ms."""
         return self._depleted.total.total
 
-    def avg_depleted_percent(self, now_ms: int | None = None) -> float:
+    def avg_depleted_percent(self) -> float:
         """MemoryPoolAvgDepletedPercent: depleted ms / window ms, a fraction in 0..1.
 
         The Rate (per millisecond) of the finished dry spells' milliseconds, as Kafka's
-        ``Meter(TimeUnit.MILLISECONDS)`` measures it; ``now_ms`` defaults to the pool's
-        clock.
+        ``Meter(TimeUnit.MILLISECONDS)`` measures it, now on the pool's clock.
         """
-        now = self._clock() if now_ms is None else now_ms
+        now = self._clock.milliseconds()
         return min(1.0, self._depleted.rate.measure(self._depleted_config, now))
 
     def __repr__(self) -> str:
@@ -370,7 +366,7 @@ class SimpleMemoryPool:
 def create_pool(
     queued_max_request_bytes: int,
     socket_request_max_bytes: int,
-    clock: Clock = monotonic_ms,
+    clock: Clock,
     *,
     debug: bool = False,
 ) -> MemoryPool:

@@ -178,7 +178,7 @@ class RequestChannel(Protocol):
 class RequestProcessor(Protocol):
     """What the shell needs from the broker (KafkaApis)."""
 
-    def handle(self, request: Request, now_ms: int) -> Outcome: ...
+    def handle(self, request: Request) -> Outcome: ...
 
     def try_complete_actions(self) -> None:
         """Work deferred until the responses just sent are written (fetch wake-ups)."""

@@ -29,7 +29,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from tidegate.clock import SYSTEM_CLOCK, Clock
+from tidegate.clock import Clock, MonotonicMs
 from tidegate.log.file_region import FileRegion, RegionTruncatedError
 from tidegate.network.connection_quotas import ConnectionQuotas, IdleExpiryManager
 from tidegate.network.memory_pool import MemoryPool, RequestMemory
@@ -106,7 +106,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.counted = False
         #: when the connection's admission may happen (creation-rate throttle), once at
         #: the head of its listener's queue of connections waiting for admission
-        self.admit_at_ms: int | None = None
+        self.admit_at_ms: MonotonicMs | None = None
         #: when it, at the head of its listener's queue, first had to wait for a slot or
         #: for the connection creation rate (ns)
         self.blocked_since_ns: int | None = None
@@ -326,10 +326,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
         memory = server.request_memory
         release = (lambda: memory.release(payload)) if payload else None  # size 0: no memory
         assert self.ctx is not None
-        clock = server.clock
-        request = Request(self.ctx, payload, release, clock.nanoseconds())
+        request = Request(self.ctx, payload, release, server.clock.nanoseconds())
         try:
-            outcome = server.processor.handle(request, clock.wall_milliseconds())
+            outcome = server.processor.handle(request)
         except Exception:
             request.release_buffer()
             key, version = (struct.unpack_from(">hh", payload) if len(payload) >= 4 else (None, None))
@@ -634,7 +633,7 @@ class SocketServer:
         receive_buffer_bytes: int = -1,
         socket_send_buffer_bytes: int = -1,
         sasl_max_receive_size: int = 524288,
-        clock: Clock = SYSTEM_CLOCK,
+        clock: Clock,
         quotas: ConnectionQuotas | None = None,
         connections_max_idle_ms: int = -1,
     ) -> None:
@@ -729,7 +728,7 @@ class SocketServer:
             now = self.clock.milliseconds()
             if conn.admit_at_ms is None:
                 # at the head: the acceptor accepts it now (KIP-612 records it now)
-                conn.admit_at_ms = now + quotas.record_connection(listener, now)
+                conn.admit_at_ms = MonotonicMs(now + quotas.record_connection(listener, now))
             if now < conn.admit_at_ms:
                 if conn.blocked_since_ns is None:  # Kafka's acceptor blocks for the rate too
                     conn.blocked_since_ns = self.clock.nanoseconds()
@@ -751,7 +750,7 @@ class SocketServer:
                 # Kafka's ConnectionThrottledException: the acceptor closes the socket,
                 # unserved, once the throttle time has passed
                 log.debug("Delaying closing of connection from %s for %d ms", address, throttle_ms)
-                self.scheduler.call_at(now + throttle_ms, conn.close)
+                self.scheduler.call_at(MonotonicMs(now + throttle_ms), conn.close)
                 continue
             conn.counted = True
             if not quotas.inc(listener, address):

@@ -33,7 +33,7 @@ from typing import Any, NamedTuple
 
 from tidegate.client.compression import NONE
 from tidegate.client.metadata import Cluster
-from tidegate.clock import SYSTEM_CLOCK, Clock
+from tidegate.clock import Clock, MonotonicMs
 from tidegate.log.batch_builder import record_size_upper_bound
 from tidegate.log.record_batch import RECORD_BATCH_OVERHEAD
 
@@ -102,7 +102,7 @@ class RecordAccumulator:
         retry_backoff_max_ms: int = 1000,
         delivery_timeout_ms: int = 120000,
         adaptive_partitioning: bool = True,
-        clock: Clock = SYSTEM_CLOCK,
+        clock: Clock,
         rng: random.Random | None = None,
     ) -> None:
         self.pool = pool
@@ -494,7 +494,7 @@ class RecordAccumulator:
         b = min(self.retry_backoff_max_ms, base)
         return b * self._rng.uniform(0.8, 1.2) if b < self.retry_backoff_max_ms else b
 
-    def ready(self, cluster: Cluster, now_ms: int) -> ReadyCheckResult:
+    def ready(self, cluster: Cluster, now_ms: MonotonicMs) -> ReadyCheckResult:
         """Kafka's ``ready``: the leaders with at least one sendable partition, how long
         until the next partition may become sendable, and topics with partitions whose
         leader is unknown."""
@@ -551,7 +551,7 @@ class RecordAccumulator:
         return ReadyCheckResult(ready_nodes, int(next_delay), unknown)
 
     def drain(
-        self, cluster: Cluster, nodes: Iterable[int], max_size: int, now_ms: int
+        self, cluster: Cluster, nodes: Iterable[int], max_size: int, now_ms: MonotonicMs
     ) -> dict[int, list[ProducerBatch]]:
         """Take at most one batch per partition for each node, up to ``max_size`` bytes
         per node (a single larger batch goes alone), closing each batch (header, CRC,
@@ -601,7 +601,7 @@ class RecordAccumulator:
     def unmute(self, topic: str, partition: int) -> None:
         self._muted.discard((topic, partition))
 
-    def reenqueue(self, batch: ProducerBatch, now_ms: int) -> None:
+    def reenqueue(self, batch: ProducerBatch, now_ms: MonotonicMs) -> None:
         """Put a batch back for a retry, at the head of its queue (in sequence order when
         sequences are in use), after its backoff."""
         batch.attempts += 1
@@ -621,7 +621,7 @@ class RecordAccumulator:
             else:
                 q.batches.appendleft(batch)
 
-    def expired_batches(self, now_ms: int) -> list[ProducerBatch]:
+    def expired_batches(self, now_ms: MonotonicMs) -> list[ProducerBatch]:
         """Batches still queued past ``delivery.timeout.ms`` since creation, removed."""
         out = []
         limit = self.delivery_timeout_ms
@@ -635,7 +635,7 @@ class RecordAccumulator:
                     out.append(b)
         return out
 
-    def next_expiry_ms(self, now_ms: int) -> int:
+    def next_expiry_ms(self, now_ms: MonotonicMs) -> int:
         """Milliseconds until the oldest queued batch reaches delivery.timeout.ms."""
         best = 1 << 30
         for q in self.iter_queues():

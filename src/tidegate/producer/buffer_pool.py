@@ -36,7 +36,7 @@ from __future__ import annotations
 import threading
 from collections import deque
 
-from tidegate.clock import SYSTEM_CLOCK, Clock
+from tidegate.clock import Clock
 from tidegate.metrics.stats import TimeUnit
 
 from .errors import BufferExhaustedError, ProducerClosedError
@@ -63,7 +63,7 @@ class BufferPool:
         memory: int,
         poolable_size: int,
         *,
-        clock: Clock = SYSTEM_CLOCK,
+        clock: Clock,
         metrics: Metrics | None = None,
     ) -> None:
         if memory <= 0 or poolable_size <= 0:

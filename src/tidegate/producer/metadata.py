@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 
 from tidegate.client.metadata import Cluster
-from tidegate.clock import SYSTEM_CLOCK, Clock
+from tidegate.clock import Clock, MonotonicMs
 
 __all__ = ["ProducerMetadata"]
 
@@ -25,7 +25,7 @@ class ProducerMetadata:
         refresh_backoff_ms: int = 100,
         max_age_ms: int = 300_000,
         max_idle_ms: int = 300_000,
-        clock: Clock = SYSTEM_CLOCK,
+        clock: Clock,
     ) -> None:
         self.refresh_backoff_ms = refresh_backoff_ms
         self.max_age_ms = max_age_ms
@@ -41,7 +41,7 @@ class ProducerMetadata:
         self._last_attempt_ms = -(1 << 40)
         self._fatal: BaseException | None = None
 
-    def add(self, topic: str, now_ms: int) -> None:
+    def add(self, topic: str, now_ms: MonotonicMs) -> None:
         """Mark ``topic`` as used; a new topic triggers an update."""
         if topic not in self._topics:
             with self._lock:
@@ -49,7 +49,7 @@ class ProducerMetadata:
                     self._need_update = True
         self._topics[topic] = now_ms
 
-    def topics(self, now_ms: int) -> list[str]:
+    def topics(self, now_ms: MonotonicMs) -> list[str]:
         """Topics to request, dropping those idle for metadata.max.idle.ms."""
         with self._lock:
             idle = [t for t, used in self._topics.items() if now_ms - used > self.max_idle_ms]
@@ -62,19 +62,19 @@ class ProducerMetadata:
             self._need_update = True
             return self.version
 
-    def needs_update(self, now_ms: int) -> bool:
+    def needs_update(self, now_ms: MonotonicMs) -> bool:
         return self.time_to_next_update(now_ms) == 0
 
-    def time_to_next_update(self, now_ms: int) -> int:
+    def time_to_next_update(self, now_ms: MonotonicMs) -> int:
         backoff_left = self._last_attempt_ms + self.refresh_backoff_ms - now_ms
         if self._need_update:
             return max(0, backoff_left)
         return max(0, self._last_refresh_ms + self.max_age_ms - now_ms, backoff_left)
 
-    def attempt(self, now_ms: int) -> None:
+    def attempt(self, now_ms: MonotonicMs) -> None:
         self._last_attempt_ms = now_ms
 
-    def update(self, cluster: Cluster, now_ms: int) -> None:
+    def update(self, cluster: Cluster, now_ms: MonotonicMs) -> None:
         with self._lock:
             self.cluster = cluster
             self.version += 1
@@ -84,7 +84,7 @@ class ProducerMetadata:
             self._need_update = any(cluster.partition_count(t) is None for t in self._topics)
             self._cond.notify_all()
 
-    def failed_update(self, now_ms: int, error: BaseException | None = None) -> None:
+    def failed_update(self, now_ms: MonotonicMs, error: BaseException | None = None) -> None:
         with self._lock:
             self._last_attempt_ms = now_ms
             self._need_update = True

@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from tidegate.clock import SYSTEM_CLOCK, Clock
+from tidegate.clock import Clock
 from tidegate.metrics import stats
 from tidegate.metrics.stats import (
     METRICS_NUM_SAMPLES_DEFAULT,
@@ -36,7 +36,7 @@ class Meter:
 
     def __init__(
         self,
-        clock: Clock = SYSTEM_CLOCK,
+        clock: Clock,
         *,
         window_ms: int = METRICS_SAMPLE_WINDOW_MS_DEFAULT,
         samples: int = METRICS_NUM_SAMPLES_DEFAULT,
@@ -70,7 +70,7 @@ class Metrics:
 
     def __init__(
         self,
-        clock: Clock = SYSTEM_CLOCK,
+        clock: Clock,
         *,
         window_ms: int = METRICS_SAMPLE_WINDOW_MS_DEFAULT,
         samples: int = METRICS_NUM_SAMPLES_DEFAULT,

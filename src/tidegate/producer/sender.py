@@ -30,7 +30,7 @@ from tidegate.client import KafkaClient
 from tidegate.client.client import metadata_request_body
 from tidegate.client.connection import InFlightRequest
 from tidegate.client.metadata import Cluster
-from tidegate.clock import Clock
+from tidegate.clock import Clock, MonotonicMs
 from tidegate.errors import (
     INVALID_METADATA_CODES,
     KafkaError,
@@ -221,7 +221,7 @@ class Sender(threading.Thread):
             # send() callers get the error) instead of retrying until delivery.timeout.ms
             self._fatal(auth)
 
-    def _send_producer_data(self, now_ms: int) -> int:
+    def _send_producer_data(self, now_ms: MonotonicMs) -> int:
         acc = self.accumulator
         cluster = self.metadata.cluster
         res = acc.ready(cluster, now_ms)
@@ -264,7 +264,7 @@ class Sender(threading.Thread):
 
     # -- produce requests ------------------------------------------------------------------
 
-    def _send_produce_request(self, node: int, batches: list[ProducerBatch], now_ms: int) -> None:
+    def _send_produce_request(self, node: int, batches: list[ProducerBatch], now_ms: MonotonicMs) -> None:
         acks = self.config.acks
         tid = self.config.transactional_id
         try:
@@ -356,7 +356,7 @@ class Sender(threading.Thread):
                     b, KafkaError(f"no response for partition {tp[0]}-{tp[1]}"), -1, -1, now_ms
                 )
 
-    def _can_retry(self, batch: ProducerBatch, err: BaseException, now_ms: int) -> bool:
+    def _can_retry(self, batch: ProducerBatch, err: BaseException, now_ms: MonotonicMs) -> bool:
         if batch.finalized or not self._running and self._force_close:
             return False
         if now_ms - batch.created_ms >= self.accumulator.delivery_timeout_ms:
@@ -371,7 +371,7 @@ class Sender(threading.Thread):
         err: BaseException | None,
         base_offset: int,
         log_append_time: int,
-        now_ms: int,
+        now_ms: MonotonicMs,
     ) -> None:
         batch.in_flight = False
         idem = self.idempotence if self._idempotent else None
@@ -436,7 +436,7 @@ class Sender(threading.Thread):
             return
         self._fail_batch(batch, err)
 
-    def _can_retry_sequence(self, batch: ProducerBatch, now_ms: int) -> bool:
+    def _can_retry_sequence(self, batch: ProducerBatch, now_ms: MonotonicMs) -> bool:
         return (
             now_ms - batch.created_ms < self.accumulator.delivery_timeout_ms
             and batch.attempts < self.config.retries
@@ -474,7 +474,7 @@ class Sender(threading.Thread):
 
     # -- metadata ------------------------------------------------------------------------------
 
-    def _maybe_update_metadata(self, now_ms: int) -> int:
+    def _maybe_update_metadata(self, now_ms: MonotonicMs) -> int:
         """Send a Metadata request if one is due; returns how long the loop may sleep
         as far as metadata is concerned (Kafka's ``MetadataUpdater.maybeUpdate``)."""
         if self._metadata_in_flight:
@@ -510,7 +510,7 @@ class Sender(threading.Thread):
 
     # -- idempotence and transactions -----------------------------------------------------------
 
-    def _decide_idempotence(self, now_ms: int) -> None:
+    def _decide_idempotence(self, now_ms: MonotonicMs) -> None:
         """Default config: idempotence only if the broker has InitProducerId (22)."""
         node = self.client.least_loaded_node(self.clock.nanoseconds())
         if node is None or not self.client.ready(node):
@@ -544,7 +544,7 @@ class Sender(threading.Thread):
         )
         self._idempotent = False
 
-    def _maybe_send_and_poll_transactional_request(self, now_ms: int) -> int | None:
+    def _maybe_send_and_poll_transactional_request(self, now_ms: MonotonicMs) -> int | None:
         """Send the transaction manager's next request (Kafka's
         ``maybeSendAndPollTransactionalRequest``). Returns None when this loop is done
         (a request was sent, or one is in flight and was polled for, or the loop should

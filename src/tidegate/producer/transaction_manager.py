@@ -46,7 +46,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NamedTuple
 
-from tidegate.clock import SYSTEM_CLOCK, Clock
+from tidegate.clock import Clock, MonotonicMs
 from tidegate.errors import KafkaError, KafkaTimeoutError, UnsupportedVersionError
 
 from .errors import (
@@ -262,7 +262,7 @@ class TransactionManager:
         *,
         transaction_timeout_ms: int = 60000,
         retry_backoff_ms: int = 100,
-        clock: Clock = SYSTEM_CLOCK,
+        clock: Clock,
         idempotence: IdempotenceState | None = None,
     ) -> None:
         self.transactional_id = transactional_id
@@ -726,7 +726,7 @@ class TransactionManager:
         self._new_partitions.clear()
         return AddPartitionsToTxnHandler(self, sorted(self._pending_partitions))
 
-    def next_request(self, has_incomplete_batches: bool, now_ms: int) -> TxnRequestHandler | None:
+    def next_request(self, has_incomplete_batches: bool, now_ms: MonotonicMs) -> TxnRequestHandler | None:
         """The next request to send, or None: nothing pending, EndTxn waiting for the
         incomplete batches (commit flushes first), the head still backing off (see
         :meth:`retry_delay_ms`), or the head failed at once (an error state)."""
@@ -754,7 +754,7 @@ class TransactionManager:
                 handler = heapq.heappop(self._pending)[2] if self._pending else None
             return handler
 
-    def retry_delay_ms(self, now_ms: int) -> int:
+    def retry_delay_ms(self, now_ms: MonotonicMs) -> int:
         """Milliseconds until the head request's backoff ends (1 << 30: nothing waits)."""
         with self._lock:
             if not self._pending:

@@ -61,7 +61,7 @@ class AclApis:
         assert self.authorizer is not None
         self.store.save(list(self.authorizer.acls))
 
-    def handle_create_acls(self, request: Request, now_ms: int) -> dict:
+    def handle_create_acls(self, request: Request) -> dict:
         creations = request.body.creations
         a = self.authorizer
         if a is None:
@@ -90,7 +90,7 @@ class AclApis:
                 log.info("added ACL %s", acl)
         return {"throttle_time": 0, "results": results}
 
-    def handle_describe_acls(self, request: Request, now_ms: int) -> dict:
+    def handle_describe_acls(self, request: Request) -> dict:
         a = self.authorizer
         if a is None:
             return {"throttle_time": 0, "error_code": ErrorCode.security_disabled, "error_message": _DISABLED,
@@ -116,7 +116,7 @@ class AclApis:
             ],
         }
 
-    def handle_delete_acls(self, request: Request, now_ms: int) -> dict:
+    def handle_delete_acls(self, request: Request) -> dict:
         filters = request.body.filters
         a = self.authorizer
         if a is None:

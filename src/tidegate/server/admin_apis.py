@@ -23,6 +23,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from tidegate.clock import Clock
 from tidegate.config import (
     TOPIC_CONFIG,
     BrokerConfig,
@@ -126,8 +127,10 @@ class AdminApis:
         endpoints: Endpoints,
         groups: GroupApis,
         broker_configs: BrokerConfigStore,
+        clock: Clock,
     ) -> None:
         self.config = config
+        self.clock = clock
         self.cluster_id = cluster_id
         self.node_id = config.node_id
         self.replicas = replicas
@@ -151,7 +154,7 @@ class AdminApis:
         return None if topic_id is None else self.store.get_by_id(topic_id)
 
     # -- CreateTopics -----------------------------------------------------------------
-    def handle_create_topics(self, request: Request, now_ms: int) -> Any:
+    def handle_create_topics(self, request: Request) -> Any:
         """Kafka's controller: a request asking for more than MAX_PARTITIONS_PER_BATCH
         partitions in all fails whole (POLICY_VIOLATION); otherwise each topic is
         validated, then the file work of the valid ones (directories, logs, fsyncs) runs
@@ -318,7 +321,7 @@ class AdminApis:
         }
 
     # -- DeleteTopics -------------------------------------------------------------------
-    def handle_delete_topics(self, request: Request, now_ms: int) -> dict:
+    def handle_delete_topics(self, request: Request) -> dict:
         req = request.body
         if request.header.api_version >= 6:
             wanted = [(t.name, t.topic_id) for t in req.topics]
@@ -372,7 +375,7 @@ class AdminApis:
 
 
     # -- CreatePartitions ------------------------------------------------------------------
-    def handle_create_partitions(self, request: Request, now_ms: int) -> Any:
+    def handle_create_partitions(self, request: Request) -> Any:
         return self._in_turn(request, lambda: self._create_partitions(request))
 
     def _create_partitions(self, request: Request) -> Any:
@@ -453,7 +456,7 @@ class AdminApis:
         return PARKED
 
     # -- DescribeConfigs ----------------------------------------------------------------------
-    def handle_describe_configs(self, request: Request, now_ms: int) -> dict:
+    def handle_describe_configs(self, request: Request) -> dict:
         req = request.body
         include_synonyms = getattr(req, "include_synonyms", False)
         include_doc = getattr(req, "include_documentation", False)
@@ -519,11 +522,11 @@ class AdminApis:
         return {"throttle_time": 0, "results": results}
 
     # -- AlterConfigs / IncrementalAlterConfigs ------------------------------------------------
-    def handle_incremental_alter_configs(self, request: Request, now_ms: int) -> dict:
+    def handle_incremental_alter_configs(self, request: Request) -> dict:
         req = request.body
         return self._alter_configs(req.resources, req.validate_only, incremental=True)
 
-    def handle_alter_configs(self, request: Request, now_ms: int) -> dict:
+    def handle_alter_configs(self, request: Request) -> dict:
         """The legacy AlterConfigs: each resource's configs are replaced by the request's."""
         req = request.body
         return self._alter_configs(req.resources, req.validate_only, incremental=False)
@@ -681,7 +684,7 @@ class AdminApis:
             item.fail(ErrorCode.kafka_storage_error, f"could not persist the configs: {exc}")
 
     # -- DescribeCluster --------------------------------------------------------------------------
-    def handle_describe_cluster(self, request: Request, now_ms: int) -> dict:
+    def handle_describe_cluster(self, request: Request) -> dict:
         req = request.body
         endpoint_type = getattr(req, "endpoint_type", 1)
         if endpoint_type != 1:
@@ -710,7 +713,7 @@ class AdminApis:
         }
 
     # -- DescribeClientQuotas / AlterClientQuotas (KIP-546) ---------------------------------
-    def handle_describe_client_quotas(self, request: Request, now_ms: int) -> dict:
+    def handle_describe_client_quotas(self, request: Request) -> dict:
         req = request.body
         try:
             entries = self.quotas.describe(req.components, req.strict)
@@ -724,7 +727,7 @@ class AdminApis:
         return {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None,
                 "entries": entries}
 
-    def handle_alter_client_quotas(self, request: Request, now_ms: int) -> dict:
+    def handle_alter_client_quotas(self, request: Request) -> dict:
         req = request.body
         try:
             results = self.quotas.alter(req.entries, req.validate_only)
@@ -746,7 +749,7 @@ class AdminApis:
 
 
     # -- DeleteRecords ------------------------------------------------------------------------
-    def handle_delete_records(self, request: Request, now_ms: int) -> Any:
+    def handle_delete_records(self, request: Request) -> Any:
         """Kafka's DeleteRecords: answered once the new log start offsets are durable
         (the checkpoint runs on a worker thread); see ReplicaManager.delete_records."""
         offsets: dict[tuple[str, int], int] = {}
@@ -780,7 +783,7 @@ class AdminApis:
         """The one log directory, as Kafka names it (``File.getAbsolutePath``)."""
         return os.path.abspath(self.logs.root)
 
-    def handle_describe_log_dirs(self, request: Request, now_ms: int) -> dict:
+    def handle_describe_log_dirs(self, request: Request) -> dict:
         """One log directory: each (asked) partition's size, offset lag 0 (the log end
         offset is the high watermark), the file system's total and usable bytes."""
         req = request.body
@@ -815,7 +818,7 @@ class AdminApis:
             result["usable_bytes"] = st.f_bavail * st.f_frsize
         return {"throttle_time": 0, "error_code": ErrorCode.none, "results": [result]}
 
-    def handle_alter_replica_log_dirs(self, request: Request, now_ms: int) -> dict:
+    def handle_alter_replica_log_dirs(self, request: Request) -> dict:
         """Kafka's ``ReplicaManager.alterReplicaLogDirs`` with one log directory: moving a
         replica to where it already is succeeds and does nothing; any other path is
         LOG_DIR_NOT_FOUND."""
@@ -844,7 +847,7 @@ class AdminApis:
         return ErrorCode.none  # already there
 
     # -- DescribeTopicPartitions (KIP-966) -------------------------------------------------------
-    def handle_describe_topic_partitions(self, request: Request, now_ms: int) -> dict:
+    def handle_describe_topic_partitions(self, request: Request) -> dict:
         """Kafka's DescribeTopicPartitionsRequestHandler: topics in name order from the
         cursor on, at most ``response_partition_limit`` partitions (capped at 2000); when
         the budget runs out ``next_cursor`` names where to continue."""
@@ -935,7 +938,7 @@ class AdminApis:
         }
 
     # -- DescribeProducers ----------------------------------------------------------------------
-    def handle_describe_producers(self, request: Request, now_ms: int) -> dict:
+    def handle_describe_producers(self, request: Request) -> dict:
         """The idempotent producers each partition tracks (Kafka's
         ``UnifiedLog.activeProducers``): no transactions yet, so no coordinator epoch and
         no open transaction."""
@@ -974,7 +977,7 @@ class AdminApis:
         return {"throttle_time": 0, "topics": topics}
 
     # -- ElectLeaders, partition reassignments ---------------------------------------------------
-    def handle_elect_leaders(self, request: Request, now_ms: int) -> dict:
+    def handle_elect_leaders(self, request: Request) -> dict:
         """Kafka's controller (``ReplicationControlManager.electLeaders``) on one broker:
         every partition already has its preferred leader, this node, so each asked
         partition is ELECTION_NOT_NEEDED; asked for all partitions (null), every topic is
@@ -1018,7 +1021,7 @@ class AdminApis:
                 results.append({"topic": t.topic, "partition_result": parts})
         return {"throttle_time": 0, "error_code": ErrorCode.none, "replica_election_results": results}
 
-    def handle_alter_partition_reassignments(self, request: Request, now_ms: int) -> dict:
+    def handle_alter_partition_reassignments(self, request: Request) -> dict:
         """Kafka's controller (``alterPartitionReassignment``): the only possible target is
         this node, where every replica already is (no change, NONE); other brokers are not
         registered; nothing is ever in progress to cancel."""
@@ -1066,12 +1069,12 @@ class AdminApis:
             previous = broker
         return ErrorCode.none, None  # [this node]: the current assignment, nothing to change
 
-    def handle_list_partition_reassignments(self, request: Request, now_ms: int) -> dict:
+    def handle_list_partition_reassignments(self, request: Request) -> dict:
         """No reassignment is ever in progress on one broker: nothing to list."""
         return {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None, "topics": []}
 
     # -- the KRaft quorum: DescribeQuorum, AddRaftVoter, RemoveRaftVoter, UnregisterBroker --------
-    def handle_describe_quorum(self, request: Request, now_ms: int) -> dict:
+    def handle_describe_quorum(self, request: Request) -> dict:
         """A quorum of one voter, this node, leading the metadata log (Kafka's
         ``KafkaRaftClient.handleDescribeQuorumRequest``). The voter set is static
         (kraft.version 0): no directory id, as with ``controller.quorum.voters``."""
@@ -1101,6 +1104,7 @@ class AdminApis:
                 ],
                 "nodes": [],
             }
+        now_ms = self.clock.wall_milliseconds()
         voter = {
             "replica_id": self.node_id,
             "replica_directory_id": ZERO_UUID,
@@ -1140,10 +1144,10 @@ class AdminApis:
             ],
         }
 
-    def handle_add_raft_voter(self, request: Request, now_ms: int) -> dict:
+    def handle_add_raft_voter(self, request: Request) -> dict:
         return self._raft_voter_change(request.body, "adding", "Add")
 
-    def handle_remove_raft_voter(self, request: Request, now_ms: int) -> dict:
+    def handle_remove_raft_voter(self, request: Request) -> dict:
         return self._raft_voter_change(request.body, "removing", "Remove")
 
     def _raft_voter_change(self, req: Any, doing: str, verb: str) -> dict:
@@ -1161,7 +1165,7 @@ class AdminApis:
             message = f"Cluster doesn't support {doing} voter because the kraft.version feature is 0"
         return {"throttle_time": 0, "error_code": code, "error_message": message}
 
-    def handle_unregister_broker(self, request: Request, now_ms: int) -> dict:
+    def handle_unregister_broker(self, request: Request) -> dict:
         """Kafka's ``ReplicationControlManager.unregisterBroker``: only this node is
         registered. Unregistering it is accepted and changes nothing: it is the running
         broker and the controller at once, registered again by being up."""
@@ -1173,7 +1177,7 @@ class AdminApis:
         return {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None}
 
     # -- ListClientMetricsResources (KIP-714) ----------------------------------------------------
-    def handle_list_client_metrics_resources(self, request: Request, now_ms: int) -> dict:
+    def handle_list_client_metrics_resources(self, request: Request) -> dict:
         """No client-metrics subscriptions exist (no telemetry receiver): an empty list."""
         return {"throttle_time": 0, "error_code": ErrorCode.none, "config_resources": []}
 

@@ -82,14 +82,14 @@ class Broker:
     async def start(self) -> None:
         self._lock()
         config = self.config
-        scheduler = self.scheduler = AsyncioScheduler(asyncio.get_running_loop(), self.clock.milliseconds)
+        scheduler = self.scheduler = AsyncioScheduler(asyncio.get_running_loop(), self.clock)
         # SCRAM credentials persist in the data directory; sasl.credentials.file adds users
         self.credentials = build_credential_store(config, self.data_dir)
         core = self.core = BrokerCore(config, self.data_dir, scheduler, clock=self.clock,
                                       credentials=self.credentials)
         self.logs, self.replicas, self.apis, self.reaper = core.logs, core.replicas, core.apis, core.reaper
         max_request = config.get("socket.request.max.bytes")
-        pool = memory_pool.create_pool(config.queued_max_request_bytes, max_request)
+        pool = memory_pool.create_pool(config.queued_max_request_bytes, max_request, self.clock)
         log.info("request memory pool: %r, queued.max.requests=%d", pool, config.get("queued.max.requests"))
         connection_quotas = ConnectionQuotas(connection_limits(config))
         connection_quotas.ip_rate = core.quotas.connection_rate_for_ip  # KIP-612 ip quotas
@@ -143,7 +143,7 @@ class Broker:
         self.metrics.register_fetch_sessions(core.apis.fetch_sessions)
         self.metrics.register_logs(lambda: logs.logs)
         if logs.cleaner is not None:
-            self.metrics.register_log_cleaner(logs.cleaner, core.clock.wall_milliseconds)
+            self.metrics.register_log_cleaner(logs.cleaner, core.clock)
         self.metrics.register_quotas(core.quotas)
         self.metrics.register_transaction_coordinator(core.transaction_coordinator)
         if core.authorizer is not None:

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tidegate.clock import SYSTEM_CLOCK, Clock
+from tidegate.clock import Clock, MonotonicMs
 from tidegate.config import BrokerConfig, topic_log_config
 from tidegate.coordinator.transaction.transaction_coordinator import TransactionCoordinator
 from tidegate.coordinator.transaction.transaction_marker_channel_manager import (
@@ -63,16 +63,15 @@ class BrokerCore:
         data_dir: Path,
         scheduler: Scheduler,
         *,
-        clock: Clock = SYSTEM_CLOCK,
+        clock: Clock,
         credentials: CredentialStore | None = None,
         channel: RequestChannel | None = None,
     ) -> None:
         self.config = config
         self.data_dir = data_dir
         self.scheduler = scheduler
+        #: every component below is built with it (docs/architecture.md, "Time")
         self.clock = clock
-        monotonic_ms = clock.milliseconds
-        wall_ms = clock.wall_milliseconds
         self.cluster_id = load_or_create_meta(data_dir, config.node_id, config.get("cluster.id"))
         self.store = TopicStore(data_dir)
         # Dynamic broker configs (IncrementalAlterConfigs on BROKER) apply before any log opens.
@@ -80,9 +79,9 @@ class BrokerCore:
         for dropped in config.load_dynamic(*self.broker_configs.load()):
             log.error("ignoring an invalid persisted dynamic broker config: %s", dropped)
         self.logs = LogManager(
-            data_dir, self.store, lambda info: topic_log_config(config, info.configs), wall_ms, scheduler
+            data_dir, self.store, lambda info: topic_log_config(config, info.configs), clock, scheduler
         )
-        started = monotonic_ms()
+        started = clock.milliseconds()
         self.logs.load()
         if config.get("log.cleaner.enable"):
             self.logs.enable_cleaner(
@@ -92,48 +91,48 @@ class BrokerCore:
             )
         log.info(
             "loaded %d partition log(s) of %d topic(s) from %s in %.2fs",
-            len(self.logs.logs), len(self.store.topics), data_dir, (monotonic_ms() - started) / 1000,
+            len(self.logs.logs), len(self.store.topics), data_dir, (clock.milliseconds() - started) / 1000,
         )  # fmt: skip
         self.replicas = ReplicaManager(
             self.logs,
             scheduler,
-            clock=monotonic_ms,
+            clock=clock,
             fetch_purge_interval=config.get("fetch.purgatory.purge.interval.requests"),
             produce_purge_interval=config.get("producer.purgatory.purge.interval.requests"),
             node_id=config.node_id,
         )
         # Consumer groups (Kafka's two purgatories): session expiry, and the join/sync
         # phases of rebalances.
-        self.heartbeat_purgatory = DelayedOperationPurgatory("Heartbeat", SystemTimer(clock=monotonic_ms))
-        self.rebalance_purgatory = DelayedOperationPurgatory("Rebalance", SystemTimer(clock=monotonic_ms))
+        self.heartbeat_purgatory = DelayedOperationPurgatory("Heartbeat", SystemTimer(clock=clock))
+        self.rebalance_purgatory = DelayedOperationPurgatory("Rebalance", SystemTimer(clock=clock))
         self.endpoints = Endpoints(config)
         self.groups = GroupApis(
-            config, self.replicas, self.endpoints, self.heartbeat_purgatory, self.rebalance_purgatory, wall_ms
+            config, self.replicas, self.endpoints, self.heartbeat_purgatory, self.rebalance_purgatory, clock
         )
         # Client quotas (docs/quotas.md): the three managers and their KIP-546 config.
         self.quotas = QuotaManagers(
             ClientQuotaManagerConfig(config.get("quota.window.num"), config.get("quota.window.size.seconds")),
             data_dir,
-            clock=monotonic_ms,
+            clock=clock,
         )
         self.quotas.load()
         self.credentials = credentials if credentials is not None else CredentialStore(None)
         # Transactions: the coordinator, its __transaction_state and markers; its periodic
         # tasks (timeouts, id expiry) and marker retries are tasks on its own timer.
         txn_config = TransactionConfig.from_broker(config)
-        self.transaction_timer = SystemTimer(clock=monotonic_ms)
+        self.transaction_timer = SystemTimer(clock=clock)
         self.transaction_coordinator = TransactionCoordinator(
             txn_config,
-            TransactionStateManager(txn_config, self.logs, self.replicas.append_records, data_dir, monotonic_ms),
+            TransactionStateManager(txn_config, self.logs, self.replicas.append_records, data_dir, clock),
             ProducerIdManager(data_dir),
-            TransactionMarkerChannelManager(self.replicas, self.transaction_timer, wall_ms),
+            TransactionMarkerChannelManager(self.replicas, self.transaction_timer, clock),
             self.transaction_timer,
-            wall_ms,
+            clock,
         )
         if config.get("transaction.partition.verification.enable"):
             self.replicas.transaction_verifier = self.transaction_coordinator.handle_verify_partitions
         self.transactions = TransactionApis(self.transaction_coordinator, self.replicas,
-                                            self.groups.offsets_partition_for)
+                                            self.groups.offsets_partition_for, clock)
         # Offsets in transactions: markers on __consumer_offsets commit or discard the
         # group coordinator's pending offsets.
         self.transaction_coordinator.markers.marker_listeners.append(self.groups.coordinator.on_marker_written)
@@ -145,7 +144,7 @@ class BrokerCore:
             self.authorizer = StandardAuthorizer(
                 parse_super_users(config.get("super.users")),
                 config.get("allow.everyone.if.no.acl.found"),
-                monotonic_ms,
+                clock=clock,
             )
             self.authorizer.load(self.acl_store.load())
             log.info("authorizer %s: %d ACL(s) loaded", config.get("authorizer.class.name"),
@@ -175,7 +174,8 @@ class BrokerCore:
         self.on_warmed_up: Callable[[], None] | None = None
         #: log.cleaner.execution=process: the worker process, started on the first clean
         self._cleaner_worker: CleanerWorker | None = None
-        self._due_at: dict[str, int] = {}
+        #: when each periodic job is next due (monotonic: they are intervals)
+        self._due_at: dict[str, MonotonicMs] = {}
 
     def count_metrics(self, metrics: BrokerMetrics) -> None:
         """Count requests, errors and topic bytes into ``metrics`` (metrics.listener set);
@@ -198,7 +198,7 @@ class BrokerCore:
         periodic work."""
         self.groups.start()
         self.transaction_coordinator.startup()
-        start = self.clock.wall_milliseconds()
+        start = self.clock.milliseconds()
         config = self.config
         self._cleaning = False
         self._intervals = {
@@ -208,7 +208,7 @@ class BrokerCore:
             "offsets-retention": config.get("offsets.retention.check.interval.ms"),
             "log-cleaner": config.get("log.cleaner.backoff.ms"),
         }
-        self._due_at = {name: start + interval for name, interval in self._intervals.items()}
+        self._due_at = {name: MonotonicMs(start + interval) for name, interval in self._intervals.items()}
         schedule = self.scheduler.schedule
         self._tasks.append(schedule("log-maintenance", self.maintain_logs, MAINTENANCE_TICK_MS))
         self._tasks.append(schedule("group-maintenance", self.maintain_groups, MAINTENANCE_TICK_MS))
@@ -235,21 +235,21 @@ class BrokerCore:
         self.scheduler.call_soon(step)
 
     # -- periodic work (Kafka's KafkaScheduler tasks) ----------------------------------
-    def _due(self, name: str, now: int) -> bool:
+    def _due(self, name: str, now: MonotonicMs) -> bool:
         if now < self._due_at[name]:
             return False
-        self._due_at[name] = now + self._intervals[name]
+        self._due_at[name] = MonotonicMs(now + self._intervals[name])
         return True
 
     def maintain_logs(self) -> None:
         """Time-based flush and retention, recovery-point and leader-epoch checkpoints
         (written on the scheduler's worker threads) and producer-id expiry, each when due."""
-        now = self.clock.wall_milliseconds()
+        now = self.clock.milliseconds()
         self.reaper.purge_if_due()
-        self.logs.maintenance(now, self._due("retention", now))
+        self.logs.maintenance(self._due("retention", now))
         self._maybe_clean(now)
         if self._due("producer-expiration", now):
-            removed = self.logs.remove_expired_producers(now, self.config.get("producer.id.expiration.ms"))
+            removed = self.logs.remove_expired_producers(self.config.get("producer.id.expiration.ms"))
             if removed:
                 log.info("removed %d expired producer id state(s)", removed)
         # No checkpoint of an offline dir: after a failed fsync a higher recovery point
@@ -260,17 +260,18 @@ class BrokerCore:
             for epochs in self.logs.leader_epoch_checkpoints():
                 self.scheduler.submit(epochs.run, self.logs.checkpoint_failed("leader-epoch checkpoint"))
 
-    def _maybe_clean(self, now: int) -> None:
+    def _maybe_clean(self, due_now: MonotonicMs) -> None:
         """Kafka's cleaner thread: choose the filthiest log here, clean it off the loop
         (reads and ``.cleaned`` files only: in the worker process, or on a worker thread
         with log.cleaner.execution=thread), swap the result in back on the loop; when no
         log was due, look again after log.cleaner.backoff.ms."""
         cleaner = self.logs.cleaner
-        if cleaner is None or self._cleaning or now < self._due_at["log-cleaner"]:
+        if cleaner is None or self._cleaning or due_now < self._due_at["log-cleaner"]:
             return
+        now = self.clock.wall_milliseconds()  # compaction lag and delete horizons: timestamps
         ltc = cleaner.choose(self.logs.logs, now)
         if ltc is None:
-            self._due_at["log-cleaner"] = now + self._intervals["log-cleaner"]
+            self._due_at["log-cleaner"] = MonotonicMs(due_now + self._intervals["log-cleaner"])
             return
         self._cleaning = True
         cleaner.in_progress = ltc.log
@@ -303,8 +304,7 @@ class BrokerCore:
 
     def maintain_groups(self) -> None:
         """Offset retention (the log cleaner compacts __consumer_offsets)."""
-        now = self.clock.wall_milliseconds()
-        self.groups.maintenance(now, self._due("offsets-retention", now))
+        self.groups.maintenance(self._due("offsets-retention", self.clock.milliseconds()))
 
     # -- stopping ------------------------------------------------------------------------
     def stop_serving(self) -> None:

@@ -5,7 +5,9 @@ broker remembers the partitions (with their fetch offsets and what it last told 
 client about each), and later *incremental* requests name only the partitions whose fetch
 offset changed (plus ``forgotten_topics_data`` to drop some); the broker answers only the
 partitions with something new (records, a moved high watermark or log start offset, an
-error). Sans-IO: every entry point takes ``now_ms``.
+error). Sans-IO: every entry point takes ``now_ms``, the monotonic time of the
+caller's clock (:data:`~tidegate.clock.MonotonicMs`: a session's creation and last use
+are compared with each other and with the eviction time, never with a timestamp).
 
 * :class:`FetchSessionCache` — Kafka's ``FetchSessionCache``: at most
   ``max.incremental.fetch.session.cache.slots`` sessions; a new session may evict one
@@ -48,6 +50,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from tidegate.clock import MonotonicMs
 from tidegate.errors import ErrorCode
 
 INVALID_SESSION_ID = 0
@@ -126,8 +129,8 @@ class FetchSession:
     id: int
     privileged: bool
     uses_topic_ids: bool
-    creation_ms: int
-    last_used_ms: int
+    creation_ms: MonotonicMs
+    last_used_ms: MonotonicMs
     epoch: int
     partitions: dict[SessionKey, CachedPartition] = field(default_factory=dict)
     #: size when last touched (-1: never), which the cache's partition count holds
@@ -291,7 +294,7 @@ class FetchSessionCache:
                 return sid
 
     def maybe_create_session(
-        self, now_ms: int, privileged: bool, size: int, uses_topic_ids: bool,
+        self, now_ms: MonotonicMs, privileged: bool, size: int, uses_topic_ids: bool,
         create_partitions: Callable[[], dict[SessionKey, CachedPartition]],
     ) -> int:
         """A new session's id, or INVALID_SESSION_ID when the cache is full and nothing
@@ -306,14 +309,14 @@ class FetchSessionCache:
         self.touch(session, now_ms)
         return session.id
 
-    def _evictable(self, session: FetchSession, privileged: bool, now_ms: int) -> bool:
+    def _evictable(self, session: FetchSession, privileged: bool, now_ms: MonotonicMs) -> bool:
         """Kafka's evictableByAll (sessions older than eviction_ms) and, for a privileged
         newcomer, evictableByPrivileged (also every young unprivileged session). The test
         uses the time of the session's last touch, as Kafka's maps are filled then."""
         old = session.last_used_ms - session.creation_ms > self.eviction_ms
         return old or (privileged and not session.privileged)
 
-    def _try_evict(self, privileged: bool, size: int, now_ms: int) -> bool:
+    def _try_evict(self, privileged: bool, size: int, now_ms: MonotonicMs) -> bool:
         """Kafka's ``tryEvict``: the least recently used session if stale, else the least
         valuable evictable session if it is worth no more than the newcomer."""
         if not self._sessions:
@@ -333,7 +336,7 @@ class FetchSessionCache:
         self.evictions_total += 1
         return True
 
-    def touch(self, session: FetchSession, now_ms: int) -> None:
+    def touch(self, session: FetchSession, now_ms: MonotonicMs) -> None:
         """Mark a session used now and recount its partitions (Kafka's ``touch``)."""
         session.last_used_ms = now_ms
         if session.cached_size != -1:
@@ -422,7 +425,7 @@ def request_is_full(epoch: int) -> bool:
 
 
 def new_context(
-    cache: FetchSessionCache, now_ms: int, version: int, session_id: int, epoch: int,
+    cache: FetchSessionCache, now_ms: MonotonicMs, version: int, session_id: int, epoch: int,
     fetch_data: list[tuple[SessionKey, int, int, int, int]], to_forget: list[SessionKey],
 ) -> FetchContext:
     """Kafka's ``FetchManager.newContext``."""

@@ -22,6 +22,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from tidegate.clock import Clock, WallMs
 from tidegate.config import BrokerConfig
 from tidegate.coordinator.group.group_coordinator import (
     GroupConfig,
@@ -73,9 +74,11 @@ class GroupApis:
         endpoints: Endpoints,
         heartbeat_purgatory: DelayedOperationPurgatory,
         rebalance_purgatory: DelayedOperationPurgatory,
-        now_ms: Callable[[], int],
+        clock: Clock,
     ) -> None:
         self.config = config
+        #: its wall clock stamps offset commits (Kafka's KafkaApis: commit and expire times)
+        self.clock = clock
         self.replicas = replicas
         self.logs = replicas.logs
         self.endpoints = endpoints
@@ -84,7 +87,7 @@ class GroupApis:
         self._stopped = False
         self.offsets_log = OffsetsLog(
             self._open_offsets_log,
-            now_ms,
+            clock,
             append_records=replicas.append_records,
             timeout_ms=self.commit_timeout_ms,
         )
@@ -93,7 +96,7 @@ class GroupApis:
             heartbeat_purgatory,
             rebalance_purgatory,
             self.offsets_log,
-            now_ms,
+            clock,
         )
         #: answers a parked request (KafkaApis sets it to its send_response)
         self.respond: Callable[[Request, dict | None], None] = _unset_respond
@@ -126,9 +129,9 @@ class GroupApis:
         self._stopped = True
         self.coordinator.shutdown()
 
-    def maintenance(self, now_ms: int, retention_due: bool) -> None:
+    def maintenance(self, retention_due: bool) -> None:
         if retention_due:
-            self.coordinator.cleanup_group_metadata(now_ms)
+            self.coordinator.cleanup_group_metadata()
 
     def on_topic_deleted(self, name: str) -> None:
         if self.coordinator.active:
@@ -159,7 +162,7 @@ class GroupApis:
         return OFFSETS_KEY
 
     # -- JoinGroup / SyncGroup / Heartbeat / LeaveGroup --------------------------------------------
-    def handle_join_group(self, request: Request, now_ms: int) -> Any:
+    def handle_join_group(self, request: Request) -> Any:
         header, req = request.header, request.body
         version = header.api_version
         session_timeout = req.session_timeout
@@ -204,7 +207,7 @@ class GroupApis:
 
         return PARKED
 
-    def handle_sync_group(self, request: Request, now_ms: int) -> Any:
+    def handle_sync_group(self, request: Request) -> Any:
         header, req = request.header, request.body
         version = header.api_version
         def body(r: SyncResult) -> dict:
@@ -232,7 +235,7 @@ class GroupApis:
 
         return PARKED
 
-    def handle_heartbeat(self, request: Request, now_ms: int) -> dict:
+    def handle_heartbeat(self, request: Request) -> dict:
         header, req = request.header, request.body
         error = self._coord().handle_heartbeat(
             req.group_id,
@@ -242,7 +245,7 @@ class GroupApis:
         )
         return {"throttle_time": 0, "error_code": error}
 
-    def handle_leave_group(self, request: Request, now_ms: int) -> dict:
+    def handle_leave_group(self, request: Request) -> dict:
         header, req = request.header, request.body
         version = header.api_version
         if version >= 3:
@@ -264,10 +267,10 @@ class GroupApis:
         }
 
     # -- OffsetCommit / OffsetFetch / OffsetDelete --------------------------------------------------
-    def handle_offset_commit(self, request: Request, now_ms: int) -> Any:
+    def handle_offset_commit(self, request: Request) -> Any:
         header, req = request.header, request.body
         version = header.api_version
-        now = now_ms
+        now = self.clock.wall_milliseconds()
         retention = req.retention_time if 2 <= version <= 4 else -1
         topics, parts_by_tp, offsets = self._requested_offsets(
             req.topics, version >= 6, now, now + retention if retention != -1 else None
@@ -307,7 +310,7 @@ class GroupApis:
         return PARKED
 
     def _requested_offsets(
-        self, req_topics: Any, with_leader_epoch: bool, now: int, expire_at: int | None
+        self, req_topics: Any, with_leader_epoch: bool, now: WallMs, expire_at: int | None
     ) -> tuple[list[dict], dict[TopicPartition, dict], dict[TopicPartition, OffsetAndMetadata]]:
         """The offsets of an OffsetCommit or TxnOffsetCommit request: the response's topics
         (UNKNOWN_TOPIC_OR_PARTITION filled in for partitions that do not exist), each known
@@ -336,7 +339,7 @@ class GroupApis:
             topics.append({"name": t.name, "partitions": parts})
         return topics, parts_by_tp, offsets
 
-    def handle_txn_offset_commit(self, request: Request, now_ms: int) -> Any:
+    def handle_txn_offset_commit(self, request: Request) -> Any:
         """TxnOffsetCommit v0-4 (transaction version 1; v5, where the commit itself adds the
         offsets partition to the transaction, is TV2 and not advertised). As Kafka's
         KafkaApis.handleTxnOffsetCommitRequest: an unknown topic or partition answers
@@ -346,7 +349,9 @@ class GroupApis:
         is answered as COORDINATOR_NOT_AVAILABLE (clients before 2.0 did not expect it)."""
         header, req = request.header, request.body
         version = header.api_version
-        topics, parts_by_tp, offsets = self._requested_offsets(req.topics, version >= 2, now_ms, None)
+        topics, parts_by_tp, offsets = self._requested_offsets(
+            req.topics, version >= 2, self.clock.wall_milliseconds(), None
+        )
         body = {"throttle_time": 0, "topics": topics}
         if not offsets:
             return body
@@ -436,7 +441,7 @@ class GroupApis:
             "topics": [{"name": name, "partitions": parts} for name, parts in by_topic.items()],
         }
 
-    def handle_offset_fetch(self, request: Request, now_ms: int) -> dict:
+    def handle_offset_fetch(self, request: Request) -> dict:
         header, req = request.header, request.body
         version = header.api_version
         require_stable = getattr(req, "require_stable", False)
@@ -449,7 +454,7 @@ class GroupApis:
         one = self._offset_fetch_group(req.group_id, req.topics, version, require_stable)
         return {"throttle_time": 0, "topics": one["topics"], "error_code": one["error_code"]}
 
-    def handle_offset_delete(self, request: Request, now_ms: int) -> dict:
+    def handle_offset_delete(self, request: Request) -> dict:
         req = request.body
         partitions = [(t.name, p.partition_index) for t in req.topics for p in t.partitions]
         error, errors = self._coord().handle_delete_offsets(req.group_id, partitions)
@@ -472,7 +477,7 @@ class GroupApis:
         }
 
     # -- ListGroups / DescribeGroups / DeleteGroups ----------------------------------------------------
-    def handle_list_groups(self, request: Request, now_ms: int) -> dict:
+    def handle_list_groups(self, request: Request) -> dict:
         req = request.body
         error, groups = self._coord().handle_list_groups(
             getattr(req, "states_filter", ()) or (), getattr(req, "types_filter", ()) or ()
@@ -486,7 +491,7 @@ class GroupApis:
             ],
         }
 
-    def handle_describe_groups(self, request: Request, now_ms: int) -> dict:
+    def handle_describe_groups(self, request: Request) -> dict:
         header, req = request.header, request.body
         version = header.api_version
         coordinator = self._coord()
@@ -517,7 +522,7 @@ class GroupApis:
             out.append(entry)
         return {"throttle_time": 0, "groups": out}
 
-    def handle_delete_groups(self, request: Request, now_ms: int) -> dict:
+    def handle_delete_groups(self, request: Request) -> dict:
         req = request.body
         results = self._coord().handle_delete_groups(list(dict.fromkeys(req.groups_names)))
         return {
@@ -526,14 +531,14 @@ class GroupApis:
         }
 
     # -- KIP-848 (the consumer protocol): not enabled -----------------------------------
-    def handle_consumer_group_heartbeat(self, request: Request, now_ms: int) -> dict:
+    def handle_consumer_group_heartbeat(self, request: Request) -> dict:
         """KIP-848's consumer protocol is not enabled (Kafka's
         ``group.coordinator.rebalance.protocols=classic``): UNSUPPORTED_VERSION, as Kafka's
         KafkaApis answers then; the client falls back or tells its user to use classic."""
         return {"throttle_time": 0, "error_code": ErrorCode.unsupported_version,
                 "member_epoch": 0, "heartbeat_interval": 0}
 
-    def handle_consumer_group_describe(self, request: Request, now_ms: int) -> dict:
+    def handle_consumer_group_describe(self, request: Request) -> dict:
         """As ConsumerGroupHeartbeat: each group UNSUPPORTED_VERSION (Kafka's getErrorResponse)."""
         return {
             "throttle_time": 0,

@@ -1,7 +1,6 @@
 """Kafka's KafkaApis: decide what each request gets, sans-IO.
 
-``handle(request, now_ms)`` runs one request through the pipeline, the same for
-every API:
+``handle(request)`` runs one request through the pipeline, the same for every API:
 
 1. **decode** (:mod:`tidegate.protocol.codec`, kio): an unknown key or version is
    answered UNSUPPORTED_VERSION, bytes that do not parse close the connection; the
@@ -19,9 +18,9 @@ every API:
 
 The outcome is a plain value (:mod:`tidegate.network.request_channel`): response
 pieces, no response, close, or PARKED, with the throttle and the after-send action
-for the shell. KafkaApis never creates a future, never reads the system clock (the
-request quota measures handler time on the injected :class:`~tidegate.clock.Clock`),
-never touches a connection. Appends and fetches go through
+for the shell. KafkaApis never creates a future, never reads the system clock (it
+reads the injected :class:`~tidegate.clock.Clock`, Kafka's ``time``: handler time for
+the request quota, monotonic time for fetch sessions), never touches a connection. Appends and fetches go through
 :class:`~tidegate.server.replica_manager.ReplicaManager`; the group, admin and
 security APIs live in their own handler classes, which this module imports (never the
 other way round).
@@ -34,7 +33,7 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from tidegate.clock import SYSTEM_CLOCK, Clock
+from tidegate.clock import Clock
 from tidegate.config import BrokerConfig
 from tidegate.errors import ErrorCode
 from tidegate.log.record_batch import is_transactional_batch
@@ -132,7 +131,7 @@ SASL_AUTHENTICATE = 36
 COORDINATOR_TYPE_GROUP = 0
 COORDINATOR_TYPE_TRANSACTION = 1
 
-Handler = Callable[[Request, int], Any]
+Handler = Callable[[Request], Any]
 
 
 class _QuotaRequest:
@@ -162,7 +161,7 @@ class KafkaApis:
         credentials: CredentialStore,
         endpoints: Endpoints,
         broker_configs: BrokerConfigStore,
-        time: Clock = SYSTEM_CLOCK,
+        time: Clock,
         authorizer: StandardAuthorizer | None = None,
         acl_store: AclStore | None = None,
     ) -> None:
@@ -185,7 +184,7 @@ class KafkaApis:
         self.transactions = transactions
         transactions.respond = self.send_response
         self.admin = admin = AdminApis(
-            config, cluster_id, replicas, store, quotas, endpoints, groups, broker_configs
+            config, cluster_id, replicas, store, quotas, endpoints, groups, broker_configs, time
         )
         admin.respond = self.send_response
         self.security = security = SecurityApis(credentials)
@@ -263,9 +262,8 @@ class KafkaApis:
         self._current_response: Response | None = None
 
     # -- the pipeline ---------------------------------------------------------------------
-    def handle(self, request: Request, now_ms: int) -> Outcome:
-        """Decode, authorize, handle and respond; ``now_ms`` is the wall-clock time
-        (record timestamps, commit times). Returns the response outcome, or PARKED."""
+    def handle(self, request: Request) -> Outcome:
+        """Decode, authorize, handle and respond. Returns the response outcome, or PARKED."""
         try:
             header, body = decode_request(request.payload)
         except UnsupportedRequestVersionError as exc:
@@ -290,7 +288,7 @@ class KafkaApis:
         self._current = request
         self._current_response = None
         try:
-            values = self.handlers[key](request, now_ms)
+            values = self.handlers[key](request)
         finally:
             self._current = None
             if key == ApiKey.PRODUCE:
@@ -532,7 +530,7 @@ class KafkaApis:
             "zk_migration_ready": False,
         }
 
-    def handle_api_versions(self, request: Request, now_ms: int) -> dict:
+    def handle_api_versions(self, request: Request) -> dict:
         return self._api_versions_body()
 
     # -- Metadata -------------------------------------------------------------------------
@@ -546,7 +544,7 @@ class KafkaApis:
             "topic_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
         }
 
-    def handle_metadata(self, request: Request, now_ms: int) -> dict:
+    def handle_metadata(self, request: Request) -> dict:
         version = request.header.api_version
         req = request.body
         topics_out = []
@@ -622,7 +620,7 @@ class KafkaApis:
         return None if topic_id is None else self.store.get_by_id(topic_id)
 
     # -- Produce --------------------------------------------------------------------------
-    def handle_produce(self, request: Request, now_ms: int) -> Any:
+    def handle_produce(self, request: Request) -> Any:
         req = request.body
         acks = req.acks
         entries: dict[tuple[str, int], Any] = {}
@@ -662,7 +660,7 @@ class KafkaApis:
             self.send_response(request, body)
 
         self.replicas.append_records(
-            req.timeout, acks, entries, now_ms, respond,
+            req.timeout, acks, entries, respond,
             transactional_id=req.transactional_id, generic_txn_errors=request.header.api_version >= 11,
         )  # fmt: skip
         return PARKED
@@ -695,7 +693,7 @@ class KafkaApis:
         return {"responses": responses, "throttle_time": 0, "node_endpoints": []}
 
     # -- Fetch ----------------------------------------------------------------------------
-    def handle_fetch(self, request: Request, now_ms: int) -> Any:
+    def handle_fetch(self, request: Request) -> Any:
         """Kafka's ``handleFetchRequest`` with KIP-227 sessions: the fetch context
         (:func:`~tidegate.server.fetch_session.new_context`) decides which partitions
         are read (the request's, or an incremental session's) and which are answered."""
@@ -716,8 +714,6 @@ class KafkaApis:
                 (f.topic_id if by_id else f.topic, index)
                 for f in req.forgotten_topics_data for index in f.partitions
             ]  # fmt: skip
-            # sessions live on the monotonic clock, as their creation (Kafka's FetchManager
-            # reads its Time for both)
             ctx = new_context(self.fetch_sessions, self.time.milliseconds(), version, req.session_id,
                               req.session_epoch, fetch_data, to_forget)
         else:
@@ -937,7 +933,7 @@ class KafkaApis:
         return responses
 
     # -- ListOffsets ----------------------------------------------------------------------
-    def handle_list_offsets(self, request: Request, now_ms: int) -> dict:
+    def handle_list_offsets(self, request: Request) -> dict:
         """Kafka's ``ReplicaManager.fetchOffset`` on one node: a partition named twice gets
         INVALID_REQUEST (once), a special timestamp the version predates
         UNSUPPORTED_VERSION, a stale or future ``current_leader_epoch``
@@ -1014,7 +1010,7 @@ class KafkaApis:
         return out
 
     # -- OffsetForLeaderEpoch --------------------------------------------------------------
-    def handle_offset_for_leader_epoch(self, request: Request, now_ms: int) -> dict:
+    def handle_offset_for_leader_epoch(self, request: Request) -> dict:
         """KIP-320 truncation detection: the end offset of each asked epoch (Kafka's
         ``Partition.lastOffsetForLeaderEpoch``); a consumer validates its position with it
         after a metadata change. Each partition has one stable epoch, so a consumer asking
@@ -1033,7 +1029,7 @@ class KafkaApis:
         return {"throttle_time": 0, "topics": topics}
 
     # -- FindCoordinator ----------------------------------------------------------------------
-    def handle_find_coordinator(self, request: Request, now_ms: int) -> dict:
+    def handle_find_coordinator(self, request: Request) -> dict:
         """This node coordinates every group and every transactional id; the coordinator's
         internal topic is created on first use."""
         header, req = request.header, request.body

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tidegate.clock import Clock
 from tidegate.log.checkpoint import (
     TMP_MARK,
     CheckpointWrite,
@@ -79,18 +80,19 @@ class LogManager:
         root: Path,
         store: TopicStore,
         log_config_for: Callable[[TopicInfo], LogConfig],
-        now_ms: Callable[[], int],
+        clock: Clock,
         scheduler: Scheduler | None = None,
     ) -> None:
         self.root = root
         self.store = store
         self.log_config_for = log_config_for
-        self.now_ms = now_ms
+        #: the logs are handed its wall time (retention, roll, flush.ms: Kafka's ``time``)
+        self.clock = clock
         #: where checkpoint writes run (a worker thread); None writes them inline
         self.scheduler = scheduler
         self.logs: dict[TopicPartition, Log] = {}
         #: the log dir's I/O failures and whether it is full or offline (docs/reliability.md)
-        self.failure_channel = LogDirFailureChannel(str(root), now_ms)
+        self.failure_channel = LogDirFailureChannel(str(root), clock)
         #: told of a partition whose log start offset retention may have moved (the
         #: ReplicaManager's: incremental fetch sessions report it)
         self.log_start_moved: Callable[[TopicPartition], None] | None = None
@@ -113,15 +115,15 @@ class LogManager:
         self._root_fd = os.open(self.root, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
         self.cleaner = LogCleaner(
             LogCleanerManager(self._root_fd, self.failure_channel),
-            Cleaner(dedupe_buffer_size, load_factor, io_buffer_size=io_buffer_size),
+            Cleaner(dedupe_buffer_size, load_factor, clock=self.clock, io_buffer_size=io_buffer_size),
         )
         return self.cleaner
 
-    def clean(self, now_ms: int) -> bool:
+    def clean(self) -> bool:
         """One pass of the log cleaner (the filthiest eligible log); False: none was due."""
         if self.cleaner is None:
             return False
-        return self.cleaner.clean_once(self.logs, now_ms)
+        return self.cleaner.clean_once(self.logs, self.clock.wall_milliseconds())
 
     # -- lifecycle ---------------------------------------------------------
     def load(self) -> None:
@@ -179,7 +181,7 @@ class LogManager:
         without registering them: safe on a worker thread (it reads only the topic, the
         configs and the loaded start offsets)."""
         config = self.log_config_for(info)
-        now = self.now_ms()
+        now = self.clock.wall_milliseconds()
         opened: dict[TopicPartition, Log] = {}
         for p in range(start, end):
             directory = partition_dir(self.root, info.name, p)
@@ -425,15 +427,18 @@ class LogManager:
                 tickets.append(ticket)
         return tickets
 
-    def remove_expired_producers(self, now_ms: int, expiration_ms: int) -> int:
-        """``producer.id.expiration.ms``: forget idle idempotent producers on every partition."""
+    def remove_expired_producers(self, expiration_ms: int) -> int:
+        """``producer.id.expiration.ms``: forget idle idempotent producers on every partition
+        (idle since their last batch's max timestamp: the wall clock)."""
+        now_ms = self.clock.wall_milliseconds()
         removed = 0
         for plog in self.logs.values():
             removed += plog.remove_expired_producers(now_ms, expiration_ms)
         return removed
 
-    def maintenance(self, now_ms: int, retention_due: bool) -> None:
+    def maintenance(self, retention_due: bool) -> None:
         """Time-based flush (flush.ms) and, when due, retention on every partition."""
+        now_ms = self.clock.wall_milliseconds()
         failures = self.failure_channel
         if failures.offline:
             return  # nothing is flushed or deleted in an offline dir (its state is unknown)

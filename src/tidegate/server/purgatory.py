@@ -149,11 +149,11 @@ class DelayedOperationPurgatory:
     def __init__(
         self,
         name: str,
-        timer: SystemTimer | None = None,
+        timer: SystemTimer,
         purge_interval: int = 1000,
     ) -> None:
         self.name = name
-        self.timer = timer if timer is not None else SystemTimer()
+        self.timer = timer
         self._timer_add = self.timer.add
         self._timer_advance = self.timer.advance_clock
         self._timer_count = self.timer._counter  # timer.size without the property call

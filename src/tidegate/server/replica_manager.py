@@ -40,6 +40,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from tidegate.clock import Clock
 from tidegate.errors import CodedError, ErrorCode, OffsetOutOfRangeError
 from tidegate.log.dir_failure import StorageError
 from tidegate.log.file_region import FileRegion
@@ -210,19 +211,20 @@ class ReplicaManager:
         logs: LogManager,
         scheduler: Scheduler,
         *,
-        clock: Callable[[], int] | None = None,
+        clock: Clock,
         fetch_purge_interval: int = 1000,
         produce_purge_interval: int = 1000,
         node_id: int = 1,
     ) -> None:
         self.logs = logs
         self.scheduler = scheduler
+        #: appends read its wall clock (LogAppendTime, retention, roll: Kafka's ``time``)
+        self.clock = clock
         #: this node: the leader, only replica and only ISR member of every partition
         self.node_id = node_id
-        timer_args: dict[str, Any] = {} if clock is None else {"clock": clock}
-        self.fetch_purgatory = DelayedOperationPurgatory("Fetch", SystemTimer(**timer_args), fetch_purge_interval)
+        self.fetch_purgatory = DelayedOperationPurgatory("Fetch", SystemTimer(clock=clock), fetch_purge_interval)
         self.produce_purgatory = DelayedOperationPurgatory(
-            "Produce", SystemTimer(**timer_args), produce_purge_interval
+            "Produce", SystemTimer(clock=clock), produce_purge_interval
         )
         # group commit for acks=all: each fsync round completes the produces it covered
         #: the log dir's I/O failures: full (writes refused until space returns) or offline
@@ -279,7 +281,6 @@ class ReplicaManager:
         timeout_ms: int,
         required_acks: int,
         entries: Mapping[TopicPartition, Any],
-        now_ms: int,
         callback: Callable[[dict[TopicPartition, PartitionResponse]], None],
         *,
         internal_topics_allowed: bool = False,
@@ -315,6 +316,7 @@ class ReplicaManager:
         appended: list[TopicPartition] = []
         stats = self.topic_stats
         failures = self.failure_channel
+        now_ms = self.clock.wall_milliseconds()
         for key, records in entries.items():
             result = results[key] = PartitionResponse()
             topic, partition = key
@@ -668,6 +670,7 @@ class ReplicaManager:
         which a new start never passes.)"""
         results: dict[TopicPartition, DeleteRecordsResult] = {}
         moved: list[TopicPartition] = []
+        now_ms = self.clock.wall_milliseconds()
         for key, offset in offsets.items():
             result = results[key] = DeleteRecordsResult()
             topic = key[0]
@@ -689,7 +692,7 @@ class ReplicaManager:
             target = plog.high_watermark if offset == -1 else offset
             before = plog.log_start_offset
             try:
-                result.low_watermark = plog.increment_log_start_offset(target)
+                result.low_watermark = plog.increment_log_start_offset(target, now_ms)
             except OffsetOutOfRangeError as exc:
                 result.error = E.offset_out_of_range
                 result.error_message = str(exc)

@@ -36,7 +36,7 @@ class SecurityApis:
         self.credentials = credentials
 
     # -- delegation tokens: disabled (no delegation.token.secret.key) ----------------------
-    def handle_create_delegation_token(self, request: Request, now_ms: int) -> dict:
+    def handle_create_delegation_token(self, request: Request) -> dict:
         req = request.body
         requester = (USER_TYPE, request.context.principal)
         owner = (req.owner_principal_type, req.owner_principal_name) if getattr(
@@ -64,10 +64,10 @@ class SecurityApis:
                         issue_timestamp=0, expiry_timestamp=0, max_timestamp=0)
         return body
 
-    def handle_renew_delegation_token(self, request: Request, now_ms: int) -> dict:
+    def handle_renew_delegation_token(self, request: Request) -> dict:
         return self._token_refusal(request)
 
-    def handle_expire_delegation_token(self, request: Request, now_ms: int) -> dict:
+    def handle_expire_delegation_token(self, request: Request) -> dict:
         return self._token_refusal(request)
 
     @staticmethod
@@ -78,7 +78,7 @@ class SecurityApis:
         return {"throttle_time": 0, "error_code": ErrorCode.delegation_token_auth_disabled,
                 "expiry_timestamp": 0}
 
-    def handle_describe_delegation_token(self, request: Request, now_ms: int) -> dict:
+    def handle_describe_delegation_token(self, request: Request) -> dict:
         error = (
             ErrorCode.delegation_token_auth_disabled
             if _token_requests_allowed(request)
@@ -86,10 +86,10 @@ class SecurityApis:
         )
         return {"throttle_time": 0, "error_code": error, "tokens": []}
 
-    def handle_sasl_handshake(self, request: Request, now_ms: int) -> dict:
+    def handle_sasl_handshake(self, request: Request) -> dict:
         return {"error_code": ErrorCode.illegal_sasl_state, "mechanisms": ()}
 
-    def handle_sasl_authenticate(self, request: Request, now_ms: int) -> dict:
+    def handle_sasl_authenticate(self, request: Request) -> dict:
         ctx = request.context
         return {
             "error_code": ErrorCode.illegal_sasl_state,
@@ -99,7 +99,7 @@ class SecurityApis:
             "auth_bytes": b"",
         }
 
-    def handle_describe_user_scram_credentials(self, request: Request, now_ms: int) -> dict:
+    def handle_describe_user_scram_credentials(self, request: Request) -> dict:
         req = request.body
         users = None if req.users is None else [u.name for u in req.users]
         return {
@@ -112,7 +112,7 @@ class SecurityApis:
             ],
         }
 
-    def handle_alter_user_scram_credentials(self, request: Request, now_ms: int) -> dict:
+    def handle_alter_user_scram_credentials(self, request: Request) -> dict:
         req = request.body
         results = self.credentials.alter(
             [(d.name, d.mechanism) for d in req.deletions],

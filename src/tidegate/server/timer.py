@@ -2,7 +2,10 @@
 
 A sans-IO rendering of Kafka's ``server-common`` timer package (``TimerTask``,
 ``TimerTaskEntry``, ``TimerTaskList``, ``TimingWheel``, ``SystemTimer``): plain objects,
-an injected clock (a callable returning integer milliseconds), no threads, no sleeps.
+an injected :class:`~tidegate.clock.Clock`, no threads, no sleeps. Times are the clock's
+monotonic milliseconds: typed :data:`~tidegate.clock.MonotonicMs` where they leave the
+timer (:meth:`SystemTimer.next_expiration_ms`, ``on_schedule``); inside the wheels they
+are plain ints on that clock (the hot paths add a delay to the time and bucket it).
 
 How the pieces fit:
 
@@ -42,7 +45,7 @@ import heapq
 import itertools
 from collections.abc import Callable, Iterator
 
-from tidegate.clock import monotonic_ms
+from tidegate.clock import Clock, MonotonicMs
 
 __all__ = [
     "UNLINKED",
@@ -300,7 +303,7 @@ class BucketQueue:
 
     __slots__ = ("_heap", "_seq", "on_offer")
 
-    def __init__(self, on_offer: Callable[[int], object] | None = None) -> None:
+    def __init__(self, on_offer: Callable[[MonotonicMs], object] | None = None) -> None:
         self._heap: list[tuple[int, int, TimerTaskList]] = []
         self._seq = itertools.count()
         self.on_offer = on_offer
@@ -310,7 +313,7 @@ class BucketQueue:
         heapq.heappush(self._heap, (expiration, next(self._seq), bucket))
         on_offer = self.on_offer
         if on_offer is not None:
-            on_offer(expiration)
+            on_offer(MonotonicMs(expiration))
 
     def poll(self, now_ms: int) -> TimerTaskList | None:
         """Pop and return the earliest bucket due at ``now_ms`` (expiration <= now), or None."""
@@ -326,7 +329,7 @@ class BucketQueue:
             return bucket
         return None
 
-    def peek_expiration(self) -> int | None:
+    def peek_expiration(self) -> MonotonicMs | None:
         """Expiration of the earliest *non-empty* scheduled bucket, or None.
 
         Stale items are dropped.  An empty bucket at the head (all its tasks completed
@@ -345,7 +348,7 @@ class BucketQueue:
                 heapq.heappop(heap)
                 bucket.expiration_ms = -1
                 continue
-            return expiration
+            return MonotonicMs(expiration)
         return None
 
     def clear(self) -> None:
@@ -472,7 +475,7 @@ class _TimerEntry(TimerTaskEntry):
 class SystemTimer:
     """The timer: hierarchical wheels plus a priority queue of buckets, clock injected.
 
-    ``clock()`` returns integer milliseconds (default :func:`monotonic_ms`).  Expired
+    ``clock.milliseconds()`` is the time of every add and advance.  Expired
     tasks are handed to ``executor(task.run)``; by default ``run()`` is called inline.
     An asyncio driver may pass ``loop.call_soon``.  ``on_schedule(expiration_ms)`` is
     called whenever a bucket is (re)scheduled -- at most once per bucket per wheel
@@ -486,6 +489,7 @@ class SystemTimer:
         "_executor",
         "_hint_bucket",
         "_hint_expiration",
+        "_now",
         "_queue",
         "_wheel",
         "tick_ms",
@@ -496,22 +500,24 @@ class SystemTimer:
         self,
         tick_ms: int = 1,
         wheel_size: int = 20,
-        clock: Callable[[], int] = monotonic_ms,
         *,
-        start_ms: int | None = None,
+        clock: Clock,
+        start_ms: MonotonicMs | None = None,
         executor: Callable[[Callable[[], object]], object] | None = None,
-        on_schedule: Callable[[int], object] | None = None,
+        on_schedule: Callable[[MonotonicMs], object] | None = None,
     ) -> None:
         self.tick_ms = tick_ms
         self.wheel_size = wheel_size
         self._clock = clock
+        #: the clock's reading, bound once: add() runs once per delayed request
+        self._now = clock.milliseconds
         self._executor = executor
         self._counter = TaskCounter()
         self._queue = BucketQueue(on_schedule)
         self._wheel = TimingWheel(
             tick_ms,
             wheel_size,
-            clock() if start_ms is None else start_ms,
+            clock.milliseconds() if start_ms is None else start_ms,
             self._counter,
             self._queue,
         )
@@ -524,15 +530,15 @@ class SystemTimer:
         self._hint_bucket: TimerTaskList = self._wheel.buckets[0]
 
     @property
-    def clock(self) -> Callable[[], int]:
+    def clock(self) -> Clock:
         return self._clock
 
     @property
-    def on_schedule(self) -> Callable[[int], object] | None:
+    def on_schedule(self) -> Callable[[MonotonicMs], object] | None:
         return self._queue.on_offer
 
     @on_schedule.setter
-    def on_schedule(self, callback: Callable[[int], object] | None) -> None:
+    def on_schedule(self, callback: Callable[[MonotonicMs], object] | None) -> None:
         self._queue.on_offer = callback
 
     @property
@@ -560,7 +566,7 @@ class SystemTimer:
         # part of its cost.  Keep it in step with those two methods.
         entry = _TimerEntry()
         entry.task = task
-        entry.expiration_ms = expiration = delay + self._clock()
+        entry.expiration_ms = expiration = delay + self._now()
         old = task._entry
         if old is not None:
             lst = old.list
@@ -621,7 +627,7 @@ class SystemTimer:
     def advance_clock(self, timeout_ms: int = 0) -> bool:
         """Expire everything that is due now; True if any bucket was due.
 
-        Pops every bucket whose expiration <= ``clock()``, advances the wheels to it and
+        Pops every bucket whose expiration <= the clock's time, advances the wheels to it and
         flushes it (each entry moves down a level or runs).  ``timeout_ms`` is kept for
         Kafka's signature only: a sans-IO timer never blocks.  The caller waits, until
         :meth:`next_expiration_ms`, instead.
@@ -632,7 +638,7 @@ class SystemTimer:
         heap = queue._heap
         if not heap:
             return False
-        now = self._clock()
+        now = self._now()
         if heap[0][0] > now:
             # Nothing due (the head may be stale, but every item behind it is later
             # still): the common case when the driver ticks often, so no poll() frame.
@@ -717,7 +723,7 @@ class SystemTimer:
             bucket = queue.poll(now)
         return True
 
-    def next_expiration_ms(self) -> int | None:
+    def next_expiration_ms(self) -> MonotonicMs | None:
         """When the earliest non-empty bucket is due (absolute ms), or None if none is."""
         if self._closed:
             return None

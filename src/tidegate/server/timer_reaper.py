@@ -19,13 +19,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from tidegate.clock import MonotonicMs
 from tidegate.scheduler import Cancellable
 from tidegate.server.purgatory import DelayedOperationPurgatory
 from tidegate.server.timer import SystemTimer
 
 log = logging.getLogger(__name__)
 
-CallAt = Callable[[int, Callable[[], None]], Cancellable]
+CallAt = Callable[[MonotonicMs, Callable[[], None]], Cancellable]
 
 
 class TimerReaper:
@@ -35,7 +36,7 @@ class TimerReaper:
         self._timers: list[tuple[str, SystemTimer, Callable[[], object]]] = []
         self.purgatories: list[DelayedOperationPurgatory] = []
         self._handle: Cancellable | None = None
-        self._armed_at: int | None = None
+        self._armed_at: MonotonicMs | None = None
         self._firing = False
         self.wakeups = 0  # how often it fired (tests check it does not spin)
 
@@ -50,13 +51,13 @@ class TimerReaper:
         if nxt is not None:
             self._on_schedule(nxt)
 
-    def _on_schedule(self, expiration_ms: int) -> None:
+    def _on_schedule(self, expiration_ms: MonotonicMs) -> None:
         if self._firing:
             return  # _fire re-arms for the earliest bucket once every timer has advanced
         if self._armed_at is None or expiration_ms < self._armed_at:
             self._arm(expiration_ms)
 
-    def _arm(self, at_ms: int) -> None:
+    def _arm(self, at_ms: MonotonicMs) -> None:
         if self._handle is not None:
             self._handle.cancel()
         self._armed_at = at_ms
@@ -84,7 +85,7 @@ class TimerReaper:
             self._arm(min(nxt))
 
     @property
-    def armed_at(self) -> int | None:
+    def armed_at(self) -> MonotonicMs | None:
         return self._armed_at
 
     def purge_if_due(self) -> None:

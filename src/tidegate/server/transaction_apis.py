@@ -21,6 +21,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from tidegate.clock import Clock
 from tidegate.coordinator.transaction.transaction_coordinator import (
     InitProducerIdResult,
     TransactionCoordinator,
@@ -47,8 +48,11 @@ class TransactionApis:
         coordinator: TransactionCoordinator,
         replicas: ReplicaManager,
         offsets_partition_for: Callable[[str], TopicPartition],
+        clock: Clock,
     ) -> None:
         self.coordinator = coordinator
+        #: its wall clock stamps the markers WriteTxnMarkers writes
+        self.clock = clock
         self.replicas = replicas
         #: the __consumer_offsets partition of a group, created if need be (AddOffsetsToTxn)
         self.offsets_partition_for = offsets_partition_for
@@ -68,7 +72,7 @@ class TransactionApis:
         return E.none, None
 
     # -- InitProducerId -------------------------------------------------------------------------
-    def handle_init_producer_id(self, request: Request, now_ms: int) -> Any:
+    def handle_init_producer_id(self, request: Request) -> Any:
         """Idempotent producers (no transactional id) get a fresh producer id at epoch 0;
         transactional ones go through the coordinator (fencing, epoch bumps, KIP-360)."""
         version = request.header.api_version
@@ -94,7 +98,7 @@ class TransactionApis:
                 "producer_epoch": result.producer_epoch}
 
     # -- AddPartitionsToTxn ---------------------------------------------------------------------
-    def handle_add_partitions_to_txn(self, request: Request, now_ms: int) -> Any:
+    def handle_add_partitions_to_txn(self, request: Request) -> Any:
         version = request.header.api_version
         req = request.body
         if version <= 3:
@@ -162,7 +166,7 @@ class TransactionApis:
         return [{"name": topic, "results_by_partition": parts} for topic, parts in by_topic.items()]
 
     # -- AddOffsetsToTxn ------------------------------------------------------------------------
-    def handle_add_offsets_to_txn(self, request: Request, now_ms: int) -> Any:
+    def handle_add_offsets_to_txn(self, request: Request) -> Any:
         req = request.body
         try:
             tp = self.offsets_partition_for(req.group_id)
@@ -180,7 +184,7 @@ class TransactionApis:
         return PARKED
 
     # -- EndTxn ---------------------------------------------------------------------------------
-    def handle_end_txn(self, request: Request, now_ms: int) -> Any:
+    def handle_end_txn(self, request: Request) -> Any:
         req = request.body
 
         def answer(error: ErrorCode) -> None:
@@ -194,11 +198,12 @@ class TransactionApis:
         return PARKED
 
     # -- WriteTxnMarkers ------------------------------------------------------------------------
-    def handle_write_txn_markers(self, request: Request, now_ms: int) -> Any:
+    def handle_write_txn_markers(self, request: Request) -> Any:
         """Markers written on request (the admin's abortTransaction, KIP-664): each partition
         gets the control batch; a partition not hosted here gets UNKNOWN_TOPIC_OR_PARTITION."""
         results: list[dict] = []
         to_write: list[tuple[TopicPartition, bytearray, dict, int, bool]] = []
+        now_ms = self.clock.wall_milliseconds()
         for m in request.body.markers:
             topics = []
             for t in m.topics:
@@ -227,22 +232,22 @@ class TransactionApis:
                 self.respond(request, body)
 
         for tp, batch, part, producer_id, commit in to_write:
-            self._append_marker(tp, batch, part, producer_id, commit, now_ms, done)
+            self._append_marker(tp, batch, part, producer_id, commit, done)
         return PARKED
 
     def _append_marker(self, tp: TopicPartition, batch: bytearray, part: dict, producer_id: int, commit: bool,
-                       now_ms: int, done: Callable[[], None]) -> None:
+                       done: Callable[[], None]) -> None:
         def appended(res: dict[TopicPartition, PartitionResponse]) -> None:
             part["error_code"] = res[tp].error
             if res[tp].error is E.none:
                 self.coordinator.markers.marker_written(tp, producer_id, commit)
             done()
 
-        self.replicas.append_records(30_000, -1, {tp: batch}, now_ms, appended,
+        self.replicas.append_records(30_000, -1, {tp: batch}, appended,
                                      internal_topics_allowed=True, from_client=False)
 
     # -- DescribeTransactions / ListTransactions ------------------------------------------------
-    def handle_describe_transactions(self, request: Request, now_ms: int) -> dict:
+    def handle_describe_transactions(self, request: Request) -> dict:
         states = []
         for d in self.coordinator.handle_describe_transactions(request.body.transactional_ids):
             states.append({
@@ -258,7 +263,7 @@ class TransactionApis:
             })  # fmt: skip
         return {"throttle_time": 0, "transaction_states": states}
 
-    def handle_list_transactions(self, request: Request, now_ms: int) -> dict:
+    def handle_list_transactions(self, request: Request) -> dict:
         req = request.body
         error, transactions, unknown = self.coordinator.handle_list_transactions(
             req.state_filters, req.producer_id_filters, getattr(req, "duration_filter", -1)

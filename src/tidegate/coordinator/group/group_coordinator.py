@@ -57,6 +57,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from tidegate.clock import Clock, WallMs
 from tidegate.coordinator.group.delayed_operations import (
     DelayedHeartbeat,
     DelayedJoin,
@@ -148,13 +149,15 @@ class GroupCoordinator:
         heartbeat_purgatory: DelayedOperationPurgatory,
         rebalance_purgatory: DelayedOperationPurgatory,
         store: OffsetsLog | None,
-        now_ms: Callable[[], int],
+        clock: Clock,
     ) -> None:
         self.config = config
         self.heartbeat_purgatory = heartbeat_purgatory
         self.rebalance_purgatory = rebalance_purgatory
         self.store = store
-        self.now_ms = now_ms
+        #: its wall clock stamps state changes and decides offsets retention (the
+        #: sessions and rebalances are timed by the purgatories' timers)
+        self.clock = clock
         self.groups: dict[str, GroupMetadata] = {}
         #: producer id -> groups with its pending transactional offsets (Kafka's
         #: GroupMetadataManager.openGroupsForProducer)
@@ -278,7 +281,7 @@ class GroupCoordinator:
     def _get_or_create(self, group_id: str) -> GroupMetadata:
         group = self.groups.get(group_id)
         if group is None:
-            group = self.groups[group_id] = GroupMetadata(group_id, EMPTY, self.now_ms)
+            group = self.groups[group_id] = GroupMetadata(group_id, EMPTY, self.clock)
         return group
 
     # -- persistence -------------------------------------------------------------------------
@@ -291,7 +294,7 @@ class GroupCoordinator:
             generation=group.generation_id,
             protocol_name=protocol,
             leader=group.leader_id,
-            state_timestamp=group.state_timestamp if group.state_timestamp is not None else self.now_ms(),
+            state_timestamp=group.state_timestamp if group.state_timestamp is not None else self.clock.wall_milliseconds(),
             members=[
                 {
                     "member_id": m.member_id,
@@ -1119,7 +1122,7 @@ class GroupCoordinator:
         self._append_tombstones(keys)
         return len(keys)
 
-    def _remove_expired_offsets(self, group: GroupMetadata, now: int) -> list[tuple[str, int]]:
+    def _remove_expired_offsets(self, group: GroupMetadata, now: WallMs) -> list[tuple[str, int]]:
         retention = self.config.offsets_retention_ms
 
         def expired(base: Callable[[OffsetAndMetadata], int], subscribed: set[str] | None = None) -> list:
@@ -1150,12 +1153,12 @@ class GroupCoordinator:
             del group.offsets[tp]
         return tps
 
-    def cleanup_group_metadata(self, now: int | None = None) -> int:
+    def cleanup_group_metadata(self) -> int:
         """Expire offsets by ``offsets.retention.minutes``; an empty group left without
         offsets is removed. Returns the number of offsets expired."""
         if not self.active:
             return 0
-        now = self.now_ms() if now is None else now
+        now = self.clock.wall_milliseconds()
         keys: list[bytes] = []
         removed = 0
         for group_id, group in list(self.groups.items()):

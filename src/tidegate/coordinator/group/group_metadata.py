@@ -17,6 +17,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from tidegate.clock import Clock, WallMs
 from tidegate.coordinator.group.group_metadata_manager import OffsetAndMetadata
 from tidegate.errors import ErrorCode
 from tidegate.protocol.consumer_protocol import decode_subscription
@@ -177,14 +178,17 @@ def subscribed_topics_of(metadata: bytes) -> set[str]:
 
 
 class GroupMetadata:
-    """One group: members, protocols, generation, leader, state and committed offsets."""
+    """One group: members, protocols, generation, leader, state and committed offsets.
+    Its state changes are stamped on the wall clock of ``clock`` (Kafka's GroupMetadata
+    takes the coordinator's ``Time``): the stamp is persisted and offsets retention
+    compares it with commit times."""
 
-    def __init__(self, group_id: str, state: GroupState, clock: Callable[[], int]) -> None:
+    def __init__(self, group_id: str, state: GroupState, clock: Clock) -> None:
         self.group_id = group_id
         self.state = state
         self._clock = clock
         #: when the group entered its state (None for groups loaded with offsets only)
-        self.state_timestamp: int | None = clock()
+        self.state_timestamp: WallMs | None = clock.wall_milliseconds()
         self.protocol_type: str | None = None
         self.protocol_name: str | None = None
         self.generation_id = 0
@@ -293,7 +297,7 @@ class GroupMetadata:
                 f"but it is {self.state}"
             )
         self.state = state
-        self.state_timestamp = self._clock()
+        self.state_timestamp = self._clock.wall_milliseconds()
 
     # -- membership ----------------------------------------------------------------------
     def add(self, member: MemberMetadata, callback: JoinCallback | None = None) -> None:

@@ -48,6 +48,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from tidegate.clock import Clock
 from tidegate.coordinator.group.assignor.api import Assignment
 from tidegate.coordinator.group.modern.consumer.consumer_group_member import (
     ClassicMemberMetadata,
@@ -79,7 +80,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: ReplicaManager.append_records: (timeout, acks, entries, now, callback, ...) -> results
+#: ReplicaManager.append_records: (timeout, acks, entries, callback, ...) -> results
 AppendRecords = Callable[..., "dict[tuple[str, int], PartitionResponse]"]
 
 OFFSETS_TOPIC = GROUP_METADATA_TOPIC_NAME
@@ -379,13 +380,13 @@ class OffsetsLog:
     def __init__(
         self,
         open_log: Callable[[bool], Log | None],
-        now_ms: Callable[[], int],
+        clock: Clock,
         *,
         append_records: AppendRecords,
         timeout_ms: int = 5000,
     ) -> None:
         self._open_log = open_log
-        self.now_ms = now_ms
+        self.clock = clock
         self._append_records = append_records
         self.timeout_ms = timeout_ms
         #: latest value of every live key (tombstoned keys are absent); transactional
@@ -437,7 +438,7 @@ class OffsetsLog:
         unchanged) if the write fails."""
         plog = self.log(True)
         assert plog is not None
-        now = self.now_ms()
+        now = self.clock.wall_milliseconds()  # the records' timestamps
         transactional = producer_id >= 0
         batch = build_batch(
             [Record(value, key, now) for key, value in records],
@@ -446,7 +447,7 @@ class OffsetsLog:
         )  # fmt: skip
         pending = PendingAppend()
         results = self._append_records(
-            self.timeout_ms, -1, {OFFSETS_KEY: batch}, now,
+            self.timeout_ms, -1, {OFFSETS_KEY: batch},
             lambda done: pending.complete(done[OFFSETS_KEY].error),
             internal_topics_allowed=True, from_client=False,
         )  # fmt: skip

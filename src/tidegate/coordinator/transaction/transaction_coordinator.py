@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from tidegate.clock import Clock, WallMs
 from tidegate.coordinator.transaction.transaction_marker_channel_manager import (
     TransactionMarkerChannelManager,
 )
@@ -127,14 +128,16 @@ class TransactionCoordinator:
         producer_ids: ProducerIdManager,
         markers: TransactionMarkerChannelManager,
         timer: SystemTimer,
-        now_ms: Callable[[], int],
+        clock: Clock,
     ) -> None:
         self.config = config
         self.txn_manager = state_manager
         self.producer_ids = producer_ids
         self.markers = markers
         self.timer = timer
-        self.now_ms = now_ms
+        #: its wall clock stamps the transactions (persisted in __transaction_state, as
+        #: Kafka's): their timeouts and expiry are measured on it; retries are timer tasks
+        self.clock = clock
         self.active = False
         #: completed transactions (metrics)
         self.commits = 0
@@ -192,7 +195,7 @@ class TransactionCoordinator:
         if not self.active:
             callback(_init_error(E.coordinator_not_available))
             return
-        now = self.now_ms()
+        now = self.clock.wall_milliseconds()
         metadata = self.txn_manager.get(transactional_id)
         if metadata is None:
             try:
@@ -226,10 +229,10 @@ class TransactionCoordinator:
             else:
                 callback(_init_error(error))
 
-        self.txn_manager.append_transaction_to_log(transactional_id, coordinator_epoch, prepared, written, now)
+        self.txn_manager.append_transaction_to_log(transactional_id, coordinator_epoch, prepared, written)
 
     def _prepare_init_producer_id_transit(
-        self, metadata: TransactionMetadata, timeout_ms: int, expected: tuple[int, int] | None, now: int,
+        self, metadata: TransactionMetadata, timeout_ms: int, expected: tuple[int, int] | None, now: WallMs,
         producer_fenced_supported: bool,
     ) -> TxnTransitMetadata | ErrorCode:  # fmt: skip
         def valid_producer_id(pid: int, epoch: int) -> bool:
@@ -310,10 +313,10 @@ class TransactionCoordinator:
         elif metadata.state is S.ONGOING and wanted <= metadata.topic_partitions:
             callback(E.none)
         else:
-            now = self.now_ms()
+            now = self.clock.wall_milliseconds()
             transit = metadata.prepare_add_partitions(wanted, now)
             self.txn_manager.append_transaction_to_log(
-                transactional_id, self.txn_manager.coordinator_epoch, transit, callback, now
+                transactional_id, self.txn_manager.coordinator_epoch, transit, callback
             )
 
     def _park_until_complete(
@@ -424,7 +427,7 @@ class TransactionCoordinator:
                 metadata.pending_state = None
                 metadata.producer_epoch = producer_epoch
                 metadata.last_producer_epoch = NO_PRODUCER_EPOCH
-            now = self.now_ms()
+            now = self.clock.wall_milliseconds()
             transit = metadata.prepare_abort_or_commit(next_state, now)
         elif state is S.COMPLETE_COMMIT:
             callback(E.none if commit else E.invalid_txn_state)
@@ -469,14 +472,14 @@ class TransactionCoordinator:
                 callback(E.none)
                 self._send_markers(coordinator_epoch, m)
 
-        self.txn_manager.append_transaction_to_log(transactional_id, coordinator_epoch, transit, prepared, now)
+        self.txn_manager.append_transaction_to_log(transactional_id, coordinator_epoch, transit, prepared)
 
     def _send_markers(self, coordinator_epoch: int, metadata: TransactionMetadata) -> None:
         """Write the markers of a transaction in Prepare*, then append Complete*."""
         commit = metadata.state is S.PREPARE_COMMIT
         transactional_id = metadata.transactional_id
         # Complete* is prepared now, so the transaction counts as pending until it is durable
-        complete = metadata.prepare_complete(self.now_ms())
+        complete = metadata.prepare_complete(self.clock.wall_milliseconds())
         pending = set(metadata.topic_partitions)
         abandoned = False
 
@@ -521,7 +524,7 @@ class TransactionCoordinator:
             self._completion_done(transactional_id)
 
         self.txn_manager.append_transaction_to_log(
-            transactional_id, coordinator_epoch, complete, written, self.now_ms(),
+            transactional_id, coordinator_epoch, complete, written,
             retry_on_error=lambda e: e in (E.coordinator_not_available, E.not_coordinator),
         )
 
@@ -531,7 +534,7 @@ class TransactionCoordinator:
         if not self.active:
             return 0
         aborted = 0
-        for metadata in self.txn_manager.timed_out_transactions(self.now_ms()):
+        for metadata in self.txn_manager.timed_out_transactions():
             if metadata.pending_transition_in_progress:
                 continue
             transit = metadata.prepare_fence_producer_epoch()
@@ -552,8 +555,7 @@ class TransactionCoordinator:
         """Write a tombstone for every id idle past transactional.id.expiration.ms."""
         if not self.active:
             return 0
-        now = self.now_ms()
-        expired = self.txn_manager.expired_transactional_ids(now)
+        expired = self.txn_manager.expired_transactional_ids()
         for metadata in expired:
             transit = metadata.prepare_dead()
             txn_id = metadata.transactional_id
@@ -563,7 +565,7 @@ class TransactionCoordinator:
                     log.info("transactional id %s expired", txn_id)
 
             self.txn_manager.append_transaction_to_log(
-                txn_id, self.txn_manager.coordinator_epoch, transit, written, now
+                txn_id, self.txn_manager.coordinator_epoch, transit, written
             )
         return len(expired)
 
@@ -580,7 +582,7 @@ class TransactionCoordinator:
         """How long the oldest transaction not yet complete has been open (0: none)."""
         starts = [m.txn_start_timestamp for m in self.txn_manager.all()
                   if m.state in (S.ONGOING, S.PREPARE_COMMIT, S.PREPARE_ABORT) and m.txn_start_timestamp >= 0]
-        return max(0, self.now_ms() - min(starts)) if starts else 0
+        return max(0, self.clock.wall_milliseconds() - min(starts)) if starts else 0
 
     # -- DescribeTransactions / ListTransactions ------------------------------------------------
     def handle_describe_transactions(self, transactional_ids: Iterable[str]) -> list[TransactionDescription]:
@@ -617,7 +619,7 @@ class TransactionCoordinator:
             else:
                 states.add(state)
         pids = set(producer_id_filters)
-        now = self.now_ms()
+        now = self.clock.wall_milliseconds()
         out = []
         for m in self.txn_manager.all():
             if m.state is S.DEAD:

@@ -22,6 +22,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from tidegate.clock import Clock
 from tidegate.errors import ErrorCode
 from tidegate.log.control_records import end_transaction_marker_batch
 from tidegate.server.timer import FunctionTask, SystemTimer
@@ -49,12 +50,13 @@ class TransactionMarkerChannelManager:
         self,
         replicas: ReplicaManager,
         timer: SystemTimer,
-        now_ms: Callable[[], int],
+        clock: Clock,
         request_timeout_ms: int = 30_000,
     ) -> None:
         self.replicas = replicas
         self.timer = timer
-        self.now_ms = now_ms
+        #: its wall clock stamps the markers
+        self.clock = clock
         self.request_timeout_ms = request_timeout_ms
         #: called after a marker is durable on a partition: (partition, producer id, commit)
         #: (the group coordinator completes transactional offsets on __consumer_offsets)
@@ -91,8 +93,9 @@ class TransactionMarkerChannelManager:
             log.info("transaction marker for %s-%d skipped: the partition no longer exists", *tp)
             on_done(tp, E.none)
             return
-        now = self.now_ms()
-        batch = end_transaction_marker_batch(producer_id, producer_epoch, coordinator_epoch, commit, now)
+        batch = end_transaction_marker_batch(
+            producer_id, producer_epoch, coordinator_epoch, commit, self.clock.wall_milliseconds()
+        )
 
         def appended(results: dict[TopicPartition, PartitionResponse]) -> None:
             error = results[tp].error
@@ -114,7 +117,7 @@ class TransactionMarkerChannelManager:
                 on_done(tp, error)
 
         try:
-            self.replicas.append_records(self.request_timeout_ms, -1, {tp: batch}, now, appended,
+            self.replicas.append_records(self.request_timeout_ms, -1, {tp: batch}, appended,
                                          internal_topics_allowed=True, from_client=False)
         except OSError as exc:
             log.error("transaction marker for %s-%d: %s; retrying", tp[0], tp[1], exc)

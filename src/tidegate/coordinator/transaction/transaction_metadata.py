@@ -34,6 +34,8 @@ import enum
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from tidegate.clock import WallMs
+
 __all__ = [
     "NO_PRODUCER_EPOCH",
     "NO_PRODUCER_ID",
@@ -214,7 +216,7 @@ class TransactionMetadata:
         )  # fmt: skip
 
     def prepare_increment_producer_epoch(
-        self, new_txn_timeout_ms: int, expected_producer_epoch: int | None, now_ms: int
+        self, new_txn_timeout_ms: int, expected_producer_epoch: int | None, now_ms: WallMs
     ) -> TxnTransitMetadata | None:
         """Empty/Complete* → Empty with the epoch bumped (InitProducerId). None: PRODUCER_FENCED."""
         if self.is_producer_epoch_exhausted:
@@ -232,7 +234,7 @@ class TransactionMetadata:
                                            (), -1, now_ms)
 
     def prepare_producer_id_rotation(
-        self, new_producer_id: int, new_txn_timeout_ms: int, now_ms: int, record_last_epoch: bool
+        self, new_producer_id: int, new_txn_timeout_ms: int, now_ms: WallMs, record_last_epoch: bool
     ) -> TxnTransitMetadata:
         """The epoch is exhausted: a new producer id at epoch 0."""
         if self.pending_transition_in_progress:
@@ -242,7 +244,7 @@ class TransactionMetadata:
             new_txn_timeout_ms, (), -1, now_ms, prev_producer_id=self.producer_id,
         )  # fmt: skip
 
-    def prepare_add_partitions(self, added: Iterable[TopicPartition], now_ms: int) -> TxnTransitMetadata:
+    def prepare_add_partitions(self, added: Iterable[TopicPartition], now_ms: WallMs) -> TxnTransitMetadata:
         """→ Ongoing with the union of partitions; the start time is now when a new
         transaction begins."""
         start = now_ms if self.state in (S.EMPTY, S.COMPLETE_ABORT, S.COMPLETE_COMMIT) else self.txn_start_timestamp
@@ -251,14 +253,14 @@ class TransactionMetadata:
             self.topic_partitions | set(added), start, now_ms,
         )  # fmt: skip
 
-    def prepare_abort_or_commit(self, new_state: TransactionState, now_ms: int) -> TxnTransitMetadata:
+    def prepare_abort_or_commit(self, new_state: TransactionState, now_ms: WallMs) -> TxnTransitMetadata:
         """Ongoing → PrepareCommit or PrepareAbort (TV1: the epoch does not change)."""
         return self._prepare_transition_to(
             new_state, self.producer_id, self.producer_epoch, self.last_producer_epoch, self.txn_timeout_ms,
             self.topic_partitions, self.txn_start_timestamp, now_ms,
         )  # fmt: skip
 
-    def prepare_complete(self, now_ms: int) -> TxnTransitMetadata:
+    def prepare_complete(self, now_ms: WallMs) -> TxnTransitMetadata:
         """Prepare* → Complete* with no partitions (once every marker is written)."""
         new_state = S.COMPLETE_COMMIT if self.state is S.PREPARE_COMMIT else S.COMPLETE_ABORT
         return self._prepare_transition_to(

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tidegate.clock import Clock
 from tidegate.coordinator.transaction.transaction_log import (
     TRANSACTION_STATE_TOPIC,
     decode_key,
@@ -106,13 +107,15 @@ class TransactionStateManager:
         logs: LogManager,
         append_records: AppendRecords,
         data_dir: Path,
-        monotonic_ms: Callable[[], int] = lambda: 0,
+        clock: Clock,
     ) -> None:
         self.config = config
         self.logs = logs
         self._append_records = append_records
         self.data_dir = Path(data_dir)
-        self._monotonic_ms = monotonic_ms
+        #: monotonic: load times; wall: record timestamps, timeouts and expiry of the
+        #: transactions' (persisted, wall-clock) timestamps
+        self.clock = clock
         #: how long loading each partition of __transaction_state took at startup (ms):
         #: Kafka's partition-load-time-max/avg
         self.partition_load_times_ms: list[int] = []
@@ -130,7 +133,7 @@ class TransactionStateManager:
         loaded = 0
         self.partition_load_times_ms = []
         for plog in self._existing_logs():
-            started = self._monotonic_ms()
+            started = self.clock.milliseconds()
             for _offset, key, value in replay_records(plog, self.config.transaction_log_load_buffer_size):
                 if key is None:
                     continue
@@ -142,7 +145,7 @@ class TransactionStateManager:
                     self._cache.pop(txn_id, None)
                 else:
                     self._cache[txn_id] = decode_value(txn_id, value)
-            self.partition_load_times_ms.append(self._monotonic_ms() - started)
+            self.partition_load_times_ms.append(self.clock.milliseconds() - started)
         self.active = True
         if loaded:
             log.info("loaded %d transactional id(s) from %d record(s) of %s, coordinator epoch %d",
@@ -216,8 +219,9 @@ class TransactionStateManager:
     def validate_transaction_timeout(self, timeout_ms: int) -> bool:
         return 0 < timeout_ms <= self.config.transaction_max_timeout_ms
 
-    def timed_out_transactions(self, now_ms: int) -> list[TransactionMetadata]:
+    def timed_out_transactions(self) -> list[TransactionMetadata]:
         """Ongoing transactions past their timeout with no transition pending."""
+        now_ms = self.clock.wall_milliseconds()
         return [
             m for m in self._cache.values()
             if m.state is TransactionState.ONGOING and not m.pending_transition_in_progress
@@ -231,7 +235,6 @@ class TransactionStateManager:
         coordinator_epoch: int,
         transit: TxnTransitMetadata,
         callback: Callable[[ErrorCode], None],
-        now_ms: int,
         retry_on_error: Callable[[ErrorCode], bool] = lambda _e: False,
     ) -> None:
         """Append the transit's record (acks=all); once durable complete the transition in
@@ -246,7 +249,7 @@ class TransactionStateManager:
             self._clear_pending(transactional_id, coordinator_epoch, E.coordinator_not_available, retry_on_error)
             callback(E.coordinator_not_available)
             return
-        batch = build_batch([Record(value, encode_key(transactional_id), now_ms)])
+        batch = build_batch([Record(value, encode_key(transactional_id), self.clock.wall_milliseconds())])
 
         def appended(results: dict[tuple[str, int], PartitionResponse]) -> None:
             error = _map_append_error(results[key].error)
@@ -266,7 +269,7 @@ class TransactionStateManager:
             callback(error)
 
         try:
-            self._append_records(self.config.request_timeout_ms, -1, {key: batch}, now_ms, appended,
+            self._append_records(self.config.request_timeout_ms, -1, {key: batch}, appended,
                                  internal_topics_allowed=True, from_client=False)
         except OSError as exc:
             log.error("cannot append to %s: %s", TRANSACTION_STATE_TOPIC, exc)
@@ -281,9 +284,9 @@ class TransactionStateManager:
         if metadata is not None and coordinator_epoch == self.coordinator_epoch and not retry_on_error(error):
             metadata.pending_state = None
 
-    def expired_transactional_ids(self, now_ms: int) -> list[TransactionMetadata]:
+    def expired_transactional_ids(self) -> list[TransactionMetadata]:
         """Ids with no transaction in progress idle past transactional.id.expiration.ms."""
-        limit = now_ms - self.config.transactional_id_expiration_ms
+        limit = self.clock.wall_milliseconds() - self.config.transactional_id_expiration_ms
         return [
             m for m in self._cache.values()
             if m.state.expiration_allowed and not m.pending_transition_in_progress

@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
+
+from tidegate.clock import Clock, MonotonicMs
 
 from .acl import (
     IMPLIED_BY,
@@ -71,18 +73,20 @@ class StandardAuthorizer:
         self,
         super_users: frozenset[str] = frozenset(),
         allow_everyone_if_no_acl_found: bool = False,
-        clock_ms: Callable[[], int] = lambda: 0,
+        *,
+        clock: Clock,
     ) -> None:
         self.super_users = super_users
         self.allow_everyone_if_no_acl_found = allow_everyone_if_no_acl_found
-        self._clock_ms = clock_ms
+        #: its monotonic time spaces out the audit lines of repeated denials
+        self._clock = clock
         self.ready = False
         #: every ACL, in creation order
         self.acls: dict[AclBinding, None] = {}
         #: (resource type, name) -> ACLs of LITERAL / PREFIXED resources of that name
         self._literal: dict[tuple[ResourceType, str], list[AclBinding]] = {}
         self._prefixed: dict[tuple[ResourceType, str], list[AclBinding]] = {}
-        self._last_logged: dict[tuple[str, ResourceType, str, AclOperation], int] = {}
+        self._last_logged: dict[tuple[str, ResourceType, str, AclOperation], MonotonicMs] = {}
         #: denials per API name (the metric), and how many decisions were made
         self.denied_by_api: Counter[str] = Counter()
         self.allowed_count = 0
@@ -197,7 +201,7 @@ class StandardAuthorizer:
         name: str, api: str | None,
     ) -> None:  # fmt: skip
         key = (principal, resource_type, name, operation)
-        now = self._clock_ms()
+        now = self._clock.milliseconds()
         last = self._last_logged.get(key)
         if last is not None and now - last < AUDIT_INTERVAL_MS:
             return

@@ -9,8 +9,9 @@ Produce and Fetch byte rates; ``ClientRequestQuotaManager`` in
 ``ThrottledChannel``, a timer task on the manager's throttle timer standing in for
 Kafka's ``DelayQueue``.
 
-Plain objects, no threads, no locks, no I/O.  Every method that needs the time takes
-``now_ms`` (integer milliseconds); when it is omitted the injected ``clock`` is read.
+Plain objects, no threads, no locks, no I/O.  A manager reads the monotonic time of
+the :class:`~tidegate.clock.Clock` it is built with (as Kafka's reads its ``Time``);
+its sensors are handed that time on every record and read.
 Kafka guards these objects with a read-write lock because request threads record
 while the admin path updates quotas; tidegate calls everything from its one event
 loop, so the observable behaviour is the same without them.
@@ -54,7 +55,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Final
 
-from tidegate.clock import monotonic_ms
+from tidegate.clock import Clock, MonotonicMs
 from tidegate.metrics.stats import (
     METRICS_NUM_SAMPLES_DEFAULT,
     METRICS_SAMPLE_WINDOW_MS_DEFAULT,
@@ -121,7 +122,7 @@ def max_throttle(*throttle_times_ms: int) -> int:
 # --------------------------------------------------------------------------------------
 # QuotaUtils
 # --------------------------------------------------------------------------------------
-def throttle_time(e: QuotaViolationError, now_ms: int) -> int:
+def throttle_time(e: QuotaViolationError, now_ms: MonotonicMs) -> int:
     """The delay X that brings the observed rate O back to the bound T.
 
     Over a window W, ``O * W / (W + X) = T`` gives ``X = (O - T) / T * W``, where W is
@@ -135,7 +136,7 @@ def throttle_time(e: QuotaViolationError, now_ms: int) -> int:
     return java_round((e.value - e.bound) / e.bound * window_ms)
 
 
-def bounded_throttle_time(e: QuotaViolationError, max_throttle_time_ms: int, now_ms: int) -> int:
+def bounded_throttle_time(e: QuotaViolationError, max_throttle_time_ms: int, now_ms: MonotonicMs) -> int:
     """:func:`throttle_time`, capped at ``max_throttle_time_ms``."""
     return min(throttle_time(e, now_ms), max_throttle_time_ms)
 
@@ -153,13 +154,13 @@ class ThrottledChannel(TimerTask):
 
     __slots__ = ("end_time_ms", "on_end", "throttle_time_ms")
 
-    def __init__(self, throttle_time_ms: int, now_ms: int, on_end: Callable[[], object]) -> None:
+    def __init__(self, throttle_time_ms: int, now_ms: MonotonicMs, on_end: Callable[[], object]) -> None:
         super().__init__(throttle_time_ms)
         self.throttle_time_ms = throttle_time_ms
-        self.end_time_ms = now_ms + throttle_time_ms
+        self.end_time_ms = MonotonicMs(now_ms + throttle_time_ms)
         self.on_end = on_end
 
-    def get_delay(self, now_ms: int) -> int:
+    def get_delay(self, now_ms: MonotonicMs) -> int:
         """Time left until the channel may be unmuted (``getDelay``); <= 0 once due."""
         return self.end_time_ms - now_ms
 
@@ -334,7 +335,7 @@ class ClientQuotaManager:
         quota_type: QuotaType,
         config: ClientQuotaManagerConfig | None = None,
         *,
-        clock: Callable[[], int] = monotonic_ms,
+        clock: Clock,
         metrics_num_samples: int = METRICS_NUM_SAMPLES_DEFAULT,
         metrics_sample_window_ms: int = METRICS_SAMPLE_WINDOW_MS_DEFAULT,
     ) -> None:
@@ -350,10 +351,6 @@ class ClientQuotaManager:
         #: throttled channels, timer tasks that end their throttle (the broker's scheduler
         #: advances this timer with the purgatories')
         self.throttle_timer = SystemTimer(clock=clock)
-
-    # ---- time ----------------------------------------------------------------------
-    def _now(self, now_ms: int | None) -> int:
-        return self.clock() if now_ms is None else now_ms
 
     # ---- configuration -------------------------------------------------------------
     @property
@@ -485,7 +482,7 @@ class ClientQuotaManager:
     def throttle_time_sensor_name(self, metric_tags: tuple[str, str]) -> str:
         return f"{self.quota_type.group}ThrottleTime-{metric_tags[0]}:{metric_tags[1]}"
 
-    def _quota_sensor(self, tags: tuple[str, str], now_ms: int) -> Sensor:
+    def _quota_sensor(self, tags: tuple[str, str], now_ms: MonotonicMs) -> Sensor:
         sensor = self._quota_sensors.get(tags)
         if sensor is None or sensor.has_expired(now_ms):
             sensor = Sensor(
@@ -497,7 +494,7 @@ class ClientQuotaManager:
             self._quota_sensors[tags] = sensor
         return sensor
 
-    def _throttle_time_sensor(self, tags: tuple[str, str], now_ms: int) -> Sensor:
+    def _throttle_time_sensor(self, tags: tuple[str, str], now_ms: MonotonicMs) -> Sensor:
         sensor = self._throttle_time_sensors.get(tags)
         if sensor is None or sensor.has_expired(now_ms):
             sensor = Sensor(
@@ -509,18 +506,15 @@ class ClientQuotaManager:
             self._throttle_time_sensors[tags] = sensor
         return sensor
 
-    def get_or_create_quota_sensors(
-        self, user: str, client_id: str, now_ms: int | None = None
-    ) -> ClientSensors:
-        now = self._now(now_ms)
+    def get_or_create_quota_sensors(self, user: str, client_id: str, now: MonotonicMs) -> ClientSensors:
         tags = self.quota_metric_tags(user, client_id)
         return ClientSensors(
             tags, self._quota_sensor(tags, now), self._throttle_time_sensor(tags, now)
         )
 
-    def expire_sensors(self, now_ms: int | None = None) -> int:
+    def expire_sensors(self) -> int:
         """Drop sensors idle for an hour (Kafka's sensor expiry); returns how many."""
-        now = self._now(now_ms)
+        now = self.clock.milliseconds()
         dropped = 0
         for sensors in (self._quota_sensors, self._throttle_time_sensors):
             for tags in [t for t, s in sensors.items() if s.has_expired(now)]:
@@ -529,19 +523,15 @@ class ClientQuotaManager:
         return dropped
 
     # ---- recording -----------------------------------------------------------------
-    def maybe_record_and_get_throttle_time_ms(
-        self, user: str, client_id: str, value: float, now_ms: int | None = None
-    ) -> int:
+    def maybe_record_and_get_throttle_time_ms(self, user: str, client_id: str, value: float) -> int:
         """:meth:`record_and_get_throttle_time_ms` if any quota is configured, else 0."""
         if not self.quotas_enabled:
             return 0
-        return self.record_and_get_throttle_time_ms(user, client_id, value, now_ms)
+        return self.record_and_get_throttle_time_ms(user, client_id, value)
 
-    def record_and_get_throttle_time_ms(
-        self, user: str, client_id: str, value: float, now_ms: int | None = None
-    ) -> int:
+    def record_and_get_throttle_time_ms(self, user: str, client_id: str, value: float) -> int:
         """Record ``value``, then return the throttle in ms if the quota is now violated."""
-        now = self._now(now_ms)
+        now = self.clock.milliseconds()
         sensors = self.get_or_create_quota_sensors(user, client_id, now)
         try:
             sensors.quota_sensor.record(value, now, True)
@@ -549,28 +539,24 @@ class ClientQuotaManager:
             return self.throttle_time(e, now)
         return 0
 
-    def record_no_throttle(
-        self, user: str, client_id: str, value: float, now_ms: int | None = None
-    ) -> None:
+    def record_no_throttle(self, user: str, client_id: str, value: float) -> None:
         """Record without checking; the next checked record sees it."""
-        now = self._now(now_ms)
+        now = self.clock.milliseconds()
         self.get_or_create_quota_sensors(user, client_id, now).quota_sensor.record(
             value, now, False
         )
 
-    def unrecord_quota_sensor(
-        self, user: str, client_id: str, value: float, now_ms: int | None = None
-    ) -> None:
+    def unrecord_quota_sensor(self, user: str, client_id: str, value: float) -> None:
         """Take back a recorded value (a throttled Fetch is answered empty).
 
         Records ``-value`` unchecked; if the current window is still the one the value
         went into, the windowed sum returns exactly to what it was.
         """
-        self.record_no_throttle(user, client_id, -value, now_ms)
+        self.record_no_throttle(user, client_id, -value)
 
     unrecord = unrecord_quota_sensor
 
-    def throttle_time(self, e: QuotaViolationError, now_ms: int) -> int:
+    def throttle_time(self, e: QuotaViolationError, now_ms: MonotonicMs) -> int:
         return throttle_time(e, now_ms)
 
     # ---- throttling ----------------------------------------------------------------
@@ -580,7 +566,6 @@ class ClientQuotaManager:
         client_id: str,
         throttle_time_ms: int,
         on_end: Callable[[], object],
-        now_ms: int | None = None,
     ) -> ThrottledChannel | None:
         """Throttle a connection: record the throttle time and time its end.
 
@@ -590,7 +575,7 @@ class ClientQuotaManager:
         """
         if throttle_time_ms <= 0:
             return None
-        now = self._now(now_ms)
+        now = self.clock.milliseconds()
         sensors = self.get_or_create_quota_sensors(user, client_id, now)
         sensors.throttle_time_sensor.record(throttle_time_ms, now)
         channel = ThrottledChannel(throttle_time_ms, now, on_end)
@@ -603,22 +588,20 @@ class ClientQuotaManager:
         return self.throttle_timer.size
 
     # ---- metrics -------------------------------------------------------------------
-    def metrics_for(
-        self, user: str, client_id: str, now_ms: int | None = None
-    ) -> ClientQuotaMetrics | None:
+    def metrics_for(self, user: str, client_id: str) -> ClientQuotaMetrics | None:
         """The metrics of the counter ``(user, client_id)`` records on, if it exists."""
         tags = self.quota_metric_tags(user, client_id)
         if tags not in self._quota_sensors and tags not in self._throttle_time_sensors:
             return None
-        return self._metrics(tags, self._now(now_ms))
+        return self._metrics(tags, self.clock.milliseconds())
 
-    def entity_metrics(self, now_ms: int | None = None) -> list[ClientQuotaMetrics]:
+    def entity_metrics(self) -> list[ClientQuotaMetrics]:
         """Every live counter's metrics (what the Prometheus collector will read)."""
-        now = self._now(now_ms)
+        now = self.clock.milliseconds()
         tags_seen = dict.fromkeys(self._quota_sensors) | dict.fromkeys(self._throttle_time_sensors)
         return [self._metrics(tags, now) for tags in tags_seen]
 
-    def _metrics(self, tags: tuple[str, str], now: int) -> ClientQuotaMetrics:
+    def _metrics(self, tags: tuple[str, str], now: MonotonicMs) -> ClientQuotaMetrics:
         rate = 0.0
         bound = self._quota_limit_or_unlimited(tags)
         quota_sensor = self._quota_sensors.get(tags)

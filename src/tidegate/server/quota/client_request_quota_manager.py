@@ -9,9 +9,7 @@ SASL exchange before login). The byte-rate arithmetic it shares lives in
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from tidegate.clock import monotonic_ms
+from tidegate.clock import Clock, MonotonicMs
 from tidegate.metrics.stats import (
     METRICS_NUM_SAMPLES_DEFAULT,
     METRICS_SAMPLE_WINDOW_MS_DEFAULT,
@@ -47,7 +45,7 @@ class ClientRequestQuotaManager(ClientQuotaManager):
         self,
         config: ClientQuotaManagerConfig | None = None,
         *,
-        clock: Callable[[], int] = monotonic_ms,
+        clock: Clock,
         metrics_num_samples: int = METRICS_NUM_SAMPLES_DEFAULT,
         metrics_sample_window_ms: int = METRICS_SAMPLE_WINDOW_MS_DEFAULT,
     ) -> None:
@@ -59,7 +57,7 @@ class ClientRequestQuotaManager(ClientQuotaManager):
             metrics_sample_window_ms=metrics_sample_window_ms,
         )
         self._max_throttle_time_ms = self.config.quota_window_size_seconds * 1000
-        self.exempt_sensor = Sensor(f"exempt-{self.quota_type.group}", self.clock())
+        self.exempt_sensor = Sensor(f"exempt-{self.quota_type.group}", clock.milliseconds())
         self._exempt_metric = self.exempt_sensor.add(
             "exempt-request-time", Rate(), self.metrics_config
         )
@@ -68,34 +66,28 @@ class ClientRequestQuotaManager(ClientQuotaManager):
     def max_throttle_time_ms(self) -> int:
         return self._max_throttle_time_ms
 
-    def throttle_time(self, e: QuotaViolationError, now_ms: int) -> int:
+    def throttle_time(self, e: QuotaViolationError, now_ms: MonotonicMs) -> int:
         return bounded_throttle_time(e, self._max_throttle_time_ms, now_ms)
 
-    def maybe_record_request_time_ns(
-        self, user: str, client_id: str, thread_time_ns: int, now_ms: int | None = None
-    ) -> int:
+    def maybe_record_request_time_ns(self, user: str, client_id: str, thread_time_ns: int) -> int:
         """Record a request's handler time and return its throttle (Kafka's
         ``maybeRecordAndGetThrottleTimeMs(request, timeMs)``)."""
-        return self.maybe_record_and_get_throttle_time_ms(
-            user, client_id, nanos_to_percentage(thread_time_ns), now_ms
-        )
+        return self.maybe_record_and_get_throttle_time_ms(user, client_id, nanos_to_percentage(thread_time_ns))
 
-    def record_network_thread_time_ns(
-        self, user: str, client_id: str, thread_time_ns: int, now_ms: int | None = None
-    ) -> None:
+    def record_network_thread_time_ns(self, user: str, client_id: str, thread_time_ns: int) -> None:
         """Time spent sending the response: recorded unchecked, counted by the next check."""
         if self.quotas_enabled:
-            self.record_no_throttle(user, client_id, nanos_to_percentage(thread_time_ns), now_ms)
+            self.record_no_throttle(user, client_id, nanos_to_percentage(thread_time_ns))
 
-    def record_exempt(self, value: float, now_ms: int | None = None) -> None:
+    def record_exempt(self, value: float) -> None:
         """Record exempt time (in percent-seconds) on ``exempt-request-time``."""
-        self.exempt_sensor.record(value, self._now(now_ms))
+        self.exempt_sensor.record(value, self.clock.milliseconds())
 
-    def maybe_record_exempt_ns(self, thread_time_ns: int, now_ms: int | None = None) -> None:
+    def maybe_record_exempt_ns(self, thread_time_ns: int) -> None:
         """Record an exempt request's time, if any request quota is configured (as Kafka)."""
         if self.quotas_enabled:
-            self.record_exempt(nanos_to_percentage(thread_time_ns), now_ms)
+            self.record_exempt(nanos_to_percentage(thread_time_ns))
 
-    def exempt_request_time(self, now_ms: int | None = None) -> float:
+    def exempt_request_time(self) -> float:
         """Exempt requests' thread time, as a percentage of one thread."""
-        return self._exempt_metric.value(self._now(now_ms))
+        return self._exempt_metric.value(self.clock.milliseconds())

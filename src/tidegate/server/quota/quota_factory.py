@@ -28,7 +28,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from tidegate.clock import monotonic_ms
+from tidegate.clock import Clock
 from tidegate.errors import ErrorCode
 from tidegate.log.checkpoint import write_atomically
 from tidegate.server.quota.client_quota_manager import (
@@ -165,7 +165,7 @@ class QuotaManagers:
         config: ClientQuotaManagerConfig | None = None,
         data_dir: Path | None = None,
         *,
-        clock=monotonic_ms,
+        clock: Clock,
     ) -> None:
         self.config = config if config is not None else ClientQuotaManagerConfig()
         self.clock = clock

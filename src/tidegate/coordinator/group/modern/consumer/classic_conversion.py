@@ -22,8 +22,9 @@ assignment carries some).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Collection
 
+from tidegate.clock import Clock
 from tidegate.coordinator.group.assignor.api import Assignment
 from tidegate.coordinator.group.group_metadata import (
     CONSUMER_PROTOCOL_TYPE,
@@ -117,7 +118,7 @@ def consumer_group_records(group: ConsumerGroup) -> list[CoordinatorRecord]:
 def classic_group_from_consumer(
     group: ConsumerGroup,
     image: MetadataImage,
-    clock: Callable[[], int],
+    clock: Clock,
     leaving: Collection[str] = (),
 ) -> GroupMetadata:
     """The classic group a consumer group becomes once only classic-protocol members are

@@ -36,6 +36,7 @@ import enum
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 
+from tidegate.clock import MonotonicMs
 from tidegate.coordinator.group.assignor.api import (
     EMPTY_ASSIGNMENT,
     HOMOGENEOUS,
@@ -69,6 +70,8 @@ CONSUMER_PROTOCOL_TYPE = "consumer"
 #: Kafka's METADATA_REFRESH_INTERVAL_MS: after a refresh, the subscribed topics' metadata
 #: is refreshed again only when a topic changes (or a write failed).
 METADATA_REFRESH_INTERVAL_MS = 2**31 - 1
+#: a metadata refresh deadline already passed: the next heartbeat refreshes
+_REFRESH_NOW = MonotonicMs(-(2**63))
 #: A member's type in ConsumerGroupDescribe v1 (KIP-1099).
 MEMBER_TYPE_CLASSIC = 0
 MEMBER_TYPE_CONSUMER = 1
@@ -193,7 +196,7 @@ class ConsumerGroup:
         self.classic_protocol_members_supported_protocols: dict[str, int] = {}
         self.subscription_type: SubscriptionType = HOMOGENEOUS
         #: (deadline on the monotonic clock, the group epoch it was set at); soft state
-        self.metadata_refresh_deadline: tuple[int, int] = (-(2**63), 0)
+        self.metadata_refresh_deadline: tuple[MonotonicMs, int] = (_REFRESH_NOW, 0)
         self.dead = False
         self._partition_epochs: dict[uuid.UUID, dict[int, int]] = {}
 
@@ -466,13 +469,13 @@ class ConsumerGroup:
         return _preferred(self.server_assignors)
 
     # -- metadata refresh (soft state, not in any record) -------------------------------------
-    def set_metadata_refresh_deadline(self, deadline_ms: int, group_epoch: int) -> None:
+    def set_metadata_refresh_deadline(self, deadline_ms: MonotonicMs, group_epoch: int) -> None:
         self.metadata_refresh_deadline = (deadline_ms, group_epoch)
 
     def request_metadata_refresh(self) -> None:
-        self.metadata_refresh_deadline = (-(2**63), 0)
+        self.metadata_refresh_deadline = (_REFRESH_NOW, 0)
 
-    def has_metadata_expired(self, now_ms: int) -> bool:
+    def has_metadata_expired(self, now_ms: MonotonicMs) -> bool:
         """A refresh is due when the deadline passed, or when the epoch it was set at is
         above the group's (the write that set it failed)."""
         deadline, epoch = self.metadata_refresh_deadline

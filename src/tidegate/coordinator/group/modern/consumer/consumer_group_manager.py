@@ -45,7 +45,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from tidegate.clock import Clock
+from tidegate.clock import Clock, MonotonicMs
 from tidegate.coordinator.group.assignor import CONSUMER_GROUP_ASSIGNORS
 from tidegate.coordinator.group.assignor.api import (
     EMPTY_ASSIGNMENT,
@@ -739,7 +739,7 @@ class ConsumerGroupManager:
             op.records.append(new_consumer_group_epoch_record(group.group_id, group_epoch, metadata_hash))
             self._log_bump(group.group_id, group_epoch, metadata_hash)
         group.set_metadata_refresh_deadline(
-            self.clock.milliseconds() + METADATA_REFRESH_INTERVAL_MS, group_epoch
+            MonotonicMs(self.clock.milliseconds() + METADATA_REFRESH_INTERVAL_MS), group_epoch
         )
         return group_epoch, sub_type
 
@@ -1024,7 +1024,7 @@ class ConsumerGroupManager:
             op.records.append(new_consumer_group_epoch_record(group_id, group_epoch, metadata_hash))
             self._log_bump(group_id, group_epoch, metadata_hash)
             group.set_metadata_refresh_deadline(
-                self.clock.milliseconds() + METADATA_REFRESH_INTERVAL_MS, group_epoch
+                MonotonicMs(self.clock.milliseconds() + METADATA_REFRESH_INTERVAL_MS), group_epoch
             )
         log.debug("[GroupId %s] regexes resolved for member %s: %s", group_id, member_id, still)
         return op
