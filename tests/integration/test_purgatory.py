@@ -12,6 +12,8 @@
 * The purgatory gauges show parked fetches and go back to zero; SIGTERM answers parked
   long polls and exits 0 promptly; 1,000 parked fetches cost no CPU while idle and all
   answer after one produce (a small run of benchmarks/parked_fetches.py).
+* The timer reaper on the shell's AsyncioScheduler and a real event loop expires
+  operations on time and wakes once per due bucket, never in a polling loop.
 
 The box these run on has 2 cores shared with other benchmarks, so the timing bounds are
 generous; each test prints what it measured (``pytest -s`` shows it).
@@ -533,3 +535,46 @@ def test_serve_warms_the_codec_and_freezes_start_up_objects(broker):
     then moves what start-up allocated out of the garbage collector's reach (a full
     collection walking it stopped the loop 30-47 ms)."""
     assert broker.wait_until_warm() > 10_000
+
+
+# -- the reaper on the shell's scheduler and a real event loop -------------------------------
+
+
+def test_reaper_on_the_asyncio_scheduler_expires_on_time_and_does_not_spin():
+    """The one real-time test of the reaper: AsyncioScheduler.call_at arms a loop
+    handle per earliest bucket (fake-time behaviour is in tests/unit/test_timer_reaper.py)."""
+    from tidegate.clock import SYSTEM_CLOCK
+    from tidegate.scheduler import AsyncioScheduler
+    from tidegate.server.purgatory import DelayedOperationPurgatory
+    from tidegate.server.timer import SystemTimer
+    from tidegate.server.timer_reaper import TimerReaper
+
+    purgatory = DelayedOperationPurgatory("Fetch", SystemTimer(clock=SYSTEM_CLOCK))
+    expired_at = []
+
+    async def main():
+        from tidegate.server.purgatory import DelayedOperation
+
+        reaper = TimerReaper(AsyncioScheduler(asyncio.get_running_loop(), SYSTEM_CLOCK).call_at)
+        reaper.add_purgatory(purgatory)
+
+        class Sleeper(DelayedOperation):
+            def try_complete(self):
+                return False
+
+            def on_complete(self):
+                expired_at.append(time.monotonic())
+
+        start = time.monotonic()
+        purgatory.try_complete_else_watch(Sleeper(300), ["k"])
+        purgatory.try_complete_else_watch(Sleeper(100), ["k"])
+        await asyncio.sleep(0.6)
+        return start, reaper
+
+    start, reaper = asyncio.run(main())
+    offsets = sorted(t - start for t in expired_at)
+    assert len(offsets) == 2
+    assert 0.099 <= offsets[0] < 0.25 and 0.299 <= offsets[1] < 0.45
+    # a handful of wake-ups (one per due bucket, plus overflow moves), never a 1 ms loop
+    assert reaper.wakeups < 20
+    assert purgatory.timer.next_expiration_ms() is None and reaper.armed_at is None

@@ -2,19 +2,17 @@
 
 Real logs in tmp_path under the broker's LogManager and ReplicaManager; time is a
 MockClock moved by the test, the scheduler a FakeLoop (the flusher's fsync runs in
-it). Only the last test uses a real event loop, for the shell's AsyncioScheduler.
+it). The reaper on the shell's real event loop is tested in
+tests/integration/test_purgatory.py.
 """
 
-import asyncio
-import time
 from typing import NamedTuple
 
 from tests.fake_loop import FakeLoop
-from tidegate.clock import SYSTEM_CLOCK, MockClock
+from tidegate.clock import MockClock
 from tidegate.errors import ErrorCode
 from tidegate.log.batch_builder import Record, build_batch
 from tidegate.log.config import LogConfig
-from tidegate.scheduler import AsyncioScheduler
 from tidegate.server.delayed_fetch import DelayedFetch, FetchPartitionStatus
 from tidegate.server.delayed_produce import DelayedProduce
 from tidegate.server.log_flusher import LogFlusher
@@ -23,7 +21,6 @@ from tidegate.server.metadata import TopicStore
 from tidegate.server.purgatory import DelayedOperationPurgatory
 from tidegate.server.replica_manager import PartitionResponse, ReplicaManager
 from tidegate.server.timer import SystemTimer
-from tidegate.server.timer_reaper import TimerReaper
 
 
 def replicas_with(tmp_path, topic="t", partitions=2, clock=None):
@@ -198,39 +195,3 @@ def test_appends_during_a_flush_share_the_next_round(tmp_path):
     assert flushed == [(key, 1), (key, 5)] and plog.recovery_point == 5
     assert flusher.in_progress == 0
 
-
-# -- the shell's scheduler on a real event loop ---------------------------------------------
-
-
-def test_reaper_on_the_asyncio_scheduler_expires_on_time_and_does_not_spin():
-    """The one real-time test of the reaper: AsyncioScheduler.call_at arms a loop
-    handle per earliest bucket (fake-time behaviour is in test_timer_reaper.py)."""
-    purgatory = DelayedOperationPurgatory("Fetch", SystemTimer(clock=SYSTEM_CLOCK))
-    expired_at = []
-
-    async def main():
-        from tidegate.server.purgatory import DelayedOperation
-
-        reaper = TimerReaper(AsyncioScheduler(asyncio.get_running_loop(), SYSTEM_CLOCK).call_at)
-        reaper.add_purgatory(purgatory)
-
-        class Sleeper(DelayedOperation):
-            def try_complete(self):
-                return False
-
-            def on_complete(self):
-                expired_at.append(time.monotonic())
-
-        start = time.monotonic()
-        purgatory.try_complete_else_watch(Sleeper(300), ["k"])
-        purgatory.try_complete_else_watch(Sleeper(100), ["k"])
-        await asyncio.sleep(0.6)
-        return start, reaper
-
-    start, reaper = asyncio.run(main())
-    offsets = sorted(t - start for t in expired_at)
-    assert len(offsets) == 2
-    assert 0.099 <= offsets[0] < 0.25 and 0.299 <= offsets[1] < 0.45
-    # a handful of wake-ups (one per due bucket, plus overflow moves), never a 1 ms loop
-    assert reaper.wakeups < 20
-    assert purgatory.timer.next_expiration_ms() is None and reaper.armed_at is None

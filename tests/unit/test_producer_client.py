@@ -4,6 +4,7 @@ a tiny fake broker."""
 
 from __future__ import annotations
 
+import select
 import socket
 import struct
 import time
@@ -26,6 +27,11 @@ def test_parse_bootstrap():
         parse_bootstrap("nohost")
     with pytest.raises(ValueError):
         parse_bootstrap("")
+
+
+def _readable(sock) -> None:
+    """Until ``sock`` has something to read (data or EOF): a wait on the socket, not a sleep."""
+    assert select.select([sock], [], [], 10.0)[0], "nothing arrived"
 
 
 def _connected_pair():
@@ -95,7 +101,7 @@ def test_connection_reads_frames_split_anywhere():
     got = []
     for i in range(0, len(data), 777):
         peer.sendall(data[i : i + 777])
-        time.sleep(0.001)
+        _readable(conn.sock)
         out = conn.on_readable(0)
         assert out is not None
         got += out
@@ -104,14 +110,14 @@ def test_connection_reads_frames_split_anywhere():
     assert [struct.unpack(">i", f[:4])[0] for f in got] == [0, 1, 2, 3]
     assert [len(f) for f in got] == [4, 14, 70_004, 7]
     peer.close()
-    time.sleep(0.01)
+    _readable(conn.sock)
     assert conn.on_readable(0) is None  # EOF
 
 
 def test_connection_rejects_a_corrupt_size():
     conn, peer = _connected_pair()
     peer.sendall(struct.pack(">i", -5))
-    time.sleep(0.01)
+    _readable(conn.sock)
     with pytest.raises(ConnectionError_):
         conn.on_readable(0)
 
