@@ -15,11 +15,19 @@ Two clocks, two types that mypy keeps apart (Kafka's ``Time.hiResClockMs()`` and
   that both sides are on the same clock.
 * Elapsed thread time (the request quota) uses :meth:`Clock.nanoseconds`.
 
-Time comes in one way per layer (docs/architecture.md, "Time"): the shell and every
-component of the core hold the :class:`Clock` they were built with (there is no
-default: nothing falls back to the system clock); the state those components drive
-(logs, sessions, group and transaction metadata, sensors, timing wheels) is handed the
-time as the ``now`` argument of each call and never reads a clock.
+``NewType`` rather than small classes: a time stays a plain ``int`` at run time (a
+timer reads the clock once per delayed request), and arithmetic decays to ``int``, so
+every derived time is named on purpose. What ``NewType`` lets through is arithmetic
+mixing the two (``wall - monotonic`` is an ``int`` like any other), which is why time
+enters one way: the wrong clock is refused where it comes in, at a typed ``now``
+argument or field.
+
+Time comes in one way per kind of object (docs/architecture.md, "Time"): the shell
+chooses the clock; every component of the core holds the :class:`Clock` it was built
+with (there is no default: nothing falls back to the system clock); the state those
+components drive (the log, fetch sessions, transaction metadata, sensors, the timing
+wheels' buckets) is handed the time as the ``now`` argument of each call and never
+reads a clock.
 
 The client, the buffer pool and the accumulator ask their :class:`Clock` for the time and
 for a timed wait on a condition. Tests use :class:`MockClock` (Kafka's ``MockTime``)
