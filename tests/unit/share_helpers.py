@@ -89,6 +89,7 @@ class Env:
 
 def initialize(sp: SharePartition, **kw) -> ShareResult | None:
     out: list[ShareResult] = []
+    kw.setdefault("wall_clock_ms", sp.timer.clock.wall_milliseconds())
     sp.maybe_initialize(out.append, **kw)
     return out[0] if out else None
 

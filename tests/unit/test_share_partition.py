@@ -73,7 +73,7 @@ def log(tmp_path):
     plog = open_log(tmp_path)
     for i in range(20):
         plog.append(batch(1, ts=1_000 + i), 0)
-    plog.increment_log_start_offset(5)
+    plog.increment_log_start_offset(5, 0)
     yield plog
     plog.close()
 
@@ -140,7 +140,7 @@ def test_maybe_initialize_share_partition_again_concurrent_requests(env):
 
     env.persister.read, real_read = slow_read, env.persister.read
     first: list = []
-    sp.maybe_initialize(first.append)
+    sp.maybe_initialize(first.append, wall_clock_ms=env.clock.wall_milliseconds())
     assert first == [] and sp.state is SharePartitionState.INITIALIZING
     assert error(initialize(sp)) is ErrorCode.leader_not_available
     env.persister.read = real_read

@@ -38,7 +38,8 @@ holds (:class:`AcquiredRecords`, the response's ``AcquiredRecords``).
 
 Single-threaded (one event loop): Kafka's read/write lock is not needed; a callback of
 the persister or the timer may run inside a call here or later. Time comes from the
-timer's clock (locks) and from the caller (``wall_clock_ms`` for ``by_duration``).
+timer's clock (locks) and from the caller (``wall_clock_ms``, a
+:data:`~tidegate.clock.WallMs`, for ``by_duration``: record timestamps are wall-clock).
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ from dataclasses import dataclass
 from itertools import islice
 from typing import NamedTuple, Protocol
 
+from tidegate.clock import WallMs
 from tidegate.errors import ErrorCode
 from tidegate.log.control_records import ControlRecordType, end_transaction_marker_of
 from tidegate.log.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
@@ -216,7 +218,7 @@ class ShareAutoOffsetReset:
     def by_duration(cls, duration_ms: int) -> ShareAutoOffsetReset:
         return cls("by_duration", duration_ms)
 
-    def start_offset(self, offsets: OffsetsForTimestamp, wall_clock_ms: int) -> int | None:
+    def start_offset(self, offsets: OffsetsForTimestamp, wall_clock_ms: WallMs) -> int | None:
         if self.kind == "earliest":
             found = offsets.offset_for_timestamp(EARLIEST_TIMESTAMP)
         elif self.kind == "latest":
@@ -1258,10 +1260,11 @@ class SharePartition:
         *,
         offsets: OffsetsForTimestamp | None = None,
         reset: ShareAutoOffsetReset | None = None,
-        wall_clock_ms: int = 0,
+        wall_clock_ms: WallMs,
     ) -> None:
         """Load the persisted state (once). A share-partition without a start offset
-        starts where ``reset`` says, looked up in ``offsets`` (the partition's log).
+        starts where ``reset`` says, looked up in ``offsets`` (the partition's log);
+        ``by_duration`` counts back from ``wall_clock_ms``, the caller's wall clock.
         While loading, and once fenced, callers get LEADER_NOT_AVAILABLE (Kafka's
         retriable answer); after a failed load UNKNOWN_SERVER_ERROR."""
         state = self.state
@@ -1286,7 +1289,7 @@ class SharePartition:
         self.persister.read(self.key, self.leader_epoch, read)
 
     def _load(self, result: PersisterReadResult, offsets: OffsetsForTimestamp | None,
-              reset: ShareAutoOffsetReset, wall_clock_ms: int) -> ShareResult:
+              reset: ShareAutoOffsetReset, wall_clock_ms: WallMs) -> ShareResult:
         if result.error is not ErrorCode.none:
             return ShareResult(persister_error(result.error), result.error_message)
         start = result.start_offset
