@@ -36,8 +36,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
 from tidegate.clock import SYSTEM_CLOCK
-from tidegate.log import Log, LogConfig, Record, build_batch
+from tidegate.log import Log, LogConfig
 from tidegate.log.cleaner import Cleaner, LogToClean
+from tidegate.record.batch_builder import Record, build_batch
 
 
 def parse_size(text: str) -> int:

@@ -28,7 +28,7 @@ latency and the probe's latency; and draws RSS over time, one line per target, t
 
 The flood engine (:func:`run_flood`) is also used by
 ``tests/integration/test_memory_bound.py``. It needs only the standard library, psutil,
-and tidegate's record-batch builder (``tidegate.log.batch_builder``) to make one valid
+and tidegate's record-batch builder (``tidegate.record.batch_builder``) to make one valid
 batch, built once; the Produce (v3) and ApiVersions (v0) requests are encoded by hand
 here so that nothing in the client path depends on the broker under test.
 """
@@ -77,7 +77,7 @@ def _string(s: str | None) -> bytes:
 
 def record_batch(value_size: int) -> bytes:
     """One uncompressed v2 batch holding one record of ``value_size`` bytes."""
-    from tidegate.log.batch_builder import Record, build_batch
+    from tidegate.record.batch_builder import Record, build_batch
 
     value = (b"kip-72 flood " * (value_size // 13 + 1))[:value_size]
     return bytes(build_batch([Record(value=value, timestamp=int(time.time() * 1000))]))

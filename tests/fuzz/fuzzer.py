@@ -52,10 +52,10 @@ from kio.index import load_request_schema
 from kio.static.primitive import Records
 
 from tests.integration.rawclient import RawClient, encode_request, frame
-from tidegate.log.batch_builder import Record, build_batch
 from tidegate.log.config import LogConfig
 from tidegate.log.log import CLEAN_SHUTDOWN_FILE, RECOVERY_POINT_FILE, Log
 from tidegate.protocol.apis import SUPPORTED_APIS, ApiKey
+from tidegate.record.batch_builder import Record, build_batch
 
 #: how long a case may stay unanswered before its connection is dropped ("silent": a
 #: produce with acks=0, a request parked in a purgatory)

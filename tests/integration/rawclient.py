@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import Any, Self
 
 from tests.kio_codec import decode_response, encode_request, response_header_size
-from tidegate.log.batch_builder import Record, build_batch
+from tidegate.record.batch_builder import Record, build_batch
 
 __all__ = [
     "ConnectionClosedByBroker",

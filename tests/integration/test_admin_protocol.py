@@ -41,7 +41,8 @@ from kafka.admin import OffsetSpec as KOffsetSpec
 from kafka.record.memory_records import MemoryRecordsBuilder
 
 from tests.conftest import free_port, wait_until
-from tidegate.log import Log, LogConfig, Record, build_batch
+from tidegate.log import Log, LogConfig
+from tidegate.record.batch_builder import Record, build_batch
 
 from .clients import (
     admin_client,

@@ -30,7 +30,7 @@ from kafka.admin import AlterConfigOp, ConfigResourceType
 from kafka.admin import ConfigResource as KConfigResource
 
 from tests.conftest import wait_until
-from tidegate.log.record_batch import iter_batches, read_header
+from tidegate.record.record_batch import iter_batches, read_header
 
 from .clients import (
     CODECS,

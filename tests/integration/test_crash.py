@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from tidegate.errors import ErrorCode
-from tidegate.log.batch_builder import Record, build_batch
+from tidegate.record.batch_builder import Record, build_batch
 
 from .clients import Got, ProducerThread, consume, create_topic, produce, read_to_end
 from .rawclient import RawClient, produce_partition

@@ -24,7 +24,7 @@ from tests.integration.rawclient import (
     produce_partition,
     repeated_batch,
 )
-from tidegate.log.records import decode_batch_records, iter_decoded_batches
+from tidegate.record.records import decode_batch_records, iter_decoded_batches
 
 RECORD = 64 * 1024
 PER_BATCH = 15  # just under 1 MiB batches (max.message.bytes)

@@ -26,8 +26,8 @@ warnings.filterwarnings("ignore", r".* is deprecated\. Use files\(\) instead", D
 from kafka import KafkaProducer
 
 from tests.conftest import BrokerProcess, free_port
-from tidegate.log.batch_builder import Record, build_batch
-from tidegate.log.record_batch import iter_batches, read_header
+from tidegate.record.batch_builder import Record, build_batch
+from tidegate.record.record_batch import iter_batches, read_header
 
 from .clients import consume, create_topic, produce
 from .rawclient import (

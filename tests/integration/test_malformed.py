@@ -27,8 +27,8 @@ from kio.serial import entity_writer
 from tests.conftest import wait_until
 from tests.kio_codec import build
 from tidegate.errors import ErrorCode
-from tidegate.log.batch_builder import Record, build_batch
 from tidegate.protocol.apis import SUPPORTED_APIS, ApiKey
+from tidegate.record.batch_builder import Record, build_batch
 
 from .clients import create_topic, roundtrip
 from .rawclient import (

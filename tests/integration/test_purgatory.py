@@ -36,7 +36,7 @@ from confluent_kafka import Producer, TopicPartition
 
 from tests.conftest import metrics_overrides, wait_until
 from tidegate.errors import ErrorCode
-from tidegate.log.batch_builder import Record, build_batch
+from tidegate.record.batch_builder import Record, build_batch
 
 from .clients import create_topic, new_consumer, sample, scrape
 from .rawclient import (

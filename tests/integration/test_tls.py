@@ -243,7 +243,7 @@ def test_tls_region_chunks_come_from_the_memory_pool(pki, tmp_path):
     buffer of the request memory pool held until the transport has drained it, so a
     slow TLS consumer holds one chunk of pool memory (and the KIP-72 bound covers every
     connection's), and the chunks go back to the pool once sent."""
-    from tidegate.log.file_region import FileRegion
+    from tidegate.record.file_region import FileRegion
 
     settings = server_settings(pki)
     data = bytes(range(256)) * 4096 * 8  # 8 MiB: more than the socket buffers take
@@ -287,7 +287,7 @@ def test_tls_region_send_waits_for_pool_memory_and_reuses_one_chunk(pki, tmp_pat
     pool (KIP-72), counted by ResponseMemoryInFlight: with the pool empty the send waits,
     a release hands the chunk over ahead of requests, and the region (several chunks
     through the one buffer) arrives intact; the chunk goes back when the send is done."""
-    from tidegate.log.file_region import FileRegion
+    from tidegate.record.file_region import FileRegion
 
     settings = server_settings(pki)
     data = os.urandom(300_000)

@@ -226,7 +226,7 @@ def test_out_of_order_calls_over_the_wire(broker):
 
 
 def _txn_batch(pid: int, epoch: int) -> bytes:
-    from tidegate.log.batch_builder import Record, build_batch
+    from tidegate.record.batch_builder import Record, build_batch
 
     return bytes(build_batch([Record(b"raw", timestamp=int(time.time() * 1000))], producer_id=pid,
                              producer_epoch=epoch, base_sequence=0, transactional=True))

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tidegate.log import Log, LogConfig, Record, build_batch, iter_batches, read_header
-from tidegate.log.control_records import end_transaction_marker_batch
+from tidegate.log import Log, LogConfig
+from tidegate.record.batch_builder import Record, build_batch
+from tidegate.record.control_records import end_transaction_marker_batch
+from tidegate.record.record_batch import iter_batches, read_header
 
 #: The partition directory open_log uses under ``tmp_path``.
 LOG_DIR = "t-0"

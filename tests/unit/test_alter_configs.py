@@ -17,9 +17,9 @@ import pytest
 from tests.core_harness import decode_frame, response_bytes
 from tests.integration.rawclient import produce_body
 from tests.unit.test_apis import NOW, Harness, batch, batches_in
-from tidegate.client.compression import GZIP, LZ4, NONE, SNAPPY, ZSTD
 from tidegate.errors import ErrorCode
-from tidegate.log.batch_builder import (
+from tidegate.network.request_channel import PARKED
+from tidegate.record.batch_builder import (
     Record,
     batch_crc,
     build_batch,
@@ -27,9 +27,9 @@ from tidegate.log.batch_builder import (
     set_crc,
     write_header,
 )
-from tidegate.log.record_batch import HEADER_SIZE, read_header
-from tidegate.log.records import decode_records
-from tidegate.network.request_channel import PARKED
+from tidegate.record.compression import GZIP, LZ4, NONE, SNAPPY, ZSTD
+from tidegate.record.record_batch import HEADER_SIZE, read_header
+from tidegate.record.records import decode_records
 from tidegate.server.metadata import BROKER_CONFIGS_FILE, TopicStore
 
 ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS, DESCRIBE_CONFIGS = 33, 44, 32
@@ -610,7 +610,7 @@ def test_timestamps_out_of_range_are_refused_with_record_errors(h):
 
 def _compressed_batch(codec, records, **header):
     """A batch of ``records`` compressed with ``codec`` (as a client builds it)."""
-    from tidegate.client.compression import compress
+    from tidegate.record.compression import compress
 
     base = records[0].timestamp
     body = b"".join(encode_record(i, r.timestamp - base, r.key, r.value, r.headers)

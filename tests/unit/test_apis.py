@@ -23,15 +23,6 @@ from tests.integration.rawclient import (
 from tests.integration.rawclient import fetch_topics_body as fetch_body
 from tidegate.clock import MockClock
 from tidegate.errors import ErrorCode
-from tidegate.log.batch_builder import Record, build_batch
-from tidegate.log.record_batch import (
-    ATTRIBUTES_OFFSET,
-    CRC_OFFSET,
-    LOG_OVERHEAD,
-    is_crc_valid,
-    iter_batches,
-    read_header,
-)
 from tidegate.network.request_channel import (
     PARKED,
     CloseConnectionResponse,
@@ -39,6 +30,15 @@ from tidegate.network.request_channel import (
     Request,
 )
 from tidegate.protocol.apis import SUPPORTED_APIS, ApiKey
+from tidegate.record.batch_builder import Record, build_batch
+from tidegate.record.record_batch import (
+    ATTRIBUTES_OFFSET,
+    CRC_OFFSET,
+    LOG_OVERHEAD,
+    is_crc_valid,
+    iter_batches,
+    read_header,
+)
 
 NOW = 1_700_000_000_000
 ZERO_UUID = uuid.UUID(int=0)

@@ -7,7 +7,7 @@ with the request size, ApiVersions exempt but measured. Handler time is set exac
 from __future__ import annotations
 
 from tests.integration.rawclient import encode_request
-from tidegate.log.batch_builder import Record, build_batch
+from tidegate.record.batch_builder import Record, build_batch
 from tidegate.server.quota.client_quota_manager import QuotaEntity, nanos_to_percentage
 
 from .test_apis import API_VERSIONS, METADATA, PRODUCE, Harness, produce_body

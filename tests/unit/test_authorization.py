@@ -13,9 +13,9 @@ import pytest
 from tests.core_harness import CTX, CoreHarness, decode_frame, response_bytes
 from tests.integration.rawclient import create_topics_body, fetch_topics_body, produce_body
 from tidegate.errors import ErrorCode as E
-from tidegate.log.batch_builder import Record, build_batch
 from tidegate.network.request_channel import PARKED, CloseConnectionResponse, NoOpResponse
 from tidegate.protocol.apis import SUPPORTED_APIS, ApiKey
+from tidegate.record.batch_builder import Record, build_batch
 from tidegate.security.authorizer.acl import AclOperation as Op
 from tidegate.security.authorizer.acl import AclPermissionType as Perm
 from tidegate.security.authorizer.acl import PatternType as Pat

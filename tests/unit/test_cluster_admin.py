@@ -15,8 +15,8 @@ import pytest
 from tests.core_harness import CTX
 from tests.unit.test_apis import NOW, Harness, batch
 from tidegate.errors import ErrorCode as E
-from tidegate.log.batch_builder import Record, build_batch
 from tidegate.network.request_channel import RequestContext
+from tidegate.record.batch_builder import Record, build_batch
 from tidegate.server.admin_apis import TOPIC_AUTHORIZED_OPERATIONS
 
 ZERO_UUID = uuid.UUID(int=0)

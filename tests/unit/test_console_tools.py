@@ -7,7 +7,7 @@ import pytest
 
 from tidegate.cli.console import LineReader, MessageFormatter
 from tidegate.client.group_member import range_assign
-from tidegate.log.records import ConsumerRecord
+from tidegate.record.records import ConsumerRecord
 
 REC = ConsumerRecord(offset=7, timestamp=1700000000000, timestamp_type=0, key=b"k", value=b"v",
                      headers=(("h1", b"a"), ("h2", None)))  # fmt: skip

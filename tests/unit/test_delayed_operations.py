@@ -11,8 +11,8 @@ from typing import NamedTuple
 from tests.fake_loop import FakeLoop
 from tidegate.clock import MockClock
 from tidegate.errors import ErrorCode
-from tidegate.log.batch_builder import Record, build_batch
 from tidegate.log.config import LogConfig
+from tidegate.record.batch_builder import Record, build_batch
 from tidegate.server.delayed_fetch import DelayedFetch, FetchPartitionStatus
 from tidegate.server.delayed_produce import DelayedProduce
 from tidegate.server.log_flusher import LogFlusher

@@ -17,8 +17,8 @@ from tests.unit.logs import crash
 from tests.unit.test_apis import FETCH, Harness, batch
 from tidegate.errors import ErrorCode as E
 from tidegate.log import checkpoint
-from tidegate.log.batch_builder import Record, build_batch
 from tidegate.network.request_channel import PARKED
+from tidegate.record.batch_builder import Record, build_batch
 from tidegate.server.log_manager import LOG_START_OFFSET_CHECKPOINT_FILE
 from tidegate.server.metadata import GROUP_METADATA_TOPIC_NAME
 

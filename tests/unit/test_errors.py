@@ -11,12 +11,14 @@ import tidegate.client.fetcher
 import tidegate.log
 import tidegate.producer
 import tidegate.protocol.codec
+import tidegate.record.record_batch
 import tidegate.security.scram
 from tidegate import errors
 from tidegate.errors import ErrorCode
-from tidegate.log import BatchTooLargeError, LogOffsetOutOfRangeError, RecordBatchError
-from tidegate.log.batch_builder import Record, build_batch
-from tidegate.log.record_batch import validate_batches
+from tidegate.log import LogOffsetOutOfRangeError
+from tidegate.log.validator import validate_batches
+from tidegate.record.batch_builder import Record, build_batch
+from tidegate.record.record_batch import BatchTooLargeError, RecordBatchError
 
 
 @pytest.mark.parametrize(
@@ -24,7 +26,7 @@ from tidegate.log.record_batch import validate_batches
     [
         ("UnsupportedVersionError", [tidegate.client, tidegate.client.errors, tidegate.protocol.codec]),
         ("SaslAuthenticationError", [tidegate.client, tidegate.client.errors, tidegate.security.scram]),
-        ("RecordTooLargeError", [tidegate.producer, tidegate.log]),
+        ("RecordTooLargeError", [tidegate.producer, tidegate.record.record_batch]),
         ("OffsetOutOfRangeError", [tidegate.log, tidegate.client.fetcher]),
     ],
 )

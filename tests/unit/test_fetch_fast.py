@@ -10,7 +10,6 @@ from hypothesis import strategies as st
 
 from tests.kio_codec import encode_response
 from tidegate.errors import ErrorCode
-from tidegate.log.file_region import FileRegion, materialize
 from tidegate.protocol.fetch_fast import (
     MAX_VERSION,
     MIN_VERSION,
@@ -18,6 +17,7 @@ from tidegate.protocol.fetch_fast import (
     fetch_response_size,
     release_pieces,
 )
+from tidegate.record.file_region import FileRegion, materialize
 
 VERSIONS = range(MIN_VERSION, MAX_VERSION + 1)
 i32 = st.integers(-(2**31), 2**31 - 1)

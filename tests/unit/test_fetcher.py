@@ -26,8 +26,8 @@ from tidegate.client.fetcher import (
 )
 from tidegate.clock import MockClock
 from tidegate.errors import KafkaError
-from tidegate.log.batch_builder import Record, build_batch
-from tidegate.log.control_records import end_transaction_marker_batch
+from tidegate.record.batch_builder import Record, build_batch
+from tidegate.record.control_records import end_transaction_marker_batch
 
 A, B, C, D = 1, 2, 3, 4  # producer ids
 PLAIN = -1  # a producer that is neither idempotent nor transactional

@@ -11,8 +11,8 @@ import pytest
 
 from tests.unit.test_apis import FETCH, NOW, PRODUCE, Harness, batches_in, produce_body
 from tidegate.errors import ErrorCode
-from tidegate.log.batch_builder import Record, build_batch
 from tidegate.protocol.apis import SUPPORTED_APIS
+from tidegate.record.batch_builder import Record, build_batch
 from tidegate.server.producer_id_manager import (
     BLOCK_SIZE,
     PRODUCER_ID_BLOCK_FILE,

@@ -22,7 +22,7 @@ from tidegate.log.leader_epoch import (
     EpochEntry,
     LeaderEpochFileCache,
 )
-from tidegate.log.record_batch import read_header
+from tidegate.record.record_batch import read_header
 
 
 @pytest.fixture

@@ -8,8 +8,8 @@ import pytest
 from tests.integration.rawclient import fetch_topics_body, list_offsets_body
 from tests.unit.test_apis import FETCH, LIST_OFFSETS, Harness, batch
 from tidegate.errors import ErrorCode as E
-from tidegate.log.batch_builder import Record, build_batch
-from tidegate.log.record_batch import iter_batches, read_header
+from tidegate.record.batch_builder import Record, build_batch
+from tidegate.record.record_batch import iter_batches, read_header
 
 OFFSET_FOR_LEADER_EPOCH = 23
 

@@ -9,20 +9,7 @@ import pytest
 from kafka.record.memory_records import MemoryRecords, MemoryRecordsBuilder
 
 from tests.unit.logs import LOG_DIR, batch, open_log, read_all
-from tidegate.log import (
-    CorruptRecordError,
-    InvalidRecordError,
-    Log,
-    LogClosedError,
-    LogConfig,
-    OffsetOutOfRangeError,
-    Record,
-    RecordTooLargeError,
-    UnsupportedForMessageFormatError,
-    build_batch,
-    iter_batches,
-    read_header,
-)
+from tidegate.log import Log, LogClosedError, LogConfig, OffsetOutOfRangeError
 from tidegate.log.log import (
     CLEAN_SHUTDOWN_FILE,
     RECOVERY_POINT_FILE,
@@ -30,6 +17,15 @@ from tidegate.log.log import (
     partition_dir,
 )
 from tidegate.log.segment import TimestampAndOffset
+from tidegate.record.batch_builder import Record, build_batch
+from tidegate.record.record_batch import (
+    CorruptRecordError,
+    InvalidRecordError,
+    RecordTooLargeError,
+    UnsupportedForMessageFormatError,
+    iter_batches,
+    read_header,
+)
 
 HOUR = 3_600_000
 

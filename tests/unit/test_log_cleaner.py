@@ -17,7 +17,7 @@ import pytest
 
 from tests.unit.logs import LOG_DIR, batch_headers, crash, marker, open_log
 from tidegate.clock import MockClock
-from tidegate.log import Log, LogConfig, Record, build_batch
+from tidegate.log import Log, LogConfig
 from tidegate.log.cleaner import (
     CLEANER_OFFSET_CHECKPOINT_FILE,
     Cleaner,
@@ -30,8 +30,9 @@ from tidegate.log.cleaner import (
     Throttler,
     prepare_in_worker,
 )
-from tidegate.log.record_batch import DELETE_HORIZON_FLAG_MASK
-from tidegate.log.records import decode_batch_records, iter_decoded_batches
+from tidegate.record.batch_builder import Record, build_batch
+from tidegate.record.record_batch import DELETE_HORIZON_FLAG_MASK
+from tidegate.record.records import decode_batch_records, iter_decoded_batches
 
 TP = ("t", 0)
 DAY = 86_400_000
@@ -435,7 +436,7 @@ def test_max_compaction_lag_forces_a_clean_below_the_ratio(compacted, tmp_path):
 def test_a_compacted_topic_refuses_a_batch_with_an_unkeyed_record(compacted):
     """Kafka's LogValidator: INVALID_RECORD for the whole batch, the records in
     record_errors; nothing of the batch is appended."""
-    from tidegate.log.record_batch import InvalidRecordError
+    from tidegate.record.record_batch import InvalidRecordError
 
     plog = compacted()
     with pytest.raises(InvalidRecordError) as info:

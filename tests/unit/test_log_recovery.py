@@ -307,7 +307,8 @@ CHILD = textwrap.dedent(
     """
     import sys
     from pathlib import Path
-    from tidegate.log import Log, LogConfig, Record, build_batch
+    from tidegate.log import Log, LogConfig
+    from tidegate.record.batch_builder import Record, build_batch
     log = Log(Path(sys.argv[1]), LogConfig(segment_bytes=20_000, index_interval_bytes=300), 0)
     i = 0
     while True:

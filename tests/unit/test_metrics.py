@@ -15,7 +15,6 @@ from tidegate import top
 from tidegate.clock import MockClock
 from tidegate.config import BrokerConfig, ConfigError, parse_metrics_listener
 from tidegate.errors import ErrorCode
-from tidegate.log.batch_builder import Record, build_batch
 from tidegate.metrics.prometheus import (
     NS_PER_MS,
     BrokerMetrics,
@@ -27,6 +26,7 @@ from tidegate.metrics.prometheus import (
 from tidegate.network.memory_pool import NONE, SimpleMemoryPool
 from tidegate.network.mute_state import ChannelMuteState, MuteReason
 from tidegate.network.request_channel import Request
+from tidegate.record.batch_builder import Record, build_batch
 from tidegate.server.quota.client_quota_manager import QuotaEntity
 from tidegate.server.quota.quota_factory import QuotaManagers
 

@@ -6,9 +6,9 @@ import random
 import pytest
 
 from tests.kio_codec import decode_body, encode_request, request_class
-from tidegate.log.batch_builder import Record, build_batch
 from tidegate.protocol.codec import InvalidRequestError, decode_request
 from tidegate.protocol.produce_fast import decode_produce
+from tidegate.record.batch_builder import Record, build_batch
 
 
 def encode(version, body, client_id="client-é", correlation_id=99):

@@ -15,7 +15,6 @@ import pytest
 from kafka.record.default_records import DefaultRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords
 
-from tidegate.client.compression import CODECS, NONE
 from tidegate.client.metadata import BrokerNode, Cluster, PartitionInfo, TopicMetadata
 from tidegate.clock import MockClock
 from tidegate.producer.accumulator import RecordAccumulator
@@ -24,6 +23,7 @@ from tidegate.producer.buffer_pool import BufferPool, chunk_size_for
 from tidegate.producer.errors import BufferExhaustedError
 from tidegate.producer.partitioner import partition_for_key
 from tidegate.producer.produce_request import produce_request_buffers
+from tidegate.record.compression import CODECS, NONE
 
 KiB = 1024
 MiB = 1024 * 1024

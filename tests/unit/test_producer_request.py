@@ -7,8 +7,8 @@ import pytest
 
 from tests.integration.rawclient import frame
 from tests.kio_codec import encode_request
-from tidegate.log.batch_builder import Record, build_batch
 from tidegate.producer.produce_request import produce_request_buffers
+from tidegate.record.batch_builder import Record, build_batch
 
 
 @pytest.mark.parametrize("version", range(3, 13))

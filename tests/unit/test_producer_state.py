@@ -14,7 +14,7 @@ import pytest
 
 from tests.unit.logs import LOG_DIR, PID, batch_headers, crash, open_log, pbatch
 from tidegate.errors import InvalidProducerEpochError, OutOfOrderSequenceError
-from tidegate.log import Log, LogConfig, Record, build_batch
+from tidegate.log import Log, LogConfig
 from tidegate.log.producer_state import (
     NUM_BATCHES_TO_RETAIN,
     BatchMetadata,
@@ -26,7 +26,8 @@ from tidegate.log.producer_state import (
     snapshot_path,
     write_snapshot,
 )
-from tidegate.log.record_batch import read_header as header_of
+from tidegate.record.batch_builder import Record, build_batch
+from tidegate.record.record_batch import read_header as header_of
 
 INT32_MAX = 2**31 - 1
 SRC = Path(__file__).resolve().parents[2] / "src"
@@ -460,7 +461,8 @@ CHILD = textwrap.dedent(
     """
     import sys
     from pathlib import Path
-    from tidegate.log import Log, LogConfig, Record, build_batch
+    from tidegate.log import Log, LogConfig
+    from tidegate.record.batch_builder import Record, build_batch
     log = Log(Path(sys.argv[1]), LogConfig(segment_bytes=4_000, index_interval_bytes=300), 0)
     seq = 0
     while True:

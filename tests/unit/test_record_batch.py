@@ -1,6 +1,6 @@
 """Record batch v2 headers: layout, validation, offset assignment.
 
-Batches are built with ``tidegate.log.batch_builder`` (varint records + CRC-32C)
+Batches are built with ``tidegate.record.batch_builder`` (varint records + CRC-32C)
 and cross-checked byte for byte against kafka-python's
 ``DefaultRecordBatchBuilder``, which is how we know the layout is Kafka's.
 """
@@ -14,9 +14,10 @@ from crc32c import crc32c
 from kafka.record.default_records import DefaultRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords
 
-from tidegate.log import record_batch as rb
-from tidegate.log.batch_builder import Record, build_batch, encode_varint
-from tidegate.log.record_batch import (
+from tidegate.log.validator import validate_batches
+from tidegate.record import record_batch as rb
+from tidegate.record.batch_builder import Record, build_batch, encode_varint
+from tidegate.record.record_batch import (
     CorruptRecordError,
     InvalidRecordError,
     RecordBatchError,
@@ -25,7 +26,6 @@ from tidegate.log.record_batch import (
     assign_offsets,
     iter_batches,
     read_header,
-    validate_batches,
 )
 
 MAX = 1 << 20

@@ -8,9 +8,9 @@ import struct
 
 import pytest
 
-from tidegate.client.compression import CODECS, compress
-from tidegate.log.batch_builder import Record, build_batch
-from tidegate.log.records import (
+from tidegate.record.batch_builder import Record, build_batch
+from tidegate.record.compression import CODECS, compress
+from tidegate.record.records import (
     LOG_APPEND_TIME,
     RecordDecodeError,
     decode_records,

@@ -18,7 +18,7 @@ from tidegate.errors import (
 )
 from tidegate.log import LogConfig
 from tidegate.log.index import AbortedTxn, TransactionIndex
-from tidegate.log.record_batch import InvalidRecordError, iter_batches, read_header
+from tidegate.record.record_batch import InvalidRecordError, iter_batches, read_header
 
 OTHER = 2000
 

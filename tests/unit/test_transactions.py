@@ -20,10 +20,10 @@ from tidegate.coordinator.transaction.transaction_coordinator import COMPLETION_
 from tidegate.coordinator.transaction.transaction_log import TRANSACTION_STATE_TOPIC
 from tidegate.coordinator.transaction.transaction_metadata import TransactionState
 from tidegate.errors import ErrorCode as E
-from tidegate.log.control_records import ControlRecordType, end_transaction_marker_of
-from tidegate.log.record_batch import CONTROL_FLAG_MASK, read_header
 from tidegate.metrics.prometheus import BrokerMetrics
 from tidegate.protocol.apis import ApiKey
+from tidegate.record.control_records import ControlRecordType, end_transaction_marker_of
+from tidegate.record.record_batch import CONTROL_FLAG_MASK, read_header
 
 TOPIC = "t"
 TX = "tx-1"

@@ -20,10 +20,10 @@ from tidegate.coordinator.group.group_metadata import DEAD
 from tidegate.coordinator.group.group_metadata_manager import OFFSETS_TOPIC, iter_records
 from tidegate.coordinator.transaction.transaction_metadata import TransactionState
 from tidegate.errors import ErrorCode as E
-from tidegate.log.control_records import ControlRecordType, parse_control_key
-from tidegate.log.record_batch import iter_batches, read_header
 from tidegate.log.replay import replay_batches, replay_records
 from tidegate.protocol.apis import ApiKey
+from tidegate.record.control_records import ControlRecordType, parse_control_key
+from tidegate.record.record_batch import iter_batches, read_header
 
 TXN = "tx-1"
 GROUP = "g"

@@ -44,8 +44,8 @@ from tidegate.errors import (
     KafkaError,
     OffsetOutOfRangeError,
 )
-from tidegate.log.control_records import ControlRecordType, parse_control_key
-from tidegate.log.records import (
+from tidegate.record.control_records import ControlRecordType, parse_control_key
+from tidegate.record.records import (
     BatchInfo,
     ConsumerRecord,
     decode_batch_records,

@@ -1,11 +1,11 @@
-"""Durable partition logs: record-batch validation, segments, indexes and the log.
+"""Durable partition logs: validation of appended batches, segments, indexes and the log.
 
-Kafka's log layer in plain Python objects (``LogValidator`` → :mod:`.record_batch`,
+Kafka's log layer in plain Python objects (``LogValidator`` → :mod:`.validator`,
 ``OffsetIndex``/``TimeIndex`` → :mod:`.index`, ``LogSegment`` → :mod:`.segment`,
-``UnifiedLog``/``LocalLog`` → :mod:`.log`). The broker works on batch headers only.
+``UnifiedLog``/``LocalLog`` → :mod:`.log`). The broker works on batch headers only; the
+record format itself (batches, records, compression) is :mod:`tidegate.record`.
 """
 
-from .batch_builder import Record, build_batch, encode_record, encode_varint
 from .config import LogConfig
 from .index import CorruptIndexError, InvalidIndexEntryError, OffsetIndex, TimeIndex
 from .log import (
@@ -23,20 +23,6 @@ from .log import (
     parse_partition_dir,
     partition_dir,
 )
-from .record_batch import (
-    BatchHeader,
-    BatchTooLargeError,
-    CorruptRecordError,
-    InvalidRecordError,
-    RecordBatchError,
-    RecordTooLargeError,
-    UnsupportedForMessageFormatError,
-    ValidatedBatches,
-    assign_offsets,
-    iter_batches,
-    read_header,
-    validate_batches,
-)
 from .segment import LogSegment
 
 __all__ = [
@@ -46,13 +32,9 @@ __all__ = [
     "MAX_TIMESTAMP",
     "RECOVERY_POINT_FILE",
     "AppendInfo",
-    "BatchHeader",
-    "BatchTooLargeError",
     "CorruptIndexError",
-    "CorruptRecordError",
     "FlushTicket",
     "InvalidIndexEntryError",
-    "InvalidRecordError",
     "Log",
     "LogClosedError",
     "LogConfig",
@@ -60,19 +42,7 @@ __all__ = [
     "LogSegment",
     "OffsetIndex",
     "OffsetOutOfRangeError",
-    "Record",
-    "RecordBatchError",
-    "RecordTooLargeError",
     "TimeIndex",
-    "UnsupportedForMessageFormatError",
-    "ValidatedBatches",
-    "assign_offsets",
-    "build_batch",
-    "encode_record",
-    "encode_varint",
-    "iter_batches",
     "parse_partition_dir",
     "partition_dir",
-    "read_header",
-    "validate_batches",
 ]

@@ -45,16 +45,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Union
 
-from tidegate.client.compression import compress, decompress
 from tidegate.clock import SYSTEM_CLOCK, Clock, MonotonicMs, WallMs
-
-from .batch_builder import batch_crc, set_crc, varint
-from .checkpoint import read_checkpoint_file, write_checkpoint_file
-from .control_records import ControlRecordType, InvalidControlRecordError, end_transaction_marker_of
-from .dir_failure import LogDirFailureChannel, StorageError
-from .index import AbortedTxn, TransactionIndex
-from .log import CleanedSegmentWriter, Log, collect_aborted_transactions
-from .record_batch import (
+from tidegate.record.batch_builder import batch_crc, set_crc, varint
+from tidegate.record.compression import compress, decompress
+from tidegate.record.control_records import (
+    ControlRecordType,
+    InvalidControlRecordError,
+    end_transaction_marker_of,
+)
+from tidegate.record.record_batch import (
     COMPRESSION_CODEC_MASK,
     DELETE_HORIZON_FLAG_MASK,
     HEADER_SIZE,
@@ -62,7 +61,12 @@ from .record_batch import (
     LOG_OVERHEAD,
     BatchHeader,
 )
-from .records import _zigzag
+from tidegate.record.records import _zigzag
+
+from .checkpoint import read_checkpoint_file, write_checkpoint_file
+from .dir_failure import LogDirFailureChannel, StorageError
+from .index import AbortedTxn, TransactionIndex
+from .log import CleanedSegmentWriter, Log, collect_aborted_transactions
 from .segment import LogSegment, iter_batch_headers, log_file_path, txn_index_file_path
 
 __all__ = [

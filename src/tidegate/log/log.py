@@ -39,20 +39,13 @@ from typing import Any, Literal, overload
 
 from tidegate.clock import WallMs
 from tidegate.errors import OffsetOutOfRangeError
-
-from .checkpoint import TMP_MARK, CheckpointWrite, replace_file
-from .config import LogConfig
-from .control_records import (
+from tidegate.record.control_records import (
     EndTransactionMarker,
     InvalidControlRecordError,
     end_transaction_marker_of,
 )
-from .dir_failure import StorageError
-from .file_region import FileRegion
-from .index import AbortedTxn, TransactionIndex
-from .leader_epoch import LeaderEpochFileCache
-from .producer_state import CompletedTxn, ProducerStateManager
-from .record_batch import (
+from tidegate.record.file_region import FileRegion
+from tidegate.record.record_batch import (
     CONTROL_FLAG_MASK,
     HEADER_STRUCT,
     LOG_OVERHEAD,
@@ -60,10 +53,16 @@ from .record_batch import (
     BatchTooLargeError,
     InvalidRecordError,
     assign_offsets,
-    validate_batches,
 )
+
+from .checkpoint import TMP_MARK, CheckpointWrite, replace_file
+from .config import LogConfig
+from .dir_failure import StorageError
+from .index import AbortedTxn, TransactionIndex
+from .leader_epoch import LeaderEpochFileCache
+from .producer_state import CompletedTxn, ProducerStateManager
 from .segment import LogSegment, TimestampAndOffset
-from .validator import check_keys, needs_record_validation, validate_records
+from .validator import check_keys, needs_record_validation, validate_batches, validate_records
 
 __all__ = [
     "CLEAN_SHUTDOWN_FILE",
@@ -711,14 +710,14 @@ class Log:
 
         ``records`` is modified in place (offsets, leader epoch, LogAppendTime), so it
         must be writable (bytearray or writable memoryview); ``bytes`` is copied
-        first. Validation errors (:mod:`tidegate.log.record_batch` exceptions) are
+        first. Validation errors (:mod:`tidegate.record.record_batch` exceptions) are
         raised before anything is written. Batches in another codec than the topic's
         ``compression.type`` are rebuilt in it first, and record timestamps are checked
         against ``message.timestamp.{before,after}.max.ms`` (:mod:`.validator`). The bytes are in the OS page cache when
         this returns. With ``auto_flush`` the log is fsynced here once
         ``flush.messages`` messages are unflushed; an asyncio caller passes
         ``auto_flush=False`` and checks :meth:`flush_due` to flush off-thread.
-        See :func:`~tidegate.log.record_batch.validate_batches` for ``from_client``
+        See :func:`~tidegate.log.validator.validate_batches` for ``from_client``
         and ``single_batch``. An ``OSError`` is raised as :class:`.dir_failure.StorageError`:
         while writing the batch or rolling a segment it leaves the log as it was (the
         torn bytes are cut off); ``fatal`` when it came after the batch was written.

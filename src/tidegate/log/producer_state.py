@@ -69,10 +69,10 @@ from tidegate.errors import (
     OutOfOrderSequenceError,
     TransactionCoordinatorFencedError,
 )
+from tidegate.record.control_records import ControlRecordType, EndTransactionMarker
+from tidegate.record.record_batch import CONTROL_FLAG_MASK, TRANSACTIONAL_FLAG_MASK, BatchHeader
 
 from .checkpoint import write_atomically
-from .control_records import ControlRecordType, EndTransactionMarker
-from .record_batch import CONTROL_FLAG_MASK, TRANSACTIONAL_FLAG_MASK, BatchHeader
 
 __all__ = [
     "NO_PRODUCER_EPOCH",

@@ -15,9 +15,10 @@ import logging
 from collections.abc import Iterator
 from typing import NamedTuple
 
+from tidegate.record.record_batch import iter_batches, read_header
+from tidegate.record.records import ConsumerRecord, decode_batch_records, iter_decoded_batches
+
 from .log import Log
-from .record_batch import iter_batches, read_header
-from .records import ConsumerRecord, decode_batch_records, iter_decoded_batches
 
 log = logging.getLogger(__name__)
 

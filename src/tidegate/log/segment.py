@@ -20,11 +20,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 from tidegate.clock import WallMs
-
-from .dir_failure import UnrecoverableWriteError
-from .file_region import FileRegion
-from .index import CorruptIndexError, OffsetIndex, TimeIndex, TransactionIndex
-from .record_batch import (
+from tidegate.record.file_region import FileRegion
+from tidegate.record.record_batch import (
     CONTROL_FLAG_MASK,
     HEADER_SIZE,
     HEADER_STRUCT,
@@ -37,7 +34,10 @@ from .record_batch import (
     check_batch_contents,
     check_framing,
 )
-from .records import decode_batch_records, iter_decoded_batches
+from tidegate.record.records import decode_batch_records, iter_decoded_batches
+
+from .dir_failure import UnrecoverableWriteError
+from .index import CorruptIndexError, OffsetIndex, TimeIndex, TransactionIndex
 
 if TYPE_CHECKING:
     from .leader_epoch import LeaderEpochFileCache

@@ -1,7 +1,9 @@
-"""The record-level half of Kafka's ``LogValidator``: timestamps and recompression.
+"""Kafka's ``LogValidator``: the checks on batches appended to a log, and recompression.
 
-The produce path stays on batch headers (:mod:`.record_batch`) whenever it can. Two
-topic configs need the records themselves, and only then are they read:
+:func:`validate_batches` is the batch-level half, on headers only (framing, size, CRC,
+and what a client may send). The produce path stays on batch headers
+(:mod:`tidegate.record.record_batch`) whenever it can. Two topic configs need the
+records themselves, and only then are they read (the record-level half):
 
 * ``message.timestamp.before.max.ms`` / ``message.timestamp.after.max.ms`` (CreateTime
   topics): a record further in the past or future than these from the broker's clock
@@ -27,26 +29,44 @@ The rebuilt batch may be larger than the one sent: the log checks it against
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from tidegate.client.compression import GZIP, LZ4, NONE, SNAPPY, ZSTD, compress, decompress
 from tidegate.clock import WallMs
-
-from .batch_builder import batch_crc, encode_record, set_crc, write_header
-from .record_batch import (
+from tidegate.record.batch_builder import batch_crc, encode_record, set_crc, write_header
+from tidegate.record.compression import GZIP, LZ4, NONE, SNAPPY, ZSTD, compress, decompress
+from tidegate.record.record_batch import (
+    CONTROL_FLAG_MASK,
     HEADER_SIZE,
+    NO_PRODUCER_ID,
+    NO_TIMESTAMP,
     BatchHeader,
+    BatchTooLargeError,
     CorruptRecordError,
     InvalidRecordError,
     InvalidTimestampError,
-    ValidatedBatches,
+    check_batch_contents,
+    check_framing,
+    read_header,
 )
-from .records import RecordDecodeError, decode_batch_records, iter_decoded_batches, scan_records
+from tidegate.record.records import (
+    RecordDecodeError,
+    decode_batch_records,
+    iter_decoded_batches,
+    scan_records,
+)
 
 if TYPE_CHECKING:
     from .config import LogConfig
 
-__all__ = ["TARGET_CODECS", "check_keys", "needs_record_validation", "validate_records"]
+__all__ = [
+    "TARGET_CODECS",
+    "ValidatedBatches",
+    "check_keys",
+    "needs_record_validation",
+    "validate_batches",
+    "validate_records",
+]
 
 #: ``compression.type`` -> the codec batches are stored with (None: the producer's)
 TARGET_CODECS: dict[str, int | None] = {
@@ -66,6 +86,113 @@ def _int64(value: int) -> int:
     """Java long arithmetic: wrap to 64 bits (Kafka's message prints the wrapped bounds)."""
     value %= _WRAP
     return value - _WRAP if value > _LONG_MAX else value
+
+
+@dataclass(slots=True)
+class ValidatedBatches:
+    """What :func:`validate_batches` learned about a Produce partition's records."""
+
+    #: Byte position of each batch in the buffer.
+    positions: list[int]
+    #: Each batch's header (as sent by the client, before offset assignment).
+    headers: list[BatchHeader]
+    #: Sum over batches of lastOffsetDelta + 1: the offsets the append will consume.
+    num_records: int
+    #: Total bytes (the whole buffer).
+    size_bytes: int
+    #: Largest maxTimestamp of the batches (-1 if none carries a timestamp).
+    max_timestamp: int
+    #: Index in ``headers`` of the batch holding ``max_timestamp`` (first one on ties).
+    max_timestamp_batch: int
+
+    @property
+    def batch_count(self) -> int:
+        return len(self.positions)
+
+
+def validate_batches(
+    buf,
+    max_message_bytes: int,
+    *,
+    from_client: bool = True,
+    single_batch: bool = False,
+) -> ValidatedBatches:
+    """Validate a Produce partition's records blob, without touching the records.
+
+    Checks, batch by batch and in Kafka's order: framing (a truncated or empty
+    blob is :class:`CorruptRecordError`), magic (0/1 →
+    :class:`UnsupportedForMessageFormatError`, > 2 → corrupt), size against
+    ``max_message_bytes`` (:class:`BatchTooLargeError`), CRC-32C and the sign of
+    lastOffsetDelta/recordsCount (corrupt).
+
+    With ``from_client`` (the default; ``False`` is for batches the broker itself
+    builds, e.g. transaction markers) also Kafka's client-origin rules, as
+    :class:`InvalidRecordError`: baseOffset 0, recordsCount > 0 and equal to
+    lastOffsetDelta + 1, no control batch, no producer id with a negative sequence.
+
+    Kafka's ``LogValidator`` accepts only one v2 batch per partition in a Produce
+    request; pass ``single_batch=True`` to enforce that (INVALID_RECORD). By
+    default several concatenated batches are accepted and get consecutive offsets.
+
+    Not checked (they need the records themselves): per-record timestamps against
+    ``message.timestamp.{before,after}.max.ms`` and keys on compacted topics.
+    """
+    end = len(buf)
+    if end == 0:
+        raise CorruptRecordError("empty record set", 0)
+    positions: list[int] = []
+    headers: list[BatchHeader] = []
+    num_records = 0
+    max_ts = NO_TIMESTAMP
+    max_ts_batch = -1
+    pos = 0
+    with memoryview(buf) as mv:
+        while pos < end:
+            size = check_framing(mv, pos, end)
+            if size > max_message_bytes:
+                raise BatchTooLargeError(
+                    f"batch at position {pos} is {size} bytes, larger than "
+                    f"max.message.bytes {max_message_bytes}",
+                    pos,
+                )
+            check_batch_contents(mv, pos, size)
+            header = read_header(mv, pos)
+            if from_client:
+                _check_client_batch(header, pos)
+            if header.max_timestamp > max_ts:
+                max_ts = header.max_timestamp
+                max_ts_batch = len(headers)
+            positions.append(pos)
+            headers.append(header)
+            num_records += header.last_offset_delta + 1
+            pos += size
+    if single_batch and len(positions) > 1:
+        raise InvalidRecordError(
+            f"a produce request may carry one record batch per partition, got {len(positions)}",
+            positions[1],
+        )
+    return ValidatedBatches(positions, headers, num_records, end, max_ts, max_ts_batch)
+
+
+def _check_client_batch(h: BatchHeader, pos: int) -> None:
+    if h.base_offset != 0:
+        raise InvalidRecordError(
+            f"the baseOffset of a produced batch must be 0, but it is {h.base_offset}", pos
+        )
+    if h.records_count <= 0:
+        raise InvalidRecordError(f"invalid recordsCount {h.records_count}", pos)
+    if h.records_count != h.last_offset_delta + 1:
+        raise InvalidRecordError(
+            f"inconsistent batch: lastOffsetDelta {h.last_offset_delta} "
+            f"and recordsCount {h.records_count}",
+            pos,
+        )
+    if h.attributes & CONTROL_FLAG_MASK:
+        raise InvalidRecordError("clients are not allowed to write control records", pos)
+    if h.producer_id > NO_PRODUCER_ID and h.base_sequence < 0:
+        raise InvalidRecordError(
+            f"invalid sequence number {h.base_sequence} for producer id {h.producer_id}", pos
+        )
 
 
 def _target_codec(config: LogConfig) -> int | None:
@@ -98,7 +225,7 @@ def validate_records(
 ) -> bytearray | None:
     """Check the records' timestamps and recompress batches not in the topic's codec.
 
-    ``v`` is what :func:`~.record_batch.validate_batches` found in ``buf``. Returns the
+    ``v`` is what :func:`validate_batches` found in ``buf``. Returns the
     new records (every batch, rebuilt or as sent) when a batch was rebuilt, else None.
     Raises :class:`InvalidTimestampError` (with ``record_errors``), or
     :class:`CorruptRecordError` for records that do not parse.

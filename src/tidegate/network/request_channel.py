@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 if TYPE_CHECKING:
-    from tidegate.log.file_region import FileRegion
+    from tidegate.record.file_region import FileRegion
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,7 +110,7 @@ class Response:
 
 class SendResponse(Response):
     """An encoded response: pieces written to the socket in order. A piece is bytes, or
-    a :class:`~tidegate.log.file_region.FileRegion` (a Fetch's records, sent from the
+    a :class:`~tidegate.record.file_region.FileRegion` (a Fetch's records, sent from the
     segment file: sendfile on PLAINTEXT, bounded chunks on TLS)."""
 
     __slots__ = ("pieces",)

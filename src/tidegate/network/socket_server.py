@@ -30,7 +30,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from tidegate.clock import Clock, MonotonicMs
-from tidegate.log.file_region import FileRegion, RegionTruncatedError
 from tidegate.network.connection_quotas import ConnectionQuotas, IdleExpiryManager
 from tidegate.network.memory_pool import MemoryPool, RequestMemory
 from tidegate.network.mute_state import ChannelMuteState, MuteReason
@@ -44,6 +43,7 @@ from tidegate.network.request_channel import (
     Response,
     SendResponse,
 )
+from tidegate.record.file_region import FileRegion, RegionTruncatedError
 
 if TYPE_CHECKING:
     from tidegate.metrics.prometheus import RequestMetrics, RequestTiming

@@ -31,11 +31,11 @@ from collections import deque
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
-from tidegate.client.compression import NONE
 from tidegate.client.metadata import Cluster
 from tidegate.clock import Clock, MonotonicMs
-from tidegate.log.batch_builder import record_size_upper_bound
-from tidegate.log.record_batch import RECORD_BATCH_OVERHEAD
+from tidegate.record.batch_builder import record_size_upper_bound
+from tidegate.record.compression import NONE
+from tidegate.record.record_batch import RECORD_BATCH_OVERHEAD
 
 from .batch import (
     COMPRESSION_RATE_ESTIMATION_FACTOR,

@@ -3,7 +3,7 @@
 
 A batch holds the records for one partition in record batch v2 form from the
 first append: the 61-byte header is reserved at the start of its memory, each
-record is encoded with :func:`tidegate.log.batch_builder.encode_record` (the same
+record is encoded with :func:`tidegate.record.batch_builder.encode_record` (the same
 encoder the broker's tests use) and written straight after the previous one, and
 at :meth:`ProducerBatch.close` the header and CRC are filled in, so sending it is
 handing its memory to the socket.
@@ -18,7 +18,7 @@ Two kinds of memory, one per allocation strategy:
   sender passes to ``sendmsg`` as they are.
 
 With compression, record bytes go through a
-:class:`~tidegate.client.compression.StreamCompressor` and the compressed output
+:class:`~tidegate.record.compression.StreamCompressor` and the compressed output
 is what lands in the batch's memory, as Kafka's compressor streams write into
 the batch buffer.
 """
@@ -28,8 +28,7 @@ from __future__ import annotations
 import threading
 from typing import Any, NamedTuple
 
-from tidegate.client.compression import NONE, StreamCompressor
-from tidegate.log.batch_builder import (
+from tidegate.record.batch_builder import (
     _VARINTS,
     MAX_RECORD_OVERHEAD,
     batch_crc,
@@ -38,7 +37,8 @@ from tidegate.log.batch_builder import (
     set_crc,
     write_header,
 )
-from tidegate.log.record_batch import RECORD_BATCH_OVERHEAD
+from tidegate.record.compression import NONE, StreamCompressor
+from tidegate.record.record_batch import RECORD_BATCH_OVERHEAD
 
 from .buffer_pool import BufferPool
 

@@ -14,9 +14,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tidegate.client.compression import codec_id
 from tidegate.client.security import SECURITY_KEYS, ClientSecurity, SecurityConfigError
 from tidegate.config.definitions import ConfigError
+from tidegate.record.compression import codec_id
 
 __all__ = ["ConfigError", "ProducerConfig"]
 

@@ -43,8 +43,8 @@ from typing import Any
 from tidegate.client import KafkaClient
 from tidegate.clock import SYSTEM_CLOCK, Clock
 from tidegate.errors import BrokerResponseError, KafkaError, KafkaTimeoutError
-from tidegate.log.batch_builder import record_size_upper_bound
-from tidegate.log.record_batch import RECORD_BATCH_OVERHEAD
+from tidegate.record.batch_builder import record_size_upper_bound
+from tidegate.record.record_batch import RECORD_BATCH_OVERHEAD
 
 from .accumulator import RecordAccumulator
 from .batch import FailedFuture, RecordFuture

@@ -4,7 +4,7 @@ kio writes a response into one ``BytesIO``: every record byte is copied from the
 into a ``bytes``, then into the buffer, then out as one more ``bytes``. This encoder
 writes everything *except* the records itself and returns the response as *pieces*:
 header bytes, and each partition's records as it came from the log — a
-:class:`~tidegate.log.file_region.FileRegion` (a range of a segment file the shell sends
+:class:`~tidegate.record.file_region.FileRegion` (a range of a segment file the shell sends
 with ``os.sendfile``) or bytes. Nothing here reads a region.
 
 The bytes are exactly kio's (``tests/unit/test_fetch_fast.py`` compares them over
@@ -22,7 +22,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from tidegate.log.file_region import FileRegion
+from tidegate.record.file_region import FileRegion
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")

@@ -36,7 +36,6 @@ from typing import TYPE_CHECKING, Any
 from tidegate.clock import Clock
 from tidegate.config import BrokerConfig
 from tidegate.errors import ErrorCode
-from tidegate.log.record_batch import is_transactional_batch
 from tidegate.log.segment import TimestampAndOffset
 from tidegate.network.request_channel import (
     PARKED,
@@ -61,6 +60,7 @@ from tidegate.protocol.codec import (
     response_class,
 )
 from tidegate.protocol.fetch_fast import Piece, encode_fetch_response, fetch_response_size
+from tidegate.record.record_batch import is_transactional_batch
 from tidegate.security.authorizer.acl_store import AclStore
 from tidegate.security.authorizer.standard_authorizer import StandardAuthorizer
 from tidegate.server.acl_apis import AclApis

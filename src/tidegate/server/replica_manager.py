@@ -43,11 +43,11 @@ from typing import TYPE_CHECKING, Any
 from tidegate.clock import Clock
 from tidegate.errors import CodedError, ErrorCode, OffsetOutOfRangeError
 from tidegate.log.dir_failure import StorageError
-from tidegate.log.file_region import FileRegion
 from tidegate.log.index import AbortedTxn
 from tidegate.log.leader_epoch import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
 from tidegate.log.log import Log
-from tidegate.log.record_batch import (
+from tidegate.record.file_region import FileRegion
+from tidegate.record.record_batch import (
     RecordBatchError,
     is_transactional_batch,
     read_header,

@@ -29,8 +29,8 @@ from tidegate.coordinator.transaction.transaction_coordinator import (
 from tidegate.coordinator.transaction.transaction_log import partitions_by_topic
 from tidegate.coordinator.transaction.transaction_metadata import TransactionResult
 from tidegate.errors import ErrorCode
-from tidegate.log.control_records import end_transaction_marker_batch
 from tidegate.network.request_channel import PARKED, Request
+from tidegate.record.control_records import end_transaction_marker_batch
 from tidegate.server.metadata import GROUP_METADATA_TOPIC_NAME
 
 if TYPE_CHECKING:

@@ -34,7 +34,7 @@ from tidegate.client.admin import describe_groups, list_group_offsets
 from tidegate.client.client import KafkaClient
 from tidegate.client.fetcher import EARLIEST, end_offsets, list_offsets, read_range
 from tidegate.errors import error_for_code as for_code
-from tidegate.log.records import ConsumerRecord
+from tidegate.record.records import ConsumerRecord
 
 from .pki import make_pki, write_users
 

@@ -97,12 +97,12 @@ from tidegate.coordinator.group.group_metadata_manager import (
     parse_key,
 )
 from tidegate.errors import ErrorCode
-from tidegate.log.control_records import (
+from tidegate.log.replay import ReplayedBatch
+from tidegate.record.control_records import (
     ControlRecordType,
     InvalidControlRecordError,
     parse_control_key,
 )
-from tidegate.log.replay import ReplayedBatch
 from tidegate.server.purgatory import DelayedOperationPurgatory
 
 log = logging.getLogger(__name__)

@@ -69,10 +69,10 @@ from tidegate.coordinator.group.modern.consumer.resolved_regular_expression impo
 )
 from tidegate.coordinator.group.modern.member_state import MemberState
 from tidegate.errors import ErrorCode
-from tidegate.log.batch_builder import Record, build_batch
 from tidegate.log.log import Log
-from tidegate.log.records import decode_batch_records, iter_decoded_batches
 from tidegate.log.replay import ReplayedBatch, replay_batches
+from tidegate.record.batch_builder import Record, build_batch
+from tidegate.record.records import decode_batch_records, iter_decoded_batches
 from tidegate.server.metadata import GROUP_METADATA_TOPIC_NAME
 
 if TYPE_CHECKING:
@@ -324,7 +324,7 @@ def coordinator_operation_error(error: ErrorCode) -> ErrorCode:
 # -- reading records back --------------------------------------------------------------------
 def iter_records(data: bytes, from_offset: int = 0) -> Iterator[tuple[int, bytes | None, bytes | None]]:
     """(offset, key, value) of every record at ``from_offset`` or later, decoded by the
-    one record decoder (:mod:`tidegate.log.records`); control batches carry none."""
+    one record decoder (:mod:`tidegate.record.records`); control batches carry none."""
     for batch in iter_decoded_batches(data):
         for r in decode_batch_records(batch):
             if r.offset >= from_offset:

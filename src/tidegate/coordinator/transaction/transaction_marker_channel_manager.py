@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from tidegate.clock import Clock
 from tidegate.errors import ErrorCode
-from tidegate.log.control_records import end_transaction_marker_batch
+from tidegate.record.control_records import end_transaction_marker_batch
 from tidegate.server.timer import FunctionTask, SystemTimer
 
 if TYPE_CHECKING:

@@ -34,8 +34,8 @@ from tidegate.coordinator.transaction.transaction_metadata import (
     TxnTransitMetadata,
 )
 from tidegate.errors import ErrorCode
-from tidegate.log.batch_builder import Record, build_batch
 from tidegate.log.replay import replay_records
+from tidegate.record.batch_builder import Record, build_batch
 from tidegate.server.metadata import write_atomically
 
 if TYPE_CHECKING:

@@ -55,10 +55,10 @@ from typing import NamedTuple, Protocol
 
 from tidegate.clock import WallMs
 from tidegate.errors import ErrorCode
-from tidegate.log.control_records import ControlRecordType, end_transaction_marker_of
 from tidegate.log.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
-from tidegate.log.record_batch import iter_batches, read_header
 from tidegate.log.segment import TimestampAndOffset
+from tidegate.record.control_records import ControlRecordType, end_transaction_marker_of
+from tidegate.record.record_batch import iter_batches, read_header
 from tidegate.server.timer import SystemTimer
 
 from .acknowledgements import AcknowledgeType, ShareAcknowledgementBatch

@@ -1,4 +1,4 @@
-"""Record batch v2 (magic 2) headers: framing, validation and offset assignment.
+"""Record batch v2 (magic 2) headers: layout, framing, CRC and offset assignment.
 
 The broker never decompresses or parses individual records. Everything here
 works on the 61-byte batch header, the one thing Kafka's own broker reads on
@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from typing import NamedTuple
 
 from crc32c import crc32c
@@ -83,7 +82,6 @@ __all__ = [
     "RecordBatchError",
     "RecordTooLargeError",
     "UnsupportedForMessageFormatError",
-    "ValidatedBatches",
     "assign_offsets",
     "attributes",
     "base_offset",
@@ -98,7 +96,6 @@ __all__ = [
     "max_timestamp",
     "read_header",
     "records_count",
-    "validate_batches",
 ]
 
 # -- layout ------------------------------------------------------------------
@@ -221,7 +218,7 @@ class InvalidTimestampError(RecordBatchError):
 class InvalidRecordError(RecordBatchError):
     """INVALID_RECORD: a well-formed batch that a client is not allowed to send.
 
-    Raised by :func:`validate_batches` for the checks Kafka's ``UnifiedLog`` and
+    Raised by :func:`tidegate.log.validator.validate_batches` for the checks Kafka's ``UnifiedLog`` and
     ``LogValidator.validateBatch`` make on batches from clients: baseOffset must be 0,
     recordsCount must be positive and equal lastOffsetDelta + 1, no control batches,
     no idempotent batch with a negative base sequence, and (optionally) a single batch.
@@ -422,116 +419,6 @@ def check_batch_contents(mv, pos: int, size: int) -> None:
         raise CorruptRecordError(f"batch at position {pos} has a negative recordsCount", pos)
 
 
-# -- produce validation -------------------------------------------------------
-
-
-@dataclass(slots=True)
-class ValidatedBatches:
-    """What :func:`validate_batches` learned about a Produce partition's records."""
-
-    #: Byte position of each batch in the buffer.
-    positions: list[int]
-    #: Each batch's header (as sent by the client, before offset assignment).
-    headers: list[BatchHeader]
-    #: Sum over batches of lastOffsetDelta + 1: the offsets the append will consume.
-    num_records: int
-    #: Total bytes (the whole buffer).
-    size_bytes: int
-    #: Largest maxTimestamp of the batches (-1 if none carries a timestamp).
-    max_timestamp: int
-    #: Index in ``headers`` of the batch holding ``max_timestamp`` (first one on ties).
-    max_timestamp_batch: int
-
-    @property
-    def batch_count(self) -> int:
-        return len(self.positions)
-
-
-def validate_batches(
-    buf,
-    max_message_bytes: int,
-    *,
-    from_client: bool = True,
-    single_batch: bool = False,
-) -> ValidatedBatches:
-    """Validate a Produce partition's records blob, without touching the records.
-
-    Checks, batch by batch and in Kafka's order: framing (a truncated or empty
-    blob is :class:`CorruptRecordError`), magic (0/1 →
-    :class:`UnsupportedForMessageFormatError`, > 2 → corrupt), size against
-    ``max_message_bytes`` (:class:`BatchTooLargeError`), CRC-32C and the sign of
-    lastOffsetDelta/recordsCount (corrupt).
-
-    With ``from_client`` (the default; ``False`` is for batches the broker itself
-    builds, e.g. transaction markers) also Kafka's client-origin rules, as
-    :class:`InvalidRecordError`: baseOffset 0, recordsCount > 0 and equal to
-    lastOffsetDelta + 1, no control batch, no producer id with a negative sequence.
-
-    Kafka's ``LogValidator`` accepts only one v2 batch per partition in a Produce
-    request; pass ``single_batch=True`` to enforce that (INVALID_RECORD). By
-    default several concatenated batches are accepted and get consecutive offsets.
-
-    Not checked (they need the records themselves): per-record timestamps against
-    ``message.timestamp.{before,after}.max.ms`` and keys on compacted topics.
-    """
-    end = len(buf)
-    if end == 0:
-        raise CorruptRecordError("empty record set", 0)
-    positions: list[int] = []
-    headers: list[BatchHeader] = []
-    num_records = 0
-    max_ts = NO_TIMESTAMP
-    max_ts_batch = -1
-    pos = 0
-    with memoryview(buf) as mv:
-        while pos < end:
-            size = check_framing(mv, pos, end)
-            if size > max_message_bytes:
-                raise BatchTooLargeError(
-                    f"batch at position {pos} is {size} bytes, larger than "
-                    f"max.message.bytes {max_message_bytes}",
-                    pos,
-                )
-            check_batch_contents(mv, pos, size)
-            header = _make_header(_unpack_header(mv, pos))
-            if from_client:
-                _check_client_batch(header, pos)
-            if header.max_timestamp > max_ts:
-                max_ts = header.max_timestamp
-                max_ts_batch = len(headers)
-            positions.append(pos)
-            headers.append(header)
-            num_records += header.last_offset_delta + 1
-            pos += size
-    if single_batch and len(positions) > 1:
-        raise InvalidRecordError(
-            f"a produce request may carry one record batch per partition, got {len(positions)}",
-            positions[1],
-        )
-    return ValidatedBatches(positions, headers, num_records, end, max_ts, max_ts_batch)
-
-
-def _check_client_batch(h: BatchHeader, pos: int) -> None:
-    if h.base_offset != 0:
-        raise InvalidRecordError(
-            f"the baseOffset of a produced batch must be 0, but it is {h.base_offset}", pos
-        )
-    if h.records_count <= 0:
-        raise InvalidRecordError(f"invalid recordsCount {h.records_count}", pos)
-    if h.records_count != h.last_offset_delta + 1:
-        raise InvalidRecordError(
-            f"inconsistent batch: lastOffsetDelta {h.last_offset_delta} "
-            f"and recordsCount {h.records_count}",
-            pos,
-        )
-    if h.attributes & CONTROL_FLAG_MASK:
-        raise InvalidRecordError("clients are not allowed to write control records", pos)
-    if h.producer_id > NO_PRODUCER_ID and h.base_sequence < 0:
-        raise InvalidRecordError(
-            f"invalid sequence number {h.base_sequence} for producer id {h.producer_id}", pos
-        )
-
-
 # -- offset assignment ---------------------------------------------------------
 
 
@@ -558,7 +445,7 @@ def assign_offsets(
     leaves it too: readers take every record's timestamp from maxTimestamp when the
     bit is set). Nothing else is touched; compressed payloads are never rewritten.
 
-    ``positions`` (from :func:`validate_batches`) saves re-walking the buffer.
+    ``positions`` (from :func:`tidegate.log.validator.validate_batches`) saves re-walking the buffer.
     Returns the last offset assigned.
     """
     if positions is None:

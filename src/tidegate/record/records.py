@@ -1,9 +1,9 @@
 """Decoding the records inside record batches v2 (Kafka's ``DefaultRecord``).
 
-:mod:`tidegate.log.record_batch` reads and checks the 61-byte batch header and
-:mod:`tidegate.log.batch_builder` writes batches; this module reads the records back:
+:mod:`tidegate.record.record_batch` reads and checks the 61-byte batch header and
+:mod:`tidegate.record.batch_builder` writes batches; this module reads the records back:
 it decompresses the records section (gzip, snappy, lz4, zstd via
-:func:`tidegate.client.compression.decompress`) and parses each record's
+:func:`tidegate.record.compression.decompress`) and parses each record's
 varint-framed fields::
 
     length varint | attributes int8 | timestampDelta varlong | offsetDelta varint
@@ -28,8 +28,7 @@ import struct
 from collections.abc import Iterator
 from typing import NamedTuple
 
-from tidegate.client.compression import decompress
-
+from .compression import decompress
 from .record_batch import (
     COMPRESSION_CODEC_MASK,
     CONTROL_FLAG_MASK,
