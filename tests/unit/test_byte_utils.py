@@ -13,6 +13,7 @@ from tidegate.utils.byte_utils import (
     size_of_uvarint,
     size_of_varlong,
     uvarint,
+    varlong,
     write_varlong,
 )
 
@@ -36,7 +37,7 @@ def test_unsigned_varints_match_kafka(value: int, encoded: bytes) -> None:
 def test_zigzag_varints_match_kafka(value: int, encoded: bytes) -> None:
     out = bytearray()
     write_varlong(value, out)
-    assert bytes(out) == encoded
+    assert bytes(out) == encoded == varlong(value)
     assert read_varlong(encoded, 0) == (value, len(encoded))
     assert size_of_varlong(value) == len(encoded)
 

@@ -16,7 +16,7 @@ from kafka.record.memory_records import MemoryRecords
 
 from tidegate.log.validator import validate_batches
 from tidegate.record import record_batch as rb
-from tidegate.record.batch_builder import Record, build_batch, encode_varint
+from tidegate.record.batch_builder import Record, build_batch, varint
 from tidegate.record.record_batch import (
     CorruptRecordError,
     InvalidRecordError,
@@ -27,6 +27,7 @@ from tidegate.record.record_batch import (
     iter_batches,
     read_header,
 )
+from tidegate.utils.byte_utils import varlong
 
 MAX = 1 << 20
 
@@ -142,17 +143,11 @@ def test_attribute_bits():
     assert gz.compression_type == rb.COMPRESSION_GZIP
 
 
-def test_varint_encoding_is_zigzag():
-    for value, expected in [
-        (0, b"\x00"),
-        (-1, b"\x01"),
-        (1, b"\x02"),
-        (63, b"\x7e"),
-        (64, b"\x80\x01"),
-    ]:
-        out = bytearray()
-        encode_varint(value, out)
-        assert bytes(out) == expected
+def test_the_builders_varint_table_is_byte_utils_zigzag():
+    for value, expected in [(0, b"\x00"), (-1, b"\x01"), (1, b"\x02"), (63, b"\x7e"), (64, b"\x80\x01")]:
+        assert varint(value) == expected
+    for value in (0, 1, 127, 128, 2**14 - 1, 2**14, -1, -(2**14), 2**40):
+        assert varint(value) == varlong(value)
 
 
 # -- framing and validation ---------------------------------------------------------

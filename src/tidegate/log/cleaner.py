@@ -61,7 +61,7 @@ from tidegate.record.record_batch import (
     LOG_OVERHEAD,
     BatchHeader,
 )
-from tidegate.record.records import _zigzag
+from tidegate.utils.byte_utils import read_varlong
 
 from .checkpoint import read_checkpoint_file, write_checkpoint_file
 from .dir_failure import LogDirFailureChannel, StorageError
@@ -479,17 +479,17 @@ def _parse_records(data: bytes, base_offset: int, base_ts: int) -> list[_Record]
     pos = 0
     n = len(data)
     while pos < n:
-        length, pos = _zigzag(data, pos)
+        length, pos = read_varlong(data, pos)
         end = pos + length
-        ts_delta, p = _zigzag(data, pos + 1)
+        ts_delta, p = read_varlong(data, pos + 1)
         tail_start = p
-        off_delta, p = _zigzag(data, p)
-        klen, p = _zigzag(data, p)
+        off_delta, p = read_varlong(data, p)
+        klen, p = read_varlong(data, p)
         key = None
         if klen >= 0:
             key = bytes(data[p : p + klen])
             p += klen
-        vlen, p = _zigzag(data, p)
+        vlen, p = read_varlong(data, p)
         out.append(_Record(base_offset + off_delta, key, vlen < 0, base_ts + ts_delta,
                            bytes(data[tail_start:end])))  # fmt: skip
         pos = end

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tidegate.client.framing import request_header_bytes
+from tidegate.utils.byte_utils import write_uvarint
 
 __all__ = ["MAX_PRODUCE_VERSION", "MIN_PRODUCE_VERSION", "produce_request_buffers"]
 
@@ -30,13 +31,6 @@ MAX_PRODUCE_VERSION = 12
 _H = struct.Struct(">h")
 _I = struct.Struct(">i")
 _HI = struct.Struct(">hi")
-
-
-def _uvarint(n: int, out: bytearray) -> None:
-    while n & ~0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
 
 
 def produce_request_buffers(
@@ -62,7 +56,7 @@ def produce_request_buffers(
             cur.append(0)
         else:
             t = transactional_id.encode("utf-8")
-            _uvarint(len(t) + 1, cur)
+            write_uvarint(len(t) + 1, cur)
             cur += t
     else:
         if transactional_id is None:
@@ -72,23 +66,23 @@ def produce_request_buffers(
             cur += _H.pack(len(t)) + t
     cur += _HI.pack(acks, timeout_ms)
     if flexible:
-        _uvarint(len(topics) + 1, cur)
+        write_uvarint(len(topics) + 1, cur)
     else:
         cur += _I.pack(len(topics))
     total = 0
     for name, partitions in topics:
         nb = name.encode("utf-8")
         if flexible:
-            _uvarint(len(nb) + 1, cur)
+            write_uvarint(len(nb) + 1, cur)
             cur += nb
-            _uvarint(len(partitions) + 1, cur)
+            write_uvarint(len(partitions) + 1, cur)
         else:
             cur += _H.pack(len(nb)) + nb
             cur += _I.pack(len(partitions))
         for index, segments, size in partitions:
             cur += _I.pack(index)
             if flexible:
-                _uvarint(size + 1, cur)
+                write_uvarint(size + 1, cur)
             else:
                 cur += _I.pack(size)
             out.append(cur)

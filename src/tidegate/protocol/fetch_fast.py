@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tidegate.record.file_region import FileRegion
+from tidegate.utils.byte_utils import write_uvarint
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
@@ -35,15 +36,6 @@ Piece = bytes | bytearray | memoryview | FileRegion
 
 MIN_VERSION = 4
 MAX_VERSION = 17
-
-
-def _uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 def _ms(value: Any) -> int:
@@ -66,17 +58,17 @@ class _Writer:
     def length(self, n: int) -> None:
         """An array or records length; -1 is null."""
         if self.flexible:
-            self.buf += _uvarint(n + 1)
+            write_uvarint(n + 1, self.buf)
         else:
             self.buf += _I32.pack(n)
 
     def string(self, s: str | None) -> None:
         if s is None:
-            self.buf += _uvarint(0) if self.flexible else _I16.pack(-1)
+            self.buf += b"\x00" if self.flexible else _I16.pack(-1)  # a null string
             return
         data = s.encode()
         if self.flexible:
-            self.buf += _uvarint(len(data) + 1)
+            write_uvarint(len(data) + 1, self.buf)
         else:
             self.buf += _I16.pack(len(data))
         self.buf += data
@@ -103,10 +95,10 @@ class _Writer:
             self.buf = bytearray()
 
     def tagged(self, fields: list[tuple[int, bytes]]) -> None:
-        self.buf += _uvarint(len(fields))
+        write_uvarint(len(fields), self.buf)
         for tag, data in fields:
-            self.buf += _uvarint(tag)
-            self.buf += _uvarint(len(data))
+            write_uvarint(tag, self.buf)
+            write_uvarint(len(data), self.buf)
             self.buf += data
 
 

@@ -19,6 +19,8 @@ import struct
 from dataclasses import dataclass
 from typing import Literal, overload
 
+from tidegate.utils.byte_utils import read_uvarint
+
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _HEADER = struct.Struct(">hhi")
@@ -66,21 +68,12 @@ class _Reader:
         return _I32.unpack_from(self.buf, self.need(4))[0]
 
     def uvarint(self) -> int:
-        buf, pos, end = self.buf, self.pos, self.end
-        result = shift = 0
-        while True:
-            if pos >= end:
-                raise ValueError("produce request truncated inside a varint")
-            b = buf[pos]
-            pos += 1
-            result |= (b & 0x7F) << shift
-            if not b & 0x80:
-                break
-            shift += 7
-            if shift > 28:
-                raise ValueError("varint too long")
-        self.pos = pos
-        return result
+        pos = self.pos
+        if pos < self.end and self.buf[pos] < 0x80:  # one byte: most lengths and counts
+            self.pos = pos + 1
+            return self.buf[pos]
+        value, self.pos = read_uvarint(self.buf, pos, self.end)
+        return value
 
     @overload
     def string(self, flexible: bool, nullable: Literal[False]) -> str: ...
@@ -96,7 +89,11 @@ class _Reader:
         return str(self.buf[start : start + n], "utf-8")
 
     def records(self, flexible: bool) -> memoryview | None:
-        n = self.uvarint() - 1 if flexible else self.int32()
+        if flexible:  # a batch's size: seldom one byte, so no fast path (one call, not two)
+            n, self.pos = read_uvarint(self.buf, self.pos, self.end)
+            n -= 1
+        else:
+            n = self.int32()
         if n < 0:
             return None
         start = self.need(n)

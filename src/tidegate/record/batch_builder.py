@@ -17,6 +17,8 @@ from typing import Any, NamedTuple
 
 from crc32c import crc32c
 
+from tidegate.utils.byte_utils import size_of_varlong, varlong
+
 from .record_batch import (
     ATTRIBUTES_OFFSET,
     CONTROL_FLAG_MASK,
@@ -37,11 +39,9 @@ __all__ = [
     "batch_crc",
     "build_batch",
     "encode_record",
-    "encode_varint",
     "record_size_upper_bound",
     "set_crc",
     "varint",
-    "varint_size",
     "write_header",
 ]
 
@@ -59,44 +59,20 @@ class Record(NamedTuple):
     headers: Sequence[tuple[str, bytes | None]] = ()
 
 
-def encode_varint(value: int, out: bytearray) -> None:
-    """Append ``value`` as a zig-zag varint (Kafka's ``ByteUtils.writeVarint``/``Varlong``)."""
-    v = (value << 1) ^ (value >> 63)
-    while v & ~0x7F:
-        out.append((v & 0x7F) | 0x80)
-        v >>= 7
-    out.append(v)
-
-
-def _varint_uncached(value: int) -> bytes:
-    out = bytearray()
-    encode_varint(value, out)
-    return bytes(out)
-
-
 # Record lengths, key/value lengths and offset deltas are small non-negative ints:
 # their encodings are looked up rather than computed, which is most of what makes
 # the per-record encoder cheap in CPython.
 _CACHED = 1 << 14
-_VARINTS: tuple[bytes, ...] = tuple(_varint_uncached(i) for i in range(_CACHED))
-_NULL = _varint_uncached(-1)  # a null key, value or header value: length -1
+_VARINTS: tuple[bytes, ...] = tuple(varlong(i) for i in range(_CACHED))
+_NULL = varlong(-1)  # a null key, value or header value: length -1
 
 
 def varint(value: int) -> bytes:
-    """``value`` as a zig-zag varint."""
+    """``value`` as a zig-zag varint (:func:`~tidegate.utils.byte_utils.varlong`, small
+    non-negative values from a table)."""
     if 0 <= value < _CACHED:
         return _VARINTS[value]
-    return _varint_uncached(value)
-
-
-def varint_size(value: int) -> int:
-    """Bytes of ``value`` as a zig-zag varint (Kafka's ``ByteUtils.sizeOfVarint``)."""
-    v = (value << 1) ^ (value >> 63)
-    n = 1
-    while v > 0x7F:
-        v >>= 7
-        n += 1
-    return n
+    return varlong(value)
 
 
 def _headers_parts(headers: Iterable[tuple[str, bytes | None]]) -> bytes:
@@ -127,23 +103,23 @@ def encode_record(
     result is one ``bytes`` object, built with a single join.
     """
     vs = _VARINTS
-    td = vs[timestamp_delta] if 0 <= timestamp_delta < _CACHED else _varint_uncached(timestamp_delta)
-    od = vs[offset_delta] if offset_delta < _CACHED else _varint_uncached(offset_delta)
+    td = vs[timestamp_delta] if 0 <= timestamp_delta < _CACHED else varlong(timestamp_delta)
+    od = vs[offset_delta] if offset_delta < _CACHED else varlong(offset_delta)
     if key is None:
         kh = _NULL
         key = b""
     else:
         n = len(key)
-        kh = vs[n] if n < _CACHED else _varint_uncached(n)
+        kh = vs[n] if n < _CACHED else varlong(n)
     if value is None:
         vh = _NULL
         value = b""
     else:
         n = len(value)
-        vh = vs[n] if n < _CACHED else _varint_uncached(n)
+        vh = vs[n] if n < _CACHED else varlong(n)
     hb = _headers_parts(headers) if headers else b"\x00"
     body_len = 1 + len(td) + len(od) + len(kh) + len(key) + len(vh) + len(value) + len(hb)
-    lh = vs[body_len] if body_len < _CACHED else _varint_uncached(body_len)
+    lh = vs[body_len] if body_len < _CACHED else varlong(body_len)
     return b"".join((lh, b"\x00", td, od, kh, key, vh, value, hb))
 
 
@@ -153,16 +129,16 @@ def record_size_upper_bound(
     """Kafka's ``DefaultRecord.recordSizeUpperBound``: the most bytes a record with this
     key, value and headers can take in a v2 batch, whatever its deltas."""
     size = MAX_RECORD_OVERHEAD
-    size += 1 if key is None else varint_size(len(key)) + len(key)
-    size += 1 if value is None else varint_size(len(value)) + len(value)
+    size += 1 if key is None else size_of_varlong(len(key)) + len(key)
+    size += 1 if value is None else size_of_varlong(len(value)) + len(value)
     if not headers:
         return size + 1
     hs = list(headers)
-    size += varint_size(len(hs))
+    size += size_of_varlong(len(hs))
     for h_key, h_value in hs:
         k = len(h_key.encode("utf-8")) if isinstance(h_key, str) else len(h_key)
-        size += varint_size(k) + k
-        size += 1 if h_value is None else varint_size(len(h_value)) + len(h_value)
+        size += size_of_varlong(k) + k
+        size += 1 if h_value is None else size_of_varlong(len(h_value)) + len(h_value)
     return size
 
 

@@ -28,6 +28,8 @@ import struct
 from collections.abc import Iterator
 from typing import NamedTuple
 
+from tidegate.utils.byte_utils import VarintError, read_varlong
+
 from .compression import decompress
 from .record_batch import (
     COMPRESSION_CODEC_MASK,
@@ -157,7 +159,7 @@ def decode_batch_records(batch: BatchInfo, *, include_control: bool = False) -> 
     out: list[ConsumerRecord] = []
     append = out.append
     pos = 0
-    zz = _zigzag
+    zz = read_varlong
     new_record = tuple.__new__
     # Varints below 0x80 (one byte) are decoded inline: most fields of most records
     # (deltas, lengths under 64, header counts) are, and a call per field costs more
@@ -246,29 +248,11 @@ def decode_batch_records(batch: BatchInfo, *, include_control: bool = False) -> 
                     ),
                 )
             )
-    except (IndexError, UnicodeDecodeError) as exc:
+    except (IndexError, UnicodeDecodeError, VarintError) as exc:
         raise RecordDecodeError(f"corrupt record in batch at offset {base_offset}: {exc}") from exc
     if pos > n:
         raise RecordDecodeError(f"records of batch at offset {base_offset} overrun its length")
     return out
-
-
-def _zigzag(data: bytes, pos: int) -> tuple[int, int]:
-    b = data[pos]
-    pos += 1
-    if not b & 0x80:
-        return (b >> 1) ^ -(b & 1), pos
-    value = b & 0x7F
-    shift = 7
-    while True:
-        b = data[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return (value >> 1) ^ -(value & 1), pos
-        shift += 7
-        if shift > 63:
-            raise RecordDecodeError("varint longer than 10 bytes")
 
 
 def scan_records(data: bytes, count: int) -> list[tuple[int, int]]:
@@ -280,7 +264,7 @@ def scan_records(data: bytes, count: int) -> list[tuple[int, int]]:
     append = out.append
     n = len(data)
     pos = 0
-    zz = _zigzag
+    zz = read_varlong
     try:
         while pos < n:
             length, pos = zz(data, pos)
@@ -291,8 +275,8 @@ def scan_records(data: bytes, count: int) -> list[tuple[int, int]]:
             off_delta, p = zz(data, p)
             append((ts_delta, off_delta))
             pos = end
-    except IndexError as exc:
-        raise RecordDecodeError(f"record {len(out)} is cut short") from exc
+    except VarintError as exc:
+        raise RecordDecodeError(f"record {len(out)}: {exc}") from exc
     if len(out) != count:
         raise RecordDecodeError(f"the batch declares {count} records but holds {len(out)}")
     return out

@@ -90,6 +90,18 @@ def write_varlong(value: int, out: bytearray) -> None:
     out.append(v)
 
 
+def varlong(value: int) -> bytes:
+    """``value`` as a zig-zag varint, as bytes."""
+    out = bytearray()
+    write_varlong(value, out)
+    return bytes(out)
+
+
 def size_of_varlong(value: int) -> int:
     """Bytes of ``value`` as a zig-zag varint (``ByteUtils.sizeOfVarint``/``Varlong``)."""
-    return size_of_uvarint((value << 1) ^ (value >> 63))
+    v = (value << 1) ^ (value >> 63)
+    n = 1
+    while v > 0x7F:  # size_of_uvarint's loop, inline: the producer sizes every record
+        v >>= 7
+        n += 1
+    return n
