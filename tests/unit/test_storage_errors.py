@@ -23,11 +23,11 @@ from tests.unit.test_apis import FETCH, PRODUCE, Harness, batch, batches_in
 from tidegate.clock import MockClock
 from tidegate.errors import ErrorCode as E
 from tidegate.log import log as log_module
-from tidegate.log.checkpoint import TMP_MARK
 from tidegate.log.cleaner import CLEANER_OFFSET_CHECKPOINT_FILE, LogCleanerManager
 from tidegate.log.dir_failure import LogDirFailureChannel, StorageError, UnrecoverableWriteError
 from tidegate.log.log import CLEAN_SHUTDOWN_FILE, RECOVERY_POINT_FILE
 from tidegate.metrics.prometheus import BrokerMetrics
+from tidegate.utils.files import TMP_MARK
 
 API_VERSIONS, DESCRIBE_LOG_DIRS = 18, 35
 

@@ -11,7 +11,7 @@ used for ``leader-epoch-checkpoint`` (entries ``epoch start_offset``, one file p
 partition) and ``log-start-offset-checkpoint`` (entries ``topic partition offset``, one
 file per log directory). A write goes to a temporary file in the same directory, is
 fsynced, renamed over the old file, and the directory is fsynced: a crash leaves the old
-or the new file, never a mix.
+or the new file, never a mix (:func:`tidegate.utils.files.replace_file`).
 
 :class:`CheckpointWriter` numbers the writes of one file so they may run on any thread
 (the scheduler's workers) in any order: a write that starts after a newer one finished
@@ -21,66 +21,23 @@ is skipped, so the file always ends with the newest content.
 from __future__ import annotations
 
 import contextlib
-import itertools
 import logging
 import os
 import threading
 from collections.abc import Sequence
-from pathlib import Path
+
+from tidegate.utils.files import replace_file
 
 __all__ = [
-    "TMP_MARK",
     "CheckpointWrite",
     "CheckpointWriter",
     "read_checkpoint_file",
-    "replace_file",
     "write_checkpoint_file",
 ]
 
 log = logging.getLogger(__name__)
 
-#: Temporary files carry this mark; a directory's owner deletes leftovers when it opens.
-TMP_MARK = ".tmp-"
 CHECKPOINT_VERSION = 0
-_tmp_counter = itertools.count()
-
-
-def replace_file(
-    dir_fd: int, name: str, data: bytes, *, sync_dir: bool, sync: bool = True, mode: int = 0o644
-) -> None:
-    """Replace ``name`` in the directory ``dir_fd`` atomically: a tmp file (named with
-    :data:`TMP_MARK`, which a log removes when it opens), fsync (unless ``sync`` is
-    False: the caller fsyncs later), rename (and fsync the directory with ``sync_dir``).
-    The one way tidegate replaces a file."""
-    tmp = f"{name}{TMP_MARK}{os.getpid()}-{threading.get_ident()}-{next(_tmp_counter)}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode, dir_fd=dir_fd)
-    try:
-        try:
-            view = memoryview(data)
-            while view:  # a short write (a full disk) must not rename a truncated file over
-                view = view[os.write(fd, view) :]
-            if sync:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp, dir_fd=dir_fd)
-        raise
-    os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-    if sync_dir:
-        os.fsync(dir_fd)
-
-
-def write_atomically(
-    path: Path, data: bytes, *, sync: bool = True, sync_dir: bool = True, mode: int = 0o644
-) -> None:
-    """Replace the file ``path`` atomically and durably (:func:`replace_file`)."""
-    dir_fd = os.open(path.parent, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    try:
-        replace_file(dir_fd, path.name, data, sync_dir=sync_dir, sync=sync, mode=mode)
-    finally:
-        os.close(dir_fd)
 
 
 def write_checkpoint_file(dir_fd: int, name: str, entries: Sequence[str]) -> None:

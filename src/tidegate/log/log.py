@@ -54,8 +54,9 @@ from tidegate.record.record_batch import (
     InvalidRecordError,
     assign_offsets,
 )
+from tidegate.utils.files import TMP_MARK, fsync_dir, replace_file
 
-from .checkpoint import TMP_MARK, CheckpointWrite, replace_file
+from .checkpoint import CheckpointWrite
 from .config import LogConfig
 from .dir_failure import StorageError
 from .index import AbortedTxn, TransactionIndex
@@ -340,7 +341,7 @@ class Log:
         created = not self.directory.exists()
         self.directory.mkdir(parents=True, exist_ok=True)
         if created:
-            _fsync_dir(self.directory.parent)
+            fsync_dir(self.directory.parent)
         self._dir_fd = os.open(self.directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
         try:
             self._load(now_ms)
@@ -1326,7 +1327,7 @@ class Log:
             self._release()
         shutil.rmtree(self.directory, ignore_errors=True)
         try:
-            _fsync_dir(self.directory.parent)
+            fsync_dir(self.directory.parent)
         except OSError:
             pass
 
@@ -1359,14 +1360,6 @@ def _next_offset_of_file(path: Path, base: int) -> int:
         end = h[0] + h[6] + 1
         pos += size
     return end
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def write_cleaned_files(directory: Path, base: int, log_data: bytes, aborted: list[AbortedTxn]) -> None:
@@ -1424,7 +1417,7 @@ class CleanedSegmentWriter:
             xi.reset(aborted)
             xi.flush()
             xi.close()
-        _fsync_dir(self.directory)
+        fsync_dir(self.directory)
 
     def close(self) -> None:
         if self._fd >= 0:

@@ -71,8 +71,7 @@ from tidegate.errors import (
 )
 from tidegate.record.control_records import ControlRecordType, EndTransactionMarker
 from tidegate.record.record_batch import CONTROL_FLAG_MASK, TRANSACTIONAL_FLAG_MASK, BatchHeader
-
-from .checkpoint import write_atomically
+from tidegate.utils.files import write_atomically
 
 __all__ = [
     "NO_PRODUCER_EPOCH",

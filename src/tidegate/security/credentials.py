@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tidegate.log.checkpoint import write_atomically
 from tidegate.security.scram import (
     MAX_ITERATIONS,
     MECHANISM_TYPES,
@@ -37,6 +36,7 @@ from tidegate.security.scram import (
     credential_from_password,
     credential_from_salted_password,
 )
+from tidegate.utils.files import write_atomically
 
 log = logging.getLogger(__name__)
 

@@ -28,17 +28,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tidegate.clock import Clock
-from tidegate.log.checkpoint import (
-    TMP_MARK,
-    CheckpointWrite,
-    CheckpointWriter,
-    read_checkpoint_file,
-)
+from tidegate.log.checkpoint import CheckpointWrite, CheckpointWriter, read_checkpoint_file
 from tidegate.log.cleaner import Cleaner, LogCleaner, LogCleanerManager
 from tidegate.log.config import LogConfig
 from tidegate.log.dir_failure import LogDirFailureChannel, StorageError
 from tidegate.log.log import Log, partition_dir
-from tidegate.server.metadata import TopicInfo, TopicStore, is_internal_topic, write_atomically
+from tidegate.server.metadata import TopicInfo, TopicStore, is_internal_topic
+from tidegate.utils.files import TMP_MARK, write_atomically
 
 if TYPE_CHECKING:
     from tidegate.scheduler import OnDone, Scheduler

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tidegate.log.checkpoint import write_atomically
+from tidegate.utils.files import write_atomically
 
 TOPICS_FILE = "__tidegate_topics.json"
 BROKER_CONFIGS_FILE = "__tidegate_broker_configs.json"

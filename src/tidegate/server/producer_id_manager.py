@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tidegate.server.metadata import write_atomically
+from tidegate.utils.files import write_atomically
 
 PRODUCER_ID_BLOCK_FILE = "producer-id-block"
 #: Kafka's ``ProducerIdsBlock.PRODUCER_ID_BLOCK_SIZE``.

@@ -36,7 +36,7 @@ from tidegate.coordinator.transaction.transaction_metadata import (
 from tidegate.errors import ErrorCode
 from tidegate.log.replay import replay_records
 from tidegate.record.batch_builder import Record, build_batch
-from tidegate.server.metadata import write_atomically
+from tidegate.utils.files import write_atomically
 
 if TYPE_CHECKING:
     from tidegate.log.log import Log

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tidegate.server.metadata import write_atomically
+from tidegate.utils.files import write_atomically
 
 from .acl import AclBinding
 

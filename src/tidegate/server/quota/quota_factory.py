@@ -30,7 +30,6 @@ from typing import Any
 
 from tidegate.clock import Clock
 from tidegate.errors import ErrorCode
-from tidegate.log.checkpoint import write_atomically
 from tidegate.server.quota.client_quota_manager import (
     DEFAULT,
     ClientQuotaManager,
@@ -41,6 +40,7 @@ from tidegate.server.quota.client_quota_manager import (
 )
 from tidegate.server.quota.client_request_quota_manager import ClientRequestQuotaManager
 from tidegate.server.timer import SystemTimer
+from tidegate.utils.files import write_atomically
 
 log = logging.getLogger(__name__)
 
