@@ -17,6 +17,7 @@ import sys
 import pytest
 
 from tidegate.clock import MockClock
+from tidegate.metrics.quota_utils import bounded_throttle_time, java_round, throttle_time
 from tidegate.metrics.stats import (
     Avg,
     CumulativeSum,
@@ -38,11 +39,8 @@ from tidegate.server.quota.client_quota_manager import (
     QuotaEntity,
     QuotaType,
     ThrottledChannel,
-    bounded_throttle_time,
-    java_round,
     max_throttle,
     nanos_to_percentage,
-    throttle_time,
 )
 from tidegate.server.quota.client_request_quota_manager import ClientRequestQuotaManager
 

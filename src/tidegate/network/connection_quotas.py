@@ -36,6 +36,7 @@ from collections.abc import Callable, Hashable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from tidegate.clock import MonotonicMs
+from tidegate.metrics.quota_utils import bounded_throttle_time, throttle_time
 from tidegate.metrics.stats import (
     Avg,
     Max,
@@ -45,7 +46,6 @@ from tidegate.metrics.stats import (
     Rate,
     Sensor,
 )
-from tidegate.server.quota.client_quota_manager import bounded_throttle_time, throttle_time
 
 if TYPE_CHECKING:
     from tidegate.config.broker import BrokerConfig

@@ -2,7 +2,7 @@
 
 A rendering of Kafka's quota mechanism with Kafka's names, on the metric core of
 :mod:`tidegate.metrics.stats` (``Sensor`` with its record-then-check, ``Rate``,
-``Quota``): ``QuotaUtils.throttleTime``/``boundedThrottleTime``, ``QuotaType`` and the
+``Quota``; ``QuotaUtils`` is :mod:`tidegate.metrics.quota_utils`): ``QuotaType`` and the
 entity resolution of ``QuotaEntity``, ``ClientQuotaManager`` (one per quota type:
 Produce and Fetch byte rates; ``ClientRequestQuotaManager`` in
 :mod:`.client_request_quota_manager` extends it for the Request quota), and
@@ -56,6 +56,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from tidegate.clock import Clock, MonotonicMs
+from tidegate.metrics.quota_utils import throttle_time
 from tidegate.metrics.stats import (
     METRICS_NUM_SAMPLES_DEFAULT,
     METRICS_SAMPLE_WINDOW_MS_DEFAULT,
@@ -82,11 +83,8 @@ __all__ = [
     "QuotaEntity",
     "QuotaType",
     "ThrottledChannel",
-    "bounded_throttle_time",
-    "java_round",
     "max_throttle",
     "nanos_to_percentage",
-    "throttle_time",
 ]
 
 #: ``quota.window.num``: samples retained per quota Rate.
@@ -102,13 +100,6 @@ NANOS_TO_PERCENTAGE_PER_SECOND: Final = 100.0 / 1_000_000_000
 INACTIVE_SENSOR_EXPIRATION_MS: Final = 3600 * 1000
 
 
-def java_round(x: float) -> int:
-    """``Math.round`` for a double: half rounds up (Python's ``round`` rounds half to even)."""
-    if math.isnan(x):
-        return 0
-    return math.floor(x + 0.5)
-
-
 def nanos_to_percentage(nanos: float) -> float:
     """Thread time in ns -> the value the request-time sensor records."""
     return nanos * NANOS_TO_PERCENTAGE_PER_SECOND
@@ -117,28 +108,6 @@ def nanos_to_percentage(nanos: float) -> float:
 def max_throttle(*throttle_times_ms: int) -> int:
     """The delay when several quotas are violated: the largest throttle, never the sum."""
     return max(0, *throttle_times_ms) if throttle_times_ms else 0
-
-
-# --------------------------------------------------------------------------------------
-# QuotaUtils
-# --------------------------------------------------------------------------------------
-def throttle_time(e: QuotaViolationError, now_ms: MonotonicMs) -> int:
-    """The delay X that brings the observed rate O back to the bound T.
-
-    Over a window W, ``O * W / (W + X) = T`` gives ``X = (O - T) / T * W``, where W is
-    the violated Rate's own current window (:meth:`Rate.window_size`), rounded like
-    Java's ``Math.round``.  Negative when O is below T (callers only ask on a violation).
-    """
-    stat = e.metric.stat
-    if not isinstance(stat, Rate):
-        raise TypeError(f"Metric {e.metric.name} is not a Rate metric: {stat!r}")
-    window_ms = stat.window_size(e.metric.config, now_ms)
-    return java_round((e.value - e.bound) / e.bound * window_ms)
-
-
-def bounded_throttle_time(e: QuotaViolationError, max_throttle_time_ms: int, now_ms: MonotonicMs) -> int:
-    """:func:`throttle_time`, capped at ``max_throttle_time_ms``."""
-    return min(throttle_time(e, now_ms), max_throttle_time_ms)
 
 
 # --------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ SASL exchange before login). The byte-rate arithmetic it shares lives in
 from __future__ import annotations
 
 from tidegate.clock import Clock, MonotonicMs
+from tidegate.metrics.quota_utils import bounded_throttle_time
 from tidegate.metrics.stats import (
     METRICS_NUM_SAMPLES_DEFAULT,
     METRICS_SAMPLE_WINDOW_MS_DEFAULT,
@@ -21,7 +22,6 @@ from tidegate.server.quota.client_quota_manager import (
     ClientQuotaManager,
     ClientQuotaManagerConfig,
     QuotaType,
-    bounded_throttle_time,
     nanos_to_percentage,
 )
 
