@@ -20,7 +20,7 @@ from tidegate.log import checkpoint
 from tidegate.network.request_channel import PARKED
 from tidegate.record.batch_builder import Record, build_batch
 from tidegate.server.log_manager import LOG_START_OFFSET_CHECKPOINT_FILE
-from tidegate.server.metadata import GROUP_METADATA_TOPIC_NAME
+from tidegate.utils.topic import GROUP_METADATA_TOPIC_NAME
 
 DELETE_RECORDS = 21
 TWO = len(batch(b"a", b"b"))  # one two-record batch: segment.bytes that rolls after each

@@ -37,16 +37,10 @@ from tidegate.errors import ErrorCode
 from tidegate.network.request_channel import PARKED, Request
 from tidegate.server.endpoints import Endpoints
 from tidegate.server.log_manager import PreparedPartitions
-from tidegate.server.metadata import (
-    BrokerConfigStore,
-    InvalidTopicError,
-    TopicInfo,
-    TopicStore,
-    is_internal_topic,
-    validate_topic_name,
-)
+from tidegate.server.metadata import BrokerConfigStore, TopicInfo, TopicStore
 from tidegate.server.quota.quota_factory import QuotaConfigError, QuotaManagers
 from tidegate.server.replica_manager import DeleteRecordsResult, ReplicaManager
+from tidegate.utils.topic import InvalidTopicError, is_internal_topic, validate_topic_name
 
 if TYPE_CHECKING:
     from tidegate.metrics.prometheus import BrokerMetrics

@@ -78,14 +78,7 @@ from tidegate.server.fetch_session import (
     settled,
 )
 from tidegate.server.group_apis import GroupApis
-from tidegate.server.metadata import (
-    BrokerConfigStore,
-    InvalidTopicError,
-    TopicInfo,
-    TopicStore,
-    is_internal_topic,
-    validate_topic_name,
-)
+from tidegate.server.metadata import BrokerConfigStore, TopicInfo, TopicStore
 from tidegate.server.replica_manager import (
     MAX_INT32,
     READ_COMMITTED,
@@ -99,6 +92,7 @@ from tidegate.server.replica_manager import (
 )
 from tidegate.server.security_apis import SecurityApis
 from tidegate.server.transaction_apis import TransactionApis
+from tidegate.utils.topic import InvalidTopicError, is_internal_topic, validate_topic_name
 
 if TYPE_CHECKING:
     from tidegate.log.log import Log

@@ -33,8 +33,9 @@ from tidegate.log.cleaner import Cleaner, LogCleaner, LogCleanerManager
 from tidegate.log.config import LogConfig
 from tidegate.log.dir_failure import LogDirFailureChannel, StorageError
 from tidegate.log.log import Log, partition_dir
-from tidegate.server.metadata import TopicInfo, TopicStore, is_internal_topic
+from tidegate.server.metadata import TopicInfo, TopicStore
 from tidegate.utils.files import TMP_MARK, write_atomically
+from tidegate.utils.topic import is_internal_topic
 
 if TYPE_CHECKING:
     from tidegate.scheduler import OnDone, Scheduler

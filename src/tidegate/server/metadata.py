@@ -11,7 +11,6 @@ node id as Kafka's does.
 from __future__ import annotations
 
 import json
-import re
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -22,42 +21,6 @@ from tidegate.utils.files import write_atomically
 TOPICS_FILE = "__tidegate_topics.json"
 BROKER_CONFIGS_FILE = "__tidegate_broker_configs.json"
 META_PROPERTIES = "meta.properties"
-MAX_TOPIC_NAME_LENGTH = 249
-_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
-#: The group coordinator's internal topic (Kafka's ``Topic.GROUP_METADATA_TOPIC_NAME``).
-GROUP_METADATA_TOPIC_NAME = "__consumer_offsets"
-#: The transaction coordinator's internal topic (Kafka's ``Topic.TRANSACTION_STATE_TOPIC_NAME``).
-TRANSACTION_STATE_TOPIC_NAME = "__transaction_state"
-#: Topics clients may read but never write, create, delete or grow (Kafka's ``Topic.INTERNAL_TOPICS``).
-INTERNAL_TOPICS = frozenset({GROUP_METADATA_TOPIC_NAME, TRANSACTION_STATE_TOPIC_NAME})
-
-
-class InvalidTopicError(ValueError):
-    """A topic name Kafka would reject (INVALID_TOPIC_EXCEPTION)."""
-
-
-def validate_topic_name(name: str | None) -> None:
-    """Kafka's Topic.validate rules."""
-    if not name:
-        raise InvalidTopicError("Topic name is illegal, it can't be empty")
-    if name in (".", ".."):
-        raise InvalidTopicError("Topic name cannot be \".\" or \"..\"")
-    if len(name) > MAX_TOPIC_NAME_LENGTH:
-        raise InvalidTopicError(
-            f"Topic name is illegal, it can't be longer than {MAX_TOPIC_NAME_LENGTH} characters"
-        )
-    if not _LEGAL_TOPIC.match(name):
-        raise InvalidTopicError(
-            f"Topic name \"{name}\" is illegal, it contains a character other than "
-            "ASCII alphanumerics, '.', '_' and '-'"
-        )
-
-
-def is_internal_topic(name: str | None) -> bool:
-    """Kafka's ``Topic.isInternal``."""
-    return name in INTERNAL_TOPICS
-
-
 @dataclass(slots=True)
 class TopicInfo:
     name: str

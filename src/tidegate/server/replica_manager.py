@@ -57,9 +57,10 @@ from tidegate.server.delayed_produce import DelayedProduce
 from tidegate.server.fetch_session import FetchSession, FetchSessionCache, session_watch_key
 from tidegate.server.log_flusher import LogFlusher
 from tidegate.server.log_manager import LogManager, TopicPartition
-from tidegate.server.metadata import TopicInfo, is_internal_topic
+from tidegate.server.metadata import TopicInfo
 from tidegate.server.purgatory import DelayedOperationPurgatory
 from tidegate.server.timer import SystemTimer
+from tidegate.utils.topic import is_internal_topic
 
 if TYPE_CHECKING:
     from tidegate.metrics.prometheus import TopicMetrics

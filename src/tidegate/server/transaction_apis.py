@@ -31,7 +31,7 @@ from tidegate.coordinator.transaction.transaction_metadata import TransactionRes
 from tidegate.errors import ErrorCode
 from tidegate.network.request_channel import PARKED, Request
 from tidegate.record.control_records import end_transaction_marker_batch
-from tidegate.server.metadata import GROUP_METADATA_TOPIC_NAME
+from tidegate.utils.topic import GROUP_METADATA_TOPIC_NAME
 
 if TYPE_CHECKING:
     from tidegate.server.replica_manager import PartitionResponse, ReplicaManager

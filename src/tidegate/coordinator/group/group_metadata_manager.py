@@ -73,7 +73,7 @@ from tidegate.log.log import Log
 from tidegate.log.replay import ReplayedBatch, replay_batches
 from tidegate.record.batch_builder import Record, build_batch
 from tidegate.record.records import decode_batch_records, iter_decoded_batches
-from tidegate.server.metadata import GROUP_METADATA_TOPIC_NAME
+from tidegate.utils.topic import GROUP_METADATA_TOPIC_NAME
 
 if TYPE_CHECKING:
     from tidegate.server.replica_manager import PartitionResponse

@@ -30,7 +30,7 @@ from tidegate.coordinator.transaction.transaction_metadata import (
     TransactionState,
     TxnTransitMetadata,
 )
-from tidegate.server.metadata import TRANSACTION_STATE_TOPIC_NAME
+from tidegate.utils.topic import TRANSACTION_STATE_TOPIC_NAME
 
 __all__ = [
     "TRANSACTION_STATE_TOPIC",
