@@ -10,15 +10,15 @@ import os
 import pytest
 
 from tests.unit.test_apis import FETCH, NOW, PRODUCE, Harness, batches_in, produce_body
-from tidegate.errors import ErrorCode
-from tidegate.protocol.apis import SUPPORTED_APIS
-from tidegate.record.batch_builder import Record, build_batch
-from tidegate.server.producer_id_manager import (
+from tidegate.coordinator.transaction.producer_id_manager import (
     BLOCK_SIZE,
     PRODUCER_ID_BLOCK_FILE,
     ProducerIdBlockError,
     ProducerIdManager,
 )
+from tidegate.errors import ErrorCode
+from tidegate.protocol.apis import SUPPORTED_APIS
+from tidegate.record.batch_builder import Record, build_batch
 
 INIT_PRODUCER_ID = 22
 TOPIC = "idem"
@@ -141,7 +141,7 @@ def test_a_block_that_cannot_be_recorded_is_a_retriable_error(h, monkeypatch):
     def full(path, data):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr("tidegate.server.producer_id_manager.write_atomically", full)
+    monkeypatch.setattr("tidegate.coordinator.transaction.producer_id_manager.write_atomically", full)
     resp = init_pid(h)
     assert resp.error_code == ErrorCode.coordinator_load_in_progress
     assert resp.producer_id == -1

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from tidegate.clock import Clock, MonotonicMs
 from tidegate.config import BrokerConfig, topic_log_config
+from tidegate.coordinator.transaction.producer_id_manager import ProducerIdManager
 from tidegate.coordinator.transaction.transaction_coordinator import TransactionCoordinator
 from tidegate.coordinator.transaction.transaction_marker_channel_manager import (
     TransactionMarkerChannelManager,
@@ -39,7 +40,6 @@ from tidegate.server.group_apis import GroupApis
 from tidegate.server.kafka_apis import KafkaApis
 from tidegate.server.log_manager import LogManager
 from tidegate.server.metadata import BrokerConfigStore, TopicStore, load_or_create_meta
-from tidegate.server.producer_id_manager import ProducerIdManager
 from tidegate.server.purgatory import DelayedOperationPurgatory
 from tidegate.server.quota.client_quota_manager import ClientQuotaManagerConfig
 from tidegate.server.quota.quota_factory import QuotaManagers

@@ -47,7 +47,7 @@ from tidegate.errors import ErrorCode
 from tidegate.server.timer import FunctionTask, SystemTimer, TimerTask
 
 if TYPE_CHECKING:
-    from tidegate.server.producer_id_manager import ProducerIdManager
+    from tidegate.coordinator.transaction.producer_id_manager import ProducerIdManager
 
 log = logging.getLogger(__name__)
 
