@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from tests.unit.consumer_groups import SESSION, Harness, mk, seed_group
+from tidegate.coordinator.group.modern.consumer.consumer_group import ConsumerGroupState
 from tidegate.coordinator.group.modern.consumer.consumer_group_manager import (
     REGEX_BATCH_REFRESH_MIN_INTERVAL_MS,
     ConsumerGroupConfig,
@@ -150,6 +151,23 @@ def test_consumer_group_member_picks_up_existing_resolved_regular_expression(h):
     r = h.heartbeat(G, "m2", 0, rebalance_timeout_ms=10_000, subscribed_topic_regex="foo*")
     assert (r.error, r.member_epoch, r.assignment) == (E.none, 11, {}), "resolved: bumps at once"
     assert h.group(G).target_assignment == {"m1": mk((foo, (0,))), "m2": mk((foo, (1,)))}
+
+
+def test_a_member_joining_with_an_unresolved_regex_when_a_target_is_due(h):
+    """m2's join does not bump (its regex is not resolved yet) but computes the target an
+    earlier bump left due, with the group's subscription type counting m2: no longer
+    HOMOGENEOUS, so m2 gets none of m1's topics (it would never take them, its regex
+    matching nothing yet, and they would stay unassigned)."""
+    foo, bar = h.create_topic("foo", 3), h.create_topic("bar", 2)
+    h.heartbeat(G, "m1", 0, subscribed_topic_regex="foo|bar")
+    assert (h.group(G).group_epoch, h.group(G).assignment_epoch) == (2, 1), "the resolution's bump"
+    r = h.heartbeat(G, "m2", 0, subscribed_topic_regex="baz.*")
+    assert (r.error, r.member_epoch, r.assignment) == (E.none, 2, {})
+    everything = mk((foo, range(3)), (bar, range(2)))
+    assert h.group(G).target_assignment == {"m1": everything, "m2": {}}
+    r = h.beat("m1", G)
+    assert (r.member_epoch, r.assignment) == (2, everything)
+    assert h.group(G).state is ConsumerGroupState.STABLE
 
 
 def test_regex_and_names_are_a_union(h):

@@ -305,3 +305,17 @@ ConsumerGroupMachine.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow],
 )
 TestConsumerGroupMachine = ConsumerGroupMachine.TestCase
+
+
+def test_a_member_joins_with_an_unresolved_regex_when_a_target_is_due():
+    """The state machine's first find, replayed: c1's regex resolves (a bump, its target
+    due), c2 joins with a regex not resolved yet and computes that target; every
+    partition must end with c1."""
+    state = ConsumerGroupMachine()
+    state.join(name="c1", subscription=("regex", "t[0-9]"))
+    state.no_partition_has_two_holders()
+    state.join(name="c2", subscription=("regex", "t[34]"))
+    state.no_partition_has_two_holders()
+    state.teardown()
+    group = state.b.manager.groups[G]
+    assert {len(p) for p in group.members["c1-1"].assigned_partitions.values()} == {3, 2}

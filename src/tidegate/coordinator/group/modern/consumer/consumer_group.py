@@ -432,6 +432,22 @@ class ConsumerGroup:
                 _add(counts, new_regex, 1)
         return counts
 
+    def compute_subscription_type(
+        self,
+        old: ConsumerGroupMember | None,
+        new: ConsumerGroupMember,
+        names: Mapping[str, SubscriptionCount] | None = None,
+    ) -> SubscriptionType:
+        """The subscription type once ``old`` is replaced by ``new`` (a member joining
+        counts one more); ``names``: :meth:`compute_subscribed_topic_names` of them, if
+        already computed."""
+        if names is None:
+            names = self.compute_subscribed_topic_names(old, new)
+        members = self.num_members()
+        if not self.has_member(new.member_id) and not self.has_static_member(new.instance_id):
+            members += 1
+        return subscription_type(self.compute_subscribed_regular_expressions(old, new), names, members)
+
     def compute_subscribed_topic_names_without_deleted_members(
         self, removed: Iterable[ConsumerGroupMember], removed_regexes: Iterable[str]
     ) -> dict[str, SubscriptionCount]:

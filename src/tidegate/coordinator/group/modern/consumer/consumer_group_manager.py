@@ -107,7 +107,7 @@ from tidegate.coordinator.group.modern.consumer.topic_regex import (
     throw_if_regular_expression_is_invalid,
 )
 from tidegate.coordinator.group.modern.member_state import MemberState
-from tidegate.coordinator.group.modern.subscription import SubscriptionCount, subscription_type
+from tidegate.coordinator.group.modern.subscription import SubscriptionCount
 from tidegate.coordinator.group.modern.target_assignment_builder import TargetAssignmentBuilder
 from tidegate.coordinator.group.modern.topics import MetadataImage, compute_metadata_hash
 from tidegate.errors import BrokerResponseError, ErrorCode
@@ -520,7 +520,7 @@ class ConsumerGroupManager:
         regex_status = self._maybe_update_regular_expressions(group, member, updated, req, op)
         has_subscription_changed = names_changed or regex_status is not _RegexUpdate.NO_CHANGE
         group_epoch = group.group_epoch
-        sub_type = group.subscription_type
+        sub_type: SubscriptionType | None = None
         bump = (
             group_epoch == 0  # a new group leaves epoch 0 at once
             or names_changed
@@ -531,8 +531,15 @@ class ConsumerGroupManager:
                 group, bump, member, updated, op
             )
         if group_epoch > group.assignment_epoch:
+            if sub_type is None and updated != member:
+                # The group's type does not count this member's change yet: a member that
+                # joins, or takes a new regex, without a bump (the regex is unresolved)
+                # while an earlier bump awaits its target. Kafka passes the group's type
+                # here; an assignor told HOMOGENEOUS would give this member the topics of
+                # another, which it never takes (reconciliation keeps to its own).
+                sub_type = group.compute_subscription_type(member, updated)
             target = self._update_target_assignment(
-                group, group_epoch, member, updated, sub_type, op
+                group, group_epoch, member, updated, sub_type or group.subscription_type, op
             )
             target_epoch = group_epoch
         else:
@@ -724,15 +731,9 @@ class ConsumerGroupManager:
     ) -> tuple[int, SubscriptionType]:
         """The group's subscription as the heartbeat leaves it: its metadata hash (a new
         hash bumps the epoch), subscription type and epoch."""
-        regexes = group.compute_subscribed_regular_expressions(member, updated)
         names = group.compute_subscribed_topic_names(member, updated)
         metadata_hash = self._metadata_hash(names)
-        members = group.num_members()
-        if not group.has_member(updated.member_id) and not group.has_static_member(
-            updated.instance_id
-        ):
-            members += 1
-        sub_type = subscription_type(regexes, names, members)
+        sub_type = group.compute_subscription_type(member, updated, names)
         group_epoch = group.group_epoch
         if bump or metadata_hash != group.metadata_hash:
             group_epoch += 1
