@@ -50,6 +50,10 @@ STATIC = "s"
 SUBSCRIPTIONS = st.sampled_from([("names", ("t1",)), ("names", ("t1", "t2")),
                                  ("names", ("t2", "t3", "t4")), ("regex", "t[0-9]"),
                                  ("regex", "t[34]"), ("names", ())])
+#: how long clients heartbeat at the end for the group to settle: a new regex is resolved
+#: at most every 10 s (REGEX_BATCH_REFRESH_MIN_INTERVAL_MS), a rebalance may wait on
+#: that, and a static member's old instance may have to expire first (45 s)
+CONVERGE_MS = 90_000
 #: errors after which a consumer drops its partitions and joins again
 REJOIN = {E.fenced_member_epoch, E.unknown_member_id, E.fenced_instance_id}
 
@@ -276,14 +280,42 @@ class ConsumerGroupMachine(RuleBasedStateMachine):
                     assert (topic_id, p) not in clients, (client.name, clients[(topic_id, p)])
                     clients[(topic_id, p)] = client.name
 
+    def _settled(self) -> bool:
+        """Every client in the group as a member STABLE at the assignment epoch, holding
+        its target, and every regex resolved against the topics as they are now (else a
+        resolution to come may change the targets)."""
+        clients = {c.member_id: c for c in self.clients.values() if c.member_id}
+        if not all(c.joined for c in clients.values()):
+            return False
+        group = self.b.manager.groups.get(G)
+        if group is None:
+            return not clients
+        if set(group.members) != set(clients) or group.state is not ConsumerGroupState.STABLE:
+            return False
+        for member in group.members.values():
+            target = group.target_assignment.get(member.member_id, {})
+            if member.assigned_partitions != target or clients[member.member_id].owned != {
+                t: set(p) for t, p in target.items()
+            }:
+                return False
+        resolved = group.resolved_regular_expressions
+        return all(
+            regex in resolved and resolved[regex].version == self.b.topics.version
+            for regex in group.subscribed_regular_expressions
+        )
+
     def _converge(self) -> None:
-        """Everyone heartbeats (rejoining if fenced) until the group settles."""
-        for _ in range(12):
+        """Everyone heartbeats (rejoining if fenced) until the group settles, within
+        CONVERGE_MS of the fake clock."""
+        deadline = self.b.clock.milliseconds() + CONVERGE_MS
+        while True:
             for client in self.clients.values():
                 if client.joined:
                     self._send(client, client.epoch, full=False)
                 elif client.member_id:  # it was in the group: it comes back
                     self._join(client)
+            if self._settled() or self.b.clock.milliseconds() >= deadline:
+                break
         group = self.b.manager.groups.get(G)
         if group is None or not group.members:
             return
@@ -319,3 +351,18 @@ def test_a_member_joins_with_an_unresolved_regex_when_a_target_is_due():
     state.teardown()
     group = state.b.manager.groups[G]
     assert {len(p) for p in group.members["c1-1"].assigned_partitions.values()} == {3, 2}
+
+
+def test_the_group_settles_after_a_regex_resolved_10_s_later():
+    """c1's regex is resolved only 10 s after c2's (REGEX_BATCH_REFRESH_MIN_INTERVAL_MS),
+    then t3 moves from c2 to c1: the clients heartbeat that long and more at the end."""
+    state = ConsumerGroupMachine()
+    state.create_or_grow_topic(partitions=1, topic="t3")
+    state.delete_topic(topic="t1")
+    state.time_passes(ms=3000)
+    state.join(name="c2", subscription=("regex", "t[0-9]"))
+    state.join(name="c1", subscription=("regex", "t[34]"))
+    state.teardown()
+    group = state.b.manager.groups[G]
+    assert group.resolved_regular_expressions["t[34]"].topics == {"t3"}
+    assert group.members["c1-1"].assigned_partitions == {state.b.topics.by_name["t3"].topic_id: {0}}
