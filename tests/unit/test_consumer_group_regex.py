@@ -170,6 +170,27 @@ def test_a_member_joining_with_an_unresolved_regex_when_a_target_is_due(h):
     assert h.group(G).state is ConsumerGroupState.STABLE
 
 
+def test_a_first_resolution_to_no_topics_bumps(h):
+    """m1 leaves its regex for one not resolved yet (no bump) and gives up its share of
+    foo; the new regex matches nothing, but m1's target still holds that share: the
+    resolution bumps, so the next target gives it to m2."""
+    foo = h.create_topic("foo", 2)
+    seed_group(h, G, 10, [
+        member("m1", 10, mk((foo, (0,))), regex="fo+"),
+        member("m2", 10, mk((foo, (1,))), names=("foo",)),
+    ])  # fmt: skip
+    resolve(h, G, "fo+", {"foo"}, h.topics.version, timestamp_ms=0)
+    r = h.heartbeat(G, "m1", 10, subscribed_topic_regex="bar.*", topic_partitions=[(foo, [0])])
+    assert (r.member_epoch, r.assignment) == (10, {})
+    assert h.group(G).resolved_regular_expressions["bar.*"].topics == frozenset()
+    assert h.group(G).group_epoch == 11, "the first resolution bumps"
+    r = h.heartbeat(G, "m1", 10, topic_partitions=[])
+    assert (r.member_epoch, h.member("m1", G).state) == (11, MemberState.STABLE)
+    r = h.beat("m2", G)
+    assert (r.member_epoch, r.assignment) == (11, mk((foo, (0, 1))))
+    assert h.group(G).state is ConsumerGroupState.STABLE
+
+
 def test_regex_and_names_are_a_union(h):
     foo, bar = h.create_topic("foo", 1), h.create_topic("bar", 1)
     h.heartbeat(G, "m", 0, subscribed_topic_names=["bar"], subscribed_topic_regex="fo.")

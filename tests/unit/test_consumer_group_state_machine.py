@@ -366,3 +366,17 @@ def test_the_group_settles_after_a_regex_resolved_10_s_later():
     group = state.b.manager.groups[G]
     assert group.resolved_regular_expressions["t[34]"].topics == {"t3"}
     assert group.members["c1-1"].assigned_partitions == {state.b.topics.by_name["t3"].topic_id: {0}}
+
+
+def test_a_member_leaves_a_shared_topic_for_a_regex_matching_nothing():
+    """c2 trades its regex (t1, t2, shared with c1's names) for one not resolved yet and
+    matching nothing when it is: its share of t1 and t2 must go to c1."""
+    state = ConsumerGroupMachine()
+    state.time_passes(ms=18_000)
+    state.join(name="c2", subscription=("regex", "t[0-9]"))
+    state.join(name="c1", subscription=("names", ("t1", "t2")))
+    state.change_subscription(name="c2", subscription=("regex", "t[34]"))
+    state.no_partition_has_two_holders()
+    state.teardown()
+    group = state.b.manager.groups[G]
+    assert sum(len(p) for p in group.members["c1-1"].assigned_partitions.values()) == 5

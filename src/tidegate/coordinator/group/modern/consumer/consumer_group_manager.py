@@ -23,12 +23,14 @@ at that epoch. Both fence the member like a leave (tombstones and an epoch bump)
 :meth:`ConsumerGroupManager.on_loaded` arms them for the members a replay brought back,
 so a restarted broker resumes its groups where they were.
 
-**Regular expressions** (RE2, whole-name match) are resolved against the topic store
-after the heartbeat that needs it, as a write of its own (Kafka resolves them on an
-executor): a new regex does not bump the group epoch at once; its resolution does. The
-image's ``version`` tells when topics changed: groups then recompute their subscribed
-topics' metadata hash on their next heartbeat (a new hash bumps the epoch) and regexes are
-resolved again.
+**Regular expressions** (RE2, whole-name match) are resolved against the topic store after
+the heartbeat that needs it, as a write of its own (Kafka resolves them on an executor): a
+new regex does not bump the group epoch at once; its resolution does if it matches topics,
+or if a member's target still holds what the member subscribed to before (Kafka leaves
+those to nobody). A target computed meanwhile (another bump is due) counts the member with
+its new regex in the group's subscription type. The image's ``version`` tells when topics
+changed: groups then recompute their subscribed topics' metadata hash on their next
+heartbeat (a new hash bumps the epoch) and regexes are resolved again.
 
 Inputs are plain values (:class:`ConsumerGroupHeartbeat`), answers come through a
 callback (:class:`ConsumerGroupHeartbeatResult`); the clock, the topic metadata, the
@@ -107,7 +109,7 @@ from tidegate.coordinator.group.modern.consumer.topic_regex import (
     throw_if_regular_expression_is_invalid,
 )
 from tidegate.coordinator.group.modern.member_state import MemberState
-from tidegate.coordinator.group.modern.subscription import SubscriptionCount
+from tidegate.coordinator.group.modern.subscription import SubscriptionCount, subscribed_topic_ids
 from tidegate.coordinator.group.modern.target_assignment_builder import TargetAssignmentBuilder
 from tidegate.coordinator.group.modern.topics import MetadataImage, compute_metadata_hash
 from tidegate.errors import BrokerResponseError, ErrorCode
@@ -1006,8 +1008,9 @@ class ConsumerGroupManager:
     def _handle_regular_expressions_result(
         self, group_id: str, member_id: str, resolved: Mapping[str, ResolvedRegularExpression]
     ) -> _Operation:
-        """Write the regexes' resolutions; a changed one, or a new metadata hash, bumps
-        the group epoch."""
+        """Write the regexes' resolutions; a changed one (a first one that matches
+        nothing only if it leaves a target stale), or a new metadata hash, bumps the
+        group epoch."""
         op = _Operation()
         group = self.groups.get(group_id)
         if group is None:
@@ -1016,8 +1019,10 @@ class ConsumerGroupManager:
         bump = False
         for regex, new in still.items():
             old = group.resolved_regular_expressions.get(regex)
-            if (frozenset() if old is None else old.topics) != new.topics:
-                bump = True
+            if old is not None:
+                bump = bump or old.topics != new.topics
+            else:
+                bump = bump or bool(new.topics) or self._has_stale_target(group, regex, new)
             op.records.append(new_consumer_group_regular_expression_record(group_id, regex, new))
         metadata_hash = self._metadata_hash(group.compute_subscribed_topic_names_with_regexes(still))
         if bump or metadata_hash != group.metadata_hash:
@@ -1029,6 +1034,24 @@ class ConsumerGroupManager:
             )
         log.debug("[GroupId %s] regexes resolved for member %s: %s", group_id, member_id, still)
         return op
+
+    def _has_stale_target(
+        self, group: ConsumerGroup, regex: str, resolved: ResolvedRegularExpression
+    ) -> bool:
+        """Whether a member of ``regex``, first resolved (to no topics: else Kafka bumps
+        anyway), has a target outside its subscription. It took the regex without a bump
+        (it was unresolved) and gave up what it subscribed to before, which its target
+        still holds: without a bump nobody takes it. Kafka compares the resolution with an
+        empty one, sees no change and leaves those partitions unassigned."""
+        for member in group.members.values():
+            if member.subscribed_topic_regex != regex:
+                continue
+            target = group.target_assignment.get(member.member_id)
+            if target and not target.keys() <= subscribed_topic_ids(
+                member, {regex: resolved}, self.image
+            ):
+                return True
+        return False
 
     # -- ConsumerGroupDescribe, ListGroups, DeleteGroups ------------------------------------------
     def consumer_group_describe(
