@@ -53,9 +53,11 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("tidegate.metrics", "tidegate.metrics.stats"),
     # Kafka's server-common: the hierarchical timing wheel and DelayedOperationPurgatory
     # (org.apache.kafka.server.util.timer, org.apache.kafka.server.purgatory), which the
-    # coordinators park their operations in as the server does. They sit in server/
-    # beside their reaper but depend on nothing there.
-    ("tidegate.server.timer", "tidegate.server.purgatory"),
+    # coordinators park their operations in as the server does, and the share-state
+    # Persister interface with the share coordinator's checks
+    # (org.apache.kafka.server.share.persister), which the share coordinator implements.
+    # They sit in server/ beside their users but depend on nothing there.
+    ("tidegate.server.timer", "tidegate.server.purgatory", "tidegate.server.share.persister"),
     # the wire: kio codec, the hand-written Produce/Fetch paths, API versions.
     ("tidegate.protocol",),
     # the ACL model, StandardAuthorizer and the SSL principal mapping (Kafka's

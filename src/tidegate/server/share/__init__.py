@@ -6,7 +6,8 @@
   offset, the load of persisted state.
 * :mod:`.in_flight` -- the in-flight batches and per-offset state it keeps.
 * :mod:`.persister` -- what is persisted (:class:`PersisterWrite`), the :class:`Persister`
-  protocol and an in-memory implementation.
+  protocol, the share coordinator's checks (:class:`~.persister.ShareStates`) and an
+  in-memory implementation (the durable one is :mod:`tidegate.coordinator.share`).
 * :mod:`.session` -- share sessions (:class:`ShareSessionCache`).
 * :mod:`.acknowledgements` -- acknowledge types, batches and their validation.
 """
@@ -21,6 +22,7 @@ from .persister import (
     InMemoryPersister,
     Persister,
     PersisterReadResult,
+    PersisterReadSummary,
     PersisterStateBatch,
     PersisterWrite,
     SharePartitionKey,
@@ -55,6 +57,7 @@ __all__ = [
     "InMemoryPersister",
     "Persister",
     "PersisterReadResult",
+    "PersisterReadSummary",
     "PersisterStateBatch",
     "PersisterWrite",
     "RecordState",
