@@ -256,11 +256,6 @@ _TABLE: tuple[ConfigKey, ...] = (
     broker("offsets.topic.replication.factor", INT, 3, Range.at_least(1), HIGH,
            "Kafka's replication factor of __consumer_offsets; one node stores one copy "
            "whatever this says (accepted for compatibility)."),
-    broker("share.coordinator.state.topic.replication.factor", INT, 3, Range.at_least(1), MEDIUM,
-           "Kafka's replication factor of the share-group state topic (KIP-932). Accepted only: "
-           "tidegate has no share groups."),
-    broker("share.coordinator.state.topic.min.isr", INT, 2, Range.at_least(1), MEDIUM,
-           "Kafka's min.insync.replicas of the share-group state topic. Accepted only."),
     broker("delete.topic.enable", BOOLEAN, True, None, HIGH,
            "Whether DeleteTopics deletes; false answers TOPIC_DELETION_DISABLED (INVALID_REQUEST "
            "below DeleteTopics v3), as Kafka."),
@@ -562,6 +557,42 @@ _TABLE: tuple[ConfigKey, ...] = (
     broker("transaction.partition.verification.enable", BOOLEAN, True, None, LOW,
            "Verify with the coordinator that a transactional produce's partition was added to the "
            "transaction before appending (KIP-890 part 1)."),
+    # -- the share coordinator, __share_group_state (KIP-932; docs/share-groups.md) --
+    broker("share.coordinator.state.topic.num.partitions", INT, 50, Range.at_least(1), HIGH,
+           "Kafka's partition count of __share_group_state. Accepted only: one node keeps the "
+           "share state in one partition, as it keeps __consumer_offsets."),
+    broker("share.coordinator.state.topic.replication.factor", INT, 3, Range.at_least(1), HIGH,
+           "Kafka's replication factor of __share_group_state; one node stores one copy whatever "
+           "this says (accepted for compatibility)."),
+    broker("share.coordinator.state.topic.min.isr", INT, 2, Range.at_least(1), HIGH,
+           "Kafka's min.insync.replicas of __share_group_state (accepted for compatibility)."),
+    broker("share.coordinator.state.topic.segment.bytes", INT, 104857600, Range.at_least(1), HIGH,
+           "The segment size of the internal __share_group_state topic."),
+    broker("share.coordinator.state.topic.compression.codec", INT, 0, Range.between(0, 4), HIGH,
+           "Kafka's compression codec id of __share_group_state records. Accepted only: the "
+           "records are written uncompressed."),
+    broker("share.coordinator.snapshot.update.records.per.snapshot", INT, 500, Range.between(0, 500),
+           MEDIUM,
+           "How many ShareUpdate records the share coordinator writes for a share-partition "
+           "between two ShareSnapshot records of it."),
+    broker("share.coordinator.write.timeout.ms", INT, 5000, Range.at_least(1), HIGH,
+           "A share-state write waits at most this long for its record to be fsynced "
+           "(the share-partition's write fails with COORDINATOR_NOT_AVAILABLE after)."),
+    broker("share.coordinator.load.buffer.size", INT, 5242880, Range.at_least(1), HIGH,
+           "How many bytes are read at a time while the share coordinator loads "
+           "__share_group_state."),
+    broker("share.coordinator.state.topic.prune.interval.ms", INT, 300000, Range.at_least(1), LOW,
+           "How often the share coordinator deletes the records of __share_group_state that newer "
+           "snapshots made redundant (Kafka's internal key)."),
+    broker("share.coordinator.cold.partition.snapshot.interval.ms", INT, 300000, Range.at_least(1),
+           LOW,
+           "How often the share coordinator rewrites the snapshot of a share-partition not written "
+           "for this long, so that it does not hold the prune point back (Kafka's internal key)."),
+    broker("share.coordinator.threads", INT, 1, Range.at_least(1), MEDIUM,
+           "Kafka's share coordinator threads. Accepted only: it runs on the event loop."),
+    broker("share.coordinator.append.linger.ms", INT, -1, Range.at_least(-1), MEDIUM,
+           "Kafka's share coordinator write linger. Accepted only: concurrent acks=all writes "
+           "share one fsync round (docs/durability.md)."),
 )
 # fmt: on
 

@@ -661,6 +661,8 @@ class ReplicaManager:
         self,
         offsets: Mapping[TopicPartition, int],
         callback: Callable[[dict[TopicPartition, DeleteRecordsResult]], None],
+        *,
+        internal_topics_allowed: bool = False,
     ) -> None:
         """Move each partition's log start offset up to its offset (-1: the high
         watermark), as Kafka's ``deleteRecordsOnLocalLog``/``deleteRecordsOnLeader``, and
@@ -668,7 +670,9 @@ class ReplicaManager:
         ``log-start-offset-checkpoint`` (Kafka waits for the followers instead; a single
         node has none). Segments wholly below a new start are deleted at once; fetches
         below it get OFFSET_OUT_OF_RANGE. (A parked fetch waits at the log end offset,
-        which a new start never passes.)"""
+        which a new start never passes.) A client's request may not delete records of an
+        internal topic; ``internal_topics_allowed`` is for the share coordinator pruning
+        ``__share_group_state`` (Kafka's ``allowInternalTopicDeletion``)."""
         results: dict[TopicPartition, DeleteRecordsResult] = {}
         moved: list[TopicPartition] = []
         now_ms = self.clock.wall_milliseconds()
@@ -679,7 +683,7 @@ class ReplicaManager:
             if plog is None:
                 result.error = E.unknown_topic_or_partition
                 continue
-            if is_internal_topic(topic):
+            if is_internal_topic(topic) and not internal_topics_allowed:
                 result.error = E.invalid_topic_exception
                 result.error_message = f"Cannot delete records of internal topic {topic}"
                 continue

@@ -12,6 +12,7 @@ __all__ = [
     "GROUP_METADATA_TOPIC_NAME",
     "INTERNAL_TOPICS",
     "MAX_TOPIC_NAME_LENGTH",
+    "SHARE_GROUP_STATE_TOPIC_NAME",
     "TRANSACTION_STATE_TOPIC_NAME",
     "InvalidTopicError",
     "is_internal_topic",
@@ -24,8 +25,10 @@ _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
 GROUP_METADATA_TOPIC_NAME = "__consumer_offsets"
 #: The transaction coordinator's internal topic (Kafka's ``Topic.TRANSACTION_STATE_TOPIC_NAME``).
 TRANSACTION_STATE_TOPIC_NAME = "__transaction_state"
+#: The share coordinator's internal topic (KIP-932; Kafka's ``Topic.SHARE_GROUP_STATE_TOPIC_NAME``).
+SHARE_GROUP_STATE_TOPIC_NAME = "__share_group_state"
 #: Topics clients may read but never write, create, delete or grow (Kafka's ``Topic.INTERNAL_TOPICS``).
-INTERNAL_TOPICS = frozenset({GROUP_METADATA_TOPIC_NAME, TRANSACTION_STATE_TOPIC_NAME})
+INTERNAL_TOPICS = frozenset({GROUP_METADATA_TOPIC_NAME, TRANSACTION_STATE_TOPIC_NAME, SHARE_GROUP_STATE_TOPIC_NAME})
 
 
 class InvalidTopicError(ValueError):
