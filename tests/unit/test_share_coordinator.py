@@ -18,6 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.unit.logs import batch_headers
 from tests.unit.share_helpers import acquire, records
 from tests.unit.share_state import Node
 from tidegate.config import BrokerConfig
@@ -603,3 +604,25 @@ def test_config_from_the_broker_keys_has_kafkas_defaults():
         "share.coordinator.cold.partition.snapshot.interval.ms": "1000",
     }))
     assert (config.snapshot_update_records_per_snapshot, config.cold_partition_snapshot_interval_ms) == (7, 1000)
+
+
+def test_many_cold_snapshots_are_split_into_batches_the_log_accepts(tmp_path):
+    """Snapshots of many share-partitions written at once go as several batches, each
+    within max.message.bytes, in one append."""
+    node = Node(tmp_path, ShareCoordinatorConfig(cold_partition_snapshot_interval_ms=1000),
+                state_topic_configs={"cleanup.policy": "delete", "max.message.bytes": "2000"})
+    c = node.coordinator
+    keys = [key_of(node, p, group=f"group-{i}") for i in range(20) for p in range(3)]
+    for k in keys:
+        assert node.call(c.initialize, k, 0, 0) is E.none
+    for k in keys:  # one update each: every snapshot has records after it
+        assert node.call(c.write, write(k, 0, 0, 0, [(0, 9, 2, 1)])) is E.none
+    node.clock.advance(1000)
+    end = node.log.log_end_offset
+    out: list = []
+    assert c.snapshot_cold_partitions(out.append) == len(keys)
+    node.loop.run_pending()
+    assert out == [E.none] and node.log.log_end_offset == end + len(keys)
+    sizes = [h.size for h in batch_headers(node.log) if h.base_offset >= end]
+    assert len(sizes) > 1 and max(sizes) <= 2000
+    assert node.restart().coordinator.states.states == c.states.states

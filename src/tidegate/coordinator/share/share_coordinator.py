@@ -447,8 +447,10 @@ class ShareCoordinator:
             self._updates_since_snapshot[key] = self._updates_since_snapshot.get(key, 0) + 1
 
     def _append(self, records: list[ShareRecord], callback: WriteCallback) -> None:
-        """Append ``records`` as one batch (acks=all), replay them once appended, and call
-        ``callback`` once the batch is fsynced, or with the error that stopped it."""
+        """Append ``records`` (acks=all), replay them once appended, and call ``callback``
+        once they are fsynced, or with the error that stopped them. They go as one batch,
+        or as consecutive batches of at most the topic's max.message.bytes (the snapshots
+        of many cold share-partitions, the tombstones of a deleted topic's), in one append."""
         try:
             plog = self._open_log(True)
         except OSError as exc:
@@ -457,8 +459,9 @@ class ShareCoordinator:
         if plog is None:
             callback(_NOT_AVAILABLE)
             return
-        batch = build_batch([Record(value, key, self.clock.wall_milliseconds())
-                             for key, value in map(encode_record, records)])
+        now = self.clock.wall_milliseconds()
+        encoded = [Record(value, key, now) for key, value in map(encode_record, records)]
+        batch = b"".join(_batches(encoded, plog.config.max_message_bytes))
         early: list[ErrorCode] = []
         appended = False
 
@@ -485,6 +488,16 @@ class ShareCoordinator:
         appended = True
         if early:
             callback(early[0])
+
+
+def _batches(records: Sequence[Record], max_bytes: int) -> list[bytearray]:
+    """``records`` as v2 batches of at most ``max_bytes`` each (a single record larger
+    than that goes alone, and the log refuses it)."""
+    batch = build_batch(records)
+    if len(batch) <= max_bytes or len(records) == 1:
+        return [batch]
+    half = len(records) // 2
+    return _batches(records[:half], max_bytes) + _batches(records[half:], max_bytes)
 
 
 def _log_failure(what: str) -> WriteCallback:
