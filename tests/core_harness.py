@@ -17,6 +17,7 @@ from typing import Any
 
 from tests.fake_loop import FakeLoop
 from tests.integration.rawclient import decode_response, encode_request
+from tests.unit.logs import crash_all
 from tidegate.config import BrokerConfig
 from tidegate.network.request_channel import (
     PARKED,
@@ -111,9 +112,7 @@ class CoreHarness:
     def crash(self) -> None:
         """kill -9: every log is dropped without flush, snapshot or clean-shutdown marker
         (what was written stays, as in the page cache), and nothing else runs."""
-        for plog in self.logs.logs.values():
-            plog._release()
-        self.logs.logs.clear()
+        crash_all(self.logs)
 
     # -- plumbing ---------------------------------------------------------------------------
     def send(

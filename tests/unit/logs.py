@@ -8,11 +8,15 @@ reading every batch back).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tidegate.log import Log, LogConfig
 from tidegate.record.batch_builder import Record, build_batch
 from tidegate.record.control_records import end_transaction_marker_batch
 from tidegate.record.record_batch import iter_batches, read_header
+
+if TYPE_CHECKING:
+    from tidegate.server.log_manager import LogManager
 
 #: The partition directory open_log uses under ``tmp_path``.
 LOG_DIR = "t-0"
@@ -64,6 +68,14 @@ def open_log(
 def crash(log: Log) -> None:
     """Drop the log like kill -9 would: no flush, no checkpoint, no snapshot, no marker."""
     log._release()
+
+
+def crash_all(logs: LogManager) -> None:
+    """kill -9 of a broker: every log of ``logs`` dropped as :func:`crash` drops one (what
+    was written stays, as in the page cache)."""
+    for plog in logs.logs.values():
+        crash(plog)
+    logs.logs.clear()
 
 
 def batch_headers(log: Log) -> list:

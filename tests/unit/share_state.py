@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.fake_loop import FakeLoop, clock_at
+from tests.unit.logs import crash_all
 from tidegate.clock import MockClock
 from tidegate.config import BrokerConfig, topic_log_config
 from tidegate.coordinator.share import (
@@ -86,9 +87,7 @@ class Node:
         recovery keeps every whole batch)."""
         self.coordinator.shutdown()
         if crash:
-            for plog in self.logs.logs.values():
-                plog._release()
-            self.logs.logs.clear()
+            crash_all(self.logs)
         else:
             self.logs.close()
         if before is not None:

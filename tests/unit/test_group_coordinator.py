@@ -14,6 +14,7 @@ import struct
 import pytest
 
 from tests.fake_loop import FakeLoop
+from tests.unit.logs import crash_all
 from tidegate.clock import MockClock
 from tidegate.coordinator.group.group_coordinator import GroupConfig, GroupCoordinator
 from tidegate.coordinator.group.group_metadata import (
@@ -135,9 +136,7 @@ class Harness:
         marker; Log recovery keeps every whole batch)."""
         assert self.logs is not None
         if crash:
-            for plog in self.logs.logs.values():
-                plog._release()
-            self.logs.logs.clear()
+            crash_all(self.logs)
         else:
             self.logs.close()
         if before is not None:

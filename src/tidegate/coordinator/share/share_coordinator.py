@@ -281,10 +281,6 @@ class ShareCoordinator:
         if not self.active:
             callback(PersisterReadSummary(_NOT_AVAILABLE, error_message="Share coordinator is not available."))
             return
-        error = self.states.summary_error(key)
-        if error is not None:
-            callback(PersisterReadSummary(error.code, error_message=error.message))
-            return
         callback(self.states.summary(key))
 
     def write(self, write: PersisterWrite, callback: WriteCallback) -> None:

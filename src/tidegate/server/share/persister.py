@@ -270,8 +270,9 @@ class ShareStates:
       then the unknown topic or partition.
     * write: as a read (uninitialized: INVALID_REQUEST), then a state epoch lower than
       the stored one FENCED_STATE_EPOCH (-1 for either epoch: not checked).
-    * delete: a negative partition, or an unknown topic or partition; deleting what is
-      not stored succeeds.
+    * delete and read-summary: a negative partition is INVALID_REQUEST, an unknown topic
+      or partition UNKNOWN_TOPIC_OR_PARTITION; deleting what is not stored succeeds, its
+      summary has start offset -1.
 
     ``topic_partitions`` is the metadata image (None: every topic exists, as in a unit
     test of the share-partition).
@@ -328,18 +329,19 @@ class ShareStates:
             return _FENCED_STATE_EPOCH
         return None
 
-    def summary_error(self, key: SharePartitionKey) -> StateError | None:
+    def delete_error(self, key: SharePartitionKey) -> StateError | None:
         if key.partition < 0:
             return _NEGATIVE_PARTITION
         if self._unknown(key):
             return _UNKNOWN_TOPIC_OR_PARTITION
         return None
 
-    #: deleting checks what a read-summary checks
-    delete_error = summary_error
-
     def summary(self, key: SharePartitionKey) -> PersisterReadSummary:
-        """The read-summary of a checked key (a key with nothing stored: start offset -1)."""
+        """The read-summary of ``key``: refused as a delete is, start offset -1 for a key
+        with nothing stored."""
+        error = self.delete_error(key)
+        if error is not None:
+            return PersisterReadSummary(error.code, error_message=error.message)
         state = self.states.get(key)
         return PersisterReadSummary() if state is None else state.summary()
 
@@ -385,10 +387,6 @@ class InMemoryPersister:
         callback(state.read_result())
 
     def read_summary(self, key: SharePartitionKey, leader_epoch: int, callback: SummaryCallback) -> None:
-        error = self._states.summary_error(key)
-        if error is not None:
-            callback(PersisterReadSummary(error.code, error_message=error.message))
-            return
         callback(self._states.summary(key))
 
     def write(self, write: PersisterWrite, callback: WriteCallback) -> None:
