@@ -573,7 +573,7 @@ _TABLE: tuple[ConfigKey, ...] = (
            "records are written uncompressed."),
     broker("share.coordinator.snapshot.update.records.per.snapshot", INT, 500, Range.between(0, 500),
            MEDIUM,
-           "How many ShareUpdate records the share coordinator writes for a share-partition "
+           "How many ShareUpdate records the share coordinator writes for a share partition "
            "between two ShareSnapshot records of it."),
     broker("share.coordinator.write.timeout.ms", INT, 5000, Range.at_least(1), HIGH,
            "A share-state write waits at most this long for its record to be fsynced "
@@ -586,7 +586,7 @@ _TABLE: tuple[ConfigKey, ...] = (
            "snapshots made redundant (Kafka's internal key)."),
     broker("share.coordinator.cold.partition.snapshot.interval.ms", INT, 300000, Range.at_least(1),
            LOW,
-           "How often the share coordinator rewrites the snapshot of a share-partition not written "
+           "How often the share coordinator rewrites the snapshot of a share partition not written "
            "for this long, so that it does not hold the prune point back (Kafka's internal key)."),
     broker("share.coordinator.threads", INT, 1, Range.at_least(1), MEDIUM,
            "Kafka's share coordinator threads. Accepted only: it runs on the event loop."),

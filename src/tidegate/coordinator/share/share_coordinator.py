@@ -362,7 +362,8 @@ class ShareCoordinator:
         snapshot not yet fsynced does not count (a kill -9 may lose it; the one before
         must then still be there), nor does a share-partition with nothing fsynced yet
         (it has no record below the fsynced offset), nor one whose latest fsynced mark is
-        its tombstone."""
+        its tombstone. Marks older than a share-partition's latest fsynced one are
+        forgotten on the way."""
         plog = self._open_log(False)
         if plog is None:
             return None
@@ -380,7 +381,7 @@ class ShareCoordinator:
                 del self._snapshot_offsets[key]
         return needed
 
-    def prune(self, callback: Callable[[ErrorCode], None] | None = None) -> int | None:
+    def prune(self, callback: WriteCallback | None = None) -> int | None:
         """Delete the redundant records (Kafka's ``performRecordPruning``): move the log
         start offset of ``__share_group_state`` up to :meth:`redundant_offset` through
         ``delete_records``. Returns that offset, None when nothing is to be pruned;
