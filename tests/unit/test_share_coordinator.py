@@ -149,6 +149,19 @@ def test_fenced_epochs(persister):
     assert answer(p.read_summary, key, 0) == PersisterReadSummary(E.none, 2, 3, 5, 5)
 
 
+def test_a_state_of_a_topic_gone_answers_unknown_topic_after_the_epoch_checks(persister):
+    """ShareCoordinatorShardTest testWriteNullMetadataImage / testReadNullMetadataImage:
+    a stored state whose topic is gone is UNKNOWN_TOPIC_OR_PARTITION, once its epochs pass."""
+    node, p, answer = persister
+    key = key_of(node)
+    assert answer(p.initialize, key, 2, 0) is E.none
+    node.logs.delete_topic("t")
+    assert answer(p.write, write(key, 1, 0, 0)) is E.fenced_state_epoch
+    assert answer(p.write, write(key, 2, 0, 0)) is E.unknown_topic_or_partition
+    assert answer(p.read, key, 0).error is E.unknown_topic_or_partition
+    assert answer(p.read_summary, key, 0).error is E.unknown_topic_or_partition
+
+
 def test_delete_of_nothing_succeeds_and_a_deleted_state_is_uninitialized(persister):
     node, p, answer = persister
     key = key_of(node)

@@ -268,8 +268,9 @@ class ShareStates:
     * read: a negative partition or an uninitialized share-partition is INVALID_REQUEST; a
       leader epoch lower than the stored one FENCED_LEADER_EPOCH (-1: none, never fenced);
       then the unknown topic or partition.
-    * write: as a read (uninitialized: INVALID_REQUEST), then a state epoch lower than
-      the stored one FENCED_STATE_EPOCH (-1 for either epoch: not checked).
+    * write: as a read (uninitialized: INVALID_REQUEST), with a state epoch lower than
+      the stored one FENCED_STATE_EPOCH before the unknown topic or partition (-1 for
+      either epoch: not checked).
     * delete and read-summary: a negative partition is INVALID_REQUEST, an unknown topic
       or partition UNKNOWN_TOPIC_OR_PARTITION; deleting what is not stored succeeds, its
       summary has start offset -1.
@@ -307,8 +308,8 @@ class ShareStates:
             return _UNKNOWN_TOPIC_OR_PARTITION
         return None
 
-    def read_error(self, key: SharePartitionKey, leader_epoch: int,
-                   uninitialized: StateError = _READ_UNINITIALIZED) -> StateError | None:
+    def _stored_error(self, key: SharePartitionKey, leader_epoch: int,
+                      uninitialized: StateError) -> StateError | None:
         if key.partition < 0:
             return _NEGATIVE_PARTITION
         state = self.states.get(key)
@@ -316,17 +317,23 @@ class ShareStates:
             return uninitialized
         if leader_epoch != NO_LEADER_EPOCH and leader_epoch < state.leader_epoch:
             return _FENCED_LEADER_EPOCH
-        if self._unknown(key):
-            return _UNKNOWN_TOPIC_OR_PARTITION
         return None
 
+    def read_error(self, key: SharePartitionKey, leader_epoch: int) -> StateError | None:
+        error = self._stored_error(key, leader_epoch, _READ_UNINITIALIZED)
+        if error is None and self._unknown(key):
+            return _UNKNOWN_TOPIC_OR_PARTITION
+        return error
+
     def write_error(self, write: PersisterWrite) -> StateError | None:
-        error = self.read_error(write.key, write.leader_epoch, _WRITE_UNINITIALIZED)
+        key = write.key
+        error = self._stored_error(key, write.leader_epoch, _WRITE_UNINITIALIZED)
         if error is not None:
             return error
-        state = self.states[write.key]
-        if write.state_epoch != _NO_STATE_EPOCH and write.state_epoch < state.state_epoch:
+        if write.state_epoch != _NO_STATE_EPOCH and write.state_epoch < self.states[key].state_epoch:
             return _FENCED_STATE_EPOCH
+        if self._unknown(key):
+            return _UNKNOWN_TOPIC_OR_PARTITION
         return None
 
     def delete_error(self, key: SharePartitionKey) -> StateError | None:
