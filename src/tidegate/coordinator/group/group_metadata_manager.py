@@ -19,10 +19,14 @@ or null for a tombstone. A KIP-848 consumer group is the records of
 7, 8 and 16), keyed ``["cg", group]`` (epoch and metadata hash), ``["cgm", group, member]``
 (member metadata), ``["cgta", group]`` (target assignment epoch), ``["cgtm", group,
 member]`` (a member's target), ``["cgc", group, member]`` (its current assignment) and
-``["cgr", group, regex]`` (a resolved regular expression), with topic ids as strings and
-partitions as sorted lists (:func:`encode_coordinator_record`,
-:func:`decode_coordinator_record`). The classic coordinator's replay skips them, the
-consumer group coordinator's skips offsets and classic groups.
+``["cgr", group, regex]`` (a resolved regular expression). A KIP-932 share group is the
+records of :mod:`tidegate.coordinator.group.modern.share.records` (types 10-15), keyed the
+same way with ``sg`` for ``cg`` (``["sg", group]``, ``["sgm", group, member]``,
+``["sgta", group]``, ``["sgtm", group, member]``, ``["sgc", group, member]``) and
+``["sgs", group]`` for its share-partitions (initializing, initialized, deleting). Topic
+ids are strings, partitions sorted lists (:func:`encode_coordinator_record`,
+:func:`decode_coordinator_record`). The classic coordinator's replay skips them, each
+modern group coordinator replays only its own types.
 
 Transactional offset commits (TxnOffsetCommit) are written as Kafka's coordinator
 writes them: a transactional batch with the producer's id and epoch (base sequence 0),
@@ -44,7 +48,7 @@ import base64
 import json
 import logging
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -57,17 +61,24 @@ from tidegate.coordinator.group.modern.consumer.consumer_group_member import (
 from tidegate.coordinator.group.modern.consumer.records import (
     ConsumerGroupCurrentMemberAssignmentValue,
     ConsumerGroupMemberMetadataValue,
-    ConsumerGroupMetadataValue,
-    ConsumerGroupTargetAssignmentMemberValue,
-    ConsumerGroupTargetAssignmentMetadataValue,
-    CoordinatorRecord,
-    RecordType,
-    RecordValue,
 )
 from tidegate.coordinator.group.modern.consumer.resolved_regular_expression import (
     ResolvedRegularExpression,
 )
 from tidegate.coordinator.group.modern.member_state import MemberState
+from tidegate.coordinator.group.modern.records import (
+    CoordinatorRecord,
+    GroupMetadataValue,
+    RecordType,
+    TargetAssignmentMemberValue,
+    TargetAssignmentMetadataValue,
+)
+from tidegate.coordinator.group.modern.share.records import (
+    ShareGroupCurrentMemberAssignmentValue,
+    ShareGroupMemberMetadataValue,
+    ShareGroupStatePartitionMetadataValue,
+    TopicPartitionsInfo,
+)
 from tidegate.errors import ErrorCode
 from tidegate.log.log import Log
 from tidegate.log.replay import ReplayedBatch, replay_batches
@@ -76,6 +87,7 @@ from tidegate.record.records import decode_batch_records, iter_decoded_batches
 from tidegate.utils.topic import GROUP_METADATA_TOPIC_NAME
 
 if TYPE_CHECKING:
+    from tidegate.coordinator.group.modern.records import RecordValue
     from tidegate.server.replica_manager import PartitionResponse
 
 log = logging.getLogger(__name__)
@@ -186,19 +198,31 @@ def parse_key(key: bytes) -> tuple:
     return tuple(json.loads(key))
 
 
-# -- consumer group records (KIP-848) ----------------------------------------------------------
-#: the key prefix of each consumer group record type; the group's own records are keyed
+# -- modern group records (KIP-848 consumer groups, KIP-932 share groups) ---------------------
+#: the key prefix of each modern group record type; the group's own records are keyed
 #: [prefix, group], the others [prefix, group, member id or regex]
-_CONSUMER_GROUP_PREFIXES: dict[RecordType, str] = {
+_MODERN_GROUP_PREFIXES: dict[RecordType, str] = {
     RecordType.CONSUMER_GROUP_METADATA: "cg",
     RecordType.CONSUMER_GROUP_MEMBER_METADATA: "cgm",
     RecordType.CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA: "cgta",
     RecordType.CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER: "cgtm",
     RecordType.CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT: "cgc",
     RecordType.CONSUMER_GROUP_REGULAR_EXPRESSION: "cgr",
+    RecordType.SHARE_GROUP_METADATA: "sg",
+    RecordType.SHARE_GROUP_MEMBER_METADATA: "sgm",
+    RecordType.SHARE_GROUP_TARGET_ASSIGNMENT_METADATA: "sgta",
+    RecordType.SHARE_GROUP_TARGET_ASSIGNMENT_MEMBER: "sgtm",
+    RecordType.SHARE_GROUP_CURRENT_MEMBER_ASSIGNMENT: "sgc",
+    RecordType.SHARE_GROUP_STATE_PARTITION_METADATA: "sgs",
 }
-_CONSUMER_GROUP_TYPES = {prefix: t for t, prefix in _CONSUMER_GROUP_PREFIXES.items()}
-_GROUP_LEVEL = (RecordType.CONSUMER_GROUP_METADATA, RecordType.CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA)
+_MODERN_GROUP_TYPES = {prefix: t for t, prefix in _MODERN_GROUP_PREFIXES.items()}
+_GROUP_LEVEL = frozenset({
+    RecordType.CONSUMER_GROUP_METADATA,
+    RecordType.CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA,
+    RecordType.SHARE_GROUP_METADATA,
+    RecordType.SHARE_GROUP_TARGET_ASSIGNMENT_METADATA,
+    RecordType.SHARE_GROUP_STATE_PARTITION_METADATA,
+})  # fmt: skip
 
 
 def _encode_assignment(assignment: Assignment) -> dict[str, list[int]]:
@@ -209,8 +233,16 @@ def _decode_assignment(d: dict[str, list[int]]) -> dict[uuid.UUID, frozenset[int
     return {uuid.UUID(topic_id): frozenset(partitions) for topic_id, partitions in d.items()}
 
 
+def _encode_topic_partitions(topics: Mapping[uuid.UUID, TopicPartitionsInfo]) -> list[list[Any]]:
+    return [[str(t), info.topic_name, sorted(info.partitions)] for t, info in topics.items()]
+
+
+def _decode_topic_partitions(topics: list[list[Any]]) -> dict[uuid.UUID, TopicPartitionsInfo]:
+    return {uuid.UUID(t): TopicPartitionsInfo(name, frozenset(p)) for t, name, p in topics}
+
+
 def _encode_value(value: RecordValue) -> dict[str, Any]:
-    if isinstance(value, ConsumerGroupMetadataValue):
+    if isinstance(value, GroupMetadataValue):
         return {"epoch": value.epoch, "hash": value.metadata_hash}
     if isinstance(value, ConsumerGroupMemberMetadataValue):
         classic = value.classic_member_metadata
@@ -228,9 +260,9 @@ def _encode_value(value: RecordValue) -> dict[str, Any]:
                 "protocols": [[p.name, _b64(p.metadata)] for p in classic.supported_protocols],
             },
         }  # fmt: skip
-    if isinstance(value, ConsumerGroupTargetAssignmentMetadataValue):
+    if isinstance(value, TargetAssignmentMetadataValue):
         return {"epoch": value.assignment_epoch}
-    if isinstance(value, ConsumerGroupTargetAssignmentMemberValue):
+    if isinstance(value, TargetAssignmentMemberValue):
         return {"partitions": _encode_assignment(value.partitions)}
     if isinstance(value, ConsumerGroupCurrentMemberAssignmentValue):
         return {
@@ -240,12 +272,40 @@ def _encode_value(value: RecordValue) -> dict[str, Any]:
             "assigned": _encode_assignment(value.assigned_partitions),
             "pending": _encode_assignment(value.partitions_pending_revocation),
         }
-    return {"topics": sorted(value.topics), "version": value.version, "ts": value.timestamp_ms}
+    if isinstance(value, ResolvedRegularExpression):
+        return {"topics": sorted(value.topics), "version": value.version, "ts": value.timestamp_ms}
+    return _encode_share_group_value(value)
+
+
+def _encode_share_group_value(
+    value: ShareGroupMemberMetadataValue
+    | ShareGroupCurrentMemberAssignmentValue
+    | ShareGroupStatePartitionMetadataValue,
+) -> dict[str, Any]:
+    if isinstance(value, ShareGroupMemberMetadataValue):
+        return {
+            "rack": value.rack_id,
+            "client_id": value.client_id,
+            "client_host": value.client_host,
+            "topics": sorted(value.subscribed_topic_names),
+        }
+    if isinstance(value, ShareGroupCurrentMemberAssignmentValue):
+        return {
+            "epoch": value.member_epoch,
+            "previous_epoch": value.previous_member_epoch,
+            "state": int(value.state),
+            "assigned": _encode_assignment(value.assigned_partitions),
+        }
+    return {
+        "initializing": _encode_topic_partitions(value.initializing_topics),
+        "initialized": _encode_topic_partitions(value.initialized_topics),
+        "deleting": [[str(t), name] for t, name in value.deleting_topics.items()],
+    }
 
 
 def _decode_value(record_type: RecordType, d: dict[str, Any]) -> RecordValue:
-    if record_type is RecordType.CONSUMER_GROUP_METADATA:
-        return ConsumerGroupMetadataValue(d["epoch"], d["hash"])
+    if record_type in (RecordType.CONSUMER_GROUP_METADATA, RecordType.SHARE_GROUP_METADATA):
+        return GroupMetadataValue(d["epoch"], d["hash"])
     if record_type is RecordType.CONSUMER_GROUP_MEMBER_METADATA:
         classic = d["classic"]
         return ConsumerGroupMemberMetadataValue(
@@ -262,10 +322,10 @@ def _decode_value(record_type: RecordType, d: dict[str, Any]) -> RecordValue:
                 tuple(ClassicProtocol(n, base64.b64decode(m)) for n, m in classic["protocols"]),
             ),
         )  # fmt: skip
-    if record_type is RecordType.CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA:
-        return ConsumerGroupTargetAssignmentMetadataValue(d["epoch"])
-    if record_type is RecordType.CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER:
-        return ConsumerGroupTargetAssignmentMemberValue(_decode_assignment(d["partitions"]))
+    if record_type in _TARGET_ASSIGNMENT_METADATA:
+        return TargetAssignmentMetadataValue(d["epoch"])
+    if record_type in _TARGET_ASSIGNMENT_MEMBER:
+        return TargetAssignmentMemberValue(_decode_assignment(d["partitions"]))
     if record_type is RecordType.CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT:
         return ConsumerGroupCurrentMemberAssignmentValue(
             member_epoch=d["epoch"],
@@ -274,25 +334,61 @@ def _decode_value(record_type: RecordType, d: dict[str, Any]) -> RecordValue:
             assigned_partitions=_decode_assignment(d["assigned"]),
             partitions_pending_revocation=_decode_assignment(d["pending"]),
         )
-    return ResolvedRegularExpression(frozenset(d["topics"]), d["version"], d["ts"])
+    if record_type is RecordType.CONSUMER_GROUP_REGULAR_EXPRESSION:
+        return ResolvedRegularExpression(frozenset(d["topics"]), d["version"], d["ts"])
+    return _decode_share_group_value(record_type, d)
+
+
+_TARGET_ASSIGNMENT_METADATA = (
+    RecordType.CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA,
+    RecordType.SHARE_GROUP_TARGET_ASSIGNMENT_METADATA,
+)
+_TARGET_ASSIGNMENT_MEMBER = (
+    RecordType.CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER,
+    RecordType.SHARE_GROUP_TARGET_ASSIGNMENT_MEMBER,
+)
+
+
+def _decode_share_group_value(record_type: RecordType, d: dict[str, Any]) -> RecordValue:
+    if record_type is RecordType.SHARE_GROUP_MEMBER_METADATA:
+        return ShareGroupMemberMetadataValue(
+            rack_id=d["rack"],
+            client_id=d["client_id"],
+            client_host=d["client_host"],
+            subscribed_topic_names=frozenset(d["topics"]),
+        )
+    if record_type is RecordType.SHARE_GROUP_CURRENT_MEMBER_ASSIGNMENT:
+        return ShareGroupCurrentMemberAssignmentValue(
+            member_epoch=d["epoch"],
+            previous_member_epoch=d["previous_epoch"],
+            state=MemberState.from_value(d["state"]),
+            assigned_partitions=_decode_assignment(d["assigned"]),
+        )
+    if record_type is RecordType.SHARE_GROUP_STATE_PARTITION_METADATA:
+        return ShareGroupStatePartitionMetadataValue(
+            initializing_topics=_decode_topic_partitions(d["initializing"]),
+            initialized_topics=_decode_topic_partitions(d["initialized"]),
+            deleting_topics={uuid.UUID(t): name for t, name in d["deleting"]},
+        )
+    raise ValueError(f"no value of record type {record_type}")
 
 
 def encode_coordinator_record(record: CoordinatorRecord) -> tuple[bytes, bytes | None]:
-    """A consumer group record as a ``__consumer_offsets`` (key, value-or-None)."""
+    """A modern group record as a ``__consumer_offsets`` (key, value-or-None)."""
     if record.type is RecordType.CLASSIC_GROUP_METADATA:
         assert record.value is None, "a consumer group writes only the classic tombstone"
         return group_key(record.group_id), None
-    prefix = _CONSUMER_GROUP_PREFIXES[record.type]
+    prefix = _MODERN_GROUP_PREFIXES[record.type]
     parts = [prefix, record.group_id] if record.type in _GROUP_LEVEL else [prefix, record.group_id, record.key]
     value = None if record.value is None else _dumps({"v": FORMAT_VERSION, **_encode_value(record.value)})
     return _dumps(parts), value
 
 
 def decode_coordinator_record(key: tuple, value: bytes | None) -> CoordinatorRecord | None:
-    """The consumer group record of a parsed key (:func:`parse_key`) and its value; None
+    """The modern group record of a parsed key (:func:`parse_key`) and its value; None
     for a key of another kind (offsets, classic groups). Raises ValueError, KeyError,
     IndexError or TypeError for a malformed record."""
-    record_type = _CONSUMER_GROUP_TYPES.get(key[0])
+    record_type = _MODERN_GROUP_TYPES.get(key[0])
     if record_type is None:
         return None
     sub_key = "" if record_type in _GROUP_LEVEL else str(key[2])

@@ -36,10 +36,8 @@ import enum
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 
-from tidegate.clock import MonotonicMs
 from tidegate.coordinator.group.assignor.api import (
     EMPTY_ASSIGNMENT,
-    HOMOGENEOUS,
     Assignment,
     SubscriptionType,
 )
@@ -58,33 +56,27 @@ from tidegate.coordinator.group.modern.consumer.records import (
 from tidegate.coordinator.group.modern.consumer.resolved_regular_expression import (
     ResolvedRegularExpression,
 )
+from tidegate.coordinator.group.modern.modern_group import (
+    IllegalStateError,
+    ModernGroup,
+    add_count,
+    add_topic_count,
+    api_error,
+    described_topic_partitions,
+    update_name_counts,
+)
 from tidegate.coordinator.group.modern.subscription import SubscriptionCount, subscription_type
 from tidegate.coordinator.group.modern.topics import MetadataImage
-from tidegate.errors import BrokerResponseError, ErrorCode
+from tidegate.errors import ErrorCode
 from tidegate.protocol.messages import consumer_group_describe
 
 E = ErrorCode
 
 #: The group's protocol type, as ListGroups and DescribeGroups show it.
 CONSUMER_PROTOCOL_TYPE = "consumer"
-#: Kafka's METADATA_REFRESH_INTERVAL_MS: after a refresh, the subscribed topics' metadata
-#: is refreshed again only when a topic changes (or a write failed).
-METADATA_REFRESH_INTERVAL_MS = 2**31 - 1
-#: a metadata refresh deadline already passed: the next heartbeat refreshes
-_REFRESH_NOW = MonotonicMs(-(2**63))
 #: A member's type in ConsumerGroupDescribe v1 (KIP-1099).
 MEMBER_TYPE_CLASSIC = 0
 MEMBER_TYPE_CONSUMER = 1
-
-
-def api_error(code: ErrorCode, message: str) -> BrokerResponseError:
-    """An error the coordinator answers with (Kafka's ``ApiException`` of that code)."""
-    return BrokerResponseError(code.value, message)
-
-
-class IllegalStateError(RuntimeError):
-    """Records that contradict the group's state (Kafka's IllegalStateException): a bug,
-    or a log not written by this coordinator."""
 
 
 class ConsumerGroupState(enum.Enum):
@@ -98,29 +90,6 @@ class ConsumerGroupState(enum.Enum):
         return self.value
 
 
-# -- counts (never changed in place: computed copies share the count objects) -----------------
-def _add(counts: dict[str, int], key: str, delta: int) -> None:
-    value = counts.get(key, 0) + delta
-    if value > 0:
-        counts[key] = value
-    else:
-        counts.pop(key, None)
-
-
-def _add_topic(
-    counts: dict[str, SubscriptionCount], name: str, by_name: int = 0, by_regex: int = 0
-) -> None:
-    old = counts.get(name)
-    if old is None:
-        new = SubscriptionCount(by_name, by_regex)
-    else:
-        new = SubscriptionCount(old.by_name_count + by_name, old.by_regex_count + by_regex)
-    if new.by_name_count <= 0 and new.by_regex_count <= 0:
-        counts.pop(name, None)
-    else:
-        counts[name] = new
-
-
 def _regex(member: ConsumerGroupMember | None) -> str | None:
     """The member's regex, None when it has none (Kafka's ``subscribedTopicRegexOrNull``)."""
     if member is None or not member.subscribed_topic_regex:
@@ -128,26 +97,13 @@ def _regex(member: ConsumerGroupMember | None) -> str | None:
     return member.subscribed_topic_regex
 
 
-def _update_name_counts(
-    counts: dict[str, SubscriptionCount],
-    old: ConsumerGroupMember | None,
-    new: ConsumerGroupMember | None,
-) -> None:
-    if old is not None:
-        for name in old.subscribed_topic_names:
-            _add_topic(counts, name, by_name=-1)
-    if new is not None:
-        for name in new.subscribed_topic_names:
-            _add_topic(counts, name, by_name=1)
-
-
 def _update_assignor_counts(
     counts: dict[str, int], old: ConsumerGroupMember | None, new: ConsumerGroupMember | None
 ) -> None:
     if old is not None and old.server_assignor_name is not None:
-        _add(counts, old.server_assignor_name, -1)
+        add_count(counts, old.server_assignor_name, -1)
     if new is not None and new.server_assignor_name is not None:
-        _add(counts, new.server_assignor_name, 1)
+        add_count(counts, new.server_assignor_name, 1)
 
 
 def _preferred(counts: Mapping[str, int]) -> str | None:
@@ -164,28 +120,18 @@ def described_partitions(
     assignment: Assignment, image: MetadataImage
 ) -> consumer_group_describe.Assignment:
     """An assignment with topic names; topics that no longer exist are left out."""
-    out = []
-    for topic_id, partitions in assignment.items():
-        topic = image.get_by_id(topic_id)
-        if topic is not None:
-            out.append(consumer_group_describe.TopicPartitions(
-                topic_id=topic_id, topic_name=topic.name, partitions=sorted(partitions)
-            ))  # fmt: skip
-    return consumer_group_describe.Assignment(topic_partitions=out)
+    return consumer_group_describe.Assignment(
+        topic_partitions=described_topic_partitions(
+            assignment, image, consumer_group_describe.TopicPartitions
+        )
+    )
 
 
-class ConsumerGroup:
+class ConsumerGroup(ModernGroup[ConsumerGroupMember]):
     def __init__(self, group_id: str) -> None:
-        self.group_id = group_id
-        self.group_epoch = 0
-        self.metadata_hash = 0
-        self.assignment_epoch = 0
-        self.members: dict[str, ConsumerGroupMember] = {}
+        super().__init__(group_id)
         #: instance id -> member id
         self.static_members: dict[str, str] = {}
-        #: member id -> its target assignment
-        self.target_assignment: dict[str, Assignment] = {}
-        self.subscribed_topic_names: dict[str, SubscriptionCount] = {}
         #: regex -> members subscribed to it
         self.subscribed_regular_expressions: dict[str, int] = {}
         self.resolved_regular_expressions: dict[str, ResolvedRegularExpression] = {}
@@ -194,10 +140,6 @@ class ConsumerGroup:
         self.num_classic_protocol_members = 0
         #: classic protocol name -> classic-protocol members supporting it
         self.classic_protocol_members_supported_protocols: dict[str, int] = {}
-        self.subscription_type: SubscriptionType = HOMOGENEOUS
-        #: (deadline on the monotonic clock, the group epoch it was set at); soft state
-        self.metadata_refresh_deadline: tuple[MonotonicMs, int] = (_REFRESH_NOW, 0)
-        self.dead = False
         self._partition_epochs: dict[uuid.UUID, dict[int, int]] = {}
 
     def __repr__(self) -> str:
@@ -221,37 +163,11 @@ class ConsumerGroup:
                 return ConsumerGroupState.RECONCILING
         return ConsumerGroupState.STABLE
 
-    def is_empty(self) -> bool:
-        return not self.members
-
-    def has_member(self, member_id: str) -> bool:
-        return member_id in self.members
-
-    def num_members(self) -> int:
-        return len(self.members)
-
-    def is_subscribed_to_topic(self, topic: str) -> bool:
-        return topic in self.subscribed_topic_names
+    def has_subscriptions(self) -> bool:
+        return bool(self.subscribed_topic_names or self.subscribed_regular_expressions)
 
     # -- members ------------------------------------------------------------------------------
-    def member(self, member_id: str) -> ConsumerGroupMember:
-        """The member; UNKNOWN_MEMBER_ID if there is none."""
-        member = self.members.get(member_id)
-        if member is None:
-            raise api_error(
-                E.unknown_member_id, f"Member {member_id} is not a member of group {self.group_id}."
-            )
-        return member
-
-    def get_or_maybe_create_member(
-        self, member_id: str, create_if_not_exists: bool
-    ) -> ConsumerGroupMember:
-        """The member, or a new one (not added to the group) when ``create_if_not_exists``."""
-        member = self.members.get(member_id)
-        if member is not None:
-            return member
-        if not create_if_not_exists:
-            return self.member(member_id)
+    def _new_member(self, member_id: str) -> ConsumerGroupMember:
         return ConsumerGroupMember(member_id)
 
     def static_member_id(self, instance_id: str | None) -> str | None:
@@ -267,7 +183,7 @@ class ConsumerGroup:
     def update_member(self, new: ConsumerGroupMember) -> None:
         old = self.members.get(new.member_id)
         self.members[new.member_id] = new
-        _update_name_counts(self.subscribed_topic_names, old, new)
+        update_name_counts(self.subscribed_topic_names, old, new)
         _update_assignor_counts(self.server_assignors, old, new)
         if old is not None:
             self._remove_partition_epochs(old)
@@ -285,7 +201,7 @@ class ConsumerGroup:
         old = self.members.pop(member_id, None)
         if old is None:
             return
-        _update_name_counts(self.subscribed_topic_names, old, None)
+        update_name_counts(self.subscribed_topic_names, old, None)
         _update_assignor_counts(self.server_assignors, old, None)
         self._remove_partition_epochs(old)
         self._update_regex_counts(old, None)
@@ -299,9 +215,9 @@ class ConsumerGroup:
     ) -> None:
         old_regex, new_regex = _regex(old), _regex(new)
         if old_regex is not None:
-            _add(self.subscribed_regular_expressions, old_regex, -1)
+            add_count(self.subscribed_regular_expressions, old_regex, -1)
         if new_regex is not None:
-            _add(self.subscribed_regular_expressions, new_regex, 1)
+            add_count(self.subscribed_regular_expressions, new_regex, 1)
 
     def _update_classic_counts(
         self, old: ConsumerGroupMember | None, new: ConsumerGroupMember | None
@@ -312,7 +228,7 @@ class ConsumerGroup:
                 continue
             self.num_classic_protocol_members += delta
             for protocol in metadata.supported_protocols:
-                _add(self.classic_protocol_members_supported_protocols, protocol.name, delta)
+                add_count(self.classic_protocol_members_supported_protocols, protocol.name, delta)
 
     def _update_subscription_type(self) -> None:
         self.subscription_type = subscription_type(
@@ -362,26 +278,20 @@ class ConsumerGroup:
                 return EMPTY_ASSIGNMENT
         return self.target_assignment.get(member_id, EMPTY_ASSIGNMENT)
 
-    def update_target_assignment(self, member_id: str, assignment: Assignment) -> None:
-        self.target_assignment[member_id] = assignment
-
-    def remove_target_assignment(self, member_id: str) -> None:
-        self.target_assignment.pop(member_id, None)
-
     def update_resolved_regular_expression(
         self, regex: str, resolved: ResolvedRegularExpression
     ) -> None:
         self.remove_resolved_regular_expression(regex)
         self.resolved_regular_expressions[regex] = resolved
         for name in resolved.topics:
-            _add_topic(self.subscribed_topic_names, name, by_regex=1)
+            add_topic_count(self.subscribed_topic_names, name, by_regex=1)
         self._update_subscription_type()
 
     def remove_resolved_regular_expression(self, regex: str) -> None:
         old = self.resolved_regular_expressions.pop(regex, None)
         if old is not None:
             for name in old.topics:
-                _add_topic(self.subscribed_topic_names, name, by_regex=-1)
+                add_topic_count(self.subscribed_topic_names, name, by_regex=-1)
             self._update_subscription_type()
 
     def num_subscribed_members(self, regex: str) -> int:
@@ -403,8 +313,7 @@ class ConsumerGroup:
     def compute_subscribed_topic_names(
         self, old: ConsumerGroupMember | None, new: ConsumerGroupMember | None
     ) -> dict[str, SubscriptionCount]:
-        counts = dict(self.subscribed_topic_names)
-        _update_name_counts(counts, old, new)
+        counts = super().compute_subscribed_topic_names(old, new)
         old_regex = _regex(old)
         if (
             old_regex is not None
@@ -418,7 +327,7 @@ class ConsumerGroup:
         resolved = self.resolved_regular_expressions.get(regex)
         if resolved is not None:
             for name in resolved.topics:
-                _add_topic(counts, name, by_regex=-1)
+                add_topic_count(counts, name, by_regex=-1)
 
     def compute_subscribed_regular_expressions(
         self, old: ConsumerGroupMember | None, new: ConsumerGroupMember | None
@@ -427,9 +336,9 @@ class ConsumerGroup:
         old_regex, new_regex = _regex(old), _regex(new)
         if old_regex != new_regex:
             if old_regex is not None:
-                _add(counts, old_regex, -1)
+                add_count(counts, old_regex, -1)
             if new_regex is not None:
-                _add(counts, new_regex, 1)
+                add_count(counts, new_regex, 1)
         return counts
 
     def compute_subscription_type(
@@ -453,7 +362,7 @@ class ConsumerGroup:
     ) -> dict[str, SubscriptionCount]:
         counts = dict(self.subscribed_topic_names)
         for member in removed:
-            _update_name_counts(counts, member, None)
+            update_name_counts(counts, member, None)
         for regex in removed_regexes:
             self._drop_regex_topics(counts, regex)
         return counts
@@ -468,9 +377,9 @@ class ConsumerGroup:
             old_topics = frozenset() if old is None else old.topics
             if old_topics != new.topics:
                 for name in old_topics:
-                    _add_topic(counts, name, by_regex=-1)
+                    add_topic_count(counts, name, by_regex=-1)
                 for name in new.topics:
-                    _add_topic(counts, name, by_regex=1)
+                    add_topic_count(counts, name, by_regex=1)
         return counts
 
     def compute_preferred_server_assignor(
@@ -483,19 +392,6 @@ class ConsumerGroup:
     @property
     def preferred_server_assignor(self) -> str | None:
         return _preferred(self.server_assignors)
-
-    # -- metadata refresh (soft state, not in any record) -------------------------------------
-    def set_metadata_refresh_deadline(self, deadline_ms: MonotonicMs, group_epoch: int) -> None:
-        self.metadata_refresh_deadline = (deadline_ms, group_epoch)
-
-    def request_metadata_refresh(self) -> None:
-        self.metadata_refresh_deadline = (_REFRESH_NOW, 0)
-
-    def has_metadata_expired(self, now_ms: MonotonicMs) -> bool:
-        """A refresh is due when the deadline passed, or when the epoch it was set at is
-        above the group's (the write that set it failed)."""
-        deadline, epoch = self.metadata_refresh_deadline
-        return now_ms >= deadline or self.group_epoch < epoch
 
     # -- offsets and deletion (reference 1.14) ---------------------------------------------------
     def validate_offset_commit(

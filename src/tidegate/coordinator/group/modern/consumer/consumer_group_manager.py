@@ -3,21 +3,12 @@
 member paths, the session and rebalance timeouts, the regular expressions, replay) and the
 request checks of its ``GroupCoordinatorService``.
 
-**Records first.** An operation (a heartbeat, a leave, a timeout, a regex resolution)
-computes the records of what changes without touching any group; they are appended to
-``__consumer_offsets`` through the injected ``append`` (``OffsetsLog.append``: one batch
-through ``ReplicaManager.append_records`` with acks=all) and then replayed into the groups
-(:meth:`ConsumerGroupManager.replay`, the same code a broker start runs over the log). The
-answer waits for the batch to be durable; a failed append changes nothing and answers as
-Kafka does (COORDINATOR_NOT_AVAILABLE for UNKNOWN_TOPIC_OR_PARTITION, NOT_ENOUGH_REPLICAS
-and REQUEST_TIMED_OUT; NOT_COORDINATOR for storage errors). An operation that writes
-nothing answers once the last write before it is durable, so nobody is answered with a
-state that could still be lost.
-
-**Timers** are tasks on the timing wheel the classic coordinator's heartbeat purgatory
-runs on (its ``SystemTimer``, advanced by the broker's one timer reaper): a session
-timeout per member, re-armed by every heartbeat (a static member parked at epoch -2 keeps
-the one it had), and a rebalance timeout armed when a member enters
+**Records first** (a heartbeat, a leave, a timeout, a regex resolution computes its
+records, appends them, replays them, answers once durable) and **timers** on the timing
+wheel are :class:`~tidegate.coordinator.group.modern.group_manager.ModernGroupManager`'s,
+shared with the share group coordinator. The timers here: a session timeout per member,
+re-armed by every heartbeat (a static member parked at epoch -2 keeps the one it had),
+and a rebalance timeout armed when a member enters
 UNREVOKED_PARTITIONS, cancelled when it leaves it, fencing the member only if it is still
 at that epoch. Both fence the member like a leave (tombstones and an epoch bump).
 :meth:`ConsumerGroupManager.on_loaded` arms them for the members a replay brought back,
@@ -56,20 +47,10 @@ from tidegate.coordinator.group.assignor.api import (
     PartitionAssignorException,
     SubscriptionType,
 )
-from tidegate.coordinator.group.group_metadata_manager import (
-    AppendError,
-    PendingAppend,
-    coordinator_operation_error,
-    decode_coordinator_record,
-    encode_coordinator_record,
-    parse_key,
-)
+from tidegate.coordinator.group.group_type import GroupType, GroupTypeLookup, no_other_groups
 from tidegate.coordinator.group.modern.consumer.consumer_group import (
-    METADATA_REFRESH_INTERVAL_MS,
     ConsumerGroup,
     ConsumerGroupState,
-    IllegalStateError,
-    api_error,
 )
 from tidegate.coordinator.group.modern.consumer.consumer_group_member import (
     ConsumerGroupMember,
@@ -86,7 +67,7 @@ from tidegate.coordinator.group.modern.consumer.records import (
     ConsumerGroupTargetAssignmentMetadataValue,
     CoordinatorRecord,
     RecordType,
-    from_target_assignment_record,
+    from_target_assignment_records,
     member_with_assignment,
     member_with_metadata,
     new_classic_group_tombstone_record,
@@ -108,14 +89,27 @@ from tidegate.coordinator.group.modern.consumer.topic_regex import (
     refresh_regular_expressions,
     throw_if_regular_expression_is_invalid,
 )
+from tidegate.coordinator.group.modern.group_manager import (
+    AppendRecords,
+    CoordinatorOperation,
+    GroupConfigLookup,
+    ModernGroupManager,
+    no_group_configs,
+)
 from tidegate.coordinator.group.modern.member_state import MemberState
-from tidegate.coordinator.group.modern.subscription import SubscriptionCount, subscribed_topic_ids
+from tidegate.coordinator.group.modern.modern_group import (
+    METADATA_REFRESH_INTERVAL_MS,
+    IllegalStateError,
+    api_error,
+    error_code_of,
+)
+from tidegate.coordinator.group.modern.records import CONSUMER_GROUP_RECORD_TYPES
+from tidegate.coordinator.group.modern.subscription import subscribed_topic_ids
 from tidegate.coordinator.group.modern.target_assignment_builder import TargetAssignmentBuilder
-from tidegate.coordinator.group.modern.topics import MetadataImage, compute_metadata_hash
+from tidegate.coordinator.group.modern.topics import MetadataImage
 from tidegate.errors import BrokerResponseError, ErrorCode
-from tidegate.log.replay import ReplayedBatch
 from tidegate.protocol.messages import consumer_group_describe
-from tidegate.server.timer import FunctionTask, SystemTimer
+from tidegate.server.timer import SystemTimer
 
 log = logging.getLogger(__name__)
 
@@ -132,17 +126,6 @@ REGEX_BATCH_REFRESH_MIN_INTERVAL_MS = 10_000
 #: The group configs a consumer group reads (reference 1.15), falling back to the broker's.
 CONSUMER_SESSION_TIMEOUT_MS_CONFIG = "consumer.session.timeout.ms"
 CONSUMER_HEARTBEAT_INTERVAL_MS_CONFIG = "consumer.heartbeat.interval.ms"
-
-#: (key, value-or-None) pairs appended as one batch; returns its durability, raises
-#: AppendError or OSError when nothing was appended (OffsetsLog.append).
-AppendRecords = Callable[[Sequence[tuple[bytes, bytes | None]]], PendingAppend]
-#: group id -> its group configs (IncrementalAlterConfigs on a GROUP resource), key -> value
-GroupConfigLookup = Callable[[str], Mapping[str, int]]
-
-
-def _no_group_configs(group_id: str) -> Mapping[str, int]:
-    return {}
-
 
 class ClassicGroups(Protocol):
     """The classic groups a consumer group shares its group ids with (the classic
@@ -210,15 +193,6 @@ class ConsumerGroupHeartbeatResult:
 
 
 HeartbeatCallback = Callable[[ConsumerGroupHeartbeatResult], None]
-
-
-@dataclass(slots=True)
-class _Operation:
-    """What an operation writes and does once written."""
-
-    records: list[CoordinatorRecord] = field(default_factory=list)
-    #: run after the records are appended and replayed: timers, follow-up operations
-    after: list[Callable[[], None]] = field(default_factory=list)
 
 
 def _blank(value: str | None) -> bool:
@@ -307,7 +281,11 @@ def throw_if_consumer_group_member_epoch_is_invalid(
         )
 
 
-class ConsumerGroupManager:
+class ConsumerGroupManager(ModernGroupManager[ConsumerGroup]):
+    RECORD_TYPES = CONSUMER_GROUP_RECORD_TYPES
+    TIMER_KINDS = ("session", "rebalance")
+    PROTOCOL = "consumer"
+
     def __init__(
         self,
         config: ConsumerGroupConfig,
@@ -316,49 +294,27 @@ class ConsumerGroupManager:
         append: AppendRecords,
         timer: SystemTimer,
         clock: Clock,
-        group_configs: GroupConfigLookup = _no_group_configs,
+        group_configs: GroupConfigLookup = no_group_configs,
         classic_groups: ClassicGroups | None = None,
         assignors: Mapping[str, PartitionAssignor] = CONSUMER_GROUP_ASSIGNORS,
+        other_groups: GroupTypeLookup = no_other_groups,
     ) -> None:
+        super().__init__(
+            image=image, append=append, timer=timer, clock=clock, group_configs=group_configs
+        )
         self.config = config
-        self.image = image
-        self._append = append
-        self.timer = timer
-        self.clock = clock
-        self.group_configs = group_configs
         self.classic_groups = classic_groups
+        #: the type of a group id this manager does not own (share groups): such an id
+        #: is not a consumer group (GROUP_ID_NOT_FOUND)
+        self.other_groups = other_groups
         unknown = [name for name in config.assignors if name not in assignors]
         if unknown or not config.assignors:
             raise ValueError(f"group.consumer.assignors: unknown or no assignor {unknown}")
         self.assignors = {name: assignors[name] for name in config.assignors}
         self.default_assignor = config.assignors[0]
-        self.groups: dict[str, ConsumerGroup] = {}
-        #: (kind, group id, member id) -> its timer task
-        self._timers: dict[tuple[str, str, str], FunctionTask] = {}
-        self._topic_hash_cache: dict[str, int] = {}
-        self._image_version = image.version
         self._last_version_with_new_topics = image.version
-        #: the last append: an operation without records answers once it is durable
-        self._last_append: PendingAppend | None = None
-        self.active = False
-        self.rebalances = 0
 
     # -- lifecycle -------------------------------------------------------------------------
-    def replay_batch(self, batch: ReplayedBatch) -> None:
-        """One batch of ``__consumer_offsets`` at load, in log order: the consumer group
-        records are replayed, every other record is left to the classic coordinator."""
-        if batch.is_control or batch.is_transactional:
-            return
-        for r in batch.records:
-            if r.key is None:
-                continue
-            try:
-                record = decode_coordinator_record(parse_key(r.key), r.value)
-                if record is not None:
-                    self.replay(record)
-            except (ValueError, KeyError, IndexError, TypeError, IllegalStateError) as exc:
-                log.warning("skipping a record of __consumer_offsets at %d: %s", r.offset, exc)
-
     def on_loaded(self) -> None:
         """The log is replayed: arm every member's session timeout and the rebalance
         timeout of the members revoking partitions (Kafka's ``onLoaded``), and serve."""
@@ -372,12 +328,6 @@ class ConsumerGroupManager:
                 group.group_id, group.group_epoch, len(group.members),
             )  # fmt: skip
         self.active = True
-
-    def shutdown(self) -> None:
-        self.active = False
-        for task in self._timers.values():
-            task.cancel()
-        self._timers.clear()
 
     # -- replay (Kafka's GroupMetadataManager.replay for each record type) -----------------------
     def replay(self, record: CoordinatorRecord) -> None:
@@ -405,7 +355,7 @@ class ConsumerGroupManager:
             group.update_target_assignment(key, value.partitions)
         elif isinstance(value, ConsumerGroupTargetAssignmentMetadataValue):
             group.assignment_epoch = value.assignment_epoch
-        else:
+        elif isinstance(value, ResolvedRegularExpression):
             group.update_resolved_regular_expression(key, value)
 
     def _replay_tombstone(self, group: ConsumerGroup, t: RecordType, key: str) -> None:
@@ -429,45 +379,6 @@ class ConsumerGroupManager:
         elif t is RecordType.CONSUMER_GROUP_REGULAR_EXPRESSION:
             group.remove_resolved_regular_expression(key)
 
-    # -- writing -----------------------------------------------------------------------------
-    def _commit(self, op: _Operation, on_done: Callable[[ErrorCode], None] | None = None) -> None:
-        """Append the operation's records as one batch, replay them, run its follow-ups;
-        ``on_done`` gets NONE once the batch is durable, else the error to answer."""
-
-        def done(error: ErrorCode) -> None:
-            if on_done is not None:
-                on_done(E.none if error is E.none else coordinator_operation_error(error))
-
-        if not op.records:
-            for action in op.after:
-                action()
-            if self._last_append is None:
-                done(E.none)
-            else:
-                self._last_append.add_callback(lambda _error: done(E.none))
-            return
-        try:
-            pending = self._append([encode_coordinator_record(r) for r in op.records])
-        except AppendError as exc:
-            log.error("could not write %d consumer group record(s): %s", len(op.records), exc)
-            done(exc.error)
-            return
-        except OSError as exc:
-            log.error("could not write %d consumer group record(s): %s", len(op.records), exc)
-            done(E.kafka_storage_error)
-            return
-        self._last_append = pending
-        try:
-            for record in op.records:
-                self.replay(record)
-            for action in op.after:
-                action()
-        except Exception:
-            log.exception("replaying consumer group records failed: %s", op.records)
-            done(E.unknown_server_error)
-            return
-        pending.add_callback(done)
-
     # -- ConsumerGroupHeartbeat ----------------------------------------------------------------
     def consumer_group_heartbeat(
         self, request: ConsumerGroupHeartbeat, callback: HeartbeatCallback
@@ -484,7 +395,7 @@ class ConsumerGroupManager:
             else:
                 op, result = self._consumer_group_heartbeat(request)
         except BrokerResponseError as exc:
-            callback(ConsumerGroupHeartbeatResult(_error_code(exc), exc.message))
+            callback(ConsumerGroupHeartbeatResult(error_code_of(exc), exc.message))
             return
         except Exception as exc:  # a bug: answer it rather than leave the member hanging
             log.exception("ConsumerGroupHeartbeat of group %s failed", request.group_id)
@@ -498,10 +409,10 @@ class ConsumerGroupManager:
 
     def _consumer_group_heartbeat(
         self, req: ConsumerGroupHeartbeat
-    ) -> tuple[_Operation, ConsumerGroupHeartbeatResult]:
+    ) -> tuple[CoordinatorOperation, ConsumerGroupHeartbeatResult]:
         """Kafka's ``consumerGroupHeartbeat`` (reference 1.5): the member, its subscription,
         the group epoch, the target assignment, the member's reconciliation."""
-        op = _Operation()
+        op = CoordinatorOperation()
         group_id, member_epoch = req.group_id, req.member_epoch
         create = member_epoch == 0
         group = self._get_or_maybe_create_consumer_group(group_id, create, op)
@@ -570,7 +481,7 @@ class ConsumerGroupManager:
         )
 
     def _get_or_maybe_create_consumer_group(
-        self, group_id: str, create: bool, op: _Operation
+        self, group_id: str, create: bool, op: CoordinatorOperation
     ) -> ConsumerGroup:
         """The group; a new one (replayed into being by its records) if ``create``. An
         empty classic group of that id is replaced; a classic group with members would be
@@ -578,6 +489,7 @@ class ConsumerGroupManager:
         group = self.groups.get(group_id)
         if group is not None:
             return group
+        self._throw_if_other_group(group_id)
         classic = self.classic_groups
         classic_empty = None if classic is None else classic.classic_group_is_empty(group_id)
         if classic_empty is None:
@@ -598,10 +510,22 @@ class ConsumerGroupManager:
         group = self.groups.get(group_id)
         if group is not None:
             return group
+        self._throw_if_other_group(group_id)
         classic = self.classic_groups
         if classic is not None and classic.classic_group_is_empty(group_id) is not None:
             raise api_error(E.group_id_not_found, f"Group {group_id} is not a consumer group.")
         raise api_error(E.group_id_not_found, f"Group {group_id} not found.")
+
+    def _throw_if_other_group(self, group_id: str) -> None:
+        """GROUP_ID_NOT_FOUND for a share group's id (reference 1.14, cross-type)."""
+        if self.other_groups(group_id) is GroupType.SHARE:
+            raise api_error(E.group_id_not_found, f"Group {group_id} is not a consumer group.")
+
+    def group_type(self, group_id: str) -> GroupType | None:
+        """CONSUMER if ``group_id`` is one of this manager's groups (the
+        :data:`~tidegate.coordinator.group.group_type.GroupTypeLookup` it offers the
+        other coordinators)."""
+        return GroupType.CONSUMER if group_id in self.groups else None
 
     def _throw_if_consumer_group_is_full(self, group: ConsumerGroup, member_id: str) -> None:
         limit = self.config.max_size
@@ -612,7 +536,7 @@ class ConsumerGroupManager:
             )
 
     def _get_or_maybe_subscribe_static_member(
-        self, group: ConsumerGroup, member_id: str, req: ConsumerGroupHeartbeat, op: _Operation
+        self, group: ConsumerGroup, member_id: str, req: ConsumerGroupHeartbeat, op: CoordinatorOperation
     ) -> ConsumerGroupMember:
         """Static membership (reference 1.9): a new instance id makes a new member; one
         held by a member parked at -2 (or speaking the classic protocol) is taken over
@@ -645,7 +569,7 @@ class ConsumerGroupManager:
         return member
 
     def _replace_member(
-        self, op: _Operation, group: ConsumerGroup, old: ConsumerGroupMember, new: ConsumerGroupMember
+        self, op: CoordinatorOperation, group: ConsumerGroup, old: ConsumerGroupMember, new: ConsumerGroupMember
     ) -> None:
         group_id = group.group_id
         _remove_member_records(op.records, group_id, old.member_id)
@@ -664,7 +588,7 @@ class ConsumerGroupManager:
         group_id: str,
         member: ConsumerGroupMember,
         updated: ConsumerGroupMember,
-        op: _Operation,
+        op: CoordinatorOperation,
     ) -> bool:
         """Write the member's record if it changed; whether its topic names did."""
         if updated != member:
@@ -678,7 +602,7 @@ class ConsumerGroupManager:
         member: ConsumerGroupMember,
         updated: ConsumerGroupMember,
         req: ConsumerGroupHeartbeat,
-        op: _Operation,
+        op: CoordinatorOperation,
     ) -> _RegexUpdate:
         """Kafka's ``maybeUpdateRegularExpressions``: a changed regex is checked (a new
         one must compile: INVALID_REGULAR_EXPRESSION), a regex left by its last member is
@@ -729,7 +653,7 @@ class ConsumerGroupManager:
         bump: bool,
         member: ConsumerGroupMember,
         updated: ConsumerGroupMember,
-        op: _Operation,
+        op: CoordinatorOperation,
     ) -> tuple[int, SubscriptionType]:
         """The group's subscription as the heartbeat leaves it: its metadata hash (a new
         hash bumps the epoch), subscription type and epoch."""
@@ -746,16 +670,6 @@ class ConsumerGroupManager:
         )
         return group_epoch, sub_type
 
-    def _log_bump(self, group_id: str, group_epoch: int, metadata_hash: int) -> None:
-        self.rebalances += 1
-        log.info(
-            "[GroupId %s] Bumped group epoch to %d with metadata hash %d.",
-            group_id, group_epoch, metadata_hash,
-        )  # fmt: skip
-
-    def _metadata_hash(self, names: Mapping[str, SubscriptionCount]) -> int:
-        return compute_metadata_hash(names, self.image, self._topic_hash_cache)
-
     def _update_target_assignment(
         self,
         group: ConsumerGroup,
@@ -763,7 +677,7 @@ class ConsumerGroupManager:
         member: ConsumerGroupMember,
         updated: ConsumerGroupMember,
         sub_type: SubscriptionType,
-        op: _Operation,
+        op: CoordinatorOperation,
     ) -> Assignment:
         """A new target assignment by the group's preferred assignor; its changed member
         targets and epoch are written. An assignor failure answers UNKNOWN_SERVER_ERROR."""
@@ -793,7 +707,7 @@ class ConsumerGroupManager:
             "[GroupId %s] Computed a new target assignment for epoch %d with '%s' assignor.",
             group.group_id, group_epoch, name,
         )  # fmt: skip
-        op.records.extend(from_target_assignment_record(r) for r in result.records)
+        op.records.extend(from_target_assignment_records(result.records))
         return result.target_assignment.get(updated.member_id, EMPTY_ASSIGNMENT)
 
     def _maybe_reconcile(
@@ -804,7 +718,7 @@ class ConsumerGroupManager:
         target: Assignment,
         has_subscription_changed: bool,
         owned: OwnedTopicPartitions | None,
-        op: _Operation,
+        op: CoordinatorOperation,
     ) -> ConsumerGroupMember:
         """One reconciliation step; its record if the member changed, and its rebalance
         timeout armed in UNREVOKED_PARTITIONS, cancelled otherwise."""
@@ -833,7 +747,7 @@ class ConsumerGroupManager:
     # -- leaving and fencing -------------------------------------------------------------------
     def _consumer_group_leave(
         self, req: ConsumerGroupHeartbeat
-    ) -> tuple[_Operation, ConsumerGroupHeartbeatResult]:
+    ) -> tuple[CoordinatorOperation, ConsumerGroupHeartbeatResult]:
         """Epoch -1 (leave) or -2 (a static member leaves for now; reference 1.9)."""
         group = self.consumer_group(req.group_id)
         result = ConsumerGroupHeartbeatResult(member_id=req.member_id, member_epoch=req.member_epoch)
@@ -853,7 +767,7 @@ class ConsumerGroupManager:
                 member_epoch=LEAVE_GROUP_STATIC_MEMBER_EPOCH,
                 partitions_pending_revocation=EMPTY_ASSIGNMENT,
             )
-            op = _Operation([new_consumer_group_current_assignment_record(group.group_id, parked)])
+            op = CoordinatorOperation([new_consumer_group_current_assignment_record(group.group_id, parked)])
             return op, result
         log.info(
             "[GroupId %s] Static member %s with instance id %s left the consumer group.",
@@ -863,10 +777,10 @@ class ConsumerGroupManager:
 
     def _consumer_group_fence_members(
         self, group: ConsumerGroup, members: Sequence[ConsumerGroupMember]
-    ) -> _Operation:
+    ) -> CoordinatorOperation:
         """Remove members (a leave, a timeout): their records and the regexes only they
         used are tombstoned, the group epoch is bumped, their timers cancelled."""
-        op = _Operation()
+        op = CoordinatorOperation()
         if not members:
             return op
         group_id = group.group_id
@@ -884,7 +798,7 @@ class ConsumerGroupManager:
 
     @staticmethod
     def _maybe_delete_resolved_regular_expressions(
-        op: _Operation, group: ConsumerGroup, members: Iterable[ConsumerGroupMember]
+        op: CoordinatorOperation, group: ConsumerGroup, members: Iterable[ConsumerGroupMember]
     ) -> list[str]:
         counts: dict[str, int] = {}
         for member in members:
@@ -908,27 +822,6 @@ class ConsumerGroupManager:
         self._commit(self._consumer_group_fence_members(group, [member]))
 
     # -- timers --------------------------------------------------------------------------------
-    def _schedule(self, key: tuple[str, str, str], delay_ms: int, fn: Callable[[], None]) -> None:
-        self._cancel(key)
-
-        def run() -> None:
-            if self._timers.get(key) is task:
-                del self._timers[key]
-                fn()
-
-        task = FunctionTask(delay_ms, run)
-        self._timers[key] = task
-        self.timer.add(task)
-
-    def _cancel(self, key: tuple[str, str, str]) -> None:
-        task = self._timers.pop(key, None)
-        if task is not None:
-            task.cancel()
-
-    def _cancel_timers(self, group_id: str, member_id: str) -> None:
-        self._cancel(("session", group_id, member_id))
-        self._cancel(("rebalance", group_id, member_id))
-
     def _schedule_session_timeout(self, group_id: str, member_id: str) -> None:
         self._schedule(
             ("session", group_id, member_id),
@@ -951,41 +844,23 @@ class ConsumerGroupManager:
 
         self._schedule(("rebalance", group_id, member_id), timeout_ms, expire)
 
-    def timeouts(self, group_id: str, member_id: str) -> dict[str, int]:
-        """The member's armed timeouts, kind -> expiration (monotonic ms): for tests and
-        debugging."""
-        out = {}
-        for kind in ("session", "rebalance"):
-            task = self._timers.get((kind, group_id, member_id))
-            entry = None if task is None else task.timer_task_entry
-            if entry is not None:
-                out[kind] = entry.expiration_ms
-        return out
-
     def _session_timeout_ms(self, group_id: str) -> int:
-        configs = self.group_configs(group_id)
-        return int(configs.get(CONSUMER_SESSION_TIMEOUT_MS_CONFIG, self.config.session_timeout_ms))
+        return self._group_config(
+            group_id, CONSUMER_SESSION_TIMEOUT_MS_CONFIG, self.config.session_timeout_ms
+        )
 
     def _heartbeat_interval_ms(self, group_id: str) -> int:
-        configs = self.group_configs(group_id)
-        return int(
-            configs.get(CONSUMER_HEARTBEAT_INTERVAL_MS_CONFIG, self.config.heartbeat_interval_ms)
+        return self._group_config(
+            group_id, CONSUMER_HEARTBEAT_INTERVAL_MS_CONFIG, self.config.heartbeat_interval_ms
         )
 
     # -- topics and regular expressions ----------------------------------------------------------
-    def _maybe_update_metadata_image(self) -> None:
-        """Kafka's ``onMetadataUpdate``, by the image's version: when topics changed, the
-        topic hashes are recomputed, every subscribed group refreshes its metadata hash on
-        its next heartbeat and its regexes are resolved again."""
-        version = self.image.version
-        if version == self._image_version:
-            return
-        self._image_version = version
-        self._last_version_with_new_topics = version
-        self._topic_hash_cache.clear()
-        for group in self.groups.values():
-            if group.subscribed_topic_names or group.subscribed_regular_expressions:
-                group.request_metadata_refresh()
+    def _maybe_update_metadata_image(self) -> bool:
+        """The base's, and the regexes are resolved again when topics changed."""
+        changed = super()._maybe_update_metadata_image()
+        if changed:
+            self._last_version_with_new_topics = self.image.version
+        return changed
 
     def _refresh_regular_expressions(
         self,
@@ -1007,11 +882,11 @@ class ConsumerGroupManager:
 
     def _handle_regular_expressions_result(
         self, group_id: str, member_id: str, resolved: Mapping[str, ResolvedRegularExpression]
-    ) -> _Operation:
+    ) -> CoordinatorOperation:
         """Write the regexes' resolutions; a changed one (a first one that matches
         nothing only if it leaves a target stale), or a new metadata hash, bumps the
         group epoch."""
-        op = _Operation()
+        op = CoordinatorOperation()
         group = self.groups.get(group_id)
         if group is None:
             return op
@@ -1066,7 +941,7 @@ class ConsumerGroupManager:
                 group = self.consumer_group(group_id)
             except BrokerResponseError as exc:
                 out.append(consumer_group_describe.DescribedGroup(
-                    group_id=group_id, error_code=_error_code(exc), error_message=exc.message
+                    group_id=group_id, error_code=error_code_of(exc), error_message=exc.message
                 ))  # fmt: skip
                 continue
             out.append(group.describe(self.default_assignor, self.image))
@@ -1089,13 +964,13 @@ class ConsumerGroupManager:
         group is EMPTY; the groups' records are tombstoned in one write (their committed
         offsets are the caller's)."""
         errors: dict[str, ErrorCode] = {}
-        op = _Operation()
+        op = CoordinatorOperation()
         for group_id in group_ids:
             try:
                 group = self.consumer_group(group_id)
                 group.validate_delete_group()
             except BrokerResponseError as exc:
-                errors[group_id] = _error_code(exc)
+                errors[group_id] = error_code_of(exc)
                 continue
             op.records.extend(group.create_group_tombstone_records())
             errors[group_id] = E.none
@@ -1116,10 +991,6 @@ class _RegexUpdate(enum.Enum):
     NO_CHANGE = 0
     UPDATED = 1
     UPDATED_AND_RESOLVED = 2
-
-
-def _error_code(exc: BrokerResponseError) -> ErrorCode:
-    return E.unknown_server_error if exc.code is None else ErrorCode(exc.code)
 
 
 def _updated_member(member: ConsumerGroupMember, req: ConsumerGroupHeartbeat) -> ConsumerGroupMember:

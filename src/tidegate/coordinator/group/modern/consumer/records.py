@@ -2,10 +2,10 @@
 Kafka's ``ConsumerGroup*Key``/``*Value`` record schemas and the consumer-group half of its
 ``GroupCoordinatorRecordHelpers``).
 
-A :class:`CoordinatorRecord` is a record type (Kafka's numbers), the group id, the key
-within the group (the member id; the regular expression; "" for the group's own records)
-and a value, None for a tombstone. Everything the coordinator knows about a consumer
-group is the replay of these records, in log order:
+A record is a :class:`~tidegate.coordinator.group.modern.records.CoordinatorRecord` (the
+type and value classes both modern protocols share are in
+:mod:`tidegate.coordinator.group.modern.records`). Everything the coordinator knows about a
+consumer group is the replay of these records, in log order:
 
 =====  ==========================================  ===============================================
 type   record                                      value
@@ -26,9 +26,7 @@ How they are stored (tidegate's JSON format) is
 
 from __future__ import annotations
 
-import enum
-from dataclasses import dataclass, fields, replace
-from typing import TypeVar
+from dataclasses import dataclass, replace
 
 from tidegate.coordinator.group.assignor.api import EMPTY_ASSIGNMENT, Assignment
 from tidegate.coordinator.group.modern.consumer.consumer_group_member import (
@@ -39,30 +37,23 @@ from tidegate.coordinator.group.modern.consumer.resolved_regular_expression impo
     ResolvedRegularExpression,
 )
 from tidegate.coordinator.group.modern.member_state import MemberState
-from tidegate.coordinator.group.modern.target_assignment_builder import (
-    TargetAssignmentEpochRecord,
-    TargetAssignmentMemberRecord,
-    TargetAssignmentRecord,
+from tidegate.coordinator.group.modern.records import (
+    CoordinatorRecord,
+    GroupMetadataValue,
+    RecordType,
+    TargetAssignmentMemberValue,
+    TargetAssignmentMetadataValue,
+    member_updated_with,
+    target_assignment_records,
+    value_from_member,
 )
+from tidegate.coordinator.group.modern.target_assignment_builder import TargetAssignmentRecord
 
-
-class RecordType(enum.IntEnum):
-    """Kafka's ``CoordinatorRecordType`` numbers of the records here."""
-
-    CLASSIC_GROUP_METADATA = 2
-    CONSUMER_GROUP_METADATA = 3
-    CONSUMER_GROUP_MEMBER_METADATA = 5
-    CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA = 6
-    CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER = 7
-    CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT = 8
-    CONSUMER_GROUP_REGULAR_EXPRESSION = 16
-
-
-@dataclass(frozen=True, slots=True)
-class ConsumerGroupMetadataValue:
-    epoch: int
-    #: the metadata hash of the subscribed topics (KIP-1101)
-    metadata_hash: int = 0
+#: Kafka's names for the group-level values, which share groups write too
+#: (:mod:`tidegate.coordinator.group.modern.records`).
+ConsumerGroupMetadataValue = GroupMetadataValue
+ConsumerGroupTargetAssignmentMetadataValue = TargetAssignmentMetadataValue
+ConsumerGroupTargetAssignmentMemberValue = TargetAssignmentMemberValue
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,16 +71,6 @@ class ConsumerGroupMemberMetadataValue:
 
 
 @dataclass(frozen=True, slots=True)
-class ConsumerGroupTargetAssignmentMetadataValue:
-    assignment_epoch: int
-
-
-@dataclass(frozen=True, slots=True)
-class ConsumerGroupTargetAssignmentMemberValue:
-    partitions: Assignment
-
-
-@dataclass(frozen=True, slots=True)
 class ConsumerGroupCurrentMemberAssignmentValue:
     member_epoch: int
     previous_member_epoch: int
@@ -98,41 +79,15 @@ class ConsumerGroupCurrentMemberAssignmentValue:
     partitions_pending_revocation: Assignment
 
 
-_V = TypeVar("_V", "ConsumerGroupMemberMetadataValue", "ConsumerGroupCurrentMemberAssignmentValue")
-
-RecordValue = (
-    ConsumerGroupMetadataValue
-    | ConsumerGroupMemberMetadataValue
-    | ConsumerGroupTargetAssignmentMetadataValue
-    | ConsumerGroupTargetAssignmentMemberValue
-    | ConsumerGroupCurrentMemberAssignmentValue
-    | ResolvedRegularExpression
-)
-
-
-@dataclass(frozen=True, slots=True)
-class CoordinatorRecord:
-    type: RecordType
-    group_id: str
-    #: the member id (5, 7, 8) or the regular expression (16); "" for the group's own (2, 3, 6)
-    key: str = ""
-    #: None: a tombstone
-    value: RecordValue | None = None
-
-
 # -- the helpers (Kafka's GroupCoordinatorRecordHelpers) ----------------------------------------
 # The member and current assignment values name their fields as ConsumerGroupMember does.
 def member_metadata_value(member: ConsumerGroupMember) -> ConsumerGroupMemberMetadataValue:
-    value = _from_member(ConsumerGroupMemberMetadataValue, member)
+    value = value_from_member(ConsumerGroupMemberMetadataValue, member)
     return value if value.subscribed_topic_regex is not None else replace(value, subscribed_topic_regex="")
 
 
 def current_assignment_value(member: ConsumerGroupMember) -> ConsumerGroupCurrentMemberAssignmentValue:
-    return _from_member(ConsumerGroupCurrentMemberAssignmentValue, member)
-
-
-def _from_member(cls: type[_V], member: ConsumerGroupMember) -> _V:
-    return cls(**{f.name: getattr(member, f.name) for f in fields(cls)})
+    return value_from_member(ConsumerGroupCurrentMemberAssignmentValue, member)
 
 
 def new_consumer_group_member_subscription_record(
@@ -232,16 +187,13 @@ def new_classic_group_tombstone_record(group_id: str) -> CoordinatorRecord:
     return CoordinatorRecord(RecordType.CLASSIC_GROUP_METADATA, group_id)
 
 
-def from_target_assignment_record(record: TargetAssignmentRecord) -> CoordinatorRecord:
+def from_target_assignment_records(records: list[TargetAssignmentRecord]) -> list[CoordinatorRecord]:
     """A :class:`~tidegate.coordinator.group.modern.target_assignment_builder.
-    TargetAssignmentBuilder` record as a consumer group's record (7 or 6)."""
-    if isinstance(record, TargetAssignmentMemberRecord):
-        return new_consumer_group_target_assignment_record(
-            record.group_id, record.member_id, record.partitions
-        )
-    assert isinstance(record, TargetAssignmentEpochRecord)
-    return new_consumer_group_target_assignment_epoch_record(
-        record.group_id, record.assignment_epoch
+    TargetAssignmentBuilder`'s records as a consumer group's records (7 and 6)."""
+    return target_assignment_records(
+        records,
+        RecordType.CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER,
+        RecordType.CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA,
     )
 
 
@@ -249,7 +201,7 @@ def member_with_metadata(
     member: ConsumerGroupMember, value: ConsumerGroupMemberMetadataValue
 ) -> ConsumerGroupMember:
     """``member`` updated with a member metadata record (Kafka's ``Builder.updateWith``)."""
-    return member.replace(**{f.name: getattr(value, f.name) for f in fields(value)})
+    return member_updated_with(member, value)
 
 
 def member_with_assignment(
@@ -261,4 +213,4 @@ def member_with_assignment(
         value = ConsumerGroupCurrentMemberAssignmentValue(
             -1, -1, member.state, EMPTY_ASSIGNMENT, EMPTY_ASSIGNMENT
         )
-    return member.replace(**{f.name: getattr(value, f.name) for f in fields(value)})
+    return member_updated_with(member, value)

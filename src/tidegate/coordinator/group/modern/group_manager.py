@@ -1,0 +1,246 @@
+"""What the consumer group and the share group coordinators share (the runtime half of
+Kafka's ``GroupMetadataManager`` and ``CoordinatorRuntime``): records first, timers on the
+timing wheel, per-group configs, the topics' metadata hash.
+
+**Records first.** An operation (a heartbeat, a leave, a timeout, an admin request)
+computes the records of what changes without touching any group
+(:class:`CoordinatorOperation`); they are appended to ``__consumer_offsets`` through the
+injected ``append`` (``OffsetsLog.append``: one batch through
+``ReplicaManager.append_records`` with acks=all) and then replayed into the groups
+(:meth:`ModernGroupManager.replay`, the same code a broker start runs over the log). The
+answer waits for the batch to be durable; a failed append changes nothing and answers as
+Kafka does (COORDINATOR_NOT_AVAILABLE for UNKNOWN_TOPIC_OR_PARTITION, NOT_ENOUGH_REPLICAS
+and REQUEST_TIMED_OUT; NOT_COORDINATOR for storage errors). An operation that writes
+nothing answers once the last write before it is durable, so nobody is answered with a
+state that could still be lost.
+
+**Timers** are tasks on the timing wheel the classic coordinator's heartbeat purgatory
+runs on (its ``SystemTimer``, advanced by the broker's one timer reaper), keyed by (kind,
+group id, member id): scheduling a key again replaces its task, and a task that was
+replaced or cancelled never runs.
+
+**Replay at start**: :meth:`ModernGroupManager.replay_batch` takes every batch of
+``__consumer_offsets`` and replays the records of this manager's types; the others
+(offsets, classic groups, the other protocol's groups) are left to their owners.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import ClassVar, Generic, TypeVar
+
+from tidegate.clock import Clock
+from tidegate.coordinator.group.group_metadata_manager import (
+    AppendError,
+    PendingAppend,
+    coordinator_operation_error,
+    decode_coordinator_record,
+    encode_coordinator_record,
+    parse_key,
+)
+from tidegate.coordinator.group.modern.modern_group import IllegalStateError, ModernGroup
+from tidegate.coordinator.group.modern.records import CoordinatorRecord, RecordType
+from tidegate.coordinator.group.modern.subscription import SubscriptionCount
+from tidegate.coordinator.group.modern.topics import MetadataImage, compute_metadata_hash
+from tidegate.errors import ErrorCode
+from tidegate.log.replay import ReplayedBatch
+from tidegate.server.timer import FunctionTask, SystemTimer
+
+log = logging.getLogger(__name__)
+
+E = ErrorCode
+
+#: (key, value-or-None) pairs appended as one batch; returns its durability, raises
+#: AppendError or OSError when nothing was appended (OffsetsLog.append).
+AppendRecords = Callable[[Sequence[tuple[bytes, bytes | None]]], PendingAppend]
+#: group id -> its group configs (IncrementalAlterConfigs on a GROUP resource), key -> value
+GroupConfigLookup = Callable[[str], Mapping[str, int]]
+#: (kind, group id, member id)
+TimerKey = tuple[str, str, str]
+
+
+def no_group_configs(group_id: str) -> Mapping[str, int]:
+    return {}
+
+
+@dataclass(slots=True)
+class CoordinatorOperation:
+    """What an operation writes and does once written."""
+
+    records: list[CoordinatorRecord] = field(default_factory=list)
+    #: run after the records are appended and replayed: timers, follow-up operations
+    after: list[Callable[[], None]] = field(default_factory=list)
+
+
+G = TypeVar("G", bound=ModernGroup)
+
+
+class ModernGroupManager(Generic[G]):
+    """The shared machinery of a modern group protocol's coordinator; a subclass names
+    its record types, its timers' kinds and its group configs, and replays its records."""
+
+    #: the record types :meth:`replay_batch` hands to :meth:`replay`
+    RECORD_TYPES: ClassVar[frozenset[RecordType]]
+    #: the kinds of a member's timers (:meth:`cancel_timers` cancels them all)
+    TIMER_KINDS: ClassVar[tuple[str, ...]] = ("session",)
+    #: the protocol's name in log lines ("consumer", "share")
+    PROTOCOL: ClassVar[str]
+
+    def __init__(
+        self,
+        *,
+        image: MetadataImage,
+        append: AppendRecords,
+        timer: SystemTimer,
+        clock: Clock,
+        group_configs: GroupConfigLookup = no_group_configs,
+    ) -> None:
+        self.image = image
+        self._append = append
+        self.timer = timer
+        self.clock = clock
+        self.group_configs = group_configs
+        self.groups: dict[str, G] = {}
+        self._timers: dict[TimerKey, FunctionTask] = {}
+        self._topic_hash_cache: dict[str, int] = {}
+        self._image_version = image.version
+        #: the last append: an operation without records answers once it is durable
+        self._last_append: PendingAppend | None = None
+        self.active = False
+        #: group epoch bumps (the rebalance-count metric)
+        self.rebalances = 0
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def replay(self, record: CoordinatorRecord) -> None:
+        """Apply one record of this manager's types (a write just made, or the log at load)."""
+        raise NotImplementedError
+
+    def replay_batch(self, batch: ReplayedBatch) -> None:
+        """One batch of ``__consumer_offsets`` at load, in log order: the records of this
+        manager's types are replayed, every other record is left to its owner."""
+        if batch.is_control or batch.is_transactional:
+            return
+        for r in batch.records:
+            if r.key is None:
+                continue
+            try:
+                record = decode_coordinator_record(parse_key(r.key), r.value)
+                if record is not None and record.type in self.RECORD_TYPES:
+                    self.replay(record)
+            except (ValueError, KeyError, IndexError, TypeError, IllegalStateError) as exc:
+                log.warning("skipping a record of __consumer_offsets at %d: %s", r.offset, exc)
+
+    def shutdown(self) -> None:
+        self.active = False
+        for task in self._timers.values():
+            task.cancel()
+        self._timers.clear()
+
+    # -- writing -----------------------------------------------------------------------------
+    def _commit(
+        self, op: CoordinatorOperation, on_done: Callable[[ErrorCode], None] | None = None
+    ) -> None:
+        """Append the operation's records as one batch, replay them, run its follow-ups;
+        ``on_done`` gets NONE once the batch is durable, else the error to answer."""
+
+        def done(error: ErrorCode) -> None:
+            if on_done is not None:
+                on_done(E.none if error is E.none else coordinator_operation_error(error))
+
+        if not op.records:
+            for action in op.after:
+                action()
+            if self._last_append is None:
+                done(E.none)
+            else:
+                self._last_append.add_callback(lambda _error: done(E.none))
+            return
+        try:
+            pending = self._append([encode_coordinator_record(r) for r in op.records])
+        except AppendError as exc:
+            self._log_failed_write(op, exc)
+            done(exc.error)
+            return
+        except OSError as exc:
+            self._log_failed_write(op, exc)
+            done(E.kafka_storage_error)
+            return
+        self._last_append = pending
+        try:
+            for record in op.records:
+                self.replay(record)
+            for action in op.after:
+                action()
+        except Exception:
+            log.exception("replaying %s group records failed: %s", self.PROTOCOL, op.records)
+            done(E.unknown_server_error)
+            return
+        pending.add_callback(done)
+
+    def _log_failed_write(self, op: CoordinatorOperation, exc: Exception) -> None:
+        log.error("could not write %d %s group record(s): %s", len(op.records), self.PROTOCOL, exc)
+
+    # -- timers --------------------------------------------------------------------------------
+    def _schedule(self, key: TimerKey, delay_ms: int, fn: Callable[[], None]) -> None:
+        self._cancel(key)
+
+        def run() -> None:
+            if self._timers.get(key) is task:
+                del self._timers[key]
+                fn()
+
+        task = FunctionTask(delay_ms, run)
+        self._timers[key] = task
+        self.timer.add(task)
+
+    def _cancel(self, key: TimerKey) -> None:
+        task = self._timers.pop(key, None)
+        if task is not None:
+            task.cancel()
+
+    def _cancel_timers(self, group_id: str, member_id: str) -> None:
+        for kind in self.TIMER_KINDS:
+            self._cancel((kind, group_id, member_id))
+
+    def timeouts(self, group_id: str, member_id: str) -> dict[str, int]:
+        """The member's armed timeouts, kind -> expiration (monotonic ms): for tests and
+        debugging."""
+        out = {}
+        for kind in self.TIMER_KINDS:
+            task = self._timers.get((kind, group_id, member_id))
+            entry = None if task is None else task.timer_task_entry
+            if entry is not None:
+                out[kind] = entry.expiration_ms
+        return out
+
+    def _group_config(self, group_id: str, key: str, default: int) -> int:
+        """A group config (IncrementalAlterConfigs on the GROUP resource), else the
+        broker's default."""
+        return int(self.group_configs(group_id).get(key, default))
+
+    # -- topics --------------------------------------------------------------------------------
+    def _maybe_update_metadata_image(self) -> bool:
+        """Kafka's ``onMetadataUpdate``, by the image's version: when topics changed, the
+        topic hashes are recomputed and every group subscribed to something refreshes its
+        metadata hash on its next heartbeat. Whether the image changed."""
+        version = self.image.version
+        if version == self._image_version:
+            return False
+        self._image_version = version
+        self._topic_hash_cache.clear()
+        for group in self.groups.values():
+            if group.has_subscriptions():
+                group.request_metadata_refresh()
+        return True
+
+    def _metadata_hash(self, names: Collection[str] | Mapping[str, SubscriptionCount]) -> int:
+        return compute_metadata_hash(names, self.image, self._topic_hash_cache)
+
+    def _log_bump(self, group_id: str, group_epoch: int, metadata_hash: int) -> None:
+        self.rebalances += 1
+        log.info(
+            "[GroupId %s] Bumped group epoch to %d with metadata hash %d.",
+            group_id, group_epoch, metadata_hash,
+        )  # fmt: skip
