@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import ClassVar, Generic, TypeVar
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from tidegate.clock import Clock
 from tidegate.coordinator.group.group_metadata_manager import (
@@ -40,7 +40,12 @@ from tidegate.coordinator.group.group_metadata_manager import (
     encode_coordinator_record,
     parse_key,
 )
-from tidegate.coordinator.group.modern.modern_group import IllegalStateError, ModernGroup
+from tidegate.coordinator.group.modern.modern_group import (
+    IllegalStateError,
+    ModernGroup,
+    ModernMember,
+    api_error,
+)
 from tidegate.coordinator.group.modern.records import CoordinatorRecord, RecordType
 from tidegate.coordinator.group.modern.subscription import SubscriptionCount
 from tidegate.coordinator.group.modern.topics import MetadataImage, compute_metadata_hash
@@ -74,22 +79,42 @@ class CoordinatorOperation:
     after: list[Callable[[], None]] = field(default_factory=list)
 
 
-G = TypeVar("G", bound=ModernGroup)
+class GroupProtocolConfig(Protocol):
+    """The broker's configs of a modern group protocol (``group.consumer.*`` or
+    ``group.share.*``) the shared machinery reads."""
+
+    @property
+    def session_timeout_ms(self) -> int: ...
+
+    @property
+    def heartbeat_interval_ms(self) -> int: ...
+
+    @property
+    def max_size(self) -> int: ...
 
 
-class ModernGroupManager(Generic[G]):
+G = TypeVar("G", bound=ModernGroup[Any])
+M = TypeVar("M", bound=ModernMember)
+
+
+class ModernGroupManager(Generic[G, M]):
     """The shared machinery of a modern group protocol's coordinator; a subclass names
-    its record types, its timers' kinds and its group configs, and replays its records."""
+    its record types, its timers' kinds and its group configs, replays its records and
+    says how members are fenced."""
 
     #: the record types :meth:`replay_batch` hands to :meth:`replay`
     RECORD_TYPES: ClassVar[frozenset[RecordType]]
-    #: the kinds of a member's timers (:meth:`cancel_timers` cancels them all)
+    #: the kinds of a member's timers (:meth:`_cancel_timers` cancels them all)
     TIMER_KINDS: ClassVar[tuple[str, ...]] = ("session",)
-    #: the protocol's name in log lines ("consumer", "share")
+    #: the protocol's name in log lines and errors ("consumer", "share")
     PROTOCOL: ClassVar[str]
+    #: the group configs of the session timeout and heartbeat interval
+    SESSION_TIMEOUT_MS_CONFIG: ClassVar[str]
+    HEARTBEAT_INTERVAL_MS_CONFIG: ClassVar[str]
 
     def __init__(
         self,
+        config: GroupProtocolConfig,
         *,
         image: MetadataImage,
         append: AppendRecords,
@@ -97,6 +122,7 @@ class ModernGroupManager(Generic[G]):
         clock: Clock,
         group_configs: GroupConfigLookup = no_group_configs,
     ) -> None:
+        self.config = config
         self.image = image
         self._append = append
         self.timer = timer
@@ -113,6 +139,21 @@ class ModernGroupManager(Generic[G]):
         self.rebalances = 0
 
     # -- lifecycle -------------------------------------------------------------------------
+    def on_loaded(self) -> None:
+        """The log is replayed: arm every member's timers (Kafka's ``onLoaded``), and
+        serve."""
+        for group in self.groups.values():
+            for member in group.members.values():
+                self._schedule_timers_on_load(group, member)
+            log.info(
+                "loaded %s group %s (epoch %d, %d member(s))",
+                self.PROTOCOL, group.group_id, group.group_epoch, len(group.members),
+            )  # fmt: skip
+        self.active = True
+
+    def _schedule_timers_on_load(self, group: G, member: M) -> None:
+        self._schedule_session_timeout(group.group_id, member.member_id)
+
     def replay(self, record: CoordinatorRecord) -> None:
         """Apply one record of this manager's types (a write just made, or the log at load)."""
         raise NotImplementedError
@@ -215,10 +256,54 @@ class ModernGroupManager(Generic[G]):
                 out[kind] = entry.expiration_ms
         return out
 
+    def _schedule_session_timeout(self, group_id: str, member_id: str) -> None:
+        self._schedule(
+            ("session", group_id, member_id),
+            self._session_timeout_ms(group_id),
+            lambda: self._fence_member_operation(group_id, member_id, "the member session expired"),
+        )
+
     def _group_config(self, group_id: str, key: str, default: int) -> int:
         """A group config (IncrementalAlterConfigs on the GROUP resource), else the
         broker's default."""
         return int(self.group_configs(group_id).get(key, default))
+
+    def _session_timeout_ms(self, group_id: str) -> int:
+        return self._group_config(
+            group_id, self.SESSION_TIMEOUT_MS_CONFIG, self.config.session_timeout_ms
+        )
+
+    def _heartbeat_interval_ms(self, group_id: str) -> int:
+        return self._group_config(
+            group_id, self.HEARTBEAT_INTERVAL_MS_CONFIG, self.config.heartbeat_interval_ms
+        )
+
+    # -- members -------------------------------------------------------------------------------
+    def _throw_if_group_is_full(self, group: G, member_id: str) -> None:
+        """GROUP_MAX_SIZE_REACHED for a member that would join a full group (members
+        already in it are never refused)."""
+        limit = self.config.max_size
+        if group.num_members() >= limit and (not member_id or not group.has_member(member_id)):
+            raise api_error(
+                E.group_max_size_reached,
+                f"The {self.PROTOCOL} group has reached its maximum capacity of {limit} members.",
+            )
+
+    def _fence_members(self, group: G, members: Sequence[M]) -> CoordinatorOperation:
+        """The operation that removes members (a leave, a timeout): their records
+        tombstoned, the group epoch bumped, their timers cancelled."""
+        raise NotImplementedError
+
+    def _fence_member_operation(self, group_id: str, member_id: str, reason: str) -> None:
+        """Fence a member now (its session or rebalance timed out); nothing if it is
+        gone already."""
+        group = self.groups.get(group_id)
+        member = None if group is None else group.members.get(member_id)
+        if group is None or member is None:
+            return
+        log.info("[GroupId %s] Member %s fenced from the group because %s.", group_id, member_id, reason)
+        self._maybe_update_metadata_image()
+        self._commit(self._fence_members(group, [member]))
 
     # -- topics --------------------------------------------------------------------------------
     def _maybe_update_metadata_image(self) -> bool:

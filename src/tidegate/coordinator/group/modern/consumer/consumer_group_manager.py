@@ -281,10 +281,13 @@ def throw_if_consumer_group_member_epoch_is_invalid(
         )
 
 
-class ConsumerGroupManager(ModernGroupManager[ConsumerGroup]):
+class ConsumerGroupManager(ModernGroupManager[ConsumerGroup, ConsumerGroupMember]):
     RECORD_TYPES = CONSUMER_GROUP_RECORD_TYPES
     TIMER_KINDS = ("session", "rebalance")
     PROTOCOL = "consumer"
+    SESSION_TIMEOUT_MS_CONFIG = CONSUMER_SESSION_TIMEOUT_MS_CONFIG
+    HEARTBEAT_INTERVAL_MS_CONFIG = CONSUMER_HEARTBEAT_INTERVAL_MS_CONFIG
+    config: ConsumerGroupConfig
 
     def __init__(
         self,
@@ -300,9 +303,8 @@ class ConsumerGroupManager(ModernGroupManager[ConsumerGroup]):
         other_groups: GroupTypeLookup = no_other_groups,
     ) -> None:
         super().__init__(
-            image=image, append=append, timer=timer, clock=clock, group_configs=group_configs
+            config, image=image, append=append, timer=timer, clock=clock, group_configs=group_configs
         )
-        self.config = config
         self.classic_groups = classic_groups
         #: the type of a group id this manager does not own (share groups): such an id
         #: is not a consumer group (GROUP_ID_NOT_FOUND)
@@ -315,19 +317,12 @@ class ConsumerGroupManager(ModernGroupManager[ConsumerGroup]):
         self._last_version_with_new_topics = image.version
 
     # -- lifecycle -------------------------------------------------------------------------
-    def on_loaded(self) -> None:
-        """The log is replayed: arm every member's session timeout and the rebalance
-        timeout of the members revoking partitions (Kafka's ``onLoaded``), and serve."""
-        for group in self.groups.values():
-            for member in group.members.values():
-                self._schedule_session_timeout(group.group_id, member.member_id)
-                if member.state is MemberState.UNREVOKED_PARTITIONS:
-                    self._schedule_rebalance_timeout(group.group_id, member)
-            log.info(
-                "loaded consumer group %s (epoch %d, %d member(s))",
-                group.group_id, group.group_epoch, len(group.members),
-            )  # fmt: skip
-        self.active = True
+    def _schedule_timers_on_load(self, group: ConsumerGroup, member: ConsumerGroupMember) -> None:
+        """A member's session timeout, and the rebalance timeout of one revoking
+        partitions."""
+        super()._schedule_timers_on_load(group, member)
+        if member.state is MemberState.UNREVOKED_PARTITIONS:
+            self._schedule_rebalance_timeout(group.group_id, member)
 
     # -- replay (Kafka's GroupMetadataManager.replay for each record type) -----------------------
     def replay(self, record: CoordinatorRecord) -> None:
@@ -416,7 +411,7 @@ class ConsumerGroupManager(ModernGroupManager[ConsumerGroup]):
         group_id, member_epoch = req.group_id, req.member_epoch
         create = member_epoch == 0
         group = self._get_or_maybe_create_consumer_group(group_id, create, op)
-        self._throw_if_consumer_group_is_full(group, req.member_id)
+        self._throw_if_group_is_full(group, req.member_id)
         member_id = req.member_id or str(uuid.uuid4())  # v0: the coordinator names it
         if req.instance_id is None:
             member = group.get_or_maybe_create_member(member_id, create)
@@ -526,14 +521,6 @@ class ConsumerGroupManager(ModernGroupManager[ConsumerGroup]):
         :data:`~tidegate.coordinator.group.group_type.GroupTypeLookup` it offers the
         other coordinators)."""
         return GroupType.CONSUMER if group_id in self.groups else None
-
-    def _throw_if_consumer_group_is_full(self, group: ConsumerGroup, member_id: str) -> None:
-        limit = self.config.max_size
-        if group.num_members() >= limit and (not member_id or not group.has_member(member_id)):
-            raise api_error(
-                E.group_max_size_reached,
-                f"The consumer group has reached its maximum capacity of {limit} members.",
-            )
 
     def _get_or_maybe_subscribe_static_member(
         self, group: ConsumerGroup, member_id: str, req: ConsumerGroupHeartbeat, op: CoordinatorOperation
@@ -754,7 +741,7 @@ class ConsumerGroupManager(ModernGroupManager[ConsumerGroup]):
         if req.instance_id is None:
             member = group.member(req.member_id)
             log.info("[GroupId %s] Member %s left the consumer group.", group.group_id, member.member_id)
-            return self._consumer_group_fence_members(group, [member]), result
+            return self._fence_members(group, [member]), result
         member = _throw_if_static_member_is_unknown_or_fenced(
             group.static_member(req.instance_id), req.member_id, req.instance_id
         )
@@ -773,13 +760,13 @@ class ConsumerGroupManager(ModernGroupManager[ConsumerGroup]):
             "[GroupId %s] Static member %s with instance id %s left the consumer group.",
             group.group_id, member.member_id, req.instance_id,
         )  # fmt: skip
-        return self._consumer_group_fence_members(group, [member]), result
+        return self._fence_members(group, [member]), result
 
-    def _consumer_group_fence_members(
+    def _fence_members(
         self, group: ConsumerGroup, members: Sequence[ConsumerGroupMember]
     ) -> CoordinatorOperation:
-        """Remove members (a leave, a timeout): their records and the regexes only they
-        used are tombstoned, the group epoch is bumped, their timers cancelled."""
+        """Their records and the regexes only they used are tombstoned, the group epoch
+        is bumped, their timers cancelled."""
         op = CoordinatorOperation()
         if not members:
             return op
@@ -812,23 +799,7 @@ class ConsumerGroupManager(ModernGroupManager[ConsumerGroup]):
                 deleted.append(regex)
         return deleted
 
-    def _fence_member_operation(self, group_id: str, member_id: str, reason: str) -> None:
-        group = self.groups.get(group_id)
-        member = None if group is None else group.members.get(member_id)
-        if group is None or member is None:
-            return
-        log.info("[GroupId %s] Member %s fenced from the group because %s.", group_id, member_id, reason)
-        self._maybe_update_metadata_image()
-        self._commit(self._consumer_group_fence_members(group, [member]))
-
     # -- timers --------------------------------------------------------------------------------
-    def _schedule_session_timeout(self, group_id: str, member_id: str) -> None:
-        self._schedule(
-            ("session", group_id, member_id),
-            self._session_timeout_ms(group_id),
-            lambda: self._fence_member_operation(group_id, member_id, "the member session expired"),
-        )
-
     def _schedule_rebalance_timeout(self, group_id: str, member: ConsumerGroupMember) -> None:
         member_id, epoch, timeout_ms = member.member_id, member.member_epoch, member.rebalance_timeout_ms
 
@@ -843,16 +814,6 @@ class ConsumerGroupManager(ModernGroupManager[ConsumerGroup]):
                 )
 
         self._schedule(("rebalance", group_id, member_id), timeout_ms, expire)
-
-    def _session_timeout_ms(self, group_id: str) -> int:
-        return self._group_config(
-            group_id, CONSUMER_SESSION_TIMEOUT_MS_CONFIG, self.config.session_timeout_ms
-        )
-
-    def _heartbeat_interval_ms(self, group_id: str) -> int:
-        return self._group_config(
-            group_id, CONSUMER_HEARTBEAT_INTERVAL_MS_CONFIG, self.config.heartbeat_interval_ms
-        )
 
     # -- topics and regular expressions ----------------------------------------------------------
     def _maybe_update_metadata_image(self) -> bool:
