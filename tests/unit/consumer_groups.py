@@ -76,7 +76,13 @@ class Harness:
         self.replicas = ReplicaManager(self.logs, self.loop, clock=self.clock)
         self.store = OffsetsLog(self._open, self.clock, append_records=self.replicas.append_records)
         self.timer = SystemTimer(clock=self.clock)
-        self.manager = ConsumerGroupManager(
+        self.manager = self._new_manager()
+        self.store.load(self.manager.replay_batch)
+        self.manager.on_loaded()
+
+    def _new_manager(self) -> Any:
+        """The coordinator under test, on this harness's parts."""
+        return ConsumerGroupManager(
             self.config,
             image=self.topics,
             append=self._append,
@@ -84,13 +90,15 @@ class Harness:
             clock=self.clock,
             **self.kw,
         )
-        self.store.load(self.manager.replay_batch)
-        self.manager.on_loaded()
 
     def _append(self, records):
         pending = self.store.append(records)
         self.batches.append([_decode(k, v) for k, v in records])
         return pending
+
+    def _kept_on_restart(self) -> dict[str, Any]:
+        """What outlives the coordinator besides the directory (a subclass's parts)."""
+        return {}
 
     def _open(self, create: bool) -> Log | None:
         plog = self.logs.get_log(OFFSETS_TOPIC, 0)
@@ -103,7 +111,8 @@ class Harness:
         """A new coordinator over the same directory, loaded from the log."""
         self.manager.shutdown()
         self.logs.close()
-        h = Harness.__new__(Harness)
+        h = type(self).__new__(type(self))
+        h.__dict__.update(self._kept_on_restart())
         h.tmp_path, h.config, h.kw, h.batches = self.tmp_path, self.config, self.kw, []
         h.clock = clock_at(self.clock.milliseconds())
         h._build()

@@ -301,7 +301,9 @@ class ModernGroupManager(Generic[G, M]):
         member = None if group is None else group.members.get(member_id)
         if group is None or member is None:
             return
-        log.info("[GroupId %s] Member %s fenced from the group because %s.", group_id, member_id, reason)
+        log.info(
+            "[GroupId %s] Member %s fenced from the group because %s.", group_id, member_id, reason
+        )
         self._maybe_update_metadata_image()
         self._commit(self._fence_members(group, [member]))
 

@@ -109,7 +109,9 @@ def described_topic_partitions(
     for topic_id, partitions in assignment.items():
         topic = image.get_by_id(topic_id)
         if topic is not None:
-            out.append(make(topic_id=topic_id, topic_name=topic.name, partitions=sorted(partitions)))
+            out.append(
+                make(topic_id=topic_id, topic_name=topic.name, partitions=sorted(partitions))
+            )
     return out
 
 

@@ -100,7 +100,9 @@ def new_share_group_member_subscription_tombstone_record(
     return CoordinatorRecord(RecordType.SHARE_GROUP_MEMBER_METADATA, group_id, member_id)
 
 
-def new_share_group_epoch_record(group_id: str, epoch: int, metadata_hash: int) -> CoordinatorRecord:
+def new_share_group_epoch_record(
+    group_id: str, epoch: int, metadata_hash: int
+) -> CoordinatorRecord:
     return CoordinatorRecord(
         RecordType.SHARE_GROUP_METADATA, group_id, value=GroupMetadataValue(epoch, metadata_hash)
     )
@@ -177,7 +179,9 @@ def new_share_group_state_partition_metadata_tombstone_record(group_id: str) -> 
     return CoordinatorRecord(RecordType.SHARE_GROUP_STATE_PARTITION_METADATA, group_id)
 
 
-def from_target_assignment_records(records: list[TargetAssignmentRecord]) -> list[CoordinatorRecord]:
+def from_target_assignment_records(
+    records: list[TargetAssignmentRecord],
+) -> list[CoordinatorRecord]:
     """A target assignment builder's records as a share group's records (13 and 12)."""
     return target_assignment_records(
         records,
