@@ -7,6 +7,7 @@ group test modules."""
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
@@ -120,12 +121,12 @@ class GroupStatePersister:
         def run() -> None:
             errors: dict[uuid.UUID, dict[int, E]] = {}
             for topic_id, parts in partitions.items():
+                answers = errors.setdefault(topic_id, {})
                 for p in parts:
-                    answer = errors.setdefault(topic_id, {}).__setitem__
                     if fail is not None:
-                        answer(p, fail)
+                        answers[p] = fail
                     else:
-                        call(SharePartitionKey(group_id, topic_id, p), lambda e, p=p: answer(p, e))
+                        call(SharePartitionKey(group_id, topic_id, p), functools.partial(answers.__setitem__, p))
             callback(errors)
 
         self._run(run)

@@ -413,7 +413,8 @@ def test_share_group_dynamic_configs(tmp_path):
 def test_replay_after_restart_rebuilds_the_group_and_its_timers(h):
     """testOnLoadedWithShareGroup: a restart replays the log into the same groups (members,
     epochs, targets, share-partitions) and re-arms every member's session timeout."""
-    foo, bar = h.create_topic("foo", 3), h.create_topic("bar", 2)
+    h.create_topic("foo", 3)
+    bar = h.create_topic("bar", 2)
     h.join("m1", ["foo"], G)
     h.join("m2", ["foo", "bar"], G)
     h.beat("m1", G)
