@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import uuid
 from collections.abc import Callable, Collection, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from tests.unit.consumer_groups import Harness
@@ -32,6 +33,13 @@ from tidegate.server.share.persister import InMemoryPersister, SharePartitionKey
 
 #: the persisted delivery states that count as delivered for the lag (KIP-1226)
 _TERMINAL = (RecordState.ACKNOWLEDGED, RecordState.ARCHIVED)
+
+
+def subdir(tmp_path: Path, name: str) -> Path:
+    """A directory of its own for a second broker's parts."""
+    path = tmp_path / name
+    path.mkdir()
+    return path
 
 
 class GroupStatePersister:

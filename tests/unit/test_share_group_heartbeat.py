@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from tests.unit.consumer_groups import INTERVAL, SESSION, Harness, mk
-from tests.unit.share_groups import ShareHarness
+from tests.unit.share_groups import ShareHarness, subdir
 from tidegate.coordinator.group.group_type import GroupType
 from tidegate.coordinator.group.modern.member_state import MemberState
 from tidegate.coordinator.group.modern.records import RecordType
@@ -46,13 +46,6 @@ def h(tmp_path) -> ShareHarness:
 
 def group_hash(h, *names):
     return compute_metadata_hash(names, h.topics)
-
-
-def _dir(tmp_path, name):
-    """A directory of its own for a second broker's parts."""
-    path = tmp_path / name
-    path.mkdir()
-    return path
 
 
 def init_record(group_id, initializing=None, initialized=None, deleting=None):
@@ -437,11 +430,11 @@ def test_replay_after_restart_rebuilds_the_group_and_its_timers(h):
 def test_replay_skips_the_other_protocols_records(tmp_path):
     """One __consumer_offsets holds both kinds of group: each coordinator replays its own
     record types only."""
-    consumer = Harness(_dir(tmp_path, "c"))
+    consumer = Harness(subdir(tmp_path, "c"))
     consumer.create_topic("foo", 1)
     consumer.join("c1", group_id="cg")
     records = [r for batch in consumer.batches for r in batch]
-    share = ShareHarness(_dir(tmp_path, "s"))
+    share = ShareHarness(subdir(tmp_path, "s"))
     for record in records:
         if record.type in share.share.RECORD_TYPES:
             share.share.replay(record)
@@ -453,10 +446,10 @@ def test_replay_skips_the_other_protocols_records(tmp_path):
 def test_consumer_group_heartbeat_on_share_group(tmp_path):
     """testConsumerGroupHeartbeatOnShareGroup: a share group's id is GROUP_ID_NOT_FOUND for
     ConsumerGroupHeartbeat (and describe)."""
-    share = ShareHarness(_dir(tmp_path, "s"))
+    share = ShareHarness(subdir(tmp_path, "s"))
     share.create_topic("foo", 1)
     share.join("m1", group_id=G)
-    consumer = Harness(_dir(tmp_path, "c"), other_groups=share.share.group_type)
+    consumer = Harness(subdir(tmp_path, "c"), other_groups=share.share.group_type)
     r = consumer.heartbeat(G, "c1", 0, subscribed_topic_names=["foo"])
     assert (r.error, r.error_message) == (E.group_id_not_found, f"Group {G} is not a consumer group.")
     [described] = consumer.manager.consumer_group_describe([G])
@@ -467,11 +460,11 @@ def test_share_group_heartbeat_on_consumer_group(tmp_path):
     """testShareGroupHeartbeatOnConsumerGroup: a consumer (or classic) group's id is
     GROUP_ID_NOT_FOUND for ShareGroupHeartbeat, ShareGroupDescribe and the offsets
     admin."""
-    consumer = Harness(_dir(tmp_path, "c"))
+    consumer = Harness(subdir(tmp_path, "c"))
     consumer.create_topic("foo", 1)
     consumer.join("c1", group_id=G)
     assert consumer.manager.group_type(G) is GroupType.CONSUMER
-    share = ShareHarness(_dir(tmp_path, "s"), other_groups=consumer.manager.group_type)
+    share = ShareHarness(subdir(tmp_path, "s"), other_groups=consumer.manager.group_type)
     r = share.heartbeat(G, "m1", 0, subscribed_topic_names=["foo"])
     assert (r.error, r.error_message) == (E.group_id_not_found, f"Group {G} is not a share group.")
     [described] = share.share.share_group_describe([G])
