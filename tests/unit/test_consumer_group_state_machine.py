@@ -21,6 +21,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -96,15 +97,19 @@ class Broker:
 
     def _build(self) -> None:
         self.timer = SystemTimer(clock=self.clock)
-        self.manager = ConsumerGroupManager(
-            ConsumerGroupConfig(), image=self.topics, append=self._append, timer=self.timer,
-            clock=self.clock,
-        )  # fmt: skip
+        self.manager = self._new_manager()
         for key, value in self.log:
             record = decode_coordinator_record(parse_key(key), value)
             assert record is not None
             self.manager.replay(record)
         self.manager.on_loaded()
+
+    def _new_manager(self) -> Any:
+        """The coordinator under test, on this broker's image, log and timer."""
+        return ConsumerGroupManager(
+            ConsumerGroupConfig(), image=self.topics, append=self._append, timer=self.timer,
+            clock=self.clock,
+        )  # fmt: skip
 
     def _append(self, records: Sequence[tuple[bytes, bytes | None]]) -> PendingAppend:
         pending = PendingAppend()

@@ -482,3 +482,15 @@ def test_classic_group_join_on_share_group(h):
     assert h.share.join_group_error("other") is None
     assert h.share.group_type("other") is None
 
+
+
+def test_a_topic_deleted_while_the_coordinator_was_down_leaves_at_load(h):
+    """The state machine's first find: the coordinator sees no change of the topic store
+    after a restart, so the load itself drops share-partitions of topics that are gone."""
+    foo, bar = h.create_topic("foo", 1), h.create_topic("bar", 1)
+    h.join("m1", ["foo", "bar"], G)
+    h.share.shutdown()
+    h.delete_topic("foo")
+    h2 = h.restart()
+    assert h2.initialized(G) == mk((bar, (0,)))
+    assert foo not in h2.group(G).share_partition_topic_ids()

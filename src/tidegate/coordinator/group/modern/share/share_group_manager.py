@@ -825,20 +825,29 @@ class ShareGroupManager(ModernGroupManager[ShareGroup, ShareGroupMember]):
         return out
 
     # -- topics ----------------------------------------------------------------------------------
+    def on_loaded(self) -> None:
+        """The base's, and topics deleted while the coordinator was away leave the groups'
+        share-partitions."""
+        super().on_loaded()
+        self._cleanup_vanished_topics()
+
     def _maybe_update_metadata_image(self) -> bool:
         """The base's, and topics that no longer exist leave the groups' share-partitions
         (a write of its own)."""
         changed = super()._maybe_update_metadata_image()
         if changed:
-            gone = {
-                topic_id
-                for group in self.groups.values()
-                for topic_id in group.share_partition_topic_ids()
-                if self.image.get_by_id(topic_id) is None
-            }
-            if gone:
-                self._commit(self._cleanup_share_group_state(gone))
+            self._cleanup_vanished_topics()
         return changed
+
+    def _cleanup_vanished_topics(self) -> None:
+        gone = {
+            topic_id
+            for group in self.groups.values()
+            for topic_id in group.share_partition_topic_ids()
+            if self.image.get_by_id(topic_id) is None
+        }
+        if gone:
+            self._commit(self._cleanup_share_group_state(gone))
 
     def on_topics_deleted(self, topic_ids: Collection[uuid.UUID]) -> None:
         """Topics were deleted: they leave every group's share-partitions (Kafka's
