@@ -150,7 +150,31 @@ class Client:
         return [(t, sorted(p)) for t, p in self.owned.items() if p]
 
 
-class ConsumerGroupMachine(RuleBasedStateMachine):
+class TopicChanges:
+    """The rules of a group state machine that change the world around the group (its
+    broker is ``self.b``): time passes, topics are created, grown and deleted."""
+
+    b: Broker
+
+    @rule(ms=st.integers(1_000, 50_000))
+    def time_passes(self, ms):
+        """Nobody heartbeats: sessions (45 s) and rebalance timeouts (20 s) may expire."""
+        self.b.advance(ms, step=1000)
+
+    @rule(topic=st.sampled_from(TOPICS), partitions=st.integers(1, 4))
+    def create_or_grow_topic(self, topic, partitions):
+        info = self.b.topics.get(topic)
+        if info is None or partitions > info.partitions:
+            self.b.topics.put(topic, partitions)
+
+    @precondition(lambda self: len(self.b.topics.by_name) > 2)
+    @rule(topic=st.sampled_from(TOPICS))
+    def delete_topic(self, topic):
+        if self.b.topics.get(topic) is not None:
+            self.b.topics.delete(topic)
+
+
+class ConsumerGroupMachine(TopicChanges, RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.b = Broker()
@@ -230,23 +254,6 @@ class ConsumerGroupMachine(RuleBasedStateMachine):
             return
         epoch = -2 if temporarily and client.instance_id else -1
         self._send(client, epoch, full=False)
-
-    @rule(ms=st.integers(1_000, 50_000))
-    def time_passes(self, ms):
-        """Nobody heartbeats: sessions (45 s) and rebalance timeouts (20 s) may expire."""
-        self.b.advance(ms, step=1000)
-
-    @rule(topic=st.sampled_from(TOPICS), partitions=st.integers(1, 4))
-    def create_or_grow_topic(self, topic, partitions):
-        info = self.b.topics.get(topic)
-        if info is None or partitions > info.partitions:
-            self.b.topics.put(topic, partitions)
-
-    @precondition(lambda self: len(self.b.topics.by_name) > 2)
-    @rule(topic=st.sampled_from(TOPICS))
-    def delete_topic(self, topic):
-        if self.b.topics.get(topic) is not None:
-            self.b.topics.delete(topic)
 
     @rule()
     def restart(self):

@@ -14,7 +14,8 @@ assignor's sharing bound, reference 2.3).
 
 The log is a list of the (key, value) pairs the coordinator appends (encoded by the real
 codec, replayed through it at every restart) and the topics an in-memory image, as in the
-consumer group state machine, whose broker this one extends.
+consumer group state machine, whose broker and topic rules (time passing, topics
+created, grown and deleted) this one takes.
 """
 
 from __future__ import annotations
@@ -25,10 +26,10 @@ from dataclasses import dataclass, field
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from tests.unit.share_groups import GroupStatePersister
-from tests.unit.test_consumer_group_state_machine import Broker
+from tests.unit.test_consumer_group_state_machine import TOPICS, Broker, TopicChanges
 from tidegate.coordinator.group.modern.member_state import MemberState
 from tidegate.coordinator.group.modern.share.share_group import ShareGroup, ShareGroupState
 from tidegate.coordinator.group.modern.share.share_group_manager import (
@@ -39,9 +40,8 @@ from tidegate.coordinator.group.modern.share.share_group_manager import (
 from tidegate.errors import ErrorCode as E
 
 G = "g"
-TOPICS = ("t1", "t2", "t3")
 CLIENTS = ("c1", "c2", "c3", "c4", "c5")
-SUBSCRIPTIONS = st.sampled_from([("t1",), ("t1", "t2"), ("t2", "t3"), ("t3",), ("t1", "t2", "t3")])
+SUBSCRIPTIONS = st.sampled_from([("t1",), ("t1", "t2"), ("t2", "t3", "t4"), ("t3",), TOPICS])
 #: how long the clients heartbeat at the end: a lost initialization is retried after 30 s
 CONVERGE_MS = 60_000
 #: errors after which a share consumer joins again
@@ -80,7 +80,7 @@ class Client:
         self.joined, self.epoch, self.assignment = False, 0, {}
 
 
-class ShareGroupMachine(RuleBasedStateMachine):
+class ShareGroupMachine(TopicChanges, RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.b = ShareBroker()
@@ -149,23 +149,6 @@ class ShareGroupMachine(RuleBasedStateMachine):
         client = self.clients[name]
         if client.joined:
             self._send(client, -1)
-
-    @rule(ms=st.integers(1_000, 50_000))
-    def time_passes(self, ms):
-        """Nobody heartbeats: sessions (45 s) may expire; lost initializations age."""
-        self.b.advance(ms, step=1000)
-
-    @rule(topic=st.sampled_from(TOPICS), partitions=st.integers(1, 4))
-    def create_or_grow_topic(self, topic, partitions):
-        info = self.b.topics.get(topic)
-        if info is None or partitions > info.partitions:
-            self.b.topics.put(topic, partitions)
-
-    @precondition(lambda self: len(self.b.topics.by_name) > 1)
-    @rule(topic=st.sampled_from(TOPICS))
-    def delete_topic(self, topic):
-        if self.b.topics.get(topic) is not None:
-            self.b.topics.delete(topic)
 
     @rule(hold=st.booleans())
     def persister_answers_later(self, hold):

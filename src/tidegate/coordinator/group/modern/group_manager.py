@@ -29,9 +29,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
 
 from tidegate.clock import Clock
+from tidegate.coordinator.group.assignor.api import Assignment
 from tidegate.coordinator.group.group_metadata_manager import (
     AppendError,
     PendingAppend,
@@ -46,12 +47,24 @@ from tidegate.coordinator.group.modern.modern_group import (
     ModernMember,
     api_error,
 )
-from tidegate.coordinator.group.modern.records import CoordinatorRecord, RecordType
+from tidegate.coordinator.group.modern.records import (
+    CoordinatorRecord,
+    GroupMetadataValue,
+    RecordType,
+    TargetAssignmentMemberValue,
+    TargetAssignmentMetadataValue,
+    member_updated_with,
+)
 from tidegate.coordinator.group.modern.subscription import SubscriptionCount
 from tidegate.coordinator.group.modern.topics import MetadataImage, compute_metadata_hash
 from tidegate.errors import ErrorCode
 from tidegate.log.replay import ReplayedBatch
 from tidegate.server.timer import FunctionTask, SystemTimer
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+    from tidegate.coordinator.group.modern.records import RecordValue
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +81,23 @@ TimerKey = tuple[str, str, str]
 
 def no_group_configs(group_id: str) -> Mapping[str, int]:
     return {}
+
+
+def is_blank(value: str | None) -> bool:
+    """Given but empty or whitespace (a request field INVALID_REQUEST refuses)."""
+    return value is not None and not value.strip()
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatResult:
+    """A Consumer/ShareGroupHeartbeat response's fields: ``assignment`` None = not sent."""
+
+    error: ErrorCode = E.none
+    error_message: str | None = None
+    member_id: str | None = None
+    member_epoch: int = 0
+    heartbeat_interval_ms: int = 0
+    assignment: Assignment | None = None
 
 
 @dataclass(slots=True)
@@ -102,8 +132,10 @@ class ModernGroupManager(Generic[G, M]):
     its record types, its timers' kinds and its group configs, replays its records and
     says how members are fenced."""
 
-    #: the record types :meth:`replay_batch` hands to :meth:`replay`
+    #: the record types :meth:`replay` applies (and :meth:`replay_batch` hands it)
     RECORD_TYPES: ClassVar[frozenset[RecordType]]
+    #: the values of the member metadata and current assignment records
+    MEMBER_VALUES: ClassVar[tuple[type[DataclassInstance], ...]]
     #: the kinds of a member's timers (:meth:`_cancel_timers` cancels them all)
     TIMER_KINDS: ClassVar[tuple[str, ...]] = ("session",)
     #: the protocol's name in log lines and errors ("consumer", "share")
@@ -154,8 +186,82 @@ class ModernGroupManager(Generic[G, M]):
     def _schedule_timers_on_load(self, group: G, member: M) -> None:
         self._schedule_session_timeout(group.group_id, member.member_id)
 
+    # -- replay (Kafka's GroupMetadataManager.replay for each record type) ---------------------
     def replay(self, record: CoordinatorRecord) -> None:
-        """Apply one record of this manager's types (a write just made, or the log at load)."""
+        """Apply one record (a write just made, or the log at load); one of another type
+        (the classic group tombstone a consumer group writes) is not this manager's."""
+        t, group_id, key, value = record.type, record.group_id, record.key, record.value
+        if t not in self.RECORD_TYPES:
+            return
+        group = self.groups.get(group_id)
+        if group is None:
+            if value is None:
+                return  # a tombstone of something already gone
+            group = self.groups[group_id] = self._new_group(group_id)
+        if value is None:
+            self._replay_tombstone(group, t, key)
+        elif isinstance(value, GroupMetadataValue):
+            group.group_epoch = value.epoch
+            group.metadata_hash = value.metadata_hash
+        elif isinstance(value, TargetAssignmentMemberValue):
+            group.update_target_assignment(key, value.partitions)
+        elif isinstance(value, TargetAssignmentMetadataValue):
+            group.assignment_epoch = value.assignment_epoch
+        elif isinstance(value, self.MEMBER_VALUES):
+            member = group.get_or_maybe_create_member(key, True)
+            group.update_member(member_updated_with(member, value))
+        else:
+            self._replay_own_value(group, key, value)
+
+    def _replay_tombstone(self, group: G, t: RecordType, key: str) -> None:
+        """A tombstone, with Kafka's checks that the group's records are deleted in order
+        (IllegalStateError otherwise)."""
+        types, group_id = group.RECORDS, group.group_id
+        if t is types.group_metadata:
+            if group.members or group.target_assignment or group.assignment_epoch != -1:
+                raise IllegalStateError(
+                    f"a tombstone deletes {self.PROTOCOL} group {group_id} before its members "
+                    "and target assignment"
+                )
+            group.dead = True
+            del self.groups[group_id]
+        elif t is types.member_metadata:
+            member = group.members.get(key)
+            if member is not None and (member.member_epoch != -1 or key in group.target_assignment):
+                raise IllegalStateError(
+                    f"a tombstone deletes member {key} of {self.PROTOCOL} group {group_id} "
+                    "before its assignments"
+                )
+            group.remove_member(key)
+        elif t is types.current_member_assignment:
+            member = group.members.get(key)
+            if member is not None:
+                group.update_member(self._member_without_assignment(member))
+        elif t is types.target_assignment_member:
+            group.remove_target_assignment(key)
+        elif t is types.target_assignment_metadata:
+            if group.target_assignment:
+                raise IllegalStateError(
+                    f"a tombstone deletes the target assignment of {self.PROTOCOL} group "
+                    f"{group_id} while members still have one"
+                )
+            group.assignment_epoch = -1
+        else:
+            self._replay_own_tombstone(group, t, key)
+
+    def _new_group(self, group_id: str) -> G:
+        raise NotImplementedError
+
+    def _member_without_assignment(self, member: M) -> M:
+        """The member once its current assignment is tombstoned: epoch -1, nothing
+        assigned (as Kafka's replay leaves it before the member's own tombstone)."""
+        raise NotImplementedError
+
+    def _replay_own_value(self, group: G, key: str, value: RecordValue) -> None:
+        """A value of the protocol's own record types (regexes, share-partitions)."""
+        raise NotImplementedError
+
+    def _replay_own_tombstone(self, group: G, t: RecordType, key: str) -> None:
         raise NotImplementedError
 
     def replay_batch(self, batch: ReplayedBatch) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterable, Mapping
-from typing import Generic, Protocol, TypeVar
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from tidegate.clock import MonotonicMs
 from tidegate.coordinator.group.assignor.api import (
@@ -21,6 +21,7 @@ from tidegate.coordinator.group.assignor.api import (
     Assignment,
     SubscriptionType,
 )
+from tidegate.coordinator.group.modern.records import CoordinatorRecord, GroupRecordTypes, tombstone
 from tidegate.coordinator.group.modern.subscription import SubscriptionCount
 from tidegate.coordinator.group.modern.topics import MetadataImage
 from tidegate.errors import BrokerResponseError, ErrorCode
@@ -50,13 +51,19 @@ class IllegalStateError(RuntimeError):
 
 
 class ModernMember(Protocol):
-    """What the group reads of a member (a consumer or a share group member)."""
+    """What the group and its coordinator read of a member (a consumer or a share group
+    member)."""
 
     @property
     def member_id(self) -> str: ...
 
     @property
+    def member_epoch(self) -> int: ...
+
+    @property
     def subscribed_topic_names(self) -> frozenset[str]: ...
+
+    def replace(self, **changes: Any) -> Any: ...
 
 
 M = TypeVar("M", bound=ModernMember)
@@ -118,6 +125,9 @@ def described_topic_partitions(
 class ModernGroup(Generic[M]):
     """A modern group's state shared by both protocols (Kafka's ``ModernGroup``)."""
 
+    #: the types of the protocol's records
+    RECORDS: ClassVar[GroupRecordTypes]
+
     def __init__(self, group_id: str) -> None:
         self.group_id = group_id
         self.group_epoch = 0
@@ -135,6 +145,13 @@ class ModernGroup(Generic[M]):
 
     def _new_member(self, member_id: str) -> M:
         """A new member of this group's kind (not added)."""
+        raise NotImplementedError
+
+    def update_member(self, new: M) -> None:
+        """Add or replace a member, keeping the counts derived from the members."""
+        raise NotImplementedError
+
+    def remove_member(self, member_id: str) -> None:
         raise NotImplementedError
 
     def is_empty(self) -> bool:
@@ -189,6 +206,24 @@ class ModernGroup(Generic[M]):
         counts = dict(self.subscribed_topic_names)
         update_name_counts(counts, old, new)
         return counts
+
+    # -- deletion ---------------------------------------------------------------------------------
+    def create_group_tombstone_records(self) -> list[CoordinatorRecord]:
+        """Every record of the group as a tombstone, in Kafka's order: members' current
+        and target assignments, the target epoch, members, the protocol's own records
+        (:meth:`_own_tombstone_records`), then the group."""
+        types, group_id = self.RECORDS, self.group_id
+        return [
+            *(tombstone(types.current_member_assignment, group_id, m) for m in self.members),
+            *(tombstone(types.target_assignment_member, group_id, m) for m in self.members),
+            tombstone(types.target_assignment_metadata, group_id),
+            *(tombstone(types.member_metadata, group_id, m) for m in self.members),
+            *self._own_tombstone_records(),
+            tombstone(types.group_metadata, group_id),
+        ]
+
+    def _own_tombstone_records(self) -> list[CoordinatorRecord]:
+        return []
 
     # -- metadata refresh (soft state, not in any record) -------------------------------------
     def set_metadata_refresh_deadline(self, deadline_ms: MonotonicMs, group_epoch: int) -> None:

@@ -68,6 +68,31 @@ class RecordType(enum.IntEnum):
     CONSUMER_GROUP_REGULAR_EXPRESSION = 16
 
 
+@dataclass(frozen=True, slots=True)
+class GroupRecordTypes:
+    """The types of the records both protocols write, for one protocol."""
+
+    group_metadata: RecordType
+    member_metadata: RecordType
+    target_assignment_metadata: RecordType
+    target_assignment_member: RecordType
+    current_member_assignment: RecordType
+
+
+CONSUMER_GROUP_RECORDS = GroupRecordTypes(
+    RecordType.CONSUMER_GROUP_METADATA,
+    RecordType.CONSUMER_GROUP_MEMBER_METADATA,
+    RecordType.CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA,
+    RecordType.CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER,
+    RecordType.CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT,
+)
+SHARE_GROUP_RECORDS = GroupRecordTypes(
+    RecordType.SHARE_GROUP_METADATA,
+    RecordType.SHARE_GROUP_MEMBER_METADATA,
+    RecordType.SHARE_GROUP_TARGET_ASSIGNMENT_METADATA,
+    RecordType.SHARE_GROUP_TARGET_ASSIGNMENT_MEMBER,
+    RecordType.SHARE_GROUP_CURRENT_MEMBER_ASSIGNMENT,
+)
 #: The records of a consumer group (the classic tombstone it may write is the classic
 #: coordinator's to replay).
 CONSUMER_GROUP_RECORD_TYPES = frozenset({
@@ -137,21 +162,66 @@ class CoordinatorRecord:
     value: RecordValue | None = None
 
 
+# -- the helpers both protocols' record helpers are made of (Kafka's
+# GroupCoordinatorRecordHelpers) ------------------------------------------------------------
+def tombstone(record_type: RecordType, group_id: str, key: str = "") -> CoordinatorRecord:
+    return CoordinatorRecord(record_type, group_id, key)
+
+
+def group_epoch_record(
+    types: GroupRecordTypes, group_id: str, epoch: int, metadata_hash: int
+) -> CoordinatorRecord:
+    return CoordinatorRecord(
+        types.group_metadata, group_id, value=GroupMetadataValue(epoch, metadata_hash)
+    )
+
+
+def target_assignment_record(
+    types: GroupRecordTypes, group_id: str, member_id: str, partitions: Assignment
+) -> CoordinatorRecord:
+    return CoordinatorRecord(
+        types.target_assignment_member, group_id, member_id, TargetAssignmentMemberValue(partitions)
+    )
+
+
+def target_assignment_epoch_record(
+    types: GroupRecordTypes, group_id: str, assignment_epoch: int
+) -> CoordinatorRecord:
+    return CoordinatorRecord(
+        types.target_assignment_metadata,
+        group_id,
+        value=TargetAssignmentMetadataValue(assignment_epoch),
+    )
+
+
+def member_tombstone_records(
+    types: GroupRecordTypes, group_id: str, member_id: str
+) -> list[CoordinatorRecord]:
+    """A member's tombstones, in Kafka's order (current, target, member)."""
+    return [
+        tombstone(types.current_member_assignment, group_id, member_id),
+        tombstone(types.target_assignment_member, group_id, member_id),
+        tombstone(types.member_metadata, group_id, member_id),
+    ]
+
+
 def target_assignment_records(
-    records: list[TargetAssignmentRecord], member_type: RecordType, epoch_type: RecordType
+    types: GroupRecordTypes, records: list[TargetAssignmentRecord]
 ) -> list[CoordinatorRecord]:
     """A :class:`~tidegate.coordinator.group.modern.target_assignment_builder.
-    TargetAssignmentBuilder`'s records as a group's records of the given types (a member's
-    target: 7 or 13; the epoch: 6 or 12)."""
+    TargetAssignmentBuilder`'s records as a group's records (a member's target: 7 or 13;
+    the epoch: 6 or 12)."""
     out = []
     for record in records:
         if isinstance(record, TargetAssignmentMemberRecord):
-            value: RecordValue = TargetAssignmentMemberValue(record.partitions)
-            out.append(CoordinatorRecord(member_type, record.group_id, record.member_id, value))
+            out.append(
+                target_assignment_record(types, record.group_id, record.member_id, record.partitions)
+            )
         else:
             assert isinstance(record, TargetAssignmentEpochRecord)
-            value = TargetAssignmentMetadataValue(record.assignment_epoch)
-            out.append(CoordinatorRecord(epoch_type, record.group_id, value=value))
+            out.append(
+                target_assignment_epoch_record(types, record.group_id, record.assignment_epoch)
+            )
     return out
 
 

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import enum
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 from tidegate.coordinator.group.assignor.api import (
     EMPTY_ASSIGNMENT,
@@ -46,12 +46,7 @@ from tidegate.coordinator.group.modern.consumer.consumer_group_member import (
 )
 from tidegate.coordinator.group.modern.consumer.records import (
     CoordinatorRecord,
-    new_consumer_group_current_assignment_tombstone_record,
-    new_consumer_group_epoch_tombstone_record,
-    new_consumer_group_member_subscription_tombstone_record,
     new_consumer_group_regular_expression_tombstone,
-    new_consumer_group_target_assignment_epoch_tombstone_record,
-    new_consumer_group_target_assignment_tombstone_record,
 )
 from tidegate.coordinator.group.modern.consumer.resolved_regular_expression import (
     ResolvedRegularExpression,
@@ -65,6 +60,7 @@ from tidegate.coordinator.group.modern.modern_group import (
     described_topic_partitions,
     update_name_counts,
 )
+from tidegate.coordinator.group.modern.records import CONSUMER_GROUP_RECORDS
 from tidegate.coordinator.group.modern.subscription import SubscriptionCount, subscription_type
 from tidegate.coordinator.group.modern.topics import MetadataImage
 from tidegate.errors import ErrorCode
@@ -128,6 +124,8 @@ def described_partitions(
 
 
 class ConsumerGroup(ModernGroup[ConsumerGroupMember]):
+    RECORDS = CONSUMER_GROUP_RECORDS
+
     def __init__(self, group_id: str) -> None:
         super().__init__(group_id)
         #: instance id -> member id
@@ -447,21 +445,10 @@ class ConsumerGroup(ModernGroup[ConsumerGroupMember]):
         if self.state is not ConsumerGroupState.EMPTY:
             raise api_error(E.non_empty_group, "The group is not empty.")
 
-    def create_group_tombstone_records(self) -> list[CoordinatorRecord]:
-        """Every record of the group as a tombstone, in Kafka's order: members' current
-        and target assignments, the target epoch, members, regexes, then the group."""
-        group_id = self.group_id
-
-        def each(make: Callable[[str, str], CoordinatorRecord], keys: Iterable[str]) -> list:
-            return [make(group_id, key) for key in keys]
-
+    def _own_tombstone_records(self) -> list[CoordinatorRecord]:
         return [
-            *each(new_consumer_group_current_assignment_tombstone_record, self.members),
-            *each(new_consumer_group_target_assignment_tombstone_record, self.members),
-            new_consumer_group_target_assignment_epoch_tombstone_record(group_id),
-            *each(new_consumer_group_member_subscription_tombstone_record, self.members),
-            *each(new_consumer_group_regular_expression_tombstone, self.resolved_regular_expressions),
-            new_consumer_group_epoch_tombstone_record(group_id),
+            new_consumer_group_regular_expression_tombstone(self.group_id, regex)
+            for regex in self.resolved_regular_expressions
         ]
 
     # -- ConsumerGroupDescribe ------------------------------------------------------------------

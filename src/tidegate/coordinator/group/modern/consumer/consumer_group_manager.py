@@ -36,7 +36,7 @@ import logging
 import uuid
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from tidegate.clock import Clock, MonotonicMs
 from tidegate.coordinator.group.assignor import CONSUMER_GROUP_ASSIGNORS
@@ -62,14 +62,10 @@ from tidegate.coordinator.group.modern.consumer.current_assignment_builder impor
 from tidegate.coordinator.group.modern.consumer.records import (
     ConsumerGroupCurrentMemberAssignmentValue,
     ConsumerGroupMemberMetadataValue,
-    ConsumerGroupMetadataValue,
-    ConsumerGroupTargetAssignmentMemberValue,
-    ConsumerGroupTargetAssignmentMetadataValue,
     CoordinatorRecord,
     RecordType,
     from_target_assignment_records,
     member_with_assignment,
-    member_with_metadata,
     new_classic_group_tombstone_record,
     new_consumer_group_current_assignment_record,
     new_consumer_group_current_assignment_tombstone_record,
@@ -93,13 +89,14 @@ from tidegate.coordinator.group.modern.group_manager import (
     AppendRecords,
     CoordinatorOperation,
     GroupConfigLookup,
+    HeartbeatResult,
     ModernGroupManager,
+    is_blank,
     no_group_configs,
 )
 from tidegate.coordinator.group.modern.member_state import MemberState
 from tidegate.coordinator.group.modern.modern_group import (
     METADATA_REFRESH_INTERVAL_MS,
-    IllegalStateError,
     api_error,
     error_code_of,
 )
@@ -110,6 +107,9 @@ from tidegate.coordinator.group.modern.topics import MetadataImage
 from tidegate.errors import BrokerResponseError, ErrorCode
 from tidegate.protocol.messages import consumer_group_describe
 from tidegate.server.timer import SystemTimer
+
+if TYPE_CHECKING:
+    from tidegate.coordinator.group.modern.records import RecordValue
 
 log = logging.getLogger(__name__)
 
@@ -180,23 +180,11 @@ class ConsumerGroupHeartbeat:
     topic_filter: TopicFilter | None = field(default=None, compare=False)
 
 
-@dataclass(frozen=True, slots=True)
-class ConsumerGroupHeartbeatResult:
-    """The response's fields: ``assignment`` None = not sent (reference 1.5 step 9)."""
-
-    error: ErrorCode = E.none
-    error_message: str | None = None
-    member_id: str | None = None
-    member_epoch: int = 0
-    heartbeat_interval_ms: int = 0
-    assignment: Assignment | None = None
+#: The response's fields: ``assignment`` None = not sent (reference 1.5 step 9).
+ConsumerGroupHeartbeatResult = HeartbeatResult
 
 
 HeartbeatCallback = Callable[[ConsumerGroupHeartbeatResult], None]
-
-
-def _blank(value: str | None) -> bool:
-    return value is not None and not value.strip()
 
 
 def throw_if_consumer_group_heartbeat_request_is_invalid(
@@ -217,9 +205,9 @@ def throw_if_consumer_group_heartbeat_request_is_invalid(
         raise invalid("MemberId can't be empty.")
     if not request.group_id.strip():
         raise invalid("GroupId can't be empty.")
-    if _blank(request.instance_id):
+    if is_blank(request.instance_id):
         raise invalid("InstanceId can't be empty.")
-    if _blank(request.rack_id):
+    if is_blank(request.rack_id):
         raise invalid("RackId can't be empty.")
     if epoch == 0:
         if request.rebalance_timeout_ms == -1:
@@ -283,6 +271,7 @@ def throw_if_consumer_group_member_epoch_is_invalid(
 
 class ConsumerGroupManager(ModernGroupManager[ConsumerGroup, ConsumerGroupMember]):
     RECORD_TYPES = CONSUMER_GROUP_RECORD_TYPES
+    MEMBER_VALUES = (ConsumerGroupMemberMetadataValue, ConsumerGroupCurrentMemberAssignmentValue)
     TIMER_KINDS = ("session", "rebalance")
     PROTOCOL = "consumer"
     SESSION_TIMEOUT_MS_CONFIG = CONSUMER_SESSION_TIMEOUT_MS_CONFIG
@@ -324,54 +313,19 @@ class ConsumerGroupManager(ModernGroupManager[ConsumerGroup, ConsumerGroupMember
         if member.state is MemberState.UNREVOKED_PARTITIONS:
             self._schedule_rebalance_timeout(group.group_id, member)
 
-    # -- replay (Kafka's GroupMetadataManager.replay for each record type) -----------------------
-    def replay(self, record: CoordinatorRecord) -> None:
-        """Apply one record (a write just made, or the log at load)."""
-        t, group_id, key, value = record.type, record.group_id, record.key, record.value
-        if t is RecordType.CLASSIC_GROUP_METADATA:
-            return  # the classic coordinator's record
-        group = self.groups.get(group_id)
-        if group is None:
-            if value is None:
-                return  # a tombstone of something already gone
-            group = self.groups[group_id] = ConsumerGroup(group_id)
-        if value is None:
-            self._replay_tombstone(group, t, key)
-        elif isinstance(value, ConsumerGroupMetadataValue):
-            group.group_epoch = value.epoch
-            group.metadata_hash = value.metadata_hash
-        elif isinstance(value, ConsumerGroupMemberMetadataValue):
-            old = group.get_or_maybe_create_member(key, True)
-            group.update_member(member_with_metadata(old, value))
-        elif isinstance(value, ConsumerGroupCurrentMemberAssignmentValue):
-            old = group.get_or_maybe_create_member(key, True)
-            group.update_member(member_with_assignment(old, value))
-        elif isinstance(value, ConsumerGroupTargetAssignmentMemberValue):
-            group.update_target_assignment(key, value.partitions)
-        elif isinstance(value, ConsumerGroupTargetAssignmentMetadataValue):
-            group.assignment_epoch = value.assignment_epoch
-        elif isinstance(value, ResolvedRegularExpression):
-            group.update_resolved_regular_expression(key, value)
+    # -- replay: the consumer group's own records ----------------------------------------------
+    def _new_group(self, group_id: str) -> ConsumerGroup:
+        return ConsumerGroup(group_id)
 
-    def _replay_tombstone(self, group: ConsumerGroup, t: RecordType, key: str) -> None:
-        if t is RecordType.CONSUMER_GROUP_METADATA:
-            if group.members or group.target_assignment:
-                raise IllegalStateError(
-                    f"a tombstone deletes group {group.group_id} while it has members"
-                )
-            group.dead = True
-            del self.groups[group.group_id]
-        elif t is RecordType.CONSUMER_GROUP_MEMBER_METADATA:
-            group.remove_member(key)
-        elif t is RecordType.CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT:
-            member = group.members.get(key)
-            if member is not None:
-                group.update_member(member_with_assignment(member, None))
-        elif t is RecordType.CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER:
-            group.remove_target_assignment(key)
-        elif t is RecordType.CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA:
-            group.assignment_epoch = -1
-        elif t is RecordType.CONSUMER_GROUP_REGULAR_EXPRESSION:
+    def _member_without_assignment(self, member: ConsumerGroupMember) -> ConsumerGroupMember:
+        return member_with_assignment(member, None)
+
+    def _replay_own_value(self, group: ConsumerGroup, key: str, value: RecordValue) -> None:
+        assert isinstance(value, ResolvedRegularExpression), value
+        group.update_resolved_regular_expression(key, value)
+
+    def _replay_own_tombstone(self, group: ConsumerGroup, t: RecordType, key: str) -> None:
+        if t is RecordType.CONSUMER_GROUP_REGULAR_EXPRESSION:
             group.remove_resolved_regular_expression(key)
 
     # -- ConsumerGroupHeartbeat ----------------------------------------------------------------

@@ -38,13 +38,18 @@ from tidegate.coordinator.group.modern.consumer.resolved_regular_expression impo
 )
 from tidegate.coordinator.group.modern.member_state import MemberState
 from tidegate.coordinator.group.modern.records import (
+    CONSUMER_GROUP_RECORDS,
     CoordinatorRecord,
     GroupMetadataValue,
     RecordType,
     TargetAssignmentMemberValue,
     TargetAssignmentMetadataValue,
+    group_epoch_record,
     member_updated_with,
+    target_assignment_epoch_record,
+    target_assignment_record,
     target_assignment_records,
+    tombstone,
     value_from_member,
 )
 from tidegate.coordinator.group.modern.target_assignment_builder import TargetAssignmentRecord
@@ -104,52 +109,39 @@ def new_consumer_group_member_subscription_record(
 def new_consumer_group_member_subscription_tombstone_record(
     group_id: str, member_id: str
 ) -> CoordinatorRecord:
-    return CoordinatorRecord(RecordType.CONSUMER_GROUP_MEMBER_METADATA, group_id, member_id)
+    return tombstone(RecordType.CONSUMER_GROUP_MEMBER_METADATA, group_id, member_id)
 
 
 def new_consumer_group_epoch_record(
     group_id: str, epoch: int, metadata_hash: int
 ) -> CoordinatorRecord:
-    return CoordinatorRecord(
-        RecordType.CONSUMER_GROUP_METADATA,
-        group_id,
-        value=ConsumerGroupMetadataValue(epoch, metadata_hash),
-    )
+    return group_epoch_record(CONSUMER_GROUP_RECORDS, group_id, epoch, metadata_hash)
 
 
 def new_consumer_group_epoch_tombstone_record(group_id: str) -> CoordinatorRecord:
-    return CoordinatorRecord(RecordType.CONSUMER_GROUP_METADATA, group_id)
+    return tombstone(RecordType.CONSUMER_GROUP_METADATA, group_id)
 
 
 def new_consumer_group_target_assignment_record(
     group_id: str, member_id: str, partitions: Assignment
 ) -> CoordinatorRecord:
-    return CoordinatorRecord(
-        RecordType.CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER,
-        group_id,
-        member_id,
-        ConsumerGroupTargetAssignmentMemberValue(partitions),
-    )
+    return target_assignment_record(CONSUMER_GROUP_RECORDS, group_id, member_id, partitions)
 
 
 def new_consumer_group_target_assignment_tombstone_record(
     group_id: str, member_id: str
 ) -> CoordinatorRecord:
-    return CoordinatorRecord(RecordType.CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER, group_id, member_id)
+    return tombstone(RecordType.CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER, group_id, member_id)
 
 
 def new_consumer_group_target_assignment_epoch_record(
     group_id: str, assignment_epoch: int
 ) -> CoordinatorRecord:
-    return CoordinatorRecord(
-        RecordType.CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA,
-        group_id,
-        value=ConsumerGroupTargetAssignmentMetadataValue(assignment_epoch),
-    )
+    return target_assignment_epoch_record(CONSUMER_GROUP_RECORDS, group_id, assignment_epoch)
 
 
 def new_consumer_group_target_assignment_epoch_tombstone_record(group_id: str) -> CoordinatorRecord:
-    return CoordinatorRecord(RecordType.CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA, group_id)
+    return tombstone(RecordType.CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA, group_id)
 
 
 def new_consumer_group_current_assignment_record(
@@ -166,9 +158,7 @@ def new_consumer_group_current_assignment_record(
 def new_consumer_group_current_assignment_tombstone_record(
     group_id: str, member_id: str
 ) -> CoordinatorRecord:
-    return CoordinatorRecord(
-        RecordType.CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT, group_id, member_id
-    )
+    return tombstone(RecordType.CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT, group_id, member_id)
 
 
 def new_consumer_group_regular_expression_record(
@@ -178,23 +168,18 @@ def new_consumer_group_regular_expression_record(
 
 
 def new_consumer_group_regular_expression_tombstone(group_id: str, regex: str) -> CoordinatorRecord:
-    return CoordinatorRecord(RecordType.CONSUMER_GROUP_REGULAR_EXPRESSION, group_id, regex)
+    return tombstone(RecordType.CONSUMER_GROUP_REGULAR_EXPRESSION, group_id, regex)
 
 
 def new_classic_group_tombstone_record(group_id: str) -> CoordinatorRecord:
     """The tombstone of a classic group's stored generation (an empty classic group that a
     consumer group replaces)."""
-    return CoordinatorRecord(RecordType.CLASSIC_GROUP_METADATA, group_id)
+    return tombstone(RecordType.CLASSIC_GROUP_METADATA, group_id)
 
 
 def from_target_assignment_records(records: list[TargetAssignmentRecord]) -> list[CoordinatorRecord]:
-    """A :class:`~tidegate.coordinator.group.modern.target_assignment_builder.
-    TargetAssignmentBuilder`'s records as a consumer group's records (7 and 6)."""
-    return target_assignment_records(
-        records,
-        RecordType.CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER,
-        RecordType.CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA,
-    )
+    """A target assignment builder's records as a consumer group's records (7 and 6)."""
+    return target_assignment_records(CONSUMER_GROUP_RECORDS, records)
 
 
 def member_with_metadata(

@@ -27,13 +27,18 @@ from dataclasses import dataclass
 from tidegate.coordinator.group.assignor.api import EMPTY_ASSIGNMENT, Assignment
 from tidegate.coordinator.group.modern.member_state import MemberState
 from tidegate.coordinator.group.modern.records import (
+    SHARE_GROUP_RECORDS,
     CoordinatorRecord,
     GroupMetadataValue,
     RecordType,
     TargetAssignmentMemberValue,
     TargetAssignmentMetadataValue,
+    group_epoch_record,
     member_updated_with,
+    target_assignment_epoch_record,
+    target_assignment_record,
     target_assignment_records,
+    tombstone,
     value_from_member,
 )
 from tidegate.coordinator.group.modern.share.share_group_member import ShareGroupMember
@@ -97,50 +102,37 @@ def new_share_group_member_subscription_record(
 def new_share_group_member_subscription_tombstone_record(
     group_id: str, member_id: str
 ) -> CoordinatorRecord:
-    return CoordinatorRecord(RecordType.SHARE_GROUP_MEMBER_METADATA, group_id, member_id)
+    return tombstone(RecordType.SHARE_GROUP_MEMBER_METADATA, group_id, member_id)
 
 
-def new_share_group_epoch_record(
-    group_id: str, epoch: int, metadata_hash: int
-) -> CoordinatorRecord:
-    return CoordinatorRecord(
-        RecordType.SHARE_GROUP_METADATA, group_id, value=GroupMetadataValue(epoch, metadata_hash)
-    )
+def new_share_group_epoch_record(group_id: str, epoch: int, metadata_hash: int) -> CoordinatorRecord:
+    return group_epoch_record(SHARE_GROUP_RECORDS, group_id, epoch, metadata_hash)
 
 
 def new_share_group_epoch_tombstone_record(group_id: str) -> CoordinatorRecord:
-    return CoordinatorRecord(RecordType.SHARE_GROUP_METADATA, group_id)
+    return tombstone(RecordType.SHARE_GROUP_METADATA, group_id)
 
 
 def new_share_group_target_assignment_record(
     group_id: str, member_id: str, partitions: Assignment
 ) -> CoordinatorRecord:
-    return CoordinatorRecord(
-        RecordType.SHARE_GROUP_TARGET_ASSIGNMENT_MEMBER,
-        group_id,
-        member_id,
-        TargetAssignmentMemberValue(partitions),
-    )
+    return target_assignment_record(SHARE_GROUP_RECORDS, group_id, member_id, partitions)
 
 
 def new_share_group_target_assignment_tombstone_record(
     group_id: str, member_id: str
 ) -> CoordinatorRecord:
-    return CoordinatorRecord(RecordType.SHARE_GROUP_TARGET_ASSIGNMENT_MEMBER, group_id, member_id)
+    return tombstone(RecordType.SHARE_GROUP_TARGET_ASSIGNMENT_MEMBER, group_id, member_id)
 
 
 def new_share_group_target_assignment_epoch_record(
     group_id: str, assignment_epoch: int
 ) -> CoordinatorRecord:
-    return CoordinatorRecord(
-        RecordType.SHARE_GROUP_TARGET_ASSIGNMENT_METADATA,
-        group_id,
-        value=TargetAssignmentMetadataValue(assignment_epoch),
-    )
+    return target_assignment_epoch_record(SHARE_GROUP_RECORDS, group_id, assignment_epoch)
 
 
 def new_share_group_target_assignment_epoch_tombstone_record(group_id: str) -> CoordinatorRecord:
-    return CoordinatorRecord(RecordType.SHARE_GROUP_TARGET_ASSIGNMENT_METADATA, group_id)
+    return tombstone(RecordType.SHARE_GROUP_TARGET_ASSIGNMENT_METADATA, group_id)
 
 
 def new_share_group_current_assignment_record(
@@ -157,7 +149,7 @@ def new_share_group_current_assignment_record(
 def new_share_group_current_assignment_tombstone_record(
     group_id: str, member_id: str
 ) -> CoordinatorRecord:
-    return CoordinatorRecord(RecordType.SHARE_GROUP_CURRENT_MEMBER_ASSIGNMENT, group_id, member_id)
+    return tombstone(RecordType.SHARE_GROUP_CURRENT_MEMBER_ASSIGNMENT, group_id, member_id)
 
 
 def new_share_group_state_partition_metadata_record(
@@ -176,18 +168,12 @@ def new_share_group_state_partition_metadata_record(
 
 
 def new_share_group_state_partition_metadata_tombstone_record(group_id: str) -> CoordinatorRecord:
-    return CoordinatorRecord(RecordType.SHARE_GROUP_STATE_PARTITION_METADATA, group_id)
+    return tombstone(RecordType.SHARE_GROUP_STATE_PARTITION_METADATA, group_id)
 
 
-def from_target_assignment_records(
-    records: list[TargetAssignmentRecord],
-) -> list[CoordinatorRecord]:
+def from_target_assignment_records(records: list[TargetAssignmentRecord]) -> list[CoordinatorRecord]:
     """A target assignment builder's records as a share group's records (13 and 12)."""
-    return target_assignment_records(
-        records,
-        RecordType.SHARE_GROUP_TARGET_ASSIGNMENT_MEMBER,
-        RecordType.SHARE_GROUP_TARGET_ASSIGNMENT_METADATA,
-    )
+    return target_assignment_records(SHARE_GROUP_RECORDS, records)
 
 
 def member_with_metadata(

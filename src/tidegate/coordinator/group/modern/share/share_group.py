@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import enum
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from tidegate.clock import MonotonicMs
@@ -32,16 +32,11 @@ from tidegate.coordinator.group.modern.modern_group import (
     described_topic_partitions,
     update_name_counts,
 )
-from tidegate.coordinator.group.modern.records import CoordinatorRecord
+from tidegate.coordinator.group.modern.records import SHARE_GROUP_RECORDS, CoordinatorRecord
 from tidegate.coordinator.group.modern.share.records import (
     ShareGroupStatePartitionMetadataValue,
     TopicPartitionsInfo,
-    new_share_group_current_assignment_tombstone_record,
-    new_share_group_epoch_tombstone_record,
-    new_share_group_member_subscription_tombstone_record,
     new_share_group_state_partition_metadata_tombstone_record,
-    new_share_group_target_assignment_epoch_tombstone_record,
-    new_share_group_target_assignment_tombstone_record,
 )
 from tidegate.coordinator.group.modern.share.share_group_member import ShareGroupMember
 from tidegate.coordinator.group.modern.subscription import subscription_type
@@ -101,6 +96,8 @@ def infos(init_map: InitMap) -> dict[uuid.UUID, TopicPartitionsInfo]:
 
 
 class ShareGroup(ModernGroup[ShareGroupMember]):
+    RECORDS = SHARE_GROUP_RECORDS
+
     def __init__(self, group_id: str) -> None:
         super().__init__(group_id)
         #: record 15: topic id -> its share-partitions in each set
@@ -181,23 +178,8 @@ class ShareGroup(ModernGroup[ShareGroupMember]):
         if self.state is not ShareGroupState.EMPTY:
             raise api_error(E.non_empty_group, "The group is not empty.")
 
-    def create_group_tombstone_records(self) -> list[CoordinatorRecord]:
-        """Every record of the group as a tombstone, in Kafka's order: members' current
-        and target assignments, the target epoch, members, the share-partitions, then the
-        group."""
-        group_id = self.group_id
-
-        def each(make: Callable[[str, str], CoordinatorRecord], keys: Iterable[str]) -> list:
-            return [make(group_id, key) for key in keys]
-
-        return [
-            *each(new_share_group_current_assignment_tombstone_record, self.members),
-            *each(new_share_group_target_assignment_tombstone_record, self.members),
-            new_share_group_target_assignment_epoch_tombstone_record(group_id),
-            *each(new_share_group_member_subscription_tombstone_record, self.members),
-            new_share_group_state_partition_metadata_tombstone_record(group_id),
-            new_share_group_epoch_tombstone_record(group_id),
-        ]
+    def _own_tombstone_records(self) -> list[CoordinatorRecord]:
+        return [new_share_group_state_partition_metadata_tombstone_record(self.group_id)]
 
     # -- ShareGroupDescribe -------------------------------------------------------------------
     def describe(

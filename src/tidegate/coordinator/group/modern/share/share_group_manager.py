@@ -56,6 +56,7 @@ import logging
 import uuid
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from tidegate.clock import Clock, MonotonicMs
 from tidegate.coordinator.group.assignor.api import (
@@ -71,12 +72,13 @@ from tidegate.coordinator.group.modern.group_manager import (
     AppendRecords,
     CoordinatorOperation,
     GroupConfigLookup,
+    HeartbeatResult,
     ModernGroupManager,
+    is_blank,
     no_group_configs,
 )
 from tidegate.coordinator.group.modern.modern_group import (
     METADATA_REFRESH_INTERVAL_MS,
-    IllegalStateError,
     api_error,
     error_code_of,
     topic_partitions_of,
@@ -85,10 +87,7 @@ from tidegate.coordinator.group.modern.modern_group import (
 from tidegate.coordinator.group.modern.records import (
     SHARE_GROUP_RECORD_TYPES,
     CoordinatorRecord,
-    GroupMetadataValue,
     RecordType,
-    TargetAssignmentMemberValue,
-    TargetAssignmentMetadataValue,
 )
 from tidegate.coordinator.group.modern.share.persister import (
     UNINITIALIZED_DELIVERY_COMPLETE_COUNT,
@@ -104,7 +103,6 @@ from tidegate.coordinator.group.modern.share.records import (
     ShareGroupStatePartitionMetadataValue,
     from_target_assignment_records,
     member_with_assignment,
-    member_with_metadata,
     new_share_group_current_assignment_record,
     new_share_group_current_assignment_tombstone_record,
     new_share_group_epoch_record,
@@ -148,6 +146,9 @@ from tidegate.protocol.messages.describe_share_group_offsets import (
     DescribeShareGroupOffsetsResponseTopic,
 )
 from tidegate.server.timer import SystemTimer
+
+if TYPE_CHECKING:
+    from tidegate.coordinator.group.modern.records import RecordValue
 
 log = logging.getLogger(__name__)
 
@@ -194,16 +195,7 @@ class ShareGroupHeartbeat:
     client_host: str = ""
 
 
-@dataclass(frozen=True, slots=True)
-class ShareGroupHeartbeatResult:
-    """The response's fields: ``assignment`` None = not sent."""
-
-    error: ErrorCode = E.none
-    error_message: str | None = None
-    member_id: str | None = None
-    member_epoch: int = 0
-    heartbeat_interval_ms: int = 0
-    assignment: Assignment | None = None
+ShareGroupHeartbeatResult = HeartbeatResult
 
 
 HeartbeatCallback = Callable[[ShareGroupHeartbeatResult], None]
@@ -220,10 +212,6 @@ class _Initialize:
     start_offsets: Mapping[uuid.UUID, Mapping[int, int]]
 
 
-def _blank(value: str | None) -> bool:
-    return value is not None and not value.strip()
-
-
 def throw_if_share_group_heartbeat_request_is_invalid(request: ShareGroupHeartbeat) -> None:
     """INVALID_REQUEST (reference 2.3; Kafka's ``GroupCoordinatorService.
     throwIfShareGroupHeartbeatRequestIsInvalid`` and KafkaApis' member id length check)."""
@@ -237,7 +225,7 @@ def throw_if_share_group_heartbeat_request_is_invalid(request: ShareGroupHeartbe
         raise invalid(f"MemberId can't be longer than {MAX_MEMBER_ID_LENGTH} characters.")
     if not request.group_id.strip():
         raise invalid("GroupId can't be empty.")
-    if _blank(request.rack_id):
+    if is_blank(request.rack_id):
         raise invalid("RackId can't be empty.")
     if request.member_epoch == 0:
         if not request.subscribed_topic_names:
@@ -281,6 +269,7 @@ def _updated_member(member: ShareGroupMember, req: ShareGroupHeartbeat) -> Share
 
 class ShareGroupManager(ModernGroupManager[ShareGroup, ShareGroupMember]):
     RECORD_TYPES = SHARE_GROUP_RECORD_TYPES
+    MEMBER_VALUES = (ShareGroupMemberMetadataValue, ShareGroupCurrentMemberAssignmentValue)
     PROTOCOL = "share"
     SESSION_TIMEOUT_MS_CONFIG = SHARE_SESSION_TIMEOUT_MS_CONFIG
     HEARTBEAT_INTERVAL_MS_CONFIG = SHARE_HEARTBEAT_INTERVAL_MS_CONFIG
@@ -316,65 +305,19 @@ class ShareGroupManager(ModernGroupManager[ShareGroup, ShareGroupMember]):
         self.other_groups = other_groups
         self.assignor = assignor
 
-    # -- replay (Kafka's GroupMetadataManager.replay for the share group records) ----------------
-    def replay(self, record: CoordinatorRecord) -> None:
-        t, group_id, key, value = record.type, record.group_id, record.key, record.value
-        group = self.groups.get(group_id)
-        if group is None:
-            if value is None:
-                return  # a tombstone of something already gone
-            group = self.groups[group_id] = ShareGroup(group_id)
-        if value is None:
-            self._replay_tombstone(group, t, key)
-        elif isinstance(value, GroupMetadataValue):
-            group.group_epoch = value.epoch
-            group.metadata_hash = value.metadata_hash
-        elif isinstance(value, ShareGroupMemberMetadataValue):
-            old = group.get_or_maybe_create_member(key, True)
-            group.update_member(member_with_metadata(old, value))
-        elif isinstance(value, ShareGroupCurrentMemberAssignmentValue):
-            old = group.get_or_maybe_create_member(key, True)
-            group.update_member(member_with_assignment(old, value))
-        elif isinstance(value, TargetAssignmentMemberValue):
-            group.update_target_assignment(key, value.partitions)
-        elif isinstance(value, TargetAssignmentMetadataValue):
-            group.assignment_epoch = value.assignment_epoch
-        elif isinstance(value, ShareGroupStatePartitionMetadataValue):
-            group.replay_state_partition_metadata(value, self.clock.milliseconds())
+    # -- replay: the share group's own records ------------------------------------------------
+    def _new_group(self, group_id: str) -> ShareGroup:
+        return ShareGroup(group_id)
 
-    def _replay_tombstone(self, group: ShareGroup, t: RecordType, key: str) -> None:
-        if t is RecordType.SHARE_GROUP_METADATA:
-            if group.members or group.target_assignment or group.assignment_epoch != -1:
-                raise IllegalStateError(
-                    f"a tombstone deletes share group {group.group_id} while it has members "
-                    "or a target assignment"
-                )
-            group.dead = True
-            del self.groups[group.group_id]
-        elif t is RecordType.SHARE_GROUP_MEMBER_METADATA:
-            member = group.members.get(key)
-            if member is not None and (
-                member.member_epoch != LEAVE_GROUP_MEMBER_EPOCH or key in group.target_assignment
-            ):
-                raise IllegalStateError(
-                    f"a tombstone deletes member {key} of share group {group.group_id} before "
-                    "its assignments"
-                )
-            group.remove_member(key)
-        elif t is RecordType.SHARE_GROUP_CURRENT_MEMBER_ASSIGNMENT:
-            member = group.members.get(key)
-            if member is not None:
-                group.update_member(member_with_assignment(member, None))
-        elif t is RecordType.SHARE_GROUP_TARGET_ASSIGNMENT_MEMBER:
-            group.remove_target_assignment(key)
-        elif t is RecordType.SHARE_GROUP_TARGET_ASSIGNMENT_METADATA:
-            if group.target_assignment:
-                raise IllegalStateError(
-                    f"a tombstone deletes the target assignment of share group {group.group_id} "
-                    "while members still have one"
-                )
-            group.assignment_epoch = -1
-        elif t is RecordType.SHARE_GROUP_STATE_PARTITION_METADATA:
+    def _member_without_assignment(self, member: ShareGroupMember) -> ShareGroupMember:
+        return member_with_assignment(member, None)
+
+    def _replay_own_value(self, group: ShareGroup, key: str, value: RecordValue) -> None:
+        assert isinstance(value, ShareGroupStatePartitionMetadataValue), value
+        group.replay_state_partition_metadata(value, self.clock.milliseconds())
+
+    def _replay_own_tombstone(self, group: ShareGroup, t: RecordType, key: str) -> None:
+        if t is RecordType.SHARE_GROUP_STATE_PARTITION_METADATA:
             group.replay_state_partition_metadata(None, self.clock.milliseconds())
 
     # -- the groups -----------------------------------------------------------------------------
