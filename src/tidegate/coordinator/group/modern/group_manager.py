@@ -46,6 +46,7 @@ from tidegate.coordinator.group.modern.modern_group import (
     ModernGroup,
     ModernMember,
     api_error,
+    error_code_of,
 )
 from tidegate.coordinator.group.modern.records import (
     CoordinatorRecord,
@@ -57,7 +58,7 @@ from tidegate.coordinator.group.modern.records import (
 )
 from tidegate.coordinator.group.modern.subscription import SubscriptionCount
 from tidegate.coordinator.group.modern.topics import MetadataImage, compute_metadata_hash
-from tidegate.errors import ErrorCode
+from tidegate.errors import BrokerResponseError, ErrorCode
 from tidegate.log.replay import ReplayedBatch
 from tidegate.server.timer import FunctionTask, SystemTimer
 
@@ -284,6 +285,40 @@ class ModernGroupManager(Generic[G, M]):
         for task in self._timers.values():
             task.cancel()
         self._timers.clear()
+
+    # -- heartbeats ---------------------------------------------------------------------------
+    def _heartbeat(
+        self,
+        name: str,
+        group_id: str,
+        handle: Callable[[], tuple[CoordinatorOperation, HeartbeatResult]],
+        callback: Callable[[HeartbeatResult], None],
+        then: Callable[[HeartbeatResult], None] | None = None,
+    ) -> None:
+        """Run a heartbeat: ``handle`` computes its operation and answer (or raises the
+        error to answer); the answer goes to ``callback`` once the operation is durable,
+        or to ``then`` if given (which answers ``callback`` itself)."""
+        try:
+            if not self.active:
+                raise api_error(E.coordinator_not_available, "The coordinator is not active.")
+            op, result = handle()
+        except BrokerResponseError as exc:
+            callback(HeartbeatResult(error_code_of(exc), exc.message))
+            return
+        except Exception as exc:  # a bug: answer it rather than leave the member hanging
+            log.exception("%s of group %s failed", name, group_id)
+            callback(HeartbeatResult(E.unknown_server_error, str(exc)))
+            return
+
+        def done(error: ErrorCode) -> None:
+            if error is not E.none:
+                callback(HeartbeatResult(error))
+            elif then is None:
+                callback(result)
+            else:
+                then(result)
+
+        self._commit(op, done)
 
     # -- writing -----------------------------------------------------------------------------
     def _commit(

@@ -334,27 +334,15 @@ class ConsumerGroupManager(ModernGroupManager[ConsumerGroup, ConsumerGroupMember
     ) -> None:
         """Handle a heartbeat (a join at epoch 0, a leave at -1 or -2); ``callback`` gets
         the answer once what it changed is durable (maybe before this returns)."""
-        try:
-            if not self.active:
-                raise api_error(E.coordinator_not_available, "The coordinator is not active.")
+
+        def handle() -> tuple[CoordinatorOperation, ConsumerGroupHeartbeatResult]:
             throw_if_consumer_group_heartbeat_request_is_invalid(request, self.assignors)
             self._maybe_update_metadata_image()
             if request.member_epoch in (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH):
-                op, result = self._consumer_group_leave(request)
-            else:
-                op, result = self._consumer_group_heartbeat(request)
-        except BrokerResponseError as exc:
-            callback(ConsumerGroupHeartbeatResult(error_code_of(exc), exc.message))
-            return
-        except Exception as exc:  # a bug: answer it rather than leave the member hanging
-            log.exception("ConsumerGroupHeartbeat of group %s failed", request.group_id)
-            callback(ConsumerGroupHeartbeatResult(E.unknown_server_error, str(exc)))
-            return
+                return self._consumer_group_leave(request)
+            return self._consumer_group_heartbeat(request)
 
-        def done(error: ErrorCode) -> None:
-            callback(result if error is E.none else ConsumerGroupHeartbeatResult(error))
-
-        self._commit(op, done)
+        self._heartbeat("ConsumerGroupHeartbeat", request.group_id, handle, callback)
 
     def _consumer_group_heartbeat(
         self, req: ConsumerGroupHeartbeat

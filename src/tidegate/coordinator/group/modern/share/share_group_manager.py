@@ -365,32 +365,23 @@ class ShareGroupManager(ModernGroupManager[ShareGroup, ShareGroupMember]):
         """Handle a heartbeat (a join at epoch 0, a leave at -1); ``callback`` gets the
         answer once what it changed is durable (maybe before this returns)."""
         init: _Initialize | None = None
-        try:
-            if not self.active:
-                raise api_error(E.coordinator_not_available, "The coordinator is not active.")
+
+        def handle() -> tuple[CoordinatorOperation, ShareGroupHeartbeatResult]:
+            nonlocal init
             throw_if_share_group_heartbeat_request_is_invalid(request)
             self._maybe_update_metadata_image()
             if request.member_epoch == LEAVE_GROUP_MEMBER_EPOCH:
-                op, result = self._share_group_leave(request)
-            else:
-                op, result, init = self._share_group_heartbeat(request)
-        except BrokerResponseError as exc:
-            callback(ShareGroupHeartbeatResult(error_code_of(exc), exc.message))
-            return
-        except Exception as exc:  # a bug: answer it rather than leave the member hanging
-            log.exception("ShareGroupHeartbeat of group %s failed", request.group_id)
-            callback(ShareGroupHeartbeatResult(E.unknown_server_error, str(exc)))
-            return
+                return self._share_group_leave(request)
+            op, result, init = self._share_group_heartbeat(request)
+            return op, result
 
-        def done(error: ErrorCode) -> None:
-            if error is not E.none:
-                callback(ShareGroupHeartbeatResult(error))
-            elif init is None:
+        def then(result: ShareGroupHeartbeatResult) -> None:
+            if init is None:
                 callback(result)
             else:
                 self._initialize_then_answer(init, request, result, callback)
 
-        self._commit(op, done)
+        self._heartbeat("ShareGroupHeartbeat", request.group_id, handle, callback, then)
 
     def _share_group_heartbeat(
         self, req: ShareGroupHeartbeat
