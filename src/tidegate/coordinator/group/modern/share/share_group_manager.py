@@ -861,8 +861,8 @@ class ShareGroupManager(ModernGroupManager[ShareGroup, ShareGroupMember]):
         the group), then the group is tombstoned."""
         targets = [g for g in dict.fromkeys(group_ids) if g in self.groups]
         results: dict[str, ErrorCode] = {}
-        if not targets:
-            callback(results)
+        if not targets or not self.active:
+            callback(dict.fromkeys(targets, E.coordinator_not_available))
             return
 
         def one_done(group_id: str, error: ErrorCode) -> None:
@@ -1045,7 +1045,10 @@ class ShareGroupManager(ModernGroupManager[ShareGroup, ShareGroupMember]):
             new_share_group_epoch_record(group_id, state_epoch, group.metadata_hash),
             self._initializing_record(group, initializing),
         ])  # fmt: skip
-        self._log_bump(group_id, state_epoch, group.metadata_hash)
+        log.info(
+            "[GroupId %s] Bumped group epoch to %d to initialize share-partitions at new offsets.",
+            group_id, state_epoch,
+        )  # fmt: skip
 
         def persisted(errors: PartitionErrors) -> None:
             if first_error(errors) is not E.none:
