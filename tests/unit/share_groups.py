@@ -1,24 +1,19 @@
 """A KIP-932 share group coordinator on fake time, over the broker's real parts (the
 consumer group harness's: ``LogManager``, ``ReplicaManager``, ``__consumer_offsets``
 through ``OffsetsLog.append``, the ``TopicStore`` as the metadata image, a ``SystemTimer``)
-and the share-partitions' real state store (``InMemoryPersister``), seen through the
-group coordinator's persister calls by :class:`GroupStatePersister`. Shared by the share
-group test modules."""
+and the share-partitions' real state store (``InMemoryPersister``, with the share
+coordinator's checks), whose answers :class:`HeldPersister` can hold or fail. Shared by
+the share group test modules."""
 
 from __future__ import annotations
 
 import functools
 import uuid
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from tests.unit.consumer_groups import Harness
-from tidegate.coordinator.group.modern.share.persister import (
-    ErrorsCallback,
-    PartitionStateSummary,
-    SummaryCallback,
-)
 from tidegate.coordinator.group.modern.share.share_group import ShareGroup
 from tidegate.coordinator.group.modern.share.share_group_manager import (
     ShareGroupConfig,
@@ -27,12 +22,16 @@ from tidegate.coordinator.group.modern.share.share_group_manager import (
     ShareGroupManager,
 )
 from tidegate.coordinator.group.modern.share.share_group_member import ShareGroupMember
+from tidegate.coordinator.group.modern.topics import MetadataImage
 from tidegate.errors import ErrorCode as E
-from tidegate.server.share.in_flight import RecordState
-from tidegate.server.share.persister import InMemoryPersister, SharePartitionKey
-
-#: the persisted delivery states that count as delivered for the lag (KIP-1226)
-_TERMINAL = (RecordState.ACKNOWLEDGED, RecordState.ARCHIVED)
+from tidegate.server.share.persister import (
+    InMemoryPersister,
+    PersisterWrite,
+    ReadCallback,
+    SharePartitionKey,
+    SummaryCallback,
+    WriteCallback,
+)
 
 
 def subdir(tmp_path: Path, name: str) -> Path:
@@ -42,69 +41,48 @@ def subdir(tmp_path: Path, name: str) -> Path:
     return path
 
 
-class GroupStatePersister:
-    """The group coordinator's persister calls (``ShareGroupStatePersister``) over the
-    share-partitions' ``InMemoryPersister``, partition by partition.
+class HeldPersister:
+    """The share-partitions' ``InMemoryPersister``, with the share coordinator's checks
+    against the topics of ``image``, whose answers to initialize and delete can be held
+    (``hold``: until :meth:`release`, the persister answering later) or failed (``fail``:
+    that error, nothing stored). ``calls`` lists what was asked, in order."""
 
-    ``hold``: calls wait until :meth:`release` (the persister answering later);
-    ``fail``: every share-partition of the next calls answers that error (nothing
-    stored). ``calls`` lists what was asked."""
-
-    def __init__(self, store: InMemoryPersister | None = None) -> None:
-        self.store = store or InMemoryPersister()
+    def __init__(self) -> None:
+        self.image: MetadataImage | None = None
+        self.store = InMemoryPersister(self._partitions)
         self.hold = False
         self.fail: E | None = None
-        self.calls: list[tuple[str, str, Any]] = []
+        self.calls: list[tuple[str, SharePartitionKey, int, int]] = []
         self._held: list[Callable[[], None]] = []
 
-    def initialize_state(
-        self,
-        group_id: str,
-        state_epoch: int,
-        start_offsets: Mapping[uuid.UUID, Mapping[int, int]],
-        callback: ErrorsCallback,
-    ) -> None:
-        offsets = {t: dict(p) for t, p in start_offsets.items()}
-        self.calls.append(("initialize", group_id, (state_epoch, offsets)))
+    def _partitions(self, topic_id: uuid.UUID) -> int | None:
+        topic = None if self.image is None else self.image.get_by_id(topic_id)
+        return None if topic is None else topic.partitions
 
-        def init(key: SharePartitionKey, done: Callable[[E], None]) -> None:
-            self.store.initialize(key, state_epoch, offsets[key.topic_id][key.partition], done)
+    def initialize(self, key: SharePartitionKey, state_epoch: int, start_offset: int, callback: WriteCallback) -> None:
+        self.calls.append(("initialize", key, state_epoch, start_offset))
+        self._run(functools.partial(self.store.initialize, key, state_epoch, start_offset, callback), callback)
 
-        self._each(group_id, offsets, init, callback)
+    def delete(self, key: SharePartitionKey, callback: WriteCallback) -> None:
+        self.calls.append(("delete", key, -1, -1))
+        self._run(functools.partial(self.store.delete, key, callback), callback)
 
-    def delete_state(
-        self, group_id: str, partitions: Mapping[uuid.UUID, Collection[int]], callback: ErrorsCallback
-    ) -> None:
-        self.calls.append(("delete", group_id, {t: sorted(p) for t, p in partitions.items()}))
-        self._each(group_id, partitions, self.store.delete, callback)
+    def read_summary(self, key: SharePartitionKey, leader_epoch: int, callback: SummaryCallback) -> None:
+        self.store.read_summary(key, leader_epoch, callback)
 
-    def read_summary(
-        self,
-        group_id: str,
-        partitions: Mapping[uuid.UUID, Collection[int]],
-        callback: SummaryCallback,
-    ) -> None:
-        def read() -> None:
-            out: dict[uuid.UUID, dict[int, PartitionStateSummary]] = {}
-            for topic_id, parts in partitions.items():
-                for p in parts:
-                    out.setdefault(topic_id, {})[p] = self.summary(SharePartitionKey(group_id, topic_id, p))
-            callback(out)
+    def read(self, key: SharePartitionKey, leader_epoch: int, callback: ReadCallback) -> None:
+        self.store.read(key, leader_epoch, callback)
 
-        self._run(read)
+    def write(self, write: PersisterWrite, callback: WriteCallback) -> None:
+        self.store.write(write, callback)
 
-    def summary(self, key: SharePartitionKey) -> PartitionStateSummary:
-        state = self.store.state(key)
-        if state is None:
-            return PartitionStateSummary(E.invalid_request, "uninitialized share-partition")
-        done = sum(
-            b.last_offset - b.first_offset + 1 for b in state.state_batches if b.delivery_state in _TERMINAL
-        )
-        return PartitionStateSummary(
-            state_epoch=state.state_epoch,
-            start_offset=state.start_offset,
-            delivery_complete_count=done if state.start_offset >= 0 else -1,
-        )
+    def asked(self, kind: str) -> list[SharePartitionKey]:
+        """The share-partitions of the calls of ``kind``, in order."""
+        return [key for k, key, _, _ in self.calls if k == kind]
+
+    def initializations(self) -> dict[SharePartitionKey, tuple[int, int]]:
+        """Each share-partition's last initialization: (state epoch, start offset)."""
+        return {key: (epoch, offset) for k, key, epoch, offset in self.calls if k == "initialize"}
 
     def release(self) -> int:
         """Answer the held calls, in order; how many there were."""
@@ -113,37 +91,22 @@ class GroupStatePersister:
             call()
         return len(held)
 
-    @property
-    def held(self) -> int:
-        return len(self._held)
+    def forget_held(self) -> None:
+        """The held calls are lost (a crash of the share coordinator or the broker)."""
+        self._held.clear()
 
-    def _each(
-        self,
-        group_id: str,
-        partitions: Mapping[uuid.UUID, Collection[int]],
-        call: Callable[[SharePartitionKey, Callable[[E], None]], None],
-        callback: ErrorsCallback,
-    ) -> None:
+    def _run(self, call: Callable[[], None], callback: WriteCallback) -> None:
         fail = self.fail
-
-        def run() -> None:
-            errors: dict[uuid.UUID, dict[int, E]] = {}
-            for topic_id, parts in partitions.items():
-                answers = errors.setdefault(topic_id, {})
-                for p in parts:
-                    if fail is not None:
-                        answers[p] = fail
-                    else:
-                        call(SharePartitionKey(group_id, topic_id, p), functools.partial(answers.__setitem__, p))
-            callback(errors)
-
-        self._run(run)
-
-    def _run(self, call: Callable[[], None]) -> None:
+        run = call if fail is None else functools.partial(callback, fail)
         if self.hold:
-            self._held.append(call)
+            self._held.append(run)
         else:
-            call()
+            run()
+
+
+def keys(group_id: str, *topics: tuple[uuid.UUID, Iterable[int]]) -> list[SharePartitionKey]:
+    """``keys(G, (foo, range(3)), (bar, [0]))``: the share-partitions, in that order."""
+    return [SharePartitionKey(group_id, t, p) for t, parts in topics for p in parts]
 
 
 class ShareHarness(Harness):
@@ -154,14 +117,15 @@ class ShareHarness(Harness):
         self,
         tmp_path: Any,
         config: ShareGroupConfig | None = None,
-        persister: GroupStatePersister | None = None,
+        persister: HeldPersister | None = None,
         **kw: Any,
     ) -> None:
-        self.persister = persister or GroupStatePersister()
+        self.persister = persister or HeldPersister()
         self.share_config = config or ShareGroupConfig()
         super().__init__(tmp_path, **kw)
 
     def _new_manager(self) -> ShareGroupManager:
+        self.persister.image = self.topics
         return ShareGroupManager(
             self.share_config,
             image=self.topics,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from tests.unit.consumer_groups import INTERVAL, SESSION, Harness, mk
-from tests.unit.share_groups import ShareHarness, subdir
+from tests.unit.share_groups import ShareHarness, keys, subdir
 from tidegate.coordinator.group.group_type import GroupType
 from tidegate.coordinator.group.modern.member_state import MemberState
 from tidegate.coordinator.group.modern.records import RecordType
@@ -35,6 +35,7 @@ from tidegate.coordinator.group.modern.share.share_group_manager import (
 from tidegate.coordinator.group.modern.share.share_group_member import ShareGroupMember
 from tidegate.coordinator.group.modern.topics import compute_metadata_hash
 from tidegate.errors import ErrorCode as E
+from tidegate.server.share.persister import SharePartitionKey
 
 G = "fooup"
 
@@ -217,10 +218,10 @@ def test_share_group_member_joins_empty_group_with_assignments(h):
         ],
     ]
     assert (r.member_epoch, r.heartbeat_interval_ms, r.assignment) == (2, INTERVAL, everything)
-    assert h.persister.calls == [
-        ("initialize", G, (1, {foo: dict.fromkeys(range(6), -1), bar: dict.fromkeys(range(3), -1)}))
-    ]
-    assert h.persister.store.state((G, foo, 0)).start_offset == -1
+    assert h.persister.initializations() == dict.fromkeys(
+        keys(G, (foo, range(6)), (bar, range(3))), (1, -1)
+    )
+    assert h.persister.store.state(SharePartitionKey(G, foo, 0)).start_offset == -1
 
 
 def test_only_initialized_partitions_are_assigned(h):
@@ -234,7 +235,7 @@ def test_only_initialized_partitions_are_assigned(h):
     assert h.initializing(G) == mk((foo, range(3)))
     assert h.initialized(G) == {}
     assert h.beat("m1", G).assignment is None  # nothing initialized yet: no bump
-    assert h.persister.calls == [("initialize", G, (1, {foo: dict.fromkeys(range(3), -1)}))]
+    assert h.persister.initializations() == dict.fromkeys(keys(G, (foo, range(3))), (1, -1))
     h.release()
     assert (h.initializing(G), h.initialized(G)) == ({}, mk((foo, range(3))))
     assert h.group(G).group_epoch == 1
@@ -255,11 +256,9 @@ def test_partitions_and_topics_that_come_later_are_initialized_then_assigned(h):
     r = h.beat("m1", G)
     assert r.assignment == mk((foo, range(4)), (bar, (0,)))
     assert h.initialized(G) == mk((foo, range(4)), (bar, (0,)))
-    init_calls = [c for c in h.persister.calls if c[0] == "initialize"]
-    assert [c[2][1] for c in init_calls] == [
-        {foo: {0: -1, 1: -1}},
-        {foo: {2: -1, 3: -1}, bar: {0: -1}},
-    ]
+    asked = h.persister.asked("initialize")
+    assert asked[:2] == keys(G, (foo, (0, 1)))
+    assert sorted(asked[2:]) == sorted(keys(G, (foo, (2, 3)), (bar, (0,))))
 
 
 def test_initialization_failure_leaves_partitions_to_the_next_heartbeat(h):
@@ -273,7 +272,7 @@ def test_initialization_failure_leaves_partitions_to_the_next_heartbeat(h):
     h.persister.fail = None
     r = h.beat("m1", G)
     assert r.assignment == mk((foo, (0, 1)))
-    assert [c[2][0] for c in h.persister.calls] == [1, 1]  # the group epoch, twice
+    assert [epoch for _, _, epoch, _ in h.persister.calls] == [1] * 4  # the group epoch, twice
 
 
 def test_a_lost_initialization_is_retried_after_the_retry_interval(h):
@@ -282,7 +281,7 @@ def test_a_lost_initialization_is_retried_after_the_retry_interval(h):
     foo = h.create_topic("foo", 1)
     h.persister.hold = True
     h.join("m1", group_id=G)
-    h.persister._held.clear()  # the call is lost (a crash of the share coordinator)
+    h.persister.forget_held()  # the call is lost (a crash of the share coordinator)
     h.advance(29_000)
     h.beat("m1", G)
     assert len(h.persister.calls) == 1
@@ -360,7 +359,7 @@ def test_topic_deletion_drops_it_from_the_share_partitions_and_assignments(h):
     new_foo = h.create_topic("foo", 3)
     assert new_foo != foo
     assert h.beat("m1", G).assignment == mk((bar, (0,)), (new_foo, range(3)))
-    assert h.persister.calls[-1][2][1] == {new_foo: dict.fromkeys(range(3), -1)}
+    assert h.persister.asked("initialize")[-3:] == keys(G, (new_foo, range(3)))
 
 
 def test_on_topics_deleted(h):

@@ -28,7 +28,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from tests.unit.share_groups import GroupStatePersister
+from tests.unit.share_groups import HeldPersister
 from tests.unit.test_consumer_group_state_machine import TOPICS, Broker, TopicChanges
 from tidegate.coordinator.group.modern.member_state import MemberState
 from tidegate.coordinator.group.modern.share.share_group import ShareGroup, ShareGroupState
@@ -52,17 +52,18 @@ class ShareBroker(Broker):
     """The consumer group state machine's broker with a share group coordinator."""
 
     def __init__(self) -> None:
-        self.persister = GroupStatePersister()
+        self.persister = HeldPersister()
         super().__init__()
 
     def _new_manager(self) -> ShareGroupManager:
+        self.persister.image = self.topics
         return ShareGroupManager(
             ShareGroupConfig(), image=self.topics, append=self._append, timer=self.timer,
             clock=self.clock, persister=self.persister,
         )  # fmt: skip
 
     def restart(self) -> None:
-        self.persister._held.clear()  # the calls in flight die with the broker
+        self.persister.forget_held()  # the calls in flight die with the broker
         super().restart()
 
 

@@ -1,82 +1,107 @@
-"""What the group coordinator asks of the share-group state persister (Kafka's
-``org.apache.kafka.server.share.persister.Persister``, as ``GroupCoordinatorService`` calls
-it): create the state of new share-partitions, delete the state of a group's or a topic's
-share-partitions, and read their summaries for DescribeShareGroupOffsets.
+"""The group coordinator's calls to the share-group state persister (Kafka's
+``GroupCoordinatorService`` calling ``Persister.initializeState``, ``deleteState`` and
+``readSummary``): per group, many share-partitions at once, over the one
+:class:`~tidegate.server.share.persister.Persister` the share-partitions use (the share
+coordinator on a broker), one call per share-partition.
 
-Calls are per group, many share-partitions at once, as Kafka's ``*Parameters`` are, and
-answer through a callback, at once or later, per share-partition (an error code, or a
-:class:`PartitionStateSummary`). The share-partitions' own reads and writes (the
-share-partition side, :mod:`tidegate.server.share.persister`) are not this coordinator's
-business; the broker wires one store behind both.
+Each answers through its callback once every share-partition has answered (at once or
+later), topic id -> partition -> the share-partition's answer: an error code (NONE for
+success) or a :class:`~tidegate.server.share.persister.PersisterReadSummary`.
 """
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass
-from typing import Protocol
+from typing import TypeVar
 
 from tidegate.errors import ErrorCode
-
-#: Kafka's ``PartitionFactory.UNINITIALIZED_START_OFFSET``: initialized without a start
-#: offset; the share-partition applies ``share.auto.offset.reset`` when it first loads.
-UNINITIALIZED_START_OFFSET = -1
-#: Kafka's ``PartitionFactory.UNINITIALIZED_DELIVERY_COMPLETE_COUNT``
-UNINITIALIZED_DELIVERY_COMPLETE_COUNT = -1
+from tidegate.server.share.persister import (
+    NO_LEADER_EPOCH,
+    Persister,
+    PersisterReadSummary,
+    SharePartitionKey,
+)
 
 #: topic id -> partition -> its error (NONE for success)
 PartitionErrors = Mapping[uuid.UUID, Mapping[int, ErrorCode]]
 ErrorsCallback = Callable[[PartitionErrors], None]
+#: topic id -> partition -> its summary
+Summaries = Mapping[uuid.UUID, Mapping[int, PersisterReadSummary]]
+
+T = TypeVar("T")
 
 
-@dataclass(frozen=True, slots=True)
-class PartitionStateSummary:
-    """One share-partition's summary (Kafka's ``PartitionStateSummaryData``,
-    ReadShareGroupStateSummary v1)."""
+def _gather(
+    partitions: Mapping[uuid.UUID, Collection[int]],
+    call: Callable[[uuid.UUID, int, Callable[[T], None]], None],
+    callback: Callable[[dict[uuid.UUID, dict[int, T]]], None],
+) -> None:
+    """``call`` for every share-partition; ``callback`` with all the answers once the last
+    one is in."""
+    answers: dict[uuid.UUID, dict[int, T]] = {}
+    remaining = sum(len(parts) for parts in partitions.values())
 
-    error: ErrorCode = ErrorCode.none
-    error_message: str | None = None
-    state_epoch: int = 0
-    leader_epoch: int = 0
-    start_offset: int = UNINITIALIZED_START_OFFSET
-    #: terminal (acknowledged or archived) records at or above the start offset (KIP-1226)
-    delivery_complete_count: int = UNINITIALIZED_DELIVERY_COMPLETE_COUNT
+    def answered(topic_id: uuid.UUID, partition: int, answer: T) -> None:
+        nonlocal remaining
+        answers.setdefault(topic_id, {})[partition] = answer
+        remaining -= 1
+        if remaining == 0:
+            callback(answers)
+
+    if remaining == 0:
+        callback(answers)
+        return
+    for topic_id, parts in partitions.items():
+        for partition in parts:
+            call(topic_id, partition, functools.partial(answered, topic_id, partition))
 
 
-SummaryCallback = Callable[[Mapping[uuid.UUID, Mapping[int, PartitionStateSummary]]], None]
+def initialize_state(
+    persister: Persister,
+    group_id: str,
+    state_epoch: int,
+    start_offsets: Mapping[uuid.UUID, Mapping[int, int]],
+    callback: ErrorsCallback,
+) -> None:
+    """InitializeShareGroupState: create (or replace) the share-partitions' state at
+    ``state_epoch``, topic id -> partition -> start offset (-1: none)."""
+
+    def call(topic_id: uuid.UUID, partition: int, done: Callable[[ErrorCode], None]) -> None:
+        key = SharePartitionKey(group_id, topic_id, partition)
+        persister.initialize(key, state_epoch, start_offsets[topic_id][partition], done)
+
+    _gather(start_offsets, call, callback)
 
 
-class ShareGroupStatePersister(Protocol):
-    def initialize_state(
-        self,
-        group_id: str,
-        state_epoch: int,
-        start_offsets: Mapping[uuid.UUID, Mapping[int, int]],
-        callback: ErrorsCallback,
-    ) -> None:
-        """InitializeShareGroupState: create (or replace) the state of the share-partitions,
-        topic id -> partition -> start offset (-1: none), at ``state_epoch``."""
-        ...
+def delete_state(
+    persister: Persister,
+    group_id: str,
+    partitions: Mapping[uuid.UUID, Collection[int]],
+    callback: ErrorsCallback,
+) -> None:
+    """DeleteShareGroupState: forget the share-partitions' state."""
 
-    def delete_state(
-        self,
-        group_id: str,
-        partitions: Mapping[uuid.UUID, Collection[int]],
-        callback: ErrorsCallback,
-    ) -> None:
-        """DeleteShareGroupState: forget the share-partitions' state."""
-        ...
+    def call(topic_id: uuid.UUID, partition: int, done: Callable[[ErrorCode], None]) -> None:
+        persister.delete(SharePartitionKey(group_id, topic_id, partition), done)
 
-    def read_summary(
-        self,
-        group_id: str,
-        partitions: Mapping[uuid.UUID, Collection[int]],
-        callback: SummaryCallback,
-    ) -> None:
-        """ReadShareGroupStateSummary: each share-partition's start offset, epochs and
-        delivery complete count (an error for one without state)."""
-        ...
+    _gather(partitions, call, callback)
+
+
+def read_summary(
+    persister: Persister,
+    group_id: str,
+    partitions: Mapping[uuid.UUID, Collection[int]],
+    callback: Callable[[Summaries], None],
+) -> None:
+    """ReadShareGroupStateSummary: each share-partition's start offset, epochs and
+    delivery complete count (not fenced by a leader epoch)."""
+
+    def call(topic_id: uuid.UUID, partition: int, done: Callable[[PersisterReadSummary], None]) -> None:
+        persister.read_summary(SharePartitionKey(group_id, topic_id, partition), NO_LEADER_EPOCH, done)
+
+    _gather(partitions, call, callback)
 
 
 def first_error(errors: PartitionErrors) -> ErrorCode:

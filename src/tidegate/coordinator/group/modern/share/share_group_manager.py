@@ -90,12 +90,12 @@ from tidegate.coordinator.group.modern.records import (
     RecordType,
 )
 from tidegate.coordinator.group.modern.share.persister import (
-    UNINITIALIZED_DELIVERY_COMPLETE_COUNT,
-    UNINITIALIZED_START_OFFSET,
     PartitionErrors,
-    PartitionStateSummary,
-    ShareGroupStatePersister,
+    Summaries,
+    delete_state,
     first_error,
+    initialize_state,
+    read_summary,
 )
 from tidegate.coordinator.group.modern.share.records import (
     ShareGroupCurrentMemberAssignmentValue,
@@ -144,6 +144,12 @@ from tidegate.protocol.messages.describe_share_group_offsets import (
     DescribeShareGroupOffsetsResponseGroup,
     DescribeShareGroupOffsetsResponsePartition,
     DescribeShareGroupOffsetsResponseTopic,
+)
+from tidegate.server.share.persister import (
+    UNINITIALIZED_DELIVERY_COMPLETE_COUNT,
+    UNINITIALIZED_START_OFFSET,
+    Persister,
+    PersisterReadSummary,
 )
 from tidegate.server.timer import SystemTimer
 
@@ -283,7 +289,7 @@ class ShareGroupManager(ModernGroupManager[ShareGroup, ShareGroupMember]):
         append: AppendRecords,
         timer: SystemTimer,
         clock: Clock,
-        persister: ShareGroupStatePersister,
+        persister: Persister,
         group_configs: GroupConfigLookup = no_group_configs,
         other_groups: GroupTypeLookup = no_other_groups,
         assignor: PartitionAssignor = SIMPLE_ASSIGNOR,
@@ -707,8 +713,8 @@ class ShareGroupManager(ModernGroupManager[ShareGroup, ShareGroupMember]):
 
             self._commit(op, written)
 
-        self.persister.initialize_state(
-            init.group_id, init.state_epoch, init.start_offsets, persisted
+        initialize_state(
+            self.persister, init.group_id, init.state_epoch, init.start_offsets, persisted
         )
         return answered
 
@@ -859,6 +865,7 @@ class ShareGroupManager(ModernGroupManager[ShareGroup, ShareGroupMember]):
         the state of the initialized and initializing share-partitions is deleted first
         (they are recorded as deleting meanwhile; a failure answers its error and keeps
         the group), then the group is tombstoned."""
+        self._maybe_update_metadata_image()
         targets = [g for g in dict.fromkeys(group_ids) if g in self.groups]
         results: dict[str, ErrorCode] = {}
         if not targets or not self.active:
@@ -906,15 +913,20 @@ class ShareGroupManager(ModernGroupManager[ShareGroup, ShareGroupMember]):
                 self._tombstone_share_group(group_id, on_done)
             else:
                 partitions = {t: v.partitions for t, v in candidates.items()}
-                self.persister.delete_state(group_id, partitions, deleted)
+                delete_state(self.persister, group_id, partitions, deleted)
 
         self._commit(op, written)
 
     def _delete_candidates(self, group: ShareGroup) -> dict[uuid.UUID, InitMapValue]:
         """Kafka's ``shareGroupBuildPartitionDeleteRequest``: the initialized and
         initializing share-partitions, and every partition of the topics a previous
-        deletion left deleting (that still exist)."""
-        candidates = combine_init_maps(group.initialized_topics, group.initializing_topics)
+        deletion left deleting; only of topics that exist (a deleted topic's state went
+        with it, and the persister refuses an unknown topic)."""
+        candidates = {
+            t: v
+            for t, v in combine_init_maps(group.initialized_topics, group.initializing_topics).items()
+            if self.image.get_by_id(t) is not None
+        }
         retry = {}
         for topic_id in group.deleting_topics:
             topic = self.image.get_by_id(topic_id)
@@ -981,7 +993,7 @@ class ShareGroupManager(ModernGroupManager[ShareGroup, ShareGroupMember]):
             callback(DescribeShareGroupOffsetsResponseGroup(group_id=group_id, topics=unknown))
             return
 
-        def summarized(summaries: Mapping[uuid.UUID, Mapping[int, PartitionStateSummary]]) -> None:
+        def summarized(summaries: Summaries) -> None:
             described = [
                 DescribeShareGroupOffsetsResponseTopic(
                     topic_name=name,
@@ -1001,8 +1013,8 @@ class ShareGroupManager(ModernGroupManager[ShareGroup, ShareGroupMember]):
                 )
             )
 
-        self.persister.read_summary(
-            group_id, {t: frozenset(p) for t, (_, p) in requested.items()}, summarized
+        read_summary(
+            self.persister, group_id, {t: frozenset(p) for t, (_, p) in requested.items()}, summarized
         )
 
     # -- AlterShareGroupOffsets ---------------------------------------------------------------
@@ -1064,7 +1076,7 @@ class ShareGroupManager(ModernGroupManager[ShareGroup, ShareGroupMember]):
             if error is not E.none:
                 failed(error)
             else:
-                self.persister.initialize_state(group_id, state_epoch, offsets, persisted)
+                initialize_state(self.persister, group_id, state_epoch, offsets, persisted)
 
         self._commit(op, written)
 
@@ -1170,9 +1182,8 @@ class ShareGroupManager(ModernGroupManager[ShareGroup, ShareGroupMember]):
             if error is not E.none or not to_delete:
                 answer(error)
             else:
-                self.persister.delete_state(
-                    group_id, {t: p for t, (_, p) in to_delete.items()}, deleted
-                )
+                partitions = {t: p for t, (_, p) in to_delete.items()}
+                delete_state(self.persister, group_id, partitions, deleted)
 
         self._commit(op, written)
 
@@ -1195,7 +1206,7 @@ _NO_OFFSETS_TO_DELETE = "There is no offset information to delete."
 def _described_partition(
     topic_id: uuid.UUID,
     partition: int,
-    summary: PartitionStateSummary | None,
+    summary: PersisterReadSummary | None,
     log_end_offset: Callable[[uuid.UUID, int], int | None],
 ) -> DescribeShareGroupOffsetsResponsePartition:
     """A share-partition's entry: no lag unless the summary has a start offset and a
