@@ -32,7 +32,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
 
 from tidegate.clock import Clock
-from tidegate.coordinator.group.assignor.api import Assignment
+from tidegate.coordinator.group.assignor.api import (
+    EMPTY_ASSIGNMENT,
+    Assignment,
+    PartitionAssignorException,
+)
 from tidegate.coordinator.group.group_metadata_manager import (
     AppendError,
     PendingAppend,
@@ -55,8 +59,10 @@ from tidegate.coordinator.group.modern.records import (
     TargetAssignmentMemberValue,
     TargetAssignmentMetadataValue,
     member_updated_with,
+    target_assignment_records,
 )
 from tidegate.coordinator.group.modern.subscription import SubscriptionCount
+from tidegate.coordinator.group.modern.target_assignment_builder import TargetAssignmentBuilder
 from tidegate.coordinator.group.modern.topics import MetadataImage, compute_metadata_hash
 from tidegate.errors import BrokerResponseError, ErrorCode
 from tidegate.log.replay import ReplayedBatch
@@ -429,6 +435,30 @@ class ModernGroupManager(Generic[G, M]):
                 E.group_max_size_reached,
                 f"The {self.PROTOCOL} group has reached its maximum capacity of {limit} members.",
             )
+
+    def _build_target_assignment(
+        self,
+        group: G,
+        builder: TargetAssignmentBuilder,
+        assignor_name: str,
+        member_id: str,
+        op: CoordinatorOperation,
+    ) -> Assignment:
+        """Run the target assignment builder: its records go into ``op``; the answer is
+        ``member_id``'s new target. An assignor failure answers UNKNOWN_SERVER_ERROR
+        (and nothing is written)."""
+        try:
+            result = builder.build()
+        except PartitionAssignorException as exc:
+            message = f"Failed to compute a new target assignment for epoch {builder.group_epoch}: {exc}"
+            log.error("[GroupId %s] %s.", group.group_id, message)
+            raise api_error(E.unknown_server_error, message) from exc
+        log.info(
+            "[GroupId %s] Computed a new target assignment for epoch %d with '%s' assignor.",
+            group.group_id, builder.group_epoch, assignor_name,
+        )  # fmt: skip
+        op.records.extend(target_assignment_records(group.RECORDS, result.records))
+        return result.target_assignment.get(member_id, EMPTY_ASSIGNMENT)
 
     def _fence_members(self, group: G, members: Sequence[M]) -> CoordinatorOperation:
         """The operation that removes members (a leave, a timeout): their records

@@ -44,7 +44,6 @@ from tidegate.coordinator.group.assignor.api import (
     EMPTY_ASSIGNMENT,
     Assignment,
     PartitionAssignor,
-    PartitionAssignorException,
     SubscriptionType,
 )
 from tidegate.coordinator.group.group_type import GroupType, GroupTypeLookup, no_other_groups
@@ -64,7 +63,6 @@ from tidegate.coordinator.group.modern.consumer.records import (
     ConsumerGroupMemberMetadataValue,
     CoordinatorRecord,
     RecordType,
-    from_target_assignment_records,
     member_with_assignment,
     new_classic_group_tombstone_record,
     new_consumer_group_current_assignment_record,
@@ -626,18 +624,7 @@ class ConsumerGroupManager(ModernGroupManager[ConsumerGroup, ConsumerGroupMember
         previous = group.static_member_id(updated.instance_id)
         if previous is not None and previous != updated.member_id:
             builder.remove_member(previous)  # the static member it replaces
-        try:
-            result = builder.build()
-        except PartitionAssignorException as exc:
-            message = f"Failed to compute a new target assignment for epoch {group_epoch}: {exc}"
-            log.error("[GroupId %s] %s.", group.group_id, message)
-            raise api_error(E.unknown_server_error, message) from exc
-        log.info(
-            "[GroupId %s] Computed a new target assignment for epoch %d with '%s' assignor.",
-            group.group_id, group_epoch, name,
-        )  # fmt: skip
-        op.records.extend(from_target_assignment_records(result.records))
-        return result.target_assignment.get(updated.member_id, EMPTY_ASSIGNMENT)
+        return self._build_target_assignment(group, builder, name, updated.member_id, op)
 
     def _maybe_reconcile(
         self,

@@ -48,11 +48,9 @@ from tidegate.coordinator.group.modern.records import (
     member_updated_with,
     target_assignment_epoch_record,
     target_assignment_record,
-    target_assignment_records,
     tombstone,
     value_from_member,
 )
-from tidegate.coordinator.group.modern.target_assignment_builder import TargetAssignmentRecord
 
 #: Kafka's names for the group-level values, which share groups write too
 #: (:mod:`tidegate.coordinator.group.modern.records`).
@@ -175,11 +173,6 @@ def new_classic_group_tombstone_record(group_id: str) -> CoordinatorRecord:
     """The tombstone of a classic group's stored generation (an empty classic group that a
     consumer group replaces)."""
     return tombstone(RecordType.CLASSIC_GROUP_METADATA, group_id)
-
-
-def from_target_assignment_records(records: list[TargetAssignmentRecord]) -> list[CoordinatorRecord]:
-    """A target assignment builder's records as a consumer group's records (7 and 6)."""
-    return target_assignment_records(CONSUMER_GROUP_RECORDS, records)
 
 
 def member_with_metadata(

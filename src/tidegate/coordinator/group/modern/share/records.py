@@ -37,12 +37,10 @@ from tidegate.coordinator.group.modern.records import (
     member_updated_with,
     target_assignment_epoch_record,
     target_assignment_record,
-    target_assignment_records,
     tombstone,
     value_from_member,
 )
 from tidegate.coordinator.group.modern.share.share_group_member import ShareGroupMember
-from tidegate.coordinator.group.modern.target_assignment_builder import TargetAssignmentRecord
 
 #: Kafka's names for the group-level values, which consumer groups write too.
 ShareGroupMetadataValue = GroupMetadataValue
@@ -169,11 +167,6 @@ def new_share_group_state_partition_metadata_record(
 
 def new_share_group_state_partition_metadata_tombstone_record(group_id: str) -> CoordinatorRecord:
     return tombstone(RecordType.SHARE_GROUP_STATE_PARTITION_METADATA, group_id)
-
-
-def from_target_assignment_records(records: list[TargetAssignmentRecord]) -> list[CoordinatorRecord]:
-    """A target assignment builder's records as a share group's records (13 and 12)."""
-    return target_assignment_records(SHARE_GROUP_RECORDS, records)
 
 
 def member_with_metadata(

@@ -63,7 +63,6 @@ from tidegate.coordinator.group.assignor.api import (
     EMPTY_ASSIGNMENT,
     Assignment,
     PartitionAssignor,
-    PartitionAssignorException,
     SubscriptionType,
 )
 from tidegate.coordinator.group.assignor.simple import SimpleAssignor
@@ -101,7 +100,6 @@ from tidegate.coordinator.group.modern.share.records import (
     ShareGroupCurrentMemberAssignmentValue,
     ShareGroupMemberMetadataValue,
     ShareGroupStatePartitionMetadataValue,
-    from_target_assignment_records,
     member_with_assignment,
     new_share_group_current_assignment_record,
     new_share_group_current_assignment_tombstone_record,
@@ -490,18 +488,7 @@ class ShareGroupManager(ModernGroupManager[ShareGroup, ShareGroupMember]):
             metadata_image=self.image,
             assignable_partitions=group.initialized_partitions(),
         ).add_or_update_member(updated.member_id, updated)
-        try:
-            result = builder.build()
-        except PartitionAssignorException as exc:
-            message = f"Failed to compute a new target assignment for epoch {group_epoch}: {exc}"
-            log.error("[GroupId %s] %s.", group.group_id, message)
-            raise api_error(E.unknown_server_error, message) from exc
-        log.info(
-            "[GroupId %s] Computed a new target assignment for epoch %d with '%s' assignor.",
-            group.group_id, group_epoch, self.assignor.name,
-        )  # fmt: skip
-        op.records.extend(from_target_assignment_records(result.records))
-        return result.target_assignment.get(updated.member_id, EMPTY_ASSIGNMENT)
+        return self._build_target_assignment(group, builder, self.assignor.name, updated.member_id, op)
 
     def _maybe_reconcile(
         self,
