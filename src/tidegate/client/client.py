@@ -70,6 +70,7 @@ API_VERSIONS = 18
 METADATA = 3
 SASL_HANDSHAKE = 17
 SASL_AUTHENTICATE = 36
+UNSUPPORTED_VERSION = 35
 #: The newest ApiVersions this client sends first (v3 is the first flexible one).
 _API_VERSIONS_MAX = 3
 #: Response versions from which the broker throttles *after* answering (KIP-219), so
@@ -502,8 +503,8 @@ class KafkaClient:
                     self._handle_frame(conn, frame, now)
                     if conn.sock is None:
                         return
-        except (OSError, KafkaError) as exc:
-            err = exc if isinstance(exc, KafkaError) else ConnectionError_(f"node {node}: {exc}")
+        except Exception as exc:  # noqa: BLE001 - nothing a broker sends may kill this thread
+            err = self._connection_error(conn, exc)
             if isinstance(err, AuthenticationError):
                 log.error("authentication with node %s failed: %s", node, err)
                 self._auth_errors[node] = err
@@ -511,6 +512,25 @@ class KafkaClient:
             return
         if conn.sock is not None:
             self._register(conn)
+
+    def _connection_error(self, conn: BrokerConnection, exc: Exception) -> KafkaError:
+        """The Kafka error that fails ``conn`` after ``exc``: a KafkaError as it is; a
+        socket error as a (retriable) network error; anything else is a response this
+        client cannot make sense of, which fails the connection as Kafka's NetworkClient
+        fails a connection whose response does not parse (during SASL: the login)."""
+        node = conn.node_id
+        if isinstance(exc, KafkaError):
+            return exc
+        if isinstance(exc, OSError):
+            return ConnectionError_(f"node {node}: {exc}")
+        log.warning("node %s (%s:%s) sent what this client cannot read: %r",
+                    node, conn.host, conn.port, exc)  # fmt: skip
+        if conn.state is ConnectionState.AUTHENTICATING:
+            return SaslAuthenticationError(
+                f"{self.security.mechanism} login with node {node} failed: an unreadable "
+                f"message from the broker ({exc!r})"
+            )
+        return ConnectionError_(f"node {node}: unreadable response ({exc!r})")
 
     def _handle_frame(self, conn: BrokerConnection, frame: bytes, now: int) -> None:
         if not conn.in_flight:
@@ -555,23 +575,33 @@ class KafkaClient:
     def _handle_api_versions(
         self, conn: BrokerConnection, req: InFlightRequest, frame: bytes
     ) -> None:
-        error = int.from_bytes(frame[4:6], "big", signed=True)
-        if error == 35:  # UNSUPPORTED_VERSION: the body is v0 and lists the broker's range
-            body = decode_api_versions_fallback(frame)
-            theirs = {
-                int(k.api_key): (int(k.min_version), int(k.max_version)) for k in body.api_keys
-            }
-            rng = theirs.get(API_VERSIONS)
-            if rng is None or rng[1] >= req.api_version:
-                raise UnsupportedVersionError(f"node {conn.node_id} refused ApiVersions")
-            self._send_api_versions(conn, min(rng[1], _API_VERSIONS_MAX))
+        """Kafka's ``NetworkClient.handleApiVersionsResponse``. A broker that does not
+        know the version asked for answers UNSUPPORTED_VERSION with a v0 body listing
+        its own ApiVersions range (KIP-511): ask again at the highest version both
+        sides have. A refusal that cannot be read even as v0 (librdkafka's mock
+        cluster writes it in the flexible format of the version it refused) or that
+        names no range is answered as Java's client does: ask again at v0."""
+        version = req.api_version
+        body = _parse_api_versions(version, frame)
+        code = int(body.error_code) if body is not None else None
+        if code == UNSUPPORTED_VERSION or (body is None and version > 0):
+            if version == 0:
+                raise UnsupportedVersionError(f"node {conn.node_id} refused ApiVersions v0")
+            theirs = _api_version_ranges(body) if body is not None else {}
+            their_max = theirs.get(API_VERSIONS, (0, 0))[1]
+            if their_max >= version:
+                raise UnsupportedVersionError(
+                    f"node {conn.node_id} refused ApiVersions v{version} but lists v0-v{their_max}"
+                )
+            log.debug("node %s refused ApiVersions v%d: asking at v%d", conn.node_id, version,
+                      min(their_max, _API_VERSIONS_MAX))  # fmt: skip
+            self._send_api_versions(conn, min(their_max, _API_VERSIONS_MAX))
             return
-        _, body = decode_response(API_VERSIONS, req.api_version, frame)
-        if int(body.error_code) != 0:
-            raise BrokerResponseError(int(body.error_code), "ApiVersions")
-        conn.api_versions = {
-            int(k.api_key): (int(k.min_version), int(k.max_version)) for k in body.api_keys
-        }
+        if body is None:
+            raise ConnectionError_(f"node {conn.node_id}: unreadable ApiVersions v0 response")
+        if code:
+            raise BrokerResponseError(code, "ApiVersions")
+        conn.api_versions = _api_version_ranges(body)
         if self.security.uses_sasl:
             self._start_sasl(conn)
             return
@@ -835,3 +865,24 @@ def _decode_body(req: InFlightRequest, frame: bytes) -> Any:
         raise ConnectionError_(
             f"cannot decode api_key={req.api_key} v{req.api_version} response: {exc!r}"
         ) from exc
+
+
+def _parse_api_versions(version: int, frame: bytes) -> Any:
+    """An ApiVersions response body, or None when it does not parse. An error code of
+    UNSUPPORTED_VERSION means the body is v0 (KIP-511); otherwise it is read at the
+    version asked for and, failing that, at v0 (Java's ``ApiVersionsResponse.parse``)."""
+    refused = len(frame) >= 6 and int.from_bytes(frame[4:6], "big", signed=True) == UNSUPPORTED_VERSION
+    readers = [lambda: decode_api_versions_fallback(frame)]
+    if not refused and version > 0:
+        readers.insert(0, lambda: decode_response(API_VERSIONS, version, frame)[1])
+    for read in readers:
+        try:
+            return read()
+        except Exception:  # noqa: BLE001, S112 - kio raises several decode errors; try the next
+            continue
+    return None
+
+
+def _api_version_ranges(body: Any) -> dict[int, tuple[int, int]]:
+    """{api key: (min version, max version)} of an ApiVersions response."""
+    return {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in body.api_keys}

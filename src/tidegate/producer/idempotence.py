@@ -8,7 +8,10 @@ Sequences are assigned when a batch is drained (so a batch keeps its sequence
 across retries) and advance by the batch's record count, wrapping at 2^31-1. A
 retried batch is sent again only when it is the lowest-sequence batch of its
 partition still unacknowledged, which keeps the broker's per-partition sequence
-check satisfied with up to 5 requests in flight.
+check satisfied with up to 5 requests in flight; while a retry is in flight, no new
+batch of its partition is drained (the retry could fail again, and a broker that
+does not check sequences, such as librdkafka's mock cluster for a non-transactional
+producer, would then write the new batch first).
 
 When a sequenced batch fails for good (too large, timed out, rejected) the broker
 never wrote its sequence, so every later batch of the partition would be out of
@@ -57,10 +60,15 @@ class IdempotenceState:
 
     # called under the partition queue lock, from drain
     def may_drain(self, batch: Any) -> bool:
-        if batch.base_sequence < 0 or batch.producer_id != self.producer_id:
-            return self.has_producer_id  # gets a fresh sequence at drain
         tp = (batch.topic, batch.partition)
         flying = self._in_flight.get(tp)
+        if batch.base_sequence < 0 or batch.producer_id != self.producer_id:
+            # a new batch (it gets a fresh sequence at drain) waits while a retry of the
+            # partition is in flight: were the retry to fail again, the new batch would be
+            # written ahead of it by a broker that does not check sequences, and only
+            # cost an OUT_OF_ORDER_SEQUENCE_NUMBER round trip with one that does
+            # (librdkafka drains a partition before retrying for the same reason)
+            return self.has_producer_id and not (flying and any(b.attempts for b in flying))
         # a retry goes out only when it is the oldest unacknowledged batch
         return not flying or flying[0].base_sequence >= batch.base_sequence
 
