@@ -17,7 +17,12 @@ whichever broker gets the next request of that API, before any other processing 
 refused Produce appends nothing); it checks idempotent producers' sequences; it answers
 ApiVersions only up to v2 (a v3 request gets UNSUPPORTED_VERSION in v3's flexible
 format), OffsetFetch up to v6, OffsetForLeaderEpoch only at v2, and has no
-DescribeGroups or ListGroups.
+DescribeGroups or ListGroups. It advertises JoinGroup v6, SyncGroup v4 and LeaveGroup
+v3-v4 but reads them with the layout of older versions (an int32 array count in a
+flexible request, LeaveGroup's single member id), closing the connection: librdkafka
+itself stops at JoinGroup v5, SyncGroup v3 and LeaveGroup v1. :class:`MockCluster`
+advertises only the versions it reads (:data:`READABLE_VERSIONS`), so clients
+negotiate down as they would with an older broker.
 
 :func:`load` returns None with the reason when the library or a symbol is missing, so
 tests skip with it instead of failing.
@@ -56,6 +61,7 @@ _SIGNATURES: dict[str, tuple[object, list[object]]] = {
                                                         ctypes.POINTER(_ERR)]),
     "rd_kafka_mock_clear_request_errors": (None, [_P, ctypes.c_int16]),
     "rd_kafka_mock_coordinator_set": (_ERR, [_P, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int32]),
+    "rd_kafka_mock_set_apiversion": (_ERR, [_P, ctypes.c_int16, ctypes.c_int16, ctypes.c_int16]),
     "rd_kafka_mock_start_request_tracking": (None, [_P]),
     "rd_kafka_mock_get_requests": (ctypes.POINTER(_P), [_P, ctypes.POINTER(ctypes.c_size_t)]),
     "rd_kafka_mock_request_id": (ctypes.c_int32, [_P]),
@@ -63,6 +69,10 @@ _SIGNATURES: dict[str, tuple[object, list[object]]] = {
     "rd_kafka_mock_request_destroy_array": (None, [ctypes.POINTER(_P), ctypes.c_size_t]),
     "rd_kafka_err2name": (ctypes.c_char_p, [_ERR]),
 }
+
+#: {api key: (min, max)}: the versions of the classic group APIs the mock reads
+#: correctly (see the module docstring)
+READABLE_VERSIONS = {11: (0, 5), 14: (0, 3), 13: (0, 2)}  # JoinGroup, SyncGroup, LeaveGroup
 
 _lib: ctypes.CDLL | None = None
 _reason: str | None = None
@@ -136,7 +146,8 @@ class MockCluster:
             raise MockClusterError("rd_kafka_mock_cluster_new failed")
         self.broker_ids = list(range(1, brokers + 1))
         self.bootstrap: str = lib.rd_kafka_mock_cluster_bootstraps(self._mc).decode()
-        self._tracking = False
+        for api_key, (lo, hi) in READABLE_VERSIONS.items():
+            self.set_api_versions(api_key, lo, hi)
 
     def _check(self, err: int, what: str) -> None:
         if err:
@@ -183,6 +194,11 @@ class MockCluster:
         self._check(self._lib.rd_kafka_mock_coordinator_set(self._mc, key_type.encode(), key.encode(), broker),
                     f"{key_type} coordinator of {key}")  # fmt: skip
 
+    def set_api_versions(self, api_key: int, min_version: int, max_version: int) -> None:
+        """The versions of ``api_key`` every broker advertises (and accepts)."""
+        self._check(self._lib.rd_kafka_mock_set_apiversion(self._mc, api_key, min_version, max_version),
+                    f"versions of api {api_key}")  # fmt: skip
+
     # -- injected errors ---------------------------------------------------------------------
     def push_request_errors(self, api_key: int, errors: Iterable[int]) -> None:
         """The next requests of ``api_key`` (to any broker) are answered with these error
@@ -197,7 +213,6 @@ class MockCluster:
     # -- request tracking --------------------------------------------------------------------
     def start_tracking(self) -> None:
         self._lib.rd_kafka_mock_start_request_tracking(self._mc)
-        self._tracking = True
 
     def requests(self) -> list[tuple[int, int]]:
         """(broker id, api key) of every request since :meth:`start_tracking`."""

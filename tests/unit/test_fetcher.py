@@ -148,7 +148,7 @@ class LogClient:
     def __init__(self, log) -> None:
         self.log = log
         self.clock = MockClock()
-        self.cluster = SimpleNamespace(leader_for=lambda topic, partition: 0)
+        self.cluster = SimpleNamespace(leader_for=lambda topic, partition: 0, leader_epoch=lambda topic, partition: -1)
         self.fetches: list[int] = []
 
     def await_ready(self, node, timeout_ms=None) -> None:

@@ -400,7 +400,7 @@ class _ConsoleConsumer:
         self.client.bootstrap()
         self.reset = reset
         self.isolation_level = isolation_level
-        self.positions: dict[tuple[str, int], int] = {}
+        self.positions: dict[tuple[str, int], Any] = {}  # tp -> fetcher.FetchPosition
         self.sessions: dict[int, Any] = {}
         if include is not None:
             pattern = re.compile(include)
@@ -423,18 +423,23 @@ class _ConsoleConsumer:
 
     def _resolve(self, wanted: Mapping[tuple[str, int], int]) -> None:
         """Positions from specs: EARLIEST (-2) and LATEST (-1) through ListOffsets."""
-        from tidegate.client.fetcher import list_offsets
+        from tidegate.client.fetcher import FetchPosition, list_offsets
 
         specs = {tp: o for tp, o in wanted.items() if o < 0}
-        self.positions.update({tp: o for tp, o in wanted.items() if o >= 0})
+        offsets = {tp: o for tp, o in wanted.items() if o >= 0}
         if specs:
-            self.positions.update(list_offsets(self.client, specs, isolation_level=self.isolation_level))
+            offsets.update(list_offsets(self.client, specs, isolation_level=self.isolation_level))
+        self.positions.update({tp: FetchPosition(o) for tp, o in offsets.items()})
+
+    def offsets(self) -> dict[tuple[str, int], int]:
+        """The position of every partition read (what the group commits)."""
+        return {tp: p.offset for tp, p in self.positions.items()}
 
     def _join(self) -> None:
         assert self.member is not None
         if self.positions:
             with contextlib.suppress(Exception):  # a commit after a rebalance may fail, as in Kafka
-                self.member.commit(self.positions)
+                self.member.commit(self.offsets())
         self.positions = {}
         assignment = self.member.join()
         committed = self.member.committed(assignment)
@@ -446,8 +451,6 @@ class _ConsoleConsumer:
 
     def records(self, timeout_ms: int | None) -> Any:
         """(partition, record) in fetch order until ``timeout_ms`` passes without one."""
-        from tidegate.client.fetcher import CompletedFetch, FetchSessionHandler, fetch
-
         last = time.monotonic()
         while True:
             member = self.member
@@ -455,47 +458,87 @@ class _ConsoleConsumer:
                 if member.needs_join or member.poll():
                     self._join()
                 if time.monotonic() >= self._next_commit:
-                    member.commit(self.positions)
+                    member.commit(self.offsets())
                     self._next_commit = time.monotonic() + self.AUTO_COMMIT_INTERVAL_MS / 1000
-            by_node: dict[int, dict[tuple[str, int], int]] = {}
-            for tp, pos in self.positions.items():
-                leader = self.client.cluster.leader_for(*tp)
-                if leader is None:
-                    self.client.metadata(self.topics)
-                    continue
-                by_node.setdefault(leader, {})[tp] = pos
             got = False
-            for node, positions in by_node.items():
-                session = self.sessions.setdefault(node, FetchSessionHandler())
-                answers = fetch(self.client, node, positions, max_wait_ms=500, isolation_level=self.isolation_level,
-                                session=session)  # fmt: skip
-                for tp, pf in answers.items():
-                    if pf.error_code == 1:  # OFFSET_OUT_OF_RANGE: auto.offset.reset
-                        self._resolve({tp: -2 if self.reset == "earliest" else -1})
-                        continue
-                    if pf.error_code:
-                        self.client.metadata(self.topics)
-                        continue
-                    done = CompletedFetch(pf.records, positions[tp], isolation_level=self.isolation_level,
-                                          aborted_transactions=pf.aborted_transactions)  # fmt: skip
-                    for batch in done.record_batches():
-                        for record in batch:
-                            got = True
-                            self.positions[tp] = record.offset + 1
-                            yield tp, record
-                    self.positions[tp] = done.next_fetch_offset
+            for tp, record in self._fetch_once():
+                got = True
+                yield tp, record
             if got:
                 last = time.monotonic()
             elif timeout_ms is not None and (time.monotonic() - last) * 1000 >= timeout_ms:
                 return
-            if not by_node:
-                time.sleep(0.1)
+
+    def _fetch_once(self) -> Any:
+        """One Fetch per leader of the positions (validated first after a leader change,
+        KIP-320), the records in fetch order. A leader that cannot be reached or that
+        says the metadata is stale costs a metadata refresh and a backoff, as in Kafka's
+        consumer; a partition whose position is out of range or was truncated starts
+        again from auto.offset.reset."""
+        from tidegate.client.fetcher import (
+            CompletedFetch,
+            FetchSessionHandler,
+            fetch,
+            is_retriable,
+            refresh_metadata,
+            validate_positions,
+        )
+        from tidegate.errors import KafkaError
+
+        client = self.client
+        try:
+            truncated = validate_positions(client, self.positions, timeout_ms=client.request_timeout_ms)
+        except KafkaError as exc:
+            if not is_retriable(exc):
+                raise
+            truncated = {}
+        for tp, err in truncated.items():
+            click.echo(f"WARN {err}: resetting the position (auto.offset.reset={self.reset})", err=True)
+            self._resolve({tp: -2 if self.reset == "earliest" else -1})
+        by_node: dict[int, dict[tuple[str, int], int]] = {}
+        stale = False
+        for tp, pos in self.positions.items():
+            leader = client.cluster.leader_for(*tp)
+            if leader is None:
+                stale = True
+                continue
+            by_node.setdefault(leader, {})[tp] = pos.offset
+        for node, positions in by_node.items():
+            session = self.sessions.setdefault(node, FetchSessionHandler())
+            try:
+                answers = fetch(client, node, positions, max_wait_ms=500, isolation_level=self.isolation_level,
+                                session=session)  # fmt: skip
+            except KafkaError as exc:
+                if not is_retriable(exc):
+                    raise
+                stale = True
+                continue
+            for tp, pf in answers.items():
+                if tp not in self.positions:
+                    continue
+                if pf.error_code == 1:  # OFFSET_OUT_OF_RANGE: auto.offset.reset
+                    self._resolve({tp: -2 if self.reset == "earliest" else -1})
+                    continue
+                if pf.error_code:
+                    stale = True
+                    continue
+                done = CompletedFetch(pf.records, positions[tp], isolation_level=self.isolation_level,
+                                      aborted_transactions=pf.aborted_transactions)  # fmt: skip
+                pos = self.positions[tp]
+                for batch in done.record_batches():
+                    for record in batch:
+                        pos.offset = record.offset + 1
+                        yield tp, record
+                pos.advance(done)
+        if stale or not by_node:
+            time.sleep(0.1)
+            refresh_metadata(client, self.topics, client.request_timeout_ms)
 
     def close(self) -> None:
         try:
             if self.member is not None and self.member.member_id:
                 with contextlib.suppress(Exception):  # closing: the offsets are committed if they can be
-                    self.member.commit(self.positions)
+                    self.member.commit(self.offsets())
                 with contextlib.suppress(Exception):
                     self.member.leave()
         finally:

@@ -533,9 +533,13 @@ class KafkaClient:
         return ConnectionError_(f"node {node}: unreadable response ({exc!r})")
 
     def _handle_frame(self, conn: BrokerConnection, frame: bytes, now: int) -> None:
+        """Match a response to the oldest request in flight and complete it. The request
+        leaves ``in_flight`` only once its response is handled: when anything about the
+        response is wrong (another correlation id, a body that does not decode) the
+        exception fails the connection, and with it this request too."""
         if not conn.in_flight:
             raise ConnectionError_(f"node {conn.node_id} sent a response nobody asked for")
-        req = conn.in_flight.popleft()
+        req = conn.in_flight[0]
         cid = int.from_bytes(frame[:4], "big", signed=True)
         if cid != req.correlation_id:
             raise ConnectionError_(
@@ -546,8 +550,10 @@ class KafkaClient:
                 self._handle_api_versions(conn, req, frame)
             else:
                 self._handle_sasl(conn, req, frame)
+            conn.in_flight.remove(req)
             return
         body = _decode_body(req, frame)
+        conn.in_flight.popleft()
         req.response = body
         throttle = getattr(body, "throttle_time", None)
         if throttle is not None:

@@ -34,7 +34,7 @@ needs Metadata topic ids and gains nothing here.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -43,6 +43,7 @@ from tidegate.errors import (
     BrokerResponseError,
     KafkaError,
     OffsetOutOfRangeError,
+    UnsupportedVersionError,
 )
 from tidegate.record.control_records import ControlRecordType, parse_control_key
 from tidegate.record.records import (
@@ -62,18 +63,25 @@ __all__ = [
     "AbortedTransaction",
     "CompletedFetch",
     "FetchOffsetOutOfRangeError",
+    "FetchPosition",
     "FetchSessionHandler",
+    "LogTruncationError",
     "OffsetOutOfRangeError",
     "PartitionFetch",
     "end_offsets",
     "fetch",
+    "is_retriable",
     "list_offsets",
+    "offsets_for_leader_epochs",
     "read_range",
     "read_range_batches",
+    "refresh_metadata",
+    "validate_positions",
 ]
 
 FETCH = 1
 LIST_OFFSETS = 2
+OFFSET_FOR_LEADER_EPOCH = 23
 EARLIEST = -2
 LATEST = -1
 READ_UNCOMMITTED = 0
@@ -82,6 +90,8 @@ OFFSET_OUT_OF_RANGE = 1
 FETCH_SESSION_ID_NOT_FOUND = 70
 #: FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH, FETCH_SESSION_TOPIC_ID_ERROR
 SESSION_ERRORS = frozenset({70, 71, 106})
+#: how long a reader waits before fetching again after a retriable error
+RETRY_BACKOFF_S = 0.1
 #: Fetch from v13 identifies topics by topic id; v12 is the last by name.
 FETCH_MAX_VERSION = 12
 LIST_OFFSETS_MAX_VERSION = 7
@@ -161,6 +171,9 @@ class CompletedFetch:
         aborted_transactions: Iterable[tuple[int, int]] | None = None,
     ) -> None:
         self.next_fetch_offset = fetch_offset
+        #: the leader epoch of the last batch read (None until one is): the epoch a
+        #: position is validated with after a leader change (KIP-320)
+        self.last_epoch: int | None = None
         self._records = records if records is not None else b""
         self._read_committed = isolation_level == READ_COMMITTED
         pending = [AbortedTransaction(*a) for a in aborted_transactions or ()]
@@ -202,6 +215,8 @@ class CompletedFetch:
             # a batch's last offset survives compaction of its last records: the next
             # fetch starts after the batch, not inside it (Kafka's nextOffset())
             self.next_fetch_offset = max(pos, batch.last_offset + 1)
+            if batch.partition_leader_epoch >= 0:
+                self.last_epoch = batch.partition_leader_epoch
             if not self.skips(batch):
                 recs = decode_batch_records(batch)
                 if recs and (recs[0].offset < pos or (end is not None and recs[-1].offset >= end)):
@@ -260,24 +275,34 @@ def list_offsets(
     while pending:
         by_node, leaderless = _group_by_leader(client, pending)
         retry: dict[TopicPartition, int] = {tp: pending[tp] for tp in leaderless}
-        last_error: BrokerResponseError | None = None
+        last_error: KafkaError | None = None
         for node, tps in by_node.items():
             left = max(1.0, deadline - clock.milliseconds())
-            client.await_ready(node, left)
-            version = client.api_version(node, LIST_OFFSETS, max_version=LIST_OFFSETS_MAX_VERSION)
             topics: dict[str, list[dict]] = {}
             for t, p in tps:
                 topics.setdefault(t, []).append(
-                    {"partition_index": p, "timestamp": pending[(t, p)]}
+                    {
+                        "partition_index": p,
+                        "timestamp": pending[(t, p)],
+                        "current_leader_epoch": client.cluster.leader_epoch(t, p),
+                    }
                 )
             body = {
                 "replica_id": -1,
                 "isolation_level": isolation_level,
                 "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()],
             }
-            resp = client.request(
-                LIST_OFFSETS, body, node_id=node, version=version, timeout_ms=left
-            )
+            try:
+                client.await_ready(node, left)
+                version = client.api_version(node, LIST_OFFSETS, max_version=LIST_OFFSETS_MAX_VERSION)
+                resp = client.request(LIST_OFFSETS, body, node_id=node, version=version, timeout_ms=left)
+            except KafkaError as exc:
+                if not is_retriable(exc):
+                    raise
+                # the leader went away (down, moved, timed out): ask the new one
+                last_error = exc
+                retry.update({tp: pending[tp] for tp in tps})
+                continue
             for t in resp.topics:
                 for p in t.partitions:
                     tp = (t.name, int(p.partition_index))
@@ -301,8 +326,122 @@ def list_offsets(
                     f"no leader for {sorted(pending)} after {attempt} attempts"
                 )
             clock.sleep(retry_backoff_ms / 1000)
-            client.metadata(sorted({t for t, _ in pending}), timeout_ms=timeout_ms)
+            refresh_metadata(client, {t for t, _ in pending}, timeout_ms)
     return result
+
+
+def is_retriable(exc: KafkaError) -> bool:
+    """Whether the same request may succeed after a metadata refresh and a backoff: a
+    retriable error (a lost connection, a timeout, REQUEST_TIMED_OUT...) or stale
+    metadata (NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH...)."""
+    return exc.retriable or exc.code in INVALID_METADATA_CODES
+
+
+def refresh_metadata(client: KafkaClient, topics: Iterable[str], timeout_ms: float) -> bool:
+    """Metadata of ``topics`` from any broker that answers; False (the old metadata
+    kept) when none does: the caller backs off and tries again, as Kafka's clients do
+    while brokers come and go."""
+    try:
+        client.metadata(sorted(set(topics)), timeout_ms=timeout_ms)
+    except KafkaError as exc:
+        if not is_retriable(exc):
+            raise
+        return False
+    return True
+
+
+class LogTruncationError(FetchOffsetOutOfRangeError):
+    """KIP-320: after a leader change, the new leader's log ends below this reader's
+    position in the epoch of the last records read (an unclean leader election
+    truncated records that were read). Kafka's ``LogTruncationException``, also an
+    out-of-range error; ``divergent_offset`` is where the logs part (the partition
+    range given is [log start unknown (-1), divergent offset])."""
+
+    def __init__(self, tp: TopicPartition, offset: int, divergent_offset: int) -> None:
+        super().__init__(tp, offset, -1, divergent_offset)
+        self.divergent_offset = divergent_offset
+        message = (
+            f"truncation detected for {tp[0]}-{tp[1]}: position {offset}, but the new "
+            f"leader's log ends at {divergent_offset} for the epoch of the records read"
+        )
+        self.args = (message,)
+
+
+@dataclass(slots=True)
+class FetchPosition:
+    """Where the next Fetch of a partition starts (Kafka's ``SubscriptionState.FetchPosition``):
+    the offset, the leader epoch of the records before it (None: not known, e.g. a
+    position from ListOffsets or a commit) and the leader and leader epoch the position
+    was last valid for. :func:`validate_positions` checks it again when they change."""
+
+    offset: int
+    offset_epoch: int | None = None
+    leader: int | None = None
+    leader_epoch: int = -1
+
+    def advance(self, completed: CompletedFetch) -> None:
+        """Move past what ``completed`` read."""
+        self.offset = completed.next_fetch_offset
+        if completed.last_epoch is not None:
+            self.offset_epoch = completed.last_epoch
+
+
+def offsets_for_leader_epochs(
+    client: KafkaClient, node: int, wanted: dict[TopicPartition, tuple[int, int]], *, timeout_ms: float
+) -> dict[TopicPartition, tuple[int, int, int]]:
+    """OffsetForLeaderEpoch (v2+, the first with the current leader epoch) to ``node``:
+    for each partition (current leader epoch, epoch asked about), the answer (error
+    code, the largest epoch up to the one asked about, the end offset of that epoch)."""
+    version = client.api_version(node, OFFSET_FOR_LEADER_EPOCH, min_version=2, max_version=4)
+    topics: dict[str, list[dict]] = {}
+    for (t, p), (current, epoch) in wanted.items():
+        topics.setdefault(t, []).append({"partition": p, "current_leader_epoch": current, "leader_epoch": epoch})
+    body = {"replica_id": -1, "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()]}
+    resp = client.request(OFFSET_FOR_LEADER_EPOCH, body, node_id=node, version=version, timeout_ms=timeout_ms)
+    return {(t.topic, int(r.partition)): (int(r.error_code), int(r.leader_epoch), int(r.end_offset))
+            for t in resp.topics for r in t.partitions}  # fmt: skip
+
+
+def validate_positions(
+    client: KafkaClient, positions: Mapping[TopicPartition, FetchPosition], *, timeout_ms: float
+) -> dict[TopicPartition, LogTruncationError]:
+    """KIP-320, as Kafka's consumer validates positions: a position whose partition has a
+    new leader (or leader epoch) since it was last valid, and whose records' epoch is
+    known, is checked with OffsetForLeaderEpoch at the new leader. A log that ends below
+    the position in that epoch was truncated: those partitions are returned with the
+    error (their positions unchanged); the others are valid for their new leader.
+
+    A leader without OffsetForLeaderEpoch v2 (or that refuses it: an authorizer asking
+    CLUSTER_ACTION of versions before 3, as Kafka's does) cannot be asked: the position
+    is taken as valid, as Kafka's consumer does with brokers that lack the API."""
+    cluster = client.cluster
+    by_node: dict[int, dict[TopicPartition, tuple[int, int]]] = {}
+    for tp, pos in positions.items():
+        leader = cluster.leader_for(*tp)
+        epoch = cluster.leader_epoch(*tp)
+        if leader is None or (pos.leader == leader and pos.leader_epoch == epoch):
+            continue
+        if pos.offset_epoch is None or epoch < 0 or pos.leader is None:
+            pos.leader, pos.leader_epoch = leader, epoch  # nothing to validate with
+            continue
+        by_node.setdefault(leader, {})[tp] = (epoch, pos.offset_epoch)
+    truncated: dict[TopicPartition, LogTruncationError] = {}
+    for node, wanted in by_node.items():
+        try:
+            client.await_ready(node, timeout_ms)
+            answers = offsets_for_leader_epochs(client, node, wanted, timeout_ms=timeout_ms)
+        except UnsupportedVersionError:
+            answers = {}
+        for tp, (current, _) in wanted.items():
+            code, epoch, end = answers.get(tp, (0, -1, -1))
+            if code in INVALID_METADATA_CODES:
+                continue  # stale metadata: validated once it is refreshed
+            pos = positions[tp]
+            if code == 0 and 0 <= epoch and 0 <= end < pos.offset:
+                truncated[tp] = LogTruncationError(tp, pos.offset, end)
+                continue
+            pos.leader, pos.leader_epoch = node, current
+    return truncated
 
 
 class FetchSessionHandler:
@@ -418,8 +557,13 @@ def fetch(
     else:
         to_send = wanted
     topics: dict[str, list[dict]] = {}
+    cluster = client.cluster
     for (t, p), (off, pmb) in to_send.items():
-        topics.setdefault(t, []).append({"partition": p, "fetch_offset": off, "partition_max_bytes": pmb})
+        # KIP-320: the leader epoch this client knows, so that a leader that moved on
+        # (or a stale one) answers FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH
+        epoch = cluster.leader_epoch(t, p) if cluster.leader_for(t, p) == node else -1
+        topics.setdefault(t, []).append({"partition": p, "fetch_offset": off, "partition_max_bytes": pmb,
+                                         "current_leader_epoch": epoch})  # fmt: skip
     forgotten: dict[str, list[int]] = {}
     for t, p in forget:
         forgotten.setdefault(t, []).append(p)
@@ -490,7 +634,9 @@ def end_offsets(
     Kafka and tidegate answer both the same, and the Fetch then carries no records.
     Some Kafka-compatible brokers answer LATEST short of the high watermark (Tansu
     gives the base offset of the last batch + 1); reading up to that would silently
-    leave the end of the last batch unread, so the larger of the two is used.
+    leave the end of the last batch unread, so the larger of the two is used. A
+    leader that cannot be fetched from just then (moved, down) keeps ListOffsets'
+    answer: a range read to it ends where the next one starts.
     """
     tps = list(tps)
     latest = list_offsets(
@@ -499,17 +645,22 @@ def end_offsets(
     committed = isolation_level == READ_COMMITTED
     by_node, _ = _group_by_leader(client, latest)
     for node, node_tps in by_node.items():
-        got = fetch(
-            client,
-            node,
-            {tp: latest[tp] for tp in node_tps},
-            max_wait_ms=1,  # Tansu answers a 0 ms fetch with no partitions at all
-            min_bytes=0,
-            max_bytes=1,
-            partition_max_bytes=1,
-            isolation_level=isolation_level,
-            timeout_ms=timeout_ms,
-        )
+        try:
+            got = fetch(
+                client,
+                node,
+                {tp: latest[tp] for tp in node_tps},
+                max_wait_ms=1,  # Tansu answers a 0 ms fetch with no partitions at all
+                min_bytes=0,
+                max_bytes=1,
+                partition_max_bytes=1,
+                isolation_level=isolation_level,
+                timeout_ms=timeout_ms,
+            )
+        except KafkaError as exc:
+            if not is_retriable(exc):
+                raise
+            continue  # the leader moved or went away since ListOffsets: its answer stands
         for tp, pf in got.items():
             end = pf.last_stable_offset if committed else pf.high_watermark
             if pf.error_code == 0 and end > latest.get(tp, -1):
@@ -572,28 +723,47 @@ def _read_range(
     on_out_of_range: Callable[[FetchOffsetOutOfRangeError], int | None] | None,
     sessions: dict[int, FetchSessionHandler],
 ) -> Iterator[list[ConsumerRecord]]:
+    """The loop of :func:`read_range_batches`. The partition's leader comes from the
+    client's metadata; when it moves (an error that says the metadata is stale, a lost
+    connection, a timeout) the metadata is refreshed and the Fetch goes to the new
+    leader, after the position is validated there (KIP-320). Only ``timeout_ms``
+    without progress ends the read with the last error."""
     clock = client.clock
+    position = FetchPosition(pos)
     stalled_since = clock.milliseconds()
-    while pos < end:
+
+    def stalled(error: KafkaError) -> None:
+        """Back off before trying again; raise ``error`` once the read stalled too long."""
+        if clock.milliseconds() - stalled_since > timeout_ms:
+            raise error
+        clock.sleep(RETRY_BACKOFF_S)
+        refresh_metadata(client, [tp[0]], timeout_ms)
+
+    while position.offset < end:
         leader = client.cluster.leader_for(*tp)
         if leader is None:
-            client.metadata([tp[0]], timeout_ms=timeout_ms)
-            leader = client.cluster.leader_for(*tp)
-            if leader is None:
-                if clock.milliseconds() - stalled_since > timeout_ms:
-                    raise KafkaError(f"no leader for {tp[0]}-{tp[1]}")
-                clock.sleep(0.1)
-                continue
-        got = fetch(
-            client,
-            leader,
-            {tp: pos},
-            max_wait_ms=max_wait_ms,
-            partition_max_bytes=partition_max_bytes,
-            max_bytes=partition_max_bytes,
-            isolation_level=isolation_level,
-            session=sessions.setdefault(leader, FetchSessionHandler()),
-        ).get(tp)
+            stalled(KafkaError(f"no leader for {tp[0]}-{tp[1]}"))
+            continue
+        try:
+            truncated = validate_positions(client, {tp: position}, timeout_ms=timeout_ms).get(tp)
+            if truncated is not None:
+                raise truncated
+            got = fetch(
+                client, leader, {tp: position.offset}, max_wait_ms=max_wait_ms,
+                partition_max_bytes=partition_max_bytes, max_bytes=partition_max_bytes,
+                isolation_level=isolation_level, session=sessions.setdefault(leader, FetchSessionHandler()),
+            ).get(tp)  # fmt: skip
+        except FetchOffsetOutOfRangeError as err:
+            nxt = _out_of_range(on_out_of_range, err, end)
+            if nxt is None:
+                return
+            position, stalled_since = FetchPosition(nxt), clock.milliseconds()
+            continue
+        except KafkaError as exc:
+            if not is_retriable(exc):
+                raise
+            stalled(exc)
+            continue
         if got is None:
             raise KafkaError(f"Fetch response without {tp[0]}-{tp[1]}")
         if got.error_code == OFFSET_OUT_OF_RANGE:
@@ -601,35 +771,29 @@ def _read_range(
             # from ListOffsets, as Spark's KafkaDataConsumer.getAvailableOffsetRange does
             earliest = list_offsets(client, {tp: -2}, timeout_ms=timeout_ms)[tp]
             latest = list_offsets(client, {tp: -1}, isolation_level=isolation_level, timeout_ms=timeout_ms)[tp]
-            err = FetchOffsetOutOfRangeError(tp, pos, earliest, latest)
-            if on_out_of_range is None:
-                raise err
-            nxt = on_out_of_range(err)
-            if nxt is None or nxt >= end:
+            nxt = _out_of_range(on_out_of_range, FetchOffsetOutOfRangeError(tp, position.offset, earliest, latest),
+                                end)  # fmt: skip
+            if nxt is None:
                 return
-            pos = nxt
-            stalled_since = clock.milliseconds()
+            position, stalled_since = FetchPosition(nxt), clock.milliseconds()
             continue
         if got.error_code:
             err2 = BrokerResponseError(got.error_code, f"Fetch {tp[0]}-{tp[1]}")
-            if got.error_code in INVALID_METADATA_CODES or err2.retriable:
-                if clock.milliseconds() - stalled_since > timeout_ms:
-                    raise err2
-                clock.sleep(0.1)
-                client.metadata([tp[0]], timeout_ms=timeout_ms)
-                continue
-            raise err2
+            if not is_retriable(err2):
+                raise err2
+            stalled(err2)
+            continue
         completed = CompletedFetch(
             got.records,
-            pos,
+            position.offset,
             isolation_level=isolation_level,
             aborted_transactions=got.aborted_transactions,
         )
         yield from completed.record_batches(end)
         if completed.next_fetch_offset >= end:
             return
-        if completed.next_fetch_offset > pos:
-            pos = completed.next_fetch_offset
+        if completed.next_fetch_offset > position.offset:
+            position.advance(completed)
             stalled_since = clock.milliseconds()
             continue
         if clock.milliseconds() - stalled_since > timeout_ms:
@@ -639,6 +803,19 @@ def _read_range(
                 else ""
             )
             raise KafkaError(
-                f"no records from {tp[0]}-{tp[1]} at offset {pos} within {timeout_ms:.0f} ms "
+                f"no records from {tp[0]}-{tp[1]} at offset {position.offset} within {timeout_ms:.0f} ms "
                 f"(range ends at {end}, high watermark {got.high_watermark}{lso})"
             )
+
+
+def _out_of_range(
+    on_out_of_range: Callable[[FetchOffsetOutOfRangeError], int | None] | None,
+    err: FetchOffsetOutOfRangeError,
+    end: int,
+) -> int | None:
+    """Where a range read goes on from after ``err``: what ``on_out_of_range`` says (None:
+    stop), or ``err`` raised without one."""
+    if on_out_of_range is None:
+        raise err
+    nxt = on_out_of_range(err)
+    return None if nxt is None or nxt >= end else nxt

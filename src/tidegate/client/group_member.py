@@ -11,9 +11,12 @@ client's clock, so the caller drives it: :meth:`GroupMember.poll` between fetche
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Iterable, Mapping
+from typing import Any
 
-from tidegate.errors import BrokerResponseError
+from tidegate.errors import BrokerResponseError, KafkaError
 from tidegate.protocol.apis import ApiKey
 from tidegate.protocol.consumer_protocol import (
     decode_assignment,
@@ -24,6 +27,7 @@ from tidegate.protocol.consumer_protocol import (
 
 from .admin import find_group_coordinator
 from .client import KafkaClient
+from .fetcher import is_retriable
 
 __all__ = [
     "GroupMember",
@@ -34,6 +38,8 @@ __all__ = [
     "range_assign",
 ]
 
+log = logging.getLogger(__name__)
+
 TopicPartition = tuple[str, int]
 
 REBALANCE_IN_PROGRESS = 27
@@ -42,8 +48,19 @@ UNKNOWN_MEMBER_ID = 25
 MEMBER_ID_REQUIRED = 79
 FENCED_INSTANCE_ID = 82
 _REJOIN = {REBALANCE_IN_PROGRESS, ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID}
-#: a coordinator error that means: find the coordinator again and rejoin
-_COORDINATOR = {14, 15, 16}  # COORDINATOR_LOAD_IN_PROGRESS, NOT_AVAILABLE, NOT_COORDINATOR
+#: a coordinator error that means: find the coordinator again (and resend)
+_COORDINATOR = frozenset({14, 15, 16})  # COORDINATOR_LOAD_IN_PROGRESS, NOT_AVAILABLE, NOT_COORDINATOR
+#: how long the member waits before looking the coordinator up again
+RETRY_BACKOFF_S = 0.1
+
+
+def _coordinator_error(resp: Any) -> int | None:
+    """A coordinator error in a group response (its top-level error code, or any
+    partition's of an OffsetCommit or OffsetFetch), else None."""
+    codes = [int(getattr(resp, "error_code", 0) or 0)]
+    for t in getattr(resp, "topics", None) or ():
+        codes += [int(getattr(p, "error_code", 0) or 0) for p in getattr(t, "partitions", ())]
+    return next((c for c in codes if c in _COORDINATOR), None)
 
 
 def range_assign(
@@ -104,14 +121,37 @@ class GroupMember:
             self._coordinator = find_group_coordinator(self.client, self.group_id)
         return self._coordinator
 
-    def _request(self, api_key: int, body: dict, max_version: int) -> object:
-        return self.client.request(api_key, body, node_id=self._node(), max_version=max_version,
-                                   timeout_ms=self.rebalance_timeout_ms + 5_000)  # fmt: skip
+    def _request(self, api_key: int, body: dict, max_version: int, *, timeout_ms: float | None = None) -> Any:
+        """``body`` to the group's coordinator, as Kafka's ``AbstractCoordinator`` sends it:
+        when the coordinator cannot be reached (down, timed out) or answers that it is
+        not (or not yet) the coordinator, it is looked up again and the request sent
+        there after a backoff, until ``timeout_ms`` (the rebalance timeout plus 5 s by
+        default) passes. Other errors are the caller's."""
+        timeout_ms = self.rebalance_timeout_ms + 5_000 if timeout_ms is None else timeout_ms
+        clock = self.client.clock
+        deadline = clock.nanoseconds() + int(timeout_ms * 1_000_000)
+        while True:
+            left = (deadline - clock.nanoseconds()) / 1_000_000
+            try:
+                resp = self.client.request(api_key, body, node_id=self._node(), max_version=max_version,
+                                           timeout_ms=max(1.0, left))  # fmt: skip
+                code = _coordinator_error(resp)
+                if code is None:
+                    return resp
+                error: KafkaError = BrokerResponseError(code, f"group '{self.group_id}'")
+            except KafkaError as exc:
+                if not is_retriable(exc):
+                    raise
+                error = exc
+            log.debug("group %s: coordinator %s unusable (%s): looking it up again",
+                      self.group_id, self._coordinator, error)  # fmt: skip
+            self._coordinator = None
+            if clock.nanoseconds() >= deadline:
+                raise error
+            time.sleep(RETRY_BACKOFF_S)
 
     def _check(self, code: int, what: str) -> None:
-        if code in _COORDINATOR:
-            self._coordinator = None
-        if code in _COORDINATOR or code in _REJOIN:
+        if code in _REJOIN:
             self._rejoin = True
             if code in (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION):
                 self.member_id, self.generation = "", -1
@@ -131,18 +171,18 @@ class GroupMember:
                 "protocols": [{"name": "range", "metadata": encode_subscription(self.topics)}],
             }  # fmt: skip
             resp = self._request(ApiKey.JOIN_GROUP, body, 9)
-            code = int(resp.error_code)  # type: ignore[attr-defined]
+            code = int(resp.error_code)
             if code == MEMBER_ID_REQUIRED:
-                self.member_id = resp.member_id  # type: ignore[attr-defined]
+                self.member_id = resp.member_id
                 continue
             self._check(code, "JoinGroup")
             if self._rejoin:
                 continue
-            self.member_id = resp.member_id  # type: ignore[attr-defined]
-            self.generation = int(resp.generation_id)  # type: ignore[attr-defined]
+            self.member_id = resp.member_id
+            self.generation = int(resp.generation_id)
             assignments = []
-            if resp.leader == self.member_id:  # type: ignore[attr-defined]
-                subs = {m.member_id: decode_subscription(m.metadata) for m in resp.members}  # type: ignore[attr-defined]
+            if resp.leader == self.member_id:
+                subs = {m.member_id: decode_subscription(m.metadata) for m in resp.members}
                 wanted = sorted({t for ts in subs.values() for t in ts})
                 cluster = self.client.metadata(wanted)
                 counts = {t: cluster.partition_count(t) or 0 for t in wanted}
@@ -154,10 +194,10 @@ class GroupMember:
                 "assignments": assignments,
             }  # fmt: skip
             sync = self._request(ApiKey.SYNC_GROUP, body, 5)
-            self._check(int(sync.error_code), "SyncGroup")  # type: ignore[attr-defined]
+            self._check(int(sync.error_code), "SyncGroup")
             if self._rejoin:
                 continue
-            self.assignment = decode_assignment(sync.assignment)  # type: ignore[attr-defined]
+            self.assignment = decode_assignment(sync.assignment)
             self._next_heartbeat_ns = self.client.clock.nanoseconds() + self.heartbeat_interval_ms * 1_000_000
             return self.assignment
 
@@ -171,8 +211,8 @@ class GroupMember:
             self._next_heartbeat_ns = now + self.heartbeat_interval_ms * 1_000_000
             body = {"group_id": self.group_id, "generation_id": self.generation, "member_id": self.member_id,
                     "group_instance_id": None}  # fmt: skip
-            resp = self._request(ApiKey.HEARTBEAT, body, 4)
-            self._check(int(resp.error_code), "Heartbeat")  # type: ignore[attr-defined]
+            resp = self._request(ApiKey.HEARTBEAT, body, 4, timeout_ms=self.session_timeout_ms)
+            self._check(int(resp.error_code), "Heartbeat")
         return self._rejoin
 
     def committed(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
@@ -184,7 +224,7 @@ class GroupMember:
             return {}
         body = {"group_id": self.group_id, "require_stable": True,
                 "topics": [{"name": t, "partition_indexes": ps} for t, ps in topics.items()]}  # fmt: skip
-        resp = self.client.request(ApiKey.OFFSET_FETCH, body, node_id=self._node(), version=7)
+        resp = self._request(ApiKey.OFFSET_FETCH, body, 7)  # v8+: groups in a list
         self._check(int(resp.error_code), "OffsetFetch")
         return {(t.name, p.partition_index): int(p.committed_offset)
                 for t in resp.topics for p in t.partitions if p.committed_offset >= 0}  # fmt: skip
@@ -201,7 +241,7 @@ class GroupMember:
         body = {"group_id": self.group_id, "generation_id_or_member_epoch": self.generation,
                 "member_id": self.member_id, "group_instance_id": None,
                 "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]}  # fmt: skip
-        resp = self.client.request(ApiKey.OFFSET_COMMIT, body, node_id=self._node(), version=8)
+        resp = self._request(ApiKey.OFFSET_COMMIT, body, 8)  # v9+: KIP-848 member epochs
         for t in resp.topics:
             for p in t.partitions:
                 self._check(int(p.error_code), "OffsetCommit")
@@ -213,6 +253,6 @@ class GroupMember:
         body = {"group_id": self.group_id, "members": [{"member_id": self.member_id, "group_instance_id": None,
                                                         "reason": None}]}  # fmt: skip
         try:
-            self.client.request(ApiKey.LEAVE_GROUP, body, node_id=self._node(), max_version=5, timeout_ms=5_000)
+            self._request(ApiKey.LEAVE_GROUP, body, 5, timeout_ms=5_000)
         finally:
             self.member_id, self.generation = "", -1

@@ -55,6 +55,7 @@ class Cluster:
     cluster_id: str | None = None
     # derived indexes
     _leaders: dict[tuple[str, int], int] = field(default_factory=dict, repr=False)
+    _epochs: dict[tuple[str, int], int] = field(default_factory=dict, repr=False)
     _available: dict[str, tuple[int, ...]] = field(default_factory=dict, repr=False)
     _by_node: dict[int, tuple[tuple[str, int], ...]] = field(default_factory=dict, repr=False)
     _counts: dict[str, int] = field(default_factory=dict, repr=False)
@@ -64,6 +65,7 @@ class Cluster:
         for name, t in self.topics.items():
             avail = []
             for p in t.partitions:
+                self._epochs[(name, p.partition)] = p.leader_epoch
                 if p.leader >= 0 and p.leader in self.brokers:
                     self._leaders[(name, p.partition)] = p.leader
                     avail.append(p.partition)
@@ -139,6 +141,10 @@ class Cluster:
 
     def leader_for(self, topic: str, partition: int) -> int | None:
         return self._leaders.get((topic, partition))
+
+    def leader_epoch(self, topic: str, partition: int) -> int:
+        """The partition's leader epoch (-1 when unknown: Metadata before v7)."""
+        return self._epochs.get((topic, partition), -1)
 
     def partition_count(self, topic: str) -> int | None:
         """Number of partitions, or None if the topic is unknown or in error."""

@@ -87,6 +87,9 @@ class BatchInfo(NamedTuple):
     producer_id: int = -1
     producer_epoch: int = -1
     is_transactional: bool = False
+    #: the leader epoch the batch was appended in (KIP-101); what a consumer validates
+    #: its position with after a leader change (KIP-320)
+    partition_leader_epoch: int = -1
 
 
 def iter_decoded_batches(buf: bytes | memoryview) -> Iterator[BatchInfo]:
@@ -113,7 +116,7 @@ def iter_decoded_batches(buf: bytes | memoryview) -> Iterator[BatchInfo]:
         (
             _bo,
             _bl,
-            _epoch,
+            leader_epoch,
             _magic,
             _crc,
             attributes,
@@ -140,6 +143,7 @@ def iter_decoded_batches(buf: bytes | memoryview) -> Iterator[BatchInfo]:
             pid,
             pepoch,
             bool(attributes & TRANSACTIONAL_FLAG_MASK),
+            leader_epoch,
         )
         pos += total
 
