@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import time
@@ -188,8 +189,12 @@ def broker(broker_factory) -> BrokerProcess:
     return broker_factory()
 
 
-#: The peer broker (Tansu) helper beside the checkout: ../shared/tools/peer-broker.sh
-PEER_SCRIPT = Path(__file__).resolve().parents[2] / "shared" / "tools" / "peer-broker.sh"
+#: The peer broker (Tansu) helper beside the checkout: ../shared/tools/peer-broker.sh, or
+#: the one TIDEGATE_PEER_SCRIPT names (a git worktree elsewhere)
+PEER_SCRIPT = Path(
+    os.environ.get("TIDEGATE_PEER_SCRIPT")
+    or Path(__file__).resolve().parents[2] / "shared" / "tools" / "peer-broker.sh"
+)
 
 
 @pytest.fixture(scope="module")

@@ -220,10 +220,16 @@ def _should_print(group: str, state: str, rows: int) -> bool:
 
 
 def _end_offsets(client: Any, partitions: Iterable[tuple[str, int]], spec: int, timeout_ms: int) -> dict:
-    from tidegate.client.fetcher import list_offsets
+    """ListOffsets of ``spec``; LATEST checked against a Fetch's high watermark
+    (``end_offsets``: some Kafka-compatible brokers answer ListOffsets short of it)."""
+    from tidegate.client.fetcher import LATEST, end_offsets, list_offsets
 
     targets = dict.fromkeys(partitions, spec)
-    return list_offsets(client, targets, timeout_ms=timeout_ms) if targets else {}
+    if not targets:
+        return {}
+    if spec == LATEST:
+        return end_offsets(client, targets, timeout_ms=timeout_ms)
+    return list_offsets(client, targets, timeout_ms=timeout_ms)
 
 
 def _describe(client: Any, group_ids: list[str], members: bool, state: bool, verbose: bool, timeout_ms: int) -> None:

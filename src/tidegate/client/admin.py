@@ -361,16 +361,17 @@ def describe_topics(
     body = {"topics": None if names is None else [{"name": n, "topic_id": None} for n in names],
             "allow_auto_topic_creation": False, "include_cluster_authorized_operations": False,
             "include_topic_authorized_operations": False}
-    resp = client.request(ApiKey.METADATA, body, version=12, timeout_ms=timeout_ms)
+    resp = client.request(ApiKey.METADATA, body, max_version=12, timeout_ms=timeout_ms)
     out = []
     for t in resp.topics:
         if t.error_code:
             raise BrokerResponseError(int(t.error_code), f"topic '{t.name}'")
         parts = tuple(sorted(
             (PartitionInfo(p.partition_index, p.leader_id, tuple(p.replica_nodes), tuple(p.isr_nodes),
-                           tuple(p.offline_replicas)) for p in t.partitions),
+                           tuple(getattr(p, "offline_replicas", ()))) for p in t.partitions),
             key=lambda p: p.partition))
-        out.append(TopicDescription(t.name, _kafka_uuid(t.topic_id), t.is_internal, parts))
+        out.append(TopicDescription(t.name, _kafka_uuid(getattr(t, "topic_id", None)),
+                                    bool(getattr(t, "is_internal", False)), parts))
     return sorted(out, key=lambda d: d.name)
 
 
@@ -496,20 +497,40 @@ def list_group_offsets(
     client: KafkaClient, group: str, *, require_stable: bool = False, timeout_ms: float | None = None
 ) -> dict[TopicPartition, int]:
     """{(topic, partition): committed offset} of ``group`` (OffsetFetch of all its topics;
-    ``require_stable``: wait out offsets of open transactions, KIP-447)."""
+    ``require_stable``: wait out offsets of open transactions, KIP-447), at the highest
+    version both sides have, as Kafka's admin client asks (v8+ name the group in a list:
+    Tansu answers the older versions' "all topics" with an empty body)."""
     node = find_group_coordinator(client, group, timeout_ms=timeout_ms)
-    client.await_ready(node, timeout_ms)
-    version = client.api_version(node, ApiKey.OFFSET_FETCH, max_version=7)  # v8+: groups in a list
-    body: dict = {"group_id": group, "topics": None}
-    if version >= 7:
-        body["require_stable"] = require_stable
-    resp = client.request(ApiKey.OFFSET_FETCH, body, node_id=node, version=version, timeout_ms=timeout_ms)
-    if resp.error_code:
-        raise BrokerResponseError(int(resp.error_code), f"group '{group}'")
-    return {
-        (t.name, p.partition_index): int(p.committed_offset)
-        for t in resp.topics for p in t.partitions if p.committed_offset >= 0
-    }  # fmt: skip
+    resp = client.request(ApiKey.OFFSET_FETCH, offset_fetch_body(group, None, require_stable), node_id=node,
+                          max_version=OFFSET_FETCH_MAX_VERSION, timeout_ms=timeout_ms)  # fmt: skip
+    code, offsets = offset_fetch_result(resp)
+    if code:
+        raise BrokerResponseError(code, f"group '{group}'")
+    return offsets
+
+
+#: OffsetFetch v10 names topics by id
+OFFSET_FETCH_MAX_VERSION = 9
+
+
+def offset_fetch_body(group: str, topics: Mapping[str, Iterable[int]] | None, require_stable: bool) -> dict:
+    """An OffsetFetch body for any version (``topics`` None: all of the group's): the
+    group's fields both at the top (v0-v7) and as the one entry of ``groups`` (v8+);
+    building it for a version keeps that version's fields."""
+    listed = None if topics is None else [{"name": t, "partition_indexes": list(ps)} for t, ps in topics.items()]
+    return {"group_id": group, "topics": listed, "require_stable": require_stable,
+            "groups": [{"group_id": group, "topics": listed}]}  # fmt: skip
+
+
+def offset_fetch_result(resp: Any) -> tuple[int, dict[TopicPartition, int]]:
+    """(the group's error code, {(topic, partition): committed offset}) of an OffsetFetch
+    response of any version; partitions without a committed offset are left out."""
+    groups = getattr(resp, "groups", None)
+    where = groups[0] if groups else resp
+    code = int(getattr(where, "error_code", 0) or 0)
+    offsets = {(t.name, int(p.partition_index)): int(p.committed_offset)
+               for t in where.topics or () for p in t.partitions if p.committed_offset >= 0}  # fmt: skip
+    return code, offsets
 
 
 def alter_group_offsets(
@@ -525,7 +546,7 @@ def alter_group_offsets(
     body = {"group_id": group, "generation_id_or_member_epoch": -1, "member_id": "",
             "group_instance_id": None,
             "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]}  # fmt: skip
-    resp = client.request(ApiKey.OFFSET_COMMIT, body, node_id=node, version=8, timeout_ms=timeout_ms)
+    resp = client.request(ApiKey.OFFSET_COMMIT, body, node_id=node, max_version=8, timeout_ms=timeout_ms)
     return {(t.name, p.partition_index): int(p.error_code) for t in resp.topics for p in t.partitions}
 
 

@@ -25,7 +25,12 @@ from tidegate.protocol.consumer_protocol import (
     encode_subscription,
 )
 
-from .admin import find_group_coordinator
+from .admin import (
+    OFFSET_FETCH_MAX_VERSION,
+    find_group_coordinator,
+    offset_fetch_body,
+    offset_fetch_result,
+)
 from .client import KafkaClient
 from .fetcher import is_retriable
 
@@ -56,10 +61,13 @@ RETRY_BACKOFF_S = 0.1
 
 def _coordinator_error(resp: Any) -> int | None:
     """A coordinator error in a group response (its top-level error code, or any
-    partition's of an OffsetCommit or OffsetFetch), else None."""
+    partition's of an OffsetCommit or OffsetFetch, or that of an OffsetFetch v8+'s
+    group), else None."""
     codes = [int(getattr(resp, "error_code", 0) or 0)]
-    for t in getattr(resp, "topics", None) or ():
-        codes += [int(getattr(p, "error_code", 0) or 0) for p in getattr(t, "partitions", ())]
+    for where in (resp, *(getattr(resp, "groups", None) or ())):
+        codes.append(int(getattr(where, "error_code", 0) or 0))
+        for t in getattr(where, "topics", None) or ():
+            codes += [int(getattr(p, "error_code", 0) or 0) for p in getattr(t, "partitions", ())]
     return next((c for c in codes if c in _COORDINATOR), None)
 
 
@@ -222,12 +230,10 @@ class GroupMember:
             topics.setdefault(t, []).append(p)
         if not topics:
             return {}
-        body = {"group_id": self.group_id, "require_stable": True,
-                "topics": [{"name": t, "partition_indexes": ps} for t, ps in topics.items()]}  # fmt: skip
-        resp = self._request(ApiKey.OFFSET_FETCH, body, 7)  # v8+: groups in a list
-        self._check(int(resp.error_code), "OffsetFetch")
-        return {(t.name, p.partition_index): int(p.committed_offset)
-                for t in resp.topics for p in t.partitions if p.committed_offset >= 0}  # fmt: skip
+        body = offset_fetch_body(self.group_id, topics, True)
+        code, offsets = offset_fetch_result(self._request(ApiKey.OFFSET_FETCH, body, OFFSET_FETCH_MAX_VERSION))
+        self._check(code, "OffsetFetch")
+        return offsets
 
     def commit(self, offsets: Mapping[TopicPartition, int]) -> None:
         """OffsetCommit at this member's generation (a rebalance in between makes the
