@@ -4,10 +4,16 @@
 every partition led by itself) and Produce (every partition succeeds unless the test
 queued error codes), and InitProducerId when asked; any other API goes to a handler
 the test passes (``handlers={api_key: fn(version, request) -> response fields}``; a
-handler may answer :data:`SILENT` to send nothing and read on, or ``AtVersion(v,
-fields)`` to answer at another version, as a broker refusing a version does). Every
-request is decoded with kio and recorded in order (``requests``: ``(api_key, version,
-request)``), so a test can check exactly what the producer sent.
+handler may answer :data:`SILENT` to send nothing and read on, ``AtVersion(v,
+fields)`` to answer at another version, as a broker refusing a version does, or a kio
+response object to send as it is). Every request is decoded with kio and recorded in
+order (``requests``: ``(api_key, version, request)``), so a test can check exactly what
+the producer sent.
+
+``tamper`` (settable at any time) sees every response frame before it is sent:
+``fn(api_key, version, frame) -> bytes | None`` returns the bytes to send instead (a
+damaged frame, random bytes, nothing; :class:`HangUp` bytes are sent and then the
+connection is closed) or None to hang up, as a broken broker would.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import socketserver
 import struct
 import threading
 from collections.abc import Callable, Iterable
+from dataclasses import is_dataclass
 from typing import Any, NamedTuple
 
 from kio.serial import entity_reader, entity_writer
@@ -33,6 +40,10 @@ class AtVersion(NamedTuple):
 
     version: int
     fields: dict[str, Any]
+
+
+class HangUp(bytes):
+    """What a ``tamper`` sends before the broker closes the connection."""
 
 
 Handler = Callable[[int, Any], "dict[str, Any] | AtVersion | None"]
@@ -71,6 +82,7 @@ class FakeBroker:
         self.handlers = dict(handlers or {})
         self.apis = list(BASE_APIS) + ([(22, 0, 4)] if init_producer_id else []) + list(apis)
         self.lock = threading.Lock()
+        self.tamper: Callable[[int, int, bytes], bytes | None] | None = None
         self._offsets: dict[tuple[str, int], int] = {}
         outer = self
 
@@ -100,7 +112,16 @@ class FakeBroker:
                     if isinstance(fields, AtVersion):
                         ver, fields = fields
                     flexible = bool(response_class(key, ver).__flexible__) and key != 18
-                    s.sendall(_frame(cid, build(response_class(key, ver), fields), flexible))
+                    resp = fields if is_dataclass(fields) else build(response_class(key, ver), fields)
+                    data: bytes | None = _frame(cid, resp, flexible)
+                    tamper = outer.tamper
+                    if tamper is not None:
+                        data = tamper(key, ver, data)
+                        if data is None:
+                            return  # hang up
+                    s.sendall(data)
+                    if isinstance(data, HangUp):
+                        return
 
         class Server(socketserver.ThreadingTCPServer):
             daemon_threads = True

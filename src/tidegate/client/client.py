@@ -249,8 +249,8 @@ class KafkaClient:
         conn.host, conn.port = addr
         try:
             conn.connect(now_ns)
-        except (OSError, KafkaError) as exc:
-            log.debug("connect to node %s (%s:%s) failed: %s", node_id, addr[0], addr[1], exc)
+        except Exception as exc:  # noqa: BLE001 - an address a broker made up (not IDNA, say) too
+            log.debug("connect to node %s (%s:%s) failed: %r", node_id, addr[0], addr[1], exc)
             self._note_failure(node_id, now_ns)
             return
         # a new attempt: an earlier login failure no longer decides (credentials may
@@ -884,7 +884,7 @@ def _parse_api_versions(version: int, frame: bytes) -> Any:
     for read in readers:
         try:
             return read()
-        except Exception:  # noqa: BLE001, S112 - kio raises several decode errors; try the next
+        except Exception:  # noqa: BLE001, S112 - a frame that does not read: try the next way
             continue
     return None
 

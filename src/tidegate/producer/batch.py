@@ -273,6 +273,8 @@ class ProducerBatch:
         self.attempts = 0
         self.backoff_ms = 0.0
         self.retry = False
+        #: the error of the last failed attempt (named when the batch expires)
+        self.last_error: BaseException | None = None
         self.closed_for_appends = False
         self.closed = False  # header written, bytes final
         self.final_size = 0

@@ -33,6 +33,7 @@ from tidegate.client.metadata import Cluster
 from tidegate.clock import Clock, MonotonicMs
 from tidegate.errors import (
     INVALID_METADATA_CODES,
+    ConnectionError_,
     KafkaError,
     KafkaTimeoutError,
     UnsupportedVersionError,
@@ -248,11 +249,12 @@ class Sender(threading.Thread):
                     for b in lst:
                         acc.mute(b.topic, b.partition)
         for b in acc.expired_batches(now_ms):
+            last = f" (last error: {b.last_error})" if b.last_error is not None else ""
             self._fail_batch(
                 b,
                 KafkaTimeoutError(
                     f"Expiring {b.count} record(s) for {b.topic}-{b.partition}: "
-                    f"{now_ms - b.created_ms} ms has passed since batch creation"
+                    f"{now_ms - b.created_ms} ms has passed since batch creation{last}"
                 ),
             )
         next_delay = min(next_delay, acc.next_expiry_ms(now_ms))
@@ -300,7 +302,14 @@ class Sender(threading.Thread):
             self.on_batch_sent(node, version, buffers, batches)
 
         def on_response(req: InFlightRequest) -> None:
-            self._handle_produce_response(req, by_tp, acks)
+            try:
+                self._handle_produce_response(req, by_tp, acks)
+            except Exception as exc:
+                log.warning("produce response from node %s: %r", req.node_id, exc, exc_info=True)
+                error = ConnectionError_(f"node {req.node_id}: unusable produce response ({exc!r})")
+                for b in by_tp.values():
+                    if not b.finalized and b.in_flight:
+                        self._complete_batch(b, error, -1, -1, self.clock.milliseconds())
 
         try:
             self.client.send_buffers(
@@ -382,6 +391,7 @@ class Sender(threading.Thread):
         if err is None:
             self._succeed(batch, base_offset, log_append_time)
             return
+        batch.last_error = err
         code = getattr(err, "code", None)
         if code == DUPLICATE_SEQUENCE_NUMBER and idem is not None:
             # the broker already has this batch: a success whose offset is unknown
@@ -504,7 +514,12 @@ class Sender(threading.Thread):
         if req.error is not None:
             self.metadata.failed_update(now_ms, req.error)
             return
-        fresh = Cluster.from_response(req.response)
+        try:
+            fresh = Cluster.from_response(req.response)
+        except Exception as exc:  # noqa: BLE001 - a response this producer cannot use
+            log.warning("metadata response from node %s: %r", req.node_id, exc)
+            self.metadata.failed_update(now_ms, exc)
+            return
         self.client.update_cluster(fresh)
         self.metadata.update(fresh, now_ms)
 
@@ -637,6 +652,11 @@ class Sender(threading.Thread):
         except IllegalStateError as exc:
             # an invalid transition on this thread poisoned the state (FATAL_ERROR)
             log.error("transactional response to %s: %s", handler.name, exc)
+        except Exception as exc:  # noqa: BLE001 - a response this producer cannot use
+            # as a lost connection: the request is sent again (after finding the
+            # coordinator again), until the application's timeout
+            log.warning("unusable %s response from node %s: %r", handler.name, req.node_id, exc)
+            handler.on_disconnect()
 
     def _maybe_find_coordinator_and_retry(self, handler: TxnRequestHandler) -> None:
         txn = self.txn
