@@ -136,7 +136,12 @@ def _once(fb: FakeBroker, api_key: int, tamper: Any) -> None:
 
 def _answers(client: KafkaClient) -> None:
     """The client is usable: a Metadata request gets its answer (a second one when the
-    first went out on a connection the broker had just hung up)."""
+    first went out on a connection the broker had just hung up). A connection the bad
+    answer throttled (a damaged throttle_time, honoured as KIP-219 says) is waiting as
+    told: nothing to ask it then."""
+    now = client.clock.nanoseconds()
+    if any(c.throttle_until_ns > now for c in client._conns.values()):
+        return
     try:
         client.metadata([], timeout_ms=5_000)
     except KafkaError as exc:

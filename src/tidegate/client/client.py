@@ -51,6 +51,7 @@ from tidegate.errors import (
     SaslAuthenticationError,
     UnsupportedVersionError,
 )
+from tidegate.protocol.apis import ApiKey
 from tidegate.protocol.codec import message_versions
 
 from .connection import BrokerConnection, ConnectionState, InFlightRequest
@@ -334,7 +335,7 @@ class KafkaClient:
             raise KafkaError(f"no API versions known for node {node_id} (not connected)")
         broker = conn.api_versions.get(api_key)
         if broker is None:
-            raise UnsupportedVersionError(f"node {node_id} does not support api_key {api_key}")
+            raise UnsupportedVersionError(f"node {node_id} does not support {_api_name(api_key)}")
         lo, hi = client_version_range(api_key)
         if max_version is not None:
             hi = min(hi, max_version)
@@ -343,7 +344,8 @@ class KafkaClient:
         v = min(hi, broker[1])
         if v < max(lo, broker[0]):
             raise UnsupportedVersionError(
-                f"api_key {api_key}: client supports {lo}-{hi}, node {node_id} {broker[0]}-{broker[1]}"
+                f"{_api_name(api_key)}: this client sends v{lo}-v{hi}, node {node_id} has "
+                f"v{broker[0]}-v{broker[1]}"
             )
         return v
 
@@ -892,3 +894,11 @@ def _parse_api_versions(version: int, frame: bytes) -> Any:
 def _api_version_ranges(body: Any) -> dict[int, tuple[int, int]]:
     """{api key: (min version, max version)} of an ApiVersions response."""
     return {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in body.api_keys}
+
+
+def _api_name(api_key: int) -> str:
+    """Kafka's name of an API, as its UnsupportedVersionException says it (with the key)."""
+    try:
+        return f"{ApiKey(api_key).name} (api key {api_key})"
+    except ValueError:
+        return f"api key {api_key}"
