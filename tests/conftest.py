@@ -230,3 +230,26 @@ def pki(tmp_path_factory):
     from tidegate.testing import make_pki
 
     return make_pki(tmp_path_factory.mktemp("pki"))
+
+
+@pytest.fixture(scope="module")
+def spark():
+    """One local[2] SparkSession (bound to loopback, the tidegate source registered) for
+    the module, or the one already running; skipped without Java."""
+    import shutil
+
+    if not os.environ.get("JAVA_HOME") and shutil.which("java") is None:
+        pytest.skip("no Java on this machine (Spark needs Java 17+)")
+    pytest.importorskip("pyspark")
+    from pyspark.sql import SparkSession
+
+    import tidegate.spark
+
+    running = SparkSession.getActiveSession()
+    session = tidegate.spark.local_session(
+        "tidegate-spark-tests",
+        **{"spark.sql.streaming.stopTimeout": "30s", "spark.driver.memory": "1g"},
+    )
+    yield session
+    if running is None:
+        session.stop()

@@ -15,6 +15,8 @@ out with retries).
 from __future__ import annotations
 
 import itertools
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -22,7 +24,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tidegate.client import KafkaClient
-from tidegate.client.fetcher import READ_COMMITTED, READ_UNCOMMITTED, list_offsets, read_range
+from tidegate.client.fetcher import (
+    READ_COMMITTED,
+    READ_UNCOMMITTED,
+    end_offsets,
+    list_offsets,
+    read_range,
+)
 
 __all__ = [
     "KEYS",
@@ -33,6 +41,7 @@ __all__ = [
     "check_log",
     "produce",
     "read_log",
+    "tidegate",
 ]
 
 RECORDS = 3_000
@@ -170,13 +179,13 @@ def _produce_confluent(bootstrap: str, topic: str, faults: Faults, n: int, conf:
 def read_log(bootstrap: str, topic: str, *, partitions: int = PARTITIONS, committed: bool = False) -> dict[int, list[tuple[int, int]]]:  # fmt: skip
     """(offset, value) of every record of ``topic``, per partition, read with
     tidegate's fetcher from the earliest offset to the end (read_committed: the last
-    stable offset)."""
+    stable offset; ``end_offsets``, as Tansu's ListOffsets LATEST can be short)."""
     iso = READ_COMMITTED if committed else READ_UNCOMMITTED
     with KafkaClient(bootstrap) as c:
         c.bootstrap(timeout_ms=TIMEOUT_S * 1000)
         tps = [(topic, p) for p in range(partitions)]
         start = list_offsets(c, dict.fromkeys(tps, -2), timeout_ms=TIMEOUT_S * 1000)
-        end = list_offsets(c, dict.fromkeys(tps, -1), isolation_level=iso, timeout_ms=TIMEOUT_S * 1000)
+        end = end_offsets(c, tps, isolation_level=iso, timeout_ms=TIMEOUT_S * 1000)
         return {tp[1]: [(r.offset, int(r.value)) for r in read_range(c, tp, start[tp], end[tp], isolation_level=iso)]
                 for tp in tps}  # fmt: skip
 
@@ -198,6 +207,12 @@ def check_log(out: Outcome, log: dict[int, list[tuple[int, int]]], *, n: int = R
 
 def _first_disorder(vals: list[int]) -> tuple[int, int] | None:
     return next(((a, b) for a, b in itertools.pairwise(vals) if b < a), None)
+
+
+def tidegate(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+    """A ``tidegate`` CLI command run as a user runs it (a process of this interpreter)."""
+    return subprocess.run([sys.executable, "-m", "tidegate", *args], input=stdin, capture_output=True,
+                          timeout=TIMEOUT_S, check=False)  # fmt: skip
 
 
 def wait_for(cond: Callable[[], bool], what: str, timeout: float = TIMEOUT_S) -> None:

@@ -14,14 +14,9 @@ import time
 
 import pytest
 
-from .scenarios import PARTITIONS, read_log
+from .scenarios import PARTITIONS, read_log, tidegate
 
 pytestmark = pytest.mark.timeout(120)
-
-
-def tidegate(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run([sys.executable, "-m", "tidegate", *args], input=stdin, capture_output=True,
-                          timeout=60, check=False)  # fmt: skip
 
 
 def _leaders(out: bytes) -> dict[int, int]:

@@ -12,7 +12,6 @@ the sink (batch and streaming) read back exactly.
 from __future__ import annotations
 
 import os
-import shutil
 import time
 from pathlib import Path
 
@@ -43,19 +42,6 @@ QUERY_TIMEOUT_S = 120
 
 
 
-@pytest.fixture(scope="session")
-def spark():
-    """One local[2] SparkSession bound to loopback, with the source registered."""
-    if not os.environ.get("JAVA_HOME") and shutil.which("java") is None:
-        pytest.skip("no Java on this machine (Spark needs Java 17+)")
-    import tidegate.spark
-
-    session = tidegate.spark.local_session(
-        "tidegate-spark-tests",
-        **{"spark.sql.streaming.stopTimeout": "30s", "spark.driver.memory": "1g"},
-    )
-    yield session
-    session.stop()
 
 
 

@@ -19,8 +19,6 @@ tidegate only: the peer broker's transactions are incomplete (shared/tools/peer-
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import threading
 import time
 from dataclasses import dataclass, field
@@ -43,23 +41,6 @@ QUERY_TIMEOUT_S = 120
 READ_COMMITTED = {"kafka.isolation.level": "read_committed"}
 
 
-@pytest.fixture(scope="module")
-def spark():
-    """One local[2] SparkSession for the module (or the one already running)."""
-    if not os.environ.get("JAVA_HOME") and shutil.which("java") is None:
-        pytest.skip("no Java on this machine (Spark needs Java 17+)")
-    from pyspark.sql import SparkSession
-
-    import tidegate.spark
-
-    running = SparkSession.getActiveSession()
-    session = tidegate.spark.local_session(
-        "tidegate-spark-txn-tests",
-        **{"spark.sql.streaming.stopTimeout": "30s", "spark.driver.memory": "1g"},
-    )
-    yield session
-    if running is None:
-        session.stop()
 
 
 @pytest.fixture(scope="module")
