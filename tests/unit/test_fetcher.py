@@ -21,11 +21,14 @@ from tidegate.client.fetcher import (
     READ_COMMITTED,
     READ_UNCOMMITTED,
     CompletedFetch,
+    FetchPosition,
+    LogTruncationError,
     read_range,
     read_range_batches,
+    validate_positions,
 )
 from tidegate.clock import MockClock
-from tidegate.errors import KafkaError
+from tidegate.errors import KafkaError, OffsetOutOfRangeError, UnsupportedVersionError
 from tidegate.record.batch_builder import Record, build_batch
 from tidegate.record.control_records import end_transaction_marker_batch
 
@@ -277,3 +280,89 @@ def test_read_committed_stops_at_the_lso_of_an_open_transaction(part):
     got = [r.offset for r in read_range(client, ("t", 0), 0, part.log.last_stable_offset,
                                         isolation_level=READ_COMMITTED)]  # fmt: skip
     assert got == [3, 4]
+
+
+# -- KIP-320: positions validated after a leader change ---------------------------------------
+
+
+class EpochClient:
+    """Enough of :class:`~tidegate.client.KafkaClient` for
+    :func:`~tidegate.client.fetcher.validate_positions`: the partition's leader and leader
+    epoch from "metadata", and OffsetForLeaderEpoch answered with ``answer`` (error code,
+    epoch, end offset); ``versions`` None: the leader has no OffsetForLeaderEpoch v2+."""
+
+    def __init__(self, leader: int, epoch: int, answer=(0, 3, 100), versions=True) -> None:
+        self.cluster = SimpleNamespace(leader_for=lambda t, p: leader, leader_epoch=lambda t, p: epoch)
+        self.answer = answer
+        self.versions = versions
+        self.asked: list[tuple[int, dict]] = []
+
+    def await_ready(self, node, timeout_ms=None) -> None:
+        pass
+
+    def api_version(self, node, key, min_version=None, max_version=None) -> int:
+        if not self.versions:
+            raise UnsupportedVersionError("no OffsetForLeaderEpoch")
+        return 2
+
+    def request(self, key, body, node_id, version, timeout_ms):
+        self.asked.append((node_id, body))
+        code, epoch, end = self.answer
+        return SimpleNamespace(topics=[SimpleNamespace(topic=t["topic"], partitions=[
+            SimpleNamespace(partition=p["partition"], error_code=code, leader_epoch=epoch, end_offset=end)
+            for p in t["partitions"]]) for t in body["topics"]])  # fmt: skip
+
+
+TP = ("t", 0)
+
+
+def test_a_new_position_is_valid_for_the_leader_it_starts_with():
+    client = EpochClient(leader=1, epoch=5)
+    pos = FetchPosition(42)
+    assert validate_positions(client, {TP: pos}, timeout_ms=1000) == {}
+    assert client.asked == [] and (pos.leader, pos.leader_epoch) == (1, 5)
+
+
+def test_after_a_leader_change_the_position_is_checked_at_the_new_leader():
+    client = EpochClient(leader=2, epoch=6, answer=(0, 5, 100))
+    pos = FetchPosition(90, offset_epoch=5, leader=1, leader_epoch=5)
+    assert validate_positions(client, {TP: pos}, timeout_ms=1000) == {}
+    ((node, body),) = client.asked
+    assert node == 2
+    assert body["topics"] == [{"topic": "t", "partitions": [{"partition": 0, "current_leader_epoch": 6,
+                                                             "leader_epoch": 5}]}]  # fmt: skip
+    assert (pos.leader, pos.leader_epoch, pos.offset) == (2, 6, 90)
+
+
+def test_a_log_that_ends_below_the_position_was_truncated():
+    client = EpochClient(leader=2, epoch=6, answer=(0, 4, 70))
+    pos = FetchPosition(90, offset_epoch=5, leader=1, leader_epoch=5)
+    (err,) = validate_positions(client, {TP: pos}, timeout_ms=1000).values()
+    assert isinstance(err, LogTruncationError) and isinstance(err, OffsetOutOfRangeError)
+    assert (err.offset, err.divergent_offset) == (90, 70)
+    assert "truncation detected for t-0" in str(err)
+    assert pos.leader == 1  # still to be validated: the caller resets it
+
+
+def test_a_leader_without_offset_for_leader_epoch_v2_is_taken_at_its_word():
+    client = EpochClient(leader=2, epoch=6, versions=False)
+    pos = FetchPosition(90, offset_epoch=5, leader=1, leader_epoch=5)
+    assert validate_positions(client, {TP: pos}, timeout_ms=1000) == {}
+    assert pos.leader == 2
+
+
+def test_stale_metadata_leaves_the_position_to_validate_later():
+    client = EpochClient(leader=2, epoch=6, answer=(74, -1, -1))  # FENCED_LEADER_EPOCH
+    pos = FetchPosition(90, offset_epoch=5, leader=1, leader_epoch=5)
+    assert validate_positions(client, {TP: pos}, timeout_ms=1000) == {}
+    assert pos.leader == 1
+
+
+def test_a_completed_fetch_carries_the_epoch_of_its_last_batch():
+    batch = bytearray(data(0, 3))
+    struct.pack_into(">i", batch, 12, 7)  # partitionLeaderEpoch (not in the CRC)
+    done = CompletedFetch(bytes(batch), 0)
+    assert [r.offset for recs in done.record_batches() for r in recs] == [0, 1, 2]
+    pos = FetchPosition(0)
+    pos.advance(done)
+    assert (pos.offset, pos.offset_epoch) == (3, 7)

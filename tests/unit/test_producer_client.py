@@ -156,6 +156,58 @@ def test_client_falls_back_when_api_versions_v3_is_refused():
         fb.close()
 
 
+def _refuse_in_the_flexible_format(ver, req):
+    """ApiVersions as librdkafka's mock cluster refuses v3: UNSUPPORTED_VERSION written
+    in v3's own (flexible) format, which does not read as v0."""
+    if ver == 3:
+        return AtVersion(3, {"error_code": 35, "api_keys": [{"api_key": 18, "min_version": 0, "max_version": 2}]})
+    return {"error_code": 0, "api_keys": [{"api_key": 3, "min_version": 0, "max_version": 12},
+                                          {"api_key": 18, "min_version": 0, "max_version": 2}]}
+
+
+def test_client_asks_at_v0_when_a_refusal_does_not_read_as_v0():
+    fb = FakeBroker(handlers={18: _refuse_in_the_flexible_format})
+    try:
+        with KafkaClient(f"127.0.0.1:{fb.port}") as c:
+            c.bootstrap(timeout_ms=5000)
+            assert _requests(fb)[:3] == [(18, 3), (18, 0), (3, 12)]
+    finally:
+        fb.close()
+
+
+def test_a_refused_api_versions_v0_is_a_clear_error():
+    """A broker that refuses even ApiVersions v0: the connection fails, and a blocking
+    call that waited for it names why."""
+    fb = FakeBroker(handlers={18: lambda ver, req: AtVersion(0, {"error_code": 35, "api_keys": []})})
+    try:
+        with (
+            KafkaClient(f"127.0.0.1:{fb.port}", reconnect_backoff_max_ms=50) as c,
+            pytest.raises(NoBrokersAvailableError, match="last error: node -1 refused ApiVersions v0"),
+        ):
+            c.bootstrap(timeout_ms=1000)
+        assert (18, 0) in _requests(fb)
+    finally:
+        fb.close()
+
+
+def test_a_response_that_does_not_decode_fails_its_request_at_once():
+    """A truncated body (the broker then stays silent): the request fails with a
+    connection error now, not after its timeout, and the client reconnects."""
+    fb = FakeBroker()
+    try:
+        with KafkaClient(f"127.0.0.1:{fb.port}", request_timeout_ms=30_000) as c:
+            c.bootstrap(timeout_ms=5000)
+            fb.tamper = lambda key, ver, frame: struct.pack(">i", 6) + frame[4:10] if key == 3 else frame
+            t0 = time.monotonic()
+            with pytest.raises(ConnectionError_, match="cannot decode api_key=3"):
+                c.request(3, {"topics": []}, timeout_ms=20_000)
+            assert time.monotonic() - t0 < 5
+            fb.tamper = None
+            assert list(c.metadata([], timeout_ms=5000).brokers) == [7]
+    finally:
+        fb.close()
+
+
 def test_client_request_timeout_closes_the_connection():
     fb = FakeBroker(handlers={3: lambda ver, req: SILENT})
     try:

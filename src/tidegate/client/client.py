@@ -137,6 +137,9 @@ class KafkaClient:
         self._ssl_context = security.ssl_context() if security.uses_tls else None
         #: the last authentication failure per node (cleared when a login succeeds)
         self._auth_errors: dict[int, AuthenticationError] = {}
+        #: why the last attempt to set up a connection to each node failed (cleared once
+        #: one is ready): what a blocking call that times out waiting for it names
+        self._setup_errors: dict[int, BaseException] = {}
         self.client_id = client_id
         self.request_timeout_ms = request_timeout_ms
         self.max_in_flight = max_in_flight_requests_per_connection
@@ -252,6 +255,7 @@ class KafkaClient:
             conn.connect(now_ns)
         except Exception as exc:  # noqa: BLE001 - an address a broker made up (not IDNA, say) too
             log.debug("connect to node %s (%s:%s) failed: %r", node_id, addr[0], addr[1], exc)
+            self._setup_errors[node_id] = exc
             self._note_failure(node_id, now_ns)
             return
         # a new attempt: an earlier login failure no longer decides (credentials may
@@ -510,6 +514,8 @@ class KafkaClient:
             if isinstance(err, AuthenticationError):
                 log.error("authentication with node %s failed: %s", node, err)
                 self._auth_errors[node] = err
+            if conn.state is not ConnectionState.READY:
+                self._setup_errors[node] = err
             self._disconnect(node, err)
             return
         if conn.sock is not None:
@@ -619,6 +625,7 @@ class KafkaClient:
         conn.state = ConnectionState.READY
         self._backoff.pop(conn.node_id, None)
         self._auth_errors.pop(conn.node_id, None)
+        self._setup_errors.pop(conn.node_id, None)
         log.debug("node %s ready: %d APIs", conn.node_id, len(conn.api_versions))
 
     # -- SASL (Kafka's SaslClientAuthenticator, SaslHandshake v1) ---------------------------------
@@ -688,12 +695,11 @@ class KafkaClient:
                 continue
             if st is not ConnectionState.READY:
                 if now - conn.connect_started_ns > setup_timeout:
-                    self._disconnect(
-                        node,
-                        KafkaTimeoutError(
-                            f"connection to node {node} not ready after {self.setup_timeout_ms} ms"
-                        ),
+                    err = KafkaTimeoutError(
+                        f"connection to node {node} not ready after {self.setup_timeout_ms} ms"
                     )
+                    self._setup_errors[node] = err
+                    self._disconnect(node, err)
                 continue
             oldest = conn.in_flight[0].sent_ns if conn.in_flight else None
             if conn._outbox:
@@ -769,12 +775,15 @@ class KafkaClient:
                 raise auth
             left = (deadline - now) / 1_000_000
             if left <= 0:
+                last = self._setup_errors.get(node_id) if node_id is not None else (
+                    next(reversed(self._setup_errors.values()), None))  # fmt: skip
+                why = f"; last error: {last}" if last is not None else ""
                 if node_id is None:
                     raise NoBrokersAvailableError(
                         f"no broker ready within {timeout_ms:.0f} ms "
-                        f"(bootstrap {', '.join(f'{h}:{p}' for h, p in self._bootstrap)})"
+                        f"(bootstrap {', '.join(f'{h}:{p}' for h, p in self._bootstrap)}{why})"
                     )
-                raise KafkaTimeoutError(f"node {node_id} not ready within {timeout_ms:.0f} ms")
+                raise KafkaTimeoutError(f"node {node_id} not ready within {timeout_ms:.0f} ms{why}")
             wait = min(left, 50.0)
             if node is not None:
                 d = self.connection_delay_ms(node, now)
