@@ -13,6 +13,12 @@ ratios to kafka-python.
 
     python benchmarks/producer_throughput.py                  # spawns a tidegate broker
     python benchmarks/producer_throughput.py --bootstrap 127.0.0.1:9092 --records 200000
+    python benchmarks/producer_throughput.py --mock-cluster --records 50000 --sizes 100
+
+``--mock-cluster`` runs against librdkafka's 3-broker mock cluster (tests/cluster,
+started in this process through ctypes), tidegate's producer against confluent-kafka's
+on the same 4-partition topics spread over the three brokers: the mock's speed bounds
+both, so the point is the ratio between them and that both finish.
 """
 
 from __future__ import annotations
@@ -29,6 +35,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common
 
 CLIENTS = ("tidegate-full", "tidegate-incremental", "kafka-python", "confluent-kafka")
+MOCK_CLIENTS = ("tidegate-full", "tidegate-incremental", "confluent-kafka")
+
+
+def mock_cluster():
+    """librdkafka's 3-broker mock cluster, started in this process (tests/cluster)."""
+    sys.path.insert(0, str(_common.REPO_ROOT))
+    from tests.cluster.mock_cluster import MockCluster, unavailable_reason
+
+    reason = unavailable_reason()
+    if reason is not None:
+        raise SystemExit(f"no mock cluster: {reason}")
+    return MockCluster(3)
 
 
 def run_client(
@@ -166,20 +184,30 @@ def main() -> None:
         "--peer-script",
         default=str(_common.REPO_ROOT.parent / "shared" / "tools" / "peer-broker.sh"),
     )
+    ap.add_argument(
+        "--mock-cluster",
+        action="store_true",
+        help="run against librdkafka's 3-broker mock cluster (tidegate's producers and confluent-kafka)",
+    )
     ap.add_argument("--sizes", default="100,1024")
     ap.add_argument("--records", type=int, default=200_000, help="records per run (100 B)")
     ap.add_argument("--records-1k", type=int, default=100_000, help="records per run (1 KiB)")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--acks", default="all", choices=["all", "1", "0"])
-    ap.add_argument("--clients", default=",".join(CLIENTS))
+    ap.add_argument("--clients", help=f"default: {','.join(CLIENTS)} ({','.join(MOCK_CLIENTS)} on the mock)")
     ap.add_argument("--json", help="write all results here")
     args = ap.parse_args()
-    clients = [c.strip() for c in args.clients.split(",") if c.strip()]
+    default_clients = MOCK_CLIENTS if args.mock_cluster else CLIENTS
+    clients = [c.strip() for c in (args.clients or ",".join(default_clients)).split(",") if c.strip()]
     sizes = [int(s) for s in args.sizes.split(",")]
     broker = None
+    cluster = None
     results: list[dict] = []
     try:
-        if args.bootstrap:
+        if args.mock_cluster:
+            cluster = mock_cluster()
+            bootstrap = cluster.bootstrap
+        elif args.bootstrap:
             bootstrap = args.bootstrap
         elif args.spawn_peer:
             broker = _common.SpawnedPeer(args.peer_script)
@@ -197,7 +225,10 @@ def main() -> None:
                 for client in order:
                     seq += 1
                     topic = f"tput-{int(time.time())}-{seq}"
-                    create_topic(bootstrap, topic)
+                    if cluster is not None:
+                        cluster.create_topic(topic, 4)  # the mock has no CreateTopics
+                    else:
+                        create_topic(bootstrap, topic)
                     r = child(client, bootstrap, topic, size, n, args.acks)
                     r.update(
                         client=client,
@@ -216,8 +247,12 @@ def main() -> None:
     finally:
         if broker is not None:
             broker.cleanup()
+        if cluster is not None:
+            cluster.close()
     print()
     where = f"spawned {broker.kind}" if broker else bootstrap
+    if cluster is not None:
+        where = "librdkafka's mock cluster (3 brokers, in process)"
     print(f"tidegate {_common.git_describe()}, broker {where}, acks={args.acks}")
     for size in sizes:
         rows = []
@@ -225,7 +260,8 @@ def main() -> None:
         for client in clients:
             rs = [r for r in results if r["client"] == client and r["size"] == size]
             med[client] = statistics.median(r["rps"] for r in rs)
-        base = med.get("kafka-python")
+        base_name = "kafka-python" if "kafka-python" in med else "confluent-kafka"
+        base = med.get(base_name)
         for client in clients:
             rs = [r for r in results if r["client"] == client and r["size"] == size]
             rows.append(
@@ -240,7 +276,7 @@ def main() -> None:
         print(f"== {size} B records")
         print(
             _common.format_table(
-                ["client", "median rec/s", "MB/s", "vs kafka-python", "runs rec/s"], rows
+                ["client", "median rec/s", "MB/s", f"vs {base_name}", "runs rec/s"], rows
             )
         )
         print()
