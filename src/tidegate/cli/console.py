@@ -393,11 +393,16 @@ class _ConsoleConsumer:
         from tidegate.client.group_member import GroupMember
 
         client_id = settings.pop("client.id", "console-consumer")
+        max_age = settings.pop("metadata.max.age.ms", "300000")  # Kafka's default, 5 min
+        if not max_age.isdigit():
+            raise click.UsageError(f"Invalid value {max_age} for configuration metadata.max.age.ms")
+        self.metadata_max_age_s = int(max_age) / 1000
         try:
             self.client = KafkaClient(bootstrap, client_id=client_id, security=settings or None)
         except SecurityConfigError as exc:
             raise click.UsageError(str(exc)) from None
         self.client.bootstrap()
+        self._metadata_at = time.monotonic()
         self.reset = reset
         self.isolation_level = isolation_level
         self.positions: dict[tuple[str, int], Any] = {}  # tp -> fetcher.FetchPosition
@@ -473,8 +478,8 @@ class _ConsoleConsumer:
         """One Fetch per leader of the positions (validated first after a leader change,
         KIP-320), the records in fetch order. A leader that cannot be reached or that
         says the metadata is stale costs a metadata refresh and a backoff, as in Kafka's
-        consumer; a partition whose position is out of range or was truncated starts
-        again from auto.offset.reset."""
+        consumer, and so does ``metadata.max.age.ms`` passing; a partition whose
+        position is out of range or was truncated starts again from auto.offset.reset."""
         from tidegate.client.fetcher import (
             CompletedFetch,
             FetchSessionHandler,
@@ -532,7 +537,11 @@ class _ConsoleConsumer:
                 pos.advance(done)
         if stale or not by_node:
             time.sleep(0.1)
-            refresh_metadata(client, self.topics, client.request_timeout_ms)
+        # leaders moved, or metadata.max.age.ms passed (leaders may move without an error
+        # to say so)
+        due = stale or not by_node or time.monotonic() - self._metadata_at >= self.metadata_max_age_s
+        if due and refresh_metadata(client, self.topics, client.request_timeout_ms):
+            self._metadata_at = time.monotonic()
 
     def close(self) -> None:
         try:
