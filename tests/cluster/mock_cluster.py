@@ -33,7 +33,8 @@ from __future__ import annotations
 import ctypes
 import glob
 import os
-from collections.abc import Iterable
+import threading
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 __all__ = ["MockCluster", "load", "unavailable_reason"]
@@ -146,8 +147,24 @@ class MockCluster:
             raise MockClusterError("rd_kafka_mock_cluster_new failed")
         self.broker_ids = list(range(1, brokers + 1))
         self.bootstrap: str = lib.rd_kafka_mock_cluster_bootstraps(self._mc).decode()
+        self._timers: list[threading.Timer] = []
         for api_key, (lo, hi) in READABLE_VERSIONS.items():
             self.set_api_versions(api_key, lo, hi)
+
+    @property
+    def _handle(self) -> int:
+        """The cluster, for a call into librdkafka (a closed one would be a use after free)."""
+        if not self._mc:
+            raise MockClusterError("the mock cluster is closed")
+        return self._mc
+
+    def later(self, delay_s: float, step: Callable[[], None]) -> None:
+        """Run ``step`` (a broker back up, say) on a timer thread in ``delay_s``; closing
+        the cluster first cancels it."""
+        timer = threading.Timer(delay_s, step)
+        timer.daemon = True
+        self._timers.append(timer)
+        timer.start()
 
     def _check(self, err: int, what: str) -> None:
         if err:
@@ -156,17 +173,17 @@ class MockCluster:
     # -- topics and leaders ------------------------------------------------------------------
     def create_topic(self, name: str, partitions: int, replication_factor: int = 3) -> None:
         """A topic whose partitions' leaders are spread over the brokers."""
-        self._check(self._lib.rd_kafka_mock_topic_create(self._mc, name.encode(), partitions,
+        self._check(self._lib.rd_kafka_mock_topic_create(self._handle, name.encode(), partitions,
                                                          replication_factor), f"create {name}")  # fmt: skip
 
     def set_leader(self, topic: str, partition: int, broker: int) -> None:
         """Move a partition's leadership to ``broker`` (its leader epoch goes up by one)."""
-        self._check(self._lib.rd_kafka_mock_partition_set_leader(self._mc, topic.encode(), partition, broker),
+        self._check(self._lib.rd_kafka_mock_partition_set_leader(self._handle, topic.encode(), partition, broker),
                     f"leader of {topic}-{partition}")  # fmt: skip
 
     def set_follower(self, topic: str, partition: int, broker: int) -> None:
         """The broker a consumer is told to fetch from (KIP-392)."""
-        self._check(self._lib.rd_kafka_mock_partition_set_follower(self._mc, topic.encode(), partition, broker),
+        self._check(self._lib.rd_kafka_mock_partition_set_follower(self._handle, topic.encode(), partition, broker),
                     f"follower of {topic}-{partition}")  # fmt: skip
 
     def move_leaders(self, topic: str, partitions: int, shift: int = 1) -> None:
@@ -179,24 +196,24 @@ class MockCluster:
     # -- brokers -----------------------------------------------------------------------------
     def broker_down(self, broker: int) -> None:
         """Close the broker's connections and refuse new ones (its port stays)."""
-        self._check(self._lib.rd_kafka_mock_broker_set_down(self._mc, broker), f"broker {broker} down")
+        self._check(self._lib.rd_kafka_mock_broker_set_down(self._handle, broker), f"broker {broker} down")
 
     def broker_up(self, broker: int) -> None:
-        self._check(self._lib.rd_kafka_mock_broker_set_up(self._mc, broker), f"broker {broker} up")
+        self._check(self._lib.rd_kafka_mock_broker_set_up(self._handle, broker), f"broker {broker} up")
 
     def set_rtt(self, broker: int, rtt_ms: int) -> None:
         """Delay every response of ``broker`` by ``rtt_ms``."""
-        self._check(self._lib.rd_kafka_mock_broker_set_rtt(self._mc, broker, rtt_ms), f"rtt of {broker}")
+        self._check(self._lib.rd_kafka_mock_broker_set_rtt(self._handle, broker, rtt_ms), f"rtt of {broker}")
 
     def set_coordinator(self, key_type: str, key: str, broker: int) -> None:
         """Make ``broker`` the coordinator of a group (``key_type="group"``) or a
         transactional id (``"transaction"``); the others answer NOT_COORDINATOR."""
-        self._check(self._lib.rd_kafka_mock_coordinator_set(self._mc, key_type.encode(), key.encode(), broker),
+        self._check(self._lib.rd_kafka_mock_coordinator_set(self._handle, key_type.encode(), key.encode(), broker),
                     f"{key_type} coordinator of {key}")  # fmt: skip
 
     def set_api_versions(self, api_key: int, min_version: int, max_version: int) -> None:
         """The versions of ``api_key`` every broker advertises (and accepts)."""
-        self._check(self._lib.rd_kafka_mock_set_apiversion(self._mc, api_key, min_version, max_version),
+        self._check(self._lib.rd_kafka_mock_set_apiversion(self._handle, api_key, min_version, max_version),
                     f"versions of api {api_key}")  # fmt: skip
 
     # -- injected errors ---------------------------------------------------------------------
@@ -205,19 +222,19 @@ class MockCluster:
         codes, one per request, in order."""
         codes = list(errors)
         arr = (_ERR * len(codes))(*codes)
-        self._lib.rd_kafka_mock_push_request_errors_array(self._mc, api_key, len(codes), arr)
+        self._lib.rd_kafka_mock_push_request_errors_array(self._handle, api_key, len(codes), arr)
 
     def clear_request_errors(self, api_key: int) -> None:
-        self._lib.rd_kafka_mock_clear_request_errors(self._mc, api_key)
+        self._lib.rd_kafka_mock_clear_request_errors(self._handle, api_key)
 
     # -- request tracking --------------------------------------------------------------------
     def start_tracking(self) -> None:
-        self._lib.rd_kafka_mock_start_request_tracking(self._mc)
+        self._lib.rd_kafka_mock_start_request_tracking(self._handle)
 
     def requests(self) -> list[tuple[int, int]]:
         """(broker id, api key) of every request since :meth:`start_tracking`."""
         count = ctypes.c_size_t()
-        arr = self._lib.rd_kafka_mock_get_requests(self._mc, ctypes.byref(count))
+        arr = self._lib.rd_kafka_mock_get_requests(self._handle, ctypes.byref(count))
         try:
             return [(self._lib.rd_kafka_mock_request_id(arr[i]), self._lib.rd_kafka_mock_request_api_key(arr[i]))
                     for i in range(count.value)]  # fmt: skip
@@ -227,6 +244,10 @@ class MockCluster:
 
     # -- lifecycle ---------------------------------------------------------------------------
     def close(self) -> None:
+        for timer in self._timers:
+            timer.cancel()
+            if timer.is_alive():
+                timer.join()
         if self._mc:
             self._lib.rd_kafka_mock_cluster_destroy(self._mc)
             self._mc = None

@@ -17,7 +17,6 @@ from __future__ import annotations
 import itertools
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -55,7 +54,7 @@ PRODUCE, FETCH = 0, 1
 @dataclass
 class Faults:
     """What happens to the cluster at which record index: ``at[i]`` runs before record
-    ``i`` is sent. ``later`` runs a step after a delay on a timer (a broker back up)."""
+    ``i`` is sent (a step for later goes through ``MockCluster.later``)."""
 
     at: dict[int, Callable[[], None]] = field(default_factory=dict)
 
@@ -63,15 +62,6 @@ class Faults:
         step = self.at.get(i)
         if step is not None:
             step()
-
-    @staticmethod
-    def later(delay_s: float, step: Callable[[], None]) -> Callable[[], None]:
-        def start() -> None:
-            t = threading.Timer(delay_s, step)
-            t.daemon = True
-            t.start()
-
-        return start
 
 
 @dataclass

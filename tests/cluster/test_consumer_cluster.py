@@ -66,7 +66,7 @@ def _fetch_faults(scenario: str, cluster, topic: str, leader_of: Callable[[int],
     def down() -> None:
         broker = leader_of(3)  # the partition read next
         cluster.broker_down(broker)
-        Faults.later(2.0, lambda: cluster.broker_up(broker))()
+        cluster.later(2.0, lambda: cluster.broker_up(broker))
 
     if scenario == "the leader down for 2 s":
         return Faults({1500: down})

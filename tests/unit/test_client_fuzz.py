@@ -20,7 +20,6 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import functools
-import io
 import logging
 import random
 import struct
@@ -30,13 +29,12 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-from kio.serial import entity_writer
 
 from tests.fake_broker import FakeBroker, HangUp
 from tests.fuzz.fuzzer import mutate
-from tidegate.client import KafkaClient, kio_version_range
+from tests.kio_codec import build, encode_body, response_class
+from tidegate.client import KafkaClient, client_version_range
 from tidegate.errors import KafkaError
-from tidegate.protocol.codec import build, response_class
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -54,14 +52,8 @@ _FUZZ = settings(max_examples=EXAMPLES_PER_API, deadline=None, database=None,
 
 
 def _versions(api_key: int) -> tuple[int, int]:
-    lo, hi = kio_version_range(api_key)
+    lo, hi = client_version_range(api_key)
     return lo, min(hi, 12)
-
-
-def _body_bytes(resp: Any) -> bytes:
-    out = io.BytesIO()
-    entity_writer(type(resp))(out, resp)
-    return out.getvalue()
 
 
 def _flexible(api_key: int, version: int) -> bool:
@@ -92,7 +84,7 @@ def bad_answers(draw: Any, api_key: int, version: int) -> Any:
         # a throttle is honoured (KIP-219) however long: not what this test is about
         resp = dataclasses.replace(resp, throttle_time=datetime.timedelta(0))
     try:
-        body = _body_bytes(resp)
+        body = encode_body(resp)
     except Exception:  # noqa: BLE001 - a value kio cannot write is no response at all
         assume(False)
     tags = b"\x00" if _flexible(api_key, version) else b""

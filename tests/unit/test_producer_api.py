@@ -444,6 +444,33 @@ def test_retriable_error_is_retried_after_a_metadata_refresh():
         fb.close()
 
 
+def test_a_partition_whose_leader_left_the_metadata_is_asked_for_again_at_once():
+    """A Metadata answer naming a leader missing from its brokers (librdkafka's mock
+    cluster answers so while that broker is down): the producer asks again after
+    retry.backoff.ms, not after metadata.max.age.ms (it used to sleep until then)."""
+    fb = _FakeBroker()
+    answers = []
+
+    def metadata(version, req):
+        answers.append(version)
+        leader = 8 if len(answers) == 1 else 7  # the first answer: a leader it does not list
+        return {"brokers": [{"node_id": 7, "host": "127.0.0.1", "port": fb.port}], "controller_id": 7,
+                "topics": [{"error_code": 0, "name": "t", "partitions": [
+                    {"error_code": 0, "partition_index": 0, "leader_id": leader, "replica_nodes": [7],
+                     "isr_nodes": [7]}]}]}  # fmt: skip
+
+    fb.handlers[3] = metadata
+    try:
+        p = Producer({"bootstrap.servers": fb.bootstrap, "enable.idempotence": False, "retry.backoff.ms": 10})
+        try:
+            assert p.send("t", b"v", partition=0).result(5).offset == 0
+            assert len(answers) >= 2
+        finally:
+            p.close(5)
+    finally:
+        fb.close()
+
+
 def test_non_retriable_error_fails_the_record():
     fb = _FakeBroker(produce_errors=[87])  # INVALID_RECORD
     try:

@@ -208,6 +208,11 @@ class Sender(threading.Thread):
                 return
             txn_wait = wait
         poll_ms = self._send_producer_data(now_ms)
+        if not self._metadata_in_flight:
+            # producing may have asked for metadata (a partition without a known leader:
+            # its broker left the metadata while down): wake up for it, as Kafka's
+            # NetworkClient.poll bounds its wait by the metadata timeout
+            metadata_wait = min(metadata_wait, max(1, self.metadata.time_to_next_update(now_ms)))
         poll_ms = min(poll_ms, metadata_wait, txn_wait)
         poll_ms = min(poll_ms, self.client.next_timeout_ms(self.clock.nanoseconds()))
         if not self._running:
