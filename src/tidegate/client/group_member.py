@@ -12,7 +12,6 @@ client's clock, so the caller drives it: :meth:`GroupMember.poll` between fetche
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -156,7 +155,7 @@ class GroupMember:
             self._coordinator = None
             if clock.nanoseconds() >= deadline:
                 raise error
-            time.sleep(RETRY_BACKOFF_S)
+            clock.sleep(RETRY_BACKOFF_S)
 
     def _check(self, code: int, what: str) -> None:
         if code in _REJOIN:
