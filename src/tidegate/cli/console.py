@@ -12,11 +12,14 @@ import re
 import sys
 import time
 from collections.abc import Iterable, Mapping
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import click
 
 from tidegate.cli.base import admin_options, main
+
+if TYPE_CHECKING:
+    from tidegate.client.fetcher import FetchPosition
 
 _TIMESTAMP_TYPES = {0: "CreateTime", 1: "LogAppendTime"}
 
@@ -405,7 +408,7 @@ class _ConsoleConsumer:
         self._metadata_at = time.monotonic()
         self.reset = reset
         self.isolation_level = isolation_level
-        self.positions: dict[tuple[str, int], Any] = {}  # tp -> fetcher.FetchPosition
+        self.positions: dict[tuple[str, int], FetchPosition] = {}
         self.sessions: dict[int, Any] = {}
         if include is not None:
             pattern = re.compile(include)

@@ -62,7 +62,7 @@ def _coordinator_error(resp: Any) -> int | None:
     """A coordinator error in a group response (its top-level error code, or any
     partition's of an OffsetCommit or OffsetFetch, or that of an OffsetFetch v8+'s
     group), else None."""
-    codes = [int(getattr(resp, "error_code", 0) or 0)]
+    codes = []
     for where in (resp, *(getattr(resp, "groups", None) or ())):
         codes.append(int(getattr(where, "error_code", 0) or 0))
         for t in getattr(where, "topics", None) or ():
