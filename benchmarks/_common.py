@@ -61,8 +61,11 @@ def recv_exactly(sock: socket.socket, n: int) -> bytes:
     return bytes(buf)
 
 
-def wait_for_port(host: str, port: int, timeout: float = 30.0, alive=lambda: True) -> None:
-    """Wait until something accepts TCP connections on host:port.
+def wait_for_port(
+    host: str, port: int, timeout: float = 30.0, alive=lambda: True, interval: float = 0.05
+) -> None:
+    """Wait until something accepts TCP connections on host:port, trying every
+    ``interval`` seconds.
 
     ``alive`` is polled too, so a broker that dies while starting fails fast
     instead of after the whole timeout.
@@ -75,7 +78,7 @@ def wait_for_port(host: str, port: int, timeout: float = 30.0, alive=lambda: Tru
             with socket.create_connection((host, port), timeout=0.5):
                 return
         except OSError:
-            time.sleep(0.05)
+            time.sleep(interval)
     raise TimeoutError(f"nothing listening on {host}:{port} after {timeout:.0f}s")
 
 
@@ -108,11 +111,14 @@ class SpawnedTidegate:
         overrides: list[str] | None = None,
         log_level: str | None = None,
         start_timeout: float = 60.0,
+        env: dict[str, str] | None = None,
     ):
         self.python = python or default_tidegate_python()
         self.overrides = list(overrides or [])
         self.log_level = log_level
         self.start_timeout = start_timeout
+        #: set in the broker's environment over this process's (e.g. PYTHONPATH: another checkout)
+        self.env = dict(env or {})
         self.port = free_port()
         self.workdir = Path(tempfile.mkdtemp(prefix="tidegate-bench-"))
         self.proc: subprocess.Popen | None = None
@@ -127,7 +133,8 @@ class SpawnedTidegate:
     def pid(self) -> int | None:
         return self.proc.pid if self.proc is not None else None
 
-    def start(self) -> SpawnedTidegate:
+    def spawn(self) -> SpawnedTidegate:
+        """Start the process and return at once (:meth:`start` waits for its port)."""
         self.generation += 1
         data = self.workdir / f"data-{self.generation}"
         self.log_path = self.workdir / f"broker-{self.generation}.log"
@@ -147,8 +154,14 @@ class SpawnedTidegate:
             args += ["--log-level", self.log_level]
         with open(self.log_path, "ab") as logf:
             self.proc = subprocess.Popen(
-                args, stdout=logf, stderr=subprocess.STDOUT, cwd=REPO_ROOT, start_new_session=True
+                args, stdout=logf, stderr=subprocess.STDOUT, cwd=REPO_ROOT, start_new_session=True,
+                env={**os.environ, **self.env},
             )
+        return self
+
+    def start(self) -> SpawnedTidegate:
+        """Start the broker and return once it is listening and warm."""
+        self.spawn()
         try:
             wait_for_port(
                 "127.0.0.1", self.port, self.start_timeout, alive=lambda: self.proc.poll() is None
@@ -250,6 +263,7 @@ class SpawnedPeer:
         self.start_timeout = start_timeout
         self.port = free_port()
         self._pid: int | None = None
+        self._starter: subprocess.Popen | None = None
 
     @property
     def bootstrap(self) -> str:
@@ -273,12 +287,29 @@ class SpawnedPeer:
             )
         return out.stdout
 
-    def start(self) -> SpawnedPeer:
-        out = self._run("start", self.start_timeout)
+    def spawn(self) -> SpawnedPeer:
+        """Run the script's ``start`` and return at once; :meth:`started` waits for it
+        (it returns once the port is open, polling every 0.1 s) and takes the pid."""
+        self._starter = subprocess.Popen(
+            ["bash", self.script, "start", str(self.port)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        return self
+
+    def started(self) -> SpawnedPeer:
+        assert self._starter is not None, "spawn() first"
+        out, err = self._starter.communicate(timeout=self.start_timeout)
+        code, self._starter = self._starter.returncode, None
+        if code != 0:
+            raise RuntimeError(f"{self.script} start {self.port} failed ({code}): {err.strip()}")
         lines = [ln.strip() for ln in out.splitlines() if ln.strip()]
         if not lines or not lines[-1].isdigit():
             raise RuntimeError(f"peer script printed no pid: {out!r}")
         self._pid = int(lines[-1])
+        return self
+
+    def start(self) -> SpawnedPeer:
+        self.spawn().started()
         wait_for_port("127.0.0.1", self.port, 30.0, alive=self.alive)
         return self
 
@@ -391,6 +422,28 @@ def open_target(args) -> tuple[str, int | None, SpawnedTidegate | None]:
         spawned = SpawnedTidegate(log_level="WARNING").start()
         return spawned.bootstrap, spawned.pid, spawned
     return args.bootstrap, args.pid, None
+
+
+def create_topics(bootstrap: str, topics: dict[str, int], timeout: float = 30.0) -> None:
+    """Create ``{topic: partitions}`` (replication factor 1) with confluent-kafka's
+    AdminClient in one request and wait until every partition has a leader."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+    futures = admin.create_topics([NewTopic(t, n, 1) for t, n in topics.items()])
+    for future in futures.values():
+        future.result(timeout)
+    deadline = time.monotonic() + timeout
+    for topic in topics:
+        while True:
+            t = admin.list_topics(topic, timeout=timeout).topics.get(topic)
+            if t is not None and t.error is None and t.partitions and all(
+                p.leader >= 0 for p in t.partitions.values()
+            ):
+                break
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"topic {topic} has no leader after {timeout:.0f} s")
+            time.sleep(0.01)
 
 
 def fill_topic(bootstrap: str, topic: str, partitions: int, records_per_partition: int, value: bytes,

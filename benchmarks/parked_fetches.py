@@ -194,18 +194,7 @@ class Result:
 
 
 def create_topic(bootstrap: str, topic: str) -> None:
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
-    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        md = admin.list_topics(topic, timeout=10)
-        t = md.topics.get(topic)
-        if t is not None and t.error is None and t.partitions and t.partitions[0].leader >= 0:
-            return
-        time.sleep(0.1)
-    raise TimeoutError(f"topic {topic} has no leader after 30 s")
+    _common.create_topics(bootstrap, {topic: 1})
 
 
 async def _open(host: str, port: int, sem: asyncio.Semaphore):
