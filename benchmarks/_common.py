@@ -160,7 +160,8 @@ class SpawnedTidegate:
         return self
 
     def start(self) -> SpawnedTidegate:
-        """Start the broker and return once it is listening and warm."""
+        """Start the broker and return once its port accepts connections: it serves at
+        full speed from then on (no warm-up follows, docs/architecture.md)."""
         self.spawn()
         try:
             wait_for_port(
@@ -172,23 +173,7 @@ class SpawnedTidegate:
             raise RuntimeError(
                 f"tidegate did not start: {e}\n--- broker log tail ---\n{tail}"
             ) from e
-        self._wait_until_warm()
         return self
-
-    def _wait_until_warm(self, timeout: float = 10.0) -> None:
-        """Measure the broker in its steady state: its codec warm-up (about 0.7 s of CPU,
-        one API version per turn of the loop) follows the start, and a case begun at once
-        counted it as produce CPU (0.9 s instead of 0.25 per 200k records) and latency.
-        A tree from before the warm-up never logs the line: go on after ``timeout``."""
-        try:
-            from tidegate.testing import BrokerError, wait_for_warm_up
-        except ImportError:  # this interpreter's tidegate predates it
-            return
-        assert self.log_path is not None and self.proc is not None
-        try:
-            wait_for_warm_up(self.log_path, timeout, proc=self.proc)
-        except BrokerError as e:
-            print(f"{e}; measuring anyway", file=sys.stderr)
 
     def stop(self, timeout: float = 30.0) -> None:
         if self.proc is None:

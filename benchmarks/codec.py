@@ -204,9 +204,9 @@ def build_costs() -> list[tuple[str, float]]:
         t1 = time.process_time()
         for k in messages.MODULES: messages.api_module(k)
         t2 = time.process_time()
-        codec.warm_up(3, 12)
+        codec.prepare(3, 12)
         t3 = time.process_time()
-        for api, v in codec.warm_up_order(): codec.warm_up(api, v)
+        for api, v in codec.supported_versions(): codec.prepare(api, v)
         t4 = time.process_time()
         assert "kio" not in sys.modules and "hypothesis" not in sys.modules
         print((t1 - t0) * 1e3, (t2 - t1) * 1e3, (t3 - t2) * 1e3, (t4 - t3) * 1e3)
@@ -219,7 +219,7 @@ def build_costs() -> list[tuple[str, float]]:
     return [("import tidegate.protocol.codec (+ messages package)", medians[0]),
             ("import every API's message module", medians[1]),
             ("build Metadata v12's reader and writer (module imported)", medians[2]),
-            (f"build every supported version's ({len(codec.warm_up_order())})", medians[3])]
+            (f"build every supported version's ({len(codec.supported_versions())})", medians[3])]
 
 
 def main() -> None:

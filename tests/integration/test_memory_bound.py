@@ -48,10 +48,6 @@ BROKER = {
 
 
 def flood(broker, *, requests_per_conn: int, duration_s: float, metrics_url: str | None):
-    # The baseline RSS is taken once the broker's start-up is over: its codec warm-up
-    # interleaved with the benchmark's first produce requests left their freed buffers
-    # resident in the baseline (measured 103 MiB instead of 73), and reused by the pool.
-    broker.wait_until_warm()
     result, run, probe, scraper = mf.measure(
         "tidegate",
         broker.bootstrap,

@@ -355,7 +355,6 @@ def test_request_percentage_holds_a_greedy_client_near_its_share(broker_factory)
     throttle hints) costs the broker about 5 % of a thread; a second, unthrottled client
     keeps its latency."""
     broker = broker_factory(SHORT_WINDOW_BROKER)  # 3 samples: see SHORT_WINDOW_BROKER
-    broker.wait_until_warm()  # its CPU would count in the baseline
     alter_quotas(broker.bootstrap, {"client-id": "greedy"}, {"request_percentage": 5})
     proc = psutil.Process(broker.pid)
     stop = threading.Event()

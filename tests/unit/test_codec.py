@@ -26,7 +26,7 @@ from tidegate.protocol.codec import (
     message_versions,
     request_class,
     response_class,
-    warm_up_order,
+    supported_versions,
 )
 from tidegate.protocol.codec import (
     encode_request as encode_our_request,
@@ -207,18 +207,19 @@ def test_an_apis_first_request_imports_its_message_module_only():
     assert imported == ["tidegate.protocol.messages.join_group"], imported
 
 
-def test_warm_up_loads_every_api_version_once():
-    """After :func:`warm_up` of every pair :func:`warm_up_order` lists, decoding a request
-    and building and encoding its response imports nothing, for every supported API
-    version: a broker's first request of an API does no start-up work."""
-    order = warm_up_order()
+def test_prepare_builds_every_api_version_once():
+    """Every supported API version's codec builds, and after :func:`prepare` of every pair
+    :func:`supported_versions` lists, decoding a request and building and encoding its
+    response imports and builds nothing more: ``prepare`` does all of a first request's
+    start-up work (what benchmarks/codec.py times)."""
+    order = supported_versions()
     assert len(order) == len(set(order)) == sum(r.max_version - r.min_version + 1 for r in SUPPORTED_APIS.values())
     assert {v for _, v in order[: len(SUPPORTED_APIS)]} == {r.max_version for r in SUPPORTED_APIS.values()}
     imported = _imports_in_fresh_interpreter(
         "from tidegate.protocol.codec import *\nfrom tidegate.protocol import codec, serialization\n"
-        "for api, v in codec.warm_up_order(): codec.warm_up(api, v)\n"
+        "for api, v in codec.supported_versions(): codec.prepare(api, v)\n"
         "built = len(serialization._readers) + len(serialization._writers)",
-        "for api, v in codec.warm_up_order():\n"
+        "for api, v in codec.supported_versions():\n"
         "    req = request_class(api, v)\n"
         "    codec.reader(req, v, request_is_flexible(api, v))\n"
         "    encode_response(RequestHeader(api, v, 1, None, False), build(response_class(api, v), {}))\n"

@@ -19,7 +19,6 @@ from hypothesis import strategies as st
 from tests.core_harness import CoreHarness, decode_frame, response_bytes
 from tests.integration.rawclient import fetch_body, produce_body, repeated_batch
 from tidegate.network.request_channel import PARKED
-from tidegate.protocol import codec
 from tidegate.protocol.apis import ApiKey
 
 TOPIC = "t"
@@ -119,25 +118,3 @@ def test_a_fetch_parked_across_a_rebalance_answers_at_its_max_wait(tmp_path):
         assert h.clock.milliseconds() - start == 3400
     finally:
         h.close()
-
-
-def test_codec_warm_up_loads_one_api_version_per_turn(tmp_path, monkeypatch):
-    """BrokerCore.start loads the codec of every API version, newest first, one per turn
-    of the loop (no turn holds parked long polls for more than one version's import),
-    then calls ``on_warmed_up`` once; a broker stopping gives it up."""
-    loaded: list[tuple[int, int]] = []
-    monkeypatch.setattr(codec, "warm_up", lambda api, v: loaded.append((api, v)))
-    h = CoreHarness(tmp_path / "a")
-    warmed: list[int] = []
-    h.core.on_warmed_up = lambda: warmed.append(len(loaded))
-    turns = h.loop.run_pending()
-    assert loaded == codec.warm_up_order()
-    assert turns >= len(loaded) + 1 and warmed == [len(loaded)]
-    h.close()
-
-    loaded.clear()
-    stopped = CoreHarness(tmp_path / "b")
-    stopped.core.on_warmed_up = lambda: warmed.append(-1)
-    stopped.close()
-    stopped.loop.run_pending()
-    assert loaded == [] and warmed == [len(codec.warm_up_order())]

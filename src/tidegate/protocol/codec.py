@@ -53,12 +53,12 @@ __all__ = [
     "encode_request",
     "encode_response",
     "message_versions",
+    "prepare",
     "request_class",
     "request_is_flexible",
     "response_class",
     "response_is_flexible",
-    "warm_up",
-    "warm_up_order",
+    "supported_versions",
 ]
 
 _I16_I16_I32 = struct.Struct(">hhi")
@@ -213,17 +213,19 @@ def encode_error_only(correlation_id: int, error_code: int) -> bytes:
     return struct.pack(">iih", 6, correlation_id, error_code)
 
 
-def warm_up_order() -> list[tuple[int, int]]:
+def supported_versions() -> list[tuple[int, int]]:
     """Every supported (api_key, version), the newest version of every API first (what
     clients send), then the next newest, and so on."""
     pairs = [(api, v) for api, r in SUPPORTED_APIS.items() for v in range(r.min_version, r.max_version + 1)]
     return sorted(pairs, key=lambda p: (SUPPORTED_APIS[p[0]].max_version - p[1], p[0]))
 
 
-def warm_up(api_key: int, version: int) -> None:
-    """Do now what the first request of an API version would otherwise do while a client
-    waits: import the API's message module and build the request's reader and the
-    response's writer (and :func:`build`'s plan of the response)."""
+def prepare(api_key: int, version: int) -> None:
+    """Do now what the first request of an API version does: import the API's message
+    module and build the request's reader and the response's writer (and :func:`build`'s
+    plan of the response), 0.1-1.5 ms. The broker never calls it: each API version a
+    client uses is built by its first request (docs/architecture.md, "Messages and
+    start-up"); the tests build every version with it, benchmarks/codec.py times it."""
     request = _spec(api_key, False)
     response = _spec(api_key, True)
     reader(request[0], version, _flexible(request, version))

@@ -16,13 +16,13 @@ import fcntl
 import gc
 import logging
 import os
-import re
 import signal
+import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tidegate.clock import SYSTEM_CLOCK, Clock
 from tidegate.config import BrokerConfig, parse_metrics_listener
-from tidegate.metrics.prometheus import BrokerMetrics, MetricsHttpServer
 from tidegate.network import memory_pool
 from tidegate.network.connection_quotas import ConnectionQuotas, connection_limits
 from tidegate.network.socket_server import SocketServer
@@ -34,18 +34,21 @@ from tidegate.server.log_manager import LogManager
 from tidegate.server.replica_manager import ReplicaManager
 from tidegate.server.timer_reaper import TimerReaper
 
+if TYPE_CHECKING:
+    from tidegate.metrics.prometheus import BrokerMetrics, MetricsHttpServer
+
 log = logging.getLogger(__name__)
 
 LOCK_FILE = ".lock"
 
 
 class Broker:
-    """The broker in an asyncio loop. ``owns_process``: ``tidegate serve``, whose process
-    is the broker's alone; once start-up is over (the codec warm, see
-    :meth:`BrokerCore._warm_up_codec`), what it allocated is moved out of the garbage
-    collector's reach (``gc.freeze``): a full collection walked every object of the
-    imported schemas, 30-47 ms with the loop stopped, and parked long polls answered that
-    much late."""
+    """The broker in an asyncio loop, at full speed once it listens: nothing is left to
+    do after the listeners open (docs/architecture.md, "Messages and start-up").
+    ``owns_process``: ``tidegate serve``, whose process is the broker's alone; what start-up
+    allocated is then moved out of the garbage collector's reach (``gc.freeze``) as the
+    listeners open: a full collection walking it would stop the loop while parked long
+    polls wait."""
 
     def __init__(self, config: BrokerConfig, clock: Clock = SYSTEM_CLOCK, owns_process: bool = False) -> None:
         self.config = config
@@ -61,9 +64,8 @@ class Broker:
         self.reaper: TimerReaper | None = None
         self.core: BrokerCore | None = None
         self.bound: dict[str, tuple[str, int]] = {}
-        # Always there (mechanisms register into it); counting and HTTP only when
-        # metrics.listener is set.
-        self.metrics = BrokerMetrics()
+        #: only with metrics.listener set: counting on the request path, the HTTP endpoint
+        self.metrics: BrokerMetrics | None = None
         self.metrics_server: MetricsHttpServer | None = None
         self.metrics_bound: tuple[str, int] | None = None
 
@@ -80,6 +82,7 @@ class Broker:
         self._lock_fd = fd
 
     async def start(self) -> None:
+        began = time.perf_counter()
         self._lock()
         config = self.config
         scheduler = self.scheduler = AsyncioScheduler(asyncio.get_running_loop(), self.clock)
@@ -108,8 +111,6 @@ class Broker:
         )
         core.apis.channel = self.socket_server
         config.reconfigurables.append(self.socket_server.limits_changed)
-        if self.owns_process:
-            core.on_warmed_up = _freeze_start_up_objects
         core.start()
         await self._start_metrics()
         for listener in config.listeners:
@@ -129,31 +130,50 @@ class Broker:
         for listener in config.controller_listeners:
             log.info("not listening on %s: a KRaft controller listener (controller.listener.names); "
                      "a tidegate node is its own controller", listener)
-        log.info("tidegate node %d of cluster %s started", config.node_id, core.cluster_id)
+        self._started(time.perf_counter() - began)
+
+    def _started(self, took_s: float) -> None:
+        """Log the one line that says the broker is ready: how long it took (``tidegate
+        serve``: since the process started) and, in a process of its own, how much CPU
+        that was, after moving start-up's objects out of the garbage collector's reach."""
+        assert self.core is not None
+        node, cluster = self.config.node_id, self.core.cluster_id
+        if not self.owns_process:
+            log.info("tidegate node %d of cluster %s started in %.3f s", node, cluster, took_s)
+            return
+        gc.freeze()
+        log.info("tidegate node %d of cluster %s started in %.2f s (%.2f s of CPU; %d start-up "
+                 "objects moved out of the garbage collector's reach)", node, cluster,
+                 process_age_s() or took_s, time.process_time(), gc.get_freeze_count())
 
     async def _start_metrics(self) -> None:
+        """With metrics.listener set: the registry and its collectors, counting on the
+        request path, and the HTTP endpoint (prometheus_client is imported only then)."""
         assert self.socket_server is not None and self.core is not None
-        core = self.core
-        logs = core.logs
-        self.metrics.register_socket_server(self.socket_server)
-        for purgatory in core.purgatories:
-            self.metrics.register_purgatory(purgatory.name, purgatory)
-        self.metrics.register_flusher(core.replicas.flusher)
-        self.metrics.register_log_dir_failures(core.logs.failure_channel)
-        self.metrics.register_fetch_sessions(core.apis.fetch_sessions)
-        self.metrics.register_logs(lambda: logs.logs)
-        if logs.cleaner is not None:
-            self.metrics.register_log_cleaner(logs.cleaner, core.clock)
-        self.metrics.register_quotas(core.quotas)
-        self.metrics.register_transaction_coordinator(core.transaction_coordinator)
-        if core.authorizer is not None:
-            self.metrics.register_authorizer(core.authorizer)
         endpoint = parse_metrics_listener(self.config.get("metrics.listener"))
         if endpoint is None:
             return
-        core.count_metrics(self.metrics)
-        self.socket_server.request_metrics = self.metrics.requests
-        self.metrics_server = MetricsHttpServer(self.metrics)
+        from tidegate.metrics.prometheus import BrokerMetrics, MetricsHttpServer
+
+        core = self.core
+        logs = core.logs
+        metrics = self.metrics = BrokerMetrics()
+        metrics.register_socket_server(self.socket_server)
+        for purgatory in core.purgatories:
+            metrics.register_purgatory(purgatory.name, purgatory)
+        metrics.register_flusher(core.replicas.flusher)
+        metrics.register_log_dir_failures(core.logs.failure_channel)
+        metrics.register_fetch_sessions(core.apis.fetch_sessions)
+        metrics.register_logs(lambda: logs.logs)
+        if logs.cleaner is not None:
+            metrics.register_log_cleaner(logs.cleaner, core.clock)
+        metrics.register_quotas(core.quotas)
+        metrics.register_transaction_coordinator(core.transaction_coordinator)
+        if core.authorizer is not None:
+            metrics.register_authorizer(core.authorizer)
+        core.count_metrics(metrics)
+        self.socket_server.request_metrics = metrics.requests
+        self.metrics_server = MetricsHttpServer(metrics)
         self.metrics_bound = await self.metrics_server.start(*endpoint)
         host, port = self.metrics_bound
         log.info("serving metrics on http://%s:%d/metrics", host, port)
@@ -181,16 +201,16 @@ class Broker:
         log.info("shut down cleanly")
 
 
-#: what ``tidegate serve`` logs once the codec is warm and start-up objects are frozen;
-#: :data:`WARM_LINE` finds it in the log (tests and benchmarks that measure a broker's CPU or
-#: memory wait for it: ``tidegate.testing.wait_for_warm_up``)
-WARM_MESSAGE = "codec warm; %d start-up objects moved out of the garbage collector's reach"
-WARM_LINE = re.compile(r"(\d+)".join(re.escape(part) for part in WARM_MESSAGE.split("%d")))
-
-
-def _freeze_start_up_objects() -> None:
-    gc.freeze()
-    log.info(WARM_MESSAGE, gc.get_freeze_count())
+def process_age_s() -> float | None:
+    """Seconds since this process started (Linux: ``/proc/self/stat``, to the kernel's
+    clock tick, 10 ms), or None where that cannot be read."""
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            stat = f.read()
+        start_ticks = int(stat.rsplit(b")", 1)[1].split()[19])  # field 22, starttime
+        return time.clock_gettime(time.CLOCK_BOOTTIME) - start_ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
 
 
 async def serve(config: BrokerConfig) -> int:

@@ -12,7 +12,6 @@ requests straight into :meth:`KafkaApis.handle`, so the same wiring runs in both
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,7 +29,6 @@ from tidegate.coordinator.transaction.transaction_state_manager import (
 from tidegate.log.cleaner import CleanJob, PreparedClean
 from tidegate.log.cleaner_worker import CleanerWorker, CleanerWorkerDied
 from tidegate.network.request_channel import RequestChannel
-from tidegate.protocol import codec
 from tidegate.scheduler import Cancellable, Scheduler
 from tidegate.security.authorizer.acl_store import AclStore
 from tidegate.security.authorizer.standard_authorizer import StandardAuthorizer, parse_super_users
@@ -169,9 +167,6 @@ class BrokerCore:
         self.reaper.add_timer("TransactionCoordinator", self.transaction_timer)
         self._tasks: list[Cancellable] = []
         self._stopping = False
-        #: called once every API version's codec is loaded (``tidegate serve`` freezes
-        #: what start-up allocated out of the garbage collector's reach then)
-        self.on_warmed_up: Callable[[], None] | None = None
         #: log.cleaner.execution=process: the worker process, started on the first clean
         self._cleaner_worker: CleanerWorker | None = None
         #: when each periodic job is next due (monotonic: they are intervals)
@@ -212,27 +207,6 @@ class BrokerCore:
         schedule = self.scheduler.schedule
         self._tasks.append(schedule("log-maintenance", self.maintain_logs, MAINTENANCE_TICK_MS))
         self._tasks.append(schedule("group-maintenance", self.maintain_groups, MAINTENANCE_TICK_MS))
-        self._warm_up_codec()
-
-    def _warm_up_codec(self) -> None:
-        """Load the codec of every API version, one version per turn of the loop: a
-        client's first request of an API then does not import its schemas while parked
-        long polls wait behind it (a consumer group's first join took 30 ms here, over
-        200 ms beside two busy processes), and no turn holds the loop for more than one
-        version's import."""
-        pending = iter(codec.warm_up_order())
-
-        def step() -> None:
-            if self._stopping:
-                return
-            item = next(pending, None)
-            if item is not None:
-                codec.warm_up(*item)
-                self.scheduler.call_soon(step)
-            elif self.on_warmed_up is not None:
-                self.on_warmed_up()
-
-        self.scheduler.call_soon(step)
 
     # -- periodic work (Kafka's KafkaScheduler tasks) ----------------------------------
     def _due(self, name: str, now: MonotonicMs) -> bool:

@@ -8,7 +8,7 @@ point) gives the fixtures ``tidegate_broker``, ``tidegate_topic`` and
 ``tidegate_broker_factory``. See docs/testing.md.
 """
 
-from .broker import Broker, BrokerError, wait_for_warm_up
+from .broker import Broker, BrokerError
 from .pki import make_pki, write_users
 
-__all__ = ["Broker", "BrokerError", "make_pki", "wait_for_warm_up", "write_users"]
+__all__ = ["Broker", "BrokerError", "make_pki", "write_users"]

@@ -51,30 +51,8 @@ OFFSET_FETCH = 9
 RecordLike = bytes | str | None | tuple[bytes | str | None, bytes | str | None]
 
 _LISTENING = re.compile(r"listening on (\w+)://([^:\s]+):(\d+)")
-
-
-def wait_for_warm_up(
-    log_path: Path, timeout: float = 15.0, *, offset: int = 0, proc: subprocess.Popen[bytes] | None = None
-) -> int:
-    """Wait until a ``tidegate serve`` writing to ``log_path`` (from byte ``offset`` on: a
-    restarted broker appends) logs that its codec warm-up is over, and return the number of
-    start-up objects it froze. The warm-up (about 0.7 s of CPU, one API version per turn of
-    the loop) follows "started": a test or benchmark that measures the broker's CPU,
-    memory or latency starts after it. Raises :class:`BrokerError` after ``timeout`` or
-    when ``proc`` exits."""
-    from tidegate.server.broker import WARM_LINE
-
-    deadline = time.monotonic() + timeout
-    while True:
-        text = log_path.read_bytes()[offset:].decode(errors="replace") if log_path.exists() else ""
-        match = WARM_LINE.search(text)
-        if match:
-            return int(match.group(1))
-        if proc is not None and proc.poll() is not None:
-            raise BrokerError(f"broker exited with {proc.returncode} before its warm-up:\n{text[-2000:]}")
-        if time.monotonic() > deadline:
-            raise BrokerError(f"broker logged no codec warm-up within {timeout}s")
-        time.sleep(0.02)
+#: the line ``tidegate serve`` logs once every listener is open: it serves at full speed
+_STARTED = re.compile(r"tidegate node \d+ of cluster \S+ started in ")
 
 
 class BrokerError(RuntimeError):
@@ -150,7 +128,6 @@ class Broker:
         self.proc: subprocess.Popen[bytes] | None = None
         #: the subprocess's output (default: broker.log beside the data directory)
         self.log_path: Path | None = Path(log_path) if log_path is not None else None
-        self._log_offset = 0  # where the running subprocess's output starts in log_path
 
     # -- life cycle ---------------------------------------------------------------------
     @property
@@ -267,7 +244,7 @@ class Broker:
             args += ["--override", f"{k}={v}"]
         if self.log_path is None:
             self.log_path = self.data_dir.parent / "broker.log"
-        offset = self._log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
+        offset = self.log_path.stat().st_size if self.log_path.exists() else 0
         with open(self.log_path, "ab") as logf:
             self.proc = subprocess.Popen(args, stdout=logf, stderr=subprocess.STDOUT)
         wanted = set(self._listener_specs())
@@ -276,14 +253,17 @@ class Broker:
         while True:
             text = self.log_path.read_bytes()[offset:].decode(errors="replace")
             found = {m[1]: int(m[3]) for m in _LISTENING.finditer(text)}
-            if wanted <= found.keys():
+            if _STARTED.search(text):
+                if not wanted <= found.keys():
+                    self.kill()
+                    raise BrokerError(f"broker started without listeners {sorted(wanted - found.keys())}")
                 break
             if self.proc.poll() is not None:
                 raise BrokerError(f"broker exited with {self.proc.returncode}:\n{text[-2000:]}")
             if time.monotonic() > deadline:
                 self.kill()
                 raise BrokerError(f"broker did not start within {self.start_timeout}s")
-            time.sleep(0.02)
+            time.sleep(0.005)  # a broker listens ~0.15 s after its spawn: look often
         self.ports.update(found)
 
     def stop(self, timeout: float = 30.0) -> int | None:
@@ -335,13 +315,6 @@ class Broker:
             os.kill(self.proc.pid, signal.SIGKILL)
             self.proc.wait(10)
             self.proc = None
-
-    def wait_until_warm(self, timeout: float = 15.0) -> int:
-        """Wait for the subprocess broker's codec warm-up after its (re)start; returns the
-        start-up objects it froze (see :func:`wait_for_warm_up`)."""
-        if self.mode != "subprocess" or self.log_path is None:
-            raise BrokerError("wait_until_warm() needs a started mode='subprocess' broker")
-        return wait_for_warm_up(self.log_path, timeout, offset=self._log_offset, proc=self.proc)
 
     def restart(self) -> Broker:
         """Stop (if running) and start again on the same ports and data directory."""
