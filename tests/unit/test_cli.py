@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import re
 import subprocess
@@ -29,9 +30,12 @@ class FakeBroker:
         self.configs: list[BrokerConfig] = []
         self.exit_code = exit_code
         self.error = error
+        #: the garbage collector's state as ``run`` was called
+        self.gc_enabled: list[bool] = []
 
     def run(self, config: BrokerConfig) -> int | None:
         self.configs.append(config)
+        self.gc_enabled.append(gc.isenabled())
         if self.error is not None:
             raise self.error
         return self.exit_code
@@ -155,6 +159,26 @@ def test_serve_rejects_two_different_properties_files(runner, tmp_path, install_
 def test_serve_exits_with_the_brokers_exit_code(runner, install_broker, basic_config_calls):
     install_broker(FakeBroker(exit_code=3))
     assert runner.invoke(main, ["serve"]).exit_code == 3
+
+
+@pytest.mark.parametrize("error", [None, ConfigError("cluster.id mismatch")])
+def test_serve_starts_the_broker_with_the_garbage_collector_off(runner, install_broker, basic_config_calls, error):
+    """The broker turns it back on once it listens (tidegate.server.broker); when it
+    returns or fails, serve does."""
+    fake = install_broker(FakeBroker(error=error))
+    assert gc.isenabled()
+    runner.invoke(main, ["serve"])
+    assert fake.gc_enabled == [False]
+    assert gc.isenabled()
+
+
+def test_importing_the_cli_imports_neither_the_broker_nor_its_config():
+    """``tidegate --help`` and the admin commands do not pay for the broker's modules;
+    ``serve`` imports them after turning the garbage collector off."""
+    code = ("import sys, tidegate.cli; print(sorted(m for m in sys.modules if m.startswith(("
+            "'tidegate.config', 'tidegate.server', 'tidegate.log', 'prometheus_client'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
 
 
 def test_config_error_raised_by_the_broker_exits_2(runner, install_broker, basic_config_calls):

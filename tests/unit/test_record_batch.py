@@ -148,6 +148,8 @@ def test_the_builders_varint_table_is_byte_utils_zigzag():
         assert varint(value) == expected
     for value in (0, 1, 127, 128, 2**14 - 1, 2**14, -1, -(2**14), 2**40):
         assert varint(value) == varlong(value)
+    # every entry of the table, written out by byte count, is the computed encoding
+    assert [varint(value) for value in range(2**14)] == [varlong(value) for value in range(2**14)]
 
 
 # -- framing and validation ---------------------------------------------------------

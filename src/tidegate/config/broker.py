@@ -19,7 +19,6 @@ the properties and :meth:`BrokerConfig.topic_default` always answer with it.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import socket
 from collections.abc import Callable, Mapping, Sequence
 from functools import cached_property
@@ -62,6 +61,8 @@ def _broker_hint(name: str) -> str:
         if syns:
             return f"{name} is a topic-level configuration; the broker-level key is {syns[0].name}"
         return f"{name} is a topic-level configuration"
+    import difflib  # only for a key nobody knows
+
     close = difflib.get_close_matches(name, list(BROKER_KEYS), n=1, cutoff=0.8)
     return f"did you mean '{close[0]}'?" if close else ""
 

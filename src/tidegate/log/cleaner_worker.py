@@ -19,7 +19,6 @@ worker thread.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import pickle
 import signal
@@ -98,6 +97,8 @@ class CleanerWorker:
 
 
 def _die_with_parent() -> None:
+    import ctypes  # in the worker only: the broker does not pay its import
+
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG

@@ -45,10 +45,11 @@ LOCK_FILE = ".lock"
 class Broker:
     """The broker in an asyncio loop, at full speed once it listens: nothing is left to
     do after the listeners open (docs/architecture.md, "Messages and start-up").
-    ``owns_process``: ``tidegate serve``, whose process is the broker's alone; what start-up
-    allocated is then moved out of the garbage collector's reach (``gc.freeze``) as the
-    listeners open: a full collection walking it would stop the loop while parked long
-    polls wait."""
+    ``owns_process``: ``tidegate serve``, whose process is the broker's alone. It starts
+    with the garbage collector off (``tidegate serve`` turns it off before importing the
+    broker); as the listeners open, what start-up allocated is moved out of the
+    collector's reach (``gc.freeze``: a full collection walking it would stop the loop
+    while parked long polls wait) and the collector is turned back on."""
 
     def __init__(self, config: BrokerConfig, clock: Clock = SYSTEM_CLOCK, owns_process: bool = False) -> None:
         self.config = config
@@ -135,13 +136,15 @@ class Broker:
     def _started(self, took_s: float) -> None:
         """Log the one line that says the broker is ready: how long it took (``tidegate
         serve``: since the process started) and, in a process of its own, how much CPU
-        that was, after moving start-up's objects out of the garbage collector's reach."""
+        that was, after moving start-up's objects out of the garbage collector's reach
+        and turning it back on."""
         assert self.core is not None
         node, cluster = self.config.node_id, self.core.cluster_id
         if not self.owns_process:
             log.info("tidegate node %d of cluster %s started in %.3f s", node, cluster, took_s)
             return
         gc.freeze()
+        gc.enable()
         log.info("tidegate node %d of cluster %s started in %.2f s (%.2f s of CPU; %d start-up "
                  "objects moved out of the garbage collector's reach)", node, cluster,
                  process_age_s() or took_s, time.process_time(), gc.get_freeze_count())

@@ -27,7 +27,6 @@ from tidegate.coordinator.transaction.transaction_state_manager import (
     TransactionStateManager,
 )
 from tidegate.log.cleaner import CleanJob, PreparedClean
-from tidegate.log.cleaner_worker import CleanerWorker, CleanerWorkerDied
 from tidegate.network.request_channel import RequestChannel
 from tidegate.scheduler import Cancellable, Scheduler
 from tidegate.security.authorizer.acl_store import AclStore
@@ -47,6 +46,7 @@ from tidegate.server.timer_reaper import TimerReaper
 from tidegate.server.transaction_apis import TransactionApis
 
 if TYPE_CHECKING:
+    from tidegate.log.cleaner_worker import CleanerWorker
     from tidegate.metrics.prometheus import BrokerMetrics
 
 log = logging.getLogger(__name__)
@@ -247,6 +247,10 @@ class BrokerCore:
         if ltc is None:
             self._due_at["log-cleaner"] = MonotonicMs(due_now + self._intervals["log-cleaner"])
             return
+        # imported once a log is cleaned: pickle and the worker's plumbing cost every
+        # start 1-2 ms otherwise
+        from tidegate.log.cleaner_worker import CleanerWorker, CleanerWorkerDied
+
         self._cleaning = True
         cleaner.in_progress = ltc.log
         cleaner.cleaner.throttler.rate = self.config.get("log.cleaner.io.max.bytes.per.second")
