@@ -431,6 +431,17 @@ def create_topics(bootstrap: str, topics: dict[str, int], timeout: float = 30.0)
             time.sleep(0.01)
 
 
+def produce_waiting(producer, topic: str, value: bytes, wait_s: float, **kwargs) -> None:
+    """``producer.produce`` (confluent-kafka) once there is room: while its queue is full
+    (BufferError), serve delivery reports for ``wait_s`` and try again."""
+    while True:
+        try:
+            producer.produce(topic, value, **kwargs)
+            return
+        except BufferError:
+            producer.poll(wait_s)
+
+
 def fill_topic(bootstrap: str, topic: str, partitions: int, records_per_partition: int, value: bytes,
                **producer_conf) -> None:
     """Create ``topic`` and write ``records_per_partition`` copies of ``value`` to each of
@@ -446,11 +457,6 @@ def fill_topic(bootstrap: str, topic: str, partitions: int, records_per_partitio
                   "compression.type": "none", **producer_conf})
     for _ in range(records_per_partition):
         for part in range(partitions):
-            while True:
-                try:
-                    p.produce(topic, value, partition=part)
-                    break
-                except BufferError:
-                    p.poll(0.05)
+            produce_waiting(p, topic, value, 0.05, partition=part)
         p.poll(0)
     assert p.flush(120) == 0

@@ -266,12 +266,7 @@ def produce(bootstrap: str, topic: str, records: int, size: int) -> float:
 
     value = os.urandom(size)
     for _ in range(records):
-        while True:
-            try:
-                producer.produce(topic, value, on_delivery=on_delivery)
-                break
-            except BufferError:
-                producer.poll(0.001)
+        _common.produce_waiting(producer, topic, value, 0.001, on_delivery=on_delivery)
     left = producer.flush(120)
     end = time.perf_counter()
     if left or errors:
