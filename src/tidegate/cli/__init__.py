@@ -108,9 +108,9 @@ def serve(
             "Give the properties file either as SERVER_PROPERTIES or with --config, not both."
         )
     # This process becomes the broker. What it imports and builds until it listens (about
-    # 40k objects) lives as long as it does: no collection walks it while it is made (77
-    # of them took 10-20 ms of a 0.15-0.2 s start here); the broker freezes it and turns
-    # the collector back on as it starts listening (tidegate.server.broker).
+    # 54k objects) lives as long as it does: no collection walks it while it is made (77
+    # of them took 10-20 ms of a 0.14 s start here); the broker freezes it and turns the
+    # collector back on as it starts listening (tidegate.server.broker).
     gc.disable()
     try:
         code = _serve(ctx, config_path or properties_file, overrides, log_level)
