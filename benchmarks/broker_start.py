@@ -338,14 +338,19 @@ def cold_case(args) -> None:
     results: dict[str, list[dict]] = {t.name: [] for t in targets}
     load = []
     # the long polls' own process, started once: not beside this one's producer loop
-    with multiprocessing.get_context("spawn").Pool(1) as poller:
-        for target in targets:
-            cold_run(target, 0, args, poller)  # unmeasured: file-system caches, the peer's download
-        for run in range(1, args.cold_runs + 1):
+    try:
+        with multiprocessing.get_context("spawn").Pool(1) as poller:
             for target in targets:
-                load.append(os.getloadavg()[0])
-                results[target.name].append(cold_run(target, run, args, poller))
-                print(f"run {run} {target.name}: {_brief(results[target.name][-1])}", file=sys.stderr)
+                cold_run(target, 0, args, poller)  # unmeasured: file-system caches, the peer's download
+            for run in range(1, args.cold_runs + 1):
+                for target in targets:
+                    load.append(os.getloadavg()[0])
+                    results[target.name].append(cold_run(target, run, args, poller))
+                    print(f"run {run} {target.name}: {_brief(results[target.name][-1])}", file=sys.stderr)
+    finally:
+        for target in targets:
+            if isinstance(target, Subprocess):
+                target.broker.cleanup()  # its work directory (logs)
     rows = []
     for target in targets:
         rs = results[target.name]
