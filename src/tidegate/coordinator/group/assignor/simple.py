@@ -10,10 +10,14 @@ the most. Balance first, then stickiness:
    are not assignable (share-partitions not yet initialized, or gone);
 2. trim members holding more than their quota;
 3. trim partitions held by more than S members;
-4. fill the partitions short of S holders: members still under quota, most room first,
-   each take the partitions they lack that need the most holders (a member never holds
-   a partition twice; if nobody can take one, a slight imbalance is tolerated, as in
-   Kafka).
+4. fill the partitions short of S holders: members under the even share, most room
+   first, then the extra slots the trims left unused, to the first members that can use
+   them; each takes the partitions it lacks that need the most holders (a member never
+   holds a partition twice; if nobody can take one, a slight imbalance is tolerated, as
+   in Kafka).
+
+Run again from its own output, nothing moves (Kafka's builders are the same when nothing
+changed; see :func:`_share` for what that takes here).
 
 Homogeneous subscriptions run this once over all the subscribed partitions; heterogeneous
 ones run it per topic among that topic's subscribers and combine the results. Examples
@@ -99,13 +103,26 @@ def _share(
     current: Mapping[str, list[TopicPartition]],
 ) -> dict[str, tuple[set[TopicPartition], int]]:
     """One balanced, sticky share of ``targets`` among ``member_ids``: member id -> (its
-    partitions, how many of them it already had)."""
+    partitions, how many of them it already had).
+
+    Every member may hold ``base`` partitions, ``extra`` of them one more. A member keeps
+    its extra slot only if it still holds ``base + 1`` after both trims; the slots the
+    trims leave unused are spare, for the first members that can take a partition still
+    short of holders. The extras are not fixed before the trims: a member given one
+    because it held the most may lose the partition to an over-shared trim and then be
+    unable to use it (it already holds every partition short of holders), and a second
+    run, seeing it hold no more than the others, would hand the slot to someone else.
+    With the spare slots handed on, a run from this function's own output changes
+    nothing: a full share keeps every extra where it is, and a stuck one (every member
+    with room holds every partition short of holders) stays stuck the same way.
+    """
     if not targets:
         return {m: (set(), 0) for m in member_ids}
     sharing = -(-len(member_ids) // len(targets))
+    slots = sharing * len(targets)
     target_set = set(targets)
     holding = {m: [tp for tp in current[m] if tp in target_set] for m in member_ids}
-    quota = quotas({m: len(h) for m, h in holding.items()}, sharing * len(targets))
+    quota = quotas({m: len(h) for m, h in holding.items()}, slots)
     held = {m: set(holding[m][: quota[m]]) for m in member_ids}
 
     holders: dict[TopicPartition, list[str]] = {}
@@ -118,30 +135,41 @@ def _share(
         del members[sharing:]
     kept = {m: len(held[m]) for m in member_ids}
 
-    # Members with the most room first (then those holding more, with fewer choices
-    # left), each taking the partitions it lacks that need the most holders.
+    base, extra = divmod(slots, len(member_ids))  # base >= 1: slots >= members
+    spare = extra - sum(1 for m in member_ids if kept[m] > base)
     short = [(len(holders.get(tp, ())) - sharing, i, tp) for i, tp in enumerate(targets)]
     needy = [entry for entry in short if entry[0] < 0]
     heapq.heapify(needy)  # (-need, position, partition)
-    order = sorted(
-        (m for m in member_ids if len(held[m]) < quota[m]),
-        key=lambda m: (len(held[m]) - quota[m], -len(held[m])),
-    )
-    for member_id in order:
-        mine = held[member_id]
-        room = quota[member_id] - len(mine)
-        passed = []
-        while room and needy:
-            entry = heapq.heappop(needy)
-            if entry[2] not in mine:
-                mine.add(entry[2])
-                room -= 1
-                entry = (entry[0] + 1, entry[1], entry[2])
-            if entry[0] < 0:
-                passed.append(entry)
-        for entry in passed:
-            heapq.heappush(needy, entry)
+    # Members furthest below ``base`` first, then the spare slots in member order; each
+    # takes the partitions it lacks that need the most holders.
+    for member_id in sorted((m for m in member_ids if kept[m] < base), key=kept.__getitem__):
+        _take(held[member_id], base - kept[member_id], needy)
+    for member_id in member_ids:
+        if not spare or not needy:
+            break
+        if len(held[member_id]) == base:
+            spare -= _take(held[member_id], 1, needy)
     return {m: (held[m], kept[m]) for m in member_ids}
+
+
+def _take(
+    mine: set[TopicPartition], room: int, needy: list[tuple[int, int, TopicPartition]]
+) -> int:
+    """Add to ``mine`` up to ``room`` partitions of the ``needy`` heap it lacks, the most
+    needed first, updating the heap; how many it took."""
+    taken = 0
+    passed = []
+    while taken < room and needy:
+        entry = heapq.heappop(needy)
+        if entry[2] not in mine:
+            mine.add(entry[2])
+            taken += 1
+            entry = (entry[0] + 1, entry[1], entry[2])
+        if entry[0] < 0:
+            passed.append(entry)
+    for entry in passed:
+        heapq.heappush(needy, entry)
+    return taken
 
 
 def _as_assignment(partitions: set[TopicPartition]) -> dict[uuid.UUID, frozenset[int]]:
