@@ -34,6 +34,7 @@ its data overlaps.
 from __future__ import annotations
 
 import errno
+import functools
 import logging
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -246,6 +247,10 @@ class ReplicaManager:
         #: the transaction coordinator's verification (KIP-890 part 1), set by BrokerCore
         #: when transaction.partition.verification.enable is true
         self.transaction_verifier: TransactionVerifier | None = None
+        #: KIP-932: told of the partitions appended to (high watermark or last stable
+        #: offset moved) or removed, where parked fetches are woken: share fetches parked
+        #: on them try again (``SharePartitionManager.partitions_changed``, set by BrokerCore)
+        self.share_fetch_wakeup: Callable[[Sequence[TopicPartition]], None] | None = None
 
     def get_log(self, topic: str, partition: int) -> Log | None:
         return self.logs.logs.get((topic, partition))
@@ -390,9 +395,7 @@ class ReplicaManager:
             # Fetches parked on these partitions re-read and answer once this append's
             # own response is out: with many parked consumers that work must not delay it.
             # A session's parked fetch waits on its session's key instead.
-            check = self.fetch_purgatory.check_and_complete
-            woken = self._sessions_changed(appended)
-            self.action_queue.add(lambda: [check(k) for k in appended + woken])
+            self.action_queue.add(functools.partial(self._wake_fetches, appended, self._sessions_changed(appended)))
             if not from_client:
                 # a coordinator's write (a transaction marker, a group's offsets) may come
                 # from a timer or an fsync completion, after which no response is written
@@ -404,6 +407,15 @@ class ReplicaManager:
         op = DelayedProduce(timeout_ms, pending, self, lambda: callback(results))
         self.produce_purgatory.try_complete_else_watch(op, list(pending))
         return results
+
+    def _wake_fetches(self, appended: list[TopicPartition], sessions: list[Any]) -> None:
+        """Parked fetches (and share fetches) on appended partitions, and the parked
+        fetches of the sessions holding them, try to complete."""
+        check = self.fetch_purgatory.check_and_complete
+        for key in appended + sessions:
+            check(key)
+        if self.share_fetch_wakeup is not None:
+            self.share_fetch_wakeup(appended)
 
     def _verify_transactional(
         self, entries: Mapping[TopicPartition, Any], transactional_id: str | None, generic_errors: bool
@@ -760,6 +772,8 @@ class ReplicaManager:
         keys = list(keys)
         for key in keys + self._sessions_changed(keys):
             self.fetch_purgatory.check_and_complete(key)
+        if self.share_fetch_wakeup is not None:
+            self.share_fetch_wakeup(keys)
         for key in keys:
             self.produce_purgatory.check_and_complete(key)
 

@@ -52,13 +52,16 @@ class ShareSessionKey(NamedTuple):
 
 @dataclass(eq=False, slots=True)
 class ShareSession:
-    """One member's session: its partitions (in request order), the epoch its next
-    request must carry, the connection that opened it."""
+    """One member's session: its partitions (in request order; a partition whose last
+    answer carried records moves to the end), the epoch its next request must carry, the
+    connection that opened it. A partition's value is Kafka's ``requiresUpdateInResponse``
+    (``CachedSharePartition``): added by a later request, or last answered with an error,
+    it is in the next response even with nothing to report."""
 
     key: ShareSessionKey
     epoch: int
     connection_id: str
-    partitions: dict[TopicIdPartition, None] = field(default_factory=dict)
+    partitions: dict[TopicIdPartition, bool] = field(default_factory=dict)
     #: size when the cache last counted it (-1: not yet)
     cached_size: int = -1
 
@@ -68,7 +71,8 @@ class ShareSession:
 
     def update(self, partitions: Iterable[TopicIdPartition], forget: Iterable[TopicIdPartition]
                ) -> tuple[list[TopicIdPartition], list[TopicIdPartition], list[TopicIdPartition]]:
-        """Add the request's partitions, drop the forgotten ones: (added, updated, removed)."""
+        """Add the request's partitions (to be answered next time), drop the forgotten
+        ones: (added, updated, removed)."""
         added: list[TopicIdPartition] = []
         updated: list[TopicIdPartition] = []
         removed: list[TopicIdPartition] = []
@@ -77,7 +81,7 @@ class ShareSession:
             if tp in parts:
                 updated.append(tp)
             else:
-                parts[tp] = None
+                parts[tp] = True
                 added.append(tp)
         for tp in forget:
             if tp in parts:
@@ -142,7 +146,7 @@ class ShareSessionCache:
         if len(self._sessions) >= self.max_entries:
             return None
         key = ShareSessionKey(group_id, member_id)
-        session = ShareSession(key, next_epoch(INITIAL_EPOCH), connection_id, dict.fromkeys(partitions))
+        session = ShareSession(key, next_epoch(INITIAL_EPOCH), connection_id, dict.fromkeys(partitions, False))
         self._sessions[key] = session
         self.update_num_partitions(session)
         self._members_per_group[group_id] = self._members_per_group.get(group_id, 0) + 1

@@ -235,11 +235,15 @@ class OffsetsForTimestamp(Protocol):
     def offset_for_timestamp(self, timestamp: int) -> TimestampAndOffset | None: ...
 
 
-def fetched_batches(records: bytes | bytearray | memoryview) -> list[FetchedBatch]:
+def fetched_batches(records: bytes | bytearray | memoryview,
+                    spans: list[tuple[int, int]] | None = None) -> list[FetchedBatch]:
     """The :class:`FetchedBatch` of each batch in what a log read returned (whole batches,
-    as :meth:`tidegate.log.log.Log.read` returns them)."""
+    as :meth:`tidegate.log.log.Log.read` returns them); ``spans`` (if given) gets each
+    batch's (position, size) in ``records``."""
     out: list[FetchedBatch] = []
     for position, size in iter_batches(records):
+        if spans is not None:
+            spans.append((position, size))
         header = read_header(records, position)
         abort = False
         if header.is_control:
@@ -1332,3 +1336,14 @@ class SharePartition:
     def mark_fenced(self) -> None:
         """The state epoch or the leadership moved on: this instance serves no more."""
         self.state = SharePartitionState.FENCED
+
+    def cancel_locks(self) -> None:
+        """Cancel every acquisition lock (the share-partition is dropped: its topic was
+        deleted, or it was fenced): nothing of it stays on the timing wheel."""
+        for batch in self._cache:
+            batch.cancel()
+            offsets = batch.offsets
+            if offsets is not None:
+                for lock in offsets.locks.values():
+                    lock.cancel()
+                offsets.locks.clear()

@@ -1,0 +1,295 @@
+"""Kafka's ``DelayedShareFetch`` (KIP-932): a ShareFetch's fetch half parked in the share
+fetch purgatory until it can acquire records, sans-IO.
+
+A :class:`ShareFetch` is what a ShareFetch asks of its share-partitions (Kafka's
+``ShareFetch``): the member, the limits, the partitions that already failed and the
+callback that gets the answer once. :class:`DelayedShareFetch` is watched under each
+share-partition's key (group, topic id, partition: acknowledgements, releases, lock
+expiries and loads there may make records acquirable) and each partition's (topic id,
+partition: appends there move the high watermark or the last stable offset).
+
+:meth:`DelayedShareFetch.try_complete` acquires nothing: it completes when the
+acquirable partitions hold ``min_bytes`` between their next fetch offset and the
+readable end (the high watermark, or the last stable offset for ``read_committed``),
+each counted up to its share of ``max_bytes`` (Kafka's estimate, which assumes what is
+there is acquirable), when a partition failed or went away, or when every partition
+failed. :meth:`DelayedShareFetch.on_complete` (on completion, and at ``max_wait_ms``: the
+one last attempt) reads and acquires: ``max_bytes`` split evenly over the partitions
+that can acquire records, read in one ``ReplicaManager.read_from_log`` (KIP-74: the first
+batch of the first partition with data even when larger), ``max_records`` a soft total
+across them; each partition answers the whole log batches covering what it acquired
+with the acquired ranges and their delivery counts (Kafka's ``ShareFetchUtils
+.processFetchResponse``). A read below the log start offset moves the share-partition's
+start offset there and answers no error (Kafka's OFFSET_OUT_OF_RANGE handling). Nothing
+acquirable by ``max_wait_ms`` is an answer with no records, never an error.
+
+Single-threaded: the share-partition's fetch lock is taken and released within one
+completion (no other acquisition can interleave), as Kafka takes it per acquiring fetch.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING, NamedTuple
+
+from tidegate.errors import ErrorCode
+from tidegate.protocol.messages.share_fetch import AcquiredRecords as AcquiredRecordsData
+from tidegate.protocol.messages.share_fetch import PartitionData
+from tidegate.record.file_region import FileRegion, materialize
+from tidegate.server.purgatory import DelayedOperation
+from tidegate.server.replica_manager import (
+    READ_COMMITTED,
+    READ_UNCOMMITTED,
+    FetchParams,
+    FetchPartition,
+)
+
+from .share_partition import (
+    AcquiredRecords,
+    ShareAcquireMode,
+    ShareFetchRead,
+    SharePartition,
+    SharePartitionState,
+    fetched_batches,
+)
+
+if TYPE_CHECKING:
+    from tidegate.log.log import Log
+
+    from .share_partition_manager import SharePartitionManager
+
+__all__ = [
+    "DelayedShareFetch",
+    "ShareFetch",
+    "ShareFetchParams",
+    "ShareFetchPartition",
+    "records_covering",
+]
+
+#: (topic id, partition)
+TopicIdPartition = tuple[uuid.UUID, int]
+FetchResults = dict[TopicIdPartition, PartitionData]
+
+
+class ShareFetchParams(NamedTuple):
+    """A ShareFetch's limits (``max_bytes`` already capped by ``fetch.max.bytes`` and the
+    fetch quota, ``min_bytes`` by ``max_bytes``); ``session_epoch`` rotates the order
+    the partitions are read in."""
+
+    max_wait_ms: int
+    min_bytes: int
+    max_bytes: int
+    max_records: int
+    batch_size: int
+    acquire_mode: ShareAcquireMode = ShareAcquireMode.BATCH_OPTIMIZED
+    session_epoch: int = 0
+
+
+class ShareFetchPartition(NamedTuple):
+    """A partition to fetch, its topic id resolved to a name."""
+
+    topic_id: uuid.UUID
+    partition: int
+    topic: str
+
+
+class ShareFetch:
+    """The fetch half of a ShareFetch (Kafka's ``ShareFetch``): answered once, with the
+    partitions that failed before the read (``erroneous``) added to what was read.
+    ``abandoned()`` True (the client went away) answers nothing and acquires nothing."""
+
+    __slots__ = ("abandoned", "callback", "completed", "erroneous", "group_id", "member_id", "params",
+                 "read_committed")
+
+    def __init__(self, group_id: str, member_id: str, params: ShareFetchParams,
+                 callback: Callable[[FetchResults], None], *, read_committed: bool = False,
+                 abandoned: Callable[[], bool] | None = None) -> None:
+        self.group_id = group_id
+        self.member_id = member_id
+        self.params = params
+        self.callback = callback
+        self.read_committed = read_committed
+        self.abandoned = abandoned
+        self.erroneous: FetchResults = {}
+        self.completed = False
+
+    def add_erroneous(self, tp: TopicIdPartition, error: ErrorCode, message: str | None = None) -> None:
+        if not self.completed:
+            self.erroneous[tp] = error_partition(tp[1], error, message)
+
+    @property
+    def is_abandoned(self) -> bool:
+        return self.abandoned is not None and self.abandoned()
+
+    def complete(self, results: FetchResults) -> None:
+        if self.completed:
+            return
+        self.completed = True
+        if self.is_abandoned:
+            return
+        results.update(self.erroneous)
+        self.callback(results)
+
+
+def error_partition(partition: int, error: ErrorCode, message: str | None = None) -> PartitionData:
+    """A partition answered with an error and nothing else (Kafka's
+    ``ShareFetchResponse.partitionResponse``: empty records, not null)."""
+    return PartitionData(partition_index=partition, error_code=error, error_message=message, records=b"")
+
+
+def records_covering(records: bytes, spans: list[tuple[int, int]], first_offsets: list[int],
+                     acquired: list[AcquiredRecords]) -> bytes:
+    """The whole log batches of ``records`` (their (position, size) ``spans`` and first
+    offsets, in order) from the one holding the first acquired offset to the one holding
+    the last (Kafka's ``maybeSliceFetchRecords``): clients drop the records outside the
+    acquired ranges, so the batches before and after are not sent."""
+    if not spans:
+        return records
+    first = acquired[0].first_offset
+    last = acquired[-1].last_offset
+    lo = 0
+    while lo + 1 < len(spans) and first_offsets[lo + 1] <= first:
+        lo += 1
+    hi = lo
+    while hi + 1 < len(spans) and first_offsets[hi + 1] <= last:
+        hi += 1
+    start = spans[lo][0]
+    end = spans[hi][0] + spans[hi][1]
+    if start == 0 and end == len(records):
+        return records
+    return records[start:end]
+
+
+class _Candidate(NamedTuple):
+    fetch_partition: ShareFetchPartition
+    share_partition: SharePartition
+    log: Log
+
+
+class DelayedShareFetch(DelayedOperation):
+    """A ShareFetch waiting for records it can acquire (see the module docstring).
+    ``partitions`` are in the order they are read (rotated by the session epoch)."""
+
+    __slots__ = ("fetch", "manager", "partitions")
+
+    def __init__(self, fetch: ShareFetch, manager: SharePartitionManager,
+                 partitions: dict[TopicIdPartition, _Candidate]) -> None:
+        super().__init__(fetch.params.max_wait_ms)
+        self.fetch = fetch
+        self.manager = manager
+        self.partitions = partitions
+
+    def try_complete(self) -> bool:
+        fetch = self.fetch
+        if fetch.is_abandoned:
+            return self.force_complete()
+        readable: list[int] = []
+        acquirable = 0
+        failed = 0
+        get_log = self.manager.replicas.get_log
+        for tp, (fp, sp, plog) in self.partitions.items():
+            if tp in fetch.erroneous:
+                failed += 1
+                continue
+            state = sp.state
+            if state is SharePartitionState.INITIALIZING:
+                continue  # its load completing wakes this fetch (the share-partition's key)
+            if state is not SharePartitionState.ACTIVE or get_log(fp.topic, fp.partition) is not plog:
+                return self.force_complete()  # fenced, failed or deleted: answer with the error now
+            if not sp.can_acquire_records():
+                continue
+            offset = sp.next_fetch_offset()
+            if offset < plog.log_start_offset or offset > plog.log_end_offset:
+                return self.force_complete()  # the read fails: moves the start offset (on_complete)
+            acquirable += 1
+            end = plog.last_stable_offset if fetch.read_committed else plog.high_watermark
+            readable.append(plog.bytes_between(offset, end) if end > offset else 0)
+        if failed == len(self.partitions):
+            return self.force_complete()
+        if acquirable:
+            share = fetch.params.max_bytes // acquirable
+            if sum(min(n, share) for n in readable) >= fetch.params.min_bytes:
+                return self.force_complete()
+        return False
+
+    def on_complete(self) -> None:
+        fetch = self.fetch
+        if fetch.is_abandoned:
+            fetch.complete({})
+            return
+        fetch.complete(self._acquire())
+
+    def _acquire(self) -> FetchResults:
+        """Read the partitions that can acquire records and acquire from what was read;
+        partitions that cannot be used answer their error."""
+        fetch = self.fetch
+        results: FetchResults = {}
+        candidates: list[tuple[TopicIdPartition, _Candidate]] = []
+        for tp, candidate in self.partitions.items():
+            if tp in fetch.erroneous:
+                continue
+            sp = candidate.share_partition
+            state = sp.state
+            if state is SharePartitionState.ACTIVE:
+                if sp.can_acquire_records() and sp.try_acquire_fetch_lock(self):
+                    candidates.append((tp, candidate))
+            elif state is not SharePartitionState.INITIALIZING:
+                error = self.manager.unusable_error(tp, sp)
+                results[tp] = error_partition(tp[1], error)
+        if not candidates:
+            return results
+        try:
+            self._read_and_acquire(candidates, results)
+        finally:
+            for _tp, candidate in candidates:
+                candidate.share_partition.release_fetch_lock(self)
+        return results
+
+    def _read_and_acquire(self, candidates: list[tuple[TopicIdPartition, _Candidate]],
+                          results: FetchResults) -> None:
+        fetch = self.fetch
+        params = fetch.params
+        per_partition = params.max_bytes // len(candidates)
+        reads = [FetchPartition((c.fetch_partition.topic, c.fetch_partition.partition),
+                                c.share_partition.next_fetch_offset(), per_partition)
+                 for _tp, c in candidates]
+        isolation = READ_COMMITTED if fetch.read_committed else READ_UNCOMMITTED
+        data, _total = self.manager.replicas.read_from_log(
+            FetchParams(0, 0, params.max_bytes, isolation), reads)
+        remaining = params.max_records
+        for (tp, candidate), read, fetched in zip(candidates, reads, data, strict=True):
+            fp, sp, plog = candidate
+            answer = PartitionData(partition_index=fp.partition, records=b"")
+            results[tp] = answer
+            if fetched.error is not ErrorCode.none:
+                if fetched.error is ErrorCode.offset_out_of_range:
+                    # the log start moved past the fetch offset (retention, DeleteRecords):
+                    # the share-partition follows it and the client just fetches again
+                    sp.update_cache_and_offsets(plog.log_start_offset)
+                else:
+                    answer.error_code = fetched.error
+                continue
+            records = fetched.records
+            data_bytes = materialize(records) or b""
+            if isinstance(records, FileRegion):
+                records.close()
+            if not data_bytes or remaining <= 0:
+                continue
+            spans: list[tuple[int, int]] = []
+            batches = fetched_batches(data_bytes, spans)
+            acquired = sp.acquire(
+                fetch.member_id, ShareFetchRead(batches, fetched.aborted_transactions),
+                fetch_offset=read.fetch_offset, max_records=remaining, batch_size=params.batch_size,
+                mode=params.acquire_mode, read_committed=fetch.read_committed,
+            )
+            if not acquired.records:
+                continue
+            remaining -= acquired.count
+            answer.records = records_covering(data_bytes, spans, [b.base_offset for b in batches],
+                                              acquired.records)
+            answer.acquired_records = [
+                AcquiredRecordsData(first_offset=r.first_offset, last_offset=r.last_offset,
+                                    delivery_count=r.delivery_count)
+                for r in acquired.records
+            ]
