@@ -7,7 +7,8 @@ over a real log.
 The model: a member holds the offsets a response handed it until it acknowledges them,
 closes, disconnects, or their lock (1 s from the acquisition) expires. Checked at every
 answer: an acquired offset is held by no other member; its delivery count is one more
-than the deliveries before; it was never ACCEPTed or REJECTed; it is delivered at most
+than the deliveries before; the response carries its record (whole batches, CRCs
+checked); it was never ACCEPTed or REJECTed; it is delivered at most
 ``delivery.count.limit`` times; an acknowledgement of offsets the member holds succeeds.
 At the end, with every lock expired, one member drains the partition: every offset ever
 appended was delivered at least once.
@@ -31,6 +32,8 @@ from tests.unit.share_fetching import (
     Consumer,
     ack_errors,
     acquired,
+    batches_of,
+    partitions_of,
 )
 from tidegate.errors import ErrorCode
 
@@ -73,7 +76,10 @@ class Model:
         response = call.response
         if response.error_code != ErrorCode.none:
             return
+        data = partitions_of(response).get(self.tp)
+        sent = {o for base, last in batches_of(data) for o in range(base, last + 1)} if data is not None else set()
         for first, last, count in acquired(response, self.tp):
+            assert set(range(first, last + 1)) <= sent, (first, last, sorted(sent))
             for offset in range(first, last + 1):
                 assert offset not in self.done, offset
                 for other, held in enumerate(self.holding):

@@ -264,6 +264,25 @@ class SharePartitionMachine(RuleBasedStateMachine):
                     assert holder in (None, members[i])
         assert locks == self.env.timer.size
         assert sp.next_fetch_offset() >= sp.start_offset or sp.gap_window is not None
+        if sp.gap_window is None:
+            assert sp.next_fetch_offset() == self.first_available(), (sp.next_fetch_offset(), self.first_available())
+
+    def first_available(self) -> int:
+        """next_fetch_offset by brute force: the first cached offset that is AVAILABLE
+        (no transition pending), from the cache's head."""
+        sp = self.sp
+        batches = sp.cached_batches()
+        for batch in batches:
+            if batch.offsets is None:
+                if batch.state == RecordState.AVAILABLE:
+                    return batch.first
+            else:
+                k = batch.offsets.states.find(int(RecordState.AVAILABLE))
+                if k >= 0:
+                    return batch.first + k
+        if not batches or sp.start_offset > batches[-1].last:
+            return sp.end_offset
+        return sp.end_offset + 1
 
 
 SharePartitionMachine.TestCase.settings = settings(

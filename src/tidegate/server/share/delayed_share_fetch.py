@@ -30,13 +30,14 @@ completion (no other acquisition can interleave), as Kafka takes it per acquirin
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from bisect import bisect_right
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
 from tidegate.errors import ErrorCode
 from tidegate.protocol.messages.share_fetch import AcquiredRecords as AcquiredRecordsData
 from tidegate.protocol.messages.share_fetch import PartitionData
-from tidegate.record.file_region import FileRegion, materialize
+from tidegate.record.file_region import FileRegion
 from tidegate.server.purgatory import DelayedOperation
 from tidegate.server.replica_manager import (
     READ_COMMITTED,
@@ -51,10 +52,11 @@ from .share_partition import (
     ShareFetchRead,
     SharePartition,
     SharePartitionState,
-    fetched_batches,
+    region_batches,
 )
 
 if TYPE_CHECKING:
+    from tidegate.log.index import AbortedTxn
     from tidegate.log.log import Log
 
     from .share_partition_manager import SharePartitionManager
@@ -64,7 +66,7 @@ __all__ = [
     "ShareFetch",
     "ShareFetchParams",
     "ShareFetchPartition",
-    "records_covering",
+    "covering",
 ]
 
 #: (topic id, partition)
@@ -138,27 +140,16 @@ def error_partition(partition: int, error: ErrorCode, message: str | None = None
     return PartitionData(partition_index=partition, error_code=error, error_message=message, records=b"")
 
 
-def records_covering(records: bytes, spans: list[tuple[int, int]], first_offsets: list[int],
-                     acquired: list[AcquiredRecords]) -> bytes:
-    """The whole log batches of ``records`` (their (position, size) ``spans`` and first
-    offsets, in order) from the one holding the first acquired offset to the one holding
-    the last (Kafka's ``maybeSliceFetchRecords``): clients drop the records outside the
-    acquired ranges, so the batches before and after are not sent."""
-    if not spans:
-        return records
+def covering(spans: list[tuple[int, int]], first_offsets: list[int], acquired: list[AcquiredRecords]) -> tuple[int, int]:
+    """The byte range of the whole log batches (their (position, size) ``spans`` and
+    first offsets, in order) from the one holding the first acquired offset to the one
+    holding the last (Kafka's ``maybeSliceFetchRecords``): clients drop the records
+    outside the acquired ranges, so the batches before and after are not sent."""
     first = acquired[0].first_offset
     last = acquired[-1].last_offset
-    lo = 0
-    while lo + 1 < len(spans) and first_offsets[lo + 1] <= first:
-        lo += 1
-    hi = lo
-    while hi + 1 < len(spans) and first_offsets[hi + 1] <= last:
-        hi += 1
-    start = spans[lo][0]
-    end = spans[hi][0] + spans[hi][1]
-    if start == 0 and end == len(records):
-        return records
-    return records[start:end]
+    lo = max(bisect_right(first_offsets, first) - 1, 0)
+    hi = max(bisect_right(first_offsets, last) - 1, lo)
+    return spans[lo][0], spans[hi][0] + spans[hi][1]
 
 
 class _Candidate(NamedTuple):
@@ -184,8 +175,7 @@ class DelayedShareFetch(DelayedOperation):
         fetch = self.fetch
         if fetch.is_abandoned:
             return self.force_complete()
-        readable: list[int] = []
-        acquirable = 0
+        ready: list[tuple[int, Log]] = []
         failed = 0
         get_log = self.manager.replicas.get_log
         for tp, (fp, sp, plog) in self.partitions.items():
@@ -202,16 +192,27 @@ class DelayedShareFetch(DelayedOperation):
             offset = sp.next_fetch_offset()
             if offset < plog.log_start_offset or offset > plog.log_end_offset:
                 return self.force_complete()  # the read fails: moves the start offset (on_complete)
-            acquirable += 1
-            end = plog.last_stable_offset if fetch.read_committed else plog.high_watermark
-            readable.append(plog.bytes_between(offset, end) if end > offset else 0)
+            ready.append((offset, plog))
         if failed == len(self.partitions):
             return self.force_complete()
-        if acquirable:
-            share = fetch.params.max_bytes // acquirable
-            if sum(min(n, share) for n in readable) >= fetch.params.min_bytes:
-                return self.force_complete()
+        if ready and self._min_bytes_satisfied(ready):
+            return self.force_complete()
         return False
+
+    def _min_bytes_satisfied(self, ready: list[tuple[int, Log]]) -> bool:
+        """The readable bytes from each acquirable partition's next fetch offset, each up
+        to its share of max bytes, reach min bytes (counted until they do)."""
+        params = self.fetch.params
+        share = params.max_bytes // len(ready)
+        read_committed = self.fetch.read_committed
+        accumulated = 0
+        for offset, plog in ready:
+            if accumulated >= params.min_bytes:
+                break
+            end = plog.last_stable_offset if read_committed else plog.high_watermark
+            if end > offset:
+                accumulated += min(plog.bytes_between(offset, end), share)
+        return accumulated >= params.min_bytes
 
     def on_complete(self) -> None:
         fetch = self.fetch
@@ -271,25 +272,110 @@ class DelayedShareFetch(DelayedOperation):
                     answer.error_code = fetched.error
                 continue
             records = fetched.records
-            data_bytes = materialize(records) or b""
-            if isinstance(records, FileRegion):
+            if not isinstance(records, FileRegion) or remaining <= 0:
+                continue
+            try:
+                self._acquire_from(answer, candidate, records, fetched.aborted_transactions, read.fetch_offset,
+                                   remaining, per_partition)
+            finally:
                 records.close()
-            if not data_bytes or remaining <= 0:
-                continue
-            spans: list[tuple[int, int]] = []
-            batches = fetched_batches(data_bytes, spans)
-            acquired = sp.acquire(
-                fetch.member_id, ShareFetchRead(batches, fetched.aborted_transactions),
-                fetch_offset=read.fetch_offset, max_records=remaining, batch_size=params.batch_size,
-                mode=params.acquire_mode, read_committed=fetch.read_committed,
-            )
-            if not acquired.records:
-                continue
-            remaining -= acquired.count
-            answer.records = records_covering(data_bytes, spans, [b.base_offset for b in batches],
-                                              acquired.records)
-            answer.acquired_records = [
-                AcquiredRecordsData(first_offset=r.first_offset, last_offset=r.last_offset,
-                                    delivery_count=r.delivery_count)
-                for r in acquired.records
-            ]
+            remaining -= sum(r.last_offset - r.first_offset + 1 for r in answer.acquired_records)
+
+    def _acquire_from(self, answer: PartitionData, candidate: _Candidate, region: FileRegion,
+                      aborted: Sequence[AbortedTxn] | None, fetch_offset: int, max_records: int,
+                      max_bytes: int) -> None:
+        """Acquire from one partition's read and answer the batches covering what was
+        acquired (``aborted``: the aborted transactions a ``read_committed`` read
+        overlaps). Only what the acquisition can take is read: batch headers, and the
+        covering batches' bytes. A read from inside the cached range (records released
+        or expired there) stops at the last cached record it can take, and the new
+        records after the cache, if it can take some, are read separately: the batches
+        others hold in between are neither parsed nor sent (clients take the records of
+        the acquired ranges; the batches need not be contiguous)."""
+        fetch = self.fetch
+        sp = candidate.share_partition
+        end = sp.cached_until
+        reads: list[_Read] = []
+        if fetch.read_committed or sp.gap_window is not None:
+            # every batch: aborted transactions are looked for, gaps acquired as new records
+            reads.append(_Read(region, max(end, fetch_offset - 1) + max_records))
+        elif fetch_offset > end:
+            reads.append(_Read(region, fetch_offset - 1 + max_records, end))
+        else:
+            last_cached, count = sp.cached_available(fetch_offset, max_records)
+            if last_cached >= 0:
+                reads.append(_Read(region, last_cached, end))
+            if count < max_records:
+                after = self._read_after_cache(candidate, end + 1, max_bytes)
+                if after is not None:
+                    reads.append(_Read(after, end + max_records - count, -1,
+                                       after_offset=reads[-1].batches[-1].last_offset if reads else -1))
+        try:
+            self._answer(answer, sp, reads, aborted, fetch_offset, max_records)
+        finally:
+            for read in reads[1:]:
+                read.region.close()
+
+    def _read_after_cache(self, candidate: _Candidate, offset: int, max_bytes: int) -> FileRegion | None:
+        """The log from just after the share-partition's cached range, if there is any."""
+        fp = candidate.fetch_partition
+        (data,), _total = self.manager.replicas.read_from_log(
+            FetchParams(0, 0, max_bytes), [FetchPartition((fp.topic, fp.partition), offset, max_bytes)])
+        records = data.records
+        if isinstance(records, FileRegion):
+            if data.error is ErrorCode.none:
+                return records
+            records.close()
+        return None
+
+    def _answer(self, answer: PartitionData, sp: SharePartition, reads: list[_Read],
+                aborted: Sequence[AbortedTxn] | None, fetch_offset: int, max_records: int) -> None:
+        fetch = self.fetch
+        params = fetch.params
+        batches = [b for read in reads for b in read.batches]
+        if not batches:
+            return
+        acquired = sp.acquire(
+            fetch.member_id, ShareFetchRead(batches, aborted), fetch_offset=fetch_offset, max_records=max_records,
+            batch_size=params.batch_size, mode=params.acquire_mode, read_committed=fetch.read_committed,
+        )
+        if not acquired.records:
+            return
+        answer.records = b"".join(read.covering(acquired.records) for read in reads)
+        answer.acquired_records = [
+            AcquiredRecordsData(first_offset=r.first_offset, last_offset=r.last_offset,
+                                delivery_count=r.delivery_count)
+            for r in acquired.records
+        ]
+
+
+class _Read:
+    """The batches of one log read a share acquisition looks at (see
+    :func:`~.share_partition.region_batches`), and the bytes of those covering what it
+    acquired. ``after_offset``: batches up to it were in an earlier read."""
+
+    __slots__ = ("batches", "firsts", "region", "spans")
+
+    def __init__(self, region: FileRegion, last_needed: int, cached_until: int = -1, *,
+                 after_offset: int = -1) -> None:
+        self.region = region
+        self.spans: list[tuple[int, int]] = []
+        self.firsts: list[int] = []
+        batches = region_batches(region, last_needed, self.spans, self.firsts, cached_until)
+        while batches and batches[0].base_offset <= after_offset:
+            del batches[0]
+            del self.spans[0], self.firsts[0]
+        self.batches = batches
+
+    def covering(self, acquired: list[AcquiredRecords]) -> bytes:
+        """The bytes of this read's batches from the one holding its first acquired
+        offset to the one holding its last (Kafka's ``maybeSliceFetchRecords``)."""
+        batches = self.batches
+        if not batches:
+            return b""
+        lo_offset, hi_offset = batches[0].base_offset, batches[-1].last_offset
+        mine = [r for r in acquired if r.last_offset >= lo_offset and r.first_offset <= hi_offset]
+        if not mine:
+            return b""
+        lo, hi = covering(self.spans, self.firsts, mine)
+        return self.region.read_at(lo, hi - lo)

@@ -56,9 +56,10 @@ from typing import NamedTuple, Protocol
 from tidegate.clock import WallMs
 from tidegate.errors import ErrorCode
 from tidegate.log.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
-from tidegate.log.segment import TimestampAndOffset
+from tidegate.log.segment import TimestampAndOffset, iter_batch_headers
 from tidegate.record.control_records import ControlRecordType, end_transaction_marker_of
-from tidegate.record.record_batch import iter_batches, read_header
+from tidegate.record.file_region import FileRegion
+from tidegate.record.record_batch import LOG_OVERHEAD, BatchHeader, iter_batches, read_header
 from tidegate.server.timer import SystemTimer
 
 from .acknowledgements import AcknowledgeType, ShareAcknowledgementBatch
@@ -94,8 +95,10 @@ __all__ = [
     "SharePartitionState",
     "ShareResult",
     "aborted_batches",
+    "fetched_batch",
     "fetched_batches",
     "persister_error",
+    "region_batches",
 ]
 
 AVAILABLE = int(RecordState.AVAILABLE)
@@ -235,23 +238,68 @@ class OffsetsForTimestamp(Protocol):
     def offset_for_timestamp(self, timestamp: int) -> TimestampAndOffset | None: ...
 
 
+def fetched_batch(header: BatchHeader, batch: bytes | memoryview | None = None) -> FetchedBatch:
+    """What acquisition needs of one log batch: its header's offsets and flags, and for a
+    control batch (``batch``: its bytes) whether it is an ABORT marker."""
+    abort = False
+    if header.is_control and batch is not None:
+        marker = end_transaction_marker_of(batch)
+        abort = marker is not None and marker.type is ControlRecordType.ABORT
+    return FetchedBatch(header.base_offset, header.last_offset, header.producer_id, header.is_transactional,
+                        header.is_control, abort)
+
+
 def fetched_batches(records: bytes | bytearray | memoryview,
                     spans: list[tuple[int, int]] | None = None) -> list[FetchedBatch]:
     """The :class:`FetchedBatch` of each batch in what a log read returned (whole batches,
     as :meth:`tidegate.log.log.Log.read` returns them); ``spans`` (if given) gets each
     batch's (position, size) in ``records``."""
     out: list[FetchedBatch] = []
+    view = memoryview(records)
     for position, size in iter_batches(records):
         if spans is not None:
             spans.append((position, size))
-        header = read_header(records, position)
-        abort = False
-        if header.is_control:
-            marker = end_transaction_marker_of(memoryview(records)[position:position + size])
-            abort = marker is not None and marker.type is ControlRecordType.ABORT
-        out.append(FetchedBatch(header.base_offset, header.last_offset, header.producer_id,
-                                header.is_transactional, header.is_control, abort))
+        out.append(fetched_batch(read_header(records, position), view[position:position + size]))
     return out
+
+
+def region_batches(region: FileRegion, last_needed: int, spans: list[tuple[int, int]], firsts: list[int],
+                   cached_until: int = -1) -> list[FetchedBatch]:
+    """:func:`fetched_batches` of a log read left in its file (a
+    :class:`~tidegate.record.file_region.FileRegion`), reading only batch headers (and
+    control batches whole), up to the batch holding ``last_needed``: a share fetch
+    acquires a few hundred records, while the read may reach megabytes further.
+
+    ``spans`` and ``firsts`` get every batch's (position in the region, size) and first
+    offset. A batch wholly at or below ``cached_until`` (the share-partition's end offset)
+    other than the first and the last is left out of the answer: acquiring cached
+    records needs their state, not their batches (not for a ``read_committed``
+    acquisition, which looks for aborted transactions, nor in a load's gap window)."""
+    out: list[FetchedBatch] = []
+    start = region.position
+    skipped: tuple[int, tuple] | None = None
+    for position, raw in iter_batch_headers(region.fd, "a share fetch's read", start, start + region.length):
+        base, length = raw[0], raw[1]
+        size = length + LOG_OVERHEAD
+        spans.append((position - start, size))
+        firsts.append(base)
+        last = base + raw[6]
+        if out and last <= cached_until and last < last_needed:
+            skipped = position, raw
+            continue
+        out.append(_region_batch(region, position - start, size, raw))
+        skipped = None
+        if last >= last_needed:
+            break
+    if skipped is not None:
+        position, raw = skipped
+        out.append(_region_batch(region, position - start, raw[1] + LOG_OVERHEAD, raw))
+    return out
+
+
+def _region_batch(region: FileRegion, position: int, size: int, raw: tuple) -> FetchedBatch:
+    header = BatchHeader._make(raw)
+    return fetched_batch(header, region.read_at(position, size) if header.is_control else None)
 
 
 def persister_error(code: ErrorCode) -> ErrorCode:
@@ -460,6 +508,8 @@ class SharePartition:
         self.end_offset = 0
         self._cache = _Cache()
         self._find_next = False
+        #: no cached offset below it is AVAILABLE (while ``_find_next``)
+        self._find_hint = 0
         self._gap_window: _GapWindow | None = None
         self._fetch_lock: object | None = None
 
@@ -489,6 +539,15 @@ class SharePartition:
         return self.end_offset - self.start_offset + 1 if self._cache else 0
 
     @property
+    def cached_until(self) -> int:
+        """The last offset of the cached range still in flight (SPEO while anything at or
+        after the SPSO is cached); -1 when nothing is: a read past it finds new records."""
+        cache = self._cache
+        if not cache or self.start_offset > cache.last().last:
+            return -1
+        return self.end_offset
+
+    @property
     def gap_window(self) -> tuple[int, int] | None:
         """(gap start, end offset) of the load's gap window, or None."""
         w = self._gap_window
@@ -498,7 +557,13 @@ class SharePartition:
 
     def next_fetch_offset(self) -> int:
         """Where the next read starts: the first AVAILABLE cached offset (or acquirable
-        gap) when records were released, else the offset after SPEO."""
+        gap) when records were released, else the offset after SPEO.
+
+        The search starts at the lowest offset made AVAILABLE since the last search
+        found none before it (``_find_hint``), not at the cache's head: with thousands of
+        batches in flight and records expiring at the front while members take them, a
+        scan from the head would walk every batch taken since (the gap window of a load
+        is the exception: it is searched from the head)."""
         cache = self._cache
         empty_or_passed = not cache or self.start_offset > cache.last().last
         if not self._find_next:
@@ -508,7 +573,8 @@ class SharePartition:
             return self.end_offset
         window = self._gap_window if self._gap_window_active() else None
         gap_start = window.gap_start if window is not None else -1
-        for batch in cache:
+        start = cache.head if window is not None else max(cache.floor(self._find_hint), cache.head)
+        for batch in islice(cache.batches, start, None):
             if window is not None:
                 if batch.first > gap_start:
                     return gap_start
@@ -516,13 +582,46 @@ class SharePartition:
             offsets = batch.offsets
             if offsets is None:
                 if batch.state == AVAILABLE:
+                    self._find_hint = batch.first
                     return batch.first
             else:
                 k = offsets.states.find(AVAILABLE)
                 if k >= 0:
+                    self._find_hint = batch.first + k
                     return batch.first + k
         self._find_next = False
         return self.end_offset + 1
+
+    def cached_available(self, fetch_offset: int, max_records: int) -> tuple[int, int]:
+        """(last offset, count) of the AVAILABLE cached records from ``fetch_offset`` an
+        acquisition of ``max_records`` would reach: the last offset of the batch where the
+        count reaches ``max_records`` (or the last AVAILABLE one), and how many there are up
+        to it; (-1, 0) if none. What a read for that acquisition must cover of the cache."""
+        cache = self._cache
+        last = -1
+        count = 0
+        for batch in islice(cache.batches, max(cache.floor(fetch_offset), cache.head), None):
+            offsets = batch.offsets
+            if offsets is None:
+                if batch.state == AVAILABLE and batch.last >= fetch_offset:
+                    count += batch.last - max(batch.first, fetch_offset) + 1
+                    last = batch.last
+            else:
+                start = max(fetch_offset - batch.first, 0)
+                k = offsets.states.rfind(AVAILABLE, start)
+                if k >= 0:
+                    count += offsets.states.count(AVAILABLE, start)
+                    last = batch.first + k
+            if count >= max_records:
+                break
+        return last, count
+
+    def _find_from(self, offset: int) -> None:
+        """Records from ``offset`` on may be AVAILABLE (again): the next
+        :meth:`next_fetch_offset` searches from there."""
+        if not self._find_next or offset < self._find_hint:
+            self._find_hint = offset
+        self._find_next = True
 
     def can_acquire_records(self) -> bool:
         """Records released for redelivery, or room under the in-flight bound."""
@@ -699,7 +798,7 @@ class SharePartition:
             target = current + max_records - 1
             batch.split_acquired_prefix(target)
             self._lock(batch)  # the lock of first..target: their SHARED_LOCK
-            self._find_next = True
+            self._find_from(target + 1)
             self._cache.insert(batch)
             return [AcquiredRecords(current, target, 1)]
         out = []
@@ -795,7 +894,7 @@ class SharePartition:
         lo = bisect_left(cache.firsts, floor_offset, cache.head)
         hi = bisect_left(cache.firsts, base, cache.head)
         if lo < hi and self._archive(fetch_offset, base, cache.batches[lo:hi], AVAILABLE):
-            self._find_next = True
+            self._find_from(fetch_offset)
 
     # -- locks -----------------------------------------------------------------------
 
@@ -848,7 +947,7 @@ class SharePartition:
                 batch.member = EMPTY_MEMBER_ID
                 updates.append(PersisterStateBatch(batch.first, batch.last, new, batch.count))
                 if new == AVAILABLE:
-                    self._find_next = True
+                    self._find_from(batch.first)
         else:
             states = offsets.states
             for i in range(len(states)):
@@ -882,7 +981,7 @@ class SharePartition:
         offsets.members[i] = EMPTY_MEMBER_ID
         _append_state(updates, offset, offset, new, count)
         if new == AVAILABLE:
-            self._find_next = True
+            self._find_from(offset)
 
     def _after_expiry(self, updates: list[PersisterStateBatch]) -> None:
         """Persist what expiry changed (best effort: the transitions stand whatever the
@@ -1104,7 +1203,7 @@ class SharePartition:
             batch.state = ACQUIRED
             batch.member = previous_member
         if batch.state == AVAILABLE:
-            self._find_next = True
+            self._find_from(batch.first)
 
     def _complete_offset(self, batch: InFlightBatch, offsets: OffsetStates, i: int, previous_member: str,
                          commit: bool) -> None:
@@ -1125,7 +1224,7 @@ class SharePartition:
             return
         offsets.states[i] = new
         if new == AVAILABLE:
-            self._find_next = True
+            self._find_from(batch.first + i)
 
     def _write_of(self, state_batches: list[PersisterStateBatch]) -> PersisterWrite:
         return PersisterWrite(self.key, self.state_epoch, self.leader_epoch, self.start_offset, tuple(state_batches))
@@ -1205,7 +1304,7 @@ class SharePartition:
             self.start_offset = self.end_offset = log_start_offset
             return
         if self._archive(self.start_offset, log_start_offset, self._cache, AVAILABLE):
-            self._find_next = True
+            self._find_from(log_start_offset)
         self.start_offset = log_start_offset
         self.end_offset = max(self.end_offset, self.start_offset)
 
@@ -1324,7 +1423,7 @@ class SharePartition:
         for batch in batches:
             self._cache.insert(batch)
         if batches:
-            self._find_next = True
+            self._find_from(start)
             self.end_offset = batches[-1].last
             if gap_start >= 0:
                 self._gap_window = _GapWindow(self.end_offset, gap_start)
