@@ -270,6 +270,18 @@ def test_11_cancel_for_an_unknown_key_is_empty(purgatory):
     assert purgatory.cancel_for_key("nope") == []
 
 
+def test_complete_all_answers_every_watched_operation_once(purgatory):
+    """A broker shutting down answers its parked requests: each operation completes once,
+    whatever keys it is watched on, and its timeout is cancelled."""
+    events: list = []
+    a, b = MockOp(10_000, "a", events), MockOp(10_000, "b", events)
+    purgatory.try_complete_else_watch(a, ["k1", "k2"])
+    purgatory.try_complete_else_watch(b, ["k2"])
+    assert purgatory.complete_all() == 2
+    assert events == [("complete", "a"), ("complete", "b")] and purgatory.delayed == 0
+    assert purgatory.complete_all() == 0
+
+
 # --- case 12: purge trigger ------------------------------------------------------------------
 
 

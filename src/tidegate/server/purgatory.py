@@ -270,6 +270,16 @@ class DelayedOperationPurgatory:
                     del watchers[key]
         return purged
 
+    def complete_all(self) -> int:
+        """Force-complete every operation watched here, now (a broker shutting down
+        answers its parked requests with what there is); how many this completed."""
+        completed = 0
+        for ops in list(self._watchers.values()):
+            for op in list(ops):
+                if op.force_complete():
+                    completed += 1
+        return completed
+
     def shutdown(self) -> None:
         """Stop the timer; pending operations will not expire any more."""
         self.timer.shutdown()

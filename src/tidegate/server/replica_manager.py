@@ -660,13 +660,7 @@ class ReplicaManager:
 
     def complete_fetches_now(self) -> int:
         """Answer every parked fetch with what is there now (broker shutdown)."""
-        completed = 0
-        purgatory = self.fetch_purgatory
-        for key in purgatory.watched_keys():
-            for op in purgatory.watchers_for(key):
-                if op.force_complete():
-                    completed += 1
-        return completed
+        return self.fetch_purgatory.complete_all()
 
     # -- DeleteRecords --------------------------------------------------------------------
     def delete_records(

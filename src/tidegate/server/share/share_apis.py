@@ -41,7 +41,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from tidegate.errors import ErrorCode
 from tidegate.protocol.messages import share_acknowledge as sa
@@ -321,10 +321,7 @@ def _fetch_response(manager: SharePartitionManager, request: sf.ShareFetchReques
     topics: dict[uuid.UUID, sf.ShareFetchableTopicResponse] = {}
     nodes: dict[int, None] = {}
     for (topic_id, partition), data in results.items():
-        topic = topics.get(topic_id)
-        if topic is None:
-            topic = topics[topic_id] = sf.ShareFetchableTopicResponse(topic_id=topic_id)
-        topic.partitions.append(data)
+        _topic(topics, topic_id, sf.ShareFetchableTopicResponse).partitions.append(data)
         if data.error_code == ErrorCode.not_leader_or_follower:
             leader_id, leader_epoch = _leader(manager, topic_id, partition, nodes, context)
             data.current_leader = sf.LeaderIdAndEpoch(leader_id=leader_id, leader_epoch=leader_epoch)
@@ -356,6 +353,18 @@ def _updated_partitions(partitions: dict[TopicIdPartition, bool], results: Fetch
         if must:
             out[tp] = data
     return out
+
+
+_Topic_T = TypeVar("_Topic_T", sf.ShareFetchableTopicResponse, sa.ShareAcknowledgeTopicResponse)
+
+
+def _topic(topics: dict[uuid.UUID, _Topic_T], topic_id: uuid.UUID, new: Callable[..., _Topic_T]) -> _Topic_T:
+    """A response's entry of ``topic_id`` (partitions are answered grouped by topic, in
+    the order their topics first come)."""
+    topic = topics.get(topic_id)
+    if topic is None:
+        topic = topics[topic_id] = new(topic_id=topic_id)
+    return topic
 
 
 def _leader(manager: SharePartitionManager, topic_id: uuid.UUID, partition: int, endpoints: dict[int, None],
@@ -410,11 +419,8 @@ def _ack_response(manager: SharePartitionManager, group_id: str, results: AckRes
     topics: dict[uuid.UUID, sa.ShareAcknowledgeTopicResponse] = {}
     nodes: dict[int, None] = {}
     for (topic_id, partition), outcome in results.items():
-        topic = topics.get(topic_id)
-        if topic is None:
-            topic = topics[topic_id] = sa.ShareAcknowledgeTopicResponse(topic_id=topic_id)
         data = sa.PartitionData(partition_index=partition, error_code=outcome.error, error_message=outcome.message)
-        topic.partitions.append(data)
+        _topic(topics, topic_id, sa.ShareAcknowledgeTopicResponse).partitions.append(data)
         if outcome.error is ErrorCode.not_leader_or_follower:
             leader_id, leader_epoch = _leader(manager, topic_id, partition, nodes, context)
             data.current_leader = sa.LeaderIdAndEpoch(leader_id=leader_id, leader_epoch=leader_epoch)

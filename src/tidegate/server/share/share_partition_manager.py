@@ -380,18 +380,10 @@ class SharePartitionManager:
 
     # -- shutdown -------------------------------------------------------------------------
 
-    def complete_fetches_now(self) -> int:
-        """Answer every parked share fetch with what it can acquire now (shutdown)."""
-        completed = 0
-        purgatory = self.purgatory
-        for key in purgatory.watched_keys():
-            for op in purgatory.watchers_for(key):
-                if op.force_complete():
-                    completed += 1
-        return completed
-
     def shutdown(self) -> None:
-        self.complete_fetches_now()
+        """Answer every parked share fetch with what it can acquire now, then stop the
+        timers."""
+        self.purgatory.complete_all()
         self.purgatory.shutdown()
         self.lock_timer.shutdown()
 
