@@ -10,6 +10,16 @@
   in-memory implementation (the durable one is :mod:`tidegate.coordinator.share`).
 * :mod:`.session` -- share sessions (:class:`ShareSessionCache`).
 * :mod:`.acknowledgements` -- acknowledge types, batches and their validation.
+* :mod:`.share_partition_manager` -- :class:`~.share_partition_manager.SharePartitionManager`:
+  the share-partition cache, fetch, acknowledge and release, the hooks the broker calls.
+* :mod:`.delayed_share_fetch` -- :class:`~.delayed_share_fetch.DelayedShareFetch`: a
+  ShareFetch parked in the share fetch purgatory, and the read-and-acquire.
+* :mod:`.share_apis` -- ShareFetch and ShareAcknowledge handling with typed responses
+  (:func:`~.share_apis.handle_share_fetch`, :func:`~.share_apis.handle_share_acknowledge`).
+
+The last three import the ReplicaManager, so they are imported from their modules, not
+here: every import of this package (the share coordinator's of its persister too) runs
+this file.
 """
 
 from .acknowledgements import (
