@@ -31,11 +31,18 @@ from tests.unit.share_fetching import (
     partitions_of,
     value_batch,
 )
+from tests.unit.share_state import Node
 from tidegate.errors import ErrorCode
 from tidegate.protocol.codec import RequestHeader, encode_response
 from tidegate.protocol.messages import share_acknowledge as sa
 from tidegate.protocol.messages import share_fetch as sf
-from tidegate.server.share import ShareAutoOffsetReset, SharePartitionKey, SharePartitionState
+from tidegate.server.share import (
+    InMemoryPersister,
+    ShareAutoOffsetReset,
+    SharePartitionKey,
+    SharePartitionState,
+)
+from tidegate.server.share.share_apis import handle_share_acknowledge, handle_share_fetch
 from tidegate.server.share.share_partition_manager import (
     ShareGroupSettings,
     SharePartitionManagerConfig,
@@ -396,7 +403,6 @@ def test_repeated_topic_id_entries_are_merged(broker):
                     partition_index=0, acknowledgement_batches=[
                         sf.AcknowledgementBatch(first_offset=0, last_offset=0, acknowledge_types=[ACCEPT])])])])
     out: list[sf.ShareFetchResponse] = []
-    from tidegate.server.share.share_apis import handle_share_fetch
     handle_share_fetch(broker.spm, request, consumer.context(), out.append)
     (response,) = out
     assert len(response.responses) == 1
@@ -700,8 +706,6 @@ def test_pending_initialization_should_complete_fetch_request(tmp_path):
     """SPMT testPendingInitializationShouldCompleteFetchRequest: fetches of a loading
     share-partition wait in the purgatory (one load for all) and the load's end answers
     them."""
-    from tidegate.server.share import InMemoryPersister
-
     slow = SlowReads(None)
     broker = Broker(tmp_path, persister=slow)  # type: ignore[arg-type]
     slow.store = InMemoryPersister(broker.partitions)
@@ -806,6 +810,21 @@ def test_topic_deleted_and_recreated(broker):
     assert acquired(response, new) == [(0, 1, 1)]
 
 
+def test_share_state_reset_by_the_group_coordinator_is_loaded_again(broker):
+    """AlterShareGroupOffsets initialized the share-partition again (the group coordinator
+    calls drop_share_partitions): the next fetch loads the new start offset instead of
+    acquiring from the old cache."""
+    tp = one_partition(broker, 0)
+    broker.produce("t", 0, 1, batches=10)
+    consumer = broker.consumer()
+    assert acquired(consumer.fetch(tp, max_records=2).response, tp) == [(0, 1, 1)]
+    broker.initialize(GROUP, tp[0], [0], start_offset=6, state_epoch=1)
+    broker.spm.drop_share_partitions(GROUP, [tp[0]])
+    assert broker.spm.share_partition(GROUP, tp) is None
+    assert offsets(acquired(consumer.fetch(tp).response, tp)) == [6, 7, 8, 9]
+    broker.spm.drop_share_partitions("no-such-group")
+
+
 def test_share_partition_key_and_state(broker):
     tp = one_partition(broker, 1)
     broker.consumer().fetch(tp)
@@ -843,8 +862,6 @@ def over_coordinator(node) -> Broker:
 def test_acknowledgement_is_answered_once_durable(tmp_path):
     """Guarantee 1 (reference 2.9): an ACCEPT is answered only once its write to
     ``__share_group_state`` is fsynced."""
-    from tests.unit.share_state import Node
-
     node = Node(tmp_path)
     broker = over_coordinator(node)
     tp = one_partition(broker, 2)
@@ -857,7 +874,6 @@ def test_acknowledgement_is_answered_once_durable(tmp_path):
                                                  sa.AcknowledgementBatch(first_offset=0, last_offset=1,
                                                                          acknowledge_types=[ACCEPT])])])])
     out: list = []
-    from tidegate.server.share.share_apis import handle_share_acknowledge
     handle_share_acknowledge(broker.spm, request, consumer.context(), out.append)
     assert out == []  # the write waits for its fsync
     broker.run()
@@ -869,8 +885,6 @@ def test_restart_after_kill_keeps_acknowledged_and_redelivers_acquired_with_thei
     records are never delivered again, records acquired at the crash come back with their
     last persisted delivery count (a record released once, then acquired again: count 2
     on its next delivery)."""
-    from tests.unit.share_state import Node
-
     node = Node(tmp_path)
     broker = over_coordinator(node)
     tp = one_partition(broker, 0)

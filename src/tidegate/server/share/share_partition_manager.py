@@ -26,7 +26,9 @@ sessions, the fetch and acknowledgement of records, sans-IO.
 * **Sessions**: the :class:`~.session.ShareSessionCache` (``group.share.max.share.sessions``).
 * **Topics**: a deleted topic's share-partitions leave the cache
   (:meth:`SharePartitionManager.on_topics_deleted`); a topic created again under the same
-  name has another id, so its share-partitions start afresh.
+  name has another id, so its share-partitions start afresh. A group whose persisted
+  state the group coordinator deleted or initialized again leaves it too
+  (:meth:`SharePartitionManager.drop_share_partitions`).
 
 The request handling around it (sessions' epochs, the checks, the typed responses) is
 :mod:`.share_apis`. One node leads every partition: there is no leadership change to
@@ -377,6 +379,19 @@ class SharePartitionManager:
                     self.purgatory.check_and_complete(tp)
         for name in [n for n, tid in self._topic_ids.items() if tid in deleted]:
             del self._topic_ids[name]
+
+    def drop_share_partitions(self, group_id: str, topic_ids: Iterable[uuid.UUID] | None = None) -> None:
+        """The group's persisted share state was deleted or initialized again (DeleteGroups,
+        DeleteShareGroupOffsets, AlterShareGroupOffsets: the group coordinator's hook):
+        its cached share-partitions (of ``topic_ids``, or all) are dropped, so the next
+        fetch loads what is persisted now instead of acquiring from the old cache."""
+        group = self._groups.get(group_id)
+        if group is None:
+            return
+        wanted = None if topic_ids is None else set(topic_ids)
+        for tp, sp in list(group.items()):
+            if wanted is None or tp[0] in wanted:
+                self._remove(sp)
 
     # -- shutdown -------------------------------------------------------------------------
 
