@@ -7,6 +7,7 @@ import pytest
 
 from tests.kio_codec import decode_body, encode_request, request_class
 from tidegate.protocol.codec import InvalidRequestError, decode_request
+from tidegate.protocol.messages.produce import ProduceRequest
 from tidegate.protocol.produce_fast import decode_produce
 from tidegate.record.batch_builder import Record, build_batch
 
@@ -78,6 +79,8 @@ def test_decode_request_uses_it_for_pool_buffers():
     raw = bytearray(encode(12, {"acks": -1, "timeout": 1500, "topic_data": [
         {"name": "t", "partition_data": [{"index": 0, "records": build_batch([Record(b"v")])}]}]}))
     header, body = decode_request(raw)
+    assert type(body) is ProduceRequest  # the generated message, as for bytes decoded generically
+    assert type(decode_request(bytes(raw))[1]) is ProduceRequest
     assert (header.api_key, header.api_version, header.correlation_id) == (0, 12, 99)
     assert header.flexible and header.client_id == "client-é"
     assert body.acks == -1 and body.timeout == 1500

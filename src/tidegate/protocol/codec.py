@@ -156,15 +156,15 @@ def peek_header(buf: Any) -> tuple[int, int, int]:
     return _I16_I16_I32.unpack_from(buf, 0)
 
 
-def decode_request(buf: Any) -> tuple[RequestHeader, Any]:
+def decode_request(buf: Any) -> tuple[RequestHeader, Message]:
     """Decode header and body of one request (the frame without its size prefix).
 
     Raises :class:`UnsupportedRequestVersionError` for keys/versions tidegate does not
     implement (the caller answers UNSUPPORTED_VERSION) and
     :class:`InvalidRequestError` for bytes that do not parse. The body is the API's
-    request message, except for a Produce request in a pool buffer (not ``bytes``):
-    :class:`tidegate.protocol.produce_fast.ProduceRequest`, whose records are views of
-    the buffer. Like Kafka's generated parsers, bytes after the last field are ignored
+    request message; a Produce request in a pool buffer (not ``bytes``) is decoded by
+    :mod:`tidegate.protocol.produce_fast` into the same message, its records views of the
+    buffer. Like Kafka's generated parsers, bytes after the last field are ignored
     (librdkafka pads some requests).
     """
     api_key, api_version, correlation_id = peek_header(buf)

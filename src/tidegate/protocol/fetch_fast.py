@@ -81,6 +81,8 @@ class _Writer:
         self.length(n)
         if n == 0:
             return
+        if not isinstance(records, FileRegion | bytes | bytearray | memoryview):
+            raise TypeError(f"Fetch records are a FileRegion or bytes, not {type(records).__name__}")
         if isinstance(records, FileRegion) or n > 4096:
             self.flush()
             self.pieces.append(records)

@@ -77,7 +77,7 @@ _WIRE_TYPE = {
 _PYTHON_TYPE = {
     "int8": "int", "int16": "int", "int32": "int", "int64": "int", "uint16": "int",
     "float64": "float", "bool": "bool", "string": "str", "bytes": "bytes",
-    "records": "bytes", "uuid": "uuid.UUID",
+    "records": "Records", "uuid": "uuid.UUID",
 }  # fmt: skip
 _ZERO = {
     "int": "0", "float": "0.0", "bool": "False", "str": '""', "bytes": 'b""',
@@ -428,7 +428,13 @@ def render_module(api_key: int) -> str:
         imports.insert(0, "MISSING")
     if "ZERO_UUID" in names_used:
         imports.insert(1 if "MISSING" in imports else 0, "ZERO_UUID")
-    lines.append(f"from tidegate.protocol.messages._base import {', '.join(imports)}")
+    if any(f.wire_type == "records" for m in (request, response)
+           for e in m.entities.values() for f in e.fields.values()):
+        imports.append("Records")
+    line = f"from tidegate.protocol.messages._base import {', '.join(imports)}"
+    if len(line) > LINE:
+        line = "\n".join(["from tidegate.protocol.messages._base import (", *(f"    {n}," for n in imports), ")"])
+    lines.append(line)
     lines += ["", f"API_KEY = {api_key}"]
     lines += body
     lines += ["", "", "#: The wire layout of every entity: its fields in order (see FieldSpec)."]

@@ -7,6 +7,8 @@ docs/benchmarks.md for the profile). This decoder returns *writable memoryviews
 into the request buffer itself*, so the log rewrites offsets in place in memory
 taken from the KIP-72 pool and writes it out, with no copy at all.
 
+The result is the generated :class:`~tidegate.protocol.messages.produce.ProduceRequest`
+(its ``records`` are :data:`~tidegate.protocol.messages._base.Records`, views here).
 Everything else about the request is decoded exactly as kio decodes it;
 ``tests/unit/test_produce_fast.py`` checks that on requests kio encodes, for
 every supported version. Anything unexpected raises :class:`ValueError` (the
@@ -16,34 +18,18 @@ caller turns that into a closed connection, as for any undecodable request).
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
 from typing import Literal, overload
 
+from tidegate.protocol.messages.produce import (
+    PartitionProduceData,
+    ProduceRequest,
+    TopicProduceData,
+)
 from tidegate.utils.byte_utils import read_uvarint
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _HEADER = struct.Struct(">hhi")
-
-
-@dataclass(slots=True)
-class PartitionProduceData:
-    index: int
-    records: memoryview | None
-
-
-@dataclass(slots=True)
-class TopicProduceData:
-    name: str
-    partition_data: list[PartitionProduceData]
-
-
-@dataclass(slots=True)
-class ProduceRequest:
-    transactional_id: str | None
-    acks: int
-    timeout: int
-    topic_data: list[TopicProduceData]
 
 
 class _Reader:
@@ -138,11 +124,11 @@ def decode_produce(payload: bytearray | memoryview) -> tuple[int, str | None, Pr
             records = r.records(flexible)
             if flexible:
                 r.skip_tagged_fields()
-            partitions.append(PartitionProduceData(index, records))
+            partitions.append(PartitionProduceData(index=index, records=records))
         if flexible:
             r.skip_tagged_fields()
-        topics.append(TopicProduceData(name, partitions))
+        topics.append(TopicProduceData(name=name, partition_data=partitions))
     if flexible:
         r.skip_tagged_fields()
-    request = ProduceRequest(transactional_id, acks, timeout_ms, topics)
+    request = ProduceRequest(transactional_id=transactional_id, acks=acks, timeout=timeout_ms, topic_data=topics)
     return correlation_id, client_id, request

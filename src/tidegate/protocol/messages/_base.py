@@ -13,9 +13,9 @@ import time.
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from typing import Any, Protocol, TypeAlias
 
-__all__ = ["MISSING", "ZERO_UUID", "FieldSpec", "Message", "MessageSpec"]
+__all__ = ["MISSING", "ZERO_UUID", "FieldSpec", "FileRecords", "Message", "MessageSpec", "Records"]
 
 #: Kafka's ``Uuid.ZERO_UUID``: the value of a uuid field that names nothing
 ZERO_UUID = uuid.UUID(int=0)
@@ -30,6 +30,25 @@ class _Missing:
 
 #: The default of a parameter whose default is a fresh list or entity per instance.
 MISSING: Any = _Missing()
+
+class FileRecords(Protocol):
+    """Records that stay in a segment file until they are sent (Kafka's ``FileRecords``:
+    :class:`tidegate.record.file_region.FileRegion`, which sits above the messages)."""
+
+    def __len__(self) -> int: ...
+
+    def read(self) -> bytes:
+        """The records' bytes, read from the file."""
+        ...
+
+    def close(self) -> None: ...
+
+
+#: The value of a ``records`` field (Kafka's ``BaseRecords``): the bytes a client sent or
+#: received, writable views of a request's pool buffer (a Produce the broker decodes with
+#: :mod:`tidegate.protocol.produce_fast`), or a range of a segment file (a Fetch answered by
+#: :mod:`tidegate.protocol.fetch_fast`, sent with sendfile).
+Records: TypeAlias = "bytes | bytearray | memoryview | FileRecords"
 
 #: One field of a schema table, in wire order: (attribute name, Kafka type — ``int32``,
 #: ``string``, ``[]int32``, ``SomeEntity``, ``[]SomeEntity`` ... —, (first, last version),

@@ -13,7 +13,14 @@ from __future__ import annotations
 
 import uuid
 
-from tidegate.protocol.messages._base import MISSING, ZERO_UUID, FieldSpec, Message, MessageSpec
+from tidegate.protocol.messages._base import (
+    MISSING,
+    ZERO_UUID,
+    FieldSpec,
+    Message,
+    MessageSpec,
+    Records,
+)
 
 API_KEY = 1
 
@@ -274,7 +281,7 @@ class PartitionData(Message):
     preferred_read_replica: int
 
     #: The record data. (v4+)
-    records: bytes | None
+    records: Records | None
 
     def __init__(
         self,
@@ -289,7 +296,7 @@ class PartitionData(Message):
         snapshot_id: SnapshotId = MISSING,
         aborted_transactions: list[AbortedTransaction] | None = None,
         preferred_read_replica: int = -1,
-        records: bytes | None = None,
+        records: Records | None = None,
     ) -> None:
         self.partition_index = partition_index
         self.error_code = error_code

@@ -13,7 +13,14 @@ from __future__ import annotations
 
 import uuid
 
-from tidegate.protocol.messages._base import MISSING, ZERO_UUID, FieldSpec, Message, MessageSpec
+from tidegate.protocol.messages._base import (
+    MISSING,
+    ZERO_UUID,
+    FieldSpec,
+    Message,
+    MessageSpec,
+    Records,
+)
 
 API_KEY = 0
 
@@ -25,9 +32,9 @@ class PartitionProduceData(Message):
     index: int
 
     #: The record data to be produced. (v3+)
-    records: bytes | None
+    records: Records | None
 
-    def __init__(self, *, index: int = 0, records: bytes | None = None) -> None:
+    def __init__(self, *, index: int = 0, records: Records | None = None) -> None:
         self.index = index
         self.records = records
 

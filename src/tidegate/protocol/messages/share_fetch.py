@@ -13,7 +13,14 @@ from __future__ import annotations
 
 import uuid
 
-from tidegate.protocol.messages._base import MISSING, ZERO_UUID, FieldSpec, Message, MessageSpec
+from tidegate.protocol.messages._base import (
+    MISSING,
+    ZERO_UUID,
+    FieldSpec,
+    Message,
+    MessageSpec,
+    Records,
+)
 
 API_KEY = 78
 
@@ -239,7 +246,7 @@ class PartitionData(Message):
     current_leader: LeaderIdAndEpoch
 
     #: The record data. (v1+)
-    records: bytes | None
+    records: Records | None
 
     #: The acquired records. (v1+)
     acquired_records: list[AcquiredRecords]
@@ -253,7 +260,7 @@ class PartitionData(Message):
         acknowledge_error_code: int = 0,
         acknowledge_error_message: str | None = None,
         current_leader: LeaderIdAndEpoch = MISSING,
-        records: bytes | None = None,
+        records: Records | None = None,
         acquired_records: list[AcquiredRecords] = MISSING,
     ) -> None:
         self.partition_index = partition_index
