@@ -19,11 +19,13 @@ from tests.fake_loop import FakeLoop
 from tests.integration.rawclient import decode_response, encode_request
 from tests.unit.logs import crash_all
 from tidegate.config import BrokerConfig
+from tidegate.metrics.prometheus import BrokerMetrics
 from tidegate.network.request_channel import (
     PARKED,
     CloseConnectionResponse,
     Outcome,
     Request,
+    RequestChannel,
     RequestContext,
     Response,
     SendResponse,
@@ -33,12 +35,13 @@ from tidegate.server.broker_core import BrokerCore
 CTX = RequestContext(7, "PLAINTEXT", "127.0.0.1", 40000)
 
 
-class RecordingChannel:
+class RecordingChannel(RequestChannel[Any]):
     """The RequestChannel of a test: keeps each parked request's response and every
     end of a throttle, in order, and does what the shell does once a response is
     written (its ``after_send``)."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.responses: list[tuple[Request, Response]] = []
         self.throttle_ends: list[int] = []
         #: every request in the order the shell would write its response (immediate ones too)
@@ -77,7 +80,10 @@ def decode_frame(api_key: int, version: int, data: bytes, correlation_id: int) -
 
 
 class CoreHarness:
-    def __init__(self, root: Path, props: dict | None = None, *, loop: FakeLoop | None = None) -> None:
+    def __init__(
+        self, root: Path, props: dict | None = None, *, loop: FakeLoop | None = None,
+        metrics: BrokerMetrics | None = None,
+    ) -> None:
         self.root = root
         root.mkdir(parents=True, exist_ok=True)  # Broker._lock does this before loading
         self.loop = loop if loop is not None else FakeLoop()
@@ -91,7 +97,7 @@ class CoreHarness:
             }
         )
         self.channel = RecordingChannel()
-        self.core = BrokerCore(self.config, root, self.loop, clock=self.clock, channel=self.channel)
+        self.core = BrokerCore(self.config, root, self.loop, clock=self.clock, channel=self.channel, metrics=metrics)
         self.core.start()
         self.apis = self.core.apis
         self.replicas = self.core.replicas

@@ -18,7 +18,7 @@ from tests.unit.test_connection import HoldingProcessor, Processor
 from tidegate.clock import SYSTEM_CLOCK
 from tidegate.network.memory_pool import NONE, SimpleMemoryPool
 from tidegate.network.mute_state import MuteReason
-from tidegate.network.request_channel import PARKED, Request, SendResponse
+from tidegate.network.request_channel import PARKED, Request, RequestChannel, SendResponse
 from tidegate.network.socket_server import SocketServer
 from tidegate.scheduler import AsyncioScheduler
 from tidegate.security.listener import ListenerSecurity
@@ -48,7 +48,7 @@ class RecordingProcessor(Processor):
         return PARKED
 
     def answer(self, i, data):
-        self.server.send_response(self.requests[i][2], SendResponse([data]))
+        self.server.channel.send_response(self.requests[i][2], SendResponse([data]))
 
 
 def server_settings(pki, client_auth="none", truststore=None):
@@ -68,8 +68,8 @@ async def wait_for(check, what):
 
 def shell(proc, pool, max_request_size):
     """A SocketServer on the running loop's scheduler, answering for ``proc``."""
-    server = SocketServer(proc, pool, max_request_size, AsyncioScheduler(asyncio.get_running_loop(), SYSTEM_CLOCK),
-                          clock=SYSTEM_CLOCK)
+    server = SocketServer(proc, RequestChannel(), pool, max_request_size,
+                          AsyncioScheduler(asyncio.get_running_loop(), SYSTEM_CLOCK), clock=SYSTEM_CLOCK)
     proc.server = server
     return server
 
@@ -266,7 +266,7 @@ def test_tls_region_chunks_come_from_the_memory_pool(pki, tmp_path):
         fd = os.open(segment, os.O_RDONLY)
         region = FileRegion.of(fd, 0, len(data))
         os.close(fd)
-        server.send_response(proc.requests[0][1], SendResponse([struct.pack(">i", len(data)), region]))
+        server.channel.send_response(proc.requests[0][1], SendResponse([struct.pack(">i", len(data)), region]))
         # the client does not read: the send stops with one chunk out of the pool
         await wait_for(lambda: conn.chunk_bytes == chunk, "a chunk held for the slow reader")
         await asyncio.sleep(0.2)
@@ -320,7 +320,7 @@ def test_tls_region_send_waits_for_pool_memory_and_reuses_one_chunk(pki, tmp_pat
             region = FileRegion.of(fd, 0, len(data))
         finally:
             os.close(fd)
-        proc.server.send_response(proc.requests[0][1], SendResponse([struct.pack(">i", len(data)), region]))
+        proc.server.channel.send_response(proc.requests[0][1], SendResponse([struct.pack(">i", len(data)), region]))
         assert await asyncio.wait_for(rb.readexactly(4), 5) == struct.pack(">i", len(data))
         await wait_for(lambda: server.chunk_waiters, "B's send to wait for a chunk")
         with pytest.raises(TimeoutError):

@@ -32,6 +32,7 @@ from tidegate.coordinator.group.modern.consumer.records import (
 from tidegate.errors import ErrorCode as E
 from tidegate.log.config import LogConfig
 from tidegate.log.log import Log
+from tidegate.server.fetch_session import FetchSessionCache
 from tidegate.server.log_manager import LogManager
 from tidegate.server.metadata import TopicStore
 from tidegate.server.replica_manager import ReplicaManager
@@ -73,7 +74,7 @@ class Harness:
             self.tmp_path, self.topics, lambda info: LogConfig(retention_ms=-1), self.clock
         )
         self.logs.load()
-        self.replicas = ReplicaManager(self.logs, self.loop, clock=self.clock)
+        self.replicas = ReplicaManager(self.logs, self.loop, clock=self.clock, fetch_sessions=FetchSessionCache(1000))
         self.store = OffsetsLog(self._open, self.clock, append_records=self.replicas.append_records)
         self.timer = SystemTimer(clock=self.clock)
         self.manager = self._new_manager()

@@ -26,6 +26,7 @@ from tidegate.coordinator.share import (
 from tidegate.coordinator.share.records import ShareRecord, decode_record
 from tidegate.log.log import Log
 from tidegate.log.replay import replay_records
+from tidegate.server.fetch_session import FetchSessionCache
 from tidegate.server.log_manager import LogManager
 from tidegate.server.metadata import TopicStore
 from tidegate.server.replica_manager import ReplicaManager
@@ -50,7 +51,7 @@ class Node:
         self.logs = LogManager(self.path, self.topics, lambda info: topic_log_config(BROKER, info.configs),
                                self.clock, self.loop)
         self.logs.load()
-        self.replicas = ReplicaManager(self.logs, self.loop, clock=self.clock)
+        self.replicas = ReplicaManager(self.logs, self.loop, clock=self.clock, fetch_sessions=FetchSessionCache(1000))
         self.coordinator = ShareCoordinator(
             self.config,
             open_log=self._open,

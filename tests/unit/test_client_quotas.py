@@ -15,6 +15,7 @@ from tidegate.clock import MockClock
 from tidegate.errors import ErrorCode
 from tidegate.network.memory_pool import NONE
 from tidegate.network.mute_state import MuteReason
+from tidegate.network.request_channel import RequestChannel
 from tidegate.network.socket_server import SocketServer
 from tidegate.server.quota.client_quota_manager import DEFAULT, UNLIMITED_BOUND, QuotaEntity
 from tidegate.server.quota.quota_factory import (
@@ -223,7 +224,7 @@ def _throttle(server, manager, conn, client_id, ms):
     """What KafkaApis does for a throttled response: a ThrottledChannel whose end goes to
     the RequestChannel, and the shell muting the connection (here by hand)."""
     cid = conn.connection_id
-    manager.throttle("ANONYMOUS", client_id, ms, lambda: server.end_throttling(cid))
+    manager.throttle("ANONYMOUS", client_id, ms, lambda: server.channel.end_throttling(cid))
     conn.mute(MuteReason.THROTTLE)
 
 
@@ -231,7 +232,7 @@ def _shell_with_quotas():
     """A SocketServer and the quota managers sharing one FakeLoop, whose reaper drives
     the throttle timers as the broker's scheduler does."""
     loop = FakeLoop()
-    server = SocketServer(ImmediateProcessor(), NONE, 1000, loop, clock=loop.clock)
+    server = SocketServer(ImmediateProcessor(), RequestChannel(), NONE, 1000, loop, clock=loop.clock)
     quotas = QuotaManagers(clock=loop.clock)
     reaper = TimerReaper(loop.call_at)
     for name, timer in quotas.throttle_timers():

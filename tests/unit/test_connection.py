@@ -15,7 +15,7 @@ from tidegate.clock import MockClock
 from tidegate.network.connection_quotas import ConnectionQuotas, QuotaLimits
 from tidegate.network.memory_pool import NONE, SimpleMemoryPool
 from tidegate.network.mute_state import MuteReason
-from tidegate.network.request_channel import PARKED, NoOpResponse, SendResponse
+from tidegate.network.request_channel import PARKED, NoOpResponse, RequestChannel, SendResponse
 from tidegate.network.socket_server import KafkaConnection, SocketServer
 
 
@@ -74,7 +74,7 @@ class HoldingProcessor(Processor):
     def answer(self, i, data):
         """Answer the i-th request through the server (the core's RequestChannel)."""
         response = SendResponse([data]) if data is not None else NoOpResponse()
-        self.server.send_response(self.requests[i][1], response)
+        self.server.channel.send_response(self.requests[i][1], response)
 
 
 class ImmediateProcessor(Processor):
@@ -89,7 +89,7 @@ class ImmediateProcessor(Processor):
 def serve(proc, pool, max_request_size, **kw):
     """A SocketServer on a FakeLoop: (server, loop)."""
     loop = FakeLoop()
-    server = SocketServer(proc, pool, max_request_size, loop, **{"clock": loop.clock, **kw})
+    server = SocketServer(proc, RequestChannel(), pool, max_request_size, loop, **{"clock": loop.clock, **kw})
     proc.server = server
     return server, loop
 
@@ -453,9 +453,9 @@ def test_throttled_response_is_written_then_mutes_until_the_throttle_ends():
     # written piece by piece, then the after-send action, then the deferred actions
     assert events == [("write", b"head"), ("write", b"body"), "after", "actions"]
     assert conn.mute_state.reasons == MuteReason.THROTTLE and transport.paused
-    server.end_throttling(conn.connection_id + 1000)  # another connection: nothing here
+    server.channel.end_throttling(conn.connection_id + 1000)  # another connection: nothing here
     assert transport.paused
-    server.end_throttling(conn.connection_id)
+    server.channel.end_throttling(conn.connection_id)
     assert conn.mute_state.reasons == MuteReason.NONE and not transport.paused
 
 
@@ -487,7 +487,7 @@ def limited(limits, **kw):
     """A SocketServer with ConnectionQuotas(limits) on a FakeLoop whose clock it reads."""
     loop = FakeLoop(clock_at(1_000_000))
     proc = ImmediateProcessor()
-    server = SocketServer(proc, NONE, 1 << 20, loop, clock=loop.clock,
+    server = SocketServer(proc, RequestChannel(), NONE, 1 << 20, loop, clock=loop.clock,
                           quotas=ConnectionQuotas(lambda: limits), **kw)
     return server, loop, proc
 

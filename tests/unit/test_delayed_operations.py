@@ -15,6 +15,7 @@ from tidegate.log.config import LogConfig
 from tidegate.record.batch_builder import Record, build_batch
 from tidegate.server.delayed_fetch import DelayedFetch, FetchPartitionStatus
 from tidegate.server.delayed_produce import DelayedProduce
+from tidegate.server.fetch_session import FetchSessionCache
 from tidegate.server.log_flusher import LogFlusher
 from tidegate.server.log_manager import LogManager
 from tidegate.server.metadata import TopicStore
@@ -27,7 +28,7 @@ def replicas_with(tmp_path, topic="t", partitions=2, clock=None):
     loop = FakeLoop(clock)
     logs = LogManager(tmp_path, TopicStore(tmp_path), lambda info: LogConfig(), loop.clock)
     logs.create_topic(topic, partitions, {})
-    return ReplicaManager(logs, loop, clock=loop.clock)
+    return ReplicaManager(logs, loop, clock=loop.clock, fetch_sessions=FetchSessionCache(1000))
 
 
 class Appended(NamedTuple):

@@ -17,6 +17,17 @@ from tidegate.protocol.fetch_fast import (
     fetch_response_size,
     release_pieces,
 )
+from tidegate.protocol.messages._base import Message
+from tidegate.protocol.messages.fetch import (
+    AbortedTransaction,
+    EpochEndOffset,
+    FetchableTopicResponse,
+    FetchResponse,
+    LeaderIdAndEpoch,
+    NodeEndpoint,
+    PartitionData,
+    SnapshotId,
+)
 from tidegate.record.file_region import FileRegion, materialize
 
 VERSIONS = range(MIN_VERSION, MAX_VERSION + 1)
@@ -42,59 +53,56 @@ def records_strategy(fd):
 
 
 def partitions(fd):
-    pair = st.fixed_dictionaries
-    return pair(
-        {
-            "partition_index": i32,
-            "error_code": st.sampled_from([ErrorCode.none, ErrorCode.offset_out_of_range,
-                                           ErrorCode.fenced_leader_epoch]),
-            "high_watermark": i64,
-            "last_stable_offset": i64,
-            "log_start_offset": i64,
-            "aborted_transactions": st.none()
-            | st.lists(pair({"producer_id": i64, "first_offset": i64}), max_size=3),
-            "preferred_read_replica": i32,
-            "records": records_strategy(fd),
-        },
-        optional={
-            "diverging_epoch": pair({"epoch": i32, "end_offset": i64}),
-            "current_leader": pair({"leader_id": i32, "leader_epoch": i32}),
-            "snapshot_id": pair({"end_offset": i64, "epoch": i32}),
-        },
-    )
+    return st.builds(
+        PartitionData,
+        partition_index=i32,
+        error_code=st.sampled_from([ErrorCode.none, ErrorCode.offset_out_of_range, ErrorCode.fenced_leader_epoch]),
+        high_watermark=i64,
+        last_stable_offset=i64,
+        log_start_offset=i64,
+        aborted_transactions=st.none() | st.lists(
+            st.builds(AbortedTransaction, producer_id=i64, first_offset=i64), max_size=3),
+        preferred_read_replica=i32,
+        records=records_strategy(fd),
+        # the tagged fields: left at their defaults (not written) or set
+        diverging_epoch=st.builds(EpochEndOffset) | st.builds(EpochEndOffset, epoch=i32, end_offset=i64),
+        current_leader=st.builds(LeaderIdAndEpoch) | st.builds(LeaderIdAndEpoch, leader_id=i32, leader_epoch=i32),
+        snapshot_id=st.builds(SnapshotId) | st.builds(SnapshotId, end_offset=i64, epoch=i32),
+    )  # fmt: skip
 
 
 def responses(fd):
-    topic = st.fixed_dictionaries(
-        {
-            "topic": names,
-            "topic_id": st.uuids(),
-            "partitions": st.lists(partitions(fd), max_size=3),
-        }
-    )
-    endpoint = st.fixed_dictionaries(
-        {"node_id": i32, "host": names, "port": i32, "rack": st.none() | names}
-    )
-    return st.fixed_dictionaries(
-        {
-            "throttle_time": st.integers(0, 2**31 - 1),
-            "error_code": st.sampled_from([ErrorCode.none, ErrorCode.fetch_session_id_not_found]),
-            "session_id": i32,
-            "responses": st.lists(topic, max_size=3),
-            "node_endpoints": st.lists(endpoint, max_size=2),
-        }
+    topic = st.builds(FetchableTopicResponse, topic=names, topic_id=st.uuids(),
+                      partitions=st.lists(partitions(fd), max_size=3))
+    endpoint = st.builds(NodeEndpoint, node_id=i32, host=names, port=i32, rack=st.none() | names)
+    return st.builds(
+        FetchResponse,
+        throttle_time=st.integers(0, 2**31 - 1),
+        error_code=st.sampled_from([ErrorCode.none, ErrorCode.fetch_session_id_not_found]),
+        session_id=i32,
+        responses=st.lists(topic, max_size=3),
+        node_endpoints=st.lists(endpoint, max_size=2),
     )
 
 
-def kio_bytes(version, correlation_id, values):
-    materialized = {
-        **values,
-        "responses": [
-            {**t, "partitions": [{**p, "records": materialize(p["records"])} for p in t["partitions"]]}
-            for t in values["responses"]
-        ],
-    }
-    return encode_response(1, version, correlation_id, materialized)
+def as_values(message):
+    """A message as the dict of Kafka's field names tests.kio_codec.build takes, records
+    materialized (kio's independent encoding is the reference)."""
+    values = {}
+    for name in type(message).__slots__:
+        value = getattr(message, name)
+        if isinstance(value, Message):
+            value = as_values(value)
+        elif isinstance(value, list):
+            value = [as_values(v) if isinstance(v, Message) else v for v in value]
+        elif name == "records":
+            value = materialize(value)
+        values[name] = value
+    return values
+
+
+def kio_bytes(version, correlation_id, response):
+    return encode_response(1, version, correlation_id, as_values(response))
 
 
 def joined(pieces):
@@ -104,11 +112,11 @@ def joined(pieces):
 @pytest.mark.parametrize("version", VERSIONS)
 def test_every_version_matches_kio(segment, version):
     @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-    @given(values=responses(segment), correlation_id=i32)
-    def check(values, correlation_id):
-        pieces = encode_fetch_response(correlation_id, version, values)
-        assert joined(pieces) == kio_bytes(version, correlation_id, values)
-        assert fetch_response_size(version, values) == sum(len(p) for p in pieces)
+    @given(response=responses(segment), correlation_id=i32)
+    def check(response, correlation_id):
+        pieces = encode_fetch_response(correlation_id, version, response)
+        assert joined(pieces) == kio_bytes(version, correlation_id, response)
+        assert fetch_response_size(version, response) == sum(len(p) for p in pieces)
         release_pieces(pieces)
 
     check()
@@ -116,14 +124,10 @@ def test_every_version_matches_kio(segment, version):
 
 def test_regions_are_pieces_not_bytes(segment):
     region = FileRegion.of(segment, 100, 20000)
-    values = {
-        "throttle_time": 0, "error_code": 0, "session_id": 0, "node_endpoints": [],
-        "responses": [{"topic": "t", "topic_id": uuid.uuid4(), "partitions": [
-            {"partition_index": 0, "error_code": 0, "high_watermark": 5, "last_stable_offset": 5,
-             "log_start_offset": 0, "aborted_transactions": None, "records": region},
-        ]}],
-    }
-    pieces = encode_fetch_response(7, 12, values)
+    response = FetchResponse(responses=[FetchableTopicResponse(topic="t", topic_id=uuid.uuid4(), partitions=[
+        PartitionData(partition_index=0, high_watermark=5, last_stable_offset=5, log_start_offset=0, records=region),
+    ])])  # fmt: skip
+    pieces = encode_fetch_response(7, 12, response)
     assert pieces[1] is region  # sent from the file, never read by the encoder
     assert all(isinstance(p, bytes) for i, p in enumerate(pieces) if i != 1)
     assert sum(len(p) for p in pieces) - 4 == int.from_bytes(pieces[0][:4], "big")

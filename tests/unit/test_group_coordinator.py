@@ -35,6 +35,7 @@ from tidegate.errors import ErrorCode as E
 from tidegate.log.cleaner import Cleaner, LogToClean
 from tidegate.log.config import LogConfig
 from tidegate.log.log import Log
+from tidegate.server.fetch_session import FetchSessionCache
 from tidegate.server.log_manager import LogManager
 from tidegate.server.metadata import TopicStore
 from tidegate.server.purgatory import DelayedOperationPurgatory
@@ -111,7 +112,7 @@ class Harness:
                 self.tmp_path, TopicStore(self.tmp_path), lambda info: LogConfig(retention_ms=-1), self.clock
             )
             self.logs.load()
-            self.replicas = ReplicaManager(self.logs, self.loop, clock=self.clock)
+            self.replicas = ReplicaManager(self.logs, self.loop, clock=self.clock, fetch_sessions=FetchSessionCache(1000))
             self.store = OffsetsLog(self._open, self.clock, append_records=self.replicas.append_records)
         self.coord = GroupCoordinator(self.config, self.heartbeat, self.rebalance, self.store, self.clock)
         self.coord.startup()

@@ -26,6 +26,12 @@ from tidegate.metrics.prometheus import (
 from tidegate.network.memory_pool import NONE, SimpleMemoryPool
 from tidegate.network.mute_state import ChannelMuteState, MuteReason
 from tidegate.network.request_channel import Request
+from tidegate.protocol.messages.offset_fetch import (
+    OffsetFetchResponse,
+    OffsetFetchResponseGroup,
+    OffsetFetchResponsePartitions,
+    OffsetFetchResponseTopics,
+)
 from tidegate.record.batch_builder import Record, build_batch
 from tidegate.server.quota.client_quota_manager import QuotaEntity
 from tidegate.server.quota.quota_factory import QuotaManagers
@@ -116,22 +122,23 @@ def test_unknown_api_keys_share_one_entry():
 
 def test_count_errors_walks_nested_responses_and_skips_none():
     bm = BrokerMetrics()
-    body = {
-        "error_code": ErrorCode.none,
-        "topics": [
-            {"error_code": ErrorCode.topic_already_exists, "partitions": []},
-            {"error_code": ErrorCode.none, "partitions": [{"error_code": 3}, {"error_code": 0}]},
-        ],
-    }
-    bm.requests.count_errors(19, body)
+    body = OffsetFetchResponse(groups=[
+        OffsetFetchResponseGroup(group_id="a", error_code=ErrorCode.group_authorization_failed),
+        OffsetFetchResponseGroup(group_id="b", topics=[OffsetFetchResponseTopics(name="t", partitions=[
+            OffsetFetchResponsePartitions(partition_index=0, error_code=ErrorCode.unknown_topic_or_partition),
+            OffsetFetchResponsePartitions(partition_index=1, error_code=ErrorCode.none),
+        ])]),
+    ])  # fmt: skip
+    bm.requests.count_errors(9, body)
     assert sample(
-        bm, "kafka_network_requestmetrics_errors_total", request="CreateTopics",
-        error="TOPIC_ALREADY_EXISTS",
+        bm, "kafka_network_requestmetrics_errors_total", request="OffsetFetch",
+        error="GROUP_AUTHORIZATION_FAILED",
     ) == 1  # fmt: skip
     assert sample(
-        bm, "kafka_network_requestmetrics_errors_total", request="CreateTopics",
+        bm, "kafka_network_requestmetrics_errors_total", request="OffsetFetch",
         error="UNKNOWN_TOPIC_OR_PARTITION",
     ) == 1  # fmt: skip
+    assert sample(bm, "kafka_network_requestmetrics_errors_total", request="OffsetFetch", error="NONE") is None
     assert error_name(3) == "UNKNOWN_TOPIC_OR_PARTITION"
     assert error_name(31999) == "UNKNOWN_31999"
 
@@ -280,9 +287,17 @@ def core(tmp_path):
 
 
 @pytest.fixture
-def apis(core):
-    core.core.count_metrics(BrokerMetrics())
-    return core.apis
+def metered(tmp_path):
+    """A core counting into its BrokerMetrics (metrics.listener set)."""
+    h = CoreHarness(tmp_path, {"auto.create.topics.enable": "false"}, metrics=BrokerMetrics())
+    h.logs.create_topic("t", 1, {})
+    yield h
+    h.close()
+
+
+@pytest.fixture
+def apis(metered):
+    return metered.apis
 
 
 def call(apis, api_key, version, body):
@@ -335,7 +350,7 @@ def fetch(apis, topic, offset, version=12, topic_id=None):
 
 
 def test_apis_count_messages_bytes_and_errors(apis):
-    m = apis.metrics
+    m = apis.request_helper.metrics
     batch = bytes(build_batch([Record(b"v" * 50) for _ in range(5)]))
     produce(apis, "t", batch)
     produce(apis, "t", batch)
@@ -369,7 +384,7 @@ def test_apis_without_metrics_answer_the_same(core):
     """metrics.listener unset: nothing on the request path counts (no BrokerMetrics is
     wired in), and every answer is the same as with metrics on."""
     apis = core.apis
-    assert apis.metrics is None and apis.admin.metrics is None and core.replicas.topic_stats is None
+    assert apis.request_helper.metrics is None and apis.admin.metrics is None and core.replicas.topic_stats is None
     batch = bytes(build_batch([Record(b"v")]))
     ok = produce(apis, "t", batch).responses[0].partition_responses[0]
     assert (ok.error_code, ok.base_offset) == (0, 0)

@@ -18,6 +18,7 @@ from tidegate.security.credentials import (
     STORE_FILE,
     CredentialsError,
     CredentialStore,
+    DescribeResult,
     StaticCredentials,
     load_credentials_file,
     parse_plain_jaas,
@@ -260,10 +261,8 @@ def test_store_alter_persist_and_reload(tmp_path):
     _, resp = scram_exchange(auth, "SCRAM-SHA-256", "alice", "a-pw")
     assert resp.error_code == 0
     assert again.describe(None) == [
-        {"user": "alice", "error_code": 0, "error_message": None,
-         "credential_infos": [{"mechanism": 1, "iterations": 8192}]},
-        {"user": "bob", "error_code": 0, "error_message": None,
-         "credential_infos": [{"mechanism": 2, "iterations": 4096}]},
+        DescribeResult("alice", 0, None, [(1, 8192)]),  # (mechanism type, iterations)
+        DescribeResult("bob", 0, None, [(2, 4096)]),
     ]
     assert [(r.user, r.error_code) for r in again.alter([("alice", 1)], [])] == [("alice", 0)]
     assert CredentialStore(tmp_path).scram_credential("alice", "SCRAM-SHA-256") is None
@@ -292,7 +291,7 @@ def test_store_alter_errors(tmp_path):
 def test_store_describe_errors(tmp_path):
     s = CredentialStore(tmp_path)
     s.alter([], [upsert("alice")])
-    got = {r["user"]: r["error_code"] for r in s.describe(["alice", "ghost", "alice"])}
+    got = {r.user: r.error_code for r in s.describe(["alice", "ghost", "alice"])}
     assert got == {"alice": 92, "ghost": 91}
 
 

@@ -40,6 +40,7 @@ from prometheus_client.registry import Collector
 from tidegate.clock import Clock
 from tidegate.errors import ErrorCode
 from tidegate.protocol.apis import api_name
+from tidegate.protocol.messages._base import Message
 
 log = logging.getLogger(__name__)
 
@@ -242,10 +243,10 @@ class RequestMetrics:
         errors = self.api(api_key).errors
         errors[code] = errors.get(code, 0) + 1
 
-    def count_errors(self, api_key: int, body: Any) -> None:
-        """Count every non-zero ``error_code`` in a response dict (for the low-rate APIs;
-        Produce and Fetch count theirs where they set them)."""
-        for code in _error_codes(body):
+    def count_errors(self, api_key: int, response: Message) -> None:
+        """Count every non-zero ``error_code`` in a response message (for the low-rate
+        APIs; Produce and Fetch count theirs per partition where they are answered)."""
+        for code in _error_codes(response):
             if code:
                 self.error(api_key, code)
 
@@ -256,16 +257,17 @@ class RequestMetrics:
         return rows
 
 
-def _error_codes(value: Any) -> Iterator[int]:
-    if isinstance(value, dict):
-        for k, v in value.items():
-            if k == "error_code":
-                yield v
-            elif isinstance(v, (list, dict)):
-                yield from _error_codes(v)
-    elif isinstance(value, list):
-        for item in value:
-            if isinstance(item, (dict, list)):
+def _error_codes(message: Message) -> Iterator[int]:
+    """Every ``error_code`` field of a message and of the entities it holds."""
+    names: tuple[str, ...] = type(message).__slots__
+    for name in names:
+        value = getattr(message, name)
+        if name == "error_code":
+            yield value
+        elif isinstance(value, Message):
+            yield from _error_codes(value)
+        elif isinstance(value, list) and value and isinstance(value[0], Message):
+            for item in value:
                 yield from _error_codes(item)
 
 

@@ -107,7 +107,9 @@ class Admission:
 class ConnectionQuotas:
     """Counts per address, per listener and in total, and the creation-rate sensors."""
 
-    def __init__(self, limits: Callable[[], QuotaLimits]) -> None:
+    def __init__(
+        self, limits: Callable[[], QuotaLimits], ip_rate: Callable[[str], int | None] = lambda _address: None
+    ) -> None:
         self.limits = limits
         self.counts: dict[str, int] = {}
         self.listener_counts: dict[str, int] = {}
@@ -122,8 +124,8 @@ class ConnectionQuotas:
         self.throttled_total: dict[str, int] = {}
         self.blocked_total: dict[str, int] = {}
         #: KIP-612's per-IP ``connection_creation_rate`` client quota of an address (None:
-        #: unlimited); the broker points it at its client quota configuration
-        self.ip_rate: Callable[[str], int | None] = lambda _address: None
+        #: unlimited): the broker's client quota configuration
+        self.ip_rate = ip_rate
         self._ip_rate_sensors: dict[str, tuple[Sensor, int]] = {}
         #: ip-connection-accept-throttle-time per listener; closes for an IP's rate
         self.ip_throttle_time: dict[str, Sensor] = {}

@@ -11,7 +11,8 @@ memory and hands a :class:`Request` to the request processor
 
 or with :data:`PARKED`: the request waits in a purgatory (acks=all, a long-poll fetch,
 a JoinGroup during a rebalance) and its response arrives later through
-:meth:`RequestChannel.send_response`. Every response may carry a throttle (KIP-219:
+:meth:`RequestChannel.send_response` (a response made while the handler still runs is
+returned instead: see :class:`Request`). Every response may carry a throttle (KIP-219:
 mute the connection for ``throttle_ms`` after sending; the end of the throttle arrives
 through :meth:`RequestChannel.end_throttling`) and an ``after_send`` action (the request
 quota's network-thread time, recorded once the response is written).
@@ -23,10 +24,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import TYPE_CHECKING, Final, Generic, Protocol, TypeVar
+
+from tidegate.protocol.codec import RequestHeader
+from tidegate.protocol.messages._base import Message
 
 if TYPE_CHECKING:
     from tidegate.record.file_region import FileRegion
+
+M = TypeVar("M", bound=Message)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,14 +59,31 @@ class Request:
     :meth:`release_buffer` gives that memory back (once; later calls do nothing).
     The processor releases it as soon as it no longer needs the bytes: after decoding,
     or for Produce after the append. ``start_ns`` is when the shell began processing it
-    (the request quota measures handler time from there). ``header`` and ``body`` are
-    set by the processor once decoded. ``abandoned`` is set by the shell when the
-    connection goes away while the request is parked: its completion skips the work of
-    building an answer nobody will read. ``authz_merge`` is the authorization step's
-    merge of denied entries into the response, applied by the processor.
+    (the request quota measures handler time from there).
+
+    ``header`` and ``body`` are set by the processor once decoded (they are unset
+    before): the header, and the API's request message, read typed with
+    :meth:`body_as`. ``abandoned`` is set by the shell when the connection goes away
+    while the request is parked: its completion skips the work of building an answer
+    nobody will read. ``authz_merge`` is the authorization step's merge of denied
+    entries into the response, applied by the processor.
+
+    A response may be made while the request is still in its handler: the callback a
+    handler gives ReplicaManager or a coordinator runs at once when nothing has to
+    wait (acks=1, a fetch with data, a JoinGroup that completes its rebalance).
+    ``in_handler`` says the handler is running; a response made then is kept in
+    ``answered`` and the processor returns it as the request's outcome, written in the
+    same turn without a round trip through the :class:`RequestChannel`. Once the
+    handler has returned :data:`PARKED` unanswered, the response goes to the channel.
     """
 
-    __slots__ = ("_release", "abandoned", "authz_merge", "body", "context", "header", "payload", "start_ns")
+    __slots__ = (
+        "_release", "abandoned", "answered", "authz_merge", "body", "context", "header", "in_handler",
+        "payload", "start_ns",
+    )  # fmt: skip
+
+    header: RequestHeader
+    body: Message
 
     def __init__(
         self,
@@ -73,13 +96,19 @@ class Request:
         self.payload = payload
         self._release = release
         self.start_ns = start_ns
-        # set once decoded: the RequestHeader and the request message (tidegate.protocol.codec)
-        self.header: Any = None
-        self.body: Any = None
         self.abandoned = False
         #: set by the authorization step when it filtered the request: adds the denied
-        #: entries to the handler's response (tidegate.server.authorization)
-        self.authz_merge: Callable[[dict], dict] | None = None
+        #: entries to the handler's response, in place (tidegate.server.authorization)
+        self.authz_merge: Callable[[Message], None] | None = None
+        self.in_handler = False
+        self.answered: Response | None = None
+
+    def body_as(self, cls: type[M]) -> M:
+        """The request message, as the class of its API (``TypeError`` if it is not)."""
+        body = self.body
+        if not isinstance(body, cls):
+            raise TypeError(f"{self!r} has a {type(body).__name__}, not a {cls.__name__}")
+        return body
 
     def release_buffer(self) -> None:
         release = self._release
@@ -88,7 +117,8 @@ class Request:
             release()
 
     def __repr__(self) -> str:
-        return f"Request(connection={self.context.connection_id}, header={self.header!r})"
+        header = getattr(self, "header", None)  # unset until decoded
+        return f"Request(connection={self.context.connection_id}, header={header!r})"
 
 
 class Response:
@@ -154,7 +184,9 @@ class CloseConnectionResponse(Response):
         return f"CloseConnectionResponse({self.reason!r})"
 
 
-class _Parked:
+class Parked:
+    """The type of :data:`PARKED` (one instance)."""
+
     __slots__ = ()
 
     def __repr__(self) -> str:
@@ -162,23 +194,54 @@ class _Parked:
 
 
 #: The request waits in a purgatory; its response comes through RequestChannel.send_response.
-PARKED: Final = _Parked()
+PARKED: Final = Parked()
 
-Outcome = Response | _Parked
+Outcome = Response | Parked
 
 
-class RequestChannel(Protocol):
-    """Where responses to parked requests and throttle ends go (the shell implements it)."""
+class Connection(Protocol):
+    """A connection as the :class:`RequestChannel` sees it (the shell's KafkaConnection)."""
 
-    def send_response(self, request: Request, response: Response) -> None: ...
+    def complete(self, request: Request, response: Response) -> None:
+        """Send the response to ``request`` if it is this connection's parked request."""
 
-    def end_throttling(self, connection_id: int) -> None: ...
+    def end_throttling(self) -> None:
+        """The KIP-219 throttle is over: read the connection again."""
+
+
+C = TypeVar("C", bound=Connection)
+
+
+class RequestChannel(Generic[C]):
+    """Kafka's RequestChannel: where the core sends the answers of parked requests and the
+    ends of throttles, routed to the connection each belongs to.
+
+    It is built first, before the core that sends through it and the SocketServer whose
+    connections register in :attr:`connections` (as Kafka's SocketServer and KafkaApis
+    share one RequestChannel): every part then gets it in its constructor. An answer for
+    a connection that is gone is dropped.
+    """
+
+    def __init__(self) -> None:
+        #: open connections by id (the SocketServer's)
+        self.connections: dict[int, C] = {}
+
+    def send_response(self, request: Request, response: Response) -> None:
+        conn = self.connections.get(request.context.connection_id)
+        if conn is not None:
+            conn.complete(request, response)
+
+    def end_throttling(self, connection_id: int) -> None:
+        conn = self.connections.get(connection_id)
+        if conn is not None:
+            conn.end_throttling()
 
 
 class RequestProcessor(Protocol):
     """What the shell needs from the broker (KafkaApis)."""
 
-    def handle(self, request: Request) -> Outcome: ...
+    def handle(self, request: Request) -> Outcome:
+        """The response to send now, or PARKED (it comes through the RequestChannel)."""
 
     def try_complete_actions(self) -> None:
         """Work deferred until the responses just sent are written (fetch wake-ups)."""

@@ -9,9 +9,10 @@ Decoding, handling and encoding live in the sans-IO core: the connection hands a
 :class:`~tidegate.network.request_channel.Request` to the processor (KafkaApis) and
 acts on the outcome it returns, a plain value: write the response pieces, write
 nothing, close, or wait (PARKED: the connection stays muted until the response
-arrives through :meth:`SocketServer.send_response`, this server being the core's
-``RequestChannel``). A throttled response mutes the connection after it is written
-until :meth:`SocketServer.end_throttling`. Time and deferred work come from the
+arrives through the :class:`~tidegate.network.request_channel.RequestChannel` the core
+and this server share, which routes it to the connection). A throttled response mutes
+the connection after it is written until the channel's ``end_throttling``. Time and
+deferred work come from the
 broker's one :class:`~tidegate.scheduler.Scheduler`.
 """
 
@@ -38,6 +39,7 @@ from tidegate.network.request_channel import (
     PARKED,
     CloseConnectionResponse,
     Request,
+    RequestChannel,
     RequestContext,
     RequestProcessor,
     Response,
@@ -349,7 +351,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._respond(outcome, timing)
 
     def complete(self, request: Request, response: Response) -> None:
-        """The response to the parked request (SocketServer.send_response)."""
+        """The response to the parked request (RequestChannel.send_response)."""
         if request is not self.in_flight:
             return  # answered already, or the connection went away
         self.in_flight = None
@@ -364,6 +366,11 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._respond(response, timing)
         if not self.closed:
             self.unmute(MuteReason.IN_FLIGHT)
+
+    def end_throttling(self) -> None:
+        """The throttle's timer task ended (RequestChannel.end_throttling)."""
+        if not self.closed:
+            self.unmute(MuteReason.THROTTLE)
 
     def _respond(self, response: Response, timing: RequestTiming | None) -> None:
         if isinstance(response, CloseConnectionResponse):
@@ -411,7 +418,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
             timing.sent()
         if response.throttle_ms > 0:
             # KIP-219: the response went out at once; the connection is not read again
-            # until the throttle's timer task ends it (SocketServer.end_throttling).
+            # until the throttle's timer task ends it (RequestChannel.end_throttling).
             self.mute(MuteReason.THROTTLE)
         self.server.processor.try_complete_actions()
 
@@ -610,8 +617,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
 class SocketServer:
     """Listeners and their connections; Kafka's SocketServer, one event loop.
 
-    It is also the core's :class:`~tidegate.network.request_channel.RequestChannel`:
-    responses to parked requests and the ends of throttles come back through it.
+    Its connections register in the :class:`~tidegate.network.request_channel.RequestChannel`
+    it is built with (the one the core was built with): responses to parked requests
+    and the ends of throttles come back through it.
     """
 
     #: Below this fraction of the pool available, memory-muted connections are
@@ -623,6 +631,7 @@ class SocketServer:
     def __init__(
         self,
         processor: RequestProcessor,
+        channel: RequestChannel[KafkaConnection],
         pool: MemoryPool,
         max_request_size: int,
         scheduler: Scheduler,
@@ -636,6 +645,7 @@ class SocketServer:
         clock: Clock,
         quotas: ConnectionQuotas | None = None,
         connections_max_idle_ms: int = -1,
+        request_metrics: RequestMetrics | None = None,
     ) -> None:
         self.processor = processor
         self.scheduler = scheduler
@@ -657,14 +667,15 @@ class SocketServer:
         self.receive_buffer_bytes = receive_buffer_bytes  # SO_RCVBUF; -1: the OS default
         self.socket_send_buffer_bytes = socket_send_buffer_bytes  # SO_SNDBUF; -1: the OS default
         self.sasl_max_receive_size = sasl_max_receive_size  # before SASL authentication
-        #: open connections by id
-        self.connections: dict[int, KafkaConnection] = {}
+        self.channel = channel
+        #: open connections by id: the channel's, which routes responses to them
+        self.connections = channel.connections
         # Connections muted because their next request found no memory, in the
         # order they were muted (a dict as an ordered set).
         self.memory_muted: dict[KafkaConnection, None] = {}
         self.request_memory.waiting = self.memory_muted
         # Per-request timing (tidegate.metrics); None when metrics are off: one check each.
-        self.request_metrics: RequestMetrics | None = None
+        self.request_metrics = request_metrics
         self.servers: list[asyncio.base_events.Server] = []
         self.bound: dict[str, tuple[str, int]] = {}
         self.draining = False
@@ -845,17 +856,6 @@ class SocketServer:
                 total += transport.get_write_buffer_size()
             total += conn.chunk_bytes
         return total
-
-    # -- the RequestChannel -----------------------------------------------------------
-    def send_response(self, request: Request, response: Response) -> None:
-        conn = self.connections.get(request.context.connection_id)
-        if conn is not None:
-            conn.complete(request, response)
-
-    def end_throttling(self, connection_id: int) -> None:
-        conn = self.connections.get(connection_id)
-        if conn is not None and not conn.closed:
-            conn.unmute(MuteReason.THROTTLE)
 
     def request_done(self) -> None:
         """A parked request was answered or abandoned (shutdown waits for none left)."""

@@ -9,19 +9,19 @@ with ``os.sendfile``) or bytes. Nothing here reads a region.
 
 The bytes are exactly kio's (``tests/unit/test_fetch_fast.py`` compares them over
 every version and generated field combinations, regions materialized). The input is
-the dict KafkaApis builds for kio (field names as kio's), so both encoders take the
-same values; :func:`fetch_response_size` is the size the pieces add up to, known
-without encoding (the fetch quota decides its throttle from it before encoding, as
-Kafka's ``FetchResponse.sizeOf``).
+the generated :class:`~tidegate.protocol.messages.fetch.FetchResponse` KafkaApis builds
+(its ``records`` a file region or bytes); :func:`fetch_response_size` is the size the
+pieces add up to, known without encoding (the fetch quota decides its throttle from it
+before encoding, as Kafka's ``FetchResponse.sizeOf``).
 """
 
 from __future__ import annotations
 
 import struct
-import uuid
 from collections.abc import Sequence
-from typing import Any
 
+from tidegate.protocol.messages._base import Records
+from tidegate.protocol.messages.fetch import FetchResponse, NodeEndpoint, PartitionData
 from tidegate.record.file_region import FileRegion
 from tidegate.utils.byte_utils import write_uvarint
 
@@ -29,8 +29,7 @@ _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
 _PARTITION = struct.Struct(">ihq")  # partition_index, error_code, high_watermark
-_OFFSETS = struct.Struct(">qq")  # last_stable_offset, log_start_offset (v5+)
-_ZERO_UUID = bytes(16)
+_OFFSETS = struct.Struct(">qq")  # an aborted transaction: producer_id, first_offset
 
 Piece = bytes | bytearray | memoryview | FileRegion
 
@@ -38,10 +37,6 @@ MIN_VERSION = 4
 MAX_VERSION = 17
 
 
-def _ms(value: Any) -> int:
-    if hasattr(value, "total_seconds"):
-        return (value.days * 86400 + value.seconds) * 1000 + value.microseconds // 1000
-    return int(value)
 
 
 class _Writer:
@@ -73,7 +68,7 @@ class _Writer:
             self.buf += _I16.pack(len(data))
         self.buf += data
 
-    def records(self, records: bytes | bytearray | memoryview | FileRegion | None) -> None:
+    def records(self, records: Records | None) -> None:
         if records is None:
             self.length(-1)
             return
@@ -104,46 +99,41 @@ class _Writer:
             self.buf += data
 
 
-def _partition_tags(p: dict) -> list[tuple[int, bytes]]:
+def _partition_tags(p: PartitionData) -> list[tuple[int, bytes]]:
+    """The tagged fields of a partition (v12+) that differ from their defaults."""
     tags = []
-    de = p.get("diverging_epoch")
-    if de is not None:
-        epoch, end = _field(de, "epoch", -1), _field(de, "end_offset", -1)
-        if (epoch, end) != (-1, -1):
-            tags.append((0, _I32.pack(epoch) + _I64.pack(end) + b"\x00"))
-    cl = p.get("current_leader")
-    if cl is not None:
-        leader, epoch = _field(cl, "leader_id", -1), _field(cl, "leader_epoch", -1)
-        if (leader, epoch) != (-1, -1):
-            tags.append((1, _I32.pack(leader) + _I32.pack(epoch) + b"\x00"))
-    sn = p.get("snapshot_id")
-    if sn is not None:
-        end, epoch = _field(sn, "end_offset", -1), _field(sn, "epoch", -1)
-        if (end, epoch) != (-1, -1):
-            tags.append((2, _I64.pack(end) + _I32.pack(epoch) + b"\x00"))
+    de = p.diverging_epoch
+    if de.epoch != -1 or de.end_offset != -1:
+        tags.append((0, _I32.pack(de.epoch) + _I64.pack(de.end_offset) + b"\x00"))
+    cl = p.current_leader
+    if cl.leader_id != -1 or cl.leader_epoch != -1:
+        tags.append((1, _I32.pack(cl.leader_id) + _I32.pack(cl.leader_epoch) + b"\x00"))
+    sn = p.snapshot_id
+    if sn.end_offset != -1 or sn.epoch != -1:
+        tags.append((2, _I64.pack(sn.end_offset) + _I32.pack(sn.epoch) + b"\x00"))
     return tags
 
 
-def _field(obj: Any, name: str, default: int) -> int:
-    if isinstance(obj, dict):
-        return int(obj.get(name, default))
-    return int(getattr(obj, name, default))
-
-
-def _node_endpoints(endpoints: Sequence[dict]) -> bytes:
+def _node_endpoints(endpoints: Sequence[NodeEndpoint]) -> bytes:
     w = _Writer(True)
     w.length(len(endpoints))
     for e in endpoints:
-        w.buf += _I32.pack(e["node_id"])
-        w.string(e["host"])
-        w.buf += _I32.pack(e["port"])
-        w.string(e.get("rack"))
+        w.buf += _I32.pack(e.node_id)
+        w.string(e.host)
+        w.buf += _I32.pack(e.port)
+        w.string(e.rack)
         w.buf += b"\x00"
     return bytes(w.buf)
 
 
-def encode_fetch_response(correlation_id: int, version: int, values: dict) -> list[Piece]:
+def encode_fetch_response(correlation_id: int, version: int, response: FetchResponse) -> list[Piece]:
     """The framed response (size prefix, header, body) as pieces, in order."""
+    return _encode(correlation_id, version, response, None)
+
+
+def _encode(correlation_id: int, version: int, response: FetchResponse, sizing: list[int] | None) -> list[Piece]:
+    """:func:`encode_fetch_response`; with ``sizing`` (a one-int list), records are not
+    written but their lengths added to ``sizing[0]`` (:func:`fetch_response_size`)."""
     if not MIN_VERSION <= version <= MAX_VERSION:
         raise ValueError(f"Fetch v{version} is not encoded here")
     flexible = version >= 12
@@ -153,44 +143,48 @@ def encode_fetch_response(correlation_id: int, version: int, values: dict) -> li
     buf += _I32.pack(correlation_id)
     if flexible:
         buf += b"\x00"  # response header v1: no tagged fields
-    buf += _I32.pack(_ms(values.get("throttle_time", 0)))
+    buf += _I32.pack(response.throttle_time)
     if version >= 7:
-        buf += _I16.pack(int(values.get("error_code", 0)))
-        buf += _I32.pack(values.get("session_id", 0))
-    responses = values["responses"]
+        buf += _I16.pack(response.error_code)
+        buf += _I32.pack(response.session_id)
+    responses = response.responses
     w.length(len(responses))
     for t in responses:
         if version >= 13:
-            topic_id = t.get("topic_id")
-            w.buf += topic_id.bytes if isinstance(topic_id, uuid.UUID) else _ZERO_UUID
+            w.buf += t.topic_id.bytes
         else:
-            w.string(t["topic"])
-        parts = t["partitions"]
+            w.string(t.topic)
+        parts = t.partitions
         w.length(len(parts))
         for p in parts:
             b = w.buf
-            b += _PARTITION.pack(p["partition_index"], int(p["error_code"]), p["high_watermark"])
-            b += _I64.pack(p.get("last_stable_offset", -1))
+            b += _PARTITION.pack(p.partition_index, p.error_code, p.high_watermark)
+            b += _I64.pack(p.last_stable_offset)
             if version >= 5:
-                b += _I64.pack(p.get("log_start_offset", -1))
-            aborted = p.get("aborted_transactions")
+                b += _I64.pack(p.log_start_offset)
+            aborted = p.aborted_transactions
             if aborted is None:
                 w.length(-1)
             else:
                 w.length(len(aborted))
                 for a in aborted:
-                    w.buf += _OFFSETS.pack(a["producer_id"], a["first_offset"])
+                    w.buf += _OFFSETS.pack(a.producer_id, a.first_offset)
                     if flexible:
                         w.buf += b"\x00"
             if version >= 11:
-                w.buf += _I32.pack(p.get("preferred_read_replica", -1))
-            w.records(p.get("records"))
+                w.buf += _I32.pack(p.preferred_read_replica)
+            records = p.records
+            if sizing is not None and records:
+                sizing[0] += len(records)
+                w.length(len(records))
+            else:
+                w.records(records)
             if flexible:
                 w.tagged(_partition_tags(p))
         if flexible:
             w.buf += b"\x00"
     if flexible:
-        endpoints = values.get("node_endpoints") or ()
+        endpoints = response.node_endpoints
         if version >= 16 and endpoints:
             w.tagged([(0, _node_endpoints(endpoints))])
         else:
@@ -198,36 +192,17 @@ def encode_fetch_response(correlation_id: int, version: int, values: dict) -> li
     w.flush()
     first = w.pieces[0]
     assert isinstance(first, bytes)
-    w.pieces[0] = _I32.pack(w.size - 4) + first[4:]
+    w.pieces[0] = _I32.pack(w.size - 4 + (sizing[0] if sizing is not None else 0)) + first[4:]
     return w.pieces
 
 
-def fetch_response_size(version: int, values: dict) -> int:
-    """The framed size :func:`encode_fetch_response` gives (the fetch quota's
-    measure, before encoding: Kafka's ``FetchResponse.sizeOf``). Headers are small
-    next to records, so they are encoded with empty records and the records added."""
-    records = 0
-    stripped = []
-    for t in values["responses"]:
-        parts = []
-        for p in t["partitions"]:
-            r = p.get("records")
-            if r:
-                records += len(r)
-                p = {**p, "records": _Sized(len(r))}
-            parts.append(p)
-        stripped.append({**t, "partitions": parts})
-    pieces = encode_fetch_response(0, version, {**values, "responses": stripped})
-    return sum(len(p) for p in pieces if not isinstance(p, _Sized)) + records
-
-
-class _Sized(FileRegion):
-    """A stand-in of a given length (no file) for sizing."""
-
-    __slots__ = ()
-
-    def __init__(self, length: int) -> None:
-        super().__init__(-1, 0, length)
+def fetch_response_size(version: int, response: FetchResponse) -> int:
+    """The framed size :func:`encode_fetch_response` gives (the fetch quota's measure,
+    before encoding: Kafka's ``FetchResponse.sizeOf``): the response is encoded without
+    its records, whose lengths are added."""
+    records = [0]
+    pieces = _encode(0, version, response, records)
+    return sum(len(p) for p in pieces) + records[0]
 
 
 def release_pieces(pieces: Sequence[Piece]) -> None:

@@ -33,13 +33,15 @@ from tidegate.errors import ErrorCode, UnsupportedVersionError
 from tidegate.protocol.apis import SUPPORTED_APIS, ApiKey, api_name
 from tidegate.protocol.codec import (
     InvalidRequestError,
-    RequestHeader,
-    build,
     decode_request,
     encode_response,
     peek_header,
-    response_class,
 )
+from tidegate.protocol.messages.sasl_authenticate import (
+    SaslAuthenticateRequest,
+    SaslAuthenticateResponse,
+)
+from tidegate.protocol.messages.sasl_handshake import SaslHandshakeRequest, SaslHandshakeResponse
 from tidegate.security.credentials import CredentialStore
 from tidegate.security.plain import PlainSaslServer
 from tidegate.security.scram import (
@@ -150,14 +152,14 @@ class SaslServerAuthenticator:
             header, req = decode_request(bytes(payload))
         except (InvalidRequestError, UnsupportedVersionError) as exc:
             return self._fail(f"invalid SaslHandshake request: {exc}")
+        assert isinstance(req, SaslHandshakeRequest)  # the API key was checked above
         mechanism = req.mechanism
         if header.api_version >= 1:
             self.kafka_headers = True
         if mechanism not in self.enabled_mechanisms:
-            response = self._encode(header, {
-                "error_code": ErrorCode.unsupported_sasl_mechanism,
-                "mechanisms": tuple(self.enabled_mechanisms),
-            })
+            response = encode_response(header, SaslHandshakeResponse(
+                error_code=ErrorCode.unsupported_sasl_mechanism, mechanisms=list(self.enabled_mechanisms)
+            ))
             return self._fail(f"unsupported SASL mechanism {mechanism!r}; enabled: "
                               f"{', '.join(self.enabled_mechanisms)}", response)
         self.mechanism = mechanism
@@ -171,10 +173,9 @@ class SaslServerAuthenticator:
                 self.credentials.fake_secret,
             )
         self.state = SaslState.AUTHENTICATE
-        return AuthStep(response=self._encode(header, {
-            "error_code": ErrorCode.none,
-            "mechanisms": tuple(self.enabled_mechanisms),
-        }))
+        return AuthStep(response=encode_response(header, SaslHandshakeResponse(
+            mechanisms=list(self.enabled_mechanisms)
+        )))
 
     # -- tokens -----------------------------------------------------------------------
     def _evaluate(self, token: bytes) -> tuple[bytes | None, str | None, str | None]:
@@ -218,22 +219,14 @@ class SaslServerAuthenticator:
             header, req = decode_request(bytes(payload))
         except (InvalidRequestError, UnsupportedVersionError) as exc:
             return self._fail(f"invalid SaslAuthenticate request: {exc}")
+        assert isinstance(req, SaslAuthenticateRequest)  # the API key was checked above
         token, error, detail = self._evaluate(req.auth_bytes)
         if error is not None:
-            response = self._encode(header, {
-                "error_code": ErrorCode.sasl_authentication_failed,
-                "error_message": error,
-                "auth_bytes": b"",
-            })
+            response = encode_response(header, SaslAuthenticateResponse(
+                error_code=ErrorCode.sasl_authentication_failed, error_message=error
+            ))
             return self._fail(self._failure_reason(detail), response)
         self._finish_if_complete()
-        return AuthStep(response=self._encode(header, {
-            "error_code": ErrorCode.none,
-            "error_message": None,
-            "auth_bytes": token or b"",
-            "session_lifetime": 0,  # no re-authentication (connections.max.reauth.ms=0)
-        }))
+        # session_lifetime 0: no re-authentication (connections.max.reauth.ms=0)
+        return AuthStep(response=encode_response(header, SaslAuthenticateResponse(auth_bytes=token or b"")))
 
-    @staticmethod
-    def _encode(header: RequestHeader, values: dict) -> bytes:
-        return encode_response(header, build(response_class(header.api_key, header.api_version), values))

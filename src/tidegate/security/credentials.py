@@ -183,6 +183,17 @@ class AlterResult:
     error_message: str | None
 
 
+@dataclass(frozen=True, slots=True)
+class DescribeResult:
+    """One user of DescribeUserScramCredentials: (mechanism type, iterations) of each
+    credential it has."""
+
+    user: str
+    error_code: int
+    error_message: str | None
+    credentials: list[tuple[int, int]] = field(default_factory=list)
+
+
 # Kafka error codes used here (kio's ErrorCode has them too; kept as ints so this
 # module stays free of the codec).
 NONE = 0
@@ -351,7 +362,7 @@ class CredentialStore:
         merged.update(self.dynamic)
         return merged
 
-    def describe(self, users: list[str] | None) -> list[dict[str, Any]]:
+    def describe(self, users: list[str] | None) -> list[DescribeResult]:
         """Kafka's ScramImage.describe: every user when ``users`` is None or empty; a
         user asked for twice is DUPLICATE_RESOURCE, one without credentials
         RESOURCE_NOT_FOUND."""
@@ -366,25 +377,20 @@ class CredentialStore:
         results = []
         for user, duplicated in wanted.items():
             if duplicated:
-                results.append({
-                    "user": user, "error_code": DUPLICATE_RESOURCE,
-                    "error_message": "Cannot describe SCRAM credentials for the same user twice "
-                                     f"in a single request: {user}",
-                    "credential_infos": [],
-                })
+                results.append(DescribeResult(
+                    user, DUPLICATE_RESOURCE,
+                    f"Cannot describe SCRAM credentials for the same user twice in a single request: {user}",
+                ))
                 continue
             infos = [
-                {"mechanism": MECHANISM_TYPES[mech], "iterations": creds[(user, mech)].iterations}
+                (MECHANISM_TYPES[mech], creds[(user, mech)].iterations)
                 for mech in MECHANISM_TYPES
                 if (user, mech) in creds
             ]
             if infos:
-                results.append({"user": user, "error_code": NONE, "error_message": None,
-                                "credential_infos": infos})
+                results.append(DescribeResult(user, NONE, None, infos))
             else:
-                results.append({
-                    "user": user, "error_code": RESOURCE_NOT_FOUND,
-                    "error_message": f"Attempt to describe a user credential that does not exist: {user}",
-                    "credential_infos": [],
-                })
+                results.append(DescribeResult(
+                    user, RESOURCE_NOT_FOUND, f"Attempt to describe a user credential that does not exist: {user}"
+                ))
         return results

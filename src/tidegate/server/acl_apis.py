@@ -8,10 +8,28 @@ ALTER / DESCRIBE checks are the authorization step's (tidegate.server.authorizat
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Protocol
 
 from tidegate.errors import ErrorCode
 from tidegate.network.request_channel import Request
+from tidegate.protocol.messages.create_acls import (
+    AclCreation,
+    AclCreationResult,
+    CreateAclsRequest,
+    CreateAclsResponse,
+)
+from tidegate.protocol.messages.delete_acls import (
+    DeleteAclsFilterResult,
+    DeleteAclsMatchingAcl,
+    DeleteAclsRequest,
+    DeleteAclsResponse,
+)
+from tidegate.protocol.messages.describe_acls import (
+    AclDescription,
+    DescribeAclsRequest,
+    DescribeAclsResource,
+    DescribeAclsResponse,
+)
 from tidegate.security.authorizer.acl import (
     AclBinding,
     AclBindingFilter,
@@ -28,11 +46,23 @@ log = logging.getLogger(__name__)
 _DISABLED = "No Authorizer is configured."
 
 
-def _binding(c: Any) -> AclBinding:
+class _Filter(Protocol):
+    """An ACL filter of DescribeAcls (the request itself) or DeleteAcls (each filter)."""
+
+    resource_type_filter: int
+    resource_name_filter: str | None
+    pattern_type_filter: int
+    principal_filter: str | None
+    host_filter: str | None
+    operation: int
+    permission_type: int
+
+
+def _binding(c: AclCreation) -> AclBinding:
     return AclBinding(
         code(ResourceType, c.resource_type),  # type: ignore[arg-type]
         c.resource_name,
-        code(PatternType, getattr(c, "resource_pattern_type", PatternType.LITERAL)),  # type: ignore[arg-type]
+        code(PatternType, c.resource_pattern_type),  # type: ignore[arg-type]
         c.principal,
         c.host,
         code(AclOperation, c.operation),  # type: ignore[arg-type]
@@ -40,11 +70,11 @@ def _binding(c: Any) -> AclBinding:
     )
 
 
-def _filter(f: Any) -> AclBindingFilter:
+def _filter(f: _Filter) -> AclBindingFilter:
     return AclBindingFilter(
         code(ResourceType, f.resource_type_filter),  # type: ignore[arg-type]
         f.resource_name_filter,
-        code(PatternType, getattr(f, "pattern_type_filter", PatternType.LITERAL)),  # type: ignore[arg-type]
+        code(PatternType, f.pattern_type_filter),  # type: ignore[arg-type]
         f.principal_filter,
         f.host_filter,
         code(AclOperation, f.operation),  # type: ignore[arg-type]
@@ -61,78 +91,73 @@ class AclApis:
         assert self.authorizer is not None
         self.store.save(list(self.authorizer.acls))
 
-    def handle_create_acls(self, request: Request) -> dict:
-        creations = request.body.creations
+    def handle_create_acls(self, request: Request) -> CreateAclsResponse:
+        creations = request.body_as(CreateAclsRequest).creations
         a = self.authorizer
         if a is None:
-            return {"throttle_time": 0, "results": [
-                {"error_code": ErrorCode.security_disabled, "error_message": _DISABLED} for _ in creations]}
+            return CreateAclsResponse(results=[
+                AclCreationResult(error_code=ErrorCode.security_disabled, error_message=_DISABLED) for _ in creations
+            ])  # fmt: skip
         results = []
         added = []
         for c in creations:
             acl = _binding(c)
             reason = acl.invalid_reason()
             if reason is not None:
-                results.append({"error_code": ErrorCode.invalid_request, "error_message": reason})
+                results.append(AclCreationResult(error_code=ErrorCode.invalid_request, error_message=reason))
                 continue
             if a.create(acl):
                 added.append(acl)
-            results.append({"error_code": ErrorCode.none, "error_message": None})
+            results.append(AclCreationResult())
         if added:
             try:
                 self._save()
             except OSError as exc:
                 log.error("could not write the ACLs: %s", exc)
                 a.delete([_exact(acl) for acl in added])
-                return {"throttle_time": 0, "results": [
-                    {"error_code": ErrorCode.kafka_storage_error, "error_message": str(exc)} for _ in creations]}
+                return CreateAclsResponse(results=[
+                    AclCreationResult(error_code=ErrorCode.kafka_storage_error, error_message=str(exc))
+                    for _ in creations
+                ])  # fmt: skip
             for acl in added:
                 log.info("added ACL %s", acl)
-        return {"throttle_time": 0, "results": results}
+        return CreateAclsResponse(results=results)
 
-    def handle_describe_acls(self, request: Request) -> dict:
+    def handle_describe_acls(self, request: Request) -> DescribeAclsResponse:
         a = self.authorizer
         if a is None:
-            return {"throttle_time": 0, "error_code": ErrorCode.security_disabled, "error_message": _DISABLED,
-                    "resources": []}
-        f = _filter(request.body)
+            return DescribeAclsResponse(error_code=ErrorCode.security_disabled, error_message=_DISABLED)
+        f = _filter(request.body_as(DescribeAclsRequest))
         reason = f.unknown_reason()
         if reason is not None:
-            return {"throttle_time": 0, "error_code": ErrorCode.invalid_request, "error_message": reason,
-                    "resources": []}
-        grouped: dict[tuple[int, str, int], list[dict]] = {}
+            return DescribeAclsResponse(error_code=ErrorCode.invalid_request, error_message=reason)
+        grouped: dict[tuple[int, str, int], list[AclDescription]] = {}
         for acl in a.describe(f):
             grouped.setdefault((acl.resource_type, acl.name, acl.pattern_type), []).append(
-                {"principal": acl.principal, "host": acl.host, "operation": acl.operation,
-                 "permission_type": acl.permission}
+                AclDescription(principal=acl.principal, host=acl.host, operation=acl.operation,
+                               permission_type=acl.permission)
             )
-        return {
-            "throttle_time": 0,
-            "error_code": ErrorCode.none,
-            "error_message": None,
-            "resources": [
-                {"resource_type": rtype, "resource_name": name, "pattern_type": pattern, "acls": acls}
-                for (rtype, name, pattern), acls in grouped.items()
-            ],
-        }
+        return DescribeAclsResponse(resources=[
+            DescribeAclsResource(resource_type=rtype, resource_name=name, pattern_type=pattern, acls=acls)
+            for (rtype, name, pattern), acls in grouped.items()
+        ])  # fmt: skip
 
-    def handle_delete_acls(self, request: Request) -> dict:
-        filters = request.body.filters
+    def handle_delete_acls(self, request: Request) -> DeleteAclsResponse:
+        filters = request.body_as(DeleteAclsRequest).filters
         a = self.authorizer
         if a is None:
-            return {"throttle_time": 0, "filter_results": [
-                {"error_code": ErrorCode.security_disabled, "error_message": _DISABLED, "matching_acls": []}
-                for _ in filters]}
-        parsed = [_filter(f) for f in filters]
-        results: list[dict] = []
+            return DeleteAclsResponse(filter_results=[
+                DeleteAclsFilterResult(error_code=ErrorCode.security_disabled, error_message=_DISABLED)
+                for _ in filters
+            ])  # fmt: skip
+        results: list[DeleteAclsFilterResult | None] = []
         valid = []
-        for f in parsed:
+        for f in map(_filter, filters):
             reason = f.unknown_reason()
             if reason is not None:
-                results.append({"error_code": ErrorCode.invalid_request, "error_message": reason,
-                                "matching_acls": []})
+                results.append(DeleteAclsFilterResult(error_code=ErrorCode.invalid_request, error_message=reason))
             else:
-                results.append({})
+                results.append(None)
                 valid.append(f)
         removed = a.delete(valid)
         if any(removed):
@@ -143,27 +168,25 @@ class AclApis:
                 for acls in removed:
                     for acl in acls:
                         a.create(acl)
-                return {"throttle_time": 0, "filter_results": [
-                    {"error_code": ErrorCode.kafka_storage_error, "error_message": str(exc), "matching_acls": []}
-                    for _ in filters]}
+                return DeleteAclsResponse(filter_results=[
+                    DeleteAclsFilterResult(error_code=ErrorCode.kafka_storage_error, error_message=str(exc))
+                    for _ in filters
+                ])  # fmt: skip
         it = iter(removed)
-        for i, r in enumerate(results):
-            if r:
-                continue
-            acls = next(it)
-            for acl in acls:
-                log.info("removed ACL %s", acl)
-            results[i] = {
-                "error_code": ErrorCode.none,
-                "error_message": None,
-                "matching_acls": [
-                    {"error_code": ErrorCode.none, "error_message": None, "resource_type": acl.resource_type,
-                     "resource_name": acl.name, "pattern_type": acl.pattern_type, "principal": acl.principal,
-                     "host": acl.host, "operation": acl.operation, "permission_type": acl.permission}
+        out: list[DeleteAclsFilterResult] = []
+        for r in results:
+            if r is None:
+                acls = next(it)
+                for acl in acls:
+                    log.info("removed ACL %s", acl)
+                r = DeleteAclsFilterResult(matching_acls=[
+                    DeleteAclsMatchingAcl(resource_type=acl.resource_type, resource_name=acl.name,
+                                          pattern_type=acl.pattern_type, principal=acl.principal, host=acl.host,
+                                          operation=acl.operation, permission_type=acl.permission)
                     for acl in acls
-                ],
-            }
-        return {"throttle_time": 0, "filter_results": results}
+                ])  # fmt: skip
+            out.append(r)
+        return DeleteAclsResponse(filter_results=out)
 
 
 def _exact(acl: AclBinding) -> AclBindingFilter:

@@ -35,11 +35,38 @@ from tidegate.config.alter import AlterConfigError, AlterOp, apply_config_ops
 from tidegate.config.broker import BROKER_CONFIG
 from tidegate.errors import ErrorCode
 from tidegate.network.request_channel import PARKED, Request
+from tidegate.protocol.messages.add_raft_voter import AddRaftVoterRequest
+from tidegate.protocol.messages.alter_client_quotas import AlterClientQuotasRequest
+from tidegate.protocol.messages.alter_configs import AlterConfigsRequest
+from tidegate.protocol.messages.alter_partition_reassignments import (
+    AlterPartitionReassignmentsRequest,
+)
+from tidegate.protocol.messages.alter_replica_log_dirs import AlterReplicaLogDirsRequest
+from tidegate.protocol.messages.create_partitions import CreatePartitionsRequest
+from tidegate.protocol.messages.create_topics import CreateTopicsRequest
+from tidegate.protocol.messages.delete_records import DeleteRecordsRequest
+from tidegate.protocol.messages.delete_topics import DeleteTopicsRequest
+from tidegate.protocol.messages.describe_client_quotas import DescribeClientQuotasRequest
+from tidegate.protocol.messages.describe_cluster import DescribeClusterRequest
+from tidegate.protocol.messages.describe_configs import DescribeConfigsRequest
+from tidegate.protocol.messages.describe_log_dirs import DescribeLogDirsRequest
+from tidegate.protocol.messages.describe_producers import DescribeProducersRequest
+from tidegate.protocol.messages.describe_quorum import DescribeQuorumRequest
+from tidegate.protocol.messages.describe_topic_partitions import (
+    DescribeTopicPartitionsRequest,
+    DescribeTopicPartitionsResponsePartition,
+)
+from tidegate.protocol.messages.elect_leaders import ElectLeadersRequest
+from tidegate.protocol.messages.incremental_alter_configs import IncrementalAlterConfigsRequest
+from tidegate.protocol.messages.remove_raft_voter import RemoveRaftVoterRequest
+from tidegate.protocol.messages.unregister_broker import UnregisterBrokerRequest
+from tidegate.security.authorizer.acl import AUTHORIZED_OPERATIONS_OMITTED
 from tidegate.server.endpoints import Endpoints
 from tidegate.server.log_manager import PreparedPartitions
 from tidegate.server.metadata import BrokerConfigStore, TopicInfo, TopicStore
 from tidegate.server.quota.quota_factory import QuotaConfigError, QuotaManagers
 from tidegate.server.replica_manager import DeleteRecordsResult, ReplicaManager
+from tidegate.server.request_handler_helper import Respond
 from tidegate.utils.topic import InvalidTopicError, is_internal_topic, validate_topic_name
 
 if TYPE_CHECKING:
@@ -48,7 +75,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
 RESOURCE_BROKER_LOGGER = 8
@@ -122,6 +148,9 @@ class AdminApis:
         groups: GroupApis,
         broker_configs: BrokerConfigStore,
         clock: Clock,
+        *,
+        respond: Respond,
+        metrics: BrokerMetrics | None = None,
     ) -> None:
         self.config = config
         self.clock = clock
@@ -136,9 +165,9 @@ class AdminApis:
         #: where the dynamic broker configs are persisted
         self.broker_configs = broker_configs
         #: the broker's metrics when they are on (deleted topics leave them)
-        self.metrics: BrokerMetrics | None = None
-        #: answers a parked request (KafkaApis sets it to its send_response)
-        self.respond: Callable[[Request, dict | None], None] = _unset_respond
+        self.metrics = metrics
+        #: answers a parked request (RequestHandlerHelper.send_response)
+        self.respond = respond
         #: a CreateTopics/CreatePartitions whose file work is on a worker thread, and the
         #: ones waiting for it (the controller applies them one at a time)
         self._topic_work_busy = False
@@ -154,7 +183,7 @@ class AdminApis:
         validated, then the file work of the valid ones (directories, logs, fsyncs) runs
         on a worker thread and the request is answered once it is done. Topic creations
         run one request at a time, as the controller's event queue does."""
-        req = request.body
+        req = request.body_as(CreateTopicsRequest)
         total = _requested_partitions(req.topics, self.config.get("num.partitions"))
         if total > MAX_PARTITIONS_PER_BATCH:
             log.info("CreateTopics refused: %d partitions in one request (at most %d)",
@@ -165,7 +194,7 @@ class AdminApis:
         return self._in_turn(request, lambda: self._create_topics(request))
 
     def _create_topics(self, request: Request) -> Any:
-        req = request.body
+        req = request.body_as(CreateTopicsRequest)
         seen: dict[str, int] = {}
         for t in req.topics:
             seen[t.name] = seen.get(t.name, 0) + 1
@@ -316,7 +345,8 @@ class AdminApis:
 
     # -- DeleteTopics -------------------------------------------------------------------
     def handle_delete_topics(self, request: Request) -> dict:
-        req = request.body
+        req = request.body_as(DeleteTopicsRequest)
+        wanted: list[tuple[str | None, uuid.UUID | None]]
         if request.header.api_version >= 6:
             wanted = [(t.name, t.topic_id) for t in req.topics]
         else:
@@ -376,7 +406,7 @@ class AdminApis:
         """Validated on the loop; the new partitions' file work runs on a worker thread.
         As the controller's bounded record list, the new partitions of one request may
         number at most MAX_PARTITIONS_PER_BATCH: the topic that would pass it fails."""
-        req = request.body
+        req = request.body_as(CreatePartitionsRequest)
         results: list[dict] = []
         plans: list[tuple[dict, str, int, int]] = []
         budget = MAX_PARTITIONS_PER_BATCH
@@ -451,12 +481,12 @@ class AdminApis:
 
     # -- DescribeConfigs ----------------------------------------------------------------------
     def handle_describe_configs(self, request: Request) -> dict:
-        req = request.body
+        req = request.body_as(DescribeConfigsRequest)
         include_synonyms = getattr(req, "include_synonyms", False)
         include_doc = getattr(req, "include_documentation", False)
         results = []
         for r in req.resources:
-            result = {
+            result: dict[str, Any] = {
                 "error_code": ErrorCode.none,
                 "error_message": None,
                 "resource_type": r.resource_type,
@@ -517,12 +547,12 @@ class AdminApis:
 
     # -- AlterConfigs / IncrementalAlterConfigs ------------------------------------------------
     def handle_incremental_alter_configs(self, request: Request) -> dict:
-        req = request.body
+        req = request.body_as(IncrementalAlterConfigsRequest)
         return self._alter_configs(req.resources, req.validate_only, incremental=True)
 
     def handle_alter_configs(self, request: Request) -> dict:
         """The legacy AlterConfigs: each resource's configs are replaced by the request's."""
-        req = request.body
+        req = request.body_as(AlterConfigsRequest)
         return self._alter_configs(req.resources, req.validate_only, incremental=False)
 
     def _alter_configs(self, resources: Any, validate_only: bool, *, incremental: bool) -> dict:
@@ -679,7 +709,7 @@ class AdminApis:
 
     # -- DescribeCluster --------------------------------------------------------------------------
     def handle_describe_cluster(self, request: Request) -> dict:
-        req = request.body
+        req = request.body_as(DescribeClusterRequest)
         endpoint_type = getattr(req, "endpoint_type", 1)
         if endpoint_type != 1:
             return {
@@ -708,7 +738,7 @@ class AdminApis:
 
     # -- DescribeClientQuotas / AlterClientQuotas (KIP-546) ---------------------------------
     def handle_describe_client_quotas(self, request: Request) -> dict:
-        req = request.body
+        req = request.body_as(DescribeClientQuotasRequest)
         try:
             entries = self.quotas.describe(req.components, req.strict)
         except QuotaConfigError as exc:
@@ -722,7 +752,7 @@ class AdminApis:
                 "entries": entries}
 
     def handle_alter_client_quotas(self, request: Request) -> dict:
-        req = request.body
+        req = request.body_as(AlterClientQuotasRequest)
         try:
             results = self.quotas.alter(req.entries, req.validate_only)
         except OSError as exc:
@@ -747,7 +777,7 @@ class AdminApis:
         """Kafka's DeleteRecords: answered once the new log start offsets are durable
         (the checkpoint runs on a worker thread); see ReplicaManager.delete_records."""
         offsets: dict[tuple[str, int], int] = {}
-        for t in request.body.topics:
+        for t in request.body_as(DeleteRecordsRequest).topics:
             for p in t.partitions:
                 offsets[(t.name, p.partition_index)] = p.offset  # named twice: the last wins
 
@@ -780,7 +810,7 @@ class AdminApis:
     def handle_describe_log_dirs(self, request: Request) -> dict:
         """One log directory: each (asked) partition's size, offset lag 0 (the log end
         offset is the high watermark), the file system's total and usable bytes."""
-        req = request.body
+        req = request.body_as(DescribeLogDirsRequest)
         wanted = (
             None if req.topics is None else {(t.topic, p) for t in req.topics for p in t.partitions}
         )
@@ -817,7 +847,7 @@ class AdminApis:
         replica to where it already is succeeds and does nothing; any other path is
         LOG_DIR_NOT_FOUND."""
         results: dict[str, list[dict]] = {}
-        for d in request.body.dirs:
+        for d in request.body_as(AlterReplicaLogDirsRequest).dirs:
             for t in d.topics:
                 for p in t.partitions:
                     results.setdefault(t.name, []).append(
@@ -845,7 +875,7 @@ class AdminApis:
         """Kafka's DescribeTopicPartitionsRequestHandler: topics in name order from the
         cursor on, at most ``response_partition_limit`` partitions (capped at 2000); when
         the budget runs out ``next_cursor`` names where to continue."""
-        req = request.body
+        req = request.body_as(DescribeTopicPartitionsRequest)
         cursor = req.cursor
         cursor_topic = cursor.topic_name if cursor is not None else ""
         fetch_all = not req.topics
@@ -891,10 +921,10 @@ class AdminApis:
                 continue
             start = cursor.partition_index if cursor is not None and name == cursor_topic else 0
             upper = min(info.partitions, start + remaining)
-            partitions = self.replicas.partition_states(info)[start:upper]
+            partitions = self.replicas.partition_states(info, DescribeTopicPartitionsResponsePartition)[start:upper]
             for state in partitions:  # KIP-966: no ELR with one replica
-                state["eligible_leader_replicas"] = ()
-                state["last_known_elr"] = ()
+                state.eligible_leader_replicas = []
+                state.last_known_elr = []
             topics.append(
                 {
                     "error_code": ErrorCode.none,
@@ -937,7 +967,7 @@ class AdminApis:
         ``UnifiedLog.activeProducers``): no transactions yet, so no coordinator epoch and
         no open transaction."""
         topics = []
-        for t in request.body.topics:
+        for t in request.body_as(DescribeProducersRequest).topics:
             topic_error: tuple[ErrorCode, str] | None = None
             try:
                 validate_topic_name(t.name)
@@ -976,7 +1006,7 @@ class AdminApis:
         every partition already has its preferred leader, this node, so each asked
         partition is ELECTION_NOT_NEEDED; asked for all partitions (null), every topic is
         listed with none (Kafka leaves out the partitions that need no election)."""
-        req = request.body
+        req = request.body_as(ElectLeadersRequest)
         election_type = getattr(req, "election_type", ELECTION_PREFERRED)
         if election_type not in (ELECTION_PREFERRED, ELECTION_UNCLEAN):
             message = f"Unknown election type {election_type}"
@@ -1020,7 +1050,7 @@ class AdminApis:
         this node, where every replica already is (no change, NONE); other brokers are not
         registered; nothing is ever in progress to cancel."""
         responses = []
-        for t in request.body.topics:
+        for t in request.body_as(AlterPartitionReassignmentsRequest).topics:
             info = self.store.get(t.name)
             parts = []
             for p in t.partitions:
@@ -1072,7 +1102,7 @@ class AdminApis:
         """A quorum of one voter, this node, leading the metadata log (Kafka's
         ``KafkaRaftClient.handleDescribeQuorumRequest``). The voter set is static
         (kraft.version 0): no directory id, as with ``controller.quorum.voters``."""
-        topics = request.body.topics
+        topics = request.body_as(DescribeQuorumRequest).topics
         if not (
             len(topics) == 1
             and topics[0].topic_name == CLUSTER_METADATA_TOPIC
@@ -1139,10 +1169,10 @@ class AdminApis:
         }
 
     def handle_add_raft_voter(self, request: Request) -> dict:
-        return self._raft_voter_change(request.body, "adding", "Add")
+        return self._raft_voter_change(request.body_as(AddRaftVoterRequest), "adding", "Add")
 
     def handle_remove_raft_voter(self, request: Request) -> dict:
-        return self._raft_voter_change(request.body, "removing", "Remove")
+        return self._raft_voter_change(request.body_as(RemoveRaftVoterRequest), "removing", "Remove")
 
     def _raft_voter_change(self, req: Any, doing: str, verb: str) -> dict:
         """Kafka's AddVoterHandler/RemoveVoterHandler on a static voter set (kraft.version
@@ -1163,7 +1193,7 @@ class AdminApis:
         """Kafka's ``ReplicationControlManager.unregisterBroker``: only this node is
         registered. Unregistering it is accepted and changes nothing: it is the running
         broker and the controller at once, registered again by being up."""
-        broker_id = request.body.broker_id
+        broker_id = request.body_as(UnregisterBrokerRequest).broker_id
         if broker_id != self.node_id:
             return {"throttle_time": 0, "error_code": ErrorCode.broker_id_not_registered,
                     "error_message": f"Broker ID {broker_id} is not currently registered"}
@@ -1206,7 +1236,3 @@ def _create_failure(name: str, code: ErrorCode, message: str | None) -> dict:
         "replication_factor": -1,
         "configs": None,
     }
-
-
-def _unset_respond(request: Request, values: dict | None) -> None:
-    raise RuntimeError("AdminApis.respond is set by KafkaApis")

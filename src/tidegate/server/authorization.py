@@ -7,16 +7,20 @@ codes (docs/security.md has the table), one of:
 
 * everything is allowed: the handler gets the request as decoded;
 * nothing may happen (a cluster-level denial, a transactional id the principal may not
-  write): the check returns the whole answer and the handler is never called;
-* some topics, partitions, groups or resources are denied: the check replaces
-  ``request.body`` with a copy that holds only the allowed ones and sets
-  ``request.authz_merge``, which adds the denied ones with their errors to the
-  handler's response (Kafka's ``authorizedTopics`` / ``unauthorizedTopicResponses``).
-  The merge also fills the ``*_authorized_operations`` fields and drops what an
-  unfiltered listing (all topics, all groups) must not reveal.
+  write): the check returns the whole answer, a response message, and the handler is
+  never called (or a :class:`~tidegate.network.request_channel.CloseConnectionResponse`:
+  an acks=0 Produce has no response to carry the error);
+* some topics, partitions, groups or resources are denied: the check takes them out of
+  the request message the handler reads and sets ``request.authz_merge``, which adds
+  the denied ones with their errors to the handler's response message (Kafka's
+  ``authorizedTopics`` / ``unauthorizedTopicResponses``). The merge also fills the
+  ``*_authorized_operations`` fields and drops what an unfiltered listing (all topics,
+  all groups) must not reveal.
 
-The handler never sees a denied resource; :meth:`KafkaApis._respond` applies the merge
-to every answer, parked or not. With no authorizer (``authorizer.class.name`` empty)
+Checks and merges read and build the generated message classes of each API; the
+respond step (:class:`~tidegate.server.request_handler_helper.RequestHandlerHelper`)
+applies the merge to every answer, parked or not, once it is a message. The handler
+never sees a denied resource. With no authorizer (``authorizer.class.name`` empty)
 only Metadata, DescribeCluster, DescribeGroups, ConsumerGroupDescribe and
 DescribeTopicPartitions get a merge (every supported operation bit is set).
 """
@@ -25,13 +29,248 @@ from __future__ import annotations
 
 import functools
 import ipaddress
-import uuid
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Protocol, TypeVar
 
-from tidegate.errors import ErrorCode as E
-from tidegate.network.request_channel import Request, RequestContext
+from tidegate.errors import ErrorCode
+from tidegate.network.request_channel import (
+    CloseConnectionResponse,
+    Request,
+    RequestContext,
+    Response,
+)
 from tidegate.protocol.apis import ApiKey, api_name
+from tidegate.protocol.messages._base import Message
+from tidegate.protocol.messages.add_offsets_to_txn import (
+    AddOffsetsToTxnRequest,
+    AddOffsetsToTxnResponse,
+)
+from tidegate.protocol.messages.add_partitions_to_txn import (
+    AddPartitionsToTxnPartitionResult,
+    AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse,
+    AddPartitionsToTxnTopicResult,
+)
+from tidegate.protocol.messages.add_raft_voter import AddRaftVoterResponse
+from tidegate.protocol.messages.alter_client_quotas import (
+    AlterClientQuotasRequest,
+    AlterClientQuotasResponse,
+    AlterClientQuotasResponseEntityData,
+    AlterClientQuotasResponseEntryData,
+)
+from tidegate.protocol.messages.alter_configs import (
+    AlterConfigsRequest,
+    AlterConfigsResourceResponse,
+    AlterConfigsResponse,
+)
+from tidegate.protocol.messages.alter_partition_reassignments import (
+    AlterPartitionReassignmentsResponse,
+)
+from tidegate.protocol.messages.alter_replica_log_dirs import (
+    AlterReplicaLogDirPartitionResult,
+    AlterReplicaLogDirsRequest,
+    AlterReplicaLogDirsResponse,
+    AlterReplicaLogDirTopicResult,
+)
+from tidegate.protocol.messages.alter_user_scram_credentials import (
+    AlterUserScramCredentialsRequest,
+    AlterUserScramCredentialsResponse,
+    AlterUserScramCredentialsResult,
+)
+from tidegate.protocol.messages.consumer_group_describe import (
+    ConsumerGroupDescribeRequest,
+    ConsumerGroupDescribeResponse,
+)
+from tidegate.protocol.messages.consumer_group_describe import (
+    DescribedGroup as DescribedConsumerGroup,
+)
+from tidegate.protocol.messages.consumer_group_heartbeat import (
+    ConsumerGroupHeartbeatRequest,
+    ConsumerGroupHeartbeatResponse,
+)
+from tidegate.protocol.messages.create_acls import (
+    AclCreationResult,
+    CreateAclsRequest,
+    CreateAclsResponse,
+)
+from tidegate.protocol.messages.create_partitions import (
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
+    CreatePartitionsTopicResult,
+)
+from tidegate.protocol.messages.create_topics import (
+    CreatableTopic,
+    CreatableTopicResult,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+)
+from tidegate.protocol.messages.delete_acls import (
+    DeleteAclsFilterResult,
+    DeleteAclsRequest,
+    DeleteAclsResponse,
+)
+from tidegate.protocol.messages.delete_groups import (
+    DeletableGroupResult,
+    DeleteGroupsRequest,
+    DeleteGroupsResponse,
+)
+from tidegate.protocol.messages.delete_records import (
+    DeleteRecordsPartitionResult,
+    DeleteRecordsRequest,
+    DeleteRecordsResponse,
+    DeleteRecordsTopicResult,
+)
+from tidegate.protocol.messages.delete_topics import (
+    DeletableTopicResult,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+    DeleteTopicState,
+)
+from tidegate.protocol.messages.describe_acls import DescribeAclsResponse
+from tidegate.protocol.messages.describe_client_quotas import DescribeClientQuotasResponse
+from tidegate.protocol.messages.describe_cluster import (
+    DescribeClusterRequest,
+    DescribeClusterResponse,
+)
+from tidegate.protocol.messages.describe_configs import (
+    DescribeConfigsRequest,
+    DescribeConfigsResponse,
+    DescribeConfigsResult,
+)
+from tidegate.protocol.messages.describe_groups import (
+    DescribedGroup,
+    DescribeGroupsRequest,
+    DescribeGroupsResponse,
+)
+from tidegate.protocol.messages.describe_log_dirs import DescribeLogDirsResponse
+from tidegate.protocol.messages.describe_producers import (
+    DescribeProducersRequest,
+    DescribeProducersResponse,
+    TopicResponse,
+)
+from tidegate.protocol.messages.describe_producers import (
+    PartitionResponse as ProducersPartitionResponse,
+)
+from tidegate.protocol.messages.describe_quorum import DescribeQuorumResponse
+from tidegate.protocol.messages.describe_topic_partitions import (
+    DescribeTopicPartitionsRequest,
+    DescribeTopicPartitionsResponse,
+    DescribeTopicPartitionsResponseTopic,
+)
+from tidegate.protocol.messages.describe_transactions import (
+    DescribeTransactionsRequest,
+    DescribeTransactionsResponse,
+)
+from tidegate.protocol.messages.describe_transactions import (
+    TransactionState as DescribedTransaction,
+)
+from tidegate.protocol.messages.describe_user_scram_credentials import (
+    DescribeUserScramCredentialsResponse,
+)
+from tidegate.protocol.messages.elect_leaders import (
+    ElectLeadersRequest,
+    ElectLeadersResponse,
+    PartitionResult,
+    ReplicaElectionResult,
+)
+from tidegate.protocol.messages.end_txn import EndTxnRequest, EndTxnResponse
+from tidegate.protocol.messages.fetch import (
+    FetchableTopicResponse,
+    FetchRequest,
+    FetchResponse,
+    FetchTopic,
+    PartitionData,
+)
+from tidegate.protocol.messages.find_coordinator import (
+    Coordinator,
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
+)
+from tidegate.protocol.messages.heartbeat import HeartbeatRequest, HeartbeatResponse
+from tidegate.protocol.messages.incremental_alter_configs import (
+    AlterConfigsResourceResponse as IncrementalAlterConfigsResourceResponse,
+)
+from tidegate.protocol.messages.incremental_alter_configs import (
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
+)
+from tidegate.protocol.messages.init_producer_id import (
+    InitProducerIdRequest,
+    InitProducerIdResponse,
+)
+from tidegate.protocol.messages.join_group import JoinGroupRequest, JoinGroupResponse
+from tidegate.protocol.messages.leave_group import LeaveGroupRequest, LeaveGroupResponse
+from tidegate.protocol.messages.list_config_resources import ListConfigResourcesResponse
+from tidegate.protocol.messages.list_groups import ListGroupsResponse
+from tidegate.protocol.messages.list_offsets import (
+    ListOffsetsPartitionResponse,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    ListOffsetsTopicResponse,
+)
+from tidegate.protocol.messages.list_partition_reassignments import (
+    ListPartitionReassignmentsResponse,
+)
+from tidegate.protocol.messages.list_transactions import ListTransactionsResponse
+from tidegate.protocol.messages.metadata import (
+    MetadataRequest,
+    MetadataResponse,
+    MetadataResponseTopic,
+)
+from tidegate.protocol.messages.offset_commit import (
+    OffsetCommitRequest,
+    OffsetCommitRequestTopic,
+    OffsetCommitResponse,
+    OffsetCommitResponsePartition,
+    OffsetCommitResponseTopic,
+)
+from tidegate.protocol.messages.offset_delete import (
+    OffsetDeleteRequest,
+    OffsetDeleteResponse,
+    OffsetDeleteResponsePartition,
+    OffsetDeleteResponseTopic,
+)
+from tidegate.protocol.messages.offset_fetch import (
+    OffsetFetchRequest,
+    OffsetFetchRequestTopic,
+    OffsetFetchRequestTopics,
+    OffsetFetchResponse,
+    OffsetFetchResponseGroup,
+    OffsetFetchResponsePartition,
+    OffsetFetchResponsePartitions,
+    OffsetFetchResponseTopic,
+    OffsetFetchResponseTopics,
+)
+from tidegate.protocol.messages.offset_for_leader_epoch import (
+    EpochEndOffset,
+    OffsetForLeaderEpochRequest,
+    OffsetForLeaderEpochResponse,
+    OffsetForLeaderTopicResult,
+)
+from tidegate.protocol.messages.produce import (
+    PartitionProduceResponse,
+    ProduceRequest,
+    ProduceResponse,
+    TopicProduceData,
+    TopicProduceResponse,
+)
+from tidegate.protocol.messages.remove_raft_voter import RemoveRaftVoterResponse
+from tidegate.protocol.messages.sync_group import SyncGroupRequest, SyncGroupResponse
+from tidegate.protocol.messages.txn_offset_commit import (
+    TxnOffsetCommitRequest,
+    TxnOffsetCommitRequestTopic,
+    TxnOffsetCommitResponse,
+    TxnOffsetCommitResponsePartition,
+    TxnOffsetCommitResponseTopic,
+)
+from tidegate.protocol.messages.unregister_broker import UnregisterBrokerResponse
+from tidegate.protocol.messages.write_txn_markers import (
+    WritableTxnMarkerPartitionResult,
+    WritableTxnMarkerResult,
+    WritableTxnMarkerTopicResult,
+    WriteTxnMarkersRequest,
+    WriteTxnMarkersResponse,
+)
 from tidegate.security.authorizer.acl import (
     CLUSTER_NAME,
     AclOperation,
@@ -54,21 +293,27 @@ IDEMPOTENT_WRITE = AclOperation.IDEMPOTENT_WRITE
 TOPIC = ResourceType.TOPIC
 GROUP = ResourceType.GROUP
 CLUSTER = ResourceType.CLUSTER
-TXN = ResourceType.TRANSACTIONAL_ID
-TAF = E.topic_authorization_failed
-GAF = E.group_authorization_failed
-CAF = E.cluster_authorization_failed
-TIDAF = E.transactional_id_authorization_failed
-AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
-ZERO_UUID = uuid.UUID(int=0)
+TRANSACTIONAL_ID = ResourceType.TRANSACTIONAL_ID
+TOPIC_AUTHORIZATION_FAILED = ErrorCode.topic_authorization_failed
+GROUP_AUTHORIZATION_FAILED = ErrorCode.group_authorization_failed
+CLUSTER_AUTHORIZATION_FAILED = ErrorCode.cluster_authorization_failed
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED = ErrorCode.transactional_id_authorization_failed
 #: DescribeConfigs' resource types (ConfigResource.Type) and the ACL resource of each
-_CONFIG_RESOURCE = {2: (TOPIC, TAF), 4: (CLUSTER, CAF), 8: (CLUSTER, CAF), 16: (CLUSTER, CAF), 32: (GROUP, GAF)}
+_CONFIG_RESOURCE = {
+    2: (TOPIC, TOPIC_AUTHORIZATION_FAILED),
+    4: (CLUSTER, CLUSTER_AUTHORIZATION_FAILED),
+    8: (CLUSTER, CLUSTER_AUTHORIZATION_FAILED),
+    16: (CLUSTER, CLUSTER_AUTHORIZATION_FAILED),
+    32: (GROUP, GROUP_AUTHORIZATION_FAILED),
+}
 
-Merge = Callable[[dict], dict]
+T = TypeVar("T")  # an entry of a request (a topic, a group, a resource)
+E = TypeVar("E", bound=Message)  # an entry of a response
+M = TypeVar("M", bound=Message)  # a response message
 _api_name = functools.cache(api_name)
-#: the answer that closes the connection: a Produce with acks=0 denied, which has no
-#: response to carry the error (Kafka's ``closeConnection`` in ``handleProduceRequest``)
-CLOSE_CONNECTION: dict = {}
+#: why a Produce with acks=0 is closed when denied: it has no response to carry the error
+#: (Kafka's ``closeConnection`` in ``handleProduceRequest``)
+ACKS_0_DENIED = "acks=0 produce denied: closing the connection, as Kafka does"
 
 
 @functools.lru_cache(maxsize=4096)
@@ -119,7 +364,10 @@ class Session:
         return a.authorized_operations(self.principal, self.host, rtype, name)
 
 
-Check = Callable[[Session, Request, "AuthorizationStep"], dict | None]
+#: A check's decision: None (go on, maybe with a filtered request and a merge), the whole
+#: response message, or a response of the shell's (closing the connection).
+Decision = Message | Response | None
+Check = Callable[[Session, Request, "AuthorizationStep"], Decision]
 
 
 class AuthorizationStep:
@@ -156,9 +404,9 @@ class AuthorizationStep:
         s = self.session(request)
         return {name for name in set(names) if not s.allow(READ, TOPIC, name)}
 
-    def authorize(self, request: Request) -> dict | None:
+    def authorize(self, request: Request) -> Decision:
         """Run the request's check: None lets it through (maybe with a filtered body and
-        a merge), a dict is the whole answer."""
+        a merge), a message is the whole answer, a shell response closes the connection."""
         key = request.header.api_key
         if self.authorizer is None:
             check = CHECKS_WITHOUT_AUTHORIZER.get(key)
@@ -170,46 +418,73 @@ class AuthorizationStep:
 
 
 # -- helpers ------------------------------------------------------------------------------
-def _add_merge(request: Request, merge: Merge) -> None:
+def _add_merge(request: Request, cls: type[M], merge: Callable[[M], None]) -> None:
+    """Have the respond step apply ``merge`` to the response (a ``cls``), after any merge
+    added before."""
+
+    def typed(response: Message) -> None:
+        if not isinstance(response, cls):
+            raise TypeError(f"the authorization merge of a {cls.__name__} got a {type(response).__name__}")
+        merge(response)
+
     previous = request.authz_merge
     if previous is None:
-        request.authz_merge = merge
-    else:
-        request.authz_merge = lambda values: merge(previous(values))
+        request.authz_merge = typed
+        return
+
+    def both(response: Message) -> None:
+        previous(response)
+        typed(response)
+
+    request.authz_merge = both
 
 
-def _split(items: Iterable[Any], allowed: Callable[[Any], bool]) -> tuple[list[Any], list[Any]]:
-    ok: list[Any] = []
-    denied: list[Any] = []
+def _split(items: Iterable[T], allowed: Callable[[T], bool]) -> tuple[list[T], list[T]]:
+    ok: list[T] = []
+    denied: list[T] = []
     for item in items:
         (ok if allowed(item) else denied).append(item)
     return ok, denied
 
 
-def _replace(request: Request, **changes: Any) -> None:
-    """Take the denied entries out of the request the handler will read."""
-    for name, value in changes.items():
-        setattr(request.body, name, value)
+def _filtered(
+    request: Request,
+    items: list[T],
+    ok: list[T],
+    extra: list[E],
+    cls: type[M],
+    entries: Callable[[M], list[E]],
+    whole: Callable[[list[E]], M],
+) -> M | None:
+    """The common end of a check that split a request's ``items`` into ``ok`` and denied
+    ones answered by ``extra``: nothing denied, go on; nothing allowed, the whole answer
+    ``whole(extra)``; else the request keeps ``ok`` (``items`` is the request's own list,
+    changed in place) and the response's ``entries`` get ``extra`` at the end."""
+    if not extra:
+        return None
+    if not ok:
+        return whole(extra)
+    items[:] = ok
+    _add_merge(request, cls, lambda response: entries(response).extend(extra))
+    return None
 
 
 def _partitioned(
     request: Request,
     s: Session,
     op: AclOperation,
-    *,
-    field: str,
-    response_field: str,
-    denied_topic: Callable[[Any], dict],
-    base: dict,
-    name_of: Callable[[Any], str | None] = lambda t: t.name,
-) -> dict | None:
-    """The common case: a request of topics, each checked for ``op`` on the topic; the
-    denied topics answered with ``denied_topic(t)`` in the response's ``response_field``.
-    When nothing is left the answer is ``base`` with the denied topics."""
-    topics = getattr(request.body, field)
+    topics: list[T],
+    name_of: Callable[[T], str | None],
+    denied_topic: Callable[[T], E],
+    cls: type[M],
+    entries: Callable[[M], list[E]],
+    whole: Callable[[list[E]], M],
+) -> M | None:
+    """The common case: a request of ``topics``, each checked for ``op`` on the topic; a
+    denied one answered with ``denied_topic(t)`` in the response's ``entries``."""
     seen: dict[str, bool] = {}
 
-    def allowed(t: Any) -> bool:
+    def allowed(t: T) -> bool:
         name = name_of(t)
         if name is None:
             return True  # an unknown topic id: the handler answers UNKNOWN_TOPIC_ID
@@ -218,734 +493,761 @@ def _partitioned(
         return seen[name]
 
     ok, denied = _split(topics, allowed)
-    if not denied:
-        return None
-    extra = [denied_topic(t) for t in denied]
-    if not ok:
-        base[response_field] = extra
-        return base
-    _replace(request, **{field: ok})
-
-    def merge(values: dict) -> dict:
-        values[response_field] = list(values[response_field]) + extra
-        return values
-
-    _add_merge(request, merge)
-    return None
-
-
-def _error_partitions(error: E, **fields: Any) -> Callable[[list[int]], list[dict]]:
-    def make(indexes: list[int]) -> list[dict]:
-        return [{"partition_index": i, "error_code": error, **fields} for i in indexes]
-
-    return make
+    return _filtered(request, topics, ok, [denied_topic(t) for t in denied], cls, entries, whole)
 
 
 # -- the data path --------------------------------------------------------------------------
-def check_produce(s: Session, request: Request, step: AuthorizationStep) -> dict | None:
-    req = request.body
+def _produce_denied(t: TopicProduceData, error: ErrorCode) -> TopicProduceResponse:
+    return TopicProduceResponse(name=t.name, partition_responses=[
+        PartitionProduceResponse(index=p.index, error_code=error, base_offset=-1) for p in t.partition_data
+    ])  # fmt: skip
+
+
+def check_produce(s: Session, request: Request, step: AuthorizationStep) -> Decision:
+    req = request.body_as(ProduceRequest)
     acks = req.acks
-
-    def answer(t: Any, error: E) -> dict:
-        return {
-            "name": t.name,
-            "partition_responses": [
-                {"index": p.index, "error_code": error, "base_offset": -1, "log_append_time": -1,
-                 "log_start_offset": -1, "record_errors": (), "error_message": None}
-                for p in t.partition_data
-            ],
-        }
-
-    base = {"responses": [], "throttle_time": 0, "node_endpoints": []}
-    if req.transactional_id is not None and not s.allow(WRITE, TXN, req.transactional_id):
+    if req.transactional_id is not None and not s.allow(WRITE, TRANSACTIONAL_ID, req.transactional_id):
         if acks == 0:
-            return CLOSE_CONNECTION
-        base["responses"] = [answer(t, TIDAF) for t in req.topic_data]
-        return base
+            return CloseConnectionResponse(ACKS_0_DENIED)
+        return ProduceResponse(
+            responses=[_produce_denied(t, TRANSACTIONAL_ID_AUTHORIZATION_FAILED) for t in req.topic_data]
+        )
     out = _partitioned(
-        request, s, WRITE, field="topic_data", response_field="responses",
-        denied_topic=lambda t: answer(t, TAF), base=base,
+        request, s, WRITE, req.topic_data, lambda t: t.name,
+        lambda t: _produce_denied(t, TOPIC_AUTHORIZATION_FAILED),
+        ProduceResponse, lambda r: r.responses, lambda extra: ProduceResponse(responses=extra),
     )  # fmt: skip
     if out is not None and acks == 0:
-        return CLOSE_CONNECTION  # acks=0: every topic denied
+        return CloseConnectionResponse(ACKS_0_DENIED)  # acks=0: every topic denied
     # acks=0 with some topics denied: the rest is appended, then the connection closed
     # (KafkaApis.handle_produce sees the denied topics' errors in the merged response)
     return out
 
 
-def check_fetch(s: Session, request: Request, step: AuthorizationStep) -> dict | None:
-    req = request.body
+def check_fetch(s: Session, request: Request, step: AuthorizationStep) -> Decision:
+    req = request.body_as(FetchRequest)
     version = request.header.api_version
-    replica_id = req.replica_state.replica_id if version >= 15 else getattr(req, "replica_id", -1)
+    replica_id = req.replica_state.replica_id if version >= 15 else req.replica_id
     if replica_id >= 0:
         if s.allow_cluster(CLUSTER_ACTION):
             return None
-        error: E = CAF
+        error = CLUSTER_AUTHORIZATION_FAILED
     else:
-        error = TAF
+        error = TOPIC_AUTHORIZATION_FAILED
     by_id = version >= 13
 
-    def name_of(t: Any) -> str | None:
+    def name_of(t: FetchTopic) -> str | None:
         if by_id:
             info = step.store.get_by_id(t.topic_id)
             return info.name if info is not None else None
         return t.topic
 
-    def denied(t: Any) -> dict:
-        return {
-            "topic": None if by_id else t.topic,
-            "topic_id": t.topic_id if by_id else None,
-            "partitions": [
-                {"partition_index": p.partition, "error_code": error, "high_watermark": -1,
-                 "last_stable_offset": -1, "log_start_offset": -1, "aborted_transactions": None,
-                 "preferred_read_replica": -1, "records": b""}
-                for p in t.partitions
-            ],
-        }
+    def denied(t: FetchTopic) -> FetchableTopicResponse:
+        parts = [PartitionData(partition_index=p.partition, error_code=error, high_watermark=-1, records=b"")
+                 for p in t.partitions]
+        if by_id:
+            return FetchableTopicResponse(topic_id=t.topic_id, partitions=parts)
+        return FetchableTopicResponse(topic=t.topic, partitions=parts)
 
-    if error is CAF:
-        return {"throttle_time": 0, "error_code": E.none, "session_id": 0,
-                "responses": [denied(t) for t in req.topics], "node_endpoints": []}
-    base = {"throttle_time": 0, "error_code": E.none, "session_id": 0, "responses": [], "node_endpoints": []}
+    if error is CLUSTER_AUTHORIZATION_FAILED:
+        return FetchResponse(responses=[denied(t) for t in req.topics])
     return _partitioned(
-        request, s, READ, field="topics", response_field="responses", denied_topic=denied, base=base,
-        name_of=name_of,
+        request, s, READ, req.topics, name_of, denied,
+        FetchResponse, lambda r: r.responses, lambda extra: FetchResponse(responses=extra),
     )  # fmt: skip
 
 
-def check_list_offsets(s: Session, request: Request, step: AuthorizationStep) -> dict | None:
-    make = _error_partitions(TAF, timestamp=-1, offset=-1, leader_epoch=-1)
+def check_list_offsets(s: Session, request: Request, step: AuthorizationStep) -> Decision:
     return _partitioned(
-        request, s, DESCRIBE, field="topics", response_field="topics",
-        denied_topic=lambda t: {"name": t.name, "partitions": make([p.partition_index for p in t.partitions])},
-        base={"throttle_time": 0, "topics": []},
+        request, s, DESCRIBE, request.body_as(ListOffsetsRequest).topics, lambda t: t.name,
+        lambda t: ListOffsetsTopicResponse(name=t.name, partitions=[
+            ListOffsetsPartitionResponse(partition_index=p.partition_index, error_code=TOPIC_AUTHORIZATION_FAILED)
+            for p in t.partitions]),
+        ListOffsetsResponse, lambda r: r.topics, lambda extra: ListOffsetsResponse(topics=extra),
     )  # fmt: skip
 
 
-def check_metadata(s: Session, request: Request, step: AuthorizationStep) -> dict | None:
-    req = request.body
+def check_metadata(s: Session, request: Request, step: AuthorizationStep) -> Decision:
+    req = request.body_as(MetadataRequest)
     version = request.header.api_version
     all_topics = req.topics is None or (version == 0 and not req.topics)
-    include_topic_ops = getattr(req, "include_topic_authorized_operations", False)
-    include_cluster_ops = getattr(req, "include_cluster_authorized_operations", False)
-    denied_entries: list[dict] = []
-    if not all_topics and s.authorizer is not None:
-        allow_auto = getattr(req, "allow_auto_topic_creation", True)
+    include_topic_ops = req.include_topic_authorized_operations
+    include_cluster_ops = req.include_cluster_authorized_operations
+    denied_entries: list[MetadataResponseTopic] = []
+    if req.topics is not None and not all_topics and s.authorizer is not None:
         may_create: bool | None = None
         ok = []
         for t in req.topics:
             name = t.name
             if name is None:
-                topic_id = getattr(t, "topic_id", None)
-                info = step.store.get_by_id(topic_id) if topic_id is not None else None
+                info = step.store.get_by_id(t.topic_id)
                 if info is None or s.allow(DESCRIBE, TOPIC, info.name):
                     ok.append(t)
                 else:
-                    denied_entries.append({"error_code": TAF, "name": None, "topic_id": t.topic_id,
-                                           "is_internal": False, "partitions": []})
+                    denied_entries.append(MetadataResponseTopic(
+                        error_code=TOPIC_AUTHORIZATION_FAILED, name=None, topic_id=t.topic_id
+                    ))  # fmt: skip
                 continue
             if not s.allow(DESCRIBE, TOPIC, name):
-                denied_entries.append({"error_code": TAF, "name": name, "topic_id": ZERO_UUID,
-                                       "is_internal": False, "partitions": []})
+                denied_entries.append(MetadataResponseTopic(error_code=TOPIC_AUTHORIZATION_FAILED, name=name))
                 continue
-            if allow_auto and step.store.get(name) is None:
+            if req.allow_auto_topic_creation and step.store.get(name) is None:
                 # auto-creation needs CREATE on the cluster or the topic
                 if may_create is None:
                     may_create = s.allow_cluster(CREATE, audit=False)
                 if not may_create and not s.allow(CREATE, TOPIC, name):
-                    denied_entries.append({"error_code": TAF, "name": name, "topic_id": ZERO_UUID,
-                                           "is_internal": False, "partitions": []})
+                    denied_entries.append(MetadataResponseTopic(error_code=TOPIC_AUTHORIZATION_FAILED, name=name))
                     continue
             ok.append(t)
         if len(ok) != len(req.topics):
-            _replace(request, topics=ok)
+            req.topics = ok
     # v0: an empty list means every topic; the handler's list is then replaced
-    drop_all = version == 0 and not all_topics and not request.body.topics
+    drop_all = version == 0 and not all_topics and not req.topics
 
-    def merge(values: dict) -> dict:
-        topics = values["topics"]
+    def merge(response: MetadataResponse) -> None:
+        topics = response.topics
         if drop_all:
             topics = []
         elif all_topics and s.authorizer is not None:
-            topics = [t for t in topics if s.allow(DESCRIBE, TOPIC, t["name"], audit=False)]
+            topics = [t for t in topics if t.name is not None and s.allow(DESCRIBE, TOPIC, t.name, audit=False)]
         if include_topic_ops:
             for t in topics:
-                if t.get("name") is not None and t["error_code"] == E.none:
-                    t["topic_authorized_operations"] = s.operations(TOPIC, t["name"])
-        values["topics"] = list(topics) + denied_entries
+                if t.name is not None and t.error_code == ErrorCode.none:
+                    t.topic_authorized_operations = s.operations(TOPIC, t.name)
+        response.topics = topics + denied_entries
         if include_cluster_ops:
-            values["cluster_authorized_operations"] = (
+            response.cluster_authorized_operations = (
                 s.operations(CLUSTER, CLUSTER_NAME) if s.allow_cluster(DESCRIBE, audit=False) else 0
             )
-        return values
 
     if all_topics or denied_entries or include_topic_ops or include_cluster_ops:
-        _add_merge(request, merge)
+        _add_merge(request, MetadataResponse, merge)
     return None
 
 
-def check_offset_for_leader_epoch(s: Session, request: Request, step: AuthorizationStep) -> dict | None:
+def check_offset_for_leader_epoch(s: Session, request: Request, step: AuthorizationStep) -> Decision:
     if s.allow_cluster(CLUSTER_ACTION, audit=False):
         return None
     return _partitioned(
-        request, s, DESCRIBE, field="topics", response_field="topics",
-        denied_topic=lambda t: {"topic": t.topic, "partitions": [
-            {"error_code": TAF, "partition": p.partition, "leader_epoch": -1, "end_offset": -1}
-            for p in t.partitions]},
-        base={"throttle_time": 0, "topics": []}, name_of=lambda t: t.topic,
+        request, s, DESCRIBE, request.body_as(OffsetForLeaderEpochRequest).topics, lambda t: t.topic,
+        lambda t: OffsetForLeaderTopicResult(topic=t.topic, partitions=[
+            EpochEndOffset(error_code=TOPIC_AUTHORIZATION_FAILED, partition=p.partition) for p in t.partitions]),
+        OffsetForLeaderEpochResponse, lambda r: r.topics, lambda extra: OffsetForLeaderEpochResponse(topics=extra),
     )  # fmt: skip
 
 
 # -- groups -----------------------------------------------------------------------------------
-def _group_only(op: AclOperation, answer: Callable[[Request], dict]) -> Check:
-    def check(s: Session, request: Request, step: AuthorizationStep) -> dict | None:
-        if s.allow(op, GROUP, request.body.group_id):
-            return None
-        return answer(request)
-
-    return check
-
-
-def _all_partitions(request: Request, error: E) -> list[dict]:
-    return [
-        {"name": t.name, "partitions": [{"partition_index": p.partition_index, "error_code": error}
-                                        for p in t.partitions]}
-        for t in request.body.topics
-    ]
+def check_join_group(s: Session, request: Request, step: AuthorizationStep) -> Decision:
+    if s.allow(READ, GROUP, request.body_as(JoinGroupRequest).group_id):
+        return None
+    # protocol_name is nullable from v7 (Kafka's JoinGroupResponse: "" before)
+    return JoinGroupResponse(
+        error_code=GROUP_AUTHORIZATION_FAILED, protocol_name=None if request.header.api_version >= 7 else ""
+    )
 
 
-def _commit_topics(s: Session, request: Request) -> dict | None:
-    return _partitioned(
-        request, s, READ, field="topics", response_field="topics",
-        denied_topic=lambda t: {"name": t.name, "partitions": [
-            {"partition_index": p.partition_index, "error_code": TAF} for p in t.partitions]},
-        base={"throttle_time": 0, "topics": []},
-    )  # fmt: skip
+def check_sync_group(s: Session, request: Request, step: AuthorizationStep) -> Decision:
+    if s.allow(READ, GROUP, request.body_as(SyncGroupRequest).group_id):
+        return None
+    return SyncGroupResponse(error_code=GROUP_AUTHORIZATION_FAILED)
 
 
-def check_offset_commit(s: Session, request: Request, step: AuthorizationStep) -> dict | None:
-    if not s.allow(READ, GROUP, request.body.group_id):
-        return {"throttle_time": 0, "topics": _all_partitions(request, GAF)}
-    return _commit_topics(s, request)
+def check_heartbeat(s: Session, request: Request, step: AuthorizationStep) -> Decision:
+    if s.allow(READ, GROUP, request.body_as(HeartbeatRequest).group_id):
+        return None
+    return HeartbeatResponse(error_code=GROUP_AUTHORIZATION_FAILED)
 
 
-def check_txn_offset_commit(s: Session, request: Request, step: AuthorizationStep) -> dict | None:
-    req = request.body
-    if not s.allow(WRITE, TXN, req.transactional_id):
-        return {"throttle_time": 0, "topics": _all_partitions(request, TIDAF)}
+def check_leave_group(s: Session, request: Request, step: AuthorizationStep) -> Decision:
+    if s.allow(READ, GROUP, request.body_as(LeaveGroupRequest).group_id):
+        return None
+    return LeaveGroupResponse(error_code=GROUP_AUTHORIZATION_FAILED)
+
+
+def check_offset_commit(s: Session, request: Request, step: AuthorizationStep) -> Decision:
+    req = request.body_as(OffsetCommitRequest)
+
+    def denied(t: OffsetCommitRequestTopic, error: ErrorCode) -> OffsetCommitResponseTopic:
+        return OffsetCommitResponseTopic(name=t.name, partitions=[
+            OffsetCommitResponsePartition(partition_index=p.partition_index, error_code=error) for p in t.partitions
+        ])  # fmt: skip
+
     if not s.allow(READ, GROUP, req.group_id):
-        return {"throttle_time": 0, "topics": _all_partitions(request, GAF)}
-    return _commit_topics(s, request)
-
-
-def check_offset_delete(s: Session, request: Request, step: AuthorizationStep) -> dict | None:
-    if not s.allow(DELETE, GROUP, request.body.group_id):
-        return {"error_code": GAF, "throttle_time": 0, "topics": []}
+        return OffsetCommitResponse(topics=[denied(t, GROUP_AUTHORIZATION_FAILED) for t in req.topics])
     return _partitioned(
-        request, s, READ, field="topics", response_field="topics",
-        denied_topic=lambda t: {"name": t.name, "partitions": [
-            {"partition_index": p.partition_index, "error_code": TAF} for p in t.partitions]},
-        base={"error_code": E.none, "throttle_time": 0, "topics": []},
+        request, s, READ, req.topics, lambda t: t.name, lambda t: denied(t, TOPIC_AUTHORIZATION_FAILED),
+        OffsetCommitResponse, lambda r: r.topics, lambda extra: OffsetCommitResponse(topics=extra),
     )  # fmt: skip
 
 
-def _offset_fetch_filter(s: Session, topics: Any) -> tuple[Any, list[dict], bool]:
-    """One group's topics: (allowed topics, denied answers, filter the response?)."""
-    if topics is None:
-        return None, [], True  # every partition: the response is filtered, silently
-    ok, denied = _split(topics, lambda t: s.allow(DESCRIBE, TOPIC, t.name))
-    answers = [
-        {"name": t.name, "partitions": [
-            {"partition_index": i, "committed_offset": -1, "committed_leader_epoch": -1,
-             "metadata": "", "error_code": TAF} for i in t.partition_indexes]}
-        for t in denied
-    ]  # fmt: skip
-    return ok, answers, False
+def check_txn_offset_commit(s: Session, request: Request, step: AuthorizationStep) -> Decision:
+    req = request.body_as(TxnOffsetCommitRequest)
+
+    def denied(t: TxnOffsetCommitRequestTopic, error: ErrorCode) -> TxnOffsetCommitResponseTopic:
+        return TxnOffsetCommitResponseTopic(name=t.name, partitions=[
+            TxnOffsetCommitResponsePartition(partition_index=p.partition_index, error_code=error)
+            for p in t.partitions
+        ])  # fmt: skip
+
+    if not s.allow(WRITE, TRANSACTIONAL_ID, req.transactional_id):
+        return TxnOffsetCommitResponse(topics=[denied(t, TRANSACTIONAL_ID_AUTHORIZATION_FAILED) for t in req.topics])
+    if not s.allow(READ, GROUP, req.group_id):
+        return TxnOffsetCommitResponse(topics=[denied(t, GROUP_AUTHORIZATION_FAILED) for t in req.topics])
+    return _partitioned(
+        request, s, READ, req.topics, lambda t: t.name, lambda t: denied(t, TOPIC_AUTHORIZATION_FAILED),
+        TxnOffsetCommitResponse, lambda r: r.topics, lambda extra: TxnOffsetCommitResponse(topics=extra),
+    )  # fmt: skip
 
 
-def _visible_topics(s: Session, topics: list[dict]) -> list[dict]:
-    return [t for t in topics if s.allow(DESCRIBE, TOPIC, t["name"], audit=False)]
+def check_offset_delete(s: Session, request: Request, step: AuthorizationStep) -> Decision:
+    req = request.body_as(OffsetDeleteRequest)
+    if not s.allow(DELETE, GROUP, req.group_id):
+        return OffsetDeleteResponse(error_code=GROUP_AUTHORIZATION_FAILED)
+    return _partitioned(
+        request, s, READ, req.topics, lambda t: t.name,
+        lambda t: OffsetDeleteResponseTopic(name=t.name, partitions=[
+            OffsetDeleteResponsePartition(partition_index=p.partition_index, error_code=TOPIC_AUTHORIZATION_FAILED)
+            for p in t.partitions]),
+        OffsetDeleteResponse, lambda r: r.topics, lambda extra: OffsetDeleteResponse(topics=extra),
+    )  # fmt: skip
 
 
-def check_offset_fetch(s: Session, request: Request, step: AuthorizationStep) -> dict | None:
-    req = request.body
+class _Named(Protocol):
+    @property
+    def name(self) -> str: ...
+
+
+N = TypeVar("N", bound=_Named)
+
+
+def _visible_topics(s: Session, topics: list[N]) -> list[N]:
+    """The topics of an unfiltered offset listing the principal may DESCRIBE (the others
+    are left out silently, as Kafka filters them)."""
+    return [t for t in topics if s.allow(DESCRIBE, TOPIC, t.name, audit=False)]
+
+
+def check_offset_fetch(s: Session, request: Request, step: AuthorizationStep) -> Decision:
+    """One group before v8, a batch of groups from v8: a group the principal may not
+    DESCRIBE is GROUP_AUTHORIZATION_FAILED; its named topics it may not DESCRIBE are
+    answered TOPIC_AUTHORIZATION_FAILED per partition; an unnamed (all partitions)
+    listing leaves them out."""
+    req = request.body_as(OffsetFetchRequest)
     if request.header.api_version < 8:
         if not s.allow(DESCRIBE, GROUP, req.group_id):
-            return {"throttle_time": 0, "topics": [], "error_code": GAF}
-        ok, answers, filter_all = _offset_fetch_filter(s, req.topics)
-        if answers:
-            _replace(request, topics=ok)
+            return OffsetFetchResponse(error_code=GROUP_AUTHORIZATION_FAILED)
+        topics = req.topics
+        answers: list[OffsetFetchResponseTopic] = []
+        if topics is not None:
+            ok, denied = _split(topics, lambda t: s.allow(DESCRIBE, TOPIC, t.name))
+            answers = [_offset_fetch_denied(t) for t in denied]
+            if answers:
+                req.topics = ok
 
-        def merge_one(values: dict) -> dict:
-            topics = _visible_topics(s, values["topics"]) if filter_all else list(values["topics"])
-            values["topics"] = topics + answers
-            return values
+        def merge_one(response: OffsetFetchResponse) -> None:
+            shown = _visible_topics(s, response.topics) if topics is None else response.topics
+            response.topics = shown + answers
 
-        _add_merge(request, merge_one)
+        _add_merge(request, OffsetFetchResponse, merge_one)
         return None
     groups = []
-    denied_groups: list[dict] = []
-    per_group: dict[str, tuple[list[dict], bool]] = {}
+    denied_groups: list[OffsetFetchResponseGroup] = []
+    per_group: dict[str, tuple[list[OffsetFetchResponseTopics], bool]] = {}
     for g in req.groups:
         if not s.allow(DESCRIBE, GROUP, g.group_id):
-            denied_groups.append({"group_id": g.group_id, "topics": [], "error_code": GAF})
+            denied_groups.append(OffsetFetchResponseGroup(group_id=g.group_id, error_code=GROUP_AUTHORIZATION_FAILED))
             continue
-        ok, answers, filter_all = _offset_fetch_filter(s, g.topics)
-        per_group[g.group_id] = (answers, filter_all)
-        if answers:
-            g.topics = ok
+        group_answers: list[OffsetFetchResponseTopics] = []
+        if g.topics is not None:
+            ok_topics, denied_topics = _split(g.topics, lambda t: s.allow(DESCRIBE, TOPIC, t.name))
+            group_answers = [_offset_fetch_group_denied(t) for t in denied_topics]
+            if group_answers:
+                g.topics = ok_topics
+        per_group[g.group_id] = (group_answers, g.topics is None)
         groups.append(g)
     if not groups:
-        return {"throttle_time": 0, "groups": denied_groups}
-    _replace(request, groups=groups)
+        return OffsetFetchResponse(groups=denied_groups)
+    req.groups = groups
 
-    def merge(values: dict) -> dict:
-        for g in values["groups"]:
-            answers, filter_all = per_group.get(g["group_id"], ([], False))
-            topics = _visible_topics(s, g["topics"]) if filter_all else list(g["topics"])
-            g["topics"] = topics + answers
-        values["groups"] = list(values["groups"]) + denied_groups
-        return values
+    def merge(response: OffsetFetchResponse) -> None:
+        for rg in response.groups:
+            group_answers, filter_all = per_group.get(rg.group_id, ([], False))
+            shown = _visible_topics(s, rg.topics) if filter_all else rg.topics
+            rg.topics = shown + group_answers
+        response.groups = response.groups + denied_groups
 
-    _add_merge(request, merge)
+    _add_merge(request, OffsetFetchResponse, merge)
     return None
 
 
-def check_find_coordinator(s: Session, request: Request, step: AuthorizationStep) -> dict | None:
-    req = request.body
-    version = request.header.api_version
-    key_type = getattr(req, "key_type", 0)
-    if key_type == 0:
-        rtype, error = GROUP, GAF
-    elif key_type == 1:
-        rtype, error = TXN, TIDAF
+def _offset_fetch_denied(t: OffsetFetchRequestTopic) -> OffsetFetchResponseTopic:
+    return OffsetFetchResponseTopic(name=t.name, partitions=[
+        OffsetFetchResponsePartition(partition_index=i, committed_offset=-1, metadata="",
+                                     error_code=TOPIC_AUTHORIZATION_FAILED)
+        for i in t.partition_indexes
+    ])  # fmt: skip
+
+
+def _offset_fetch_group_denied(t: OffsetFetchRequestTopics) -> OffsetFetchResponseTopics:
+    return OffsetFetchResponseTopics(name=t.name, partitions=[
+        OffsetFetchResponsePartitions(partition_index=i, committed_offset=-1, metadata="",
+                                      error_code=TOPIC_AUTHORIZATION_FAILED)
+        for i in t.partition_indexes
+    ])  # fmt: skip
+
+
+def check_find_coordinator(s: Session, request: Request, step: AuthorizationStep) -> Decision:
+    req = request.body_as(FindCoordinatorRequest)
+    if req.key_type == 0:
+        rtype, error = GROUP, GROUP_AUTHORIZATION_FAILED
+    elif req.key_type == 1:
+        rtype, error = TRANSACTIONAL_ID, TRANSACTIONAL_ID_AUTHORIZATION_FAILED
     else:
         return None  # the handler answers INVALID_REQUEST
-    if version < 4:
+    if request.header.api_version < 4:
         if s.allow(DESCRIBE, rtype, req.key):
             return None
-        return {"throttle_time": 0, "error_code": error, "error_message": None,
-                "node_id": -1, "host": "", "port": -1}
+        return FindCoordinatorResponse(error_code=error, node_id=-1, port=-1)
     ok, denied = _split(req.coordinator_keys, lambda k: s.allow(DESCRIBE, rtype, k))
-    if not denied:
-        return None
-    extra = [{"key": k, "node_id": -1, "host": "", "port": -1, "error_code": error, "error_message": None}
-             for k in denied]
-    if not ok:
-        return {"throttle_time": 0, "coordinators": extra}
-    _replace(request, coordinator_keys=ok)
-
-    def merge(values: dict) -> dict:
-        values["coordinators"] = list(values["coordinators"]) + extra
-        return values
-
-    _add_merge(request, merge)
-    return None
+    return _filtered(
+        request, req.coordinator_keys, ok,
+        [Coordinator(key=k, node_id=-1, port=-1, error_code=error) for k in denied],
+        FindCoordinatorResponse, lambda r: r.coordinators, lambda extra: FindCoordinatorResponse(coordinators=extra),
+    )  # fmt: skip
 
 
-def check_consumer_group_heartbeat(s: Session, request: Request, step: AuthorizationStep) -> dict | None:
-    req = request.body
+def check_consumer_group_heartbeat(s: Session, request: Request, step: AuthorizationStep) -> Decision:
+    req = request.body_as(ConsumerGroupHeartbeatRequest)
     if not s.allow(READ, GROUP, req.group_id):
-        return {"throttle_time": 0, "error_code": GAF, "error_message": None, "member_epoch": -1}
+        return ConsumerGroupHeartbeatResponse(error_code=GROUP_AUTHORIZATION_FAILED, member_epoch=-1)
     for name in req.subscribed_topic_names or ():
         if not s.allow(DESCRIBE, TOPIC, name):
-            return {"throttle_time": 0, "error_code": TAF, "error_message": None, "member_epoch": -1}
+            return ConsumerGroupHeartbeatResponse(error_code=TOPIC_AUTHORIZATION_FAILED, member_epoch=-1)
     return None
 
 
-def _describe_groups(field: str, empty: Callable[[str], dict], ops_field: str) -> Check:
-    def check(s: Session, request: Request, step: AuthorizationStep) -> dict | None:
-        req = request.body
-        include_ops = getattr(req, "include_authorized_operations", False)
-        ok, denied = _split(getattr(req, field), lambda g: s.allow(DESCRIBE, GROUP, g))
-        extra = [empty(g) for g in denied]
-        if not ok and extra:
-            return {"throttle_time": 0, "groups": extra}
-        if denied:
-            _replace(request, **{field: ok})
+class _DescribedGroup(Protocol):
+    """A group of DescribeGroups or ConsumerGroupDescribe."""
 
-        def merge(values: dict) -> dict:
-            if include_ops:
-                for g in values["groups"]:
-                    if g["error_code"] == E.none:
-                        g[ops_field] = s.operations(GROUP, g["group_id"])
-            values["groups"] = list(values["groups"]) + extra
-            return values
-
-        if extra or include_ops:
-            _add_merge(request, merge)
-        return None
-
-    return check
+    error_code: int
+    group_id: str
+    authorized_operations: int
 
 
-check_describe_groups = _describe_groups(
-    "groups",
-    lambda g: {"error_code": GAF, "error_message": None, "group_id": g, "group_state": "",
-               "protocol_type": "", "protocol_data": "", "members": [],
-               "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED},
-    "authorized_operations",
-)
-check_consumer_group_describe = _describe_groups(
-    "group_ids",
-    lambda g: {"error_code": GAF, "error_message": None, "group_id": g, "group_state": "",
-               "group_epoch": -1, "assignment_epoch": -1, "assignor_name": "", "members": [],
-               "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED},
-    "authorized_operations",
-)
+G = TypeVar("G", bound=_DescribedGroup)
 
 
-def check_delete_groups(s: Session, request: Request, step: AuthorizationStep) -> dict | None:
-    ok, denied = _split(request.body.groups_names, lambda g: s.allow(DELETE, GROUP, g))
-    if not denied:
-        return None
-    extra = [{"group_id": g, "error_code": GAF} for g in denied]
-    if not ok:
-        return {"throttle_time": 0, "results": extra}
-    _replace(request, groups_names=ok)
+def _described_groups(
+    s: Session, request: Request, group_ids: list[str], include_ops: bool, denied_group: Callable[[str], G],
+    cls: type[M], entries: Callable[[M], list[G]], whole: Callable[[list[G]], M],
+) -> Decision:
+    """DescribeGroups and ConsumerGroupDescribe: a group the principal may not DESCRIBE
+    is answered ``denied_group(id)``; the others' authorized operations when asked."""
+    ok, denied = _split(group_ids, lambda g: s.allow(DESCRIBE, GROUP, g))
+    extra = [denied_group(g) for g in denied]
+    if not ok and extra:
+        return whole(extra)
+    if denied:
+        group_ids[:] = ok
 
-    def merge(values: dict) -> dict:
-        values["results"] = list(values["results"]) + extra
-        return values
+    def merge(response: M) -> None:
+        groups = entries(response)
+        if include_ops:
+            for g in groups:
+                if g.error_code == ErrorCode.none:
+                    g.authorized_operations = s.operations(GROUP, g.group_id)
+        groups.extend(extra)
 
-    _add_merge(request, merge)
+    if extra or include_ops:
+        _add_merge(request, cls, merge)
     return None
 
 
-def check_list_groups(s: Session, request: Request, step: AuthorizationStep) -> dict | None:
+def check_describe_groups(s: Session, request: Request, step: AuthorizationStep) -> Decision:
+    req = request.body_as(DescribeGroupsRequest)
+    return _described_groups(
+        s, request, req.groups, req.include_authorized_operations,
+        lambda g: DescribedGroup(error_code=GROUP_AUTHORIZATION_FAILED, group_id=g),
+        DescribeGroupsResponse, lambda r: r.groups, lambda extra: DescribeGroupsResponse(groups=extra),
+    )  # fmt: skip
+
+
+def check_consumer_group_describe(s: Session, request: Request, step: AuthorizationStep) -> Decision:
+    req = request.body_as(ConsumerGroupDescribeRequest)
+    return _described_groups(
+        s, request, req.group_ids, req.include_authorized_operations,
+        lambda g: DescribedConsumerGroup(error_code=GROUP_AUTHORIZATION_FAILED, group_id=g, group_epoch=-1,
+                                         assignment_epoch=-1),
+        ConsumerGroupDescribeResponse, lambda r: r.groups, lambda extra: ConsumerGroupDescribeResponse(groups=extra),
+    )  # fmt: skip
+
+
+def check_delete_groups(s: Session, request: Request, step: AuthorizationStep) -> Decision:
+    names = request.body_as(DeleteGroupsRequest).groups_names
+    ok, denied = _split(names, lambda g: s.allow(DELETE, GROUP, g))
+    return _filtered(
+        request, names, ok,
+        [DeletableGroupResult(group_id=g, error_code=GROUP_AUTHORIZATION_FAILED) for g in denied],
+        DeleteGroupsResponse, lambda r: r.results, lambda extra: DeleteGroupsResponse(results=extra),
+    )  # fmt: skip
+
+
+def check_list_groups(s: Session, request: Request, step: AuthorizationStep) -> Decision:
     if s.allow_cluster(DESCRIBE, audit=False):
         return None
 
-    def merge(values: dict) -> dict:
-        values["groups"] = [g for g in values["groups"] if s.allow(DESCRIBE, GROUP, g["group_id"], audit=False)]
-        return values
+    def merge(response: ListGroupsResponse) -> None:
+        response.groups = [g for g in response.groups if s.allow(DESCRIBE, GROUP, g.group_id, audit=False)]
 
-    _add_merge(request, merge)
+    _add_merge(request, ListGroupsResponse, merge)
     return None
 
 
 # -- transactions -------------------------------------------------------------------------------
-def check_init_producer_id(s: Session, request: Request, step: AuthorizationStep) -> dict | None:
-    tid = request.body.transactional_id
+def check_init_producer_id(s: Session, request: Request, step: AuthorizationStep) -> Decision:
+    tid = request.body_as(InitProducerIdRequest).transactional_id
     if tid is None:
         # the cluster check is not audited: WRITE on any topic is enough (Kafka 4.0)
         if s.allow_cluster(IDEMPOTENT_WRITE, audit=False) or s.allow_any(WRITE, TOPIC):
             return None
-        error: E = CAF
-    elif s.allow(WRITE, TXN, tid):
+        error = CLUSTER_AUTHORIZATION_FAILED
+    elif s.allow(WRITE, TRANSACTIONAL_ID, tid):
         return None
     else:
-        error = TIDAF
-    return {"throttle_time": 0, "error_code": error, "producer_id": -1, "producer_epoch": -1}
+        error = TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    return InitProducerIdResponse(error_code=error, producer_id=-1, producer_epoch=-1)
 
 
-def check_add_partitions_to_txn(s: Session, request: Request, step: AuthorizationStep) -> dict | None:
-    req = request.body
+def check_add_partitions_to_txn(s: Session, request: Request, step: AuthorizationStep) -> Decision:
+    req = request.body_as(AddPartitionsToTxnRequest)
     if request.header.api_version >= 4:
         if s.allow_cluster(CLUSTER_ACTION):
             return None
-        return {"throttle_time": 0, "error_code": CAF, "results_by_transaction": []}
+        return AddPartitionsToTxnResponse(error_code=CLUSTER_AUTHORIZATION_FAILED)
     topics = req.v3_and_below_topics
 
-    def results(error_of: Callable[[str], E]) -> dict:
-        return {"throttle_time": 0, "results_by_topic_v3_and_below": [
-            {"name": t.name, "results_by_partition": [
-                {"partition_index": p, "partition_error_code": error_of(t.name)} for p in t.partitions]}
-            for t in topics]}  # fmt: skip
+    def results(error_of: Callable[[str], ErrorCode]) -> AddPartitionsToTxnResponse:
+        return AddPartitionsToTxnResponse(results_by_topic_v3_and_below=[
+            AddPartitionsToTxnTopicResult(name=t.name, results_by_partition=[
+                AddPartitionsToTxnPartitionResult(partition_index=p, partition_error_code=error_of(t.name))
+                for p in t.partitions])
+            for t in topics])  # fmt: skip
 
-    if not s.allow(WRITE, TXN, req.v3_and_below_transactional_id):
-        return results(lambda name: TIDAF)
+    if not s.allow(WRITE, TRANSACTIONAL_ID, req.v3_and_below_transactional_id):
+        return results(lambda name: TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     denied = {t.name for t in topics if not s.allow(WRITE, TOPIC, t.name)}
     if denied:
         # Kafka: the unauthorized partitions fail, the others are not attempted
-        return results(lambda name: TAF if name in denied else E.operation_not_attempted)
+        return results(lambda name: TOPIC_AUTHORIZATION_FAILED if name in denied else ErrorCode.operation_not_attempted)
     return None
 
 
-def check_add_offsets_to_txn(s: Session, request: Request, step: AuthorizationStep) -> dict | None:
-    req = request.body
-    if not s.allow(WRITE, TXN, req.transactional_id):
-        return {"throttle_time": 0, "error_code": TIDAF}
+def check_add_offsets_to_txn(s: Session, request: Request, step: AuthorizationStep) -> Decision:
+    req = request.body_as(AddOffsetsToTxnRequest)
+    if not s.allow(WRITE, TRANSACTIONAL_ID, req.transactional_id):
+        return AddOffsetsToTxnResponse(error_code=TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     if not s.allow(READ, GROUP, req.group_id):
-        return {"throttle_time": 0, "error_code": GAF}
+        return AddOffsetsToTxnResponse(error_code=GROUP_AUTHORIZATION_FAILED)
     return None
 
 
-def check_end_txn(s: Session, request: Request, step: AuthorizationStep) -> dict | None:
-    if s.allow(WRITE, TXN, request.body.transactional_id):
+def check_end_txn(s: Session, request: Request, step: AuthorizationStep) -> Decision:
+    if s.allow(WRITE, TRANSACTIONAL_ID, request.body_as(EndTxnRequest).transactional_id):
         return None
-    return {"throttle_time": 0, "error_code": TIDAF, "producer_id": -1, "producer_epoch": -1}
+    return EndTxnResponse(error_code=TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
 
 
-def check_write_txn_markers(s: Session, request: Request, step: AuthorizationStep) -> dict | None:
+def check_write_txn_markers(s: Session, request: Request, step: AuthorizationStep) -> Decision:
     if s.allow_cluster(ALTER, audit=False) or s.allow_cluster(CLUSTER_ACTION):
         return None
-    return {"markers": [
-        {"producer_id": m.producer_id, "topics": [
-            {"name": t.name, "partitions": [{"partition_index": p, "error_code": CAF}
-                                            for p in t.partition_indexes]}
-            for t in m.topics]}
-        for m in request.body.markers]}  # fmt: skip
+    return WriteTxnMarkersResponse(markers=[
+        WritableTxnMarkerResult(producer_id=m.producer_id, topics=[
+            WritableTxnMarkerTopicResult(name=t.name, partitions=[
+                WritableTxnMarkerPartitionResult(partition_index=p, error_code=CLUSTER_AUTHORIZATION_FAILED)
+                for p in t.partition_indexes])
+            for t in m.topics])
+        for m in request.body_as(WriteTxnMarkersRequest).markers])  # fmt: skip
 
 
-def check_describe_transactions(s: Session, request: Request, step: AuthorizationStep) -> dict | None:
-    ok, denied = _split(request.body.transactional_ids, lambda t: s.allow(DESCRIBE, TXN, t))
-    extra = [{"error_code": TIDAF, "transactional_id": t, "transaction_state": "", "transaction_timeout": 0,
-              "transaction_start_time": -1, "producer_id": -1, "producer_epoch": -1, "topics": []}
-             for t in denied]
+def check_describe_transactions(s: Session, request: Request, step: AuthorizationStep) -> Decision:
+    ids = request.body_as(DescribeTransactionsRequest).transactional_ids
+    ok, denied = _split(ids, lambda t: s.allow(DESCRIBE, TRANSACTIONAL_ID, t))
+    extra = [
+        DescribedTransaction(error_code=TRANSACTIONAL_ID_AUTHORIZATION_FAILED, transactional_id=t,
+                             transaction_start_time=-1, producer_id=-1, producer_epoch=-1)
+        for t in denied
+    ]  # fmt: skip
     if not ok and extra:
-        return {"throttle_time": 0, "transaction_states": extra}
+        return DescribeTransactionsResponse(transaction_states=extra)
     if denied:
-        _replace(request, transactional_ids=ok)
+        ids[:] = ok
 
-    def merge(values: dict) -> dict:
-        for state in values["transaction_states"]:
-            state["topics"] = [t for t in state["topics"] if s.allow(DESCRIBE, TOPIC, t["topic"], audit=False)]
-        values["transaction_states"] = list(values["transaction_states"]) + extra
-        return values
+    def merge(response: DescribeTransactionsResponse) -> None:
+        for state in response.transaction_states:
+            state.topics = [t for t in state.topics if s.allow(DESCRIBE, TOPIC, t.topic, audit=False)]
+        response.transaction_states.extend(extra)
 
-    _add_merge(request, merge)
+    _add_merge(request, DescribeTransactionsResponse, merge)
     return None
 
 
-def check_list_transactions(s: Session, request: Request, step: AuthorizationStep) -> dict | None:
-    def merge(values: dict) -> dict:
-        values["transaction_states"] = [
-            t for t in values["transaction_states"] if s.allow(DESCRIBE, TXN, t["transactional_id"], audit=False)
-        ]
-        return values
+def check_list_transactions(s: Session, request: Request, step: AuthorizationStep) -> Decision:
+    def merge(response: ListTransactionsResponse) -> None:
+        response.transaction_states = [
+            t for t in response.transaction_states
+            if s.allow(DESCRIBE, TRANSACTIONAL_ID, t.transactional_id, audit=False)
+        ]  # fmt: skip
 
-    _add_merge(request, merge)
+    _add_merge(request, ListTransactionsResponse, merge)
     return None
 
 
 # -- admin --------------------------------------------------------------------------------------
-def check_create_topics(s: Session, request: Request, step: AuthorizationStep) -> dict | None:
-    cluster_create = s.allow_cluster(CREATE, audit=False)
-    topics = request.body.topics
-    if cluster_create:
-        ok, denied = list(topics), list[Any]()
+def check_create_topics(s: Session, request: Request, step: AuthorizationStep) -> Decision:
+    topics = request.body_as(CreateTopicsRequest).topics
+    denied: list[CreatableTopic] = []
+    if s.allow_cluster(CREATE, audit=False):
+        ok = list(topics)
     else:
         ok, denied = _split(topics, lambda t: s.allow(CREATE, TOPIC, t.name))
-    extra = [{"name": t.name, "topic_id": ZERO_UUID, "error_code": TAF, "error_message": None,
-              "topic_config_error_code": E.none, "num_partitions": -1, "replication_factor": -1,
-              "configs": None} for t in denied]
+    extra = [CreatableTopicResult(name=t.name, error_code=TOPIC_AUTHORIZATION_FAILED) for t in denied]
     if not ok:
-        return {"throttle_time": 0, "topics": extra}
+        return CreateTopicsResponse(topics=extra)
     if denied:
-        _replace(request, topics=ok)
+        topics[:] = ok
 
-    def merge(values: dict) -> dict:
-        for t in values["topics"]:
-            if t["error_code"] == E.none and not s.allow(DESCRIBE_CONFIGS, TOPIC, t["name"], audit=False):
-                t["topic_config_error_code"] = TAF
-                t["configs"] = None
-        values["topics"] = list(values["topics"]) + extra
-        return values
+    def merge(response: CreateTopicsResponse) -> None:
+        for t in response.topics:
+            if t.error_code == ErrorCode.none and not s.allow(DESCRIBE_CONFIGS, TOPIC, t.name, audit=False):
+                t.topic_config_error_code = TOPIC_AUTHORIZATION_FAILED
+                t.configs = None
+        response.topics.extend(extra)
 
     if s.authorizer is not None:
-        _add_merge(request, merge)
+        _add_merge(request, CreateTopicsResponse, merge)
     return None
 
 
-def check_delete_topics(s: Session, request: Request, step: AuthorizationStep) -> dict | None:
+def check_delete_topics(s: Session, request: Request, step: AuthorizationStep) -> Decision:
     if s.allow_cluster(DELETE, audit=False):
         return None
-    by_id = request.header.api_version >= 6
-    topics = request.body.topics if by_id else request.body.topic_names
-    ok, extra = [], []
-    for t in topics:
-        name, topic_id = (t.name, t.topic_id) if by_id else (t, None)
-        if name is None:
-            info = step.store.get_by_id(topic_id) if topic_id is not None else None
-            if info is None:
-                ok.append(t)  # the handler answers UNKNOWN_TOPIC_ID
-            elif not s.allow(DESCRIBE, TOPIC, info.name):
-                extra.append({"name": None, "topic_id": topic_id, "error_code": E.unknown_topic_id,
-                              "error_message": None})
-            elif not s.allow(DELETE, TOPIC, info.name):
-                extra.append({"name": info.name, "topic_id": topic_id, "error_code": TAF, "error_message": None})
-            else:
+    req = request.body_as(DeleteTopicsRequest)
+    extra: list[DeletableTopicResult] = []
+
+    def whole(answers: list[DeletableTopicResult]) -> DeleteTopicsResponse:
+        return DeleteTopicsResponse(responses=answers)
+
+    if request.header.api_version < 6:
+        ok_names, denied_names = _split(req.topic_names, lambda name: s.allow(DELETE, TOPIC, name))
+        extra = [DeletableTopicResult(name=n, error_code=TOPIC_AUTHORIZATION_FAILED) for n in denied_names]
+        return _filtered(request, req.topic_names, ok_names, extra, DeleteTopicsResponse, lambda r: r.responses, whole)
+    ok: list[DeleteTopicState] = []
+    for t in req.topics:
+        if t.name is not None:
+            if s.allow(DELETE, TOPIC, t.name):
                 ok.append(t)
-        elif s.allow(DELETE, TOPIC, name):
-            ok.append(t)
+            else:
+                extra.append(DeletableTopicResult(name=t.name, topic_id=t.topic_id,
+                                                  error_code=TOPIC_AUTHORIZATION_FAILED))
+            continue
+        info = step.store.get_by_id(t.topic_id)
+        if info is None:
+            ok.append(t)  # the handler answers UNKNOWN_TOPIC_ID
+        elif not s.allow(DESCRIBE, TOPIC, info.name):
+            extra.append(DeletableTopicResult(name=None, topic_id=t.topic_id, error_code=ErrorCode.unknown_topic_id))
+        elif not s.allow(DELETE, TOPIC, info.name):
+            extra.append(DeletableTopicResult(name=info.name, topic_id=t.topic_id,
+                                              error_code=TOPIC_AUTHORIZATION_FAILED))
         else:
-            extra.append({"name": name, "topic_id": topic_id or ZERO_UUID, "error_code": TAF, "error_message": None})
-    if not extra:
-        return None
-    if not ok:
-        return {"throttle_time": 0, "responses": extra}
-    _replace(request, **{"topics" if by_id else "topic_names": ok})
-
-    def merge(values: dict) -> dict:
-        values["responses"] = list(values["responses"]) + extra
-        return values
-
-    _add_merge(request, merge)
-    return None
+            ok.append(t)
+    return _filtered(request, req.topics, ok, extra, DeleteTopicsResponse, lambda r: r.responses, whole)
 
 
-def check_create_partitions(s: Session, request: Request, step: AuthorizationStep) -> dict | None:
+def check_create_partitions(s: Session, request: Request, step: AuthorizationStep) -> Decision:
     return _partitioned(
-        request, s, ALTER, field="topics", response_field="results",
-        denied_topic=lambda t: {"name": t.name, "error_code": TAF, "error_message": None},
-        base={"throttle_time": 0, "results": []},
+        request, s, ALTER, request.body_as(CreatePartitionsRequest).topics, lambda t: t.name,
+        lambda t: CreatePartitionsTopicResult(name=t.name, error_code=TOPIC_AUTHORIZATION_FAILED),
+        CreatePartitionsResponse, lambda r: r.results, lambda extra: CreatePartitionsResponse(results=extra),
     )  # fmt: skip
 
 
-def check_delete_records(s: Session, request: Request, step: AuthorizationStep) -> dict | None:
+def check_delete_records(s: Session, request: Request, step: AuthorizationStep) -> Decision:
     return _partitioned(
-        request, s, DELETE, field="topics", response_field="topics",
-        denied_topic=lambda t: {"name": t.name, "partitions": [
-            {"partition_index": p.partition_index, "low_watermark": -1, "error_code": TAF}
-            for p in t.partitions]},
-        base={"throttle_time": 0, "topics": []},
+        request, s, DELETE, request.body_as(DeleteRecordsRequest).topics, lambda t: t.name,
+        lambda t: DeleteRecordsTopicResult(name=t.name, partitions=[
+            DeleteRecordsPartitionResult(partition_index=p.partition_index, low_watermark=-1,
+                                         error_code=TOPIC_AUTHORIZATION_FAILED)
+            for p in t.partitions]),
+        DeleteRecordsResponse, lambda r: r.topics, lambda extra: DeleteRecordsResponse(topics=extra),
     )  # fmt: skip
 
 
-def check_describe_producers(s: Session, request: Request, step: AuthorizationStep) -> dict | None:
+def check_describe_producers(s: Session, request: Request, step: AuthorizationStep) -> Decision:
     return _partitioned(
-        request, s, READ, field="topics", response_field="topics",
-        denied_topic=lambda t: {"name": t.name, "partitions": [
-            {"partition_index": i, "error_code": TAF, "error_message": None, "active_producers": []}
-            for i in t.partition_indexes]},
-        base={"throttle_time": 0, "topics": []},
+        request, s, READ, request.body_as(DescribeProducersRequest).topics, lambda t: t.name,
+        lambda t: TopicResponse(name=t.name, partitions=[
+            ProducersPartitionResponse(partition_index=i, error_code=TOPIC_AUTHORIZATION_FAILED)
+            for i in t.partition_indexes]),
+        DescribeProducersResponse, lambda r: r.topics, lambda extra: DescribeProducersResponse(topics=extra),
     )  # fmt: skip
 
 
-def _configs(op: AclOperation, response_field: str, with_configs: bool) -> Check:
-    def check(s: Session, request: Request, step: AuthorizationStep) -> dict | None:
-        def allowed(r: Any) -> bool:
-            rtype, _ = _CONFIG_RESOURCE.get(r.resource_type, (None, None))
-            if rtype is None:
-                return True  # the handler answers INVALID_REQUEST
-            return s.allow(op, rtype, CLUSTER_NAME if rtype is CLUSTER else r.resource_name)
+class _ConfigResource(Protocol):
+    """A resource of DescribeConfigs, AlterConfigs or IncrementalAlterConfigs."""
 
-        ok, denied = _split(request.body.resources, allowed)
-        extra = []
-        for r in denied:
-            entry = {"error_code": _CONFIG_RESOURCE[r.resource_type][1], "error_message": None,
-                     "resource_type": r.resource_type, "resource_name": r.resource_name}
-            if with_configs:
-                entry["configs"] = []
-            extra.append(entry)
-        if not extra:
-            return None
-        if not ok:
-            return {"throttle_time": 0, response_field: extra}
-        _replace(request, resources=ok)
+    @property
+    def resource_type(self) -> int: ...
 
-        def merge(values: dict) -> dict:
-            values[response_field] = list(values[response_field]) + extra
-            return values
-
-        _add_merge(request, merge)
-        return None
-
-    return check
+    @property
+    def resource_name(self) -> str: ...
 
 
-def _cluster(op: AclOperation, answer: Callable[[Request, E], dict]) -> Check:
-    """An API that needs ``op`` on the cluster; else ``answer(request, CAF)``."""
+R = TypeVar("R", bound=_ConfigResource)
 
-    def check(s: Session, request: Request, step: AuthorizationStep) -> dict | None:
+
+def _config_resources(
+    s: Session, request: Request, op: AclOperation, resources: list[R],
+    denied_resource: Callable[[R, ErrorCode], E], cls: type[M], entries: Callable[[M], list[E]],
+    whole: Callable[[list[E]], M],
+) -> Decision:
+    """``op`` on each resource: the topic's for a topic, the cluster's for a broker or
+    broker logger, the group's for a group; an unknown type is the handler's
+    INVALID_REQUEST."""
+
+    def allowed(r: R) -> bool:
+        rtype, _ = _CONFIG_RESOURCE.get(r.resource_type, (None, None))
+        if rtype is None:
+            return True
+        return s.allow(op, rtype, CLUSTER_NAME if rtype is CLUSTER else r.resource_name)
+
+    ok, denied = _split(resources, allowed)
+    extra = [denied_resource(r, _CONFIG_RESOURCE[r.resource_type][1]) for r in denied]
+    return _filtered(request, resources, ok, extra, cls, entries, whole)
+
+
+def check_describe_configs(s: Session, request: Request, step: AuthorizationStep) -> Decision:
+    return _config_resources(
+        s, request, DESCRIBE_CONFIGS, request.body_as(DescribeConfigsRequest).resources,
+        lambda r, error: DescribeConfigsResult(error_code=error, resource_type=r.resource_type,
+                                               resource_name=r.resource_name),
+        DescribeConfigsResponse, lambda resp: resp.results, lambda extra: DescribeConfigsResponse(results=extra),
+    )  # fmt: skip
+
+
+def check_alter_configs(s: Session, request: Request, step: AuthorizationStep) -> Decision:
+    return _config_resources(
+        s, request, ALTER_CONFIGS, request.body_as(AlterConfigsRequest).resources,
+        lambda r, error: AlterConfigsResourceResponse(error_code=error, resource_type=r.resource_type,
+                                                      resource_name=r.resource_name),
+        AlterConfigsResponse, lambda resp: resp.responses, lambda extra: AlterConfigsResponse(responses=extra),
+    )  # fmt: skip
+
+
+def check_incremental_alter_configs(s: Session, request: Request, step: AuthorizationStep) -> Decision:
+    return _config_resources(
+        s, request, ALTER_CONFIGS, request.body_as(IncrementalAlterConfigsRequest).resources,
+        lambda r, error: IncrementalAlterConfigsResourceResponse(error_code=error, resource_type=r.resource_type,
+                                                                 resource_name=r.resource_name),
+        IncrementalAlterConfigsResponse, lambda resp: resp.responses,
+        lambda extra: IncrementalAlterConfigsResponse(responses=extra),
+    )  # fmt: skip
+
+
+def _cluster(op: AclOperation, answer: Callable[[Request, ErrorCode], Message]) -> Check:
+    """An API that needs ``op`` on the cluster; else ``answer(request,
+    CLUSTER_AUTHORIZATION_FAILED)``."""
+
+    def check(s: Session, request: Request, step: AuthorizationStep) -> Decision:
         if s.allow_cluster(op):
             return None
-        return answer(request, CAF)
+        return answer(request, CLUSTER_AUTHORIZATION_FAILED)
 
     return check
 
 
-def _top_level(extra: dict | None = None) -> Callable[[Request, E], dict]:
-    def answer(request: Request, error: E) -> dict:
-        return {"throttle_time": 0, "error_code": error, "error_message": None, **(extra or {})}
-
-    return answer
-
-
-def _alter_replica_log_dirs_denied(request: Request, error: E) -> dict:
+def _alter_replica_log_dirs_denied(request: Request, error: ErrorCode) -> AlterReplicaLogDirsResponse:
     results: dict[str, list[int]] = {}
-    for d in request.body.dirs:
+    for d in request.body_as(AlterReplicaLogDirsRequest).dirs:
         for t in d.topics:
             results.setdefault(t.name, []).extend(t.partitions)
-    return {"throttle_time": 0, "results": [
-        {"topic_name": name, "partitions": [{"partition_index": p, "error_code": error} for p in parts]}
-        for name, parts in results.items()]}  # fmt: skip
+    return AlterReplicaLogDirsResponse(results=[
+        AlterReplicaLogDirTopicResult(topic_name=name, partitions=[
+            AlterReplicaLogDirPartitionResult(partition_index=p, error_code=error) for p in parts])
+        for name, parts in results.items()])  # fmt: skip
 
 
-def _alter_client_quotas_denied(request: Request, error: E) -> dict:
-    return {"throttle_time": 0, "entries": [
-        {"error_code": error, "error_message": None,
-         "entity": [{"entity_type": e.entity_type, "entity_name": e.entity_name} for e in entry.entity]}
-        for entry in request.body.entries]}  # fmt: skip
+def _alter_client_quotas_denied(request: Request, error: ErrorCode) -> AlterClientQuotasResponse:
+    return AlterClientQuotasResponse(entries=[
+        AlterClientQuotasResponseEntryData(error_code=error, entity=[
+            AlterClientQuotasResponseEntityData(entity_type=e.entity_type, entity_name=e.entity_name)
+            for e in entry.entity])
+        for entry in request.body_as(AlterClientQuotasRequest).entries])  # fmt: skip
 
 
-def _alter_scram_denied(request: Request, error: E) -> dict:
-    users = dict.fromkeys([d.name for d in request.body.deletions] + [u.name for u in request.body.upsertions])
-    return {"throttle_time": 0, "results": [{"user": u, "error_code": error, "error_message": None} for u in users]}
+def _alter_scram_denied(request: Request, error: ErrorCode) -> AlterUserScramCredentialsResponse:
+    req = request.body_as(AlterUserScramCredentialsRequest)
+    users = dict.fromkeys([d.name for d in req.deletions] + [u.name for u in req.upsertions])
+    return AlterUserScramCredentialsResponse(
+        results=[AlterUserScramCredentialsResult(user=u, error_code=error) for u in users]
+    )
 
 
-def _elect_leaders_denied(request: Request, error: E) -> dict:
-    topics = request.body.topic_partitions or ()
-    return {"throttle_time": 0, "error_code": error, "replica_election_results": [
-        {"topic": t.topic, "partition_result": [
-            {"partition_id": p, "error_code": error, "error_message": None} for p in t.partitions]}
-        for t in topics]}  # fmt: skip
+def _elect_leaders_denied(request: Request, error: ErrorCode) -> ElectLeadersResponse:
+    topics = request.body_as(ElectLeadersRequest).topic_partitions or ()
+    return ElectLeadersResponse(error_code=error, replica_election_results=[
+        ReplicaElectionResult(topic=t.topic, partition_result=[
+            PartitionResult(partition_id=p, error_code=error) for p in t.partitions])
+        for t in topics])  # fmt: skip
 
 
-def _describe_log_dirs_denied(request: Request, error: E) -> dict:
-    return {"throttle_time": 0, "error_code": error, "results": []}
+#: the message of an ACL API's CLUSTER_AUTHORIZATION_FAILED (Kafka's exception message)
+_CLUSTER_DENIED = "Cluster authorization failed."
 
 
-def _acl_denied(field: str, entries: str) -> Callable[[Request, E], dict]:
-    def answer(request: Request, error: E) -> dict:
-        one: dict[str, Any] = {"error_code": error, "error_message": "Cluster authorization failed."}
-        if field == "filter_results":
-            one["matching_acls"] = []
-        return {"throttle_time": 0, field: [dict(one) for _ in getattr(request.body, entries)]}
-
-    return answer
+def _create_acls_denied(request: Request, error: ErrorCode) -> CreateAclsResponse:
+    return CreateAclsResponse(results=[
+        AclCreationResult(error_code=error, error_message=_CLUSTER_DENIED)
+        for _ in request.body_as(CreateAclsRequest).creations
+    ])  # fmt: skip
 
 
-def check_describe_acls(s: Session, request: Request, step: AuthorizationStep) -> dict | None:
-    if s.allow_cluster(DESCRIBE):
+def _delete_acls_denied(request: Request, error: ErrorCode) -> DeleteAclsResponse:
+    return DeleteAclsResponse(filter_results=[
+        DeleteAclsFilterResult(error_code=error, error_message=_CLUSTER_DENIED)
+        for _ in request.body_as(DeleteAclsRequest).filters
+    ])  # fmt: skip
+
+
+def check_describe_cluster(s: Session, request: Request, step: AuthorizationStep) -> Decision:
+    if not request.body_as(DescribeClusterRequest).include_cluster_authorized_operations:
         return None
-    return {"throttle_time": 0, "error_code": CAF, "error_message": "Cluster authorization failed.",
-            "resources": []}
 
-
-def check_describe_cluster(s: Session, request: Request, step: AuthorizationStep) -> dict | None:
-    if not getattr(request.body, "include_cluster_authorized_operations", False):
-        return None
-
-    def merge(values: dict) -> dict:
-        values["cluster_authorized_operations"] = (
+    def merge(response: DescribeClusterResponse) -> None:
+        response.cluster_authorized_operations = (
             s.operations(CLUSTER, CLUSTER_NAME) if s.allow_cluster(DESCRIBE, audit=False) else 0
         )
-        return values
 
-    _add_merge(request, merge)
+    _add_merge(request, DescribeClusterResponse, merge)
     return None
 
 
-def check_describe_topic_partitions(s: Session, request: Request, step: AuthorizationStep) -> dict | None:
-    named = {t.name for t in request.body.topics}
+def check_describe_topic_partitions(s: Session, request: Request, step: AuthorizationStep) -> Decision:
+    named = {t.name for t in request.body_as(DescribeTopicPartitionsRequest).topics}
 
-    def merge(values: dict) -> dict:
+    def merge(response: DescribeTopicPartitionsResponse) -> None:
         topics = []
-        for t in values["topics"]:
-            name = t["name"]
-            if s.allow(DESCRIBE, TOPIC, name, audit=name in named):
-                if t["error_code"] == E.none:
-                    t["topic_authorized_operations"] = s.operations(TOPIC, name)
+        for t in response.topics:
+            name = t.name
+            if name is None:
+                topics.append(t)
+            elif s.allow(DESCRIBE, TOPIC, name, audit=name in named):
+                if t.error_code == ErrorCode.none:
+                    t.topic_authorized_operations = s.operations(TOPIC, name)
                 topics.append(t)
             elif name in named:
-                topics.append({"error_code": TAF, "name": name, "topic_id": ZERO_UUID, "is_internal": False,
-                               "partitions": [], "topic_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED})
-        values["topics"] = topics
-        return values
+                topics.append(DescribeTopicPartitionsResponseTopic(error_code=TOPIC_AUTHORIZATION_FAILED, name=name))
+        response.topics = topics
 
-    _add_merge(request, merge)
+    _add_merge(request, DescribeTopicPartitionsResponse, merge)
     return None
 
 
@@ -959,13 +1261,10 @@ CHECKS: dict[int, Check] = {
     ApiKey.OFFSET_FETCH: check_offset_fetch,
     ApiKey.OFFSET_DELETE: check_offset_delete,
     ApiKey.FIND_COORDINATOR: check_find_coordinator,
-    ApiKey.JOIN_GROUP: _group_only(READ, lambda r: {
-        "throttle_time": 0, "error_code": GAF, "generation_id": -1, "leader": "", "member_id": "", "members": [],
-        # nullable from v7 (Kafka's JoinGroupResponse: "" before)
-        "protocol_name": None if r.header.api_version >= 7 else ""}),
-    ApiKey.SYNC_GROUP: _group_only(READ, lambda r: {"throttle_time": 0, "error_code": GAF, "assignment": b""}),
-    ApiKey.HEARTBEAT: _group_only(READ, lambda r: {"throttle_time": 0, "error_code": GAF}),
-    ApiKey.LEAVE_GROUP: _group_only(READ, lambda r: {"throttle_time": 0, "error_code": GAF, "members": []}),
+    ApiKey.JOIN_GROUP: check_join_group,
+    ApiKey.SYNC_GROUP: check_sync_group,
+    ApiKey.HEARTBEAT: check_heartbeat,
+    ApiKey.LEAVE_GROUP: check_leave_group,
     ApiKey.CONSUMER_GROUP_HEARTBEAT: check_consumer_group_heartbeat,
     ApiKey.DESCRIBE_GROUPS: check_describe_groups,
     ApiKey.CONSUMER_GROUP_DESCRIBE: check_consumer_group_describe,
@@ -984,26 +1283,33 @@ CHECKS: dict[int, Check] = {
     ApiKey.CREATE_PARTITIONS: check_create_partitions,
     ApiKey.DELETE_RECORDS: check_delete_records,
     ApiKey.DESCRIBE_PRODUCERS: check_describe_producers,
-    ApiKey.DESCRIBE_CONFIGS: _configs(DESCRIBE_CONFIGS, "results", True),
-    ApiKey.ALTER_CONFIGS: _configs(ALTER_CONFIGS, "responses", False),
-    ApiKey.INCREMENTAL_ALTER_CONFIGS: _configs(ALTER_CONFIGS, "responses", False),
-    ApiKey.DESCRIBE_LOG_DIRS: _cluster(DESCRIBE, _describe_log_dirs_denied),
+    ApiKey.DESCRIBE_CONFIGS: check_describe_configs,
+    ApiKey.ALTER_CONFIGS: check_alter_configs,
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: check_incremental_alter_configs,
+    ApiKey.DESCRIBE_LOG_DIRS: _cluster(
+        DESCRIBE, lambda r, error: DescribeLogDirsResponse(error_code=error)),
     ApiKey.ALTER_REPLICA_LOG_DIRS: _cluster(ALTER, _alter_replica_log_dirs_denied),
-    ApiKey.DESCRIBE_ACLS: check_describe_acls,
-    ApiKey.CREATE_ACLS: _cluster(ALTER, _acl_denied("results", "creations")),
-    ApiKey.DELETE_ACLS: _cluster(ALTER, _acl_denied("filter_results", "filters")),
-    ApiKey.DESCRIBE_CLIENT_QUOTAS: _cluster(DESCRIBE_CONFIGS, _top_level({"entries": None})),
+    ApiKey.DESCRIBE_ACLS: _cluster(
+        DESCRIBE, lambda r, error: DescribeAclsResponse(error_code=error, error_message=_CLUSTER_DENIED)),
+    ApiKey.CREATE_ACLS: _cluster(ALTER, _create_acls_denied),
+    ApiKey.DELETE_ACLS: _cluster(ALTER, _delete_acls_denied),
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: _cluster(
+        DESCRIBE_CONFIGS, lambda r, error: DescribeClientQuotasResponse(error_code=error)),
     ApiKey.ALTER_CLIENT_QUOTAS: _cluster(ALTER_CONFIGS, _alter_client_quotas_denied),
-    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: _cluster(DESCRIBE, _top_level({"results": []})),
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: _cluster(
+        DESCRIBE, lambda r, error: DescribeUserScramCredentialsResponse(error_code=error)),
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: _cluster(ALTER, _alter_scram_denied),
     ApiKey.ELECT_LEADERS: _cluster(ALTER, _elect_leaders_denied),
-    ApiKey.ALTER_PARTITION_REASSIGNMENTS: _cluster(ALTER, _top_level({"responses": []})),
-    ApiKey.LIST_PARTITION_REASSIGNMENTS: _cluster(DESCRIBE, _top_level({"topics": []})),
-    ApiKey.DESCRIBE_QUORUM: _cluster(DESCRIBE, _top_level({"topics": [], "nodes": []})),
-    ApiKey.UNREGISTER_BROKER: _cluster(ALTER, _top_level()),
-    ApiKey.ADD_RAFT_VOTER: _cluster(ALTER, _top_level()),
-    ApiKey.REMOVE_RAFT_VOTER: _cluster(ALTER, _top_level()),
-    ApiKey.LIST_CLIENT_METRICS_RESOURCES: _cluster(DESCRIBE_CONFIGS, _top_level({"config_resources": []})),
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: _cluster(
+        ALTER, lambda r, error: AlterPartitionReassignmentsResponse(error_code=error)),
+    ApiKey.LIST_PARTITION_REASSIGNMENTS: _cluster(
+        DESCRIBE, lambda r, error: ListPartitionReassignmentsResponse(error_code=error)),
+    ApiKey.DESCRIBE_QUORUM: _cluster(DESCRIBE, lambda r, error: DescribeQuorumResponse(error_code=error)),
+    ApiKey.UNREGISTER_BROKER: _cluster(ALTER, lambda r, error: UnregisterBrokerResponse(error_code=error)),
+    ApiKey.ADD_RAFT_VOTER: _cluster(ALTER, lambda r, error: AddRaftVoterResponse(error_code=error)),
+    ApiKey.REMOVE_RAFT_VOTER: _cluster(ALTER, lambda r, error: RemoveRaftVoterResponse(error_code=error)),
+    ApiKey.LIST_CLIENT_METRICS_RESOURCES: _cluster(
+        DESCRIBE_CONFIGS, lambda r, error: ListConfigResourcesResponse(error_code=error)),
     ApiKey.DESCRIBE_CLUSTER: check_describe_cluster,
     ApiKey.DESCRIBE_TOPIC_PARTITIONS: check_describe_topic_partitions,
 }

@@ -25,7 +25,8 @@ from tidegate.clock import SYSTEM_CLOCK, Clock
 from tidegate.config import BrokerConfig, parse_metrics_listener
 from tidegate.network import memory_pool
 from tidegate.network.connection_quotas import ConnectionQuotas, connection_limits
-from tidegate.network.socket_server import SocketServer
+from tidegate.network.request_channel import RequestChannel
+from tidegate.network.socket_server import KafkaConnection, SocketServer
 from tidegate.scheduler import AsyncioScheduler
 from tidegate.security.listener import build_credential_store, build_listener_security
 from tidegate.server.broker_core import BrokerCore
@@ -88,16 +89,27 @@ class Broker:
         scheduler = self.scheduler = AsyncioScheduler(asyncio.get_running_loop(), self.clock)
         # SCRAM credentials persist in the data directory; sasl.credentials.file adds users
         self.credentials = build_credential_store(config, self.data_dir)
-        core = self.core = BrokerCore(config, self.data_dir, scheduler, clock=self.clock,
-                                      credentials=self.credentials)
+        # Kafka's RequestChannel: the core sends parked answers and throttle ends through
+        # it, the SocketServer's connections register in it
+        channel: RequestChannel[KafkaConnection] = RequestChannel()
+        metrics_endpoint = parse_metrics_listener(config.get("metrics.listener"))
+        if metrics_endpoint is not None:
+            # counted into on the request path: built before the parts that count
+            from tidegate.metrics.prometheus import BrokerMetrics
+
+            self._metrics = BrokerMetrics()
+        counting = self._metrics
+        core = self.core = BrokerCore(
+            config, self.data_dir, scheduler, clock=self.clock, channel=channel, credentials=self.credentials,
+            metrics=counting,
+        )  # fmt: skip
         self.logs, self.replicas, self.apis, self.reaper = core.logs, core.replicas, core.apis, core.reaper
         max_request = config.get("socket.request.max.bytes")
         pool = memory_pool.create_pool(config.queued_max_request_bytes, max_request, self.clock)
         log.info("request memory pool: %r, queued.max.requests=%d", pool, config.get("queued.max.requests"))
-        connection_quotas = ConnectionQuotas(connection_limits(config))
-        connection_quotas.ip_rate = core.quotas.connection_rate_for_ip  # KIP-612 ip quotas
         self.socket_server = SocketServer(
             core.apis,
+            channel,
             pool,
             max_request,
             scheduler,
@@ -106,13 +118,14 @@ class Broker:
             socket_send_buffer_bytes=config.get("socket.send.buffer.bytes"),
             sasl_max_receive_size=config.get("sasl.server.max.receive.size"),
             clock=self.clock,
-            quotas=connection_quotas,
+            # KIP-612 ip quotas come from the client quota configuration
+            quotas=ConnectionQuotas(connection_limits(config), core.quotas.connection_rate_for_ip),
             connections_max_idle_ms=config.get("connections.max.idle.ms"),
+            request_metrics=counting.requests if counting is not None else None,
         )
-        core.apis.channel = self.socket_server
         config.reconfigurables.append(self.socket_server.limits_changed)
         core.start()
-        await self._start_metrics()
+        await self._start_metrics(metrics_endpoint)
         for listener in config.listeners:
             security = None
             if listener.security_protocol != "PLAINTEXT":
@@ -155,22 +168,23 @@ class Broker:
         use, once started: the scrape-time gauges work, the counters stay at zero, and a
         broker nobody asks does not import prometheus_client (15-20 ms of every start)."""
         if self._metrics is None:
-            self._metrics = self._build_metrics()
+            from tidegate.metrics.prometheus import BrokerMetrics
+
+            self._metrics = BrokerMetrics()
+            self._register_collectors(self._metrics)
         return self._metrics
 
-    def _build_metrics(self) -> BrokerMetrics:
-        from tidegate.metrics.prometheus import BrokerMetrics
-
+    def _register_collectors(self, metrics: BrokerMetrics) -> None:
+        """The scrape-time collectors: the parts' live state, read when scraped."""
         assert self.socket_server is not None and self.core is not None, "the broker is not started"
         core = self.core
         logs = core.logs
-        metrics = BrokerMetrics()
         metrics.register_socket_server(self.socket_server)
         for purgatory in core.purgatories:
             metrics.register_purgatory(purgatory.name, purgatory)
         metrics.register_flusher(core.replicas.flusher)
         metrics.register_log_dir_failures(core.logs.failure_channel)
-        metrics.register_fetch_sessions(core.apis.fetch_sessions)
+        metrics.register_fetch_sessions(core.fetch_sessions)
         metrics.register_logs(lambda: logs.logs)
         if logs.cleaner is not None:
             metrics.register_log_cleaner(logs.cleaner, core.clock)
@@ -178,21 +192,17 @@ class Broker:
         metrics.register_transaction_coordinator(core.transaction_coordinator)
         if core.authorizer is not None:
             metrics.register_authorizer(core.authorizer)
-        return metrics
 
-    async def _start_metrics(self) -> None:
-        """With metrics.listener set: the registry, counting on the request path, and the
-        HTTP endpoint."""
-        assert self.socket_server is not None and self.core is not None
-        endpoint = parse_metrics_listener(self.config.get("metrics.listener"))
+    async def _start_metrics(self, endpoint: tuple[str, int] | None) -> None:
+        """With metrics.listener set: the collectors of the registry the request path
+        already counts into, and the HTTP endpoint."""
         if endpoint is None:
             return
+        assert self._metrics is not None
         from tidegate.metrics.prometheus import MetricsHttpServer
 
-        metrics = self.metrics
-        self.core.count_metrics(metrics)
-        self.socket_server.request_metrics = metrics.requests
-        self.metrics_server = MetricsHttpServer(metrics)
+        self._register_collectors(self._metrics)
+        self.metrics_server = MetricsHttpServer(self._metrics)
         self.metrics_bound = await self.metrics_server.start(*endpoint)
         host, port = self.metrics_bound
         log.info("serving metrics on http://%s:%d/metrics", host, port)

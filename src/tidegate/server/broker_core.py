@@ -2,7 +2,11 @@
 
 :class:`BrokerCore` builds what a broker is made of — the LogManager and
 ReplicaManager, the group coordinator and its purgatories, the client quota managers,
-KafkaApis, and the TimerReaper that drives every timer — on a given
+the request handlers and KafkaApis, and the TimerReaper that drives every timer — each
+through its constructor (nothing is wired by setting attributes afterwards but the two
+links between parts that use each other: ReplicaManager and the transaction coordinator,
+which appends through it, and the transaction coordinator's markers and the group
+coordinator's pending offsets), on a given
 :class:`~tidegate.scheduler.Scheduler` and :class:`~tidegate.clock.Clock`. The shell
 (:mod:`tidegate.server.broker`) builds one on the asyncio loop and puts a SocketServer in
 front of it; tests build one on ``tests/fake_loop.FakeLoop`` and a MockClock and drive
@@ -32,7 +36,11 @@ from tidegate.scheduler import Cancellable, Scheduler
 from tidegate.security.authorizer.acl_store import AclStore
 from tidegate.security.authorizer.standard_authorizer import StandardAuthorizer, parse_super_users
 from tidegate.security.credentials import CredentialStore
+from tidegate.server.acl_apis import AclApis
+from tidegate.server.admin_apis import AdminApis
+from tidegate.server.authorization import AuthorizationStep
 from tidegate.server.endpoints import Endpoints
+from tidegate.server.fetch_session import FetchSessionCache
 from tidegate.server.group_apis import GroupApis
 from tidegate.server.kafka_apis import KafkaApis
 from tidegate.server.log_manager import LogManager
@@ -41,6 +49,8 @@ from tidegate.server.purgatory import DelayedOperationPurgatory
 from tidegate.server.quota.client_quota_manager import ClientQuotaManagerConfig
 from tidegate.server.quota.quota_factory import QuotaManagers
 from tidegate.server.replica_manager import ReplicaManager
+from tidegate.server.request_handler_helper import RequestHandlerHelper
+from tidegate.server.security_apis import SecurityApis
 from tidegate.server.timer import SystemTimer
 from tidegate.server.timer_reaper import TimerReaper
 from tidegate.server.transaction_apis import TransactionApis
@@ -55,6 +65,16 @@ MAINTENANCE_TICK_MS = 1000
 
 
 class BrokerCore:
+    """The broker's parts, each built with what it needs (Kafka's ``BrokerServer.startup``):
+    the constructor reads as the parts list, in the order they depend on each other.
+
+    ``channel`` is where the answers of parked requests and the ends of throttles go: the
+    shell's :class:`~tidegate.network.request_channel.RequestChannel` (the SocketServer's
+    connections register in it), a recording one in tests. ``metrics``: the broker's
+    metrics when ``metrics.listener`` is set (nothing on the request path counts without
+    them).
+    """
+
     def __init__(
         self,
         config: BrokerConfig,
@@ -62,8 +82,9 @@ class BrokerCore:
         scheduler: Scheduler,
         *,
         clock: Clock,
+        channel: RequestChannel[Any],
         credentials: CredentialStore | None = None,
-        channel: RequestChannel | None = None,
+        metrics: BrokerMetrics | None = None,
     ) -> None:
         self.config = config
         self.data_dir = data_dir
@@ -91,21 +112,17 @@ class BrokerCore:
             "loaded %d partition log(s) of %d topic(s) from %s in %.2fs",
             len(self.logs.logs), len(self.store.topics), data_dir, (clock.milliseconds() - started) / 1000,
         )  # fmt: skip
+        #: KIP-227 incremental fetch sessions (Kafka's FetchManager's cache)
+        self.fetch_sessions = FetchSessionCache(config.get("max.incremental.fetch.session.cache.slots"))
         self.replicas = ReplicaManager(
             self.logs,
             scheduler,
             clock=clock,
+            fetch_sessions=self.fetch_sessions,
             fetch_purge_interval=config.get("fetch.purgatory.purge.interval.requests"),
             produce_purge_interval=config.get("producer.purgatory.purge.interval.requests"),
             node_id=config.node_id,
-        )
-        # Consumer groups (Kafka's two purgatories): session expiry, and the join/sync
-        # phases of rebalances.
-        self.heartbeat_purgatory = DelayedOperationPurgatory("Heartbeat", SystemTimer(clock=clock))
-        self.rebalance_purgatory = DelayedOperationPurgatory("Rebalance", SystemTimer(clock=clock))
-        self.endpoints = Endpoints(config)
-        self.groups = GroupApis(
-            config, self.replicas, self.endpoints, self.heartbeat_purgatory, self.rebalance_purgatory, clock
+            topic_stats=metrics.topics if metrics is not None else None,
         )
         # Client quotas (docs/quotas.md): the three managers and their KIP-546 config.
         self.quotas = QuotaManagers(
@@ -114,6 +131,19 @@ class BrokerCore:
             clock=clock,
         )
         self.quotas.load()
+        # The respond step every handler answers through (quotas, metrics, encoding), and
+        # where it sends the answers of parked requests.
+        self.request_helper = RequestHandlerHelper(channel, self.quotas, self.store, clock, metrics)
+        respond = self.request_helper.send_response
+        self.endpoints = Endpoints(config)
+        # Consumer groups (Kafka's two purgatories): session expiry, and the join/sync
+        # phases of rebalances.
+        self.heartbeat_purgatory = DelayedOperationPurgatory("Heartbeat", SystemTimer(clock=clock))
+        self.rebalance_purgatory = DelayedOperationPurgatory("Rebalance", SystemTimer(clock=clock))
+        self.groups = GroupApis(
+            config, self.replicas, self.endpoints, self.heartbeat_purgatory, self.rebalance_purgatory, clock,
+            respond=respond,
+        )  # fmt: skip
         self.credentials = credentials if credentials is not None else CredentialStore(None)
         # Transactions: the coordinator, its __transaction_state and markers; its periodic
         # tasks (timeouts, id expiry) and marker retries are tasks on its own timer.
@@ -128,9 +158,11 @@ class BrokerCore:
             clock,
         )
         if config.get("transaction.partition.verification.enable"):
+            # ReplicaManager and the coordinator use each other (the coordinator appends
+            # through it): a link made once both exist
             self.replicas.transaction_verifier = self.transaction_coordinator.handle_verify_partitions
         self.transactions = TransactionApis(self.transaction_coordinator, self.replicas,
-                                            self.groups.offsets_partition_for, clock)
+                                            self.groups.offsets_partition_for, clock, respond=respond)
         # Offsets in transactions: markers on __consumer_offsets commit or discard the
         # group coordinator's pending offsets.
         self.transaction_coordinator.markers.marker_listeners.append(self.groups.coordinator.on_marker_written)
@@ -147,17 +179,31 @@ class BrokerCore:
             self.authorizer.load(self.acl_store.load())
             log.info("authorizer %s: %d ACL(s) loaded", config.get("authorizer.class.name"),
                      len(self.authorizer.acls))
-        self.apis = KafkaApis(
-            config, self.cluster_id, self.replicas, self.store, self.quotas, self.groups,
-            self.transactions,
-            channel=channel,
-            credentials=self.credentials,
-            endpoints=self.endpoints,
-            broker_configs=self.broker_configs,
-            time=clock,
-            authorizer=self.authorizer,
-            acl_store=self.acl_store,
+        self.authorization = AuthorizationStep(self.authorizer, self.store)
+        # The other handlers, and KafkaApis: the pipeline and the data-path handlers.
+        self.admin = AdminApis(
+            config, self.cluster_id, self.replicas, self.store, self.quotas, self.endpoints, self.groups,
+            self.broker_configs, clock, respond=respond, metrics=metrics,
         )  # fmt: skip
+        self.security = SecurityApis(self.credentials)
+        self.acls = AclApis(self.authorizer, self.acl_store)
+        self.apis = KafkaApis(
+            config,
+            self.cluster_id,
+            request_helper=self.request_helper,
+            authorization=self.authorization,
+            replicas=self.replicas,
+            store=self.store,
+            quotas=self.quotas,
+            fetch_sessions=self.fetch_sessions,
+            endpoints=self.endpoints,
+            groups=self.groups,
+            transactions=self.transactions,
+            admin=self.admin,
+            security=self.security,
+            acls=self.acls,
+            time=clock,
+        )
         # The one scheduler drives every timer: delayed operations and throttles.
         self.reaper = TimerReaper(scheduler.call_at)
         for purgatory in self.purgatories:
@@ -171,13 +217,6 @@ class BrokerCore:
         self._cleaner_worker: CleanerWorker | None = None
         #: when each periodic job is next due (monotonic: they are intervals)
         self._due_at: dict[str, MonotonicMs] = {}
-
-    def count_metrics(self, metrics: BrokerMetrics) -> None:
-        """Count requests, errors and topic bytes into ``metrics`` (metrics.listener set);
-        until this is called nothing on the request path counts."""
-        self.apis.metrics = metrics
-        self.apis.admin.metrics = metrics
-        self.replicas.topic_stats = metrics.topics
 
     @property
     def purgatories(self) -> list[DelayedOperationPurgatory]:

@@ -41,14 +41,27 @@ from tidegate.errors import ErrorCode
 from tidegate.log.dir_failure import StorageError
 from tidegate.log.log import Log
 from tidegate.network.request_channel import PARKED, Request
+from tidegate.protocol.messages.consumer_group_describe import ConsumerGroupDescribeRequest
+from tidegate.protocol.messages.delete_groups import DeleteGroupsRequest
+from tidegate.protocol.messages.describe_groups import DescribeGroupsRequest
+from tidegate.protocol.messages.heartbeat import HeartbeatRequest
+from tidegate.protocol.messages.join_group import JoinGroupRequest
+from tidegate.protocol.messages.leave_group import LeaveGroupRequest
+from tidegate.protocol.messages.list_groups import ListGroupsRequest
+from tidegate.protocol.messages.offset_commit import OffsetCommitRequest
+from tidegate.protocol.messages.offset_delete import OffsetDeleteRequest
+from tidegate.protocol.messages.offset_fetch import OffsetFetchRequest
+from tidegate.protocol.messages.sync_group import SyncGroupRequest
+from tidegate.protocol.messages.txn_offset_commit import TxnOffsetCommitRequest
+from tidegate.security.authorizer.acl import AUTHORIZED_OPERATIONS_OMITTED
 from tidegate.server.endpoints import Endpoints
 from tidegate.server.purgatory import DelayedOperationPurgatory
 from tidegate.server.replica_manager import ReplicaManager
+from tidegate.server.request_handler_helper import Respond
 
 log = logging.getLogger(__name__)
 
 E = ErrorCode
-AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
 TopicPartition = tuple[str, int]
 
 
@@ -75,6 +88,8 @@ class GroupApis:
         heartbeat_purgatory: DelayedOperationPurgatory,
         rebalance_purgatory: DelayedOperationPurgatory,
         clock: Clock,
+        *,
+        respond: Respond,
     ) -> None:
         self.config = config
         #: its wall clock stamps offset commits (Kafka's KafkaApis: commit and expire times)
@@ -98,8 +113,8 @@ class GroupApis:
             self.offsets_log,
             clock,
         )
-        #: answers a parked request (KafkaApis sets it to its send_response)
-        self.respond: Callable[[Request, dict | None], None] = _unset_respond
+        #: answers a parked request (RequestHandlerHelper.send_response)
+        self.respond = respond
 
     # -- the offsets topic -------------------------------------------------------------------
     def _open_offsets_log(self, create: bool) -> Log | None:
@@ -163,7 +178,7 @@ class GroupApis:
 
     # -- JoinGroup / SyncGroup / Heartbeat / LeaveGroup --------------------------------------------
     def handle_join_group(self, request: Request) -> Any:
-        header, req = request.header, request.body
+        header, req = request.header, request.body_as(JoinGroupRequest)
         version = header.api_version
         session_timeout = req.session_timeout
         rebalance_timeout = req.rebalance_timeout if version >= 1 else session_timeout
@@ -208,7 +223,7 @@ class GroupApis:
         return PARKED
 
     def handle_sync_group(self, request: Request) -> Any:
-        header, req = request.header, request.body
+        header, req = request.header, request.body_as(SyncGroupRequest)
         version = header.api_version
         def body(r: SyncResult) -> dict:
             return {
@@ -236,7 +251,7 @@ class GroupApis:
         return PARKED
 
     def handle_heartbeat(self, request: Request) -> dict:
-        header, req = request.header, request.body
+        header, req = request.header, request.body_as(HeartbeatRequest)
         error = self._coord().handle_heartbeat(
             req.group_id,
             req.member_id,
@@ -246,7 +261,7 @@ class GroupApis:
         return {"throttle_time": 0, "error_code": error}
 
     def handle_leave_group(self, request: Request) -> dict:
-        header, req = request.header, request.body
+        header, req = request.header, request.body_as(LeaveGroupRequest)
         version = header.api_version
         if version >= 3:
             leaving = [
@@ -268,7 +283,7 @@ class GroupApis:
 
     # -- OffsetCommit / OffsetFetch / OffsetDelete --------------------------------------------------
     def handle_offset_commit(self, request: Request) -> Any:
-        header, req = request.header, request.body
+        header, req = request.header, request.body_as(OffsetCommitRequest)
         version = header.api_version
         now = self.clock.wall_milliseconds()
         retention = req.retention_time if 2 <= version <= 4 else -1
@@ -347,7 +362,7 @@ class GroupApis:
         KIP-890 check that the group's offsets partition is in the transaction. Answered
         once the transactional batch is fsynced; before v2, COORDINATOR_LOAD_IN_PROGRESS
         is answered as COORDINATOR_NOT_AVAILABLE (clients before 2.0 did not expect it)."""
-        header, req = request.header, request.body
+        header, req = request.header, request.body_as(TxnOffsetCommitRequest)
         version = header.api_version
         topics, parts_by_tp, offsets = self._requested_offsets(
             req.topics, version >= 2, self.clock.wall_milliseconds(), None
@@ -442,7 +457,7 @@ class GroupApis:
         }
 
     def handle_offset_fetch(self, request: Request) -> dict:
-        header, req = request.header, request.body
+        header, req = request.header, request.body_as(OffsetFetchRequest)
         version = header.api_version
         require_stable = getattr(req, "require_stable", False)
         if version >= 8:
@@ -455,7 +470,7 @@ class GroupApis:
         return {"throttle_time": 0, "topics": one["topics"], "error_code": one["error_code"]}
 
     def handle_offset_delete(self, request: Request) -> dict:
-        req = request.body
+        req = request.body_as(OffsetDeleteRequest)
         partitions = [(t.name, p.partition_index) for t in req.topics for p in t.partitions]
         error, errors = self._coord().handle_delete_offsets(req.group_id, partitions)
         if error is not E.none:
@@ -478,7 +493,7 @@ class GroupApis:
 
     # -- ListGroups / DescribeGroups / DeleteGroups ----------------------------------------------------
     def handle_list_groups(self, request: Request) -> dict:
-        req = request.body
+        req = request.body_as(ListGroupsRequest)
         error, groups = self._coord().handle_list_groups(
             getattr(req, "states_filter", ()) or (), getattr(req, "types_filter", ()) or ()
         )
@@ -492,7 +507,7 @@ class GroupApis:
         }
 
     def handle_describe_groups(self, request: Request) -> dict:
-        header, req = request.header, request.body
+        header, req = request.header, request.body_as(DescribeGroupsRequest)
         version = header.api_version
         coordinator = self._coord()
         out = []
@@ -523,7 +538,7 @@ class GroupApis:
         return {"throttle_time": 0, "groups": out}
 
     def handle_delete_groups(self, request: Request) -> dict:
-        req = request.body
+        req = request.body_as(DeleteGroupsRequest)
         results = self._coord().handle_delete_groups(list(dict.fromkeys(req.groups_names)))
         return {
             "throttle_time": 0,
@@ -545,13 +560,9 @@ class GroupApis:
             "groups": [
                 {"error_code": ErrorCode.unsupported_version, "group_id": g, "group_state": "",
                  "group_epoch": 0, "assignment_epoch": 0, "assignor_name": "", "members": []}
-                for g in request.body.group_ids
+                for g in request.body_as(ConsumerGroupDescribeRequest).group_ids
             ],
         }
-
-
-def _unset_respond(request: Request, values: dict | None) -> None:
-    raise RuntimeError("GroupApis.respond is set by KafkaApis")
 
 
 __all__ = ["GroupApis", "offsets_topic_configs"]

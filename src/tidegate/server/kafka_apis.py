@@ -2,34 +2,36 @@
 
 ``handle(request)`` runs one request through the pipeline, the same for every API:
 
-1. **decode** (:mod:`tidegate.protocol.codec`, kio): an unknown key or version is
-   answered UNSUPPORTED_VERSION, bytes that do not parse close the connection; the
-   request's pool memory is released as soon as the body is decoded (Produce: after
-   the append);
+1. **decode** (:mod:`tidegate.protocol.codec`): an unknown key or version is answered
+   UNSUPPORTED_VERSION, bytes that do not parse close the connection; the request's
+   pool memory is released as soon as the body is decoded (Produce: after the append);
 2. **authorize** (:mod:`tidegate.server.authorization`): the API's ACL check answers
    the whole request (a denial), or lets it through with the denied topics, partitions
    or groups removed and a merge that adds their errors to the handler's response;
-3. **handle**: the API's handler returns the response as nested dicts with Kafka's
-   field names, ``None`` for no response (acks=0), or :data:`PARKED` when the request
-   waits in a purgatory (its owner calls :meth:`KafkaApis.send_response` later);
-4. **respond** (:meth:`KafkaApis._respond`, Kafka's ``sendResponseMaybeThrottle``):
-   quotas (record the request's time and bytes, decide the KIP-219 throttle), metrics
-   (error codes, bytes out), encode.
+3. **handle**: the API's handler reads the request typed (``request.body_as(XRequest)``)
+   and returns the response message (``XResponse``), ``None`` for no response (acks=0),
+   or :data:`PARKED` when the answer comes from a callback: from a purgatory later
+   (through :meth:`RequestHandlerHelper.send_response` and the RequestChannel), or at
+   once while the handler still runs (acks=1, a fetch with data), in which case
+   ``handle`` returns it (``Request.answered``);
+4. **respond** (:class:`~tidegate.server.request_handler_helper.RequestHandlerHelper`,
+   Kafka's ``sendResponseMaybeThrottle``): the authorization merge, quotas (record the
+   request's time and bytes, decide the KIP-219 throttle), metrics, encode.
 
 The outcome is a plain value (:mod:`tidegate.network.request_channel`): response
 pieces, no response, close, or PARKED, with the throttle and the after-send action
 for the shell. KafkaApis never creates a future, never reads the system clock (it
-reads the injected :class:`~tidegate.clock.Clock`, Kafka's ``time``: handler time for
-the request quota, monotonic time for fetch sessions), never touches a connection. Appends and fetches go through
-:class:`~tidegate.server.replica_manager.ReplicaManager`; the group, admin and
-security APIs live in their own handler classes, which this module imports (never the
-other way round).
+reads the injected :class:`~tidegate.clock.Clock`, Kafka's ``time``: monotonic time for
+fetch sessions), never touches a connection. Appends and fetches go through
+:class:`~tidegate.server.replica_manager.ReplicaManager`; the group, transaction, admin,
+security and ACL APIs live in their own handler classes, built by
+:class:`~tidegate.server.broker_core.BrokerCore` and handed in (they import nothing from
+this module).
 """
 
 from __future__ import annotations
 
 import logging
-import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -40,11 +42,9 @@ from tidegate.log.segment import TimestampAndOffset
 from tidegate.network.request_channel import (
     PARKED,
     CloseConnectionResponse,
-    NoOpResponse,
     Outcome,
+    Parked,
     Request,
-    RequestChannel,
-    RequestContext,
     Response,
     SendResponse,
 )
@@ -53,19 +53,60 @@ from tidegate.protocol.codec import (
     InvalidRequestError,
     RequestHeader,
     UnsupportedRequestVersionError,
-    build,
     decode_request,
     encode_error_only,
     encode_response,
-    response_class,
 )
-from tidegate.protocol.fetch_fast import Piece, encode_fetch_response, fetch_response_size
+from tidegate.protocol.messages._base import ZERO_UUID
+from tidegate.protocol.messages.api_versions import ApiVersion, ApiVersionsResponse
+from tidegate.protocol.messages.fetch import (
+    AbortedTransaction,
+    EpochEndOffset,
+    FetchableTopicResponse,
+    FetchRequest,
+    FetchResponse,
+    LeaderIdAndEpoch,
+    NodeEndpoint,
+    PartitionData,
+)
+from tidegate.protocol.messages.find_coordinator import (
+    Coordinator,
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
+)
+from tidegate.protocol.messages.list_offsets import (
+    ListOffsetsPartition,
+    ListOffsetsPartitionResponse,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    ListOffsetsTopicResponse,
+)
+from tidegate.protocol.messages.metadata import (
+    MetadataRequest,
+    MetadataResponse,
+    MetadataResponseBroker,
+    MetadataResponsePartition,
+    MetadataResponseTopic,
+)
+from tidegate.protocol.messages.offset_for_leader_epoch import (
+    EpochEndOffset as LeaderEpochEndOffset,
+)
+from tidegate.protocol.messages.offset_for_leader_epoch import (
+    OffsetForLeaderEpochRequest,
+    OffsetForLeaderEpochResponse,
+    OffsetForLeaderTopicResult,
+)
+from tidegate.protocol.messages.produce import (
+    BatchIndexAndErrorMessage,
+    PartitionProduceResponse,
+    ProduceRequest,
+    ProduceResponse,
+    TopicProduceResponse,
+)
 from tidegate.record.record_batch import is_transactional_batch
-from tidegate.security.authorizer.acl_store import AclStore
-from tidegate.security.authorizer.standard_authorizer import StandardAuthorizer
 from tidegate.server.acl_apis import AclApis
 from tidegate.server.admin_apis import AdminApis
-from tidegate.server.authorization import CLOSE_CONNECTION, AuthorizationStep
+from tidegate.server.authorization import AuthorizationStep
 from tidegate.server.endpoints import Endpoints
 from tidegate.server.fetch_session import (
     INVALID_SESSION_ID,
@@ -78,11 +119,10 @@ from tidegate.server.fetch_session import (
     settled,
 )
 from tidegate.server.group_apis import GroupApis
-from tidegate.server.metadata import BrokerConfigStore, TopicInfo, TopicStore
+from tidegate.server.metadata import TopicInfo, TopicStore
 from tidegate.server.replica_manager import (
     MAX_INT32,
     READ_COMMITTED,
-    READ_UNCOMMITTED,
     FetchParams,
     FetchPartition,
     FetchPartitionData,
@@ -90,15 +130,13 @@ from tidegate.server.replica_manager import (
     ReplicaManager,
     check_leader_epoch,
 )
+from tidegate.server.request_handler_helper import Answer, RequestHandlerHelper
 from tidegate.server.security_apis import SecurityApis
 from tidegate.server.transaction_apis import TransactionApis
 from tidegate.utils.topic import InvalidTopicError, is_internal_topic, validate_topic_name
 
 if TYPE_CHECKING:
     from tidegate.log.log import Log
-    from tidegate.metrics.prometheus import BrokerMetrics
-    from tidegate.security.credentials import CredentialStore
-    from tidegate.server.quota.client_quota_manager import ClientQuotaManager
     from tidegate.server.quota.quota_factory import QuotaManagers
 
 log = logging.getLogger(__name__)
@@ -118,26 +156,12 @@ TIMESTAMP_MIN_VERSION = {
     EARLIEST_LOCAL_TIMESTAMP: 8,
     LATEST_TIERED_TIMESTAMP: 9,
 }
-AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
-ZERO_UUID = uuid.UUID(int=0)
-SASL_HANDSHAKE = 17
-SASL_AUTHENTICATE = 36
 COORDINATOR_TYPE_GROUP = 0
 COORDINATOR_TYPE_TRANSACTION = 1
 
-Handler = Callable[[Request], Any]
-
-
-class _QuotaRequest:
-    """What the quota step needs to know about one request while it is answered."""
-
-    __slots__ = ("client_id", "exempt", "size", "user")
-
-    def __init__(self, user: str, client_id: str, exempt: bool, size: int) -> None:
-        self.user = user
-        self.client_id = client_id
-        self.exempt = exempt
-        self.size = size
+#: A request handler: the answer now (a response message, None for no response, a dict
+#: from a handler not yet building messages), or PARKED
+Handler = Callable[[Request], Answer | Parked]
 
 
 class KafkaApis:
@@ -145,46 +169,38 @@ class KafkaApis:
         self,
         config: BrokerConfig,
         cluster_id: str,
+        *,
+        request_helper: RequestHandlerHelper,
+        authorization: AuthorizationStep,
         replicas: ReplicaManager,
         store: TopicStore,
         quotas: QuotaManagers,
+        fetch_sessions: FetchSessionCache,
+        endpoints: Endpoints,
         groups: GroupApis,
         transactions: TransactionApis,
-        *,
-        channel: RequestChannel | None = None,
-        credentials: CredentialStore,
-        endpoints: Endpoints,
-        broker_configs: BrokerConfigStore,
+        admin: AdminApis,
+        security: SecurityApis,
+        acls: AclApis,
         time: Clock,
-        authorizer: StandardAuthorizer | None = None,
-        acl_store: AclStore | None = None,
     ) -> None:
         self.config = config
         self.cluster_id = cluster_id
         self.node_id = config.node_id
+        #: the respond step, and where parked answers go (Kafka's RequestHandlerHelper)
+        self.request_helper = request_helper
+        self.authorization = authorization
         self.replicas = replicas
         self.logs = replicas.logs
         self.store = store
-        #: where answers to parked requests go: the SocketServer (set once it exists)
-        self.channel: RequestChannel = channel if channel is not None else _NO_CHANNEL
         self.quotas = quotas
         self.time = time
         #: KIP-227 incremental fetch sessions (Kafka's FetchManager's cache)
-        self.fetch_sessions = FetchSessionCache(config.get("max.incremental.fetch.session.cache.slots"))
-        replicas.fetch_sessions = self.fetch_sessions
+        self.fetch_sessions = fetch_sessions
         self.endpoints = endpoints
         self.groups = groups
-        groups.respond = self.send_response
         self.transactions = transactions
-        transactions.respond = self.send_response
-        self.admin = admin = AdminApis(
-            config, cluster_id, replicas, store, quotas, endpoints, groups, broker_configs, time
-        )
-        admin.respond = self.send_response
-        self.security = security = SecurityApis(credentials)
-        self.authorizer = authorizer
-        self.authorization = AuthorizationStep(authorizer, store)
-        acls = AclApis(authorizer, acl_store if acl_store is not None else AclStore(None))
+        self.admin = admin
         self.handlers: dict[int, Handler] = {
             ApiKey.PRODUCE: self.handle_produce,
             ApiKey.FETCH: self.handle_fetch,
@@ -248,12 +264,6 @@ class KafkaApis:
             ApiKey.DELETE_ACLS: acls.handle_delete_acls,
         }
         assert set(self.handlers) == set(SUPPORTED_APIS), "advertised and handled APIs differ"
-        # Set by the broker when metrics are on (metrics.listener); None costs one check.
-        self.metrics: BrokerMetrics | None = None
-        # The request being handled, and its response if it was answered during its own
-        # handler (a JoinGroup that completes the rebalance it joins).
-        self._current: Request | None = None
-        self._current_response: Response | None = None
 
     # -- the pipeline ---------------------------------------------------------------------
     def handle(self, request: Request) -> Outcome:
@@ -276,346 +286,132 @@ class KafkaApis:
         denied = self.authorization.authorize(request)
         if denied is not None:
             request.release_buffer()  # Produce: nothing is appended
-            if denied is CLOSE_CONNECTION:
-                return CloseConnectionResponse(_ACKS_0_ERROR)
-            return self._respond(request, denied)
-        self._current = request
-        self._current_response = None
+            if isinstance(denied, Response):
+                return denied  # closing the connection
+            return self.request_helper.respond(request, denied)
+        request.in_handler = True
         try:
-            values = self.handlers[key](request)
+            answer = self.handlers[key](request)
         finally:
-            self._current = None
+            request.in_handler = False
             if key == ApiKey.PRODUCE:
                 request.release_buffer()  # the records are appended by now
-        if values is not PARKED:
-            return self._respond(request, values)
-        answered = self._current_response
-        if answered is not None:
-            self._current_response = None
+        if not isinstance(answer, Parked):
+            return self.request_helper.respond(request, answer)
+        answered = request.answered
+        if answered is not None:  # a callback answered while the handler ran
+            request.answered = None
             return answered
-        if self.quotas.enabled:
-            # The handler's time so far, recorded now; the check comes with the answer.
-            self._record_request_time(self._quota_request(request), self._elapsed_ns(request))
+        self.request_helper.request_parked(request)
         return PARKED
-
-    def send_response(self, request: Request, values: dict | None) -> None:
-        """The answer to a parked request (a purgatory, the group coordinator)."""
-        if request is self._current:
-            self._current_response = self._respond(request, values)
-            return
-        if request.abandoned:
-            return  # the connection went away
-        request.start_ns = self.time.nanoseconds()  # time from here is this answer's
-        self.channel.send_response(request, self._respond(request, values))
-
-    def _send(self, request: Request, response: Response) -> None:
-        """:meth:`send_response` of a response already made (closing the connection)."""
-        if request is self._current:
-            self._current_response = response
-        elif not request.abandoned:
-            self.channel.send_response(request, response)
 
     def try_complete_actions(self) -> None:
         """Run the work deferred until the responses just sent are written."""
         self.replicas.try_complete_actions()
 
-    def _respond(self, request: Request, values: dict | None) -> Response:
-        """The authorization step's merge, then quotas, metrics, encoding: Kafka's
-        ``sendResponseMaybeThrottle``."""
-        merge = request.authz_merge
-        if merge is not None and values is not None:
-            request.authz_merge = None
-            values = merge(values)
-        if self.quotas.enabled:
-            return self._respond_with_quotas(request, values)
-        header: RequestHeader = request.header
-        if values is None:
-            return NoOpResponse()
-        if self.metrics is not None:
-            self._account(header, values)
-        return SendResponse(self._encode_pieces(header, values))
-
-    # -- the quota step -------------------------------------------------------------------
-    def _quota_request(self, request: Request) -> _QuotaRequest:
-        header: RequestHeader = request.header
-        ctx = request.context
-        key = header.api_key
-        # Exempt from the request quota, as in Kafka: ApiVersions, and the SASL exchange
-        # before the connection is authenticated (their time is still measured).
-        exempt = key == ApiKey.API_VERSIONS or (
-            key in (SASL_HANDSHAKE, SASL_AUTHENTICATE) and not ctx.authenticated
-        )
-        return _QuotaRequest(ctx.principal, header.client_id or "", exempt, len(request.payload))
-
-    def _elapsed_ns(self, request: Request) -> int:
-        return max(self.time.nanoseconds() - request.start_ns, 0)
-
     def record_exempt_request_time_ns(self, ns: int) -> None:
         """The shell's SASL exchange before login: exempt, measured (RequestProcessor)."""
-        self.quotas.request.maybe_record_exempt_ns(ns)
-
-    def _record_request_time(self, q: _QuotaRequest, ns: int) -> None:
-        """Time spent on a request, recorded without a check (the next check sees it)."""
-        request = self.quotas.request
-        if q.exempt:
-            request.maybe_record_exempt_ns(ns)
-        else:
-            request.record_network_thread_time_ns(q.user, q.client_id, ns)
-
-    def _respond_with_quotas(self, request: Request, values: dict | None) -> Response:
-        """Record, check and throttle (KIP-219), then encode the response.
-
-        As Kafka's KafkaApis: the request time so far is recorded and checked on the
-        request quota; Produce records the request's size on the produce quota, Fetch the
-        response's size on the fetch quota; the throttle is the maximum of those that
-        apply. A throttled Fetch is answered empty (its bytes are taken back: the client
-        gets them later). The response carries ``throttle_time_ms`` in every version
-        that has the field and is sent at once; the shell mutes the connection for the
-        throttle time, also when there is no response (acks=0), until the throttle's
-        timer task ends it. Encoding and writing the response are recorded after the
-        write (the response's ``after_send``).
-        """
-        quotas = self.quotas
-        header: RequestHeader = request.header
-        key = header.api_key
-        q = self._quota_request(request)
-        clock = self.time
-        if q.exempt:
-            quotas.request.maybe_record_exempt_ns(self._elapsed_ns(request))
-            encode_start = clock.nanoseconds()
-            pieces = None
-            if values is not None:
-                if self.metrics is not None:
-                    self._account(header, values)
-                pieces = self._encode_pieces(header, values)
-            return self._with_after_send(pieces, 0, q, encode_start)
-        request_ms = quotas.request.maybe_record_request_time_ns(q.user, q.client_id, self._elapsed_ns(request))
-        encode_start = clock.nanoseconds()
-        byte_manager = None
-        byte_ms = 0
-        fetched = 0
-        if key == ApiKey.PRODUCE:
-            byte_manager = quotas.produce
-            byte_ms = byte_manager.maybe_record_and_get_throttle_time_ms(q.user, q.client_id, q.size)
-        elif key == ApiKey.FETCH and values is not None and quotas.fetch.quotas_enabled:
-            byte_manager = quotas.fetch
-            # The throttle is decided on the response's size, known without encoding
-            # (Kafka's fetchResponseSize), so the response is encoded once.
-            fetched = fetch_response_size(header.api_version, values)
-            byte_ms = byte_manager.record_and_get_throttle_time_ms(q.user, q.client_id, fetched)
-        throttle_ms = max(byte_ms, request_ms)
-        if throttle_ms > 0:
-            if key == ApiKey.FETCH and values is not None:
-                if fetched:
-                    quotas.fetch.unrecord_quota_sensor(q.user, q.client_id, fetched)
-                values = self._throttled_fetch(values)
-            if values is not None:
-                values["throttle_time"] = throttle_ms
-            manager: ClientQuotaManager = (
-                byte_manager if byte_manager is not None and byte_ms > request_ms else quotas.request
-            )
-            connection_id = request.context.connection_id
-            end = self.channel.end_throttling
-            manager.throttle(q.user, q.client_id, throttle_ms, lambda: end(connection_id))
-        pieces = None
-        if values is not None:
-            if self.metrics is not None:
-                self._account(header, values)
-            pieces = self._encode_pieces(header, values)
-        response = self._with_after_send(pieces, throttle_ms, q, encode_start)
-        if throttle_ms > 0:
-            response.throttle_quota = manager.quota_type.group
-        return response
-
-    def _with_after_send(
-        self, pieces: list[Piece] | None, throttle_ms: int, q: _QuotaRequest, since_ns: int
-    ) -> Response:
-        """The response, with the action that records the time from ``since_ns`` to the
-        end of its write (Kafka's network-thread time) once the shell has written it."""
-        clock = self.time
-        record = self._record_request_time
-
-        def after_send() -> None:
-            record(q, max(clock.nanoseconds() - since_ns, 0))
-
-        if pieces is None:
-            return NoOpResponse(throttle_ms, after_send)
-        return SendResponse(pieces, throttle_ms, after_send)
-
-    @staticmethod
-    def _throttled_fetch(values: dict) -> dict:
-        """The answer to a throttled Fetch: the same partitions, high watermarks as
-        usual, no records (the consumer fetches them again once the throttle ends)."""
-        empty = dict(values)
-        empty["responses"] = [
-            {**t, "partitions": [{**p, "records": b""} for p in t["partitions"]]}
-            for t in values["responses"]
-        ]
-        return empty
-
-    # -- metrics and encoding -------------------------------------------------------------
-    def _account(self, header: RequestHeader, values: dict) -> None:
-        """Metrics from a response about to be sent: error codes per API (per partition
-        for Produce and Fetch, as Kafka counts them) and Fetch's bytes out per topic."""
-        assert self.metrics is not None
-        requests = self.metrics.requests
-        key = header.api_key
-        if key == ApiKey.PRODUCE:
-            for t in values["responses"]:
-                for p in t["partition_responses"]:
-                    if p["error_code"]:
-                        requests.error(key, p["error_code"])
-        elif key == ApiKey.FETCH:
-            topics = self.metrics.topics
-            by_id = header.api_version >= 13
-            if values["error_code"]:
-                requests.error(key, values["error_code"])
-            for t in values["responses"]:
-                if by_id:
-                    info = self.store.get_by_id(t["topic_id"])
-                    name = info.name if info is not None else None
-                else:
-                    name = t["topic"]
-                size = 0
-                for p in t["partitions"]:
-                    if p["error_code"]:
-                        requests.error(key, p["error_code"])
-                    else:
-                        size += len(p["records"] or b"")
-                if size and name is not None:
-                    topics.fetched(name, size)
-        else:
-            requests.count_errors(key, values)
-
-    def _encode_pieces(self, header: RequestHeader, values: dict) -> list[Piece]:
-        """The framed response as pieces: a Fetch's records stay file regions
-        (:mod:`tidegate.protocol.fetch_fast`), anything else is one ``bytes``."""
-        if header.api_key == ApiKey.FETCH:
-            return encode_fetch_response(header.correlation_id, header.api_version, values)
-        return [self._encode(header, values)]
-
-    def _encode(self, header: RequestHeader, values: dict) -> bytes:
-        return encode_response(header, build(response_class(header.api_key, header.api_version), values))
+        self.request_helper.record_exempt_request_time_ns(ns)
 
     def _unsupported_version(self, exc: UnsupportedRequestVersionError) -> bytes:
         if exc.api_key == ApiKey.API_VERSIONS:
             # KIP-511: answer with a v0 body carrying the supported range, so the
             # client can retry with a version both sides know.
             header = RequestHeader(exc.api_key, 0, exc.correlation_id, None, False)
-            values = self._api_versions_body()
-            values["error_code"] = ErrorCode.unsupported_version
-            return self._encode(header, values)
-        if self.metrics is not None:
-            self.metrics.requests.error(exc.api_key, ErrorCode.unsupported_version)
+            response = self._api_versions_response()
+            response.error_code = ErrorCode.unsupported_version
+            return encode_response(header, response)
+        metrics = self.request_helper.metrics
+        if metrics is not None:
+            metrics.requests.error(exc.api_key, ErrorCode.unsupported_version)
         return encode_error_only(exc.correlation_id, ErrorCode.unsupported_version.value)
 
     # -- ApiVersions ----------------------------------------------------------------------
-    def _api_versions_body(self) -> dict:
-        return {
-            "error_code": ErrorCode.none,
-            "api_keys": [
-                {"api_key": int(r.key), "min_version": r.min_version, "max_version": r.max_version}
+    @staticmethod
+    def _api_versions_response() -> ApiVersionsResponse:
+        return ApiVersionsResponse(
+            api_keys=[
+                ApiVersion(api_key=int(r.key), min_version=r.min_version, max_version=r.max_version)
                 for r in SUPPORTED_APIS.values()
             ],
-            "throttle_time": 0,
-            "supported_features": [],
-            "finalized_features_epoch": -1,
-            "finalized_features": [],
-            "zk_migration_ready": False,
-        }
+        )
 
-    def handle_api_versions(self, request: Request) -> dict:
-        return self._api_versions_body()
+    def handle_api_versions(self, request: Request) -> ApiVersionsResponse:
+        return self._api_versions_response()
 
     # -- Metadata -------------------------------------------------------------------------
-    def _topic_metadata(self, info: TopicInfo) -> dict:
-        return {
-            "error_code": ErrorCode.none,
-            "name": info.name,
-            "topic_id": info.topic_id,
-            "is_internal": is_internal_topic(info.name),
-            "partitions": self.replicas.partition_states(info),
-            "topic_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
-        }
+    def _topic_metadata(self, info: TopicInfo) -> MetadataResponseTopic:
+        return MetadataResponseTopic(
+            name=info.name,
+            topic_id=info.topic_id,
+            is_internal=is_internal_topic(info.name),
+            partitions=self.replicas.partition_states(info, MetadataResponsePartition),
+        )
 
-    def handle_metadata(self, request: Request) -> dict:
+    def handle_metadata(self, request: Request) -> MetadataResponse:
         version = request.header.api_version
-        req = request.body
-        topics_out = []
+        req = request.body_as(MetadataRequest)
+        topics_out: list[MetadataResponseTopic] = []
         if req.topics is None or (version == 0 and not req.topics):
             # null (v1+) or empty (v0) means every topic, internal ones included, as
             # Kafka's metadata cache lists them (is_internal tells them apart)
             topics_out = [self._topic_metadata(info) for info in self.store.topics.values()]
-        elif version < 12 and any(t.name is None or getattr(t, "topic_id", None) not in (None, ZERO_UUID)
-                                  for t in req.topics):
+        elif version < 12 and any(t.name is None or t.topic_id != ZERO_UUID for t in req.topics):
             # KafkaApis: "Topic name can not be null for version" / "Topic IDs are not
             # supported in requests for version" (v10, v11), answered by the request's
             # getErrorResponse: each topic INVALID_REQUEST, a null name as ""
             log.info("Metadata v%d with a null topic name or a topic id: INVALID_REQUEST", version)
-            return {"throttle_time": 0, "brokers": [], "cluster_id": None, "controller_id": -1,
-                    "cluster_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
-                    "topics": [{"error_code": ErrorCode.invalid_request, "name": t.name or "",
-                                "topic_id": getattr(t, "topic_id", None) or ZERO_UUID,
-                                "partitions": []} for t in req.topics]}
+            return MetadataResponse(topics=[
+                MetadataResponseTopic(error_code=ErrorCode.invalid_request, name=t.name or "", topic_id=t.topic_id)
+                for t in req.topics
+            ])  # fmt: skip
         else:
-            allow_auto = getattr(req, "allow_auto_topic_creation", True)
             for t in req.topics:
                 name = t.name
                 if name is None:
-                    info = self._topic_by_id(getattr(t, "topic_id", None))
+                    info = self.store.get_by_id(t.topic_id)
                     if info is None:
-                        topics_out.append(
-                            {
-                                "error_code": ErrorCode.unknown_topic_id,
-                                "name": None,
-                                "topic_id": getattr(t, "topic_id", ZERO_UUID),
-                                "partitions": [],
-                            }
-                        )
+                        topics_out.append(MetadataResponseTopic(
+                            error_code=ErrorCode.unknown_topic_id, name=None, topic_id=t.topic_id
+                        ))  # fmt: skip
                         continue
                 else:
                     info = self.store.get(name)
                 if info is None:
-                    topics_out.append(self._auto_create(name, allow_auto))
+                    topics_out.append(self._auto_create(name, req.allow_auto_topic_creation))
                 else:
                     topics_out.append(self._topic_metadata(info))
         host, port = self.endpoints.endpoint(request.context)
-        return {
-            "throttle_time": 0,
-            "brokers": [{"node_id": self.node_id, "host": host, "port": port, "rack": None}],
-            "cluster_id": self.cluster_id,
-            "controller_id": self.node_id,
-            "topics": topics_out,
-            "cluster_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
-        }
+        return MetadataResponse(
+            brokers=[MetadataResponseBroker(node_id=self.node_id, host=host, port=port)],
+            cluster_id=self.cluster_id,
+            controller_id=self.node_id,
+            topics=topics_out,
+        )
 
-    def _auto_create(self, name: str, allow_auto: bool) -> dict:
-        error = ErrorCode.unknown_topic_or_partition
+    def _auto_create(self, name: str | None, allow_auto: bool) -> MetadataResponseTopic:
+        assert name is not None
         if is_internal_topic(name):  # created by the group coordinator, never by a lookup
-            return {"error_code": error, "name": name, "topic_id": ZERO_UUID, "partitions": []}
+            return MetadataResponseTopic(error_code=ErrorCode.unknown_topic_or_partition, name=name)
         try:
             validate_topic_name(name)
         except InvalidTopicError:
-            return {"error_code": ErrorCode.invalid_topic_exception, "name": name, "partitions": []}
+            return MetadataResponseTopic(error_code=ErrorCode.invalid_topic_exception, name=name)
         if name in self.logs.creating:  # a CreateTopics is making it: not ready yet
-            return {"error_code": ErrorCode.leader_not_available, "name": name, "topic_id": ZERO_UUID,
-                    "partitions": []}
+            return MetadataResponseTopic(error_code=ErrorCode.leader_not_available, name=name)
         if allow_auto and self.config.get("auto.create.topics.enable"):
             try:
                 info = self.logs.create_topic(name, self.config.get("num.partitions"), {})
             except OSError as exc:
                 log.error("could not auto-create topic %s: %s", name, exc)
-                return {"error_code": ErrorCode.kafka_storage_error, "name": name, "partitions": []}
+                return MetadataResponseTopic(error_code=ErrorCode.kafka_storage_error, name=name)
             log.info("auto-created topic %s with %d partition(s)", name, info.partitions)
             return self._topic_metadata(info)
-        return {"error_code": error, "name": name, "topic_id": ZERO_UUID, "partitions": []}
-
-    def _topic_by_id(self, topic_id: uuid.UUID | None) -> TopicInfo | None:
-        return None if topic_id is None else self.store.get_by_id(topic_id)
+        return MetadataResponseTopic(error_code=ErrorCode.unknown_topic_or_partition, name=name)
 
     # -- Produce --------------------------------------------------------------------------
-    def handle_produce(self, request: Request) -> Any:
-        req = request.body
+    def handle_produce(self, request: Request) -> ProduceResponse | Parked:
+        req = request.body_as(ProduceRequest)
         acks = req.acks
         entries: dict[tuple[str, int], Any] = {}
         order: list[tuple[str, list[tuple[str, int]]]] = []
@@ -629,29 +425,29 @@ class KafkaApis:
                 if records is not None and is_transactional_batch(records):
                     has_transactional = True
             order.append((topic.name, keys))
+        helper = self.request_helper
 
         if has_transactional and req.transactional_id is None:
             # Kafka: transactional records need a transactional id the client may write
             # (WRITE on it), else the whole request fails
             if acks == 0:
-                self._send(request, CloseConnectionResponse(_ACKS_0_ERROR))
+                helper.close_connection(request, _ACKS_0_ERROR)
                 return PARKED
-            tidaf = PartitionResponse(ErrorCode.transactional_id_authorization_failed)
-            return self._produce_body(order, dict.fromkeys(entries, tidaf))
+            denied = PartitionResponse(ErrorCode.transactional_id_authorization_failed)
+            return self._produce_response(order, dict.fromkeys(entries, denied))
 
         def respond(results: dict[tuple[str, int], PartitionResponse]) -> None:
-            body = self._produce_body(order, results)
-            if acks == 0:
-                # Kafka: no response, but an error in any partition (the denied topics'
-                # included) closes the connection, so the producer refreshes its metadata
-                merge, request.authz_merge = request.authz_merge, None
-                merged = merge(body) if merge is not None else body
-                if any(p["error_code"] for t in merged["responses"] for p in t["partition_responses"]):
-                    self._send(request, CloseConnectionResponse(_ACKS_0_ERROR))
-                else:
-                    self.send_response(request, None)
+            response = self._produce_response(order, results)
+            if acks != 0:
+                helper.send_response(request, response)
                 return
-            self.send_response(request, body)
+            # Kafka: no response, but an error in any partition (the denied topics'
+            # included) closes the connection, so the producer refreshes its metadata
+            merged = helper.merged(request, response)
+            if any(p.error_code for t in merged.responses for p in t.partition_responses):
+                helper.close_connection(request, _ACKS_0_ERROR)
+            else:
+                helper.send_response(request, None)
 
         self.replicas.append_records(
             req.timeout, acks, entries, respond,
@@ -660,39 +456,36 @@ class KafkaApis:
         return PARKED
 
     @staticmethod
-    def _produce_body(
+    def _produce_response(
         order: list[tuple[str, list[tuple[str, int]]]], results: dict[tuple[str, int], PartitionResponse]
-    ) -> dict:
+    ) -> ProduceResponse:
         responses = []
         for name, keys in order:
             parts = []
             for key in keys:
                 r = results[key]
-                parts.append(
-                    {
-                        "index": key[1],
-                        "error_code": r.error,
-                        "base_offset": r.base_offset,
-                        "log_append_time": r.log_append_time,
-                        "log_start_offset": r.log_start_offset,
-                        "record_errors": [
-                            {"batch_index": i, "batch_index_error_message": m} for i, m in r.record_errors
-                        ]
-                        if r.record_errors
-                        else (),
-                        "error_message": r.error_message,
-                    }
-                )
-            responses.append({"name": name, "partition_responses": parts})
-        return {"responses": responses, "throttle_time": 0, "node_endpoints": []}
+                parts.append(PartitionProduceResponse(
+                    index=key[1],
+                    error_code=r.error,
+                    base_offset=r.base_offset,
+                    log_append_time=r.log_append_time,
+                    log_start_offset=r.log_start_offset,
+                    record_errors=[
+                        BatchIndexAndErrorMessage(batch_index=i, batch_index_error_message=m)
+                        for i, m in r.record_errors
+                    ],
+                    error_message=r.error_message,
+                ))  # fmt: skip
+            responses.append(TopicProduceResponse(name=name, partition_responses=parts))
+        return ProduceResponse(responses=responses)
 
     # -- Fetch ----------------------------------------------------------------------------
-    def handle_fetch(self, request: Request) -> Any:
+    def handle_fetch(self, request: Request) -> FetchResponse | Parked:
         """Kafka's ``handleFetchRequest`` with KIP-227 sessions: the fetch context
         (:func:`~tidegate.server.fetch_session.new_context`) decides which partitions
         are read (the request's, or an incremental session's) and which are answered."""
-        header: RequestHeader = request.header
-        req = request.body
+        header = request.header
+        req = request.body_as(FetchRequest)
         version = header.api_version
         by_id = version >= 13
         fetch_data: list[tuple[SessionKey, int, int, int, int]] = []
@@ -700,8 +493,8 @@ class KafkaApis:
             tkey = t.topic_id if by_id else t.topic
             for p in t.partitions:
                 fetch_data.append(
-                    ((tkey, p.partition), p.fetch_offset, p.partition_max_bytes,
-                     getattr(p, "current_leader_epoch", -1), getattr(p, "last_fetched_epoch", -1))
+                    ((tkey, p.partition), p.fetch_offset, p.partition_max_bytes, p.current_leader_epoch,
+                     p.last_fetched_epoch)
                 )  # fmt: skip
         if version >= 7:
             to_forget: list[SessionKey] = [
@@ -713,12 +506,11 @@ class KafkaApis:
         else:
             ctx = FetchContext("sessionless")
         if ctx.kind == "error":
-            return self._fetch_response(ctx.error, INVALID_SESSION_ID, [], [])
+            return FetchResponse(error_code=ctx.error, session_id=INVALID_SESSION_ID)
         # a follower's session is privileged in the cache (v15+ names it in replica_state)
-        replica_state = getattr(req, "replica_state", None)
-        replica_id = replica_state.replica_id if version >= 15 and replica_state is not None else req.replica_id
+        replica_id = req.replica_state.replica_id if version >= 15 else req.replica_id
         privileged = replica_id >= 0
-        max_bytes = req.max_bytes if version >= 3 else MAX_INT32
+        max_bytes = req.max_bytes
         # Under a fetch quota a response is at most what the quota allows in its whole
         # window (Kafka's getMaxValueInQuotaWindow), so one response cannot earn a
         # throttle of many windows.
@@ -727,10 +519,7 @@ class KafkaApis:
                 request.context.principal, header.client_id or ""
             )
             max_bytes = int(min(window_max, max_bytes))
-        params = FetchParams(
-            req.max_wait, req.min_bytes, min(max_bytes, MAX_INT32),
-            req.isolation_level if version >= 4 else READ_UNCOMMITTED,
-        )  # fmt: skip
+        params = FetchParams(req.max_wait, req.min_bytes, min(max_bytes, MAX_INT32), req.isolation_level)
         if ctx.session is not None:
             return self._fetch_incremental(request, ctx, ctx.session, by_id, privileged, params)
         names: dict[Any, str | None] = {}
@@ -738,7 +527,7 @@ class KafkaApis:
         for key, offset, pmax, cle, lfe in fetch_data:
             tkey = key[0]
             if tkey not in names:
-                info = self._topic_by_id(tkey) if by_id else self.store.get(tkey)
+                info = self.store.get_by_id(tkey) if by_id else self.store.get(tkey)
                 names[tkey] = info.name if info is not None else None
             name = names[tkey]
             partitions.append(
@@ -762,9 +551,9 @@ class KafkaApis:
                         key for key, (_, offset, *_rest), r in zip(keys, fetch_data, results, strict=True)
                         if not settled(offset, r, read_committed)
                     ], read_committed)
-            node_endpoints: list[dict] = []
-            topics = self._fetch_topics(request, by_id, keys, partitions, results, node_endpoints)
-            self.send_response(request, self._fetch_response(ErrorCode.none, session_id, topics, node_endpoints))
+            response = FetchResponse(session_id=session_id)
+            self._fetch_topics(request, response, by_id, keys, partitions, results)
+            self.request_helper.send_response(request, response)
 
         self.replicas.fetch_messages(params, partitions, respond, lambda: request.abandoned)
         return PARKED
@@ -772,7 +561,7 @@ class KafkaApis:
     def _fetch_incremental(
         self, request: Request, ctx: FetchContext, session: FetchSession, by_id: bool, privileged: bool,
         params: FetchParams,
-    ) -> Any:
+    ) -> Parked:
         """An incremental fetch reads only the session's dirty partitions (those that
         changed, or that the client was not yet told everything about; see
         :mod:`tidegate.server.fetch_session`): an idle poll of a session of N partitions
@@ -789,7 +578,7 @@ class KafkaApis:
 
         def name_of(tkey: Any) -> str | None:
             if tkey not in names:
-                info = self._topic_by_id(tkey) if by_id else self.store.get(tkey)
+                info = self.store.get_by_id(tkey) if by_id else self.store.get(tkey)
                 names[tkey] = info.name if info is not None else None
             return names[tkey]
 
@@ -824,16 +613,17 @@ class KafkaApis:
                 for i, key in enumerate(keys):
                     if name_of(key[0]) in denied:
                         results[i] = FetchPartitionData(ErrorCode.topic_authorization_failed)
-            body = self._incremental_fetch_body(request, by_id, ctx, keys, partitions, results, read_committed)
-            self.send_response(request, body)
+            response = self._incremental_fetch_response(request, by_id, ctx, keys, partitions, results,
+                                                        read_committed)
+            self.request_helper.send_response(request, response)
 
         self.replicas.fetch_session_messages(params, session, select, respond, lambda: request.abandoned)
         return PARKED
 
-    def _incremental_fetch_body(
+    def _incremental_fetch_response(
         self, request: Request, by_id: bool, ctx: FetchContext, keys: list[SessionKey],
         partitions: list[FetchPartition], results: list[FetchPartitionData], read_committed: bool,
-    ) -> dict:
+    ) -> FetchResponse:
         """Kafka's ``IncrementalFetchContext.updateAndGenerateResponseData`` over the
         partitions read (the dirty ones): only those with news, each remembered as sent;
         one that returned records moves to the end of the session, so a size-limited
@@ -842,7 +632,7 @@ class KafkaApis:
         session = ctx.session
         assert session is not None
         if session.epoch != ctx.expected_epoch:  # another request used the session meanwhile
-            return self._fetch_response(ErrorCode.invalid_fetch_session_epoch, session.id, [], [])
+            return FetchResponse(error_code=ErrorCode.invalid_fetch_session_epoch, session_id=session.id)
         cached = session.partitions
         sel_keys: list[SessionKey] = []
         sel_parts: list[FetchPartition] = []
@@ -860,128 +650,104 @@ class KafkaApis:
                 if size > 0:
                     session.move_to_end(key)
             session.settle(cp, r, read_committed)
-        node_endpoints: list[dict] = []
-        topics = self._fetch_topics(request, by_id, sel_keys, sel_parts, sel_results, node_endpoints)
-        return self._fetch_response(ErrorCode.none, session.id, topics, node_endpoints)
-
-    @staticmethod
-    def _fetch_response(error: ErrorCode, session_id: int, responses: list, node_endpoints: list) -> dict:
-        return {
-            "throttle_time": 0,
-            "error_code": error,
-            "session_id": session_id,
-            "responses": responses,
-            "node_endpoints": node_endpoints,
-        }
+        response = FetchResponse(session_id=session.id)
+        self._fetch_topics(request, response, by_id, sel_keys, sel_parts, sel_results)
+        return response
 
     def _fetch_topics(
-        self, request: Request, by_id: bool, keys: list[SessionKey], partitions: list[FetchPartition],
-        results: list[FetchPartitionData], node_endpoints: list[dict],
-    ) -> list[dict]:
+        self, request: Request, response: FetchResponse, by_id: bool, keys: list[SessionKey],
+        partitions: list[FetchPartition], results: list[FetchPartitionData],
+    ) -> None:
         """The response's topics: consecutive partitions of one topic share an entry, as
-        Kafka's ``FetchResponse.of`` groups them."""
-        responses: list[dict] = []
+        Kafka's ``FetchResponse.of`` groups them; a fenced leader epoch names the current
+        leader and its endpoint (KIP-951, v16+)."""
+        responses = response.responses
         last: Any = _NO_TOPIC
-        parts: list[dict] = []
+        parts: list[PartitionData] = []
         for key, fp, r in zip(keys, partitions, results, strict=True):
             tkey, index = key
             if tkey != last:
                 last = tkey
                 parts = []
                 responses.append(
-                    {"topic": None if by_id else tkey, "topic_id": tkey if by_id else None, "partitions": parts}
-                )
+                    FetchableTopicResponse(topic_id=tkey, partitions=parts) if by_id
+                    else FetchableTopicResponse(topic=tkey, partitions=parts)
+                )  # fmt: skip
             error = r.error
             if by_id and error is ErrorCode.unknown_topic_or_partition:
                 error = ErrorCode.unknown_topic_id
-            part: dict[str, Any] = {
-                "partition_index": index,
-                "error_code": error,
-                "high_watermark": r.high_watermark,
-                "last_stable_offset": r.last_stable_offset,
-                "log_start_offset": r.log_start_offset,
-                "aborted_transactions": None
-                if r.aborted_transactions is None
-                else [{"producer_id": a.producer_id, "first_offset": a.first_offset}
-                      for a in r.aborted_transactions],
-                "preferred_read_replica": -1,
-                "records": r.records,
-            }
+            part = PartitionData(
+                partition_index=index,
+                error_code=error,
+                high_watermark=r.high_watermark,
+                last_stable_offset=r.last_stable_offset,
+                log_start_offset=r.log_start_offset,
+                aborted_transactions=None if r.aborted_transactions is None else [
+                    AbortedTransaction(producer_id=a.producer_id, first_offset=a.first_offset)
+                    for a in r.aborted_transactions
+                ],
+                records=r.records,
+            )  # fmt: skip
             if r.diverging_epoch is not None:
-                part["diverging_epoch"] = {
-                    "epoch": r.diverging_epoch[0], "end_offset": r.diverging_epoch[1]
-                }
+                part.diverging_epoch = EpochEndOffset(epoch=r.diverging_epoch[0], end_offset=r.diverging_epoch[1])
             if error is ErrorCode.fenced_leader_epoch and fp.key is not None:
-                # KIP-951 (v16+): the current leader, and its endpoint below
                 plog = self.replicas.get_log(*fp.key)
-                part["current_leader"] = {
-                    "leader_id": self.node_id,
-                    "leader_epoch": plog.leader_epoch if plog is not None else -1,
-                }
-                if not node_endpoints:
+                part.current_leader = LeaderIdAndEpoch(
+                    leader_id=self.node_id, leader_epoch=plog.leader_epoch if plog is not None else -1
+                )
+                if not response.node_endpoints:
                     host, port = self.endpoints.endpoint(request.context)
-                    node_endpoints.append(
-                        {"node_id": self.node_id, "host": host, "port": port, "rack": None}
-                    )
+                    response.node_endpoints.append(NodeEndpoint(node_id=self.node_id, host=host, port=port))
             parts.append(part)
-        return responses
 
     # -- ListOffsets ----------------------------------------------------------------------
-    def handle_list_offsets(self, request: Request) -> dict:
+    def handle_list_offsets(self, request: Request) -> ListOffsetsResponse:
         """Kafka's ``ReplicaManager.fetchOffset`` on one node: a partition named twice gets
         INVALID_REQUEST (once), a special timestamp the version predates
         UNSUPPORTED_VERSION, a stale or future ``current_leader_epoch``
         FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH; timestamps are searched record by
         record; leader epochs are answered from v4."""
         version = request.header.api_version
-        read_committed = version >= 2 and request.body.isolation_level == READ_COMMITTED
-        wanted: dict[str, dict[int, Any]] = {}
+        req = request.body_as(ListOffsetsRequest)
+        read_committed = req.isolation_level == READ_COMMITTED
+        wanted: dict[str, dict[int, ListOffsetsPartition]] = {}
         duplicates: set[tuple[str, int]] = set()
-        for t in request.body.topics:
+        for t in req.topics:
             parts = wanted.setdefault(t.name, {})
             for p in t.partitions:
                 if p.partition_index in parts:
                     duplicates.add((t.name, p.partition_index))
                 else:
                     parts[p.partition_index] = p
-        topics = []
-        for name, parts in wanted.items():
-            topics.append(
-                {
-                    "name": name,
-                    "partitions": [
-                        self._list_offset(name, p, version, (name, index) in duplicates, read_committed)
-                        for index, p in parts.items()
-                    ],
-                }
-            )
-        return {"throttle_time": 0, "topics": topics}
+        return ListOffsetsResponse(topics=[
+            ListOffsetsTopicResponse(name=name, partitions=[
+                self._list_offset(name, p, version, (name, index) in duplicates, read_committed)
+                for index, p in parts.items()
+            ])
+            for name, parts in wanted.items()
+        ])  # fmt: skip
 
-    def _list_offset(self, topic: str, p: Any, version: int, duplicate: bool, read_committed: bool) -> dict:
-        out = {
-            "partition_index": p.partition_index,
-            "error_code": ErrorCode.none,
-            "timestamp": NO_TIMESTAMP,
-            "offset": -1,
-            "leader_epoch": -1,
-        }
+    def _list_offset(
+        self, topic: str, p: ListOffsetsPartition, version: int, duplicate: bool, read_committed: bool
+    ) -> ListOffsetsPartitionResponse:
+        out = ListOffsetsPartitionResponse(partition_index=p.partition_index)
         ts = p.timestamp
         if duplicate:
-            out["error_code"] = ErrorCode.invalid_request
+            out.error_code = ErrorCode.invalid_request
             return out
         if ts < 0 and version < TIMESTAMP_MIN_VERSION.get(ts, MAX_INT32):
-            out["error_code"] = ErrorCode.unsupported_version  # Kafka's isListOffsetsTimestampUnsupported
+            out.error_code = ErrorCode.unsupported_version  # Kafka's isListOffsetsTimestampUnsupported
             return out
         plog: Log | None = self.replicas.get_log(topic, p.partition_index)
         if plog is None:
-            out["error_code"] = ErrorCode.unknown_topic_or_partition
+            out.error_code = ErrorCode.unknown_topic_or_partition
             return out
         if self.replicas.log_dir_offline:
-            out["error_code"] = ErrorCode.kafka_storage_error
+            out.error_code = ErrorCode.kafka_storage_error
             return out
-        epoch_error = check_leader_epoch(plog, getattr(p, "current_leader_epoch", -1))
+        epoch_error = check_leader_epoch(plog, p.current_leader_epoch)
         if epoch_error is not ErrorCode.none:
-            out["error_code"] = epoch_error
+            out.error_code = epoch_error
             return out
         # read_committed sees the log up to the last stable offset (Kafka's
         # Partition.fetchOffsetForTimestamp)
@@ -997,38 +763,37 @@ class KafkaApis:
             if found is not None and found.offset >= upper:
                 found = None  # beyond what a consumer may read: no offset
         if found is not None:
-            out["offset"] = found.offset
-            out["timestamp"] = found.timestamp
+            out.offset = found.offset
+            out.timestamp = found.timestamp
             if found.leader_epoch is not None and version >= 4:
-                out["leader_epoch"] = found.leader_epoch
+                out.leader_epoch = found.leader_epoch
         return out
 
     # -- OffsetForLeaderEpoch --------------------------------------------------------------
-    def handle_offset_for_leader_epoch(self, request: Request) -> dict:
+    def handle_offset_for_leader_epoch(self, request: Request) -> OffsetForLeaderEpochResponse:
         """KIP-320 truncation detection: the end offset of each asked epoch (Kafka's
         ``Partition.lastOffsetForLeaderEpoch``); a consumer validates its position with it
         after a metadata change. Each partition has one stable epoch, so a consumer asking
         for it gets (epoch, log end offset) and keeps its position."""
         topics = []
-        for t in request.body.topics:
+        for t in request.body_as(OffsetForLeaderEpochRequest).topics:
             parts = []
             for p in t.partitions:
                 error, epoch, end = self.replicas.last_offset_for_leader_epoch(
-                    (t.topic, p.partition), getattr(p, "current_leader_epoch", -1), p.leader_epoch
+                    (t.topic, p.partition), p.current_leader_epoch, p.leader_epoch
                 )
-                parts.append(
-                    {"error_code": error, "partition": p.partition, "leader_epoch": epoch, "end_offset": end}
-                )
-            topics.append({"topic": t.topic, "partitions": parts})
-        return {"throttle_time": 0, "topics": topics}
+                parts.append(LeaderEpochEndOffset(error_code=error, partition=p.partition, leader_epoch=epoch,
+                                                  end_offset=end))
+            topics.append(OffsetForLeaderTopicResult(topic=t.topic, partitions=parts))
+        return OffsetForLeaderEpochResponse(topics=topics)
 
     # -- FindCoordinator ----------------------------------------------------------------------
-    def handle_find_coordinator(self, request: Request) -> dict:
+    def handle_find_coordinator(self, request: Request) -> FindCoordinatorResponse:
         """This node coordinates every group and every transactional id; the coordinator's
         internal topic is created on first use."""
-        header, req = request.header, request.body
-        version = header.api_version
-        key_type = getattr(req, "key_type", COORDINATOR_TYPE_GROUP)
+        req = request.body_as(FindCoordinatorRequest)
+        version = request.header.api_version
+        key_type = req.key_type
         keys = list(req.coordinator_keys) if version >= 4 else [req.key]
         host, port = self.endpoints.endpoint(request.context)
         message: str | None
@@ -1038,38 +803,25 @@ class KafkaApis:
             error, message = self.transactions.coordinator_error()
         else:
             error, message = ErrorCode.invalid_request, f"unknown coordinator key type {key_type}"
-        coordinators = []
-        for key in keys:
-            if error is ErrorCode.none:
-                coordinators.append({"key": key, "node_id": self.node_id, "host": host, "port": port,
-                                     "error_code": error, "error_message": None})
-            else:
-                coordinators.append({"key": key, "node_id": -1, "host": "", "port": -1,
-                                     "error_code": error, "error_message": message})
+        if error is ErrorCode.none:
+            coordinators = [Coordinator(key=key, node_id=self.node_id, host=host, port=port) for key in keys]
+        else:
+            coordinators = [Coordinator(key=key, node_id=-1, port=-1, error_code=error, error_message=message)
+                            for key in keys]
         if version >= 4:
-            return {"throttle_time": 0, "coordinators": coordinators}
+            return FindCoordinatorResponse(coordinators=coordinators)
         only = coordinators[0]
-        return {
-            "throttle_time": 0,
-            "error_code": only["error_code"],
-            "error_message": only["error_message"],
-            "node_id": only["node_id"],
-            "host": only["host"],
-            "port": only["port"],
-        }
+        return FindCoordinatorResponse(
+            error_code=only.error_code,
+            error_message=only.error_message,
+            node_id=only.node_id,
+            host=only.host,
+            port=only.port,
+        )
 
 
-class _NoChannel:
-    def send_response(self, request: Request, response: Response) -> None:
-        raise RuntimeError("KafkaApis.channel is not set: no shell to answer parked requests")
-
-    def end_throttling(self, connection_id: int) -> None:
-        raise RuntimeError("KafkaApis.channel is not set")
-
-
-_NO_CHANNEL = _NoChannel()
 #: why an acks=0 Produce closes its connection (Kafka's closeConnection)
 _ACKS_0_ERROR = "acks=0 produce with an error in a partition: closing the connection, as Kafka does"
 _NO_TOPIC = object()  # no topic yet, while grouping a fetch response's partitions
 
-__all__ = ["PARKED", "KafkaApis", "RequestContext"]
+__all__ = ["PARKED", "KafkaApis"]

@@ -39,7 +39,7 @@ import logging
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from tidegate.clock import Clock
 from tidegate.errors import CodedError, ErrorCode, OffsetOutOfRangeError
@@ -79,6 +79,20 @@ READ_COMMITTED = 1
 TransactionVerifier = Callable[
     [str, int, int, list[tuple[str, int]]], tuple[ErrorCode, dict[tuple[str, int], ErrorCode]]
 ]
+
+P = TypeVar("P")
+P_co = TypeVar("P_co", covariant=True)
+
+
+class PartitionStateEntity(Protocol[P_co]):
+    """A response's partition class with Metadata's partition fields
+    (``MetadataResponsePartition``, ``DescribeTopicPartitionsResponsePartition``)."""
+
+    def __call__(
+        self, *, error_code: int, partition_index: int, leader_id: int, leader_epoch: int,
+        replica_nodes: list[int], isr_nodes: list[int], offline_replicas: list[int],
+    ) -> P_co: ...
+
 
 #: Verification errors older producers would not retry: Kafka answers NOT_ENOUGH_REPLICAS
 #: (retriable, no metadata refresh) instead.
@@ -214,9 +228,11 @@ class ReplicaManager:
         scheduler: Scheduler,
         *,
         clock: Clock,
+        fetch_sessions: FetchSessionCache,
         fetch_purge_interval: int = 1000,
         produce_purge_interval: int = 1000,
         node_id: int = 1,
+        topic_stats: TopicMetrics | None = None,
     ) -> None:
         self.logs = logs
         self.scheduler = scheduler
@@ -240,10 +256,10 @@ class ReplicaManager:
         self.appended_bytes: dict[TopicPartition, int] = {}
         #: the KIP-227 session cache (KafkaApis'), told of every change to a log so each
         #: session knows which of its partitions an incremental fetch must read
-        self.fetch_sessions: FetchSessionCache | None = None
+        self.fetch_sessions = fetch_sessions
         logs.log_start_moved = self._log_changed
         #: per-topic byte and message counts (tidegate.metrics), when metrics are on
-        self.topic_stats: TopicMetrics | None = None
+        self.topic_stats = topic_stats
         #: the transaction coordinator's verification (KIP-890 part 1), set by BrokerCore
         #: when transaction.partition.verification.enable is true
         self.transaction_verifier: TransactionVerifier | None = None
@@ -255,29 +271,29 @@ class ReplicaManager:
     def get_log(self, topic: str, partition: int) -> Log | None:
         return self.logs.logs.get((topic, partition))
 
-    def partition_states(self, info: TopicInfo) -> list[dict]:
-        """Every partition of a topic as Metadata and DescribeTopicPartitions describe it:
-        this node leads each, alone in its replicas and ISR, at the log's leader epoch."""
+    def partition_states(self, info: TopicInfo, entity: PartitionStateEntity[P]) -> list[P]:
+        """Every partition of a topic as Metadata and DescribeTopicPartitions describe it
+        (``entity``: the response's partition class): this node leads each, alone in its
+        replicas and ISR, at the log's leader epoch."""
         node = self.node_id
         logs = self.logs.logs
         # An offline log dir (docs/reliability.md): this node stays the leader, so clients
         # keep asking it and get KAFKA_STORAGE_ERROR, and lists itself as an offline replica.
         offline = self.failure_channel.offline
         error = ErrorCode.kafka_storage_error if offline else ErrorCode.none
-        offline_replicas = (node,) if offline else ()
         out = []
         for p in range(info.partitions):
             plog = logs.get((info.name, p))
             out.append(
-                {
-                    "error_code": error,
-                    "partition_index": p,
-                    "leader_id": node,
-                    "leader_epoch": plog.leader_epoch if plog is not None else 0,
-                    "replica_nodes": (node,),
-                    "isr_nodes": (node,),
-                    "offline_replicas": offline_replicas,
-                }
+                entity(
+                    error_code=error,
+                    partition_index=p,
+                    leader_id=node,
+                    leader_epoch=plog.leader_epoch if plog is not None else 0,
+                    replica_nodes=[node],
+                    isr_nodes=[node],
+                    offline_replicas=[node] if offline else [],
+                )
             )
         return out
 
@@ -645,8 +661,6 @@ class ReplicaManager:
         """Mark ``keys`` dirty in the fetch sessions that hold them; the purgatory keys
         of those sessions (their parked fetches may complete now)."""
         cache = self.fetch_sessions
-        if cache is None:
-            return []
         woken: dict[Any, None] = {}
         for key in keys:
             for session in cache.partition_changed(key):

@@ -90,6 +90,11 @@ SUPPORTED_OPERATIONS = {
 }
 
 
+#: Kafka's ``AUTHORIZED_OPERATIONS_OMITTED`` (``Integer.MIN_VALUE``): the authorized
+#: operations of a resource the request did not ask them for (the messages' default)
+AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
+
+
 def all_operations_bits(resource_type: ResourceType) -> int:
     """The bit field with every supported operation of the type set (no authorizer)."""
     return sum(1 << op for op in SUPPORTED_OPERATIONS.get(resource_type, ()))
