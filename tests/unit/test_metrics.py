@@ -194,18 +194,34 @@ def test_log_collector_reads_partition_gauges_at_scrape_time():
 
 
 class FakeConn:
+    """A connection as SocketServerCollector reads it (metrics.prometheus.ConnectionState)."""
+
     def __init__(self, listener, *reasons):
         self.listener_name = listener
         self.mute_state = ChannelMuteState()
+        self.closed = False
         for r in reasons:
             self.mute_state.mute(r)
 
 
 class FakeServer:
+    """A SocketServer without connection limits, as its collector reads it
+    (metrics.prometheus.SocketServerState)."""
+
     def __init__(self, pool, conns):
         self.pool = pool
         self.connections = dict(enumerate(conns))
         self.bound = {"PLAINTEXT": ("127.0.0.1", 9092), "INTERNAL": ("127.0.0.1", 9093)}
+        self.pending = {}
+        self.idle_closed_total = {}
+        self.quotas = None
+        self.clock = MockClock()
+
+    def acceptor_blocked_ns(self, listener):
+        return 0
+
+    def response_bytes_in_flight(self):
+        return 0
 
 
 def test_socket_server_collector_counts_connections_and_mutes():
@@ -246,19 +262,20 @@ def test_memory_pool_gauges_follow_a_simple_memory_pool():
     assert sample(bm, "kafka_network_socketserver_memorypoolavgdepletedpercent") == 250 / 30_000
 
 
+class FakePurgatory:
+    """A purgatory's gauges (metrics.prometheus.PurgatoryState)."""
+
+    def __init__(self, size=0, delayed=0, expirations=0):
+        self.purgatory_size = size
+        self.num_delayed_operations = delayed
+        self.expirations_total = expirations
+
+
 def test_registered_purgatories_are_read_at_scrape_time():
-    class P:
-        purgatory_size = 4
-        num_delayed_operations = 3
-        expirations_total = 9
-
-    class Bare:  # attributes not there yet: zeros, not errors
-        pass
-
     bm = BrokerMetrics()
-    p = P()
+    p = FakePurgatory(4, 3, 9)
     bm.register_purgatory("Produce", p)
-    bm.register_purgatory("Fetch", Bare())
+    bm.register_purgatory("Fetch", FakePurgatory())
     base = "kafka_server_delayedoperationpurgatory_"
     assert sample(bm, base + "purgatorysize", delayedOperation="Produce") == 4
     assert sample(bm, base + "numdelayedoperations", delayedOperation="Produce") == 3
@@ -460,7 +477,7 @@ def test_top_view_rates_names_topics_and_clients():
     bm = BrokerMetrics()
     bm.register_logs(lambda: {("orders", 0): FakeLog(0, 100, 4096)})
     bm.register_socket_server(FakeServer(NONE, [FakeConn("PLAINTEXT")]))
-    bm.register_purgatory("Produce", type("P", (), {"purgatory_size": 2})())
+    bm.register_purgatory("Produce", FakePurgatory(size=2))
     bm.topics.appended("orders", 100, 10_000)
     first = _snapshot(bm, 10.0)
     bm.topics.appended("orders", 50, 5_000)

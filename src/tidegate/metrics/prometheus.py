@@ -22,10 +22,10 @@ import asyncio
 import logging
 import re
 from bisect import bisect_left
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Sized
 from struct import Struct
 from time import monotonic_ns
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import (
@@ -41,6 +41,12 @@ from tidegate.clock import Clock
 from tidegate.errors import ErrorCode
 from tidegate.protocol.apis import api_name
 from tidegate.protocol.messages._base import Message
+
+if TYPE_CHECKING:
+    from tidegate.log.cleaner import LogCleanerManager
+    from tidegate.network.connection_quotas import ConnectionQuotas
+    from tidegate.network.memory_pool import MemoryPool
+    from tidegate.network.mute_state import ChannelMuteState
 
 log = logging.getLogger(__name__)
 
@@ -308,6 +314,221 @@ class TopicMetrics:
 # --------------------------------------------------------------------------------------
 # collectors (scrape time, on the event loop)
 # --------------------------------------------------------------------------------------
+# Each collector reads a live component through a Protocol naming what it reads: the
+# broker's parts fit them (tidegate.server.broker registers them), and nothing here imports
+# the server.
+
+
+class PartitionLog(Protocol):
+    """A partition log (``tidegate.log.log.Log``) as LogCollector reads it."""
+
+    @property
+    def closed(self) -> bool: ...
+    @property
+    def size_bytes(self) -> int: ...
+    @property
+    def log_start_offset(self) -> int: ...
+    @property
+    def log_end_offset(self) -> int: ...
+    @property
+    def segments(self) -> Sized: ...
+
+
+class ConnectionState(Protocol):
+    """A connection of the SocketServer (``KafkaConnection``)."""
+
+    @property
+    def listener_name(self) -> str: ...
+    @property
+    def mute_state(self) -> ChannelMuteState: ...
+    @property
+    def closed(self) -> bool: ...
+
+
+class SocketServerState(Protocol):
+    """The SocketServer (``tidegate.network.socket_server``): its listeners, connections,
+    connection limits (None: none configured) and request memory pool."""
+
+    @property
+    def bound(self) -> Mapping[str, tuple[str, int]]: ...
+    @property
+    def connections(self) -> Mapping[int, ConnectionState]: ...
+    @property
+    def pending(self) -> Mapping[str, Iterable[ConnectionState]]: ...
+    @property
+    def idle_closed_total(self) -> Mapping[str, int]: ...
+    @property
+    def quotas(self) -> ConnectionQuotas | None: ...
+    @property
+    def pool(self) -> MemoryPool: ...
+    @property
+    def clock(self) -> Clock: ...
+
+    def acceptor_blocked_ns(self, listener: str) -> int: ...
+
+    def response_bytes_in_flight(self) -> int: ...
+
+
+class PurgatoryState(Protocol):
+    """A ``DelayedOperationPurgatory``'s gauges and expiry counter."""
+
+    @property
+    def purgatory_size(self) -> int: ...
+    @property
+    def num_delayed_operations(self) -> int: ...
+    @property
+    def expirations_total(self) -> int: ...
+
+
+class FetchSessionsState(Protocol):
+    """The KIP-227 ``FetchSessionCache``."""
+
+    @property
+    def size(self) -> int: ...
+    @property
+    def total_partitions(self) -> int: ...
+    @property
+    def evictions_total(self) -> int: ...
+
+
+class FlusherState(Protocol):
+    """The acks=all group-commit ``LogFlusher``."""
+
+    @property
+    def rounds(self) -> int: ...
+    @property
+    def requests(self) -> int: ...
+
+
+class LogDirFailures(Protocol):
+    """The log dir's ``LogDirFailureChannel``."""
+
+    @property
+    def offline_log_directory_count(self) -> int: ...
+    @property
+    def full(self) -> bool: ...
+    @property
+    def storage_errors(self) -> int: ...
+
+
+class CleanerState(Protocol):
+    """The log cleaner (``tidegate.log.cleaner.LogCleaner``): its last run's figures."""
+
+    @property
+    def last_run_ms(self) -> int: ...
+    @property
+    def max_dirty_percent(self) -> float: ...
+    @property
+    def recopy_percent(self) -> float: ...
+    @property
+    def max_clean_time_secs(self) -> float: ...
+    @property
+    def max_buffer_utilization_percent(self) -> float: ...
+    @property
+    def manager(self) -> LogCleanerManager: ...
+
+
+class AuthorizerState(Protocol):
+    """The ``StandardAuthorizer``'s ACLs and decision counters."""
+
+    @property
+    def acls(self) -> Sized: ...
+    @property
+    def allowed_count(self) -> int: ...
+    @property
+    def denied_count(self) -> int: ...
+    @property
+    def denied_by_api(self) -> Mapping[str, int]: ...
+
+
+class QuotaKind(Protocol):
+    """A quota type (``QuotaType``): its metric group and config key."""
+
+    @property
+    def group(self) -> str: ...
+    @property
+    def config_key(self) -> str: ...
+
+
+class EntityQuotaMetrics(Protocol):
+    """One entity's quota figures (``ClientQuotaMetrics``)."""
+
+    @property
+    def user(self) -> str: ...
+    @property
+    def client_id(self) -> str: ...
+    @property
+    def rate(self) -> float: ...
+    @property
+    def quota(self) -> float: ...
+    @property
+    def throttle_time_avg(self) -> float: ...
+    @property
+    def throttle_time_max(self) -> float: ...
+
+
+class QuotaManagerState(Protocol):
+    """A ``ClientQuotaManager``: its type, rate metric, throttled connections, entities."""
+
+    @property
+    def quota_type(self) -> QuotaKind: ...
+    @property
+    def quota_metric_name(self) -> str: ...
+    @property
+    def queue_size(self) -> int: ...
+
+    def entity_metrics(self) -> Sequence[EntityQuotaMetrics]: ...
+
+
+class RequestQuotaState(QuotaManagerState, Protocol):
+    """The ``ClientRequestQuotaManager``, which also measures exempt requests."""
+
+    def exempt_request_time(self) -> float: ...
+
+
+class QuotasState(Protocol):
+    """The broker's ``QuotaManagers``."""
+
+    @property
+    def managers(self) -> Mapping[Any, QuotaManagerState]: ...
+    @property
+    def request(self) -> RequestQuotaState: ...
+
+
+class TransactionLoadState(Protocol):
+    """The ``TransactionStateManager``'s partition load times."""
+
+    @property
+    def partition_load_times_ms(self) -> Sequence[int]: ...
+
+
+class MarkerChannelState(Protocol):
+    """The ``TransactionMarkerChannelManager``'s counters."""
+
+    @property
+    def retry_queue_size(self) -> int: ...
+    @property
+    def markers_written(self) -> int: ...
+
+
+class TransactionCoordinatorState(Protocol):
+    """The ``TransactionCoordinator``: its state manager's load times, the marker channel,
+    and its counts."""
+
+    @property
+    def txn_manager(self) -> TransactionLoadState: ...
+    @property
+    def markers(self) -> MarkerChannelState: ...
+    @property
+    def commits(self) -> int: ...
+    @property
+    def aborts(self) -> int: ...
+
+    def state_counts(self) -> Mapping[str, int]: ...
+
+    def oldest_open_transaction_age_ms(self) -> int: ...
+
+
 def error_name(code: int) -> str:
     """Kafka's ``Errors`` name of a code, e.g. ``UNKNOWN_TOPIC_OR_PARTITION``."""
     try:
@@ -418,7 +639,7 @@ class TopicCollector(Collector):
 class LogCollector(Collector):
     """kafka.log:type=Log gauges, read from the open partition logs."""
 
-    def __init__(self, logs: Callable[[], Mapping[tuple[str, int], Any]]) -> None:
+    def __init__(self, logs: Callable[[], Mapping[tuple[str, int], PartitionLog]]) -> None:
         self.logs = logs
 
     def collect(self) -> Iterable[Metric]:
@@ -436,7 +657,7 @@ class LogCollector(Collector):
             "kafka_log_log_numlogsegments", "Segments of the partition.", labels=labels
         )
         for (topic, partition), plog in sorted(self.logs().items()):
-            if getattr(plog, "closed", False):
+            if plog.closed:
                 continue
             lv = [topic, str(partition)]
             size.add_metric(lv, plog.size_bytes)
@@ -450,7 +671,7 @@ class LogCleanerCollector(Collector):
     """kafka.log:type=LogCleaner and LogCleanerManager gauges, read from the broker's
     log cleaner (:class:`tidegate.log.cleaner.LogCleaner`)."""
 
-    def __init__(self, cleaner: Any, clock: Clock) -> None:
+    def __init__(self, cleaner: CleanerState, clock: Clock) -> None:
         self.cleaner = cleaner
         self.clock = clock
 
@@ -483,7 +704,7 @@ class LogCleanerCollector(Collector):
 class SocketServerCollector(Collector):
     """Connections per listener, muted connections per reason, and the memory pool."""
 
-    def __init__(self, server: Any) -> None:
+    def __init__(self, server: SocketServerState) -> None:
         self.server = server
 
     def collect(self) -> Iterable[Metric]:
@@ -516,25 +737,23 @@ class SocketServerCollector(Collector):
             muted_fam.add_metric([reason], n)
         yield muted_fam
         yield from connection_limit_metrics(server)
-        in_flight = getattr(server, "response_bytes_in_flight", None)
-        if in_flight is not None:
-            yield GaugeMetricFamily(
-                "kafka_network_socketserver_responsememoryinflight",
-                "Bytes held by responses being sent: transport buffers plus file-region "
-                "chunks read for TLS (SocketServer ResponseMemoryInFlight).",
-                value=in_flight(),
-            )
+        yield GaugeMetricFamily(
+            "kafka_network_socketserver_responsememoryinflight",
+            "Bytes held by responses being sent: transport buffers plus file-region "
+            "chunks read for TLS (SocketServer ResponseMemoryInFlight).",
+            value=server.response_bytes_in_flight(),
+        )
         yield from pool_metrics(server.pool)
 
 
-def connection_limit_metrics(server: Any) -> Iterator[Metric]:
+def connection_limit_metrics(server: SocketServerState) -> Iterator[Metric]:
     """KIP-306/402/612 connection limits (docs/security.md#connection-limits), per listener."""
     listeners = sorted(server.bound)
     lbl = ["listener"]
-    quotas = getattr(server, "quotas", None)
-    now = server.clock.milliseconds() if quotas is not None else 0
-    pending_by_listener = getattr(server, "pending", {})
-    idle_closed = getattr(server, "idle_closed_total", {})
+    quotas = server.quotas
+    now = server.clock.milliseconds()
+    pending_by_listener = server.pending
+    idle_closed = server.idle_closed_total
     rate = GaugeMetricFamily(
         "kafka_server_socketservermetrics_connection_accept_rate",
         "New connections accepted per second (socket-server-metrics connection-accept-rate).",
@@ -595,39 +814,33 @@ def connection_limit_metrics(server: Any) -> Iterator[Metric]:
                 ip_throttle, pending, idle)
 
 
-def pool_metrics(pool: Any) -> Iterator[Metric]:
-    """KIP-72 memory pool gauges; tolerant of pools that lack the newer attributes."""
-    size = getattr(pool, "size", 0)
-    available = getattr(pool, "available", size)
-    used = getattr(pool, "used", None)
-    if used is None:
-        used = max(size - available, 0)
+def pool_metrics(pool: MemoryPool) -> Iterator[Metric]:
+    """KIP-72 memory pool gauges."""
     yield GaugeMetricFamily(
         "kafka_network_socketserver_memorypoolavailable",
         "Bytes the request memory pool can still hand out (SocketServer MemoryPoolAvailable).",
-        value=available,
+        value=pool.available,
     )
     yield GaugeMetricFamily(
         "kafka_network_socketserver_memorypoolused",
         "Bytes of the request memory pool in use (SocketServer MemoryPoolUsed).",
-        value=used,
+        value=pool.used,
     )
-    avg = getattr(pool, "avg_depleted_percent", None)
     yield GaugeMetricFamily(
         "kafka_network_socketserver_memorypoolavgdepletedpercent",
         "Fraction (0..1, as in Kafka) of recent time the pool was depleted "
         "(SocketServer MemoryPoolAvgDepletedPercent).",
-        value=float(avg()) if callable(avg) else float(avg or 0.0),
+        value=pool.avg_depleted_percent(),
     )
     yield GaugeMetricFamily(
         "kafka_network_socketserver_memorypooldepletedtimetotal",
         "Total time the pool was depleted, ms (memory-pool-depleted-time-total).",
-        value=getattr(pool, "depleted_time_total_ms", 0),
+        value=pool.depleted_time_total_ms,
     )
 
 
 class PurgatoryCollector(Collector):
-    def __init__(self, purgatories: Mapping[str, Any]) -> None:
+    def __init__(self, purgatories: Mapping[str, PurgatoryState]) -> None:
         self.purgatories = purgatories
 
     def collect(self) -> Iterable[Metric]:
@@ -649,9 +862,9 @@ class PurgatoryCollector(Collector):
             labels=label,
         )
         for name, p in sorted(self.purgatories.items()):
-            size.add_metric([name], getattr(p, "purgatory_size", 0))
-            delayed.add_metric([name], getattr(p, "num_delayed_operations", 0))
-            expires.add_metric([name], getattr(p, "expirations_total", 0))
+            size.add_metric([name], p.purgatory_size)
+            delayed.add_metric([name], p.num_delayed_operations)
+            expires.add_metric([name], p.expirations_total)
         yield from (size, delayed, expires)
 
 
@@ -659,26 +872,26 @@ class FetchSessionCacheCollector(Collector):
     """KIP-227 fetch sessions (``tidegate.server.fetch_session.FetchSessionCache``):
     Kafka's ``kafka.server:type=FetchSessionCache`` MBeans."""
 
-    def __init__(self, cache: Any) -> None:
+    def __init__(self, cache: FetchSessionsState) -> None:
         self.cache = cache
 
     def collect(self) -> Iterable[Metric]:
         yield GaugeMetricFamily(
             "kafka_server_fetchsessioncache_numincrementalfetchsessions",
             "Incremental fetch sessions in the cache (FetchSessionCache NumIncrementalFetchSessions).",
-            value=getattr(self.cache, "size", 0),
+            value=self.cache.size,
         )
         yield GaugeMetricFamily(
             "kafka_server_fetchsessioncache_numincrementalfetchpartitionscached",
             "Partitions over all incremental fetch sessions "
             "(FetchSessionCache NumIncrementalFetchPartitionsCached).",
-            value=getattr(self.cache, "total_partitions", 0),
+            value=self.cache.total_partitions,
         )
         yield CounterMetricFamily(
             "kafka_server_fetchsessioncache_incrementalfetchsessionevictions",
             "Sessions evicted to make room for new ones "
             "(FetchSessionCache IncrementalFetchSessionEvictionsPerSec).",
-            value=getattr(self.cache, "evictions_total", 0),
+            value=self.cache.evictions_total,
         )
 
 
@@ -687,7 +900,7 @@ class FlusherCollector(Collector):
     fsync rounds started, and the acks=all appends that asked for one. Fewer rounds
     than requests means producers shared fsyncs."""
 
-    def __init__(self, flusher: Any) -> None:
+    def __init__(self, flusher: FlusherState) -> None:
         self.flusher = flusher
 
     def collect(self) -> Iterable[Metric]:
@@ -695,12 +908,12 @@ class FlusherCollector(Collector):
             "kafka_log_logflushstats_logflushes",
             "fsync rounds of the acks=all group-commit flusher (LogFlushStats "
             "LogFlushRateAndTimeMs count, for acks=all flushes only).",
-            value=getattr(self.flusher, "rounds", 0),
+            value=self.flusher.rounds,
         )
         yield CounterMetricFamily(
             "tidegate_log_flusher_flush_requests",
             "acks=all partition appends that asked the group-commit flusher for a flush.",
-            value=getattr(self.flusher, "requests", 0),
+            value=self.flusher.requests,
         )
 
 
@@ -709,7 +922,7 @@ class LogDirFailureCollector(Collector):
     Kafka's LogManager OfflineLogDirectoryCount, whether the dir is full now (writes
     refused until space returns), and the storage errors reported since start."""
 
-    def __init__(self, channel: Any) -> None:
+    def __init__(self, channel: LogDirFailures) -> None:
         self.channel = channel
 
     def collect(self) -> Iterable[Metric]:
@@ -739,12 +952,13 @@ class QuotaCollector(Collector):
     that level) the measured rate and the throttle time, per quota type the queue of
     throttled connections, and the exempt request time. Nothing is kept per request."""
 
-    def __init__(self, quotas: Any) -> None:
+    def __init__(self, quotas: QuotasState) -> None:
         self.quotas = quotas
 
     def collect(self) -> Iterable[Metric]:
         labels = ["user", "client_id"]
-        for quota_type, manager in self.quotas.managers.items():
+        for manager in self.quotas.managers.values():
+            quota_type = manager.quota_type
             group = quota_type.group.lower()  # produce, fetch, request
             rate_name = manager.quota_metric_name.replace("-", "_")  # byte_rate, request_time
             unit = "bytes/s" if rate_name == "byte_rate" else "% of one thread"
@@ -797,7 +1011,7 @@ class AuthorizerCollector(Collector):
     Kafka's authorizer metrics (``kafka.server:type=kafka.security.authorizer.metrics``)
     as counters, plus the denials per API (tidegate's split of authorization-denied)."""
 
-    def __init__(self, authorizer: Any) -> None:
+    def __init__(self, authorizer: AuthorizerState) -> None:
         self.authorizer = authorizer
 
     def collect(self) -> Iterable[Metric]:
@@ -824,7 +1038,7 @@ class TransactionCoordinatorCollector(Collector):
     transaction-coordinator-metrics and TransactionMarkerChannelManager gauges, plus
     tidegate's counts of transactional ids per state and of completed transactions."""
 
-    def __init__(self, coordinator: Any) -> None:
+    def __init__(self, coordinator: TransactionCoordinatorState) -> None:
         self.coordinator = coordinator
 
     def collect(self) -> Iterable[Metric]:
@@ -901,54 +1115,51 @@ class BrokerMetrics:
         self.registry = CollectorRegistry()
         self.requests = RequestMetrics(max_client_ids)
         self.topics = TopicMetrics()
-        self.purgatories: dict[str, Any] = {}
+        self.purgatories: dict[str, PurgatoryState] = {}
         self.registry.register(RequestCollector(self.requests))
         self.registry.register(TopicCollector(self.topics))
         self.registry.register(PurgatoryCollector(self.purgatories))
 
-    def register_socket_server(self, server: Any) -> None:
+    def register_socket_server(self, server: SocketServerState) -> None:
         self.registry.register(SocketServerCollector(server))
 
-    def register_logs(self, logs: Callable[[], Mapping[tuple[str, int], Any]]) -> None:
+    def register_logs(self, logs: Callable[[], Mapping[tuple[str, int], PartitionLog]]) -> None:
         self.registry.register(LogCollector(logs))
 
-    def register_log_cleaner(self, cleaner: Any, clock: Clock) -> None:
+    def register_log_cleaner(self, cleaner: CleanerState, clock: Clock) -> None:
         """Expose the log cleaner's gauges (Kafka's LogCleaner metrics)."""
         self.registry.register(LogCleanerCollector(cleaner, clock))
 
-    def register_purgatory(self, name: str, purgatory: Any) -> None:
-        """Expose a purgatory as ``delayedOperation=name`` ("Produce", "Fetch").
-
-        Read at scrape time: ``purgatory_size``, ``num_delayed_operations`` and
-        ``expirations_total`` (each 0 if the object lacks it).
-        """
+    def register_purgatory(self, name: str, purgatory: PurgatoryState) -> None:
+        """Expose a purgatory as ``delayedOperation=name`` ("Produce", "Fetch"), read at
+        scrape time."""
         self.purgatories[name] = purgatory
 
     def unregister_purgatory(self, name: str) -> None:
         self.purgatories.pop(name, None)
 
-    def register_quotas(self, quotas: Any) -> None:
+    def register_quotas(self, quotas: QuotasState) -> None:
         """Expose the client-quota managers (per-entity rates and throttle times)."""
         self.registry.register(QuotaCollector(quotas))
 
-    def register_transaction_coordinator(self, coordinator: Any) -> None:
+    def register_transaction_coordinator(self, coordinator: TransactionCoordinatorState) -> None:
         """Expose the transaction coordinator's load times, marker retries and states."""
         self.registry.register(TransactionCoordinatorCollector(coordinator))
 
-    def register_authorizer(self, authorizer: Any) -> None:
+    def register_authorizer(self, authorizer: AuthorizerState) -> None:
         """Expose the authorizer's ACL count and its allowed/denied decisions."""
         self.registry.register(AuthorizerCollector(authorizer))
 
-    def register_fetch_sessions(self, cache: Any) -> None:
+    def register_fetch_sessions(self, cache: FetchSessionsState) -> None:
         """Expose the fetch session cache's ``size``, ``total_partitions`` and
         ``evictions_total``."""
         self.registry.register(FetchSessionCacheCollector(cache))
 
-    def register_flusher(self, flusher: Any) -> None:
+    def register_flusher(self, flusher: FlusherState) -> None:
         """Expose the group-commit flusher's ``rounds`` and ``requests`` counters."""
         self.registry.register(FlusherCollector(flusher))
 
-    def register_log_dir_failures(self, channel: Any) -> None:
+    def register_log_dir_failures(self, channel: LogDirFailures) -> None:
         """Expose the log dir's offline count, full flag and storage-error counter."""
         self.registry.register(LogDirFailureCollector(channel))
 
