@@ -86,6 +86,8 @@ class BrokerCore:
         credentials: CredentialStore | None = None,
         metrics: BrokerMetrics | None = None,
     ) -> None:
+        """Build every part (long on purpose: the broker's parts list, read top to bottom,
+        each part built once what it needs exists)."""
         self.config = config
         self.data_dir = data_dir
         self.scheduler = scheduler

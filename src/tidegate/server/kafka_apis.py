@@ -184,6 +184,8 @@ class KafkaApis:
         acls: AclApis,
         time: Clock,
     ) -> None:
+        """The parts KafkaApis answers with, and the table of every API's handler (long:
+        one line per API, as Kafka's ``handle`` match)."""
         self.config = config
         self.cluster_id = cluster_id
         self.node_id = config.node_id
