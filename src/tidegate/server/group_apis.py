@@ -61,7 +61,6 @@ from tidegate.server.request_handler_helper import Respond
 
 log = logging.getLogger(__name__)
 
-E = ErrorCode
 TopicPartition = tuple[str, int]
 
 
@@ -157,12 +156,12 @@ class GroupApis:
         here on first use, as Kafka does), else why this broker cannot coordinate."""
         try:
             if not self._coord().active:
-                return E.coordinator_not_available, "the broker is shutting down"
+                return ErrorCode.coordinator_not_available, "the broker is shutting down"
             self._open_offsets_log(True)
         except OSError as exc:
             self._creation_failed(exc)
-            return E.coordinator_not_available, f"cannot create {OFFSETS_TOPIC}: {exc}"
-        return E.none, None
+            return ErrorCode.coordinator_not_available, f"cannot create {OFFSETS_TOPIC}: {exc}"
+        return ErrorCode.none, None
 
     def _creation_failed(self, exc: OSError) -> None:
         if exc.errno in (errno.ENOSPC, errno.EDQUOT):
@@ -270,7 +269,7 @@ class GroupApis:
         else:
             leaving = [(req.member_id, None, None)]
         error, members = self._coord().handle_leave_group(req.group_id, leaving)
-        if version < 3 and error is E.none and members:
+        if version < 3 and error is ErrorCode.none and members:
             error = members[0][2]  # one member: its error is the response's
         return {
             "throttle_time": 0,
@@ -304,8 +303,8 @@ class GroupApis:
             parts_by_tp[tp]["error_code"] = error
         if wait is None:
             return body
-        return self._answer_when_durable(request, body, [parts_by_tp[tp] for tp, e in errors.items() if e is E.none],
-                                         wait, lambda _error: E.request_timed_out)
+        return self._answer_when_durable(request, body, [parts_by_tp[tp] for tp, e in errors.items() if e is ErrorCode.none],
+                                         wait, lambda _error: ErrorCode.request_timed_out)
 
     def _answer_when_durable(
         self, request: Request, body: dict, written: list[dict], wait: PendingAppend,
@@ -315,9 +314,9 @@ class GroupApis:
         (or the log went away), the ``written`` partitions answer ``failed(error)``."""
 
         def durable(error: ErrorCode) -> None:
-            if error is not E.none:
+            if error is not ErrorCode.none:
                 for part in written:
-                    if part["error_code"] == E.none:
+                    if part["error_code"] == ErrorCode.none:
                         part["error_code"] = failed(error)
             self.respond(request, body)
 
@@ -337,10 +336,10 @@ class GroupApis:
             info = self.logs.store.get(t.name)
             parts = []
             for p in t.partitions:
-                part = {"partition_index": p.partition_index, "error_code": E.none}
+                part = {"partition_index": p.partition_index, "error_code": ErrorCode.none}
                 parts.append(part)
                 if info is None or not 0 <= p.partition_index < info.partitions:
-                    part["error_code"] = E.unknown_topic_or_partition
+                    part["error_code"] = ErrorCode.unknown_topic_or_partition
                     continue
                 tp = (t.name, p.partition_index)
                 parts_by_tp[tp] = part
@@ -382,13 +381,13 @@ class GroupApis:
                                                    req.producer_epoch, version),
         )  # fmt: skip
         for tp, error in errors.items():
-            if version < 2 and error is E.coordinator_load_in_progress:
-                error = E.coordinator_not_available  # KAFKA-7296: older clients could crash on it
+            if version < 2 and error is ErrorCode.coordinator_load_in_progress:
+                error = ErrorCode.coordinator_not_available  # KAFKA-7296: older clients could crash on it
             parts_by_tp[tp]["error_code"] = error
         if wait is None:
             return body
         return self._answer_when_durable(
-            request, body, [parts_by_tp[tp] for tp, e in errors.items() if e is E.none], wait,
+            request, body, [parts_by_tp[tp] for tp, e in errors.items() if e is ErrorCode.none], wait,
             coordinator_operation_error,
         )  # fmt: skip
 
@@ -404,11 +403,11 @@ class GroupApis:
             tp = self.offsets_partition_for(group_id)
         except OSError as exc:
             self._creation_failed(exc)
-            return E.coordinator_not_available
+            return ErrorCode.coordinator_not_available
         refused = self.replicas.verify_transaction(
             transactional_id, producer_id, producer_epoch, [tp], generic_errors=version >= 4
         )
-        return coordinator_operation_error(refused.get(tp, E.none))
+        return coordinator_operation_error(refused.get(tp, ErrorCode.none))
 
     @staticmethod
     def _fetch_partitions(topics: Any) -> list[tuple[str, int]] | None:
@@ -428,9 +427,9 @@ class GroupApis:
                 by_topic.setdefault(t.name, [])
         for (topic, partition), om in sorted(found.items()):
             if require_stable and coordinator.has_pending_offsets(group_id, (topic, partition)):
-                om, part_error = None, E.unstable_offset_commit
+                om, part_error = None, ErrorCode.unstable_offset_commit
             else:
-                part_error = E.none
+                part_error = ErrorCode.none
             by_topic.setdefault(topic, []).append(
                 {
                     "partition_index": partition,
@@ -440,7 +439,7 @@ class GroupApis:
                     "error_code": part_error,
                 }
             )
-        if error is not E.none and version < 2 and topics is not None:
+        if error is not ErrorCode.none and version < 2 and topics is not None:
             # v1 has no group-level error: every requested partition carries it
             by_topic = {
                 t.name: [
@@ -473,17 +472,17 @@ class GroupApis:
         req = request.body_as(OffsetDeleteRequest)
         partitions = [(t.name, p.partition_index) for t in req.topics for p in t.partitions]
         error, errors = self._coord().handle_delete_offsets(req.group_id, partitions)
-        if error is not E.none:
+        if error is not ErrorCode.none:
             return {"error_code": error, "throttle_time": 0, "topics": []}
         return {
-            "error_code": E.none,
+            "error_code": ErrorCode.none,
             "throttle_time": 0,
             "topics": [
                 {
                     "name": t.name,
                     "partitions": [
                         {"partition_index": p.partition_index,
-                         "error_code": errors.get((t.name, p.partition_index), E.none)}
+                         "error_code": errors.get((t.name, p.partition_index), ErrorCode.none)}
                         for p in t.partitions
                     ],
                 }
@@ -524,10 +523,10 @@ class GroupApis:
                 # filled by the authorization step when asked for
                 "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
             }
-            if error is E.none and summary is None:
+            if error is ErrorCode.none and summary is None:
                 entry["group_state"] = "Dead"
                 if version >= 6:
-                    entry["error_code"] = E.group_id_not_found
+                    entry["error_code"] = ErrorCode.group_id_not_found
                     entry["error_message"] = f"Group {group_id} not found."
             elif summary is not None:
                 entry["group_state"] = summary["state"]

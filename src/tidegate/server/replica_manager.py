@@ -69,7 +69,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-E = ErrorCode
 MAX_INT32 = 2**31 - 1
 READ_UNCOMMITTED = 0
 READ_COMMITTED = 1
@@ -97,8 +96,8 @@ class PartitionStateEntity(Protocol[P_co]):
 #: Verification errors older producers would not retry: Kafka answers NOT_ENOUGH_REPLICAS
 #: (retriable, no metadata refresh) instead.
 _VERIFICATION_RETRIABLE = frozenset({
-    E.concurrent_transactions, E.network_exception, E.coordinator_load_in_progress,
-    E.coordinator_not_available, E.not_coordinator,
+    ErrorCode.concurrent_transactions, ErrorCode.network_exception, ErrorCode.coordinator_load_in_progress,
+    ErrorCode.coordinator_not_available, ErrorCode.not_coordinator,
 })  # fmt: skip
 
 
@@ -166,10 +165,10 @@ def check_leader_epoch(plog: Log, current_leader_epoch: int) -> ErrorCode:
     """Kafka's ``Partition.checkCurrentLeaderEpoch``: a client's epoch (-1: none given)
     older than the partition's is FENCED_LEADER_EPOCH, a newer one UNKNOWN_LEADER_EPOCH."""
     if current_leader_epoch == -1 or current_leader_epoch == plog.leader_epoch:
-        return E.none
+        return ErrorCode.none
     if current_leader_epoch < plog.leader_epoch:
-        return E.fenced_leader_epoch
-    return E.unknown_leader_epoch
+        return ErrorCode.fenced_leader_epoch
+    return ErrorCode.unknown_leader_epoch
 
 
 def deletion_allowed(plog: Log) -> bool:
@@ -326,7 +325,7 @@ class ReplicaManager:
         results: dict[TopicPartition, PartitionResponse] = {}
         if required_acks not in (0, 1, -1):
             for key in entries:
-                results[key] = PartitionResponse(E.invalid_required_acks)
+                results[key] = PartitionResponse(ErrorCode.invalid_required_acks)
             callback(results)
             return results
         if from_client:
@@ -343,25 +342,25 @@ class ReplicaManager:
             result = results[key] = PartitionResponse()
             topic, partition = key
             if not internal_topics_allowed and is_internal_topic(topic):
-                result.error = E.invalid_topic_exception
+                result.error = ErrorCode.invalid_topic_exception
                 result.error_message = f"Cannot append to internal topic {topic}"
                 continue
             plog = self.logs.logs.get(key)
             if plog is None:
-                result.error = E.unknown_topic_or_partition
+                result.error = ErrorCode.unknown_topic_or_partition
                 continue
             if failures.offline:
-                result.error = E.kafka_storage_error
+                result.error = ErrorCode.kafka_storage_error
                 result.error_message = failures.offline_reason
                 continue
             if not records:
-                result.error = E.corrupt_message
+                result.error = ErrorCode.corrupt_message
                 result.error_message = "empty records"
                 continue
             min_isr = plog.config.min_insync_replicas
             if required_acks == -1 and min_isr > 1:
                 # Kafka's Partition.appendRecordsToLeader: one node is an ISR of one
-                result.error = E.not_enough_replicas
+                result.error = ErrorCode.not_enough_replicas
                 result.error_message = (
                     f"The size of the current ISR Set({self.node_id}) is insufficient to "
                     f"satisfy the min.isr requirement of {min_isr} for partition {topic}-{partition}"
@@ -388,7 +387,7 @@ class ReplicaManager:
                 # Kafka's KafkaStorageException: one line from the failure channel, no
                 # traceback, and the partition answers KAFKA_STORAGE_ERROR
                 failures.error(exc)
-                result.error = E.kafka_storage_error
+                result.error = ErrorCode.kafka_storage_error
                 result.error_message = f"{topic}-{partition}: {exc}"
                 continue
             failures.write_succeeded()
@@ -452,18 +451,18 @@ class ReplicaManager:
             return {}
         if len(producers) > 1:
             ipim = "Transactional records contained more than one producer ID"
-            return {k: PartitionResponse(E.invalid_producer_id_mapping, error_message=ipim) for k in entries}
+            return {k: PartitionResponse(ErrorCode.invalid_producer_id_mapping, error_message=ipim) for k in entries}
         if transactional_id is None:
             return {}
         pid, epoch = next(iter(producers))
         refused: dict[TopicPartition, PartitionResponse] = {}
         for key, e in self.verify_transaction(transactional_id, pid, epoch, transactional, generic_errors).items():
             message: str | None = None
-            if e is E.invalid_txn_state:
+            if e is ErrorCode.invalid_txn_state:
                 message = "Partition was not added to the transaction"
             elif e in _VERIFICATION_RETRIABLE:
                 message = f"Unable to verify the partition has been added to the transaction. Underlying error: {e.name}"
-                e = E.not_enough_replicas
+                e = ErrorCode.not_enough_replicas
             refused[key] = PartitionResponse(e, error_message=message)
         return refused
 
@@ -490,13 +489,13 @@ class ReplicaManager:
         error, per_partition = verifier(transactional_id, producer_id, producer_epoch, unverified)
         refused: dict[TopicPartition, ErrorCode] = {}
         for key in unverified:
-            e = error if error is not E.none else per_partition.get(key, E.none)
-            if e is E.none:
+            e = error if error is not ErrorCode.none else per_partition.get(key, ErrorCode.none)
+            if e is ErrorCode.none:
                 continue
-            if e is E.producer_fenced:
-                e = E.invalid_producer_epoch
-            elif e is E.transaction_abortable and not generic_errors:
-                e = E.invalid_txn_state
+            if e is ErrorCode.producer_fenced:
+                e = ErrorCode.invalid_producer_epoch
+            elif e is ErrorCode.transaction_abortable and not generic_errors:
+                e = ErrorCode.invalid_txn_state
             refused[key] = e
         return refused
 
@@ -519,13 +518,13 @@ class ReplicaManager:
             out.append(data)
             plog = logs.get(fp.key) if fp.key is not None else None
             if plog is None:
-                data.error = E.unknown_topic_or_partition
+                data.error = ErrorCode.unknown_topic_or_partition
                 continue
             if self.failure_channel.offline:
-                data.error = E.kafka_storage_error  # Kafka: an offline log dir's partitions
+                data.error = ErrorCode.kafka_storage_error  # Kafka: an offline log dir's partitions
                 continue
             epoch_error = check_leader_epoch(plog, fp.current_leader_epoch)
-            if epoch_error is not E.none:
+            if epoch_error is not ErrorCode.none:
                 data.error = epoch_error  # Kafka answers these with no offsets (-1)
                 continue
             hw = plog.high_watermark
@@ -541,7 +540,7 @@ class ReplicaManager:
                     or epoch == UNDEFINED_EPOCH
                     or fp.fetch_offset < plog.log_start_offset
                 ):
-                    data.error = E.offset_out_of_range
+                    data.error = ErrorCode.offset_out_of_range
                     continue
                 if epoch < fp.last_fetched_epoch or end < fp.fetch_offset:
                     # answered with the partition's offsets, as Kafka's readRecords does
@@ -551,7 +550,7 @@ class ReplicaManager:
                     continue
             if fp.fetch_offset < plog.log_start_offset or fp.fetch_offset > plog.log_end_offset:
                 # Kafka's createLogReadResult(e): an error answers no offsets (-1)
-                data.error = E.offset_out_of_range
+                data.error = ErrorCode.offset_out_of_range
                 continue
             data.high_watermark, data.last_stable_offset = hw, lso
             data.log_start_offset = plog.log_start_offset
@@ -578,7 +577,7 @@ class ReplicaManager:
                 if isinstance(records, FileRegion):
                     records.close()
                 out[-1] = failed = FetchPartitionData()
-                failed.error = E.kafka_storage_error
+                failed.error = ErrorCode.kafka_storage_error
                 continue
             data.records = records
             total += len(records)
@@ -602,7 +601,7 @@ class ReplicaManager:
             params.max_wait_ms <= 0
             or total >= params.min_bytes
             or not partitions
-            or any(r.error is not E.none or r.diverging_epoch is not None for r in results)
+            or any(r.error is not ErrorCode.none or r.diverging_epoch is not None for r in results)
         ):
             callback(results)
             return
@@ -643,7 +642,7 @@ class ReplicaManager:
         if (
             params.max_wait_ms <= 0
             or total >= params.min_bytes
-            or any(r.error is not E.none or r.diverging_epoch is not None for r in results)
+            or any(r.error is not ErrorCode.none or r.diverging_epoch is not None for r in results)
         ):
             callback(keys, partitions, results)
             return
@@ -701,14 +700,14 @@ class ReplicaManager:
             topic = key[0]
             plog = self.logs.logs.get(key)
             if plog is None:
-                result.error = E.unknown_topic_or_partition
+                result.error = ErrorCode.unknown_topic_or_partition
                 continue
             if is_internal_topic(topic) and not internal_topics_allowed:
-                result.error = E.invalid_topic_exception
+                result.error = ErrorCode.invalid_topic_exception
                 result.error_message = f"Cannot delete records of internal topic {topic}"
                 continue
             if not deletion_allowed(plog):
-                result.error = E.policy_violation
+                result.error = ErrorCode.policy_violation
                 result.error_message = (
                     f"Records of partition {topic}-{key[1]} can not be deleted due to the "
                     "configured policy"
@@ -719,7 +718,7 @@ class ReplicaManager:
             try:
                 result.low_watermark = plog.increment_log_start_offset(target, now_ms)
             except OffsetOutOfRangeError as exc:
-                result.error = E.offset_out_of_range
+                result.error = ErrorCode.offset_out_of_range
                 result.error_message = str(exc)
                 continue
             if result.low_watermark != before:
@@ -736,7 +735,7 @@ class ReplicaManager:
             if exc is not None:
                 for key in moved:
                     results[key] = DeleteRecordsResult(
-                        E.kafka_storage_error, -1, f"could not checkpoint the log start offset: {exc}"
+                        ErrorCode.kafka_storage_error, -1, f"could not checkpoint the log start offset: {exc}"
                     )
             callback(results)
 
@@ -753,14 +752,14 @@ class ReplicaManager:
         where it ends (the log end offset for the latest); (-1, -1) when unknown."""
         plog = self.logs.logs.get(key)
         if plog is None:
-            return E.unknown_topic_or_partition, UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
+            return ErrorCode.unknown_topic_or_partition, UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
         error = check_leader_epoch(plog, current_leader_epoch)
-        if error is not E.none:
+        if error is not ErrorCode.none:
             return error, UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
         epoch, end = plog.leader_epoch_cache.end_offset_for(leader_epoch, plog.log_end_offset)
         if end == UNDEFINED_EPOCH_OFFSET:
-            return E.none, UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
-        return E.none, epoch, end
+            return ErrorCode.none, UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
+        return ErrorCode.none, epoch, end
 
     # -- storage errors -------------------------------------------------------------------
     def _flush_failed(self, key: TopicPartition, exc: BaseException) -> None:

@@ -107,7 +107,6 @@ from tidegate.server.purgatory import DelayedOperationPurgatory
 
 log = logging.getLogger(__name__)
 
-E = ErrorCode
 UNKNOWN_MEMBER_ID = ""
 #: Kafka's NewMemberJoinTimeoutMs: a new member's parked JoinGroup is dropped after this.
 NEW_MEMBER_JOIN_TIMEOUT_MS = 5 * 60 * 1000
@@ -268,14 +267,14 @@ class GroupCoordinator:
         self.active = False
         for group in self.groups.values():
             for member in list(group.members.values()):
-                group.maybe_invoke_join_callback(member, JoinResult(member.member_id, E.not_coordinator))
-                group.maybe_invoke_sync_callback(member, SyncResult(E.not_coordinator))
+                group.maybe_invoke_join_callback(member, JoinResult(member.member_id, ErrorCode.not_coordinator))
+                group.maybe_invoke_sync_callback(member, SyncResult(ErrorCode.not_coordinator))
 
     def _validate_group_status(self, group_id: str | None, api: str) -> ErrorCode | None:
         if group_id is None or (group_id == "" and api not in _EMPTY_ID_OK):
-            return E.invalid_group_id
+            return ErrorCode.invalid_group_id
         if not self.active:
-            return E.coordinator_not_available
+            return ErrorCode.coordinator_not_available
         return None
 
     def _get_or_create(self, group_id: str) -> GroupMetadata:
@@ -287,7 +286,7 @@ class GroupCoordinator:
     # -- persistence -------------------------------------------------------------------------
     def _store_group(self, group: GroupMetadata, assignment: dict[str, bytes]) -> ErrorCode:
         if self.store is None:
-            return E.none
+            return ErrorCode.none
         protocol = group.protocol_name
         value = encode_group(
             protocol_type=group.protocol_type,
@@ -313,8 +312,8 @@ class GroupCoordinator:
             self.store.append([(group_key(group.group_id), value)])
         except (OSError, AppendError) as exc:
             log.error("could not store the metadata of group %s: %s", group.group_id, exc)
-            return E.not_coordinator
-        return E.none
+            return ErrorCode.not_coordinator
+        return ErrorCode.none
 
     def _append_tombstones(self, keys: list[bytes]) -> None:
         if self.store is None or not keys:
@@ -358,19 +357,19 @@ class GroupCoordinator:
             return
         cfg = self.config
         if not cfg.min_session_timeout_ms <= session_timeout_ms <= cfg.max_session_timeout_ms:
-            callback(JoinResult(member_id, E.invalid_session_timeout))
+            callback(JoinResult(member_id, ErrorCode.invalid_session_timeout))
             return
         is_unknown = member_id == UNKNOWN_MEMBER_ID
         group = self.groups.get(group_id)
         if group is None:
             if not is_unknown:
-                callback(JoinResult(member_id, E.unknown_member_id))
+                callback(JoinResult(member_id, ErrorCode.unknown_member_id))
                 return
             group = self._get_or_create(group_id)
         why = reason or "not provided"
         if not self._accept_joining_member(group, member_id):
             group.remove(member_id)
-            callback(JoinResult(UNKNOWN_MEMBER_ID, E.group_max_size_reached))
+            callback(JoinResult(UNKNOWN_MEMBER_ID, ErrorCode.group_max_size_reached))
         elif is_unknown:
             self._do_new_member_join(
                 group, group_instance_id, require_known_member_id, support_skipping_assignment,
@@ -392,10 +391,10 @@ class GroupCoordinator:
         protocols: list[tuple[str, bytes]], callback: JoinCallback, reason: str,
     ) -> None:
         if group.state is DEAD:
-            callback(JoinResult(UNKNOWN_MEMBER_ID, E.coordinator_not_available))
+            callback(JoinResult(UNKNOWN_MEMBER_ID, ErrorCode.coordinator_not_available))
             return
         if not group.supports_protocols(protocol_type, {name for name, _ in protocols}):
-            callback(JoinResult(UNKNOWN_MEMBER_ID, E.inconsistent_group_protocol))
+            callback(JoinResult(UNKNOWN_MEMBER_ID, ErrorCode.inconsistent_group_protocol))
             return
         new_id = group.generate_member_id(client_id, group_instance_id)
         if group_instance_id is not None:
@@ -418,7 +417,7 @@ class GroupCoordinator:
             # KIP-394: hand out the id first; the member is pending until it rejoins with it
             group.pending_members.add(new_id)
             self._add_pending_member_expiration(group, new_id, session_timeout_ms)
-            callback(JoinResult(new_id, E.member_id_required))
+            callback(JoinResult(new_id, ErrorCode.member_id_required))
         else:
             self._add_member_and_rebalance(
                 rebalance_timeout_ms, session_timeout_ms, new_id, None, client_id, client_host,
@@ -431,16 +430,16 @@ class GroupCoordinator:
         if group_instance_id is not None:
             current = group.static_members.get(group_instance_id)
             if current is None:
-                return E.unknown_member_id
+                return ErrorCode.unknown_member_id
             if current != member_id:
                 log.info(
                     "member %s with group.instance.id %s is fenced by member %s in group %s",
                     member_id, group_instance_id, current, group.group_id,
                 )
-                return E.fenced_instance_id
+                return ErrorCode.fenced_instance_id
             return None
         if member_id not in group.members:
-            return E.unknown_member_id
+            return ErrorCode.unknown_member_id
         return None
 
     def _do_current_member_join(
@@ -449,15 +448,15 @@ class GroupCoordinator:
         protocol_type: str, protocols: list[tuple[str, bytes]], callback: JoinCallback, reason: str,
     ) -> None:
         if group.state is DEAD:
-            callback(JoinResult(member_id, E.coordinator_not_available))
+            callback(JoinResult(member_id, ErrorCode.coordinator_not_available))
             return
         if not group.supports_protocols(protocol_type, {name for name, _ in protocols}):
-            callback(JoinResult(member_id, E.inconsistent_group_protocol))
+            callback(JoinResult(member_id, ErrorCode.inconsistent_group_protocol))
             return
         if group.is_pending_member(member_id):
             if group_instance_id is not None:
                 # pending members are always dynamic: this id was never handed to a static one
-                callback(JoinResult(member_id, E.unknown_member_id))
+                callback(JoinResult(member_id, ErrorCode.unknown_member_id))
                 return
             self._add_member_and_rebalance(
                 rebalance_timeout_ms, session_timeout_ms, member_id, None, client_id, client_host,
@@ -479,7 +478,7 @@ class GroupCoordinator:
                 # the same metadata (it probably missed the JoinGroup answer): answer again
                 callback(
                     JoinResult(
-                        member_id, E.none, group.generation_id, group.protocol_type,
+                        member_id, ErrorCode.none, group.generation_id, group.protocol_type,
                         group.protocol_name, group.leader_id or "", False,
                         group.current_member_metadata() if group.is_leader(member_id) else [],
                     )
@@ -497,13 +496,13 @@ class GroupCoordinator:
             else:
                 callback(
                     JoinResult(
-                        member_id, E.none, group.generation_id, group.protocol_type,
+                        member_id, ErrorCode.none, group.generation_id, group.protocol_type,
                         group.protocol_name, group.leader_id or "",
                     )
                 )
         else:
             log.warning("member %s rejoins group %s in state %s", member_id, group.group_id, state)
-            callback(JoinResult(member_id, E.unknown_member_id))
+            callback(JoinResult(member_id, ErrorCode.unknown_member_id))
 
     def _add_member_and_rebalance(
         self, rebalance_timeout_ms: int, session_timeout_ms: int, member_id: str,
@@ -543,7 +542,7 @@ class GroupCoordinator:
                 # Same protocol: no rebalance. Persist the new member id and answer with
                 # the current generation; the member's SyncGroup gets its old assignment.
                 error = self._store_group(group, {m.member_id: m.assignment for m in group.members.values()})
-                if error is not E.none:
+                if error is not ErrorCode.none:
                     group.update_member(member, old_protocols, old_rebalance, old_session, None)
                     old = group.replace_static_member(instance_id, new_id, old_id)
                     self._complete_and_schedule_next_heartbeat_expiration(group, old)
@@ -559,7 +558,7 @@ class GroupCoordinator:
                     group.maybe_invoke_join_callback(
                         member,
                         JoinResult(
-                            new_id, E.none, group.generation_id, group.protocol_type,
+                            new_id, ErrorCode.none, group.generation_id, group.protocol_type,
                             group.protocol_name, group.leader_id or "", is_leader,
                             group.current_member_metadata() if is_leader else [],
                         ),
@@ -570,7 +569,7 @@ class GroupCoordinator:
                     group.maybe_invoke_join_callback(
                         member,
                         JoinResult(
-                            new_id, E.none, group.generation_id, group.protocol_type,
+                            new_id, ErrorCode.none, group.generation_id, group.protocol_type,
                             group.protocol_name, current_leader or "",
                         ),
                     )
@@ -600,7 +599,7 @@ class GroupCoordinator:
     def _prepare_rebalance(self, group: GroupMetadata, reason: str) -> None:
         if group.state is COMPLETING_REBALANCE:
             # members parked in SyncGroup learn they must rejoin
-            self._reset_and_propagate_assignment_error(group, E.rebalance_in_progress)
+            self._reset_and_propagate_assignment_error(group, ErrorCode.rebalance_in_progress)
         self._remove_sync_expiration(group)
         if group.state is EMPTY:
             delay = self.config.initial_rebalance_delay_ms
@@ -618,7 +617,7 @@ class GroupCoordinator:
 
     def _remove_member_and_update_group(self, group: GroupMetadata, member: MemberMetadata, reason: str) -> None:
         # a new member may still be parked in JoinGroup: it retries on UNKNOWN_MEMBER_ID
-        group.maybe_invoke_join_callback(member, JoinResult(UNKNOWN_MEMBER_ID, E.unknown_member_id))
+        group.maybe_invoke_join_callback(member, JoinResult(UNKNOWN_MEMBER_ID, ErrorCode.unknown_member_id))
         group.remove(member.member_id)
         state = group.state
         if state in (STABLE, COMPLETING_REBALANCE):
@@ -656,7 +655,7 @@ class GroupCoordinator:
         self.rebalances_completed += 1
         if group.state is EMPTY:
             log.info("group %s with generation %d is now empty", group.group_id, group.generation_id)
-            if self._store_group(group, {}) is not E.none:
+            if self._store_group(group, {}) is not ErrorCode.none:
                 log.warning("could not store the empty generation of group %s", group.group_id)
             return
         log.info(
@@ -669,7 +668,7 @@ class GroupCoordinator:
             group.maybe_invoke_join_callback(
                 member,
                 JoinResult(
-                    member.member_id, E.none, group.generation_id, group.protocol_type,
+                    member.member_id, ErrorCode.none, group.generation_id, group.protocol_type,
                     group.protocol_name, group.leader_id or "", False,
                     members if is_leader else [],
                 ),
@@ -697,27 +696,27 @@ class GroupCoordinator:
             return
         group = self.groups.get(group_id)
         if group is None:
-            callback(SyncResult(E.unknown_member_id))
+            callback(SyncResult(ErrorCode.unknown_member_id))
             return
         if group.state is DEAD:
-            callback(SyncResult(E.coordinator_not_available))
+            callback(SyncResult(ErrorCode.coordinator_not_available))
             return
         error = self._validate_current_member(group, member_id, group_instance_id)
         if error is None:
             if generation_id != group.generation_id:
-                error = E.illegal_generation
+                error = ErrorCode.illegal_generation
             elif (protocol_type is not None and protocol_type != group.protocol_type) or (
                 protocol_name is not None and protocol_name != group.protocol_name
             ):
-                error = E.inconsistent_group_protocol
+                error = ErrorCode.inconsistent_group_protocol
         if error is not None:
             callback(SyncResult(error))
             return
         state = group.state
         if state is EMPTY:
-            callback(SyncResult(E.unknown_member_id))
+            callback(SyncResult(ErrorCode.unknown_member_id))
         elif state is PREPARING_REBALANCE:
-            callback(SyncResult(E.rebalance_in_progress))
+            callback(SyncResult(ErrorCode.rebalance_in_progress))
         elif state is COMPLETING_REBALANCE:
             group.members[member_id].awaiting_sync = callback
             self._remove_pending_sync_member(group, member_id)
@@ -731,18 +730,18 @@ class GroupCoordinator:
                     )
                 error = self._store_group(group, assignment)
                 if group.state is COMPLETING_REBALANCE and generation_id == group.generation_id:
-                    if error is not E.none:
+                    if error is not ErrorCode.none:
                         self._reset_and_propagate_assignment_error(group, error)
                         self._maybe_prepare_rebalance(group, f"error {error.name} storing the assignment")
                     else:
                         for member in group.members.values():
                             member.assignment = assignment[member.member_id]
-                        self._propagate_assignment(group, E.none)
+                        self._propagate_assignment(group, ErrorCode.none)
                         group.transition_to(STABLE)
         else:  # STABLE
             self._remove_pending_sync_member(group, member_id)
             member = group.members[member_id]
-            callback(SyncResult(E.none, group.protocol_type, group.protocol_name, member.assignment))
+            callback(SyncResult(ErrorCode.none, group.protocol_type, group.protocol_name, member.assignment))
             self._complete_and_schedule_next_heartbeat_expiration(group, member)
 
     def _reset_and_propagate_assignment_error(self, group: GroupMetadata, error: ErrorCode) -> None:
@@ -751,7 +750,7 @@ class GroupCoordinator:
         self._propagate_assignment(group, error)
 
     def _propagate_assignment(self, group: GroupMetadata, error: ErrorCode) -> None:
-        ok = error is E.none
+        ok = error is ErrorCode.none
         ptype = group.protocol_type if ok else None
         pname = group.protocol_name if ok else None
         for member in list(group.members.values()):
@@ -840,21 +839,21 @@ class GroupCoordinator:
             return error
         group = self.groups.get(group_id)
         if group is None:
-            return E.unknown_member_id
+            return ErrorCode.unknown_member_id
         if group.state is DEAD:
-            return E.coordinator_not_available
+            return ErrorCode.coordinator_not_available
         error = self._validate_current_member(group, member_id, group_instance_id)
         if error is not None:
             return error
         if generation_id != group.generation_id:
-            return E.illegal_generation
+            return ErrorCode.illegal_generation
         state = group.state
         if state is EMPTY:
-            return E.unknown_member_id
+            return ErrorCode.unknown_member_id
         self._complete_and_schedule_next_heartbeat_expiration(group, group.members[member_id])
         if state is PREPARING_REBALANCE:
-            return E.rebalance_in_progress
-        return E.none
+            return ErrorCode.rebalance_in_progress
+        return ErrorCode.none
 
     # -- LeaveGroup ------------------------------------------------------------------------------
     def handle_leave_group(
@@ -867,9 +866,9 @@ class GroupCoordinator:
             return error, []
         group = self.groups.get(group_id)
         if group is None:
-            return E.none, [(mid, iid, E.unknown_member_id) for mid, iid, _ in leaving]
+            return ErrorCode.none, [(mid, iid, ErrorCode.unknown_member_id) for mid, iid, _ in leaving]
         if group.state is DEAD:
-            return E.coordinator_not_available, []
+            return ErrorCode.coordinator_not_available, []
         out = []
         for member_id, instance_id, reason in leaving:
             why = reason or "not provided"
@@ -877,21 +876,21 @@ class GroupCoordinator:
                 # administrative removal of a static member by instance id
                 current = group.static_members.get(instance_id) if instance_id is not None else None
                 if current is None:
-                    out.append((member_id, instance_id, E.unknown_member_id))
+                    out.append((member_id, instance_id, ErrorCode.unknown_member_id))
                 else:
                     self._remove_current_member(group, current, why)
-                    out.append((member_id, instance_id, E.none))
+                    out.append((member_id, instance_id, ErrorCode.none))
             elif group.is_pending_member(member_id):
                 self._remove_pending_member_and_update_group(group, member_id)
                 self.heartbeat_purgatory.check_and_complete(member_key(group.group_id, member_id))
-                out.append((member_id, instance_id, E.none))
+                out.append((member_id, instance_id, ErrorCode.none))
             else:
                 err = self._validate_current_member(group, member_id, instance_id)
                 if err is None:
                     self._remove_current_member(group, member_id, why)
-                    err = E.none
+                    err = ErrorCode.none
                 out.append((member_id, instance_id, err))
-        return E.none, out
+        return ErrorCode.none, out
 
     def _remove_current_member(self, group: GroupMetadata, member_id: str, reason: str) -> None:
         member = group.members[member_id]
@@ -906,7 +905,7 @@ class GroupCoordinator:
     ) -> ErrorCode | None:  # fmt: skip
         """Kafka's ``ClassicGroup.validateOffsetCommit``."""
         if group.state is DEAD:
-            return E.coordinator_not_available
+            return ErrorCode.coordinator_not_available
         if generation_id < 0 and group.state is EMPTY:
             return None  # admin clients and consumers without group management
         if generation_id >= 0 or member_id != UNKNOWN_MEMBER_ID or group_instance_id is not None:
@@ -914,12 +913,12 @@ class GroupCoordinator:
             if error is not None:
                 return error
             if generation_id != group.generation_id:
-                return E.illegal_generation
+                return ErrorCode.illegal_generation
             return None
         if group.state is not EMPTY and not is_transactional:
             # only members commit for a non-empty group; TxnOffsetCommit v0-v2 carry no
             # member, so transactional commits are accepted without one
-            return E.unknown_member_id
+            return ErrorCode.unknown_member_id
         return None
 
     def handle_commit_offsets(
@@ -943,7 +942,7 @@ class GroupCoordinator:
         group = self.groups.get(group_id)
         if group is None:
             if generation_id >= 0:
-                return all_(E.illegal_generation)  # from an older generation
+                return all_(ErrorCode.illegal_generation)  # from an older generation
             log.info("creating simple consumer group %s from an offset commit", group_id)
             group = self._get_or_create(group_id)
         error = self._validate_offset_commit(group, generation_id, member_id, group_instance_id)
@@ -951,7 +950,7 @@ class GroupCoordinator:
             return all_(error)
         state = group.state
         if state is COMPLETING_REBALANCE:
-            return all_(E.rebalance_in_progress)
+            return all_(ErrorCode.rebalance_in_progress)
         if state in (STABLE, PREPARING_REBALANCE):
             self._complete_and_schedule_next_heartbeat_expiration(group, group.members[member_id])
         return self._store_offsets(group, offsets)
@@ -981,17 +980,17 @@ class GroupCoordinator:
             return {tp: error for tp in offsets}, None
 
         if not self.active:
-            return all_(E.coordinator_not_available)
+            return all_(ErrorCode.coordinator_not_available)
         if not group_id:
-            return all_(E.invalid_group_id)
+            return all_(ErrorCode.invalid_group_id)
         if verify_transaction is not None:
             verified = verify_transaction()
-            if verified is not E.none:
+            if verified is not ErrorCode.none:
                 return all_(verified)
         group = self.groups.get(group_id)
         if group is None:
             if generation_id >= 0:
-                return all_(E.illegal_generation)
+                return all_(ErrorCode.illegal_generation)
             log.info("creating simple consumer group %s from a transactional offset commit", group_id)
             group = self._get_or_create(group_id)
         error = self._validate_offset_commit(
@@ -1037,9 +1036,9 @@ class GroupCoordinator:
         limit = self.config.offset_metadata_max_bytes
         for tp, om in offsets.items():
             if om.metadata is not None and len(om.metadata.encode()) > limit:
-                errors[tp] = E.offset_metadata_too_large
+                errors[tp] = ErrorCode.offset_metadata_too_large
             else:
-                errors[tp] = E.none
+                errors[tp] = ErrorCode.none
                 records.append((tp, om))
         if not records:
             return errors, None
@@ -1052,7 +1051,7 @@ class GroupCoordinator:
                 )  # fmt: skip
             except (OSError, AppendError) as exc:
                 log.error("could not store offsets of group %s: %s", group.group_id, exc)
-                error = E.not_coordinator
+                error = ErrorCode.not_coordinator
                 if isinstance(exc, AppendError) and producer_id >= 0:
                     error = coordinator_operation_error(exc.error)  # e.g. INVALID_PRODUCER_EPOCH
                 for tp, _ in records:
@@ -1081,8 +1080,8 @@ class GroupCoordinator:
         group = self.groups.get(group_id)
         offsets = group.offsets if group is not None and group.state is not DEAD else {}
         if partitions is None:
-            return E.none, dict(offsets)
-        return E.none, {tp: offsets.get(tp) for tp in partitions}
+            return ErrorCode.none, dict(offsets)
+        return ErrorCode.none, {tp: offsets.get(tp) for tp in partitions}
 
     def handle_delete_offsets(
         self, group_id: str, partitions: list[tuple[str, int]]
@@ -1092,7 +1091,7 @@ class GroupCoordinator:
             return error, {}
         group = self.groups.get(group_id)
         if group is None or group.state is DEAD:
-            return E.group_id_not_found, {}
+            return ErrorCode.group_id_not_found, {}
         errors: dict[tuple[str, int], ErrorCode] = {}
         if group.state is EMPTY:
             eligible = list(partitions)
@@ -1100,18 +1099,18 @@ class GroupCoordinator:
             eligible = []
             for tp in partitions:
                 if group.is_subscribed_to_topic(tp[0]):
-                    errors[tp] = E.group_subscribed_to_topic
+                    errors[tp] = ErrorCode.group_subscribed_to_topic
                 else:
                     eligible.append(tp)
         else:
-            return E.non_empty_group, {}
+            return ErrorCode.non_empty_group, {}
         removed = group.remove_offsets(eligible)
         self._append_tombstones([offset_key(group_id, t, p) for t, p in removed])
         for tp in eligible:
-            errors[tp] = E.none
+            errors[tp] = ErrorCode.none
         if removed:
             log.info("deleted %d offset(s) of group %s", len(removed), group_id)
-        return E.none, errors
+        return ErrorCode.none, errors
 
     def remove_offsets_of_topic(self, topic: str) -> int:
         """A topic was deleted: forget every group's offsets for it, pending ones too."""
@@ -1182,12 +1181,12 @@ class GroupCoordinator:
     ) -> tuple[ErrorCode, list[tuple[str, str, str]]]:
         """(group id, protocol type, state) of every group passing the filters."""
         if not self.active:
-            return E.coordinator_not_available, []
+            return ErrorCode.coordinator_not_available, []
         wanted_states = {s.lower() for s in states}
         wanted_types = {t.lower() for t in types}
         if wanted_types and "classic" not in wanted_types:
-            return E.none, []
-        return E.none, [
+            return ErrorCode.none, []
+        return ErrorCode.none, [
             (g.group_id, g.protocol_type or "", g.state.value)
             for g in self.groups.values()
             if not wanted_states or g.state.value.lower() in wanted_states
@@ -1200,10 +1199,10 @@ class GroupCoordinator:
             return error, None
         group = self.groups.get(group_id)
         if group is None:
-            return E.none, None
+            return ErrorCode.none, None
         # protocol, metadata and assignments only once Stable (None: not shown)
         protocol = group.protocol_name if group.state is STABLE else None
-        return E.none, {
+        return ErrorCode.none, {
             "state": group.state.value,
             "protocol_type": group.protocol_type or "",
             "protocol": protocol if protocol is not None else "",
@@ -1230,7 +1229,7 @@ class GroupCoordinator:
                 continue
             group = self.groups.get(group_id)
             if group is None or group.state is DEAD:
-                out[group_id] = E.group_id_not_found
+                out[group_id] = ErrorCode.group_id_not_found
             elif group.state is EMPTY:
                 group.transition_to(DEAD)
                 del self.groups[group_id]
@@ -1238,9 +1237,9 @@ class GroupCoordinator:
                 tps = group.remove_offsets(group.offset_partitions())
                 keys.extend(offset_key(group_id, t, p) for t, p in tps)
                 keys.append(group_key(group_id))
-                out[group_id] = E.none
+                out[group_id] = ErrorCode.none
                 log.info("deleted group %s", group_id)
             else:
-                out[group_id] = E.non_empty_group
+                out[group_id] = ErrorCode.non_empty_group
         self._append_tombstones(keys)
         return out

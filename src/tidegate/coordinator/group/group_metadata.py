@@ -24,7 +24,6 @@ from tidegate.protocol.consumer_protocol import decode_subscription
 
 log = logging.getLogger(__name__)
 
-E = ErrorCode
 CONSUMER_PROTOCOL_TYPE = "consumer"
 
 
@@ -351,8 +350,8 @@ class GroupMetadata:
     def replace_static_member(self, instance_id: str, old_id: str, new_id: str) -> MemberMetadata:
         member = self.members.pop(old_id)
         # a duplicate instance still parked in JoinGroup/SyncGroup is fenced right away
-        self.maybe_invoke_join_callback(member, JoinResult(old_id, E.fenced_instance_id))
-        self.maybe_invoke_sync_callback(member, SyncResult(E.fenced_instance_id))
+        self.maybe_invoke_join_callback(member, JoinResult(old_id, ErrorCode.fenced_instance_id))
+        self.maybe_invoke_sync_callback(member, SyncResult(ErrorCode.fenced_instance_id))
         member.member_id = new_id
         self.members[new_id] = member
         if self.is_leader(old_id):

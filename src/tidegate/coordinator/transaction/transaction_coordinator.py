@@ -51,7 +51,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-E = ErrorCode
 S = TransactionState
 TopicPartition = tuple[str, int]
 
@@ -165,7 +164,7 @@ class TransactionCoordinator:
 
     def _fenced(self, version_uses_producer_fenced: bool) -> ErrorCode:
         """PRODUCER_FENCED, or INVALID_PRODUCER_EPOCH for the request versions that predate it."""
-        return E.producer_fenced if version_uses_producer_fenced else E.invalid_producer_epoch
+        return ErrorCode.producer_fenced if version_uses_producer_fenced else ErrorCode.invalid_producer_epoch
 
     # -- InitProducerId -------------------------------------------------------------------------
     def handle_init_producer_id(
@@ -181,19 +180,19 @@ class TransactionCoordinator:
         if transactional_id is None:
             # an idempotent producer: always a fresh id at epoch 0 (v3 fields ignored)
             try:
-                callback(InitProducerIdResult(self.producer_ids.generate(), 0, E.none))
+                callback(InitProducerIdResult(self.producer_ids.generate(), 0, ErrorCode.none))
             except OSError as exc:
                 log.error("cannot reserve a block of producer ids: %s", exc)
-                callback(_init_error(E.coordinator_load_in_progress))
+                callback(_init_error(ErrorCode.coordinator_load_in_progress))
             return
         if transactional_id == "":
-            callback(_init_error(E.invalid_request))
+            callback(_init_error(ErrorCode.invalid_request))
             return
         if not self.txn_manager.validate_transaction_timeout(transaction_timeout_ms):
-            callback(_init_error(E.invalid_transaction_timeout))
+            callback(_init_error(ErrorCode.invalid_transaction_timeout))
             return
         if not self.active:
-            callback(_init_error(E.coordinator_not_available))
+            callback(_init_error(ErrorCode.coordinator_not_available))
             return
         now = self.clock.wall_milliseconds()
         metadata = self.txn_manager.get(transactional_id)
@@ -202,7 +201,7 @@ class TransactionCoordinator:
                 pid = self.producer_ids.generate()
             except OSError as exc:
                 log.error("cannot reserve a block of producer ids: %s", exc)
-                callback(_init_error(E.coordinator_load_in_progress))
+                callback(_init_error(ErrorCode.coordinator_load_in_progress))
                 return
             metadata = self.txn_manager.put_if_not_exists(TransactionMetadata(
                 transactional_id, pid, NO_PRODUCER_EPOCH, transaction_timeout_ms, S.EMPTY, now,
@@ -219,13 +218,13 @@ class TransactionCoordinator:
             # and that retry bumps the epoch again (or rotates the producer id).
             self._end_transaction(
                 transactional_id, prepared.producer_id, prepared.producer_epoch, TransactionResult.ABORT,
-                lambda _error: callback(_init_error(E.concurrent_transactions)), from_client=False,
+                lambda _error: callback(_init_error(ErrorCode.concurrent_transactions)), from_client=False,
             )  # fmt: skip
             return
 
         def written(error: ErrorCode) -> None:
-            if error is E.none:
-                callback(InitProducerIdResult(prepared.producer_id, prepared.producer_epoch, E.none))
+            if error is ErrorCode.none:
+                callback(InitProducerIdResult(prepared.producer_id, prepared.producer_epoch, ErrorCode.none))
             else:
                 callback(_init_error(error))
 
@@ -243,18 +242,18 @@ class TransactionCoordinator:
             )
 
         if metadata.pending_transition_in_progress:
-            return E.concurrent_transactions
+            return ErrorCode.concurrent_transactions
         if expected is not None and not valid_producer_id(*expected):
             return self._fenced(producer_fenced_supported)
         state = metadata.state
         if state in (S.PREPARE_ABORT, S.PREPARE_COMMIT):
-            return E.concurrent_transactions
+            return ErrorCode.concurrent_transactions
         if state in (S.COMPLETE_ABORT, S.COMPLETE_COMMIT, S.EMPTY):
             if metadata.is_producer_epoch_exhausted and (expected is None or expected[1] == metadata.producer_epoch):
                 try:
                     new_pid = self.producer_ids.generate()
                 except OSError:
-                    return E.coordinator_load_in_progress
+                    return ErrorCode.coordinator_load_in_progress
                 return metadata.prepare_producer_id_rotation(new_pid, timeout_ms, now, expected is not None)
             transit = metadata.prepare_increment_producer_epoch(
                 timeout_ms, None if expected is None else expected[1], now
@@ -276,15 +275,15 @@ class TransactionCoordinator:
         producer_fenced_supported: bool = True,
     ) -> None:
         if not transactional_id:
-            callback(E.invalid_request)
+            callback(ErrorCode.invalid_request)
             return
         if not self.active:
-            callback(E.coordinator_not_available)
+            callback(ErrorCode.coordinator_not_available)
             return
         wanted = set(partitions)
         metadata = self.txn_manager.get(transactional_id)
         if metadata is None:
-            callback(E.invalid_producer_id_mapping)
+            callback(ErrorCode.invalid_producer_id_mapping)
             return
         if (
             metadata.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT)
@@ -299,19 +298,19 @@ class TransactionCoordinator:
                     transactional_id, producer_id, producer_epoch, wanted, callback,
                     producer_fenced_supported=producer_fenced_supported,
                 ),
-                lambda: callback(E.concurrent_transactions),
+                lambda: callback(ErrorCode.concurrent_transactions),
             )  # fmt: skip
             return
         if metadata.pending_transition_in_progress:
-            callback(E.concurrent_transactions)
+            callback(ErrorCode.concurrent_transactions)
         elif metadata.producer_id != producer_id:
-            callback(E.invalid_producer_id_mapping)
+            callback(ErrorCode.invalid_producer_id_mapping)
         elif metadata.producer_epoch != producer_epoch:
             callback(self._fenced(producer_fenced_supported))
         elif metadata.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
-            callback(E.concurrent_transactions)
+            callback(ErrorCode.concurrent_transactions)
         elif metadata.state is S.ONGOING and wanted <= metadata.topic_partitions:
-            callback(E.none)
+            callback(ErrorCode.none)
         else:
             now = self.clock.wall_milliseconds()
             transit = metadata.prepare_add_partitions(wanted, now)
@@ -363,18 +362,18 @@ class TransactionCoordinator:
         TRANSACTION_ABORTABLE."""
         wanted = list(partitions)
         if not transactional_id:
-            return E.invalid_request, {}
+            return ErrorCode.invalid_request, {}
         if not self.active:
-            return E.coordinator_not_available, {}
+            return ErrorCode.coordinator_not_available, {}
         metadata = self.txn_manager.get(transactional_id)
         if metadata is None or metadata.producer_id != producer_id:
-            return E.invalid_producer_id_mapping, {}
+            return ErrorCode.invalid_producer_id_mapping, {}
         if metadata.producer_epoch != producer_epoch:
-            return E.producer_fenced, {}
+            return ErrorCode.producer_fenced, {}
         if metadata.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
-            return E.concurrent_transactions, {}
+            return ErrorCode.concurrent_transactions, {}
         in_txn = metadata.topic_partitions if metadata.state is S.ONGOING else set()
-        return E.none, {tp: E.none if tp in in_txn else E.transaction_abortable for tp in wanted}
+        return ErrorCode.none, {tp: ErrorCode.none if tp in in_txn else ErrorCode.transaction_abortable for tp in wanted}
 
     # -- EndTxn ---------------------------------------------------------------------------------
     def handle_end_transaction(
@@ -388,10 +387,10 @@ class TransactionCoordinator:
         producer_fenced_supported: bool = True,
     ) -> None:
         if not transactional_id:
-            callback(E.invalid_request)
+            callback(ErrorCode.invalid_request)
             return
         if not self.active:
-            callback(E.coordinator_not_available)
+            callback(ErrorCode.coordinator_not_available)
             return
         self._end_transaction(transactional_id, producer_id, producer_epoch, result, callback,
                               from_client=True, producer_fenced_supported=producer_fenced_supported)
@@ -402,13 +401,13 @@ class TransactionCoordinator:
     ) -> None:  # fmt: skip
         metadata = self.txn_manager.get(transactional_id)
         if metadata is None:
-            callback(E.invalid_producer_id_mapping)
+            callback(ErrorCode.invalid_producer_id_mapping)
             return
         coordinator_epoch = self.txn_manager.coordinator_epoch
         commit = result is TransactionResult.COMMIT
         is_epoch_fence = False
         if metadata.producer_id != producer_id:
-            callback(E.invalid_producer_id_mapping)
+            callback(ErrorCode.invalid_producer_id_mapping)
             return
         # strict equality for clients (they never bump the epoch); the coordinator's own
         # aborts come with the fenced (bumped) epoch
@@ -416,7 +415,7 @@ class TransactionCoordinator:
             callback(self._fenced(producer_fenced_supported))
             return
         if metadata.pending_transition_in_progress and metadata.pending_state is not S.PREPARE_EPOCH_FENCE:
-            callback(E.concurrent_transactions)
+            callback(ErrorCode.concurrent_transactions)
             return
         state = metadata.state
         if state is S.ONGOING:
@@ -430,25 +429,25 @@ class TransactionCoordinator:
             now = self.clock.wall_milliseconds()
             transit = metadata.prepare_abort_or_commit(next_state, now)
         elif state is S.COMPLETE_COMMIT:
-            callback(E.none if commit else E.invalid_txn_state)
+            callback(ErrorCode.none if commit else ErrorCode.invalid_txn_state)
             return
         elif state is S.COMPLETE_ABORT:
-            callback(E.none if not commit else E.invalid_txn_state)
+            callback(ErrorCode.none if not commit else ErrorCode.invalid_txn_state)
             return
         elif state is S.PREPARE_COMMIT:
-            callback(E.concurrent_transactions if commit else E.invalid_txn_state)
+            callback(ErrorCode.concurrent_transactions if commit else ErrorCode.invalid_txn_state)
             return
         elif state is S.PREPARE_ABORT:
-            callback(E.concurrent_transactions if not commit else E.invalid_txn_state)
+            callback(ErrorCode.concurrent_transactions if not commit else ErrorCode.invalid_txn_state)
             return
         elif state is S.EMPTY:
-            callback(E.invalid_txn_state)
+            callback(ErrorCode.invalid_txn_state)
             return
         else:
             raise RuntimeError(f"transactional id {transactional_id} found in state {state}")
 
         def prepared(error: ErrorCode) -> None:
-            if error is not E.none:
+            if error is not ErrorCode.none:
                 if is_epoch_fence:
                     m = self.txn_manager.get(transactional_id)
                     if m is not None:
@@ -457,19 +456,19 @@ class TransactionCoordinator:
                 return
             m = self.txn_manager.get(transactional_id)
             if m is None or coordinator_epoch != self.txn_manager.coordinator_epoch:
-                callback(E.not_coordinator)
+                callback(ErrorCode.not_coordinator)
                 return
             if m.producer_id != producer_id:
-                callback(E.invalid_producer_id_mapping)
+                callback(ErrorCode.invalid_producer_id_mapping)
             elif m.producer_epoch != producer_epoch:
-                callback(E.producer_fenced)
+                callback(ErrorCode.producer_fenced)
             elif m.pending_transition_in_progress:
-                callback(E.concurrent_transactions)
+                callback(ErrorCode.concurrent_transactions)
             elif m.state is not (S.PREPARE_COMMIT if commit else S.PREPARE_ABORT):
-                callback(E.invalid_txn_state)
+                callback(ErrorCode.invalid_txn_state)
             else:
                 # answer now: the markers and the completion follow
-                callback(E.none)
+                callback(ErrorCode.none)
                 self._send_markers(coordinator_epoch, m)
 
         self.txn_manager.append_transaction_to_log(transactional_id, coordinator_epoch, transit, prepared)
@@ -487,7 +486,7 @@ class TransactionCoordinator:
             nonlocal abandoned
             if abandoned:
                 return
-            if error is not E.none:
+            if error is not ErrorCode.none:
                 abandoned = True
                 log.info("giving up the markers of transaction %s: %s", transactional_id, error.name)
                 metadata.pending_state = None
@@ -509,12 +508,12 @@ class TransactionCoordinator:
         self, coordinator_epoch: int, transactional_id: str, complete: TxnTransitMetadata, commit: bool
     ) -> None:
         def written(error: ErrorCode) -> None:
-            if error is E.none:
+            if error is ErrorCode.none:
                 if commit:
                     self.commits += 1
                 else:
                     self.aborts += 1
-            elif error in (E.coordinator_not_available, E.not_coordinator) and self.active:
+            elif error in (ErrorCode.coordinator_not_available, ErrorCode.not_coordinator) and self.active:
                 log.info("writing %s of %s failed (%s); retrying", complete.state, transactional_id, error.name)
                 self.timer.add(FunctionTask(COMPLETION_RETRY_BACKOFF_MS, lambda: self._write_completion(
                     coordinator_epoch, transactional_id, complete, commit)))
@@ -525,7 +524,7 @@ class TransactionCoordinator:
 
         self.txn_manager.append_transaction_to_log(
             transactional_id, coordinator_epoch, complete, written,
-            retry_on_error=lambda e: e in (E.coordinator_not_available, E.not_coordinator),
+            retry_on_error=lambda e: e in (ErrorCode.coordinator_not_available, ErrorCode.not_coordinator),
         )
 
     # -- timeouts and expiry --------------------------------------------------------------------
@@ -544,7 +543,7 @@ class TransactionCoordinator:
             txn_id = metadata.transactional_id
 
             def ended(error: ErrorCode, txn_id: str = txn_id) -> None:
-                if error not in (E.none, E.concurrent_transactions):
+                if error not in (ErrorCode.none, ErrorCode.concurrent_transactions):
                     log.info("aborting timed-out transaction %s failed: %s", txn_id, error.name)
 
             self._end_transaction(txn_id, transit.producer_id, transit.producer_epoch, TransactionResult.ABORT,
@@ -561,7 +560,7 @@ class TransactionCoordinator:
             txn_id = metadata.transactional_id
 
             def written(error: ErrorCode, txn_id: str = txn_id) -> None:
-                if error is E.none:
+                if error is ErrorCode.none:
                     log.info("transactional id %s expired", txn_id)
 
             self.txn_manager.append_transaction_to_log(
@@ -589,17 +588,17 @@ class TransactionCoordinator:
         out = []
         for txn_id in transactional_ids:
             if not txn_id:
-                out.append(TransactionDescription(txn_id, E.invalid_request))
+                out.append(TransactionDescription(txn_id, ErrorCode.invalid_request))
                 continue
             if not self.active:
-                out.append(TransactionDescription(txn_id, E.coordinator_not_available))
+                out.append(TransactionDescription(txn_id, ErrorCode.coordinator_not_available))
                 continue
             m = self.txn_manager.get(txn_id)
             if m is None or m.state is S.DEAD:
-                out.append(TransactionDescription(txn_id, E.transactional_id_not_found))
+                out.append(TransactionDescription(txn_id, ErrorCode.transactional_id_not_found))
                 continue
             out.append(TransactionDescription(
-                txn_id, E.none, m.state.state_name, m.producer_id, m.producer_epoch, m.txn_timeout_ms,
+                txn_id, ErrorCode.none, m.state.state_name, m.producer_id, m.producer_epoch, m.txn_timeout_ms,
                 m.txn_start_timestamp, tuple(sorted(m.topic_partitions)),
             ))  # fmt: skip
         return out
@@ -609,7 +608,7 @@ class TransactionCoordinator:
     ) -> tuple[ErrorCode, list[tuple[str, int, str]], list[str]]:  # fmt: skip
         """(error, [(transactional id, producer id, state)], unknown state filters)."""
         if not self.active:
-            return E.coordinator_not_available, [], []
+            return ErrorCode.coordinator_not_available, [], []
         states: set[TransactionState] = set()
         unknown: list[str] = []
         for name in state_filters:
@@ -631,4 +630,4 @@ class TransactionCoordinator:
             if duration_filter_ms >= 0 and m.txn_start_timestamp >= 0 and now - m.txn_start_timestamp <= duration_filter_ms:
                 continue
             out.append((m.transactional_id, m.producer_id, m.state.state_name))
-        return E.none, sorted(out), unknown
+        return ErrorCode.none, sorted(out), unknown

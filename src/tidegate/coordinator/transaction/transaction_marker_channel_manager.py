@@ -32,17 +32,16 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-E = ErrorCode
 TopicPartition = tuple[str, int]
 
 RETRY_BACKOFF_MS = 100
 
 _RETRIABLE = frozenset({
-    E.not_leader_or_follower, E.not_enough_replicas, E.not_enough_replicas_after_append,
-    E.request_timed_out, E.kafka_storage_error,
+    ErrorCode.not_leader_or_follower, ErrorCode.not_enough_replicas, ErrorCode.not_enough_replicas_after_append,
+    ErrorCode.request_timed_out, ErrorCode.kafka_storage_error,
 })  # fmt: skip
-_DONE = frozenset({E.none, E.unsupported_for_message_format, E.unsupported_version})
-_ABANDON = frozenset({E.invalid_producer_epoch, E.transaction_coordinator_fenced})
+_DONE = frozenset({ErrorCode.none, ErrorCode.unsupported_for_message_format, ErrorCode.unsupported_version})
+_ABANDON = frozenset({ErrorCode.invalid_producer_epoch, ErrorCode.transaction_coordinator_fenced})
 
 
 class TransactionMarkerChannelManager:
@@ -91,7 +90,7 @@ class TransactionMarkerChannelManager:
     ) -> None:  # fmt: skip
         if self.replicas.get_log(*tp) is None:
             log.info("transaction marker for %s-%d skipped: the partition no longer exists", *tp)
-            on_done(tp, E.none)
+            on_done(tp, ErrorCode.none)
             return
         batch = end_transaction_marker_batch(
             producer_id, producer_epoch, coordinator_epoch, commit, self.clock.wall_milliseconds()
@@ -100,16 +99,16 @@ class TransactionMarkerChannelManager:
         def appended(results: dict[TopicPartition, PartitionResponse]) -> None:
             error = results[tp].error
             if error in _DONE:
-                if error is E.none:
+                if error is ErrorCode.none:
                     self.markers_written += 1
                     self.marker_written(tp, producer_id, commit)
-                on_done(tp, E.none)
-            elif error in _RETRIABLE or (error is E.unknown_topic_or_partition and self.replicas.get_log(*tp)):
+                on_done(tp, ErrorCode.none)
+            elif error in _RETRIABLE or (error is ErrorCode.unknown_topic_or_partition and self.replicas.get_log(*tp)):
                 log.info("transaction marker for %s-%d failed with %s; retrying", tp[0], tp[1], error.name)
                 self._retry(lambda: self._write_one(producer_id, producer_epoch, coordinator_epoch, commit, tp,
                                                     on_done))
-            elif error is E.unknown_topic_or_partition:
-                on_done(tp, E.none)  # deleted meanwhile: nothing to mark
+            elif error is ErrorCode.unknown_topic_or_partition:
+                on_done(tp, ErrorCode.none)  # deleted meanwhile: nothing to mark
             else:
                 if error not in _ABANDON:
                     log.error("transaction marker for %s-%d of producer %d failed with %s", tp[0], tp[1],

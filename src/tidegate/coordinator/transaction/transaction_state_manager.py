@@ -45,7 +45,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-E = ErrorCode
 COORDINATOR_EPOCH_FILE = "transaction-coordinator-epoch"
 
 #: ReplicaManager.append_records
@@ -90,13 +89,13 @@ def transaction_log_topic_configs(config: TransactionConfig) -> dict[str, str]:
 
 def _map_append_error(error: ErrorCode) -> ErrorCode:
     """Kafka's mapping of a transaction-log append error before it reaches a client."""
-    if error in (E.unknown_topic_or_partition, E.not_enough_replicas, E.not_enough_replicas_after_append,
-                 E.request_timed_out):  # fmt: skip
-        return E.coordinator_not_available
-    if error in (E.not_leader_or_follower, E.kafka_storage_error):
-        return E.not_coordinator
-    if error in (E.message_too_large, E.record_list_too_large):
-        return E.unknown_server_error
+    if error in (ErrorCode.unknown_topic_or_partition, ErrorCode.not_enough_replicas, ErrorCode.not_enough_replicas_after_append,
+                 ErrorCode.request_timed_out):  # fmt: skip
+        return ErrorCode.coordinator_not_available
+    if error in (ErrorCode.not_leader_or_follower, ErrorCode.kafka_storage_error):
+        return ErrorCode.not_coordinator
+    if error in (ErrorCode.message_too_large, ErrorCode.record_list_too_large):
+        return ErrorCode.unknown_server_error
     return error
 
 
@@ -246,17 +245,17 @@ class TransactionStateManager:
             self.ensure_topic()
         except OSError as exc:
             log.error("cannot create %s: %s", TRANSACTION_STATE_TOPIC, exc)
-            self._clear_pending(transactional_id, coordinator_epoch, E.coordinator_not_available, retry_on_error)
-            callback(E.coordinator_not_available)
+            self._clear_pending(transactional_id, coordinator_epoch, ErrorCode.coordinator_not_available, retry_on_error)
+            callback(ErrorCode.coordinator_not_available)
             return
         batch = build_batch([Record(value, encode_key(transactional_id), self.clock.wall_milliseconds())])
 
         def appended(results: dict[tuple[str, int], PartitionResponse]) -> None:
             error = _map_append_error(results[key].error)
-            if error is E.none:
+            if error is ErrorCode.none:
                 metadata = self._cache.get(transactional_id)
                 if metadata is None or coordinator_epoch != self.coordinator_epoch or not self.active:
-                    error = E.not_coordinator
+                    error = ErrorCode.not_coordinator
                 elif transit.state is TransactionState.DEAD:
                     metadata.pending_state = None
                     del self._cache[transactional_id]
@@ -273,8 +272,8 @@ class TransactionStateManager:
                                  internal_topics_allowed=True, from_client=False)
         except OSError as exc:
             log.error("cannot append to %s: %s", TRANSACTION_STATE_TOPIC, exc)
-            self._clear_pending(transactional_id, coordinator_epoch, E.not_coordinator, retry_on_error)
-            callback(E.not_coordinator)
+            self._clear_pending(transactional_id, coordinator_epoch, ErrorCode.not_coordinator, retry_on_error)
+            callback(ErrorCode.not_coordinator)
 
     def _clear_pending(
         self, transactional_id: str, coordinator_epoch: int, error: ErrorCode,

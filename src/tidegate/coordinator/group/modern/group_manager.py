@@ -75,7 +75,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-E = ErrorCode
 
 #: (key, value-or-None) pairs appended as one batch; returns its durability, raises
 #: AppendError or OSError when nothing was appended (OffsetsLog.append).
@@ -99,7 +98,7 @@ def is_blank(value: str | None) -> bool:
 class HeartbeatResult:
     """A Consumer/ShareGroupHeartbeat response's fields: ``assignment`` None = not sent."""
 
-    error: ErrorCode = E.none
+    error: ErrorCode = ErrorCode.none
     error_message: str | None = None
     member_id: str | None = None
     member_epoch: int = 0
@@ -306,18 +305,18 @@ class ModernGroupManager(Generic[G, M]):
         or to ``then`` if given (which answers ``callback`` itself)."""
         try:
             if not self.active:
-                raise api_error(E.coordinator_not_available, "The coordinator is not active.")
+                raise api_error(ErrorCode.coordinator_not_available, "The coordinator is not active.")
             op, result = handle()
         except BrokerResponseError as exc:
             callback(HeartbeatResult(error_code_of(exc), exc.message))
             return
         except Exception as exc:  # a bug: answer it rather than leave the member hanging
             log.exception("%s of group %s failed", name, group_id)
-            callback(HeartbeatResult(E.unknown_server_error, str(exc)))
+            callback(HeartbeatResult(ErrorCode.unknown_server_error, str(exc)))
             return
 
         def done(error: ErrorCode) -> None:
-            if error is not E.none:
+            if error is not ErrorCode.none:
                 callback(HeartbeatResult(error))
             elif then is None:
                 callback(result)
@@ -335,15 +334,15 @@ class ModernGroupManager(Generic[G, M]):
 
         def done(error: ErrorCode) -> None:
             if on_done is not None:
-                on_done(E.none if error is E.none else coordinator_operation_error(error))
+                on_done(ErrorCode.none if error is ErrorCode.none else coordinator_operation_error(error))
 
         if not op.records:
             for action in op.after:
                 action()
             if self._last_append is None:
-                done(E.none)
+                done(ErrorCode.none)
             else:
-                self._last_append.add_callback(lambda _error: done(E.none))
+                self._last_append.add_callback(lambda _error: done(ErrorCode.none))
             return
         try:
             pending = self._append([encode_coordinator_record(r) for r in op.records])
@@ -353,7 +352,7 @@ class ModernGroupManager(Generic[G, M]):
             return
         except OSError as exc:
             self._log_failed_write(op, exc)
-            done(E.kafka_storage_error)
+            done(ErrorCode.kafka_storage_error)
             return
         self._last_append = pending
         try:
@@ -363,7 +362,7 @@ class ModernGroupManager(Generic[G, M]):
                 action()
         except Exception:
             log.exception("replaying %s group records failed: %s", self.PROTOCOL, op.records)
-            done(E.unknown_server_error)
+            done(ErrorCode.unknown_server_error)
             return
         pending.add_callback(done)
 
@@ -432,7 +431,7 @@ class ModernGroupManager(Generic[G, M]):
         limit = self.config.max_size
         if group.num_members() >= limit and (not member_id or not group.has_member(member_id)):
             raise api_error(
-                E.group_max_size_reached,
+                ErrorCode.group_max_size_reached,
                 f"The {self.PROTOCOL} group has reached its maximum capacity of {limit} members.",
             )
 
@@ -452,7 +451,7 @@ class ModernGroupManager(Generic[G, M]):
         except PartitionAssignorException as exc:
             message = f"Failed to compute a new target assignment for epoch {builder.group_epoch}: {exc}"
             log.error("[GroupId %s] %s.", group.group_id, message)
-            raise api_error(E.unknown_server_error, message) from exc
+            raise api_error(ErrorCode.unknown_server_error, message) from exc
         log.info(
             "[GroupId %s] Computed a new target assignment for epoch %d with '%s' assignor.",
             group.group_id, builder.group_epoch, assignor_name,

@@ -26,8 +26,6 @@ from tidegate.coordinator.group.modern.subscription import SubscriptionCount
 from tidegate.coordinator.group.modern.topics import MetadataImage
 from tidegate.errors import BrokerResponseError, ErrorCode
 
-E = ErrorCode
-
 #: Kafka's METADATA_REFRESH_INTERVAL_MS: after a refresh, the subscribed topics' metadata
 #: is refreshed again only when a topic changes (or a write failed).
 METADATA_REFRESH_INTERVAL_MS = 2**31 - 1
@@ -42,7 +40,7 @@ def api_error(code: ErrorCode, message: str) -> BrokerResponseError:
 
 def error_code_of(exc: BrokerResponseError) -> ErrorCode:
     """The code of an error the coordinator raised."""
-    return E.unknown_server_error if exc.code is None else ErrorCode(exc.code)
+    return ErrorCode.unknown_server_error if exc.code is None else ErrorCode(exc.code)
 
 
 class IllegalStateError(RuntimeError):
@@ -176,7 +174,7 @@ class ModernGroup(Generic[M]):
         member = self.members.get(member_id)
         if member is None:
             raise api_error(
-                E.unknown_member_id, f"Member {member_id} is not a member of group {self.group_id}."
+                ErrorCode.unknown_member_id, f"Member {member_id} is not a member of group {self.group_id}."
             )
         return member
 

@@ -66,8 +66,6 @@ from tidegate.coordinator.group.modern.topics import MetadataImage
 from tidegate.errors import ErrorCode
 from tidegate.protocol.messages import consumer_group_describe
 
-E = ErrorCode
-
 #: The group's protocol type, as ListGroups and DescribeGroups show it.
 CONSUMER_PROTOCOL_TYPE = "consumer"
 #: A member's type in ConsumerGroupDescribe v1 (KIP-1099).
@@ -408,7 +406,7 @@ class ConsumerGroup(ModernGroup[ConsumerGroupMember]):
         member = self.member(member_id)
         if not is_transactional and not member.use_classic_protocol and api_version < 9:
             raise api_error(
-                E.unsupported_version,
+                ErrorCode.unsupported_version,
                 "OffsetCommit version 9 or above must be used by members using the modern "
                 "group protocol",
             )
@@ -422,7 +420,7 @@ class ConsumerGroup(ModernGroup[ConsumerGroupMember]):
         member = self.members.get(member_id or "")
         if member is None:
             raise api_error(
-                E.unknown_member_id, f"Member {member_id} is not a member of group {self.group_id}."
+                ErrorCode.unknown_member_id, f"Member {member_id} is not a member of group {self.group_id}."
             )
         self._validate_member_epoch(member_epoch, member)
 
@@ -431,19 +429,19 @@ class ConsumerGroup(ModernGroup[ConsumerGroupMember]):
         if received != member.member_epoch:
             if member.use_classic_protocol:
                 raise api_error(
-                    E.illegal_generation,
+                    ErrorCode.illegal_generation,
                     f"The received generation id {received} does not match the expected "
                     f"member epoch {member.member_epoch}.",
                 )
             raise api_error(
-                E.stale_member_epoch,
+                ErrorCode.stale_member_epoch,
                 f"The received member epoch {received} does not match the expected member "
                 f"epoch {member.member_epoch}.",
             )
 
     def validate_delete_group(self) -> None:
         if self.state is not ConsumerGroupState.EMPTY:
-            raise api_error(E.non_empty_group, "The group is not empty.")
+            raise api_error(ErrorCode.non_empty_group, "The group is not empty.")
 
     def _own_tombstone_records(self) -> list[CoordinatorRecord]:
         return [

@@ -111,7 +111,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-E = ErrorCode
 
 #: A member leaves (Kafka's ConsumerGroupHeartbeatRequest.LEAVE_GROUP_MEMBER_EPOCH).
 LEAVE_GROUP_MEMBER_EPOCH = -1
@@ -192,7 +191,7 @@ def throw_if_consumer_group_heartbeat_request_is_invalid(
     ``GroupCoordinatorService.throwIfConsumerGroupHeartbeatRequestIsInvalid``)."""
 
     def invalid(message: str) -> BrokerResponseError:
-        return api_error(E.invalid_request, message)
+        return api_error(ErrorCode.invalid_request, message)
 
     epoch = request.member_epoch
     if (
@@ -224,7 +223,7 @@ def throw_if_consumer_group_heartbeat_request_is_invalid(
         raise invalid("MemberEpoch is invalid.")
     if request.server_assignor is not None and request.server_assignor not in assignors:
         raise api_error(
-            E.unsupported_assignor,
+            ErrorCode.unsupported_assignor,
             f"ServerAssignor {request.server_assignor} is not supported. Supported assignors: "
             f"{', '.join(assignors)}.",
         )
@@ -251,7 +250,7 @@ def throw_if_consumer_group_member_epoch_is_invalid(
         return
     if received > member.member_epoch:
         raise api_error(
-            E.fenced_member_epoch,
+            ErrorCode.fenced_member_epoch,
             f"The consumer group member has a greater member epoch ({received}) than the one "
             f"known by the group coordinator ({member.member_epoch}). The member must abandon "
             "all its partitions and rejoin.",
@@ -260,7 +259,7 @@ def throw_if_consumer_group_member_epoch_is_invalid(
         received != member.previous_member_epoch or not _is_subset(owned, member.assigned_partitions)
     ):
         raise api_error(
-            E.fenced_member_epoch,
+            ErrorCode.fenced_member_epoch,
             f"The consumer group member has a smaller member epoch ({received}) than the one "
             f"known by the group coordinator ({member.member_epoch}). The member must abandon "
             "all its partitions and rejoin.",
@@ -429,7 +428,7 @@ class ConsumerGroupManager(ModernGroupManager[ConsumerGroup, ConsumerGroupMember
         classic_empty = None if classic is None else classic.classic_group_is_empty(group_id)
         if classic_empty is None:
             if not create:
-                raise api_error(E.group_id_not_found, f"Consumer group {group_id} not found.")
+                raise api_error(ErrorCode.group_id_not_found, f"Consumer group {group_id} not found.")
             return ConsumerGroup(group_id)
         if create and classic_empty:
             assert classic is not None
@@ -437,7 +436,7 @@ class ConsumerGroupManager(ModernGroupManager[ConsumerGroup, ConsumerGroupMember
             op.after.append(lambda: classic.remove_empty_classic_group(group_id))
             log.info("[GroupId %s] Converted the empty classic group to a consumer group.", group_id)
             return ConsumerGroup(group_id)
-        raise api_error(E.group_id_not_found, f"Group {group_id} is not a consumer group.")
+        raise api_error(ErrorCode.group_id_not_found, f"Group {group_id} is not a consumer group.")
 
     def consumer_group(self, group_id: str) -> ConsumerGroup:
         """An existing consumer group (Kafka's ``consumerGroup``): GROUP_ID_NOT_FOUND if
@@ -448,13 +447,13 @@ class ConsumerGroupManager(ModernGroupManager[ConsumerGroup, ConsumerGroupMember
         self._throw_if_other_group(group_id)
         classic = self.classic_groups
         if classic is not None and classic.classic_group_is_empty(group_id) is not None:
-            raise api_error(E.group_id_not_found, f"Group {group_id} is not a consumer group.")
-        raise api_error(E.group_id_not_found, f"Group {group_id} not found.")
+            raise api_error(ErrorCode.group_id_not_found, f"Group {group_id} is not a consumer group.")
+        raise api_error(ErrorCode.group_id_not_found, f"Group {group_id} not found.")
 
     def _throw_if_other_group(self, group_id: str) -> None:
         """GROUP_ID_NOT_FOUND for a share group's id (reference 1.14, cross-type)."""
         if self.other_groups(group_id) is GroupType.SHARE:
-            raise api_error(E.group_id_not_found, f"Group {group_id} is not a consumer group.")
+            raise api_error(ErrorCode.group_id_not_found, f"Group {group_id} is not a consumer group.")
 
     def group_type(self, group_id: str) -> GroupType | None:
         """CONSUMER if ``group_id`` is one of this manager's groups (the
@@ -477,7 +476,7 @@ class ConsumerGroupManager(ModernGroupManager[ConsumerGroup, ConsumerGroupMember
                 return group.get_or_maybe_create_member(member_id, True)
             if not existing.use_classic_protocol and existing.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH:
                 raise api_error(
-                    E.unreleased_instance_id,
+                    ErrorCode.unreleased_instance_id,
                     f"Static member {member_id} with instance id {instance_id} cannot join the "
                     f"group because the instance id is owned by {existing.member_id} member.",
                 )
@@ -863,11 +862,11 @@ class ConsumerGroupManager(ModernGroupManager[ConsumerGroup, ConsumerGroupMember
                 errors[group_id] = error_code_of(exc)
                 continue
             op.records.extend(group.create_group_tombstone_records())
-            errors[group_id] = E.none
+            errors[group_id] = ErrorCode.none
             log.info("[GroupId %s] deleting the consumer group", group_id)
 
         def done(error: ErrorCode) -> None:
-            callback({g: (error if e is E.none else e) for g, e in errors.items()})
+            callback({g: (error if e is ErrorCode.none else e) for g, e in errors.items()})
 
         self._commit(op, done)
 
@@ -919,14 +918,14 @@ def _throw_if_static_member_is_unknown_or_fenced(
     member: ConsumerGroupMember | None, member_id: str, instance_id: str | None
 ) -> ConsumerGroupMember:
     if member is None:
-        raise api_error(E.unknown_member_id, f"Instance id {instance_id} is unknown.")
+        raise api_error(ErrorCode.unknown_member_id, f"Instance id {instance_id} is unknown.")
     if member.member_id != member_id:
         log.info(
             "Static member %s with instance id %s is fenced by existing member %s.",
             member_id, instance_id, member.member_id,
         )  # fmt: skip
         raise api_error(
-            E.fenced_instance_id,
+            ErrorCode.fenced_instance_id,
             f"Static member {member_id} with instance id {instance_id} was fenced by member "
             f"{member.member_id}.",
         )

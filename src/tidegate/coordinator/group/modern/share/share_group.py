@@ -44,8 +44,6 @@ from tidegate.coordinator.group.modern.topics import MetadataImage
 from tidegate.errors import ErrorCode
 from tidegate.protocol.messages import share_group_describe
 
-E = ErrorCode
-
 #: The group's protocol type, as ListGroups shows it.
 SHARE_PROTOCOL_TYPE = "share"
 
@@ -176,7 +174,7 @@ class ShareGroup(ModernGroup[ShareGroupMember]):
         """NON_EMPTY_GROUP unless the group has no member (DeleteGroups, Alter- and
         DeleteShareGroupOffsets)."""
         if self.state is not ShareGroupState.EMPTY:
-            raise api_error(E.non_empty_group, "The group is not empty.")
+            raise api_error(ErrorCode.non_empty_group, "The group is not empty.")
 
     def _own_tombstone_records(self) -> list[CoordinatorRecord]:
         return [new_share_group_state_partition_metadata_tombstone_record(self.group_id)]

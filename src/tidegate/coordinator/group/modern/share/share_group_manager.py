@@ -156,7 +156,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-E = ErrorCode
 
 #: A member leaves (Kafka's ShareGroupHeartbeatRequest.LEAVE_GROUP_MEMBER_EPOCH).
 LEAVE_GROUP_MEMBER_EPOCH = -1
@@ -221,7 +220,7 @@ def throw_if_share_group_heartbeat_request_is_invalid(request: ShareGroupHeartbe
     throwIfShareGroupHeartbeatRequestIsInvalid`` and KafkaApis' member id length check)."""
 
     def invalid(message: str) -> BrokerResponseError:
-        return api_error(E.invalid_request, message)
+        return api_error(ErrorCode.invalid_request, message)
 
     if not request.member_id.strip():
         raise invalid("MemberId can't be empty.")
@@ -245,14 +244,14 @@ def throw_if_share_group_member_epoch_is_invalid(member: ShareGroupMember, recei
         return
     if received > member.member_epoch:
         raise api_error(
-            E.fenced_member_epoch,
+            ErrorCode.fenced_member_epoch,
             f"The share group member has a greater member epoch ({received}) than the one "
             f"known by the group coordinator ({member.member_epoch}). The member must abandon "
             "all its partitions and rejoin.",
         )
     if received < member.member_epoch and received != member.previous_member_epoch:
         raise api_error(
-            E.fenced_member_epoch,
+            ErrorCode.fenced_member_epoch,
             f"The share group member has a smaller member epoch ({received}) than the one "
             f"known by the group coordinator ({member.member_epoch}), and it does not match "
             f"the previous member epoch ({member.previous_member_epoch}). The member must "
@@ -334,7 +333,7 @@ class ShareGroupManager(ModernGroupManager[ShareGroup, ShareGroupMember]):
     def join_group_error(self, group_id: str) -> ErrorCode | None:
         """What a JoinGroup of this group id answers when it names a share group
         (INCONSISTENT_GROUP_PROTOCOL, as Kafka's ``classicGroupJoin``), None otherwise."""
-        return E.inconsistent_group_protocol if group_id in self.groups else None
+        return ErrorCode.inconsistent_group_protocol if group_id in self.groups else None
 
     def share_group(self, group_id: str) -> ShareGroup:
         """An existing share group (Kafka's ``shareGroup``): GROUP_ID_NOT_FOUND if there is
@@ -343,7 +342,7 @@ class ShareGroupManager(ModernGroupManager[ShareGroup, ShareGroupMember]):
         if group is not None:
             return group
         self._throw_if_other_group(group_id)
-        raise api_error(E.group_id_not_found, f"Group {group_id} not found.")
+        raise api_error(ErrorCode.group_id_not_found, f"Group {group_id} not found.")
 
     def _get_or_maybe_create_share_group(self, group_id: str, create: bool) -> ShareGroup:
         """The group; a new one (replayed into being by its records) if ``create``."""
@@ -352,12 +351,12 @@ class ShareGroupManager(ModernGroupManager[ShareGroup, ShareGroupMember]):
             return group
         self._throw_if_other_group(group_id)
         if not create:
-            raise api_error(E.group_id_not_found, f"Share group {group_id} not found.")
+            raise api_error(ErrorCode.group_id_not_found, f"Share group {group_id} not found.")
         return ShareGroup(group_id)
 
     def _throw_if_other_group(self, group_id: str) -> None:
         if self.other_groups(group_id) is not None:
-            raise api_error(E.group_id_not_found, f"Group {group_id} is not a share group.")
+            raise api_error(ErrorCode.group_id_not_found, f"Group {group_id} is not a share group.")
 
     def groups_in_state(self, state: ShareGroupState) -> int:
         return sum(1 for g in self.groups.values() if g.state is state)
@@ -657,7 +656,7 @@ class ShareGroupManager(ModernGroupManager[ShareGroup, ShareGroupMember]):
             return
 
         def done(error: ErrorCode) -> None:
-            if error is not E.none:
+            if error is not ErrorCode.none:
                 callback(first)
                 return
             if init is not None:
@@ -685,7 +684,7 @@ class ShareGroupManager(ModernGroupManager[ShareGroup, ShareGroupMember]):
             nonlocal answered
             answered = True
             error = first_error(errors)
-            if error is E.none:
+            if error is ErrorCode.none:
                 op = self._initialized_op(init.group_id, partitions)
             else:
                 log.error(
@@ -696,7 +695,7 @@ class ShareGroupManager(ModernGroupManager[ShareGroup, ShareGroupMember]):
 
             def written(write_error: ErrorCode) -> None:
                 if on_written is not None:
-                    on_written(error is E.none and write_error is E.none)
+                    on_written(error is ErrorCode.none and write_error is ErrorCode.none)
 
             self._commit(op, written)
 
@@ -814,9 +813,9 @@ class ShareGroupManager(ModernGroupManager[ShareGroup, ShareGroupMember]):
         for group_id in group_ids:
             try:
                 if not self.active:
-                    raise api_error(E.coordinator_not_available, "The coordinator is not active.")
+                    raise api_error(ErrorCode.coordinator_not_available, "The coordinator is not active.")
                 if not group_id:
-                    raise api_error(E.invalid_group_id, "The group id is empty.")
+                    raise api_error(ErrorCode.invalid_group_id, "The group id is empty.")
                 out.append(self.share_group(group_id).describe(self.assignor.name, self.image))
             except BrokerResponseError as exc:
                 out.append(share_group_describe.DescribedGroup(
@@ -856,7 +855,7 @@ class ShareGroupManager(ModernGroupManager[ShareGroup, ShareGroupMember]):
         targets = [g for g in dict.fromkeys(group_ids) if g in self.groups]
         results: dict[str, ErrorCode] = {}
         if not targets or not self.active:
-            callback(dict.fromkeys(targets, E.coordinator_not_available))
+            callback(dict.fromkeys(targets, ErrorCode.coordinator_not_available))
             return
 
         def one_done(group_id: str, error: ErrorCode) -> None:
@@ -885,7 +884,7 @@ class ShareGroupManager(ModernGroupManager[ShareGroup, ShareGroupMember]):
 
         def deleted(errors: PartitionErrors) -> None:
             error = first_error(errors)
-            if error is not E.none:
+            if error is not ErrorCode.none:
                 log.error(
                     "[GroupId %s] deleting the share group's state failed: %s", group_id, error.name
                 )
@@ -894,7 +893,7 @@ class ShareGroupManager(ModernGroupManager[ShareGroup, ShareGroupMember]):
                 self._tombstone_share_group(group_id, on_done)
 
         def written(error: ErrorCode) -> None:
-            if error is not E.none:
+            if error is not ErrorCode.none:
                 on_done(error)
             elif not candidates:
                 self._tombstone_share_group(group_id, on_done)
@@ -950,7 +949,7 @@ class ShareGroupManager(ModernGroupManager[ShareGroup, ShareGroupMember]):
         group need not exist."""
         if not self.active:
             callback(DescribeShareGroupOffsetsResponseGroup(
-                group_id=group_id, error_code=E.coordinator_not_available.value
+                group_id=group_id, error_code=ErrorCode.coordinator_not_available.value
             ))  # fmt: skip
             return
         requested: dict[uuid.UUID, tuple[str, list[int]]] = {}
@@ -1023,9 +1022,9 @@ class ShareGroupManager(ModernGroupManager[ShareGroup, ShareGroupMember]):
 
         try:
             if not self.active:
-                raise api_error(E.coordinator_not_available, "The coordinator is not active.")
+                raise api_error(ErrorCode.coordinator_not_available, "The coordinator is not active.")
             if not group_id:
-                raise api_error(E.invalid_group_id, "The group id is empty.")
+                raise api_error(ErrorCode.invalid_group_id, "The group id is empty.")
             group = self._get_or_maybe_create_share_group(group_id, True)
             group.validate_empty()
         except BrokerResponseError as exc:
@@ -1050,17 +1049,17 @@ class ShareGroupManager(ModernGroupManager[ShareGroup, ShareGroupMember]):
         )  # fmt: skip
 
         def persisted(errors: PartitionErrors) -> None:
-            if first_error(errors) is not E.none:
+            if first_error(errors) is not ErrorCode.none:
                 callback(_with_partition_errors(response, errors))
                 return
             partitions = {t: frozenset(p) for t, p in offsets.items()}
             self._commit(
                 self._initialized_op(group_id, partitions),
-                lambda error: callback(response) if error is E.none else failed(error),
+                lambda error: callback(response) if error is ErrorCode.none else failed(error),
             )
 
         def written(error: ErrorCode) -> None:
-            if error is not E.none:
+            if error is not ErrorCode.none:
                 failed(error)
             else:
                 initialize_state(self.persister, group_id, state_epoch, offsets, persisted)
@@ -1086,7 +1085,7 @@ class ShareGroupManager(ModernGroupManager[ShareGroup, ShareGroupMember]):
                 else:
                     partitions.append(AlterShareGroupOffsetsResponsePartition(
                         partition_index=p.partition_index,
-                        error_code=E.unknown_topic_or_partition.value,
+                        error_code=ErrorCode.unknown_topic_or_partition.value,
                         error_message=_UNKNOWN_TOPIC_OR_PARTITION,
                     ))  # fmt: skip
             topic_id = uuid.UUID(int=0) if meta is None else meta.topic_id
@@ -1114,9 +1113,9 @@ class ShareGroupManager(ModernGroupManager[ShareGroup, ShareGroupMember]):
         the next deletion)."""
         try:
             if not self.active:
-                raise api_error(E.coordinator_not_available, "The coordinator is not active.")
+                raise api_error(ErrorCode.coordinator_not_available, "The coordinator is not active.")
             if not group_id:
-                raise api_error(E.invalid_group_id, "The group id is empty.")
+                raise api_error(ErrorCode.invalid_group_id, "The group id is empty.")
             group = self.share_group(group_id)
             group.validate_empty()
         except BrokerResponseError as exc:
@@ -1139,7 +1138,7 @@ class ShareGroupManager(ModernGroupManager[ShareGroup, ShareGroupMember]):
             else:
                 message = _UNKNOWN_TOPIC_OR_PARTITION if meta is None else _NO_OFFSETS_TO_DELETE
                 results.append(DeleteShareGroupOffsetsResponseTopic(
-                    topic_name=name, error_code=E.unknown_topic_or_partition.value, error_message=message
+                    topic_name=name, error_code=ErrorCode.unknown_topic_or_partition.value, error_message=message
                 ))  # fmt: skip
         op = CoordinatorOperation()
         if group.has_state_partition_metadata:
@@ -1148,7 +1147,7 @@ class ShareGroupManager(ModernGroupManager[ShareGroup, ShareGroupMember]):
             ))  # fmt: skip
 
         def answer(error: ErrorCode) -> None:
-            if error is not E.none:
+            if error is not ErrorCode.none:
                 callback(DeleteShareGroupOffsetsResponse(error_code=error.value))
             else:
                 callback(DeleteShareGroupOffsetsResponse(responses=results))
@@ -1159,14 +1158,14 @@ class ShareGroupManager(ModernGroupManager[ShareGroup, ShareGroupMember]):
                 error = first_error({topic_id: errors.get(topic_id, {})})
                 results.insert(len(done), DeleteShareGroupOffsetsResponseTopic(
                     topic_name=name, topic_id=topic_id, error_code=error.value,
-                    error_message=None if error is E.none else error.name,
+                    error_message=None if error is ErrorCode.none else error.name,
                 ))  # fmt: skip
-                if error is E.none:
+                if error is ErrorCode.none:
                     done.append(topic_id)
             self._commit(self._deleted_op(group_id, done), answer)
 
         def written(error: ErrorCode) -> None:
-            if error is not E.none or not to_delete:
+            if error is not ErrorCode.none or not to_delete:
                 answer(error)
             else:
                 partitions = {t: p for t, (_, p) in to_delete.items()}
@@ -1199,7 +1198,7 @@ def _described_partition(
     """A share-partition's entry: no lag unless the summary has a start offset and a
     delivery complete count (an error reads as no state: start offset -1, leader epoch
     0); UNKNOWN_TOPIC_OR_PARTITION when the log end offset is unknown."""
-    if summary is None or summary.error is not E.none:
+    if summary is None or summary.error is not ErrorCode.none:
         return DescribeShareGroupOffsetsResponsePartition(
             partition_index=partition, start_offset=UNINITIALIZED_START_OFFSET, leader_epoch=0
         )
@@ -1216,7 +1215,7 @@ def _described_partition(
     if end is None:
         return DescribeShareGroupOffsetsResponsePartition(
             partition_index=partition,
-            error_code=E.unknown_topic_or_partition.value,
+            error_code=ErrorCode.unknown_topic_or_partition.value,
             error_message=_UNKNOWN_TOPIC_OR_PARTITION,
         )
     return DescribeShareGroupOffsetsResponsePartition(
@@ -1234,8 +1233,8 @@ def _with_partition_errors(
     ``buildErrorResponse``): partitions that had no error take the persister's."""
     for topic in response.responses:
         for partition in topic.partitions:
-            error = errors.get(topic.topic_id, {}).get(partition.partition_index, E.none)
-            if partition.error_code == 0 and error is not E.none:
+            error = errors.get(topic.topic_id, {}).get(partition.partition_index, ErrorCode.none)
+            if partition.error_code == 0 and error is not ErrorCode.none:
                 partition.error_code = error.value
                 partition.error_message = error.name
     return response
