@@ -28,6 +28,7 @@ from tidegate.network.request_channel import (
     CloseConnectionResponse,
     NoOpResponse,
     Request,
+    SendResponse,
 )
 from tidegate.protocol.apis import SUPPORTED_APIS, ApiKey
 from tidegate.record.batch_builder import Record, build_batch
@@ -389,6 +390,17 @@ def test_produce_acks_1_returns_consecutive_offsets(h):
     assert (second.error_code, second.base_offset) == (ErrorCode.none, 3)
     assert second.log_start_offset == 0
     assert h.flusher.requests == 0  # acks=1 does not wait for fsync
+
+
+def test_an_answer_made_in_its_handler_is_the_outcome_not_a_channel_message(h):
+    """acks=1: the append's callback runs inside handle_produce; its response is what
+    handle returns (written in the same turn), nothing goes through the channel, and the
+    request keeps nothing of it."""
+    h.create_topic("t")
+    request, outcome, _cid, _released = h.send(PRODUCE, 9, produce_body("t", {0: batch(b"a")}))
+    assert isinstance(outcome, SendResponse)
+    assert h.channel.response_to(request) is None
+    assert not request.in_handler and request.answered is None
 
 
 @pytest.mark.parametrize("version", [3, 7, 9, 12])

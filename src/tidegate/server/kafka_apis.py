@@ -57,7 +57,7 @@ from tidegate.protocol.codec import (
     encode_error_only,
     encode_response,
 )
-from tidegate.protocol.messages._base import ZERO_UUID
+from tidegate.protocol.messages._base import ZERO_UUID, Records
 from tidegate.protocol.messages.api_versions import ApiVersion, ApiVersionsResponse
 from tidegate.protocol.messages.fetch import (
     AbortedTransaction,
@@ -415,7 +415,7 @@ class KafkaApis:
     def handle_produce(self, request: Request) -> ProduceResponse | Parked:
         req = request.body_as(ProduceRequest)
         acks = req.acks
-        entries: dict[tuple[str, int], Any] = {}
+        entries: dict[tuple[str, int], Records | None] = {}
         order: list[tuple[str, list[tuple[str, int]]]] = []
         has_transactional = False
         for topic in req.topic_data:
