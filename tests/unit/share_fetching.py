@@ -23,6 +23,7 @@ from tidegate.protocol.messages import share_acknowledge as sa
 from tidegate.protocol.messages import share_fetch as sf
 from tidegate.record.batch_builder import Record, build_batch
 from tidegate.record.record_batch import iter_batches, read_header
+from tidegate.server.fetch_session import FetchSessionCache
 from tidegate.server.log_manager import LogManager
 from tidegate.server.metadata import TopicStore
 from tidegate.server.replica_manager import ReplicaManager
@@ -76,7 +77,7 @@ class Broker:
             logs = LogManager(path, topics, lambda info: topic_log_config(BROKER, info.configs), self.clock,
                               self.loop)
             logs.load()
-            replicas = ReplicaManager(logs, self.loop, clock=self.clock)
+            replicas = ReplicaManager(logs, self.loop, clock=self.clock, fetch_sessions=FetchSessionCache(1000))
         assert topics is not None
         self.topics = topics
         self.replicas = replicas

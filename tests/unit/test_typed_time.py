@@ -52,7 +52,8 @@ def test_mypy_keeps_monotonic_and_wall_milliseconds_apart(tmp_path: Path, pytest
     snippet.write_text(SNIPPET)
     config = tmp_path / "mypy.ini"
     config.write_text("[mypy]\npython_version = 3.11\nfollow_imports = silent\n")
-    cache = pytestconfig.cache.mkdir("mypy-typed-time") if pytestconfig.cache is not None else tmp_path
+    pytest_cache = getattr(pytestconfig, "cache", None)  # absent under -p no:cacheprovider
+    cache = pytest_cache.mkdir("mypy-typed-time") if pytest_cache is not None else tmp_path
     run = subprocess.run(
         [sys.executable, "-m", "mypy", "--config-file", str(config), "--cache-dir", str(cache),
          "--no-error-summary", "--hide-error-context", "--no-pretty", str(snippet)],
