@@ -35,7 +35,7 @@ def test_what_a_started_broker_has_not_imported():
     (prometheus_client is not imported), and the log cleaner's worker process plumbing
     waits for a log to clean: neither is start-up work."""
     code = ("import sys\nfrom tidegate.testing import Broker\nb = Broker().start()\n"
-            "print(sorted(m for m in ('prometheus_client', 'tidegate.metrics.prometheus', "
+            "print(sorted(m for m in ('prometheus_client', 'tidegate.metrics.prometheus', 'tidegate.metrics.collectors', "
             "'tidegate.log.cleaner_worker', 'fractions') if m in sys.modules))\n"
             "print(b'kafka_server_delayedoperationpurgatory' in b._server.metrics.exposition())\nb.stop()")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)

@@ -60,6 +60,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("tidegate.server.timer", "tidegate.server.purgatory", "tidegate.server.share.persister"),
     # the wire: kio codec, the hand-written Produce/Fetch paths, API versions.
     ("tidegate.protocol",),
+    # the broker's hot-path request and topic counters (Kafka's RequestMetrics), which the
+    # socket server and ReplicaManager count into; no Prometheus here.
+    ("tidegate.metrics.request_metrics",),
     # the ACL model, StandardAuthorizer and the SSL principal mapping (Kafka's
     # common.acl, metadata.authorizer, common.security.ssl): pure, below the broker config
     # that validates authorizer.class.name, super.users and the principal rules with them.
@@ -73,8 +76,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("tidegate.security",),
     # SocketServer, RequestChannel, KIP-72 memory pool, connection quotas.
     ("tidegate.network",),
-    # the Prometheus registry and the collectors that read the network and the server.
-    ("tidegate.metrics.prometheus",),
+    # the Prometheus registry, the collectors that read the network and the server, and
+    # the /metrics endpoint.
+    ("tidegate.metrics.prometheus", "tidegate.metrics.collectors", "tidegate.metrics.http_server"),
     # the group and transaction coordinators, on the log and the purgatory.
     ("tidegate.coordinator",),
     # KafkaApis, ReplicaManager, quotas, the broker core and shell.
@@ -100,9 +104,6 @@ TYPE_ONLY_UPWARD: dict[tuple[str, str], str] = {
     ("tidegate.coordinator.transaction.transaction_marker_channel_manager", "tidegate.server.replica_manager"):
         "the ReplicaManager the markers are appended through (Kafka's own "
         "TransactionMarkerChannelManager holds it too)",
-    ("tidegate.network.socket_server", "tidegate.metrics.prometheus"):
-        "RequestMetrics/RequestTiming, the hot-path counters the shell is handed; they live "
-        "beside the collectors until metrics/prometheus.py is split (issue 25, section 5)",
 }  # fmt: skip
 
 #: Packages that sit on the record formats and the wire, never on the broker.

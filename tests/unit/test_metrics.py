@@ -15,14 +15,10 @@ from tidegate import top
 from tidegate.clock import MockClock
 from tidegate.config import BrokerConfig, ConfigError, parse_metrics_listener
 from tidegate.errors import ErrorCode
-from tidegate.metrics.prometheus import (
-    NS_PER_MS,
-    BrokerMetrics,
-    Histogram,
-    MetricsHttpServer,
-    RequestMetrics,
-    error_name,
-)
+from tidegate.metrics.collectors import error_name
+from tidegate.metrics.http_server import MetricsHttpServer
+from tidegate.metrics.prometheus import BrokerMetrics
+from tidegate.metrics.request_metrics import NS_PER_MS, Histogram, RequestMetrics
 from tidegate.network.memory_pool import NONE, SimpleMemoryPool
 from tidegate.network.mute_state import ChannelMuteState, MuteReason
 from tidegate.network.request_channel import Request
@@ -194,7 +190,7 @@ def test_log_collector_reads_partition_gauges_at_scrape_time():
 
 
 class FakeConn:
-    """A connection as SocketServerCollector reads it (metrics.prometheus.ConnectionState)."""
+    """A connection as SocketServerCollector reads it (metrics.collectors.ConnectionState)."""
 
     def __init__(self, listener, *reasons):
         self.listener_name = listener
@@ -206,7 +202,7 @@ class FakeConn:
 
 class FakeServer:
     """A SocketServer without connection limits, as its collector reads it
-    (metrics.prometheus.SocketServerState)."""
+    (metrics.collectors.SocketServerState)."""
 
     def __init__(self, pool, conns):
         self.pool = pool
@@ -263,7 +259,7 @@ def test_memory_pool_gauges_follow_a_simple_memory_pool():
 
 
 class FakePurgatory:
-    """A purgatory's gauges (metrics.prometheus.PurgatoryState)."""
+    """A purgatory's gauges (metrics.collectors.PurgatoryState)."""
 
     def __init__(self, size=0, delayed=0, expirations=0):
         self.purgatory_size = size

@@ -48,7 +48,7 @@ from tidegate.network.request_channel import (
 from tidegate.record.file_region import FileRegion, RegionTruncatedError
 
 if TYPE_CHECKING:
-    from tidegate.metrics.prometheus import RequestMetrics, RequestTiming
+    from tidegate.metrics.request_metrics import RequestMetrics, RequestTiming
     from tidegate.scheduler import Scheduler
     from tidegate.security.listener import ListenerSecurity
 

@@ -36,7 +36,8 @@ from tidegate.server.replica_manager import ReplicaManager
 from tidegate.server.timer_reaper import TimerReaper
 
 if TYPE_CHECKING:
-    from tidegate.metrics.prometheus import BrokerMetrics, MetricsHttpServer
+    from tidegate.metrics.http_server import MetricsHttpServer
+    from tidegate.metrics.prometheus import BrokerMetrics
 
 log = logging.getLogger(__name__)
 
@@ -199,7 +200,7 @@ class Broker:
         if endpoint is None:
             return
         assert self._metrics is not None
-        from tidegate.metrics.prometheus import MetricsHttpServer
+        from tidegate.metrics.http_server import MetricsHttpServer
 
         self._register_collectors(self._metrics)
         self.metrics_server = MetricsHttpServer(self._metrics)

@@ -64,7 +64,7 @@ from tidegate.server.timer import SystemTimer
 from tidegate.utils.topic import is_internal_topic
 
 if TYPE_CHECKING:
-    from tidegate.metrics.prometheus import TopicMetrics
+    from tidegate.metrics.request_metrics import TopicMetrics
     from tidegate.scheduler import Scheduler
 
 log = logging.getLogger(__name__)
