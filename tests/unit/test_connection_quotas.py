@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 
 from tidegate.network.connection_quotas import (
-    INT_MAX,
     ConnectionQuotas,
     IdleExpiryManager,
     QuotaLimits,
     parse_per_ip_overrides,
 )
+from tidegate.utils import INT32_MAX
 
 
 def quotas(**kw) -> tuple[ConnectionQuotas, list[QuotaLimits]]:
@@ -93,7 +93,7 @@ def test_listener_creation_rate_is_separate_from_other_listeners():
 
 def test_unlimited_by_default():
     q, _ = quotas()
-    assert QuotaLimits().max_connections == INT_MAX
+    assert QuotaLimits().max_connections == INT32_MAX
     for _ in range(100):
         assert q.record_connection("L", 0) == 0
         assert q.slot_available("L")

@@ -16,12 +16,12 @@ from tidegate.metrics.prometheus import BrokerMetrics
 from tidegate.server.fetch_session import (
     FINAL_EPOCH,
     INVALID_SESSION_ID,
-    MAX_INT32,
     CachedPartition,
     FetchSessionCache,
     new_context,
     next_epoch,
 )
+from tidegate.utils import INT32_MAX
 
 
 def dummy(size: int) -> dict:
@@ -40,7 +40,7 @@ def ids():
 def test_next_epoch_wraps_to_one():
     assert next_epoch(0) == 1
     assert next_epoch(5) == 6
-    assert next_epoch(MAX_INT32) == 1
+    assert next_epoch(INT32_MAX) == 1
     assert next_epoch(FINAL_EPOCH) == FINAL_EPOCH
 
 

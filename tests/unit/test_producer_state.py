@@ -28,8 +28,8 @@ from tidegate.log.producer_state import (
 )
 from tidegate.record.batch_builder import Record, build_batch
 from tidegate.record.record_batch import read_header as header_of
+from tidegate.utils import INT32_MAX
 
-INT32_MAX = 2**31 - 1
 SRC = Path(__file__).resolve().parents[2] / "src"
 
 

@@ -52,6 +52,7 @@ from tidegate.record.records import (
     decode_batch_records,
     iter_decoded_batches,
 )
+from tidegate.utils import INT32_MAX
 
 from .client import KafkaClient
 
@@ -490,7 +491,7 @@ class FetchSessionHandler:
         elif self.epoch == 0:
             self.session_id, self.epoch = session_id, 1
         else:
-            self.epoch = 1 if self.epoch == 2**31 - 1 else self.epoch + 1
+            self.epoch = 1 if self.epoch == INT32_MAX else self.epoch + 1
 
     def reset(self) -> None:
         """Forget the session (the connection failed); the next request is full."""

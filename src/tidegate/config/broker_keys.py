@@ -37,7 +37,6 @@ from tidegate.config.definitions import (
     BOOLEAN,
     HIGH,
     INT,
-    INT_MAX,
     LIST,
     LONG,
     LONG_MAX,
@@ -64,6 +63,7 @@ from tidegate.config.listeners import (
 )
 from tidegate.security.authorizer.principal import SslPrincipalMapper
 from tidegate.security.authorizer.standard_authorizer import STANDARD_AUTHORIZER, parse_super_users
+from tidegate.utils import INT32_MAX
 
 
 # --------------------------------------------------------------------------------------
@@ -431,18 +431,18 @@ _TABLE: tuple[ConfigKey, ...] = (
            "Unset: max(268435456, socket.request.max.bytes), so a broker is bounded out of the box. "
            "Otherwise must be >= socket.request.max.bytes."),
     # ---- connection limits (docs/security.md, KIP-306/402/612) -----------------------------
-    broker("max.connections", INT, INT_MAX, Range.at_least(0), MEDIUM,
+    broker("max.connections", INT, INT32_MAX, Range.at_least(0), MEDIUM,
            "The most connections the broker holds; at the limit new connections wait "
            "(unread) until one closes. Per listener: listener.name.<l>.max.connections.",
            mode=CLUSTER),
-    broker("max.connections.per.ip", INT, INT_MAX, Range.at_least(0), MEDIUM,
+    broker("max.connections.per.ip", INT, INT32_MAX, Range.at_least(0), MEDIUM,
            "The most connections from one IP address; more are closed at once.",
            mode=CLUSTER),
     broker("max.connections.per.ip.overrides", STRING, "",
            Check(_check_per_ip_overrides, "host:count,..."), MEDIUM,
            "Per-IP or hostname limits overriding max.connections.per.ip: host:count,...",
            mode=CLUSTER),
-    broker("max.connection.creation.rate", INT, INT_MAX, Range.at_least(0), MEDIUM,
+    broker("max.connection.creation.rate", INT, INT32_MAX, Range.at_least(0), MEDIUM,
            "KIP-612: the most new connections per second the broker accepts; over it, "
            "accepting is delayed. Per listener: listener.name.<l>.max.connection.creation.rate.",
            mode=CLUSTER),
@@ -516,7 +516,7 @@ _TABLE: tuple[ConfigKey, ...] = (
            "The smallest session timeout a member may ask for (INVALID_SESSION_TIMEOUT below)."),
     broker("group.max.session.timeout.ms", INT, 1800000, Range.at_least(0), MEDIUM,
            "The largest session timeout a member may ask for (INVALID_SESSION_TIMEOUT above)."),
-    broker("group.max.size", INT, INT_MAX, Range.at_least(1), MEDIUM,
+    broker("group.max.size", INT, INT32_MAX, Range.at_least(1), MEDIUM,
            "The most members a group may have (GROUP_MAX_SIZE_REACHED beyond)."),
     broker("offsets.retention.minutes", INT, 10080, Range.at_least(1), HIGH,
            "Committed offsets of a group are deleted this long after the group became empty "

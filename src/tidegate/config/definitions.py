@@ -27,7 +27,9 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-INT_MIN, INT_MAX = -(2**31), 2**31 - 1
+from tidegate.utils import INT32_MAX
+
+INT_MIN = -(2**31)
 LONG_MIN, LONG_MAX = -(2**63), 2**63 - 1
 
 
@@ -262,7 +264,7 @@ def parse_type(name: str, value: Any, type: ConfigType) -> Any:
             return value.strip().lower() == "true"
         raise ConfigError.invalid(name, value, "Expected value to be either true or false")
     if type in (ConfigType.INT, ConfigType.LONG):
-        lo, hi = (INT_MIN, INT_MAX) if type is ConfigType.INT else (LONG_MIN, LONG_MAX)
+        lo, hi = (INT_MIN, INT32_MAX) if type is ConfigType.INT else (LONG_MIN, LONG_MAX)
         if isinstance(value, int) and not isinstance(value, bool):
             number = value
         elif isinstance(value, str) and _INT_RE.fullmatch(value.strip()):

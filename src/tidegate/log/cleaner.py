@@ -61,6 +61,7 @@ from tidegate.record.record_batch import (
     LOG_OVERHEAD,
     BatchHeader,
 )
+from tidegate.utils import INT32_MAX
 from tidegate.utils.byte_utils import read_varlong
 
 from .checkpoint import read_checkpoint_file, write_checkpoint_file
@@ -89,7 +90,6 @@ log = logging.getLogger(__name__)
 CLEANER_OFFSET_CHECKPOINT_FILE = "cleaner-offset-checkpoint"
 #: Bytes per offset map entry, as Kafka's SkimpyOffsetMap: MD5 (16) + offset (8).
 OFFSET_MAP_ENTRY_SIZE = 24
-_INT32_MAX = 2**31 - 1
 #: log.cleaner.io.max.bytes.per.second's default (Double.MaxValue): no throttle
 UNBOUNDED_RATE = 1.7976931348623157e308
 
@@ -108,7 +108,7 @@ class OffsetMap:
     def __init__(self, memory: int, load_factor: float = 0.9) -> None:
         self.memory = memory
         self.load_factor = load_factor
-        self.slots = min(memory, _INT32_MAX) // OFFSET_MAP_ENTRY_SIZE
+        self.slots = min(memory, INT32_MAX) // OFFSET_MAP_ENTRY_SIZE
         self.capacity = int(self.slots * load_factor)
         if self.capacity < 1:
             raise ValueError(f"an offset map of {memory} bytes holds no entry")
@@ -819,7 +819,7 @@ class Cleaner:
             while j < len(segs):
                 nxt = segs[j]
                 last = segs[j + 1].base_offset - 1 if j + 1 < len(segs) else nxt.next_offset - 1
-                if size + nxt.size > max_size or last - group[0].base_offset > _INT32_MAX:
+                if size + nxt.size > max_size or last - group[0].base_offset > INT32_MAX:
                     break
                 group.append(nxt)
                 size += nxt.size

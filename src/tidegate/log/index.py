@@ -26,6 +26,8 @@ from bisect import bisect_left, bisect_right
 from pathlib import Path
 from typing import NamedTuple
 
+from tidegate.utils import INT32_MAX
+
 __all__ = [
     "AbortedTxn",
     "CorruptIndexError",
@@ -36,7 +38,6 @@ __all__ = [
 ]
 
 _BIG_ENDIAN_HOST = sys.byteorder == "big"
-_INT32_MAX = 2**31 - 1
 
 
 class InvalidIndexEntryError(Exception):
@@ -248,7 +249,7 @@ class OffsetIndex(_Index):
     def lookup_entry(self, offset: int) -> tuple[int, int]:
         """The largest entry with offset <= ``offset``, or (base_offset, 0)."""
         rel = offset - self.base_offset
-        rel = min(rel, _INT32_MAX)
+        rel = min(rel, INT32_MAX)
         i = bisect_right(self._rel, rel) - 1
         if i < 0:
             return self.base_offset, 0
@@ -257,7 +258,7 @@ class OffsetIndex(_Index):
     def lookup(self, offset: int) -> int:
         """File position of the largest entry with offset <= ``offset`` (0 if none)."""
         rel = offset - self.base_offset
-        rel = min(rel, _INT32_MAX)
+        rel = min(rel, INT32_MAX)
         i = bisect_right(self._rel, rel) - 1
         return self._pos[i] if i >= 0 else 0
 
@@ -270,7 +271,7 @@ class OffsetIndex(_Index):
                 f"offset index entry ({offset}, {position}) is not after the last entry "
                 f"{self.last_entry()}"
             )
-        if rel < 0 or rel > _INT32_MAX:
+        if rel < 0 or rel > INT32_MAX:
             raise InvalidIndexEntryError(
                 f"offset {offset} out of range for segment {self.base_offset}"
             )
@@ -381,7 +382,7 @@ class TimeIndex(_Index):
             raise InvalidIndexEntryError(
                 f"time index offset {offset} is before the last entry {self.last_entry()}"
             )
-        if rel < 0 or rel > _INT32_MAX:
+        if rel < 0 or rel > INT32_MAX:
             raise InvalidIndexEntryError(
                 f"offset {offset} out of range for segment {self.base_offset}"
             )

@@ -54,6 +54,7 @@ from tidegate.record.record_batch import (
     InvalidRecordError,
     assign_offsets,
 )
+from tidegate.utils import INT32_MAX
 from tidegate.utils.files import TMP_MARK, fsync_dir, replace_file
 
 from .checkpoint import CheckpointWrite
@@ -92,7 +93,6 @@ _SEGMENT_RE = re.compile(r"^(\d{20})\.(log|index|timeindex|txnindex)$")
 CLEANED_FILE_SUFFIX = ".cleaned"
 SWAP_FILE_SUFFIX = ".swap"
 _SWAP_RE = re.compile(r"^(\d{20})\.(log|txnindex)\.(cleaned|swap)$")
-_INT32_MAX = 2**31 - 1
 
 #: ListOffsets special timestamps understood by :meth:`Log.offset_for_timestamp`.
 LATEST_TIMESTAMP = -1
@@ -740,7 +740,7 @@ class Log:
             rebuilt = validate_records(records, v, config, now_ms)
             if rebuilt is not None:
                 records = rebuilt
-                v = validate_batches(records, _INT32_MAX, from_client=from_client)
+                v = validate_batches(records, INT32_MAX, from_client=from_client)
                 for h, pos in zip(v.headers, v.positions, strict=True):
                     if h.size > config.max_message_bytes:
                         raise BatchTooLargeError(
@@ -845,7 +845,7 @@ class Log:
             seg.size > cfg.segment_bytes - size
             or seg.time_waited_for_roll(now_ms, max_ts)
             > (min(cfg.segment_ms, cfg.max_compaction_lag_ms) if cfg.compact else cfg.segment_ms)
-            or max_offset - seg.base_offset > _INT32_MAX
+            or max_offset - seg.base_offset > INT32_MAX
         )
 
     def _maybe_roll(self, size: int, max_ts: int, max_offset: int, now_ms: WallMs) -> LogSegment:

@@ -71,6 +71,7 @@ from tidegate.errors import (
 )
 from tidegate.record.control_records import ControlRecordType, EndTransactionMarker
 from tidegate.record.record_batch import CONTROL_FLAG_MASK, TRANSACTIONAL_FLAG_MASK, BatchHeader
+from tidegate.utils import INT32_MAX
 from tidegate.utils.files import write_atomically
 
 __all__ = [
@@ -96,7 +97,6 @@ NUM_BATCHES_TO_RETAIN = 5
 NO_PRODUCER_EPOCH = -1
 NO_SEQUENCE = -1
 SNAPSHOT_SUFFIX = ".snapshot"
-_INT32_MAX = 2**31 - 1
 _SNAPSHOT_RE = re.compile(r"^(\d{20})\.snapshot$")
 
 
@@ -113,12 +113,12 @@ class CorruptSnapshotError(Exception):
 def _decrement_sequence(sequence: int, decrement: int) -> int:
     """``sequence - decrement`` on Kafka's int32 sequence circle."""
     if sequence < decrement:
-        return _INT32_MAX - (decrement - sequence) + 1
+        return INT32_MAX - (decrement - sequence) + 1
     return sequence - decrement
 
 
 def _in_sequence(last_seq: int, next_seq: int) -> bool:
-    return next_seq == last_seq + 1 or (next_seq == 0 and last_seq == _INT32_MAX)
+    return next_seq == last_seq + 1 or (next_seq == 0 and last_seq == INT32_MAX)
 
 
 class BatchMetadata(NamedTuple):

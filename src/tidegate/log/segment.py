@@ -35,6 +35,7 @@ from tidegate.record.record_batch import (
     check_framing,
 )
 from tidegate.record.records import decode_batch_records, iter_decoded_batches
+from tidegate.utils import INT32_MAX
 
 from .dir_failure import UnrecoverableWriteError
 from .index import CorruptIndexError, OffsetIndex, TimeIndex, TransactionIndex
@@ -60,7 +61,6 @@ INDEX_FILE_SUFFIX = ".index"
 TIME_INDEX_FILE_SUFFIX = ".timeindex"
 TXN_INDEX_FILE_SUFFIX = ".txnindex"
 
-_INT32_MAX = 2**31 - 1
 _unpack_header = HEADER_STRUCT.unpack_from
 _make_header = BatchHeader._make
 #: Bytes read at a time when scanning batch headers from the file.
@@ -649,7 +649,7 @@ class LogSegment:
                         break
                     h = _unpack_header(mv, pos)
                     last = h[0] + h[6]
-                    if h[0] < expected or last - base > _INT32_MAX:
+                    if h[0] < expected or last - base > INT32_MAX:
                         break
                     if rolling_ts is None:
                         rolling_ts = h[8]

@@ -46,21 +46,21 @@ from tidegate.metrics.stats import (
     Rate,
     Sensor,
 )
+from tidegate.utils import INT32_MAX
 
 if TYPE_CHECKING:
     from tidegate.config.broker import BrokerConfig
 
-INT_MAX = 2**31 - 1
 
 
 @dataclasses.dataclass(frozen=True)
 class QuotaLimits:
     """The limits in force (read on every decision)."""
 
-    max_connections: int = INT_MAX
-    max_connections_per_ip: int = INT_MAX
+    max_connections: int = INT32_MAX
+    max_connections_per_ip: int = INT32_MAX
     per_ip_overrides: Mapping[str, int] = dataclasses.field(default_factory=dict)
-    max_connection_creation_rate: int = INT_MAX
+    max_connection_creation_rate: int = INT32_MAX
     #: listener.name.<l>.max.connections / .max.connection.creation.rate
     listener_max_connections: Mapping[str, int] = dataclasses.field(default_factory=dict)
     listener_creation_rate: Mapping[str, int] = dataclasses.field(default_factory=dict)
@@ -153,7 +153,7 @@ class ConnectionQuotas:
         """Record one new connection on ``listener``; the ms its admission must wait
         (0 when both the listener's and the broker's creation rates hold)."""
         limits = self.limits()
-        lbound = limits.listener_creation_rate.get(listener, INT_MAX)
+        lbound = limits.listener_creation_rate.get(listener, INT32_MAX)
         lsensor = self._listener_rate[listener] = self._sensor(
             self._listener_rate.get(listener), f"ConnectionAcceptRate-{listener}", lbound,
             now_ms, limits)
@@ -248,7 +248,7 @@ class ConnectionQuotas:
         """Kafka's ``connectionSlotAvailable``."""
         limits = self.limits()
         if self.listener_counts.get(listener, 0) >= limits.listener_max_connections.get(
-            listener, INT_MAX
+            listener, INT32_MAX
         ):
             return False
         return self.total < limits.max_connections

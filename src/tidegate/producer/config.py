@@ -17,13 +17,13 @@ from typing import Any
 from tidegate.client.security import SECURITY_KEYS, ClientSecurity, SecurityConfigError
 from tidegate.config.definitions import ConfigError
 from tidegate.record.compression import codec_id
+from tidegate.utils import INT32_MAX
 
 __all__ = ["ConfigError", "ProducerConfig"]
 
 log = logging.getLogger("tidegate.producer")
 
 
-_INT_MAX = 2**31 - 1
 
 
 @dataclass
@@ -39,7 +39,7 @@ class ProducerConfig:
     max_request_size: int = 1048576
     request_timeout_ms: int = 30000
     delivery_timeout_ms: int = 120000
-    retries: int = _INT_MAX
+    retries: int = INT32_MAX
     retry_backoff_ms: int = 100
     retry_backoff_max_ms: int = 1000
     max_in_flight_requests_per_connection: int = 5

@@ -28,9 +28,9 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-__all__ = ["IdempotenceState"]
+from tidegate.utils import INT32_MAX
 
-_SEQ_MAX = 2**31 - 1
+__all__ = ["IdempotenceState"]
 
 
 class IdempotenceState:
@@ -81,7 +81,7 @@ class IdempotenceState:
                     self.producer_id, self.producer_epoch, seq, self.transactional
                 )
                 nxt = seq + batch.count
-                self._next_seq[tp] = nxt - _SEQ_MAX - 1 if nxt > _SEQ_MAX else nxt
+                self._next_seq[tp] = nxt - INT32_MAX - 1 if nxt > INT32_MAX else nxt
             flying = self._in_flight.setdefault(tp, [])
             flying.append(batch)
             flying.sort(key=lambda b: b.base_sequence)

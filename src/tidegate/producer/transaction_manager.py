@@ -48,6 +48,7 @@ from typing import Any, NamedTuple
 
 from tidegate.clock import Clock, MonotonicMs
 from tidegate.errors import KafkaError, KafkaTimeoutError, UnsupportedVersionError
+from tidegate.utils import INT32_MAX
 
 from .errors import (
     ClusterAuthorizationError,
@@ -120,7 +121,6 @@ END_TXN_MAX_VERSION = 4
 TXN_OFFSET_COMMIT_MAX_VERSION = 4
 FIND_COORDINATOR_MAX_VERSION = 6
 
-_INT32_MAX = 2**31 - 1
 _SHORT_MAX = 2**15 - 1
 
 TopicPartition = tuple[str, int]
@@ -972,7 +972,7 @@ class InitProducerIdHandler(TxnRequestHandler):
         return {
             "transactional_id": tm.transactional_id,
             # an idempotent producer has no transaction to time out (Kafka: Integer.MAX_VALUE)
-            "transaction_timeout": tm.transaction_timeout_ms if tm.is_transactional else _INT32_MAX,
+            "transaction_timeout": tm.transaction_timeout_ms if tm.is_transactional else INT32_MAX,
             "producer_id": self.producer_id,
             "producer_epoch": self.producer_epoch,
         }

@@ -37,6 +37,7 @@ from typing import NamedTuple
 from crc32c import crc32c
 
 from tidegate.errors import RecordTooLargeError
+from tidegate.utils import INT32_MAX
 
 __all__ = [
     "ATTRIBUTES_OFFSET",
@@ -163,7 +164,6 @@ _unpack_i16 = _INT16.unpack_from
 _unpack_i8 = _INT8.unpack_from
 _unpack_header = HEADER_STRUCT.unpack_from
 
-_INT32_MAX = 2**31 - 1
 
 # -- errors ------------------------------------------------------------------
 
@@ -287,7 +287,7 @@ class BatchHeader(NamedTuple):
         if self.base_sequence < 0:
             return -1
         seq = self.base_sequence + self.last_offset_delta
-        return seq - _INT32_MAX - 1 if seq > _INT32_MAX else seq
+        return seq - INT32_MAX - 1 if seq > INT32_MAX else seq
 
 
 _make_header = BatchHeader._make

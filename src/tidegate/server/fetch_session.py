@@ -52,11 +52,11 @@ from typing import Any
 
 from tidegate.clock import MonotonicMs
 from tidegate.errors import ErrorCode
+from tidegate.utils import INT32_MAX
 
 INVALID_SESSION_ID = 0
 INITIAL_EPOCH = 0
 FINAL_EPOCH = -1
-MAX_INT32 = 2**31 - 1
 #: Kafka's KafkaServer.MIN_INCREMENTAL_FETCH_SESSION_EVICTION_MS
 EVICTION_MS = 120_000
 
@@ -66,10 +66,10 @@ SessionKey = tuple[Any, int]
 
 
 def next_epoch(epoch: int) -> int:
-    """Kafka's ``FetchMetadata.nextEpoch``: epochs wrap from MAX_INT32 to 1."""
+    """Kafka's ``FetchMetadata.nextEpoch``: epochs wrap from INT32_MAX to 1."""
     if epoch < 0:
         return FINAL_EPOCH
-    return 1 if epoch == MAX_INT32 else epoch + 1
+    return 1 if epoch == INT32_MAX else epoch + 1
 
 
 @dataclass(slots=True)
@@ -262,7 +262,7 @@ class FetchSessionCache:
     ) -> None:
         self.max_entries = max_entries
         self.eviction_ms = eviction_ms
-        self._id_source = id_source or (lambda: random.randint(1, MAX_INT32))
+        self._id_source = id_source or (lambda: random.randint(1, INT32_MAX))
         self._sessions: dict[int, FetchSession] = {}
         #: log partition -> the (session, session key) pairs that hold it
         self._watchers: dict[tuple[str, int], set[tuple[FetchSession, SessionKey]]] = {}

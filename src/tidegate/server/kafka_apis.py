@@ -121,7 +121,6 @@ from tidegate.server.fetch_session import (
 from tidegate.server.group_apis import GroupApis
 from tidegate.server.metadata import TopicInfo, TopicStore
 from tidegate.server.replica_manager import (
-    MAX_INT32,
     READ_COMMITTED,
     FetchParams,
     FetchPartition,
@@ -133,6 +132,7 @@ from tidegate.server.replica_manager import (
 from tidegate.server.request_handler_helper import Answer, RequestHandlerHelper
 from tidegate.server.security_apis import SecurityApis
 from tidegate.server.transaction_apis import TransactionApis
+from tidegate.utils import INT32_MAX
 from tidegate.utils.topic import InvalidTopicError, is_internal_topic, validate_topic_name
 
 if TYPE_CHECKING:
@@ -521,7 +521,7 @@ class KafkaApis:
                 request.context.principal, header.client_id or ""
             )
             max_bytes = int(min(window_max, max_bytes))
-        params = FetchParams(req.max_wait, req.min_bytes, min(max_bytes, MAX_INT32), req.isolation_level)
+        params = FetchParams(req.max_wait, req.min_bytes, min(max_bytes, INT32_MAX), req.isolation_level)
         if ctx.session is not None:
             return self._fetch_incremental(request, ctx, ctx.session, by_id, privileged, params)
         names: dict[Any, str | None] = {}
@@ -737,7 +737,7 @@ class KafkaApis:
         if duplicate:
             out.error_code = ErrorCode.invalid_request
             return out
-        if ts < 0 and version < TIMESTAMP_MIN_VERSION.get(ts, MAX_INT32):
+        if ts < 0 and version < TIMESTAMP_MIN_VERSION.get(ts, INT32_MAX):
             out.error_code = ErrorCode.unsupported_version  # Kafka's isListOffsetsTimestampUnsupported
             return out
         plog: Log | None = self.replicas.get_log(topic, p.partition_index)

@@ -61,6 +61,7 @@ from tidegate.server.log_manager import LogManager, TopicPartition
 from tidegate.server.metadata import TopicInfo
 from tidegate.server.purgatory import DelayedOperationPurgatory
 from tidegate.server.timer import SystemTimer
+from tidegate.utils import INT32_MAX
 from tidegate.utils.topic import is_internal_topic
 
 if TYPE_CHECKING:
@@ -69,7 +70,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-MAX_INT32 = 2**31 - 1
 READ_UNCOMMITTED = 0
 READ_COMMITTED = 1
 
@@ -191,7 +191,7 @@ class FetchParams:
     max_wait_ms: int
     min_bytes: int
     #: the response's byte limit: the request's max_bytes, lowered by a fetch quota
-    max_bytes: int = MAX_INT32
+    max_bytes: int = INT32_MAX
     #: 0 read_uncommitted (up to the high watermark), 1 read_committed (up to the LSO)
     isolation_level: int = READ_UNCOMMITTED
 

@@ -104,6 +104,7 @@ from tidegate.record.control_records import (
     parse_control_key,
 )
 from tidegate.server.purgatory import DelayedOperationPurgatory
+from tidegate.utils import INT32_MAX
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +118,7 @@ class GroupConfig:
     min_session_timeout_ms: int = 6000
     max_session_timeout_ms: int = 1_800_000
     initial_rebalance_delay_ms: int = 3000
-    max_size: int = 2**31 - 1
+    max_size: int = INT32_MAX
     offsets_retention_ms: int = 10080 * 60_000
     offset_metadata_max_bytes: int = 4096
     new_member_join_timeout_ms: int = NEW_MEMBER_JOIN_TIMEOUT_MS

@@ -40,6 +40,7 @@ from tidegate.server.quota.client_quota_manager import (
 )
 from tidegate.server.quota.client_request_quota_manager import ClientRequestQuotaManager
 from tidegate.server.timer import SystemTimer
+from tidegate.utils import INT32_MAX
 from tidegate.utils.files import write_atomically
 
 log = logging.getLogger(__name__)
@@ -65,7 +66,6 @@ QUOTA_KEYS: dict[str, bool] = {
 #: the one quota key of an ip entity (KIP-612), an INT
 IP_CONNECTION_RATE = "connection_creation_rate"
 IP_QUOTA_KEYS: dict[str, bool] = {IP_CONNECTION_RATE: True}
-INT_MAX = 2**31 - 1
 
 
 #: an ip entity's name: an address, or DEFAULT
@@ -151,7 +151,7 @@ def validate_quota_value(key: str, value: float, keys: Mapping[str, bool] = QUOT
         raise QuotaConfigError(f"Quota {key} must be greater than 0")
     if not math.isfinite(value):  # tidegate's: Kafka takes NaN/infinity for a DOUBLE
         raise QuotaConfigError(f"Quota {key} must be a finite number")
-    if keys is IP_QUOTA_KEYS and value > INT_MAX:
+    if keys is IP_QUOTA_KEYS and value > INT32_MAX:
         raise QuotaConfigError(f"Proposed value for {key} is too large for an INT.")
     if keys[key] and abs(value % 1.0) > 1e-6:
         raise QuotaConfigError(f"{key} cannot be a fractional value.")

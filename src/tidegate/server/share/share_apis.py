@@ -47,6 +47,7 @@ from tidegate.errors import ErrorCode
 from tidegate.protocol.messages import share_acknowledge as sa
 from tidegate.protocol.messages import share_fetch as sf
 from tidegate.server.fetch_session import next_epoch
+from tidegate.utils import INT32_MAX
 
 from .acknowledgements import ShareAcknowledgementBatch, validate_acknowledgement_batches
 from .delayed_share_fetch import (
@@ -69,7 +70,6 @@ __all__ = [
 
 #: the longest member id a client may send (a UUID's string form; KafkaApis' check)
 MAX_MEMBER_ID_LENGTH = 36
-_MAX_INT32 = 2**31 - 1
 
 AckResults = dict[TopicIdPartition, ShareResult]
 
@@ -85,7 +85,7 @@ class ShareRequestContext:
     #: (host, port) of that listener: where a NOT_LEADER_OR_FOLLOWER partition is led
     endpoint: tuple[str, int] = ("", 0)
     #: the caller's cap on a ShareFetch's MaxBytes (the fetch quota's window)
-    max_bytes: int = _MAX_INT32
+    max_bytes: int = INT32_MAX
     #: READ on a topic, by name (the authorization step's check); None: every topic
     topic_authorized: Callable[[str], bool] | None = None
     #: True once the client went away (a parked fetch then acquires nothing)

@@ -25,10 +25,11 @@ from tidegate.coordinator.group.modern.records import CoordinatorRecord, GroupRe
 from tidegate.coordinator.group.modern.subscription import SubscriptionCount
 from tidegate.coordinator.group.modern.topics import MetadataImage
 from tidegate.errors import BrokerResponseError, ErrorCode
+from tidegate.utils import INT32_MAX
 
 #: Kafka's METADATA_REFRESH_INTERVAL_MS: after a refresh, the subscribed topics' metadata
 #: is refreshed again only when a topic changes (or a write failed).
-METADATA_REFRESH_INTERVAL_MS = 2**31 - 1
+METADATA_REFRESH_INTERVAL_MS = INT32_MAX
 #: a metadata refresh deadline already passed: the next heartbeat refreshes
 _REFRESH_NOW = MonotonicMs(-(2**63))
 

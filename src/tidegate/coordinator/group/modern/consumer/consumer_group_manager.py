@@ -105,6 +105,7 @@ from tidegate.coordinator.group.modern.topics import MetadataImage
 from tidegate.errors import BrokerResponseError, ErrorCode
 from tidegate.protocol.messages import consumer_group_describe
 from tidegate.server.timer import SystemTimer
+from tidegate.utils import INT32_MAX
 
 if TYPE_CHECKING:
     from tidegate.coordinator.group.modern.records import RecordValue
@@ -147,7 +148,7 @@ class ConsumerGroupConfig:
     #: group.consumer.heartbeat.interval.ms
     heartbeat_interval_ms: int = 5_000
     #: group.consumer.max.size
-    max_size: int = 2**31 - 1
+    max_size: int = INT32_MAX
     #: group.consumer.assignors; the first is the default
     assignors: tuple[str, ...] = ("uniform", "range")
     #: group.consumer.regex.refresh.interval.ms (internal)
