@@ -71,7 +71,7 @@ class Harness:
         self.loop = FakeLoop(self.clock)
         self.topics = TopicStore(self.tmp_path)
         self.logs = LogManager(
-            self.tmp_path, self.topics, lambda info: LogConfig(retention_ms=-1), self.clock
+            self.tmp_path, self.topics, lambda info: LogConfig(retention_ms=-1), self.clock, self.loop
         )
         self.logs.load()
         self.replicas = ReplicaManager(self.logs, self.loop, clock=self.clock, fetch_sessions=FetchSessionCache(1000))

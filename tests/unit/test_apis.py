@@ -14,6 +14,7 @@ import uuid
 import pytest
 
 from tests.core_harness import CTX, CoreHarness, decode_frame, response_bytes
+from tests.fake_loop import FakeLoop
 from tests.integration.rawclient import (
     decode_response,
     encode_request,
@@ -21,7 +22,6 @@ from tests.integration.rawclient import (
     produce_body,
 )
 from tests.integration.rawclient import fetch_topics_body as fetch_body
-from tidegate.clock import MockClock
 from tidegate.errors import ErrorCode
 from tidegate.network.request_channel import (
     PARKED,
@@ -1074,7 +1074,9 @@ def test_internal_topics_of_an_older_data_dir_become_compacted_at_load(tmp_path)
     store.create("__consumer_offsets", 1, {"segment.bytes": "104857600"})
     store.create("__transaction_state", 2, {"cleanup.policy": "compact,delete"})
     store.create("events", 1, {})
-    logs = LogManager(tmp_path, TopicStore(tmp_path), lambda info: topic_log_config(config, info.configs), MockClock())
+    loop = FakeLoop()
+    logs = LogManager(tmp_path, TopicStore(tmp_path), lambda info: topic_log_config(config, info.configs),
+                      loop.clock, loop)
     logs.load()
     try:
         assert TopicStore(tmp_path).get("__consumer_offsets").configs == {
@@ -1104,7 +1106,8 @@ def test_create_topic_is_all_or_nothing_when_a_log_cannot_open(tmp_path, monkeyp
         return log
 
     store = TopicStore(tmp_path)
-    logs = lm.LogManager(tmp_path, store, lambda info: LogConfig(), MockClock())
+    loop = FakeLoop()
+    logs = lm.LogManager(tmp_path, store, lambda info: LogConfig(), loop.clock, loop)
     monkeypatch.setattr(lm, "Log", flaky_log)
     with pytest.raises(OSError):
         logs.create_topic("big", 10, {})

@@ -26,7 +26,7 @@ from tidegate.server.timer import SystemTimer
 
 def replicas_with(tmp_path, topic="t", partitions=2, clock=None):
     loop = FakeLoop(clock)
-    logs = LogManager(tmp_path, TopicStore(tmp_path), lambda info: LogConfig(), loop.clock)
+    logs = LogManager(tmp_path, TopicStore(tmp_path), lambda info: LogConfig(), loop.clock, loop)
     logs.create_topic(topic, partitions, {})
     return ReplicaManager(logs, loop, clock=loop.clock, fetch_sessions=FetchSessionCache(1000))
 

@@ -109,7 +109,8 @@ class Harness:
         self.store: OffsetsLog | None = None
         if self.tmp_path is not None:
             self.logs = LogManager(
-                self.tmp_path, TopicStore(self.tmp_path), lambda info: LogConfig(retention_ms=-1), self.clock
+                self.tmp_path, TopicStore(self.tmp_path), lambda info: LogConfig(retention_ms=-1), self.clock,
+                self.loop,
             )
             self.logs.load()
             self.replicas = ReplicaManager(self.logs, self.loop, clock=self.clock, fetch_sessions=FetchSessionCache(1000))

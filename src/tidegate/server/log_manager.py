@@ -78,14 +78,14 @@ class LogManager:
         store: TopicStore,
         log_config_for: Callable[[TopicInfo], LogConfig],
         clock: Clock,
-        scheduler: Scheduler | None = None,
+        scheduler: Scheduler,
     ) -> None:
         self.root = root
         self.store = store
         self.log_config_for = log_config_for
         #: the logs are handed its wall time (retention, roll, flush.ms: Kafka's ``time``)
         self.clock = clock
-        #: where checkpoint writes run (a worker thread); None writes them inline
+        #: where checkpoint writes run (a worker thread)
         self.scheduler = scheduler
         self.logs: dict[TopicPartition, Log] = {}
         #: the log dir's I/O failures and whether it is full or offline (docs/reliability.md)
@@ -384,7 +384,7 @@ class LogManager:
         self, on_done: Callable[[BaseException | None], None] | None = None
     ) -> None:
         """Write ``log-start-offset-checkpoint`` on a worker thread and call ``on_done``
-        (with the error, if any) once it is durable (inline without a scheduler)."""
+        (with the error, if any) once it is durable."""
         ticket = self._lso_checkpoint()
         report = self.checkpoint_failed(f"{LOG_START_OFFSET_CHECKPOINT_FILE} write")
 
@@ -393,14 +393,6 @@ class LogManager:
             if on_done is not None:
                 on_done(exc)
 
-        if self.scheduler is None:
-            exc: BaseException | None = None
-            try:
-                ticket.run()
-            except OSError as e:
-                exc = e
-            done(None, exc)
-            return
         self.scheduler.submit(ticket.run, done)
 
     def leader_epoch_checkpoints(self) -> list[CheckpointWrite]:
