@@ -53,7 +53,8 @@ from kio.static.primitive import Records
 
 from tests.integration.rawclient import RawClient, encode_request, frame
 from tidegate.log.config import LogConfig
-from tidegate.log.log import CLEAN_SHUTDOWN_FILE, RECOVERY_POINT_FILE, Log
+from tidegate.log.local_log import CLEAN_SHUTDOWN_FILE, RECOVERY_POINT_FILE
+from tidegate.log.log import Log
 from tidegate.protocol.apis import SUPPORTED_APIS, ApiKey
 from tidegate.record.batch_builder import Record, build_batch
 

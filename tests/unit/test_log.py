@@ -10,7 +10,7 @@ from kafka.record.memory_records import MemoryRecords, MemoryRecordsBuilder
 
 from tests.unit.logs import LOG_DIR, batch, open_log, read_all
 from tidegate.log import Log, LogClosedError, LogConfig, OffsetOutOfRangeError
-from tidegate.log.log import (
+from tidegate.log.local_log import (
     CLEAN_SHUTDOWN_FILE,
     RECOVERY_POINT_FILE,
     parse_partition_dir,

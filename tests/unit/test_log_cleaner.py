@@ -515,19 +515,19 @@ def test_a_worker_clean_whose_segments_were_deleted_meanwhile_is_discarded(compa
 def test_a_cleaned_segment_is_written_through_a_bounded_buffer(compacted, monkeypatch):
     """log.cleaner.io.buffer.size: the cleaned segment is written as the clean goes, at
     most half the buffer (plus one batch) held, not the whole group in memory."""
-    from tidegate.log import log as log_module
+    from tidegate.log import segment_swap
 
     plog = compacted(segment_bytes=1 << 20)
     fill(plog, 2_000, 2_000)  # unique keys: nothing is dropped, everything rewritten
     plog.roll(10_000)
     held: list[int] = []
-    real_write = log_module.CleanedSegmentWriter.write
+    real_write = segment_swap.CleanedSegmentWriter.write
 
     def write(self, data: bytes) -> None:
         real_write(self, data)
         held.append(self._pending_bytes)
 
-    monkeypatch.setattr(log_module.CleanedSegmentWriter, "write", write)
+    monkeypatch.setattr(segment_swap.CleanedSegmentWriter, "write", write)
     ltc = LogToClean(TP, plog, 0, plog.segments[-1].base_offset, 0, 1)
     stats = Cleaner(1 << 20, io_buffer_size=8192, clock=MockClock()).clean(ltc, 0)
     assert stats.bytes_written > 100_000 and len(held) == 2_000

@@ -17,7 +17,7 @@ import pytest
 from tests.unit import logs
 from tests.unit.logs import LOG_DIR, crash, open_log, read_all
 from tidegate.log import Log, LogConfig, LogSegment
-from tidegate.log.log import CLEAN_SHUTDOWN_FILE, RECOVERY_POINT_FILE
+from tidegate.log.local_log import CLEAN_SHUTDOWN_FILE, RECOVERY_POINT_FILE
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 

@@ -446,7 +446,7 @@ def test_snapshots_written_at_rolls_are_fsynced_by_the_next_flush(tmp_path, monk
         synced.append(os.readlink(f"/proc/self/fd/{fd}"))
         return real(fd)
 
-    monkeypatch.setattr("tidegate.log.log._fdatasync", spy)
+    monkeypatch.setattr("tidegate.log.local_log._fdatasync", spy)
     log.flush()
     assert str(snapshot_path(d, 8)) in synced
     synced.clear()

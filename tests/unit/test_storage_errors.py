@@ -22,10 +22,10 @@ from tests.unit.logs import crash, open_log, read_all
 from tests.unit.test_apis import FETCH, PRODUCE, Harness, batch, batches_in
 from tidegate.clock import MockClock
 from tidegate.errors import ErrorCode as E
-from tidegate.log import log as log_module
+from tidegate.log import local_log
 from tidegate.log.cleaner import CLEANER_OFFSET_CHECKPOINT_FILE, LogCleanerManager
 from tidegate.log.dir_failure import LogDirFailureChannel, StorageError, UnrecoverableWriteError
-from tidegate.log.log import CLEAN_SHUTDOWN_FILE, RECOVERY_POINT_FILE
+from tidegate.log.local_log import CLEAN_SHUTDOWN_FILE, RECOVERY_POINT_FILE
 from tidegate.metrics.prometheus import BrokerMetrics
 from tidegate.utils.files import TMP_MARK
 
@@ -39,7 +39,7 @@ class DiskFaults:
         self.rules: list[dict] = []
         self.hits = 0
         real_pwrite, real_pread, real_ftruncate = os.pwrite, os.pread, os.ftruncate
-        real_fsync, real_fdatasync = os.fsync, log_module._fdatasync
+        real_fsync, real_fdatasync = os.fsync, local_log._fdatasync
 
         def path_of(fd: int) -> str:
             try:
@@ -86,7 +86,7 @@ class DiskFaults:
         monkeypatch.setattr(os, "pread", failing(real_pread, "pread"))
         monkeypatch.setattr(os, "ftruncate", failing(real_ftruncate, "ftruncate"))
         monkeypatch.setattr(os, "fsync", failing(real_fsync, "fsync"))
-        monkeypatch.setattr(log_module, "_fdatasync", failing(real_fdatasync, "fsync"))
+        monkeypatch.setattr(local_log, "_fdatasync", failing(real_fdatasync, "fsync"))
 
     def fail(self, call: str, suffix: str, err: int = errno.ENOSPC, *, partial: int = 0) -> None:
         self.rules.append({"call": call, "suffix": suffix, "err": err, "partial": partial})

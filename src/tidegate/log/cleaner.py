@@ -16,7 +16,7 @@ of every key. One clean of one log:
 3. the segments from the log start up to the round's end are grouped (a group within
    segment.bytes) and each group is rewritten into one segment with the same offsets,
    swapped in with Kafka's ``.cleaned`` -> ``.swap`` -> replace protocol
-   (:meth:`Log.replace_segments`; a crash at any step is completed or discarded by the
+   (:func:`~tidegate.log.segment_swap.swap_in`; a crash at any step is completed or discarded by the
    next load).
 
 Records are dropped when a later offset holds their key, when they have no key, when
@@ -67,8 +67,10 @@ from tidegate.utils.byte_utils import read_varlong
 from .checkpoint import read_checkpoint_file, write_checkpoint_file
 from .dir_failure import LogDirFailureChannel, StorageError
 from .index import AbortedTxn, TransactionIndex
-from .log import CleanedSegmentWriter, Log, collect_aborted_transactions
+from .local_log import collect_aborted_transactions
+from .log import Log
 from .segment import LogSegment, iter_batch_headers, log_file_path, txn_index_file_path
+from .segment_swap import CleanedSegmentWriter, can_swap, discard_cleaned, swap_in
 
 __all__ = [
     "CLEANER_OFFSET_CHECKPOINT_FILE",
@@ -273,7 +275,7 @@ class PreparedClean:
             if len(segs) < len(bases):
                 for later, _ in groups[i:]:
                     if not plog.closed:
-                        plog.discard_cleaned(later[0])
+                        discard_cleaned(plog.directory, later[0])
                 break
             prepared.groups.append((segs, aborted))
         return prepared
@@ -404,9 +406,6 @@ class LogSnapshot:
 
     def collect_aborted_transactions(self, fetch_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
         return collect_aborted_transactions(self.segments, self._bases, fetch_offset, upper_bound_offset)
-
-    def cleaned_writer(self, base: int, buffer_size: int) -> CleanedSegmentWriter:
-        return CleanedSegmentWriter(self.directory, base, buffer_size)
 
     def close(self) -> None:
         for seg in self.segments:
@@ -700,7 +699,7 @@ class Cleaner:
         groups: list[tuple[list[_Segment], list[AbortedTxn]]] = []
         for group in self.group_segments(segs, plog.config.segment_bytes):
             kept_aborted: list[AbortedTxn] = []
-            writer = plog.cleaned_writer(group[0].base_offset, self.write_buffer_size)
+            writer = CleanedSegmentWriter(plog.directory, group[0].base_offset, self.write_buffer_size)
             try:
                 for seg in group:
                     for pos, h in seg.iter_batches_from(seg.base_offset):
@@ -731,12 +730,12 @@ class Cleaner:
         under them (retention, DeleteRecords, truncation, closing)."""
         plog = prepared.log
         for i, (group, aborted) in enumerate(prepared.groups):
-            if not plog.can_swap(group):
+            if not can_swap(plog.local, group):
                 for later, _ in prepared.groups[i:]:
                     if not plog.closed:
-                        plog.discard_cleaned(later[0].base_offset)
+                        discard_cleaned(plog.directory, later[0].base_offset)
                 return False
-            plog.swap_in(group, aborted, now_ms, on_step)
+            swap_in(plog.local, group, aborted, now_ms, on_step)
         return True
 
     def _clean_batch(

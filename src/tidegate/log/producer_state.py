@@ -74,6 +74,8 @@ from tidegate.record.record_batch import CONTROL_FLAG_MASK, TRANSACTIONAL_FLAG_M
 from tidegate.utils import INT32_MAX
 from tidegate.utils.files import write_atomically
 
+from .index import AbortedTxn
+
 __all__ = [
     "NO_PRODUCER_EPOCH",
     "NO_SEQUENCE",
@@ -349,6 +351,14 @@ class ProducerStateManager:
         the oldest open transaction of another producer, else the marker's offset + 1."""
         others = [off for off, pid in self.ongoing_txns.items() if pid != completed.producer_id]
         return min(others) if others else completed.last_offset + 1
+
+    def aborted_txn(self, completed: CompletedTxn) -> AbortedTxn:
+        """The ``.txnindex`` entry of an aborted transaction, with its
+        :meth:`last_stable_offset` (Kafka's ``new AbortedTxn(completedTxn, lastStableOffset)``)."""
+        return AbortedTxn(
+            completed.producer_id, completed.first_offset, completed.last_offset,
+            self.last_stable_offset(completed),
+        )  # fmt: skip
 
     def complete_txn(self, completed: CompletedTxn) -> None:
         if self.ongoing_txns.get(completed.first_offset) == completed.producer_id:

@@ -623,7 +623,7 @@ class LogSegment:
         Both index files are rewritten and everything is fsynced. As Kafka's
         ``LogSegment.recover``, an epoch newer than ``epoch_cache`` knows is assigned
         the offset of its first batch. The transaction index is emptied: rebuilding it
-        needs the producer state, which the log replays (``Log._load_producer_state``).
+        needs the producer state, which the log replays (:func:`~tidegate.log.log_loader.rebuild_producer_state`).
         Returns the number of bytes truncated.
         """
         fd = self._fd

@@ -32,9 +32,10 @@ from tidegate.log.checkpoint import CheckpointWrite, CheckpointWriter, read_chec
 from tidegate.log.cleaner import Cleaner, LogCleaner, LogCleanerManager
 from tidegate.log.config import LogConfig
 from tidegate.log.dir_failure import LogDirFailureChannel, StorageError
-from tidegate.log.log import Log, partition_dir
+from tidegate.log.local_log import partition_dir
+from tidegate.log.log import Log
 from tidegate.server.metadata import TopicInfo, TopicStore
-from tidegate.utils.files import TMP_MARK, write_atomically
+from tidegate.utils.files import TMP_MARK, open_dir, write_atomically
 from tidegate.utils.topic import is_internal_topic
 
 if TYPE_CHECKING:
@@ -109,7 +110,7 @@ class LogManager:
     ) -> LogCleaner:
         """Start compacting logs whose cleanup.policy includes compact; the first dirty
         offsets are in ``cleaner-offset-checkpoint`` in the data directory."""
-        self._root_fd = os.open(self.root, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        self._root_fd = open_dir(self.root)
         self.cleaner = LogCleaner(
             LogCleanerManager(self._root_fd, self.failure_channel),
             Cleaner(dedupe_buffer_size, load_factor, clock=self.clock, io_buffer_size=io_buffer_size),
@@ -333,7 +334,7 @@ class LogManager:
 
     # -- log-start-offset-checkpoint -------------------------------------------------
     def _read_log_start_offsets(self) -> dict[TopicPartition, int]:
-        fd = os.open(self.root, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        fd = open_dir(self.root)
         try:
             lines = read_checkpoint_file(fd, LOG_START_OFFSET_CHECKPOINT_FILE)
         finally:
@@ -358,7 +359,7 @@ class LogManager:
             if not plog.closed and plog.log_start_offset > plog.segments[0].base_offset
         }
         self._checkpointed_lsos = entries
-        fd = os.open(self.root, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        fd = open_dir(self.root)
         try:
             return self._lso_writer.ticket(
                 fd, [f"{t} {p} {offset}" for (t, p), offset in sorted(entries.items())]

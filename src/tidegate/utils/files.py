@@ -16,7 +16,7 @@ import os
 import threading
 from pathlib import Path
 
-__all__ = ["TMP_MARK", "fsync_dir", "replace_file", "write_atomically"]
+__all__ = ["TMP_MARK", "fsync_dir", "open_dir", "replace_file", "write_atomically"]
 
 #: Temporary files carry this mark; a directory's owner deletes leftovers when it opens.
 TMP_MARK = ".tmp-"
@@ -54,16 +54,22 @@ def write_atomically(
     path: Path, data: bytes, *, sync: bool = True, sync_dir: bool = True, mode: int = 0o644
 ) -> None:
     """Replace the file ``path`` atomically and durably (:func:`replace_file`)."""
-    dir_fd = os.open(path.parent, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    dir_fd = open_dir(path.parent)
     try:
         replace_file(dir_fd, path.name, data, sync_dir=sync_dir, sync=sync, mode=mode)
     finally:
         os.close(dir_fd)
 
 
+def open_dir(path: Path) -> int:
+    """A read-only descriptor of the directory ``path`` (to fsync it, or to open, rename
+    and unlink files relative to it)."""
+    return os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+
+
 def fsync_dir(path: Path) -> None:
     """fsync the directory ``path``: a file created, renamed or deleted in it is durable."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    fd = open_dir(path)
     try:
         os.fsync(fd)
     finally:
