@@ -37,7 +37,8 @@ sys.path.insert(0, str(REPO / "src"))
 
 from tidegate.clock import SYSTEM_CLOCK
 from tidegate.log import Log, LogConfig
-from tidegate.log.cleaner import Cleaner, LogToClean
+from tidegate.log.cleaner import Cleaner
+from tidegate.log.log_cleaner_manager import LogToClean
 from tidegate.record.batch_builder import Record, build_batch
 
 

@@ -19,7 +19,7 @@ import statistics
 import timeit
 from collections.abc import Callable
 
-from tidegate.log import cleaner
+from tidegate.log import cleaned_batch
 from tidegate.producer.produce_request import produce_request_buffers
 from tidegate.protocol.fetch_fast import encode_fetch_response
 from tidegate.protocol.produce_fast import decode_produce
@@ -78,8 +78,8 @@ def size_records() -> None:
 
 
 def cleaner_reencode() -> None:
-    for r in cleaner._parse_records(DECODED.records, 0, DECODED.base_timestamp):
-        cleaner._encode(r, DECODED.base_timestamp)
+    for r in cleaned_batch.parse_records(DECODED.records, 0, DECODED.base_timestamp):
+        cleaned_batch.encode_record_tail(r, DECODED.base_timestamp)
 
 
 CASES: dict[str, Callable[[], object]] = {

@@ -32,9 +32,10 @@ from tidegate.coordinator.group.group_metadata_manager import (
     iter_records,
 )
 from tidegate.errors import ErrorCode as E
-from tidegate.log.cleaner import Cleaner, LogToClean
+from tidegate.log.cleaner import Cleaner
 from tidegate.log.config import LogConfig
 from tidegate.log.log import Log
+from tidegate.log.log_cleaner_manager import LogToClean
 from tidegate.server.fetch_session import FetchSessionCache
 from tidegate.server.log_manager import LogManager
 from tidegate.server.metadata import TopicStore

@@ -18,18 +18,16 @@ import pytest
 from tests.unit.logs import LOG_DIR, batch_headers, crash, marker, open_log
 from tidegate.clock import MockClock
 from tidegate.log import Log, LogConfig
-from tidegate.log.cleaner import (
+from tidegate.log.cleaner import Cleaner, PreparedClean
+from tidegate.log.cleaner_worker import CleanJob, prepare_in_worker
+from tidegate.log.log_cleaner import LogCleaner
+from tidegate.log.log_cleaner_manager import (
     CLEANER_OFFSET_CHECKPOINT_FILE,
-    Cleaner,
-    CleanJob,
-    LogCleaner,
     LogCleanerManager,
     LogToClean,
-    OffsetMap,
-    PreparedClean,
-    Throttler,
-    prepare_in_worker,
 )
+from tidegate.log.offset_map import SkimpyOffsetMap
+from tidegate.log.throttler import Throttler
 from tidegate.record.batch_builder import Record, build_batch
 from tidegate.record.record_batch import DELETE_HORIZON_FLAG_MASK
 from tidegate.record.records import decode_batch_records, iter_decoded_batches
@@ -606,7 +604,7 @@ def test_the_worker_process_cleans_and_reports_its_death(compacted):
 
 
 def test_the_offset_map_keeps_the_latest_offset_per_key_and_stops_at_its_capacity():
-    omap = OffsetMap(24 * 10, load_factor=0.9)  # 10 slots, 9 keys
+    omap = SkimpyOffsetMap(24 * 10, load_factor=0.9)  # 10 slots, 9 keys
     assert (omap.slots, omap.capacity, omap.get(b"a")) == (10, 9, -1)
     for i in range(9):
         omap.put(b"k%d" % i, i)
@@ -627,7 +625,7 @@ def test_the_offset_map_holds_its_keys_within_its_memory():
     import tracemalloc
 
     memory = 24 * 200_000
-    omap = OffsetMap(memory)
+    omap = SkimpyOffsetMap(memory)
     tracemalloc.start()
     try:
         base = tracemalloc.get_traced_memory()[0]

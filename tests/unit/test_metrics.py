@@ -500,7 +500,8 @@ def test_top_view_rates_names_topics_and_clients():
 
 
 def test_top_shows_the_log_cleaner():
-    from tidegate.log.cleaner import Cleaner, LogCleaner
+    from tidegate.log.cleaner import Cleaner
+    from tidegate.log.log_cleaner import LogCleaner
 
     clock = MockClock(start_ms=1_000)
     cleaner = LogCleaner(type("M", (), {"uncleanable": {("t", 0)}})(), Cleaner(1 << 20, clock=clock))  # type: ignore[arg-type]

@@ -23,9 +23,9 @@ from tests.unit.test_apis import FETCH, PRODUCE, Harness, batch, batches_in
 from tidegate.clock import MockClock
 from tidegate.errors import ErrorCode as E
 from tidegate.log import local_log
-from tidegate.log.cleaner import CLEANER_OFFSET_CHECKPOINT_FILE, LogCleanerManager
 from tidegate.log.dir_failure import LogDirFailureChannel, StorageError, UnrecoverableWriteError
 from tidegate.log.local_log import CLEAN_SHUTDOWN_FILE, RECOVERY_POINT_FILE
+from tidegate.log.log_cleaner_manager import CLEANER_OFFSET_CHECKPOINT_FILE, LogCleanerManager
 from tidegate.metrics.prometheus import BrokerMetrics
 from tidegate.utils.files import TMP_MARK
 

@@ -1,23 +1,25 @@
-"""Log compaction: Kafka's ``LogCleaner``, ``LogCleanerManager``, ``Cleaner`` and
-``SkimpyOffsetMap`` (docs/compaction.md).
+"""One clean of one log: Kafka's ``Cleaner`` (docs/compaction.md).
+
+The rest of log compaction beside it: which log to clean and from where
+(:mod:`.log_cleaner_manager`), the broker's cleaner that runs the cleans and keeps the
+metrics (:mod:`.log_cleaner`), the offset map (:mod:`.offset_map`), the I/O throttle
+(:mod:`.throttler`), the re-encoding of kept batches (:mod:`.cleaned_batch`), the swap of
+the cleaned segments (:mod:`.segment_swap`) and the worker process (:mod:`.cleaner_worker`).
 
 A compacted log (cleanup.policy includes ``compact``) keeps at least the latest record
 of every key. One clean of one log:
 
-1. the cleanable range is ``[first dirty, first uncleanable)``: the first dirty offset
-   comes from ``cleaner-offset-checkpoint``; the first uncleanable offset is the
-   smallest of the last stable offset (undecided transactions are never cleaned), the
-   active segment's base offset and, with min.compaction.lag.ms, the base of the first
-   segment holding a record younger than the lag;
-2. the :class:`OffsetMap` (MD5 of the key -> latest offset, bounded by
+1. the cleanable range is ``[first dirty, first uncleanable)``
+   (:mod:`.log_cleaner_manager`);
+2. the :class:`~tidegate.log.offset_map.SkimpyOffsetMap` (MD5 of the key -> latest offset, bounded by
    log.cleaner.dedupe.buffer.size) is filled from that range, skipping control batches
    and aborted transactions' batches; when it fills the round ends there and the next
    round continues (several passes for a log with more keys than fit);
 3. the segments from the log start up to the round's end are grouped (a group within
    segment.bytes) and each group is rewritten into one segment with the same offsets,
    swapped in with Kafka's ``.cleaned`` -> ``.swap`` -> replace protocol
-   (:func:`~tidegate.log.segment_swap.swap_in`; a crash at any step is completed or discarded by the
-   next load).
+   (:func:`~tidegate.log.segment_swap.swap_in`; a crash at any step is completed or
+   discarded by the next load).
 
 Records are dropped when a later offset holds their key, when they have no key, when
 they belong to an aborted transaction, or when they are tombstones whose delete horizon
@@ -29,203 +31,80 @@ kept; a batch emptied by cleaning survives as an empty header when it is its
 producer's last batch, so the producer's sequence survives.
 
 Plain synchronous objects with time passed in. The broker chooses the log on its event
-loop (:meth:`LogCleaner.choose`), runs :meth:`Cleaner.prepare` (the map and the
-``.cleaned`` files: all the reading and writing) on a worker thread, and swaps the result
-in back on the loop (:meth:`LogCleaner.finish`), where the log's segment list lives.
+loop (:meth:`LogCleaner.choose <tidegate.log.log_cleaner.LogCleaner.choose>`), runs
+:meth:`Cleaner.prepare` (the map and the ``.cleaned`` files: all the reading and
+writing) on a worker thread or process, and swaps the result in back on the loop
+(:meth:`Cleaner.commit`), where the log's segment list lives.
 """
 
 from __future__ import annotations
 
-import hashlib
-import logging
-import os
-import struct
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Union
+from typing import Protocol
 
-from tidegate.clock import SYSTEM_CLOCK, Clock, MonotonicMs, WallMs
-from tidegate.record.batch_builder import batch_crc, set_crc, varint
-from tidegate.record.compression import compress, decompress
+from tidegate.clock import Clock, MonotonicMs, WallMs
 from tidegate.record.control_records import (
     ControlRecordType,
     InvalidControlRecordError,
     end_transaction_marker_of,
 )
-from tidegate.record.record_batch import (
-    COMPRESSION_CODEC_MASK,
-    DELETE_HORIZON_FLAG_MASK,
-    HEADER_SIZE,
-    HEADER_STRUCT,
-    LOG_OVERHEAD,
-    BatchHeader,
-)
+from tidegate.record.record_batch import DELETE_HORIZON_FLAG_MASK, BatchHeader
 from tidegate.utils import INT32_MAX
-from tidegate.utils.byte_utils import read_varlong
 
-from .checkpoint import read_checkpoint_file, write_checkpoint_file
-from .dir_failure import LogDirFailureChannel, StorageError
+from .cleaned_batch import KeyedRecord, decode_records, rebuild_batch
 from .index import AbortedTxn, TransactionIndex
-from .local_log import collect_aborted_transactions
 from .log import Log
-from .segment import LogSegment, iter_batch_headers, log_file_path, txn_index_file_path
+from .log_cleaner_manager import LogToClean
+from .offset_map import SkimpyOffsetMap
+from .segment import LogSegment
 from .segment_swap import CleanedSegmentWriter, can_swap, discard_cleaned, swap_in
+from .throttler import UNBOUNDED_RATE, Throttler
 
-__all__ = [
-    "CLEANER_OFFSET_CHECKPOINT_FILE",
-    "CleanJob",
-    "Cleaner",
-    "CleanerStats",
-    "LogCleaner",
-    "LogCleanerManager",
-    "LogToClean",
-    "OffsetMap",
-    "PreparedClean",
-    "Throttler",
-    "prepare_in_worker",
-]
-
-log = logging.getLogger(__name__)
-
-#: Kafka's file, one per log directory: each compacted partition's first dirty offset.
-CLEANER_OFFSET_CHECKPOINT_FILE = "cleaner-offset-checkpoint"
-#: Bytes per offset map entry, as Kafka's SkimpyOffsetMap: MD5 (16) + offset (8).
-OFFSET_MAP_ENTRY_SIZE = 24
-#: log.cleaner.io.max.bytes.per.second's default (Double.MaxValue): no throttle
-UNBOUNDED_RATE = 1.7976931348623157e308
+__all__ = ["CleanedLog", "CleanedSegment", "Cleaner", "CleanerStats", "PreparedClean"]
 
 
-class OffsetMap:
-    """Kafka's ``SkimpyOffsetMap``: MD5 of a key -> the latest offset seen for it, in one
-    buffer of ``memory`` bytes (16 bytes of hash and 8 of offset per slot, open
-    addressing with linear probing), holding at most ``memory / 24 * load_factor`` keys.
-
-    The buffer is the whole of the map's memory, as in Kafka (a dict of digests cost
-    about 140 bytes a key, 6x the budget). It is allocated at the first put after
-    :meth:`clear` (zero pages the kernel only backs once touched) and dropped by
-    :meth:`clear`, so an idle cleaner holds none of it. An all-zero slot is empty;
-    a key whose MD5 is all zeros would share that marker, as in Kafka."""
-
-    def __init__(self, memory: int, load_factor: float = 0.9) -> None:
-        self.memory = memory
-        self.load_factor = load_factor
-        self.slots = min(memory, INT32_MAX) // OFFSET_MAP_ENTRY_SIZE
-        self.capacity = int(self.slots * load_factor)
-        if self.capacity < 1:
-            raise ValueError(f"an offset map of {memory} bytes holds no entry")
-        self._buf: bytearray | None = None
-        self._size = 0
-        #: the last offset the map covers (Kafka's ``latestOffset``)
-        self.latest_offset = -1
-
-    def __len__(self) -> int:
-        return self._size
+class CleanedSegment(Protocol):
+    """What a clean reads of a segment: a :class:`~tidegate.log.segment.LogSegment`, or
+    a worker process's :class:`~tidegate.log.cleaner_worker.SegmentFile`."""
 
     @property
-    def full(self) -> bool:
-        return self._size >= self.capacity
+    def base_offset(self) -> int: ...
+    @property
+    def size(self) -> int: ...
+    @property
+    def next_offset(self) -> int: ...
+    @property
+    def txn_index(self) -> TransactionIndex: ...
+    def iter_batches_from(self, start_offset: int) -> Iterator[tuple[int, BatchHeader]]: ...
+    def read_batch(self, position: int, size: int) -> bytes: ...
 
-    def _slot(self, buf: bytearray, digest: bytes) -> tuple[int, bool]:
-        """(byte position of the digest's slot, whether it holds the digest already);
-        (-1, False) when every slot holds another key."""
-        slots = self.slots
-        pos = int.from_bytes(digest[:8], "big") % slots
-        for _ in range(slots):
-            base = pos * OFFSET_MAP_ENTRY_SIZE
-            stored = buf[base : base + 16]
-            if stored == digest:
-                return base, True
-            if stored == _EMPTY_HASH:
-                return base, False
-            pos += 1
-            if pos == slots:
-                pos = 0
-        return -1, False
 
-    def put(self, key: bytes, offset: int) -> None:
-        buf = self._buf
-        if buf is None:
-            buf = self._buf = bytearray(self.slots * OFFSET_MAP_ENTRY_SIZE)
-        digest = hashlib.md5(key).digest()
-        base, found = self._slot(buf, digest)
-        if not found:
-            if base < 0:
-                raise ValueError("the offset map is full")  # callers stop at capacity
-            buf[base : base + 16] = digest
-            self._size += 1
-        _OFFSET.pack_into(buf, base + 16, offset)
-        self.latest_offset = offset
+class CleanedLogConfig(Protocol):
+    @property
+    def delete_retention_ms(self) -> int: ...
+    @property
+    def segment_bytes(self) -> int: ...
 
-    def get(self, key: bytes) -> int:
-        """The latest offset of ``key``, -1 when the map has not seen it."""
-        buf = self._buf
-        if buf is None:
-            return -1
-        base, found = self._slot(buf, hashlib.md5(key).digest())
-        return _OFFSET.unpack_from(buf, base + 16)[0] if found else -1
 
-    def clear(self) -> None:
-        self._buf = None
-        self._size = 0
-        self.latest_offset = -1
+class CleanedLog(Protocol):
+    """What a clean reads of a log: the live :class:`~tidegate.log.log.Log` (on a thread),
+    or its :class:`~tidegate.log.cleaner_worker.LogSnapshot` (in a worker process)."""
 
     @property
-    def utilization(self) -> float:
-        return self._size / self.slots
-
-
-_EMPTY_HASH = bytes(16)
-_OFFSET = struct.Struct(">q")
-
-
-class Throttler:
-    """Kafka's ``Throttler``: holds a byte rate to ``rate`` per second by sleeping. Every
-    ``check_interval_ms`` it compares the bytes seen since the last check with the
-    time taken and sleeps off the excess, on the :class:`~tidegate.clock.Clock` it is
-    given (Kafka's ``Throttler`` takes a ``Time``; tests give a
-    :class:`~tidegate.clock.MockClock`); ``sleep`` defaults to the clock's."""
-
-    def __init__(
-        self,
-        rate: float,
-        *,
-        check_interval_ms: int = 300,
-        clock: Clock,
-        sleep: Callable[[float], None] | None = None,
-    ) -> None:
-        self.rate = rate
-        self.check_interval_s = check_interval_ms / 1000.0
-        self._clock = lambda: clock.nanoseconds() / 1e9
-        self._sleep = sleep or clock.sleep
-        self._period_start = self._clock()
-        self._observed = 0
-        #: seconds slept in total (the cleaner's throttle metric)
-        self.slept_s = 0.0
-
+    def directory(self) -> Path: ...
     @property
-    def unbounded(self) -> bool:
-        return self.rate >= UNBOUNDED_RATE or self.rate <= 0
-
-    def __call__(self, observed: int) -> None:
-        if self.unbounded:
-            return
-        self._observed += observed
-        elapsed = self._clock() - self._period_start
-        if elapsed <= self.check_interval_s or self._observed <= 0:
-            return
-        if self._observed / elapsed > self.rate:
-            pause = self._observed / self.rate - elapsed
-            if pause > 0:
-                self._sleep(pause)
-                self.slept_s += pause
-        self._period_start = self._clock()
-        self._observed = 0
+    def log_start_offset(self) -> int: ...
+    @property
+    def config(self) -> CleanedLogConfig: ...
+    @property
+    def segments(self) -> Sequence[CleanedSegment]: ...
+    def collect_aborted_transactions(self, fetch_offset: int, upper_bound_offset: int) -> list[AbortedTxn]: ...
 
 
 #: a clean's times before it is timed, and a cleaner's last run before its first
 _NOT_TIMED = MonotonicMs(0)
-_NEVER = WallMs(0)
 
 
 @dataclass
@@ -281,244 +160,7 @@ class PreparedClean:
         return prepared
 
 
-@dataclass
-class LogToClean:
-    """A compacted log and its cleanable range (Kafka's ``LogToClean``)."""
-
-    key: object
-    log: Log
-    first_dirty_offset: int
-    first_uncleanable_offset: int
-    clean_bytes: int
-    cleanable_bytes: int
-    #: max.compaction.lag.ms passed for a dirty record: clean whatever the ratio
-    needs_compaction_now: bool = False
-    #: the log start offset when the clean was chosen (DeleteRecords may move it meanwhile)
-    log_start_offset: int = -1
-
-    @property
-    def total_bytes(self) -> int:
-        return self.clean_bytes + self.cleanable_bytes
-
-    @property
-    def cleanable_ratio(self) -> float:
-        return self.cleanable_bytes / self.total_bytes if self.total_bytes else 0.0
-
-
-class SegmentFile:
-    """A closed segment as a cleaner worker process sees it: its log file (read-only,
-    opened on first read, up to the size it had when the clean was chosen) and its
-    aborted-transaction index. What :class:`Cleaner` reads of a :class:`LogSegment`."""
-
-    def __init__(self, directory: Path, base_offset: int, size: int, next_offset: int) -> None:
-        self.base_offset = base_offset
-        self.size = size
-        self.next_offset = next_offset
-        self.path = log_file_path(directory, base_offset)
-        self._txn_path = txn_index_file_path(directory, base_offset)
-        self._fd: int | None = None
-        self._txn_index: TransactionIndex | None = None
-
-    @property
-    def txn_index(self) -> TransactionIndex:
-        if self._txn_index is None:
-            self._txn_index = TransactionIndex.load(self._txn_path, self.base_offset)
-        return self._txn_index
-
-    def _file(self) -> int:
-        if self._fd is None:
-            self._fd = os.open(self.path, os.O_RDONLY)
-        return self._fd
-
-    def iter_batches_from(self, start_offset: int) -> Iterator[tuple[int, BatchHeader]]:
-        if start_offset >= self.next_offset:
-            return
-        for pos, h in iter_batch_headers(self._file(), self.path, 0, self.size):
-            if h[0] + h[6] >= start_offset:
-                yield pos, BatchHeader._make(h)
-
-    def read_batch(self, position: int, size: int) -> bytes:
-        data = os.pread(self._file(), size, position)
-        if len(data) < size:
-            raise OSError(f"{self.path}: short read at {position}")
-        return data
-
-    def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-
-
-@dataclass(frozen=True)
-class _SnapshotConfig:
-    delete_retention_ms: int
-    segment_bytes: int
-
-
-@dataclass(frozen=True)
-class CleanJob:
-    """One clean, described by value so a worker process can run it (:func:`prepare_in_worker`):
-    the partition directory, its segments (base offset, size, next offset; the last is the
-    active one, never read), the cleanable range, the configs the clean uses, each
-    producer's last data offset, and the I/O throttle."""
-
-    directory: str
-    segments: tuple[tuple[int, int, int], ...]
-    log_start_offset: int
-    first_dirty_offset: int
-    first_uncleanable_offset: int
-    delete_retention_ms: int
-    segment_bytes: int
-    producer_last_offsets: dict[int, int]
-    now_ms: WallMs
-    dedupe_buffer_size: int
-    load_factor: float
-    io_buffer_size: int
-    io_max_bytes_per_second: float
-
-    @classmethod
-    def of(cls, ltc: LogToClean, now_ms: WallMs, cleaner: Cleaner) -> CleanJob:
-        plog = ltc.log
-        return cls(
-            str(plog.directory),
-            tuple((s.base_offset, s.size, s.next_offset) for s in plog.segments),
-            plog.log_start_offset, ltc.first_dirty_offset, ltc.first_uncleanable_offset,
-            plog.config.delete_retention_ms, plog.config.segment_bytes,
-            {pid: e.last_data_offset for pid, e in plog.producer_state.producers.items()},
-            now_ms, cleaner.offset_map.memory, cleaner.offset_map.load_factor, cleaner.io_buffer_size,
-            cleaner.throttler.rate,
-        )  # fmt: skip
-
-
-class LogSnapshot:
-    """What :class:`Cleaner` reads of a :class:`Log`, rebuilt from a :class:`CleanJob`
-    in a worker process: the segment files, the log start, the configs of the clean, the
-    aborted transactions (from the segments' ``.txnindex`` files) and the producers' last
-    data offsets; ``.cleaned`` files are written the same way as by the log."""
-
-    def __init__(self, job: CleanJob) -> None:
-        self.directory = Path(job.directory)
-        self.segments = [SegmentFile(self.directory, b, size, nxt) for b, size, nxt in job.segments]
-        self._bases = [s.base_offset for s in self.segments]
-        self.log_start_offset = job.log_start_offset
-        self.config = _SnapshotConfig(job.delete_retention_ms, job.segment_bytes)
-        self.producer_last_offsets = job.producer_last_offsets
-
-    def collect_aborted_transactions(self, fetch_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
-        return collect_aborted_transactions(self.segments, self._bases, fetch_offset, upper_bound_offset)
-
-    def close(self) -> None:
-        for seg in self.segments:
-            seg.close()
-
-
-#: what a clean reads: the live log (thread) or its snapshot (worker process)
-_CleanedLog = Union[Log, LogSnapshot]  # noqa: UP007 - a runtime alias
-_Segment = Union[LogSegment, SegmentFile]  # noqa: UP007 - a runtime alias
-
-
-def _last_data_offset(plog: _CleanedLog, producer_id: int) -> int | None:
-    if isinstance(plog, LogSnapshot):
-        return plog.producer_last_offsets.get(producer_id)
-    entry = plog.producer_state.entry(producer_id)
-    return None if entry is None else entry.last_data_offset
-
-
-def _check_parent(parent: int) -> Callable[[int], None]:
-    """A throttle hook for a worker process: stop when the broker that started it is
-    gone (its ``.cleaned`` files belong to a broker that no longer exists)."""
-
-    def check(_n: int) -> None:
-        if os.getppid() != parent:
-            raise SystemExit("the broker is gone")
-
-    return check
-
-
-def prepare_in_worker(job: CleanJob, parent_pid: int) -> tuple[CleanerStats, list[tuple[list[int], list[AbortedTxn]]]]:
-    """Run a clean's :meth:`Cleaner.prepare` in a worker process: everything but the
-    swap, from the files alone. Returns the stats and, per group, the base offsets of
-    the segments it replaces and the aborted transactions it kept."""
-    # the worker is a process of its own: its clock is the system's
-    throttle = Throttler(job.io_max_bytes_per_second, clock=SYSTEM_CLOCK)
-    alive = _check_parent(parent_pid)
-
-    def hook(n: int) -> None:
-        alive(n)
-        throttle(n)
-
-    cleaner = Cleaner(job.dedupe_buffer_size, job.load_factor, clock=SYSTEM_CLOCK,
-                      io_buffer_size=job.io_buffer_size, throttle=hook)
-    snapshot = LogSnapshot(job)
-    try:
-        stats, groups = cleaner.prepare_log(
-            snapshot, job.first_dirty_offset, job.first_uncleanable_offset, job.now_ms
-        )
-    finally:
-        snapshot.close()
-    return stats, [([s.base_offset for s in segs], aborted) for segs, aborted in groups]
-
-
-def _header(h: BatchHeader | tuple) -> BatchHeader:
-    return h if isinstance(h, BatchHeader) else BatchHeader._make(h)
-
-
-@dataclass
-class _Record:
-    offset: int
-    key: bytes | None
-    is_tombstone: bool
-    timestamp: int
-    #: the record's bytes after its timestamp delta (offset delta, key, value, headers)
-    tail: bytes
-
-
-def _parse_records(data: bytes, base_offset: int, base_ts: int) -> list[_Record]:
-    out = []
-    pos = 0
-    n = len(data)
-    while pos < n:
-        length, pos = read_varlong(data, pos)
-        end = pos + length
-        ts_delta, p = read_varlong(data, pos + 1)
-        tail_start = p
-        off_delta, p = read_varlong(data, p)
-        klen, p = read_varlong(data, p)
-        key = None
-        if klen >= 0:
-            key = bytes(data[p : p + klen])
-            p += klen
-        vlen, p = read_varlong(data, p)
-        out.append(_Record(base_offset + off_delta, key, vlen < 0, base_ts + ts_delta,
-                           bytes(data[tail_start:end])))  # fmt: skip
-        pos = end
-    return out
-
-
-def _encode(rec: _Record, base_ts: int) -> bytes:
-    body = b"\x00" + varint(rec.timestamp - base_ts) + rec.tail
-    return varint(len(body)) + body
-
-
-def _rebuild(h: BatchHeader, records: list[_Record], base_ts: int, attributes: int) -> bytes:
-    """A batch with ``h``'s header fields (offsets, producer, sequence, last offset delta
-    kept), the given records and base timestamp (the delete horizon when bit 6 is set)."""
-    section = b"".join(_encode(r, base_ts) for r in records)
-    codec = attributes & COMPRESSION_CODEC_MASK
-    if codec and section:
-        section = compress(codec, section)
-    buf = bytearray(HEADER_SIZE)
-    HEADER_STRUCT.pack_into(
-        buf, 0, h.base_offset, HEADER_SIZE + len(section) - LOG_OVERHEAD,
-        h.partition_leader_epoch, h.magic, 0, attributes, h.last_offset_delta, base_ts,
-        h.max_timestamp, h.producer_id, h.producer_epoch, h.base_sequence, len(records),
-    )  # fmt: skip
-    buf += section
-    set_crc(buf, batch_crc((buf,)))
-    return bytes(buf)
-
-
-class _TxnTracker:
+class CleanedTransactionMetadata:
     """Kafka's ``CleanedTransactionMetadata``: which batches belong to aborted
     transactions (from the ``.txnindex``) and whether a pass saw data of the transaction
     a marker ends (a marker is removable only when it saw none)."""
@@ -580,7 +222,7 @@ class Cleaner:
         throttle: Callable[[int], None] | None = None,
     ) -> None:
         self.clock = clock
-        self.offset_map = OffsetMap(dedupe_buffer_size, load_factor)
+        self.offset_map = SkimpyOffsetMap(dedupe_buffer_size, load_factor)
         #: log.cleaner.io.buffer.size: half for reading, half for the cleaned segment
         self.io_buffer_size = io_buffer_size
         self.write_buffer_size = max(1, io_buffer_size // 2)
@@ -590,13 +232,13 @@ class Cleaner:
         self.throttle: Callable[[int], None] = throttle or self.throttler
 
     # -- map -----------------------------------------------------------------
-    def build_offset_map(self, plog: _CleanedLog, start: int, end: int, stats: CleanerStats) -> int:
+    def build_offset_map(self, plog: CleanedLog, start: int, end: int, stats: CleanerStats) -> int:
         """Fill the map from ``[start, end)``; the end offset of the round (the map's
         latest offset + 1: below ``end`` when the map filled up)."""
         omap = self.offset_map
         omap.clear()
         omap.latest_offset = start - 1
-        tracker = _TxnTracker(plog.collect_aborted_transactions(start, end))
+        tracker = CleanedTransactionMetadata(plog.collect_aborted_transactions(start, end))
         segs = [s for s in plog.segments if s.base_offset < end]
         for i, seg in enumerate(segs):
             if seg.next_offset <= start:
@@ -622,16 +264,11 @@ class Cleaner:
         return min(omap.latest_offset + 1, end)
 
     @staticmethod
-    def _records(seg: _Segment, pos: int, h: BatchHeader) -> list[_Record]:
-        data = seg.read_batch(pos, h.size)
-        body = data[HEADER_SIZE:]
-        codec = h.attributes & COMPRESSION_CODEC_MASK
-        if codec:
-            body = decompress(codec, body)
-        return _parse_records(body, h.base_offset, h.base_timestamp)
+    def _records(seg: CleanedSegment, pos: int, h: BatchHeader) -> list[KeyedRecord]:
+        return decode_records(seg.read_batch(pos, h.size), h)
 
     @staticmethod
-    def _is_abort(seg: _Segment, pos: int, h: BatchHeader) -> bool:
+    def _is_abort(seg: CleanedSegment, pos: int, h: BatchHeader) -> bool:
         try:
             marker = end_transaction_marker_of(seg.read_batch(pos, h.size))
         except InvalidControlRecordError:
@@ -663,9 +300,15 @@ class Cleaner:
         write each group's cleaned segment as ``.cleaned`` files. Reads only inactive
         segments, so the broker runs it off the event loop while the log takes appends;
         :meth:`commit` (on the log's thread) swaps the groups in."""
+        producers = to_clean.log.producer_state
+
+        def last_data_offset(producer_id: int) -> int | None:
+            entry = producers.entry(producer_id)
+            return None if entry is None else entry.last_data_offset
+
         stats, groups = self.prepare_log(
             to_clean.log, to_clean.first_dirty_offset, to_clean.first_uncleanable_offset,
-            now_ms, on_step=on_step,
+            now_ms, last_data_offset=last_data_offset, on_step=on_step,
         )  # fmt: skip
         prepared = PreparedClean(to_clean.log, stats)
         for segs, aborted in groups:
@@ -675,16 +318,19 @@ class Cleaner:
 
     def prepare_log(
         self,
-        plog: _CleanedLog,
+        plog: CleanedLog,
         first_dirty: int,
         first_uncleanable: int,
         now_ms: WallMs,
         *,
+        last_data_offset: Callable[[int], int | None],
         on_step: Callable[[str], None] | None = None,
-    ) -> tuple[CleanerStats, list[tuple[list[_Segment], list[AbortedTxn]]]]:
-        """:meth:`prepare` of a live log or of a worker process's :class:`LogSnapshot`:
-        the stats and, per group, the segments it replaces and the aborted transactions
-        its ``.cleaned`` transaction index holds."""
+    ) -> tuple[CleanerStats, list[tuple[list[CleanedSegment], list[AbortedTxn]]]]:
+        """:meth:`prepare` of a live log or of a worker process's
+        :class:`~tidegate.log.cleaner_worker.LogSnapshot`: the stats and, per group, the
+        segments it replaces and the aborted transactions its ``.cleaned`` transaction
+        index holds. ``last_data_offset``: the offset of a producer's last data record
+        (None: unknown producer), whose batch is kept even when emptied."""
         clock = self.clock
         stats = CleanerStats(start_ms=clock.milliseconds())
         end = self.build_offset_map(plog, first_dirty, first_uncleanable, stats)
@@ -693,10 +339,10 @@ class Cleaner:
         stats.end_offset = end
         delete_retention_ms = plog.config.delete_retention_ms
         start = plog.log_start_offset
-        tracker = _TxnTracker(plog.collect_aborted_transactions(start, end))
-        all_segs: Sequence[_Segment] = plog.segments
+        tracker = CleanedTransactionMetadata(plog.collect_aborted_transactions(start, end))
+        all_segs: Sequence[CleanedSegment] = plog.segments
         segs = [s for s in all_segs[:-1] if s.base_offset < end]
-        groups: list[tuple[list[_Segment], list[AbortedTxn]]] = []
+        groups: list[tuple[list[CleanedSegment], list[AbortedTxn]]] = []
         for group in self.group_segments(segs, plog.config.segment_bytes):
             kept_aborted: list[AbortedTxn] = []
             writer = CleanedSegmentWriter(plog.directory, group[0].base_offset, self.write_buffer_size)
@@ -705,8 +351,8 @@ class Cleaner:
                     for pos, h in seg.iter_batches_from(seg.base_offset):
                         stats.bytes_read += h.size
                         self.throttle(h.size)
-                        data = self._clean_batch(plog, seg, pos, h, end, now_ms, delete_retention_ms,
-                                                 tracker, kept_aborted, stats)  # fmt: skip
+                        data = self._clean_batch(seg, pos, h, end, now_ms, delete_retention_ms,
+                                                 tracker, kept_aborted, stats, last_data_offset)  # fmt: skip
                         if data is not None:
                             writer.write(data)
                             self.throttle(len(data))
@@ -740,17 +386,19 @@ class Cleaner:
 
     def _clean_batch(
         self,
-        plog: _CleanedLog,
-        seg: _Segment,
+        seg: CleanedSegment,
         pos: int,
         h: BatchHeader,
         end: int,
         now_ms: WallMs,
         delete_retention_ms: int,
-        tracker: _TxnTracker,
+        tracker: CleanedTransactionMetadata,
         kept_aborted: list[AbortedTxn],
         stats: CleanerStats,
+        last_data_offset: Callable[[int], int | None],
     ) -> bytes | None:
+        """The batch as it goes into the cleaned segment (``raw`` itself when nothing of
+        it changes), or None when nothing of it is kept."""
         raw = seg.read_batch(pos, h.size)
         has_horizon = bool(h.attributes & DELETE_HORIZON_FLAG_MASK)
         horizon_passed = has_horizon and now_ms >= h.base_timestamp
@@ -767,7 +415,7 @@ class Cleaner:
                 return raw
             recs = self._records(seg, pos, h)
             horizon = now_ms + delete_retention_ms
-            return _rebuild(h, recs, horizon, h.attributes | DELETE_HORIZON_FLAG_MASK)
+            return rebuild_batch(h, recs, horizon, h.attributes | DELETE_HORIZON_FLAG_MASK)
         aborted = tracker.is_aborted(h)
         if h.base_offset >= end and not aborted:
             stats.messages_read += h.records_count
@@ -776,7 +424,7 @@ class Cleaner:
         recs = self._records(seg, pos, h)
         stats.messages_read += len(recs)
         omap = self.offset_map
-        kept: list[_Record] = []
+        kept: list[KeyedRecord] = []
         tombstones = False
         for rec in recs:
             if aborted:
@@ -795,21 +443,21 @@ class Cleaner:
         if len(kept) == len(recs) and (not tombstones or has_horizon):
             return raw
         if not kept:
-            last = _last_data_offset(plog, h.producer_id) if h.producer_id >= 0 else None
+            last = last_data_offset(h.producer_id) if h.producer_id >= 0 else None
             if last == h.last_offset:
                 # the producer's last batch: kept empty so its epoch and sequence survive
-                return _rebuild(h, [], h.base_timestamp, h.attributes)
+                return rebuild_batch(h, [], h.base_timestamp, h.attributes)
             return None
         if tombstones and not has_horizon:
             horizon = now_ms + delete_retention_ms
-            return _rebuild(h, kept, horizon, h.attributes | DELETE_HORIZON_FLAG_MASK)
-        return _rebuild(h, kept, h.base_timestamp, h.attributes)
+            return rebuild_batch(h, kept, horizon, h.attributes | DELETE_HORIZON_FLAG_MASK)
+        return rebuild_batch(h, kept, h.base_timestamp, h.attributes)
 
     @staticmethod
-    def group_segments(segs: list[_Segment], max_size: int) -> list[list[_Segment]]:
+    def group_segments(segs: list[CleanedSegment], max_size: int) -> list[list[CleanedSegment]]:
         """Kafka's ``groupSegmentsBySize``: consecutive segments whose logs together stay
         within ``max_size`` and whose offsets span less than 2^31."""
-        groups: list[list[_Segment]] = []
+        groups: list[list[CleanedSegment]] = []
         i = 0
         while i < len(segs):
             group = [segs[i]]
@@ -826,175 +474,3 @@ class Cleaner:
             groups.append(group)
             i = j
         return groups
-
-
-class LogCleanerManager:
-    """Which log to clean next and from where (Kafka's ``LogCleanerManager``): the
-    first dirty offsets live in ``cleaner-offset-checkpoint`` in the log directory."""
-
-    def __init__(self, dir_fd: int, failure_channel: LogDirFailureChannel | None = None) -> None:
-        self._dir_fd = dir_fd
-        #: where a checkpoint write's I/O error goes (as Kafka's ``updateCheckpoints``);
-        #: without one it is raised
-        self.failure_channel = failure_channel
-        self.checkpoints: dict[tuple[str, int], int] = {}
-        for line in read_checkpoint_file(dir_fd, CLEANER_OFFSET_CHECKPOINT_FILE) or []:
-            try:
-                topic, partition, offset = line.split(" ")
-                self.checkpoints[(topic, int(partition))] = int(offset)
-            except ValueError:
-                continue
-        #: partitions whose cleaning raised: skipped from then on (Kafka's uncleanable)
-        self.uncleanable: set[tuple[str, int]] = set()
-
-    def write_checkpoints(self) -> None:
-        entries = [f"{t} {p} {o}" for (t, p), o in sorted(self.checkpoints.items())]
-        try:
-            write_checkpoint_file(self._dir_fd, CLEANER_OFFSET_CHECKPOINT_FILE, entries)
-        except OSError as exc:
-            if self.failure_channel is None:
-                raise
-            self.failure_channel.error(StorageError(f"{CLEANER_OFFSET_CHECKPOINT_FILE} write", exc))
-
-    def update_checkpoint(self, tp: tuple[str, int], offset: int | None) -> None:
-        if offset is None:
-            self.checkpoints.pop(tp, None)
-        else:
-            self.checkpoints[tp] = offset
-        self.write_checkpoints()
-
-    def cleanable_range(self, tp: tuple[str, int], plog: Log, now_ms: WallMs) -> tuple[int, int]:
-        """(first dirty, first uncleanable) offsets; an invalid checkpoint is reset to the
-        log start offset."""
-        start = plog.log_start_offset
-        first_dirty = self.checkpoints.get(tp, start)
-        if first_dirty < start or first_dirty > plog.log_end_offset:
-            first_dirty = start
-        segs = plog.segments
-        bound = min(plog.last_stable_offset, plog.high_watermark, segs[-1].base_offset)
-        lag = plog.config.min_compaction_lag_ms
-        if lag > 0:
-            for seg in segs:
-                if seg.base_offset >= bound:
-                    break
-                if seg.largest_timestamp() > now_ms - lag:
-                    bound = seg.base_offset
-                    break
-        return first_dirty, max(first_dirty, bound)
-
-    def log_to_clean(self, tp: tuple[str, int], plog: Log, now_ms: WallMs) -> LogToClean:
-        first_dirty, uncleanable = self.cleanable_range(tp, plog, now_ms)
-        start = plog.log_start_offset
-        clean = plog.bytes_between(start, first_dirty) if first_dirty > start else 0
-        cleanable = plog.bytes_between(first_dirty, uncleanable) if uncleanable > first_dirty else 0
-        ltc = LogToClean(tp, plog, first_dirty, uncleanable, clean, cleanable, log_start_offset=start)
-        max_lag = plog.config.max_compaction_lag_ms
-        if cleanable > 0 and max_lag < 2**62:
-            for seg in plog.segments[:-1]:
-                if seg.next_offset <= first_dirty or seg.base_offset >= uncleanable:
-                    continue
-                first_ts = seg.rolling_based_timestamp()
-                if first_ts is not None and first_ts >= 0 and now_ms - first_ts > max_lag:
-                    ltc.needs_compaction_now = True
-                break
-        return ltc
-
-    def grab_filthiest(
-        self, logs: Mapping[tuple[str, int], Log], now_ms: WallMs
-    ) -> tuple[LogToClean | None, float]:
-        """The eligible log with the highest dirty ratio, and the highest ratio of all
-        compacted logs (the max_dirty_percent metric)."""
-        best: LogToClean | None = None
-        max_ratio = 0.0
-        for tp, plog in logs.items():
-            if not plog.config.compact or tp in self.uncleanable or plog.closed:
-                continue
-            ltc = self.log_to_clean(tp, plog, now_ms)
-            max_ratio = max(max_ratio, ltc.cleanable_ratio)
-            eligible = ltc.cleanable_bytes > 0 and (
-                ltc.needs_compaction_now
-                or ltc.cleanable_ratio > plog.config.min_cleanable_dirty_ratio
-            )
-            if eligible and (best is None or ltc.cleanable_ratio > best.cleanable_ratio):
-                best = ltc
-        return best, max_ratio
-
-
-@dataclass
-class LogCleaner:
-    """The broker's cleaner: picks the filthiest compacted log, cleans it, moves its
-    checkpoint, keeps Kafka's LogCleaner metrics."""
-
-    manager: LogCleanerManager
-    cleaner: Cleaner
-    #: Kafka's metrics: max-dirty-percent, cleaner-recopy-percent, max-clean-time-secs,
-    #: max-buffer-utilization-percent, time-since-last-run-ms (from last_run_ms)
-    max_dirty_percent: int = 0
-    recopy_percent: int = 0
-    max_clean_time_secs: int = 0
-    max_buffer_utilization_percent: int = 0
-    last_run_ms: WallMs = _NEVER
-    cleans: int = 0
-    last_stats: CleanerStats | None = None
-    #: the log a worker thread is cleaning (retention leaves it alone meanwhile)
-    in_progress: Log | None = None
-    stats_history: list[CleanerStats] = field(default_factory=list)
-
-    def clean_once(self, logs: Mapping[tuple[str, int], Log], now_ms: WallMs) -> bool:
-        """Clean the filthiest eligible log once, on this thread; False when none needed
-        cleaning."""
-        ltc = self.choose(logs, now_ms)
-        if ltc is None:
-            return False
-        try:
-            prepared = self.cleaner.prepare(ltc, now_ms)
-        except Exception as exc:  # noqa: BLE001 - Kafka: any error makes it uncleanable
-            self.failed(ltc, exc)
-            return False
-        return self.finish(ltc, prepared, now_ms)
-
-    def choose(self, logs: Mapping[tuple[str, int], Log], now_ms: WallMs) -> LogToClean | None:
-        """The log to clean now (None: none is due); updates max-dirty-percent."""
-        ltc, max_ratio = self.manager.grab_filthiest(logs, now_ms)
-        self.max_dirty_percent = int(100 * max_ratio)
-        self.last_run_ms = now_ms
-        return ltc
-
-    def failed(self, ltc: LogToClean, exc: BaseException) -> None:
-        """A clean raised: the partition is uncleanable from now on (Kafka's behaviour),
-        unless the log changed under the clean (closed, or DeleteRecords moved its start
-        and deleted segments the clean was reading)."""
-        if ltc.log.closed:
-            return
-        if ltc.log.log_start_offset != ltc.log_start_offset:
-            log.info("cleaning %s abandoned: its log start moved meanwhile (%r)", ltc.log, exc)
-            return
-        log.error("cleaning %s failed, marked uncleanable: %r", ltc.log, exc)
-        assert isinstance(ltc.key, tuple)
-        self.manager.uncleanable.add(ltc.key)
-
-    def finish(self, ltc: LogToClean, prepared: PreparedClean, now_ms: WallMs) -> bool:
-        """Swap a prepared clean in, move the checkpoint, update the metrics."""
-        tp = ltc.key
-        assert isinstance(tp, tuple)
-        try:
-            if not self.cleaner.commit(prepared, now_ms):
-                log.info("cleaning %s abandoned: its segments changed meanwhile", ltc.log)
-                return False
-        except Exception as exc:  # noqa: BLE001 - Kafka: any error makes it uncleanable
-            self.failed(ltc, exc)
-            return False
-        stats = prepared.stats
-        self.manager.update_checkpoint(tp, stats.end_offset)
-        self.cleans += 1
-        self.last_stats = stats
-        self.max_clean_time_secs = int(stats.elapsed_secs)
-        self.max_buffer_utilization_percent = int(100 * stats.buffer_utilization)
-        if stats.bytes_read:
-            self.recopy_percent = int(100 * stats.bytes_written / stats.bytes_read)
-        log.info(
-            "cleaned %s up to offset %d: %d of %d message(s) kept, %d -> %d bytes",
-            ltc.log, stats.end_offset, stats.messages_written, stats.messages_read,
-            stats.bytes_read, stats.bytes_written,
-        )  # fmt: skip
-        return True

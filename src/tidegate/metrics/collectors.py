@@ -32,7 +32,7 @@ from tidegate.metrics.request_metrics import (
 )
 
 if TYPE_CHECKING:
-    from tidegate.log.cleaner import LogCleanerManager
+    from tidegate.log.log_cleaner_manager import LogCleanerManager
     from tidegate.network.connection_quotas import ConnectionQuotas
     from tidegate.network.memory_pool import MemoryPool
     from tidegate.network.mute_state import ChannelMuteState
@@ -139,7 +139,7 @@ class LogDirFailures(Protocol):
 
 
 class CleanerState(Protocol):
-    """The log cleaner (``tidegate.log.cleaner.LogCleaner``): its last run's figures."""
+    """The log cleaner (``tidegate.log.log_cleaner.LogCleaner``): its last run's figures."""
 
     @property
     def last_run_ms(self) -> int: ...
@@ -396,7 +396,7 @@ class LogCollector(Collector):
 
 class LogCleanerCollector(Collector):
     """kafka.log:type=LogCleaner and LogCleanerManager gauges, read from the broker's
-    log cleaner (:class:`tidegate.log.cleaner.LogCleaner`)."""
+    log cleaner (:class:`tidegate.log.log_cleaner.LogCleaner`)."""
 
     def __init__(self, cleaner: CleanerState, clock: Clock) -> None:
         self.cleaner = cleaner

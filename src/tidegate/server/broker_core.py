@@ -30,7 +30,7 @@ from tidegate.coordinator.transaction.transaction_state_manager import (
     TransactionConfig,
     TransactionStateManager,
 )
-from tidegate.log.cleaner import CleanJob, PreparedClean
+from tidegate.log.cleaner import PreparedClean
 from tidegate.network.request_channel import RequestChannel
 from tidegate.scheduler import Cancellable, Scheduler
 from tidegate.security.authorizer.acl_store import AclStore
@@ -290,7 +290,7 @@ class BrokerCore:
             return
         # imported once a log is cleaned: pickle and the worker's plumbing cost every
         # start 1-2 ms otherwise
-        from tidegate.log.cleaner_worker import CleanerWorker, CleanerWorkerDied
+        from tidegate.log.cleaner_worker import CleanerWorker, CleanerWorkerDied, CleanJob
 
         self._cleaning = True
         cleaner.in_progress = ltc.log

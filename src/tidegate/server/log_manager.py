@@ -29,11 +29,13 @@ from typing import TYPE_CHECKING
 
 from tidegate.clock import Clock
 from tidegate.log.checkpoint import CheckpointWrite, CheckpointWriter, read_checkpoint_file
-from tidegate.log.cleaner import Cleaner, LogCleaner, LogCleanerManager
+from tidegate.log.cleaner import Cleaner
 from tidegate.log.config import LogConfig
 from tidegate.log.dir_failure import LogDirFailureChannel, StorageError
 from tidegate.log.local_log import partition_dir
 from tidegate.log.log import Log
+from tidegate.log.log_cleaner import LogCleaner
+from tidegate.log.log_cleaner_manager import LogCleanerManager
 from tidegate.server.metadata import TopicInfo, TopicStore
 from tidegate.utils.files import TMP_MARK, open_dir, write_atomically
 from tidegate.utils.topic import is_internal_topic
