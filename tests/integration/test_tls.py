@@ -254,7 +254,7 @@ def test_tls_region_chunks_come_from_the_memory_pool(pki, tmp_path):
         pool = SimpleMemoryPool(200_000, 200_000, strict=False, debug=True, clock=SYSTEM_CLOCK)
         proc = HoldingProcessor()
         server, host, port, client_ctx = await tls_shell(pki, settings, proc, pool, 1000)
-        chunk = server.SEND_CHUNK
+        chunk = server.chunk_memory.SEND_CHUNK
         sock = socket.socket()
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 32 * 1024)  # a slow consumer
         sock.connect((host, port))
@@ -268,14 +268,14 @@ def test_tls_region_chunks_come_from_the_memory_pool(pki, tmp_path):
         os.close(fd)
         server.channel.send_response(proc.requests[0][1], SendResponse([struct.pack(">i", len(data)), region]))
         # the client does not read: the send stops with one chunk out of the pool
-        await wait_for(lambda: conn.chunk_bytes == chunk, "a chunk held for the slow reader")
+        await wait_for(lambda: conn.transport_layer.chunk_bytes == chunk, "a chunk held for the slow reader")
         await asyncio.sleep(0.2)
         assert pool.size - pool.available == chunk  # the request's buffer is back, one chunk out
         assert server.response_bytes_in_flight() <= 2 * chunk + 64 * 1024
         got = await asyncio.wait_for(reader.readexactly(4 + len(data)), 30)
         assert got == struct.pack(">i", len(data)) + data
         await wait_for(lambda: pool.available == pool.size, "every chunk back in the pool")
-        assert conn.chunk_bytes == 0
+        assert conn.transport_layer.chunk_bytes == 0
         writer.close()
         await server.shutdown(1)
 
@@ -322,10 +322,10 @@ def test_tls_region_send_waits_for_pool_memory_and_reuses_one_chunk(pki, tmp_pat
             os.close(fd)
         proc.server.channel.send_response(proc.requests[0][1], SendResponse([struct.pack(">i", len(data)), region]))
         assert await asyncio.wait_for(rb.readexactly(4), 5) == struct.pack(">i", len(data))
-        await wait_for(lambda: server.chunk_waiters, "B's send to wait for a chunk")
+        await wait_for(lambda: server.chunk_memory.waiters, "B's send to wait for a chunk")
         with pytest.raises(TimeoutError):
             await asyncio.wait_for(rb.readexactly(1), 0.3)
-        assert server.connections[conn_b].chunk_bytes == 0
+        assert server.connections[conn_b].transport_layer.chunk_bytes == 0
         proc.answer(1, frame(b"done-a"))  # A's 100,000 bytes back: B's chunk first
         got = await asyncio.wait_for(rb.readexactly(len(data)), 10)
         assert got == data

@@ -21,6 +21,7 @@ SRC = Path(__file__).resolve().parents[2] / "src"
 #: Modules that make up the asyncio shell (and the CLI and tools on top of it).
 SHELL = {
     "tidegate.network.socket_server",
+    "tidegate.network.transport_layer",
     "tidegate.server.broker",
     "tidegate.cli",
     "tidegate.top",

@@ -45,7 +45,8 @@ from tidegate.network.request_channel import (
     Response,
     SendResponse,
 )
-from tidegate.record.file_region import FileRegion, RegionTruncatedError
+from tidegate.network.transport_layer import ChunkMemory, TransportLayer, close_regions
+from tidegate.record.file_region import FileRegion
 
 if TYPE_CHECKING:
     from tidegate.metrics.request_metrics import RequestMetrics, RequestTiming
@@ -55,22 +56,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _connection_ids = itertools.count(1)
-
-
-def _sendfile_while_writable(sock_fd: int, region: FileRegion, sent: int) -> int:
-    """``os.sendfile`` the region from byte ``sent`` on until it is all sent or the
-    socket is full; returns the bytes of the region sent by then. A region that ends
-    early (its segment truncated under it) raises :class:`RegionTruncatedError`."""
-    length = region.length
-    while sent < length:
-        try:
-            n = os.sendfile(sock_fd, region.fd, region.position + sent, length - sent)
-        except BlockingIOError:
-            break
-        if n == 0:
-            raise RegionTruncatedError(f"file region truncated at {sent} of {length} bytes")
-        sent += n
-    return sent
 
 
 class KafkaConnection(asyncio.BufferedProtocol):
@@ -116,17 +101,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
         #: a request read before admission (uvloop may read once despite pause_reading
         #: in connection_made), processed once admitted
         self._held: NetworkReceive | None = None
+        #: how responses reach the socket (made with the transport)
+        self.transport_layer: TransportLayer | None = None
         #: the task sending a response that has file regions (SENDING mute meanwhile)
         self._send_task: asyncio.Task | None = None
-        self._drained: asyncio.Future | None = None
-        #: the pool buffer regions are read into on TLS (one per connection, while sending)
-        self._chunk: bytearray | None = None
-        #: its size: the memory this connection's response holds beyond the transport's
-        self.chunk_bytes = 0
-        #: the socket's descriptor when regions go out with sendfile (PLAINTEXT), else -1
-        self._sock_fd = -1
-        #: a duplicate of it, waited on for writability while a response is sent
-        self._writable_fd = -1
 
     # -- asyncio callbacks -------------------------------------------------
     def connection_made(self, transport: Any) -> None:
@@ -155,8 +133,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 except OSError:
                     pass
         transport.set_write_buffer_limits(high=self.server.send_buffer_bytes)
+        sock_fd = -1
         if sock is not None and self.server.fetch_sendfile and transport.get_extra_info("sslcontext") is None:
-            self._sock_fd = sock.fileno()
+            sock_fd = sock.fileno()
+        self.transport_layer = TransportLayer(transport, sock_fd, self.server.chunk_memory, lambda: self.closed)
         peer = transport.get_extra_info("peername") or ("?", 0)
         refused = None
         if self.security is not None and self.security.principal_from_certificate:
@@ -241,9 +221,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         task = self._send_task
         if task is not None:
             task.cancel()  # its regions are closed by the task's cleanup
-        drained = self._drained
-        if drained is not None and not drained.done():
-            drained.set_result(None)
+        if self.transport_layer is not None:
+            self.transport_layer.writable_again()
         request = self.in_flight
         if request is not None:
             # The request stays in its purgatory until it completes or expires; its
@@ -258,9 +237,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     def resume_writing(self) -> None:
         self.unmute(MuteReason.SEND_BUFFER)
-        drained = self._drained
-        if drained is not None and not drained.done():
-            drained.set_result(None)
+        if self.transport_layer is not None:
+            self.transport_layer.writable_again()
 
     # -- muting ------------------------------------------------------------
     def mute(self, reason: MuteReason) -> None:
@@ -381,17 +359,17 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if isinstance(response, SendResponse):
             pieces = response.pieces
             if any(isinstance(p, FileRegion) for p in pieces):
-                transport = self.transport
-                if self.closed or transport is None:
-                    _close_regions(pieces)
+                layer = self.transport_layer
+                if self.closed or layer is None:
+                    close_regions(pieces)
                     return
                 start = (0, 0)
-                if self._sock_fd >= 0 and not transport.get_write_buffer_size():
+                if layer.can_send_now:
                     self.server.touch(self)
                     try:
-                        rest = self._send_now(pieces)
+                        rest = layer.send_now(pieces)
                     except OSError as exc:
-                        _close_regions(pieces)
+                        close_regions(pieces)
                         log.warning("closing connection %s from %s: sending a response failed: %r",
                                     self.connection_id, self._peer(), exc)
                         self.close()
@@ -404,7 +382,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 # read from this connection until it is done, so responses stay in order.
                 self.mute(MuteReason.SENDING)
                 self._send_task = asyncio.get_running_loop().create_task(
-                    self._send_pieces(response, timing, start)
+                    self._send_rest(response, timing, start)
                 )
                 return
             self._write(pieces)
@@ -423,72 +401,24 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.server.processor.try_complete_actions()
 
     def _write(self, pieces: Any) -> None:
-        transport = self.transport
-        if self.closed or transport is None:
+        layer = self.transport_layer
+        if self.closed or layer is None:
             return
         idle = self.server.idle
         if idle is not None:
             idle.update(self.connection_id, self.server.clock.milliseconds())
-        if len(pieces) == 1:
-            transport.write(pieces[0])
-        elif pieces:
-            transport.writelines(pieces)
+        layer.write(pieces)
 
-    # -- responses with file regions ---------------------------------------------------
-    def _send_now(self, pieces: Any) -> tuple[int, int] | None:
-        """Send what the socket takes right now, without a task: byte pieces with
-        ``os.write`` and regions with ``os.sendfile`` straight to the socket (PLAINTEXT,
-        the transport's buffer empty, so bytes stay in order). None if everything went;
-        else where to go on from: (piece index, bytes of that piece already sent). A
-        frame cut short by the socket leaves the rest to :meth:`_send_pieces`."""
-        fd = self._sock_fd
-        for i, piece in enumerate(pieces):
-            if isinstance(piece, FileRegion):
-                sent = _sendfile_while_writable(fd, piece, 0)
-                if sent < piece.length:
-                    return i, sent
-                piece.close()
-            else:
-                try:
-                    n = os.write(fd, piece)
-                except BlockingIOError:
-                    n = 0
-                if n < len(piece):
-                    return i, n
-        return None
-
-    async def _send_pieces(
+    async def _send_rest(
         self, response: SendResponse, timing: RequestTiming | None, start: tuple[int, int] = (0, 0)
     ) -> None:
-        """Send the pieces from ``start`` (piece index, bytes of it already sent) on:
-        bytes through the transport, file regions with ``sendfile`` (PLAINTEXT) once
-        the transport has drained and whenever the socket is writable again, or in
-        chunks from the memory pool (TLS, or ``fetch_sendfile`` off). The broker holds
-        at most the transport's buffer (its high-water mark) plus one chunk per
-        connection: a slow consumer is waited for, not buffered for."""
-        transport = self.transport
-        assert transport is not None
-        pieces = response.pieces
-        use_sendfile = self._sock_fd >= 0
+        """The rest of a response with file regions, from ``start`` (piece index, bytes
+        of it sent) on (:meth:`TransportLayer.send`), muted ``SENDING`` meanwhile."""
+        layer = self.transport_layer
+        assert layer is not None
         ok = False
-        limits = transport.get_write_buffer_limits()
-        # Told (resume_writing) as soon as the transport's buffer is empty: only then may
-        # sendfile write to the socket without reordering bytes, or the next chunk go.
-        transport.set_write_buffer_limits(high=0, low=0)
-        index, skip = start
         try:
-            for piece in pieces[index:]:
-                if self.closed:
-                    break
-                if not isinstance(piece, FileRegion):
-                    transport.write(memoryview(piece)[skip:] if skip else piece)
-                elif use_sendfile:
-                    await self._sendfile(piece, skip)
-                    piece.close()
-                else:
-                    await self._write_chunks(piece)
-                    piece.close()
-                skip = 0
+            await layer.send(response.pieces, start)
             ok = not self.closed
         except asyncio.CancelledError:
             pass  # the connection went away
@@ -498,112 +428,13 @@ class KafkaConnection(asyncio.BufferedProtocol):
             log.warning("closing connection %s from %s: sending a response failed: %r",
                         self.connection_id, self._peer(), exc)
         finally:
-            _close_regions(pieces)
-            if not self.closed:
-                transport.set_write_buffer_limits(high=limits[1], low=limits[0])
             self._send_task = None
-            self._release_chunk()
-            self._close_writable_fd()
         if not ok:
             self.close()
             return
         self._sent(response, timing)
         if not self.closed:
             self.unmute(MuteReason.SENDING)
-
-    async def _wait_drained(self) -> None:
-        transport = self.transport
-        while transport is not None and not self.closed and transport.get_write_buffer_size():
-            self._drained = asyncio.get_running_loop().create_future()
-            await self._drained
-            self._drained = None
-
-    async def _wait_writable(self) -> None:
-        """Until the socket can take more bytes. The transport owns the socket's
-        descriptor in the loop, so the wait is on a duplicate of it (made once per
-        response, on its first full socket)."""
-        loop = asyncio.get_running_loop()
-        if self._writable_fd < 0:
-            self._writable_fd = os.dup(self._sock_fd)
-        fd = self._writable_fd
-        waiter = loop.create_future()
-
-        def writable() -> None:
-            if not waiter.done():
-                waiter.set_result(None)
-
-        loop.add_writer(fd, writable)
-        try:
-            await waiter
-        finally:
-            loop.remove_writer(fd)
-
-    def _close_writable_fd(self) -> None:
-        fd, self._writable_fd = self._writable_fd, -1
-        if fd >= 0:
-            os.close(fd)
-
-    async def _sendfile(self, region: FileRegion, sent: int = 0) -> None:
-        """``os.sendfile`` from the region's descriptor straight to the socket, only
-        while the transport has nothing buffered (uvloop has no ``loop.sendfile``, and
-        bytes must stay in order), waiting for the socket to be writable when it is
-        full. No record byte is read into the broker."""
-        while sent < region.length and not self.closed:
-            await self._wait_drained()
-            if self.closed:
-                return
-            sent = _sendfile_while_writable(self._sock_fd, region, sent)
-            if sent < region.length:
-                await self._wait_writable()
-
-    async def _write_chunks(self, region: FileRegion) -> None:
-        """A region read in chunks of at most ``SEND_CHUNK`` bytes into one buffer from
-        the memory pool (held for the whole send, counted by ResponseMemoryInFlight),
-        each written once the transport has drained the previous one. When the pool has
-        no room the send waits for a release, as a request read does (KIP-72)."""
-        transport = self.transport
-        assert transport is not None
-        offset = 0
-        while offset < region.length and not self.closed:
-            await self._wait_drained()
-            if self.closed:
-                return
-            buf = self._chunk
-            if buf is None:
-                buf = await self._allocate_chunk(min(self.server.send_chunk_bytes, region.length - offset))
-                if self.closed:
-                    return
-            n = min(len(buf), region.length - offset)
-            view = memoryview(buf)[:n]
-            region.readinto_at(view, offset)
-            transport.write(view)
-            offset += n
-
-    async def _allocate_chunk(self, size: int) -> bytearray:
-        server = self.server
-        buf = server.pool.try_allocate(size)
-        if buf is None:
-            # handed over by SocketServer.memory_released, ahead of connections muted
-            # for memory: sending responses is what lets their clients send requests
-            waiter: asyncio.Future[bytearray] = asyncio.get_running_loop().create_future()
-            server.chunk_waiters.append((waiter, size))
-            try:
-                buf = await waiter
-            except asyncio.CancelledError:
-                if waiter.done() and not waiter.cancelled():  # handed over as the send ended
-                    server.pool.release(waiter.result())
-                    server.chunk_released()
-                raise
-        self._chunk = buf
-        self.chunk_bytes = size
-        return buf
-
-    def _release_chunk(self) -> None:
-        buf, self._chunk = self._chunk, None
-        self.chunk_bytes = 0
-        if buf is not None:
-            self.server.pool.release(buf)
-            self.server.chunk_released()
 
     def close(self) -> None:
         if self.transport is not None and not self.closed:
@@ -625,8 +456,6 @@ class SocketServer:
     #: Below this fraction of the pool available, memory-muted connections are
     #: unmuted in shuffled order so the same ones are not always served last (KIP-72).
     LOW_MEMORY_FRACTION = 0.1
-    #: the most bytes of a file region held in memory at once per connection (TLS)
-    SEND_CHUNK = 64 * 1024
 
     def __init__(
         self,
@@ -653,10 +482,8 @@ class SocketServer:
         self.pool = pool
         self.request_memory = RequestMemory(pool, max_queued_requests)
         self.request_memory.on_release = self._memory_released_soon
-        #: sends waiting for pool memory for their region chunk (TLS): (future, size)
-        self.chunk_waiters: deque[tuple[asyncio.Future, int]] = deque()
-        #: a region chunk's size: SEND_CHUNK, or less if the pool allows no more at once
-        self.send_chunk_bytes = min(self.SEND_CHUNK, getattr(pool, "max_single_allocation", self.SEND_CHUNK))
+        #: the pool memory region sends read into (TLS), handed out first
+        self.chunk_memory = ChunkMemory(pool, self._memory_released_soon)
         self._unmute_scheduled = False
         self._shuffle = shuffle
         self.max_request_size = max_request_size
@@ -854,7 +681,8 @@ class SocketServer:
             transport = conn.transport
             if transport is not None and not conn.closed:
                 total += transport.get_write_buffer_size()
-            total += conn.chunk_bytes
+            if conn.transport_layer is not None:
+                total += conn.transport_layer.chunk_bytes
         return total
 
     def request_done(self) -> None:
@@ -885,10 +713,6 @@ class SocketServer:
         self._unmute_scheduled = False
         self.memory_released()
 
-    def chunk_released(self) -> None:
-        """A region chunk went back to the pool: hand the memory on (next turn)."""
-        self._memory_released_soon()
-
     def memory_released(self) -> None:
         """Give freed memory to region chunks waiting for it (TLS responses), then
         to connections muted for it, and let those read again.
@@ -899,18 +723,8 @@ class SocketServer:
         Only the MEMORY mute reason is removed: a connection that also has a
         request in flight or a throttle to serve stays muted for that.
         """
-        waiters = self.chunk_waiters
-        while waiters:
-            # region chunks first (TLS responses waiting to go on), in arrival order
-            waiter, size = waiters[0]
-            if waiter.done():  # its connection went away
-                waiters.popleft()
-                continue
-            buf = self.pool.try_allocate(size)
-            if buf is None:
-                return
-            waiters.popleft()
-            waiter.set_result(buf)
+        if not self.chunk_memory.hand_out():
+            return  # region chunks first (TLS responses waiting to go on)
         muted = self.memory_muted
         if not muted or self.request_memory.is_out_of_memory:
             return
@@ -968,9 +782,3 @@ class SocketServer:
                 conn.transport.close()  # flushes buffered responses before closing
         for server in self.servers:
             await server.wait_closed()
-
-
-def _close_regions(pieces: Any) -> None:
-    for p in pieces:
-        if isinstance(p, FileRegion):
-            p.close()
