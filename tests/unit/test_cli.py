@@ -14,7 +14,8 @@ from click.testing import CliRunner
 
 import tidegate.server
 from tidegate import __version__
-from tidegate.cli import LOG_FORMAT, main
+from tidegate.cli import main
+from tidegate.cli.serve import LOG_FORMAT
 from tidegate.config import BROKER_CONFIG, BrokerConfig, ConfigError
 
 
@@ -200,7 +201,7 @@ def test_log_level_configures_logging(runner, install_broker, basic_config_calls
 
 # ---- tidegate configs: argument handling (the broker side is in the integration tests) -----
 def test_add_config_is_split_as_kafka_configs_splits_it():
-    from tidegate.cli import _parse_add_config
+    from tidegate.cli.configs import _parse_add_config
 
     assert _parse_add_config(
         "retention.ms=1000,cleanup.policy=[delete,compact], a = b ,"
@@ -263,7 +264,7 @@ def test_acls_usage_errors_exit_2_before_connecting(runner, args, fragment):
 
 
 def test_acls_operation_names_are_kafkas():
-    from tidegate.cli import _ACL_OPERATIONS, _acl_operation
+    from tidegate.cli.acls import _ACL_OPERATIONS, _acl_operation
     from tidegate.security.authorizer.acl import AclOperation
 
     assert {_acl_operation(name) for name in _ACL_OPERATIONS} == set(AclOperation) - {
