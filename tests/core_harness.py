@@ -16,9 +16,16 @@ from pathlib import Path
 from typing import Any
 
 from tests.fake_loop import FakeLoop
-from tests.integration.rawclient import decode_response, encode_request
+from tests.integration.rawclient import (
+    decode_response,
+    encode_request,
+    fetch_topics_body,
+    list_offsets_body,
+    produce_body,
+)
 from tests.unit.logs import crash_all
 from tidegate.config import BrokerConfig
+from tidegate.errors import ErrorCode
 from tidegate.metrics.prometheus import BrokerMetrics
 from tidegate.network.request_channel import (
     PARKED,
@@ -30,6 +37,7 @@ from tidegate.network.request_channel import (
     Response,
     SendResponse,
 )
+from tidegate.protocol.apis import ApiKey
 from tidegate.server.broker_core import BrokerCore
 
 CTX = RequestContext(7, "PLAINTEXT", "127.0.0.1", 40000)
@@ -185,3 +193,46 @@ class CoreHarness:
         """A request that parks and is answered within ``within_ms`` of fake time."""
         request, cid = self.park(api_key, version, body, ctx=ctx)
         return self.answer(request, cid, within_ms)
+
+    # -- conveniences -------------------------------------------------------------
+    def create_topic(self, name, partitions=1, configs=None):
+        resp = self.request_parked(  # the logs are made on a worker thread
+            ApiKey.CREATE_TOPICS,
+            7,
+            {
+                "topics": [
+                    {
+                        "name": name,
+                        "num_partitions": partitions,
+                        "replication_factor": 1,
+                        "assignments": [],
+                        "configs": [{"name": k, "value": v} for k, v in (configs or {}).items()],
+                    }
+                ],
+                "timeout": 5000,
+                "validate_only": False,
+            },
+        )
+        assert resp.topics[0].error_code == ErrorCode.none, resp
+        return resp.topics[0].topic_id
+
+    def produce(self, topic, partition, batch, acks=1, version=9, transactional_id=None):
+        body = produce_body(topic, {partition: batch}, acks, transactional_id=transactional_id)
+        resp = self.request(ApiKey.PRODUCE, version, body)
+        return resp.responses[0].partition_responses[0]
+
+    def fetch(self, version, topics, **kw):
+        return self.request(ApiKey.FETCH, version, fetch_topics_body(topics, **kw))
+
+    def list_offsets(self, topic, timestamp, partition=0, version=7):
+        body = list_offsets_body(topic, partition, timestamp)
+        return self.request(ApiKey.LIST_OFFSETS, version, body).topics[0].partitions[0]
+
+    def metadata(self, version, topics, allow_auto=True):
+        body = {
+            "topics": topics,
+            "allow_auto_topic_creation": allow_auto,
+            "include_cluster_authorized_operations": False,
+            "include_topic_authorized_operations": False,
+        }
+        return self.request(ApiKey.METADATA, version, body)

@@ -128,7 +128,9 @@ class FakeLoop:
 
 
 def clock_at(ms: int) -> MockClock:
-    """A :class:`MockClock` whose monotonic time starts at ``ms`` (it starts at 0)."""
+    """A :class:`MockClock` whose monotonic time starts at ``ms`` (it starts at 0); its
+    wall clock reads MockClock's start (1_700_000_000_000) + ``ms``. The suite's one
+    "fake clock at N ms"."""
     clock = MockClock()
     clock.set_milliseconds(ms)
     return clock

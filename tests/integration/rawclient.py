@@ -320,3 +320,15 @@ def list_offset(c: RawClient, topic: str, partition: int = 0, timestamp: int = -
     p = resp.topics[0].partitions[0]
     assert p.error_code == 0, p
     return p.offset
+
+
+def committed(bootstrap: str, group: str, topic: str, *, stable: bool = True) -> tuple[int, int]:
+    """(committed offset, error) of the group for partition 0 of ``topic`` (OffsetFetch
+    v7, with or without require_stable: UNSTABLE_OFFSET_COMMIT while a transaction's
+    offsets for it are pending)."""
+    with RawClient.connect(bootstrap) as c:
+        r = c.request(9, 7, {"group_id": group, "require_stable": stable,
+                             "topics": [{"name": topic, "partition_indexes": [0]}]})  # fmt: skip
+    assert r.error_code == 0
+    p = r.topics[0].partitions[0]
+    return p.committed_offset, p.error_code

@@ -15,7 +15,7 @@ from tests.conftest import wait_until
 from tidegate.cli import main
 from tidegate.cli.consumer_groups import parse_datetime, parse_duration
 from tidegate.client import KafkaClient
-from tidegate.client.admin import create_topic, list_group_offsets
+from tidegate.client.admin import create_topic
 
 
 def groups(bootstrap: str, *args: str) -> tuple[int, str, str]:
@@ -45,11 +45,6 @@ def consume(c: Consumer, n: int, timeout: float = 30.0) -> list:
         if m is not None and not m.error():
             got.append(m)
     return got
-
-
-def committed(bootstrap: str, group: str) -> dict[tuple[str, int], int]:
-    with KafkaClient(bootstrap) as client:
-        return list_group_offsets(client, group)
 
 
 def test_list_describe_reset_and_delete(broker):
@@ -104,20 +99,20 @@ def test_list_describe_reset_and_delete(broker):
     code, out, _ = groups(b, "--reset-offsets", "--group", "cg-app", "--topic", "cg-orders", "--to-earliest")
     assert out == ("\nGROUP           TOPIC           PARTITION  NEW-OFFSET\n"
                    + "".join(f"cg-app          cg-orders       {p:<10} 0\n" for p in range(3)))  # fmt: skip
-    assert committed(b, "cg-app") == {("cg-orders", p): 10 for p in range(3)}
+    assert broker.committed("cg-app") == {("cg-orders", p): 10 for p in range(3)}
     groups(b, "--reset-offsets", "--group", "cg-app", "--topic", "cg-orders:1", "--to-earliest", "--execute")
-    assert committed(b, "cg-app")[("cg-orders", 1)] == 0
+    assert broker.committed("cg-app")[("cg-orders", 1)] == 0
     groups(b, "--reset-offsets", "--group", "cg-app", "--all-topics", "--shift-by", "-3", "--execute")
-    assert committed(b, "cg-app") == {("cg-orders", 0): 7, ("cg-orders", 1): 0, ("cg-orders", 2): 7}
+    assert broker.committed("cg-app") == {("cg-orders", 0): 7, ("cg-orders", 1): 0, ("cg-orders", 2): 7}
     groups(b, "--reset-offsets", "--group", "cg-app", "--topic", "cg-orders", "--to-offset", "1000", "--execute")
-    assert set(committed(b, "cg-app").values()) == {12}  # kept within the log
+    assert set(broker.committed("cg-app").values()) == {12}  # kept within the log
     groups(b, "--reset-offsets", "--group", "cg-app", "--topic", "cg-orders",
            "--to-datetime", "2000-01-01T00:00:00.000Z", "--execute")  # fmt: skip
-    assert set(committed(b, "cg-app").values()) == {0}
+    assert set(broker.committed("cg-app").values()) == {0}
     code, out, _ = groups(b, "--reset-offsets", "--group", "cg-app", "--topic", "cg-orders:2",
                           "--by-duration", "PT0S", "--execute")  # fmt: skip
     assert "Warn: Partition 2 from topic cg-orders is empty. Falling back to latest known offset." in out
-    assert committed(b, "cg-app")[("cg-orders", 2)] == 12
+    assert broker.committed("cg-app")[("cg-orders", 2)] == 12
     groups(b, "--reset-offsets", "--group", "cg-app", "--topic", "cg-orders:2", "--to-offset", "5", "--execute")
 
     # a consumer of the group starts where the reset put it
@@ -132,7 +127,7 @@ def test_list_describe_reset_and_delete(broker):
     code, out, _ = groups(b, "--delete-offsets", "--group", "cg-app", "--topic", "cg-orders:0")
     assert out == ("Request succeeded for deleting offsets from group cg-app.\n\n"
                    f"{'TOPIC':<15} {'PARTITION':<10} {'STATUS':<15}\n{'cg-orders':<15} {'0':<10} {'Successful':<15}\n")
-    assert ("cg-orders", 0) not in committed(b, "cg-app")
+    assert ("cg-orders", 0) not in broker.committed("cg-app")
 
     code, out, _ = groups(b, "--delete", "--group", "cg-app", "--group", "cg-missing")
     assert out == ("\nError: Deletion of some consumer groups failed:\n"

@@ -91,11 +91,6 @@ def committed_with_metadata(bootstrap: str, group: str) -> dict[int, tuple[int, 
     return {p.partition_index: (p.committed_offset, p.metadata) for t in r.groups[0].topics for p in t.partitions}
 
 
-def committed(bootstrap: str, group: str) -> dict[int, int]:
-    """The group's committed offsets per partition."""
-    return {p: offset for p, (offset, _) in committed_with_metadata(bootstrap, group).items()}
-
-
 def check_exactly_once(got: list[tuple[int, int, int]], assignments: dict[int, set[int]], n: int) -> None:
     """``got``: (consumer, partition, offset). Each record once, by its partition's owner."""
     keys = [(p, o) for _, p, o in got]
@@ -421,7 +416,7 @@ def test_three_consumers_share_six_partitions_exactly_once(shared, client):
             m.close()  # commits what was consumed (auto commit), then LeaveGroup
     d = describe(shared.bootstrap, group)
     assert d.group_state == "Empty" and len(d.members) == 0
-    assert committed(shared.bootstrap, group) == {p: RECORDS // 6 for p in range(6)}
+    assert shared.committed(group) == {(topic, p): RECORDS // 6 for p in range(6)}
 
 
 # -- members leaving ------------------------------------------------------------------------------

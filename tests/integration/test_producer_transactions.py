@@ -43,7 +43,7 @@ from .clients import (
     produce,
     run_async,
 )
-from .rawclient import RawClient
+from .rawclient import committed
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -209,17 +209,6 @@ def test_a_zombie_record_is_abortable_and_the_abort_finds_it_fenced(broker):
 
 
 # -- offsets in the transaction ----------------------------------------------------------------
-
-
-def committed(bootstrap: str, group: str, topic: str, *, stable: bool = True) -> tuple[int, int]:
-    """(committed offset, error) of the group for partition 0 of ``topic`` (OffsetFetch
-    v7, with or without require_stable)."""
-    with RawClient.connect(bootstrap) as c:
-        r = c.request(9, 7, {"group_id": group, "require_stable": stable,
-                             "topics": [{"name": topic, "partition_indexes": [0]}]})  # fmt: skip
-    assert r.error_code == 0
-    p = r.topics[0].partitions[0]
-    return p.committed_offset, p.error_code
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)

@@ -44,7 +44,7 @@ from .clients import (
     create_topic,
     produce,
 )
-from .rawclient import RawClient
+from .rawclient import RawClient, committed
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -61,16 +61,6 @@ def broker(module_broker_factory):
     assert b.stop(15) == 0
     log = b.log_text()
     assert "Traceback" not in log and " ERROR " not in log, log[-5000:]
-
-
-def committed(bootstrap: str, group: str, topic: str, *, stable: bool = True) -> tuple[int, int]:
-    """(committed offset, error) of partition 0 (OffsetFetch v7)."""
-    with RawClient.connect(bootstrap) as c:
-        r = c.request(9, 7, {"group_id": group, "require_stable": stable,
-                             "topics": [{"name": topic, "partition_indexes": [0]}]})
-    assert r.error_code == 0
-    p = r.topics[0].partitions[0]
-    return p.committed_offset, p.error_code
 
 
 def outputs(bootstrap: str, topic: str, count: int, *, committed_only: bool) -> list[bytes | None]:

@@ -14,9 +14,9 @@ import json
 
 import pytest
 
-from tests.core_harness import decode_frame, response_bytes
+from tests.core_harness import CoreHarness, decode_frame, response_bytes
 from tests.integration.rawclient import produce_body
-from tests.unit.test_apis import NOW, Harness, batch, batches_in
+from tests.unit.test_apis import NOW, batch, batches_in
 from tidegate.errors import ErrorCode
 from tidegate.network.request_channel import PARKED
 from tidegate.record.batch_builder import (
@@ -105,13 +105,6 @@ def produce_acks_all(h, topic, records):
     else:
         resp = decode_frame(0, 9, response_bytes(outcome), cid)
     return resp.responses[0].partition_responses[0]
-
-
-@pytest.fixture
-def h(tmp_path):
-    harness = Harness(tmp_path / "data")
-    yield harness
-    harness.close()
 
 
 # ---------------------------------------------------------------------------
@@ -483,7 +476,7 @@ def test_dynamic_broker_validate_only(h):
 
 
 def test_dynamic_broker_configs_survive_a_restart_and_invalid_ones_are_dropped(tmp_path):
-    h = Harness(tmp_path / "d")
+    h = CoreHarness(tmp_path / "d")
     try:
         h.create_topic("t")
         assert incremental(h, [(BROKER, "", [("log.retention.ms", SET, "60000")]),
@@ -497,7 +490,7 @@ def test_dynamic_broker_configs_survive_a_restart_and_invalid_ones_are_dropped(t
         }
     finally:
         h.close()
-    h = Harness(tmp_path / "d")
+    h = CoreHarness(tmp_path / "d")
     try:
         assert h.config.get("log.retention.ms") == 60000
         assert h.config.get("producer.id.expiration.ms") == 1000
@@ -512,7 +505,7 @@ def test_dynamic_broker_configs_survive_a_restart_and_invalid_ones_are_dropped(t
     doc["broker"]["num.partitions"] = "3"
     doc["default"]["log.retention.ms"] = "soon"
     path.write_text(json.dumps(doc))
-    h = Harness(tmp_path / "d")
+    h = CoreHarness(tmp_path / "d")
     try:
         assert h.config.dynamic_configs(False) == {}
         assert h.config.dynamic_configs(True) == {
@@ -528,7 +521,7 @@ def test_dynamic_broker_configs_survive_a_restart_and_invalid_ones_are_dropped(t
 
 
 def test_lowered_retention_deletes_on_the_next_retention_pass(tmp_path):
-    h = Harness(tmp_path / "d", {"log.retention.check.interval.ms": "1000"})
+    h = CoreHarness(tmp_path / "d", {"log.retention.check.interval.ms": "1000"})
     try:
         h.create_topic("t")
         for i in range(3):
@@ -727,7 +720,7 @@ def test_log_append_time_topics_recompress_with_the_append_time(h):
 
 
 def test_the_broker_default_compression_type_applies_to_topics_without_one(tmp_path):
-    h = Harness(tmp_path / "d", {"compression.type": "snappy"})
+    h = CoreHarness(tmp_path / "d", {"compression.type": "snappy"})
     try:
         h.create_topic("t")
         h.create_topic("own", configs={"compression.type": "producer"})

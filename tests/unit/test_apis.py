@@ -18,7 +18,6 @@ from tests.fake_loop import FakeLoop
 from tests.integration.rawclient import (
     decode_response,
     encode_request,
-    list_offsets_body,
     produce_body,
 )
 from tests.integration.rawclient import fetch_topics_body as fetch_body
@@ -49,51 +48,6 @@ API_VERSIONS, CREATE_TOPICS, DELETE_TOPICS = 18, 19, 20
 DESCRIBE_CONFIGS, CREATE_PARTITIONS, DESCRIBE_CLUSTER = 32, 37, 60
 
 
-class Harness(CoreHarness):
-    # -- conveniences -------------------------------------------------------------
-    def create_topic(self, name, partitions=1, configs=None):
-        resp = self.request_parked(  # the logs are made on a worker thread
-            CREATE_TOPICS,
-            7,
-            {
-                "topics": [
-                    {
-                        "name": name,
-                        "num_partitions": partitions,
-                        "replication_factor": 1,
-                        "assignments": [],
-                        "configs": [{"name": k, "value": v} for k, v in (configs or {}).items()],
-                    }
-                ],
-                "timeout": 5000,
-                "validate_only": False,
-            },
-        )
-        assert resp.topics[0].error_code == ErrorCode.none, resp
-        return resp.topics[0].topic_id
-
-    def produce(self, topic, partition, batch, acks=1, version=9, transactional_id=None):
-        body = produce_body(topic, {partition: batch}, acks, transactional_id=transactional_id)
-        resp = self.request(PRODUCE, version, body)
-        return resp.responses[0].partition_responses[0]
-
-    def fetch(self, version, topics, **kw):
-        return self.request(FETCH, version, fetch_body(topics, **kw))
-
-    def list_offsets(self, topic, timestamp, partition=0, version=7):
-        body = list_offsets_body(topic, partition, timestamp)
-        return self.request(LIST_OFFSETS, version, body).topics[0].partitions[0]
-
-    def metadata(self, version, topics, allow_auto=True):
-        body = {
-            "topics": topics,
-            "allow_auto_topic_creation": allow_auto,
-            "include_cluster_authorized_operations": False,
-            "include_topic_authorized_operations": False,
-        }
-        return self.request(METADATA, version, body)
-
-
 def batch(*values, ts=NOW, size=0):
     """One batch of records with the given values (each padded to ``size`` bytes)."""
     return build_batch([Record(v.ljust(size, b"."), timestamp=ts) for v in values])
@@ -112,13 +66,6 @@ def batches_in(records):
 def same_client_bytes(stored, produced):
     """The broker only rewrites fields outside the CRC (baseOffset, leader epoch)."""
     return stored[CRC_OFFSET:] == bytes(produced[CRC_OFFSET:])
-
-
-@pytest.fixture
-def h(tmp_path):
-    harness = Harness(tmp_path / "data")
-    yield harness
-    harness.close()
 
 
 # ---------------------------------------------------------------------------
@@ -205,7 +152,7 @@ def test_metadata_auto_creates_unknown_topic_only_when_allowed(h):
 
 
 def test_metadata_auto_create_disabled_by_broker_config(tmp_path):
-    h = Harness(tmp_path / "d", {"auto.create.topics.enable": "false"})
+    h = CoreHarness(tmp_path / "d", {"auto.create.topics.enable": "false"})
     resp = h.metadata(12, [{"name": "x", "topic_id": ZERO_UUID}], allow_auto=True)
     assert resp.topics[0].error_code == ErrorCode.unknown_topic_or_partition
     assert h.store.get("x") is None
@@ -765,7 +712,7 @@ def test_delete_topics_by_id_v6(h):
 def test_delete_topics_with_deletion_disabled_deletes_nothing(tmp_path, version, code):
     """delete.topic.enable=false: every topic named gets the error (Kafka's
     handleDeleteTopicsRequest answers it before any lookup, INVALID_REQUEST below v3)."""
-    h = Harness(tmp_path / "data", {"delete.topic.enable": "false"})
+    h = CoreHarness(tmp_path / "data", {"delete.topic.enable": "false"})
     try:
         tid = h.create_topic("kept")
         if version >= 6:
@@ -979,7 +926,7 @@ def test_describe_configs_broker_reports_the_memory_bound_in_force(tmp_path):
         ({"queued.max.request.bytes": "-1"}, "-1", 4, [("-1", 4), ("268435456", 5)]),
     ]
     for i, (props, value, source, synonyms) in enumerate(cases):
-        h = Harness(tmp_path / f"d{i}", props)
+        h = CoreHarness(tmp_path / f"d{i}", props)
         try:
             (r,) = _describe(h, [(4, "1", ["queued.max.request.bytes"])], synonyms=True)
         finally:

@@ -6,18 +6,19 @@ with the request size, ApiVersions exempt but measured. Handler time is set exac
 
 from __future__ import annotations
 
+from tests.core_harness import CoreHarness
 from tests.integration.rawclient import encode_request
 from tidegate.record.batch_builder import Record, build_batch
 from tidegate.server.quota.client_quota_manager import QuotaEntity, nanos_to_percentage
 
-from .test_apis import API_VERSIONS, METADATA, PRODUCE, Harness, produce_body
+from .test_apis import API_VERSIONS, METADATA, PRODUCE, produce_body
 
 CLIENT = "rawclient"  # what encode_request puts in the header
 CTX_ID = 7  # tests.core_harness.CTX
 
 
 def test_no_quota_no_recording(tmp_path):
-    h = Harness(tmp_path / "d")
+    h = CoreHarness(tmp_path / "d")
     assert not h.apis.quotas.enabled
     h.request(METADATA, 12, {"topics": [], "allow_auto_topic_creation": False,
                              "include_topic_authorized_operations": False})
@@ -25,7 +26,7 @@ def test_no_quota_no_recording(tmp_path):
 
 
 def test_throttle_time_in_every_version_that_has_it(tmp_path):
-    h = Harness(tmp_path / "d")
+    h = CoreHarness(tmp_path / "d")
     h.handler_ns = 1_000_000  # 1 ms of handling per request
     h.apis.quotas.set_quota(QuotaEntity(None, CLIENT), "request_percentage", 0.0001)
     body = {"topics": [], "allow_auto_topic_creation": False,
@@ -48,7 +49,7 @@ def test_throttle_time_in_every_version_that_has_it(tmp_path):
 
 
 def test_api_versions_is_exempt_but_measured(tmp_path):
-    h = Harness(tmp_path / "d")
+    h = CoreHarness(tmp_path / "d")
     h.handler_ns = 2_000_000
     h.apis.quotas.set_quota(QuotaEntity(None, CLIENT), "request_percentage", 0.0001)
     for _ in range(3):
@@ -63,7 +64,7 @@ def test_api_versions_is_exempt_but_measured(tmp_path):
 
 
 def test_produce_charges_the_request_size(tmp_path):
-    h = Harness(tmp_path / "d")
+    h = CoreHarness(tmp_path / "d")
     h.create_topic("t")
     h.apis.quotas.set_quota(QuotaEntity(None, CLIENT), "producer_byte_rate", 1_000_000)
     records = build_batch([Record(b"x" * 1000)] * 10)
@@ -78,7 +79,7 @@ def test_produce_charges_the_request_size(tmp_path):
 
 
 def test_throttled_fetch_is_empty_and_its_bytes_are_taken_back(tmp_path):
-    h = Harness(tmp_path / "d")
+    h = CoreHarness(tmp_path / "d")
     h.create_topic("t")
     for _ in range(3):
         h.produce("t", 0, build_batch([Record(b"y" * 1000)] * 50))

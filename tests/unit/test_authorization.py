@@ -40,11 +40,7 @@ def ctx(user: str, protocol: str = "SASL_PLAINTEXT", address: str = "127.0.0.1")
 ADMIN, ALICE, BOB = ctx("admin"), ctx("alice"), ctx("bob")
 
 
-@pytest.fixture
-def h(tmp_path):
-    harness = CoreHarness(tmp_path / "data", AUTHORIZER)
-    yield harness
-    harness.close()
+pytestmark = pytest.mark.harness(AUTHORIZER)
 
 
 def creation(principal, op, name, rtype=Res.TOPIC, pattern=Pat.LITERAL, perm=Perm.ALLOW, host="*"):

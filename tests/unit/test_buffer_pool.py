@@ -15,6 +15,7 @@ on purpose and say why.
 
 from __future__ import annotations
 
+import functools
 import random
 import threading
 import time
@@ -27,10 +28,8 @@ from tidegate.producer.buffer_pool import BufferPool, chunk_size_for
 from tidegate.producer.errors import BufferExhaustedError, ProducerClosedError
 from tidegate.producer.metrics import Metrics
 
-
-def wait_until(cond, timeout=5.0, what="condition"):
-    """The suite's wait_until, polling every millisecond (these waits are thread hand-offs)."""
-    return shared_wait_until(cond, timeout, what=what, interval=0.001)
+#: The suite's wait_until for these thread hand-offs: polling every millisecond, 5 s at most.
+wait_until = functools.partial(shared_wait_until, timeout=5.0, interval=0.001)
 
 
 def stepped_clock():

@@ -12,8 +12,8 @@ import uuid
 
 import pytest
 
-from tests.core_harness import CTX
-from tests.unit.test_apis import NOW, Harness, batch
+from tests.core_harness import CTX, CoreHarness
+from tests.unit.test_apis import NOW, batch
 from tidegate.errors import ErrorCode as E
 from tidegate.network.request_channel import RequestContext
 from tidegate.record.batch_builder import Record, build_batch
@@ -29,14 +29,7 @@ LIST_CLIENT_METRICS_RESOURCES, DESCRIBE_TOPIC_PARTITIONS = 74, 75
 ADD_RAFT_VOTER, REMOVE_RAFT_VOTER = 80, 81
 
 
-@pytest.fixture
-def h(tmp_path):
-    harness = Harness(tmp_path / "data")
-    yield harness
-    harness.close()
-
-
-def log_dir(h: Harness) -> str:
+def log_dir(h: CoreHarness) -> str:
     return os.path.abspath(h.root)
 
 
@@ -338,7 +331,7 @@ SASL_CTX = RequestContext(8, "SASL_PLAINTEXT", "127.0.0.1", 40001, principal="al
 SSL_ANONYMOUS = RequestContext(9, "SSL", "127.0.0.1", 40002, principal="ANONYMOUS", security_protocol="SSL")
 
 
-def raw_answer(h: Harness, key: int, version: int, body: dict, ctx: RequestContext) -> bytes:
+def raw_answer(h: CoreHarness, key: int, version: int, body: dict, ctx: RequestContext) -> bytes:
     """The response body bytes (kio's decoder refuses the -1 timestamps Kafka sends)."""
     from tests.core_harness import response_bytes
 

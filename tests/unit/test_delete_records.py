@@ -11,10 +11,10 @@ import os
 
 import pytest
 
-from tests.core_harness import decode_frame, response_bytes
+from tests.core_harness import CoreHarness, decode_frame, response_bytes
 from tests.integration.rawclient import fetch_body
 from tests.unit.logs import crash
-from tests.unit.test_apis import FETCH, Harness, batch
+from tests.unit.test_apis import FETCH, batch
 from tidegate.errors import ErrorCode as E
 from tidegate.log import checkpoint
 from tidegate.network.request_channel import PARKED
@@ -33,7 +33,7 @@ def delete_body(offsets: dict[tuple[str, int], int]) -> dict:
     return {"topics": [{"name": t, "partitions": ps} for t, ps in topics.items()], "timeout": 30_000}
 
 
-def delete(h: Harness, offsets: dict[tuple[str, int], int], version: int = 2) -> dict:
+def delete(h: CoreHarness, offsets: dict[tuple[str, int], int], version: int = 2) -> dict:
     """{(topic, partition): (error, low_watermark)} of one DeleteRecords (parked until the
     checkpoint is written when a start offset moved, answered at once otherwise)."""
     request, outcome, cid, _released = h.send(DELETE_RECORDS, version, delete_body(offsets))
@@ -48,7 +48,7 @@ def delete(h: Harness, offsets: dict[tuple[str, int], int], version: int = 2) ->
     }
 
 
-def filled(h: Harness, topic: str = "d", batches: int = 4, partitions: int = 1) -> None:
+def filled(h: CoreHarness, topic: str = "d", batches: int = 4, partitions: int = 1) -> None:
     """``batches`` two-record batches per partition, one segment each (offsets 0, 2, ...)."""
     h.create_topic(topic, partitions, {"segment.bytes": str(TWO)})
     for p in range(partitions):
@@ -59,13 +59,6 @@ def filled(h: Harness, topic: str = "d", batches: int = 4, partitions: int = 1) 
 def checkpoint_text(root) -> str:
     """The log directory's log-start-offset-checkpoint."""
     return (root / LOG_START_OFFSET_CHECKPOINT_FILE).read_text()
-
-
-@pytest.fixture
-def h(tmp_path):
-    harness = Harness(tmp_path / "data")
-    yield harness
-    harness.close()
 
 
 @pytest.mark.parametrize("version", [0, 1, 2])
@@ -159,7 +152,7 @@ def test_partitions_of_several_topics_in_one_request(h):
 @pytest.mark.parametrize("how", ["restart", "kill -9"])
 def test_the_moved_start_survives_a_restart(tmp_path, how):
     root = tmp_path / "data"
-    h = Harness(root)
+    h = CoreHarness(root)
     filled(h)
     assert delete(h, {("d", 0): 5}) == {("d", 0): (E.none, 5)}  # inside segment [4, 5]
     if how == "restart":
@@ -168,7 +161,7 @@ def test_the_moved_start_survives_a_restart(tmp_path, how):
         h.core.stop_serving()
         for plog in h.logs.logs.values():
             crash(plog)
-    again = Harness(root)
+    again = CoreHarness(root)
     try:
         plog = again.replicas.get_log("d", 0)
         assert (plog.log_start_offset, plog.log_end_offset) == (5, 8)
@@ -199,7 +192,7 @@ def test_a_failed_checkpoint_write_is_a_storage_error(h, monkeypatch, err):
 
 def test_deleting_a_topic_drops_its_start_offsets_from_the_checkpoint(tmp_path):
     root = tmp_path / "data"
-    h = Harness(root)
+    h = CoreHarness(root)
     filled(h)
     assert delete(h, {("d", 0): 5}) == {("d", 0): (E.none, 5)}
     assert checkpoint_text(h.root) == "0\n1\nd 0 5\n"
@@ -211,7 +204,7 @@ def test_deleting_a_topic_drops_its_start_offsets_from_the_checkpoint(tmp_path):
     h.core.stop_serving()
     for plog in h.logs.logs.values():
         crash(plog)
-    again = Harness(root)
+    again = CoreHarness(root)
     try:
         assert again.replicas.get_log("d", 0).log_start_offset == 0
     finally:
@@ -223,7 +216,7 @@ def test_producer_state_is_rebuilt_from_the_log_start_offset(tmp_path):
     offset (Kafka's rebuildProducerState): a producer whose batches all lie below it is
     not remembered; one with a batch above it is."""
     root = tmp_path / "data"
-    h = Harness(root)
+    h = CoreHarness(root)
     h.create_topic("p")
 
     def pbatch(pid: int, seq: int):
@@ -237,7 +230,7 @@ def test_producer_state_is_rebuilt_from_the_log_start_offset(tmp_path):
     for plog in h.logs.logs.values():
         plog.flush()
         crash(plog)
-    again = Harness(root)
+    again = CoreHarness(root)
     try:
         assert set(again.replicas.get_log("p", 0).producer_state.producers) == {2000}
     finally:
@@ -252,14 +245,14 @@ def test_delete_records_is_parked_only_when_something_moved(h):
 
 def test_the_checkpoint_is_read_at_load_and_bad_entries_are_ignored(tmp_path):
     root = tmp_path / "data"
-    h = Harness(root)
+    h = CoreHarness(root)
     filled(h, partitions=2)
     h.close()
     (root / LOG_START_OFFSET_CHECKPOINT_FILE).write_text(
         "0\n4\nd 0 3\nd 1 nonsense\ngone 0 7\nd 1\n"  # two malformed lines, a deleted topic
     )
     (root / f"{LOG_START_OFFSET_CHECKPOINT_FILE}.tmp-1-2-3").write_text("a write cut short")
-    again = Harness(root)
+    again = CoreHarness(root)
     try:
         assert [again.replicas.get_log("d", p).log_start_offset for p in (0, 1)] == [3, 0]
         assert not (root / f"{LOG_START_OFFSET_CHECKPOINT_FILE}.tmp-1-2-3").exists()

@@ -9,8 +9,9 @@ from itertools import count
 
 import pytest
 
+from tests.core_harness import CoreHarness
 from tests.integration.rawclient import fetch_topics_body as fetch_body
-from tests.unit.test_apis import FETCH, NOW, Harness, batch, batches_in
+from tests.unit.test_apis import FETCH, NOW, batch, batches_in
 from tidegate.errors import ErrorCode
 from tidegate.metrics.prometheus import BrokerMetrics
 from tidegate.server.fetch_session import (
@@ -171,13 +172,6 @@ def test_cached_partition_must_respond_rules():
 # The Fetch handler's session paths, over real logs
 
 
-@pytest.fixture
-def h(tmp_path):
-    harness = Harness(tmp_path / "data")
-    yield harness
-    harness.close()
-
-
 def parts_of(resp):
     return {(t.topic, p.partition_index): p for t in resp.responses for p in t.partitions}
 
@@ -265,7 +259,7 @@ def test_sessions_by_topic_id_and_unknown_topic_id(h):
 
 
 def test_full_cache_answers_sessionless(tmp_path):
-    h = Harness(tmp_path / "data", {"max.incremental.fetch.session.cache.slots": 1})
+    h = CoreHarness(tmp_path / "data", {"max.incremental.fetch.session.cache.slots": 1})
     try:
         h.create_topic("s")
         assert fetch(h, 12, [("s", None, [(0, 0, 1000)])], session_epoch=0).session_id != 0
@@ -354,7 +348,7 @@ def test_a_full_cache_evicts_the_stale_session_and_keeps_the_young_one(tmp_path)
     within that time, is protected even from a newcomer with more partitions. Every
     session here is reused once by an incremental fetch (a touch), so creation and last
     use must come from the same clock."""
-    h = Harness(tmp_path / "data", {"max.incremental.fetch.session.cache.slots": 2})
+    h = CoreHarness(tmp_path / "data", {"max.incremental.fetch.session.cache.slots": 2})
     try:
         h.create_topic("s", partitions=3)
         s_id = fetch(h, 12, [("s", None, [(p, 0, 1000) for p in range(3)])], session_epoch=0).session_id
@@ -511,7 +505,7 @@ def test_a_new_log_start_offset_reaches_the_incremental_response(h):
 
 
 def test_a_log_start_offset_moved_by_retention_reaches_the_incremental_response(tmp_path):
-    h = Harness(tmp_path / "d", {"log.retention.check.interval.ms": "1000"})
+    h = CoreHarness(tmp_path / "d", {"log.retention.check.interval.ms": "1000"})
     try:
         h.create_topic("t", partitions=2, configs={"retention.ms": "30000"})
         for i in range(3):

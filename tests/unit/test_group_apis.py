@@ -14,8 +14,8 @@ import struct
 
 import pytest
 
-from tests.core_harness import decode_frame, response_bytes
-from tests.unit.test_apis import Harness, batch, produce_body
+from tests.core_harness import CoreHarness, decode_frame, response_bytes
+from tests.unit.test_apis import batch, produce_body
 from tidegate.coordinator.group.group_metadata_manager import OFFSETS_TOPIC
 from tidegate.errors import ErrorCode as E
 from tidegate.network.request_channel import PARKED
@@ -31,7 +31,7 @@ def subscription(*topics: str) -> bytes:
     return out + struct.pack(">i", -1)
 
 
-def call(h: Harness, key: int, version: int, body: dict, *, wait: bool = True):
+def call(h: CoreHarness, key: int, version: int, body: dict, *, wait: bool = True):
     """Send one request; if it parks, let the scheduler run what is ready (an fsync)
     and take its answer. Returns the decoded response, or the parked request (and
     correlation id) when ``wait`` is False."""
@@ -74,9 +74,7 @@ def commit_body(group, member_id, generation, offsets: dict, instance=None):
     }
 
 
-@pytest.fixture
-def h(tmp_path):
-    return Harness(tmp_path / "data", GROUP_PROPS)
+pytestmark = pytest.mark.harness(GROUP_PROPS)
 
 
 # ------------------------------------------------------------------------------------------
@@ -268,7 +266,7 @@ def test_metadata_does_not_auto_create_the_offsets_topic(h):
 
 
 def test_committed_offsets_and_groups_survive_a_new_broker_on_the_same_directory(tmp_path):
-    h = Harness(tmp_path / "data", GROUP_PROPS)
+    h = CoreHarness(tmp_path / "data", GROUP_PROPS)
     h.create_topic("t", 2)
 
     def first():
@@ -283,7 +281,7 @@ def test_committed_offsets_and_groups_survive_a_new_broker_on_the_same_directory
 
     member = first()
     h.close()
-    h2 = Harness(tmp_path / "data", GROUP_PROPS)
+    h2 = CoreHarness(tmp_path / "data", GROUP_PROPS)
 
     def second():
         f = call(h2, ApiKey.OFFSET_FETCH, 8, {"require_stable": False, "groups": [
@@ -325,7 +323,7 @@ def test_after_shutdown_group_requests_answer_coordinator_not_available(h):
 def test_broker_maintenance_expires_offsets_of_empty_groups(tmp_path):
     """What the broker's group maintenance task runs every offsets.retention.check.interval.ms:
     offsets older than offsets.retention.minutes go, tombstoned, so they stay gone."""
-    h = Harness(tmp_path / "data", {**GROUP_PROPS, "offsets.retention.minutes": "1"})
+    h = CoreHarness(tmp_path / "data", {**GROUP_PROPS, "offsets.retention.minutes": "1"})
     h.create_topic("t")
 
     def go():
@@ -346,6 +344,6 @@ def test_broker_maintenance_expires_offsets_of_empty_groups(tmp_path):
 
     go()
     h.close()
-    h2 = Harness(tmp_path / "data", GROUP_PROPS)
+    h2 = CoreHarness(tmp_path / "data", GROUP_PROPS)
     h2.apis.groups.start()
     assert h2.apis.groups.coordinator.groups == {}

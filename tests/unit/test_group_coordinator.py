@@ -13,7 +13,7 @@ import struct
 
 import pytest
 
-from tests.fake_loop import FakeLoop
+from tests.fake_loop import FakeLoop, clock_at
 from tests.unit.logs import crash_all
 from tidegate.clock import MockClock
 from tidegate.coordinator.group.group_coordinator import GroupConfig, GroupCoordinator
@@ -46,14 +46,6 @@ from tidegate.server.timer import SystemTimer
 T0 = 1_700_000_000_000
 SESSION = 10_000
 REBALANCE = 30_000
-
-
-def mock_clock(monotonic_ms: int = 0) -> MockClock:
-    """The project's fake clock, its wall clock at T0 + ``monotonic_ms`` (commit times are
-    wall-clock; sessions and rebalances run on the monotonic time)."""
-    clock = MockClock(start_ms=T0)
-    clock.set_milliseconds(monotonic_ms)
-    return clock
 
 
 def subscription(*topics: str) -> bytes:
@@ -93,7 +85,7 @@ def _truncate(path, size: int) -> None:
 
 class Harness:
     def __init__(self, tmp_path=None, **config) -> None:
-        self.clock = mock_clock()
+        self.clock = clock_at(0)
         self.tmp_path = tmp_path
         config.setdefault("initial_rebalance_delay_ms", 0)
         self.config = GroupConfig(**config)
@@ -145,7 +137,7 @@ class Harness:
         if before is not None:
             before()  # change the files between the two lives
         h = Harness.__new__(Harness)
-        h.clock = mock_clock(self.clock.milliseconds())
+        h.clock = clock_at(self.clock.milliseconds())
         h.tmp_path = self.tmp_path
         h.config = self.config
         h._build()

@@ -1,4 +1,4 @@
-"""InitProducerId and idempotent Produce through KafkaApis, sans-IO (the Harness of
+"""InitProducerId and idempotent Produce through KafkaApis, sans-IO (the CoreHarness of
 test_apis): producer ids persisted and never reused, retries answered with the original
 offsets and not written, OUT_OF_ORDER_SEQUENCE_NUMBER for gaps, INVALID_PRODUCER_EPOCH for
 fenced epochs, and the state surviving a restart, a crash and a torn tail."""
@@ -9,7 +9,8 @@ import os
 
 import pytest
 
-from tests.unit.test_apis import FETCH, NOW, PRODUCE, Harness, batches_in, produce_body
+from tests.core_harness import CoreHarness
+from tests.unit.test_apis import FETCH, NOW, PRODUCE, batches_in, produce_body
 from tidegate.coordinator.transaction.producer_id_manager import (
     BLOCK_SIZE,
     PRODUCER_ID_BLOCK_FILE,
@@ -24,12 +25,7 @@ INIT_PRODUCER_ID = 22
 TOPIC = "idem"
 
 
-@pytest.fixture
-def h(tmp_path):
-    harness = Harness(tmp_path / "data")
-    harness.create_topic(TOPIC, partitions=2)
-    yield harness
-    harness.close()
+pytestmark = pytest.mark.harness(topics={TOPIC: 2})
 
 
 def init_pid(h, version=4, transactional_id=None, producer_id=-1, producer_epoch=-1):
@@ -113,12 +109,12 @@ def test_transactional_ids_are_served_by_the_transaction_coordinator(h, version)
 
 def test_ids_are_never_reused_across_restarts(tmp_path):
     root = tmp_path / "data"
-    h1 = Harness(root)
+    h1 = CoreHarness(root)
     ids = [init_pid(h1).producer_id for _ in range(3)]
     assert ids == [0, 1, 2]
     assert (root / PRODUCER_ID_BLOCK_FILE).read_text() == f"version: 0\nnext_block_start: {BLOCK_SIZE}\n"
     h1.close()
-    h2 = Harness(root)  # a restart (or a kill -9: the block was recorded before use)
+    h2 = CoreHarness(root)  # a restart (or a kill -9: the block was recorded before use)
     nxt = init_pid(h2).producer_id
     assert nxt == BLOCK_SIZE  # the rest of the first block is skipped, never reused
     h2.close()
@@ -242,13 +238,13 @@ def test_other_partitions_of_a_request_are_unaffected_by_a_rejected_one(h):
 
 def test_dedup_survives_a_clean_restart(tmp_path):
     root = tmp_path / "data"
-    h1 = Harness(root)
+    h1 = CoreHarness(root)
     h1.create_topic(TOPIC)
     pid = init_pid(h1).producer_id
     for seq in range(0, 6, 2):
         h1.produce(TOPIC, 0, idem_batch(pid, seq, 2))
     h1.close()
-    h2 = Harness(root)
+    h2 = CoreHarness(root)
     assert h2.replicas.get_log(TOPIC, 0).producer_state_replayed_batches == 0
     assert h2.produce(TOPIC, 0, idem_batch(pid, 2, 2)).base_offset == 2
     assert h2.produce(TOPIC, 0, idem_batch(pid, 7)).error_code == ErrorCode.out_of_order_sequence_number
@@ -259,13 +255,13 @@ def test_dedup_survives_a_clean_restart(tmp_path):
 
 def test_dedup_survives_a_crash_across_segment_rolls(tmp_path):
     root = tmp_path / "data"
-    h1 = Harness(root)
+    h1 = CoreHarness(root)
     h1.create_topic(TOPIC, configs={"segment.bytes": "400"})
     pid = init_pid(h1).producer_id
     offsets = [h1.produce(TOPIC, 0, idem_batch(pid, 2 * i, 2, tag=b"x" * 40)).base_offset for i in range(20)]
     assert len(h1.replicas.get_log(TOPIC, 0).segments) > 3
     h1.crash()
-    h2 = Harness(root)
+    h2 = CoreHarness(root)
     plog = h2.replicas.get_log(TOPIC, 0)
     assert not plog.had_clean_shutdown
     assert 0 < plog.producer_state_replayed_batches < 20  # from the last roll's snapshot
@@ -279,7 +275,7 @@ def test_dedup_survives_a_crash_across_segment_rolls(tmp_path):
 
 def test_a_torn_tail_is_not_answered_as_a_duplicate(tmp_path):
     root = tmp_path / "data"
-    h1 = Harness(root)
+    h1 = CoreHarness(root)
     h1.create_topic(TOPIC)
     pid = init_pid(h1).producer_id
     h1.produce(TOPIC, 0, idem_batch(pid, 0, 2))
@@ -287,7 +283,7 @@ def test_a_torn_tail_is_not_answered_as_a_duplicate(tmp_path):
     seg = h1.replicas.get_log(TOPIC, 0).segments[-1].log_path
     h1.crash()
     os.truncate(seg, seg.stat().st_size - 5)
-    h2 = Harness(root)
+    h2 = CoreHarness(root)
     assert h2.replicas.get_log(TOPIC, 0).log_end_offset == 2
     retried = h2.produce(TOPIC, 0, idem_batch(pid, 2, 2))
     assert retried.error_code == ErrorCode.none and retried.base_offset == 2

@@ -5,20 +5,14 @@ from __future__ import annotations
 
 import pytest
 
+from tests.core_harness import CoreHarness
 from tests.integration.rawclient import fetch_topics_body, list_offsets_body
-from tests.unit.test_apis import FETCH, LIST_OFFSETS, Harness, batch
+from tests.unit.test_apis import FETCH, LIST_OFFSETS, batch
 from tidegate.errors import ErrorCode as E
 from tidegate.record.batch_builder import Record, build_batch
 from tidegate.record.record_batch import iter_batches, read_header
 
 OFFSET_FOR_LEADER_EPOCH = 23
-
-
-@pytest.fixture
-def h(tmp_path):
-    harness = Harness(tmp_path / "data")
-    yield harness
-    harness.close()
 
 
 def epochs_body(parts: list[tuple[str, int, int, int]]) -> dict:
@@ -31,7 +25,7 @@ def epochs_body(parts: list[tuple[str, int, int, int]]) -> dict:
     return {"replica_id": -1, "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()]}
 
 
-def end_offsets(h: Harness, parts, version: int = 4) -> list[tuple]:
+def end_offsets(h: CoreHarness, parts, version: int = 4) -> list[tuple]:
     resp = h.request(OFFSET_FOR_LEADER_EPOCH, version, epochs_body(parts))
     return [
         (t.topic, p.partition, p.error_code, p.leader_epoch, p.end_offset)
@@ -40,7 +34,7 @@ def end_offsets(h: Harness, parts, version: int = 4) -> list[tuple]:
     ]
 
 
-def fetch_one(h: Harness, version: int, offset: int, *, current=-1, last_fetched=-1, topic="e"):
+def fetch_one(h: CoreHarness, version: int, offset: int, *, current=-1, last_fetched=-1, topic="e"):
     """Fetch of partition 0 (by name up to v12, by topic id from v13)."""
     topic_id = h.store.get(topic).topic_id if version >= 13 else None
     body = fetch_topics_body([(topic, topic_id, [(0, offset, 1 << 20)])])
@@ -98,14 +92,14 @@ def test_end_offsets_across_an_epoch_change(h):
 
 
 def test_metadata_reports_each_partitions_epoch_and_it_survives_a_restart(tmp_path):
-    h = Harness(tmp_path / "data")
+    h = CoreHarness(tmp_path / "data")
     h.create_topic("e", 2)
     h.replicas.get_log("e", 1).leader_epoch = 5
     h.produce("e", 1, batch(b"a"))
     md = h.metadata(12, None)
     assert [(p.partition_index, p.leader_epoch) for p in md.topics[0].partitions] == [(0, 0), (1, 5)]
     h.close()
-    again = Harness(tmp_path / "data")
+    again = CoreHarness(tmp_path / "data")
     try:
         md = again.metadata(12, None)
         assert [(p.partition_index, p.leader_epoch) for p in md.topics[0].partitions] == [(0, 0), (1, 5)]

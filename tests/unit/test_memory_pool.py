@@ -4,6 +4,7 @@ import logging
 
 import pytest
 
+from tests.fake_loop import clock_at
 from tidegate.clock import MockClock
 from tidegate.network import memory_pool
 from tidegate.network.memory_pool import (
@@ -12,13 +13,6 @@ from tidegate.network.memory_pool import (
     create_pool,
     validate_queued_max_request_bytes,
 )
-
-
-def clock_at(ms: int) -> MockClock:
-    """The fake clock, its monotonic milliseconds at ``ms``."""
-    clock = MockClock()
-    clock.set_milliseconds(ms)
-    return clock
 
 
 def pool(size, max_single, strict=False, clock=None, debug=True, **kw):

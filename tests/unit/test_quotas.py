@@ -16,6 +16,7 @@ import sys
 
 import pytest
 
+from tests.fake_loop import clock_at
 from tidegate.clock import MockClock
 from tidegate.metrics.quota_utils import bounded_throttle_time, java_round, throttle_time
 from tidegate.metrics.stats import (
@@ -63,13 +64,6 @@ class Ends:
         manager.throttle_timer.advance_clock()
         out, self.names = self.names, []
         return out
-
-def mock_clock(start_ms: int = T0) -> MockClock:
-    """The fake clock, its monotonic milliseconds at ``start_ms``: the managers call it."""
-    clock = MockClock()
-    clock.set_milliseconds(start_ms)
-    return clock
-
 
 def millis_to_percent(ms: float) -> float:
     """Thread time in ms as the request-time sensor records it (Kafka's test helper)."""
@@ -173,7 +167,7 @@ def test_case2_rate_before_any_time_passes_is_finite():
 
 def test_rate_is_consistent_after_the_first_window():
     # Kafka's RateTest: one event every ~100 ms, 2 samples of 1 s -> 10..11 events/s
-    clock = mock_clock()
+    clock = clock_at(T0)
     rate = Rate()
     config = MetricConfig(samples=2, time_window_ms=1000)
     steps = [0, 99, 100, 100, 100, 100, 100, 100, 100, 100, 100]
@@ -193,7 +187,7 @@ def test_rate_is_consistent_after_the_first_window():
 # Case 3: rate over 3 samples x 30 s
 # --------------------------------------------------------------------------------------
 def test_case3_rate_windowing_3_samples_of_30s():
-    clock = mock_clock()
+    clock = clock_at(T0)
     config = MetricConfig(samples=3, time_window_ms=30_000)
     sensor = Sensor("test.sensor", clock.milliseconds(), config)
     rate = sensor.add("test.rate", Rate())
@@ -285,7 +279,7 @@ def produce_manager(clock: MockClock, config: ClientQuotaManagerConfig | None = 
 
 
 def test_case5_byte_rate_quota_violation():
-    clock = mock_clock()
+    clock = clock_at(T0)
     m = produce_manager(clock)
     m.update_quota(QuotaEntity(client_id=DEFAULT), 500)
     # 10 windows under the quota
@@ -318,7 +312,7 @@ def test_case5_byte_rate_quota_violation():
 
 
 def test_unrecord_takes_a_throttled_fetch_back():
-    clock = mock_clock()
+    clock = clock_at(T0)
     m = ClientQuotaManager(QuotaType.FETCH, clock=clock)
     m.update_quota(QuotaEntity(client_id=DEFAULT), 500)
     for _ in range(10):
@@ -330,7 +324,7 @@ def test_unrecord_takes_a_throttled_fetch_back():
     assert m.metrics_for("u", "c").rate == pytest.approx(4000 / 10.5)
     assert m.maybe_record_and_get_throttle_time_ms("u", "c", 0) == 0
     # without the unrecord the same check throttles
-    clock2 = mock_clock()
+    clock2 = clock_at(T0)
     m2 = ClientQuotaManager(QuotaType.FETCH, clock=clock2)
     m2.update_quota(QuotaEntity(client_id=DEFAULT), 500)
     for _ in range(10):
@@ -346,7 +340,7 @@ def test_unrecord_takes_a_throttled_fetch_back():
 # Case 6: request quota, 210 ms, capped at one window
 # --------------------------------------------------------------------------------------
 def test_case6_request_percentage_quota_violation():
-    clock = mock_clock()
+    clock = clock_at(T0)
     m = ClientRequestQuotaManager(clock=clock)
     m.update_quota(QuotaEntity("ANONYMOUS", "test-client"), 1)  # 1% = 10 ms per 1 s window
 
@@ -387,7 +381,7 @@ def test_case6_request_percentage_quota_violation():
 
 
 def test_request_cap_follows_the_window_size():
-    clock = mock_clock()
+    clock = clock_at(T0)
     m = ClientRequestQuotaManager(ClientQuotaManagerConfig(11, 2), clock=clock)
     m.update_quota(QuotaEntity(client_id="c"), 1)
     assert m.max_throttle_time_ms == 2000
@@ -397,7 +391,7 @@ def test_request_cap_follows_the_window_size():
 def test_request_time_is_recorded_in_percent_of_one_thread():
     assert nanos_to_percentage(10_000_000) == pytest.approx(1.0)  # 10 ms = 1% of a second
     assert nanos_to_percentage(1_000_000_000) == pytest.approx(100.0)  # one thread, 1 s
-    clock = mock_clock()
+    clock = clock_at(T0)
     m = ClientRequestQuotaManager(clock=clock)
     m.update_quota(QuotaEntity(client_id="c"), 100)  # one whole thread
     # 10 s of history: a thread busy 50% of every second measures 50
@@ -410,7 +404,7 @@ def test_request_time_is_recorded_in_percent_of_one_thread():
 
 
 def test_network_thread_time_is_recorded_unchecked_and_counted_next_time():
-    clock = mock_clock()
+    clock = clock_at(T0)
     m = ClientRequestQuotaManager(clock=clock)
     m.update_quota(QuotaEntity(client_id="c"), 1)  # a fresh rate allows 100 ms over 10 s
     m.record_network_thread_time_ns("u", "c", 150_000_000)  # no exception, no check
@@ -419,7 +413,7 @@ def test_network_thread_time_is_recorded_unchecked_and_counted_next_time():
 
 
 def test_exempt_request_time():
-    clock = mock_clock()
+    clock = clock_at(T0)
     m = ClientRequestQuotaManager(clock=clock)
     # exempt time is recorded only once some request quota exists (as Kafka)
     m.maybe_record_exempt_ns(10_000_000)
@@ -471,7 +465,7 @@ def precedence_manager(clock: MockClock) -> ClientQuotaManager:
 
 
 def test_case7_precedence_table():
-    clock = mock_clock()
+    clock = clock_at(T0)
     m = precedence_manager(clock)
     bounds = {
         ("userA", "client1"): 5000,  # level 1 beats level 3
@@ -500,7 +494,7 @@ def test_case7_all_eight_levels_first_match_wins():
         (QuotaEntity(client_id="C"), ("", "C")),
         (QuotaEntity(client_id=DEFAULT), ("", "C")),
     ]
-    m = produce_manager(mock_clock())
+    m = produce_manager(clock_at(T0))
     for bound, (entity, _) in enumerate(levels, start=1):
         m.update_quota(entity, bound * 100)
     for bound, (entity, tags) in enumerate(levels, start=1):
@@ -512,7 +506,7 @@ def test_case7_all_eight_levels_first_match_wins():
 
 
 def test_case7_precedence_and_sharing_kafka_sequence():
-    clock = mock_clock()
+    clock = clock_at(T0)
     m = precedence_manager(clock)
 
     def check(user, client_id, bound, value, expected_throttle_ms):
@@ -562,7 +556,7 @@ def test_case7_precedence_and_sharing_kafka_sequence():
 
 
 def test_case7_counter_sharing_follows_metric_tags():
-    clock = mock_clock()
+    clock = clock_at(T0)
     m = precedence_manager(clock)
     tags = m.quota_metric_tags
     assert tags("userA", "client1") == ("userA", "client1")  # level 1: per (user, client)
@@ -589,7 +583,7 @@ def test_case7_counter_sharing_follows_metric_tags():
 
 
 def test_sensor_names_use_the_raw_client_id():
-    clock = mock_clock()
+    clock = clock_at(T0)
     m = produce_manager(clock)
     m.update_quota(QuotaEntity(client_id=DEFAULT), 500)
     client_id = "client@#$%"
@@ -615,7 +609,7 @@ def test_sensor_names_use_the_raw_client_id():
     ],
 )  # fmt: skip
 def test_quota_parsing_and_live_updates(client1, client2, random_client, default_entity):
-    clock = mock_clock()
+    clock = clock_at(T0)
     m = produce_manager(clock)
     u1, c1, e1 = client1
     u2, c2, e2 = client2
@@ -645,7 +639,7 @@ def test_quota_parsing_and_live_updates(client1, client2, random_client, default
     [QuotaEntity(user=DEFAULT), QuotaEntity("userA"), QuotaEntity("userA", "client1")],
 )
 def test_set_and_remove_quota(entity):
-    clock = mock_clock()
+    clock = clock_at(T0)
     m = produce_manager(clock)
     assert not m.quotas_enabled
     check_quota(m, "userA", "client1", UNLIMITED_BOUND, 1000, 0)
@@ -658,7 +652,7 @@ def test_set_and_remove_quota(entity):
 
 
 def test_no_quota_records_nothing():
-    clock = mock_clock()
+    clock = clock_at(T0)
     m = produce_manager(clock)
     assert m.maybe_record_and_get_throttle_time_ms("u", "c", 10**9) == 0
     assert m.entity_metrics() == []
@@ -672,7 +666,7 @@ def test_no_quota_records_nothing():
 
 
 def test_single_level_tags():
-    m = produce_manager(mock_clock())
+    m = produce_manager(clock_at(T0))
     assert m.quota_metric_tags("u", "c") == ("", "c")  # no quotas
     m.update_quota(QuotaEntity(client_id="x"), 1)
     assert m.quota_metric_tags("u", "c") == ("", "c")
@@ -682,14 +676,14 @@ def test_single_level_tags():
 
 
 def test_max_value_in_quota_window_with_other_window_count():
-    m = ClientQuotaManager(QuotaType.FETCH, ClientQuotaManagerConfig(4), clock=mock_clock())
+    m = ClientQuotaManager(QuotaType.FETCH, ClientQuotaManagerConfig(4), clock=clock_at(T0))
     assert m.max_value_in_quota_window("userA", "client1") == sys.float_info.max
     m.update_quota(QuotaEntity(user=DEFAULT), 10)
     assert m.max_value_in_quota_window("userA", "client1") == pytest.approx(30)
 
 
 def test_update_quota_rejects_non_positive_bounds():
-    m = produce_manager(mock_clock())
+    m = produce_manager(clock_at(T0))
     for bad in (0, -1, math.inf, math.nan):
         with pytest.raises(ValueError):
             m.update_quota(QuotaEntity("u"), bad)
@@ -723,7 +717,7 @@ def test_max_throttle_is_the_maximum_not_the_sum():
 
 
 def test_byte_rate_and_request_quota_violated_together():
-    clock = mock_clock()
+    clock = clock_at(T0)
     produce = produce_manager(clock)
     request = ClientRequestQuotaManager(clock=clock)
     produce.update_quota(QuotaEntity(client_id="c"), 100)
@@ -738,7 +732,7 @@ def test_byte_rate_and_request_quota_violated_together():
 
 
 def test_entity_metrics_are_plain_numbers():
-    clock = mock_clock()
+    clock = clock_at(T0)
     m = produce_manager(clock)
     m.update_quota(QuotaEntity(client_id=DEFAULT), 500)
     m.maybe_record_and_get_throttle_time_ms("u", "c", 1000)
@@ -762,7 +756,7 @@ def test_entity_metrics_are_plain_numbers():
 
 
 def test_inactive_sensors_expire_after_an_hour():
-    clock = mock_clock()
+    clock = clock_at(T0)
     m = produce_manager(clock)
     m.update_quota(QuotaEntity(client_id="c"), 500)
     m.maybe_record_and_get_throttle_time_ms("u", "c", 1)
@@ -775,7 +769,7 @@ def test_inactive_sensors_expire_after_an_hour():
 
 
 def test_injected_clock_is_used_when_no_time_is_given():
-    clock = mock_clock()
+    clock = clock_at(T0)
     m = produce_manager(clock)
     m.update_quota(QuotaEntity(client_id=DEFAULT), 500)
     for _ in range(10):
@@ -797,7 +791,7 @@ def test_injected_clock_is_used_when_no_time_is_given():
 def test_throttled_channels_end_in_end_time_order_ties_in_arrival_order():
     """Case 8 (the queue part): Kafka's DelayQueue of ThrottledChannels is a timer here:
     each channel is a timer task on its manager's throttle timer."""
-    clock = mock_clock()
+    clock = clock_at(T0)
     m = produce_manager(clock)
     ends = Ends()
     assert m.throttle_timer.next_expiration_ms() is None and m.queue_size == 0
@@ -830,7 +824,7 @@ def test_throttled_channel_delay():
 
 
 def test_throttle_then_drain_returns_to_normal():
-    clock = mock_clock()
+    clock = clock_at(T0)
     m = ClientRequestQuotaManager(clock=clock)
     m.update_quota(QuotaEntity(client_id="c"), 1)
     ends = Ends()

@@ -16,10 +16,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.core_harness import CoreHarness
 from tests.integration.rawclient import fetch_body, produce_body
 from tests.unit.logs import batch as lbatch
 from tests.unit.logs import crash, open_log, read_all
-from tests.unit.test_apis import FETCH, PRODUCE, Harness, batch, batches_in
+from tests.unit.test_apis import FETCH, PRODUCE, batch, batches_in
 from tidegate.clock import MockClock
 from tidegate.errors import ErrorCode as E
 from tidegate.log import local_log
@@ -227,21 +228,16 @@ def test_a_write_that_cannot_be_cut_back_is_unrecoverable(tmp_path, faults):
 # -- through the broker ---------------------------------------------------------------------
 
 
-@pytest.fixture
-def h(tmp_path):
-    harness = Harness(tmp_path / "data")
-    harness.create_topic("s")
-    yield harness
-    harness.close()
+pytestmark = pytest.mark.harness(topics={"s": 1})
 
 
-def fetch_all(h: Harness) -> list:
+def fetch_all(h: CoreHarness) -> list:
     resp = h.request(FETCH, 12, fetch_body("s", 0))
     part = resp.responses[0].partitions[0]
     return part.error_code, [b[0] for b in batches_in(part.records or b"")]
 
 
-def produce(h: Harness, value: bytes, acks: int = 1):
+def produce(h: CoreHarness, value: bytes, acks: int = 1):
     if acks == 1:
         return h.produce("s", 0, batch(value, size=200))
     resp = h.request_parked(PRODUCE, 9, produce_body("s", {0: batch(value, size=200)}, acks))
@@ -301,7 +297,7 @@ def test_a_failed_fsync_takes_the_dir_offline_until_restart(h, faults, caplog):
     directory = Path(plog.directory)
     h.close()
     assert not (directory / CLEAN_SHUTDOWN_FILE).exists()  # the next start recovers
-    again = Harness(h.root)
+    again = CoreHarness(h.root)
     try:
         assert [b for b in fetch_all(again)[1]] in ([0], [0, 1])  # b was never acknowledged
         assert again.produce("s", 0, batch(b"d")).error_code == E.none

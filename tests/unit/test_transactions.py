@@ -10,10 +10,10 @@ from __future__ import annotations
 import pytest
 from kafka.protocol.admin.transactions import DescribeTransactionsResponse
 
-from tests.core_harness import response_bytes
+from tests.core_harness import CoreHarness, response_bytes
 from tests.integration.rawclient import fetch_body, list_offsets_body, produce_body
 from tests.unit.logs import pbatch
-from tests.unit.test_apis import NOW, Harness, batches_in
+from tests.unit.test_apis import NOW, batches_in
 from tests.unit.test_group_apis import call
 from tidegate import top
 from tidegate.coordinator.transaction.transaction_coordinator import COMPLETION_WAIT_MS
@@ -31,12 +31,7 @@ MAX_TIMEOUT = 900_000
 PROPS = {"transaction.state.log.num.partitions": "3", "group.initial.rebalance.delay.ms": "0"}
 
 
-@pytest.fixture
-def h(tmp_path):
-    harness = Harness(tmp_path / "data", PROPS)
-    harness.create_topic(TOPIC, partitions=3)
-    yield harness
-    harness.close()
+pytestmark = pytest.mark.harness(PROPS, topics={TOPIC: 3})
 
 
 # -- request helpers ----------------------------------------------------------------------------
@@ -227,7 +222,7 @@ def test_transactional_batches_of_two_producers_in_one_request_are_refused(h):
 
 
 def test_verification_can_be_turned_off(tmp_path):
-    h = Harness(tmp_path / "data", {**PROPS, "transaction.partition.verification.enable": "false"})
+    h = CoreHarness(tmp_path / "data", {**PROPS, "transaction.partition.verification.enable": "false"})
     h.create_topic(TOPIC)
     _, pid, _ = init(h)
     assert produce(h, txn(0, pid)).error_code == E.none  # as Kafka before 3.6
@@ -396,7 +391,7 @@ def test_a_transaction_open_past_its_timeout_is_aborted_and_its_producer_fenced(
 
 
 def test_idle_transactional_ids_expire(tmp_path):
-    h = Harness(tmp_path / "data", {**PROPS, "transactional.id.expiration.ms": "60000",
+    h = CoreHarness(tmp_path / "data", {**PROPS, "transactional.id.expiration.ms": "60000",
                                     "transaction.remove.expired.transaction.cleanup.interval.ms": "10000"})
     h.create_topic(TOPIC)
     _, _pid, _epoch = init(h, "idle")
@@ -414,7 +409,7 @@ def test_idle_transactional_ids_expire(tmp_path):
 
 def test_a_transaction_left_in_prepare_commit_is_completed_after_a_restart(tmp_path):
     root = tmp_path / "data"
-    h = Harness(root, PROPS)
+    h = CoreHarness(root, PROPS)
     h.create_topic(TOPIC)
     _, pid, epoch = init(h)
     add(h, pid, epoch)
@@ -423,7 +418,7 @@ def test_a_transaction_left_in_prepare_commit_is_completed_after_a_restart(tmp_p
     assert end_txn(h, pid, epoch, True) == E.none  # PrepareCommit durable, no marker yet
     assert fetch(h).last_stable_offset == 0
     h.close()
-    h = Harness(root, PROPS)
+    h = CoreHarness(root, PROPS)
     settle(h)
     assert state(h) is TransactionState.COMPLETE_COMMIT
     (m,) = markers(h)
@@ -442,7 +437,7 @@ def test_kill_9_at_each_step_of_a_commit_completes_it_after_the_restart(tmp_path
     on partition 0 only) or "marked" (every marker, CompleteCommit not written). After
     the restart the transaction must be complete and wholly visible to read_committed."""
     root = tmp_path / "data"
-    h = Harness(root, PROPS)
+    h = CoreHarness(root, PROPS)
     h.create_topic(TOPIC, partitions=2)
     _, pid, epoch = init(h)
     add(h, pid, epoch, [(TOPIC, 0), (TOPIC, 1)])
@@ -463,7 +458,7 @@ def test_kill_9_at_each_step_of_a_commit_completes_it_after_the_restart(tmp_path
     assert len(markers(h, 1)) == (1 if stop_at == "marked" else 0)
     assert state(h) is TransactionState.PREPARE_COMMIT
     h.crash()
-    h = Harness(root, PROPS)
+    h = CoreHarness(root, PROPS)
     settle(h)
     assert state(h) is TransactionState.COMPLETE_COMMIT
     for p in (0, 1):
@@ -484,12 +479,12 @@ def test_kill_9_at_each_step_of_a_commit_completes_it_after_the_restart(tmp_path
 
 def test_the_coordinator_state_survives_a_restart(tmp_path):
     root = tmp_path / "data"
-    h = Harness(root, PROPS)
+    h = CoreHarness(root, PROPS)
     h.create_topic(TOPIC, partitions=2)
     _, pid, epoch = init(h)
     add(h, pid, epoch, [(TOPIC, 0), (TOPIC, 1)])
     h.close()
-    h = Harness(root, PROPS)
+    h = CoreHarness(root, PROPS)
     d = describe(h)
     assert (d.transaction_state, d.producer_id, d.producer_epoch) == ("Ongoing", pid, epoch)
     assert [(t.topic, t.partitions) for t in d.topics] == [(TOPIC, [0, 1])]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.unit.test_apis import Harness
+from tests.core_harness import CoreHarness
 from tests.unit.test_group_apis import GROUP_PROPS, call, commit_body, join_body
 from tidegate.coordinator.group.group_coordinator import coordinator_operation_error
 from tidegate.coordinator.group.group_metadata import DEAD
@@ -30,7 +30,7 @@ GROUP = "g"
 
 
 # -- request helpers ---------------------------------------------------------------------------
-def init_producer(h: Harness, txn_id: str = TXN, timeout_ms: int = 60_000) -> tuple[int, int]:
+def init_producer(h: CoreHarness, txn_id: str = TXN, timeout_ms: int = 60_000) -> tuple[int, int]:
     r = call(h, ApiKey.FIND_COORDINATOR, 4, {"key_type": 1, "coordinator_keys": [txn_id]})
     assert r.coordinators[0].error_code == E.none
     r = call(h, ApiKey.INIT_PRODUCER_ID, 4, {"transactional_id": txn_id, "transaction_timeout": timeout_ms,
@@ -39,13 +39,13 @@ def init_producer(h: Harness, txn_id: str = TXN, timeout_ms: int = 60_000) -> tu
     return r.producer_id, r.producer_epoch
 
 
-def add_offsets(h: Harness, pid: int, epoch: int, group: str = GROUP, txn_id: str = TXN) -> None:
+def add_offsets(h: CoreHarness, pid: int, epoch: int, group: str = GROUP, txn_id: str = TXN) -> None:
     r = call(h, ApiKey.ADD_OFFSETS_TO_TXN, 3, {"transactional_id": txn_id, "producer_id": pid,
                                                "producer_epoch": epoch, "group_id": group})
     assert r.error_code == E.none
 
 
-def end_txn(h: Harness, pid: int, epoch: int, commit: bool, txn_id: str = TXN) -> None:
+def end_txn(h: CoreHarness, pid: int, epoch: int, commit: bool, txn_id: str = TXN) -> None:
     r = call(h, ApiKey.END_TXN, 3, {"transactional_id": txn_id, "producer_id": pid, "producer_epoch": epoch,
                                     "committed": commit})
     assert r.error_code == E.none
@@ -67,13 +67,13 @@ def txn_body(pid: int, epoch: int, offsets: dict, *, group: str = GROUP, txn_id:
     }
 
 
-def txn_commit(h: Harness, version: int, body: dict) -> dict:
+def txn_commit(h: CoreHarness, version: int, body: dict) -> dict:
     """{(topic, partition): error} of a TxnOffsetCommit."""
     r = call(h, ApiKey.TXN_OFFSET_COMMIT, version, body)
     return {(t.name, p.partition_index): p.error_code for t in r.topics for p in t.partitions}
 
 
-def fetch(h: Harness, partitions, *, stable: bool, group: str = GROUP, version: int = 7) -> dict:
+def fetch(h: CoreHarness, partitions, *, stable: bool, group: str = GROUP, version: int = 7) -> dict:
     """{(topic, partition): (offset, metadata, error)} of an OffsetFetch for one group."""
     topics: dict[str, list[int]] = {}
     for t, p in partitions:
@@ -94,12 +94,12 @@ def fetch(h: Harness, partitions, *, stable: bool, group: str = GROUP, version: 
             for t in topics_out for p in t.partitions}
 
 
-def fetch_all(h: Harness, *, stable: bool, group: str = GROUP) -> dict:
+def fetch_all(h: CoreHarness, *, stable: bool, group: str = GROUP) -> dict:
     r = call(h, ApiKey.OFFSET_FETCH, 7, {"group_id": group, "topics": None, "require_stable": stable})
     return {(t.name, p.partition_index): (p.committed_offset, p.error_code) for t in r.topics for p in t.partitions}
 
 
-def offsets_batches(h: Harness) -> list:
+def offsets_batches(h: CoreHarness) -> list:
     """Headers of every batch in __consumer_offsets."""
     plog = h.replicas.get_log(OFFSETS_TOPIC, 0)
     if plog is None:
@@ -108,7 +108,7 @@ def offsets_batches(h: Harness) -> list:
     return [read_header(data, pos) for pos, _ in iter_batches(data)]
 
 
-def stable_group(h: Harness, group: str = GROUP, instance: str | None = None) -> tuple[str, int]:
+def stable_group(h: CoreHarness, group: str = GROUP, instance: str | None = None) -> tuple[str, int]:
     """One consumer joined and synced: (member id, generation)."""
     r = call(h, ApiKey.JOIN_GROUP, 9, join_body(group=group, instance=instance))
     member = r.member_id
@@ -129,12 +129,7 @@ UNSTABLE = (-1, "", E.unstable_offset_commit)
 NONE_YET = (-1, "", E.none)
 
 
-@pytest.fixture
-def h(tmp_path):
-    harness = Harness(tmp_path / "data", GROUP_PROPS)
-    harness.create_topic("t", 3)
-    yield harness
-    harness.close()
+pytestmark = pytest.mark.harness(GROUP_PROPS, topics={"t": 3})
 
 
 # -- the full path -----------------------------------------------------------------------------
@@ -192,7 +187,7 @@ def test_a_plain_commit_written_after_the_transactional_one_wins(h):
     assert fetch(h, [T0, T1], stable=True) == {T0: (7, "m7", E.none), T1: (9, "m9", E.none)}
     # and the same after a restart (the replay applies the same rule in log order)
     h.close()
-    h2 = Harness(h.root, GROUP_PROPS)
+    h2 = CoreHarness(h.root, GROUP_PROPS)
     try:
         assert fetch(h2, [T0, T1], stable=True) == {T0: (7, "m7", E.none), T1: (9, "m9", E.none)}
     finally:
@@ -392,7 +387,7 @@ def test_an_open_transaction_on_the_offsets_partition_needs_no_verification(h):
 
 
 def test_verification_can_be_disabled_and_the_log_still_refuses_an_old_epoch(tmp_path):
-    h = Harness(tmp_path / "data", {**GROUP_PROPS, "transaction.partition.verification.enable": "false"})
+    h = CoreHarness(tmp_path / "data", {**GROUP_PROPS, "transaction.partition.verification.enable": "false"})
     try:
         h.create_topic("t", 1)
         init_producer(h)
@@ -430,7 +425,7 @@ def test_coordinator_operation_error_mapping():
 
 # -- expiry and deletion -----------------------------------------------------------------------
 def test_offsets_with_a_pending_transaction_do_not_expire_nor_does_their_group(tmp_path):
-    h = Harness(tmp_path / "data", {**GROUP_PROPS, "offsets.retention.minutes": "1"})
+    h = CoreHarness(tmp_path / "data", {**GROUP_PROPS, "offsets.retention.minutes": "1"})
     try:
         h.create_topic("t", 3)
         coord = h.core.groups.coordinator
@@ -499,7 +494,7 @@ def test_restart_keeps_committed_drops_aborted_and_keeps_open_transactions_pendi
     end_txn(h, b, eb, commit=False, txn_id="tx-b")
     h.close()
 
-    h2 = Harness(h.root, GROUP_PROPS)
+    h2 = CoreHarness(h.root, GROUP_PROPS)
     try:
         assert fetch(h2, [T0, T1, T2], stable=False) == {T0: (10, "m10", E.none), T1: (5, "m5", E.none),
                                                          T2: NONE_YET}
@@ -519,7 +514,7 @@ def test_restart_then_abort_of_the_open_transaction_discards_it(h):
     add_offsets(h, pid, epoch)
     txn_commit(h, 3, txn_body(pid, epoch, {T0: 10}))
     h.close()
-    h2 = Harness(h.root, GROUP_PROPS)
+    h2 = CoreHarness(h.root, GROUP_PROPS)
     try:
         assert fetch(h2, [T0], stable=True) == {T0: UNSTABLE}
         end_txn(h2, pid, epoch, commit=False)
@@ -530,7 +525,7 @@ def test_restart_then_abort_of_the_open_transaction_discards_it(h):
 
 
 def test_the_cleaner_waits_for_open_transactions_and_keeps_committed_offsets(tmp_path):
-    h = Harness(tmp_path / "data", {**GROUP_PROPS, "log.cleaner.delete.retention.ms": "0"})
+    h = CoreHarness(tmp_path / "data", {**GROUP_PROPS, "log.cleaner.delete.retention.ms": "0"})
     h.create_topic("t", 3)
     logs = h.core.logs
     for i in range(12):
@@ -551,7 +546,7 @@ def test_the_cleaner_waits_for_open_transactions_and_keeps_committed_offsets(tmp
     keys = [k for _, k, _ in iter_records(plog.read(0, 1 << 20), 0)]
     assert sorted(keys) == [b'["o","g","t",0]', b'["o","g","t",1]']
     h.close()
-    h2 = Harness(h.root, GROUP_PROPS)
+    h2 = CoreHarness(h.root, GROUP_PROPS)
     try:
         assert fetch(h2, [T0, T1], stable=True) == {T0: (11, "m11", E.none), T1: (40, "m40", E.none)}
     finally:
