@@ -131,10 +131,33 @@ def configs(
     restarts. --describe lists what is set on the entity (with --all: every config), each
     with its synonyms, as kafka-configs.sh prints them.
     """
-    from tidegate.config import ConfigError, read_properties
-
     if describe == alter:
         raise click.UsageError("Give exactly one of --describe and --alter.")
+    names, resource = _entities(entity_types, entity_names, entity_defaults, alter)
+    additions, deletes = _changes(add_config, add_config_file, delete_config, resource)
+    if alter and not additions and not deletes:
+        raise click.UsageError("--alter needs --add-config or --delete-config.")
+    if describe and (additions or deletes):
+        raise click.UsageError("--add-config and --delete-config go with --alter.")
+    if describe_all and not (describe and resource):
+        raise click.UsageError("--all goes with --describe of topics or brokers.")
+
+    def work(client: Any) -> None:
+        if resource:
+            name = names[0] if names else None
+            entity = "" if name is None and entity_defaults else name
+            _resource_configs(ctx, client, resource[0], entity, describe_all, additions, deletes, alter)
+        else:
+            _quota_configs(ctx, client, entity_types, names, additions, deletes, describe)
+
+    _run_admin(ctx, "configs", bootstrap_server, command_config, work)
+
+
+def _entities(
+    entity_types: tuple[str, ...], entity_names: tuple[str, ...], entity_defaults: int, alter: bool
+) -> tuple[list[str | None], list[str]]:
+    """The entity names (None: the default entity) and the config resource type given
+    (topics or brokers; none for quotas), checked as kafka-configs.sh checks them."""
     if len(set(entity_types)) != len(entity_types):
         raise click.UsageError("Each --entity-type may be given once.")
     names: list[str | None] = [*entity_names, *([None] * entity_defaults)]
@@ -159,6 +182,15 @@ def configs(
         )
     if resource == ["topics"] and entity_defaults:
         raise click.UsageError("--entity-default is for brokers, users and clients.")
+    return names, resource
+
+
+def _changes(
+    add_config: str | None, add_config_file: str | None, delete_config: tuple[str, ...], resource: list[str]
+) -> tuple[dict[str, str], list[str]]:
+    """The configs to set (--add-config over --add-config-file) and those to delete."""
+    from tidegate.config import ConfigError, read_properties
+
     deletes = [k.strip() for item in delete_config for k in item.split(",") if k.strip()]
     additions = _parse_add_config(add_config) if add_config else {}
     if add_config_file:
@@ -168,22 +200,7 @@ def configs(
             additions = {**read_properties(add_config_file), **additions}
         except ConfigError as exc:
             raise click.UsageError(f"--add-config-file: {exc}") from None
-    if alter and not additions and not deletes:
-        raise click.UsageError("--alter needs --add-config or --delete-config.")
-    if describe and (additions or deletes):
-        raise click.UsageError("--add-config and --delete-config go with --alter.")
-    if describe_all and not (describe and resource):
-        raise click.UsageError("--all goes with --describe of topics or brokers.")
-
-    def work(client: Any) -> None:
-        if resource:
-            name = names[0] if names else None
-            entity = "" if name is None and entity_defaults else name
-            _resource_configs(ctx, client, resource[0], entity, describe_all, additions, deletes, alter)
-        else:
-            _quota_configs(ctx, client, entity_types, names, additions, deletes, describe)
-
-    _run_admin(ctx, "configs", bootstrap_server, command_config, work)
+    return additions, deletes
 
 
 def _config_line(entry: Any) -> str:
@@ -216,10 +233,8 @@ def _resource_configs(
         OP_DELETE,
         OP_SET,
         alter_configs,
-        describe_configs,
         incremental_alter_configs,
     )
-    from tidegate.config import ConfigSource
 
     resource_type = _RESOURCE_TYPES[entity_type]
     singular = entity_type[:-1]
@@ -231,37 +246,11 @@ def _resource_configs(
                        f"broker id, found: {name}", err=True)  # fmt: skip
             ctx.exit(1)
 
-    def own_source(entity: str) -> ConfigSource:
-        if entity_type == "topics":
-            return ConfigSource.DYNAMIC_TOPIC_CONFIG
-        if entity == "":
-            return ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG
-        return ConfigSource.DYNAMIC_BROKER_CONFIG
-
-    def entries(entity: str, synonyms: bool, everything: bool) -> list:
-        found = describe_configs(client, resource_type, entity, include_synonyms=synonyms)
-        if not everything:
-            found = [e for e in found if e.source == own_source(entity)]
-        return sorted(found, key=lambda e: e.name)
-
     if not alter:
-        if name is not None:
-            entities = [name]
-        elif entity_type == "topics":
-            entities = sorted(client.metadata().topics)
-        else:
-            entities = [str(n) for n in sorted(client.bootstrap().brokers)] + [""]
-        for entity in entities:
-            if entity == "":
-                click.echo(f"Default configs for {entity_type} in the cluster are:")
-            else:
-                scope = "All" if describe_all else "Dynamic"
-                click.echo(f"{scope} configs for {singular} {entity} are:")
-            for entry in entries(entity, True, describe_all):
-                click.echo(_config_line(entry))
+        _describe_resource_configs(client, entity_type, name, describe_all)
         return
     assert name is not None
-    old = {e.name: e for e in entries(name, False, False)}
+    old = {e.name: e for e in _config_entries(client, entity_type, name, False, False)}
     missing = [k for k in deletes if k not in old]
     if missing:
         click.echo(f"tidegate configs: Invalid config(s): {','.join(missing)}", err=True)
@@ -285,6 +274,43 @@ def _resource_configs(
         click.echo(f"Completed updating config for {singular} {name}.")
     else:
         click.echo(f"Completed updating default config for {entity_type} in the cluster.")
+
+
+def _config_entries(client: Any, entity_type: str, entity: str, synonyms: bool, everything: bool) -> list:
+    """The configs of a topic or broker (``""``: the brokers' default), by name: all of
+    them, or only the dynamic ones of its own level."""
+    from tidegate.client.admin import describe_configs
+    from tidegate.config import ConfigSource
+
+    if entity_type == "topics":
+        own = ConfigSource.DYNAMIC_TOPIC_CONFIG
+    elif entity == "":
+        own = ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG
+    else:
+        own = ConfigSource.DYNAMIC_BROKER_CONFIG
+    found = describe_configs(client, _RESOURCE_TYPES[entity_type], entity, include_synonyms=synonyms)
+    if not everything:
+        found = [e for e in found if e.source == own]
+    return sorted(found, key=lambda e: e.name)
+
+
+def _describe_resource_configs(client: Any, entity_type: str, name: str | None, describe_all: bool) -> None:
+    """kafka-configs.sh --describe of a topic or broker (every topic, or every broker and
+    the default, without a name)."""
+    if name is not None:
+        entities = [name]
+    elif entity_type == "topics":
+        entities = sorted(client.metadata().topics)
+    else:
+        entities = [str(n) for n in sorted(client.bootstrap().brokers)] + [""]
+    for entity in entities:
+        if entity == "":
+            click.echo(f"Default configs for {entity_type} in the cluster are:")
+        else:
+            scope = "All" if describe_all else "Dynamic"
+            click.echo(f"{scope} configs for {entity_type[:-1]} {entity} are:")
+        for entry in _config_entries(client, entity_type, entity, True, describe_all):
+            click.echo(_config_line(entry))
 
 
 def _quota_configs(

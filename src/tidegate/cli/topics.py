@@ -42,13 +42,11 @@ def topics(
     exclude_internal: bool,
 ) -> None:
     """Create, list, describe, alter and delete topics, like Kafka's kafka-topics.sh."""
-    from tidegate.client import BrokerResponseError, UnsupportedVersionError
+    from tidegate.client import BrokerResponseError
     from tidegate.client.admin import (
-        RESOURCE_TOPIC,
         create_partitions,
         create_topic,
         delete_topics,
-        describe_configs,
         describe_topics,
     )
 
@@ -62,12 +60,7 @@ def topics(
         raise click.UsageError("--create takes one --topic.")
     if alter and partitions is None:
         raise click.UsageError("--alter needs --partitions (the new partition count).")
-    config_map: dict[str, str] = {}
-    for c in configs:
-        key, sep, value = c.partition("=")
-        if not sep or not key:
-            raise click.UsageError(f"--config {c!r}: expected K=V")
-        config_map[key] = value
+    config_map = _config_map(configs)
     if create and partitions is not None and partitions < 1:
         raise click.UsageError("The partitions must be greater than 0")
     if create and replication_factor is not None and not 1 <= replication_factor <= 32767:
@@ -115,26 +108,45 @@ def topics(
                 except BrokerResponseError as exc:
                     fail(exc.message or str(exc))
                     return
-        else:
-            configs_supported = True
-            for d in describe_topics(client, found) if found else []:
-                entries = []
-                if configs_supported:
-                    try:
-                        entries = describe_configs(client, RESOURCE_TOPIC, d.name, include_synonyms=False)
-                    except UnsupportedVersionError as exc:
-                        # a broker without DescribeConfigs (librdkafka's mock cluster): the
-                        # partitions are still worth showing
-                        click.echo(f"WARN Configs not shown: {exc}", err=True)
-                        configs_supported = False
-                overridden = ",".join(f"{e.name}={e.value}" for e in entries if e.source != 5)  # not DEFAULT_CONFIG
-                rf = len(d.partitions[0].replicas) if d.partitions else 0
-                click.echo(f"Topic: {d.name}\tTopicId: {d.topic_id}\tPartitionCount: {len(d.partitions)}"
-                           f"\tReplicationFactor: {rf}\tConfigs: {overridden}")
-                for p in d.partitions:
-                    leader = str(p.leader) if p.leader >= 0 else "none"
-                    click.echo(f"\tTopic: {d.name}\tPartition: {p.partition}\tLeader: {leader}"
-                               f"\tReplicas: {','.join(map(str, p.replicas))}\tIsr: {','.join(map(str, p.isr))}"
-                               "\tElr: N/A\tLastKnownElr: N/A")
+        elif found:
+            _print_descriptions(client, found)
 
     _run_admin(ctx, "topics", bootstrap_server, command_config, work)
+
+
+def _config_map(configs: tuple[str, ...]) -> dict[str, str]:
+    """The --config K=V options."""
+    config_map: dict[str, str] = {}
+    for c in configs:
+        key, sep, value = c.partition("=")
+        if not sep or not key:
+            raise click.UsageError(f"--config {c!r}: expected K=V")
+        config_map[key] = value
+    return config_map
+
+
+def _print_descriptions(client: Any, names: list[str]) -> None:
+    """kafka-topics.sh --describe: a line per topic (its overridden configs), one per partition."""
+    from tidegate.client import UnsupportedVersionError
+    from tidegate.client.admin import RESOURCE_TOPIC, describe_configs, describe_topics
+
+    configs_supported = True
+    for d in describe_topics(client, names):
+        entries = []
+        if configs_supported:
+            try:
+                entries = describe_configs(client, RESOURCE_TOPIC, d.name, include_synonyms=False)
+            except UnsupportedVersionError as exc:
+                # a broker without DescribeConfigs (librdkafka's mock cluster): the
+                # partitions are still worth showing
+                click.echo(f"WARN Configs not shown: {exc}", err=True)
+                configs_supported = False
+        overridden = ",".join(f"{e.name}={e.value}" for e in entries if e.source != 5)  # not DEFAULT_CONFIG
+        rf = len(d.partitions[0].replicas) if d.partitions else 0
+        click.echo(f"Topic: {d.name}\tTopicId: {d.topic_id}\tPartitionCount: {len(d.partitions)}"
+                   f"\tReplicationFactor: {rf}\tConfigs: {overridden}")
+        for p in d.partitions:
+            leader = str(p.leader) if p.leader >= 0 else "none"
+            click.echo(f"\tTopic: {d.name}\tPartition: {p.partition}\tLeader: {leader}"
+                       f"\tReplicas: {','.join(map(str, p.replicas))}\tIsr: {','.join(map(str, p.isr))}"
+                       "\tElr: N/A\tLastKnownElr: N/A")

@@ -557,17 +557,6 @@ def fetch(
         to_send, forget = session.build(wanted)
     else:
         to_send = wanted
-    topics: dict[str, list[dict]] = {}
-    cluster = client.cluster
-    for (t, p), (off, pmb) in to_send.items():
-        # KIP-320: the leader epoch this client knows, so that a leader that moved on
-        # (or a stale one) answers FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH
-        epoch = cluster.leader_epoch(t, p) if cluster.leader_for(t, p) == node else -1
-        topics.setdefault(t, []).append({"partition": p, "fetch_offset": off, "partition_max_bytes": pmb,
-                                         "current_leader_epoch": epoch})  # fmt: skip
-    forgotten: dict[str, list[int]] = {}
-    for t, p in forget:
-        forgotten.setdefault(t, []).append(p)
     body = {
         "replica_id": -1,
         "max_wait": max_wait_ms,
@@ -576,8 +565,7 @@ def fetch(
         "isolation_level": isolation_level,
         "session_id": session.session_id if session is not None else 0,
         "session_epoch": session.epoch if session is not None else -1,
-        "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()],
-        "forgotten_topics_data": [{"topic": t, "partitions": ps} for t, ps in forgotten.items()],
+        **_fetch_topics(client, node, to_send, forget),
         "rack_id": "",
     }
     wait = (timeout_ms or client.request_timeout_ms) + max_wait_ms
@@ -600,6 +588,39 @@ def fetch(
             )  # fmt: skip
     if top_error:
         raise BrokerResponseError(top_error, "Fetch")
+    out = _partition_fetches(resp)
+    if session is not None:
+        session.fill(positions, out)
+    return out
+
+
+def _fetch_topics(
+    client: KafkaClient,
+    node: int,
+    to_send: Mapping[TopicPartition, tuple[int, int]],
+    forget: Iterable[TopicPartition],
+) -> dict[str, list[dict]]:
+    """A Fetch request to ``node``'s ``topics`` (partition -> (offset,
+    partition_max_bytes)) and ``forgotten_topics_data``."""
+    topics: dict[str, list[dict]] = {}
+    cluster = client.cluster
+    for (t, p), (off, pmb) in to_send.items():
+        # KIP-320: the leader epoch this client knows, so that a leader that moved on
+        # (or a stale one) answers FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH
+        epoch = cluster.leader_epoch(t, p) if cluster.leader_for(t, p) == node else -1
+        topics.setdefault(t, []).append({"partition": p, "fetch_offset": off, "partition_max_bytes": pmb,
+                                         "current_leader_epoch": epoch})  # fmt: skip
+    forgotten: dict[str, list[int]] = {}
+    for t, p in forget:
+        forgotten.setdefault(t, []).append(p)
+    return {
+        "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()],
+        "forgotten_topics_data": [{"topic": t, "partitions": ps} for t, ps in forgotten.items()],
+    }
+
+
+def _partition_fetches(resp: Any) -> dict[TopicPartition, PartitionFetch]:
+    """Each partition of a Fetch response."""
     out: dict[TopicPartition, PartitionFetch] = {}
     for t in resp.responses:
         for p in t.partitions:
@@ -614,8 +635,6 @@ def fetch(
                 if aborted is None
                 else [AbortedTransaction(int(a.producer_id), int(a.first_offset)) for a in aborted],
             )
-    if session is not None:
-        session.fill(positions, out)
     return out
 
 

@@ -50,9 +50,15 @@ from .index import AbortedTxn
 from .leader_epoch import LeaderEpochFileCache
 from .local_log import FlushTicket, LocalLog, RecoveryPointCheckpoint
 from .log_loader import LogLoader, rebuild_producer_state
-from .producer_state import ProducerStateManager
+from .producer_state import PreparedAppend, ProducerStateManager
 from .segment import LogSegment, TimestampAndOffset
-from .validator import check_keys, needs_record_validation, validate_batches, validate_records
+from .validator import (
+    ValidatedBatches,
+    check_keys,
+    needs_record_validation,
+    validate_batches,
+    validate_records,
+)
 
 __all__ = [
     "EARLIEST_TIMESTAMP",
@@ -250,8 +256,8 @@ class Log:
         first. Validation errors (:mod:`tidegate.record.record_batch` exceptions) are
         raised before anything is written. Batches in another codec than the topic's
         ``compression.type`` are rebuilt in it first, and record timestamps are checked
-        against ``message.timestamp.{before,after}.max.ms`` (:mod:`.validator`). The bytes are in the OS page cache when
-        this returns. With ``auto_flush`` the log is fsynced here once
+        against ``message.timestamp.{before,after}.max.ms`` (:mod:`.validator`). The
+        bytes are in the OS page cache when this returns. With ``auto_flush`` the log is fsynced here once
         ``flush.messages`` messages are unflushed; an asyncio caller passes
         ``auto_flush=False`` and checks :meth:`flush_due` to flush off-thread.
         See :func:`~tidegate.log.validator.validate_batches` for ``from_client``
@@ -262,6 +268,91 @@ class Log:
         self._check_open()
         if isinstance(records, bytes):
             records = bytearray(records)
+        config = self.config
+        records, v = self._validate(records, now_ms, from_client, single_batch)
+        log_append_time = now_ms if config.message_timestamp_type == "LogAppendTime" else None
+        max_ts = log_append_time if log_append_time is not None else v.max_timestamp
+        first = self.log_end_offset
+        markers = None if from_client else self._markers(records, v.positions, v.headers)
+        # Idempotent and transactional producers: epoch, sequence and transaction checks
+        # (nothing written on error); a retried batch is answered with the original's offsets.
+        prepared = self.producer_state.prepare(
+            v.headers, first, log_append_time, from_client=from_client, markers=markers
+        )
+        if prepared is not None and prepared.duplicate is not None:
+            dup = prepared.duplicate
+            return AppendInfo(
+                dup.first_offset, dup.last_offset, dup.timestamp if log_append_time is not None else -1,
+                0, dup.timestamp, self._log_start_offset, 0, duplicate=True,
+            )  # fmt: skip
+        last = first + v.num_records - 1
+        segment = self._write(records, v, first, last, log_append_time, max_ts, now_ms)
+        cache = self.leader_epoch_cache
+        if cache.latest_epoch != self.leader_epoch:
+            # Kafka's maybeAssignEpochStartOffset: the first batch of an epoch (after the
+            # cache was emptied by a full truncation) records where the epoch starts.
+            cache.assign(self.leader_epoch, first)
+        try:
+            if prepared is not None:
+                self._commit_producer_state(segment, prepared)
+            if auto_flush and self.unflushed_messages >= config.flush_messages:
+                self.flush()
+                self._last_flush_ms = now_ms
+        except OSError as exc:
+            # the batch is in the log but its transaction index or its fsync failed:
+            # the state on disk is unknown
+            raise StorageError("append", exc, fatal=True) from exc
+        return AppendInfo(
+            first_offset=first,
+            last_offset=last,
+            log_append_time_ms=log_append_time if log_append_time is not None else -1,
+            num_records=v.num_records,
+            max_timestamp=max_ts,
+            log_start_offset=self._log_start_offset,
+            size_bytes=v.size_bytes,
+        )
+
+    def _write(
+        self, records: bytearray | memoryview, v: ValidatedBatches, first: int, last: int,
+        log_append_time: int | None, max_ts: int, now_ms: WallMs,
+    ) -> LogSegment:
+        """Offsets ``first``..``last``, the leader epoch (and LogAppendTime) assigned, the
+        batches written to the active segment (rolled first if due); the segment. An
+        ``OSError`` leaves the log as it was (:class:`.dir_failure.StorageError`)."""
+        try:
+            segment = self._maybe_roll(v.size_bytes, max_ts, last, now_ms)
+        except OSError as exc:
+            raise StorageError("segment roll", exc) from exc
+        assign_offsets(
+            records,
+            first,
+            log_append_time,
+            partition_leader_epoch=self.leader_epoch,
+            positions=v.positions,
+        )
+        try:
+            # On an error the segment cuts the torn bytes off (or raises
+            # UnrecoverableWriteError, which takes the dir offline): the log is as it was.
+            segment.append(records, last)
+        except OSError as exc:
+            raise StorageError("append", exc) from exc
+        return segment
+
+    def _commit_producer_state(self, segment: LogSegment, prepared: PreparedAppend) -> None:
+        """The appended batches' producers updated; the transactions their markers
+        closed completed, the aborted ones in the segment's ``.txnindex``."""
+        ps = self.producer_state
+        for completed in ps.commit(prepared):
+            if completed.is_aborted:
+                segment.txn_index.append(ps.aborted_txn(completed))
+            ps.complete_txn(completed)
+
+    def _validate(
+        self, records: bytearray | memoryview, now_ms: WallMs, from_client: bool, single_batch: bool
+    ) -> tuple[bytearray | memoryview, ValidatedBatches]:
+        """Kafka's ``analyzeAndValidateRecords`` and ``LogValidator``: the batches' framing,
+        CRCs and sizes, keys on a compacted topic, record timestamps; batches in another
+        codec than the topic's are rebuilt in it (the records returned are then new)."""
         config = self.config
         v = validate_batches(
             records,
@@ -285,73 +376,7 @@ class Log:
                             f"of {config.max_message_bytes}.",
                             pos,
                         )
-        log_append_time = now_ms if config.message_timestamp_type == "LogAppendTime" else None
-        max_ts = log_append_time if log_append_time is not None else v.max_timestamp
-        first = self.log_end_offset
-        markers = None if from_client else self._markers(records, v.positions, v.headers)
-        # Idempotent and transactional producers: epoch, sequence and transaction checks
-        # (nothing written on error); a retried batch is answered with the original's offsets.
-        prepared = self.producer_state.prepare(
-            v.headers, first, log_append_time, from_client=from_client, markers=markers
-        )
-        if prepared is not None and prepared.duplicate is not None:
-            dup = prepared.duplicate
-            return AppendInfo(
-                first_offset=dup.first_offset,
-                last_offset=dup.last_offset,
-                log_append_time_ms=dup.timestamp if log_append_time is not None else -1,
-                num_records=0,
-                max_timestamp=dup.timestamp,
-                log_start_offset=self._log_start_offset,
-                size_bytes=0,
-                duplicate=True,
-            )
-        last = first + v.num_records - 1
-        try:
-            segment = self._maybe_roll(v.size_bytes, max_ts, last, now_ms)
-        except OSError as exc:
-            raise StorageError("segment roll", exc) from exc
-        assign_offsets(
-            records,
-            first,
-            log_append_time,
-            partition_leader_epoch=self.leader_epoch,
-            positions=v.positions,
-        )
-        try:
-            # On an error the segment cuts the torn bytes off (or raises
-            # UnrecoverableWriteError, which takes the dir offline): the log is as it was.
-            segment.append(records, last)
-        except OSError as exc:
-            raise StorageError("append", exc) from exc
-        cache = self.leader_epoch_cache
-        if cache.latest_epoch != self.leader_epoch:
-            # Kafka's maybeAssignEpochStartOffset: the first batch of an epoch (after the
-            # cache was emptied by a full truncation) records where the epoch starts.
-            cache.assign(self.leader_epoch, first)
-        try:
-            if prepared is not None:
-                ps = self.producer_state
-                for completed in ps.commit(prepared):
-                    if completed.is_aborted:
-                        segment.txn_index.append(ps.aborted_txn(completed))
-                    ps.complete_txn(completed)
-            if auto_flush and self.unflushed_messages >= config.flush_messages:
-                self.flush()
-                self._last_flush_ms = now_ms
-        except OSError as exc:
-            # the batch is in the log but its transaction index or its fsync failed:
-            # the state on disk is unknown
-            raise StorageError("append", exc, fatal=True) from exc
-        return AppendInfo(
-            first_offset=first,
-            last_offset=last,
-            log_append_time_ms=log_append_time if log_append_time is not None else -1,
-            num_records=v.num_records,
-            max_timestamp=max_ts,
-            log_start_offset=self._log_start_offset,
-            size_bytes=v.size_bytes,
-        )
+        return records, v
 
     @staticmethod
     def _markers(records, positions: list[int], headers: list) -> list[EndTransactionMarker | None] | None:

@@ -378,6 +378,15 @@ class RecordAccumulator:
         max_block_ms: float,
         cluster: Cluster,
     ) -> tuple[RecordFuture, bool, bool, int]:
+        """:meth:`append` for the incremental strategy (KIP-1332): the record goes into
+        the partition's last batch, grown by more chunks if it must (never blocking), or
+        into a new batch on chunks allocated outside the queue's lock (blocking up to
+        ``max_block_ms``), the queue looked at again under the lock after each wait.
+
+        One loop on purpose (about 110 lines): the chunks held (``new_chunks``, ``ext``)
+        and the time left carry from one pass to the next, and the ``finally`` gives back
+        whatever a pass leaves unused; split into helpers, each would have to hand both
+        back and forth on the producer's hottest path."""
         info = self._topic_info(topic)
         new_chunks: list[bytearray] | None = None
         new_size = 0

@@ -76,6 +76,16 @@ _client_seq = 0
 _client_seq_lock = threading.Lock()
 
 
+def _default_client_id(transactional_id: str | None) -> str:
+    """Kafka's default client.id: ``producer-<transactional.id>``, else ``producer-<n>``."""
+    if transactional_id is not None:
+        return f"producer-{transactional_id}"
+    global _client_seq
+    with _client_seq_lock:
+        _client_seq += 1
+        return f"producer-{_client_seq}"
+
+
 def _as_bytes(v: Any, what: str) -> Any:
     if v is None or type(v) is bytes:
         return v
@@ -110,13 +120,7 @@ class Producer:
     ) -> None:
         self.config = cfg = ProducerConfig.from_dict(config)
         if "client.id" not in config:
-            if cfg.transactional_id is not None:
-                cfg.client_id = f"producer-{cfg.transactional_id}"  # Kafka's default
-            else:
-                global _client_seq
-                with _client_seq_lock:
-                    _client_seq += 1
-                    cfg.client_id = f"producer-{_client_seq}"
+            cfg.client_id = _default_client_id(cfg.transactional_id)
         self.clock = clock
         self._metrics = Metrics(clock, window_ms=cfg.metrics_sample_window_ms, samples=cfg.metrics_num_samples)
         poolable = chunk_size_for(cfg.batch_size) if cfg.strategy_incremental else cfg.batch_size
@@ -180,15 +184,19 @@ class Producer:
         self._max_record = min(cfg.max_request_size, cfg.buffer_memory)
         self._closed = False
         self._records_sent = 0
-        self._metrics.add("record-send-total", lambda: self._records_sent)
-        self._metrics.add("requests-sent-total", lambda: self._sender.requests_sent)
         # KIP-691: time spent in the transactional calls that succeeded
         self._txn_time_ns = dict.fromkeys(
             ("txn-init", "txn-begin", "txn-send-offsets", "txn-commit", "txn-abort"), 0
         )
+        self._register_metrics()
+        self._sender.start()
+
+    def _register_metrics(self) -> None:
+        """The producer's own counters beside those of its parts."""
+        self._metrics.add("record-send-total", lambda: self._records_sent)
+        self._metrics.add("requests-sent-total", lambda: self._sender.requests_sent)
         for name in self._txn_time_ns:
             self._metrics.add(f"{name}-time-ns-total", self._txn_time_reader(name))
-        self._sender.start()
 
     # -- sending ---------------------------------------------------------------------------
 
@@ -243,33 +251,12 @@ class Producer:
                 assert nparts is not None
                 max_block = max(0.0, max_block - (clock.nanoseconds() - start_ns) / 1e6)
             if partition is None:
-                if self._partitioner is not None:
-                    partition = int(
-                        self._partitioner(topic, key, nparts, cluster.available_partitions(topic))
-                    )
-                    if not 0 <= partition < nparts:
-                        raise KafkaError(
-                            f"partitioner returned {partition} for {topic} with {nparts} partitions"
-                        )
-                elif key is not None and not self._ignore_keys:
-                    partition = partition_for_key(key, nparts)
+                partition = self._partition(topic, key, nparts, cluster)
             elif partition < 0:
                 raise ValueError(f"invalid partition {partition}")
             approx = (len(value) if value is not None else 0) + (len(key) if key is not None else 0)
             if hdrs or approx + 200 > self._max_record:
-                size = RECORD_BATCH_OVERHEAD + record_size_upper_bound(key, value, hdrs)
-                if size > self.config.max_request_size:
-                    raise RecordTooLargeError(
-                        f"The message is {size} bytes when serialized which is larger than "
-                        f"{self.config.max_request_size}, which is the value of the "
-                        f"max.request.size configuration."
-                    )
-                if size > self.config.buffer_memory:
-                    raise RecordTooLargeError(
-                        f"The message is {size} bytes when serialized which is larger than "
-                        f"the total memory buffer you have configured with the buffer.memory "
-                        f"configuration."
-                    )
+                self._ensure_valid_record_size(key, value, hdrs)
             res = self.accumulator.append(
                 topic, partition, timestamp, key, value, hdrs, on_delivery, max_block, cluster
             )
@@ -292,6 +279,36 @@ class Producer:
         if res[1] or res[2]:
             self._sender.wakeup()
         return res[0]
+
+    def _partition(self, topic: str, key: bytes | None, nparts: int, cluster: Any) -> int | None:
+        """Kafka's ``partition``: the configured partitioner's choice, else the key's
+        murmur2 partition; None: the accumulator's sticky partition (no key, or
+        ``partitioner.ignore.keys``)."""
+        if self._partitioner is not None:
+            partition = int(self._partitioner(topic, key, nparts, cluster.available_partitions(topic)))
+            if not 0 <= partition < nparts:
+                raise KafkaError(f"partitioner returned {partition} for {topic} with {nparts} partitions")
+            return partition
+        if key is not None and not self._ignore_keys:
+            return partition_for_key(key, nparts)
+        return None
+
+    def _ensure_valid_record_size(self, key: bytes | None, value: bytes | None, headers: Any) -> None:
+        """Kafka's ``ensureValidRecordSize``: the record fits max.request.size and
+        buffer.memory (RecordTooLargeError)."""
+        size = RECORD_BATCH_OVERHEAD + record_size_upper_bound(key, value, headers)
+        if size > self.config.max_request_size:
+            raise RecordTooLargeError(
+                f"The message is {size} bytes when serialized which is larger than "
+                f"{self.config.max_request_size}, which is the value of the "
+                f"max.request.size configuration."
+            )
+        if size > self.config.buffer_memory:
+            raise RecordTooLargeError(
+                f"The message is {size} bytes when serialized which is larger than "
+                f"the total memory buffer you have configured with the buffer.memory "
+                f"configuration."
+            )
 
     def _wait_on_metadata(self, topic: str, partition: int | None, max_block_ms: float) -> Any:
         """Kafka's ``waitOnMetadata``: block until ``topic`` (and ``partition``) is known."""

@@ -588,20 +588,9 @@ class Sender(threading.Thread):
             return txn.retry_delay_ms(now_ms)
         now_ns = self.clock.nanoseconds()
         kind = handler.coordinator_type
-        node: int | None
-        if kind is not None:
-            target = txn.coordinator(kind)
-            if target is None:
-                txn.coordinator_unknown(handler)
-                return None
-            node = target[0]
-            client.add_node(node, target[1], target[2])
-        else:
-            node = client.least_loaded_node(now_ns)
-            if node is None:
-                txn.retry(handler)
-                client.poll(backoff)
-                return None
+        node = self._transactional_target(handler, now_ns)
+        if node is None:
+            return None
         if not client.ready(node, now_ns):
             # connecting, or backing off after a failed connection: wait up to
             # request.timeout.ms (Kafka's awaitNodeReady), then look the coordinator up again
@@ -646,6 +635,27 @@ class Sender(threading.Thread):
         self._txn_in_flight = handler
         client.poll(min(backoff, client.next_timeout_ms(self.clock.nanoseconds())))
         return None
+
+    def _transactional_target(self, handler: TxnRequestHandler, now_ns: int) -> int | None:
+        """The node ``handler``'s request goes to: its coordinator (made known to the
+        client), or the least loaded node; None when there is none yet (the handler is
+        queued again)."""
+        txn = self.txn
+        assert txn is not None
+        client = self.client
+        kind = handler.coordinator_type
+        if kind is not None:
+            target = txn.coordinator(kind)
+            if target is None:
+                txn.coordinator_unknown(handler)
+                return None
+            client.add_node(target[0], target[1], target[2])
+            return target[0]
+        node = client.least_loaded_node(now_ns)
+        if node is None:
+            txn.retry(handler)
+            client.poll(self.config.retry_backoff_ms)
+        return node
 
     def _on_transactional_response(self, handler: TxnRequestHandler, req: InFlightRequest) -> None:
         self._txn_in_flight = None

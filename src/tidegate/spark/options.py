@@ -245,6 +245,38 @@ class ReadOptions:
 
     @classmethod
     def _general(cls, params: dict[str, str]) -> ReadOptions:
+        """Kafka's ``validateGeneralOptions``: the subscription strategy, the limits, the
+        ``kafka.*`` consumer settings, then the other general options."""
+        opts = cls._with_strategy(params)
+        opts._set_limits(params)
+        opts.kafka = _checked_kafka_params(params)
+        if "failondataloss" in params:
+            opts.fail_on_data_loss = _bool("failOnDataLoss", params["failondataloss"])
+        if "includeheaders" in params:
+            opts.include_headers = _bool("includeHeaders", params["includeheaders"])
+        if "startingoffsetsbytimestampstrategy" in params:
+            s = params["startingoffsetsbytimestampstrategy"].strip().lower()
+            if s not in ("error", "latest"):
+                raise ValueError(f"No value found for '{s.upper()}'")
+            opts.no_match_strategy = s
+        if "tidegate.arrow" in params:
+            opts.arrow = _bool("tidegate.arrow", params["tidegate.arrow"])
+        if "kafkaconsumer.polltimeoutms" in params:
+            opts.poll_timeout_ms = _long("kafkaConsumer.pollTimeoutMs",
+                                         params["kafkaconsumer.polltimeoutms"])  # fmt: skip
+        if "fetchoffset.numretries" in params:
+            opts.fetch_offset_num_retries = _long("fetchoffset.numRetries",
+                                                  params["fetchoffset.numretries"])  # fmt: skip
+        if "fetchoffset.retryintervalms" in params:
+            opts.fetch_offset_retry_interval_ms = _long(
+                "fetchoffset.retryIntervalMs", params["fetchoffset.retryintervalms"]
+            )
+        return opts
+
+    @classmethod
+    def _with_strategy(cls, params: dict[str, str]) -> ReadOptions:
+        """Options with the one subscription strategy given (assign, subscribe or
+        subscribePattern) and its value checked."""
         specified = [k for k in STRATEGY_OPTION_KEYS if k in params]
         if not specified:
             raise ValueError(
@@ -288,73 +320,57 @@ class ReadOptions:
             except re.error as exc:
                 raise ValueError(f"Invalid subscribePattern '{pattern}': {exc}") from None
             opts.pattern = pattern
+        return opts
 
+    def _set_limits(self, params: dict[str, str]) -> None:
+        """minPartitions, maxRecordsPerPartition, maxOffsetsPerTrigger: positive when given."""
         if "minpartitions" in params:
             p = _long("minPartitions", params["minpartitions"])
             if p <= 0:
                 raise ValueError("minPartitions must be positive")
-            opts.min_partitions = p
+            self.min_partitions = p
         if "maxrecordsperpartition" in params:
             p = _long("maxRecordsPerPartition", params["maxrecordsperpartition"])
             if p <= 0:
                 raise ValueError("maxRecordsPerPartition must be positive")
-            opts.max_records_per_partition = p
+            self.max_records_per_partition = p
         if "maxoffsetspertrigger" in params:
             m = _long("maxOffsetsPerTrigger", params["maxoffsetspertrigger"])
             if m <= 0:
                 raise ValueError("maxOffsetsPerTrigger must be positive")
-            opts.max_offsets_per_trigger = m
+            self.max_offsets_per_trigger = m
 
-        kafka = kafka_params(params)
-        if "group.id" in kafka:
-            raise ValueError(_GROUP_ID_MESSAGE)
-        if "auto.offset.reset" in kafka:
-            raise ValueError(_AUTO_OFFSET_RESET_MESSAGE)
-        if "key.deserializer" in kafka:
-            raise ValueError(
-                "Kafka option 'key.deserializer' is not supported as keys are deserialized as "
-                "byte arrays with ByteArrayDeserializer. Use DataFrame operations to explicitly "
-                "deserialize the keys."
-            )
-        if "value.deserializer" in kafka:
-            raise ValueError(
-                "Kafka option 'value.deserializer' is not supported as values are deserialized "
-                "as byte arrays with ByteArrayDeserializer. Use DataFrame operations to "
-                "explicitly deserialize the values."
-            )
-        for c in ("enable.auto.commit", "interceptor.classes"):
-            if c in kafka:
-                raise ValueError(f"Kafka option '{c}' is not supported")
-        if "bootstrap.servers" not in kafka:
-            raise ValueError(
-                "Option 'kafka.bootstrap.servers' must be specified for configuring Kafka consumer"
-            )
-        _check_security(kafka)
-        consumer_settings(kafka)  # numbers and isolation.level checked up front
-        opts.kafka = kafka
 
-        if "failondataloss" in params:
-            opts.fail_on_data_loss = _bool("failOnDataLoss", params["failondataloss"])
-        if "includeheaders" in params:
-            opts.include_headers = _bool("includeHeaders", params["includeheaders"])
-        if "startingoffsetsbytimestampstrategy" in params:
-            s = params["startingoffsetsbytimestampstrategy"].strip().lower()
-            if s not in ("error", "latest"):
-                raise ValueError(f"No value found for '{s.upper()}'")
-            opts.no_match_strategy = s
-        if "tidegate.arrow" in params:
-            opts.arrow = _bool("tidegate.arrow", params["tidegate.arrow"])
-        if "kafkaconsumer.polltimeoutms" in params:
-            opts.poll_timeout_ms = _long("kafkaConsumer.pollTimeoutMs",
-                                         params["kafkaconsumer.polltimeoutms"])  # fmt: skip
-        if "fetchoffset.numretries" in params:
-            opts.fetch_offset_num_retries = _long("fetchoffset.numRetries",
-                                                  params["fetchoffset.numretries"])  # fmt: skip
-        if "fetchoffset.retryintervalms" in params:
-            opts.fetch_offset_retry_interval_ms = _long(
-                "fetchoffset.retryIntervalMs", params["fetchoffset.retryintervalms"]
-            )
-        return opts
+def _checked_kafka_params(params: dict[str, str]) -> dict[str, str]:
+    """The ``kafka.*`` consumer settings, refusing those the source sets itself (as
+    Kafka's ``validateGeneralOptions``) and checking the rest up front."""
+    kafka = kafka_params(params)
+    if "group.id" in kafka:
+        raise ValueError(_GROUP_ID_MESSAGE)
+    if "auto.offset.reset" in kafka:
+        raise ValueError(_AUTO_OFFSET_RESET_MESSAGE)
+    if "key.deserializer" in kafka:
+        raise ValueError(
+            "Kafka option 'key.deserializer' is not supported as keys are deserialized as "
+            "byte arrays with ByteArrayDeserializer. Use DataFrame operations to explicitly "
+            "deserialize the keys."
+        )
+    if "value.deserializer" in kafka:
+        raise ValueError(
+            "Kafka option 'value.deserializer' is not supported as values are deserialized "
+            "as byte arrays with ByteArrayDeserializer. Use DataFrame operations to "
+            "explicitly deserialize the values."
+        )
+    for c in ("enable.auto.commit", "interceptor.classes"):
+        if c in kafka:
+            raise ValueError(f"Kafka option '{c}' is not supported")
+    if "bootstrap.servers" not in kafka:
+        raise ValueError(
+            "Option 'kafka.bootstrap.servers' must be specified for configuring Kafka consumer"
+        )
+    _check_security(kafka)
+    consumer_settings(kafka)  # numbers and isolation.level checked up front
+    return kafka
 
 
 def _check_security(kafka: Mapping[str, str]) -> ClientSecurity:
