@@ -127,11 +127,6 @@ class AsyncioScheduler:
         task.arm(MonotonicMs(self.clock.milliseconds() + period_ms))
         return task
 
-    @property
-    def background_work(self) -> int:
-        """Submitted calls not finished yet."""
-        return len(self._pending)
-
     async def drain(self, timeout_s: float = 10.0) -> None:
         """Wait for submitted work to finish (shutdown: fsyncs in flight complete)."""
         if self._pending:

@@ -148,7 +148,6 @@ class BrokerConnection:
         self._bpos = 0
         self.connect_started_ns = 0
         self.throttle_until_ns = 0
-        self.last_activity_ns = 0
 
     # -- connecting ----------------------------------------------------------------
 
@@ -172,7 +171,6 @@ class BrokerConnection:
         self.sock = sock
         self.state = ConnectionState.CONNECTING
         self.connect_started_ns = now_ns
-        self.last_activity_ns = now_ns
 
     def finish_connect(self) -> None:
         """Called when the socket becomes writable while CONNECTING."""
@@ -253,7 +251,6 @@ class BrokerConnection:
                 sent = self.sock.sendmsg(iov)
             except (BlockingIOError, InterruptedError):
                 break
-            self.last_activity_ns = now_ns
             full = sent == sum(len(b) for b in iov)
             self._advance(sent, now_ns, finished)
             if not full:
@@ -309,7 +306,6 @@ class BrokerConnection:
                 sent = sock.send(chunk)
             except (ssl.SSLWantWriteError, ssl.SSLWantReadError, BlockingIOError, InterruptedError):
                 break  # retried with the same chunk when writable
-            self.last_activity_ns = now_ns
             self._tls_chunk = chunk[sent:] if sent < len(chunk) else None
             self._advance(sent, now_ns, finished)
         return finished
@@ -363,7 +359,6 @@ class BrokerConnection:
                 return frames
             if n == 0:
                 return frames or None
-            self.last_activity_ns = now_ns
             mv = memoryview(self._scratch)[:n]
             i = 0
             while i < n:

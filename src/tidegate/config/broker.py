@@ -466,10 +466,6 @@ class BrokerConfig:
             else ConfigSource.STATIC_BROKER_CONFIG
         )
 
-    def as_dict(self) -> dict[str, Any]:
-        """Every broker key's typed value."""
-        return dict(self._values)
-
     def topic_default(self, name: str) -> Any:
         """A topic key's value for topics that do not override it (from its broker synonyms)."""
         key = TOPIC_CONFIG.get(name)

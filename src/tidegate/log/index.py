@@ -75,7 +75,6 @@ class _Index:
     """Common file handling: an append-only file of fixed-size entries."""
 
     ENTRY_SIZE = 0
-    SUFFIX = ""
 
     __slots__ = ("_dirty", "_fd", "_missing", "base_offset", "path")
 
@@ -175,11 +174,6 @@ class _Index:
         except FileNotFoundError:
             pass
 
-    def file_size(self) -> int:
-        try:
-            return os.stat(self.path).st_size
-        except FileNotFoundError:
-            return 0
 
 
 class OffsetIndex(_Index):
@@ -191,7 +185,6 @@ class OffsetIndex(_Index):
     """
 
     ENTRY_SIZE = 8
-    SUFFIX = ".index"
     _ENTRY = struct.Struct(">ii")
 
     __slots__ = ("_pos", "_rel")
@@ -311,7 +304,6 @@ class TimeIndex(_Index):
     """
 
     ENTRY_SIZE = 12
-    SUFFIX = ".timeindex"
     _ENTRY = struct.Struct(">qi")
 
     __slots__ = ("_rel", "_ts")
@@ -433,7 +425,6 @@ class TransactionIndex(_Index):
     """
 
     ENTRY_SIZE = 34
-    SUFFIX = ".txnindex"
     VERSION = 0
     _ENTRY = struct.Struct(">hqqqq")
 

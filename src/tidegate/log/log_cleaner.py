@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from tidegate.clock import WallMs
 
-from .cleaner import Cleaner, CleanerStats, PreparedClean
+from .cleaner import Cleaner, PreparedClean
 from .log import Log
 from .log_cleaner_manager import LogCleanerManager, LogToClean
 
@@ -41,10 +41,8 @@ class LogCleaner:
     max_buffer_utilization_percent: int = 0
     last_run_ms: WallMs = _NEVER
     cleans: int = 0
-    last_stats: CleanerStats | None = None
     #: the log a worker thread is cleaning (retention leaves it alone meanwhile)
     in_progress: Log | None = None
-    stats_history: list[CleanerStats] = field(default_factory=list)
 
     def clean_once(self, logs: Mapping[tuple[str, int], Log], now_ms: WallMs) -> bool:
         """Clean the filthiest eligible log once, on this thread; False when none needed
@@ -93,7 +91,6 @@ class LogCleaner:
         stats = prepared.stats
         self.manager.update_checkpoint(tp, stats.end_offset)
         self.cleans += 1
-        self.last_stats = stats
         self.max_clean_time_secs = int(stats.elapsed_secs)
         self.max_buffer_utilization_percent = int(100 * stats.buffer_utilization)
         if stats.bytes_read:

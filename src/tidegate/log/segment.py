@@ -345,15 +345,6 @@ class LogSegment:
         """Largest batch maxTimestamp seen in this segment (-1 if none)."""
         return self._max_ts
 
-    @property
-    def offset_of_max_timestamp(self) -> int:
-        """Last offset of the (first) batch carrying :attr:`max_timestamp`, -1 if none."""
-        return self._offset_of_max_ts
-
-    @property
-    def index_problem(self) -> str | None:
-        return self._index_problem
-
     def is_empty(self) -> bool:
         return self._size == 0
 

@@ -95,15 +95,6 @@ def parse_per_ip_overrides(value: str | None, resolve: bool = True) -> dict[str,
     return out
 
 
-class Admission:
-    """What :meth:`ConnectionQuotas.try_admit` says about the head of a listener's queue."""
-
-    ADMITTED = "admitted"
-    REFUSED = "refused"  # over max.connections.per.ip: close it
-    THROTTLED = "throttled"  # over the creation rate: try again at ``retry_at_ms``
-    BLOCKED = "blocked"  # no slot: try again when a connection closes
-
-
 class ConnectionQuotas:
     """Counts per address, per listener and in total, and the creation-rate sensors."""
 

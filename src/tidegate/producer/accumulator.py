@@ -120,7 +120,6 @@ class RecordAccumulator:
         self._topics_lock = threading.Lock()
         self._incomplete: set[ProducerBatch] = set()
         self._incomplete_lock = threading.Lock()
-        self._appends_in_progress = 0
         self._flushes_in_progress = 0
         self._closed = False
         self._drain_index: dict[int, int] = {}
@@ -216,25 +215,13 @@ class RecordAccumulator:
                             return (r, full or len(batches) > 1, False, eff)
                         if r is None:
                             last.close_for_appends()
-        self._appends_in_progress += 1
-        try:
-            if self.incremental:
-                return self._append_chunked(
-                    topic,
-                    partition,
-                    timestamp,
-                    key,
-                    value,
-                    headers,
-                    on_delivery,
-                    max_block_ms,
-                    cluster,
-                )
-            return self._append_full(
+        if self.incremental:
+            return self._append_chunked(
                 topic, partition, timestamp, key, value, headers, on_delivery, max_block_ms, cluster
             )
-        finally:
-            self._appends_in_progress -= 1
+        return self._append_full(
+            topic, partition, timestamp, key, value, headers, on_delivery, max_block_ms, cluster
+        )
 
     def _resolve(
         self, info: _TopicInfo, topic: str, partition: int | None, cluster: Cluster
@@ -595,7 +582,6 @@ class RecordAccumulator:
                     if seq is not None:
                         seq.assign(first)
                     first.close()
-                first.drained_ms = now_ms
                 size += first.final_size
                 ready.append(first)
             else:
@@ -679,10 +665,6 @@ class RecordAccumulator:
     def end_flush(self) -> None:
         self._flushes_in_progress -= 1
 
-    @property
-    def flush_in_progress(self) -> bool:
-        return self._flushes_in_progress > 0
-
     def incomplete(self) -> list[ProducerBatch]:
         with self._incomplete_lock:
             return list(self._incomplete)
@@ -706,10 +688,6 @@ class RecordAccumulator:
 
     def close(self) -> None:
         self._closed = True
-
-    @property
-    def appends_in_progress(self) -> bool:
-        return self._appends_in_progress > 0
 
     def abort_undrained_batches(self, error: BaseException) -> list[ProducerBatch]:
         """Fail the batches never drained (no sequence number yet; a batch being retried

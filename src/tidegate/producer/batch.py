@@ -258,7 +258,6 @@ class ProducerBatch:
         self.estimation = (
             compression_ratio * COMPRESSION_RATE_ESTIMATION_FACTOR if compression != NONE else 1.0
         )
-        self.compression_ratio_estimate = compression_ratio
         self.actual_compression_ratio = 1.0
         self.count = 0
         self.uncompressed = 0  # record bytes written before compression
@@ -269,7 +268,6 @@ class ProducerBatch:
         self.result = ProduceRequestResult(topic, partition)
         self.created_ms = created_ms
         self.last_attempt_ms = created_ms
-        self.drained_ms = 0
         self.attempts = 0
         self.backoff_ms = 0.0
         self.retry = False

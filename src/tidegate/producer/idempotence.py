@@ -102,6 +102,3 @@ class IdempotenceState:
     def has_in_flight(self) -> bool:
         return any(self._in_flight.values())
 
-    def reset_partition(self, topic: str, partition: int) -> None:
-        with self._lock:
-            self._next_seq.pop((topic, partition), None)

@@ -62,9 +62,6 @@ class ProducerMetadata:
             self._need_update = True
             return self.version
 
-    def needs_update(self, now_ms: MonotonicMs) -> bool:
-        return self.time_to_next_update(now_ms) == 0
-
     def time_to_next_update(self, now_ms: MonotonicMs) -> int:
         backoff_left = self._last_attempt_ms + self.refresh_backoff_ms - now_ms
         if self._need_update:

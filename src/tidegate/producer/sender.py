@@ -109,7 +109,6 @@ class Sender(threading.Thread):
         self._guarantee_order = config.max_in_flight_requests_per_connection == 1
         self.on_batch_sent = on_batch_sent
         self.requests_sent = 0
-        self._warned: set[str] = set()
 
     # -- lifecycle ------------------------------------------------------------------------
 

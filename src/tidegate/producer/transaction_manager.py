@@ -341,9 +341,6 @@ class TransactionManager:
     def has_pending_requests(self) -> bool:
         return bool(self._pending)
 
-    def has_partitions_to_add(self) -> bool:
-        return bool(self._new_partitions or self._pending_partitions)
-
     def is_partition_added(self, tp: TopicPartition) -> bool:
         return tp in self._partitions_in_txn
 
@@ -807,11 +804,6 @@ class TransactionManager:
         self.coordinator_supports_bumping_epoch = (
             init_producer_id_max_version is not None and init_producer_id_max_version >= 3
         )
-
-    def fail_pending_requests(self, error: BaseException) -> None:
-        with self._lock:
-            for _, _, handler in self._pending:
-                handler.abortable_error(error)
 
     def close(self) -> None:
         """The sender stopped: fail what is still pending."""

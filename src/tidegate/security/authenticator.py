@@ -56,8 +56,6 @@ log = logging.getLogger(__name__)
 _I32 = struct.Struct(">i")
 
 #: Mechanisms tidegate implements, in the order SaslHandshake lists them by default.
-SUPPORTED_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
-
 
 class SaslState(enum.Enum):
     HANDSHAKE_OR_VERSIONS_REQUEST = "HANDSHAKE_OR_VERSIONS_REQUEST"

@@ -618,11 +618,7 @@ class SystemTimer:
                 wheel = overflow
         entry.next = entry.prev = UNLINKED
         entry.list = None
-        executor = self._executor
-        if executor is None:
-            task.run()
-        else:
-            executor(task.run)
+        self._execute(task)
 
     def advance_clock(self, timeout_ms: int = 0) -> bool:
         """Expire everything that is due now; True if any bucket was due.

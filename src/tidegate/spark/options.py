@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tidegate.client.security import SECURITY_KEYS, ClientSecurity
+from tidegate.client.security import ClientSecurity
 
 from .offsets import (
     EARLIEST,
@@ -62,26 +62,6 @@ _GROUP_ID_MESSAGE = (
     "Kafka option 'group.id' is not supported as user-specified consumer groups are not "
     "used to track offsets."
 )
-
-#: ``kafka.*`` settings the reader uses; any other ``kafka.*`` key is accepted (Kafka's
-#: clients also accept keys they do not know, and log them) and ignored by the reader.
-CONSUMER_KEYS = {
-    "bootstrap.servers",
-    "client.id",
-    "request.timeout.ms",
-    "default.api.timeout.ms",
-    "fetch.max.bytes",
-    "max.partition.fetch.bytes",
-    "fetch.max.wait.ms",
-    "fetch.min.bytes",
-    "isolation.level",
-    "reconnect.backoff.ms",
-    "reconnect.backoff.max.ms",
-    "socket.connection.setup.timeout.ms",
-    "receive.buffer.bytes",
-    "send.buffer.bytes",
-} | SECURITY_KEYS
-
 
 @dataclass(frozen=True)
 class OffsetSpec:

@@ -192,19 +192,7 @@ class TransactionMetadata:
     def is_producer_epoch_exhausted(self) -> bool:
         return is_epoch_exhausted(self.producer_epoch)
 
-    def remove_partition(self, tp: TopicPartition) -> None:
-        """A marker for ``tp`` was written (Prepare* only)."""
-        if self.state not in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
-            raise IllegalTransitionError(f"removing partition {tp} in state {self.state}")
-        self.topic_partitions.discard(tp)
-
     # -- prepare ------------------------------------------------------------------------
-    def prepare_no_transit(self) -> TxnTransitMetadata:
-        """The current metadata as a transit (a retry's re-write)."""
-        return self._transit(self.state, self.producer_id, self.producer_epoch, self.last_producer_epoch,
-                             self.txn_timeout_ms, self.topic_partitions, self.txn_start_timestamp,
-                             self.txn_last_update_timestamp)
-
     def prepare_fence_producer_epoch(self) -> TxnTransitMetadata:
         """Ongoing → PrepareEpochFence with the epoch bumped (kept if a fence already failed)."""
         if self.producer_epoch == SHORT_MAX:
