@@ -116,10 +116,6 @@ class BrokerProcess(Broker):
     def listener_port(self, name: str) -> int:
         return _listener_ports(self.overrides)[name]
 
-    def listener_ports(self) -> list[int]:
-        """Every port the broker listens on: ``port`` and those of a ``listeners`` override."""
-        return list(dict.fromkeys([self.port, *_listener_ports(self.overrides).values()]))
-
     @property
     def pid(self) -> int:
         assert self.proc is not None
