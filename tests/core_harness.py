@@ -17,6 +17,7 @@ from typing import Any
 
 from tests.fake_loop import FakeLoop
 from tests.integration.rawclient import (
+    create_topics_body,
     decode_response,
     encode_request,
     fetch_topics_body,
@@ -197,21 +198,7 @@ class CoreHarness:
     # -- conveniences -------------------------------------------------------------
     def create_topic(self, name, partitions=1, configs=None):
         resp = self.request_parked(  # the logs are made on a worker thread
-            ApiKey.CREATE_TOPICS,
-            7,
-            {
-                "topics": [
-                    {
-                        "name": name,
-                        "num_partitions": partitions,
-                        "replication_factor": 1,
-                        "assignments": [],
-                        "configs": [{"name": k, "value": v} for k, v in (configs or {}).items()],
-                    }
-                ],
-                "timeout": 5000,
-                "validate_only": False,
-            },
+            ApiKey.CREATE_TOPICS, 7, create_topics_body(name, partitions, configs)
         )
         assert resp.topics[0].error_code == ErrorCode.none, resp
         return resp.topics[0].topic_id
