@@ -332,10 +332,10 @@ def test_records_of_other_kinds_are_left_to_the_classic_coordinator(tmp_path):
         h.store,
         h.clock,
     )
-    classic.startup()
+    h.store.load(classic.replay_batch)
+    classic.on_loaded()
     classic.handle_commit_offsets("simple", "", None, -1, {("foo", 0): OffsetAndMetadata(5)})
     h.loop.run_pending()
-    classic.startup()  # already active: nothing
     h2 = h.restart()
     assert set(h2.manager.groups) == {G}
     assert h2.member("m").member_epoch == 1

@@ -10,6 +10,8 @@ needs durability.
 from __future__ import annotations
 
 import struct
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -86,33 +88,34 @@ def _truncate(path, size: int) -> None:
 class Harness:
     def __init__(self, tmp_path=None, **config) -> None:
         self.clock = clock_at(0)
+        if tmp_path is None:
+            # the real graph always: a directory of its own when the test has none
+            self._tmp = tempfile.TemporaryDirectory()
+            tmp_path = Path(self._tmp.name)
         self.tmp_path = tmp_path
         config.setdefault("initial_rebalance_delay_ms", 0)
         self.config = GroupConfig(**config)
         self._build()
 
     def _build(self) -> None:
-        """The coordinator, and (with a tmp_path) the broker's real LogManager and
-        ReplicaManager under it, on fake time: commits are appended through
-        append_records and fsynced when the fake scheduler runs."""
+        """The coordinator over the broker's real LogManager and ReplicaManager, on fake
+        time: commits are appended through append_records and fsynced when the fake
+        scheduler runs."""
         self.loop = FakeLoop(self.clock)
         self.heartbeat = DelayedOperationPurgatory("Heartbeat", SystemTimer(clock=self.clock))
         self.rebalance = DelayedOperationPurgatory("Rebalance", SystemTimer(clock=self.clock))
-        self.logs: LogManager | None = None
-        self.store: OffsetsLog | None = None
-        if self.tmp_path is not None:
-            self.logs = LogManager(
-                self.tmp_path, TopicStore(self.tmp_path), lambda info: LogConfig(retention_ms=-1), self.clock,
-                self.loop,
-            )
-            self.logs.load()
-            self.replicas = ReplicaManager(self.logs, self.loop, clock=self.clock, fetch_sessions=FetchSessionCache(1000))
-            self.store = OffsetsLog(self._open, self.clock, append_records=self.replicas.append_records)
+        self.logs = LogManager(
+            self.tmp_path, TopicStore(self.tmp_path), lambda info: LogConfig(retention_ms=-1), self.clock,
+            self.loop,
+        )
+        self.logs.load()
+        self.replicas = ReplicaManager(self.logs, self.loop, clock=self.clock, fetch_sessions=FetchSessionCache(1000))
+        self.store = OffsetsLog(self._open, self.clock, append_records=self.replicas.append_records)
         self.coord = GroupCoordinator(self.config, self.heartbeat, self.rebalance, self.store, self.clock)
-        self.coord.startup()
+        self.store.load(self.coord.replay_batch)
+        self.coord.on_loaded()
 
     def _open(self, create: bool) -> Log | None:
-        assert self.logs is not None
         plog = self.logs.get_log(OFFSETS_TOPIC, 0)
         if plog is None and create:
             self.logs.create_topic(OFFSETS_TOPIC, 1, {})

@@ -202,6 +202,7 @@ class BrokerConfig:
         self._validate_advertised()
         self._validate_queued_max_request_bytes()
         self._check_connection_limits(self._values)
+        self._validate_group_consumer(values)
         self._log_config = topic_log_config(self, {})
 
     # ---- construction ------------------------------------------------------------------
@@ -277,6 +278,26 @@ class BrokerConfig:
         if value is None:
             return
         validate_queued_max_request_bytes(value, self._values["socket.request.max.bytes"])
+
+    @staticmethod
+    def _validate_group_consumer(values: Mapping[str, Any]) -> None:
+        """Kafka's GroupCoordinatorConfig requirements: the consumer protocol's heartbeat
+        interval and session timeout within their bounds, the interval below the timeout."""
+        prefix = "group.consumer."
+        for what in ("heartbeat.interval.ms", "session.timeout.ms"):
+            low, high = values[f"{prefix}min.{what}"], values[f"{prefix}max.{what}"]
+            value = values[prefix + what]
+            if high < low:
+                raise ConfigError.invalid(f"{prefix}max.{what}", high, f"must be greater than or equal to {prefix}min.{what}")
+            if not low <= value <= high:
+                raise ConfigError.invalid(
+                    prefix + what, value, f"must be within [{prefix}min.{what}, {prefix}max.{what}] ([{low}, {high}])"
+                )  # fmt: skip
+        if values[f"{prefix}heartbeat.interval.ms"] >= values[f"{prefix}session.timeout.ms"]:
+            raise ConfigError.invalid(
+                f"{prefix}heartbeat.interval.ms", values[f"{prefix}heartbeat.interval.ms"],
+                f"must be less than {prefix}session.timeout.ms",
+            )  # fmt: skip
 
     def _validate_inter_broker_listener(self, name: str | None) -> None:
         names = [lst.name for lst in self._listeners]

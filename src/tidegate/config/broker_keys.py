@@ -169,6 +169,37 @@ _UNSUPPORTED_STORES = {
 _log_dir = Check(_check_single_log_dir, "exactly one directory")
 
 
+def _check_rebalance_protocols(name: str, value: Any) -> None:
+    # Kafka's GroupCoordinatorConfig: a list of known protocols that includes classic
+    for protocol in value:
+        if protocol not in ("classic", "consumer", "share", "streams"):
+            raise ConfigError.invalid(name, value, "String must be one of: classic, consumer, share, streams")
+    if "classic" not in value:
+        raise ConfigError.invalid(name, value, "The classic rebalance protocol must be enabled.")
+
+
+def _check_consumer_assignors(name: str, value: Any) -> None:
+    if not value:
+        raise ConfigError.invalid(name, value, "At least one assignor must be given.")
+    if len(set(value)) != len(value):
+        raise ConfigError.invalid(name, value, "Values must not be duplicated.")
+    for assignor in value:
+        if assignor not in ("uniform", "range"):
+            raise ConfigError.invalid(name, value, f"Unknown assignor {assignor}: uniform and range exist.")
+
+
+def _check_migration_policy(name: str, value: Any) -> None:
+    if value.lower() not in ("disabled", "downgrade", "upgrade", "bidirectional"):
+        raise ConfigError.invalid(
+            name, value, "String must be one of (case insensitive): disabled, downgrade, upgrade, bidirectional"
+        )
+
+
+_rebalance_protocols = Check(_check_rebalance_protocols, "[classic, consumer, share, streams], with classic")
+_consumer_assignors = Check(_check_consumer_assignors, "[uniform, range], no duplicates")
+_migration_policy = Check(_check_migration_policy, "[disabled, downgrade, upgrade, bidirectional]")
+
+
 def _check_process_roles(name: str, value: Any) -> None:
     for role in value or ():
         if role not in ("broker", "controller"):
@@ -518,6 +549,35 @@ _TABLE: tuple[ConfigKey, ...] = (
            "The largest session timeout a member may ask for (INVALID_SESSION_TIMEOUT above)."),
     broker("group.max.size", INT, INT32_MAX, Range.at_least(1), MEDIUM,
            "The most members a group may have (GROUP_MAX_SIZE_REACHED beyond)."),
+    # ---- the consumer group protocol (KIP-848; docs/groups.md) ---------------------------
+    broker("group.coordinator.rebalance.protocols", LIST, "classic,consumer", _rebalance_protocols, MEDIUM,
+           "The group protocols the coordinator speaks: classic (JoinGroup/SyncGroup) and "
+           "consumer (KIP-848's ConsumerGroupHeartbeat; without it that API answers "
+           "UNSUPPORTED_VERSION). Must include classic."),
+    broker("group.consumer.session.timeout.ms", INT, 45000, Range.at_least(1), MEDIUM,
+           "A consumer-protocol member is fenced after this long without a heartbeat."),
+    broker("group.consumer.min.session.timeout.ms", INT, 45000, Range.at_least(1), MEDIUM,
+           "The smallest consumer.session.timeout.ms a group config may set."),
+    broker("group.consumer.max.session.timeout.ms", INT, 60000, Range.at_least(1), MEDIUM,
+           "The largest consumer.session.timeout.ms a group config may set."),
+    broker("group.consumer.heartbeat.interval.ms", INT, 5000, Range.at_least(1), MEDIUM,
+           "How often a consumer-protocol member is told to heartbeat."),
+    broker("group.consumer.min.heartbeat.interval.ms", INT, 5000, Range.at_least(1), MEDIUM,
+           "The smallest consumer.heartbeat.interval.ms a group config may set."),
+    broker("group.consumer.max.heartbeat.interval.ms", INT, 15000, Range.at_least(1), MEDIUM,
+           "The largest consumer.heartbeat.interval.ms a group config may set."),
+    broker("group.consumer.max.size", INT, INT_MAX, Range.at_least(1), MEDIUM,
+           "The most members a consumer group may have (GROUP_MAX_SIZE_REACHED beyond)."),
+    broker("group.consumer.assignors", LIST, "uniform,range", _consumer_assignors, MEDIUM,
+           "The server-side assignors a member may name (group.remote.assignor; "
+           "UNSUPPORTED_ASSIGNOR otherwise); the first is the default."),
+    broker("group.consumer.migration.policy", STRING, "bidirectional", _migration_policy, MEDIUM,
+           "Kafka's online migration between the classic and consumer protocols "
+           "(disabled, downgrade, upgrade, bidirectional). Accepted; tidegate converts only "
+           "empty groups (docs/groups.md)."),
+    broker("group.consumer.regex.refresh.interval.ms", INT, 600000, Range.at_least(10000), LOW,
+           "How often a consumer group's regular expressions are resolved again when no "
+           "topic changed (Kafka's internal key)."),
     broker("offsets.retention.minutes", INT, 10080, Range.at_least(1), HIGH,
            "Committed offsets of a group are deleted this long after the group became empty "
            "(or, for standalone consumers, after the commit)."),

@@ -404,6 +404,14 @@ class AuthorizationStep:
         s = self.session(request)
         return {name for name in set(names) if not s.allow(READ, TOPIC, name)}
 
+    def describable_topics(self, request: Request, names: Iterable[str]) -> list[str]:
+        """The topics the request's principal may DESCRIBE (what a consumer group's regular
+        expression resolves to for it, and what ConsumerGroupDescribe may show)."""
+        if self.authorizer is None:
+            return list(names)
+        s = self.session(request)
+        return [name for name in names if s.allow(DESCRIBE, TOPIC, name, audit=False)]
+
     def authorize(self, request: Request) -> Decision:
         """Run the request's check: None lets it through (maybe with a filtered body and
         a merge), a message is the whole answer, a shell response closes the connection."""

@@ -15,12 +15,29 @@ requests straight into :meth:`KafkaApis.handle`, so the same wiring runs in both
 
 from __future__ import annotations
 
+import functools
 import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tidegate.clock import Clock, MonotonicMs
 from tidegate.config import BrokerConfig, topic_log_config
+from tidegate.coordinator.group.group_coordinator import GroupConfig, GroupCoordinator
+from tidegate.coordinator.group.group_metadata_manager import OFFSETS_TOPIC, OffsetsLog
+from tidegate.coordinator.group.modern.consumer.consumer_group_manager import (
+    ConsumerGroupConfig,
+    ConsumerGroupManager,
+)
+from tidegate.coordinator.group.modern.share.share_group_manager import (
+    ShareGroupConfig,
+    ShareGroupManager,
+)
+from tidegate.coordinator.share.share_coordinator import (
+    SHARE_GROUP_STATE_TOPIC,
+    ShareCoordinator,
+    ShareCoordinatorConfig,
+    share_group_state_topic_configs,
+)
 from tidegate.coordinator.transaction.producer_id_manager import ProducerIdManager
 from tidegate.coordinator.transaction.transaction_coordinator import TransactionCoordinator
 from tidegate.coordinator.transaction.transaction_marker_channel_manager import (
@@ -39,9 +56,10 @@ from tidegate.security.credentials import CredentialStore
 from tidegate.server.acl_apis import AclApis
 from tidegate.server.admin_apis import AdminApis
 from tidegate.server.authorization import AuthorizationStep
+from tidegate.server.consumer_group_apis import ConsumerGroupApis
 from tidegate.server.endpoints import Endpoints
 from tidegate.server.fetch_session import FetchSessionCache
-from tidegate.server.group_apis import GroupApis
+from tidegate.server.group_apis import GroupApis, offsets_topic_configs
 from tidegate.server.kafka_apis import KafkaApis
 from tidegate.server.log_manager import LogManager
 from tidegate.server.metadata import BrokerConfigStore, TopicStore, load_or_create_meta
@@ -138,14 +156,28 @@ class BrokerCore:
         self.request_helper = RequestHandlerHelper(channel, self.quotas, self.store, clock, metrics)
         respond = self.request_helper.send_response
         self.endpoints = Endpoints(config)
-        # Consumer groups (Kafka's two purgatories): session expiry, and the join/sync
-        # phases of rebalances.
-        self.heartbeat_purgatory = DelayedOperationPurgatory("Heartbeat", SystemTimer(clock=clock))
-        self.rebalance_purgatory = DelayedOperationPurgatory("Rebalance", SystemTimer(clock=clock))
+        # Authorization (docs/security.md): the StandardAuthorizer when configured, its
+        # ACLs loaded before the first request is served.
+        self.acl_store = AclStore(data_dir)
+        self.authorizer: StandardAuthorizer | None = None
+        if config.get("authorizer.class.name"):
+            self.authorizer = StandardAuthorizer(
+                parse_super_users(config.get("super.users")),
+                config.get("allow.everyone.if.no.acl.found"),
+                clock=clock,
+            )
+            self.authorizer.load(self.acl_store.load())
+            log.info("authorizer %s: %d ACL(s) loaded", config.get("authorizer.class.name"),
+                     len(self.authorizer.acls))
+        self.authorization = AuthorizationStep(self.authorizer, self.store)
+        self._build_group_coordinators(config, clock)
         self.groups = GroupApis(
-            config, self.replicas, self.endpoints, self.heartbeat_purgatory, self.rebalance_purgatory, clock,
-            respond=respond,
+            config, self.replicas, self.endpoints, self.offsets_log, self.group_coordinator,
+            self.consumer_group_coordinator, self.share_group_coordinator, clock, respond=respond,
         )  # fmt: skip
+        self.consumer_groups = ConsumerGroupApis(
+            config, self.consumer_group_coordinator, self.authorization, respond=respond
+        )
         self.credentials = credentials if credentials is not None else CredentialStore(None)
         # Transactions: the coordinator, its __transaction_state and markers; its periodic
         # tasks (timeouts, id expiry) and marker retries are tasks on its own timer.
@@ -167,21 +199,7 @@ class BrokerCore:
                                             self.groups.offsets_partition_for, clock, respond=respond)
         # Offsets in transactions: markers on __consumer_offsets commit or discard the
         # group coordinator's pending offsets.
-        self.transaction_coordinator.markers.marker_listeners.append(self.groups.coordinator.on_marker_written)
-        # Authorization (docs/security.md): the StandardAuthorizer when configured, its
-        # ACLs loaded before the first request is served.
-        self.acl_store = AclStore(data_dir)
-        self.authorizer: StandardAuthorizer | None = None
-        if config.get("authorizer.class.name"):
-            self.authorizer = StandardAuthorizer(
-                parse_super_users(config.get("super.users")),
-                config.get("allow.everyone.if.no.acl.found"),
-                clock=clock,
-            )
-            self.authorizer.load(self.acl_store.load())
-            log.info("authorizer %s: %d ACL(s) loaded", config.get("authorizer.class.name"),
-                     len(self.authorizer.acls))
-        self.authorization = AuthorizationStep(self.authorizer, self.store)
+        self.transaction_coordinator.markers.marker_listeners.append(self.group_coordinator.on_marker_written)
         # The other handlers, and KafkaApis: the pipeline and the data-path handlers.
         self.admin = AdminApis(
             config, self.cluster_id, self.replicas, self.store, self.quotas, self.endpoints, self.groups,
@@ -200,6 +218,7 @@ class BrokerCore:
             fetch_sessions=self.fetch_sessions,
             endpoints=self.endpoints,
             groups=self.groups,
+            consumer_groups=self.consumer_groups,
             transactions=self.transactions,
             admin=self.admin,
             security=self.security,
@@ -220,6 +239,51 @@ class BrokerCore:
         #: when each periodic job is next due (monotonic: they are intervals)
         self._due_at: dict[str, MonotonicMs] = {}
 
+    def _build_group_coordinators(self, config: BrokerConfig, clock: Clock) -> None:
+        """The group coordinators over ``__consumer_offsets`` (docs/groups.md): the classic
+        one (Kafka's two purgatories: session expiry, and the join/sync phases of
+        rebalances), KIP-848's consumer groups and KIP-932's share groups (their timers on
+        the heartbeat purgatory's timing wheel, the topic store as their metadata image),
+        and the share coordinator, share groups' state persister. Each knows the others'
+        group ids (one id names one group), asked when needed."""
+        self.heartbeat_purgatory = DelayedOperationPurgatory("Heartbeat", SystemTimer(clock=clock))
+        self.rebalance_purgatory = DelayedOperationPurgatory("Rebalance", SystemTimer(clock=clock))
+        logs = self.logs
+        self.offsets_log = OffsetsLog(
+            functools.partial(logs.internal_log, OFFSETS_TOPIC, offsets_topic_configs(config)),
+            clock,
+            append_records=self.replicas.append_records,
+            timeout_ms=config.get("offsets.commit.timeout.ms"),
+        )
+        self.group_coordinator = GroupCoordinator(
+            GroupConfig.from_broker(config), self.heartbeat_purgatory, self.rebalance_purgatory, self.offsets_log,
+            clock,
+            other_groups=lambda g: self.consumer_group_coordinator.group_type(g) or self.share_group_coordinator.group_type(g),
+            consumer_groups=lambda g: self.consumer_group_coordinator.groups.get(g),
+        )  # fmt: skip
+        timer = self.heartbeat_purgatory.timer
+        self.consumer_group_coordinator = ConsumerGroupManager(
+            ConsumerGroupConfig.from_broker(config), image=self.store, append=self.offsets_log.append, timer=timer,
+            clock=clock, classic_groups=self.group_coordinator,
+            other_groups=lambda g: self.share_group_coordinator.group_type(g),
+        )  # fmt: skip
+        share_state = ShareCoordinatorConfig.from_broker(config)
+        self.share_coordinator = ShareCoordinator(
+            share_state,
+            open_log=functools.partial(
+                logs.internal_log, SHARE_GROUP_STATE_TOPIC, share_group_state_topic_configs(share_state)
+            ),
+            append_records=self.replicas.append_records,
+            delete_records=self.replicas.delete_records,
+            topic_partitions=self.store.partitions_of,
+            clock=clock,
+        )  # fmt: skip
+        self.share_group_coordinator = ShareGroupManager(
+            ShareGroupConfig(), image=self.store, append=self.offsets_log.append, timer=timer, clock=clock,
+            persister=self.share_coordinator,
+            other_groups=lambda g: self.group_coordinator.group_type(g) or self.consumer_group_coordinator.group_type(g),
+        )  # fmt: skip
+
     @property
     def purgatories(self) -> list[DelayedOperationPurgatory]:
         return [
@@ -232,6 +296,7 @@ class BrokerCore:
     def start(self) -> None:
         """Replay __consumer_offsets (arming members' session timers) and schedule the
         periodic work."""
+        self.share_coordinator.startup()
         self.groups.start()
         self.transaction_coordinator.startup()
         start = self.clock.milliseconds()
@@ -334,6 +399,7 @@ class BrokerCore:
             task.cancel()
         self._tasks.clear()
         self.groups.shutdown()
+        self.share_coordinator.shutdown()
         self.transaction_coordinator.shutdown()
         self.replicas.complete_fetches_now()
         if self._cleaner_worker is not None:

@@ -25,7 +25,6 @@ from typing import Any
 from tidegate.clock import Clock, WallMs
 from tidegate.config import BrokerConfig
 from tidegate.coordinator.group.group_coordinator import (
-    GroupConfig,
     GroupCoordinator,
     coordinator_operation_error,
 )
@@ -37,11 +36,12 @@ from tidegate.coordinator.group.group_metadata_manager import (
     OffsetsLog,
     PendingAppend,
 )
+from tidegate.coordinator.group.modern.consumer.consumer_group_manager import ConsumerGroupManager
+from tidegate.coordinator.group.modern.share.share_group_manager import ShareGroupManager
 from tidegate.errors import ErrorCode
 from tidegate.log.dir_failure import StorageError
-from tidegate.log.log import Log
+from tidegate.log.replay import ReplayedBatch
 from tidegate.network.request_channel import PARKED, Request
-from tidegate.protocol.messages.consumer_group_describe import ConsumerGroupDescribeRequest
 from tidegate.protocol.messages.delete_groups import DeleteGroupsRequest
 from tidegate.protocol.messages.describe_groups import DescribeGroupsRequest
 from tidegate.protocol.messages.heartbeat import HeartbeatRequest
@@ -55,7 +55,6 @@ from tidegate.protocol.messages.sync_group import SyncGroupRequest
 from tidegate.protocol.messages.txn_offset_commit import TxnOffsetCommitRequest
 from tidegate.security.authorizer.acl import AUTHORIZED_OPERATIONS_OMITTED
 from tidegate.server.endpoints import Endpoints
-from tidegate.server.purgatory import DelayedOperationPurgatory
 from tidegate.server.replica_manager import ReplicaManager
 from tidegate.server.request_handler_helper import Respond
 
@@ -84,12 +83,17 @@ class GroupApis:
         config: BrokerConfig,
         replicas: ReplicaManager,
         endpoints: Endpoints,
-        heartbeat_purgatory: DelayedOperationPurgatory,
-        rebalance_purgatory: DelayedOperationPurgatory,
+        offsets_log: OffsetsLog,
+        coordinator: GroupCoordinator,
+        consumer_groups: ConsumerGroupManager,
+        share_groups: ShareGroupManager,
         clock: Clock,
         *,
         respond: Respond,
     ) -> None:
+        """``offsets_log`` is ``__consumer_offsets``, which the three group coordinators
+        share: the classic ``coordinator`` (its groups and every group's committed
+        offsets), KIP-848's ``consumer_groups`` and KIP-932's ``share_groups``."""
         self.config = config
         #: its wall clock stamps offset commits (Kafka's KafkaApis: commit and expire times)
         self.clock = clock
@@ -97,51 +101,36 @@ class GroupApis:
         self.logs = replicas.logs
         self.endpoints = endpoints
         self.node_id = config.node_id
-        self.commit_timeout_ms = config.get("offsets.commit.timeout.ms")
-        self._stopped = False
-        self.offsets_log = OffsetsLog(
-            self._open_offsets_log,
-            clock,
-            append_records=replicas.append_records,
-            timeout_ms=self.commit_timeout_ms,
-        )
-        self.coordinator = GroupCoordinator(
-            GroupConfig.from_broker(config),
-            heartbeat_purgatory,
-            rebalance_purgatory,
-            self.offsets_log,
-            clock,
-        )
+        self.offsets_log = offsets_log
+        self.coordinator = coordinator
+        self.consumer_groups = consumer_groups
+        self.share_groups = share_groups
         #: answers a parked request (RequestHandlerHelper.send_response)
         self.respond = respond
 
-    # -- the offsets topic -------------------------------------------------------------------
-    def _open_offsets_log(self, create: bool) -> Log | None:
-        logs = self.logs
-        plog = logs.get_log(*OFFSETS_KEY)
-        if plog is None and create and logs.store.get(OFFSETS_TOPIC) is None:
-            logs.create_topic(OFFSETS_TOPIC, 1, offsets_topic_configs(self.config))
-            log.info("created the internal topic %s", OFFSETS_TOPIC)
-            plog = logs.get_log(*OFFSETS_KEY)
-        return plog
-
     def start(self) -> None:
-        """Load groups and offsets (the broker calls this at startup; handlers call it
-        lazily, for KafkaApis used without a Broker)."""
-        if not self._stopped:
-            self.coordinator.startup()
+        """Load groups and offsets (Kafka's coordinator load): every batch of
+        ``__consumer_offsets`` goes to the three coordinators' replays, in log order,
+        then each arms its timers and serves (once: a started broker's groups are live)."""
+        if self.coordinator.active:
+            return
+        n = self.offsets_log.load(self._replay_batch)
+        for coordinator in (self.coordinator, self.consumer_groups, self.share_groups):
+            coordinator.on_loaded()
+        if n:
+            log.info("loaded %d record(s) of %s", n, OFFSETS_TOPIC)
 
-    def _coord(self) -> GroupCoordinator:
-        coordinator = self.coordinator
-        if not coordinator.active and not self._stopped:
-            coordinator.startup()
-        return coordinator
+    def _replay_batch(self, batch: ReplayedBatch) -> None:
+        self.coordinator.replay_batch(batch)
+        self.consumer_groups.replay_batch(batch)
+        self.share_groups.replay_batch(batch)
 
     def shutdown(self) -> None:
         """Answer parked JoinGroup/SyncGroup requests and stop: from now on every group
         request answers COORDINATOR_NOT_AVAILABLE (the broker is going away)."""
-        self._stopped = True
         self.coordinator.shutdown()
+        self.consumer_groups.shutdown()
+        self.share_groups.shutdown()
 
     def maintenance(self, retention_due: bool) -> None:
         if retention_due:
@@ -155,9 +144,9 @@ class GroupApis:
         """FindCoordinator for a group: NONE once __consumer_offsets exists (it is created
         here on first use, as Kafka does), else why this broker cannot coordinate."""
         try:
-            if not self._coord().active:
+            if not self.coordinator.active:
                 return ErrorCode.coordinator_not_available, "the broker is shutting down"
-            self._open_offsets_log(True)
+            self.offsets_log.log(True)
         except OSError as exc:
             self._creation_failed(exc)
             return ErrorCode.coordinator_not_available, f"cannot create {OFFSETS_TOPIC}: {exc}"
@@ -172,7 +161,7 @@ class GroupApis:
 
     def offsets_partition_for(self, group_id: str) -> tuple[str, int]:
         """The __consumer_offsets partition of a group (one partition), created if need be."""
-        self._open_offsets_log(True)
+        self.offsets_log.log(True)
         return OFFSETS_KEY
 
     # -- JoinGroup / SyncGroup / Heartbeat / LeaveGroup --------------------------------------------
@@ -203,7 +192,7 @@ class GroupApis:
         def reply(r: JoinResult) -> None:
             self.respond(request, body(r))
 
-        self._coord().handle_join_group(
+        self.coordinator.handle_join_group(
             req.group_id,
             req.member_id,
             req.group_instance_id if version >= 5 else None,
@@ -236,7 +225,7 @@ class GroupApis:
         def reply(r: SyncResult) -> None:
             self.respond(request, body(r))
 
-        self._coord().handle_sync_group(
+        self.coordinator.handle_sync_group(
             req.group_id,
             req.generation_id,
             req.member_id,
@@ -251,7 +240,7 @@ class GroupApis:
 
     def handle_heartbeat(self, request: Request) -> dict:
         header, req = request.header, request.body_as(HeartbeatRequest)
-        error = self._coord().handle_heartbeat(
+        error = self.coordinator.handle_heartbeat(
             req.group_id,
             req.member_id,
             req.group_instance_id if header.api_version >= 3 else None,
@@ -268,7 +257,7 @@ class GroupApis:
             ]
         else:
             leaving = [(req.member_id, None, None)]
-        error, members = self._coord().handle_leave_group(req.group_id, leaving)
+        error, members = self.coordinator.handle_leave_group(req.group_id, leaving)
         if version < 3 and error is ErrorCode.none and members:
             error = members[0][2]  # one member: its error is the response's
         return {
@@ -292,12 +281,13 @@ class GroupApis:
         body = {"throttle_time": 0, "topics": topics}
         if not offsets:
             return body
-        errors, wait = self._coord().handle_commit_offsets(
+        errors, wait = self.coordinator.handle_commit_offsets(
             req.group_id,
             req.member_id,
             req.group_instance_id if version >= 7 else None,
             req.generation_id_or_member_epoch,
             offsets,
+            version,
         )
         for tp, error in errors.items():
             parts_by_tp[tp]["error_code"] = error
@@ -369,7 +359,7 @@ class GroupApis:
         body = {"throttle_time": 0, "topics": topics}
         if not offsets:
             return body
-        errors, wait = self._coord().handle_txn_commit_offsets(
+        errors, wait = self.coordinator.handle_txn_commit_offsets(
             req.group_id,
             req.producer_id,
             req.producer_epoch,
@@ -415,12 +405,18 @@ class GroupApis:
             return None
         return [(t.name, p) for t in topics for p in t.partition_indexes]
 
-    def _offset_fetch_group(self, group_id: str, topics: Any, version: int, require_stable: bool) -> dict:
+    def _offset_fetch_group(
+        self, group_id: str, topics: Any, version: int, require_stable: bool,
+        member_id: str | None = None, member_epoch: int = -1,
+    ) -> dict:  # fmt: skip
         """One group's offsets. ``require_stable`` (v7+): a partition with a transactional
         offset awaiting its marker answers UNSTABLE_OFFSET_COMMIT, per partition (the group's
-        error stays NONE, v8+ too), as Kafka's OffsetMetadataManager.fetchOffsets."""
-        coordinator = self._coord()
-        error, found = coordinator.handle_fetch_offsets(group_id, self._fetch_partitions(topics))
+        error stays NONE, v8+ too), as Kafka's OffsetMetadataManager.fetchOffsets. A
+        consumer group's member (v9: ``member_id``, ``member_epoch``) must be at its epoch."""
+        coordinator = self.coordinator
+        error, found = coordinator.handle_fetch_offsets(
+            group_id, self._fetch_partitions(topics), member_id, member_epoch
+        )
         by_topic: dict[str, list[dict]] = {}
         if topics is not None:
             for t in topics:
@@ -462,7 +458,8 @@ class GroupApis:
         if version >= 8:
             return {
                 "throttle_time": 0,
-                "groups": [self._offset_fetch_group(g.group_id, g.topics, version, require_stable)
+                "groups": [self._offset_fetch_group(g.group_id, g.topics, version, require_stable,
+                                                    g.member_id, g.member_epoch)
                            for g in req.groups],
             }
         one = self._offset_fetch_group(req.group_id, req.topics, version, require_stable)
@@ -471,7 +468,7 @@ class GroupApis:
     def handle_offset_delete(self, request: Request) -> dict:
         req = request.body_as(OffsetDeleteRequest)
         partitions = [(t.name, p.partition_index) for t in req.topics for p in t.partitions]
-        error, errors = self._coord().handle_delete_offsets(req.group_id, partitions)
+        error, errors = self.coordinator.handle_delete_offsets(req.group_id, partitions)
         if error is not ErrorCode.none:
             return {"error_code": error, "throttle_time": 0, "topics": []}
         return {
@@ -493,7 +490,7 @@ class GroupApis:
     # -- ListGroups / DescribeGroups / DeleteGroups ----------------------------------------------------
     def handle_list_groups(self, request: Request) -> dict:
         req = request.body_as(ListGroupsRequest)
-        error, groups = self._coord().handle_list_groups(
+        error, groups = self.coordinator.handle_list_groups(
             getattr(req, "states_filter", ()) or (), getattr(req, "types_filter", ()) or ()
         )
         return {
@@ -508,7 +505,7 @@ class GroupApis:
     def handle_describe_groups(self, request: Request) -> dict:
         header, req = request.header, request.body_as(DescribeGroupsRequest)
         version = header.api_version
-        coordinator = self._coord()
+        coordinator = self.coordinator
         out = []
         for group_id in req.groups:
             error, summary = coordinator.handle_describe_group(group_id)
@@ -538,29 +535,10 @@ class GroupApis:
 
     def handle_delete_groups(self, request: Request) -> dict:
         req = request.body_as(DeleteGroupsRequest)
-        results = self._coord().handle_delete_groups(list(dict.fromkeys(req.groups_names)))
+        results = self.coordinator.handle_delete_groups(list(dict.fromkeys(req.groups_names)))
         return {
             "throttle_time": 0,
             "results": [{"group_id": gid, "error_code": err} for gid, err in results.items()],
-        }
-
-    # -- KIP-848 (the consumer protocol): not enabled -----------------------------------
-    def handle_consumer_group_heartbeat(self, request: Request) -> dict:
-        """KIP-848's consumer protocol is not enabled (Kafka's
-        ``group.coordinator.rebalance.protocols=classic``): UNSUPPORTED_VERSION, as Kafka's
-        KafkaApis answers then; the client falls back or tells its user to use classic."""
-        return {"throttle_time": 0, "error_code": ErrorCode.unsupported_version,
-                "member_epoch": 0, "heartbeat_interval": 0}
-
-    def handle_consumer_group_describe(self, request: Request) -> dict:
-        """As ConsumerGroupHeartbeat: each group UNSUPPORTED_VERSION (Kafka's getErrorResponse)."""
-        return {
-            "throttle_time": 0,
-            "groups": [
-                {"error_code": ErrorCode.unsupported_version, "group_id": g, "group_state": "",
-                 "group_epoch": 0, "assignment_epoch": 0, "assignor_name": "", "members": []}
-                for g in request.body_as(ConsumerGroupDescribeRequest).group_ids
-            ],
         }
 
 

@@ -107,6 +107,7 @@ from tidegate.record.record_batch import is_transactional_batch
 from tidegate.server.acl_apis import AclApis
 from tidegate.server.admin_apis import AdminApis
 from tidegate.server.authorization import AuthorizationStep
+from tidegate.server.consumer_group_apis import ConsumerGroupApis
 from tidegate.server.endpoints import Endpoints
 from tidegate.server.fetch_session import (
     INVALID_SESSION_ID,
@@ -178,6 +179,7 @@ class KafkaApis:
         fetch_sessions: FetchSessionCache,
         endpoints: Endpoints,
         groups: GroupApis,
+        consumer_groups: ConsumerGroupApis,
         transactions: TransactionApis,
         admin: AdminApis,
         security: SecurityApis,
@@ -251,8 +253,8 @@ class KafkaApis:
             ApiKey.DESCRIBE_GROUPS: groups.handle_describe_groups,
             ApiKey.DELETE_GROUPS: groups.handle_delete_groups,
             ApiKey.OFFSET_DELETE: groups.handle_offset_delete,
-            ApiKey.CONSUMER_GROUP_HEARTBEAT: groups.handle_consumer_group_heartbeat,
-            ApiKey.CONSUMER_GROUP_DESCRIBE: groups.handle_consumer_group_describe,
+            ApiKey.CONSUMER_GROUP_HEARTBEAT: consumer_groups.handle_consumer_group_heartbeat,
+            ApiKey.CONSUMER_GROUP_DESCRIBE: consumer_groups.handle_consumer_group_describe,
             ApiKey.SASL_HANDSHAKE: security.handle_sasl_handshake,
             ApiKey.SASL_AUTHENTICATE: security.handle_sasl_authenticate,
             ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: security.handle_describe_user_scram_credentials,

@@ -22,7 +22,7 @@ import logging
 import os
 import shutil
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -195,6 +195,17 @@ class LogManager:
             )  # fmt: skip
         return opened
 
+
+    def internal_log(self, topic: str, configs: Mapping[str, str], create: bool) -> Log | None:
+        """Partition 0 of a one-partition internal topic (``__consumer_offsets``,
+        ``__share_group_state``), created with ``configs`` on first use when ``create``
+        (as Kafka creates them on a coordinator's first need); None if it does not exist."""
+        plog = self.get_log(topic, 0)
+        if plog is None and create and self.store.get(topic) is None:
+            self.create_topic(topic, 1, dict(configs))
+            log.info("created the internal topic %s", topic)
+            plog = self.get_log(topic, 0)
+        return plog
     def create_topic(self, name: str, partitions: int, configs: dict[str, str]) -> TopicInfo:
         """Open every partition log first, then persist the topic: all or nothing.
 

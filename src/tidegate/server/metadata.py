@@ -81,6 +81,12 @@ class TopicStore:
     def get_by_id(self, topic_id: uuid.UUID) -> TopicInfo | None:
         return self.by_id.get(topic_id)
 
+    def partitions_of(self, topic_id: uuid.UUID) -> int | None:
+        """The partition count of a topic by id; None if there is none (the share
+        coordinator's ``TopicPartitions``)."""
+        info = self.by_id.get(topic_id)
+        return None if info is None else info.partitions
+
     def create(self, name: str, partitions: int, configs: dict[str, str]) -> TopicInfo:
         return self.add(TopicInfo(name, uuid.uuid4(), partitions, dict(configs)))
 

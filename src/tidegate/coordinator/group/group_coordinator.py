@@ -55,7 +55,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tidegate.clock import Clock, WallMs
 from tidegate.coordinator.group.delayed_operations import (
@@ -96,7 +96,9 @@ from tidegate.coordinator.group.group_metadata_manager import (
     offset_key,
     parse_key,
 )
-from tidegate.errors import ErrorCode
+from tidegate.coordinator.group.group_type import GroupType, GroupTypeLookup, no_other_groups
+from tidegate.coordinator.group.modern.modern_group import error_code_of
+from tidegate.errors import BrokerResponseError, ErrorCode
 from tidegate.log.replay import ReplayedBatch
 from tidegate.record.control_records import (
     ControlRecordType,
@@ -106,7 +108,17 @@ from tidegate.record.control_records import (
 from tidegate.server.purgatory import DelayedOperationPurgatory
 from tidegate.utils import INT32_MAX
 
+if TYPE_CHECKING:
+    from tidegate.coordinator.group.modern.consumer.consumer_group import ConsumerGroup
+
 log = logging.getLogger(__name__)
+
+#: group id -> the KIP-848 consumer group of that id, None if there is none
+ConsumerGroupLookup = Callable[[str], "ConsumerGroup | None"]
+
+
+def no_consumer_groups(group_id: str) -> ConsumerGroup | None:
+    return None
 
 UNKNOWN_MEMBER_ID = ""
 #: Kafka's NewMemberJoinTimeoutMs: a new member's parked JoinGroup is dropped after this.
@@ -148,9 +160,18 @@ class GroupCoordinator:
         config: GroupConfig,
         heartbeat_purgatory: DelayedOperationPurgatory,
         rebalance_purgatory: DelayedOperationPurgatory,
-        store: OffsetsLog | None,
+        store: OffsetsLog,
         clock: Clock,
+        *,
+        other_groups: GroupTypeLookup = no_other_groups,
+        consumer_groups: ConsumerGroupLookup = no_consumer_groups,
     ) -> None:
+        """``other_groups`` names the type of a group id the modern coordinators own
+        (KIP-848 consumer groups, KIP-932 share groups): such an id is not a classic group
+        here, though this coordinator keeps its committed offsets (one offsets store per
+        group id, as Kafka's OffsetMetadataManager); ``consumer_groups`` gives the
+        consumer group whose members' epochs an offset commit or fetch is checked
+        against."""
         self.config = config
         self.heartbeat_purgatory = heartbeat_purgatory
         self.rebalance_purgatory = rebalance_purgatory
@@ -162,30 +183,32 @@ class GroupCoordinator:
         #: producer id -> groups with its pending transactional offsets (Kafka's
         #: GroupMetadataManager.openGroupsForProducer)
         self.open_groups_by_producer: dict[int, set[str]] = {}
-        #: record offsets when there is no store (tests): what orders commits
-        self._next_record_offset = 0
+        self.other_groups = other_groups
+        self.consumer_groups = consumer_groups
+        #: the latest group record of each group id seen by the replay at load
+        self._stored: dict[str, dict | None] = {}
         self.active = False
         self.rebalances_completed = 0
         self.offsets_expired = 0
 
     # -- lifecycle --------------------------------------------------------------------------
-    def startup(self) -> None:
-        """Load groups and offsets from ``__consumer_offsets`` and start serving."""
-        if self.active:
-            return
-        if self.store is not None:
-            stored: dict[str, dict | None] = {}
-            n = self.store.load(lambda batch: self._replay(batch, stored))
-            self._finish_load(stored)
-            if n:
-                log.info(
-                    "loaded %d group(s) with %d committed offset(s) and %d open transaction(s) "
-                    "from %d record(s)",
-                    len(self.groups),
-                    sum(len(g.offsets) for g in self.groups.values()),
-                    len(self.open_groups_by_producer),
-                    n,
-                )
+    def replay_batch(self, batch: ReplayedBatch) -> None:
+        """One batch of ``__consumer_offsets`` at load (the broker hands every batch to
+        each coordinator's replay, then calls :meth:`on_loaded`)."""
+        self._replay(batch, self._stored)
+
+    def on_loaded(self) -> None:
+        """The log is replayed: groups in their last stored generation, members' session
+        timers armed; start serving."""
+        self._finish_load(self._stored)
+        self._stored = {}
+        if self.groups:
+            log.info(
+                "loaded %d classic group(s) with %d committed offset(s) and %d open transaction(s)",
+                len(self.groups),
+                sum(len(g.offsets) for g in self.groups.values()),
+                len(self.open_groups_by_producer),
+            )  # fmt: skip
         self.active = True
 
     def _replay(self, batch: ReplayedBatch, stored: dict[str, dict | None]) -> None:
@@ -284,10 +307,54 @@ class GroupCoordinator:
             group = self.groups[group_id] = GroupMetadata(group_id, EMPTY, self.clock)
         return group
 
+    # -- the modern protocols' groups (reference 1.14, cross-type) -----------------------------
+    def _is_classic(self, group_id: str) -> bool:
+        """Whether the id names a classic group (not the offsets of a modern group's id)."""
+        return group_id in self.groups and self.other_groups(group_id) is None
+
+    def group_type(self, group_id: str) -> GroupType | None:
+        """CLASSIC if ``group_id`` is a classic group (the lookup the modern coordinators
+        are handed)."""
+        return GroupType.CLASSIC if self._is_classic(group_id) else None
+
+    def classic_group_is_empty(self, group_id: str) -> bool | None:
+        """Whether the classic group of this id has no member; None if there is none
+        (the consumer group coordinator's ``ClassicGroups``)."""
+        if not self._is_classic(group_id):
+            return None
+        return not self.groups[group_id].members
+
+    def remove_empty_classic_group(self, group_id: str) -> None:
+        """A consumer group replaced the empty classic group (its record is tombstoned):
+        the id keeps only its committed offsets here."""
+        group = self.groups.get(group_id)
+        if group is not None:
+            group.protocol_type = None
+            group.protocol_name = None
+            log.info("classic group %s is now a consumer group", group_id)
+
+    def _modern_offset_error(
+        self, group_id: str, validate: Callable[[ConsumerGroup], None]
+    ) -> ErrorCode | None:
+        """The offset APIs on a modern group's id: a share group's is GROUP_ID_NOT_FOUND, a
+        consumer group's checks its member's epoch (``validate``: STALE_MEMBER_EPOCH,
+        UNKNOWN_MEMBER_ID, ...); None: go on (a classic group, or none)."""
+        kind = self.other_groups(group_id)
+        if kind is None:
+            return None
+        if kind is not GroupType.CONSUMER:
+            return ErrorCode.group_id_not_found
+        consumer = self.consumer_groups(group_id)
+        if consumer is None:
+            return ErrorCode.group_id_not_found
+        try:
+            validate(consumer)
+        except BrokerResponseError as exc:
+            return error_code_of(exc)
+        return ErrorCode.none
+
     # -- persistence -------------------------------------------------------------------------
     def _store_group(self, group: GroupMetadata, assignment: dict[str, bytes]) -> ErrorCode:
-        if self.store is None:
-            return ErrorCode.none
         protocol = group.protocol_name
         value = encode_group(
             protocol_type=group.protocol_type,
@@ -317,7 +384,7 @@ class GroupCoordinator:
         return ErrorCode.none
 
     def _append_tombstones(self, keys: list[bytes]) -> None:
-        if self.store is None or not keys:
+        if not keys:
             return
         try:
             self.store.append([(k, None) for k in keys])
@@ -353,6 +420,10 @@ class GroupCoordinator:
         reason: str | None = None,
     ) -> None:
         error = self._validate_group_status(group_id, "join_group")
+        if error is None and self.other_groups(group_id) is not None:
+            # a consumer group (its classic members are online migration's, not done) or
+            # a share group: Kafka's answer with the migration policy DISABLED
+            error = ErrorCode.inconsistent_group_protocol
         if error is not None:
             callback(JoinResult(member_id, error))
             return
@@ -929,10 +1000,12 @@ class GroupCoordinator:
         group_instance_id: str | None,
         generation_id: int,
         offsets: dict[tuple[str, int], OffsetAndMetadata],
+        api_version: int = 9,
     ) -> tuple[dict[tuple[str, int], ErrorCode], PendingAppend | None]:
         """Errors per partition, and the write's durability to wait on before answering
         (None if nothing was written). Offsets are visible to OffsetFetch once this
-        returns."""
+        returns. A consumer group's commit is checked against its member's epoch
+        (``generation_id`` is the member epoch from OffsetCommit v9 on)."""
 
         def all_(error: ErrorCode) -> tuple[dict, None]:
             return {tp: error for tp in offsets}, None
@@ -940,6 +1013,14 @@ class GroupCoordinator:
         error = self._validate_group_status(group_id, "offset_commit")
         if error is not None:
             return all_(error)
+        modern = self._modern_offset_error(
+            group_id,
+            lambda g: g.validate_offset_commit(member_id, group_instance_id, generation_id, False, api_version),
+        )
+        if modern is not None:
+            if modern is not ErrorCode.none:
+                return all_(modern)
+            return self._store_offsets(self._get_or_create(group_id), offsets)
         group = self.groups.get(group_id)
         if group is None:
             if generation_id >= 0:
@@ -988,6 +1069,13 @@ class GroupCoordinator:
             verified = verify_transaction()
             if verified is not ErrorCode.none:
                 return all_(verified)
+        modern = self._modern_offset_error(
+            group_id, lambda g: g.validate_offset_commit(member_id, group_instance_id, generation_id, True, 0)
+        )
+        if modern is not None:
+            if modern is not ErrorCode.none:
+                return all_(modern)
+            return self._store_offsets(self._get_or_create(group_id), offsets, producer_id, producer_epoch)
         group = self.groups.get(group_id)
         if group is None:
             if generation_id >= 0:
@@ -1012,8 +1100,7 @@ class GroupCoordinator:
                 continue
             for tp, om in group.complete_pending_txn_offset_commit(producer_id, commit):
                 materialized.append((offset_key(group_id, *tp), encode_offset(om)))
-        if self.store is not None:
-            self.store.materialize(materialized)
+        self.store.materialize(materialized)
 
     def on_marker_written(self, tp: tuple[str, int], producer_id: int, commit: bool) -> None:
         """A transaction marker reached a partition: only ours matters here."""
@@ -1043,25 +1130,20 @@ class GroupCoordinator:
                 records.append((tp, om))
         if not records:
             return errors, None
-        wait = None
-        if self.store is not None:
-            try:
-                wait = self.store.append(
-                    [(offset_key(group.group_id, t, p), encode_offset(om)) for (t, p), om in records],
-                    producer_id=producer_id, producer_epoch=producer_epoch,
-                )  # fmt: skip
-            except (OSError, AppendError) as exc:
-                log.error("could not store offsets of group %s: %s", group.group_id, exc)
-                error = ErrorCode.not_coordinator
-                if isinstance(exc, AppendError) and producer_id >= 0:
-                    error = coordinator_operation_error(exc.error)  # e.g. INVALID_PRODUCER_EPOCH
-                for tp, _ in records:
-                    errors[tp] = error
-                return errors, None
-            base = wait.base_offset
-        else:
-            base = self._next_record_offset
-            self._next_record_offset += len(records)
+        try:
+            wait = self.store.append(
+                [(offset_key(group.group_id, t, p), encode_offset(om)) for (t, p), om in records],
+                producer_id=producer_id, producer_epoch=producer_epoch,
+            )  # fmt: skip
+        except (OSError, AppendError) as exc:
+            log.error("could not store offsets of group %s: %s", group.group_id, exc)
+            error = ErrorCode.not_coordinator
+            if isinstance(exc, AppendError) and producer_id >= 0:
+                error = coordinator_operation_error(exc.error)  # e.g. INVALID_PRODUCER_EPOCH
+            for tp, _ in records:
+                errors[tp] = error
+            return errors, None
+        base = wait.base_offset
         for i, (_tp, om) in enumerate(records):
             om.record_offset = base + i
         if producer_id >= 0:
@@ -1072,10 +1154,16 @@ class GroupCoordinator:
         return errors, wait
 
     def handle_fetch_offsets(
-        self, group_id: str, partitions: list[tuple[str, int]] | None
-    ) -> tuple[ErrorCode, dict[tuple[str, int], OffsetAndMetadata | None]]:
-        """Committed offsets (None where there is none); ``partitions=None``: all of them."""
+        self, group_id: str, partitions: list[tuple[str, int]] | None,
+        member_id: str | None = None, member_epoch: int = -1,
+    ) -> tuple[ErrorCode, dict[tuple[str, int], OffsetAndMetadata | None]]:  # fmt: skip
+        """Committed offsets (None where there is none); ``partitions=None``: all of them.
+        A consumer group's fetch (OffsetFetch v9: ``member_id``, ``member_epoch``) is
+        checked against its member's epoch."""
         error = self._validate_group_status(group_id, "offset_fetch")
+        if error is None:
+            modern = self._modern_offset_error(group_id, lambda g: g.validate_offset_fetch(member_id, member_epoch))
+            error = None if modern is ErrorCode.none else modern
         if error is not None:
             return error, {}
         group = self.groups.get(group_id)
@@ -1162,13 +1250,18 @@ class GroupCoordinator:
         keys: list[bytes] = []
         removed = 0
         for group_id, group in list(self.groups.items()):
+            owned = self.other_groups(group_id) is not None
+            consumer = self.consumer_groups(group_id) if owned else None
+            if owned and (consumer is None or consumer.members):
+                continue  # a modern group's offsets expire only while it has no member
             tps = self._remove_expired_offsets(group, now)
             removed += len(tps)
             keys.extend(offset_key(group_id, t, p) for t, p in tps)
             if group.state is EMPTY and not group.offsets and not group.has_pending_transactions:
                 group.transition_to(DEAD)
                 del self.groups[group_id]
-                keys.append(group_key(group_id))
+                if not owned:
+                    keys.append(group_key(group_id))
                 log.info("group %s is empty and has no offsets left: removed", group_id)
         self._append_tombstones(keys)
         self.offsets_expired += removed
@@ -1190,7 +1283,7 @@ class GroupCoordinator:
         return ErrorCode.none, [
             (g.group_id, g.protocol_type or "", g.state.value)
             for g in self.groups.values()
-            if not wanted_states or g.state.value.lower() in wanted_states
+            if (not wanted_states or g.state.value.lower() in wanted_states) and self.other_groups(g.group_id) is None
         ]
 
     def handle_describe_group(self, group_id: str) -> tuple[ErrorCode, dict | None]:
@@ -1199,8 +1292,8 @@ class GroupCoordinator:
         if error is not None:
             return error, None
         group = self.groups.get(group_id)
-        if group is None:
-            return ErrorCode.none, None
+        if group is None or self.other_groups(group_id) is not None:
+            return ErrorCode.none, None  # none, or not a classic group (reference 1.14)
         # protocol, metadata and assignments only once Stable (None: not shown)
         protocol = group.protocol_name if group.state is STABLE else None
         return ErrorCode.none, {

@@ -108,6 +108,7 @@ from tidegate.server.timer import SystemTimer
 from tidegate.utils import INT32_MAX
 
 if TYPE_CHECKING:
+    from tidegate.config import BrokerConfig
     from tidegate.coordinator.group.modern.records import RecordValue
 
 log = logging.getLogger(__name__)
@@ -153,6 +154,16 @@ class ConsumerGroupConfig:
     assignors: tuple[str, ...] = ("uniform", "range")
     #: group.consumer.regex.refresh.interval.ms (internal)
     regex_refresh_interval_ms: int = 600_000
+
+    @classmethod
+    def from_broker(cls, config: BrokerConfig) -> ConsumerGroupConfig:
+        return cls(
+            session_timeout_ms=config.get("group.consumer.session.timeout.ms"),
+            heartbeat_interval_ms=config.get("group.consumer.heartbeat.interval.ms"),
+            max_size=config.get("group.consumer.max.size"),
+            assignors=tuple(config.get("group.consumer.assignors")),
+            regex_refresh_interval_ms=config.get("group.consumer.regex.refresh.interval.ms"),
+        )
 
 
 @dataclass(frozen=True, slots=True)
