@@ -1,0 +1,172 @@
+"""KIP-848's consumer group protocol with a real client: confluent-kafka with
+``group.protocol=consumer`` (librdkafka sends ConsumerGroupHeartbeat v1, commits with
+OffsetCommit v9 and member epochs) against a real tidegate process.
+
+A checker follows every consumer's assignment through its assign and revoke callbacks:
+no partition is owned by two consumers at once, at any poll. The broker's heartbeat
+interval is lowered (group.consumer.heartbeat.interval.ms and its minimum) so a
+rebalance takes a few hundred milliseconds instead of Kafka's 5 s heartbeats.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+
+import pytest
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from .clients import base_timestamp, create_topic, make_records, produce
+
+pytestmark = pytest.mark.timeout(180)
+
+CFK = "confluent"
+FAST = {
+    "group.consumer.min.heartbeat.interval.ms": "200",
+    "group.consumer.heartbeat.interval.ms": "200",
+}
+
+
+class Owners:
+    """Who owns which partition, from the consumers' callbacks; a partition given to a
+    consumer while another still owns it fails the test."""
+
+    def __init__(self) -> None:
+        self.owner: dict[tuple[str, int], str] = {}
+
+    def callbacks(self, name: str) -> dict:
+        def on_assign(_consumer: Consumer, partitions: list[TopicPartition]) -> None:
+            for tp in partitions:
+                key = (tp.topic, tp.partition)
+                assert self.owner.get(key, name) == name, f"{key} given to {name}, still owned by {self.owner[key]}"
+                self.owner[key] = name
+
+        def on_revoke(_consumer: Consumer, partitions: list[TopicPartition]) -> None:
+            for tp in partitions:
+                self.owner.pop((tp.topic, tp.partition), None)
+
+        return {"on_assign": on_assign, "on_revoke": on_revoke, "on_lost": on_revoke}
+
+    def of(self, name: str) -> set[tuple[str, int]]:
+        return {tp for tp, who in self.owner.items() if who == name}
+
+
+def new_member(bootstrap: str, group: str, **conf: object) -> Consumer:
+    return Consumer({
+        "bootstrap.servers": bootstrap, "group.id": group, "group.protocol": "consumer",
+        "auto.offset.reset": "earliest", "enable.auto.commit": False, "log_level": 0, **conf,
+    })  # fmt: skip
+
+
+def poll_all(members: dict[str, Consumer], got: dict[str, list], until, timeout: float = 60.0) -> None:
+    """Poll every member in turn, committing what each read, until ``until()``."""
+    deadline = time.monotonic() + timeout
+    while not until():
+        assert time.monotonic() < deadline, "timed out"
+        for name, c in members.items():
+            msgs = c.consume(100, 0.1)
+            for m in msgs:
+                if m.error():
+                    raise KafkaException(m.error())
+                got[name].append((m.topic(), m.partition(), m.offset()))
+            if msgs:
+                c.commit(asynchronous=False)
+
+
+def read_offsets(got: dict[str, list]) -> list[tuple[str, int, int]]:
+    return sorted(r for records in got.values() for r in records)
+
+
+def fill(bootstrap: str, topic: str, partitions: int, per_partition: int, seed: int = 0) -> None:
+    recs = make_records(partitions * per_partition, base_timestamp(), seed=seed)
+    produce(bootstrap, topic, recs, client=CFK, partition=lambda i: i % partitions)
+
+
+def expected(topic: str, partitions: Iterable[int], per_partition: int, start: int = 0):
+    return sorted((topic, p, o) for p in partitions for o in range(start, start + per_partition))
+
+
+def test_one_consumer_reads_everything_and_commits_survive_a_restart(broker_factory):
+    broker = broker_factory(FAST)
+    create_topic(broker.bootstrap, "one", 3, client=CFK)
+    fill(broker.bootstrap, "one", 3, 50)
+    c = new_member(broker.bootstrap, "g1")
+    assert c.memberid()  # KIP-1082: the client names itself before it joins
+    c.subscribe(["one"])
+    got: dict[str, list] = {"c": []}
+    poll_all({"c": c}, got, lambda: len(got["c"]) >= 150)
+    assert read_offsets(got) == expected("one", range(3), 50)
+    member_id = c.memberid()
+    broker.restart()
+    fill(broker.bootstrap, "one", 3, 10, seed=1)
+    # the same member carries on: its group, epoch and committed offsets were recovered
+    poll_all({"c": c}, got, lambda: len(got["c"]) >= 180)
+    assert read_offsets(got) == sorted(expected("one", range(3), 50) + expected("one", range(3), 10, 50))
+    assert c.memberid() == member_id
+    c.close()
+    # a new consumer of the group starts from the committed offsets
+    fill(broker.bootstrap, "one", 3, 5, seed=2)
+    again = new_member(broker.bootstrap, "g1")
+    again.subscribe(["one"])
+    more: dict[str, list] = {"c": []}
+    poll_all({"c": again}, more, lambda: len(more["c"]) >= 15)
+    time.sleep(0.5)
+    assert read_offsets(more) == expected("one", range(3), 5, 60)
+    again.close()
+
+
+@pytest.mark.parametrize("assignor", ["uniform", "range"])
+def test_two_consumers_split_six_partitions_and_rebalance(broker_factory, assignor):
+    broker = broker_factory(FAST)
+    create_topic(broker.bootstrap, "six", 6, client=CFK)
+    fill(broker.bootstrap, "six", 6, 20)
+    owners = Owners()
+    a = new_member(broker.bootstrap, "g2", **{"group.remote.assignor": assignor})
+    a.subscribe(["six"], **owners.callbacks("a"))
+    got: dict[str, list] = {"a": [], "b": []}
+    members = {"a": a}
+    poll_all(members, got, lambda: len(owners.of("a")) == 6)
+    b = new_member(broker.bootstrap, "g2", **{"group.remote.assignor": assignor})
+    b.subscribe(["six"], **owners.callbacks("b"))
+    members["b"] = b
+    poll_all(members, got, lambda: len(owners.of("a")) == 3 and len(owners.of("b")) == 3)
+    if assignor == "range":  # contiguous ranges, members sorted by id
+        first, second = sorted(["a", "b"], key=lambda n: members[n].memberid())
+        assert owners.of(first) == {("six", p) for p in (0, 1, 2)}
+        assert owners.of(second) == {("six", p) for p in (3, 4, 5)}
+    poll_all(members, got, lambda: len(read_offsets(got)) >= 120)
+    assert read_offsets(got) == expected("six", range(6), 20)
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    (description,) = [f.result() for f in admin.describe_consumer_groups(["g2"]).values()]
+    assert str(description.type).endswith("CONSUMER")
+    assert {m.member_id for m in description.members} == {a.memberid(), b.memberid()}
+    assigned = sorted(tp.partition for m in description.members for tp in m.assignment.topic_partitions)
+    assert assigned == list(range(6))
+
+    # b leaves: a takes everything back, and reads what b had not
+    b.close()
+    del members["b"]
+    fill(broker.bootstrap, "six", 6, 5, seed=1)
+    poll_all(members, got, lambda: len(owners.of("a")) == 6 and len(read_offsets(got)) >= 150)
+    assert read_offsets(got) == sorted(expected("six", range(6), 20) + expected("six", range(6), 5, 20))
+    a.close()
+
+
+def test_a_regex_subscription_picks_up_a_topic_created_later(broker_factory):
+    broker = broker_factory(FAST)
+    create_topic(broker.bootstrap, "topic-a", 2, client=CFK)
+    create_topic(broker.bootstrap, "other", 1, client=CFK)
+    owners = Owners()
+    c = new_member(broker.bootstrap, "g3", **{"topic.metadata.refresh.interval.ms": 1000})
+    c.subscribe(["^topic-.*"], **owners.callbacks("c"))
+    got: dict[str, list] = {"c": []}
+    poll_all({"c": c}, got, lambda: owners.of("c") == {("topic-a", 0), ("topic-a", 1)})
+    create_topic(broker.bootstrap, "topic-b", 1, client=CFK)
+    fill(broker.bootstrap, "topic-b", 1, 10)
+    # regexes are resolved again at most every 10 s after their last resolution
+    poll_all({"c": c}, got, lambda: len(got["c"]) >= 10, timeout=40)
+    assert ("topic-b", 0) in owners.of("c")
+    assert read_offsets(got) == expected("topic-b", [0], 10)
+    c.close()
