@@ -24,7 +24,6 @@ ALTER_REPLICA_LOG_DIRS, DESCRIBE_LOG_DIRS = 34, 35
 CREATE_TOKEN, RENEW_TOKEN, EXPIRE_TOKEN, DESCRIBE_TOKEN = 38, 39, 40, 41
 ELECT_LEADERS, ALTER_REASSIGNMENTS, LIST_REASSIGNMENTS = 43, 45, 46
 DESCRIBE_QUORUM, DESCRIBE_PRODUCERS, UNREGISTER_BROKER = 55, 61, 64
-CONSUMER_GROUP_HEARTBEAT, CONSUMER_GROUP_DESCRIBE = 68, 69
 LIST_CLIENT_METRICS_RESOURCES, DESCRIBE_TOPIC_PARTITIONS = 74, 75
 ADD_RAFT_VOTER, REMOVE_RAFT_VOTER = 80, 81
 
@@ -376,17 +375,3 @@ def test_delegation_tokens_are_disabled_elsewhere(h):
         E.delegation_token_auth_disabled)
     assert h.request(DESCRIBE_TOKEN, 3, {"owners": []}, ctx=SASL_CTX).error_code == E.delegation_token_auth_disabled
 
-
-# -- KIP-848 group APIs: the consumer protocol is not enabled --------------------------------
-
-
-@pytest.mark.parametrize("version", [0, 1])
-def test_consumer_group_protocol_apis_answer_unsupported_version(h, version):
-    r = h.request(CONSUMER_GROUP_HEARTBEAT, version, {
-        "group_id": "g", "member_id": "", "member_epoch": 0, "topic_partitions": None,
-        "subscribed_topic_names": ["t"],
-    })
-    assert r.error_code == E.unsupported_version
-    r = h.request(CONSUMER_GROUP_DESCRIBE, version, {"group_ids": ["g", "h"], "include_authorized_operations": False})
-    assert [(g.group_id, g.error_code) for g in r.groups] == [("g", E.unsupported_version),
-                                                             ("h", E.unsupported_version)]

@@ -10,6 +10,8 @@ from __future__ import annotations
 import uuid
 from datetime import timedelta
 
+import pytest
+
 from tests.unit.test_apis import Harness
 from tests.unit.test_group_apis import GROUP_PROPS, call, commit_body, join_body
 from tidegate.errors import ErrorCode as E
@@ -74,11 +76,14 @@ def test_request_checks_before_the_coordinator(tmp_path):
     h.close()
 
 
-def test_the_consumer_protocol_can_be_turned_off(tmp_path):
+@pytest.mark.parametrize("version", [0, 1])
+def test_the_consumer_protocol_can_be_turned_off(tmp_path, version):
+    """Kafka's answer without "consumer" in group.coordinator.rebalance.protocols."""
     h = Harness(tmp_path, {"group.coordinator.rebalance.protocols": "classic"})
-    assert call(h, HB, 1, hb()).error_code == E.unsupported_version
-    d = call(h, DESCRIBE, 0, {"group_ids": ["g"], "include_authorized_operations": False})
-    assert d.groups[0].error_code == E.unsupported_version
+    assert call(h, HB, version, hb(member_id="", version=version)).error_code == E.unsupported_version
+    d = call(h, DESCRIBE, version, {"group_ids": ["g", "h"], "include_authorized_operations": False})
+    assert [(g.group_id, g.error_code) for g in d.groups] == [("g", E.unsupported_version),
+                                                             ("h", E.unsupported_version)]
     h.close()
 
 
@@ -155,4 +160,43 @@ def test_a_regex_picks_up_a_topic_created_later(tmp_path):
     assert settle() == {"topic-a"}
     h.create_topic("topic-b", 2)
     assert settle() == {"topic-a", "topic-b"}
+    h.close()
+
+
+def test_list_delete_and_offset_delete_of_a_consumer_group(tmp_path):
+    """Reference 1.14: ListGroups v5 shows the group's type; DeleteGroups needs it EMPTY
+    and takes its offsets along; OffsetDelete keeps the offsets of subscribed topics."""
+    h = Harness(tmp_path, GROUP_PROPS)
+    h.create_topic("t", 1)
+    h.create_topic("u", 1)
+    call(h, HB, 1, hb())
+    call(h, ApiKey.OFFSET_COMMIT, 9, commit_body("g", "m1", 1, {("t", 0): 3, ("u", 0): 4}))
+    call(h, ApiKey.OFFSET_COMMIT, 9, commit_body("simple", "", -1, {("t", 0): 1}))
+
+    def listed(**filters):
+        body = {"states_filter": [], "types_filter": [], **filters}
+        return sorted((g.group_id, g.protocol_type, g.group_state, g.group_type)
+                      for g in call(h, ApiKey.LIST_GROUPS, 5, body).groups)  # fmt: skip
+
+    assert listed() == [("g", "consumer", "Stable", "consumer"), ("simple", "", "Empty", "classic")]
+    assert listed(types_filter=["Consumer"]) == [("g", "consumer", "Stable", "consumer")]
+    assert listed(types_filter=["share"]) == []
+    assert listed(states_filter=["empty"]) == [("simple", "", "Empty", "classic")]
+
+    deleted = call(h, ApiKey.OFFSET_DELETE, 0, {"group_id": "g", "topics": [
+        {"name": "t", "partitions": [{"partition_index": 0}]}, {"name": "u", "partitions": [{"partition_index": 0}]},
+    ]})  # fmt: skip
+    assert [(t.name, t.partitions[0].error_code) for t in deleted.topics] == [
+        ("t", E.group_subscribed_to_topic), ("u", E.none)]
+
+    def delete() -> int:
+        return call(h, ApiKey.DELETE_GROUPS, 2, {"groups_names": ["g"]}).results[0].error_code
+
+    assert delete() == E.non_empty_group
+    assert call(h, HB, 1, hb(epoch=-1)).member_epoch == -1  # leaves
+    assert delete() == E.none
+    assert listed() == [("simple", "", "Empty", "classic")]
+    fetched = call(h, ApiKey.OFFSET_FETCH, 8, {"groups": [{"group_id": "g", "topics": None}], "require_stable": False})
+    assert fetched.groups[0].topics == ()
+    assert delete() == E.group_id_not_found
     h.close()

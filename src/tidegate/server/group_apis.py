@@ -28,7 +28,7 @@ from tidegate.coordinator.group.group_coordinator import (
     GroupCoordinator,
     coordinator_operation_error,
 )
-from tidegate.coordinator.group.group_metadata import JoinResult, SyncResult
+from tidegate.coordinator.group.group_metadata import CONSUMER_PROTOCOL_TYPE, JoinResult, SyncResult
 from tidegate.coordinator.group.group_metadata_manager import (
     OFFSETS_KEY,
     OFFSETS_TOPIC,
@@ -36,6 +36,7 @@ from tidegate.coordinator.group.group_metadata_manager import (
     OffsetsLog,
     PendingAppend,
 )
+from tidegate.coordinator.group.group_type import GroupType
 from tidegate.coordinator.group.modern.consumer.consumer_group_manager import ConsumerGroupManager
 from tidegate.coordinator.group.modern.share.share_group_manager import ShareGroupManager
 from tidegate.errors import ErrorCode
@@ -493,14 +494,25 @@ class GroupApis:
         error, groups = self.coordinator.handle_list_groups(
             getattr(req, "states_filter", ()) or (), getattr(req, "types_filter", ()) or ()
         )
-        return {
-            "throttle_time": 0,
-            "error_code": error,
-            "groups": [
-                {"group_id": gid, "protocol_type": ptype, "group_state": state, "group_type": "classic"}
-                for gid, ptype, state in groups
-            ],
-        }
+        listed = [
+            {"group_id": gid, "protocol_type": ptype, "group_state": state, "group_type": "classic"}
+            for gid, ptype, state in groups
+        ]
+        if error is ErrorCode.none:
+            listed += self._list_consumer_groups(req.states_filter, req.types_filter)
+        return {"throttle_time": 0, "error_code": error, "groups": listed}
+
+    def _list_consumer_groups(self, states: list[str], types: list[str]) -> list[dict]:
+        """KIP-848 consumer groups as ListGroups shows them (reference 1.14): protocol
+        type "consumer", their state ("Stable", ...), type "consumer"; a types filter
+        (v5) without "consumer" leaves them out."""
+        if types and GroupType.CONSUMER not in {GroupType.parse(t) for t in types}:
+            return []
+        return [
+            {"group_id": gid, "protocol_type": CONSUMER_PROTOCOL_TYPE, "group_state": state,
+             "group_type": str(GroupType.CONSUMER)}
+            for gid, state in self.consumer_groups.list_groups(states)
+        ]  # fmt: skip
 
     def handle_describe_groups(self, request: Request) -> dict:
         header, req = request.header, request.body_as(DescribeGroupsRequest)
@@ -533,13 +545,33 @@ class GroupApis:
             out.append(entry)
         return {"throttle_time": 0, "groups": out}
 
-    def handle_delete_groups(self, request: Request) -> dict:
+    def handle_delete_groups(self, request: Request) -> Any:
+        """Classic groups are deleted at once; KIP-848 consumer groups (EMPTY only, else
+        NON_EMPTY_GROUP) once their tombstones are durable, then their committed
+        offsets (reference 1.14)."""
         req = request.body_as(DeleteGroupsRequest)
-        results = self.coordinator.handle_delete_groups(list(dict.fromkeys(req.groups_names)))
-        return {
-            "throttle_time": 0,
-            "results": [{"group_id": gid, "error_code": err} for gid, err in results.items()],
-        }
+        ids = list(dict.fromkeys(req.groups_names))
+        consumer_ids = [g for g in ids if self.consumer_groups.group_type(g) is not None]
+        results = self.coordinator.handle_delete_groups([g for g in ids if g not in consumer_ids])
+
+        def body() -> dict:
+            return {
+                "throttle_time": 0,
+                "results": [{"group_id": gid, "error_code": results[gid]} for gid in ids],
+            }
+
+        if not consumer_ids:
+            return body()
+
+        def deleted(errors: dict[str, ErrorCode]) -> None:
+            for gid, err in errors.items():
+                if err is ErrorCode.none:
+                    self.coordinator.delete_offsets_of_group(gid)
+            results.update(errors)
+            self.respond(request, body())
+
+        self.consumer_groups.delete_groups(consumer_ids, deleted)
+        return PARKED
 
 
 __all__ = ["GroupApis", "offsets_topic_configs"]

@@ -1178,6 +1178,9 @@ class GroupCoordinator:
         error = self._validate_group_status(group_id, "offset_delete")
         if error is not None:
             return error, {}
+        kind = self.other_groups(group_id)
+        if kind is not None:
+            return self._delete_offsets_of_modern_group(group_id, kind, partitions)
         group = self.groups.get(group_id)
         if group is None or group.state is DEAD:
             return ErrorCode.group_id_not_found, {}
@@ -1199,6 +1202,25 @@ class GroupCoordinator:
             errors[tp] = ErrorCode.none
         if removed:
             log.info("deleted %d offset(s) of group %s", len(removed), group_id)
+        return ErrorCode.none, errors
+
+    def _delete_offsets_of_modern_group(
+        self, group_id: str, kind: GroupType, partitions: list[tuple[str, int]]
+    ) -> tuple[ErrorCode, dict[tuple[str, int], ErrorCode]]:
+        """OffsetDelete on a consumer group (Kafka's OffsetMetadataManager.deleteOffsets):
+        a topic the group subscribes to is GROUP_SUBSCRIBED_TO_TOPIC, the others' offsets
+        are tombstoned; a share group's id is GROUP_ID_NOT_FOUND."""
+        consumer = self.consumer_groups(group_id) if kind is GroupType.CONSUMER else None
+        if consumer is None:
+            return ErrorCode.group_id_not_found, {}
+        errors = {
+            tp: ErrorCode.group_subscribed_to_topic if consumer.is_subscribed_to_topic(tp[0]) else ErrorCode.none
+            for tp in partitions
+        }
+        group = self.groups.get(group_id)
+        if group is not None:
+            removed = group.remove_offsets([tp for tp, e in errors.items() if e is ErrorCode.none])
+            self._append_tombstones([offset_key(group_id, t, p) for t, p in removed])
         return ErrorCode.none, errors
 
     def remove_offsets_of_topic(self, topic: str) -> int:
@@ -1313,6 +1335,13 @@ class GroupCoordinator:
             ],
         }
 
+    def delete_offsets_of_group(self, group_id: str) -> None:
+        """A modern group was deleted: its committed offsets go too (tombstoned)."""
+        group = self.groups.pop(group_id, None)
+        if group is not None:
+            tps = group.remove_offsets(group.offset_partitions())
+            self._append_tombstones([offset_key(group_id, t, p) for t, p in tps])
+
     def handle_delete_groups(self, group_ids: Iterable[str]) -> dict[str, ErrorCode]:
         out: dict[str, ErrorCode] = {}
         keys: list[bytes] = []
@@ -1322,7 +1351,7 @@ class GroupCoordinator:
                 out[group_id] = error
                 continue
             group = self.groups.get(group_id)
-            if group is None or group.state is DEAD:
+            if group is None or group.state is DEAD or self.other_groups(group_id) is not None:
                 out[group_id] = ErrorCode.group_id_not_found
             elif group.state is EMPTY:
                 group.transition_to(DEAD)
