@@ -12,10 +12,23 @@ from datetime import timedelta
 
 import pytest
 
+from tests.core_harness import decode_frame, response_bytes
 from tests.unit.test_apis import Harness
+from tests.unit.test_authorization import (
+    ADMIN,
+    ALICE,
+    AUTHORIZER,
+    BOB,
+    add_acls,
+    create_topic,
+    creation,
+)
 from tests.unit.test_group_apis import GROUP_PROPS, call, commit_body, join_body
 from tidegate.errors import ErrorCode as E
+from tidegate.network.request_channel import PARKED
 from tidegate.protocol.apis import ApiKey
+from tidegate.security.authorizer.acl import AclOperation as Op
+from tidegate.security.authorizer.acl import ResourceType as Res
 
 HB, DESCRIBE = ApiKey.CONSUMER_GROUP_HEARTBEAT, ApiKey.CONSUMER_GROUP_DESCRIBE
 
@@ -200,3 +213,38 @@ def test_list_delete_and_offset_delete_of_a_consumer_group(tmp_path):
     assert fetched.groups[0].topics == ()
     assert delete() == E.group_id_not_found
     h.close()
+
+
+def test_acls_on_the_consumer_protocol(tmp_path):
+    """Reference 1.4 and 1.12: READ on the group, DESCRIBE on subscribed names; a regex
+    resolves only to topics the member may DESCRIBE; a described group assigning a topic
+    the principal may not DESCRIBE is TOPIC_AUTHORIZATION_FAILED without members."""
+    h = Harness(tmp_path, AUTHORIZER)
+    for name in ("topic-open", "topic-secret"):
+        create_topic(h, name)
+    assert call_as(h, ALICE, HB, 1, hb()).error_code == E.group_authorization_failed
+    assert add_acls(h, creation("User:alice", Op.READ, "g", Res.GROUP), creation("User:bob", Op.DESCRIBE, "g", Res.GROUP),
+                    creation("User:alice", Op.DESCRIBE, "topic-open"), creation("User:bob", Op.DESCRIBE, "topic-open"),
+                    ) == [E.none] * 4  # fmt: skip
+    denied = call_as(h, ALICE, HB, 1, hb(subscribed_topic_names=["topic-secret"]))
+    assert denied.error_code == E.topic_authorization_failed
+    epoch = call_as(h, ALICE, HB, 1, hb(subscribed_topic_names=[], subscribed_topic_regex="topic-.*")).member_epoch
+    h.clock.advance(11_000)
+    for _ in range(3):
+        epoch = call_as(h, ALICE, HB, 1, hb(epoch=epoch)).member_epoch
+    body = {"group_ids": ["g"], "include_authorized_operations": False}
+    (group,) = call_as(h, ADMIN, DESCRIBE, 1, body).groups
+    assert [tp.topic_name for tp in group.members[0].assignment.topic_partitions] == ["topic-open"]
+    assert call_as(h, BOB, DESCRIBE, 1, body).groups[0].error_code == E.none
+    assert add_acls(h, creation("User:bob", Op.DESCRIBE, "topic-open", perm=2)) == [E.none]  # DENY
+    hidden = call_as(h, BOB, DESCRIBE, 1, body).groups[0]
+    assert (hidden.error_code, hidden.members) == (E.topic_authorization_failed, ())
+    h.close()
+
+
+def call_as(h, who, key, version, body):
+    """One request from a principal: its answer, now or once durable."""
+    request, outcome, cid, _released = h.send(key, version, body, ctx=who)
+    if outcome is not PARKED:
+        return decode_frame(key, version, response_bytes(outcome), cid)
+    return h.answer(request, cid)

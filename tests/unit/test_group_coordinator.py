@@ -550,9 +550,13 @@ def test_offset_commit_and_fetch(h):
     assert h.coord.handle_commit_offsets("g", b, None, 3, {("t", 2): OffsetAndMetadata(4)})[0] == {
         ("t", 2): E.rebalance_in_progress
     }
-    # a commit from a generation of a group that does not exist (any more)
-    assert h.coord.handle_commit_offsets("gone", "m", None, 4, {("t", 0): om})[0] == {
+    # a commit from a generation of a group that does not exist (any more): Kafka 4
+    # answers GROUP_ID_NOT_FOUND from OffsetCommit v9 on, ILLEGAL_GENERATION before
+    assert h.coord.handle_commit_offsets("gone", "m", None, 4, {("t", 0): om}, 8)[0] == {
         ("t", 0): E.illegal_generation
+    }
+    assert h.coord.handle_commit_offsets("gone", "m", None, 4, {("t", 0): om}, 9)[0] == {
+        ("t", 0): E.group_id_not_found
     }
 
 

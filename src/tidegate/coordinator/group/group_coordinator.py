@@ -1024,7 +1024,8 @@ class GroupCoordinator:
         group = self.groups.get(group_id)
         if group is None:
             if generation_id >= 0:
-                return all_(ErrorCode.illegal_generation)  # from an older generation
+                # Kafka 4: GROUP_ID_NOT_FOUND from v9 on, ILLEGAL_GENERATION before
+                return all_(ErrorCode.group_id_not_found if api_version >= 9 else ErrorCode.illegal_generation)
             log.info("creating simple consumer group %s from an offset commit", group_id)
             group = self._get_or_create(group_id)
         error = self._validate_offset_commit(group, generation_id, member_id, group_instance_id)
