@@ -170,3 +170,36 @@ def test_a_regex_subscription_picks_up_a_topic_created_later(broker_factory):
     assert ("topic-b", 0) in owners.of("c")
     assert read_offsets(got) == expected("topic-b", [0], 10)
     c.close()
+
+
+def test_a_static_member_restarting_gets_its_partitions_back_without_a_rebalance(broker_factory):
+    """librdkafka leaves with epoch -2 when group.instance.id is set; a new consumer with
+    that instance id takes the member's place and assignment, and the other member's
+    partitions never move (reference 1.9)."""
+    broker = broker_factory(FAST)
+    create_topic(broker.bootstrap, "st", 4, client=CFK)
+    owners = Owners()
+    got: dict[str, list] = {"a": [], "s": []}
+    a = new_member(broker.bootstrap, "g4")
+    a.subscribe(["st"], **owners.callbacks("a"))
+    s = new_member(broker.bootstrap, "g4", **{"group.instance.id": "static-1"})
+    s.subscribe(["st"], **owners.callbacks("s"))
+    members = {"a": a, "s": s}
+    poll_all(members, got, lambda: len(owners.of("a")) == 2 and len(owners.of("s")) == 2)
+    kept, static_partitions = owners.of("a"), owners.of("s")
+    s.close()  # a temporary leave: its partitions stay its own
+    del members["s"]
+    owners.owner = {tp: who for tp, who in owners.owner.items() if who != "s"}
+    back = new_member(broker.bootstrap, "g4", **{"group.instance.id": "static-1"})
+    back.subscribe(["st"], **owners.callbacks("s"))
+    members["s"] = back
+    poll_all(members, got, lambda: owners.of("s") == static_partitions)
+    assert owners.of("a") == kept
+    fill(broker.bootstrap, "st", 4, 5)
+    poll_all(members, got, lambda: len(read_offsets(got)) >= 20)
+    assert read_offsets(got) == expected("st", range(4), 5)
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    (description,) = [f.result() for f in admin.describe_consumer_groups(["g4"]).values()]
+    assert {m.group_instance_id for m in description.members} == {None, "static-1"}
+    for c in members.values():
+        c.close()
