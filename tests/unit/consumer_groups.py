@@ -1,8 +1,9 @@
 """A KIP-848 consumer group coordinator on fake time, over the broker's real parts: the
 ``LogManager`` and ``ReplicaManager`` in a temporary directory, ``__consumer_offsets``
 written through ``OffsetsLog.append`` (acks=all, fsynced when the fake loop runs), the
-``TopicStore`` as the metadata image, and a ``SystemTimer`` on the fake clock. Shared by
-the consumer group test modules."""
+``TopicStore`` as the metadata image, the classic ``GroupCoordinator`` beside it (the
+group ids they share) and a ``SystemTimer`` on the fake clock (the classic heartbeat
+purgatory's, as the broker wires them). Shared by the consumer group test modules."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tests.fake_loop import FakeLoop, clock_at
+from tidegate.coordinator.group.group_coordinator import GroupConfig, GroupCoordinator
 from tidegate.coordinator.group.group_metadata_manager import (
     OFFSETS_TOPIC,
     OffsetsLog,
@@ -35,6 +37,7 @@ from tidegate.log.log import Log
 from tidegate.server.fetch_session import FetchSessionCache
 from tidegate.server.log_manager import LogManager
 from tidegate.server.metadata import TopicStore
+from tidegate.server.purgatory import DelayedOperationPurgatory
 from tidegate.server.replica_manager import ReplicaManager
 from tidegate.server.timer import SystemTimer
 
@@ -77,9 +80,24 @@ class Harness:
         self.replicas = ReplicaManager(self.logs, self.loop, clock=self.clock, fetch_sessions=FetchSessionCache(1000))
         self.store = OffsetsLog(self._open, self.clock, append_records=self.replicas.append_records)
         self.timer = SystemTimer(clock=self.clock)
+        #: the classic coordinator (its groups, every group's offsets), on the same wheel
+        self.classic = GroupCoordinator(
+            GroupConfig(initial_rebalance_delay_ms=0),
+            DelayedOperationPurgatory("Heartbeat", self.timer),
+            DelayedOperationPurgatory("Rebalance", SystemTimer(clock=self.clock)),
+            self.store,
+            self.clock,
+            other_groups=lambda g: self.manager.group_type(g),
+            consumer_groups=lambda g: self.manager.groups.get(g),
+        )
         self.manager = self._new_manager()
-        self.store.load(self.manager.replay_batch)
+        self.store.load(self._replay)
+        self.classic.on_loaded()
         self.manager.on_loaded()
+
+    def _replay(self, batch) -> None:
+        self.classic.replay_batch(batch)
+        self.manager.replay_batch(batch)
 
     def _new_manager(self) -> Any:
         """The coordinator under test, on this harness's parts."""
@@ -89,6 +107,7 @@ class Harness:
             append=self._append,
             timer=self.timer,
             clock=self.clock,
+            classic_groups=self.classic,
             **self.kw,
         )
 

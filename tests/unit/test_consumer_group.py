@@ -317,28 +317,18 @@ def test_list_groups(tmp_path):
 def test_records_of_other_kinds_are_left_to_the_classic_coordinator(tmp_path):
     """Offsets and classic groups share the partition: the consumer group replay skips
     them, and the classic coordinator's replay skips consumer group records."""
-    from tidegate.coordinator.group.group_coordinator import GroupConfig, GroupCoordinator
     from tidegate.coordinator.group.group_metadata_manager import OffsetAndMetadata
-    from tidegate.server.purgatory import DelayedOperationPurgatory
-    from tidegate.server.timer import SystemTimer
 
     h = Harness(tmp_path)
     h.create_topic("foo", 1)
     h.join("m")
-    classic = GroupCoordinator(
-        GroupConfig(),
-        DelayedOperationPurgatory("Heartbeat", SystemTimer(clock=h.clock)),
-        DelayedOperationPurgatory("Rebalance", SystemTimer(clock=h.clock)),
-        h.store,
-        h.clock,
-    )
-    h.store.load(classic.replay_batch)
-    classic.on_loaded()
-    classic.handle_commit_offsets("simple", "", None, -1, {("foo", 0): OffsetAndMetadata(5)})
+    h.classic.handle_commit_offsets("simple", "", None, -1, {("foo", 0): OffsetAndMetadata(5)})
     h.loop.run_pending()
     h2 = h.restart()
     assert set(h2.manager.groups) == {G}
     assert h2.member("m").member_epoch == 1
+    assert set(h2.classic.groups) == {"simple"}
+    assert h2.classic.group_type(G) is None  # not a classic group
 
 
 # ------------------------------------------------------------------------ classic <-> consumer

@@ -15,6 +15,7 @@ from tidegate.coordinator.group.assignor.api import (
 )
 from tidegate.coordinator.group.assignor.range import RangeAssignor
 from tidegate.coordinator.group.assignor.uniform import UniformAssignor
+from tidegate.coordinator.group.group_metadata_manager import OffsetAndMetadata
 from tidegate.coordinator.group.modern.consumer.consumer_group import ConsumerGroupState
 from tidegate.coordinator.group.modern.consumer.consumer_group_manager import (
     ConsumerGroupConfig,
@@ -662,37 +663,28 @@ def test_a_topic_created_later_is_assigned(h):
 
 
 # --------------------------------------------------------------------- classic groups (1.13)
-class ClassicGroups:
-    """The classic coordinator's view of its groups: id -> has members."""
-
-    def __init__(self, groups: dict[str, bool]) -> None:
-        self.groups = groups
-        self.removed: list[str] = []
-
-    def classic_group_is_empty(self, group_id):
-        has_members = self.groups.get(group_id)
-        return None if has_members is None else not has_members
-
-    def remove_empty_classic_group(self, group_id):
-        self.removed.append(group_id)
-        del self.groups[group_id]
-
-
 def test_consumer_group_heartbeat_with_empty_classic_group(tmp_path):
-    classic = ClassicGroups({G: False})
-    h = Harness(tmp_path, classic_groups=classic)
+    """A classic group without members (here one an offset commit made) is replaced; its
+    offsets stay."""
+    h = Harness(tmp_path)
     h.create_topic("foo", 1)
+    h.classic.handle_commit_offsets(G, "", None, -1, {("foo", 0): OffsetAndMetadata(5)})
+    h.loop.run_pending()
+    assert h.classic.classic_group_is_empty(G) is True
     r = h.heartbeat(G, "m", 0, subscribed_topic_names=["foo"])
     assert (r.error, r.member_epoch) == (E.none, 1)
     assert h.last_batch[0] == new_classic_group_tombstone_record(G)
-    assert classic.removed == [G]
+    assert h.classic.classic_group_is_empty(G) is None  # a consumer group's id now
+    assert h.classic.handle_fetch_offsets(G, [("foo", 0)], "m", 1)[1][("foo", 0)].offset == 5
 
 
 def test_consumer_group_heartbeat_with_non_empty_classic_group(tmp_path):
     """Kafka upgrades such a group (online migration); until that lands here it is
     GROUP_ID_NOT_FOUND, as Kafka answers when the upgrade is refused."""
-    classic = ClassicGroups({G: True})
-    h = Harness(tmp_path, classic_groups=classic)
+    h = Harness(tmp_path)
+    h.classic.handle_join_group(G, "", None, False, True, "client", "/127.0.0.1", 30_000, 10_000, "consumer",
+                                [("range", b"")], lambda _result: None)  # fmt: skip
+    assert h.classic.classic_group_is_empty(G) is False
     r = h.heartbeat(G, "m", 0, subscribed_topic_names=["foo"])
     assert (r.error, r.error_message) == (E.group_id_not_found, f"Group {G} is not a consumer group.")
     assert h.heartbeat(G, "m", 1).error is E.group_id_not_found

@@ -86,6 +86,18 @@ class Topics:
         self.version += 1
 
 
+class NoClassicGroups:
+    """The classic groups of these runs: none (the machine's log is in memory and holds
+    only consumer group records; tests/unit/consumer_groups.py runs the real classic
+    coordinator beside the manager)."""
+
+    def classic_group_is_empty(self, group_id: str) -> bool | None:
+        return None
+
+    def remove_empty_classic_group(self, group_id: str) -> None:
+        raise AssertionError("no classic group to replace")
+
+
 class Broker:
     """The coordinator over an in-memory log; :meth:`restart` replays it."""
 
@@ -108,7 +120,7 @@ class Broker:
         """The coordinator under test, on this broker's image, log and timer."""
         return ConsumerGroupManager(
             ConsumerGroupConfig(), image=self.topics, append=self._append, timer=self.timer,
-            clock=self.clock,
+            clock=self.clock, classic_groups=NoClassicGroups(),
         )  # fmt: skip
 
     def _append(self, records: Sequence[tuple[bytes, bytes | None]]) -> PendingAppend:

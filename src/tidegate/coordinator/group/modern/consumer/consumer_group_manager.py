@@ -296,7 +296,7 @@ class ConsumerGroupManager(ModernGroupManager[ConsumerGroup, ConsumerGroupMember
         timer: SystemTimer,
         clock: Clock,
         group_configs: GroupConfigLookup = no_group_configs,
-        classic_groups: ClassicGroups | None = None,
+        classic_groups: ClassicGroups,
         assignors: Mapping[str, PartitionAssignor] = CONSUMER_GROUP_ASSIGNORS,
         other_groups: GroupTypeLookup = no_other_groups,
     ) -> None:
@@ -437,13 +437,12 @@ class ConsumerGroupManager(ModernGroupManager[ConsumerGroup, ConsumerGroupMember
             return group
         self._throw_if_other_group(group_id)
         classic = self.classic_groups
-        classic_empty = None if classic is None else classic.classic_group_is_empty(group_id)
+        classic_empty = classic.classic_group_is_empty(group_id)
         if classic_empty is None:
             if not create:
                 raise api_error(ErrorCode.group_id_not_found, f"Consumer group {group_id} not found.")
             return ConsumerGroup(group_id)
         if create and classic_empty:
-            assert classic is not None
             op.records.append(new_classic_group_tombstone_record(group_id))
             op.after.append(lambda: classic.remove_empty_classic_group(group_id))
             log.info("[GroupId %s] Converted the empty classic group to a consumer group.", group_id)
@@ -457,8 +456,7 @@ class ConsumerGroupManager(ModernGroupManager[ConsumerGroup, ConsumerGroupMember
         if group is not None:
             return group
         self._throw_if_other_group(group_id)
-        classic = self.classic_groups
-        if classic is not None and classic.classic_group_is_empty(group_id) is not None:
+        if self.classic_groups.classic_group_is_empty(group_id) is not None:
             raise api_error(ErrorCode.group_id_not_found, f"Group {group_id} is not a consumer group.")
         raise api_error(ErrorCode.group_id_not_found, f"Group {group_id} not found.")
 
