@@ -10,8 +10,14 @@ rebalance takes a few hundred milliseconds instead of Kafka's 5 s heartbeats.
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import threading
 import time
 from collections.abc import Iterable
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, TopicPartition
@@ -203,3 +209,55 @@ def test_a_static_member_restarting_gets_its_partitions_back_without_a_rebalance
     assert {m.group_instance_id for m in description.members} == {None, "static-1"}
     for c in members.values():
         c.close()
+
+
+#: A consumer-protocol member in a process of its own, reporting its assignment's size.
+KILLED_MEMBER = r"""
+import sys
+from confluent_kafka import Consumer
+c = Consumer({"bootstrap.servers": sys.argv[1], "group.id": sys.argv[2], "group.protocol": "consumer",
+              "log_level": 0})
+owned = set()
+def assigned(_c, parts):
+    owned.update((p.topic, p.partition) for p in parts)
+    print("ASSIGNED", len(owned), flush=True)
+def revoked(_c, parts):
+    owned.difference_update((p.topic, p.partition) for p in parts)
+    print("ASSIGNED", len(owned), flush=True)
+c.subscribe([sys.argv[3]], on_assign=assigned, on_revoke=revoked)
+while True:
+    c.poll(0.1)
+"""
+SESSION_MS = 3000
+
+
+def test_a_killed_consumer_is_fenced_when_its_session_expires(broker_factory):
+    """kill -9 of a member: it never leaves, its session timeout (on the broker's timing
+    wheel) fences it and the survivor gets its partitions (reference 1.8)."""
+    broker = broker_factory({**FAST, "group.consumer.min.session.timeout.ms": str(SESSION_MS),
+                             "group.consumer.session.timeout.ms": str(SESSION_MS)})  # fmt: skip
+    create_topic(broker.bootstrap, "k", 6, client=CFK)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", KILLED_MEMBER, broker.bootstrap, "g5", "k"],
+        cwd=Path(__file__).resolve().parents[2], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )  # fmt: skip
+    lines: list[str] = []
+    threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True).start()
+    owners = Owners()
+    survivor = new_member(broker.bootstrap, "g5")
+    survivor.subscribe(["k"], **owners.callbacks("s"))
+    got: dict[str, list] = {"s": []}
+    try:
+        poll_all({"s": survivor}, got, lambda: len(owners.of("s")) == 3 and lines[-1:] == ["ASSIGNED 3\n"])
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+        killed_at = time.monotonic()
+        poll_all({"s": survivor}, got, lambda: len(owners.of("s")) == 6, timeout=SESSION_MS / 1000 + 30)
+        took = time.monotonic() - killed_at
+        assert took >= SESSION_MS / 1000 - 1  # not before the session expired: it never left
+        assert "fenced from the group because the member session expired" in broker.log_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+        survivor.close()
