@@ -261,3 +261,35 @@ def test_a_killed_consumer_is_fenced_when_its_session_expires(broker_factory):
             proc.kill()
             proc.wait(10)
         survivor.close()
+
+
+def test_offsets_committed_in_a_transaction_by_a_consumer_protocol_member(broker_factory):
+    """send_offsets_to_transaction with a consumer-protocol member's group metadata:
+    TxnOffsetCommit carries the member id and epoch, checked as OffsetCommit's; the
+    offsets count once the transaction commits."""
+    from confluent_kafka import Producer
+
+    broker = broker_factory(FAST)
+    create_topic(broker.bootstrap, "tin", 2, client=CFK)
+    create_topic(broker.bootstrap, "tout", 2, client=CFK)
+    fill(broker.bootstrap, "tin", 2, 30)
+    c = new_member(broker.bootstrap, "g6", **{"isolation.level": "read_committed"})
+    c.subscribe(["tin"])
+    p = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "t-g6", "log_level": 0})
+    p.init_transactions(30)
+    done = 0
+    deadline = time.monotonic() + 60
+    while done < 60:
+        assert time.monotonic() < deadline, "timed out"
+        msgs = [m for m in c.consume(100, 0.2) if m.error() is None]
+        if not msgs:
+            continue
+        p.begin_transaction()
+        for m in msgs:
+            p.produce("tout", m.value(), partition=m.partition())
+        p.send_offsets_to_transaction(c.position(c.assignment()), c.consumer_group_metadata(), 30)
+        p.commit_transaction(30)
+        done += len(msgs)
+    committed = c.committed([TopicPartition("tin", 0), TopicPartition("tin", 1)], timeout=10)
+    assert [tp.offset for tp in committed] == [30, 30]
+    c.close()
