@@ -35,7 +35,11 @@ Every method here runs on the event loop's thread; answers leave through callbac
 Group metadata (after each rebalance) and committed offsets are written to
 ``__consumer_offsets`` through
 :class:`~tidegate.coordinator.group.group_metadata_manager.OffsetsLog` and replayed
-by :meth:`GroupCoordinator.startup`, in log order.
+at start in log order (:meth:`GroupCoordinator.replay_batch`, then
+:meth:`GroupCoordinator.on_loaded`), the same batches the KIP-848 and KIP-932
+coordinators replay. One group id names one group: an id the modern coordinators own
+(``other_groups``) is not a classic group here, though its committed offsets are kept
+here like every group's; the offset APIs on a consumer group check its member's epoch.
 
 Offsets in transactions (KIP-98, KIP-447): TxnOffsetCommit writes a transactional batch
 of the producer; its offsets stay pending per (group, producer id), invisible to
