@@ -566,7 +566,7 @@ _TABLE: tuple[ConfigKey, ...] = (
            "The smallest consumer.heartbeat.interval.ms a group config may set."),
     broker("group.consumer.max.heartbeat.interval.ms", INT, 15000, Range.at_least(1), MEDIUM,
            "The largest consumer.heartbeat.interval.ms a group config may set."),
-    broker("group.consumer.max.size", INT, INT_MAX, Range.at_least(1), MEDIUM,
+    broker("group.consumer.max.size", INT, INT32_MAX, Range.at_least(1), MEDIUM,
            "The most members a consumer group may have (GROUP_MAX_SIZE_REACHED beyond)."),
     broker("group.consumer.assignors", LIST, "uniform,range", _consumer_assignors, MEDIUM,
            "The server-side assignors a member may name (group.remote.assignor; "

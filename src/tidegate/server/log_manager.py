@@ -195,7 +195,6 @@ class LogManager:
             )  # fmt: skip
         return opened
 
-
     def internal_log(self, topic: str, configs: Mapping[str, str], create: bool) -> Log | None:
         """Partition 0 of a one-partition internal topic (``__consumer_offsets``,
         ``__share_group_state``), created with ``configs`` on first use when ``create``
@@ -206,6 +205,7 @@ class LogManager:
             log.info("created the internal topic %s", topic)
             plog = self.get_log(topic, 0)
         return plog
+
     def create_topic(self, name: str, partitions: int, configs: dict[str, str]) -> TopicInfo:
         """Open every partition log first, then persist the topic: all or nothing.
 
