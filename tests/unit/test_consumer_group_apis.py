@@ -12,8 +12,7 @@ from datetime import timedelta
 
 import pytest
 
-from tests.core_harness import decode_frame, response_bytes
-from tests.unit.test_apis import Harness
+from tests.core_harness import CoreHarness, decode_frame, response_bytes
 from tests.unit.test_authorization import (
     ADMIN,
     ALICE,
@@ -55,7 +54,7 @@ def owned(response):
 
 
 def test_a_member_joins_gets_every_partition_and_heartbeats(tmp_path):
-    h = Harness(tmp_path)
+    h = CoreHarness(tmp_path)
     topic_id = h.create_topic("t", 3)
     r = call(h, HB, 1, hb())
     assert (r.error_code, r.member_id, r.member_epoch, r.heartbeat_interval) == (E.none, "m1", 1, timedelta(seconds=5))
@@ -75,7 +74,7 @@ def test_a_member_joins_gets_every_partition_and_heartbeats(tmp_path):
 
 def test_request_checks_before_the_coordinator(tmp_path):
     """Reference 1.4: INVALID_REQUEST, UNSUPPORTED_ASSIGNOR; v0 lets the coordinator name the member."""
-    h = Harness(tmp_path)
+    h = CoreHarness(tmp_path)
     h.create_topic("t", 1)
     assert call(h, HB, 1, hb(member_id="")).error_code == E.invalid_request
     assert call(h, HB, 1, hb(group="")).error_code == E.invalid_request
@@ -92,7 +91,7 @@ def test_request_checks_before_the_coordinator(tmp_path):
 @pytest.mark.parametrize("version", [0, 1])
 def test_the_consumer_protocol_can_be_turned_off(tmp_path, version):
     """Kafka's answer without "consumer" in group.coordinator.rebalance.protocols."""
-    h = Harness(tmp_path, {"group.coordinator.rebalance.protocols": "classic"})
+    h = CoreHarness(tmp_path, {"group.coordinator.rebalance.protocols": "classic"})
     assert call(h, HB, version, hb(member_id="", version=version)).error_code == E.unsupported_version
     d = call(h, DESCRIBE, version, {"group_ids": ["g", "h"], "include_authorized_operations": False})
     assert [(g.group_id, g.error_code) for g in d.groups] == [("g", E.unsupported_version),
@@ -101,7 +100,7 @@ def test_the_consumer_protocol_can_be_turned_off(tmp_path, version):
 
 
 def test_two_members_split_the_partitions_revoking_before_assigning(tmp_path):
-    h = Harness(tmp_path)
+    h = CoreHarness(tmp_path)
     h.create_topic("t", 4)
     first = call(h, HB, 1, hb("a"))
     assert sum(len(p) for p in owned(first).values()) == 4
@@ -120,7 +119,7 @@ def test_two_members_split_the_partitions_revoking_before_assigning(tmp_path):
 
 def test_offsets_of_a_consumer_group_check_member_epochs_and_survive_a_restart(tmp_path):
     """Reference 1.14: OffsetCommit/OffsetFetch v9 carry the member epoch."""
-    h = Harness(tmp_path / "data", GROUP_PROPS)
+    h = CoreHarness(tmp_path / "data", GROUP_PROPS)
     h.create_topic("t", 1)
     call(h, HB, 1, hb())
 
@@ -147,7 +146,7 @@ def test_offsets_of_a_consumer_group_check_member_epochs_and_survive_a_restart(t
     assert (described.groups[0].error_code, described.groups[0].group_state) == (E.group_id_not_found, "Dead")
     h.close()
 
-    h = Harness(tmp_path / "data", GROUP_PROPS)
+    h = CoreHarness(tmp_path / "data", GROUP_PROPS)
     assert h.core.consumer_group_coordinator.timeouts("g", "m1")["session"] > 0
     again = call(h, HB, 1, hb(epoch=1))
     assert (again.error_code, again.member_epoch) == (E.none, 1)  # resumed, no new epoch
@@ -157,7 +156,7 @@ def test_offsets_of_a_consumer_group_check_member_epochs_and_survive_a_restart(t
 
 def test_a_regex_picks_up_a_topic_created_later(tmp_path):
     """RE2, whole-name match: "topic-.*" takes topic-a, not other; topic-b once created."""
-    h = Harness(tmp_path)
+    h = CoreHarness(tmp_path)
     h.create_topic("topic-a", 1)
     h.create_topic("other", 1)
     epoch = call(h, HB, 1, hb(subscribed_topic_names=[], subscribed_topic_regex="topic-.*")).member_epoch
@@ -179,7 +178,7 @@ def test_a_regex_picks_up_a_topic_created_later(tmp_path):
 def test_list_delete_and_offset_delete_of_a_consumer_group(tmp_path):
     """Reference 1.14: ListGroups v5 shows the group's type; DeleteGroups needs it EMPTY
     and takes its offsets along; OffsetDelete keeps the offsets of subscribed topics."""
-    h = Harness(tmp_path, GROUP_PROPS)
+    h = CoreHarness(tmp_path, GROUP_PROPS)
     h.create_topic("t", 1)
     h.create_topic("u", 1)
     call(h, HB, 1, hb())
@@ -219,7 +218,7 @@ def test_acls_on_the_consumer_protocol(tmp_path):
     """Reference 1.4 and 1.12: READ on the group, DESCRIBE on subscribed names; a regex
     resolves only to topics the member may DESCRIBE; a described group assigning a topic
     the principal may not DESCRIBE is TOPIC_AUTHORIZATION_FAILED without members."""
-    h = Harness(tmp_path, AUTHORIZER)
+    h = CoreHarness(tmp_path, AUTHORIZER)
     for name in ("topic-open", "topic-secret"):
         create_topic(h, name)
     assert call_as(h, ALICE, HB, 1, hb()).error_code == E.group_authorization_failed
