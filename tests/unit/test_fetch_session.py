@@ -443,9 +443,9 @@ def reads(h):
     counts: list[int] = []
     real = h.apis.replicas.read_from_log
 
-    def counting(params, partitions):
+    def counting(params, partitions, batch=None):
         counts.append(len(partitions))
-        return real(params, partitions)
+        return real(params, partitions, batch)
 
     h.apis.replicas.read_from_log = counting
     return counts

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
+from typing import TypeAlias
 
 from tidegate.protocol.messages._base import Records
 from tidegate.protocol.messages.fetch import FetchResponse, NodeEndpoint, PartitionData
@@ -36,7 +37,11 @@ Piece = bytes | bytearray | memoryview | FileRegion
 MIN_VERSION = 4
 MAX_VERSION = 17
 
-
+#: Partitions encoded once for many responses (:func:`encode_fetch_response`): by
+#: (id, version), the partition (kept alive, so its id is not reused), the bytes before
+#: its records piece (all of it when the records are inline), the records piece or
+#: None, the bytes after it.
+SharedPartitions: TypeAlias = dict[tuple[int, int], tuple[PartitionData, bytes, Piece | None, bytes]]
 
 
 class _Writer:
@@ -126,14 +131,23 @@ def _node_endpoints(endpoints: Sequence[NodeEndpoint]) -> bytes:
     return bytes(w.buf)
 
 
-def encode_fetch_response(correlation_id: int, version: int, response: FetchResponse) -> list[Piece]:
-    """The framed response (size prefix, header, body) as pieces, in order."""
-    return _encode(correlation_id, version, response, None)
+def encode_fetch_response(
+    correlation_id: int, version: int, response: FetchResponse, shared: SharedPartitions | None = None
+) -> list[Piece]:
+    """The framed response (size prefix, header, body) as pieces, in order. With
+    ``shared``, a partition whose records are ``bytes`` is encoded once per version for
+    every response it is in (by identity: the responses of one completion batch share
+    their :class:`PartitionData`, which nobody changes meanwhile)."""
+    return _encode(correlation_id, version, response, None, shared)
 
 
-def _encode(correlation_id: int, version: int, response: FetchResponse, sizing: list[int] | None) -> list[Piece]:
+def _encode(
+    correlation_id: int, version: int, response: FetchResponse, sizing: list[int] | None,
+    shared: SharedPartitions | None = None,
+) -> list[Piece]:
     """:func:`encode_fetch_response`; with ``sizing`` (a one-int list), records are not
-    written but their lengths added to ``sizing[0]`` (:func:`fetch_response_size`)."""
+    written but their lengths added to ``sizing[0]`` (:func:`fetch_response_size`;
+    never with ``shared``)."""
     if not MIN_VERSION <= version <= MAX_VERSION:
         raise ValueError(f"Fetch v{version} is not encoded here")
     flexible = version >= 12
@@ -157,30 +171,32 @@ def _encode(correlation_id: int, version: int, response: FetchResponse, sizing: 
         parts = t.partitions
         w.length(len(parts))
         for p in parts:
-            b = w.buf
-            b += _PARTITION.pack(p.partition_index, p.error_code, p.high_watermark)
-            b += _I64.pack(p.last_stable_offset)
-            if version >= 5:
-                b += _I64.pack(p.log_start_offset)
-            aborted = p.aborted_transactions
-            if aborted is None:
-                w.length(-1)
-            else:
-                w.length(len(aborted))
-                for a in aborted:
-                    w.buf += _OFFSETS.pack(a.producer_id, a.first_offset)
-                    if flexible:
-                        w.buf += b"\x00"
-            if version >= 11:
-                w.buf += _I32.pack(p.preferred_read_replica)
-            records = p.records
-            if sizing is not None and records:
-                sizing[0] += len(records)
-                w.length(len(records))
-            else:
-                w.records(records)
-            if flexible:
-                w.tagged(_partition_tags(p))
+            if shared is None or not isinstance(p.records, bytes):
+                _partition(w, p, version, sizing)
+                continue
+            # A partition several responses of a completion batch carry (the same
+            # object, records in memory): encoded once, its pieces reused.
+            key = (id(p), version)
+            done = shared.get(key)
+            if done is None:
+                mark, start = len(w.pieces), len(w.buf)
+                _partition(w, p, version, sizing)
+                if len(w.pieces) == mark:
+                    done = shared[key] = (p, bytes(w.buf[start:]), None, b"")
+                else:  # the records went as a piece of their own: (prefix, records, suffix)
+                    head = w.pieces[mark]
+                    assert isinstance(head, bytes)
+                    done = shared[key] = (p, head[start:], w.pieces[mark + 1], bytes(w.buf))
+                    if len(w.pieces) != mark + 2:
+                        raise AssertionError("a partition's records are one piece")
+                continue
+            _p, prefix, rec, suffix = done
+            w.buf += prefix
+            if rec is not None:
+                w.flush()
+                w.pieces.append(rec)
+                w.size += len(rec)
+                w.buf += suffix
         if flexible:
             w.buf += b"\x00"
     if flexible:
@@ -194,6 +210,35 @@ def _encode(correlation_id: int, version: int, response: FetchResponse, sizing: 
     assert isinstance(first, bytes)
     w.pieces[0] = _I32.pack(w.size - 4 + (sizing[0] if sizing is not None else 0)) + first[4:]
     return w.pieces
+
+
+def _partition(w: _Writer, p: PartitionData, version: int, sizing: list[int] | None) -> None:
+    """One partition of a topic's response (see :func:`_encode`)."""
+    flexible = w.flexible
+    b = w.buf
+    b += _PARTITION.pack(p.partition_index, p.error_code, p.high_watermark)
+    b += _I64.pack(p.last_stable_offset)
+    if version >= 5:
+        b += _I64.pack(p.log_start_offset)
+    aborted = p.aborted_transactions
+    if aborted is None:
+        w.length(-1)
+    else:
+        w.length(len(aborted))
+        for a in aborted:
+            w.buf += _OFFSETS.pack(a.producer_id, a.first_offset)
+            if flexible:
+                w.buf += b"\x00"
+    if version >= 11:
+        w.buf += _I32.pack(p.preferred_read_replica)
+    records = p.records
+    if sizing is not None and records:
+        sizing[0] += len(records)
+        w.length(len(records))
+    else:
+        w.records(records)
+    if flexible:
+        w.tagged(_partition_tags(p))
 
 
 def fetch_response_size(version: int, response: FetchResponse) -> int:

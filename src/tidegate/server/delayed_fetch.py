@@ -14,20 +14,58 @@ and no thread: just this object on the timing wheel and the watcher lists.
 
 An incremental fetch of a KIP-227 session parks a :class:`SessionDelayedFetch` instead,
 on the session's one key, checking only the session's dirty partitions.
+
+The fetches one append completes (a fan-out: many consumers tailing one partition all
+wait at its end) re-read the same bytes and answer the same partitions. They do that
+once: the :class:`FetchCompletionBatch` of the wake-up holds a read made by a second
+fetch in memory for every later one, the response partition built from it, and its
+encoding, so each further answer costs its header and its write (issue 29).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from tidegate.protocol.fetch_fast import SharedPartitions
 from tidegate.server.purgatory import DelayedOperation
 
 if TYPE_CHECKING:
     from tidegate.log.log import Log
+    from tidegate.protocol.messages.fetch import PartitionData
     from tidegate.server.fetch_session import FetchSession
-    from tidegate.server.replica_manager import ReplicaManager
+    from tidegate.server.replica_manager import FetchPartitionData, ReplicaManager
+
+#: The largest read a completion batch shares in memory (Kafka's default
+#: max.partition.fetch.bytes): a larger one is sent from the file to each fetch.
+SHARED_READ_MAX = 1 << 20
+
+
+class FetchCompletionBatch:
+    """What the parked fetches completed by one event share (the module doc). Lives for
+    one wake-up (``ReplicaManager.completion_batch``); everything in it is read-only
+    once made, and holds what its keys' ids name, so no id is reused meanwhile.
+
+    ``reads`` (``ReplicaManager.read_from_log``): by what decides a read (the log, the
+    offset, the limit, whether it is the response's first, the isolation level and the
+    log's offsets), None once one fetch read it (from the file, as alone), then the
+    shared :class:`FetchPartitionData` (records in memory) the second made, or
+    :data:`UNSHARED` (too large, or unreadable: each reads its own). ``parts``
+    (``KafkaApis``): the response partition built from a shared read, by (its id,
+    whether topics go by id). ``encoded``: those partitions encoded, per version
+    (:func:`~tidegate.protocol.fetch_fast.encode_fetch_response`)."""
+
+    __slots__ = ("encoded", "parts", "reads")
+
+    def __init__(self) -> None:
+        self.reads: dict[tuple[Any, ...], FetchPartitionData | object | None] = {}
+        self.parts: dict[tuple[int, bool], tuple[FetchPartitionData, PartitionData]] = {}
+        self.encoded: SharedPartitions = {}
+
+
+#: a read a completion batch does not share (see :class:`FetchCompletionBatch`)
+UNSHARED = object()
 
 
 @dataclass(slots=True)

@@ -108,6 +108,7 @@ from tidegate.server.acl_apis import AclApis
 from tidegate.server.admin_apis import AdminApis
 from tidegate.server.authorization import AuthorizationStep
 from tidegate.server.consumer_group_apis import ConsumerGroupApis
+from tidegate.server.delayed_fetch import FetchCompletionBatch
 from tidegate.server.endpoints import Endpoints
 from tidegate.server.fetch_session import (
     INVALID_SESSION_ID,
@@ -556,8 +557,9 @@ class KafkaApis:
                         if not settled(offset, r, read_committed)
                     ], read_committed)
             response = FetchResponse(session_id=session_id)
-            self._fetch_topics(request, response, by_id, keys, partitions, results)
-            self.request_helper.send_response(request, response)
+            batch = self.replicas.completion_batch
+            self._fetch_topics(request, response, by_id, keys, partitions, results, batch)
+            self.request_helper.send_response(request, response, batch.encoded if batch is not None else None)
 
         self.replicas.fetch_messages(params, partitions, respond, lambda: request.abandoned)
         return PARKED
@@ -617,9 +619,10 @@ class KafkaApis:
                 for i, key in enumerate(keys):
                     if name_of(key[0]) in denied:
                         results[i] = FetchPartitionData(ErrorCode.topic_authorization_failed)
+            batch = self.replicas.completion_batch
             response = self._incremental_fetch_response(request, by_id, ctx, keys, partitions, results,
-                                                        read_committed)
-            self.request_helper.send_response(request, response)
+                                                        read_committed, batch)
+            self.request_helper.send_response(request, response, batch.encoded if batch is not None else None)
 
         self.replicas.fetch_session_messages(params, session, select, respond, lambda: request.abandoned)
         return PARKED
@@ -627,6 +630,7 @@ class KafkaApis:
     def _incremental_fetch_response(
         self, request: Request, by_id: bool, ctx: FetchContext, keys: list[SessionKey],
         partitions: list[FetchPartition], results: list[FetchPartitionData], read_committed: bool,
+        batch: FetchCompletionBatch | None = None,
     ) -> FetchResponse:
         """Kafka's ``IncrementalFetchContext.updateAndGenerateResponseData`` over the
         partitions read (the dirty ones): only those with news, each remembered as sent;
@@ -655,16 +659,18 @@ class KafkaApis:
                     session.move_to_end(key)
             session.settle(cp, r, read_committed)
         response = FetchResponse(session_id=session.id)
-        self._fetch_topics(request, response, by_id, sel_keys, sel_parts, sel_results)
+        self._fetch_topics(request, response, by_id, sel_keys, sel_parts, sel_results, batch)
         return response
 
     def _fetch_topics(
         self, request: Request, response: FetchResponse, by_id: bool, keys: list[SessionKey],
         partitions: list[FetchPartition], results: list[FetchPartitionData],
+        batch: FetchCompletionBatch | None = None,
     ) -> None:
         """The response's topics: consecutive partitions of one topic share an entry, as
         Kafka's ``FetchResponse.of`` groups them; a fenced leader epoch names the current
-        leader and its endpoint (KIP-951, v16+)."""
+        leader and its endpoint (KIP-951, v16+). A read shared by a completion ``batch``
+        gives one response partition for all its fetches."""
         responses = response.responses
         last: Any = _NO_TOPIC
         parts: list[PartitionData] = []
@@ -677,6 +683,11 @@ class KafkaApis:
                     FetchableTopicResponse(topic_id=tkey, partitions=parts) if by_id
                     else FetchableTopicResponse(topic=tkey, partitions=parts)
                 )  # fmt: skip
+            if batch is not None and r.shared:
+                made = batch.parts.get((id(r), by_id))
+                if made is not None:
+                    parts.append(made[1])
+                    continue
             error = r.error
             if by_id and error is ErrorCode.unknown_topic_or_partition:
                 error = ErrorCode.unknown_topic_id
@@ -702,6 +713,8 @@ class KafkaApis:
                 if not response.node_endpoints:
                     host, port = self.endpoints.endpoint(request.context)
                     response.node_endpoints.append(NodeEndpoint(node_id=self.node_id, host=host, port=port))
+            if batch is not None and r.shared:
+                batch.parts[(id(r), by_id)] = (r, part)
             parts.append(part)
 
     # -- ListOffsets ----------------------------------------------------------------------

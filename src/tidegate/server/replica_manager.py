@@ -53,7 +53,14 @@ from tidegate.record.record_batch import (
     is_transactional_batch,
     read_header,
 )
-from tidegate.server.delayed_fetch import DelayedFetch, FetchPartitionStatus, SessionDelayedFetch
+from tidegate.server.delayed_fetch import (
+    SHARED_READ_MAX,
+    UNSHARED,
+    DelayedFetch,
+    FetchCompletionBatch,
+    FetchPartitionStatus,
+    SessionDelayedFetch,
+)
 from tidegate.server.delayed_produce import DelayedProduce
 from tidegate.server.fetch_session import FetchSession, FetchSessionCache, session_watch_key
 from tidegate.server.log_flusher import LogFlusher
@@ -159,6 +166,9 @@ class FetchPartitionData:
     aborted_transactions: list[AbortedTxn] | None = None
     #: (epoch, end offset) when last_fetched_epoch shows the fetcher's log diverged
     diverging_epoch: tuple[int, int] | None = None
+    #: one read answering several fetches of a completion batch (records in memory;
+    #: nobody changes it): see :class:`~tidegate.server.delayed_fetch.FetchCompletionBatch`
+    shared: bool = False
 
 
 def check_leader_epoch(plog: Log, current_leader_epoch: int) -> ErrorCode:
@@ -194,6 +204,9 @@ class FetchParams:
     max_bytes: int = INT32_MAX
     #: 0 read_uncommitted (up to the high watermark), 1 read_committed (up to the LSO)
     isolation_level: int = READ_UNCOMMITTED
+
+
+_UNSEEN = object()  # a read no fetch of the completion batch made yet
 
 
 class ActionQueue:
@@ -266,6 +279,8 @@ class ReplicaManager:
         #: offset moved) or removed, where parked fetches are woken: share fetches parked
         #: on them try again (``SharePartitionManager.partitions_changed``, set by BrokerCore)
         self.share_fetch_wakeup: Callable[[Sequence[TopicPartition]], None] | None = None
+        #: while parked fetches complete on an append: what they share (issue 29)
+        self.completion_batch: FetchCompletionBatch | None = None
 
     def get_log(self, topic: str, partition: int) -> Log | None:
         return self.logs.logs.get((topic, partition))
@@ -427,8 +442,15 @@ class ReplicaManager:
         """Parked fetches (and share fetches) on appended partitions, and the parked
         fetches of the sessions holding them, try to complete."""
         check = self.fetch_purgatory.check_and_complete
-        for key in appended + sessions:
-            check(key)
+        outer = self.completion_batch
+        if outer is None:
+            self.completion_batch = FetchCompletionBatch()
+        try:
+            for key in appended + sessions:
+                check(key)
+        finally:
+            if outer is None:
+                self.completion_batch = None
         if self.share_fetch_wakeup is not None:
             self.share_fetch_wakeup(appended)
 
@@ -501,13 +523,17 @@ class ReplicaManager:
 
     # -- fetch ----------------------------------------------------------------------------
     def read_from_log(
-        self, params: FetchParams, partitions: Sequence[FetchPartition]
+        self, params: FetchParams, partitions: Sequence[FetchPartition],
+        batch: FetchCompletionBatch | None = None,
     ) -> tuple[list[FetchPartitionData], int]:
         """Read every partition within the limits; (results in request order, bytes read).
 
         KIP-74: the first batch of the first partition with data is returned even when
         it exceeds the limits, so a consumer always makes progress; every later
         partition stays within both its own and the response's limit.
+
+        With ``batch`` (a parked fetch completing with others), a read that another
+        fetch of the batch made the same way is shared (:meth:`_shared_read`).
         """
         remaining = params.max_bytes
         total = 0
@@ -555,6 +581,20 @@ class ReplicaManager:
             data.high_watermark, data.last_stable_offset = hw, lso
             data.log_start_offset = plog.log_start_offset
             limit = min(fp.max_bytes, remaining)
+            share_key = None
+            if batch is not None:
+                share_key = (plog, fp.fetch_offset, limit, total == 0, params.isolation_level, hw, lso,
+                             plog.log_start_offset, plog.log_end_offset)
+                seen = batch.reads.get(share_key, _UNSEEN)
+                if isinstance(seen, FetchPartitionData):
+                    out[-1] = seen
+                    total += len(seen.records)
+                    remaining -= len(seen.records)
+                    continue
+                if seen is not None:  # the first of the batch to read it, or unshared
+                    if seen is _UNSEEN:
+                        batch.reads[share_key] = None
+                    share_key = None
             records: bytes | FileRegion = b""
             try:
                 if params.isolation_level == READ_COMMITTED:
@@ -580,9 +620,32 @@ class ReplicaManager:
                 failed.error = ErrorCode.kafka_storage_error
                 continue
             data.records = records
+            if share_key is not None:
+                assert batch is not None
+                out[-1] = data = self._shared_read(batch, share_key, data)
             total += len(records)
             remaining -= len(records)
         return out, total
+
+    @staticmethod
+    def _shared_read(batch: FetchCompletionBatch, key: tuple[Any, ...], data: FetchPartitionData) -> FetchPartitionData:
+        """The second fetch of a completion batch to read the same: its records read into
+        memory once (at most :data:`SHARED_READ_MAX`) and the result kept for every later
+        one, which sends them without a file read of its own."""
+        records = data.records
+        if isinstance(records, FileRegion):
+            if records.length > SHARED_READ_MAX:
+                batch.reads[key] = UNSHARED
+                return data
+            try:
+                data.records = records.read()
+            except OSError:  # truncated under the read: each reads (and fails) on its own
+                batch.reads[key] = UNSHARED
+                return data
+            records.close()
+        data.shared = True
+        batch.reads[key] = data
+        return data
 
     def fetch_messages(
         self,
@@ -619,7 +682,7 @@ class ReplicaManager:
 
         def respond() -> None:
             if abandoned is None or not abandoned():
-                callback(self.read_from_log(params, partitions)[0])
+                callback(self.read_from_log(params, partitions, self.completion_batch)[0])
 
         op = DelayedFetch(params.max_wait_ms, params.min_bytes, statuses, self, respond,
                           read_committed=params.isolation_level == READ_COMMITTED)
@@ -650,7 +713,7 @@ class ReplicaManager:
         def respond() -> None:
             if abandoned is None or not abandoned():
                 keys, partitions = select()
-                callback(keys, partitions, self.read_from_log(params, partitions)[0])
+                callback(keys, partitions, self.read_from_log(params, partitions, self.completion_batch)[0])
 
         op = SessionDelayedFetch(params.max_wait_ms, params.min_bytes, session, self, respond,
                                  read_committed=params.isolation_level == READ_COMMITTED)

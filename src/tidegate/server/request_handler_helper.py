@@ -26,6 +26,7 @@ a dict of Kafka's field names: :meth:`respond` turns it into the response messag
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, TypeVar, runtime_checkable
 
@@ -40,9 +41,14 @@ from tidegate.network.request_channel import (
 )
 from tidegate.protocol.apis import ApiKey
 from tidegate.protocol.codec import build, encode_response, response_class
-from tidegate.protocol.fetch_fast import Piece, encode_fetch_response, fetch_response_size
+from tidegate.protocol.fetch_fast import (
+    Piece,
+    SharedPartitions,
+    encode_fetch_response,
+    fetch_response_size,
+)
 from tidegate.protocol.messages._base import Message
-from tidegate.protocol.messages.fetch import FetchResponse
+from tidegate.protocol.messages.fetch import FetchResponse, PartitionData
 from tidegate.protocol.messages.produce import ProduceResponse
 from tidegate.server.metadata import TopicStore
 
@@ -102,14 +108,15 @@ class RequestHandlerHelper:
         self.metrics = metrics
 
     # -- answering ------------------------------------------------------------------------
-    def send_response(self, request: Request, answer: Answer) -> None:
+    def send_response(self, request: Request, answer: Answer, shared: SharedPartitions | None = None) -> None:
         """The answer to ``request``, made now or later (Kafka's ``sendResponse`` from a
-        callback): see the module doc."""
+        callback): see the module doc. ``shared``: a Fetch completion batch's encoded
+        partitions (:func:`~tidegate.protocol.fetch_fast.encode_fetch_response`)."""
         if request.in_handler:
-            request.answered = self.respond(request, answer)
+            request.answered = self.respond(request, answer, shared)
         elif not request.abandoned:
             request.start_ns = self.time.nanoseconds()  # time from here is this answer's
-            self.channel.send_response(request, self.respond(request, answer))
+            self.channel.send_response(request, self.respond(request, answer, shared))
 
     def close_connection(self, request: Request, reason: str) -> None:
         """Close the request's connection instead of answering (Kafka's ``closeConnection``)."""
@@ -128,7 +135,7 @@ class RequestHandlerHelper:
             merge(response)
         return response
 
-    def respond(self, request: Request, answer: Answer) -> Response:
+    def respond(self, request: Request, answer: Answer, shared: SharedPartitions | None = None) -> Response:
         """The merge, quotas, metrics, encoding (Kafka's ``sendResponseMaybeThrottle``)."""
         header = request.header
         response: Message | None
@@ -139,12 +146,12 @@ class RequestHandlerHelper:
         if response is not None:
             self.merged(request, response)
         if self.quotas.enabled:
-            return self._respond_with_quotas(request, response)
+            return self._respond_with_quotas(request, response, shared)
         if response is None:
             return NoOpResponse()
         if self.metrics is not None:
             self._account(request, response)
-        return SendResponse(self._encode(request, response))
+        return SendResponse(self._encode(request, response, shared))
 
     # -- the quota step -------------------------------------------------------------------
     def request_parked(self, request: Request) -> None:
@@ -179,7 +186,9 @@ class RequestHandlerHelper:
         else:
             request.record_network_thread_time_ns(q.user, q.client_id, ns)
 
-    def _respond_with_quotas(self, request: Request, response: Message | None) -> Response:
+    def _respond_with_quotas(
+        self, request: Request, response: Message | None, shared: SharedPartitions | None = None
+    ) -> Response:
         """Record, check and throttle (KIP-219), then encode the response.
 
         As Kafka's KafkaApis: the request time so far is recorded and checked on the
@@ -198,7 +207,7 @@ class RequestHandlerHelper:
         if q.exempt:
             quotas.request.maybe_record_exempt_ns(self._elapsed_ns(request))
             encode_start = clock.nanoseconds()
-            return self._with_after_send(self._account_and_encode(request, response), 0, q, encode_start)
+            return self._with_after_send(self._account_and_encode(request, response, shared), 0, q, encode_start)
         request_ms = quotas.request.maybe_record_request_time_ns(q.user, q.client_id, self._elapsed_ns(request))
         encode_start = clock.nanoseconds()
         byte_manager = None
@@ -215,7 +224,7 @@ class RequestHandlerHelper:
             byte_ms = byte_manager.record_and_get_throttle_time_ms(q.user, q.client_id, fetched)
         throttle_ms = max(byte_ms, request_ms)
         if throttle_ms <= 0:
-            return self._with_after_send(self._account_and_encode(request, response), 0, q, encode_start)
+            return self._with_after_send(self._account_and_encode(request, response, shared), 0, q, encode_start)
         if isinstance(response, FetchResponse):
             if fetched:
                 quotas.fetch.unrecord_quota_sensor(q.user, q.client_id, fetched)
@@ -248,12 +257,14 @@ class RequestHandlerHelper:
         return SendResponse(pieces, throttle_ms, after_send)
 
     # -- metrics and encoding -------------------------------------------------------------
-    def _account_and_encode(self, request: Request, response: Message | None) -> list[Piece] | None:
+    def _account_and_encode(
+        self, request: Request, response: Message | None, shared: SharedPartitions | None = None
+    ) -> list[Piece] | None:
         if response is None:
             return None
         if self.metrics is not None:
             self._account(request, response)
-        return self._encode(request, response)
+        return self._encode(request, response, shared)
 
     def _account(self, request: Request, response: Message) -> None:
         """Metrics from a response about to be sent: error codes per API (per partition
@@ -289,18 +300,24 @@ class RequestHandlerHelper:
             requests.count_errors(key, response)
 
     @staticmethod
-    def _encode(request: Request, response: Message) -> list[Piece]:
+    def _encode(request: Request, response: Message, shared: SharedPartitions | None = None) -> list[Piece]:
         """The framed response as pieces: a Fetch's records stay file regions
         (:mod:`tidegate.protocol.fetch_fast`), anything else is one ``bytes``."""
         header = request.header
         if isinstance(response, FetchResponse):
-            return encode_fetch_response(header.correlation_id, header.api_version, response)
+            return encode_fetch_response(header.correlation_id, header.api_version, response, shared)
         return [encode_response(header, response)]
 
 
 def _without_records(response: FetchResponse) -> None:
     """A throttled Fetch: the same partitions, high watermarks as usual, no records (the
-    consumer fetches them again once the throttle ends)."""
+    consumer fetches them again once the throttle ends). The partitions are copies: one
+    may be shared with other responses (a completion batch's)."""
     for t in response.responses:
-        for p in t.partitions:
-            p.records = b""
+        t.partitions = [_no_records(p) for p in t.partitions]
+
+
+def _no_records(p: PartitionData) -> PartitionData:
+    p = copy.copy(p)
+    p.records = b""
+    return p
