@@ -3,7 +3,9 @@ clean SIGTERM under load and the data directory lock."""
 
 from __future__ import annotations
 
+import resource
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -246,3 +248,59 @@ def test_second_broker_on_same_data_dir_refuses_to_start(broker):
         assert second.alive()
     finally:
         assert second.stop() == 0
+
+
+def _api_versions_answered(port: int) -> bool:
+    """An ApiVersions v0 on a new connection is answered (the broker accepts again)."""
+    payload = struct.pack(">hhih", 18, 0, 7, 1) + b"t"
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+            s.sendall(struct.pack(">i", len(payload)) + payload)
+            head = s.recv(8)
+    except OSError:  # closed at once: still no descriptor free
+        return False
+    return len(head) == 8 and struct.unpack(">i", head[4:8])[0] == 7
+
+
+def test_descriptor_limit_is_raised_and_its_exhaustion_is_logged_without_dying_or_spinning(tmp_path):
+    """``tidegate serve`` raises its soft RLIMIT_NOFILE to the hard limit and logs both;
+    once connections take every descriptor it logs one clear error, keeps serving the
+    connections it has without spinning, and accepts again when some close."""
+    import psutil
+
+    port = free_port()
+    log = tmp_path / "broker.log"
+
+    def low_limits() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (64, 128))
+
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tidegate", "serve", "--override", f"listeners=PLAINTEXT://127.0.0.1:{port}",
+             "--override", f"log.dirs={tmp_path / 'data'}"],
+            stdout=out, stderr=subprocess.STDOUT, preexec_fn=low_limits,
+        )
+    socks: list[socket.socket] = []
+    try:
+        wait_until(lambda: " started" in log.read_text() or proc.poll() is not None, 30, what="the start")
+        assert proc.poll() is None, log.read_text()
+        assert "RLIMIT_NOFILE): soft 128 (was 64), hard 128" in log.read_text()
+        for _ in range(160):
+            socks.append(socket.create_connection(("127.0.0.1", port), timeout=10))
+        wait_until(lambda: "every file descriptor the broker may open is in use" in log.read_text(), 20,
+                   what="the descriptor error")
+        assert log.read_text().count("every file descriptor the broker may open is in use") == 1
+        broker = psutil.Process(proc.pid)
+        before = sum(broker.cpu_times()[:2])
+        time.sleep(1.0)
+        assert sum(broker.cpu_times()[:2]) - before < 0.5  # not spinning on accept
+        assert proc.poll() is None
+        for s in socks:
+            s.close()
+        socks.clear()
+        wait_until(lambda: _api_versions_answered(port), 20, what="accepting again")
+    finally:
+        for s in socks:
+            s.close()
+        proc.terminate()
+        assert proc.wait(30) == 0, log.read_text()[-2000:]

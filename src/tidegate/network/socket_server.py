@@ -24,6 +24,7 @@ import itertools
 import logging
 import os
 import random
+import resource
 import socket
 import struct
 from collections import deque
@@ -136,6 +137,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         sock_fd = -1
         if sock is not None and self.server.fetch_sendfile and transport.get_extra_info("sslcontext") is None:
             sock_fd = sock.fileno()
+        if sock is not None and sock.fileno() >= self.server.max_fds - 1:
+            self.server.descriptors_exhausted()
         self.transport_layer = TransportLayer(transport, sock_fd, self.server.chunk_memory, lambda: self.closed)
         peer = transport.get_extra_info("peername") or ("?", 0)
         refused = None
@@ -519,6 +522,12 @@ class SocketServer:
         self._idle_task: Any = None
         #: connections closed for idleness, per listener
         self.idle_closed_total: dict[str, int] = {}
+        #: the process's descriptor limit (RLIMIT_NOFILE, soft), which bounds connections
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        self.max_fds = soft if soft != resource.RLIM_INFINITY else 1 << 62
+        #: times a connection took the last descriptor (see :meth:`descriptors_exhausted`)
+        self.descriptors_exhausted_total = 0
+        self._descriptors_logged_ms: MonotonicMs | None = None
 
     async def start_listener(
         self, name: str, host: str, port: int, security: ListenerSecurity | None = None
@@ -539,6 +548,27 @@ class SocketServer:
         return self.bound[name]
 
     # -- connection limits -------------------------------------------------------------
+    def descriptors_exhausted(self) -> None:
+        """A connection was accepted on the last descriptor the process may open (the
+        kernel hands out the lowest free one, so all are in use): until some close,
+        accepting fails with EMFILE. The event loop neither dies nor spins on that
+        (uvloop's libuv accepts and closes such connections at once on a descriptor it
+        keeps in reserve; asyncio's stops accepting for a second), but says nothing a
+        reader would understand, so this does, once a minute at most."""
+        self.descriptors_exhausted_total += 1
+        now = self.clock.milliseconds()
+        last = self._descriptors_logged_ms
+        if last is not None and now - last < 60_000:
+            return
+        self._descriptors_logged_ms = now
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        log.error(
+            "every file descriptor the broker may open is in use (RLIMIT_NOFILE soft limit %d, hard %d; "
+            "%d connections open): new connections are refused (closed as they are accepted) until some "
+            "close. Raise the hard limit (ulimit -Hn, systemd LimitNOFILE=) to serve more.",
+            soft, hard, len(self.connections),
+        )
+
     def accept(self, conn: KafkaConnection) -> None:
         """A new connection: admitted now, or held unread until the limits let it in
         (Kafka's acceptor blocks; here the connection waits in its listener's queue)."""

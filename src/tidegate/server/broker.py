@@ -16,6 +16,7 @@ import fcntl
 import gc
 import logging
 import os
+import resource
 import signal
 import time
 from pathlib import Path
@@ -260,8 +261,31 @@ async def serve(config: BrokerConfig) -> int:
     return 0
 
 
+def raise_nofile_limit() -> tuple[int, int]:
+    """Raise this process's soft RLIMIT_NOFILE to its hard limit (each connection is a
+    descriptor; the soft limit is often 1,024 while the hard one allows far more) and
+    log both; (soft, hard) now in force."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    was = soft
+    if soft != hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError) as exc:
+            log.warning("could not raise the file descriptor limit (RLIMIT_NOFILE) from %d to %d: %s",
+                        soft, hard, exc)
+    log.info("file descriptor limit (RLIMIT_NOFILE): soft %s (was %s), hard %s: at most about that "
+             "many connections", _limit(soft), _limit(was), _limit(hard))
+    return soft, hard
+
+
+def _limit(n: int) -> str:
+    return "unlimited" if n == resource.RLIM_INFINITY else str(n)
+
+
 def run(config: BrokerConfig) -> int:
     """Run a broker until SIGINT/SIGTERM; the exit code for ``tidegate serve``."""
+    raise_nofile_limit()
     try:
         import uvloop
     except ImportError:
