@@ -3,7 +3,6 @@ clean SIGTERM under load and the data directory lock."""
 
 from __future__ import annotations
 
-import resource
 import socket
 import struct
 import subprocess
@@ -271,14 +270,11 @@ def test_descriptor_limit_is_raised_and_its_exhaustion_is_logged_without_dying_o
     port = free_port()
     log = tmp_path / "broker.log"
 
-    def low_limits() -> None:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (64, 128))
-
     with open(log, "wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "tidegate", "serve", "--override", f"listeners=PLAINTEXT://127.0.0.1:{port}",
-             "--override", f"log.dirs={tmp_path / 'data'}"],
-            stdout=out, stderr=subprocess.STDOUT, preexec_fn=low_limits,
+            ["prlimit", "--nofile=64:128", sys.executable, "-m", "tidegate", "serve",
+             "--override", f"listeners=PLAINTEXT://127.0.0.1:{port}", "--override", f"log.dirs={tmp_path / 'data'}"],
+            stdout=out, stderr=subprocess.STDOUT,
         )
     socks: list[socket.socket] = []
     try:

@@ -582,3 +582,31 @@ def test_reaper_on_the_asyncio_scheduler_expires_on_time_and_does_not_spin():
     # a handful of wake-ups (one per due bucket, plus overflow moves), never a 1 ms loop
     assert reaper.wakeups < 20
     assert purgatory.timer.next_expiration_ms() is None and reaper.armed_at is None
+
+
+def test_one_produce_answers_200_parked_long_polls_with_the_same_bytes(broker):
+    """A small fan-out (issue 29; benchmarks/fanout.py measures 10,000): 200 long polls
+    parked at the end of one partition, on their own connections, all answered by one
+    produce with the same bytes (the same request: one read and one encoding shared)."""
+    topic = "fanout-200"
+    create_topic(broker.bootstrap, topic, client="confluent")
+    clients = [park_fetch(broker.bootstrap, topic, max_wait=30_000) for _ in range(200)]
+    try:
+        # (at least: the module's broker may still hold another test's abandoned polls)
+        wait_until(lambda: (gauge(broker.metrics_url, FETCH_GAUGE, "Fetch") or 0) >= 200, 30,
+                   what="200 parked fetches")
+        producer = Producer({"bootstrap.servers": broker.bootstrap, "acks": 1, "log_level": 0})
+        producer.produce(topic, b"to everyone", partition=0)
+        assert producer.flush(10) == 0
+        frames = set()
+        for c in clients:
+            assert readable(c, 30)
+            frame = c.recv_frame()
+            assert int.from_bytes(frame[:4], "big") == c.pending_cid
+            frames.add(frame[4:])  # all but the correlation id
+        assert len(frames) == 1
+        [part] = decode_response(1, 12, c.pending_cid.to_bytes(4, "big") + frames.pop())[1].responses[0].partitions
+        assert part.error_code == ErrorCode.none and part.high_watermark == 1 and part.records
+    finally:
+        for c in clients:
+            c.close()

@@ -122,6 +122,36 @@ def test_every_version_matches_kio(segment, version):
     check()
 
 
+@pytest.mark.parametrize("version", VERSIONS)
+def test_partitions_shared_by_a_completion_batch_encode_as_kio(segment, version):
+    """Responses sharing partition objects (a completion batch: the same read answers
+    many fetches) encode each such partition once per version and still write exactly
+    kio's bytes, whatever their own header, throttle, session id and other topics; a
+    partition with records over 4,096 bytes keeps them one shared piece."""
+    big = PartitionData(partition_index=1, high_watermark=9, last_stable_offset=9, log_start_offset=0,
+                        records=os.urandom(5000))
+
+    @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(first=responses(segment), second=responses(segment), small=st.binary(max_size=300),
+           correlation_ids=st.tuples(i32, i32))
+    def check(first, second, small, correlation_ids):
+        inline = PartitionData(partition_index=0, high_watermark=7, last_stable_offset=7, log_start_offset=0,
+                               records=small)
+        for response in (first, second):
+            response.responses.append(FetchableTopicResponse(topic="shared", topic_id=uuid.uuid4(),
+                                                             partitions=[inline, big]))
+        shared: dict = {}
+        for response, correlation_id in zip((first, second), correlation_ids, strict=True):
+            pieces = encode_fetch_response(correlation_id, version, response, shared)
+            assert joined(pieces) == kio_bytes(version, correlation_id, response)
+            assert any(p is big.records for p in pieces)  # the same object, not a copy
+            release_pieces(pieces)
+        assert {key[1] for key in shared} == {version}
+        assert {id(p) for p, *_ in shared.values()} >= {id(inline), id(big)}
+
+    check()
+
+
 def test_regions_are_pieces_not_bytes(segment):
     region = FileRegion.of(segment, 100, 20000)
     response = FetchResponse(responses=[FetchableTopicResponse(topic="t", topic_id=uuid.uuid4(), partitions=[
