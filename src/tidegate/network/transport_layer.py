@@ -109,6 +109,9 @@ class TransportLayer:
     socket's descriptor ``sock_fd`` (PLAINTEXT), or in chunks of ``memory`` when it is
     -1 (TLS, or sendfile off). ``is_closed`` says whether the connection went away."""
 
+    __slots__ = ("_chunk", "_drained", "_is_closed", "_memory", "_writable_fd", "chunk_bytes", "sock_fd",
+                 "transport")
+
     def __init__(
         self, transport: Any, sock_fd: int, memory: ChunkMemory, is_closed: Callable[[], bool]
     ) -> None:
