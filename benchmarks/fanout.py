@@ -4,10 +4,13 @@ N raw Fetch v4 long polls (one per connection, at the log end, ``--max-wait-ms``
 parked on one broker from ``--clients`` client processes, spread over ``--partitions``
 partitions of a fresh topic; then one produce request (one record per partition,
 confluent-kafka, acks=1) wakes them. Measured: the wake-up latency of every answer
-after the produce (p50 / p99 / max; the clients' ``time.monotonic`` is the machine's
-one CLOCK_MONOTONIC), the broker's CPU from the produce to the last answer, its RSS
-per parked connection (connections and fetches together), and whether every answer
-of one partition is the same bytes (they are: same request, same correlation id).
+from the produce being sent to the answer reaching its client socket (p50 / p99 /
+max; the kernel's receive timestamp, ``SO_TIMESTAMPNS``, so that client processes
+reading thousands of sockets on a busy machine do not count against the broker) and
+to the client reading it (``read p99``), the broker's CPU from the produce to the last
+answer, its RSS per parked connection (connections and fetches together), and
+whether every answer of one partition is the same bytes (they are: same request,
+same correlation id).
 
 The wire pieces (the Fetch v4 frame, its parser, RSS/CPU probes, descriptor limits,
 the metrics gauge) are ``parked_fetches.py``'s. Each case runs on a fresh broker:
@@ -22,14 +25,16 @@ the metrics gauge) are ``parked_fetches.py``'s. Each case runs on a fresh broker
 from __future__ import annotations
 
 import argparse
-import asyncio
 import hashlib
 import json
 import multiprocessing as mp
 import os
+import selectors
 import shutil
 import signal
+import socket
 import statistics
+import struct
 import subprocess
 import sys
 import time
@@ -48,49 +53,76 @@ PEER_SCRIPT = "/work/shared/tools/peer-broker.sh"
 
 # -- a client process ----------------------------------------------------------------
 
+#: Linux's SO_TIMESTAMPNS (and SCM_TIMESTAMPNS): the kernel stamps each received segment
+#: with the wall-clock time it reached the socket (a struct timespec)
+SO_TIMESTAMPNS = 35
 
-async def _client(bootstrap: str, topic: str, partitions: list[int], max_wait_ms: int, pipe) -> None:
+
+def client_main(bootstrap: str, topic: str, partitions: list[int], max_wait_ms: int, pipe) -> None:
+    """One client process: a blocking connection per long poll, each sent its Fetch, then
+    every answer read with epoll. An answer's time is when its first segment reached the
+    socket (the kernel's receive timestamp, wall clock), so a client process that reads
+    its thousands of sockets late does not count against the broker; when it was read
+    is reported too."""
+    pf.raise_nofile(len(partitions) + 256)  # the soft limit up to the hard one
     host, port_s = bootstrap.rsplit(":", 1)
-    sem = asyncio.Semaphore(pf.CONNECT_CONCURRENCY)
-    conns = await asyncio.gather(*(pf._open(host, int(port_s), sem) for _ in partitions))
     frames = {p: pf.fetch_v4_frame(topic, p, 0, max_wait_ms) for p in set(partitions)}
-    n = len(partitions)
-    times: list[float | None] = [None] * n
-    bodies: list[bytes | None] = [None] * n
-
-    async def answer(i: int, reader: asyncio.StreamReader) -> None:
-        head = await reader.readexactly(4)
-        data = await reader.readexactly(int.from_bytes(head, "big"))
-        times[i] = time.monotonic()
-        bodies[i] = data
-
-    waits = []
-    for i, ((reader, writer), p) in enumerate(zip(conns, partitions, strict=True)):
-        writer.write(frames[p])
-        waits.append(asyncio.ensure_future(answer(i, reader)))
-        if i % 512 == 511:
-            await asyncio.sleep(0)
+    socks = []
+    for p in partitions:
+        for attempt in range(5):
+            try:
+                s = socket.create_connection((host, int(port_s)), timeout=30)
+                break
+            except OSError:
+                if attempt == 4:
+                    raise
+                time.sleep(0.2 * (attempt + 1))
+        s.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        s.sendall(frames[p])
+        socks.append(s)
+    n = len(socks)
+    arrived: list[float | None] = [None] * n
+    read: list[float | None] = [None] * n
+    bodies: list[bytearray] = [bytearray() for _ in range(n)]
+    sel = selectors.EpollSelector()
+    for i, s in enumerate(socks):
+        s.setblocking(False)
+        sel.register(s, selectors.EVENT_READ, i)
     pipe.send(("sent", n))
-    await asyncio.wait(waits, timeout=max_wait_ms / 1000 + 30)
+    pending = n
+    deadline = time.monotonic() + max_wait_ms / 1000 + 30
+    while pending and time.monotonic() < deadline:
+        for key, _events in sel.select(1.0):
+            i = key.data
+            try:
+                data, anc, _flags, _addr = key.fileobj.recvmsg(65536, 256)  # type: ignore[union-attr]
+            except BlockingIOError:
+                continue
+            if arrived[i] is None:
+                for level, kind, stamp in anc:
+                    if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS:
+                        sec, nsec = struct.unpack("qq", stamp[:16])
+                        arrived[i] = sec + nsec / 1e9
+            body = bodies[i]
+            body += data
+            if not data or (len(body) >= 4 and len(body) >= 4 + int.from_bytes(body[:4], "big")):
+                read[i] = time.time()
+                sel.unregister(key.fileobj)
+                pending -= 1
     digests: dict[int, dict[str, int]] = {}
     records = errors = 0
-    for p, body in zip(partitions, bodies, strict=True):
-        if body is None:
+    for p, body, r in zip(partitions, bodies, read, strict=True):
+        if r is None or len(body) < 8:
             continue
-        error, nbytes = pf.parse_fetch_v4(body)
+        error, nbytes = pf.parse_fetch_v4(bytes(body[4:]))
         errors += error != 0
         records += nbytes > 0
         d = digests.setdefault(p, {})
         h = hashlib.sha1(body).hexdigest()
         d[h] = d.get(h, 0) + 1
-    pipe.send(("done", times, records, errors, digests))
-    for _r, w in conns:
-        w.close()
-
-
-def client_main(bootstrap: str, topic: str, partitions: list[int], max_wait_ms: int, pipe) -> None:
-    pf.raise_nofile(len(partitions) + 256)  # the soft limit up to the hard one
-    asyncio.run(_client(bootstrap, topic, partitions, max_wait_ms, pipe))
+    pipe.send(("done", arrived, read, records, errors, digests))
+    for s in socks:
+        s.close()
 
 
 # -- one case ------------------------------------------------------------------------
@@ -108,9 +140,10 @@ class Case:
     distinct_bodies: int = 0  # distinct response bytes over all partitions (1 per partition expected)
     park_s: float = 0.0
     rss_per_conn: float | None = None  # bytes per parked connection (connect + park)
-    wake_p50_ms: float | None = None
+    wake_p50_ms: float | None = None  # from the produce to an answer reaching its socket
     wake_p99_ms: float | None = None
     wake_max_ms: float | None = None
+    read_p99_ms: float | None = None  # ... to the client process reading it (client-bound)
     wake_cpu_ms: float | None = None
     produce_ack_ms: float | None = None
     notes: list[str] = field(default_factory=list)
@@ -123,9 +156,9 @@ def _produce(bootstrap: str, topic: str, partitions: int) -> tuple[float, float]
     producer = Producer({"bootstrap.servers": bootstrap, "acks": 1, "linger.ms": 50, "log_level": 0})
     producer.list_topics(topic, timeout=10)
     acked: list[float] = []
-    t0 = time.monotonic()
+    t0 = time.time()  # wall clock: the kernel's receive timestamps are
     for p in range(partitions):
-        producer.produce(topic, b"wake up", partition=p, on_delivery=lambda e, m: acked.append(time.monotonic()))
+        producer.produce(topic, b"wake up", partition=p, on_delivery=lambda e, m: acked.append(time.time()))
     if producer.flush(30) != 0:
         raise RuntimeError("the wake-up records were not delivered")
     return t0, max(acked)
@@ -180,18 +213,19 @@ def run_case(bootstrap: str, pid: int | None, metrics_url: str | None, broker: s
     t0, acked = _produce(bootstrap, topic, partitions)
     case.produce_ack_ms = (acked - t0) * 1000
     times: list[float] = []
+    reads: list[float] = []
     digests: set[str] = set()
     for pipe in pipes:
         if not pipe.poll(max_wait_ms / 1000 + 60):
             case.notes.append("a client process did not report")
             continue
-        _tag, ts, records, errors, dg = pipe.recv()
+        _tag, ts, rs, records, errors, dg = pipe.recv()
         times += [x for x in ts if x is not None]
+        reads += [x for x in rs if x is not None]
         case.with_record += records
         case.errors += errors
         for d in dg.values():
             digests.update(d)
-    last = max(times) if times else None
     c1 = probe.cpu()
     if spy is not None:
         spy.send_signal(signal.SIGINT)
@@ -203,12 +237,14 @@ def run_case(bootstrap: str, pid: int | None, metrics_url: str | None, broker: s
     if c0 is not None and c1 is not None:
         case.wake_cpu_ms = (c1 - c0) * 1000
     lat = sorted((x - t0) * 1000 for x in times)
-    case.answered = len(lat)
+    case.answered = len(reads)
+    if reads:
+        case.read_p99_ms = _common.percentile(sorted((x - t0) * 1000 for x in reads), 99)
     case.distinct_bodies = len(digests)
     if lat:
         case.wake_p50_ms = _common.percentile(lat, 50)
         case.wake_p99_ms = _common.percentile(lat, 99)
-        case.wake_max_ms = lat[-1] if last is not None else None
+        case.wake_max_ms = lat[-1] if len(lat) == fetches else None
     return case
 
 
@@ -249,10 +285,10 @@ def table(cases: list[Case]) -> str:
     for (broker, n, parts), cs in groups.items():
         answered = "/".join(str(c.answered) for c in cs)
         rows.append([broker, str(n), str(parts), str(len(cs)), answered, med(cs, "wake_p50_ms"),
-                     med(cs, "wake_p99_ms"), med(cs, "wake_max_ms"), med(cs, "wake_cpu_ms"),
+                     med(cs, "wake_p99_ms"), med(cs, "wake_max_ms"), med(cs, "read_p99_ms"), med(cs, "wake_cpu_ms"),
                      med(cs, "rss_per_conn"), str(max(c.distinct_bodies for c in cs))])
     return _common.format_table(
-        ["broker", "polls", "partitions", "runs", "answered", "p50 ms", "p99 ms", "max ms",
+        ["broker", "polls", "partitions", "runs", "answered", "p50 ms", "p99 ms", "max ms", "read p99 ms",
          "wake CPU ms", "RSS/conn", "distinct bodies"], rows)
 
 
