@@ -14,8 +14,10 @@ from tidegate.errors import ErrorCode
 from tidegate.log.log import Log
 from tidegate.network.request_channel import SendResponse
 from tidegate.protocol.apis import ApiKey
+from tidegate.protocol.fetch_fast import release_pieces
 from tidegate.record.batch_builder import Record, build_batch
 from tidegate.record.file_region import FileRegion
+from tidegate.server import delayed_fetch
 from tidegate.server.quota.quota_factory import QuotaEntity
 
 FETCH = ApiKey.FETCH
@@ -131,3 +133,17 @@ def test_incremental_sessions_woken_together_share_the_read_and_stay_incremental
     for sid in sessions:
         h.park(FETCH, 12, fetch_body([("s", None, [(0, 1, 1 << 20)])], max_wait=30_000, min_bytes=1,
                                      session_id=sid, session_epoch=2))
+
+
+def test_a_read_over_the_shared_limit_is_made_by_each_fetch_from_the_file(h, reads, monkeypatch):
+    monkeypatch.setattr(delayed_fetch, "SHARED_READ_MAX", 10)  # any batch is larger
+    h.create_topic("big")
+    body = fetch_body([("big", None, [(0, 0, 1 << 20)])], max_wait=30_000, min_bytes=1)
+    parked = [h.park(FETCH, 12, body) for _ in range(5)]
+    reads[0] = 0
+    h.produce("big", 0, build_batch([Record(b"x" * 100)]))
+    assert reads[0] == 5
+    for request, _cid in parked:
+        response = h.channel.response_to(request)
+        assert any(isinstance(p, FileRegion) for p in response.pieces)
+        release_pieces(response.pieces)

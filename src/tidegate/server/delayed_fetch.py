@@ -26,9 +26,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from tidegate.protocol.fetch_fast import SharedPartitions
+from tidegate.record.file_region import FileRegion
 from tidegate.server.purgatory import DelayedOperation
 
 if TYPE_CHECKING:
@@ -63,9 +64,44 @@ class FetchCompletionBatch:
         self.parts: dict[tuple[int, bool], tuple[FetchPartitionData, PartitionData]] = {}
         self.encoded: SharedPartitions = {}
 
+    def lookup(self, key: tuple[Any, ...]) -> FetchPartitionData | bool:
+        """The shared read for ``key``; else True for the second fetch to make it (it
+        reads, then hands its result to :meth:`keep` for the others), False for the first
+        (it reads from the file as alone) and for a read not shared."""
+        seen = self.reads.get(key, _UNSEEN)
+        if seen is None:
+            return True
+        if seen is _UNSEEN:
+            self.reads[key] = None
+            return False
+        if seen is UNSHARED:
+            return False
+        return cast("FetchPartitionData", seen)
+
+    def keep(self, key: tuple[Any, ...], data: FetchPartitionData) -> FetchPartitionData:
+        """The second fetch's read of ``key``: its records read into memory once (at most
+        :data:`SHARED_READ_MAX`; a larger or unreadable one stays its own, and each later
+        fetch reads for itself) and the result kept for every later fetch, which sends
+        them without a file read of its own."""
+        records = data.records
+        if isinstance(records, FileRegion):
+            if records.length > SHARED_READ_MAX:
+                self.reads[key] = UNSHARED
+                return data
+            try:
+                data.records = records.read()
+            except OSError:  # truncated under the read: each reads (and fails) on its own
+                self.reads[key] = UNSHARED
+                return data
+            records.close()
+        data.shared = True
+        self.reads[key] = data
+        return data
+
 
 #: a read a completion batch does not share (see :class:`FetchCompletionBatch`)
 UNSHARED = object()
+_UNSEEN = object()  # a read no fetch of the batch made yet
 
 
 @dataclass(slots=True)

@@ -54,8 +54,6 @@ from tidegate.record.record_batch import (
     read_header,
 )
 from tidegate.server.delayed_fetch import (
-    SHARED_READ_MAX,
-    UNSHARED,
     DelayedFetch,
     FetchCompletionBatch,
     FetchPartitionStatus,
@@ -204,9 +202,6 @@ class FetchParams:
     max_bytes: int = INT32_MAX
     #: 0 read_uncommitted (up to the high watermark), 1 read_committed (up to the LSO)
     isolation_level: int = READ_UNCOMMITTED
-
-
-_UNSEEN = object()  # a read no fetch of the completion batch made yet
 
 
 class ActionQueue:
@@ -533,7 +528,8 @@ class ReplicaManager:
         partition stays within both its own and the response's limit.
 
         With ``batch`` (a parked fetch completing with others), a read that another
-        fetch of the batch made the same way is shared (:meth:`_shared_read`).
+        fetch of the batch made the same way is shared (:class:`FetchCompletionBatch`).
+        (One loop, as Kafka's ``readFromLog``: each partition's checks lead to its read.)
         """
         remaining = params.max_bytes
         total = 0
@@ -583,18 +579,16 @@ class ReplicaManager:
             limit = min(fp.max_bytes, remaining)
             share_key = None
             if batch is not None:
-                share_key = (plog, fp.fetch_offset, limit, total == 0, params.isolation_level, hw, lso,
-                             plog.log_start_offset, plog.log_end_offset)
-                seen = batch.reads.get(share_key, _UNSEEN)
-                if isinstance(seen, FetchPartitionData):
+                read_key = (plog, fp.fetch_offset, limit, total == 0, params.isolation_level, hw, lso,
+                            plog.log_start_offset, plog.log_end_offset)
+                seen = batch.lookup(read_key)
+                if seen is True:  # the second to read it: kept for the others
+                    share_key = read_key
+                elif seen is not False:
                     out[-1] = seen
                     total += len(seen.records)
                     remaining -= len(seen.records)
                     continue
-                if seen is not None:  # the first of the batch to read it, or unshared
-                    if seen is _UNSEEN:
-                        batch.reads[share_key] = None
-                    share_key = None
             records: bytes | FileRegion = b""
             try:
                 if params.isolation_level == READ_COMMITTED:
@@ -622,30 +616,10 @@ class ReplicaManager:
             data.records = records
             if share_key is not None:
                 assert batch is not None
-                out[-1] = data = self._shared_read(batch, share_key, data)
+                out[-1] = data = batch.keep(share_key, data)
             total += len(records)
             remaining -= len(records)
         return out, total
-
-    @staticmethod
-    def _shared_read(batch: FetchCompletionBatch, key: tuple[Any, ...], data: FetchPartitionData) -> FetchPartitionData:
-        """The second fetch of a completion batch to read the same: its records read into
-        memory once (at most :data:`SHARED_READ_MAX`) and the result kept for every later
-        one, which sends them without a file read of its own."""
-        records = data.records
-        if isinstance(records, FileRegion):
-            if records.length > SHARED_READ_MAX:
-                batch.reads[key] = UNSHARED
-                return data
-            try:
-                data.records = records.read()
-            except OSError:  # truncated under the read: each reads (and fails) on its own
-                batch.reads[key] = UNSHARED
-                return data
-            records.close()
-        data.shared = True
-        batch.reads[key] = data
-        return data
 
     def fetch_messages(
         self,
