@@ -10,12 +10,14 @@ broker's own ReplicaManager.
 
 from __future__ import annotations
 
+import errno
 import struct
 
 import pytest
 
 from tests.core_harness import CoreHarness, decode_frame, response_bytes
 from tests.unit.test_apis import batch, produce_body
+from tests.unit.test_storage_errors import DiskFaults
 from tidegate.coordinator.group.group_metadata_manager import OFFSETS_TOPIC
 from tidegate.errors import ErrorCode as E
 from tidegate.network.request_channel import PARKED
@@ -139,7 +141,7 @@ def test_join_sync_heartbeat_leave_on_the_wire(h):
         assert g.authorized_operations != -(2**31)
         assert (nope.error_code, nope.group_state) == (E.none, "Dead")
         d6 = call(h, ApiKey.DESCRIBE_GROUPS, 6, {"groups": ["nope"], "include_authorized_operations": False})
-        assert d6.groups[0].error_code == E.group_id_not_found
+        assert (d6.groups[0].error_code, d6.groups[0].error_message) == (E.group_id_not_found, "Group nope not found.")
 
         lg = call(h, ApiKey.LIST_GROUPS, 5, {"states_filter": ["stable"], "types_filter": []})
         assert [(x.group_id, x.group_state, x.group_type) for x in lg.groups] == [("g", "Stable", "classic")]
@@ -216,6 +218,19 @@ def test_offset_commit_fetch_delete_on_the_wire(h):
         assert f.topics == ()
 
     go()
+
+
+def test_offsets_that_are_not_made_durable_answer_the_partitions_written_with_an_error(h, monkeypatch):
+    """An OffsetCommit waits for the fsync of its record; when that fails, the partitions
+    it wrote answer REQUEST_TIMED_OUT, a partition that does not exist still answers
+    UNKNOWN_TOPIC_OR_PARTITION."""
+    h.create_topic("t", 2)
+    assert call(h, ApiKey.OFFSET_COMMIT, 8, commit_body("s", "", -1, {("t", 0): 1})).topics  # the topic exists
+    DiskFaults(monkeypatch).fail("fsync", ".log", errno.EIO)
+    r = call(h, ApiKey.OFFSET_COMMIT, 8, commit_body("s", "", -1, {("t", 0): 5, ("t", 1): 6, ("nope", 0): 1}))
+    assert [(t.name, [(p.partition_index, p.error_code) for p in t.partitions]) for t in r.topics] == [
+        ("t", [(0, E.request_timed_out), (1, E.request_timed_out)]), ("nope", [(0, E.unknown_topic_or_partition)])
+    ]
 
 
 def test_the_offsets_topic_is_listed_as_internal_and_protected(h):
@@ -316,6 +331,14 @@ def test_after_shutdown_group_requests_answer_coordinator_not_available(h):
         assert hb.error_code == E.coordinator_not_available
         fc = call(h, ApiKey.FIND_COORDINATOR, 3, {"key": "g", "key_type": 0})
         assert fc.error_code == E.coordinator_not_available
+        # OffsetFetch v1 has no group-level error: every requested partition carries it
+        topics = [{"name": "t", "partition_indexes": [0, 1]}]
+        f = call(h, ApiKey.OFFSET_FETCH, 1, {"group_id": "g", "topics": topics})
+        assert [(p.partition_index, p.committed_offset, p.error_code) for p in f.topics[0].partitions] == [
+            (0, -1, E.coordinator_not_available), (1, -1, E.coordinator_not_available)
+        ]
+        f = call(h, ApiKey.OFFSET_FETCH, 2, {"group_id": "g", "topics": topics})
+        assert (f.error_code, [(t.name, list(t.partitions)) for t in f.topics]) == (E.coordinator_not_available, [("t", [])])
 
     go()
 

@@ -38,6 +38,7 @@ from tidegate.log.cleaner import Cleaner
 from tidegate.log.config import LogConfig
 from tidegate.log.log import Log
 from tidegate.log.log_cleaner_manager import LogToClean
+from tidegate.protocol.messages.describe_groups import DescribedGroup
 from tidegate.server.fetch_session import FetchSessionCache
 from tidegate.server.log_manager import LogManager
 from tidegate.server.metadata import TopicStore
@@ -578,16 +579,22 @@ def test_delete_groups_and_offsets(h):
 def test_list_and_describe_groups(h):
     a, b = h.stable_group(2)
     h.coord.handle_commit_offsets("simple", "", None, -1, {("t", 0): OffsetAndMetadata(1)})
-    assert sorted(h.coord.handle_list_groups()[1]) == [
-        ("g", "consumer", "Stable"), ("simple", "", "Empty")
-    ]
-    assert h.coord.handle_list_groups(["stable"])[1] == [("g", "consumer", "Stable")]
-    assert h.coord.handle_list_groups(types=["consumer"])[1] == []
-    _error, summary = h.coord.handle_describe_group("g")
-    assert summary["state"] == "Stable" and summary["protocol"] == "range"
-    assert [m["member_id"] for m in summary["members"]] == [a, b]
-    assert summary["members"][0]["member_assignment"] == f"assign-{a}".encode()
-    assert h.coord.handle_describe_group("nope") == (E.none, None)
+    def listed(states=(), types=()):
+        error, groups = h.coord.handle_list_groups(states, types)
+        assert error is E.none
+        return sorted((g.group_id, g.protocol_type, g.group_state, g.group_type) for g in groups)
+
+    assert listed() == [("g", "consumer", "Stable", "classic"), ("simple", "", "Empty", "classic")]
+    assert listed(["stable"]) == [("g", "consumer", "Stable", "classic")]
+    assert listed(types=["consumer"]) == []
+    assert listed(types=["Classic"]) == listed()
+    group = h.coord.handle_describe_group("g")
+    assert (group.error_code, group.group_id, group.group_state, group.protocol_type, group.protocol_data) == (
+        E.none, "g", "Stable", "consumer", "range"
+    )
+    assert [m.member_id for m in group.members] == [a, b]
+    assert group.members[0].member_assignment == f"assign-{a}".encode()
+    assert h.coord.handle_describe_group("nope") == DescribedGroup(group_id="nope", group_state="Dead")
 
 
 def test_subscribed_topics_parse_the_consumer_protocol():

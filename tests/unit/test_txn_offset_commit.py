@@ -11,10 +11,13 @@ AddPartitionsToTxnManager).
 
 from __future__ import annotations
 
+import errno
+
 import pytest
 
 from tests.core_harness import CoreHarness
 from tests.unit.test_group_apis import GROUP_PROPS, call, commit_body, join_body
+from tests.unit.test_storage_errors import DiskFaults
 from tidegate.coordinator.group.group_coordinator import coordinator_operation_error
 from tidegate.coordinator.group.group_metadata import DEAD
 from tidegate.coordinator.group.group_metadata_manager import OFFSETS_TOPIC, iter_records
@@ -254,6 +257,16 @@ def test_empty_group_id_and_unknown_partitions(h):
     assert txn_commit(h, 3, txn_body(pid, epoch, {("nope", 0): 1}, group="x")) == {
         ("nope", 0): E.unknown_topic_or_partition}
     assert "x" not in h.core.groups.coordinator.groups
+
+
+def test_a_transactional_commit_that_is_not_made_durable_answers_as_kafkas_coordinator(h, monkeypatch):
+    """The batch is appended but its fsync fails: the partitions written answer what
+    Kafka's handleOperationException makes of KAFKA_STORAGE_ERROR (NOT_COORDINATOR)."""
+    pid, epoch = init_producer(h)
+    add_offsets(h, pid, epoch)
+    DiskFaults(monkeypatch).fail("fsync", ".log", errno.EIO)
+    assert txn_commit(h, 3, txn_body(pid, epoch, {T0: 1, T1: 2, ("nope", 0): 1})) == {
+        T0: E.not_coordinator, T1: E.not_coordinator, ("nope", 0): E.unknown_topic_or_partition}
 
 
 def test_unknown_group_with_a_generation_is_illegal_without_one_a_simple_group(h):

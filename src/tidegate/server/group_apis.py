@@ -1,26 +1,26 @@
 """Request handlers of the group APIs, for :class:`tidegate.server.kafka_apis.KafkaApis`.
 
-FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit,
-TxnOffsetCommit, OffsetFetch, ListGroups, DescribeGroups, DeleteGroups and OffsetDelete: each turns
-the kio request of whatever version arrived into a call on the sans-IO
-:class:`~tidegate.coordinator.group.group_coordinator.GroupCoordinator` and its answer into
-the response dict (Kafka field names) that ``KafkaApis`` builds and encodes.
+JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, TxnOffsetCommit, OffsetFetch,
+ListGroups, DescribeGroups, DeleteGroups and OffsetDelete (and FindCoordinator's answer for
+groups): each reads the request message of whatever version arrived, calls the sans-IO
+:class:`~tidegate.coordinator.group.group_coordinator.GroupCoordinator` and answers with the
+response message.
 
-A JoinGroup or SyncGroup the coordinator cannot answer yet (a rebalance is in
-progress) returns PARKED; the coordinator's callback answers it later through
-``respond`` (KafkaApis.send_response). An OffsetCommit is answered once its record is
-fsynced: the coordinator's write to ``__consumer_offsets`` goes through
-ReplicaManager.append_records with acks=all, like a producer's. A TxnOffsetCommit is
-answered the same way; its offsets stay pending until the producer's transaction marker
-reaches ``__consumer_offsets`` (docs/transactions.md, "Offsets in transactions").
+JoinGroup and SyncGroup return PARKED: the coordinator's callback answers them through
+``respond`` (RequestHandlerHelper.send_response), at once or when the rebalance gets that
+far. An OffsetCommit is answered once its record is fsynced: the coordinator's write to
+``__consumer_offsets`` goes through ReplicaManager.append_records with acks=all, like a
+producer's. A TxnOffsetCommit is answered the same way; its offsets stay pending until
+the producer's transaction marker reaches ``__consumer_offsets`` (docs/transactions.md,
+"Offsets in transactions").
 """
 
 from __future__ import annotations
 
 import errno
 import logging
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Protocol, TypedDict, TypeVar
 
 from tidegate.clock import Clock, WallMs
 from tidegate.config import BrokerConfig
@@ -28,7 +28,12 @@ from tidegate.coordinator.group.group_coordinator import (
     GroupCoordinator,
     coordinator_operation_error,
 )
-from tidegate.coordinator.group.group_metadata import CONSUMER_PROTOCOL_TYPE, JoinResult, SyncResult
+from tidegate.coordinator.group.group_metadata import (
+    CONSUMER_PROTOCOL_TYPE,
+    DEAD,
+    JoinResult,
+    SyncResult,
+)
 from tidegate.coordinator.group.group_metadata_manager import (
     OFFSETS_KEY,
     OFFSETS_TOPIC,
@@ -42,19 +47,59 @@ from tidegate.coordinator.group.modern.share.share_group_manager import ShareGro
 from tidegate.errors import ErrorCode
 from tidegate.log.dir_failure import StorageError
 from tidegate.log.replay import ReplayedBatch
-from tidegate.network.request_channel import PARKED, Request
-from tidegate.protocol.messages.delete_groups import DeleteGroupsRequest
-from tidegate.protocol.messages.describe_groups import DescribeGroupsRequest
-from tidegate.protocol.messages.heartbeat import HeartbeatRequest
-from tidegate.protocol.messages.join_group import JoinGroupRequest
-from tidegate.protocol.messages.leave_group import LeaveGroupRequest
-from tidegate.protocol.messages.list_groups import ListGroupsRequest
-from tidegate.protocol.messages.offset_commit import OffsetCommitRequest
-from tidegate.protocol.messages.offset_delete import OffsetDeleteRequest
-from tidegate.protocol.messages.offset_fetch import OffsetFetchRequest
-from tidegate.protocol.messages.sync_group import SyncGroupRequest
-from tidegate.protocol.messages.txn_offset_commit import TxnOffsetCommitRequest
-from tidegate.security.authorizer.acl import AUTHORIZED_OPERATIONS_OMITTED
+from tidegate.network.request_channel import PARKED, Parked, Request
+from tidegate.protocol.messages._base import Message
+from tidegate.protocol.messages.delete_groups import (
+    DeletableGroupResult,
+    DeleteGroupsRequest,
+    DeleteGroupsResponse,
+)
+from tidegate.protocol.messages.describe_groups import DescribeGroupsRequest, DescribeGroupsResponse
+from tidegate.protocol.messages.heartbeat import HeartbeatRequest, HeartbeatResponse
+from tidegate.protocol.messages.join_group import (
+    JoinGroupRequest,
+    JoinGroupResponse,
+    JoinGroupResponseMember,
+)
+from tidegate.protocol.messages.leave_group import (
+    LeaveGroupRequest,
+    LeaveGroupResponse,
+    MemberResponse,
+)
+from tidegate.protocol.messages.list_groups import (
+    ListedGroup,
+    ListGroupsRequest,
+    ListGroupsResponse,
+)
+from tidegate.protocol.messages.offset_commit import (
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetCommitResponsePartition,
+    OffsetCommitResponseTopic,
+)
+from tidegate.protocol.messages.offset_delete import (
+    OffsetDeleteRequest,
+    OffsetDeleteResponse,
+    OffsetDeleteResponsePartition,
+    OffsetDeleteResponseTopic,
+)
+from tidegate.protocol.messages.offset_fetch import (
+    OffsetFetchRequest,
+    OffsetFetchRequestGroup,
+    OffsetFetchResponse,
+    OffsetFetchResponseGroup,
+    OffsetFetchResponsePartition,
+    OffsetFetchResponsePartitions,
+    OffsetFetchResponseTopic,
+    OffsetFetchResponseTopics,
+)
+from tidegate.protocol.messages.sync_group import SyncGroupRequest, SyncGroupResponse
+from tidegate.protocol.messages.txn_offset_commit import (
+    TxnOffsetCommitRequest,
+    TxnOffsetCommitResponse,
+    TxnOffsetCommitResponsePartition,
+    TxnOffsetCommitResponseTopic,
+)
 from tidegate.server.endpoints import Endpoints
 from tidegate.server.replica_manager import ReplicaManager
 from tidegate.server.request_handler_helper import Respond
@@ -64,7 +109,82 @@ log = logging.getLogger(__name__)
 TopicPartition = tuple[str, int]
 
 
-def offsets_topic_configs(config: Any) -> dict[str, str]:
+class _RequestedPartition(Protocol):
+    """A partition of an OffsetCommit, TxnOffsetCommit or OffsetDelete request."""
+
+    @property
+    def partition_index(self) -> int: ...
+
+
+class _RequestedTopic(Protocol):
+    """A topic of an OffsetCommit, TxnOffsetCommit or OffsetDelete request."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def partitions(self) -> Sequence[_RequestedPartition]: ...
+
+
+class _CommittedPartition(_RequestedPartition, Protocol):
+    """A partition of an OffsetCommit or TxnOffsetCommit request."""
+
+    @property
+    def committed_offset(self) -> int: ...
+    @property
+    def committed_leader_epoch(self) -> int: ...
+    @property
+    def committed_metadata(self) -> str | None: ...
+
+
+class _CommittedTopic(Protocol):
+    """A topic of an OffsetCommit or TxnOffsetCommit request."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def partitions(self) -> Sequence[_CommittedPartition]: ...
+
+
+P = TypeVar("P", bound=Message)
+T = TypeVar("T", bound=Message)
+
+
+def _partition_errors(
+    topics: Sequence[_RequestedTopic], error_of: Callable[[TopicPartition], ErrorCode],
+    partition: Callable[[int, ErrorCode], P], topic: Callable[[str, list[P]], T],
+) -> list[T]:  # fmt: skip
+    """A response's topics, in the request's order, with one error per requested partition
+    (OffsetCommit, TxnOffsetCommit, OffsetDelete): ``partition(index, error)`` and
+    ``topic(name, partitions)`` build the API's entities."""
+    return [
+        topic(t.name, [partition(p.partition_index, error_of((t.name, p.partition_index))) for p in t.partitions])
+        for t in topics
+    ]
+
+
+class _FetchedOffset(TypedDict):
+    """One partition of an OffsetFetch answer: the fields of either version's entity
+    (``OffsetFetchResponsePartition`` before v8, ``OffsetFetchResponsePartitions`` from v8)."""
+
+    partition_index: int
+    committed_offset: int
+    committed_leader_epoch: int
+    metadata: str
+    error_code: int
+
+
+def _fetched_offset(partition: int, committed: OffsetAndMetadata | None, error: ErrorCode) -> _FetchedOffset:
+    """A partition's committed offset (offset and leader epoch -1, metadata "" when there
+    is none) and error."""
+    if committed is None:
+        return _FetchedOffset(partition_index=partition, committed_offset=-1, committed_leader_epoch=-1, metadata="",
+                              error_code=error)
+    return _FetchedOffset(partition_index=partition, committed_offset=committed.offset,
+                          committed_leader_epoch=committed.leader_epoch, metadata=committed.metadata,
+                          error_code=error)
+
+
+def offsets_topic_configs(config: BrokerConfig) -> dict[str, str]:
     """Topic configs of ``__consumer_offsets`` (Kafka's ``offsetsTopicConfigs``):
     compacted by the log cleaner, segments of ``offsets.topic.segment.bytes``, batches as
     large as a request may be (one OffsetCommit is one batch), and stored as the
@@ -166,185 +286,150 @@ class GroupApis:
         return OFFSETS_KEY
 
     # -- JoinGroup / SyncGroup / Heartbeat / LeaveGroup --------------------------------------------
-    def handle_join_group(self, request: Request) -> Any:
+    def handle_join_group(self, request: Request) -> Parked:
         header, req = request.header, request.body_as(JoinGroupRequest)
         version = header.api_version
-        session_timeout = req.session_timeout
-        rebalance_timeout = req.rebalance_timeout if version >= 1 else session_timeout
-        def body(r: JoinResult) -> dict:
+
+        def reply(r: JoinResult) -> None:
             name = r.protocol_name
             if name is None and version < 7:
                 name = ""  # not nullable before v7
-            return {
-                "throttle_time": 0,
-                "error_code": r.error,
-                "generation_id": r.generation_id,
-                "protocol_type": r.protocol_type,
-                "protocol_name": name,
-                "leader": r.leader_id,
-                "skip_assignment": r.skip_assignment,
-                "member_id": r.member_id,
-                "members": [
-                    {"member_id": mid, "group_instance_id": iid, "metadata": meta}
-                    for mid, iid, meta in r.members
-                ],
-            }
-
-        def reply(r: JoinResult) -> None:
-            self.respond(request, body(r))
+            self.respond(request, JoinGroupResponse(
+                error_code=r.error,
+                generation_id=r.generation_id,
+                protocol_type=r.protocol_type,
+                protocol_name=name,
+                leader=r.leader_id,
+                skip_assignment=r.skip_assignment,
+                member_id=r.member_id,
+                members=[JoinGroupResponseMember(member_id=mid, group_instance_id=iid, metadata=meta)
+                         for mid, iid, meta in r.members],
+            ))  # fmt: skip
 
         self.coordinator.handle_join_group(
             req.group_id,
             req.member_id,
-            req.group_instance_id if version >= 5 else None,
+            req.group_instance_id,
             version >= 4,  # KIP-394: MEMBER_ID_REQUIRED first
             version >= 9,  # KIP-814: skip_assignment for a static leader
             header.client_id or "",
             "/" + request.context.client_address,
-            rebalance_timeout,
-            session_timeout,
+            req.rebalance_timeout if version >= 1 else req.session_timeout,
+            req.session_timeout,
             req.protocol_type,
             [(p.name, bytes(p.metadata)) for p in req.protocols],
             reply,
-            getattr(req, "reason", None),
+            req.reason,
         )
-
         return PARKED
 
-    def handle_sync_group(self, request: Request) -> Any:
-        header, req = request.header, request.body_as(SyncGroupRequest)
-        version = header.api_version
-        def body(r: SyncResult) -> dict:
-            return {
-                "throttle_time": 0,
-                "error_code": r.error,
-                "protocol_type": r.protocol_type,
-                "protocol_name": r.protocol_name,
-                "assignment": r.assignment,
-            }
+    def handle_sync_group(self, request: Request) -> Parked:
+        req = request.body_as(SyncGroupRequest)
 
         def reply(r: SyncResult) -> None:
-            self.respond(request, body(r))
+            self.respond(request, SyncGroupResponse(error_code=r.error, protocol_type=r.protocol_type,
+                                                    protocol_name=r.protocol_name, assignment=r.assignment))
 
         self.coordinator.handle_sync_group(
             req.group_id,
             req.generation_id,
             req.member_id,
-            getattr(req, "protocol_type", None),
-            getattr(req, "protocol_name", None),
-            req.group_instance_id if version >= 3 else None,
+            req.protocol_type,
+            req.protocol_name,
+            req.group_instance_id,
             {a.member_id: bytes(a.assignment) for a in req.assignments},
             reply,
         )
-
         return PARKED
 
-    def handle_heartbeat(self, request: Request) -> dict:
-        header, req = request.header, request.body_as(HeartbeatRequest)
-        error = self.coordinator.handle_heartbeat(
-            req.group_id,
-            req.member_id,
-            req.group_instance_id if header.api_version >= 3 else None,
-            req.generation_id,
-        )
-        return {"throttle_time": 0, "error_code": error}
+    def handle_heartbeat(self, request: Request) -> HeartbeatResponse:
+        req = request.body_as(HeartbeatRequest)
+        error = self.coordinator.handle_heartbeat(req.group_id, req.member_id, req.group_instance_id, req.generation_id)
+        return HeartbeatResponse(error_code=error)
 
-    def handle_leave_group(self, request: Request) -> dict:
-        header, req = request.header, request.body_as(LeaveGroupRequest)
-        version = header.api_version
-        if version >= 3:
-            leaving = [
-                (m.member_id, m.group_instance_id, getattr(m, "reason", None)) for m in req.members
-            ]
+    def handle_leave_group(self, request: Request) -> LeaveGroupResponse:
+        """v3+ (KIP-345) leaves a batch of members, each answered; before, the one member's
+        error is the response's."""
+        req = request.body_as(LeaveGroupRequest)
+        batched = request.header.api_version >= 3
+        if batched:
+            leaving = [(m.member_id, m.group_instance_id, m.reason) for m in req.members]
         else:
             leaving = [(req.member_id, None, None)]
         error, members = self.coordinator.handle_leave_group(req.group_id, leaving)
-        if version < 3 and error is ErrorCode.none and members:
-            error = members[0][2]  # one member: its error is the response's
-        return {
-            "throttle_time": 0,
-            "error_code": error,
-            "members": [
-                {"member_id": mid, "group_instance_id": iid, "error_code": err}
-                for mid, iid, err in members
-            ],
-        }
+        if not batched and error is ErrorCode.none and members:
+            error = members[0][2]
+        return LeaveGroupResponse(error_code=error, members=[
+            MemberResponse(member_id=mid, group_instance_id=iid, error_code=err) for mid, iid, err in members
+        ])  # fmt: skip
 
-    # -- OffsetCommit / OffsetFetch / OffsetDelete --------------------------------------------------
-    def handle_offset_commit(self, request: Request) -> Any:
-        header, req = request.header, request.body_as(OffsetCommitRequest)
-        version = header.api_version
+    # -- OffsetCommit / TxnOffsetCommit / OffsetFetch / OffsetDelete ---------------------------------
+    def handle_offset_commit(self, request: Request) -> OffsetCommitResponse | Parked:
+        """Answered once the offsets are fsynced (REQUEST_TIMED_OUT if the write fails or
+        is not durable within offsets.commit.timeout.ms); v2-4 carry the offsets' retention."""
+        req = request.body_as(OffsetCommitRequest)
+        version = request.header.api_version
         now = self.clock.wall_milliseconds()
-        retention = req.retention_time if 2 <= version <= 4 else -1
-        topics, parts_by_tp, offsets = self._requested_offsets(
-            req.topics, version >= 6, now, now + retention if retention != -1 else None
-        )
-        body = {"throttle_time": 0, "topics": topics}
+        retention = req.retention_time
+        errors, offsets = self._requested_offsets(req.topics, now, now + retention if retention != -1 else None)
+
+        def response() -> OffsetCommitResponse:
+            return OffsetCommitResponse(topics=_partition_errors(
+                req.topics, errors.__getitem__,
+                lambda index, error: OffsetCommitResponsePartition(partition_index=index, error_code=error),
+                lambda name, partitions: OffsetCommitResponseTopic(name=name, partitions=partitions),
+            ))  # fmt: skip
+
         if not offsets:
-            return body
-        errors, wait = self.coordinator.handle_commit_offsets(
-            req.group_id,
-            req.member_id,
-            req.group_instance_id if version >= 7 else None,
-            req.generation_id_or_member_epoch,
-            offsets,
-            version,
+            return response()
+        committed, wait = self.coordinator.handle_commit_offsets(
+            req.group_id, req.member_id, req.group_instance_id, req.generation_id_or_member_epoch, offsets, version
         )
-        for tp, error in errors.items():
-            parts_by_tp[tp]["error_code"] = error
+        errors.update(committed)
         if wait is None:
-            return body
-        return self._answer_when_durable(request, body, [parts_by_tp[tp] for tp, e in errors.items() if e is ErrorCode.none],
-                                         wait, lambda _error: ErrorCode.request_timed_out)
+            return response()
+        return self._answer_when_durable(request, response, errors, wait, lambda _error: ErrorCode.request_timed_out)
 
     def _answer_when_durable(
-        self, request: Request, body: dict, written: list[dict], wait: PendingAppend,
-        failed: Callable[[ErrorCode], ErrorCode],
-    ) -> Any:  # fmt: skip
-        """Answer once the write is fsynced; if it is not within offsets.commit.timeout.ms
-        (or the log went away), the ``written`` partitions answer ``failed(error)``."""
+        self, request: Request, response: Callable[[], Message], errors: dict[TopicPartition, ErrorCode],
+        wait: PendingAppend, failed: Callable[[ErrorCode], ErrorCode],
+    ) -> Parked:  # fmt: skip
+        """Answer ``response()`` once the write is fsynced; if it is not within
+        offsets.commit.timeout.ms (or the log went away), the partitions written (those
+        whose error is NONE) answer ``failed(error)``."""
 
         def durable(error: ErrorCode) -> None:
             if error is not ErrorCode.none:
-                for part in written:
-                    if part["error_code"] == ErrorCode.none:
-                        part["error_code"] = failed(error)
-            self.respond(request, body)
+                for tp, e in errors.items():
+                    if e is ErrorCode.none:
+                        errors[tp] = failed(error)
+            self.respond(request, response())
 
         wait.add_callback(durable)
         return PARKED
 
     def _requested_offsets(
-        self, req_topics: Any, with_leader_epoch: bool, now: WallMs, expire_at: int | None
-    ) -> tuple[list[dict], dict[TopicPartition, dict], dict[TopicPartition, OffsetAndMetadata]]:
-        """The offsets of an OffsetCommit or TxnOffsetCommit request: the response's topics
-        (UNKNOWN_TOPIC_OR_PARTITION filled in for partitions that do not exist), each known
-        partition's response entry, and the offsets to commit."""
-        topics = []
-        parts_by_tp: dict[TopicPartition, dict] = {}
+        self, req_topics: Sequence[_CommittedTopic], now: WallMs, expire_at: int | None
+    ) -> tuple[dict[TopicPartition, ErrorCode], dict[TopicPartition, OffsetAndMetadata]]:
+        """The offsets of an OffsetCommit or TxnOffsetCommit request: every requested
+        partition's error so far (UNKNOWN_TOPIC_OR_PARTITION for those that do not exist,
+        else NONE), and the offsets to commit."""
+        errors: dict[TopicPartition, ErrorCode] = {}
         offsets: dict[TopicPartition, OffsetAndMetadata] = {}
         for t in req_topics:
             info = self.logs.store.get(t.name)
-            parts = []
             for p in t.partitions:
-                part = {"partition_index": p.partition_index, "error_code": ErrorCode.none}
-                parts.append(part)
-                if info is None or not 0 <= p.partition_index < info.partitions:
-                    part["error_code"] = ErrorCode.unknown_topic_or_partition
-                    continue
                 tp = (t.name, p.partition_index)
-                parts_by_tp[tp] = part
-                offsets[tp] = OffsetAndMetadata(
-                    p.committed_offset,
-                    p.committed_leader_epoch if with_leader_epoch else -1,
-                    p.committed_metadata if p.committed_metadata is not None else "",
-                    now,
-                    expire_at,
-                )
-            topics.append({"name": t.name, "partitions": parts})
-        return topics, parts_by_tp, offsets
+                if info is None or not 0 <= p.partition_index < info.partitions:
+                    errors[tp] = ErrorCode.unknown_topic_or_partition
+                    continue
+                errors[tp] = ErrorCode.none
+                metadata = p.committed_metadata
+                offsets[tp] = OffsetAndMetadata(p.committed_offset, p.committed_leader_epoch,
+                                                metadata if metadata is not None else "", now, expire_at)
+        return errors, offsets
 
-    def handle_txn_offset_commit(self, request: Request) -> Any:
+    def handle_txn_offset_commit(self, request: Request) -> TxnOffsetCommitResponse | Parked:
         """TxnOffsetCommit v0-4 (transaction version 1; v5, where the commit itself adds the
         offsets partition to the transaction, is TV2 and not advertised). As Kafka's
         KafkaApis.handleTxnOffsetCommitRequest: an unknown topic or partition answers
@@ -352,35 +437,32 @@ class GroupApis:
         KIP-890 check that the group's offsets partition is in the transaction. Answered
         once the transactional batch is fsynced; before v2, COORDINATOR_LOAD_IN_PROGRESS
         is answered as COORDINATOR_NOT_AVAILABLE (clients before 2.0 did not expect it)."""
-        header, req = request.header, request.body_as(TxnOffsetCommitRequest)
-        version = header.api_version
-        topics, parts_by_tp, offsets = self._requested_offsets(
-            req.topics, version >= 2, self.clock.wall_milliseconds(), None
-        )
-        body = {"throttle_time": 0, "topics": topics}
+        req = request.body_as(TxnOffsetCommitRequest)
+        version = request.header.api_version
+        errors, offsets = self._requested_offsets(req.topics, self.clock.wall_milliseconds(), None)
+
+        def response() -> TxnOffsetCommitResponse:
+            return TxnOffsetCommitResponse(topics=_partition_errors(
+                req.topics, errors.__getitem__,
+                lambda index, error: TxnOffsetCommitResponsePartition(partition_index=index, error_code=error),
+                lambda name, partitions: TxnOffsetCommitResponseTopic(name=name, partitions=partitions),
+            ))  # fmt: skip
+
         if not offsets:
-            return body
-        errors, wait = self.coordinator.handle_txn_commit_offsets(
-            req.group_id,
-            req.producer_id,
-            req.producer_epoch,
-            getattr(req, "member_id", ""),
-            getattr(req, "group_instance_id", None),
-            getattr(req, "generation_id", -1),
-            offsets,
+            return response()
+        committed, wait = self.coordinator.handle_txn_commit_offsets(
+            req.group_id, req.producer_id, req.producer_epoch, req.member_id, req.group_instance_id,
+            req.generation_id, offsets,
             lambda: self._verify_offsets_partition(req.group_id, req.transactional_id, req.producer_id,
                                                    req.producer_epoch, version),
         )  # fmt: skip
-        for tp, error in errors.items():
+        for tp, error in committed.items():
             if version < 2 and error is ErrorCode.coordinator_load_in_progress:
                 error = ErrorCode.coordinator_not_available  # KAFKA-7296: older clients could crash on it
-            parts_by_tp[tp]["error_code"] = error
+            errors[tp] = error
         if wait is None:
-            return body
-        return self._answer_when_durable(
-            request, body, [parts_by_tp[tp] for tp, e in errors.items() if e is ErrorCode.none], wait,
-            coordinator_operation_error,
-        )  # fmt: skip
+            return response()
+        return self._answer_when_durable(request, response, errors, wait, coordinator_operation_error)
 
     def _verify_offsets_partition(
         self, group_id: str, transactional_id: str, producer_id: int, producer_epoch: int, version: int
@@ -400,152 +482,102 @@ class GroupApis:
         )
         return coordinator_operation_error(refused.get(tp, ErrorCode.none))
 
-    @staticmethod
-    def _fetch_partitions(topics: Any) -> list[tuple[str, int]] | None:
-        if topics is None:
-            return None
-        return [(t.name, p) for t in topics for p in t.partition_indexes]
-
-    def _offset_fetch_group(
-        self, group_id: str, topics: Any, version: int, require_stable: bool,
+    def _fetched_offsets(
+        self, group_id: str, requested: Mapping[str, Sequence[int]] | None, require_stable: bool,
         member_id: str | None = None, member_epoch: int = -1,
-    ) -> dict:  # fmt: skip
-        """One group's offsets. ``require_stable`` (v7+): a partition with a transactional
-        offset awaiting its marker answers UNSTABLE_OFFSET_COMMIT, per partition (the group's
-        error stays NONE, v8+ too), as Kafka's OffsetMetadataManager.fetchOffsets. A
-        consumer group's member (v9: ``member_id``, ``member_epoch``) must be at its epoch."""
+    ) -> tuple[ErrorCode, dict[str, list[_FetchedOffset]]]:  # fmt: skip
+        """One group's offsets for OffsetFetch, by topic (every requested topic present, in
+        order; None: every partition the group has). ``require_stable`` (v7+): a partition
+        with a transactional offset awaiting its marker answers UNSTABLE_OFFSET_COMMIT, per
+        partition (the group's error stays NONE, v8+ too), as Kafka's
+        OffsetMetadataManager.fetchOffsets. A consumer group's member (v9: ``member_id``,
+        ``member_epoch``) must be at its epoch."""
         coordinator = self.coordinator
-        error, found = coordinator.handle_fetch_offsets(
-            group_id, self._fetch_partitions(topics), member_id, member_epoch
-        )
-        by_topic: dict[str, list[dict]] = {}
-        if topics is not None:
-            for t in topics:
-                by_topic.setdefault(t.name, [])
+        partitions = None if requested is None else [(t, p) for t, ps in requested.items() for p in ps]
+        error, found = coordinator.handle_fetch_offsets(group_id, partitions, member_id, member_epoch)
+        by_topic: dict[str, list[_FetchedOffset]] = {name: [] for name in requested or ()}
         for (topic, partition), om in sorted(found.items()):
             if require_stable and coordinator.has_pending_offsets(group_id, (topic, partition)):
-                om, part_error = None, ErrorCode.unstable_offset_commit
+                fetched = _fetched_offset(partition, None, ErrorCode.unstable_offset_commit)
             else:
-                part_error = ErrorCode.none
-            by_topic.setdefault(topic, []).append(
-                {
-                    "partition_index": partition,
-                    "committed_offset": om.offset if om is not None else -1,
-                    "committed_leader_epoch": om.leader_epoch if om is not None else -1,
-                    "metadata": om.metadata if om is not None else "",
-                    "error_code": part_error,
-                }
-            )
-        if error is not ErrorCode.none and version < 2 and topics is not None:
-            # v1 has no group-level error: every requested partition carries it
-            by_topic = {
-                t.name: [
-                    {"partition_index": p, "committed_offset": -1, "committed_leader_epoch": -1,
-                     "metadata": "", "error_code": error}
-                    for p in t.partition_indexes
-                ]
-                for t in topics
-            }
-        return {
-            "group_id": group_id,
-            "error_code": error,
-            "topics": [{"name": name, "partitions": parts} for name, parts in by_topic.items()],
-        }
+                fetched = _fetched_offset(partition, om, ErrorCode.none)
+            by_topic.setdefault(topic, []).append(fetched)
+        return error, by_topic
 
-    def handle_offset_fetch(self, request: Request) -> dict:
-        header, req = request.header, request.body_as(OffsetFetchRequest)
-        version = header.api_version
-        require_stable = getattr(req, "require_stable", False)
+    def handle_offset_fetch(self, request: Request) -> OffsetFetchResponse:
+        """One group before v8 (v1: no group-level error, every requested partition carries
+        it), a batch of groups from v8."""
+        req = request.body_as(OffsetFetchRequest)
+        version = request.header.api_version
         if version >= 8:
-            return {
-                "throttle_time": 0,
-                "groups": [self._offset_fetch_group(g.group_id, g.topics, version, require_stable,
-                                                    g.member_id, g.member_epoch)
-                           for g in req.groups],
-            }
-        one = self._offset_fetch_group(req.group_id, req.topics, version, require_stable)
-        return {"throttle_time": 0, "topics": one["topics"], "error_code": one["error_code"]}
+            return OffsetFetchResponse(groups=[self._offset_fetch_group(g, req.require_stable) for g in req.groups])
+        requested = None if req.topics is None else {t.name: t.partition_indexes for t in req.topics}
+        error, by_topic = self._fetched_offsets(req.group_id, requested, req.require_stable)
+        if error is not ErrorCode.none and version < 2 and requested is not None:
+            by_topic = {name: [_fetched_offset(p, None, error) for p in parts] for name, parts in requested.items()}
+        return OffsetFetchResponse(error_code=error, topics=[
+            OffsetFetchResponseTopic(name=name, partitions=[OffsetFetchResponsePartition(**f) for f in fetched])
+            for name, fetched in by_topic.items()
+        ])  # fmt: skip
 
-    def handle_offset_delete(self, request: Request) -> dict:
+    def _offset_fetch_group(self, group: OffsetFetchRequestGroup, require_stable: bool) -> OffsetFetchResponseGroup:
+        requested = None if group.topics is None else {t.name: t.partition_indexes for t in group.topics}
+        error, by_topic = self._fetched_offsets(group.group_id, requested, require_stable, group.member_id,
+                                                group.member_epoch)
+        return OffsetFetchResponseGroup(group_id=group.group_id, error_code=error, topics=[
+            OffsetFetchResponseTopics(name=name, partitions=[OffsetFetchResponsePartitions(**f) for f in fetched])
+            for name, fetched in by_topic.items()
+        ])  # fmt: skip
+
+    def handle_offset_delete(self, request: Request) -> OffsetDeleteResponse:
         req = request.body_as(OffsetDeleteRequest)
         partitions = [(t.name, p.partition_index) for t in req.topics for p in t.partitions]
         error, errors = self.coordinator.handle_delete_offsets(req.group_id, partitions)
         if error is not ErrorCode.none:
-            return {"error_code": error, "throttle_time": 0, "topics": []}
-        return {
-            "error_code": ErrorCode.none,
-            "throttle_time": 0,
-            "topics": [
-                {
-                    "name": t.name,
-                    "partitions": [
-                        {"partition_index": p.partition_index,
-                         "error_code": errors.get((t.name, p.partition_index), ErrorCode.none)}
-                        for p in t.partitions
-                    ],
-                }
-                for t in req.topics
-            ],
-        }
+            return OffsetDeleteResponse(error_code=error)
+        return OffsetDeleteResponse(topics=_partition_errors(
+            req.topics, lambda tp: errors.get(tp, ErrorCode.none),
+            lambda index, error: OffsetDeleteResponsePartition(partition_index=index, error_code=error),
+            lambda name, partitions: OffsetDeleteResponseTopic(name=name, partitions=partitions),
+        ))  # fmt: skip
 
     # -- ListGroups / DescribeGroups / DeleteGroups ----------------------------------------------------
-    def handle_list_groups(self, request: Request) -> dict:
+    def handle_list_groups(self, request: Request) -> ListGroupsResponse:
+        """The classic groups, then the KIP-848 consumer groups."""
         req = request.body_as(ListGroupsRequest)
-        error, groups = self.coordinator.handle_list_groups(
-            getattr(req, "states_filter", ()) or (), getattr(req, "types_filter", ()) or ()
-        )
-        listed = [
-            {"group_id": gid, "protocol_type": ptype, "group_state": state, "group_type": "classic"}
-            for gid, ptype, state in groups
-        ]
+        error, groups = self.coordinator.handle_list_groups(req.states_filter, req.types_filter)
         if error is ErrorCode.none:
-            listed += self._list_consumer_groups(req.states_filter, req.types_filter)
-        return {"throttle_time": 0, "error_code": error, "groups": listed}
+            groups += self._list_consumer_groups(req.states_filter, req.types_filter)
+        return ListGroupsResponse(error_code=error, groups=groups)
 
-    def _list_consumer_groups(self, states: list[str], types: list[str]) -> list[dict]:
+    def _list_consumer_groups(self, states: list[str], types: list[str]) -> list[ListedGroup]:
         """KIP-848 consumer groups as ListGroups shows them (reference 1.14): protocol
         type "consumer", their state ("Stable", ...), type "consumer"; a types filter
         (v5) without "consumer" leaves them out."""
         if types and GroupType.CONSUMER not in {GroupType.parse(t) for t in types}:
             return []
         return [
-            {"group_id": gid, "protocol_type": CONSUMER_PROTOCOL_TYPE, "group_state": state,
-             "group_type": str(GroupType.CONSUMER)}
+            ListedGroup(group_id=gid, protocol_type=CONSUMER_PROTOCOL_TYPE, group_state=state,
+                        group_type=str(GroupType.CONSUMER))
             for gid, state in self.consumer_groups.list_groups(states)
         ]  # fmt: skip
 
-    def handle_describe_groups(self, request: Request) -> dict:
-        header, req = request.header, request.body_as(DescribeGroupsRequest)
-        version = header.api_version
+    def handle_describe_groups(self, request: Request) -> DescribeGroupsResponse:
+        """Each group as the coordinator describes it; from v6 (KIP-1043) a group that does
+        not exist is GROUP_ID_NOT_FOUND rather than an empty ``Dead`` group. The authorized
+        operations are the authorization step's to fill in, when asked for."""
+        req = request.body_as(DescribeGroupsRequest)
         coordinator = self.coordinator
-        out = []
+        groups = []
         for group_id in req.groups:
-            error, summary = coordinator.handle_describe_group(group_id)
-            entry: dict[str, Any] = {
-                "error_code": error,
-                "error_message": None,
-                "group_id": group_id,
-                "group_state": "",
-                "protocol_type": "",
-                "protocol_data": "",
-                "members": [],
-                # filled by the authorization step when asked for
-                "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
-            }
-            if error is ErrorCode.none and summary is None:
-                entry["group_state"] = "Dead"
-                if version >= 6:
-                    entry["error_code"] = ErrorCode.group_id_not_found
-                    entry["error_message"] = f"Group {group_id} not found."
-            elif summary is not None:
-                entry["group_state"] = summary["state"]
-                entry["protocol_type"] = summary["protocol_type"]
-                entry["protocol_data"] = summary["protocol"]
-                entry["members"] = summary["members"]
-            out.append(entry)
-        return {"throttle_time": 0, "groups": out}
+            group = coordinator.handle_describe_group(group_id)
+            if request.header.api_version >= 6 and group.error_code == ErrorCode.none and group.group_state == DEAD.value:
+                group.error_code = ErrorCode.group_id_not_found
+                group.error_message = f"Group {group_id} not found."
+            groups.append(group)
+        return DescribeGroupsResponse(groups=groups)
 
-    def handle_delete_groups(self, request: Request) -> Any:
+    def handle_delete_groups(self, request: Request) -> DeleteGroupsResponse | Parked:
         """Classic groups are deleted at once; KIP-848 consumer groups (EMPTY only, else
         NON_EMPTY_GROUP) once their tombstones are durable, then their committed
         offsets (reference 1.14)."""
@@ -554,21 +586,19 @@ class GroupApis:
         consumer_ids = [g for g in ids if self.consumer_groups.group_type(g) is not None]
         results = self.coordinator.handle_delete_groups([g for g in ids if g not in consumer_ids])
 
-        def body() -> dict:
-            return {
-                "throttle_time": 0,
-                "results": [{"group_id": gid, "error_code": results[gid]} for gid in ids],
-            }
+        def response() -> DeleteGroupsResponse:
+            return DeleteGroupsResponse(results=[DeletableGroupResult(group_id=gid, error_code=results[gid])
+                                                 for gid in ids])
 
         if not consumer_ids:
-            return body()
+            return response()
 
         def deleted(errors: dict[str, ErrorCode]) -> None:
             for gid, err in errors.items():
                 if err is ErrorCode.none:
                     self.coordinator.delete_offsets_of_group(gid)
             results.update(errors)
-            self.respond(request, body())
+            self.respond(request, response())
 
         self.consumer_groups.delete_groups(consumer_ids, deleted)
         return PARKED

@@ -57,7 +57,7 @@ the timeouts are :mod:`~tidegate.coordinator.group.delayed_operations`, the
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -104,6 +104,8 @@ from tidegate.coordinator.group.group_type import GroupType, GroupTypeLookup, no
 from tidegate.coordinator.group.modern.modern_group import error_code_of
 from tidegate.errors import BrokerResponseError, ErrorCode
 from tidegate.log.replay import ReplayedBatch
+from tidegate.protocol.messages.describe_groups import DescribedGroup, DescribedGroupMember
+from tidegate.protocol.messages.list_groups import ListedGroup
 from tidegate.record.control_records import (
     ControlRecordType,
     InvalidControlRecordError,
@@ -1298,47 +1300,50 @@ class GroupCoordinator:
 
     # -- listing, describing, deleting -------------------------------------------------------------
     def handle_list_groups(
-        self, states: Iterable[str] = (), types: Iterable[str] = ()
-    ) -> tuple[ErrorCode, list[tuple[str, str, str]]]:
-        """(group id, protocol type, state) of every group passing the filters."""
+        self, states: Collection[str] = (), types: Collection[str] = ()
+    ) -> tuple[ErrorCode, list[ListedGroup]]:
+        """Every group passing the filters, as ListGroups lists it (group type "classic")."""
         if not self.active:
             return ErrorCode.coordinator_not_available, []
-        wanted_states = {s.lower() for s in states}
-        wanted_types = {t.lower() for t in types}
-        if wanted_types and "classic" not in wanted_types:
+        if types and GroupType.CLASSIC not in {GroupType.parse(t) for t in types}:
             return ErrorCode.none, []
+        wanted_states = {s.lower() for s in states}
         return ErrorCode.none, [
-            (g.group_id, g.protocol_type or "", g.state.value)
+            ListedGroup(group_id=g.group_id, protocol_type=g.protocol_type or "", group_state=g.state.value,
+                        group_type=str(GroupType.CLASSIC))
             for g in self.groups.values()
             if (not wanted_states or g.state.value.lower() in wanted_states) and self.other_groups(g.group_id) is None
-        ]
+        ]  # fmt: skip
 
-    def handle_describe_group(self, group_id: str) -> tuple[ErrorCode, dict | None]:
-        """The group's summary, or None if there is no such group."""
+    def handle_describe_group(self, group_id: str) -> DescribedGroup:
+        """The group as DescribeGroups describes it (Kafka's GroupMetadataManager.describeGroups):
+        a group that does not exist is ``Dead`` with no error (DescribeGroups v6 answers it
+        GROUP_ID_NOT_FOUND); protocol, metadata and assignments are shown once Stable."""
         error = self._validate_group_status(group_id, "describe_groups")
         if error is not None:
-            return error, None
+            return DescribedGroup(group_id=group_id, error_code=error)
         group = self.groups.get(group_id)
         if group is None or self.other_groups(group_id) is not None:
-            return ErrorCode.none, None  # none, or not a classic group (reference 1.14)
-        # protocol, metadata and assignments only once Stable (None: not shown)
+            # none, or not a classic group (reference 1.14)
+            return DescribedGroup(group_id=group_id, group_state=DEAD.value)
         protocol = group.protocol_name if group.state is STABLE else None
-        return ErrorCode.none, {
-            "state": group.state.value,
-            "protocol_type": group.protocol_type or "",
-            "protocol": protocol if protocol is not None else "",
-            "members": [
-                {
-                    "member_id": m.member_id,
-                    "group_instance_id": m.group_instance_id,
-                    "client_id": m.client_id,
-                    "client_host": m.client_host,
-                    "member_metadata": m.metadata(protocol) if protocol is not None else b"",
-                    "member_assignment": m.assignment if protocol is not None else b"",
-                }
+        return DescribedGroup(
+            group_id=group_id,
+            group_state=group.state.value,
+            protocol_type=group.protocol_type or "",
+            protocol_data=protocol if protocol is not None else "",
+            members=[
+                DescribedGroupMember(
+                    member_id=m.member_id,
+                    group_instance_id=m.group_instance_id,
+                    client_id=m.client_id,
+                    client_host=m.client_host,
+                    member_metadata=m.metadata(protocol) if protocol is not None else b"",
+                    member_assignment=m.assignment if protocol is not None else b"",
+                )
                 for m in group.members.values()
             ],
-        }
+        )
 
     def delete_offsets_of_group(self, group_id: str) -> None:
         """A modern group was deleted: its committed offsets go too (tombstoned)."""
