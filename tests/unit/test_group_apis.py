@@ -221,15 +221,16 @@ def test_offset_commit_fetch_delete_on_the_wire(h):
 
 
 def test_offsets_that_are_not_made_durable_answer_the_partitions_written_with_an_error(h, monkeypatch):
-    """An OffsetCommit waits for the fsync of its record; when that fails, the partitions
-    it wrote answer REQUEST_TIMED_OUT, a partition that does not exist still answers
-    UNKNOWN_TOPIC_OR_PARTITION."""
+    """An OffsetCommit waits for the fsync of its record; when that fails (the log dir goes
+    offline: KAFKA_STORAGE_ERROR), the partitions it wrote answer NOT_COORDINATOR as Kafka 4's
+    GroupCoordinatorService.handleOperationException maps it, a partition that does not exist
+    still answers UNKNOWN_TOPIC_OR_PARTITION."""
     h.create_topic("t", 2)
     assert call(h, ApiKey.OFFSET_COMMIT, 8, commit_body("s", "", -1, {("t", 0): 1})).topics  # the topic exists
     DiskFaults(monkeypatch).fail("fsync", ".log", errno.EIO)
     r = call(h, ApiKey.OFFSET_COMMIT, 8, commit_body("s", "", -1, {("t", 0): 5, ("t", 1): 6, ("nope", 0): 1}))
     assert [(t.name, [(p.partition_index, p.error_code) for p in t.partitions]) for t in r.topics] == [
-        ("t", [(0, E.request_timed_out), (1, E.request_timed_out)]), ("nope", [(0, E.unknown_topic_or_partition)])
+        ("t", [(0, E.not_coordinator), (1, E.not_coordinator)]), ("nope", [(0, E.unknown_topic_or_partition)])
     ]
 
 

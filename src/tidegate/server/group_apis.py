@@ -365,8 +365,10 @@ class GroupApis:
 
     # -- OffsetCommit / TxnOffsetCommit / OffsetFetch / OffsetDelete ---------------------------------
     def handle_offset_commit(self, request: Request) -> OffsetCommitResponse | Parked:
-        """Answered once the offsets are fsynced (REQUEST_TIMED_OUT if the write fails or
-        is not durable within offsets.commit.timeout.ms); v2-4 carry the offsets' retention."""
+        """Answered once the offsets are fsynced; if the write fails or is not durable
+        within offsets.commit.timeout.ms, the partitions written answer as Kafka 4's group
+        coordinator maps the append's error (handleOperationException: a storage error is
+        NOT_COORDINATOR, a timeout COORDINATOR_NOT_AVAILABLE); v2-4 carry the offsets' retention."""
         req = request.body_as(OffsetCommitRequest)
         version = request.header.api_version
         now = self.clock.wall_milliseconds()
@@ -388,7 +390,7 @@ class GroupApis:
         errors.update(committed)
         if wait is None:
             return response()
-        return self._answer_when_durable(request, response, errors, wait, lambda _error: ErrorCode.request_timed_out)
+        return self._answer_when_durable(request, response, errors, wait, coordinator_operation_error)
 
     def _answer_when_durable(
         self, request: Request, response: Callable[[], Message], errors: dict[TopicPartition, ErrorCode],
