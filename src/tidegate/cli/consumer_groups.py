@@ -15,6 +15,7 @@ from typing import Any
 import click
 
 from tidegate.cli.base import _run_admin, admin_options, main
+from tidegate.utils import durations
 
 MISSING = "-"
 #: Kafka's Errors: (exception class, message) of the codes these commands print
@@ -80,17 +81,12 @@ def parse_datetime(text: str) -> int:
 
 
 def parse_duration(text: str) -> int:
-    """An ISO-8601 duration as Java's ``Duration.parse`` takes it (PnDTnHnMn.nS, with
-    an optional leading minus), in milliseconds."""
-    m = re.fullmatch(
-        r"([-+]?)P(?:([-+]?\d+)D)?(?:T(?:([-+]?\d+)H)?(?:([-+]?\d+)M)?(?:([-+]?\d+(?:\.\d+)?)S)?)?", text,
-        re.IGNORECASE,
-    )  # fmt: skip
-    if m is None or text.upper().endswith("T") or not any(m.groups()[1:]):
-        raise click.UsageError(f"Error parsing duration '{text}': expected ISO-8601 PnDTnHnMn.nS")
-    days, hours, minutes, seconds = (float(g) if g else 0.0 for g in m.groups()[1:])
-    total = ((days * 24 + hours) * 60 + minutes) * 60 + seconds
-    return int((-total if m.group(1) == "-" else total) * 1000)
+    """An ISO-8601 duration (:func:`tidegate.utils.durations.parse_duration`), in
+    milliseconds; a usage error if it is not one."""
+    try:
+        return durations.parse_duration(text)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
 
 
 @main.command("consumer-groups", context_settings={"max_content_width": 120}, epilog=_EPILOG)

@@ -202,7 +202,7 @@ class BrokerConfig:
         self._validate_advertised()
         self._validate_queued_max_request_bytes()
         self._check_connection_limits(self._values)
-        self._validate_group_consumer(values)
+        self._validate_groups(values)
         self._log_config = topic_log_config(self, {})
 
     # ---- construction ------------------------------------------------------------------
@@ -279,20 +279,36 @@ class BrokerConfig:
             return
         validate_queued_max_request_bytes(value, self._values["socket.request.max.bytes"])
 
+    @classmethod
+    def _validate_groups(cls, values: Mapping[str, Any]) -> None:
+        """Kafka's GroupCoordinatorConfig and ShareGroupConfig requirements: each
+        protocol's heartbeat interval and session timeout within their bounds, the interval
+        below the timeout; the share groups' record lock duration within its bounds, and
+        as many share sessions as a share group may have members."""
+        cls._validate_group_timeouts(values, "group.consumer.")
+        cls._validate_group_timeouts(values, "group.share.")
+        cls._validate_within(values, "group.share.", "record.lock.duration.ms")
+        sessions, size = values["group.share.max.share.sessions"], values["group.share.max.size"]
+        if sessions < size:
+            raise ConfigError.invalid(
+                "group.share.max.share.sessions", sessions, f"must be at least group.share.max.size ({size})"
+            )  # fmt: skip
+
     @staticmethod
-    def _validate_group_consumer(values: Mapping[str, Any]) -> None:
-        """Kafka's GroupCoordinatorConfig requirements: the consumer protocol's heartbeat
-        interval and session timeout within their bounds, the interval below the timeout."""
-        prefix = "group.consumer."
+    def _validate_within(values: Mapping[str, Any], prefix: str, what: str) -> None:
+        low, high = values[f"{prefix}min.{what}"], values[f"{prefix}max.{what}"]
+        value = values[prefix + what]
+        if high < low:
+            raise ConfigError.invalid(f"{prefix}max.{what}", high, f"must be greater than or equal to {prefix}min.{what}")
+        if not low <= value <= high:
+            raise ConfigError.invalid(
+                prefix + what, value, f"must be within [{prefix}min.{what}, {prefix}max.{what}] ([{low}, {high}])"
+            )  # fmt: skip
+
+    @classmethod
+    def _validate_group_timeouts(cls, values: Mapping[str, Any], prefix: str) -> None:
         for what in ("heartbeat.interval.ms", "session.timeout.ms"):
-            low, high = values[f"{prefix}min.{what}"], values[f"{prefix}max.{what}"]
-            value = values[prefix + what]
-            if high < low:
-                raise ConfigError.invalid(f"{prefix}max.{what}", high, f"must be greater than or equal to {prefix}min.{what}")
-            if not low <= value <= high:
-                raise ConfigError.invalid(
-                    prefix + what, value, f"must be within [{prefix}min.{what}, {prefix}max.{what}] ([{low}, {high}])"
-                )  # fmt: skip
+            cls._validate_within(values, prefix, what)
         if values[f"{prefix}heartbeat.interval.ms"] >= values[f"{prefix}session.timeout.ms"]:
             raise ConfigError.invalid(
                 f"{prefix}heartbeat.interval.ms", values[f"{prefix}heartbeat.interval.ms"],

@@ -195,9 +195,16 @@ def _check_migration_policy(name: str, value: Any) -> None:
         )
 
 
+def _check_share_assignors(name: str, value: Any) -> None:
+    # Kafka's GroupCoordinatorConfig: share groups take exactly one assignor
+    if value != ["simple"]:
+        raise ConfigError.invalid(name, value, "exactly one assignor, simple, must be given")
+
+
 _rebalance_protocols = Check(_check_rebalance_protocols, "[classic, consumer, share, streams], with classic")
 _consumer_assignors = Check(_check_consumer_assignors, "[uniform, range], no duplicates")
 _migration_policy = Check(_check_migration_policy, "[disabled, downgrade, upgrade, bidirectional]")
+_share_assignors = Check(_check_share_assignors, "[simple]")
 
 
 def _check_process_roles(name: str, value: Any) -> None:
@@ -578,6 +585,45 @@ _TABLE: tuple[ConfigKey, ...] = (
     broker("group.consumer.regex.refresh.interval.ms", INT, 600000, Range.at_least(10000), LOW,
            "How often a consumer group's regular expressions are resolved again when no "
            "topic changed (Kafka's internal key)."),
+    # ---- share groups (KIP-932; docs/share-groups.md) -------------------------------------
+    broker("group.share.enable", BOOLEAN, True, None, LOW,
+           "Share groups on (Kafka's internal key; a 4.2 cluster enables them with the "
+           "share.version feature). Off: every share group API answers UNSUPPORTED_VERSION."),
+    broker("group.share.session.timeout.ms", INT, 45000, Range.at_least(1), MEDIUM,
+           "How long a share group member may go without a heartbeat before it is removed."),
+    broker("group.share.min.session.timeout.ms", INT, 45000, Range.at_least(1), MEDIUM,
+           "The smallest share.session.timeout.ms a group config may set."),
+    broker("group.share.max.session.timeout.ms", INT, 60000, Range.at_least(1), MEDIUM,
+           "The largest share.session.timeout.ms a group config may set."),
+    broker("group.share.heartbeat.interval.ms", INT, 5000, Range.at_least(1), MEDIUM,
+           "How often a share group member is told to heartbeat."),
+    broker("group.share.min.heartbeat.interval.ms", INT, 5000, Range.at_least(1), MEDIUM,
+           "The smallest share.heartbeat.interval.ms a group config may set."),
+    broker("group.share.max.heartbeat.interval.ms", INT, 15000, Range.at_least(1), MEDIUM,
+           "The largest share.heartbeat.interval.ms a group config may set."),
+    broker("group.share.max.size", INT, 200, Range.between(1, 1000), MEDIUM,
+           "The most members a share group may have (GROUP_MAX_SIZE_REACHED beyond)."),
+    broker("group.share.assignors", LIST, "simple", _share_assignors, MEDIUM,
+           "The share group assignor (exactly one: simple)."),
+    broker("group.share.record.lock.duration.ms", INT, 30000, Range.between(1000, 3600000), MEDIUM,
+           "How long a share group member holds an acquired record before it is released "
+           "for redelivery (a group's share.record.lock.duration.ms overrides it)."),
+    broker("group.share.min.record.lock.duration.ms", INT, 15000, Range.between(1000, 30000), MEDIUM,
+           "The smallest record lock duration (of the broker or a group config)."),
+    broker("group.share.max.record.lock.duration.ms", INT, 60000, Range.between(30000, 3600000), MEDIUM,
+           "The largest record lock duration (of the broker or a group config)."),
+    broker("group.share.delivery.count.limit", INT, 5, Range.between(2, 10), MEDIUM,
+           "How many times a record is delivered at most: a release at the limit archives it."),
+    broker("group.share.partition.max.record.locks", INT, 2000, Range.between(100, 10000), MEDIUM,
+           "The most in-flight records of one share-partition (between its start and end offsets)."),
+    broker("group.share.max.share.sessions", INT, 2000, Range.at_least(1), MEDIUM,
+           "The most share sessions the broker keeps (SHARE_SESSION_LIMIT_REACHED beyond); at "
+           "least group.share.max.size."),
+    broker("group.share.initialize.retry.interval.ms", INT, 30000, Range.at_least(1), LOW,
+           "How long a share-partition's initialization may take before a heartbeat tries "
+           "again (Kafka's internal key)."),
+    broker("share.fetch.purgatory.purge.interval.requests", INT, 1000, Range.at_least(1), MEDIUM,
+           "How many share fetches may park before the share fetch purgatory drops completed ones."),
     broker("offsets.retention.minutes", INT, 10080, Range.at_least(1), HIGH,
            "Committed offsets of a group are deleted this long after the group became empty "
            "(or, for standalone consumers, after the commit)."),

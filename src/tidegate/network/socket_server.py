@@ -28,7 +28,7 @@ import resource
 import socket
 import struct
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tidegate.clock import Clock, MonotonicMs
@@ -487,8 +487,12 @@ class SocketServer:
         quotas: ConnectionQuotas | None = None,
         connections_max_idle_ms: int = -1,
         request_metrics: RequestMetrics | None = None,
+        disconnect_listeners: Sequence[Callable[[int], object]] = (),
     ) -> None:
         self.processor = processor
+        #: told the id of every connection that closed (Kafka's
+        #: ConnectionDisconnectListener: a share session opened on it ends)
+        self.disconnect_listeners = tuple(disconnect_listeners)
         self.scheduler = scheduler
         self.clock = clock
         self.pool = pool
@@ -667,6 +671,11 @@ class SocketServer:
         self._admit(listener)
 
     def connection_closed(self, conn: KafkaConnection) -> None:
+        for disconnected in self.disconnect_listeners:
+            try:
+                disconnected(conn.connection_id)
+            except Exception:
+                log.exception("a disconnect listener failed for connection %s", conn.connection_id)
         if self.idle is not None:
             self.idle.remove(conn.connection_id)
         quotas = self.quotas

@@ -72,8 +72,15 @@ class ApiKey(enum.IntEnum):
     CONSUMER_GROUP_DESCRIBE = 69
     LIST_CLIENT_METRICS_RESOURCES = 74
     DESCRIBE_TOPIC_PARTITIONS = 75
+    SHARE_GROUP_HEARTBEAT = 76
+    SHARE_GROUP_DESCRIBE = 77
+    SHARE_FETCH = 78
+    SHARE_ACKNOWLEDGE = 79
     ADD_RAFT_VOTER = 80
     REMOVE_RAFT_VOTER = 81
+    DESCRIBE_SHARE_GROUP_OFFSETS = 90
+    ALTER_SHARE_GROUP_OFFSETS = 91
+    DELETE_SHARE_GROUP_OFFSETS = 92
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,8 +154,16 @@ SUPPORTED_APIS: dict[int, ApiRange] = {
         ApiRange(ApiKey.CONSUMER_GROUP_DESCRIBE, 0, 1),
         ApiRange(ApiKey.LIST_CLIENT_METRICS_RESOURCES, 0, 0),
         ApiRange(ApiKey.DESCRIBE_TOPIC_PARTITIONS, 0, 0),
+        # KIP-932 share groups (Kafka 4.2's ranges; librdkafka sends v1)
+        ApiRange(ApiKey.SHARE_GROUP_HEARTBEAT, 1, 1),
+        ApiRange(ApiKey.SHARE_GROUP_DESCRIBE, 1, 1),
+        ApiRange(ApiKey.SHARE_FETCH, 1, 2),
+        ApiRange(ApiKey.SHARE_ACKNOWLEDGE, 1, 2),
         ApiRange(ApiKey.ADD_RAFT_VOTER, 0, 0),
         ApiRange(ApiKey.REMOVE_RAFT_VOTER, 0, 0),
+        ApiRange(ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, 0, 1),
+        ApiRange(ApiKey.ALTER_SHARE_GROUP_OFFSETS, 0, 0),
+        ApiRange(ApiKey.DELETE_SHARE_GROUP_OFFSETS, 0, 0),
     )
 }
 

@@ -72,6 +72,10 @@ from tidegate.protocol.messages.alter_replica_log_dirs import (
     AlterReplicaLogDirsResponse,
     AlterReplicaLogDirTopicResult,
 )
+from tidegate.protocol.messages.alter_share_group_offsets import (
+    AlterShareGroupOffsetsRequest,
+    AlterShareGroupOffsetsResponse,
+)
 from tidegate.protocol.messages.alter_user_scram_credentials import (
     AlterUserScramCredentialsRequest,
     AlterUserScramCredentialsResponse,
@@ -120,6 +124,10 @@ from tidegate.protocol.messages.delete_records import (
     DeleteRecordsResponse,
     DeleteRecordsTopicResult,
 )
+from tidegate.protocol.messages.delete_share_group_offsets import (
+    DeleteShareGroupOffsetsRequest,
+    DeleteShareGroupOffsetsResponse,
+)
 from tidegate.protocol.messages.delete_topics import (
     DeletableTopicResult,
     DeleteTopicsRequest,
@@ -152,6 +160,11 @@ from tidegate.protocol.messages.describe_producers import (
     PartitionResponse as ProducersPartitionResponse,
 )
 from tidegate.protocol.messages.describe_quorum import DescribeQuorumResponse
+from tidegate.protocol.messages.describe_share_group_offsets import (
+    DescribeShareGroupOffsetsRequest,
+    DescribeShareGroupOffsetsResponse,
+    DescribeShareGroupOffsetsResponseGroup,
+)
 from tidegate.protocol.messages.describe_topic_partitions import (
     DescribeTopicPartitionsRequest,
     DescribeTopicPartitionsResponse,
@@ -255,6 +268,20 @@ from tidegate.protocol.messages.produce import (
     TopicProduceResponse,
 )
 from tidegate.protocol.messages.remove_raft_voter import RemoveRaftVoterResponse
+from tidegate.protocol.messages.share_acknowledge import (
+    ShareAcknowledgeRequest,
+    ShareAcknowledgeResponse,
+)
+from tidegate.protocol.messages.share_fetch import ShareFetchRequest, ShareFetchResponse
+from tidegate.protocol.messages.share_group_describe import DescribedGroup as DescribedShareGroup
+from tidegate.protocol.messages.share_group_describe import (
+    ShareGroupDescribeRequest,
+    ShareGroupDescribeResponse,
+)
+from tidegate.protocol.messages.share_group_heartbeat import (
+    ShareGroupHeartbeatRequest,
+    ShareGroupHeartbeatResponse,
+)
 from tidegate.protocol.messages.sync_group import SyncGroupRequest, SyncGroupResponse
 from tidegate.protocol.messages.txn_offset_commit import (
     TxnOffsetCommitRequest,
@@ -833,6 +860,58 @@ def check_consumer_group_heartbeat(s: Session, request: Request, step: Authoriza
     return None
 
 
+def check_share_group_heartbeat(s: Session, request: Request, step: AuthorizationStep) -> Decision:
+    """READ on the group, DESCRIBE on every subscribed topic (Kafka's
+    handleShareGroupHeartbeat)."""
+    req = request.body_as(ShareGroupHeartbeatRequest)
+    if not s.allow(READ, GROUP, req.group_id):
+        return ShareGroupHeartbeatResponse(error_code=GROUP_AUTHORIZATION_FAILED)
+    for name in req.subscribed_topic_names or ():
+        if not s.allow(DESCRIBE, TOPIC, name):
+            return ShareGroupHeartbeatResponse(error_code=TOPIC_AUTHORIZATION_FAILED)
+    return None
+
+
+def check_share_fetch(s: Session, request: Request, step: AuthorizationStep) -> Decision:
+    """READ on the group for the whole request; the topics' READ is checked on the
+    session's partitions by the handler (server/share/share_apis.py)."""
+    if not s.allow(READ, GROUP, request.body_as(ShareFetchRequest).group_id or ""):
+        return ShareFetchResponse(error_code=GROUP_AUTHORIZATION_FAILED)
+    return None
+
+
+def check_share_acknowledge(s: Session, request: Request, step: AuthorizationStep) -> Decision:
+    if not s.allow(READ, GROUP, request.body_as(ShareAcknowledgeRequest).group_id or ""):
+        return ShareAcknowledgeResponse(error_code=GROUP_AUTHORIZATION_FAILED)
+    return None
+
+
+def check_describe_share_group_offsets(s: Session, request: Request, step: AuthorizationStep) -> Decision:
+    """DESCRIBE on each group (GROUP_AUTHORIZATION_FAILED for that group); the topics'
+    DESCRIBE is the handler's, per partition."""
+    groups = request.body_as(DescribeShareGroupOffsetsRequest).groups
+    ok, denied = _split(groups, lambda g: s.allow(DESCRIBE, GROUP, g.group_id))
+    return _filtered(
+        request, groups, ok,
+        [DescribeShareGroupOffsetsResponseGroup(group_id=g.group_id, error_code=GROUP_AUTHORIZATION_FAILED)
+         for g in denied],
+        DescribeShareGroupOffsetsResponse, lambda r: r.groups,
+        lambda extra: DescribeShareGroupOffsetsResponse(groups=extra),
+    )  # fmt: skip
+
+
+def check_alter_share_group_offsets(s: Session, request: Request, step: AuthorizationStep) -> Decision:
+    if not s.allow(READ, GROUP, request.body_as(AlterShareGroupOffsetsRequest).group_id):
+        return AlterShareGroupOffsetsResponse(error_code=GROUP_AUTHORIZATION_FAILED)
+    return None
+
+
+def check_delete_share_group_offsets(s: Session, request: Request, step: AuthorizationStep) -> Decision:
+    if not s.allow(DELETE, GROUP, request.body_as(DeleteShareGroupOffsetsRequest).group_id):
+        return DeleteShareGroupOffsetsResponse(error_code=GROUP_AUTHORIZATION_FAILED)
+    return None
+
+
 class _DescribedGroup(Protocol):
     """A group of DescribeGroups or ConsumerGroupDescribe."""
 
@@ -886,6 +965,16 @@ def check_consumer_group_describe(s: Session, request: Request, step: Authorizat
         lambda g: DescribedConsumerGroup(error_code=GROUP_AUTHORIZATION_FAILED, group_id=g, group_epoch=-1,
                                          assignment_epoch=-1),
         ConsumerGroupDescribeResponse, lambda r: r.groups, lambda extra: ConsumerGroupDescribeResponse(groups=extra),
+    )  # fmt: skip
+
+
+def check_share_group_describe(s: Session, request: Request, step: AuthorizationStep) -> Decision:
+    req = request.body_as(ShareGroupDescribeRequest)
+    return _described_groups(
+        s, request, req.group_ids, req.include_authorized_operations,
+        lambda g: DescribedShareGroup(error_code=GROUP_AUTHORIZATION_FAILED, group_id=g, group_epoch=-1,
+                                      assignment_epoch=-1),
+        ShareGroupDescribeResponse, lambda r: r.groups, lambda extra: ShareGroupDescribeResponse(groups=extra),
     )  # fmt: skip
 
 
@@ -1277,6 +1366,13 @@ CHECKS: dict[int, Check] = {
     ApiKey.DESCRIBE_GROUPS: check_describe_groups,
     ApiKey.CONSUMER_GROUP_DESCRIBE: check_consumer_group_describe,
     ApiKey.DELETE_GROUPS: check_delete_groups,
+    ApiKey.SHARE_GROUP_HEARTBEAT: check_share_group_heartbeat,
+    ApiKey.SHARE_GROUP_DESCRIBE: check_share_group_describe,
+    ApiKey.SHARE_FETCH: check_share_fetch,
+    ApiKey.SHARE_ACKNOWLEDGE: check_share_acknowledge,
+    ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS: check_describe_share_group_offsets,
+    ApiKey.ALTER_SHARE_GROUP_OFFSETS: check_alter_share_group_offsets,
+    ApiKey.DELETE_SHARE_GROUP_OFFSETS: check_delete_share_group_offsets,
     ApiKey.LIST_GROUPS: check_list_groups,
     ApiKey.INIT_PRODUCER_ID: check_init_producer_id,
     ApiKey.ADD_PARTITIONS_TO_TXN: check_add_partitions_to_txn,
@@ -1326,7 +1422,7 @@ CHECKS: dict[int, Check] = {
 CHECKS_WITHOUT_AUTHORIZER: dict[int, Check] = {
     key: CHECKS[key]
     for key in (ApiKey.METADATA, ApiKey.DESCRIBE_GROUPS, ApiKey.CONSUMER_GROUP_DESCRIBE,
-                ApiKey.DESCRIBE_CLUSTER, ApiKey.DESCRIBE_TOPIC_PARTITIONS)
+                ApiKey.SHARE_GROUP_DESCRIBE, ApiKey.DESCRIBE_CLUSTER, ApiKey.DESCRIBE_TOPIC_PARTITIONS)
 }  # fmt: skip
 
 #: APIs no check applies to (Kafka's KafkaApis checks nothing for them, or the handler

@@ -124,6 +124,7 @@ class Broker:
             quotas=ConnectionQuotas(connection_limits(config), core.quotas.connection_rate_for_ip),
             connections_max_idle_ms=config.get("connections.max.idle.ms"),
             request_metrics=counting.requests if counting is not None else None,
+            disconnect_listeners=(core.share_partitions.connection_closed,),
         )
         config.reconfigurables.append(self.socket_server.limits_changed)
         core.start()

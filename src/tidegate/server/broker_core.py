@@ -69,6 +69,11 @@ from tidegate.server.quota.quota_factory import QuotaManagers
 from tidegate.server.replica_manager import ReplicaManager
 from tidegate.server.request_handler_helper import RequestHandlerHelper
 from tidegate.server.security_apis import SecurityApis
+from tidegate.server.share.share_partition_manager import (
+    SharePartitionManager,
+    SharePartitionManagerConfig,
+)
+from tidegate.server.share_group_apis import ShareGroupApis
 from tidegate.server.timer import SystemTimer
 from tidegate.server.timer_reaper import TimerReaper
 from tidegate.server.transaction_apis import TransactionApis
@@ -174,10 +179,16 @@ class BrokerCore:
         self.groups = GroupApis(
             config, self.replicas, self.endpoints, self.offsets_log, self.group_coordinator,
             self.consumer_group_coordinator, self.share_group_coordinator, clock, respond=respond,
+            topic_deletion_listeners=(self.share_coordinator.on_topics_deleted,
+                                      self.share_partitions.on_topics_deleted),
         )  # fmt: skip
         self.consumer_groups = ConsumerGroupApis(
             config, self.consumer_group_coordinator, self.authorization, respond=respond
         )
+        self.share_groups = ShareGroupApis(
+            config, self.share_group_coordinator, self.share_partitions, self.authorization, self.endpoints,
+            self.quotas, respond=respond,
+        )  # fmt: skip
         self.credentials = credentials if credentials is not None else CredentialStore(None)
         # Transactions: the coordinator, its __transaction_state and markers; its periodic
         # tasks (timeouts, id expiry) and marker retries are tasks on its own timer.
@@ -219,6 +230,7 @@ class BrokerCore:
             endpoints=self.endpoints,
             groups=self.groups,
             consumer_groups=self.consumer_groups,
+            share_groups=self.share_groups,
             transactions=self.transactions,
             admin=self.admin,
             security=self.security,
@@ -232,6 +244,7 @@ class BrokerCore:
         for name, timer in self.quotas.throttle_timers():
             self.reaper.add_timer(name, timer)
         self.reaper.add_timer("TransactionCoordinator", self.transaction_timer)
+        self.reaper.add_timer("ShareGroupLock", self.share_partitions.lock_timer)
         self._tasks: list[Cancellable] = []
         self._stopping = False
         #: log.cleaner.execution=process: the worker process, started on the first clean
@@ -267,7 +280,7 @@ class BrokerCore:
             clock=clock, classic_groups=self.group_coordinator,
             other_groups=lambda g: self.share_group_coordinator.group_type(g),
         )  # fmt: skip
-        share_state = ShareCoordinatorConfig.from_broker(config)
+        share_state = self.share_coordinator_config = ShareCoordinatorConfig.from_broker(config)
         self.share_coordinator = ShareCoordinator(
             share_state,
             open_log=functools.partial(
@@ -278,10 +291,18 @@ class BrokerCore:
             topic_partitions=self.store.partitions_of,
             clock=clock,
         )  # fmt: skip
+        # Share fetching (docs/share-groups.md): the share-partitions, their locks and the
+        # share fetch purgatory; appends wake parked share fetches.
+        self.share_partitions = SharePartitionManager(
+            self.replicas, self.store, self.share_coordinator, clock=clock,
+            config=SharePartitionManagerConfig.from_broker(config),
+        )  # fmt: skip
+        self.replicas.share_fetch_wakeup = self.share_partitions.partitions_changed
         self.share_group_coordinator = ShareGroupManager(
-            ShareGroupConfig(), image=self.store, append=self.offsets_log.append, timer=timer, clock=clock,
-            persister=self.share_coordinator,
+            ShareGroupConfig.from_broker(config), image=self.store, append=self.offsets_log.append, timer=timer,
+            clock=clock, persister=self.share_coordinator,
             other_groups=lambda g: self.group_coordinator.group_type(g) or self.consumer_group_coordinator.group_type(g),
+            member_left=self.share_partitions.on_member_leave, state_reset=self.share_partitions.drop_share_partitions,
         )  # fmt: skip
 
     @property
@@ -291,6 +312,7 @@ class BrokerCore:
             self.replicas.produce_purgatory,
             self.heartbeat_purgatory,
             self.rebalance_purgatory,
+            self.share_partitions.purgatory,
         ]
 
     def start(self) -> None:
@@ -308,6 +330,8 @@ class BrokerCore:
             "producer-expiration": config.get("producer.id.expiration.check.interval.ms"),
             "offsets-retention": config.get("offsets.retention.check.interval.ms"),
             "log-cleaner": config.get("log.cleaner.backoff.ms"),
+            "share-state-prune": self.share_coordinator_config.state_topic_prune_interval_ms,
+            "share-state-cold-snapshot": self.share_coordinator_config.cold_partition_snapshot_interval_ms,
         }
         self._due_at = {name: MonotonicMs(start + interval) for name, interval in self._intervals.items()}
         schedule = self.scheduler.schedule
@@ -387,8 +411,15 @@ class BrokerCore:
         self.scheduler.submit(lambda: worker.run(job), from_worker)
 
     def maintain_groups(self) -> None:
-        """Offset retention (the log cleaner compacts __consumer_offsets)."""
-        self.groups.maintenance(self._due("offsets-retention", self.clock.milliseconds()))
+        """Offset retention (the log cleaner compacts __consumer_offsets); the share
+        coordinator's snapshots of cold share-partitions and the pruning of
+        __share_group_state below the oldest snapshot."""
+        now = self.clock.milliseconds()
+        self.groups.maintenance(self._due("offsets-retention", now))
+        if self._due("share-state-cold-snapshot", now):
+            self.share_coordinator.snapshot_cold_partitions()
+        if self._due("share-state-prune", now):
+            self.share_coordinator.prune()
 
     # -- stopping ------------------------------------------------------------------------
     def stop_serving(self) -> None:
@@ -398,6 +429,7 @@ class BrokerCore:
         for task in self._tasks:
             task.cancel()
         self._tasks.clear()
+        self.share_partitions.shutdown()
         self.groups.shutdown()
         self.share_coordinator.shutdown()
         self.transaction_coordinator.shutdown()

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import errno
 import logging
-from collections.abc import Callable, Mapping, Sequence
+import uuid
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Protocol, TypedDict, TypeVar
 
 from tidegate.clock import Clock, WallMs
@@ -211,10 +212,14 @@ class GroupApis:
         clock: Clock,
         *,
         respond: Respond,
+        topic_deletion_listeners: Sequence[Callable[[Collection[uuid.UUID]], object]] = (),
     ) -> None:
         """``offsets_log`` is ``__consumer_offsets``, which the three group coordinators
         share: the classic ``coordinator`` (its groups and every group's committed
-        offsets), KIP-848's ``consumer_groups`` and KIP-932's ``share_groups``."""
+        offsets), KIP-848's ``consumer_groups`` and KIP-932's ``share_groups``.
+        ``topic_deletion_listeners`` are told the ids of deleted topics after the share
+        groups (the share coordinator, which deletes their share state, and the
+        share-partition manager, which drops what it caches)."""
         self.config = config
         #: its wall clock stamps offset commits (Kafka's KafkaApis: commit and expire times)
         self.clock = clock
@@ -226,6 +231,7 @@ class GroupApis:
         self.coordinator = coordinator
         self.consumer_groups = consumer_groups
         self.share_groups = share_groups
+        self.topic_deletion_listeners = tuple(topic_deletion_listeners)
         #: answers a parked request (RequestHandlerHelper.send_response)
         self.respond = respond
 
@@ -257,9 +263,14 @@ class GroupApis:
         if retention_due:
             self.coordinator.cleanup_group_metadata()
 
-    def on_topic_deleted(self, name: str) -> None:
+    def on_topic_deleted(self, name: str, topic_id: uuid.UUID) -> None:
+        """A topic was deleted: its committed offsets go, and it leaves every share
+        group's share-partitions with its share state."""
         if self.coordinator.active:
             self.coordinator.remove_offsets_of_topic(name)
+        self.share_groups.on_topics_deleted([topic_id])
+        for listener in self.topic_deletion_listeners:
+            listener([topic_id])
 
     def coordinator_error(self) -> tuple[ErrorCode, str | None]:
         """FindCoordinator for a group: NONE once __consumer_offsets exists (it is created
@@ -550,6 +561,7 @@ class GroupApis:
         error, groups = self.coordinator.handle_list_groups(req.states_filter, req.types_filter)
         if error is ErrorCode.none:
             groups += self._list_consumer_groups(req.states_filter, req.types_filter)
+            groups += self.share_groups.list_groups(req.states_filter, req.types_filter)
         return ListGroupsResponse(error_code=error, groups=groups)
 
     def _list_consumer_groups(self, states: list[str], types: list[str]) -> list[ListedGroup]:
@@ -582,27 +594,37 @@ class GroupApis:
     def handle_delete_groups(self, request: Request) -> DeleteGroupsResponse | Parked:
         """Classic groups are deleted at once; KIP-848 consumer groups (EMPTY only, else
         NON_EMPTY_GROUP) once their tombstones are durable, then their committed
-        offsets (reference 1.14)."""
+        offsets (reference 1.14); share groups (EMPTY only) once their share state is
+        deleted and their tombstones are durable (reference 2.10)."""
         req = request.body_as(DeleteGroupsRequest)
         ids = list(dict.fromkeys(req.groups_names))
         consumer_ids = [g for g in ids if self.consumer_groups.group_type(g) is not None]
-        results = self.coordinator.handle_delete_groups([g for g in ids if g not in consumer_ids])
+        share_ids = [g for g in ids if self.share_groups.group_type(g) is not None]
+        modern = {*consumer_ids, *share_ids}
+        results = self.coordinator.handle_delete_groups([g for g in ids if g not in modern])
 
         def response() -> DeleteGroupsResponse:
             return DeleteGroupsResponse(results=[DeletableGroupResult(group_id=gid, error_code=results[gid])
                                                  for gid in ids])
 
-        if not consumer_ids:
+        if not modern:
             return response()
+        waiting = [bool(consumer_ids), bool(share_ids)].count(True)
 
         def deleted(errors: dict[str, ErrorCode]) -> None:
+            nonlocal waiting
             for gid, err in errors.items():
-                if err is ErrorCode.none:
+                if err is ErrorCode.none and gid in consumer_ids:
                     self.coordinator.delete_offsets_of_group(gid)
             results.update(errors)
-            self.respond(request, response())
+            waiting -= 1
+            if not waiting:
+                self.respond(request, response())
 
-        self.consumer_groups.delete_groups(consumer_ids, deleted)
+        if consumer_ids:
+            self.consumer_groups.delete_groups(consumer_ids, deleted)
+        if share_ids:
+            self.share_groups.delete_groups(share_ids, deleted)
         return PARKED
 
 

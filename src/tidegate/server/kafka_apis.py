@@ -133,6 +133,7 @@ from tidegate.server.replica_manager import (
 )
 from tidegate.server.request_handler_helper import Answer, RequestHandlerHelper
 from tidegate.server.security_apis import SecurityApis
+from tidegate.server.share_group_apis import ShareGroupApis
 from tidegate.server.transaction_apis import TransactionApis
 from tidegate.utils import INT32_MAX
 from tidegate.utils.topic import InvalidTopicError, is_internal_topic, validate_topic_name
@@ -181,6 +182,7 @@ class KafkaApis:
         endpoints: Endpoints,
         groups: GroupApis,
         consumer_groups: ConsumerGroupApis,
+        share_groups: ShareGroupApis,
         transactions: TransactionApis,
         admin: AdminApis,
         security: SecurityApis,
@@ -256,6 +258,13 @@ class KafkaApis:
             ApiKey.OFFSET_DELETE: groups.handle_offset_delete,
             ApiKey.CONSUMER_GROUP_HEARTBEAT: consumer_groups.handle_consumer_group_heartbeat,
             ApiKey.CONSUMER_GROUP_DESCRIBE: consumer_groups.handle_consumer_group_describe,
+            ApiKey.SHARE_GROUP_HEARTBEAT: share_groups.handle_share_group_heartbeat,
+            ApiKey.SHARE_GROUP_DESCRIBE: share_groups.handle_share_group_describe,
+            ApiKey.SHARE_FETCH: share_groups.handle_share_fetch,
+            ApiKey.SHARE_ACKNOWLEDGE: share_groups.handle_share_acknowledge,
+            ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS: share_groups.handle_describe_share_group_offsets,
+            ApiKey.ALTER_SHARE_GROUP_OFFSETS: share_groups.handle_alter_share_group_offsets,
+            ApiKey.DELETE_SHARE_GROUP_OFFSETS: share_groups.handle_delete_share_group_offsets,
             ApiKey.SASL_HANDSHAKE: security.handle_sasl_handshake,
             ApiKey.SASL_AUTHENTICATE: security.handle_sasl_authenticate,
             ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: security.handle_describe_user_scram_credentials,

@@ -61,6 +61,7 @@ from tidegate.record.control_records import ControlRecordType, end_transaction_m
 from tidegate.record.file_region import FileRegion
 from tidegate.record.record_batch import LOG_OVERHEAD, BatchHeader, iter_batches, read_header
 from tidegate.server.timer import SystemTimer
+from tidegate.utils.durations import parse_duration
 
 from .acknowledgements import AcknowledgeType, ShareAcknowledgementBatch
 from .in_flight import (
@@ -203,8 +204,8 @@ ResultCallback = Callable[[ShareResult], None]
 class ShareAutoOffsetReset:
     """``share.auto.offset.reset`` (Kafka's ``ShareGroupAutoOffsetResetStrategy``):
     ``earliest``, ``latest`` (the default) or ``by_duration`` (the first offset with a
-    timestamp at or after now minus ``duration_ms``). Parsing the config value belongs to
-    the group configs."""
+    timestamp at or after now minus ``duration_ms``); :meth:`parse` reads the config
+    value."""
 
     kind: str
     duration_ms: int = 0
@@ -220,6 +221,27 @@ class ShareAutoOffsetReset:
     @classmethod
     def by_duration(cls, duration_ms: int) -> ShareAutoOffsetReset:
         return cls("by_duration", duration_ms)
+
+    @classmethod
+    def parse(cls, value: str) -> ShareAutoOffsetReset:
+        """The config value (case-insensitive ``earliest``, ``latest``, or
+        ``by_duration:`` and an ISO-8601 duration that is not negative); ValueError
+        with Kafka's message otherwise."""
+        lowered = value.strip().lower()
+        if lowered in ("earliest", "latest"):
+            return cls(lowered)
+        prefix = "by_duration:"
+        if not lowered.startswith(prefix):
+            raise ValueError(f"Invalid value `{value}` for configuration share.auto.offset.reset. "
+                             "The value must be either 'earliest', 'latest' or of the format 'by_duration:<PnDTnHnMn.nS.>'.")
+        try:
+            duration_ms = parse_duration(value.strip()[len(prefix):])
+        except ValueError as exc:
+            raise ValueError(f"Invalid value `{value}` for configuration share.auto.offset.reset: {exc}") from None
+        if duration_ms < 0:
+            raise ValueError(f"Invalid value `{value}` for configuration share.auto.offset.reset. "
+                             "The duration must not be negative.")
+        return cls.by_duration(duration_ms)
 
     def start_offset(self, offsets: OffsetsForTimestamp, wall_clock_ms: WallMs) -> int | None:
         if self.kind == "earliest":

@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from tidegate.clock import Clock
+from tidegate.config import BrokerConfig
 from tidegate.errors import ErrorCode
 from tidegate.server.purgatory import DelayedOperationPurgatory
 from tidegate.server.timer import FunctionTask, SystemTimer
@@ -112,6 +113,18 @@ class SharePartitionManagerConfig:
     fetch_max_bytes: int = 57_671_680
     #: the group.share.* keys: every group's settings unless its configs override them
     defaults: ShareGroupSettings = field(default_factory=ShareGroupSettings)
+
+    @classmethod
+    def from_broker(cls, config: BrokerConfig) -> SharePartitionManagerConfig:
+        return cls(
+            max_share_sessions=config.get("group.share.max.share.sessions"),
+            fetch_purge_interval_requests=config.get("share.fetch.purgatory.purge.interval.requests"),
+            defaults=ShareGroupSettings(
+                record_lock_duration_ms=config.get("group.share.record.lock.duration.ms"),
+                delivery_count_limit=config.get("group.share.delivery.count.limit"),
+                partition_max_record_locks=config.get("group.share.partition.max.record.locks"),
+            ),
+        )
 
 
 class TopicsById(Protocol):

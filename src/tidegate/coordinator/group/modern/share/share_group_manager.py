@@ -59,6 +59,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from tidegate.clock import Clock, MonotonicMs
+from tidegate.config import BrokerConfig
 from tidegate.coordinator.group.assignor.api import (
     EMPTY_ASSIGNMENT,
     Assignment,
@@ -183,6 +184,16 @@ class ShareGroupConfig:
     #: group.share.initialize.retry.interval.ms (internal)
     initialize_retry_interval_ms: int = 30_000
 
+    @classmethod
+    def from_broker(cls, config: BrokerConfig) -> ShareGroupConfig:
+        return cls(
+            session_timeout_ms=config.get("group.share.session.timeout.ms"),
+            heartbeat_interval_ms=config.get("group.share.heartbeat.interval.ms"),
+            max_size=config.get("group.share.max.size"),
+            assignors=tuple(config.get("group.share.assignors")),
+            initialize_retry_interval_ms=config.get("group.share.initialize.retry.interval.ms"),
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class ShareGroupHeartbeat:
@@ -290,6 +301,8 @@ class ShareGroupManager(ModernGroupManager[ShareGroup, ShareGroupMember]):
         group_configs: GroupConfigLookup = no_group_configs,
         other_groups: GroupTypeLookup = no_other_groups,
         assignor: PartitionAssignor = SIMPLE_ASSIGNOR,
+        member_left: Callable[[str, str], None] | None = None,
+        state_reset: Callable[[str, Collection[uuid.UUID] | None], None] | None = None,
     ) -> None:
         super().__init__(
             config,
@@ -307,6 +320,13 @@ class ShareGroupManager(ModernGroupManager[ShareGroup, ShareGroupMember]):
         #: the type of a group id this manager does not own (consumer and classic groups)
         self.other_groups = other_groups
         self.assignor = assignor
+        #: told (group id, member id) once a member's removal (a leave, a session
+        #: timeout) is written: the share-partition manager releases what it holds
+        self.member_left = member_left
+        #: told (group id, topic ids or None: all) once the persister deleted or
+        #: initialized again a group's share state (DeleteGroups, DeleteShareGroupOffsets,
+        #: AlterShareGroupOffsets): the share-partition manager drops what it caches
+        self.state_reset = state_reset
 
     # -- replay: the share group's own records ------------------------------------------------
     def _new_group(self, group_id: str) -> ShareGroup:
@@ -548,6 +568,8 @@ class ShareGroupManager(ModernGroupManager[ShareGroup, ShareGroupMember]):
         for member in members:
             member_id = member.member_id
             op.after.append(functools.partial(self._cancel_timers, group_id, member_id))
+            if self.member_left is not None:
+                op.after.append(functools.partial(self.member_left, group_id, member_id))
         return op
 
     # -- share-partition initialization --------------------------------------------------------
@@ -890,6 +912,7 @@ class ShareGroupManager(ModernGroupManager[ShareGroup, ShareGroupMember]):
                 )
                 on_done(error)
             else:
+                self._state_reset(group_id, None)
                 self._tombstone_share_group(group_id, on_done)
 
         def written(error: ErrorCode) -> None:
@@ -902,6 +925,10 @@ class ShareGroupManager(ModernGroupManager[ShareGroup, ShareGroupMember]):
                 delete_state(self.persister, group_id, partitions, deleted)
 
         self._commit(op, written)
+
+    def _state_reset(self, group_id: str, topic_ids: Collection[uuid.UUID] | None) -> None:
+        if self.state_reset is not None:
+            self.state_reset(group_id, topic_ids)
 
     def _delete_candidates(self, group: ShareGroup) -> dict[uuid.UUID, InitMapValue]:
         """Kafka's ``shareGroupBuildPartitionDeleteRequest``: the initialized and
@@ -1052,6 +1079,7 @@ class ShareGroupManager(ModernGroupManager[ShareGroup, ShareGroupMember]):
             if first_error(errors) is not ErrorCode.none:
                 callback(_with_partition_errors(response, errors))
                 return
+            self._state_reset(group_id, list(offsets))
             partitions = {t: frozenset(p) for t, p in offsets.items()}
             self._commit(
                 self._initialized_op(group_id, partitions),
@@ -1162,6 +1190,8 @@ class ShareGroupManager(ModernGroupManager[ShareGroup, ShareGroupMember]):
                 ))  # fmt: skip
                 if error is ErrorCode.none:
                     done.append(topic_id)
+            if done:
+                self._state_reset(group_id, done)
             self._commit(self._deleted_op(group_id, done), answer)
 
         def written(error: ErrorCode) -> None:

@@ -1,0 +1,293 @@
+"""KIP-932's share groups with a real client: confluent-kafka's ``ShareConsumer``
+(librdkafka's share consumer: ShareGroupHeartbeat, ShareFetch and ShareAcknowledge v1)
+against a real tidegate process.
+
+Each test's share-partitions start at offset 0 (an AlterShareGroupOffsets before anyone
+joins: the default ``share.auto.offset.reset`` is latest, and GROUP configs are not here
+yet). A :class:`Holders` checker follows which consumer holds which record between its
+poll and its acknowledgement: a record handed to a consumer while another still holds it
+fails the test.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable
+
+import pytest
+from confluent_kafka import AcknowledgeType, KafkaException, Message, ShareConsumer
+
+from tidegate.protocol.apis import ApiKey
+
+from .clients import create_topic, produce
+from .rawclient import RawClient
+
+pytestmark = pytest.mark.timeout(180)
+
+Rec = tuple[int, int]  # (partition, offset)
+
+
+def prepared(bootstrap: str, topic: str, group: str, partitions: int, n: int, batch: int = 10) -> None:
+    """``topic`` with ``n`` records spread round-robin over its partitions, in batches of
+    about ``batch``, and the group's share-partitions starting at offset 0."""
+    create_topic(bootstrap, topic, partitions, client="raw")
+    produce(bootstrap, topic, [f"v{i}".encode() for i in range(n)], client="confluent",
+            partition=lambda i: (i // batch) % partitions, flush_every=batch)  # fmt: skip
+    alter_start_offsets(bootstrap, group, topic, dict.fromkeys(range(partitions), 0))
+
+
+def alter_start_offsets(bootstrap: str, group: str, topic: str, offsets: dict[int, int]) -> None:
+    body = {"group_id": group, "topics": [{"topic_name": topic, "partitions": [
+        {"partition_index": p, "start_offset": o} for p, o in offsets.items()]}]}  # fmt: skip
+    with RawClient.connect(bootstrap) as c:
+        r = c.request(ApiKey.ALTER_SHARE_GROUP_OFFSETS, 0, body)
+    assert r.error_code == 0, r
+    assert all(p.error_code == 0 for t in r.responses for p in t.partitions), r
+
+
+def share_consumer(bootstrap: str, group: str, topic: str, **conf: object) -> ShareConsumer:
+    c = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group,
+                       "share.acknowledgement.mode": "explicit", "log_level": 0, **conf})  # fmt: skip
+    c.subscribe([topic])
+    return c
+
+
+def polled(c: ShareConsumer, timeout: float = 0.5) -> list[Message]:
+    msgs = list(c.poll(timeout))
+    for m in msgs:
+        if m.error():
+            raise KafkaException(m.error())
+    return msgs
+
+
+def rec(m: Message) -> Rec:
+    return m.partition(), m.offset()
+
+
+class Holders:
+    """Who holds which record (polled, not yet acknowledged): a record polled by one
+    consumer while another holds it fails the test; every delivery is counted."""
+
+    def __init__(self) -> None:
+        self.holder: dict[Rec, str] = {}
+        self.deliveries: Counter[Rec] = Counter()
+
+    def took(self, name: str, msgs: list[Message]) -> None:
+        for m in msgs:
+            r = rec(m)
+            assert self.holder.get(r, name) == name, f"{r} handed to {name} while {self.holder[r]} holds it"
+            self.holder[r] = name
+            self.deliveries[r] += 1
+            assert m.delivery_count() == self.deliveries[r], (r, m.delivery_count(), self.deliveries[r])
+
+    def done(self, msgs: list[Message]) -> None:
+        for m in msgs:
+            self.holder.pop(rec(m), None)
+
+
+def until(cond: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+
+
+def consume_in_turns(consumers: dict[str, ShareConsumer], holders: Holders, total: int, timeout: float = 60.0) -> None:
+    """Each consumer polls in turn and keeps its records while the others poll; then
+    all accept theirs and commit, until ``total`` records are accepted."""
+    accepted: set[Rec] = set()
+    deadline = time.monotonic() + timeout
+    while len(accepted) < total:
+        assert time.monotonic() < deadline, f"{len(accepted)} of {total} accepted"
+        held = {}
+        for name, c in consumers.items():
+            held[name] = polled(c, 0.2)
+            holders.took(name, held[name])
+        for name, c in consumers.items():
+            for m in held[name]:
+                c.acknowledge(m)
+                accepted.add(rec(m))
+            if held[name]:
+                assert all(e is None for e in c.commit_sync().values())
+            holders.done(held[name])
+
+
+@pytest.fixture(scope="module")
+def bootstrap(module_broker_factory) -> str:
+    return module_broker_factory().bootstrap
+
+
+def test_three_consumers_share_one_partition_one_holder_per_record(bootstrap):
+    prepared(bootstrap, "one", "g-one", 1, 300, batch=5)
+    consumers = {n: share_consumer(bootstrap, "g-one", "one", **{"max.poll.records": 10}) for n in "abc"}
+    holders = Holders()
+    try:
+        consume_in_turns(consumers, holders, 300)
+    finally:
+        for c in consumers.values():
+            c.close()
+    assert sorted(holders.deliveries) == [(0, o) for o in range(300)]
+    assert set(holders.deliveries.values()) == {1}
+
+
+def test_three_consumers_share_six_partitions(bootstrap):
+    prepared(bootstrap, "six", "g-six", 6, 600)
+    consumers = {n: share_consumer(bootstrap, "g-six", "six") for n in "abc"}
+    holders = Holders()
+    try:
+        consume_in_turns(consumers, holders, 600)
+    finally:
+        for c in consumers.values():
+            c.close()
+    assert len(holders.deliveries) == 600 and set(holders.deliveries.values()) == {1}
+    assert {p for p, _ in holders.deliveries} == set(range(6))
+
+
+def test_implicit_acknowledgement_accepts_what_was_polled(bootstrap):
+    prepared(bootstrap, "implicit", "g-implicit", 2, 40)
+    c = share_consumer(bootstrap, "g-implicit", "implicit", **{"share.acknowledgement.mode": "implicit"})
+    got: list[Rec] = []
+    until(lambda: bool(got.extend(rec(m) for m in polled(c))) or len(got) >= 40, "40 records")
+    c.commit_sync()  # the last poll's records, accepted
+    c.close()
+    again = share_consumer(bootstrap, "g-implicit", "implicit")
+    try:
+        assert [rec(m) for _ in range(6) for m in polled(again)] == []
+        produce(bootstrap, "implicit", [b"late"], client="confluent", partition=0)
+        late: list[Message] = []
+        until(lambda: bool(late.extend(polled(again))) or bool(late), "the late record")
+        assert [(m.value(), m.delivery_count()) for m in late] == [(b"late", 1)]
+        again.acknowledge(late[0])
+        again.commit_sync()
+    finally:
+        again.close()
+    assert sorted(got) == sorted(set(got)) and len(got) == 40
+
+
+def test_release_redelivers_and_reject_archives(bootstrap):
+    prepared(bootstrap, "acks", "g-acks", 1, 10, batch=10)
+    c = share_consumer(bootstrap, "g-acks", "acks")
+    try:
+        first: list[Message] = []
+        until(lambda: bool(first.extend(polled(c))) or len(first) >= 10, "10 records")
+        kinds = {0: AcknowledgeType.ACCEPT, 1: AcknowledgeType.RELEASE, 2: AcknowledgeType.REJECT}
+        for m in first:
+            c.acknowledge(m, kinds[m.offset() % 3])
+        assert all(e is None for e in c.commit_sync().values())
+        second: list[Message] = []
+        until(lambda: bool(second.extend(polled(c))) or len(second) >= 3, "the released records")
+        assert [(m.offset(), m.delivery_count()) for m in second] == [(1, 2), (4, 2), (7, 2)]
+        for m in second:
+            c.acknowledge(m)
+        c.commit_sync()
+        assert [m.offset() for _ in range(4) for m in polled(c)] == []  # rejected ones never come back
+    finally:
+        c.close()
+
+
+def test_the_delivery_limit_archives(bootstrap):
+    prepared(bootstrap, "limit", "g-limit", 1, 1)
+    c = share_consumer(bootstrap, "g-limit", "limit")
+    counts = []
+    try:
+        for _ in range(5):  # group.share.delivery.count.limit=5
+            got: list[Message] = []
+            until(lambda got=got: bool(got.extend(polled(c))) or bool(got), "the record again")
+            counts.append(got[0].delivery_count())
+            c.acknowledge(got[0], AcknowledgeType.RELEASE)
+            c.commit_sync()
+        assert [m.offset() for _ in range(4) for m in polled(c)] == []
+    finally:
+        c.close()
+    assert counts == [1, 2, 3, 4, 5]
+
+
+def test_close_releases_what_a_consumer_holds(bootstrap):
+    prepared(bootstrap, "close", "g-close", 1, 20, batch=20)
+    a = share_consumer(bootstrap, "g-close", "close")
+    b = share_consumer(bootstrap, "g-close", "close")
+    try:
+        held: list[Message] = []
+        until(lambda: bool(held.extend(polled(a))) or len(held) >= 20, "20 records held by a")
+        assert [m.offset() for m in polled(b)] == []  # a holds them all (30 s locks)
+        started = time.monotonic()
+        a.close()
+        got: list[Message] = []
+        until(lambda: bool(got.extend(polled(b))) or len(got) >= 20, "the released records", timeout=15)
+        assert time.monotonic() - started < 15  # released by the close, not by a lock expiry
+        assert {(m.offset(), m.delivery_count()) for m in got} == {(o, 2) for o in range(20)}
+        for m in got:
+            b.acknowledge(m)
+        b.commit_sync()
+    finally:
+        b.close()
+
+
+def test_an_expired_lock_redelivers_to_another_consumer(broker_factory):
+    broker = broker_factory({"group.share.record.lock.duration.ms": "1000",
+                             "group.share.min.record.lock.duration.ms": "1000"})  # fmt: skip
+    bs = broker.bootstrap
+    prepared(bs, "expiry", "g-expiry", 1, 5, batch=5)
+    a = share_consumer(bs, "g-expiry", "expiry")
+    b = share_consumer(bs, "g-expiry", "expiry")
+    try:
+        held: list[Message] = []
+        until(lambda: bool(held.extend(polled(a))) or len(held) >= 5, "5 records held by a")
+        taken_at = time.monotonic()
+        got: list[Message] = []
+        until(lambda: bool(got.extend(polled(b, 0.1))) or len(got) >= 5, "the expired records", timeout=20)
+        assert time.monotonic() - taken_at >= 0.9
+        assert [(m.offset(), m.delivery_count()) for m in got] == [(o, 2) for o in range(5)]
+        for m in held:  # a's lock is gone (b holds them now): its acknowledgement is refused
+            a.acknowledge(m)
+        (error,) = a.commit_sync().values()
+        assert error is not None and "INVALID_RECORD_STATE" in str(error), error
+        for m in got:
+            b.acknowledge(m)
+        assert all(e is None for e in b.commit_sync().values())
+    finally:
+        a.close()
+        b.close()
+
+
+def test_kill_9_keeps_acknowledged_records_and_delivery_counts(broker_factory):
+    """Records 0-29 accepted, 30-39 released once then held again, 40-59 released twice
+    then held again (by another consumer) when the broker is killed: after the restart
+    30-59 come back with the counts their last written release gave them plus this
+    delivery, and nothing accepted is delivered again."""
+    broker = broker_factory()
+    bs = broker.bootstrap
+    prepared(bs, "crash", "g-crash", 1, 60, batch=10)
+    a = share_consumer(bs, "g-crash", "crash", **{"socket.timeout.ms": 2000})
+    held: list[Message] = []
+    until(lambda: bool(held.extend(polled(a))) or len(held) >= 60, "60 records")
+    for m in held:
+        a.acknowledge(m, AcknowledgeType.ACCEPT if m.offset() < 30 else AcknowledgeType.RELEASE)
+    assert all(e is None for e in a.commit_sync().values())
+    again: list[Message] = []
+    until(lambda: bool(again.extend(polled(a))) or len(again) >= 30, "30 released records")
+    assert {(m.offset(), m.delivery_count()) for m in again} == {(o, 2) for o in range(30, 60)}
+    for m in again:
+        if m.offset() >= 40:
+            a.acknowledge(m, AcknowledgeType.RELEASE)
+    a.commit_sync()  # a still holds 30-39
+    c = share_consumer(bs, "g-crash", "crash", **{"socket.timeout.ms": 2000})
+    third: list[Message] = []
+    until(lambda: bool(third.extend(polled(c))) or len(third) >= 20, "40-59 again")
+    assert {(m.offset(), m.delivery_count()) for m in third} == {(o, 3) for o in range(40, 60)}
+    broker.kill()
+    a.close()
+    c.close()
+    broker.start()
+    b = share_consumer(bs, "g-crash", "crash")
+    try:
+        got: list[Message] = []
+        until(lambda: bool(got.extend(polled(b))) or len(got) >= 30, "the in-flight records", timeout=60)
+        assert {(m.offset(), m.delivery_count()) for m in got} == (
+            {(o, 2) for o in range(30, 40)} | {(o, 3) for o in range(40, 60)})  # fmt: skip
+        for m in got:
+            b.acknowledge(m)
+        b.commit_sync()
+        assert [m.offset() for _ in range(4) for m in polled(b)] == []
+    finally:
+        b.close()

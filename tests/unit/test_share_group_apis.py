@@ -1,0 +1,258 @@
+"""KIP-932's share groups on the wire, sans-IO: ShareGroupHeartbeat, ShareGroupDescribe,
+ShareFetch, ShareAcknowledge and the share offsets APIs, encoded through KafkaApis.handle
+on the broker's real core (tests/core_harness, fake time). The state machines are tested
+in test_share_group_heartbeat.py, test_share_partition.py and their neighbours; here: the
+wiring in BrokerCore (the share-partition manager, its timers on the reaper, the hooks),
+the responses as clients decode them, the ACLs, ListGroups and DeleteGroups of share
+groups, topic deletion and the group.share.* keys."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+
+import pytest
+
+from tests.core_harness import decode_frame, response_bytes
+from tests.unit.test_apis import Harness, batch
+from tests.unit.test_authorization import (
+    ADMIN,
+    ALICE,
+    AUTHORIZER,
+    BOB,
+    add_acls,
+    create_topic,
+    creation,
+)
+from tests.unit.test_consumer_group_apis import call_as
+from tests.unit.test_group_apis import call
+from tidegate.config import BrokerConfig, ConfigError
+from tidegate.errors import ErrorCode as E
+from tidegate.network.request_channel import PARKED
+from tidegate.protocol.apis import ApiKey
+from tidegate.security.authorizer.acl import AclOperation as Op
+from tidegate.security.authorizer.acl import ResourceType as Res
+
+HB, DESCRIBE = ApiKey.SHARE_GROUP_HEARTBEAT, ApiKey.SHARE_GROUP_DESCRIBE
+FETCH, ACK = ApiKey.SHARE_FETCH, ApiKey.SHARE_ACKNOWLEDGE
+DESCRIBE_OFFSETS, ALTER_OFFSETS, DELETE_OFFSETS = (
+    ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, ApiKey.ALTER_SHARE_GROUP_OFFSETS, ApiKey.DELETE_SHARE_GROUP_OFFSETS)
+MEMBER = "5c8b3f0e-3a36-4c9e-9d3e-1b2a3c4d5e6f"
+
+
+def hb(member_id=MEMBER, epoch=0, group="g", topics=("t",)):
+    return {"group_id": group, "member_id": member_id, "member_epoch": epoch, "rack_id": None,
+            "subscribed_topic_names": list(topics) if epoch == 0 else None}  # fmt: skip
+
+
+def fetch(topic_id, partitions=(0,), epoch=0, member_id=MEMBER, group="g", acks=None, max_wait=500, forgotten=()):
+    """A ShareFetch as librdkafka sends one; ``acks``: partition -> [(first, last, type)]."""
+    acks = acks or {}
+    return {
+        "group_id": group, "member_id": member_id, "share_session_epoch": epoch, "max_wait": max_wait,
+        "min_bytes": 1, "max_bytes": 52428800, "max_records": 500, "batch_size": 500,
+        "topics": [{"topic_id": topic_id, "partitions": [
+            {"partition_index": p, "acknowledgement_batches": [
+                {"first_offset": f, "last_offset": last, "acknowledge_types": [t]} for f, last, t in acks.get(p, [])]}
+            for p in partitions]}],
+        "forgotten_topics_data": [{"topic_id": topic_id, "partitions": list(forgotten)}] if forgotten else [],
+    }  # fmt: skip
+
+
+def ack(topic_id, acks, epoch, member_id=MEMBER, group="g"):
+    return {
+        "group_id": group, "member_id": member_id, "share_session_epoch": epoch,
+        "topics": [{"topic_id": topic_id, "partitions": [
+            {"partition_index": p, "acknowledgement_batches": [
+                {"first_offset": f, "last_offset": last, "acknowledge_types": [t]} for f, last, t in batches]}
+            for p, batches in acks.items()]}],
+    }  # fmt: skip
+
+
+def share_fetch(h, body, *, within_ms=None, wait=True):
+    """A ShareFetch, answered within its MaxWaitMs of fake time (a share-partition's
+    first load waits for the share coordinator's write)."""
+    request, outcome, cid, _released = h.send(FETCH, 1, body)
+    if outcome is not PARKED:
+        return decode_frame(FETCH, 1, response_bytes(outcome), cid)
+    if not wait:
+        return request, cid
+    return h.answer(request, cid, body["max_wait"] if within_ms is None else within_ms)
+
+
+def acquired(response):
+    """(partition, first, last, delivery count) of every acquired range of a ShareFetch."""
+    return [(p.partition_index, r.first_offset, r.last_offset, r.delivery_count)
+            for t in response.responses for p in t.partitions for r in p.acquired_records]  # fmt: skip
+
+
+def alter_offsets(group, topic, offsets):
+    return {"group_id": group, "topics": [{"topic_name": topic, "partitions": [
+        {"partition_index": p, "start_offset": o} for p, o in offsets.items()]}]}  # fmt: skip
+
+
+def joined(h, topic="t", partitions=1, group="g"):
+    """A topic with three records in partition 0, its share-partitions at offset 0 (an
+    AlterShareGroupOffsets before anyone joins), and one member holding them all."""
+    topic_id = h.create_topic(topic, partitions)
+    h.produce(topic, 0, batch(b"a", b"b", b"c"))
+    assert call(h, ALTER_OFFSETS, 0, alter_offsets(group, topic, dict.fromkeys(range(partitions), 0))).error_code == 0
+    r = call(h, HB, 1, hb(group=group, topics=(topic,)))
+    assert r.error_code == E.none, r
+    return topic_id, r
+
+
+def test_a_member_joins_fetches_acknowledges_and_the_group_is_described(tmp_path):
+    h = Harness(tmp_path)
+    topic_id, r = joined(h)
+    assert (r.member_id, r.member_epoch, r.heartbeat_interval) == (MEMBER, 2, timedelta(seconds=5))
+    assert [(tp.topic_id, tp.partitions) for tp in r.assignment.topic_partitions] == [(uuid.UUID(str(topic_id)), (0,))]
+    f = share_fetch(h, fetch(topic_id))
+    assert (f.error_code, f.acquisition_lock_timeout) == (E.none, timedelta(seconds=30))
+    assert acquired(f) == [(0, 0, 2, 1)]
+    a = call(h, ACK, 1, ack(topic_id, {0: [(0, 1, 1), (2, 2, 2)]}, epoch=1))
+    assert [(p.partition_index, p.error_code) for t in a.responses for p in t.partitions] == [(0, E.none)]
+    again = share_fetch(h, fetch(topic_id, epoch=2))
+    assert acquired(again) == [(0, 2, 2, 2)]  # the released record, its count 2
+    d = call(h, DESCRIBE, 1, {"group_ids": ["g", "nope"], "include_authorized_operations": False})
+    group, missing = d.groups
+    assert (group.error_code, group.group_state, group.assignor_name) == (E.none, "Stable", "simple")
+    assert [m.member_id for m in group.members] == [MEMBER]
+    assert missing.error_code == E.group_id_not_found
+    offsets = call(h, DESCRIBE_OFFSETS, 1, {"groups": [{"group_id": "g", "topics": None}]})
+    (part,) = offsets.groups[0].topics[0].partitions
+    # the acknowledgement's write carried the start offset before it moved (as Kafka's)
+    assert (part.partition_index, part.start_offset, part.lag) == (0, 0, 1)
+    h.close()
+
+
+def test_listed_and_deleted_once_empty(tmp_path):
+    h = Harness(tmp_path)
+    joined(h)
+    listed = call(h, ApiKey.LIST_GROUPS, 5, {"states_filter": [], "types_filter": ["share"]})
+    assert [(g.group_id, g.group_type, g.protocol_type, g.group_state) for g in listed.groups] == [
+        ("g", "share", "share", "Stable")]
+    deleting = call(h, ApiKey.DELETE_GROUPS, 2, {"groups_names": ["g"]})
+    assert [(r.group_id, r.error_code) for r in deleting.results] == [("g", E.non_empty_group)]
+    assert call(h, HB, 1, hb(epoch=-1)).member_epoch == -1
+    deleted = call(h, ApiKey.DELETE_GROUPS, 2, {"groups_names": ["g"]})
+    assert [(r.group_id, r.error_code) for r in deleted.results] == [("g", E.none)]
+    assert call(h, ApiKey.LIST_GROUPS, 5, {"states_filter": [], "types_filter": ["share"]}).groups == ()
+    h.close()
+
+
+def test_a_member_leaving_the_group_releases_its_records(tmp_path):
+    h = Harness(tmp_path)
+    topic_id, _ = joined(h)
+    assert acquired(share_fetch(h, fetch(topic_id))) == [(0, 0, 2, 1)]
+    assert call(h, HB, 1, hb(epoch=-1)).error_code == E.none
+    other = "6c8b3f0e-3a36-4c9e-9d3e-1b2a3c4d5e6f"
+    assert call(h, HB, 1, hb(member_id=other)).error_code == E.none
+    assert acquired(share_fetch(h, fetch(topic_id, member_id=other))) == [(0, 0, 2, 2)]
+    h.close()
+
+
+def test_a_closed_connection_releases_what_its_session_holds(tmp_path):
+    h = Harness(tmp_path)
+    topic_id, _ = joined(h)
+    assert acquired(share_fetch(h, fetch(topic_id))) == [(0, 0, 2, 1)]
+    h.core.share_partitions.connection_closed(h.send(ApiKey.API_VERSIONS, 0, {})[0].context.connection_id)
+    other = "6c8b3f0e-3a36-4c9e-9d3e-1b2a3c4d5e6f"
+    assert acquired(share_fetch(h, fetch(topic_id, member_id=other))) == [(0, 0, 2, 2)]
+    h.close()
+
+
+def test_a_lock_expires_on_the_reaper_and_the_record_goes_to_a_parked_fetch(tmp_path):
+    h = Harness(tmp_path, {"group.share.record.lock.duration.ms": "1000",
+                           "group.share.min.record.lock.duration.ms": "1000"})  # fmt: skip
+    topic_id, _ = joined(h)
+    start = h.clock.milliseconds()
+    assert acquired(share_fetch(h, fetch(topic_id))) == [(0, 0, 2, 1)]
+    other = "6c8b3f0e-3a36-4c9e-9d3e-1b2a3c4d5e6f"
+    request, cid = share_fetch(h, fetch(topic_id, member_id=other, max_wait=5000), wait=False)
+    r = h.answer(request, cid, within_ms=5000)
+    assert acquired(r) == [(0, 0, 2, 2)]
+    assert 1000 <= h.clock.milliseconds() - start <= 1010
+    h.close()
+
+
+def test_a_parked_fetch_is_woken_by_a_produce(tmp_path):
+    h = Harness(tmp_path)
+    topic_id, _ = joined(h)
+    share_fetch(h, fetch(topic_id))
+    request, cid = share_fetch(h, fetch(topic_id, epoch=1, max_wait=5000), wait=False)
+    h.produce("t", 0, batch(b"d"))
+    assert acquired(h.answer(request, cid)) == [(0, 3, 3, 1)]
+    h.close()
+
+
+def test_a_deleted_topic_leaves_the_share_state(tmp_path):
+    h = Harness(tmp_path)
+    topic_id, _ = joined(h)
+    share_fetch(h, fetch(topic_id))
+    key = uuid.UUID(str(topic_id))
+    assert any(k.topic_id == key for k in h.core.share_coordinator.states)
+    deleted = call(h, ApiKey.DELETE_TOPICS, 6, {"topics": [{"name": "t", "topic_id": None}], "timeout": 5000})
+    assert deleted.responses[0].error_code == E.none
+    assert not any(k.topic_id == key for k in h.core.share_coordinator.states)
+    assert h.core.share_partitions.num_share_partitions == 0
+    assert h.core.share_group_coordinator.groups["g"].initialized_topics == {}
+    h.close()
+
+
+def test_disabled_share_groups_answer_unsupported_version(tmp_path):
+    h = Harness(tmp_path, {"group.share.enable": "false"})
+    h.create_topic("t")
+    assert call(h, HB, 1, hb()).error_code == E.unsupported_version
+    assert share_fetch(h, fetch(uuid.uuid4())).error_code == E.unsupported_version
+    h.close()
+
+
+def test_acls_read_on_the_group_and_topics(tmp_path):
+    h = Harness(tmp_path, AUTHORIZER)
+    create_topic(h, "t")
+    topic_id = h.core.store.get("t").topic_id
+    assert call_as(h, ALICE, HB, 1, hb()).error_code == E.group_authorization_failed
+    assert add_acls(h, creation("User:alice", Op.READ, "g", Res.GROUP)) == [E.none]
+    assert call_as(h, ALICE, HB, 1, hb()).error_code == E.topic_authorization_failed
+    assert add_acls(h, creation("User:alice", Op.DESCRIBE, "t")) == [E.none]
+    assert call_as(h, ALICE, HB, 1, hb()).error_code == E.none
+    f = call_as(h, ALICE, FETCH, 1, fetch(topic_id, max_wait=0))
+    assert [p.error_code for t in f.responses for p in t.partitions] == [E.topic_authorization_failed]
+    assert call_as(h, BOB, FETCH, 1, fetch(topic_id, max_wait=0)).error_code == E.group_authorization_failed
+    d = call_as(h, BOB, DESCRIBE, 1, {"group_ids": ["g"], "include_authorized_operations": False})
+    assert d.groups[0].error_code == E.group_authorization_failed
+    assert call_as(h, ADMIN, DESCRIBE, 1, {"group_ids": ["g"], "include_authorized_operations": False}
+                   ).groups[0].error_code == E.none
+    h.close()
+
+
+@pytest.mark.parametrize(("props", "message"), [
+    ({"group.share.record.lock.duration.ms": "1000"}, "group.share.record.lock.duration.ms"),
+    ({"group.share.max.size": "300", "group.share.max.share.sessions": "250"}, "group.share.max.share.sessions"),
+    ({"group.share.delivery.count.limit": "11"}, "group.share.delivery.count.limit"),
+    ({"group.share.assignors": "simple,other"}, "group.share.assignors"),
+])  # fmt: skip
+def test_share_keys_are_validated_as_kafka(props, message):
+    with pytest.raises(ConfigError, match=message):
+        BrokerConfig(props)
+
+
+def test_the_clients_test_cluster_settings_are_accepted():
+    config = BrokerConfig({"group.share.record.lock.duration.ms": "1000",
+                           "group.share.min.record.lock.duration.ms": "1000"})  # fmt: skip
+    assert config.get("group.share.record.lock.duration.ms") == 1000
+
+
+def test_an_acknowledgement_after_the_lock_expired_is_invalid_record_state(tmp_path):
+    h = Harness(tmp_path, {"group.share.record.lock.duration.ms": "1000",
+                           "group.share.min.record.lock.duration.ms": "1000"})  # fmt: skip
+    topic_id, _ = joined(h)
+    assert acquired(share_fetch(h, fetch(topic_id))) == [(0, 0, 2, 1)]
+    h.loop.advance(1001)
+    other = "6c8b3f0e-3a36-4c9e-9d3e-1b2a3c4d5e6f"
+    assert acquired(share_fetch(h, fetch(topic_id, member_id=other))) == [(0, 0, 2, 2)]
+    late = call(h, ACK, 1, ack(topic_id, {0: [(0, 2, 1)]}, epoch=1))
+    assert [(p.partition_index, p.error_code) for t in late.responses for p in t.partitions] == [
+        (0, E.invalid_record_state)]
+    h.close()
