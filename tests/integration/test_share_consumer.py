@@ -16,8 +16,10 @@ from collections import Counter
 from collections.abc import Callable
 
 import pytest
+from click.testing import CliRunner
 from confluent_kafka import AcknowledgeType, KafkaException, Message, ShareConsumer
 
+from tidegate.cli import main
 from tidegate.protocol.apis import ApiKey
 
 from .clients import create_topic, produce
@@ -291,3 +293,53 @@ def test_kill_9_keeps_acknowledged_records_and_delivery_counts(broker_factory):
         assert [m.offset() for _ in range(4) for m in polled(b)] == []
     finally:
         b.close()
+
+
+def share_groups(bootstrap: str, *args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(main, ["share-groups", "--bootstrap-server", bootstrap, *args])
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_the_share_groups_command_lists_describes_and_deletes(bootstrap):
+    prepared(bootstrap, "cli", "g-cli", 2, 20)
+    c = share_consumer(bootstrap, "g-cli", "cli", **{"client.id": "sg-test"})
+    seen: set[Rec] = set()
+
+    def poll_and_acknowledge() -> bool:
+        for m in polled(c):
+            seen.add(rec(m))
+            c.acknowledge(m, AcknowledgeType.ACCEPT if m.offset() < 5 else AcknowledgeType.RELEASE)
+        return len(seen) >= 20
+
+    until(poll_and_acknowledge, "20 records")
+    c.commit_sync()
+
+    code, out, _ = share_groups(bootstrap, "--list")
+    assert code == 0 and "g-cli" in out.split()
+    code, out, _ = share_groups(bootstrap, "--list", "--state")
+    assert out.splitlines()[0].split() == ["GROUP", "STATE"] and ["g-cli", "Stable"] in [
+        line.split() for line in out.splitlines()]
+    code, out, _ = share_groups(bootstrap, "--describe", "--group", "g-cli", "--members")
+    head, row = out.splitlines()[1:]
+    assert head.split() == ["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS", "ASSIGNMENT"]
+    assert row.split()[2:] == ["/127.0.0.1", "sg-test", "2", "cli:0,1"]
+    code, out, _ = share_groups(bootstrap, "--describe", "--group", "g-cli", "--state", "--verbose")
+    assert out.splitlines()[1].split() == ["GROUP", "COORDINATOR", "(ID)", "STATE", "GROUP-EPOCH",
+                                           "ASSIGNMENT-EPOCH", "#MEMBERS"]  # fmt: skip
+    assert out.splitlines()[2].split()[3] == "Stable" and out.splitlines()[2].split()[-1] == "1"
+    code, out, _ = share_groups(bootstrap, "--delete", "--group", "g-cli")
+    assert "Share group 'g-cli' is not EMPTY." in out
+    c.close()
+
+    code, out, _ = share_groups(bootstrap, "--describe", "--group", "g-cli")
+    lines = out.splitlines()
+    assert lines[1].split() == ["GROUP", "TOPIC", "PARTITION", "START-OFFSET", "LAG"]
+    # each partition: 10 records, 0-4 accepted, 5-9 released (a lag of 5)
+    rows = {int(r.split()[2]): r.split()[3:] for r in lines[2:]}
+    assert set(rows) == {0, 1} and all(len(v) == 2 for v in rows.values())
+    assert sum(int(lag) for _, lag in rows.values()) == 10
+    code, out, _ = share_groups(bootstrap, "--delete", "--group", "g-cli")
+    assert code == 0 and out.strip() == "Deletion of requested share groups ('g-cli') was successful."
+    assert "g-cli" not in share_groups(bootstrap, "--list")[1].split()
+    code, out, _ = share_groups(bootstrap, "--describe", "--group", "g-cli")
+    assert "Error: Share group 'g-cli' does not exist." in out

@@ -444,14 +444,15 @@ def group_coordinator(
 
 
 def list_groups(
-    client: KafkaClient, states: Iterable[str] = (), *, timeout_ms: float | None = None
+    client: KafkaClient, states: Iterable[str] = (), *, types: Iterable[str] = (), timeout_ms: float | None = None
 ) -> list[GroupListing]:
     """Every group of every broker (ListGroups to each, as Kafka's Admin.listGroups),
-    optionally only those in ``states`` (KIP-518), sorted by id."""
+    optionally only those in ``states`` (KIP-518) and of ``types`` (KIP-848's v5 filter:
+    classic, consumer, share), sorted by id."""
     client.metadata([], timeout_ms=timeout_ms)
     out: dict[str, GroupListing] = {}
     for node in client.nodes():
-        body = {"states_filter": list(states), "types_filter": []}
+        body = {"states_filter": list(states), "types_filter": list(types)}
         resp = client.request(ApiKey.LIST_GROUPS, body, node_id=node, max_version=5, timeout_ms=timeout_ms)
         if resp.error_code:
             raise BrokerResponseError(int(resp.error_code), "ListGroups")
@@ -491,6 +492,79 @@ def describe_groups(
         out.append(GroupDescription(g.group_id, int(g.error_code), g.group_state, g.protocol_type,
                                     g.protocol_data, members, where))  # fmt: skip
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class ShareMemberDescription:
+    member_id: str
+    client_id: str
+    host: str
+    member_epoch: int
+    #: its assigned partitions, sorted
+    assignment: tuple[TopicPartition, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ShareGroupDescription:
+    group_id: str
+    error_code: int
+    state: str
+    group_epoch: int
+    assignment_epoch: int
+    members: tuple[ShareMemberDescription, ...]
+    coordinator: tuple[int, str, int]
+
+
+def describe_share_groups(
+    client: KafkaClient, groups: Iterable[str], *, timeout_ms: float | None = None
+) -> list[ShareGroupDescription]:
+    """ShareGroupDescribe (v1) of each group at its coordinator; a group that does not
+    exist (or is not a share group) has state ``Dead`` and its error in ``error_code``."""
+    out = []
+    for group in groups:
+        where = group_coordinator(client, group, timeout_ms=timeout_ms)
+        body = {"group_ids": [group], "include_authorized_operations": False}
+        g = client.request(ApiKey.SHARE_GROUP_DESCRIBE, body, node_id=where[0], version=1,
+                           timeout_ms=timeout_ms).groups[0]  # fmt: skip
+        members = tuple(
+            ShareMemberDescription(m.member_id, m.client_id, m.client_host, m.member_epoch, tuple(sorted(
+                (tp.topic_name, p) for tp in m.assignment.topic_partitions for p in tp.partitions)))
+            for m in g.members
+        )  # fmt: skip
+        state = g.group_state if not g.error_code else "Dead"
+        out.append(ShareGroupDescription(g.group_id, int(g.error_code), state, g.group_epoch,
+                                         g.assignment_epoch, members, where))  # fmt: skip
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class SharePartitionOffset:
+    #: -1: no state
+    start_offset: int
+    #: -1: unknown
+    leader_epoch: int
+    #: -1: unknown
+    lag: int
+    error_code: int
+
+
+def describe_share_group_offsets(
+    client: KafkaClient, group: str, *, timeout_ms: float | None = None
+) -> dict[TopicPartition, SharePartitionOffset]:
+    """Each initialized share-partition of ``group`` (DescribeShareGroupOffsets, v1 with
+    its lag when the broker has it)."""
+    node = find_group_coordinator(client, group, timeout_ms=timeout_ms)
+    body = {"groups": [{"group_id": group, "topics": None}]}
+    resp = client.request(ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, body, node_id=node, max_version=1,
+                          timeout_ms=timeout_ms)  # fmt: skip
+    (g,) = resp.groups
+    if g.error_code:
+        raise BrokerResponseError(int(g.error_code), g.error_message or f"group '{group}'")
+    return {
+        (t.topic_name, p.partition_index): SharePartitionOffset(
+            int(p.start_offset), int(p.leader_epoch), int(getattr(p, "lag", -1)), int(p.error_code))
+        for t in g.topics for p in t.partitions
+    }  # fmt: skip
 
 
 def list_group_offsets(
