@@ -13,8 +13,9 @@ from datetime import timedelta
 
 import pytest
 
+from tests.core_harness import CoreHarness as Harness
 from tests.core_harness import decode_frame, response_bytes
-from tests.unit.test_apis import Harness, batch
+from tests.unit.test_apis import batch
 from tests.unit.test_authorization import (
     ADMIN,
     ALICE,

@@ -81,10 +81,10 @@ from tidegate.server.share.share_apis import (
     handle_share_fetch,
 )
 from tidegate.server.share.share_partition_manager import SharePartitionManager
+from tidegate.utils import INT32_MAX
 
 __all__ = ["ShareGroupApis", "share_heartbeat_response"]
 
-MAX_INT32 = 2**31 - 1
 _TOPIC_AUTHORIZATION_FAILED = "The client is not authorized to access this topic."
 
 
@@ -172,7 +172,7 @@ class ShareGroupApis:
     # -- ShareFetch / ShareAcknowledge ------------------------------------------------------------
     def _context(self, request: Request) -> ShareRequestContext:
         header, ctx = request.header, request.context
-        max_bytes = MAX_INT32
+        max_bytes = INT32_MAX
         if self.quotas.fetch.quotas_enabled:
             # one response is at most what the fetch quota allows in its whole window
             max_bytes = int(min(max_bytes, self.quotas.fetch.max_value_in_quota_window(
