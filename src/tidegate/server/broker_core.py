@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from tidegate.clock import Clock, MonotonicMs
 from tidegate.config import BrokerConfig, topic_log_config
+from tidegate.coordinator.group.group_config import GroupConfigManager
 from tidegate.coordinator.group.group_coordinator import GroupConfig, GroupCoordinator
 from tidegate.coordinator.group.group_metadata_manager import OFFSETS_TOPIC, OffsetsLog
 from tidegate.coordinator.group.modern.consumer.consumer_group_manager import (
@@ -70,6 +71,7 @@ from tidegate.server.replica_manager import ReplicaManager
 from tidegate.server.request_handler_helper import RequestHandlerHelper
 from tidegate.server.security_apis import SecurityApis
 from tidegate.server.share.share_partition_manager import (
+    ShareGroupSettings,
     SharePartitionManager,
     SharePartitionManagerConfig,
 )
@@ -252,6 +254,16 @@ class BrokerCore:
         #: when each periodic job is next due (monotonic: they are intervals)
         self._due_at: dict[str, MonotonicMs] = {}
 
+    def _share_group_settings(self, group_id: str) -> ShareGroupSettings:
+        """A share group's settings from its group configs over the broker's keys,
+        derived again once the configs changed."""
+        configs = self.group_configs
+        cached = self._share_settings.get(group_id)
+        if cached is None or cached[0] != configs.version:
+            cached = (configs.version, ShareGroupSettings.of(configs.values(group_id)))
+            self._share_settings[group_id] = cached
+        return cached[1]
+
     def _build_group_coordinators(self, config: BrokerConfig, clock: Clock) -> None:
         """The group coordinators over ``__consumer_offsets`` (docs/groups.md): the classic
         one (Kafka's two purgatories: session expiry, and the join/sync phases of
@@ -259,6 +271,9 @@ class BrokerCore:
         the heartbeat purgatory's timing wheel, the topic store as their metadata image),
         and the share coordinator, share groups' state persister. Each knows the others'
         group ids (one id names one group), asked when needed."""
+        #: group configs (IncrementalAlterConfigs on GROUP resources) over the group.* keys
+        self.group_configs = GroupConfigManager(config, self.data_dir)
+        self._share_settings: dict[str, tuple[int, ShareGroupSettings]] = {}
         self.heartbeat_purgatory = DelayedOperationPurgatory("Heartbeat", SystemTimer(clock=clock))
         self.rebalance_purgatory = DelayedOperationPurgatory("Rebalance", SystemTimer(clock=clock))
         logs = self.logs
@@ -279,6 +294,7 @@ class BrokerCore:
             ConsumerGroupConfig.from_broker(config), image=self.store, append=self.offsets_log.append, timer=timer,
             clock=clock, classic_groups=self.group_coordinator,
             other_groups=lambda g: self.share_group_coordinator.group_type(g),
+            group_configs=self.group_configs.int_configs,
         )  # fmt: skip
         share_state = self.share_coordinator_config = ShareCoordinatorConfig.from_broker(config)
         self.share_coordinator = ShareCoordinator(
@@ -295,7 +311,7 @@ class BrokerCore:
         # share fetch purgatory; appends wake parked share fetches.
         self.share_partitions = SharePartitionManager(
             self.replicas, self.store, self.share_coordinator, clock=clock,
-            config=SharePartitionManagerConfig.from_broker(config),
+            config=SharePartitionManagerConfig.from_broker(config), group_settings=self._share_group_settings,
         )  # fmt: skip
         self.replicas.share_fetch_wakeup = self.share_partitions.partitions_changed
         self.share_group_coordinator = ShareGroupManager(
@@ -303,6 +319,7 @@ class BrokerCore:
             clock=clock, persister=self.share_coordinator,
             other_groups=lambda g: self.group_coordinator.group_type(g) or self.consumer_group_coordinator.group_type(g),
             member_left=self.share_partitions.on_member_leave, state_reset=self.share_partitions.drop_share_partitions,
+            group_configs=self.group_configs.int_configs,
         )  # fmt: skip
 
     @property

@@ -42,7 +42,7 @@ import logging
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tidegate.clock import Clock
 from tidegate.config import BrokerConfig
@@ -99,6 +99,17 @@ class ShareGroupSettings:
     partition_max_record_locks: int = 2000
     auto_offset_reset: ShareAutoOffsetReset = field(default_factory=ShareAutoOffsetReset.latest)
     read_committed: bool = False
+
+    @classmethod
+    def of(cls, values: Mapping[str, Any]) -> ShareGroupSettings:
+        """From a group's config values in force (``GroupConfigManager.values``)."""
+        return cls(
+            record_lock_duration_ms=values["share.record.lock.duration.ms"],
+            delivery_count_limit=values["share.delivery.count.limit"],
+            partition_max_record_locks=values["share.partition.max.record.locks"],
+            auto_offset_reset=ShareAutoOffsetReset.parse(values["share.auto.offset.reset"]),
+            read_committed=values["share.isolation.level"] == "read_committed",
+        )
 
 
 @dataclass(frozen=True, slots=True)
