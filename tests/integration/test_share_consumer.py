@@ -2,9 +2,9 @@
 (librdkafka's share consumer: ShareGroupHeartbeat, ShareFetch and ShareAcknowledge v1)
 against a real tidegate process.
 
-Each test's share-partitions start at offset 0 (an AlterShareGroupOffsets before anyone
-joins: the default ``share.auto.offset.reset`` is latest, and GROUP configs are not here
-yet). A :class:`Holders` checker follows which consumer holds which record between its
+Each test's group is configured before anyone joins, as confluent-kafka's own share
+consumer tests do: ``share.auto.offset.reset=earliest`` through IncrementalAlterConfigs on
+the GROUP resource (the default, latest, would skip what was produced before). A :class:`Holders` checker follows which consumer holds which record between its
 poll and its acknowledgement: a record handed to a consumer while another still holds it
 fails the test.
 """
@@ -18,6 +18,13 @@ from collections.abc import Callable
 import pytest
 from click.testing import CliRunner
 from confluent_kafka import AcknowledgeType, KafkaException, Message, ShareConsumer
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ResourceType,
+)
 
 from tidegate.cli import main
 from tidegate.protocol.apis import ApiKey
@@ -32,11 +39,20 @@ Rec = tuple[int, int]  # (partition, offset)
 
 def prepared(bootstrap: str, topic: str, group: str, partitions: int, n: int, batch: int = 10) -> None:
     """``topic`` with ``n`` records spread round-robin over its partitions, in batches of
-    about ``batch``, and the group's share-partitions starting at offset 0."""
+    about ``batch``, and the group's share-partitions starting at the earliest offset."""
     create_topic(bootstrap, topic, partitions, client="raw")
     produce(bootstrap, topic, [f"v{i}".encode() for i in range(n)], client="confluent",
             partition=lambda i: (i // batch) % partitions, flush_every=batch)  # fmt: skip
-    alter_start_offsets(bootstrap, group, topic, dict.fromkeys(range(partitions), 0))
+    set_group_config(bootstrap, group, {"share.auto.offset.reset": "earliest"})
+
+
+def set_group_config(bootstrap: str, group: str, configs: dict[str, str]) -> None:
+    """IncrementalAlterConfigs SET on the GROUP resource, as confluent-kafka's tests do."""
+    resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
+        ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in configs.items()])  # fmt: skip
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.incremental_alter_configs([resource]).values():
+        future.result(10)
 
 
 def alter_start_offsets(bootstrap: str, group: str, topic: str, offsets: dict[int, int]) -> None:
@@ -343,3 +359,35 @@ def test_the_share_groups_command_lists_describes_and_deletes(bootstrap):
     assert "g-cli" not in share_groups(bootstrap, "--list")[1].split()
     code, out, _ = share_groups(bootstrap, "--describe", "--group", "g-cli")
     assert "Error: Share group 'g-cli' does not exist." in out
+
+
+def test_alter_share_group_offsets_sets_where_a_group_starts(bootstrap):
+    """AlterShareGroupOffsets on a group that does not exist yet: its share-partitions
+    start where it says (here, past the first 15 records), whatever
+    share.auto.offset.reset says."""
+    create_topic(bootstrap, "altered", 1, client="raw")
+    produce(bootstrap, "altered", [f"v{i}".encode() for i in range(20)], client="confluent", flush_every=20)
+    alter_start_offsets(bootstrap, "g-altered", "altered", {0: 15})
+    c = share_consumer(bootstrap, "g-altered", "altered")
+    try:
+        got: list[Message] = []
+        until(lambda: bool(got.extend(polled(c))) or len(got) >= 5, "records 15-19")
+        assert [m.offset() for m in got] == list(range(15, 20))
+        for m in got:
+            c.acknowledge(m)
+        c.commit_sync()
+    finally:
+        c.close()
+
+
+def test_group_configs_are_described_and_refused_as_kafka_refuses_them(bootstrap):
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    set_group_config(bootstrap, "g-configs", {"share.record.lock.duration.ms": "20000"})
+    (future,) = admin.describe_configs([ConfigResource(ResourceType.GROUP, "g-configs")]).values()
+    configs = future.result(10)
+    assert configs["share.record.lock.duration.ms"].value == "20000"
+    assert configs["share.auto.offset.reset"].value == "latest" and configs["share.auto.offset.reset"].is_default
+    with pytest.raises(KafkaException, match="INVALID_CONFIG"):
+        set_group_config(bootstrap, "g-configs", {"share.record.lock.duration.ms": "500"})
+    with pytest.raises(KafkaException, match="INVALID_CONFIG"):
+        set_group_config(bootstrap, "g-configs", {"share.auto.offset.reset": "never"})

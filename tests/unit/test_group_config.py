@@ -87,3 +87,31 @@ def test_a_group_config_sets_the_lock_duration_and_where_a_share_partition_start
     assert f.acquisition_lock_timeout == timedelta(seconds=20)
     assert acquired(f) == [(0, 0, 1, 1)]  # earliest: the records produced before anyone joined
     h.close()
+
+
+def test_group_resources_over_describe_configs_and_incremental_alter_configs(tmp_path):
+    h = CoreHarness(tmp_path)
+
+    def alter(name, *ops, validate_only=False):
+        body = {"resources": [{"resource_type": 32, "resource_name": name, "configs": [
+            {"name": k, "config_operation": op, "value": v} for k, op, v in ops]}], "validate_only": validate_only}
+        (r,) = h.request(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, body).responses
+        return r.error_code, r.error_message
+
+    def describe(name):
+        body = {"resources": [{"resource_type": 32, "resource_name": name, "configuration_keys": None}],
+                "include_synonyms": False, "include_documentation": False}
+        (r,) = h.request(ApiKey.DESCRIBE_CONFIGS, 4, body).results
+        return r.error_code, {c.name: (c.value, c.config_source) for c in r.configs}
+
+    assert alter("g", ("share.auto.offset.reset", 0, "earliest"), validate_only=True) == (0, None)
+    assert describe("g")[1]["share.auto.offset.reset"] == ("latest", 5)  # DEFAULT_CONFIG
+    assert alter("g", ("share.auto.offset.reset", 0, "earliest")) == (0, None)
+    assert describe("g")[1]["share.auto.offset.reset"] == ("earliest", 8)  # GROUP_CONFIG
+    assert alter("g", ("share.unknown", 0, "1"))[0] == 40  # INVALID_CONFIG
+    assert alter("g", ("share.isolation.level", 2, "x"))[0] == 40  # APPEND: not a list
+    assert alter("", ("share.isolation.level", 0, "read_committed"))[0] == 42  # INVALID_REQUEST
+    assert alter("g", ("share.auto.offset.reset", 1, None)) == (0, None)
+    assert describe("g")[1]["share.auto.offset.reset"] == ("latest", 5)
+    assert h.core.group_configs.configs("g") == {}
+    h.close()

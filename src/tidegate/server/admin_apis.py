@@ -33,6 +33,7 @@ from tidegate.config import (
 )
 from tidegate.config.alter import AlterConfigError, AlterOp, apply_config_ops
 from tidegate.config.broker import BROKER_CONFIG
+from tidegate.coordinator.group.group_config import GroupConfigManager
 from tidegate.errors import ErrorCode
 from tidegate.network.request_channel import PARKED, Request
 from tidegate.protocol.messages.add_raft_voter import AddRaftVoterRequest
@@ -151,8 +152,11 @@ class AdminApis:
         *,
         respond: Respond,
         metrics: BrokerMetrics | None = None,
+        group_configs: GroupConfigManager | None = None,
     ) -> None:
         self.config = config
+        #: the GROUP resources' configs (None: GROUP resources refused)
+        self.group_configs = group_configs
         self.clock = clock
         self.cluster_id = cluster_id
         self.node_id = config.node_id
@@ -520,6 +524,12 @@ class AdminApis:
                     )
                     continue
                 entries = self.config.describe(per_broker=bool(name))
+            elif r.resource_type == RESOURCE_GROUP and self.group_configs is not None:
+                if not r.resource_name:
+                    result["error_code"] = ErrorCode.invalid_request
+                    result["error_message"] = "Group name must not be empty."
+                    continue
+                entries = self.group_configs.describe_entries(r.resource_name)
             else:
                 result["error_code"] = ErrorCode.invalid_request
                 result["error_message"] = f"Unsupported resource type {r.resource_type}"
@@ -596,6 +606,8 @@ class AdminApis:
             return
         if r.resource_type == RESOURCE_BROKER:
             self._preprocess_broker(item, incremental)
+        elif r.resource_type == RESOURCE_GROUP and self.group_configs is not None:
+            self._preprocess_group(item, self.group_configs, incremental)
         elif r.resource_type in (RESOURCE_BROKER_LOGGER, RESOURCE_GROUP, RESOURCE_CLIENT_METRICS) and (
             incremental or r.resource_type != RESOURCE_BROKER_LOGGER
         ):
@@ -605,6 +617,26 @@ class AdminApis:
             item.fail(ErrorCode.invalid_request, f"tidegate does not support {kind} configs")
         elif r.resource_type != RESOURCE_TOPIC:
             item.fail(ErrorCode.invalid_request, f"Unknown resource type {r.resource_type}")
+
+    def _preprocess_group(self, item: _Resource, group_configs: GroupConfigManager, incremental: bool) -> None:
+        """A GROUP resource (reference 1.15): the group need not exist; an empty name is
+        INVALID_REQUEST, an unknown key or a value the merged configs refuse
+        INVALID_CONFIG."""
+        name = item.req.resource_name
+        if not name:
+            item.fail(ErrorCode.invalid_request, "Group name must not be empty.")
+            return
+        configs = item.req.configs
+        try:
+            changes = group_configs.changes_of(
+                name, [(c.name, c.config_operation, c.value) for c in configs] if incremental else None,
+                None if incremental else {c.name: c.value for c in configs},
+            )  # fmt: skip
+            item.new_configs = group_configs.validate(name, changes)
+        except ConfigError as exc:
+            item.fail(ErrorCode.invalid_config, str(exc))
+        except ValueError as exc:
+            item.fail(ErrorCode.invalid_request, str(exc))
 
     def _preprocess_broker(self, item: _Resource, incremental: bool) -> None:
         """A BROKER resource: "" is the cluster default, else this node's id; the new set
@@ -683,7 +715,10 @@ class AdminApis:
         new = item.new_configs
         assert new is not None
         try:
-            if r.resource_type == RESOURCE_TOPIC:
+            if r.resource_type == RESOURCE_GROUP and self.group_configs is not None:
+                self.group_configs.alter(r.resource_name, self.group_configs.changes_of(r.resource_name, None, new))
+                log.info("group %s configs are now %s", r.resource_name, new)
+            elif r.resource_type == RESOURCE_TOPIC:
                 if new != self.store.topics[r.resource_name].configs:
                     self.store.set_configs(r.resource_name, new)
                     self.logs.topic_config_updated(r.resource_name)

@@ -216,7 +216,7 @@ class BrokerCore:
         # The other handlers, and KafkaApis: the pipeline and the data-path handlers.
         self.admin = AdminApis(
             config, self.cluster_id, self.replicas, self.store, self.quotas, self.endpoints, self.groups,
-            self.broker_configs, clock, respond=respond, metrics=metrics,
+            self.broker_configs, clock, respond=respond, metrics=metrics, group_configs=self.group_configs,
         )  # fmt: skip
         self.security = SecurityApis(self.credentials)
         self.acls = AclApis(self.authorizer, self.acl_store)

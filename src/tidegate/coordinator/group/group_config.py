@@ -29,6 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from tidegate.config import BrokerConfig, ConfigError
+from tidegate.config.alter import AlterOp
+from tidegate.config.definitions import ConfigEntry, ConfigSource, ConfigType
 from tidegate.utils.durations import parse_duration
 from tidegate.utils.files import write_atomically
 
@@ -139,6 +141,39 @@ class GroupConfigManager:
         own = self._groups.get(group_id, {})
         return [(name, own[name], True) if name in own else (name, key.default_value(self.broker), False)
                 for name, key in GROUP_CONFIG_KEYS.items()]  # fmt: skip
+
+    def describe_entries(self, group_id: str) -> list[ConfigEntry]:
+        """:meth:`describe` as DescribeConfigs entries (Kafka's ``ConfigHelper`` for a
+        GROUP resource: source GROUP_CONFIG or DEFAULT_CONFIG, no synonyms)."""
+        return [
+            ConfigEntry(name, value, ConfigSource.GROUP_CONFIG if own else ConfigSource.DEFAULT_CONFIG, False, False,
+                        ConfigType.INT if GROUP_CONFIG_KEYS[name].type == "int" else ConfigType.STRING,
+                        GROUP_CONFIG_KEYS[name].doc)
+            for name, value, own in self.describe(group_id)
+        ]  # fmt: skip
+
+    def changes_of(self, group_id: str, ops: list[tuple[str, int, str | None]] | None,
+                   replacement: Mapping[str, str] | None = None) -> dict[str, str | None]:
+        """The changes an IncrementalAlterConfigs (``ops``: name, operation id, value)
+        or an AlterConfigs (``replacement``: the whole new set) asks of a group: SET and
+        DELETE; APPEND and SUBTRACT are refused as for any key that is not a list
+        (ConfigError, INVALID_CONFIG), an unknown operation is a ValueError
+        (INVALID_REQUEST)."""
+        if ops is None:
+            assert replacement is not None
+            return {**dict.fromkeys(self._groups.get(group_id, {})), **replacement}
+        changes: dict[str, str | None] = {}
+        for name, op_id, value in ops:
+            if op_id == AlterOp.SET:
+                changes[name] = value
+            elif op_id == AlterOp.DELETE:
+                changes[name] = None
+            elif op_id in (AlterOp.APPEND, AlterOp.SUBTRACT):
+                verb = "append" if op_id == AlterOp.APPEND else "subtract"
+                raise ConfigError(f"Config value {verb} is not allowed for config key: {name}")
+            else:
+                raise ValueError(f"Unknown operations type {op_id}")
+        return changes
 
     def values(self, group_id: str) -> dict[str, Any]:
         """Every key's value in force for ``group_id`` (ints parsed)."""
