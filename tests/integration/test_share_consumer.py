@@ -17,12 +17,13 @@ from collections.abc import Callable
 
 import pytest
 from click.testing import CliRunner
-from confluent_kafka import AcknowledgeType, KafkaException, Message, ShareConsumer
+from confluent_kafka import AcknowledgeType, KafkaException, Message, Producer, ShareConsumer
 from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
     ConfigEntry,
     ConfigResource,
+    NewPartitions,
     ResourceType,
 )
 
@@ -391,3 +392,93 @@ def test_group_configs_are_described_and_refused_as_kafka_refuses_them(bootstrap
         set_group_config(bootstrap, "g-configs", {"share.record.lock.duration.ms": "500"})
     with pytest.raises(KafkaException, match="INVALID_CONFIG"):
         set_group_config(bootstrap, "g-configs", {"share.auto.offset.reset": "never"})
+
+
+def test_read_committed_skips_aborted_transactions_and_waits_for_open_ones(bootstrap):
+    create_topic(bootstrap, "txn", 1, client="raw")
+    set_group_config(bootstrap, "g-txn", {"share.auto.offset.reset": "earliest",
+                                          "share.isolation.level": "read_committed"})  # fmt: skip
+    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": "share-txn"})
+    p.init_transactions(10)
+    for outcome in ("commit", "abort", "open"):
+        p.begin_transaction()
+        for i in range(3):
+            p.produce("txn", f"{outcome}-{i}".encode(), partition=0)
+        p.flush(10)
+        if outcome == "commit":
+            p.commit_transaction(10)
+        elif outcome == "abort":
+            p.abort_transaction(10)
+    c = share_consumer(bootstrap, "g-txn", "txn")
+    try:
+        got: list[Message] = []
+
+        def poll_and_accept() -> bool:
+            for m in polled(c):
+                got.append(m)
+                c.acknowledge(m)
+            return len(got) >= 3
+
+        until(poll_and_accept, "the committed records")
+        assert [m.value() for m in got] == [b"commit-0", b"commit-1", b"commit-2"]
+        for _ in range(4):  # the open transaction holds the rest back
+            poll_and_accept()
+        assert len(got) == 3
+        p.commit_transaction(10)
+        until(lambda: poll_and_accept() and len(got) >= 6, "the records of the transaction once committed")
+        assert [m.value() for m in got[3:]] == [b"open-0", b"open-1", b"open-2"]
+        c.commit_sync()
+    finally:
+        c.close()
+
+
+def test_a_partition_added_while_consuming_is_assigned_and_read(bootstrap):
+    prepared(bootstrap, "grow", "g-grow", 1, 3, batch=3)
+    c = share_consumer(bootstrap, "g-grow", "grow")
+    try:
+        got: list[Rec] = []
+
+        def poll_and_accept() -> bool:
+            for m in polled(c):
+                got.append(rec(m))
+                c.acknowledge(m)
+            return False
+
+        until(lambda: poll_and_accept() or len(got) >= 3, "partition 0's records")
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        for future in admin.create_partitions([NewPartitions("grow", 2)]).values():
+            future.result(10)
+        produce(bootstrap, "grow", [b"new"], client="confluent", partition=1)
+        until(lambda: poll_and_accept() or (1, 0) in got, "the new partition's record", timeout=40)
+        assert sorted(got) == [(0, 0), (0, 1), (0, 2), (1, 0)]
+        c.commit_sync()
+    finally:
+        c.close()
+
+
+def test_a_topic_created_again_starts_afresh(bootstrap):
+    """A share-partition is keyed by topic id: the topic deleted and created again under
+    its name starts with no state (the new records from offset 0, delivered once)."""
+    prepared(bootstrap, "again", "g-again", 1, 3, batch=3)
+    c = share_consumer(bootstrap, "g-again", "again")
+    try:
+        got: list[tuple[bytes, int, int]] = []
+
+        def poll_and_accept() -> bool:
+            for m in polled(c):
+                got.append((m.value(), m.offset(), m.delivery_count()))
+                c.acknowledge(m)
+            return False
+
+        until(lambda: poll_and_accept() or len(got) >= 3, "the first topic's records")
+        c.commit_sync()
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        for future in admin.delete_topics(["again"]).values():
+            future.result(10)
+        create_topic(bootstrap, "again", 1, client="raw")
+        produce(bootstrap, "again", [b"fresh-0", b"fresh-1"], client="confluent", partition=0)
+        until(lambda: poll_and_accept() or len(got) >= 5, "the new topic's records", timeout=60)
+        assert got[3:] == [(b"fresh-0", 0, 1), (b"fresh-1", 1, 1)]
+        c.commit_sync()
+    finally:
+        c.close()
