@@ -33,6 +33,7 @@ from tidegate.network.request_channel import PARKED
 from tidegate.protocol.apis import ApiKey
 from tidegate.security.authorizer.acl import AclOperation as Op
 from tidegate.security.authorizer.acl import ResourceType as Res
+from tidegate.server.quota.client_quota_manager import QuotaEntity
 
 HB, DESCRIBE = ApiKey.SHARE_GROUP_HEARTBEAT, ApiKey.SHARE_GROUP_DESCRIBE
 FETCH, ACK = ApiKey.SHARE_FETCH, ApiKey.SHARE_ACKNOWLEDGE
@@ -256,4 +257,20 @@ def test_an_acknowledgement_after_the_lock_expired_is_invalid_record_state(tmp_p
     late = call(h, ACK, 1, ack(topic_id, {0: [(0, 2, 1)]}, epoch=1))
     assert [(p.partition_index, p.error_code) for t in late.responses for p in t.partitions] == [
         (0, E.invalid_record_state)]
+    h.close()
+
+
+def test_a_share_fetch_is_on_the_fetch_quota_and_keeps_its_acquired_records(tmp_path):
+    """KIP-932: the records a ShareFetch answers count on the fetch quota; throttled, the
+    response still carries them (they are acquired by the member) with ThrottleTimeMs."""
+    h = Harness(tmp_path)
+    topic_id = h.create_topic("t")
+    h.produce("t", 0, batch(*[b"y" * 1000] * 50))
+    assert call(h, ALTER_OFFSETS, 0, alter_offsets("g", "t", {0: 0})).error_code == 0
+    assert call(h, HB, 1, hb()).error_code == E.none
+    h.apis.quotas.set_quota(QuotaEntity(None, "rawclient"), "consumer_byte_rate", 1000)
+    f = share_fetch(h, fetch(topic_id))
+    assert acquired(f) == [(0, 0, 49, 1)]
+    assert f.throttle_time.total_seconds() > 1
+    assert len(f.responses[0].partitions[0].records) > 50_000
     h.close()

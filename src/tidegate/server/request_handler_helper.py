@@ -6,9 +6,10 @@ through :meth:`RequestHandlerHelper.respond` — Kafka's ``sendResponseMaybeThro
 1. the authorization step's merge (``Request.authz_merge``: the denied entries and the
    authorized-operations fields, :mod:`tidegate.server.authorization`);
 2. quotas (KIP-124/219): the request's time on the request quota, Produce's request
-   size on the produce quota, Fetch's response size on the fetch quota; the largest
-   throttle goes in the response's ``throttle_time`` and mutes the connection after it
-   is written, until the throttle's timer task ends it through the channel;
+   size on the produce quota, Fetch's response size and ShareFetch's records on the
+   fetch quota; the largest throttle goes in the response's ``throttle_time`` and mutes
+   the connection after it is written, until the throttle's timer task ends it through
+   the channel;
 3. metrics: error codes per API and Fetch's bytes out per topic;
 4. encoding: one ``bytes``, or for Fetch the pieces of :mod:`tidegate.protocol.fetch_fast`
    (records stay file regions).
@@ -50,6 +51,7 @@ from tidegate.protocol.fetch_fast import (
 from tidegate.protocol.messages._base import Message
 from tidegate.protocol.messages.fetch import FetchResponse, PartitionData
 from tidegate.protocol.messages.produce import ProduceResponse
+from tidegate.protocol.messages.share_fetch import ShareFetchResponse
 from tidegate.server.metadata import TopicStore
 
 if TYPE_CHECKING:
@@ -222,6 +224,12 @@ class RequestHandlerHelper:
             # (Kafka's fetchResponseSize), so the response is encoded once.
             fetched = fetch_response_size(request.header.api_version, response)
             byte_ms = byte_manager.record_and_get_throttle_time_ms(q.user, q.client_id, fetched)
+        elif isinstance(response, ShareFetchResponse) and quotas.fetch.quotas_enabled:
+            # KIP-932: a share fetch's records are on the fetch quota too; they are
+            # acquired (locked to this member), so a throttled answer still carries them
+            byte_manager = quotas.fetch
+            size = sum(len(p.records) for t in response.responses for p in t.partitions if p.records is not None)
+            byte_ms = byte_manager.record_and_get_throttle_time_ms(q.user, q.client_id, size)
         throttle_ms = max(byte_ms, request_ms)
         if throttle_ms <= 0:
             return self._with_after_send(self._account_and_encode(request, response, shared), 0, q, encode_start)
