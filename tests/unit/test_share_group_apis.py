@@ -274,3 +274,21 @@ def test_a_share_fetch_is_on_the_fetch_quota_and_keeps_its_acquired_records(tmp_
     assert f.throttle_time.total_seconds() > 1
     assert len(f.responses[0].partitions[0].records) > 50_000
     h.close()
+
+
+def test_share_group_metrics(tmp_path):
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from tidegate.metrics.collectors import ShareGroupCollector
+
+    h = Harness(tmp_path)
+    topic_id, _ = joined(h)
+    share_fetch(h, fetch(topic_id))
+    registry = CollectorRegistry()
+    registry.register(ShareGroupCollector(h.core.share_group_coordinator, h.core.share_partitions))
+    text = generate_latest(registry).decode()
+    assert 'kafka_server_group_coordinator_metrics_group_count{protocol="share"} 1.0' in text
+    assert 'kafka_server_group_coordinator_metrics_share_group_count{state="stable"} 1.0' in text
+    assert "kafka_server_sharesessioncache_sharesessionscount 1.0" in text
+    assert 'kafka_server_sharepartitionmetrics_inflightmessagecount{group="g",partition="0",topic="t"} 3.0' in text
+    h.close()

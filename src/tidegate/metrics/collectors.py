@@ -256,6 +256,33 @@ class TransactionCoordinatorState(Protocol):
     def oldest_open_transaction_age_ms(self) -> int: ...
 
 
+class ShareSessionsState(Protocol):
+    """The share session cache (``tidegate.server.share.session.ShareSessionCache``)."""
+
+    @property
+    def size(self) -> int: ...
+    @property
+    def num_partitions(self) -> int: ...
+    @property
+    def evictions(self) -> int: ...
+
+
+class SharePartitionsState(Protocol):
+    """The ``SharePartitionManager``: its session cache and each share-partition's
+    in-flight records as (group, topic, partition, records)."""
+
+    @property
+    def sessions(self) -> ShareSessionsState: ...
+
+    def in_flight(self) -> Iterable[tuple[str, str, int, int]]: ...
+
+
+class ShareGroupsState(Protocol):
+    """The share group coordinator (``ShareGroupManager``): groups per state."""
+
+    def state_counts(self) -> Mapping[str, int]: ...
+
+
 def error_name(code: int) -> str:
     """Kafka's ``Errors`` name of a code, e.g. ``UNKNOWN_TOPIC_OR_PARTITION``."""
     try:
@@ -824,3 +851,52 @@ class TransactionCoordinatorCollector(Collector):
             "Transaction markers appended to partitions since start (tidegate only).",
             value=c.markers.markers_written,
         )
+
+
+class ShareGroupCollector(Collector):
+    """KIP-932 share groups: Kafka's group-coordinator-metrics counts of share groups
+    (``group-count`` with ``protocol=share``, ``share-group-count`` per state), the
+    ShareSessionCache gauges and each share-partition's InFlightMessageCount
+    (SharePartitionMetrics)."""
+
+    def __init__(self, groups: ShareGroupsState, partitions: SharePartitionsState) -> None:
+        self.groups = groups
+        self.partitions = partitions
+
+    def collect(self) -> Iterable[Metric]:
+        counts = self.groups.state_counts()
+        total = GaugeMetricFamily(
+            "kafka_server_group_coordinator_metrics_group_count",
+            "Groups per protocol (group-coordinator-metrics group-count; share groups here).",
+            labels=["protocol"],
+        )
+        total.add_metric(["share"], sum(counts.values()))
+        yield total
+        per_state = GaugeMetricFamily(
+            "kafka_server_group_coordinator_metrics_share_group_count",
+            "Share groups per state (group-coordinator-metrics share-group-count).",
+            labels=["state"],
+        )
+        for state in ("Empty", "Stable", "Dead"):
+            per_state.add_metric([state.lower()], counts.get(state, 0))
+        yield per_state
+        sessions = self.partitions.sessions
+        yield GaugeMetricFamily("kafka_server_sharesessioncache_sharesessionscount",
+                                "Share sessions in the cache (ShareSessionCache ShareSessionsCount).",
+                                value=sessions.size)  # fmt: skip
+        yield GaugeMetricFamily("kafka_server_sharesessioncache_sharepartitionscount",
+                                "Partitions over all the share sessions (ShareSessionCache SharePartitionsCount).",
+                                value=sessions.num_partitions)  # fmt: skip
+        yield CounterMetricFamily("kafka_server_sharesessioncache_sharesessionevictions",
+                                  "Share sessions dropped because their connection closed "
+                                  "(ShareSessionCache ShareSessionEvictionsPerSec).",
+                                  value=sessions.evictions)  # fmt: skip
+        in_flight = GaugeMetricFamily(
+            "kafka_server_sharepartitionmetrics_inflightmessagecount",
+            "Records between a share-partition's start and end offsets (SharePartitionMetrics "
+            "InFlightMessageCount).",
+            labels=["group", "topic", "partition"],
+        )
+        for group, topic, partition, records in self.partitions.in_flight():
+            in_flight.add_metric([group, topic, str(partition)], records)
+        yield in_flight

@@ -32,6 +32,9 @@ from tidegate.metrics.collectors import (
     QuotaCollector,
     QuotasState,
     RequestCollector,
+    ShareGroupCollector,
+    ShareGroupsState,
+    SharePartitionsState,
     SocketServerCollector,
     SocketServerState,
     TopicCollector,
@@ -84,6 +87,11 @@ class BrokerMetrics:
     def register_transaction_coordinator(self, coordinator: TransactionCoordinatorState) -> None:
         """Expose the transaction coordinator's load times, marker retries and states."""
         self.registry.register(TransactionCoordinatorCollector(coordinator))
+
+    def register_share_groups(self, groups: ShareGroupsState, partitions: SharePartitionsState) -> None:
+        """Expose the share groups per state, the share sessions and the share-partitions'
+        in-flight records."""
+        self.registry.register(ShareGroupCollector(groups, partitions))
 
     def register_authorizer(self, authorizer: AuthorizerState) -> None:
         """Expose the authorizer's ACL count and its allowed/denied decisions."""

@@ -193,6 +193,7 @@ class Broker:
             metrics.register_log_cleaner(logs.cleaner, core.clock)
         metrics.register_quotas(core.quotas)
         metrics.register_transaction_coordinator(core.transaction_coordinator)
+        metrics.register_share_groups(core.share_group_coordinator, core.share_partitions)
         if core.authorizer is not None:
             metrics.register_authorizer(core.authorizer)
 

@@ -199,6 +199,17 @@ class SharePartitionManager:
     def share_partitions(self, group_id: str) -> list[SharePartition]:
         return list(self._groups.get(group_id, {}).values())
 
+    def in_flight(self) -> list[tuple[str, str, int, int]]:
+        """(group, topic name, partition, in-flight records) of every cached share-partition
+        of a topic that exists (the SharePartitionMetrics gauge)."""
+        out = []
+        for group_id, group in self._groups.items():
+            for (topic_id, partition), sp in group.items():
+                info = self.topics.get_by_id(topic_id)
+                if info is not None:
+                    out.append((group_id, info.name, partition, sp.in_flight_records))
+        return out
+
     @property
     def num_share_partitions(self) -> int:
         return sum(map(len, self._groups.values()))
