@@ -191,7 +191,8 @@ def in_transaction(*partitions: tuple[str, int]) -> tuple[TransactionManager, Dr
 
 def batch(topic: str = "t", partition: int = 0, seq: int = -1, pid: int = -1, count: int = 1):
     b = SimpleNamespace(topic=topic, partition=partition, base_sequence=seq, producer_id=pid,
-                        producer_epoch=-1, count=count, transactional=False)  # fmt: skip
+                        producer_epoch=-1, count=count, transactional=False, attempts=0,
+                        sequence_reset=False)  # fmt: skip
 
     def set_producer_state(pid, epoch, seq, transactional=False):
         b.producer_id, b.producer_epoch, b.base_sequence = pid, epoch, seq
@@ -693,7 +694,7 @@ def test_abort_after_an_abortable_error_bumps_the_epoch_kip_360():
     b = batch()
     tm.assign(b)
     tm.idempotence.done(b)
-    assert tm.idempotence._next_seq[("t", 0)] == 1
+    assert tm.idempotence.next_sequence(("t", 0)) == 1
     tm.handle_failed_batch(b, OutOfOrderSequenceError("produce"))
     with pytest.raises(KafkaError) as exc_info:
         tm.begin_commit()  # only an abort is possible now
@@ -711,7 +712,7 @@ def test_abort_after_an_abortable_error_bumps_the_epoch_kip_360():
     d.answer(bump, producer_id=PID, producer_epoch=1)
     result.wait(0)
     assert tm.state is State.READY
-    assert tm.idempotence.producer_epoch == 1 and tm.idempotence._next_seq == {}
+    assert tm.idempotence.producer_epoch == 1 and tm.idempotence.next_sequence(("t", 0)) == 0
     tm.begin_transaction()  # and on it goes
 
 
@@ -919,12 +920,7 @@ def test_the_idempotent_producer_asks_any_broker_for_a_producer_id():
     b = batch("any", 3)
     tm.assign(b)
     assert not b.transactional
-    # a sequenced batch failed for good: a new producer id
-    tm.reset_idempotent_producer_id()
-    assert tm.state is State.UNINITIALIZED and not tm.has_producer_id
-    tm.bump_idempotent_epoch_and_reset_id_if_needed()
-    d.answer(d.expect(INIT_PRODUCER_ID), producer_id=8, producer_epoch=0)
-    assert tm.idempotence.producer_id == 8
+    assert d.next() is None  # nothing else to ask for
 
 
 def test_the_idempotent_producer_retries_retriable_init_errors_and_dies_of_others():

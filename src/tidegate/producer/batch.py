@@ -269,6 +269,9 @@ class ProducerBatch:
         self.created_ms = created_ms
         self.last_attempt_ms = created_ms
         self.attempts = 0
+        #: KIP-360: an epoch bump renumbered this batch from sequence 0 (Kafka's
+        #: ``sequenceHasBeenReset``)
+        self.sequence_reset = False
         self.backoff_ms = 0.0
         self.retry = False
         #: the error of the last failed attempt (named when the batch expires)

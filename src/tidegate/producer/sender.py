@@ -68,10 +68,6 @@ PRODUCE, METADATA, INIT_PRODUCER_ID = 0, 3, 22
 MAX_TRANSACTIONAL_PRODUCE_VERSION = 11
 MESSAGE_TOO_LARGE = 10
 DUPLICATE_SEQUENCE_NUMBER = 46
-OUT_OF_ORDER_SEQUENCE_NUMBER = 45
-UNKNOWN_PRODUCER_ID = 59
-INVALID_PRODUCER_EPOCH = 47
-PRODUCER_FENCED = 90
 
 
 class Sender(threading.Thread):
@@ -200,6 +196,7 @@ class Sender(threading.Thread):
                 return
             if txn.has_abortable_error() and self._handle_authorization_error(txn):
                 return
+            txn.maybe_resolve_sequences()
             txn.bump_idempotent_epoch_and_reset_id_if_needed()
             wait = self._maybe_send_and_poll_transactional_request(now_ms)
             if wait is None:
@@ -260,7 +257,12 @@ class Sender(threading.Thread):
                     f"Expiring {b.count} record(s) for {b.topic}-{b.partition}: "
                     f"{now_ms - b.created_ms} ms has passed since batch creation{last}"
                 ),
+                adjust_sequence_numbers=False,
             )
+            if self._idempotent and self.txn is not None and b.base_sequence >= 0:
+                # it was sent: whether it was written is unknown until the batches in
+                # flight after it answer
+                self.txn.mark_sequence_unresolved(b)
         next_delay = min(next_delay, acc.next_expiry_ms(now_ms))
         for node, lst in batches.items():
             self._send_produce_request(node, lst, now_ms)
@@ -362,21 +364,36 @@ class Sender(threading.Thread):
                 err = None
                 if code:
                     err = error_for_code(code, getattr(p, "error_message", None))
-                self._complete_batch(batch, err, int(p.base_offset), log_append, now_ms)
+                log_start = int(getattr(p, "log_start_offset", -1))
+                self._complete_batch(
+                    batch, err, int(p.base_offset), log_append, now_ms, log_start
+                )
         for tp, b in by_tp.items():
             if tp not in seen:
                 self._complete_batch(
                     b, KafkaError(f"no response for partition {tp[0]}-{tp[1]}"), -1, -1, now_ms
                 )
 
-    def _can_retry(self, batch: ProducerBatch, err: BaseException, now_ms: MonotonicMs) -> bool:
+    def _can_retry(
+        self,
+        batch: ProducerBatch,
+        err: BaseException,
+        now_ms: MonotonicMs,
+        log_start_offset: int = -1,
+    ) -> bool:
+        """Kafka's ``Sender.canRetry``: time and retries left, then the transaction
+        manager decides for a sequenced batch (its sequence errors), else retriable."""
         if batch.finalized or not self._running and self._force_close:
             return False
         if now_ms - batch.created_ms >= self.accumulator.delivery_timeout_ms:
             return False
         if batch.attempts >= self.config.retries:
             return False
-        return bool(getattr(err, "retriable", False))
+        retriable = bool(getattr(err, "retriable", False))
+        code = getattr(err, "code", None)
+        if self._idempotent and self.txn is not None and code is not None:
+            return self.txn.can_retry(batch, code, retriable, log_start_offset)
+        return retriable
 
     def _complete_batch(
         self,
@@ -385,22 +402,16 @@ class Sender(threading.Thread):
         base_offset: int,
         log_append_time: int,
         now_ms: MonotonicMs,
+        log_start_offset: int = -1,
     ) -> None:
+        """Kafka's ``Sender.completeBatch``: succeed, retry, or fail the batch."""
         batch.in_flight = False
-        idem = self.idempotence if self._idempotent else None
-        first_in_flight = True
-        if idem is not None:
-            first_in_flight = idem.is_first_in_flight(batch)
-            idem.done(batch)
+        txn = self.txn if self._idempotent else None
         if err is None:
             self._succeed(batch, base_offset, log_append_time)
             return
         batch.last_error = err
         code = getattr(err, "code", None)
-        if code == DUPLICATE_SEQUENCE_NUMBER and idem is not None:
-            # the broker already has this batch: a success whose offset is unknown
-            self._succeed(batch, base_offset, log_append_time)
-            return
         if code in INVALID_METADATA_CODES:
             self.metadata.request_update()
         if code == MESSAGE_TOO_LARGE:
@@ -408,37 +419,7 @@ class Sender(threading.Thread):
                 f"the broker refused a batch of {batch.count} record(s), {batch.final_size} "
                 f"bytes, for {batch.topic}-{batch.partition} as too large (MESSAGE_TOO_LARGE)"
             )
-        txn = self.txn if idem is not None else None
-        transactional = txn is not None and txn.is_transactional
-        if idem is not None and code in (OUT_OF_ORDER_SEQUENCE_NUMBER, UNKNOWN_PRODUCER_ID):
-            # An earlier batch of the partition failed, or the broker lost our state.
-            if transactional:
-                # Kafka's canRetry: a batch behind the one that failed is retried (it
-                # will fail in turn once it is first); the first one fails, which makes
-                # the transaction abortable, and the abort bumps the epoch (KIP-360)
-                if not first_in_flight and self._can_retry_sequence(batch, now_ms):
-                    self.accumulator.reenqueue(batch, now_ms)
-                    return
-                self._fail_batch(batch, err)
-                return
-            # Idempotent: if this batch is the oldest in flight under the current id,
-            # waiting will not close the gap: take a new producer id. Either way retry
-            # (in sequence order) while delivery.timeout.ms allows.
-            if batch.producer_id == idem.producer_id and first_in_flight:
-                self._reset_producer_id()
-            if self._can_retry_sequence(batch, now_ms):
-                self.accumulator.reenqueue(batch, now_ms)
-                return
-            self._fail_batch(batch, err)
-            return
-        if code in (INVALID_PRODUCER_EPOCH, PRODUCER_FENCED) and idem is not None:
-            if transactional:
-                # KIP-588: INVALID_PRODUCER_EPOCH from a partition is abortable (the abort
-                # finds out whether this producer was fenced)
-                self._fail_batch(batch, err)
-                return
-            self._reset_producer_id()
-        if self._can_retry(batch, err, now_ms):
+        if self._can_retry(batch, err, now_ms, log_start_offset):
             log.debug(
                 "retrying batch for %s-%s (attempt %d): %s",
                 batch.topic,
@@ -448,43 +429,35 @@ class Sender(threading.Thread):
             )
             self.accumulator.reenqueue(batch, now_ms)
             return
-        self._fail_batch(batch, err)
-
-    def _can_retry_sequence(self, batch: ProducerBatch, now_ms: MonotonicMs) -> bool:
-        return (
-            now_ms - batch.created_ms < self.accumulator.delivery_timeout_ms
-            and batch.attempts < self.config.retries
-        )
+        if code == DUPLICATE_SEQUENCE_NUMBER and txn is not None:
+            # the broker already has this batch: a success whose offset is unknown
+            self._succeed(batch, base_offset, log_append_time)
+            return
+        # the sequence may be reused only if the broker surely did not write the batch
+        self._fail_batch(batch, err, adjust_sequence_numbers=batch.attempts < self.config.retries)
 
     def _succeed(self, batch: ProducerBatch, base_offset: int, log_append_time: int) -> None:
+        if self._idempotent and self.txn is not None:
+            self.txn.handle_completed_batch(batch, base_offset)
         if batch.complete(base_offset, log_append_time, None):
             self.accumulator.deallocate(batch)
 
-    def _fail_batch(self, batch: ProducerBatch, err: BaseException) -> None:
+    def _fail_batch(
+        self, batch: ProducerBatch, err: BaseException, *, adjust_sequence_numbers: bool = True
+    ) -> None:
         if batch.finalized:
             return
-        idem = self.idempotence
         txn = self.txn
-        if idem is not None and self._idempotent:
-            idem.done(batch)
-            assert txn is not None
-            if txn.is_transactional:
-                # the transaction becomes abortable (or the producer fatal); classified
-                # before the callbacks run, so they see err.txn_requires_abort / err.fatal
-                try:
-                    txn.handle_failed_batch(batch, err)
-                except IllegalStateError as exc:  # poisoned: the state is FATAL_ERROR now
-                    log.debug("failed batch of %s-%s: %s", batch.topic, batch.partition, exc)
-            elif batch.base_sequence >= 0 and batch.producer_id == idem.producer_id:
-                # its sequence was never written: later batches of the partition would be
-                # out of order under this producer id, so start a new one
-                self._reset_producer_id()
+        if self._idempotent and txn is not None:
+            # the transaction becomes abortable or the producer fatal, or (idempotent) the
+            # epoch is bumped for the partition; classified before the callbacks run, so
+            # they see err.txn_requires_abort / err.fatal
+            try:
+                txn.handle_failed_batch(batch, err, adjust_sequence_numbers)
+            except IllegalStateError as exc:  # poisoned: the state is FATAL_ERROR now
+                log.debug("failed batch of %s-%s: %s", batch.topic, batch.partition, exc)
         if batch.complete(-1, -1, err):
             self.accumulator.deallocate(batch)
-
-    def _reset_producer_id(self) -> None:
-        assert self.txn is not None
-        self.txn.reset_idempotent_producer_id()
 
     # -- metadata ------------------------------------------------------------------------------
 

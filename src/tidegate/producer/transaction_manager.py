@@ -102,6 +102,7 @@ INVALID_PRODUCER_ID_MAPPING = 49
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
 OPERATION_NOT_ATTEMPTED = 55
 UNKNOWN_PRODUCER_ID = 59
+OUT_OF_ORDER_SEQUENCE_NUMBER = 45
 UNSUPPORTED_FOR_MESSAGE_FORMAT = 43
 FENCED_INSTANCE_ID = 82
 PRODUCER_FENCED = 90
@@ -289,6 +290,9 @@ class TransactionManager:
         self.coordinator_supports_bumping_epoch = False
         self.transaction_started = False
         self.epoch_bump_required = False
+        #: idempotent producer: partitions whose unacknowledged batches are renumbered
+        #: from 0 by the next epoch bump (Kafka's ``partitionsToRewriteSequences``)
+        self._partitions_to_rewrite: set[TopicPartition] = set()
         #: the error that made the transaction abortable was INVALID_PRODUCER_ID_MAPPING:
         #: the coordinator would refuse EndTxn, so the abort goes to InitProducerId at once
         self._abortable_pid_mapping = False
@@ -457,26 +461,141 @@ class TransactionManager:
                     self.epoch_bump_required = True
                 self.transition_to_abortable_error(error)
 
-    def handle_failed_batch(self, batch: Any, error: BaseException) -> None:
-        """A batch of a transactional producer failed for good (Kafka's
-        ``handleFailedBatch``): the transaction becomes abortable or the producer fatal.
-        Its sequence numbers are left alone: the abort bumps the epoch, and sequences
-        restart at 0 under the new one."""
-        self.maybe_transition_to_error_state(error)
+    def handle_completed_batch(self, batch: Any, base_offset: int) -> None:
+        """The broker acknowledged ``batch`` (Kafka's ``handleCompletedBatch``)."""
+        self.idempotence.completed(batch, base_offset)
 
-    def reset_idempotent_producer_id(self) -> None:
-        """Idempotent producer: forget the producer id (a sequenced batch failed for
-        good); the sender then asks for a new one."""
+    def handle_failed_batch(
+        self, batch: Any, error: BaseException, adjust_sequence_numbers: bool = True
+    ) -> None:
+        """A sequenced batch failed for good (Kafka's ``handleFailedBatch``). A
+        transactional producer's transaction becomes abortable (the abort bumps the
+        epoch) or the producer fatal. An idempotent producer whose batch's sequence
+        leaves a gap (OUT_OF_ORDER_SEQUENCE_NUMBER, or any error the broker gave before
+        the retries ran out: it wrote nothing) bumps its epoch for the partition (KIP-360).
+        ``adjust_sequence_numbers`` is False when the batch may have been written (it
+        expired, or its retries ran out)."""
         with self._lock:
-            if self.is_transactional:
-                raise IllegalStateError(
-                    "Cannot reset producer state for a transactional producer. You must "
-                    "either abort the ongoing transaction or reinitialize the transactional "
-                    "producer instead"
+            self.maybe_transition_to_error_state(error)
+            self.idempotence.done(batch)
+            if self._state is State.FATAL_ERROR or batch.base_sequence < 0:
+                return
+            tp = (batch.topic, batch.partition)
+            code = getattr(error, "code", None)
+            if code == OUT_OF_ORDER_SEQUENCE_NUMBER and not self.is_transactional:
+                log.error(
+                    "the broker returned %s for %s-%s with producer id %s, epoch %s and sequence %s",
+                    error, tp[0], tp[1], batch.producer_id, batch.producer_epoch,
+                    batch.base_sequence,
+                )  # fmt: skip
+                self.request_epoch_bump_for_partition(tp)
+            elif code == UNKNOWN_PRODUCER_ID:
+                # the broker has no state for this producer here: it takes sequence 0
+                self.idempotence.reset_sequences(tp)
+            elif adjust_sequence_numbers and not self.is_transactional:
+                self.request_epoch_bump_for_partition(tp)
+
+    def can_retry(self, batch: Any, code: int, retriable: bool, log_start_offset: int) -> bool:
+        """Whether a batch answered with error ``code`` is retried, as far as sequences
+        go (Kafka's ``TransactionManager.canRetry``; the caller checked the retries left
+        and ``delivery.timeout.ms``). The idempotent producer retries
+        OUT_OF_ORDER_SEQUENCE_NUMBER and UNKNOWN_PRODUCER_ID and bumps the epoch when
+        the batch is the one right after the last acknowledged sequence (waiting cannot
+        close that gap); a transactional producer retries a batch behind the gap and
+        lets the one at the gap fail (the abort bumps the epoch)."""
+        with self._lock:
+            idem = self.idempotence
+            tp = (batch.topic, batch.partition)
+            reset = getattr(batch, "sequence_reset", False)
+            if code == UNKNOWN_PRODUCER_ID:
+                if log_start_offset == -1:
+                    return True  # the broker did not know its log start: ask again
+                if reset:
+                    return True  # renumbered already: the others come back with it too
+                if idem.last_acked_offset(tp) < log_start_offset:
+                    # retention removed the producer's batches, and its state with them
+                    if self.is_transactional:
+                        idem.start_sequences_at_beginning(tp)
+                    else:
+                        self.request_epoch_bump_for_partition(tp)
+                    return True
+                if not self.is_transactional:
+                    self.request_epoch_bump_for_partition(tp)
+                    return True
+            elif code == OUT_OF_ORDER_SEQUENCE_NUMBER:
+                unresolved = idem.unresolved.get(tp)
+                if unresolved is None and (
+                    reset or not idem.is_next_sequence(tp, batch.base_sequence)
+                ):
+                    return True  # an earlier batch is still in flight: it may fill the gap
+                if not self.is_transactional:
+                    if unresolved is None or unresolved == batch.base_sequence:
+                        self.request_epoch_bump_for_partition(tp)
+                    return True
+            return retriable
+
+    def request_epoch_bump_for_partition(self, tp: TopicPartition) -> None:
+        """The idempotent producer's next loop bumps the epoch and renumbers ``tp``'s
+        unacknowledged batches from 0 (Kafka's ``requestEpochBumpForPartition``)."""
+        with self._lock:
+            self.epoch_bump_required = True
+            self._partitions_to_rewrite.add(tp)
+
+    def mark_sequence_unresolved(self, batch: Any) -> None:
+        self.idempotence.mark_unresolved(batch)
+
+    def maybe_resolve_sequences(self) -> None:
+        """For each partition with an expired batch that had been sent, once nothing of it
+        is in flight: the sequences are whole if the last acknowledged sequence is the
+        one before the next (a later batch was written, so the expired one was too);
+        otherwise bump the epoch (idempotent), or make the transaction abortable (fatal
+        without epoch bumps). Kafka's ``maybeResolveSequences``."""
+        with self._lock:
+            idem = self.idempotence
+            for tp in list(idem.unresolved):
+                if idem.has_in_flight(tp):
+                    continue
+                del idem.unresolved[tp]
+                if idem.is_next_sequence(tp, idem.next_sequence(tp)):
+                    continue
+                if not self.is_transactional:
+                    log.info(
+                        "nothing in flight for %s-%s and its last acknowledged sequence is not "
+                        "the one before %s: bumping the epoch", tp[0], tp[1], idem.next_sequence(tp),
+                    )  # fmt: skip
+                    self.request_epoch_bump_for_partition(tp)
+                    continue
+                unacked = (
+                    "The client hasn't received acknowledgment for some previously sent "
+                    "messages and can no longer retry them. "
                 )
-            self.idempotence.reset_producer_id()
-            if self._state is State.READY:
-                self._transition_to(State.UNINITIALIZED)
+                if self.can_bump_epoch():
+                    self.epoch_bump_required = True
+                    self.transition_to_abortable_error(
+                        KafkaError(unacked + "It is safe to abort the transaction and continue.")
+                    )
+                else:
+                    self.transition_to_fatal_error(
+                        KafkaError(unacked + "It isn't safe to continue.")
+                    )
+
+    def _reset_idempotent_producer_id(self) -> None:
+        """Idempotent producer: forget the producer id (the epoch would overflow); the
+        sender then asks for a new one."""
+        if self.is_transactional:
+            raise IllegalStateError(
+                "Cannot reset producer state for a transactional producer. You must "
+                "either abort the ongoing transaction or reinitialize the transactional "
+                "producer instead"
+            )
+        log.debug(
+            "resetting the idempotent producer id %s (epoch %s)",
+            self.idempotence.producer_id,
+            self.idempotence.producer_epoch,
+        )
+        self.idempotence.reset_producer_id()
+        if self._state is State.READY:
+            self._transition_to(State.UNINITIALIZED)
 
     def _maybe_fail_with_error(self) -> None:
         """Raise if in an error state: a new ProducerFencedError or
@@ -701,16 +820,46 @@ class TransactionManager:
     # -- the idempotent producer ------------------------------------------------------------------
 
     def bump_idempotent_epoch_and_reset_id_if_needed(self) -> None:
-        """Idempotent producer: ask for a producer id when there is none (at start, and
-        after :meth:`reset_idempotent_producer_id`)."""
+        """Idempotent producer, once per sender loop: bump the epoch when a partition
+        asked for it (KIP-360; a new producer id instead when the epoch would pass
+        32767), and ask for a producer id when there is none (at start, and after such
+        a reset)."""
         with self._lock:
             if self.is_transactional or self._state is State.FATAL_ERROR:
                 return
+            if self.epoch_bump_required:
+                self._bump_idempotent_producer_epoch()
             if self._state is not State.INITIALIZING and not self.has_producer_id:
                 if self._state is State.READY:
                     self._transition_to(State.UNINITIALIZED)
                 self._transition_to(State.INITIALIZING)
                 self._enqueue(InitProducerIdHandler(self, is_epoch_bump=False))
+
+    def _bump_idempotent_producer_epoch(self) -> None:
+        """Kafka's ``bumpIdempotentProducerEpoch``: epoch + 1 for the same producer id,
+        and the partitions that asked renumber their unacknowledged batches from 0. When
+        the epoch is exhausted, a new producer id; those partitions are renumbered once
+        it arrives (until then nothing is drained)."""
+        self.epoch_bump_required = False
+        idem = self.idempotence
+        if not idem.has_producer_id:
+            return  # InitProducerId on the way: the partitions are renumbered with its answer
+        if idem.producer_epoch >= _SHORT_MAX:
+            self._reset_idempotent_producer_id()
+            return
+        idem.bump_epoch()
+        log.info(
+            "bumped the epoch of producer id %s to %s (KIP-360) for %s",
+            idem.producer_id,
+            idem.producer_epoch,
+            sorted(self._partitions_to_rewrite),
+        )
+        self._rewrite_sequences()
+
+    def _rewrite_sequences(self) -> None:
+        for tp in sorted(self._partitions_to_rewrite):
+            self.idempotence.start_sequences_at_beginning(tp)
+        self._partitions_to_rewrite.clear()
 
     # -- the sender's side ------------------------------------------------------------------------
 
@@ -835,7 +984,8 @@ class TransactionManager:
             epoch,
             f" for transactional id {self.transactional_id}" if self.is_transactional else "",
         )
-        # sequences restart at 0 under a new producer id or epoch
+        # each partition's sequences restart at 0 under a new producer id or epoch,
+        # once its batches in flight under the old one are done
         self.idempotence.set_producer_id(producer_id, epoch)
 
 
@@ -976,6 +1126,10 @@ class InitProducerIdHandler(TxnRequestHandler):
             tm._set_producer_id_and_epoch(int(response.producer_id), int(response.producer_epoch))
             tm._transition_to(State.READY)
             tm._last_error = None
+            if self.is_epoch_bump:
+                tm.idempotence.reset_sequences()  # the transaction was aborted: all at 0
+            elif not tm.is_transactional:
+                tm._rewrite_sequences()  # after an exhausted epoch: the partitions that asked
             self.result.done()
             return
         err = error_for_code(code, "InitProducerId")
