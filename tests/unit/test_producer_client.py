@@ -221,6 +221,24 @@ def test_client_request_timeout_closes_the_connection():
         fb.close()
 
 
+def test_a_node_busy_with_max_in_flight_requests_is_not_connected_again():
+    """Every connection at max.in.flight: no least loaded node (Kafka's leastLoadedNode
+    returns null), never a second connect on the busy connection's node, which swapped
+    its socket under the selector and killed the producer's sender thread (KeyError: not
+    registered) when the Spark sink wrote with max.in.flight 1."""
+    fb = FakeBroker(handlers={3: lambda ver, req: SILENT})
+    try:
+        with KafkaClient(f"127.0.0.1:{fb.port}", max_in_flight_requests_per_connection=1) as c:
+            node = c.await_ready(timeout_ms=5000)
+            sock = c.connection(node).sock
+            c.send(node, 3, {"topics": []}, version=12)
+            assert c.least_loaded_node() is None
+            c.poll(10)
+            assert c.connection(node).sock is sock and c.connection(node).state is ConnectionState.READY
+    finally:
+        fb.close()
+
+
 def test_client_no_broker_fails_clearly():
     s = socket.socket()
     s.bind(("127.0.0.1", 0))

@@ -734,25 +734,30 @@ class KafkaClient:
 
     def least_loaded_node(self, now_ns: int | None = None) -> int | None:
         """A ready node with the fewest in-flight requests; else one that is connecting;
-        else one that may be connected now (the connection is started)."""
+        else a disconnected one that may be connected now (the connection is started);
+        else None (every connection is busy with ``max.in.flight`` requests, or backing
+        off), as Kafka's ``leastLoadedNode``."""
         now = now_ns if now_ns is not None else self.clock.nanoseconds()
         nodes = self.nodes()
         self._rng.shuffle(nodes)
         best, best_load = None, None
         connecting = None
+        disconnected = []
         for n in nodes:
             conn = self._conns.get(n)
-            if conn is not None and conn.state is ConnectionState.READY:
+            if conn is None or conn.state is ConnectionState.DISCONNECTED:
+                disconnected.append(n)
+            elif conn.state is ConnectionState.READY:
                 load = conn.in_flight_count
                 if load < self.max_in_flight and (best_load is None or load < best_load):
                     best, best_load = n, load
-            elif conn is not None and conn.state is not ConnectionState.DISCONNECTED:
+            else:
                 connecting = n
         if best is not None:
             return best
         if connecting is not None:
             return connecting
-        for n in nodes:
+        for n in disconnected:
             until, _ = self._backoff.get(n, (0, 0))
             if until <= now:
                 self._maybe_connect(n, now)
