@@ -38,8 +38,10 @@ __all__ = [
     "Faults",
     "Outcome",
     "check_log",
+    "check_moves_followed",
     "produce",
     "read_log",
+    "read_log_confluent",
     "tidegate",
 ]
 
@@ -48,7 +50,7 @@ PARTITIONS = 6
 KEYS = 60
 #: every wait of a scenario is bounded by this
 TIMEOUT_S = 60.0
-PRODUCE, FETCH = 0, 1
+PRODUCE, FETCH, METADATA = 0, 1, 3
 
 
 @dataclass
@@ -71,6 +73,7 @@ class Outcome:
 
     acked: dict[int, tuple[int, int]] = field(default_factory=dict)
     failed: list[str] = field(default_factory=list)
+    failed_values: set[int] = field(default_factory=set)
 
 
 def _paced(n: int, faults: Faults, send: Callable[[int], None], poll: Callable[[], None]) -> None:
@@ -85,13 +88,16 @@ def _paced(n: int, faults: Faults, send: Callable[[int], None], poll: Callable[[
 
 
 def produce(client: str, bootstrap: str, topic: str, faults: Faults, *, n: int = RECORDS,
-            conf: dict[str, Any] | None = None, transactions: int = 0) -> Outcome:  # fmt: skip
+            conf: dict[str, Any] | None = None, transactions: int = 0,
+            on_producer: Callable[[Any], None] | None = None) -> Outcome:  # fmt: skip
     """Produce ``n`` records with ``client`` ("tidegate-full", "tidegate-incremental" or
     "confluent"), idempotent with acks=all; with ``transactions`` the records are sent
-    in that many committed transactions (``conf`` names the transactional.id)."""
+    in that many committed transactions (``conf`` names the transactional.id).
+    ``on_producer`` is handed tidegate's producer once it is created."""
     if client == "confluent":
         return _produce_confluent(bootstrap, topic, faults, n, conf or {}, transactions)
-    return _produce_tidegate(bootstrap, topic, faults, n, client.split("-", 1)[1], conf or {}, transactions)
+    return _produce_tidegate(bootstrap, topic, faults, n, client.split("-", 1)[1], conf or {}, transactions,
+                             on_producer)  # fmt: skip
 
 
 def _in_transactions(n: int, transactions: int, faults: Faults, send: Callable[[int], None],
@@ -107,12 +113,14 @@ def _in_transactions(n: int, transactions: int, faults: Faults, send: Callable[[
 
 
 def _produce_tidegate(bootstrap: str, topic: str, faults: Faults, n: int, strategy: str, conf: dict[str, Any],
-                      transactions: int) -> Outcome:  # fmt: skip
+                      transactions: int, on_producer: Callable[[Any], None] | None) -> Outcome:  # fmt: skip
     from tidegate.producer import Producer
 
     settings = {"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True, "linger.ms": 5,
                 "buffer.memory.allocation.strategy": strategy, **conf}  # fmt: skip
     p = Producer(settings)
+    if on_producer is not None:
+        on_producer(p)
     out = Outcome()
     futures: dict[int, Any] = {}
     try:
@@ -131,6 +139,7 @@ def _produce_tidegate(bootstrap: str, topic: str, faults: Faults, n: int, strate
         exc = f.exception(0)
         if exc is not None:
             out.failed.append(f"{i}: {exc!r}")
+            out.failed_values.add(i)
         else:
             md = f.result(0)
             out.acked[i] = (md.partition, md.offset)
@@ -146,6 +155,7 @@ def _produce_confluent(bootstrap: str, topic: str, faults: Faults, n: int, conf:
     def report(err: Any, msg: Any) -> None:
         if err is not None:
             out.failed.append(f"{msg.value()!r}: {err}")
+            out.failed_values.add(int(msg.value()))
         else:
             out.acked[int(msg.value())] = (msg.partition(), msg.offset())
 
@@ -180,19 +190,60 @@ def read_log(bootstrap: str, topic: str, *, partitions: int = PARTITIONS, commit
                 for tp in tps}  # fmt: skip
 
 
-def check_log(out: Outcome, log: dict[int, list[tuple[int, int]]], *, n: int = RECORDS) -> None:
+def read_log_confluent(bootstrap: str, topic: str, n: int, *, partitions: int = PARTITIONS) -> dict[int, list[tuple[int, int]]]:  # fmt: skip
+    """(offset, value) of every record of ``topic`` per partition, read from the start
+    by confluent-kafka's consumer (every partition assigned) until ``n`` records came
+    (or :data:`TIMEOUT_S` passed) and nothing more comes for a second."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{topic}-reader", "enable.auto.commit": False})
+    log: dict[int, list[tuple[int, int]]] = {p: [] for p in range(partitions)}
+    try:
+        c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+        deadline, count, quiet_until = time.monotonic() + TIMEOUT_S, 0, None
+        while time.monotonic() < deadline and (quiet_until is None or time.monotonic() < quiet_until):
+            msg = c.poll(0.2)
+            if msg is None or msg.error():
+                continue
+            log[msg.partition()].append((msg.offset(), int(msg.value())))
+            count += 1
+            if count >= n and quiet_until is None:
+                quiet_until = time.monotonic() + 1.0  # anything written twice comes too
+    finally:
+        c.close()
+    return log
+
+
+def check_log(out: Outcome, log: dict[int, list[tuple[int, int]]], *, n: int = RECORDS,
+              failures: bool = False) -> None:  # fmt: skip
     """Nothing acknowledged lost, nothing written twice, order per partition, no
-    failures (see the module docstring)."""
-    assert not out.failed, f"{len(out.failed)} records failed: {out.failed[:5]}"
-    assert sorted(out.acked) == list(range(n)), f"{n - len(out.acked)} records not acknowledged"
+    failures (see the module docstring); with ``failures``, some records failed (an
+    error no client retries) and none of them is in the log."""
+    failed = out.failed_values
+    if failures:
+        assert failed, "no record failed"
+    else:
+        assert not out.failed, f"{len(out.failed)} records failed: {out.failed[:5]}"
+    assert sorted([*out.acked, *failed]) == list(range(n)), f"{n - len(out.acked)} records not acknowledged"
     where = {value: (p, offset) for p, recs in log.items() for offset, value in recs}
     values = [value for recs in log.values() for _, value in recs]
     assert len(values) == len(set(values)), "a record was written twice"
+    assert not failed & set(values), "a record that failed is in the log"
     lost = [i for i, at in out.acked.items() if where.get(i) != at]
     assert not lost, f"{len(lost)} acknowledged records not where acknowledged: {[(i, out.acked[i], where.get(i)) for i in lost[:5]]}"  # fmt: skip
     for p, recs in log.items():
         vals = [v for _, v in recs]
         assert vals == sorted(vals), f"partition {p} out of order: {_first_disorder(vals)}"
+
+
+def check_moves_followed(requests: list[tuple[int, int]], marks: list[int]) -> None:
+    """The leader moves made at ``marks`` (indexes into the mock's tracked ``requests``)
+    were followed: each was learnt from a Metadata request before the next (after the
+    old leaders' NOT_LEADER_OR_FOLLOWER), and the Produce requests after the last went
+    to the new leaders, all three brokers (each leads two of the six partitions)."""
+    for start, end in zip(marks, [*marks[1:], len(requests)]):
+        assert any(key == METADATA for _, key in requests[start:end]), (start, end)
+    assert {b for b, key in requests[marks[-1]:] if key == PRODUCE} == {1, 2, 3}
 
 
 def _first_disorder(vals: list[int]) -> tuple[int, int] | None:

@@ -14,12 +14,20 @@ from __future__ import annotations
 
 import pytest
 
-from .scenarios import PARTITIONS, PRODUCE, Faults, check_log, produce, read_log, wait_for
+from .scenarios import (
+    PARTITIONS,
+    PRODUCE,
+    Faults,
+    check_log,
+    check_moves_followed,
+    produce,
+    read_log,
+    wait_for,
+)
 
 pytestmark = pytest.mark.timeout(120)
 
 CLIENTS = ("tidegate-full", "tidegate-incremental", "confluent")
-METADATA = 3
 
 
 def _faults(scenario: str, cluster, topic: str) -> Faults:
@@ -61,12 +69,7 @@ def test_produce_requests_follow_the_leaders(mock_cluster, topic_name):
     out = produce("tidegate-full", mock_cluster.bootstrap, topic_name,
                   Faults({1000: lambda: move(1), 2000: lambda: move(2)}))  # fmt: skip
     check_log(out, read_log(mock_cluster.bootstrap, topic_name))
-    requests = mock_cluster.requests()
-    for start, end in zip(marks, [*marks[1:], len(requests)]):
-        # each move was learnt from a Metadata request before the next (NOT_LEADER answers)
-        assert any(key == METADATA for _, key in requests[start:end]), (start, end)
-    # and the records after the last move went to all three brokers, the new leaders
-    assert {b for b, key in requests[marks[-1]:] if key == PRODUCE} == {1, 2, 3}
+    check_moves_followed(mock_cluster.requests(), marks)
 
 
 def test_metadata_refreshed_on_max_age(mock_cluster, topic_name):
@@ -90,3 +93,51 @@ def test_metadata_refreshed_on_max_age(mock_cluster, topic_name):
         p.close(10)
     # one Produce per record: none went to a former leader and had to be retried
     assert [key for _, key in mock_cluster.requests() if key == PRODUCE] == [PRODUCE] * PARTITIONS
+
+
+#: error codes the mock answers one Produce request with: INVALID_RECORD (87) is one no
+#: client retries (the request's batches fail for good, their sequences were never
+#: written); OUT_OF_ORDER_SEQUENCE_NUMBER (45) is what a broker that checks sequences
+#: answers the batch after such a gap
+INVALID_RECORD, OUT_OF_ORDER_SEQUENCE_NUMBER = 87, 45
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+@pytest.mark.parametrize("code", [INVALID_RECORD, OUT_OF_ORDER_SEQUENCE_NUMBER])
+def test_a_batch_failing_for_good_bumps_the_epoch_kip_360(mock_cluster, topic_name, client, code):
+    """Mid-stream, one Produce request is answered with an error that leaves a gap in its
+    partitions' sequences. The idempotent producer keeps its producer id and bumps its
+    epoch (KIP-360, as Java's client does it locally): the partitions of that request
+    start again at sequence 0 under the new epoch, the others once their batches in
+    flight are done. INVALID_RECORD fails that request's records (and only them);
+    OUT_OF_ORDER_SEQUENCE_NUMBER is retried under the new epoch and nothing fails. Either
+    way nothing is written twice and order per partition holds."""
+    if client == "confluent" and code == OUT_OF_ORDER_SEQUENCE_NUMBER:
+        pytest.skip("librdkafka makes OUT_OF_ORDER_SEQUENCE_NUMBER at the partition's first sequence a fatal "
+                    "error ('sequence desynchronization'); Java's client bumps the epoch and retries")  # fmt: skip
+    mock_cluster.create_topic(topic_name, PARTITIONS)
+    sent: list[tuple[int, int, int, int]] = []  # partition, producer id, epoch, base sequence
+
+    def watch(p) -> None:
+        sender = p._sender
+        inner = sender.on_batch_sent
+
+        def on_batch_sent(node, version, buffers, batches):
+            sent.extend((b.partition, b.producer_id, b.producer_epoch, b.base_sequence) for b in batches)
+            if inner is not None:
+                inner(node, version, buffers, batches)
+
+        sender.on_batch_sent = on_batch_sent
+
+    faults = Faults({1000: lambda: mock_cluster.push_request_errors(PRODUCE, [code])})
+    out = produce(client, mock_cluster.bootstrap, topic_name, faults, on_producer=watch)
+    check_log(out, read_log(mock_cluster.bootstrap, topic_name), failures=code == INVALID_RECORD)
+    if client == "confluent":
+        return  # librdkafka asks the broker for the bump (InitProducerId with its id and epoch)
+    assert {pid for _, pid, _, _ in sent} == {sent[0][1]}, "the producer id changed"
+    assert {epoch for _, _, epoch, _ in sent} == {0, 1}, "the epoch was not bumped once"
+    for partition in range(PARTITIONS):
+        epochs = [(epoch, seq) for q, _, epoch, seq in sent if q == partition]
+        assert [e for e, _ in epochs] == sorted(e for e, _ in epochs), f"partition {partition} went back an epoch"
+        bumped = [seq for e, seq in epochs if e == 1]
+        assert not bumped or bumped[0] == 0, f"partition {partition}: epoch 1 starts at {bumped[0]}"
