@@ -410,3 +410,45 @@ def test_aiokafka_retries_after_lost_responses_are_deduplicated(proxied):
     headers = stored(b.bootstrap, "idem-lost-ai")
     assert sum(h.records_count for h in headers) == len(vals)
     assert_idempotent_batches(headers)
+
+
+# -- tidegate's producer: KIP-360 -------------------------------------------------------------
+
+
+def test_tidegate_producer_bumps_its_epoch_after_a_batch_refused_for_good(broker):
+    """A batch the broker refuses for good (MESSAGE_TOO_LARGE: larger than the topic's
+    max.message.bytes) leaves a gap at its sequence, and the batches pipelined behind it
+    come back OUT_OF_ORDER_SEQUENCE_NUMBER. tidegate's idempotent producer bumps its epoch
+    as Java's client does (KIP-360): the same producer id at epoch 1, the partition's
+    sequences from 0 again, which this broker accepts (a new epoch starts at 0, Kafka's
+    ProducerStateManager). Only the large record's batch fails; every other record is
+    stored once, in order."""
+    from tidegate.producer import Producer, RecordTooLargeError
+
+    topic = create_topic(broker.bootstrap, configs={"max.message.bytes": "2000"}, prefix="kip360")
+    p = Producer({"bootstrap.servers": broker.bootstrap, "enable.idempotence": True, "linger.ms": 0,
+                  "batch.size": 1000})  # fmt: skip
+    try:
+        before = [p.send(topic, b"a-%03d" % i) for i in range(50)]
+        for f in before:
+            f.result(30)
+        pid, epoch = p.producer_id, p.producer_epoch
+        large = p.send(topic, b"L" * 3000)
+        after = [p.send(topic, b"b-%03d" % i) for i in range(200)]
+        assert p.flush(60) == 0
+        with pytest.raises(RecordTooLargeError):
+            large.result(0)
+        # the records that shared the large one's batch fail with it, no other
+        failed = [f for f in after if f.exception(0) is not None]
+        assert all(isinstance(f.exception(0), RecordTooLargeError) for f in failed)
+        assert failed == after[: len(failed)] and len(failed) < 5
+        offsets = [f.result(0).offset for f in before + after[len(failed) :]]
+        assert (p.producer_id, p.producer_epoch) == (pid, epoch + 1)
+    finally:
+        p.close(30)
+    assert offsets == list(range(len(offsets)))  # every other record once, in order
+    headers = stored(broker.bootstrap, topic)
+    assert {h.producer_id for h in headers} == {pid}
+    assert [h.producer_epoch for h in headers] == sorted(h.producer_epoch for h in headers)
+    assert {h.producer_epoch for h in headers} == {epoch, epoch + 1}
+    assert_idempotent_batches(headers)  # contiguous from 0 within each epoch
