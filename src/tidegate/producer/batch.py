@@ -403,7 +403,7 @@ class ProducerBatch:
         self, producer_id: int, epoch: int, base_sequence: int, transactional: bool = False
     ) -> None:
         """Idempotence: set at drain; a closed batch is re-closed (header and CRC
-        rewritten) if its state changes, e.g. a retry under a new producer id.
+        rewritten) if its state changes, e.g. a retry renumbered by an epoch bump.
         ``transactional`` sets the batch's transactional attribute."""
         if (producer_id, epoch, base_sequence, transactional) != (
             self.producer_id,

@@ -12,8 +12,10 @@ request to send, one at a time, to the node the request names (its coordinator, 
 broker), and hands back the decoded response (:meth:`TxnRequestHandler.on_response`) or
 the failure (:meth:`TxnRequestHandler.on_disconnect`, :meth:`on_version_mismatch`).
 
-The idempotent producer uses the same object without a transactional id: only the
-InitProducerId part runs (:meth:`bump_idempotent_epoch_and_reset_id_if_needed`), and the
+The idempotent producer uses the same object without a transactional id: InitProducerId
+and KIP-360's local epoch bump (:meth:`bump_idempotent_epoch_and_reset_id_if_needed`,
+requested by :meth:`can_retry`, :meth:`handle_failed_batch` and
+:meth:`maybe_resolve_sequences` when a partition's sequences have a gap), and the
 per-partition sequence numbers are the :class:`~tidegate.producer.idempotence.IdempotenceState`
 it owns.
 
