@@ -6,7 +6,6 @@ scheduler on fake time)."""
 from __future__ import annotations
 
 import json
-from types import SimpleNamespace as NS
 
 import pytest
 
@@ -17,6 +16,12 @@ from tidegate.network.memory_pool import NONE
 from tidegate.network.mute_state import MuteReason
 from tidegate.network.request_channel import RequestChannel
 from tidegate.network.socket_server import SocketServer
+from tidegate.protocol.messages.alter_client_quotas import (
+    AlterClientQuotasRequestEntityData,
+    AlterClientQuotasRequestEntryData,
+    OpData,
+)
+from tidegate.protocol.messages.describe_client_quotas import ComponentData
 from tidegate.server.quota.client_quota_manager import DEFAULT, UNLIMITED_BOUND, QuotaEntity
 from tidegate.server.quota.quota_factory import (
     MATCH_TYPE_DEFAULT,
@@ -31,28 +36,19 @@ from tidegate.server.timer_reaper import TimerReaper
 from .test_connection import ImmediateProcessor, connect
 
 
-def entry(entity: dict, ops: dict):
-    return NS(
-        entity=[NS(entity_type=t, entity_name=n) for t, n in entity.items()],
-        ops=[NS(key=k, value=0.0 if v is None else v, remove=v is None) for k, v in ops.items()],
+def entry(entity: dict, ops: dict) -> AlterClientQuotasRequestEntryData:
+    return AlterClientQuotasRequestEntryData(
+        entity=[AlterClientQuotasRequestEntityData(entity_type=t, entity_name=n) for t, n in entity.items()],
+        ops=[OpData(key=k, value=0.0 if v is None else v, remove=v is None) for k, v in ops.items()],
     )
 
 
-def component(entity_type, match_type, match=None):
-    return NS(entity_type=entity_type, match_type=match_type, match=match)
-
-
-def errors(results):
-    return [(r["error_code"], r["error_message"]) for r in results]
+def component(entity_type, match_type, match=None) -> ComponentData:
+    return ComponentData(entity_type=entity_type, match_type=match_type, match=match)
 
 
 def described(quotas, components=(), strict=False):
-    return {
-        tuple((e["entity_type"], e["entity_name"]) for e in item["entity"]): {
-            v["key"]: v["value"] for v in item["values"]
-        }
-        for item in quotas.describe(components, strict)
-    }
+    return {tuple(names.items()): values for names, values in quotas.describe(components, strict)}
 
 
 @pytest.fixture
@@ -62,7 +58,7 @@ def quotas(tmp_path):
 
 def test_alter_applies_to_the_managers_at_once(quotas):
     assert not quotas.enabled
-    assert errors(quotas.alter([entry({"user": "alice"}, {"request_percentage": 50})], False)) == [
+    assert quotas.alter([entry({"user": "alice"}, {"request_percentage": 50})], False) == [
         (ErrorCode.none, None)
     ]
     assert quotas.enabled
@@ -78,7 +74,7 @@ def test_alter_applies_to_the_managers_at_once(quotas):
 
 def test_validate_only_changes_nothing(quotas, tmp_path):
     results = quotas.alter([entry({"client-id": "c"}, {"consumer_byte_rate": 10})], True)
-    assert errors(results) == [(ErrorCode.none, None)]
+    assert results == [(ErrorCode.none, None)]
     assert quotas.entries == {} and not quotas.enabled
     assert not (tmp_path / QUOTAS_FILE).exists()
 
@@ -107,7 +103,7 @@ def test_validate_only_changes_nothing(quotas, tmp_path):
 def test_kafka_validation_is_invalid_request(quotas, entity, ops, message):
     good = entry({"client-id": "ok"}, {"producer_byte_rate": 100})
     results = quotas.alter([entry(entity, ops), good], False)
-    assert errors(results) == [(ErrorCode.invalid_request, message), (ErrorCode.none, None)]
+    assert results == [(ErrorCode.invalid_request, message), (ErrorCode.none, None)]
     assert list(quotas.entries) == [QuotaEntity(None, "ok")]  # the valid entry still applies
 
 
@@ -117,7 +113,7 @@ def test_ip_connection_creation_rates_are_set_described_persisted_and_removed(qu
     results = quotas.alter([entry({"ip": "10.0.0.1"}, {"connection_creation_rate": 5}),
                             entry({"ip": None}, {"connection_creation_rate": 50}),
                             entry({"ip": "::0:1"}, {"connection_creation_rate": 7})], False)  # fmt: skip
-    assert errors(results) == [(ErrorCode.none, None)] * 3
+    assert results == [(ErrorCode.none, None)] * 3
     assert quotas.connection_rate_for_ip("10.0.0.1") == 5
     assert quotas.connection_rate_for_ip("::1") == 7  # addresses are compared normalized
     assert quotas.connection_rate_for_ip("10.0.0.2") == 50
@@ -135,7 +131,7 @@ def test_ip_connection_creation_rates_are_set_described_persisted_and_removed(qu
 
 
 def test_a_long_value_within_epsilon_of_a_whole_number_is_accepted(quotas):
-    assert errors(quotas.alter([entry({"user": "a"}, {"producer_byte_rate": 1000.0000001})], False)) == [
+    assert quotas.alter([entry({"user": "a"}, {"producer_byte_rate": 1000.0000001})], False) == [
         (ErrorCode.none, None)
     ]
 

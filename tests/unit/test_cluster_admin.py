@@ -17,7 +17,7 @@ from tests.unit.test_apis import NOW, batch
 from tidegate.errors import ErrorCode as E
 from tidegate.network.request_channel import RequestContext
 from tidegate.record.batch_builder import Record, build_batch
-from tidegate.server.admin_apis import TOPIC_AUTHORIZED_OPERATIONS
+from tidegate.server.topic_admin import TOPIC_AUTHORIZED_OPERATIONS
 
 ZERO_UUID = uuid.UUID(int=0)
 ALTER_REPLICA_LOG_DIRS, DESCRIBE_LOG_DIRS = 34, 35

@@ -55,18 +55,21 @@ from tidegate.security.authorizer.acl_store import AclStore
 from tidegate.security.authorizer.standard_authorizer import StandardAuthorizer, parse_super_users
 from tidegate.security.credentials import CredentialStore
 from tidegate.server.acl_apis import AclApis
-from tidegate.server.admin_apis import AdminApis
 from tidegate.server.authorization import AuthorizationStep
+from tidegate.server.cluster_admin import ClusterAdminApis
+from tidegate.server.config_admin import ConfigAdminApis
 from tidegate.server.consumer_group_apis import ConsumerGroupApis
 from tidegate.server.endpoints import Endpoints
 from tidegate.server.fetch_session import FetchSessionCache
 from tidegate.server.group_apis import GroupApis, offsets_topic_configs
 from tidegate.server.kafka_apis import KafkaApis
+from tidegate.server.log_dir_admin import LogDirAdminApis
 from tidegate.server.log_manager import LogManager
 from tidegate.server.metadata import BrokerConfigStore, TopicStore, load_or_create_meta
 from tidegate.server.purgatory import DelayedOperationPurgatory
 from tidegate.server.quota.client_quota_manager import ClientQuotaManagerConfig
 from tidegate.server.quota.quota_factory import QuotaManagers
+from tidegate.server.quota_admin import QuotaAdminApis
 from tidegate.server.replica_manager import ReplicaManager
 from tidegate.server.request_handler_helper import RequestHandlerHelper
 from tidegate.server.security_apis import SecurityApis
@@ -78,6 +81,7 @@ from tidegate.server.share.share_partition_manager import (
 from tidegate.server.share_group_apis import ShareGroupApis
 from tidegate.server.timer import SystemTimer
 from tidegate.server.timer_reaper import TimerReaper
+from tidegate.server.topic_admin import TopicAdminApis
 from tidegate.server.transaction_apis import TransactionApis
 
 if TYPE_CHECKING:
@@ -214,10 +218,15 @@ class BrokerCore:
         # group coordinator's pending offsets.
         self.transaction_coordinator.markers.marker_listeners.append(self.group_coordinator.on_marker_written)
         # The other handlers, and KafkaApis: the pipeline and the data-path handlers.
-        self.admin = AdminApis(
-            config, self.cluster_id, self.replicas, self.store, self.quotas, self.endpoints, self.groups,
-            self.broker_configs, clock, respond=respond, metrics=metrics, group_configs=self.group_configs,
-        )  # fmt: skip
+        # The admin handlers, split as Kafka splits them: topics, configs (ConfigAdminManager,
+        # ConfigHelper), client quotas, log dirs, the cluster and its KRaft quorum.
+        self.topic_admin = TopicAdminApis(config, self.replicas, self.store, self.groups,
+                                          respond=respond, metrics=metrics)
+        self.config_admin = ConfigAdminApis(config, self.replicas, self.store, self.broker_configs)
+        self.quota_admin = QuotaAdminApis(self.quotas)
+        self.log_dir_admin = LogDirAdminApis(self.replicas)
+        self.cluster_admin = ClusterAdminApis(config.node_id, self.cluster_id, self.replicas, self.store,
+                                              self.endpoints, clock)
         self.security = SecurityApis(self.credentials)
         self.acls = AclApis(self.authorizer, self.acl_store)
         self.apis = KafkaApis(
@@ -234,7 +243,11 @@ class BrokerCore:
             consumer_groups=self.consumer_groups,
             share_groups=self.share_groups,
             transactions=self.transactions,
-            admin=self.admin,
+            topic_admin=self.topic_admin,
+            config_admin=self.config_admin,
+            quota_admin=self.quota_admin,
+            log_dir_admin=self.log_dir_admin,
+            cluster_admin=self.cluster_admin,
             security=self.security,
             acls=self.acls,
             time=clock,

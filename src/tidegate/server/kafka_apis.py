@@ -23,8 +23,9 @@ pieces, no response, close, or PARKED, with the throttle and the after-send acti
 for the shell. KafkaApis never creates a future, never reads the system clock (it
 reads the injected :class:`~tidegate.clock.Clock`, Kafka's ``time``: monotonic time for
 fetch sessions), never touches a connection. Appends and fetches go through
-:class:`~tidegate.server.replica_manager.ReplicaManager`; the group, transaction, admin,
-security and ACL APIs live in their own handler classes, built by
+:class:`~tidegate.server.replica_manager.ReplicaManager`; the group, transaction, admin
+(topics, configs, client quotas, log dirs, the cluster), security and ACL APIs live in
+their own handler classes, built by
 :class:`~tidegate.server.broker_core.BrokerCore` and handed in (they import nothing from
 this module).
 """
@@ -105,8 +106,9 @@ from tidegate.protocol.messages.produce import (
 )
 from tidegate.record.record_batch import is_transactional_batch
 from tidegate.server.acl_apis import AclApis
-from tidegate.server.admin_apis import AdminApis
 from tidegate.server.authorization import AuthorizationStep
+from tidegate.server.cluster_admin import ClusterAdminApis
+from tidegate.server.config_admin import ConfigAdminApis
 from tidegate.server.consumer_group_apis import ConsumerGroupApis
 from tidegate.server.delayed_fetch import FetchCompletionBatch
 from tidegate.server.endpoints import Endpoints
@@ -121,7 +123,9 @@ from tidegate.server.fetch_session import (
     settled,
 )
 from tidegate.server.group_apis import GroupApis
+from tidegate.server.log_dir_admin import LogDirAdminApis
 from tidegate.server.metadata import TopicInfo, TopicStore
+from tidegate.server.quota_admin import QuotaAdminApis
 from tidegate.server.replica_manager import (
     READ_COMMITTED,
     FetchParams,
@@ -134,6 +138,7 @@ from tidegate.server.replica_manager import (
 from tidegate.server.request_handler_helper import Answer, RequestHandlerHelper
 from tidegate.server.security_apis import SecurityApis
 from tidegate.server.share_group_apis import ShareGroupApis
+from tidegate.server.topic_admin import TopicAdminApis
 from tidegate.server.transaction_apis import TransactionApis
 from tidegate.utils import INT32_MAX
 from tidegate.utils.topic import InvalidTopicError, is_internal_topic, validate_topic_name
@@ -184,7 +189,11 @@ class KafkaApis:
         consumer_groups: ConsumerGroupApis,
         share_groups: ShareGroupApis,
         transactions: TransactionApis,
-        admin: AdminApis,
+        topic_admin: TopicAdminApis,
+        config_admin: ConfigAdminApis,
+        quota_admin: QuotaAdminApis,
+        log_dir_admin: LogDirAdminApis,
+        cluster_admin: ClusterAdminApis,
         security: SecurityApis,
         acls: AclApis,
         time: Clock,
@@ -207,7 +216,6 @@ class KafkaApis:
         self.endpoints = endpoints
         self.groups = groups
         self.transactions = transactions
-        self.admin = admin
         self.handlers: dict[int, Handler] = {
             ApiKey.PRODUCE: self.handle_produce,
             ApiKey.FETCH: self.handle_fetch,
@@ -222,28 +230,28 @@ class KafkaApis:
             ApiKey.DESCRIBE_TRANSACTIONS: transactions.handle_describe_transactions,
             ApiKey.LIST_TRANSACTIONS: transactions.handle_list_transactions,
             ApiKey.OFFSET_FOR_LEADER_EPOCH: self.handle_offset_for_leader_epoch,
-            ApiKey.CREATE_TOPICS: admin.handle_create_topics,
-            ApiKey.DELETE_TOPICS: admin.handle_delete_topics,
-            ApiKey.DELETE_RECORDS: admin.handle_delete_records,
-            ApiKey.DESCRIBE_CONFIGS: admin.handle_describe_configs,
-            ApiKey.ALTER_CONFIGS: admin.handle_alter_configs,
-            ApiKey.INCREMENTAL_ALTER_CONFIGS: admin.handle_incremental_alter_configs,
-            ApiKey.ALTER_REPLICA_LOG_DIRS: admin.handle_alter_replica_log_dirs,
-            ApiKey.DESCRIBE_LOG_DIRS: admin.handle_describe_log_dirs,
-            ApiKey.CREATE_PARTITIONS: admin.handle_create_partitions,
-            ApiKey.ELECT_LEADERS: admin.handle_elect_leaders,
-            ApiKey.ALTER_PARTITION_REASSIGNMENTS: admin.handle_alter_partition_reassignments,
-            ApiKey.LIST_PARTITION_REASSIGNMENTS: admin.handle_list_partition_reassignments,
-            ApiKey.DESCRIBE_QUORUM: admin.handle_describe_quorum,
-            ApiKey.DESCRIBE_CLUSTER: admin.handle_describe_cluster,
-            ApiKey.DESCRIBE_PRODUCERS: admin.handle_describe_producers,
-            ApiKey.UNREGISTER_BROKER: admin.handle_unregister_broker,
-            ApiKey.LIST_CLIENT_METRICS_RESOURCES: admin.handle_list_client_metrics_resources,
-            ApiKey.DESCRIBE_TOPIC_PARTITIONS: admin.handle_describe_topic_partitions,
-            ApiKey.ADD_RAFT_VOTER: admin.handle_add_raft_voter,
-            ApiKey.REMOVE_RAFT_VOTER: admin.handle_remove_raft_voter,
-            ApiKey.DESCRIBE_CLIENT_QUOTAS: admin.handle_describe_client_quotas,
-            ApiKey.ALTER_CLIENT_QUOTAS: admin.handle_alter_client_quotas,
+            ApiKey.CREATE_TOPICS: topic_admin.handle_create_topics,
+            ApiKey.DELETE_TOPICS: topic_admin.handle_delete_topics,
+            ApiKey.CREATE_PARTITIONS: topic_admin.handle_create_partitions,
+            ApiKey.DELETE_RECORDS: topic_admin.handle_delete_records,
+            ApiKey.DESCRIBE_TOPIC_PARTITIONS: topic_admin.handle_describe_topic_partitions,
+            ApiKey.DESCRIBE_CONFIGS: config_admin.handle_describe_configs,
+            ApiKey.ALTER_CONFIGS: config_admin.handle_alter_configs,
+            ApiKey.INCREMENTAL_ALTER_CONFIGS: config_admin.handle_incremental_alter_configs,
+            ApiKey.DESCRIBE_CLIENT_QUOTAS: quota_admin.handle_describe_client_quotas,
+            ApiKey.ALTER_CLIENT_QUOTAS: quota_admin.handle_alter_client_quotas,
+            ApiKey.DESCRIBE_LOG_DIRS: log_dir_admin.handle_describe_log_dirs,
+            ApiKey.ALTER_REPLICA_LOG_DIRS: log_dir_admin.handle_alter_replica_log_dirs,
+            ApiKey.DESCRIBE_CLUSTER: cluster_admin.handle_describe_cluster,
+            ApiKey.DESCRIBE_QUORUM: cluster_admin.handle_describe_quorum,
+            ApiKey.ELECT_LEADERS: cluster_admin.handle_elect_leaders,
+            ApiKey.ALTER_PARTITION_REASSIGNMENTS: cluster_admin.handle_alter_partition_reassignments,
+            ApiKey.LIST_PARTITION_REASSIGNMENTS: cluster_admin.handle_list_partition_reassignments,
+            ApiKey.UNREGISTER_BROKER: cluster_admin.handle_unregister_broker,
+            ApiKey.ADD_RAFT_VOTER: cluster_admin.handle_add_raft_voter,
+            ApiKey.REMOVE_RAFT_VOTER: cluster_admin.handle_remove_raft_voter,
+            ApiKey.LIST_CLIENT_METRICS_RESOURCES: cluster_admin.handle_list_client_metrics_resources,
+            ApiKey.DESCRIBE_PRODUCERS: cluster_admin.handle_describe_producers,
             ApiKey.FIND_COORDINATOR: self.handle_find_coordinator,
             ApiKey.JOIN_GROUP: groups.handle_join_group,
             ApiKey.SYNC_GROUP: groups.handle_sync_group,

@@ -30,6 +30,8 @@ from typing import Any
 
 from tidegate.clock import Clock
 from tidegate.errors import ErrorCode
+from tidegate.protocol.messages.alter_client_quotas import AlterClientQuotasRequestEntryData
+from tidegate.protocol.messages.describe_client_quotas import ComponentData
 from tidegate.server.quota.client_quota_manager import (
     DEFAULT,
     ClientQuotaManager,
@@ -257,19 +259,15 @@ class QuotaManagers:
         write_atomically(self.path, json.dumps(data, indent=1, sort_keys=True).encode())
 
     # ---- AlterClientQuotas ---------------------------------------------------------
-    def alter(self, entries: Iterable[Any], validate_only: bool) -> list[dict]:
-        """AlterClientQuotas: one result per entry; valid entries are applied (unless
-        ``validate_only``) and the file is written once for the whole request."""
-        results = []
+    def alter(
+        self, entries: Iterable[AlterClientQuotasRequestEntryData], validate_only: bool
+    ) -> list[tuple[ErrorCode, str | None]]:
+        """AlterClientQuotas: (error, message) per entry; valid entries are applied
+        (unless ``validate_only``) and the file is written once for the whole request."""
+        results: list[tuple[ErrorCode, str | None]] = []
         changed = False
         for entry in entries:
             components = [(e.entity_type, e.entity_name) for e in entry.entity]
-            result: dict[str, Any] = {
-                "error_code": ErrorCode.none,
-                "error_message": None,
-                "entity": [{"entity_type": t, "entity_name": n} for t, n in components],
-            }
-            results.append(result)
             try:
                 ip = ip_entity_from_components(components)
                 entity = entity_from_components(components) if ip is None else None
@@ -286,9 +284,9 @@ class QuotaManagers:
                         validate_quota_value(op.key, float(op.value), keys)
                         ops[op.key] = float(op.value)
             except QuotaConfigError as exc:
-                result["error_code"] = ErrorCode.invalid_request
-                result["error_message"] = str(exc)
+                results.append((ErrorCode.invalid_request, str(exc)))
                 continue
+            results.append((ErrorCode.none, None))
             if validate_only:
                 continue
             for key, value in ops.items():
@@ -305,8 +303,11 @@ class QuotaManagers:
         return results
 
     # ---- DescribeClientQuotas ------------------------------------------------------
-    def describe(self, components: Iterable[Any], strict: bool) -> list[dict]:
-        """DescribeClientQuotas: the configured entities matching the filter.
+    def describe(
+        self, components: Iterable[ComponentData], strict: bool
+    ) -> list[tuple[dict[str, str | None], dict[str, float]]]:
+        """DescribeClientQuotas: the configured entities matching the filter, each as its
+        names by entity type (None: the default entity) and its quota values by key.
 
         Raises :class:`QuotaConfigError` for an invalid filter (the whole request fails
         with INVALID_REQUEST, as in Kafka)."""
@@ -333,19 +334,12 @@ class QuotaManagers:
             ({IP: _ip_name(ip)}, {IP_CONNECTION_RATE: float(rate)})
             for ip, rate in self.ip_rates.items()
         ]
-        out = []
-        for names, values in described:
-            if strict and set(names) != set(filters):
-                continue
-            if not all(self._matches(names, t, m) for t, m in filters.items()):
-                continue
-            out.append(
-                {
-                    "entity": [{"entity_type": t, "entity_name": n} for t, n in names.items()],
-                    "values": [{"key": k, "value": v} for k, v in sorted(values.items())],
-                }
-            )
-        return out
+        return [
+            (names, values)
+            for names, values in described
+            if not (strict and set(names) != set(filters))
+            and all(self._matches(names, t, m) for t, m in filters.items())
+        ]
 
     @staticmethod
     def _matches(names: Mapping[str, str | None], entity_type: str, match: tuple) -> bool:
