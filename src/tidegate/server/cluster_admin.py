@@ -276,7 +276,9 @@ class ClusterAdminApis:
 
     def handle_add_raft_voter(self, request: Request) -> AddRaftVoterResponse:
         req = request.body_as(AddRaftVoterRequest)
-        code, message = self._raft_voter_change(req.cluster_id, req.voter_id, req.voter_directory_id, "adding", "Add")
+        code, message = self._raft_voter_change(
+            req.cluster_id, req.voter_id, req.voter_directory_id, "adding", "Add"
+        )
         return AddRaftVoterResponse(error_code=code, error_message=message)
 
     def handle_remove_raft_voter(self, request: Request) -> RemoveRaftVoterResponse:
@@ -298,7 +300,9 @@ class ClusterAdminApis:
             )
         if voter_id < 0 or directory_id == ZERO_UUID:
             return ErrorCode.invalid_request, f"{verb} voter request didn't include a valid voter"
-        return ErrorCode.unsupported_version, f"Cluster doesn't support {doing} voter because the kraft.version feature is 0"
+        return ErrorCode.unsupported_version, (
+            f"Cluster doesn't support {doing} voter because the kraft.version feature is 0"
+        )
 
     def handle_unregister_broker(self, request: Request) -> UnregisterBrokerResponse:
         """Kafka's ``ReplicationControlManager.unregisterBroker``: only this node is

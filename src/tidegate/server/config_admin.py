@@ -145,7 +145,9 @@ class ConfigAdminApis:
         return None
 
     # -- AlterConfigs / IncrementalAlterConfigs (Kafka's ConfigAdminManager) -------------------
-    def handle_incremental_alter_configs(self, request: Request) -> incremental_alter_configs.IncrementalAlterConfigsResponse:
+    def handle_incremental_alter_configs(
+        self, request: Request
+    ) -> incremental_alter_configs.IncrementalAlterConfigsResponse:
         req = request.body_as(incremental_alter_configs.IncrementalAlterConfigsRequest)
         items = [
             _Resource(r.resource_type, r.resource_name, [(c.name, c.config_operation, c.value) for c in r.configs])
@@ -200,7 +202,9 @@ class ConfigAdminApis:
         if len(set(names)) != len(names):
             item.fail(ErrorCode.invalid_request, "Error due to duplicate config keys")
             return
-        nulls = [name for name, op, value in item.ops if value is None and not (incremental and op == AlterOp.DELETE)]
+        nulls = [
+            name for name, op, value in item.ops if value is None and not (incremental and op == AlterOp.DELETE)
+        ]
         if nulls:
             item.fail(ErrorCode.invalid_request, f"Null value not supported for : {', '.join(nulls)}")
             return
@@ -306,7 +310,9 @@ class ConfigAdminApis:
             item.fail(ErrorCode.kafka_storage_error, f"could not persist the configs: {exc}")
 
 
-def _described_config(e: ConfigEntry, include_synonyms: bool, include_doc: bool) -> DescribeConfigsResourceResult:
+def _described_config(
+    e: ConfigEntry, include_synonyms: bool, include_doc: bool
+) -> DescribeConfigsResourceResult:
     return DescribeConfigsResourceResult(
         name=e.name, value=e.value, read_only=e.read_only, config_source=e.source, is_sensitive=e.is_sensitive,
         synonyms=[DescribeConfigsSynonym(name=s.name, value=s.value, source=s.source) for s in e.synonyms]

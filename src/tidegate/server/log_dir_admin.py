@@ -81,9 +81,9 @@ class LogDirAdminApis:
                 for p in t.partitions:
                     results.setdefault(t.name, []).append(AlterReplicaLogDirPartitionResult(
                         partition_index=p, error_code=self._alter_replica_log_dir(t.name, p, d.path)))  # fmt: skip
-        return AlterReplicaLogDirsResponse(
-            results=[AlterReplicaLogDirTopicResult(topic_name=name, partitions=parts) for name, parts in results.items()]
-        )
+        return AlterReplicaLogDirsResponse(results=[
+            AlterReplicaLogDirTopicResult(topic_name=name, partitions=parts) for name, parts in results.items()
+        ])  # fmt: skip
 
     def _alter_replica_log_dir(self, topic: str, partition: int, path: str) -> ErrorCode:
         # The future replica's directory name: <topic>-<partition>.<32 hex>-future (KAFKA-4893)

@@ -52,7 +52,8 @@ class QuotaAdminApis:
             results = self.quotas.alter(req.entries, req.validate_only)
         except OSError as exc:
             log.error("could not persist client quotas: %s", exc)
-            results = [(ErrorCode.kafka_storage_error, f"could not persist the client quotas: {exc}")] * len(req.entries)
+            message = f"could not persist the client quotas: {exc}"
+            results = [(ErrorCode.kafka_storage_error, message)] * len(req.entries)
         return AlterClientQuotasResponse(entries=[
             AlterClientQuotasResponseEntryData(error_code=error, error_message=message, entity=[
                 AlterClientQuotasResponseEntityData(entity_type=e.entity_type, entity_name=e.entity_name)

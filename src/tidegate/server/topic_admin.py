@@ -206,7 +206,9 @@ class TopicAdminApis:
         self.replicas.scheduler.submit(work, on_done)
         return PARKED
 
-    def _validate_creatable(self, t: CreatableTopic, duplicate: bool) -> CreatableTopicResult | tuple[int, dict[str, str]]:
+    def _validate_creatable(
+        self, t: CreatableTopic, duplicate: bool
+    ) -> CreatableTopicResult | tuple[int, dict[str, str]]:
         """A creatable topic's failure (its response entry), or its (partitions, configs)."""
         name = t.name
 
@@ -479,7 +481,9 @@ def _missing_topic(name: str) -> DescribeTopicPartitionsResponseTopic:
                                                 topic_authorized_operations=TOPIC_AUTHORIZED_OPERATIONS)
 
 
-def _describe_topic_partitions_error(req: DescribeTopicPartitionsRequest, message: str) -> DescribeTopicPartitionsResponse:
+def _describe_topic_partitions_error(
+    req: DescribeTopicPartitionsRequest, message: str
+) -> DescribeTopicPartitionsResponse:
     """Kafka's answer to an InvalidRequestException: every asked topic with
     INVALID_REQUEST (the message goes to the log: the response has no field for it)."""
     log.info("invalid DescribeTopicPartitions request: %s", message)
