@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from typing import Protocol, TypeVar
 
 from tidegate.config import (
     TOPIC_CONFIG,
@@ -56,6 +57,19 @@ _UNSUPPORTED_RESOURCES = {
 #: One config of an alteration: (name, AlterConfigOp.OpType id, value); a legacy
 #: AlterConfigs' configs are all SET
 ConfigOp = tuple[str, int, str | None]
+
+
+#: a resource's response entry (the Protocol's, and a call's)
+E_co = TypeVar("E_co", covariant=True)
+R = TypeVar("R")
+
+
+class _ResourceAnswer(Protocol[E_co]):
+    """The response entry of a resource: AlterConfigs' or IncrementalAlterConfigs'."""
+
+    def __call__(
+        self, *, error_code: int, error_message: str | None, resource_type: int, resource_name: str
+    ) -> E_co: ...
 
 
 class _Resource:
@@ -149,37 +163,29 @@ class ConfigAdminApis:
         self, request: Request
     ) -> incremental_alter_configs.IncrementalAlterConfigsResponse:
         req = request.body_as(incremental_alter_configs.IncrementalAlterConfigsRequest)
-        items = [
-            _Resource(r.resource_type, r.resource_name, [(c.name, c.config_operation, c.value) for c in r.configs])
-            for r in req.resources
-        ]
-        self._alter_configs(items, req.validate_only, incremental=True)
-        return incremental_alter_configs.IncrementalAlterConfigsResponse(responses=[
-            incremental_alter_configs.AlterConfigsResourceResponse(
-                error_code=i.error, error_message=i.message, resource_type=i.resource_type,
-                resource_name=i.resource_name)
-            for i in items])  # fmt: skip
+        items = [_Resource(r.resource_type, r.resource_name, [(c.name, c.config_operation, c.value) for c in r.configs])
+                 for r in req.resources]  # fmt: skip
+        answers = self._alter_configs(items, req.validate_only, incremental_alter_configs.AlterConfigsResourceResponse,
+                                      incremental=True)  # fmt: skip
+        return incremental_alter_configs.IncrementalAlterConfigsResponse(responses=answers)
 
     def handle_alter_configs(self, request: Request) -> alter_configs.AlterConfigsResponse:
         """The legacy AlterConfigs: each resource's configs are replaced by the request's."""
         req = request.body_as(alter_configs.AlterConfigsRequest)
-        items = [
-            _Resource(r.resource_type, r.resource_name, [(c.name, AlterOp.SET, c.value) for c in r.configs])
-            for r in req.resources
-        ]
-        self._alter_configs(items, req.validate_only, incremental=False)
-        return alter_configs.AlterConfigsResponse(responses=[
-            alter_configs.AlterConfigsResourceResponse(
-                error_code=i.error, error_message=i.message, resource_type=i.resource_type,
-                resource_name=i.resource_name)
-            for i in items])  # fmt: skip
+        items = [_Resource(r.resource_type, r.resource_name, [(c.name, AlterOp.SET, c.value) for c in r.configs])
+                 for r in req.resources]  # fmt: skip
+        answers = self._alter_configs(items, req.validate_only, alter_configs.AlterConfigsResourceResponse,
+                                      incremental=False)  # fmt: skip
+        return alter_configs.AlterConfigsResponse(responses=answers)
 
-    def _alter_configs(self, items: list[_Resource], validate_only: bool, *, incremental: bool) -> None:
+    def _alter_configs(
+        self, items: list[_Resource], validate_only: bool, answer: _ResourceAnswer[R], *, incremental: bool
+    ) -> list[R]:
         """Kafka's two steps: the broker's (``ConfigAdminManager.preprocess``: duplicates,
         null values, resource types, BROKER resources validated against the dynamic
         broker configs), then the controller's (``ConfigurationControlManager``: topic
         configs validated as at creation, the topic must exist), and the result applied
-        live and persisted unless ``validate_only``. Each item gets its outcome."""
+        live and persisted unless ``validate_only``. One answer per resource, in order."""
         seen: dict[tuple[int, str], int] = {}
         for item in items:
             key = (item.resource_type, item.resource_name)
@@ -196,6 +202,11 @@ class ConfigAdminApis:
                 self._alter_topic(item, incremental)
             if not item.failed and not validate_only:
                 self._apply(item)
+        return [
+            answer(error_code=i.error, error_message=i.message, resource_type=i.resource_type,
+                   resource_name=i.resource_name)
+            for i in items
+        ]  # fmt: skip
 
     def _preprocess(self, item: _Resource, incremental: bool) -> None:
         names = [name for name, _op, _value in item.ops]
