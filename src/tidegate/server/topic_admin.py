@@ -12,10 +12,11 @@ a worker thread and the request is answered through ``respond`` when it is done.
 
 from __future__ import annotations
 
+import functools
 import logging
 import uuid
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, TypeVar
 
 from tidegate.config import (
@@ -172,15 +173,6 @@ class TopicAdminApis:
         self._topic_work_busy = True
         self.logs.creating.update(name for _index, name, _partitions, _configs in plans)
 
-        def work() -> list[PreparedPartitions | OSError]:
-            done: list[PreparedPartitions | OSError] = []
-            for _index, name, partitions, configs in plans:
-                try:
-                    done.append(self.logs.prepare_topic(name, partitions, configs))
-                except OSError as exc:
-                    done.append(exc)
-            return done
-
         def on_done(prepared: list[PreparedPartitions | OSError] | None, exc: BaseException | None) -> None:
             try:
                 for n, (index, name, partitions, configs) in enumerate(plans):
@@ -203,7 +195,9 @@ class TopicAdminApis:
                 self.logs.creating.difference_update(name for _index, name, _partitions, _configs in plans)
                 self._topic_work_finished()
 
-        self.replicas.scheduler.submit(work, on_done)
+        work = [functools.partial(self.logs.prepare_topic, name, partitions, configs)
+                for _index, name, partitions, configs in plans]  # fmt: skip
+        self.replicas.scheduler.submit(functools.partial(_prepare_each, work), on_done)
         return PARKED
 
     def _validate_creatable(
@@ -344,15 +338,6 @@ class TopicAdminApis:
             return response
         self._topic_work_busy = True
 
-        def work() -> list[PreparedPartitions | OSError]:
-            done: list[PreparedPartitions | OSError] = []
-            for _result, name, count in plans:
-                try:
-                    done.append(self.logs.prepare_partitions(name, count))
-                except OSError as exc:
-                    done.append(exc)
-            return done
-
         def on_done(prepared: list[PreparedPartitions | OSError] | None, exc: BaseException | None) -> None:
             try:
                 for n, (result, name, count) in enumerate(plans):
@@ -372,7 +357,8 @@ class TopicAdminApis:
             finally:
                 self._topic_work_finished()
 
-        self.replicas.scheduler.submit(work, on_done)
+        work = [functools.partial(self.logs.prepare_partitions, name, count) for _result, name, count in plans]
+        self.replicas.scheduler.submit(functools.partial(_prepare_each, work), on_done)
         return PARKED
 
     def _partitions_error(
@@ -468,6 +454,18 @@ class TopicAdminApis:
                 break
             remaining -= len(partitions)
         return response
+
+
+def _prepare_each(work: Iterable[Callable[[], PreparedPartitions]]) -> list[PreparedPartitions | OSError]:
+    """On a worker thread: each topic's file work (directories, logs, fsyncs), its
+    failure kept in its place so the others still go ahead."""
+    done: list[PreparedPartitions | OSError] = []
+    for prepare in work:
+        try:
+            done.append(prepare())
+        except OSError as exc:
+            done.append(exc)
+    return done
 
 
 def _missing_topic(name: str) -> DescribeTopicPartitionsResponseTopic:
