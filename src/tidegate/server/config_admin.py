@@ -38,6 +38,7 @@ from tidegate.protocol.messages.describe_configs import (
 )
 from tidegate.server.metadata import BrokerConfigStore, TopicStore
 from tidegate.server.replica_manager import ReplicaManager
+from tidegate.utils import INT32_MAX
 from tidegate.utils.topic import InvalidTopicError, validate_topic_name
 
 log = logging.getLogger(__name__)
@@ -341,4 +342,4 @@ def _replaced(ops: Iterable[ConfigOp]) -> dict[str, str]:
 def _is_int(text: str) -> bool:
     """Whether Java's ``Integer.parseInt`` reads ``text`` (an optional sign, digits)."""
     digits = text[1:] if text[:1] in "+-" else text
-    return digits.isascii() and digits.isdigit() and -(2**31) <= int(text) < 2**31
+    return digits.isascii() and digits.isdigit() and -INT32_MAX - 1 <= int(text) <= INT32_MAX
