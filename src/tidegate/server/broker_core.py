@@ -222,7 +222,8 @@ class BrokerCore:
         # ConfigHelper), client quotas, log dirs, the cluster and its KRaft quorum.
         self.topic_admin = TopicAdminApis(config, self.replicas, self.store, self.groups,
                                           respond=respond, metrics=metrics)
-        self.config_admin = ConfigAdminApis(config, self.replicas, self.store, self.broker_configs)
+        self.config_admin = ConfigAdminApis(config, self.replicas, self.store, self.broker_configs,
+                                            group_configs=self.group_configs)
         self.quota_admin = QuotaAdminApis(self.quotas)
         self.log_dir_admin = LogDirAdminApis(self.replicas)
         self.cluster_admin = ClusterAdminApis(config.node_id, self.cluster_id, self.replicas, self.store,

@@ -25,6 +25,7 @@ from tidegate.config import (
 )
 from tidegate.config.alter import AlterConfigError, AlterOp, apply_config_ops
 from tidegate.config.broker import BROKER_CONFIG
+from tidegate.coordinator.group.group_config import GroupConfigManager
 from tidegate.errors import ErrorCode
 from tidegate.network.request_channel import Request
 from tidegate.protocol.messages import alter_configs, incremental_alter_configs
@@ -103,6 +104,7 @@ class ConfigAdminApis:
         replicas: ReplicaManager,
         store: TopicStore,
         broker_configs: BrokerConfigStore,
+        group_configs: GroupConfigManager | None = None,
     ) -> None:
         self.config = config
         self.node_id = config.node_id
@@ -110,6 +112,8 @@ class ConfigAdminApis:
         self.store = store
         #: where the dynamic broker configs are persisted
         self.broker_configs = broker_configs
+        #: the GROUP resources' configs (None: GROUP resources refused)
+        self.group_configs = group_configs
 
     # -- DescribeConfigs (Kafka's ConfigHelper) ------------------------------------------------
     def handle_describe_configs(self, request: Request) -> DescribeConfigsResponse:
@@ -155,6 +159,11 @@ class ConfigAdminApis:
                 )
                 return None
             return self.config.describe(per_broker=bool(name))
+        if r.resource_type == RESOURCE_GROUP and self.group_configs is not None:
+            if not r.resource_name:
+                result.error_code, result.error_message = ErrorCode.invalid_request, "Group name must not be empty."
+                return None
+            return self.group_configs.describe_entries(r.resource_name)
         result.error_code = ErrorCode.invalid_request
         result.error_message = f"Unsupported resource type {r.resource_type}"
         return None
@@ -223,12 +232,32 @@ class ConfigAdminApis:
         rtype = item.resource_type
         if rtype == RESOURCE_BROKER:
             self._preprocess_broker(item, incremental)
+        elif rtype == RESOURCE_GROUP and self.group_configs is not None:
+            self._preprocess_group(item, self.group_configs, incremental)
         elif rtype in _UNSUPPORTED_RESOURCES and (incremental or rtype != RESOURCE_BROKER_LOGGER):
             # Kafka 4.0 has these (log4j levels, KIP-848 group configs, KIP-714 client
             # metrics subscriptions); tidegate does not (docs/protocol.md)
             item.fail(ErrorCode.invalid_request, f"tidegate does not support {_UNSUPPORTED_RESOURCES[rtype]} configs")
         elif rtype != RESOURCE_TOPIC:
             item.fail(ErrorCode.invalid_request, f"Unknown resource type {rtype}")
+
+    def _preprocess_group(self, item: _Resource, group_configs: GroupConfigManager, incremental: bool) -> None:
+        """A GROUP resource (reference 1.15): the group need not exist; an empty name is
+        INVALID_REQUEST, an unknown key or a value the merged configs refuse
+        INVALID_CONFIG."""
+        name = item.resource_name
+        if not name:
+            item.fail(ErrorCode.invalid_request, "Group name must not be empty.")
+            return
+        try:
+            changes = group_configs.changes_of(
+                name, item.ops if incremental else None, None if incremental else _replaced(item.ops)
+            )
+            item.new_configs = group_configs.validate(name, changes)
+        except ConfigError as exc:
+            item.fail(ErrorCode.invalid_config, str(exc))
+        except ValueError as exc:
+            item.fail(ErrorCode.invalid_request, str(exc))
 
     def _preprocess_broker(self, item: _Resource, incremental: bool) -> None:
         """A BROKER resource: "" is the cluster default, else this node's id; the new set
@@ -297,7 +326,10 @@ class ConfigAdminApis:
         new = item.new_configs
         assert new is not None
         try:
-            if item.resource_type == RESOURCE_TOPIC:
+            if item.resource_type == RESOURCE_GROUP and self.group_configs is not None:
+                self.group_configs.alter(name, self.group_configs.changes_of(name, None, new))
+                log.info("group %s configs are now %s", name, new)
+            elif item.resource_type == RESOURCE_TOPIC:
                 if new != self.store.topics[name].configs:
                     self.store.set_configs(name, new)
                     self.logs.topic_config_updated(name)

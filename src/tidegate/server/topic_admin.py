@@ -306,7 +306,7 @@ class TopicAdminApis:
         if self.metrics is not None:
             self.metrics.topics.remove(info.name)
         self.replicas.partitions_removed((info.name, p) for p in range(info.partitions))
-        self.groups.on_topic_deleted(info.name)
+        self.groups.on_topic_deleted(info.name, info.topic_id)
         log.info("deleted topic %s", info.name)
         return DeletableTopicResult(name=info.name, topic_id=info.topic_id)
 
