@@ -167,8 +167,7 @@ TIMESTAMP_MIN_VERSION = {
 COORDINATOR_TYPE_GROUP = 0
 COORDINATOR_TYPE_TRANSACTION = 1
 
-#: A request handler: the answer now (a response message, None for no response, a dict
-#: from a handler not yet building messages), or PARKED
+#: A request handler: the answer now (a response message, None for no response), or PARKED
 Handler = Callable[[Request], Answer | Parked]
 
 

@@ -20,9 +20,8 @@ request and becomes the outcome of ``KafkaApis.handle``; once the handler return
 PARKED it goes to the :class:`~tidegate.network.request_channel.RequestChannel`. A
 handler does not need to know which.
 
-Until every handler builds messages (docs/protocol.md), a handler may still answer with
-a dict of Kafka's field names: :meth:`respond` turns it into the response message with
-``codec.build`` first, so the merge, the metrics and the encoder see messages only.
+Every handler answers with the generated response message (``protocol.messages``), so
+mypy checks every field it sets; the merge, the metrics and the encoder see messages only.
 """
 
 from __future__ import annotations
@@ -41,7 +40,7 @@ from tidegate.network.request_channel import (
     SendResponse,
 )
 from tidegate.protocol.apis import ApiKey
-from tidegate.protocol.codec import build, encode_response, response_class
+from tidegate.protocol.codec import encode_response
 from tidegate.protocol.fetch_fast import (
     Piece,
     SharedPartitions,
@@ -61,9 +60,8 @@ if TYPE_CHECKING:
 
 M = TypeVar("M", bound=Message)
 
-#: A handler's answer: the response message, or None for no response (acks=0). A dict is
-#: the answer of a handler not yet building messages (converted by ``codec.build``).
-Answer: TypeAlias = Message | dict[str, Any] | None
+#: A handler's answer: the response message, or None for no response (acks=0).
+Answer: TypeAlias = Message | None
 #: How a handler class answers a request later: :meth:`RequestHandlerHelper.send_response`.
 Respond: TypeAlias = Callable[[Request, Answer], None]
 
@@ -139,12 +137,7 @@ class RequestHandlerHelper:
 
     def respond(self, request: Request, answer: Answer, shared: SharedPartitions | None = None) -> Response:
         """The merge, quotas, metrics, encoding (Kafka's ``sendResponseMaybeThrottle``)."""
-        header = request.header
-        response: Message | None
-        if isinstance(answer, dict):  # a handler not yet building messages
-            response = build(response_class(header.api_key, header.api_version), answer)
-        else:
-            response = answer
+        response = answer
         if response is not None:
             self.merged(request, response)
         if self.quotas.enabled:
