@@ -20,7 +20,12 @@ from tidegate.server.log_flusher import LogFlusher
 from tidegate.server.log_manager import LogManager
 from tidegate.server.metadata import TopicStore
 from tidegate.server.purgatory import DelayedOperationPurgatory
-from tidegate.server.replica_manager import PartitionResponse, ReplicaManager
+from tidegate.server.replica_manager import (
+    FetchParams,
+    FetchPartition,
+    PartitionResponse,
+    ReplicaManager,
+)
 from tidegate.server.timer import SystemTimer
 
 
@@ -52,6 +57,27 @@ def fetch_status(rm, key, fetch_offset=0, max_bytes=1 << 20, bytes_at_start=0):
     )
 
 
+class Answer:
+    """A parked fetch's answer (a ``FetchAnswer``): records ``what()`` when called with
+    the re-read."""
+
+    abandoned = False
+
+    def __init__(self, what):
+        self.what = what
+        self.results = None
+
+    def __call__(self, results):
+        self.results = results
+        self.what()
+
+
+def parked_fetch(rm, max_wait_ms, min_bytes, statuses, what):
+    """A DelayedFetch of ``statuses`` (re-reading their partitions at completion)."""
+    fetches = [FetchPartition(st.key, st.fetch_offset, st.max_bytes, -1, -1) for st in statuses]
+    return DelayedFetch(FetchParams(max_wait_ms, min_bytes, 1 << 20, 0), statuses, fetches, rm, Answer(what))
+
+
 # -- DelayedFetch --------------------------------------------------------------------
 
 
@@ -61,7 +87,7 @@ def test_fetch_completes_when_min_bytes_arrive_across_partitions(tmp_path):
     purgatory = DelayedOperationPurgatory("Fetch", SystemTimer(clock=clock))
     answered = []
     k0, k1 = ("t", 0), ("t", 1)
-    op = DelayedFetch(500, 200, [fetch_status(rm, k0), fetch_status(rm, k1)], rm,
+    op = parked_fetch(rm, 500, 200, [fetch_status(rm, k0), fetch_status(rm, k1)],
                       lambda: answered.append(clock.milliseconds()))
     assert purgatory.try_complete_else_watch(op, [k0, k1]) is False
     assert purgatory.delayed == 1 and purgatory.watched == 2
@@ -77,7 +103,7 @@ def test_fetch_counts_each_partition_only_up_to_its_max_bytes(tmp_path):
     rm = replicas_with(tmp_path)
     k0 = ("t", 0)
     answered = []
-    op = DelayedFetch(500, 200, [fetch_status(rm, k0, max_bytes=100)], rm, lambda: answered.append(1))
+    op = parked_fetch(rm, 500, 200, [fetch_status(rm, k0, max_bytes=100)], lambda: answered.append(1))
     purgatory = DelayedOperationPurgatory("Fetch", SystemTimer(clock=MockClock()))
     purgatory.try_complete_else_watch(op, [k0])
     append(rm, k0, b"z" * 500)  # far more than min_bytes, but capped at 100 for this partition
@@ -89,7 +115,7 @@ def test_fetch_expires_after_max_wait_not_before(tmp_path):
     clock = MockClock()
     purgatory = DelayedOperationPurgatory("Fetch", SystemTimer(clock=clock))
     answered = []
-    op = DelayedFetch(500, 1, [fetch_status(rm, ("t", 0))], rm, lambda: answered.append(clock.milliseconds()))
+    op = parked_fetch(rm, 500, 1, [fetch_status(rm, ("t", 0))], lambda: answered.append(clock.milliseconds()))
     start = clock.milliseconds()
     purgatory.try_complete_else_watch(op, [("t", 0)])
     clock.advance(499)
@@ -105,9 +131,9 @@ def test_fetch_completes_when_its_partition_is_deleted_or_truncated(tmp_path):
     purgatory = DelayedOperationPurgatory("Fetch", SystemTimer(clock=MockClock()))
     answered = []
     append(rm, ("t", 1), b"a", b"b", b"c")
-    beyond = DelayedFetch(500, 1, [fetch_status(rm, ("t", 1), fetch_offset=3)], rm,
+    beyond = parked_fetch(rm, 500, 1, [fetch_status(rm, ("t", 1), fetch_offset=3)],
                           lambda: answered.append("truncated"))
-    gone = DelayedFetch(500, 1, [fetch_status(rm, ("t", 0))], rm, lambda: answered.append("gone"))
+    gone = parked_fetch(rm, 500, 1, [fetch_status(rm, ("t", 0))], lambda: answered.append("gone"))
     purgatory.try_complete_else_watch(beyond, [("t", 1)])
     purgatory.try_complete_else_watch(gone, [("t", 0)])
     rm.get_log("t", 1).truncate_to(1, 0)

@@ -52,11 +52,15 @@ class RequestContext:
     authenticated: bool = True
 
 
+_RELEASED = bytearray()  # the payload of a request whose buffer went back to the pool
+
+
 class Request:
     """One request handed over by the shell (Kafka's ``RequestChannel.Request``).
 
     ``payload`` is the request's bytes in memory taken from the KIP-72 pool;
-    :meth:`release_buffer` gives that memory back (once; later calls do nothing).
+    :meth:`release_buffer` gives that memory back (once; later calls do nothing) and
+drops the bytes (``payload`` is empty from then on).
     The processor releases it as soon as it no longer needs the bytes: after decoding,
     or for Produce after the append. ``start_ns`` is when the shell began processing it
     (the request quota measures handler time from there).
@@ -115,6 +119,7 @@ class Request:
         if release is not None:
             self._release = None
             release()
+            self.payload = _RELEASED  # a parked request does not keep its bytes
 
     def __repr__(self) -> str:
         header = getattr(self, "header", None)  # unset until decoded

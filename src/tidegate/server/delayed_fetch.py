@@ -24,9 +24,9 @@ encoding, so each further answer costs its header and its write (issue 29).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from tidegate.protocol.fetch_fast import SharedPartitions
 from tidegate.record.file_region import FileRegion
@@ -36,7 +36,12 @@ if TYPE_CHECKING:
     from tidegate.log.log import Log
     from tidegate.protocol.messages.fetch import PartitionData
     from tidegate.server.fetch_session import FetchSession
-    from tidegate.server.replica_manager import FetchPartitionData, ReplicaManager
+    from tidegate.server.replica_manager import (
+        FetchParams,
+        FetchPartition,
+        FetchPartitionData,
+        ReplicaManager,
+    )
 
 #: The largest read a completion batch shares in memory (Kafka's default
 #: max.partition.fetch.bytes): a larger one is sent from the file to each fetch.
@@ -114,45 +119,72 @@ class FetchPartitionStatus:
     appended_at_start: int  # ReplicaManager.appended_bytes for the key then
 
 
+class FetchAnswer(Protocol):
+    """What answers a parked fetch (``KafkaApis``' one slotted object per fetch, which is
+    all a parked fetch keeps of its request): called with the re-read partitions;
+    ``abandoned`` True once its client went away (the completion then neither re-reads
+    nor calls it)."""
+
+    @property
+    def abandoned(self) -> bool: ...
+
+    def __call__(self, results: list[FetchPartitionData], /) -> None: ...
+
+
+class SessionFetchAnswer(Protocol):
+    """What answers a parked incremental fetch: as :class:`FetchAnswer`, and ``select()``
+    names the partitions to read at completion (the session's dirty ones, as (session
+    keys, partitions)); called with those and their re-read."""
+
+    @property
+    def abandoned(self) -> bool: ...
+
+    def select(self) -> tuple[list[Any], list[FetchPartition]]: ...
+
+    def __call__(self, keys: list[Any], partitions: list[FetchPartition], results: list[FetchPartitionData],
+                 /) -> None: ...
+
+
 class _DelayedFetchBase(DelayedOperation):
     """What both parked fetches hold: the bytes that complete them, the replica
-    manager, the answer to send, the isolation level."""
+    manager, the fetch's parameters, the isolation level."""
 
-    __slots__ = ("min_bytes", "read_committed", "replicas", "respond")
+    __slots__ = ("min_bytes", "params", "read_committed", "replicas")
 
-    def __init__(
-        self,
-        delay_ms: int,
-        min_bytes: int,
-        replicas: ReplicaManager,
-        respond: Callable[[], None],
-        read_committed: bool,
-    ) -> None:
-        super().__init__(delay_ms)
-        self.min_bytes = min_bytes
+    def __init__(self, params: FetchParams, replicas: ReplicaManager, read_committed: bool) -> None:
+        super().__init__(params.max_wait_ms)
+        self.min_bytes = params.min_bytes
+        self.params = params
         self.replicas = replicas
-        self.respond = respond
         self.read_committed = read_committed
-
-    def on_complete(self) -> None:
-        self.respond()
 
 
 class DelayedFetch(_DelayedFetchBase):
-    __slots__ = ("partitions",)
+    """A parked fetch of the partitions it names: ``statuses`` to check, ``fetches`` to
+    re-read at completion, for ``answer``."""
+
+    __slots__ = ("answer", "fetches", "partitions")
 
     def __init__(
         self,
-        delay_ms: int,
-        min_bytes: int,
+        params: FetchParams,
         partitions: list[FetchPartitionStatus],
+        fetches: Sequence[FetchPartition],
         replicas: ReplicaManager,
-        respond: Callable[[], None],
+        answer: FetchAnswer,
         *,
         read_committed: bool = False,
     ) -> None:
-        super().__init__(delay_ms, min_bytes, replicas, respond, read_committed)
+        super().__init__(params, replicas, read_committed)
         self.partitions = partitions
+        self.fetches = fetches
+        self.answer = answer
+
+    def on_complete(self) -> None:
+        answer = self.answer
+        if not answer.abandoned:
+            replicas = self.replicas
+            answer(replicas.read_from_log(self.params, self.fetches, replicas.completion_batch)[0])
 
     def try_complete(self) -> bool:
         replicas = self.replicas
@@ -183,20 +215,22 @@ class SessionDelayedFetch(_DelayedFetchBase):
     A deleted partition or a fetch offset outside its log completes it at once. The
     cost of a check is O(dirty), not O(partitions of the session)."""
 
-    __slots__ = ("session",)
+    __slots__ = ("answer", "session")
 
     def __init__(
-        self,
-        delay_ms: int,
-        min_bytes: int,
-        session: FetchSession,
-        replicas: ReplicaManager,
-        respond: Callable[[], None],
-        *,
-        read_committed: bool = False,
+        self, params: FetchParams, session: FetchSession, replicas: ReplicaManager, answer: SessionFetchAnswer,
+        *, read_committed: bool = False,
     ) -> None:
-        super().__init__(delay_ms, min_bytes, replicas, respond, read_committed)
+        super().__init__(params, replicas, read_committed)
         self.session = session
+        self.answer = answer
+
+    def on_complete(self) -> None:
+        answer = self.answer
+        if not answer.abandoned:
+            keys, partitions = answer.select()
+            replicas = self.replicas
+            answer(keys, partitions, replicas.read_from_log(self.params, partitions, replicas.completion_batch)[0])
 
     def try_complete(self) -> bool:
         logs = self.replicas.logs.logs

@@ -32,6 +32,7 @@ this module).
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -546,39 +547,41 @@ class KafkaApis:
         names: dict[Any, str | None] = {}
         partitions: list[FetchPartition] = []
         for key, offset, pmax, cle, lfe in fetch_data:
-            tkey = key[0]
-            if tkey not in names:
-                info = self.store.get_by_id(tkey) if by_id else self.store.get(tkey)
-                names[tkey] = info.name if info is not None else None
-            name = names[tkey]
+            name = _topic_name(self.store, by_id, names, key[0])
             partitions.append(
                 FetchPartition((name, key[1]) if name is not None else None, offset, pmax, cle, lfe)
             )
-        read_committed = params.isolation_level == READ_COMMITTED
-
-        def respond(results: list[FetchPartitionData]) -> None:
-            keys = [entry[0] for entry in fetch_data]
-            session_id = INVALID_SESSION_ID
-            if ctx.kind == "full" and self.fetch_sessions.max_entries > 0:
-                session_id = self.fetch_sessions.maybe_create_session(
-                    self.time.milliseconds(), privileged, len(keys), by_id,
-                    lambda: new_session_partitions(fetch_data, results, (fp.key for fp in partitions)),
-                )
-                session = self.fetch_sessions.get(session_id)
-                if session is not None:
-                    # what the first incremental fetch must read: the partitions this
-                    # response left unsettled (records, errors, data still behind)
-                    self.fetch_sessions.track(session, [
-                        key for key, (_, offset, *_rest), r in zip(keys, fetch_data, results, strict=True)
-                        if not settled(offset, r, read_committed)
-                    ], read_committed)
-            response = FetchResponse(session_id=session_id)
-            batch = self.replicas.completion_batch
-            self._fetch_topics(request, response, by_id, keys, partitions, results, batch)
-            self.request_helper.send_response(request, response, batch.encoded if batch is not None else None)
-
-        self.replicas.fetch_messages(params, partitions, respond, lambda: request.abandoned)
+        del request.body  # a parked fetch keeps what it needs of it (_FetchAnswer)
+        self.replicas.fetch_messages(params, partitions, _FetchAnswer(
+            self, request, ctx, fetch_data, partitions, by_id, privileged, params.isolation_level == READ_COMMITTED,
+        ))
         return PARKED
+
+    def _answer_fetch(self, answer: _FetchAnswer, results: list[FetchPartitionData]) -> None:
+        """Answer a (sessionless or full) fetch with its read ``results``; a full fetch
+        creates its session from them (its partitions left unsettled to read next)."""
+        fetch_data, ctx = answer.fetch_data, answer.ctx
+        keys = [entry[0] for entry in fetch_data]
+        session_id = INVALID_SESSION_ID
+        if ctx.kind == "full" and self.fetch_sessions.max_entries > 0:
+            partitions, read_committed = answer.partitions, answer.read_committed
+            session_id = self.fetch_sessions.maybe_create_session(
+                self.time.milliseconds(), answer.privileged, len(keys), answer.by_id,
+                lambda: new_session_partitions(fetch_data, results, (fp.key for fp in partitions)),
+            )
+            session = self.fetch_sessions.get(session_id)
+            if session is not None:
+                # what the first incremental fetch must read: the partitions this
+                # response left unsettled (records, errors, data still behind)
+                self.fetch_sessions.track(session, [
+                    key for key, (_, offset, *_rest), r in zip(keys, fetch_data, results, strict=True)
+                    if not settled(offset, r, read_committed)
+                ], read_committed)
+        response = FetchResponse(session_id=session_id)
+        batch = self.replicas.completion_batch
+        request = answer.request
+        self._fetch_topics(request, response, answer.by_id, keys, answer.partitions, results, batch)
+        self.request_helper.send_response(request, response, batch.encoded if batch is not None else None)
 
     def _fetch_incremental(
         self, request: Request, ctx: FetchContext, session: FetchSession, by_id: bool, privileged: bool,
@@ -590,20 +593,13 @@ class KafkaApis:
         costs O(changed), not O(N). Every topic of the session is authorized on every
         fetch (Kafka's handleFetchRequest): a denied topic's partitions are answered
         TOPIC_AUTHORIZATION_FAILED (and so stay dirty until allowed again)."""
-        cache = self.fetch_sessions
         read_committed = params.isolation_level == READ_COMMITTED
         offline = self.replicas.log_dir_offline
         if session.read_committed is not read_committed or offline:
             session.mark_all_dirty()  # settled for the other isolation level (or no log dir)
             session.read_committed = read_committed
         names: dict[Any, str | None] = {}
-
-        def name_of(tkey: Any) -> str | None:
-            if tkey not in names:
-                info = self.store.get_by_id(tkey) if by_id else self.store.get(tkey)
-                names[tkey] = info.name if info is not None else None
-            return names[tkey]
-
+        name_of = functools.partial(_topic_name, self.store, by_id, names)
         denied: set[str] = set()
         if not privileged:  # a follower was checked for CLUSTER_ACTION
             topics = {n for n in map(name_of, session.topic_keys()) if n is not None}
@@ -613,34 +609,9 @@ class KafkaApis:
                     if name_of(key[0]) in denied:
                         session.dirty.add(key)
 
-        def select() -> tuple[list[Any], list[FetchPartition]]:
-            keys: list[Any] = []
-            partitions: list[FetchPartition] = []
-            for cp in session.dirty_in_order():
-                key = cp.key
-                name = name_of(key[0])
-                keys.append(key)
-                if name is None or name in denied:
-                    partitions.append(FetchPartition(None, cp.fetch_offset, cp.max_bytes,
-                                                     cp.current_leader_epoch, cp.last_fetched_epoch))
-                    continue
-                tp = (name, key[1])
-                cache.watch(session, cp, tp)
-                partitions.append(FetchPartition(tp, cp.fetch_offset, cp.max_bytes,
-                                                 cp.current_leader_epoch, cp.last_fetched_epoch))
-            return keys, partitions
-
-        def respond(keys: list[Any], partitions: list[FetchPartition], results: list[FetchPartitionData]) -> None:
-            if denied:
-                for i, key in enumerate(keys):
-                    if name_of(key[0]) in denied:
-                        results[i] = FetchPartitionData(ErrorCode.topic_authorization_failed)
-            batch = self.replicas.completion_batch
-            response = self._incremental_fetch_response(request, by_id, ctx, keys, partitions, results,
-                                                        read_committed, batch)
-            self.request_helper.send_response(request, response, batch.encoded if batch is not None else None)
-
-        self.replicas.fetch_session_messages(params, session, select, respond, lambda: request.abandoned)
+        del request.body  # a parked fetch keeps what it needs of it (_IncrementalFetchAnswer)
+        answer = _IncrementalFetchAnswer(self, request, ctx, session, by_id, read_committed, names, denied)
+        self.replicas.fetch_session_messages(params, session, answer)
         return PARKED
 
     def _incremental_fetch_response(
@@ -858,3 +829,102 @@ _ACKS_0_ERROR = "acks=0 produce with an error in a partition: closing the connec
 _NO_TOPIC = object()  # no topic yet, while grouping a fetch response's partitions
 
 __all__ = ["PARKED", "KafkaApis"]
+
+
+def _topic_name(store: TopicStore, by_id: bool, names: dict[Any, str | None], tkey: Any) -> str | None:
+    """The name of the topic a fetch names by ``tkey`` (its id when ``by_id``), None if
+    unknown; remembered in ``names`` (one request's)."""
+    if tkey not in names:
+        info = store.get_by_id(tkey) if by_id else store.get(tkey)
+        names[tkey] = info.name if info is not None else None
+    return names[tkey]
+
+
+class _FetchAnswer:
+    """All a parked (sessionless or full) fetch keeps of its request, to answer it
+    (``KafkaApis._answer_fetch``; a :class:`~tidegate.server.delayed_fetch.FetchAnswer`):
+    one slotted object instead of closures, the decoded request dropped (issue 29:
+    memory per parked long poll)."""
+
+    __slots__ = ("apis", "by_id", "ctx", "fetch_data", "partitions", "privileged", "read_committed", "request")
+
+    def __init__(
+        self, apis: KafkaApis, request: Request, ctx: FetchContext,
+        fetch_data: list[tuple[SessionKey, int, int, int, int]], partitions: list[FetchPartition], by_id: bool,
+        privileged: bool, read_committed: bool,
+    ) -> None:
+        self.apis = apis
+        self.request = request
+        self.ctx = ctx
+        self.fetch_data = fetch_data
+        self.partitions = partitions
+        self.by_id = by_id
+        self.privileged = privileged
+        self.read_committed = read_committed
+
+    @property
+    def abandoned(self) -> bool:
+        return self.request.abandoned
+
+    def __call__(self, results: list[FetchPartitionData]) -> None:
+        self.apis._answer_fetch(self, results)
+
+
+class _IncrementalFetchAnswer:
+    """All a parked incremental fetch keeps of its request (a
+    :class:`~tidegate.server.delayed_fetch.SessionFetchAnswer`): ``select`` names the
+    session's dirty partitions to read (watching them), the call answers with what
+    changed; a topic the request may not read answers TOPIC_AUTHORIZATION_FAILED."""
+
+    __slots__ = ("apis", "by_id", "ctx", "denied", "names", "read_committed", "request", "session")
+
+    def __init__(
+        self, apis: KafkaApis, request: Request, ctx: FetchContext, session: FetchSession, by_id: bool,
+        read_committed: bool, names: dict[Any, str | None], denied: set[str],
+    ) -> None:
+        self.apis = apis
+        self.request = request
+        self.ctx = ctx
+        self.session = session
+        self.by_id = by_id
+        self.read_committed = read_committed
+        self.names = names
+        self.denied = denied
+
+    @property
+    def abandoned(self) -> bool:
+        return self.request.abandoned
+
+    def name_of(self, tkey: Any) -> str | None:
+        return _topic_name(self.apis.store, self.by_id, self.names, tkey)
+
+    def select(self) -> tuple[list[Any], list[FetchPartition]]:
+        cache = self.apis.fetch_sessions
+        session, denied, name_of = self.session, self.denied, self.name_of
+        keys: list[Any] = []
+        partitions: list[FetchPartition] = []
+        for cp in session.dirty_in_order():
+            key = cp.key
+            name = name_of(key[0])
+            keys.append(key)
+            if name is None or name in denied:
+                partitions.append(FetchPartition(None, cp.fetch_offset, cp.max_bytes,
+                                                 cp.current_leader_epoch, cp.last_fetched_epoch))
+                continue
+            tp = (name, key[1])
+            cache.watch(session, cp, tp)
+            partitions.append(FetchPartition(tp, cp.fetch_offset, cp.max_bytes,
+                                             cp.current_leader_epoch, cp.last_fetched_epoch))
+        return keys, partitions
+
+    def __call__(self, keys: list[Any], partitions: list[FetchPartition], results: list[FetchPartitionData]) -> None:
+        if self.denied:
+            for i, key in enumerate(keys):
+                if self.name_of(key[0]) in self.denied:
+                    results[i] = FetchPartitionData(ErrorCode.topic_authorization_failed)
+        apis = self.apis
+        batch = apis.replicas.completion_batch
+        request = self.request
+        response = apis._incremental_fetch_response(request, self.by_id, self.ctx, keys, partitions, results,
+                                                    self.read_committed, batch)
+        apis.request_helper.send_response(request, response, batch.encoded if batch is not None else None)

@@ -55,9 +55,11 @@ from tidegate.record.record_batch import (
 )
 from tidegate.server.delayed_fetch import (
     DelayedFetch,
+    FetchAnswer,
     FetchCompletionBatch,
     FetchPartitionStatus,
     SessionDelayedFetch,
+    SessionFetchAnswer,
 )
 from tidegate.server.delayed_produce import DelayedProduce
 from tidegate.server.fetch_session import FetchSession, FetchSessionCache, session_watch_key
@@ -621,18 +623,11 @@ class ReplicaManager:
             remaining -= len(records)
         return out, total
 
-    def fetch_messages(
-        self,
-        params: FetchParams,
-        partitions: Sequence[FetchPartition],
-        callback: Callable[[list[FetchPartitionData]], None],
-        abandoned: Callable[[], bool] | None = None,
-    ) -> None:
+    def fetch_messages(self, params: FetchParams, partitions: Sequence[FetchPartition], answer: FetchAnswer) -> None:
         """Read now; answer at once if ``max_wait_ms`` <= 0, ``min_bytes`` are there, a
         partition has an error or there are no partitions. Otherwise park a DelayedFetch
         until ``min_bytes`` arrive, a partition goes away, or ``max_wait_ms`` passes, and
-        then re-read and answer. ``abandoned()`` True at completion (the client went
-        away) skips the re-read and the callback."""
+        then re-read and answer (unless ``answer.abandoned``: the client went away)."""
         results, total = self.read_from_log(params, partitions)
         if (
             params.max_wait_ms <= 0
@@ -640,7 +635,7 @@ class ReplicaManager:
             or not partitions
             or any(r.error is not ErrorCode.none or r.diverging_epoch is not None for r in results)
         ):
-            callback(results)
+            answer(results)
             return
         appended = self.appended_bytes
         logs = self.logs.logs
@@ -653,43 +648,26 @@ class ReplicaManager:
                     appended.get(fp.key, 0),
                 )
             )
-
-        def respond() -> None:
-            if abandoned is None or not abandoned():
-                callback(self.read_from_log(params, partitions, self.completion_batch)[0])
-
-        op = DelayedFetch(params.max_wait_ms, params.min_bytes, statuses, self, respond,
+        op = DelayedFetch(params, statuses, partitions, self, answer,
                           read_committed=params.isolation_level == READ_COMMITTED)
         self.fetch_purgatory.try_complete_else_watch(op, [st.key for st in statuses])
 
-    def fetch_session_messages(
-        self,
-        params: FetchParams,
-        session: FetchSession,
-        select: Callable[[], tuple[list[Any], list[FetchPartition]]],
-        callback: Callable[[list[Any], list[FetchPartition], list[FetchPartitionData]], None],
-        abandoned: Callable[[], bool] | None = None,
-    ) -> None:
-        """An incremental fetch: as :meth:`fetch_messages`, for the partitions ``select()``
-        names (the session's dirty ones, as (session keys, partitions)), chosen again
-        when a parked fetch completes. A parked fetch waits on the session's one key and
-        its checks cost O(dirty partitions) (:class:`SessionDelayedFetch`)."""
-        keys, partitions = select()
+    def fetch_session_messages(self, params: FetchParams, session: FetchSession, answer: SessionFetchAnswer) -> None:
+        """An incremental fetch: as :meth:`fetch_messages`, for the partitions
+        ``answer.select()`` names (the session's dirty ones, as (session keys,
+        partitions)), chosen again when a parked fetch completes. A parked fetch waits on
+        the session's one key and its checks cost O(dirty partitions)
+        (:class:`SessionDelayedFetch`)."""
+        keys, partitions = answer.select()
         results, total = self.read_from_log(params, partitions)
         if (
             params.max_wait_ms <= 0
             or total >= params.min_bytes
             or any(r.error is not ErrorCode.none or r.diverging_epoch is not None for r in results)
         ):
-            callback(keys, partitions, results)
+            answer(keys, partitions, results)
             return
-
-        def respond() -> None:
-            if abandoned is None or not abandoned():
-                keys, partitions = select()
-                callback(keys, partitions, self.read_from_log(params, partitions, self.completion_batch)[0])
-
-        op = SessionDelayedFetch(params.max_wait_ms, params.min_bytes, session, self, respond,
+        op = SessionDelayedFetch(params, session, self, answer,
                                  read_committed=params.isolation_level == READ_COMMITTED)
         self.fetch_purgatory.try_complete_else_watch(op, [session_watch_key(session)])
 
