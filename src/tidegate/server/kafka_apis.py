@@ -552,18 +552,21 @@ class KafkaApis:
                 FetchPartition((name, key[1]) if name is not None else None, offset, pmax, cle, lfe)
             )
         del request.body  # a parked fetch keeps what it needs of it (_FetchAnswer)
+        # a sessionless fetch keeps only its keys; a full one its request's partitions too
+        # (for the session it creates)
+        keys = [entry[0] for entry in fetch_data]
         self.replicas.fetch_messages(params, partitions, _FetchAnswer(
-            self, request, ctx, fetch_data, partitions, by_id, privileged, params.isolation_level == READ_COMMITTED,
+            self, request, keys, fetch_data if ctx.kind == "full" else None, partitions, by_id, privileged,
+            params.isolation_level == READ_COMMITTED,
         ))
         return PARKED
 
     def _answer_fetch(self, answer: _FetchAnswer, results: list[FetchPartitionData]) -> None:
         """Answer a (sessionless or full) fetch with its read ``results``; a full fetch
         creates its session from them (its partitions left unsettled to read next)."""
-        fetch_data, ctx = answer.fetch_data, answer.ctx
-        keys = [entry[0] for entry in fetch_data]
+        fetch_data, keys = answer.fetch_data, answer.keys
         session_id = INVALID_SESSION_ID
-        if ctx.kind == "full" and self.fetch_sessions.max_entries > 0:
+        if fetch_data is not None and self.fetch_sessions.max_entries > 0:
             partitions, read_committed = answer.partitions, answer.read_committed
             session_id = self.fetch_sessions.maybe_create_session(
                 self.time.milliseconds(), answer.privileged, len(keys), answer.by_id,
@@ -846,16 +849,18 @@ class _FetchAnswer:
     one slotted object instead of closures, the decoded request dropped (issue 29:
     memory per parked long poll)."""
 
-    __slots__ = ("apis", "by_id", "ctx", "fetch_data", "partitions", "privileged", "read_committed", "request")
+    __slots__ = ("apis", "by_id", "fetch_data", "keys", "partitions", "privileged", "read_committed", "request")
 
     def __init__(
-        self, apis: KafkaApis, request: Request, ctx: FetchContext,
-        fetch_data: list[tuple[SessionKey, int, int, int, int]], partitions: list[FetchPartition], by_id: bool,
-        privileged: bool, read_committed: bool,
+        self, apis: KafkaApis, request: Request, keys: list[SessionKey],
+        fetch_data: list[tuple[SessionKey, int, int, int, int]] | None, partitions: list[FetchPartition],
+        by_id: bool, privileged: bool, read_committed: bool,
     ) -> None:
         self.apis = apis
         self.request = request
-        self.ctx = ctx
+        self.keys = keys
+        #: a full fetch's partitions as requested (its session is made of them); None
+        #: for a sessionless one
         self.fetch_data = fetch_data
         self.partitions = partitions
         self.by_id = by_id
