@@ -147,3 +147,28 @@ def test_a_read_over_the_shared_limit_is_made_by_each_fetch_from_the_file(h, rea
         response = h.channel.response_to(request)
         assert any(isinstance(p, FileRegion) for p in response.pieces)
         release_pieces(response.pieces)
+
+
+def test_fetches_expiring_at_one_tick_share_the_read(h, reads):
+    """Fetches whose min bytes never came expire together: one read for all of them
+    (the first from the file as alone, the second for the others), each answered with
+    what is there, in parking order."""
+    h.create_topic("slow")
+    h.produce("slow", 0, build_batch([Record(b"not enough")]))
+    body = fetch_body([("slow", None, [(0, 0, 1 << 20)])], max_wait=500, min_bytes=1 << 20)
+    parked = [h.park(FETCH, 12, body) for _ in range(8)]
+    reads[0] = 0
+    h.loop.advance(499)
+    assert h.replicas.fetch_purgatory.delayed == 8 and reads[0] == 0
+    h.loop.advance(1)
+    assert h.replicas.fetch_purgatory.delayed == 0
+    assert reads[0] == 2
+    assert h.replicas.completion_batch is None
+    answered = [req for req, _resp in h.channel.responses if req.header.api_key == FETCH]
+    assert answered == [req for req, _cid in parked]
+    records = set()
+    for request, cid in parked:
+        part = h.answer(request, cid).responses[0].partitions[0]
+        assert part.error_code == ErrorCode.none and part.high_watermark == 1
+        records.add(bytes(part.records))
+    assert len(records) == 1 and records.pop()

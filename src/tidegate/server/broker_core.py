@@ -256,7 +256,9 @@ class BrokerCore:
         # The one scheduler drives every timer: delayed operations and throttles.
         self.reaper = TimerReaper(scheduler.call_at)
         for purgatory in self.purgatories:
-            self.reaper.add_purgatory(purgatory)
+            # fetches expiring at one tick share their reads (ReplicaManager.expire_fetches)
+            advance = self.replicas.expire_fetches if purgatory is self.replicas.fetch_purgatory else None
+            self.reaper.add_purgatory(purgatory, advance)
         for name, timer in self.quotas.throttle_timers():
             self.reaper.add_timer(name, timer)
         self.reaper.add_timer("TransactionCoordinator", self.transaction_timer)

@@ -33,11 +33,12 @@ its data overlaps.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
 import logging
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
@@ -439,17 +440,30 @@ class ReplicaManager:
         """Parked fetches (and share fetches) on appended partitions, and the parked
         fetches of the sessions holding them, try to complete."""
         check = self.fetch_purgatory.check_and_complete
-        outer = self.completion_batch
-        if outer is None:
-            self.completion_batch = FetchCompletionBatch()
-        try:
+        with self._completion_batch():
             for key in appended + sessions:
                 check(key)
-        finally:
-            if outer is None:
-                self.completion_batch = None
         if self.share_fetch_wakeup is not None:
             self.share_fetch_wakeup(appended)
+
+    def expire_fetches(self) -> bool:
+        """The fetch purgatory's timer advance (``TimerReaper``): the fetches expiring at
+        one tick (no append completed them) share their reads like an append's wake-up."""
+        with self._completion_batch():
+            return self.fetch_purgatory.advance_clock()
+
+    @contextlib.contextmanager
+    def _completion_batch(self) -> Iterator[None]:
+        """Fetches completed meanwhile share a :class:`FetchCompletionBatch` (a nested
+        wake-up joins the outer one)."""
+        if self.completion_batch is not None:
+            yield
+            return
+        self.completion_batch = FetchCompletionBatch()
+        try:
+            yield
+        finally:
+            self.completion_batch = None
 
     def _verify_transactional(
         self, entries: Mapping[TopicPartition, Any], transactional_id: str | None, generic_errors: bool

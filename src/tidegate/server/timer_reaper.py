@@ -40,9 +40,13 @@ class TimerReaper:
         self._firing = False
         self.wakeups = 0  # how often it fired (tests check it does not spin)
 
-    def add_purgatory(self, purgatory: DelayedOperationPurgatory) -> None:
+    def add_purgatory(
+        self, purgatory: DelayedOperationPurgatory, advance: Callable[[], object] | None = None
+    ) -> None:
+        """Expire ``purgatory``'s operations when due, by ``advance`` (its
+        ``advance_clock`` unless given: one that wraps it)."""
         self.purgatories.append(purgatory)
-        self.add_timer(purgatory.name, purgatory.timer, purgatory.advance_clock)
+        self.add_timer(purgatory.name, purgatory.timer, advance if advance is not None else purgatory.advance_clock)
 
     def add_timer(self, name: str, timer: SystemTimer, advance: Callable[[], object] | None = None) -> None:
         self._timers.append((name, timer, advance if advance is not None else timer.advance_clock))
