@@ -21,26 +21,34 @@ class MuteReason(enum.Flag):
 
 
 class ChannelMuteState:
-    __slots__ = ("reasons",)
+    """A connection's mute reasons, kept as the bits of their values: every request
+    mutes and unmutes its connection (IN_FLIGHT), and an ``enum.Flag`` operation is a
+    Python call, several per request; ``reasons`` gives them as a :class:`MuteReason`."""
+
+    __slots__ = ("bits",)
 
     def __init__(self) -> None:
-        self.reasons = MuteReason.NONE
+        self.bits = 0
+
+    @property
+    def reasons(self) -> MuteReason:
+        return MuteReason(self.bits)
 
     @property
     def muted(self) -> bool:
-        return bool(self.reasons)
+        return self.bits != 0
 
     def mute(self, reason: MuteReason) -> bool:
         """Add a reason; True if the channel went from readable to muted."""
-        was = bool(self.reasons)
-        self.reasons |= reason
+        was = self.bits
+        self.bits = was | reason._value_
         return not was
 
     def unmute(self, reason: MuteReason) -> bool:
         """Drop a reason; True if no reason is left and the channel becomes readable."""
-        was = bool(self.reasons)
-        self.reasons &= ~reason
-        return was and not self.reasons
+        was = self.bits
+        self.bits = now = was & ~reason._value_
+        return was != 0 and now == 0
 
     def has(self, reason: MuteReason) -> bool:
-        return bool(self.reasons & reason)
+        return (self.bits & reason._value_) != 0
