@@ -60,7 +60,7 @@ class Request:
 
     ``payload`` is the request's bytes in memory taken from the KIP-72 pool;
     :meth:`release_buffer` gives that memory back (once; later calls do nothing) and
-drops the bytes (``payload`` is empty from then on).
+drops the bytes (``payload`` is empty from then on; ``size`` stays its length).
     The processor releases it as soon as it no longer needs the bytes: after decoding,
     or for Produce after the append. ``start_ns`` is when the shell began processing it
     (the request quota measures handler time from there).
@@ -83,7 +83,7 @@ drops the bytes (``payload`` is empty from then on).
 
     __slots__ = (
         "_release", "abandoned", "answered", "authz_merge", "body", "context", "header", "in_handler",
-        "payload", "start_ns",
+        "payload", "size", "start_ns",
     )  # fmt: skip
 
     header: RequestHeader
@@ -98,6 +98,7 @@ drops the bytes (``payload`` is empty from then on).
     ) -> None:
         self.context = context
         self.payload = payload
+        self.size = len(payload)  # the request's size (quotas count it after the release)
         self._release = release
         self.start_ns = start_ns
         self.abandoned = False

@@ -168,7 +168,7 @@ class RequestHandlerHelper:
         exempt = key == ApiKey.API_VERSIONS or (
             key in (ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE) and not ctx.authenticated
         )
-        return _QuotaRequest(ctx.principal, header.client_id or "", exempt, len(request.payload))
+        return _QuotaRequest(ctx.principal, header.client_id or "", exempt, request.size)
 
     def _elapsed_ns(self, request: Request) -> int:
         return max(self.time.nanoseconds() - request.start_ns, 0)
