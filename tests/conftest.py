@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import select
 import socket
 import subprocess
 import time
@@ -19,6 +20,14 @@ def free_port() -> int:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
+
+
+def readable(sock: socket.socket, timeout: float) -> bool:
+    """Whether ``sock`` has bytes (or EOF) to read within ``timeout`` seconds. ``poll``, not
+    ``select``: a test process may hold descriptors numbered past select's 1024."""
+    poller = select.poll()
+    poller.register(sock, select.POLLIN)
+    return bool(poller.poll(max(0, int(timeout * 1000))))
 
 def wait_until(
     cond: Callable[[], object],

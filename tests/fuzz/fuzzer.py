@@ -34,7 +34,6 @@ import argparse
 import dataclasses
 import datetime
 import random
-import select
 import socket
 import struct
 import tempfile
@@ -51,6 +50,7 @@ import psutil
 from kio.index import load_request_schema
 from kio.static.primitive import Records
 
+from tests.conftest import readable
 from tests.integration.rawclient import RawClient, encode_request, frame
 from tidegate.log.config import LogConfig
 from tidegate.log.local_log import CLEAN_SHUTDOWN_FILE, RECOVERY_POINT_FILE
@@ -300,7 +300,7 @@ class Fuzzer:
             self._drop()  # closed while we were still sending
             self.outcomes.closed += 1
             return self._after("closed", data)
-        ready, _, _ = select.select([conn.sock], [], [], SILENT_AFTER_S)
+        ready = readable(conn.sock, SILENT_AFTER_S)
         if not ready:
             self._drop()
             self.outcomes.silent += 1

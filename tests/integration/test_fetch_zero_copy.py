@@ -6,7 +6,6 @@ connection."""
 
 import os
 import re
-import select
 import socket
 import ssl
 import struct
@@ -15,7 +14,7 @@ import urllib.request
 
 import pytest
 
-from tests.conftest import metrics_overrides, wait_until
+from tests.conftest import metrics_overrides, readable, wait_until
 from tests.integration.rawclient import (
     RawClient,
     create_topics_body,
@@ -63,8 +62,7 @@ def test_segment_deleted_mid_send_still_sends_and_memory_stays_bounded(broker_fa
         slow.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
         cid = slow.send(1, 12, fetch_body("zc", 0, partition_max_bytes=64 * 1024 * 1024))
         # the response has begun (its regions were taken from segment 0) before the delete
-        readable, _, _ = select.select([slow.sock], [], [], 10)
-        assert readable, "no response bytes within 10 s"
+        assert readable(slow.sock, 10), "no response bytes within 10 s"
         time.sleep(0.2)  # and the broker's socket buffer has filled
         # held: at most one chunk of a region in the transport, not the 8 MiB response
         held = gauge(b.metrics_url, "kafka_network_socketserver_responsememoryinflight")

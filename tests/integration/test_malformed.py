@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import io
 import random
-import select
 import socket
 import struct
 import time
@@ -24,7 +23,7 @@ import pytest
 from kio.index import load_request_schema
 from kio.serial import entity_writer
 
-from tests.conftest import wait_until
+from tests.conftest import readable, wait_until
 from tests.kio_codec import build
 from tidegate.errors import ErrorCode
 from tidegate.protocol.apis import SUPPORTED_APIS, ApiKey
@@ -480,7 +479,7 @@ def test_the_event_loop_keeps_answering_while_a_large_topic_is_created(broker):
         answered_meanwhile = 0
         slowest = 0.0
         start = time.monotonic()
-        while not select.select([creator.sock], [], [], 0.02)[0]:
+        while not readable(creator.sock, 0.02):
             assert time.monotonic() - start < 60, "CreateTopics not answered within 60 s"
             t0 = time.monotonic()
             av = other.request(18, 3, {"client_software_name": "t", "client_software_version": "1"})

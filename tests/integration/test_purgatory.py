@@ -25,7 +25,6 @@ import asyncio
 import importlib.util
 import random
 import re
-import select
 import statistics
 import sys
 import threading
@@ -35,7 +34,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer, TopicPartition
 
-from tests.conftest import metrics_overrides, wait_until
+from tests.conftest import metrics_overrides, readable, wait_until
 from tidegate.errors import ErrorCode
 from tidegate.record.batch_builder import Record, build_batch
 
@@ -81,10 +80,6 @@ def gauge(url: str, name: str, op: str | None = None) -> float | None:
 def wait_gauge(url: str, name: str, op: str, want: float, timeout: float = 10.0) -> None:
     wait_until(lambda: gauge(url, name, op) == want, timeout,
                what=f"{name}{{delayedOperation={op}}} == {want}")  # fmt: skip
-
-
-def readable(c: RawClient, timeout: float) -> bool:
-    return bool(select.select([c.sock], [], [], timeout)[0])
 
 
 def park_fetch(bootstrap: str, topic: str, offset: int = 0, **kw) -> RawClient:
@@ -251,11 +246,11 @@ def test_min_bytes_waits_for_enough_produces(broker):
             for n in (1, 2):
                 part = produce_partition(c, topic, repeated_batch(b"x" * 200))
                 assert part.error_code == ErrorCode.none
-                assert not readable(fetcher, 0.3), f"answered after produce {n} of 3"
+                assert not readable(fetcher.sock, 0.3), f"answered after produce {n} of 3"
             part = produce_partition(c, topic, repeated_batch(b"x" * 200))
             assert part.error_code == ErrorCode.none
             t0 = time.monotonic()
-            assert readable(fetcher, 5), "not answered after the third produce"
+            assert readable(fetcher.sock, 5), "not answered after the third produce"
             waited = time.monotonic() - t0
             part = answer(fetcher).responses[0].partitions[0]
     assert part.error_code == ErrorCode.none
@@ -272,11 +267,11 @@ def test_deleting_the_topic_answers_a_parked_fetch(broker):
         create_topic(c, topic, client="raw")
         fetcher = park_fetch(broker.bootstrap, topic, max_wait=15_000)
         with fetcher:
-            assert not readable(fetcher, 0.3)
+            assert not readable(fetcher.sock, 0.3)
             resp = c.request(20, 5, {"topic_names": [topic], "timeout": 5000})
             assert resp.responses[0].error_code == ErrorCode.none
             t0 = time.monotonic()
-            assert readable(fetcher, 5), "the parked fetch was not answered after the delete"
+            assert readable(fetcher.sock, 5), "the parked fetch was not answered after the delete"
             waited = time.monotonic() - t0
             part = answer(fetcher).responses[0].partitions[0]
     measured(
@@ -381,7 +376,7 @@ def test_purgatory_gauges_follow_parked_fetches(broker_factory):
             woke = produce_partition(c, topic, repeated_batch(b"wake"))
             assert woke.error_code == ErrorCode.none
             for f in fetchers:
-                assert readable(f, 5)
+                assert readable(f.sock, 5)
                 assert answer(f).responses[0].partitions[0].records
             wait_gauge(url, FETCH_GAUGE, "Fetch", 0)
             wait_gauge(url, FETCH_SIZE_GAUGE, "Fetch", 0)
@@ -393,7 +388,7 @@ def test_purgatory_gauges_follow_parked_fetches(broker_factory):
         fetchers = [park_fetch(b.bootstrap, topic, 1, max_wait=300) for _ in range(3)]
         try:
             for f in fetchers:
-                assert readable(f, 5)
+                assert readable(f.sock, 5)
                 assert not answer(f).responses[0].partitions[0].records
         finally:
             for f in fetchers:
@@ -414,7 +409,7 @@ def test_sigterm_answers_parked_long_polls_and_exits_0(broker_factory):
         rc = b.stop(timeout=5)
         took = time.monotonic() - t0
         for f in fetchers:
-            assert readable(f, 1), "a parked fetch got no answer before the broker exited"
+            assert readable(f.sock, 1), "a parked fetch got no answer before the broker exited"
             part = answer(f).responses[0].partitions[0]
             assert part.error_code == ErrorCode.none and not part.records
     finally:
@@ -600,7 +595,7 @@ def test_one_produce_answers_200_parked_long_polls_with_the_same_bytes(broker):
         assert producer.flush(10) == 0
         frames = set()
         for c in clients:
-            assert readable(c, 30)
+            assert readable(c.sock, 30)
             frame = c.recv_frame()
             assert int.from_bytes(frame[:4], "big") == c.pending_cid
             frames.add(frame[4:])  # all but the correlation id

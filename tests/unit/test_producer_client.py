@@ -4,13 +4,13 @@ a tiny fake broker."""
 
 from __future__ import annotations
 
-import select
 import socket
 import struct
 import time
 
 import pytest
 
+from tests.conftest import readable
 from tests.fake_broker import SILENT, AtVersion, FakeBroker
 from tests.kio_codec import build, encode_body, response_class
 from tidegate.client import KafkaClient, parse_bootstrap
@@ -31,7 +31,7 @@ def test_parse_bootstrap():
 
 def _readable(sock) -> None:
     """Until ``sock`` has something to read (data or EOF): a wait on the socket, not a sleep."""
-    assert select.select([sock], [], [], 10.0)[0], "nothing arrived"
+    assert readable(sock, 10.0), "nothing arrived"
 
 
 def _connected_pair():
