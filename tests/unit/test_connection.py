@@ -316,6 +316,23 @@ def test_connection_closed_with_a_request_in_flight_gives_its_memory_back():
     main()
 
 
+def test_a_request_in_flight_is_abandoned_before_the_disconnect_listeners_run():
+    """Ending the share session (a disconnect listener) releases records and wakes parked
+    share fetches, this connection's own among them: it must already be abandoned then,
+    or it takes the records back for a member whose session is gone."""
+    seen = []
+    pool = SimpleMemoryPool(1000, 1000, strict=False, debug=True, clock=MockClock())
+    proc = HoldingProcessor()
+    server, loop = serve(proc, pool, 1000,
+                         disconnect_listeners=[lambda _id: seen.append(proc.requests[0][1].abandoned)])
+    a, _ta = connect(server)
+    push(a, frame(b"a" * 10))
+    assert a.in_flight is proc.requests[0][1]
+    a.connection_lost(None)
+    loop.run_pending()
+    assert seen == [True] and a.in_flight is None and server.parked == 0
+
+
 def test_closed_memory_muted_connection_is_forgotten():
     def main():
         pool = SimpleMemoryPool(100, 100, strict=False, debug=True, clock=MockClock())

@@ -228,6 +228,13 @@ class KafkaConnection(asyncio.BufferedProtocol):
         server = self.server
         if server.connections.get(self.connection_id) is self:
             del server.connections[self.connection_id]
+        request = self.in_flight
+        if request is not None:
+            # Abandoned before the disconnect listeners run: ending a share session
+            # releases its member's records and wakes parked share fetches, this
+            # connection's own among them, which must not acquire them again for a
+            # member whose session is gone (nobody would acknowledge them).
+            request.abandoned = True
         server.connection_closed(self)
         server.memory_muted.pop(self, None)
         task = self._send_task
@@ -235,12 +242,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
             task.cancel()  # its regions are closed by the task's cleanup
         if self.transport_layer is not None:
             self.transport_layer.writable_again()
-        request = self.in_flight
         if request is not None:
             # The request stays in its purgatory until it completes or expires; its
             # answer is dropped then (abandoned) and its memory comes back now.
             self.in_flight = None
-            request.abandoned = True
             request.release_buffer()
             server.request_done()
 
