@@ -199,12 +199,17 @@ class Consumer:
         self.connection_id = connection_id
         self.epoch = 0
         self.version = 1
+        #: every request's "the client went away" (the shell's ``request.abandoned``)
         self.abandoned = False
+        #: the current connection's: set when it closes (see :meth:`disconnect`)
+        self._gone = [False]
         self.topic_authorized: Any = None
 
     def context(self) -> ShareRequestContext:
+        gone = self._gone
         return ShareRequestContext(self.version, self.connection_id, ("localhost", 9092),
-                                   topic_authorized=self.topic_authorized, abandoned=lambda: self.abandoned)
+                                   topic_authorized=self.topic_authorized,
+                                   abandoned=lambda: self.abandoned or gone[0])
 
     def _next_epoch(self, call: Call, epoch: int | None) -> None:
         def update(response: Any) -> None:
@@ -263,7 +268,14 @@ class Consumer:
         return call
 
     def disconnect(self) -> None:
+        """The connection closes as the socket server closes one: the request parked
+        on it is abandoned, so it never answers nor acquires (a client cannot read an
+        answer on a closed connection), then the disconnect listener runs (the session
+        ends, the member's records are released). The next request comes on a new
+        connection."""
+        self._gone[0] = True
         self.broker.spm.connection_closed(self.connection_id)
+        self._gone = [False]
         self.broker.run()
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from tests.unit.share_fetching import (
@@ -63,6 +63,8 @@ class Model:
         self.done: set[int] = set()
         self.produced = 0
         self.pending: list[tuple[int, Call]] = []
+        #: fetches parked when their connection closed (never answered)
+        self.abandoned: list[Call] = []
 
     def expire(self) -> None:
         now = self.broker.now
@@ -91,6 +93,7 @@ class Model:
 
     def settle(self) -> None:
         """Check the parked fetches that were answered meanwhile (in answer order)."""
+        assert not any(call.done for call in self.abandoned)
         answered = sorted((c.at, i, m, c) for i, (m, c) in enumerate(self.pending) if c.done)
         self.pending = [(m, c) for m, c in self.pending if not c.done]
         for _at, _i, m, call in answered:
@@ -130,6 +133,12 @@ class Model:
             c.disconnect()
             c.epoch = 0
             self.holding[m].clear()
+            # Its parked fetch must never answer (abandoned with the connection): the
+            # client cannot read it, and the records it would acquire would be locked to
+            # a member whose session ended (its ShareAcknowledge at epoch > 0 answers
+            # SHARE_SESSION_NOT_FOUND, as Kafka's does).
+            self.abandoned += [call for pm, call in self.pending if pm == m]
+            self.pending = [(pm, call) for pm, call in self.pending if pm != m]
         self.settle()
 
     def parked(self, m: int) -> bool:
@@ -176,6 +185,15 @@ class Model:
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(op, min_size=5, max_size=50))
+# Member 0's fetch parks (member 2 holds everything), its connection closes, member 2's
+# release wakes the parked fetch: abandoned, it answers nothing and acquires nothing.
+@example([("fetch", 2, 3, 0, 1, False, 1)] + [("fetch", 0, 1, 0, 1, False, 1)] * 6
+         + [("fetch", 0, 1, 300, 1, False, 1), ("disconnect", 0, 1, 0, 1, False, 1),
+            ("ack", 2, 1, 0, 2, False, 1), ("ack", 0, 1, 0, 1, False, 1)])
+# Member 0 holds records and its fetch parks when its connection closes: the release
+# wakes that fetch, which must not take them back for the ended session.
+@example([("fetch", 0, 8, 0, 1, False, 1), ("fetch", 0, 1, 300, 1, False, 1),
+          ("disconnect", 0, 1, 0, 1, False, 1)])
 def test_members_never_hold_one_record_at_once(operations):
     with tempfile.TemporaryDirectory() as d:
         broker = Broker(Path(d))

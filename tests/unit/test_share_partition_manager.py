@@ -656,6 +656,39 @@ def test_connection_close_releases_and_wakes(broker):
     assert call.done and acquired(call.response, tp) == [(0, 2, 2)]
 
 
+def test_disconnect_abandons_the_parked_fetch_and_ends_the_session(broker):
+    """A member's fetch parks and its connection closes: the release that wakes the
+    fetch hands it nothing (abandoned: its client cannot read an answer), and the
+    member's ShareAcknowledge at its old epoch answers SHARE_SESSION_NOT_FOUND (the
+    disconnect listener ended the session, as Kafka's does); a session opened again
+    at epoch 0 gets the released records (the fuzz test's example)."""
+    tp = one_partition(broker, 3)
+    a, b = broker.consumer("a"), broker.consumer("b", connection_id=2)
+    assert acquired(b.fetch(tp).response, tp) == [(0, 2, 1)]
+    assert acquired(a.fetch(tp).response, tp) == [] and a.epoch == 1
+    parked = a.fetch(tp, max_wait=300)
+    a.disconnect()
+    assert ack_errors(b.acknowledge({tp: [(0, 2, RELEASE)]}).response) == {tp: E.none}
+    broker.advance(300)
+    assert not parked.done
+    assert a.acknowledge({tp: [(0, 0, ACCEPT)]}).response.error_code == E.share_session_not_found
+    assert a.epoch == 0
+    assert acquired(a.fetch(tp).response, tp) == [(0, 2, 2)]
+
+
+def test_disconnect_with_its_own_fetch_parked_releases_to_others(broker):
+    """The member holds records and its next fetch is parked when its connection closes:
+    the release wakes that fetch, abandoned by then, which takes nothing back for the
+    ended session; another member gets the records at once."""
+    tp = one_partition(broker, 3)
+    a = broker.consumer("a")
+    assert acquired(a.fetch(tp).response, tp) == [(0, 2, 1)]
+    parked = a.fetch(tp, max_wait=300)
+    a.disconnect()
+    assert not parked.done
+    assert acquired(broker.consumer("b", connection_id=2).fetch(tp).response, tp) == [(0, 2, 2)]
+
+
 def test_member_leaving_the_group_releases_its_records(broker):
     """The group coordinator's hook (a member left or was fenced)."""
     tp = one_partition(broker, 3)
