@@ -91,6 +91,7 @@ class Harness:
             consumer_groups=lambda g: self.manager.groups.get(g),
         )
         self.manager = self._new_manager()
+        self.classic.classic_members = self.manager
         self.store.load(self._replay)
         self.classic.on_loaded()
         self.manager.on_loaded()

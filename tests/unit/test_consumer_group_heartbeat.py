@@ -679,14 +679,19 @@ def test_consumer_group_heartbeat_with_empty_classic_group(tmp_path):
 
 
 def test_consumer_group_heartbeat_with_non_empty_classic_group(tmp_path):
-    """Kafka upgrades such a group (online migration); until that lands here it is
-    GROUP_ID_NOT_FOUND, as Kafka answers when the upgrade is refused."""
+    """A classic group whose first rebalance has not selected a protocol cannot be
+    upgraded (its members' subscriptions cannot be read): GROUP_ID_NOT_FOUND, as Kafka
+    answers a refused upgrade. test_consumer_group_migration.py has the upgrades."""
     h = Harness(tmp_path)
     h.classic.handle_join_group(G, "", None, False, True, "client", "/127.0.0.1", 30_000, 10_000, "consumer",
                                 [("range", b"")], lambda _result: None)  # fmt: skip
     assert h.classic.classic_group_is_empty(G) is False
     r = h.heartbeat(G, "m", 0, subscribed_topic_names=["foo"])
-    assert (r.error, r.error_message) == (E.group_id_not_found, f"Group {G} is not a consumer group.")
+    assert (r.error, r.error_message) == (
+        E.group_id_not_found,
+        f"Cannot upgrade the classic group {G} to consumer group because the embedded consumer "
+        "protocol is malformed.",
+    )
     assert h.heartbeat(G, "m", 1).error is E.group_id_not_found
     assert h.heartbeat(G, "m", -1).error is E.group_id_not_found
     described = h.manager.consumer_group_describe([G])[0]

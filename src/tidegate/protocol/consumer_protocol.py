@@ -18,7 +18,13 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable
 
-__all__ = ["decode_assignment", "decode_subscription", "encode_assignment", "encode_subscription"]
+__all__ = [
+    "decode_assignment",
+    "decode_owned_partitions",
+    "decode_subscription",
+    "encode_assignment",
+    "encode_subscription",
+]
 
 TopicPartition = tuple[str, int]
 
@@ -53,6 +59,13 @@ class _Reader:
             raise ValueError(f"bad array length {n}")
         return max(n, 0)
 
+    def skip_bytes(self) -> None:
+        """Nullable bytes (int32 length, -1 = null)."""
+        n = self.int32()
+        if n < -1 or self.pos + max(n, 0) > len(self.data):
+            raise ValueError(f"bad bytes length {n}")
+        self.pos += max(n, 0)
+
     def string(self) -> str:
         n = self.int16()
         if n < 0 or self.pos + n > len(self.data):
@@ -76,6 +89,23 @@ def decode_subscription(data: bytes) -> list[str]:
     r = _Reader(data)
     r.int16()  # version
     return [r.string() for _ in range(r.count(2))]
+
+
+def decode_owned_partitions(data: bytes) -> list[TopicPartition]:
+    """The partitions a subscription says its member owns (v1+, after the user data;
+    none before v1), sorted: what a classic member in a consumer group still holds."""
+    r = _Reader(data)
+    version = r.int16()
+    for _ in range(r.count(2)):
+        r.string()
+    if version < 1:
+        return []
+    r.skip_bytes()  # user data
+    out: list[TopicPartition] = []
+    for _ in range(r.count(2)):
+        topic = r.string()
+        out += [(topic, r.int32()) for _ in range(r.count(4))]
+    return sorted(out)
 
 
 def encode_assignment(partitions: Iterable[TopicPartition]) -> bytes:

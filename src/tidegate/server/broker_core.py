@@ -312,6 +312,7 @@ class BrokerCore:
             other_groups=lambda g: self.share_group_coordinator.group_type(g),
             group_configs=self.group_configs.int_configs,
         )  # fmt: skip
+        self.group_coordinator.classic_members = self.consumer_group_coordinator
         share_state = self.share_coordinator_config = ShareCoordinatorConfig.from_broker(config)
         self.share_coordinator = ShareCoordinator(
             share_state,

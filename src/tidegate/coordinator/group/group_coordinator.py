@@ -59,7 +59,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tidegate.clock import Clock, WallMs
 from tidegate.coordinator.group.delayed_operations import (
@@ -78,6 +78,7 @@ from tidegate.coordinator.group.group_metadata import (
     EMPTY,
     PREPARING_REBALANCE,
     STABLE,
+    ClassicJoinGroup,
     GroupMetadata,
     JoinCallback,
     JoinResult,
@@ -125,6 +126,31 @@ ConsumerGroupLookup = Callable[[str], "ConsumerGroup | None"]
 
 def no_consumer_groups(group_id: str) -> ConsumerGroup | None:
     return None
+
+class ClassicMembersOfConsumerGroups(Protocol):
+    """The consumer group coordinator's side of online migration (reference 1.13): it
+    answers JoinGroup, SyncGroup, Heartbeat and LeaveGroup of the classic-protocol members
+    of its groups."""
+
+    def has_members(self, group_id: str) -> bool: ...
+
+    def delete_empty_consumer_group(self, group_id: str) -> None: ...
+
+    def classic_group_join(self, request: ClassicJoinGroup, callback: JoinCallback) -> None: ...
+
+    def classic_group_sync(
+        self, group_id: str, generation_id: int, member_id: str, protocol_type: str | None,
+        protocol_name: str | None, instance_id: str | None, callback: SyncCallback,
+    ) -> None: ...  # fmt: skip
+
+    def classic_group_heartbeat(
+        self, group_id: str, member_id: str, instance_id: str | None, generation_id: int
+    ) -> ErrorCode: ...
+
+    def classic_group_leave(
+        self, group_id: str, leaving: list[tuple[str, str | None, str | None]]
+    ) -> tuple[ErrorCode, list[tuple[str, str | None, ErrorCode]]]: ...
+
 
 UNKNOWN_MEMBER_ID = ""
 #: Kafka's NewMemberJoinTimeoutMs: a new member's parked JoinGroup is dropped after this.
@@ -191,6 +217,9 @@ class GroupCoordinator:
         self.open_groups_by_producer: dict[int, set[str]] = {}
         self.other_groups = other_groups
         self.consumer_groups = consumer_groups
+        #: the consumer group coordinator, which answers the classic members of its groups
+        #: (online migration); set by the broker once both are built
+        self.classic_members: ClassicMembersOfConsumerGroups | None = None
         #: the latest group record of each group id seen by the replay at load
         self._stored: dict[str, dict | None] = {}
         self.active = False
@@ -339,6 +368,54 @@ class GroupCoordinator:
             group.protocol_name = None
             log.info("classic group %s is now a consumer group", group_id)
 
+    def classic_group(self, group_id: str) -> GroupMetadata | None:
+        """The classic group of this id (the consumer group coordinator's ``ClassicGroups``:
+        an upgrade converts it)."""
+        return self.groups[group_id] if self._is_classic(group_id) else None
+
+    def hand_over_classic_group(self, group_id: str) -> None:
+        """The classic group was upgraded to a consumer group (Kafka's
+        ``convertToConsumerGroup``): parked JoinGroup and SyncGroup answer
+        REBALANCE_IN_PROGRESS (the members rejoin, now in the consumer group), the group's
+        timers complete, and the id keeps only its committed offsets here."""
+        old = self.groups.get(group_id)
+        if old is None:
+            return
+        for member in list(old.members.values()):
+            old.maybe_invoke_join_callback(member, JoinResult(member.member_id, ErrorCode.rebalance_in_progress))
+            old.maybe_invoke_sync_callback(member, SyncResult(ErrorCode.rebalance_in_progress))
+        offsets_only = GroupMetadata(group_id, EMPTY, self.clock)
+        offsets_only.offsets = old.offsets
+        offsets_only.pending_transactional_offsets = old.pending_transactional_offsets
+        self.groups[group_id] = offsets_only
+        member_ids = [*old.members, *old.pending_members]
+        for member_id in list(old.members):
+            old.remove(member_id)
+        old.pending_members.clear()
+        old.transition_to(DEAD)
+        for member_id in member_ids:
+            self.heartbeat_purgatory.check_and_complete(member_key(group_id, member_id))
+        self.rebalance_purgatory.check_and_complete(join_key(group_id))
+        self.rebalance_purgatory.check_and_complete(sync_key(group_id))
+        log.info("classic group %s is now a consumer group (online upgrade)", group_id)
+
+    def adopt_downgraded_group(self, group: GroupMetadata) -> None:
+        """A consumer group was downgraded (Kafka's ``convertToClassicGroup``): ``group``,
+        Stable at its epoch with the classic members and their assignments, replaces the
+        offsets-only entry of its id; it is stored, its members' sessions armed, and it
+        rebalances."""
+        group_id = group.group_id
+        old = self.groups.get(group_id)
+        if old is not None:
+            group.offsets = old.offsets
+            group.pending_transactional_offsets = old.pending_transactional_offsets
+        self.groups[group_id] = group
+        if self._store_group(group, {m.member_id: m.assignment for m in group.members.values()}) is not ErrorCode.none:
+            log.warning("could not store the downgraded group %s", group_id)
+        for member in group.members.values():
+            self._complete_and_schedule_next_heartbeat_expiration(group, member)
+        self._prepare_rebalance(group, f"downgrade of group {group_id} from consumer to classic")
+
     def _modern_offset_error(
         self, group_id: str, validate: Callable[[ConsumerGroup], None]
     ) -> ErrorCode | None:
@@ -426,8 +503,21 @@ class GroupCoordinator:
         reason: str | None = None,
     ) -> None:
         error = self._validate_group_status(group_id, "join_group")
-        if error is None and self.other_groups(group_id) is not None:
-            # a consumer group (its classic members are online migration's, not done) or
+        kind = self.other_groups(group_id) if error is None else None
+        delegate = self.classic_members
+        if kind is GroupType.CONSUMER and delegate is not None:
+            if delegate.has_members(group_id):
+                # a classic-protocol member of a consumer group (online migration)
+                delegate.classic_group_join(
+                    ClassicJoinGroup(
+                        group_id, member_id, group_instance_id, require_known_member_id, client_id,
+                        client_host, rebalance_timeout_ms, session_timeout_ms, protocol_type, protocols,
+                    ),
+                    callback,
+                )  # fmt: skip
+                return
+            delegate.delete_empty_consumer_group(group_id)  # it becomes a classic group
+        elif kind is not None:
             # a share group: Kafka's answer with the migration policy DISABLED
             error = ErrorCode.inconsistent_group_protocol
         if error is not None:
@@ -772,6 +862,11 @@ class GroupCoordinator:
         if error is not None:
             callback(SyncResult(error))
             return
+        if self.classic_members is not None and self.other_groups(group_id) is GroupType.CONSUMER:
+            self.classic_members.classic_group_sync(
+                group_id, generation_id, member_id, protocol_type, protocol_name, group_instance_id, callback
+            )
+            return
         group = self.groups.get(group_id)
         if group is None:
             callback(SyncResult(ErrorCode.unknown_member_id))
@@ -915,6 +1010,8 @@ class GroupCoordinator:
         error = self._validate_group_status(group_id, "heartbeat")
         if error is not None:
             return error
+        if self.classic_members is not None and self.other_groups(group_id) is GroupType.CONSUMER:
+            return self.classic_members.classic_group_heartbeat(group_id, member_id, group_instance_id, generation_id)
         group = self.groups.get(group_id)
         if group is None:
             return ErrorCode.unknown_member_id
@@ -942,6 +1039,8 @@ class GroupCoordinator:
         error = self._validate_group_status(group_id, "leave_group")
         if error is not None:
             return error, []
+        if self.classic_members is not None and self.other_groups(group_id) is GroupType.CONSUMER:
+            return self.classic_members.classic_group_leave(group_id, leaving)
         group = self.groups.get(group_id)
         if group is None:
             return ErrorCode.none, [(mid, iid, ErrorCode.unknown_member_id) for mid, iid, _ in leaving]

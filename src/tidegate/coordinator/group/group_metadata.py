@@ -14,7 +14,7 @@ import enum
 import logging
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from tidegate.clock import Clock, WallMs
@@ -75,6 +75,23 @@ class SyncResult:
     protocol_type: str | None = None
     protocol_name: str | None = None
     assignment: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class ClassicJoinGroup:
+    """A JoinGroup request to a consumer group (a classic-protocol member, reference 1.13)."""
+
+    group_id: str
+    member_id: str
+    instance_id: str | None
+    #: JoinGroup v4+: a dynamic member without an id gets MEMBER_ID_REQUIRED first
+    require_known_member_id: bool
+    client_id: str
+    client_host: str
+    rebalance_timeout_ms: int
+    session_timeout_ms: int
+    protocol_type: str
+    protocols: Sequence[tuple[str, bytes]]
 
 
 JoinCallback = Callable[[JoinResult], None]

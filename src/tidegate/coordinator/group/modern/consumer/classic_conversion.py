@@ -68,10 +68,12 @@ def consumer_group_from_classic(classic: GroupMetadata, image: MetadataImage) ->
     """The consumer group a classic group becomes (its generation as the epochs). Raises
     ValueError when a member's subscription or assignment does not parse."""
     generation = classic.generation_id
+    protocol = classic.protocol_name
+    if protocol is None and classic.members:
+        raise ValueError(f"group {classic.group_id} has not selected a protocol yet")
     group = ConsumerGroup(classic.group_id)
     group.group_epoch = generation
     group.assignment_epoch = generation
-    protocol = classic.protocol_name
     for m in classic.members.values():
         assigned = _assignment_by_id(m.assignment, image)
         topics = decode_subscription(m.metadata(protocol)) if protocol is not None else []

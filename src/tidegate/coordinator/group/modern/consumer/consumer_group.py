@@ -51,6 +51,7 @@ from tidegate.coordinator.group.modern.consumer.records import (
 from tidegate.coordinator.group.modern.consumer.resolved_regular_expression import (
     ResolvedRegularExpression,
 )
+from tidegate.coordinator.group.modern.member_state import MemberState
 from tidegate.coordinator.group.modern.modern_group import (
     IllegalStateError,
     ModernGroup,
@@ -225,6 +226,40 @@ class ConsumerGroup(ModernGroup[ConsumerGroupMember]):
             self.num_classic_protocol_members += delta
             for protocol in metadata.supported_protocols:
                 add_count(self.classic_protocol_members_supported_protocols, protocol.name, delta)
+
+    # -- classic-protocol members (online migration, reference 1.13) ----------------------------
+    def supports_classic_protocols(self, protocol_type: str, protocols: Iterable[str]) -> bool:
+        """Whether a JoinGroup with these protocols may join (Kafka's
+        ``supportsClassicProtocols``): type "consumer", and a protocol every classic-protocol
+        member supports (any, in an empty group)."""
+        if protocol_type != CONSUMER_PROTOCOL_TYPE:
+            return False
+        names = set(protocols)
+        if not self.members:
+            return bool(names)
+        counts = self.classic_protocol_members_supported_protocols
+        return any(counts.get(name, 0) == self.num_classic_protocol_members for name in names)
+
+    def all_members_use_classic_protocol_except(self, member_id: str) -> bool:
+        """Whether ``member_id`` is the only member speaking the consumer protocol."""
+        member = self.members.get(member_id)
+        return (
+            member is not None
+            and not member.use_classic_protocol
+            and self.num_classic_protocol_members == len(self.members) - 1
+        )
+
+    def waiting_on_unreleased_partition(self, member: ConsumerGroupMember) -> bool:
+        """Whether an UNRELEASED_PARTITIONS member still waits for a partition of its target
+        that another member holds (Kafka's ``waitingOnUnreleasedPartition``)."""
+        if member.state is not MemberState.UNRELEASED_PARTITIONS:
+            return False
+        for topic_id, partitions in self.target_assignment.get(member.member_id, {}).items():
+            assigned = member.assigned_partitions.get(topic_id, frozenset())
+            for partition in partitions:
+                if partition not in assigned and self.current_partition_epoch(topic_id, partition) != -1:
+                    return True
+        return False
 
     def _update_subscription_type(self) -> None:
         self.subscription_type = subscription_type(

@@ -46,12 +46,27 @@ from tidegate.coordinator.group.assignor.api import (
     PartitionAssignor,
     SubscriptionType,
 )
+from tidegate.coordinator.group.group_metadata import (
+    CONSUMER_PROTOCOL_TYPE,
+    ClassicJoinGroup,
+    JoinCallback,
+    JoinResult,
+    SyncCallback,
+    SyncResult,
+)
 from tidegate.coordinator.group.group_type import GroupType, GroupTypeLookup, no_other_groups
+from tidegate.coordinator.group.modern.consumer.classic_conversion import (
+    classic_group_from_consumer,
+    consumer_group_from_classic,
+    consumer_group_records,
+)
 from tidegate.coordinator.group.modern.consumer.consumer_group import (
     ConsumerGroup,
     ConsumerGroupState,
 )
 from tidegate.coordinator.group.modern.consumer.consumer_group_member import (
+    ClassicMemberMetadata,
+    ClassicProtocol,
     ConsumerGroupMember,
 )
 from tidegate.coordinator.group.modern.consumer.current_assignment_builder import (
@@ -103,12 +118,18 @@ from tidegate.coordinator.group.modern.subscription import subscribed_topic_ids
 from tidegate.coordinator.group.modern.target_assignment_builder import TargetAssignmentBuilder
 from tidegate.coordinator.group.modern.topics import MetadataImage
 from tidegate.errors import BrokerResponseError, ErrorCode
+from tidegate.protocol.consumer_protocol import (
+    decode_owned_partitions,
+    decode_subscription,
+    encode_assignment,
+)
 from tidegate.protocol.messages import consumer_group_describe
 from tidegate.server.timer import SystemTimer
 from tidegate.utils import INT32_MAX
 
 if TYPE_CHECKING:
     from tidegate.config import BrokerConfig
+    from tidegate.coordinator.group.group_metadata import GroupMetadata
     from tidegate.coordinator.group.modern.records import RecordValue
 
 log = logging.getLogger(__name__)
@@ -139,6 +160,21 @@ class ClassicGroups(Protocol):
         tombstoned): forget it, keeping its committed offsets."""
         ...
 
+    def classic_group(self, group_id: str) -> GroupMetadata | None:
+        """The classic group of this id (an upgrade converts it); None if there is none."""
+        ...
+
+    def hand_over_classic_group(self, group_id: str) -> None:
+        """The classic group was upgraded to a consumer group (its record tombstoned):
+        its parked JoinGroup and SyncGroup answer REBALANCE_IN_PROGRESS, its timers stop,
+        the id keeps only its committed offsets there."""
+        ...
+
+    def adopt_downgraded_group(self, group: GroupMetadata) -> None:
+        """A consumer group was downgraded (its records tombstoned): ``group`` is the
+        classic group it became; store it, arm its members' sessions and rebalance."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class ConsumerGroupConfig:
@@ -154,6 +190,18 @@ class ConsumerGroupConfig:
     assignors: tuple[str, ...] = ("uniform", "range")
     #: group.consumer.regex.refresh.interval.ms (internal)
     regex_refresh_interval_ms: int = 600_000
+    #: group.consumer.migration.policy: disabled, downgrade, upgrade or bidirectional
+    migration_policy: str = "bidirectional"
+    #: group.max.size: the classic group a downgrade makes may not be larger
+    classic_max_size: int = INT32_MAX
+
+    @property
+    def upgrade_enabled(self) -> bool:
+        return self.migration_policy in ("upgrade", "bidirectional")
+
+    @property
+    def downgrade_enabled(self) -> bool:
+        return self.migration_policy in ("downgrade", "bidirectional")
 
     @classmethod
     def from_broker(cls, config: BrokerConfig) -> ConsumerGroupConfig:
@@ -163,6 +211,8 @@ class ConsumerGroupConfig:
             max_size=config.get("group.consumer.max.size"),
             assignors=tuple(config.get("group.consumer.assignors")),
             regex_refresh_interval_ms=config.get("group.consumer.regex.refresh.interval.ms"),
+            migration_policy=str(config.get("group.consumer.migration.policy")).lower(),
+            classic_max_size=config.get("group.max.size"),
         )
 
 
@@ -281,7 +331,7 @@ def throw_if_consumer_group_member_epoch_is_invalid(
 class ConsumerGroupManager(ModernGroupManager[ConsumerGroup, ConsumerGroupMember]):
     RECORD_TYPES = CONSUMER_GROUP_RECORD_TYPES
     MEMBER_VALUES = (ConsumerGroupMemberMetadataValue, ConsumerGroupCurrentMemberAssignmentValue)
-    TIMER_KINDS = ("session", "rebalance")
+    TIMER_KINDS = ("session", "rebalance", "join", "sync")
     PROTOCOL = "consumer"
     SESSION_TIMEOUT_MS_CONFIG = CONSUMER_SESSION_TIMEOUT_MS_CONFIG
     HEARTBEAT_INTERVAL_MS_CONFIG = CONSUMER_HEARTBEAT_INTERVAL_MS_CONFIG
@@ -430,8 +480,8 @@ class ConsumerGroupManager(ModernGroupManager[ConsumerGroup, ConsumerGroupMember
         self, group_id: str, create: bool, op: CoordinatorOperation
     ) -> ConsumerGroup:
         """The group; a new one (replayed into being by its records) if ``create``. An
-        empty classic group of that id is replaced; a classic group with members would be
-        upgraded (online migration, reference 1.13), which is not done here: GNF."""
+        empty classic group of that id is replaced; a classic group with members is
+        upgraded when the migration policy allows it (reference 1.13), else GNF."""
         group = self.groups.get(group_id)
         if group is not None:
             return group
@@ -447,7 +497,94 @@ class ConsumerGroupManager(ModernGroupManager[ConsumerGroup, ConsumerGroupMember
             op.after.append(lambda: classic.remove_empty_classic_group(group_id))
             log.info("[GroupId %s] Converted the empty classic group to a consumer group.", group_id)
             return ConsumerGroup(group_id)
+        if create:
+            upgraded = self._maybe_upgrade_classic_group(group_id, op)
+            if upgraded is not None:
+                return upgraded
         raise api_error(ErrorCode.group_id_not_found, f"Group {group_id} is not a consumer group.")
+
+    # -- online migration (reference 1.13) ---------------------------------------------------------
+    def _maybe_upgrade_classic_group(
+        self, group_id: str, op: CoordinatorOperation
+    ) -> ConsumerGroup | None:
+        """Kafka's ``validateOnlineUpgrade`` and ``convertToConsumerGroup``: the classic
+        group's record is tombstoned and the consumer group it becomes written (its
+        members keep the classic protocol, their assignment and generation); None if the
+        policy, the protocol type or the size forbid it. GNF if a member's embedded
+        protocol does not parse."""
+        classic = self.classic_groups.classic_group(group_id)
+        if classic is None:
+            return None
+        if not self.config.upgrade_enabled:
+            log.info("[GroupId %s] Cannot upgrade the classic group: online upgrade disabled.", group_id)
+            return None
+        if classic.protocol_type != CONSUMER_PROTOCOL_TYPE:
+            log.info("[GroupId %s] Cannot upgrade the classic group: protocol type %s.",
+                     group_id, classic.protocol_type)  # fmt: skip
+            return None
+        if len(classic.members) > self.config.max_size:
+            log.info("[GroupId %s] Cannot upgrade the classic group: too many members.", group_id)
+            return None
+        try:
+            group = consumer_group_from_classic(classic, self.image)
+        except ValueError as exc:
+            raise api_error(
+                ErrorCode.group_id_not_found,
+                f"Cannot upgrade the classic group {group_id} to consumer group because the "
+                "embedded consumer protocol is malformed.",
+            ) from exc
+        op.records.append(new_classic_group_tombstone_record(group_id))
+        op.records.extend(consumer_group_records(group))
+        members = list(group.members)
+        classic_groups = self.classic_groups
+
+        def hand_over() -> None:
+            classic_groups.hand_over_classic_group(group_id)
+            for member_id in members:
+                self._schedule_session_timeout(group_id, member_id)
+
+        op.after.append(hand_over)
+        log.info("[GroupId %s] Upgrading the classic group (%d member(s)) to a consumer group.",
+                 group_id, len(members))  # fmt: skip
+        return group
+
+    def _downgrade_operation(
+        self, group: ConsumerGroup, leaving: ConsumerGroupMember
+    ) -> CoordinatorOperation | None:
+        """Kafka's ``validateOnlineDowngradeWithFencedMember`` and ``convertToClassicGroup``:
+        when ``leaving`` is the last member speaking the consumer protocol, classic
+        members are left, the policy allows it and they fit in group.max.size, the
+        group's records are tombstoned and the classic coordinator takes the classic group
+        it becomes, which rebalances. None: no downgrade."""
+        group_id = group.group_id
+        if not group.all_members_use_classic_protocol_except(leaving.member_id):
+            return None
+        if len(group.members) <= 1:
+            return None
+        if not self.config.downgrade_enabled:
+            log.info("[GroupId %s] Cannot downgrade the consumer group: online downgrade disabled.", group_id)
+            return None
+        if len(group.members) - 1 > self.config.classic_max_size:
+            log.info("[GroupId %s] Cannot downgrade the consumer group: larger than group.max.size.", group_id)
+            return None
+        try:
+            classic = classic_group_from_consumer(group, self.image, self.clock, [leaving.member_id])
+        except ValueError as exc:
+            log.warning("[GroupId %s] Cannot downgrade the consumer group: %s", group_id, exc)
+            return None
+        op = CoordinatorOperation(group.create_group_tombstone_records())
+        members = list(group.members)
+        classic_groups = self.classic_groups
+
+        def hand_over() -> None:
+            for member_id in members:
+                self._cancel_timers(group_id, member_id)
+            classic_groups.adopt_downgraded_group(classic)
+
+        op.after.append(hand_over)
+        log.info("[GroupId %s] Downgrading the consumer group to a classic group (member %s left).",
+                 group_id, leaving.member_id)  # fmt: skip
+        return op
 
     def consumer_group(self, group_id: str) -> ConsumerGroup:
         """An existing consumer group (Kafka's ``consumerGroup``): GROUP_ID_NOT_FOUND if
@@ -669,6 +806,306 @@ class ConsumerGroupManager(ModernGroupManager[ConsumerGroup, ConsumerGroupMember
                     op.after.append(lambda: self._cancel(("rebalance", group_id, updated.member_id)))
         return updated
 
+    # -- classic-protocol members of a consumer group (reference 1.13) ---------------------------
+    def has_members(self, group_id: str) -> bool:
+        """Whether a consumer group of this id has members (JoinGroup then joins it as a
+        classic-protocol member; an empty one is converted to a classic group)."""
+        group = self.groups.get(group_id)
+        return group is not None and bool(group.members)
+
+    def delete_empty_consumer_group(self, group_id: str) -> None:
+        """A JoinGroup converts an empty consumer group to a classic group (Kafka's
+        ``maybeDeleteEmptyConsumerGroup``): its records are tombstoned, its offsets stay."""
+        group = self.groups.get(group_id)
+        if group is None or group.members:
+            return
+        log.info("[GroupId %s] Converting the empty consumer group to a classic group.", group_id)
+        self._commit(CoordinatorOperation(group.create_group_tombstone_records()))
+
+    def classic_group_join(self, request: ClassicJoinGroup, callback: JoinCallback) -> None:
+        """A JoinGroup to a non-empty consumer group (Kafka's
+        ``classicGroupJoinToConsumerGroup``), answered at once (once durable) with the
+        member's epoch as the generation and no leader: the broker assigns."""
+        try:
+            if not self.active:
+                raise api_error(ErrorCode.coordinator_not_available, "The coordinator is not active.")
+            self._maybe_update_metadata_image()
+            op, result = self._classic_group_join(request)
+        except BrokerResponseError as exc:
+            callback(JoinResult(request.member_id, error_code_of(exc)))
+            return
+
+        def done(error: ErrorCode) -> None:
+            callback(result if error is ErrorCode.none else JoinResult(request.member_id, error))
+
+        self._commit(op, done)
+
+    def _classic_group_join(self, req: ClassicJoinGroup) -> tuple[CoordinatorOperation, JoinResult]:
+        """The member from its embedded subscription, the group epoch, the target
+        assignment, the member's reconciliation against the partitions it says it owns."""
+        op = CoordinatorOperation()
+        group_id = req.group_id
+        group = self.consumer_group(group_id)
+        if not self.config.upgrade_enabled and not self.config.downgrade_enabled:
+            raise api_error(
+                ErrorCode.inconsistent_group_protocol,
+                f"Group {group_id} is a consumer group and online migration is disabled.",
+            )
+        is_unknown = not req.member_id
+        member_id = req.member_id or str(uuid.uuid4())
+        self._throw_if_group_is_full(group, member_id)
+        if not req.protocols or not group.supports_classic_protocols(
+            req.protocol_type, (name for name, _ in req.protocols)
+        ):
+            raise api_error(
+                ErrorCode.inconsistent_group_protocol, f"Member {member_id}'s protocols are not supported."
+            )
+        if is_unknown and req.instance_id is None and req.require_known_member_id:
+            return op, JoinResult(member_id, ErrorCode.member_id_required)
+        member = self._classic_member(group, member_id, req, is_unknown, op)
+        metadata = req.protocols[0][1]
+        try:
+            topics = decode_subscription(metadata)
+            owned = decode_owned_partitions(metadata)
+        except ValueError as exc:
+            raise api_error(ErrorCode.inconsistent_group_protocol, f"Malformed subscription: {exc}") from exc
+        changes: dict[str, object] = {
+            "subscribed_topic_names": frozenset(topics),
+            "client_id": req.client_id,
+            "client_host": req.client_host,
+            "classic_member_metadata": ClassicMemberMetadata(
+                req.session_timeout_ms,
+                tuple(ClassicProtocol(name, data) for name, data in req.protocols),
+            ),
+        }
+        if req.instance_id is not None:
+            changes["instance_id"] = req.instance_id
+        if req.rebalance_timeout_ms != -1:
+            changes["rebalance_timeout_ms"] = req.rebalance_timeout_ms
+        updated = member.replace(**changes)
+        names_changed = self._has_member_subscription_changed(group_id, member, updated, op)
+        group_epoch, sub_type = group.group_epoch, None
+        if names_changed or group.has_metadata_expired(self.clock.milliseconds()):
+            group_epoch, sub_type = self._update_subscription_metadata(group, names_changed, member, updated, op)
+        if group_epoch > group.assignment_epoch:
+            target = self._update_target_assignment(
+                group, group_epoch, member, updated,
+                sub_type or group.compute_subscription_type(member, updated), op,
+            )  # fmt: skip
+            target_epoch = group_epoch
+        else:
+            target_epoch = group.assignment_epoch
+            target = group.target_assignment_of(updated.member_id, updated.instance_id)
+        owned_by_id: dict[uuid.UUID, list[int]] = {}
+        for name, partition in owned:
+            topic = self.image.get(name)
+            if topic is not None:
+                owned_by_id.setdefault(topic.topic_id, []).append(partition)
+        updated = self._maybe_reconcile(
+            group, updated, target_epoch, target, names_changed, list(owned_by_id.items()), op
+        )
+        new_id, timeout_ms = updated.member_id, req.rebalance_timeout_ms
+
+        def arm() -> None:
+            self._cancel(("join", group_id, new_id))
+            self._schedule_session_timeout(group_id, new_id)
+            self._schedule(
+                ("sync", group_id, new_id),
+                timeout_ms,
+                lambda: self._fence_member_operation(group_id, new_id, "the member failed to sync within timeout"),
+            )
+
+        op.after.append(arm)
+        return op, JoinResult(
+            new_id,
+            ErrorCode.none,
+            updated.member_epoch,
+            CONSUMER_PROTOCOL_TYPE,
+            req.protocols[0][0],
+        )
+
+    def _classic_member(
+        self, group: ConsumerGroup, member_id: str, req: ClassicJoinGroup, is_unknown: bool,
+        op: CoordinatorOperation,
+    ) -> ConsumerGroupMember:  # fmt: skip
+        """The joining member: a dynamic one is found or created; a static one joining
+        with no member id takes over its instance id's member (the classic protocol
+        fences the old one), else must hold its instance id."""
+        if req.instance_id is None:
+            return group.get_or_maybe_create_member(member_id, True)
+        existing = group.static_member(req.instance_id)
+        if not is_unknown:
+            return _throw_if_static_member_is_unknown_or_fenced(existing, member_id, req.instance_id)
+        if existing is None:
+            return group.get_or_maybe_create_member(member_id, True)
+        new = existing.replace(member_id=member_id)
+        self._replace_member(op, group, existing, new)
+        log.info(
+            "[GroupId %s] Static member with instance id %s re-joins the consumer group with "
+            "the classic protocol as %s, replacing %s.",
+            group.group_id, req.instance_id, member_id, existing.member_id,
+        )  # fmt: skip
+        return new
+
+    def _classic_member_of(
+        self, group_id: str, member_id: str, instance_id: str | None, generation_id: int
+    ) -> tuple[ConsumerGroup, ConsumerGroupMember]:
+        """Kafka's ``validateConsumerGroupMember`` for SyncGroup and Heartbeat: the member
+        (UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID), speaking the classic protocol
+        (UNKNOWN_MEMBER_ID), at this generation (ILLEGAL_GENERATION)."""
+        group = self.groups.get(group_id)
+        if group is None or not group.members:
+            raise api_error(ErrorCode.unknown_member_id, f"Group {group_id} not found.")
+        if instance_id is None:
+            member = group.member(member_id)
+        else:
+            member = _throw_if_static_member_is_unknown_or_fenced(
+                group.static_member(instance_id), member_id, instance_id
+            )
+        if not member.use_classic_protocol:
+            raise api_error(ErrorCode.unknown_member_id, f"Member {member_id} does not use the classic protocol.")
+        if member.member_epoch != generation_id:
+            raise api_error(
+                ErrorCode.illegal_generation,
+                f"The request generation id {generation_id} is not equal to the member epoch "
+                f"{member.member_epoch} of member {member_id}.",
+            )
+        return group, member
+
+    def _schedule_join_timeout_if_absent(self, group_id: str, member: ConsumerGroupMember) -> None:
+        """A classic member told to rejoin must do so within its rebalance timeout."""
+        key = ("join", group_id, member.member_id)
+        if key not in self._timers:
+            member_id = member.member_id
+            self._schedule(
+                key,
+                member.rebalance_timeout_ms,
+                lambda: self._fence_member_operation(
+                    group_id, member_id, "the classic member failed to join within the rebalance timeout"
+                ),
+            )
+
+    def classic_group_sync(
+        self, group_id: str, generation_id: int, member_id: str, protocol_type: str | None,
+        protocol_name: str | None, instance_id: str | None, callback: SyncCallback,
+    ) -> None:  # fmt: skip
+        """A SyncGroup of a classic member of a consumer group (Kafka's
+        ``classicGroupSyncToConsumerGroup``): its assigned partitions, or
+        REBALANCE_IN_PROGRESS when the group moved on and it must rejoin."""
+        try:
+            group, member = self._classic_member_of(group_id, member_id, instance_id, generation_id)
+            metadata = member.classic_member_metadata
+            assert metadata is not None
+            name = metadata.supported_protocols[0].name if metadata.supported_protocols else None
+            if (protocol_type is not None and protocol_type != CONSUMER_PROTOCOL_TYPE) or (
+                protocol_name is not None and protocol_name != name
+            ):
+                raise api_error(
+                    ErrorCode.inconsistent_group_protocol,
+                    f"The protocol of member {member_id} is not the group's.",
+                )
+            self._throw_if_rebalance_in_progress(group, member)
+        except BrokerResponseError as exc:
+            callback(SyncResult(error_code_of(exc)))
+            return
+        assignment = encode_assignment(
+            (topic.name, partition)
+            for topic_id, partitions in member.assigned_partitions.items()
+            if (topic := self.image.get_by_id(topic_id)) is not None
+            for partition in partitions
+        )
+
+        def answer() -> None:
+            self._cancel(("sync", group_id, member_id))
+            self._schedule_session_timeout(group_id, member_id)
+            callback(SyncResult(ErrorCode.none, protocol_type or CONSUMER_PROTOCOL_TYPE, protocol_name or name, assignment))
+
+        self._commit(CoordinatorOperation(after=[answer]))
+
+    def _throw_if_rebalance_in_progress(self, group: ConsumerGroup, member: ConsumerGroupMember) -> None:
+        """REBALANCE_IN_PROGRESS (and a join timeout) when the group epoch passed the
+        member's, unless it is revoking partitions (its rejoin already happened)."""
+        if group.group_epoch > member.member_epoch and member.state is not MemberState.UNREVOKED_PARTITIONS:
+            self._schedule_join_timeout_if_absent(group.group_id, member)
+            raise api_error(
+                ErrorCode.rebalance_in_progress,
+                f"A new rebalance is triggered in group {group.group_id} and member "
+                f"{member.member_id} should rejoin to catch up.",
+            )
+
+    def classic_group_heartbeat(
+        self, group_id: str, member_id: str, instance_id: str | None, generation_id: int
+    ) -> ErrorCode:
+        """A Heartbeat of a classic member of a consumer group (Kafka's
+        ``classicGroupHeartbeatToConsumerGroup``): re-arms its session; REBALANCE_IN_PROGRESS
+        when it must rejoin (a newer group epoch, partitions to revoke, or partitions it
+        waited for released)."""
+        try:
+            group, member = self._classic_member_of(group_id, member_id, instance_id, generation_id)
+        except BrokerResponseError as exc:
+            return error_code_of(exc)
+        self._schedule_session_timeout(group_id, member.member_id)
+        if (
+            member.member_epoch < group.group_epoch
+            or member.state is MemberState.UNREVOKED_PARTITIONS
+            or (
+                member.state is MemberState.UNRELEASED_PARTITIONS
+                and not group.waiting_on_unreleased_partition(member)
+            )
+        ):
+            self._schedule_join_timeout_if_absent(group_id, member)
+            return ErrorCode.rebalance_in_progress
+        return ErrorCode.none
+
+    def classic_group_leave(
+        self, group_id: str, leaving: Sequence[tuple[str, str | None, str | None]]
+    ) -> tuple[ErrorCode, list[tuple[str, str | None, ErrorCode]]]:
+        """A LeaveGroup of classic members of a consumer group (Kafka's
+        ``classicGroupLeaveToConsumerGroup``): each is fenced (one group epoch bump);
+        ``leaving`` is (member id, instance id, reason)."""
+        group = self.groups.get(group_id)
+        if group is None:
+            return ErrorCode.none, [(m, i, ErrorCode.unknown_member_id) for m, i, _ in leaving]
+        out: list[tuple[str, str | None, ErrorCode]] = []
+        members: list[ConsumerGroupMember] = []
+        for member_id, instance_id, reason in leaving:
+            try:
+                if instance_id is None:
+                    member = group.member(member_id)
+                else:
+                    member = group.static_member(instance_id)  # type: ignore[assignment]
+                    if member is None:
+                        raise api_error(ErrorCode.unknown_member_id, f"Instance id {instance_id} is unknown.")
+                    if member_id:  # an admin removes a static member by its instance id alone
+                        _throw_if_static_member_is_unknown_or_fenced(member, member_id, instance_id)
+                if not member.use_classic_protocol:
+                    raise api_error(ErrorCode.unknown_member_id, f"Member {member_id} does not use the classic protocol.")
+            except BrokerResponseError as exc:
+                out.append((member_id, instance_id, error_code_of(exc)))
+                continue
+            log.info("[GroupId %s] Member %s left the consumer group through LeaveGroup; reason: %s",
+                     group_id, member.member_id, reason or "not provided")  # fmt: skip
+            members.append(member)
+            out.append((member.member_id, instance_id, ErrorCode.none))
+        if members:
+            self._maybe_update_metadata_image()
+            self._commit(self._fence_members(group, members))
+        return ErrorCode.none, out
+
+    def _schedule_session_timeout(self, group_id: str, member_id: str) -> None:
+        """A classic member's session timeout is its own (JoinGroup's)."""
+        group = self.groups.get(group_id)
+        member = None if group is None else group.members.get(member_id)
+        metadata = None if member is None else member.classic_member_metadata
+        if metadata is None:
+            super()._schedule_session_timeout(group_id, member_id)
+            return
+        self._schedule(
+            ("session", group_id, member_id),
+            metadata.session_timeout_ms,
+            lambda: self._fence_member_operation(group_id, member_id, "the classic member session expired"),
+        )
+
     # -- leaving and fencing -------------------------------------------------------------------
     def _consumer_group_leave(
         self, req: ConsumerGroupHeartbeat
@@ -704,10 +1141,15 @@ class ConsumerGroupManager(ModernGroupManager[ConsumerGroup, ConsumerGroupMember
         self, group: ConsumerGroup, members: Sequence[ConsumerGroupMember]
     ) -> CoordinatorOperation:
         """Their records and the regexes only they used are tombstoned, the group epoch
-        is bumped, their timers cancelled."""
+        is bumped, their timers cancelled; or, when the one leaving is the last member
+        speaking the consumer protocol, the group is downgraded (reference 1.13)."""
         op = CoordinatorOperation()
         if not members:
             return op
+        if len(members) == 1:
+            downgrade = self._downgrade_operation(group, members[0])
+            if downgrade is not None:
+                return downgrade
         group_id = group.group_id
         for member in members:
             _remove_member_records(op.records, group_id, member.member_id)
