@@ -84,7 +84,7 @@ class Harness:
         self.classic = GroupCoordinator(
             GroupConfig(initial_rebalance_delay_ms=0),
             DelayedOperationPurgatory("Heartbeat", self.timer),
-            DelayedOperationPurgatory("Rebalance", SystemTimer(clock=self.clock)),
+            DelayedOperationPurgatory("Rebalance", self.timer),
             self.store,
             self.clock,
             other_groups=lambda g: self.manager.group_type(g),
