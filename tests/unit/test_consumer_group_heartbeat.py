@@ -689,8 +689,8 @@ def test_consumer_group_heartbeat_with_non_empty_classic_group(tmp_path):
     r = h.heartbeat(G, "m", 0, subscribed_topic_names=["foo"])
     assert (r.error, r.error_message) == (
         E.group_id_not_found,
-        f"Cannot upgrade the classic group {G} to consumer group because the embedded consumer "
-        "protocol is malformed.",
+        (f"Cannot upgrade the classic group {G} to consumer group because the embedded consumer "
+        "protocol is malformed."),
     )
     assert h.heartbeat(G, "m", 1).error is E.group_id_not_found
     assert h.heartbeat(G, "m", -1).error is E.group_id_not_found

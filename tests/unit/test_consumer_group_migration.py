@@ -139,7 +139,7 @@ def test_consumer_group_heartbeat_with_stable_classic_group(h):
 def test_upgrade_answers_parked_joins_with_rebalance_in_progress(h):
     """A classic group in the middle of a rebalance: the parked JoinGroup answers
     REBALANCE_IN_PROGRESS and the member rejoins the consumer group."""
-    generation, (m1, m2) = stable_classic_group(h)
+    _generation, (m1, _m2) = stable_classic_group(h)
     parked = join(h, m1, topics=("foo", "bar"))  # new metadata: a rebalance, m1 parked
     assert parked == [] and h.classic.groups[G].state is PREPARING_REBALANCE
     h.join("c1", group_id=G)
@@ -231,7 +231,7 @@ def test_classic_member_join_to_consumer_group_errors(tmp_path):
     """Item 25: MEMBER_ID_REQUIRED first (v4+), a protocol type or protocols the classic
     members do not share, or a full group, are refused."""
     h = Harness(tmp_path, ConsumerGroupConfig(max_size=4))
-    generation, ids, _ = upgrade(h)
+    _generation, ids, _ = upgrade(h)
     (required,) = join(h, require_known=True)
     assert required.error is E.member_id_required and required.member_id
     assert required.member_id not in h.group(G).members
@@ -266,7 +266,7 @@ def test_join_group_to_an_empty_consumer_group_converts_it_to_classic(h):
 
 def test_classic_member_session_timeout_fences_it(h):
     """A classic member's own session timeout (JoinGroup's) fences it."""
-    generation, (m1, m2), _ = upgrade(h)
+    _generation, (m1, m2), _ = upgrade(h)
     epoch = rejoin(h, m2)
     for _ in range(6):  # c1 and m2 heartbeat, m1 does not
         h.advance(CLASSIC_SESSION // 6 - 100)
@@ -293,7 +293,7 @@ def test_classic_member_join_timeout_fences_it(h):
 def test_classic_member_leave_group(h):
     """LeaveGroup of a classic member fences it (epoch bump); a consumer-protocol member
     is UNKNOWN_MEMBER_ID there."""
-    generation, (m1, m2), _ = upgrade(h)
+    _generation, (m1, _m2), _ = upgrade(h)
     epoch = h.group(G).group_epoch
     error, members = h.classic.handle_leave_group(G, [(m1, None, "bye"), ("c1", None, None)])
     h.loop.run_pending()
@@ -306,7 +306,7 @@ def test_last_consumer_protocol_member_leaving_consumer_group(h):
     """Item 24: the group's records are tombstoned and the classic coordinator takes a
     classic group at the group epoch with the classic members and their assignments,
     which rebalances; the members rejoin with their ids."""
-    generation, (m1, m2), _ = upgrade(h)
+    _generation, (m1, m2), _ = upgrade(h)
     epoch = h.group(G).group_epoch
     r = h.heartbeat(G, "c1", -1)
     assert (r.error, r.member_epoch) == (E.none, -1)
@@ -324,7 +324,7 @@ def test_last_consumer_protocol_member_leaving_consumer_group(h):
 
 def test_last_consumer_protocol_member_session_timeout_in_consumer_group(h):
     """Item 24: the downgrade also follows a session timeout."""
-    generation, (m1, m2), _ = upgrade(h)
+    _generation, (m1, m2), _ = upgrade(h)
     epochs = {m: rejoin(h, m) for m in (m1, m2)}
     for _ in range(10):  # the classic members heartbeat, c1 does not
         h.advance(5_000)
@@ -340,7 +340,7 @@ def test_downgrade_refused_by_the_migration_policy(tmp_path, policy):
     """Upgrade-only (or disabled, once upgraded under another policy): the last
     consumer-protocol member leaves an ordinary epoch bump."""
     h = Harness(tmp_path, ConsumerGroupConfig(migration_policy="upgrade"))
-    generation, (m1, m2), _ = upgrade(h)
+    _generation, (m1, m2), _ = upgrade(h)
     h.manager.config = ConsumerGroupConfig(migration_policy=policy)
     h.heartbeat(G, "c1", -1)
     assert set(h.group(G).members) == {m1, m2} and h.classic.classic_group(G) is None
@@ -365,7 +365,7 @@ def test_upgraded_group_resumes_after_a_restart(h):
 
 
 def test_downgraded_group_resumes_after_a_restart(h):
-    generation, (m1, m2), _ = upgrade(h)
+    _generation, (m1, m2), _ = upgrade(h)
     h.heartbeat(G, "c1", -1)
     h2 = h.restart()
     assert G not in h2.manager.groups
