@@ -293,3 +293,77 @@ def test_offsets_committed_in_a_transaction_by_a_consumer_protocol_member(broker
     committed = c.committed([TopicPartition("tin", 0), TopicPartition("tin", 1)], timeout=10)
     assert [tp.offset for tp in committed] == [30, 30]
     c.close()
+
+
+def classic_member(bootstrap: str, group: str) -> Consumer:
+    """A confluent-kafka consumer of the classic protocol (JoinGroup/SyncGroup/Heartbeat),
+    heartbeating often so a rebalance reaches it quickly."""
+    return Consumer({
+        "bootstrap.servers": bootstrap, "group.id": group, "group.protocol": "classic",
+        "auto.offset.reset": "earliest", "enable.auto.commit": False, "log_level": 0,
+        "session.timeout.ms": 6000, "heartbeat.interval.ms": 300,
+    })  # fmt: skip
+
+
+def test_a_rolling_upgrade_and_downgrade_between_the_protocols(broker_factory):
+    """Reference 1.13, what an application's rolling upgrade does: two classic consumers,
+    one replaced by a consumer-protocol one (the group is upgraded, the classic member
+    keeps working in it), then the other (all consumer protocol), then back one by one
+    (the classic newcomer joins the consumer group; the last consumer-protocol member's
+    leave downgrades it). Records are produced once the group has settled after each
+    step: each is read exactly once, from the offsets committed before the switch."""
+    broker = broker_factory(FAST)
+    bootstrap, topic, group, partitions = broker.bootstrap, "roll", "roll", 4
+    create_topic(bootstrap, topic, partitions, client=CFK)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    got: dict[str, list] = {}
+    members: dict[str, Consumer] = {}
+    produced = 0
+
+    def add(name: str, consumer: Consumer) -> None:
+        consumer.subscribe([topic])
+        members[name] = consumer
+        got.setdefault(name, [])
+
+    def remove(name: str) -> None:
+        members.pop(name).close()
+
+    def group_type() -> str:
+        (description,) = [f.result() for f in admin.describe_consumer_groups([group]).values()]
+        return str(description.type).rsplit(".", 1)[-1]
+
+    def step(expected_type: str) -> None:
+        """Wait until every member owns a share of the partitions, produce 20 records a
+        partition, read them all."""
+        nonlocal produced
+
+        def settled() -> bool:
+            owned = [{tp.partition for tp in c.assignment()} for c in members.values()]
+            return all(owned) and set().union(*owned) == set(range(partitions)) and (
+                sum(map(len, owned)) == partitions
+            )
+
+        poll_all(members, got, settled)
+        assert group_type() == expected_type
+        fill(bootstrap, topic, partitions, 20, seed=produced)
+        produced += 20
+        poll_all(members, got, lambda: len(read_offsets(got)) >= produced * partitions)
+
+    add("classic-a", classic_member(bootstrap, group))
+    add("classic-b", classic_member(bootstrap, group))
+    step("CLASSIC")
+    remove("classic-a")  # the rolling upgrade
+    add("consumer-a", new_member(bootstrap, group))
+    step("CONSUMER")
+    remove("classic-b")
+    add("consumer-b", new_member(bootstrap, group))
+    step("CONSUMER")
+    remove("consumer-a")  # the rolling downgrade
+    add("classic-c", classic_member(bootstrap, group))
+    step("CONSUMER")
+    remove("consumer-b")
+    add("classic-d", classic_member(bootstrap, group))
+    step("CLASSIC")
+    for name in list(members):
+        remove(name)
+    assert read_offsets(got) == expected(topic, range(partitions), produced)
