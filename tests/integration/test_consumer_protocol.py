@@ -16,12 +16,14 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
+from kafka import KafkaConsumer
 
 from .clients import base_timestamp, create_topic, make_records, produce
 
@@ -65,7 +67,7 @@ def new_member(bootstrap: str, group: str, **conf: object) -> Consumer:
     })  # fmt: skip
 
 
-def poll_all(members: dict[str, Consumer], got: dict[str, list], until, timeout: float = 60.0) -> None:
+def poll_all(members: Mapping[str, Any], got: dict[str, list], until, timeout: float = 60.0) -> None:
     """Poll every member in turn, committing what each read, until ``until()``."""
     deadline = time.monotonic() + timeout
     while not until():
@@ -305,7 +307,51 @@ def classic_member(bootstrap: str, group: str) -> Consumer:
     })  # fmt: skip
 
 
-def test_a_rolling_upgrade_and_downgrade_between_the_protocols(broker_factory):
+class KafkaPythonClassicMember:
+    """kafka-python's KafkaConsumer (the classic protocol) behind the calls of confluent's
+    Consumer that this module's helpers make."""
+
+    class Message:
+        def __init__(self, record) -> None:
+            self.record = record
+
+        def error(self) -> None:
+            return None
+
+        def topic(self) -> str:
+            return self.record.topic
+
+        def partition(self) -> int:
+            return self.record.partition
+
+        def offset(self) -> int:
+            return self.record.offset
+
+    def __init__(self, bootstrap: str, group: str) -> None:
+        self.consumer = KafkaConsumer(
+            bootstrap_servers=bootstrap, group_id=group, auto_offset_reset="earliest",
+            enable_auto_commit=False, session_timeout_ms=6000, heartbeat_interval_ms=300,
+        )  # fmt: skip
+
+    def subscribe(self, topics: list[str]) -> None:
+        self.consumer.subscribe(topics)
+
+    def consume(self, num_messages: int, timeout: float) -> list:
+        batches = self.consumer.poll(timeout_ms=int(timeout * 1000), max_records=num_messages)
+        return [self.Message(r) for records in batches.values() for r in records]
+
+    def commit(self, asynchronous: bool = True) -> None:
+        self.consumer.commit()
+
+    def assignment(self) -> set:
+        return self.consumer.assignment()
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+@pytest.mark.parametrize("classic_client", ["confluent", "kafka-python"])
+def test_a_rolling_upgrade_and_downgrade_between_the_protocols(broker_factory, classic_client):
     """Reference 1.13, what an application's rolling upgrade does: two classic consumers,
     one replaced by a consumer-protocol one (the group is upgraded, the classic member
     keeps working in it), then the other (all consumer protocol), then back one by one
@@ -317,10 +363,16 @@ def test_a_rolling_upgrade_and_downgrade_between_the_protocols(broker_factory):
     create_topic(bootstrap, topic, partitions, client=CFK)
     admin = AdminClient({"bootstrap.servers": bootstrap})
     got: dict[str, list] = {}
-    members: dict[str, Consumer] = {}
+    members: dict[str, Any] = {}
     produced = 0
 
-    def add(name: str, consumer: Consumer) -> None:
+    def classic(name: str) -> None:
+        if classic_client == "confluent":
+            add(name, classic_member(bootstrap, group))
+        else:
+            add(name, KafkaPythonClassicMember(bootstrap, group))
+
+    def add(name: str, consumer: Any) -> None:
         consumer.subscribe([topic])
         members[name] = consumer
         got.setdefault(name, [])
@@ -349,8 +401,8 @@ def test_a_rolling_upgrade_and_downgrade_between_the_protocols(broker_factory):
         produced += 20
         poll_all(members, got, lambda: len(read_offsets(got)) >= produced * partitions)
 
-    add("classic-a", classic_member(bootstrap, group))
-    add("classic-b", classic_member(bootstrap, group))
+    classic("classic-a")
+    classic("classic-b")
     step("CLASSIC")
     remove("classic-a")  # the rolling upgrade
     add("consumer-a", new_member(bootstrap, group))
@@ -359,10 +411,10 @@ def test_a_rolling_upgrade_and_downgrade_between_the_protocols(broker_factory):
     add("consumer-b", new_member(bootstrap, group))
     step("CONSUMER")
     remove("consumer-a")  # the rolling downgrade
-    add("classic-c", classic_member(bootstrap, group))
+    classic("classic-c")
     step("CONSUMER")
     remove("consumer-b")
-    add("classic-d", classic_member(bootstrap, group))
+    classic("classic-d")
     step("CLASSIC")
     for name in list(members):
         remove(name)
