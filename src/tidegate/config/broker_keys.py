@@ -580,8 +580,9 @@ _TABLE: tuple[ConfigKey, ...] = (
            "UNSUPPORTED_ASSIGNOR otherwise); the first is the default."),
     broker("group.consumer.migration.policy", STRING, "bidirectional", _migration_policy, MEDIUM,
            "Kafka's online migration between the classic and consumer protocols "
-           "(disabled, downgrade, upgrade, bidirectional). Accepted; tidegate converts only "
-           "empty groups (docs/groups.md)."),
+           "(disabled, downgrade, upgrade, bidirectional): a classic group with members is "
+           "upgraded when a consumer-protocol member joins, a consumer group downgraded when "
+           "its last consumer-protocol member leaves (docs/groups.md)."),
     broker("group.consumer.regex.refresh.interval.ms", INT, 600000, Range.at_least(10000), LOW,
            "How often a consumer group's regular expressions are resolved again when no "
            "topic changed (Kafka's internal key)."),

@@ -39,7 +39,11 @@ at start in log order (:meth:`GroupCoordinator.replay_batch`, then
 :meth:`GroupCoordinator.on_loaded`), the same batches the KIP-848 and KIP-932
 coordinators replay. One group id names one group: an id the modern coordinators own
 (``other_groups``) is not a classic group here, though its committed offsets are kept
-here like every group's; the offset APIs on a consumer group check its member's epoch.
+here like every group's; the offset APIs on a consumer group check its member's epoch,
+and JoinGroup, SyncGroup, Heartbeat and LeaveGroup on a consumer group go to the consumer
+group coordinator (``classic_members``: online migration, whose upgrade and downgrade
+hand groups between the two through :meth:`GroupCoordinator.hand_over_classic_group` and
+:meth:`GroupCoordinator.adopt_downgraded_group`).
 
 Offsets in transactions (KIP-98, KIP-447): TxnOffsetCommit writes a transactional batch
 of the producer; its offsets stay pending per (group, producer id), invisible to

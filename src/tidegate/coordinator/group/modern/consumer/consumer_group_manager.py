@@ -23,6 +23,14 @@ its new regex in the group's subscription type. The image's ``version`` tells wh
 changed: groups then recompute their subscribed topics' metadata hash on their next
 heartbeat (a new hash bumps the epoch) and regexes are resolved again.
 
+**Online migration** (reference 1.13, ``group.consumer.migration.policy``): a join
+heartbeat to a classic group with members upgrades it (``classic_conversion``); the
+classic coordinator hands the JoinGroup, SyncGroup, Heartbeat and LeaveGroup of a
+consumer group's id here (``classic_group_join`` and the rest), answered as Kafka's
+classic member paths of a consumer group, with a session, a join and a sync timeout per
+classic member; the fencing of the last consumer-protocol member downgrades the group,
+which the classic coordinator adopts.
+
 Inputs are plain values (:class:`ConsumerGroupHeartbeat`), answers come through a
 callback (:class:`ConsumerGroupHeartbeatResult`); the clock, the topic metadata, the
 append, the timer, the per-group configs and the classic groups are injected.
