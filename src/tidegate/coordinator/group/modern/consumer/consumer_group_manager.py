@@ -877,20 +877,7 @@ class ConsumerGroupManager(ModernGroupManager[ConsumerGroup, ConsumerGroupMember
             owned = decode_owned_partitions(metadata)
         except ValueError as exc:
             raise api_error(ErrorCode.inconsistent_group_protocol, f"Malformed subscription: {exc}") from exc
-        changes: dict[str, object] = {
-            "subscribed_topic_names": frozenset(topics),
-            "client_id": req.client_id,
-            "client_host": req.client_host,
-            "classic_member_metadata": ClassicMemberMetadata(
-                req.session_timeout_ms,
-                tuple(ClassicProtocol(name, data) for name, data in req.protocols),
-            ),
-        }
-        if req.instance_id is not None:
-            changes["instance_id"] = req.instance_id
-        if req.rebalance_timeout_ms != -1:
-            changes["rebalance_timeout_ms"] = req.rebalance_timeout_ms
-        updated = member.replace(**changes)
+        updated = _updated_classic_member(member, req, topics)
         names_changed = self._has_member_subscription_changed(group_id, member, updated, op)
         group_epoch, sub_type = group.group_epoch, None
         if names_changed or group.has_metadata_expired(self.clock.milliseconds()):
@@ -904,13 +891,8 @@ class ConsumerGroupManager(ModernGroupManager[ConsumerGroup, ConsumerGroupMember
         else:
             target_epoch = group.assignment_epoch
             target = group.target_assignment_of(updated.member_id, updated.instance_id)
-        owned_by_id: dict[uuid.UUID, list[int]] = {}
-        for name, partition in owned:
-            topic = self.image.get(name)
-            if topic is not None:
-                owned_by_id.setdefault(topic.topic_id, []).append(partition)
         updated = self._maybe_reconcile(
-            group, updated, target_epoch, target, names_changed, list(owned_by_id.items()), op
+            group, updated, target_epoch, target, names_changed, self._by_topic_id(owned), op
         )
         new_id, timeout_ms = updated.member_id, req.rebalance_timeout_ms
 
@@ -931,6 +913,15 @@ class ConsumerGroupManager(ModernGroupManager[ConsumerGroup, ConsumerGroupMember
             CONSUMER_PROTOCOL_TYPE,
             req.protocols[0][0],
         )
+
+    def _by_topic_id(self, partitions: Iterable[tuple[str, int]]) -> OwnedTopicPartitions:
+        """(topic name, partition) pairs by topic id; topics that no longer exist dropped."""
+        by_id: dict[uuid.UUID, list[int]] = {}
+        for name, partition in partitions:
+            topic = self.image.get(name)
+            if topic is not None:
+                by_id.setdefault(topic.topic_id, []).append(partition)
+        return list(by_id.items())
 
     def _classic_member(
         self, group: ConsumerGroup, member_id: str, req: ClassicJoinGroup, is_unknown: bool,
@@ -1081,11 +1072,12 @@ class ConsumerGroupManager(ModernGroupManager[ConsumerGroup, ConsumerGroupMember
                 if instance_id is None:
                     member = group.member(member_id)
                 else:
-                    member = group.static_member(instance_id)  # type: ignore[assignment]
-                    if member is None:
+                    static = group.static_member(instance_id)
+                    if static is None:
                         raise api_error(ErrorCode.unknown_member_id, f"Instance id {instance_id} is unknown.")
                     if member_id:  # an admin removes a static member by its instance id alone
-                        _throw_if_static_member_is_unknown_or_fenced(member, member_id, instance_id)
+                        _throw_if_static_member_is_unknown_or_fenced(static, member_id, instance_id)
+                    member = static
                 if not member.use_classic_protocol:
                     raise api_error(ErrorCode.unknown_member_id, f"Member {member_id} does not use the classic protocol.")
             except BrokerResponseError as exc:
@@ -1365,6 +1357,27 @@ def _updated_member(member: ConsumerGroupMember, req: ConsumerGroupHeartbeat) ->
         changes.setdefault("subscribed_topic_regex", "")
     updated = member.replace(**changes)
     return member if updated == member else updated
+
+
+def _updated_classic_member(
+    member: ConsumerGroupMember, req: ClassicJoinGroup, topics: Iterable[str]
+) -> ConsumerGroupMember:
+    """The member with what a JoinGroup sets: its subscription, client, and the classic
+    protocol's session timeout and protocols."""
+    changes: dict[str, object] = {
+        "subscribed_topic_names": frozenset(topics),
+        "client_id": req.client_id,
+        "client_host": req.client_host,
+        "classic_member_metadata": ClassicMemberMetadata(
+            req.session_timeout_ms,
+            tuple(ClassicProtocol(name, data) for name, data in req.protocols),
+        ),
+    }
+    if req.instance_id is not None:
+        changes["instance_id"] = req.instance_id
+    if req.rebalance_timeout_ms != -1:
+        changes["rebalance_timeout_ms"] = req.rebalance_timeout_ms
+    return member.replace(**changes)
 
 
 def _remove_member_records(records: list[CoordinatorRecord], group_id: str, member_id: str) -> None:
