@@ -16,6 +16,7 @@ from aiokafka.coordinator.protocol import (
 from tidegate.client.admin import _consumer_assignment
 from tidegate.protocol.consumer_protocol import (
     decode_assignment,
+    decode_owned_partitions,
     decode_subscription,
     encode_assignment,
     encode_subscription,
@@ -36,6 +37,19 @@ def test_a_later_version_reads_by_its_v0_prefix():
     # v3 subscription with a generation id and a rack after the owned partitions
     v3 = v1[:-4] + b"\x00\x00\x00\x00" + struct.pack(">i", 7) + struct.pack(">h", 2) + b"r1"
     assert decode_subscription(b"\x00\x03" + v3[2:]) == ["x"]
+
+
+def test_owned_partitions_of_a_v1_and_later_subscription():
+    """What a classic member in a consumer group still owns (online migration); none
+    before v1."""
+    assert decode_owned_partitions(encode_subscription(["x"])) == []
+    owned = struct.pack(">i", 1) + struct.pack(">h", 1) + b"x" + struct.pack(">iii", 2, 3, 1)
+    v1 = b"\x00\x01" + encode_subscription(["x"])[2:-4] + struct.pack(">i", 2) + b"ud" + owned
+    assert decode_owned_partitions(v1) == [("x", 1), ("x", 3)]
+    v3 = b"\x00\x03" + v1[2:] + struct.pack(">i", 7) + struct.pack(">h", 2) + b"r1"
+    assert decode_owned_partitions(v3) == [("x", 1), ("x", 3)]
+    with pytest.raises(ValueError):
+        decode_owned_partitions(v1[:-3])
 
 
 def test_bytes_equal_a_real_clients():
