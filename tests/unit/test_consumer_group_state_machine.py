@@ -97,6 +97,15 @@ class NoClassicGroups:
     def remove_empty_classic_group(self, group_id: str) -> None:
         raise AssertionError("no classic group to replace")
 
+    def classic_group(self, group_id: str) -> None:
+        return None
+
+    def hand_over_classic_group(self, group_id: str) -> None:
+        raise AssertionError("no classic group to upgrade")
+
+    def adopt_downgraded_group(self, group: object) -> None:
+        raise AssertionError("no classic member to downgrade to")
+
 
 class Broker:
     """The coordinator over an in-memory log; :meth:`restart` replays it."""
