@@ -383,3 +383,19 @@ def test_downgraded_group_resumes_after_a_restart(h):
     classic = h2.classic.classic_group(G)
     assert classic is not None and set(classic.members) == {m1, m2}
     assert partitions(classic.members[m2].assignment) == target
+
+
+def test_classic_static_member_removed_by_its_instance_id(h):
+    """LeaveGroup by instance id alone (an admin's removal) fences a static classic member;
+    with another member id it is FENCED_INSTANCE_ID, an unknown instance UNKNOWN_MEMBER_ID."""
+    h.create_topic("foo", 2)
+    join(h, instance_id="i1")
+    m1 = h.classic.classic_group(G).static_members["i1"]
+    generation = h.classic.classic_group(G).generation_id
+    sync(h, m1, generation, "i1", {m1: encode_assignment([("foo", 0), ("foo", 1)])})
+    h.join("c1", group_id=G)
+    error, members = h.classic.handle_leave_group(G, [("other", "i1", None), ("", "i9", None), ("", "i1", None)])
+    h.loop.run_pending()
+    assert error is E.none
+    assert [e for _, _, e in members] == [E.fenced_instance_id, E.unknown_member_id, E.none]
+    assert set(h.group(G).members) == {"c1"}
