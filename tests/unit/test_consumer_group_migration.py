@@ -111,6 +111,18 @@ def rejoin(h: Harness, member_id: str) -> int:
     return joined.generation_id
 
 
+def static_classic_member_upgraded(h: Harness) -> tuple[str, int]:
+    """A classic group of one static member (instance i1) owning foo's two partitions,
+    upgraded by consumer-protocol member c1; (its member id, its generation)."""
+    h.create_topic("foo", 2)
+    join(h, instance_id="i1")
+    m1 = h.classic.classic_group(G).static_members["i1"]
+    generation = h.classic.classic_group(G).generation_id
+    sync(h, m1, generation, "i1", {m1: encode_assignment([("foo", 0), ("foo", 1)])})
+    h.join("c1", group_id=G)
+    return m1, generation
+
+
 @pytest.fixture
 def h(tmp_path) -> Harness:
     return Harness(tmp_path)
@@ -222,12 +234,7 @@ def test_classic_member_sync_and_heartbeat_errors(h):
 
 
 def test_static_classic_member_is_fenced_by_instance_id(h):
-    h.create_topic("foo", 2)
-    join(h, instance_id="i1")
-    m1 = h.classic.classic_group(G).static_members["i1"]
-    generation = h.classic.classic_group(G).generation_id
-    sync(h, m1, generation, "i1", {m1: encode_assignment([("foo", 0), ("foo", 1)])})
-    h.join("c1", group_id=G)
+    m1, generation = static_classic_member_upgraded(h)
     assert beat(h, "other", generation, "i1") is E.fenced_instance_id
     assert beat(h, m1, generation, "i2") is E.unknown_member_id
     # rejoining with no member id takes the instance id over (the classic protocol fences the old id)
@@ -388,12 +395,7 @@ def test_downgraded_group_resumes_after_a_restart(h):
 def test_classic_static_member_removed_by_its_instance_id(h):
     """LeaveGroup by instance id alone (an admin's removal) fences a static classic member;
     with another member id it is FENCED_INSTANCE_ID, an unknown instance UNKNOWN_MEMBER_ID."""
-    h.create_topic("foo", 2)
-    join(h, instance_id="i1")
-    m1 = h.classic.classic_group(G).static_members["i1"]
-    generation = h.classic.classic_group(G).generation_id
-    sync(h, m1, generation, "i1", {m1: encode_assignment([("foo", 0), ("foo", 1)])})
-    h.join("c1", group_id=G)
+    static_classic_member_upgraded(h)
     error, members = h.classic.handle_leave_group(G, [("other", "i1", None), ("", "i9", None), ("", "i1", None)])
     h.loop.run_pending()
     assert error is E.none
