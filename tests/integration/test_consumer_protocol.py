@@ -71,7 +71,9 @@ def poll_all(members: Mapping[str, Any], got: dict[str, list], until, timeout: f
     """Poll every member in turn, committing what each read, until ``until()``."""
     deadline = time.monotonic() + timeout
     while not until():
-        assert time.monotonic() < deadline, "timed out"
+        assert time.monotonic() < deadline, "timed out: " + repr(
+            {name: sorted((tp.topic, tp.partition) for tp in c.assignment()) for name, c in members.items()}
+        )
         for name, c in members.items():
             msgs = c.consume(100, 0.1)
             for m in msgs:
