@@ -11,6 +11,7 @@ rebalance takes a few hundred milliseconds instead of Kafka's 5 s heartbeats.
 from __future__ import annotations
 
 import os
+import queue
 import signal
 import subprocess
 import sys
@@ -311,7 +312,19 @@ def classic_member(bootstrap: str, group: str) -> Consumer:
 
 class KafkaPythonClassicMember:
     """kafka-python's KafkaConsumer (the classic protocol) behind the calls of confluent's
-    Consumer that this module's helpers make."""
+    Consumer that this module's helpers make.
+
+    It polls on a thread of its own, as an application's consumer does, with a poll
+    timeout longer than a rebalance, and hands its records to :meth:`consume`: kafka-python
+    3.0 drops a JoinGroup/SyncGroup round that completes while no ``poll()`` awaits it
+    (``ensure_active_group_async`` replaces a finished join task with a new JoinGroup).
+    Polled in turn with the other members on one thread, a leader's round completes only
+    while another member is polled (its rejoin completes the join), so the leader rejoined
+    after every rebalance, never took its assignment, and kept the partitions of the one
+    before: two members owning the same partitions until the test timed out."""
+
+    #: longer than a rebalance here (the followers hear of it within a heartbeat, 300 ms)
+    POLL_TIMEOUT_MS = 1000
 
     class Message:
         def __init__(self, record) -> None:
@@ -334,21 +347,51 @@ class KafkaPythonClassicMember:
             bootstrap_servers=bootstrap, group_id=group, auto_offset_reset="earliest",
             enable_auto_commit=False, session_timeout_ms=6000, heartbeat_interval_ms=300,
         )  # fmt: skip
+        self.records: queue.Queue = queue.Queue()
+        self.failure: Exception | None = None
+        self.stopping = threading.Event()
+        self.poller: threading.Thread | None = None
 
     def subscribe(self, topics: list[str]) -> None:
         self.consumer.subscribe(topics)
+        self.poller = threading.Thread(target=self._poll, name="kafka-python-member", daemon=True)
+        self.poller.start()
+
+    def _poll(self) -> None:
+        """Poll, queue what was read, commit it (what poll_all does after each read)."""
+        try:
+            while not self.stopping.is_set():
+                batches = self.consumer.poll(timeout_ms=self.POLL_TIMEOUT_MS, max_records=100)
+                records = [r for records in batches.values() for r in records]
+                for record in records:
+                    self.records.put(record)
+                if records:
+                    self.consumer.commit()
+        except Exception as exc:  # noqa: BLE001 -- re-raised by consume() on the test thread
+            self.failure = exc
 
     def consume(self, num_messages: int, timeout: float) -> list:
-        batches = self.consumer.poll(timeout_ms=int(timeout * 1000), max_records=num_messages)
-        return [self.Message(r) for records in batches.values() for r in records]
+        if self.failure is not None:
+            raise self.failure
+        out = []
+        try:
+            out.append(self.records.get(timeout=timeout))
+            while len(out) < num_messages:
+                out.append(self.records.get_nowait())
+        except queue.Empty:
+            pass
+        return [self.Message(r) for r in out]
 
     def commit(self, asynchronous: bool = True) -> None:
-        self.consumer.commit()
+        """The polling thread committed what it read before handing it over."""
 
     def assignment(self) -> set:
         return self.consumer.assignment()
 
     def close(self) -> None:
+        self.stopping.set()
+        if self.poller is not None:
+            self.poller.join()
         self.consumer.close()
 
 
