@@ -747,7 +747,8 @@ def _read_range(
     client's metadata; when it moves (an error that says the metadata is stale, a lost
     connection, a timeout) the metadata is refreshed and the Fetch goes to the new
     leader, after the position is validated there (KIP-320). Only ``timeout_ms``
-    without progress ends the read with the last error."""
+    without progress ends the read with the last error. (One loop, ~90 lines: the
+    position, the stall clock and the session are its state across leader moves.)"""
     clock = client.clock
     position = FetchPosition(pos)
     stalled_since = clock.milliseconds()

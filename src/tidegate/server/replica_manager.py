@@ -334,6 +334,9 @@ class ReplicaManager:
         A client's transactional batches (from ``transactional_id``) are verified first
         (see the module doc); ``generic_txn_errors`` (Produce v11+) lets a partition that
         is not in the transaction answer TRANSACTION_ABORTABLE rather than INVALID_TXN_STATE.
+
+        One function, as Kafka's ``appendRecords``/``appendToLocalLog``: each partition's
+        checks lead to its append in one loop, then the acks=-1 wait.
         """
         results: dict[TopicPartition, PartitionResponse] = {}
         if required_acks not in (0, 1, -1):

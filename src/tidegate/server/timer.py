@@ -627,6 +627,10 @@ class SystemTimer:
         flushes it (each entry moves down a level or runs).  ``timeout_ms`` is kept for
         Kafka's signature only: a sans-IO timer never blocks.  The caller waits, until
         :meth:`next_expiration_ms`, instead.
+
+        Long on purpose (~100 lines): the wheels' advance, the bucket's flush and the
+        re-add are inlined into one loop with their lookups in locals, the hot path of
+        every expiry (benchmarks/purgatory.py measures it against the 0.8 design).
         """
         if self._closed:
             return False
