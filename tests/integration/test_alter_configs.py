@@ -151,6 +151,16 @@ def test_confluent_incremental_operations_and_describe(broker, cfk):
     }
 
 
+def test_subtracting_the_last_cleanup_policy_leaves_it_empty(broker, cfk):
+    """Kafka 4 accepts an empty cleanup.policy (neither delete nor compact)."""
+    topic = create_topic(broker.bootstrap)
+    assert cfk_incremental(cfk, ResourceType.TOPIC, topic, [
+        ("cleanup.policy", SUBTRACT, "delete"),
+    ]) is None  # fmt: skip
+    described = cfk_describe(cfk, ResourceType.TOPIC, topic)
+    assert described["cleanup.policy"] == ("", ConfigSource.DYNAMIC_TOPIC_CONFIG.value, False)
+
+
 def test_confluent_validate_only_and_errors(broker, cfk):
     topic = create_topic(broker.bootstrap)
     assert cfk_incremental(cfk, ResourceType.TOPIC, topic, [("retention.ms", SET, "1000")],

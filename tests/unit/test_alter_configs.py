@@ -161,6 +161,17 @@ def test_append_and_subtract_edit_list_keys_item_by_item(h):
     assert h.store.get("t").configs["cleanup.policy"] == "delete"
 
 
+def test_subtracting_the_last_cleanup_policy_leaves_it_empty(h):
+    """Kafka 4 accepts an empty cleanup.policy: neither deleted nor compacted."""
+    h.create_topic("t")
+    ops = [("cleanup.policy", SUBTRACT, "delete")]
+    assert incremental(h, [(TOPIC, "t", ops)]) == [ok(TOPIC, "t")]
+    assert h.store.get("t").configs["cleanup.policy"] == ""
+    assert describe(h, TOPIC, "t", ["cleanup.policy"])["cleanup.policy"][:2] == ("", 1)
+    config = h.replicas.get_log("t", 0).config
+    assert not config.delete and not config.compact
+
+
 @pytest.mark.parametrize("op", [APPEND, SUBTRACT])
 def test_append_and_subtract_on_a_key_that_is_not_a_list_is_invalid_config(h, op):
     h.create_topic("t", configs={"retention.ms": "1000"})

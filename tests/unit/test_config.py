@@ -647,6 +647,18 @@ def test_every_log_config_field_is_a_topic_key():
         assert default == field.default, field.name
 
 
+def test_an_empty_cleanup_policy_is_neither_delete_nor_compact():
+    """Kafka 4 accepts cleanup.policy= (what SUBTRACT of the last policy leaves): the log is
+    kept forever and never compacted."""
+    assert validate_topic_configs({"cleanup.policy": ""}) == {"cleanup.policy": ""}
+    lc = topic_log_config(BrokerConfig(), {"cleanup.policy": ""})
+    assert lc.cleanup_policy == ()
+    assert not lc.delete and not lc.compact
+    assert cfg(log_cleanup_policy="").topic_default("cleanup.policy") == []
+    with pytest.raises(ConfigError, match="String must be one of: compact, delete"):
+        validate_topic_configs({"cleanup.policy": "compact,shred"})
+
+
 def test_topic_log_config_rejects_bad_overrides():
     with pytest.raises(ConfigError, match="segment.ms"):
         topic_log_config(BrokerConfig(), {"segment.ms": "0"})

@@ -431,6 +431,19 @@ def test_max_compaction_lag_forces_a_clean_below_the_ratio(compacted, tmp_path):
     assert best is not None and best.needs_compaction_now
 
 
+def test_an_empty_cleanup_policy_neither_deletes_nor_compacts(compacted, tmp_path):
+    """cleanup.policy= (Kafka 4): retention deletes nothing and the cleaner never picks it."""
+    plog = compacted(cleanup_policy=(), retention_ms=1, retention_bytes=1)
+    fill(plog, 100, 100, ts=0)
+    segments = len(plog.segments)
+    assert plog.apply_retention(10**12) == 0
+    assert len(plog.segments) == segments
+    manager = LogCleanerManager(os.open(tmp_path, os.O_RDONLY))
+    best, _ = manager.grab_filthiest({TP: plog}, 10**12)
+    assert best is None
+    plog.append(kv((None, b"unkeyed")), 0)  # not compacted: records need no key
+
+
 def test_a_compacted_topic_refuses_a_batch_with_an_unkeyed_record(compacted):
     """Kafka's LogValidator: INVALID_RECORD for the whole batch, the records in
     record_errors; nothing of the batch is appended."""

@@ -352,9 +352,10 @@ _TABLE: tuple[ConfigKey, ...] = (
            "The largest offset index of a segment, in bytes. Accepted only: tidegate's "
            "indexes grow with their segment.",
            mode=CLUSTER),
-    broker("log.cleanup.policy", LIST, ["delete"], OneOf(("compact", "delete")), MEDIUM,
-           "The default cleanup policy: delete (retention), compact (the log cleaner) "
-           "or both.",
+    broker("log.cleanup.policy", LIST, ["delete"],
+           OneOf(("compact", "delete"), allow_empty=True), MEDIUM,
+           "The default cleanup policy: delete (retention), compact (the log cleaner), "
+           "both, or empty (neither: the log is kept forever and never compacted).",
            mode=CLUSTER),
     broker("log.cleaner.enable", BOOLEAN, True, None, MEDIUM,
            "Run the log cleaner (compacted topics are not compacted without it)."),

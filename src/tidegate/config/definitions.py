@@ -151,15 +151,17 @@ class OneOf(Validator):
     """The value (each element, for a list) must be one of ``options``.
 
     ``unsupported`` maps values Kafka accepts but tidegate does not (yet) to the
-    reason, so users get "not supported" rather than "not a valid value".
+    reason, so users get "not supported" rather than "not a valid value". ``allow_empty``
+    accepts an empty list (Kafka's ``ValidList.in(true, ...)``).
     """
 
     options: tuple[str, ...]
     unsupported: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    allow_empty: bool = False
 
     def __call__(self, name: str, value: Any) -> None:
         items = value if isinstance(value, list) else [value]
-        if not items:
+        if not items and not self.allow_empty:
             raise ConfigError.invalid(name, value, self._must_be())
         for item in items:
             if item in self.unsupported:

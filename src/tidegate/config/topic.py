@@ -123,7 +123,8 @@ _TABLE: tuple[ConfigKey, ...] = (
           "CreateTime (producer's timestamp) or LogAppendTime (broker's append time)."),
     topic("cleanup.policy", ["log.cleanup.policy"],
           "delete: retention deletes old segments; compact: the log cleaner keeps the "
-          "latest record per key; compact,delete: both."),
+          "latest record per key; compact,delete: both; empty: neither (kept forever, "
+          "never compacted, as Kafka 4)."),
     topic("min.cleanable.dirty.ratio", ["log.cleaner.min.cleanable.ratio"],
           "Clean the log once this share of it is dirty."),
     topic("delete.retention.ms", ["log.cleaner.delete.retention.ms"],
