@@ -8,7 +8,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from kafka.protocol.broker_version_data import infer_broker_version_from_api_versions
+from kafka.protocol.broker_version_data import (
+    BROKER_API_VERSIONS,
+    infer_broker_version_from_api_versions,
+)
 
 from tidegate.protocol.apis import SUPPORTED_APIS, ApiKey
 
@@ -50,6 +53,8 @@ DIFFERENCES = {
     # which tidegate does not implement: advertising them would invite TV2 semantics
     26: (0, 4),
     28: (0, 4),
+    # ListConfigResources v1 (KIP-1142): Kafka 4.1's and 4.2's range
+    74: (0, 1),
 }
 
 #: tidegate's table, exactly (every change to it is a change to this test and the docs).
@@ -71,8 +76,28 @@ def test_every_kafka_40_api_is_advertised_or_deliberately_left_out():
 
 
 def test_kafka_python_infers_kafka_40_from_the_table():
+    """4.0, not 4.2: kafka-python looks for ListOffsets v11 (4.2) and Produce v13 (4.1) first,
+    and tidegate advertises neither (docs/protocol.md)."""
     versions = {int(k): (r.min_version, r.max_version) for k, r in SUPPORTED_APIS.items()}
     assert infer_broker_version_from_api_versions(versions) == (4, 0)
+    assert infer_broker_version_from_api_versions(versions | {2: (1, 11)}) == (4, 2)
+    assert infer_broker_version_from_api_versions(versions | {0: (3, 13)}) == (4, 1)
+
+
+def kafka_releases_with(key: int, versions: tuple[int, int]) -> str:
+    """The Kafka releases 4.0-4.2 that advertise exactly ``versions`` for ``key`` ("4.0-4.2",
+    "4.1", ... or "none"), from the ranges kafka-python records for each release."""
+    matching = [f"4.{minor}" for minor in (0, 1, 2) if BROKER_API_VERSIONS[(4, minor)].get(key) == versions]
+    if not matching:
+        return "none"
+    return matching[0] if len(matching) == 1 else f"{matching[0]}-{matching[-1]}"
+
+
+def test_docs_name_the_kafka_releases_each_range_matches():
+    rows = re.findall(r"^\| [A-Za-z]+ \| (\d+) \| [\d-]+ \| ([\d.\-a-z]+) \|", DOCS.read_text(), re.MULTILINE)
+    assert {int(key): releases for key, releases in rows} == {
+        key: kafka_releases_with(key, versions) for key, versions in ADVERTISED.items()
+    }
 
 
 def test_docs_list_every_api_with_its_versions_and_every_left_out_one():

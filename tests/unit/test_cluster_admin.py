@@ -1,7 +1,7 @@
 """The cluster's admin APIs as a single-node KRaft cluster answers them, through KafkaApis:
 DescribeLogDirs, AlterReplicaLogDirs, DescribeTopicPartitions (KIP-966), DescribeProducers,
 ElectLeaders, Alter/ListPartitionReassignments, DescribeQuorum, Add/RemoveRaftVoter,
-UnregisterBroker, ListClientMetricsResources, the delegation-token APIs and the KIP-848
+UnregisterBroker, ListConfigResources (KIP-1142), the delegation-token APIs and the KIP-848
 group APIs (refused as a classic-only Kafka refuses them)."""
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ ALTER_REPLICA_LOG_DIRS, DESCRIBE_LOG_DIRS = 34, 35
 CREATE_TOKEN, RENEW_TOKEN, EXPIRE_TOKEN, DESCRIBE_TOKEN = 38, 39, 40, 41
 ELECT_LEADERS, ALTER_REASSIGNMENTS, LIST_REASSIGNMENTS = 43, 45, 46
 DESCRIBE_QUORUM, DESCRIBE_PRODUCERS, UNREGISTER_BROKER = 55, 61, 64
-LIST_CLIENT_METRICS_RESOURCES, DESCRIBE_TOPIC_PARTITIONS = 74, 75
+LIST_CONFIG_RESOURCES, DESCRIBE_TOPIC_PARTITIONS = 74, 75
+TOPIC, BROKER, BROKER_LOGGER, CLIENT_METRICS, GROUP = 2, 4, 8, 16, 32
 ADD_RAFT_VOTER, REMOVE_RAFT_VOTER = 80, 81
 
 
@@ -318,9 +319,36 @@ def test_unregister_broker(h):
     assert (r.error_code, r.error_message) == (E.none, None)
 
 
-def test_list_client_metrics_resources_is_empty(h):
-    r = h.request(LIST_CLIENT_METRICS_RESOURCES, 0, {})
+def test_list_config_resources_v0_lists_client_metrics_only_and_there_are_none(h):
+    """v0 is KIP-714's ListClientMetricsResources: no subscriptions (no telemetry receiver)."""
+    h.create_topic("a")
+    r = h.request(LIST_CONFIG_RESOURCES, 0, {})
     assert (r.error_code, list(r.config_resources)) == (E.none, [])
+
+
+def listed(h, types: list[int]) -> tuple[int, list[tuple[int, str]]]:
+    r = h.request(LIST_CONFIG_RESOURCES, 1, {"resource_types": types})
+    return r.error_code, sorted((c.resource_type, c.resource_name) for c in r.config_resources)
+
+
+def test_list_config_resources_v1_lists_every_type_or_the_requested_ones(h):
+    """As Kafka's KafkaApis: groups with configs, this node as BROKER and BROKER_LOGGER,
+    every topic; an empty list means every type v1 has."""
+    h.create_topic("a")
+    h.create_topic("b")
+    h.core.group_configs.alter("g1", {"consumer.session.timeout.ms": "50000"})
+    h.core.group_configs.alter("g2", {"consumer.heartbeat.interval.ms": "6000"})
+    h.core.group_configs.alter("g2", {"consumer.heartbeat.interval.ms": None})  # none left
+    every = [(TOPIC, "a"), (TOPIC, "b"), (BROKER, "1"), (BROKER_LOGGER, "1"), (GROUP, "g1")]
+    assert listed(h, []) == (E.none, sorted(every))
+    assert listed(h, [TOPIC]) == (E.none, [(TOPIC, "a"), (TOPIC, "b")])
+    assert listed(h, [GROUP, BROKER]) == (E.none, [(BROKER, "1"), (GROUP, "g1")])
+    assert listed(h, [CLIENT_METRICS]) == (E.none, [])
+
+
+@pytest.mark.parametrize("types", [[1], [TOPIC, 64]])
+def test_list_config_resources_of_a_type_the_version_lacks_is_unsupported_version(h, types):
+    assert listed(h, types) == (E.unsupported_version, [])
 
 
 # -- delegation tokens: disabled ------------------------------------------------------------

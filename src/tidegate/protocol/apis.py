@@ -70,7 +70,7 @@ class ApiKey(enum.IntEnum):
     LIST_TRANSACTIONS = 66
     CONSUMER_GROUP_HEARTBEAT = 68
     CONSUMER_GROUP_DESCRIBE = 69
-    LIST_CLIENT_METRICS_RESOURCES = 74
+    LIST_CONFIG_RESOURCES = 74  # ListClientMetricsResources before KIP-1142
     DESCRIBE_TOPIC_PARTITIONS = 75
     SHARE_GROUP_HEARTBEAT = 76
     SHARE_GROUP_DESCRIBE = 77
@@ -152,7 +152,7 @@ SUPPORTED_APIS: dict[int, ApiRange] = {
         ApiRange(ApiKey.LIST_TRANSACTIONS, 0, 1),
         ApiRange(ApiKey.CONSUMER_GROUP_HEARTBEAT, 0, 1),
         ApiRange(ApiKey.CONSUMER_GROUP_DESCRIBE, 0, 1),
-        ApiRange(ApiKey.LIST_CLIENT_METRICS_RESOURCES, 0, 0),
+        ApiRange(ApiKey.LIST_CONFIG_RESOURCES, 0, 1),
         ApiRange(ApiKey.DESCRIBE_TOPIC_PARTITIONS, 0, 0),
         # KIP-932 share groups (Kafka 4.2's ranges; librdkafka sends v1)
         ApiRange(ApiKey.SHARE_GROUP_HEARTBEAT, 1, 1),

@@ -1412,7 +1412,7 @@ CHECKS: dict[int, Check] = {
     ApiKey.UNREGISTER_BROKER: _cluster(ALTER, lambda r, error: UnregisterBrokerResponse(error_code=error)),
     ApiKey.ADD_RAFT_VOTER: _cluster(ALTER, lambda r, error: AddRaftVoterResponse(error_code=error)),
     ApiKey.REMOVE_RAFT_VOTER: _cluster(ALTER, lambda r, error: RemoveRaftVoterResponse(error_code=error)),
-    ApiKey.LIST_CLIENT_METRICS_RESOURCES: _cluster(
+    ApiKey.LIST_CONFIG_RESOURCES: _cluster(
         DESCRIBE_CONFIGS, lambda r, error: ListConfigResourcesResponse(error_code=error)),
     ApiKey.DESCRIBE_CLUSTER: check_describe_cluster,
     ApiKey.DESCRIBE_TOPIC_PARTITIONS: check_describe_topic_partitions,

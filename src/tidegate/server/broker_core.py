@@ -227,7 +227,7 @@ class BrokerCore:
         self.quota_admin = QuotaAdminApis(self.quotas)
         self.log_dir_admin = LogDirAdminApis(self.replicas)
         self.cluster_admin = ClusterAdminApis(config.node_id, self.cluster_id, self.replicas, self.store,
-                                              self.endpoints, clock)
+                                              self.endpoints, clock, group_configs=self.group_configs)
         self.security = SecurityApis(self.credentials)
         self.acls = AclApis(self.authorizer, self.acl_store)
         self.apis = KafkaApis(

@@ -1,6 +1,6 @@
 """The cluster and its KRaft quorum as a single-node cluster answers them: DescribeCluster,
 DescribeQuorum, ElectLeaders, Alter/ListPartitionReassignments, UnregisterBroker,
-Add/RemoveRaftVoter, ListClientMetricsResources and DescribeProducers, for
+Add/RemoveRaftVoter, ListConfigResources and DescribeProducers, for
 :class:`~tidegate.server.kafka_apis.KafkaApis`.
 
 On a one-node KRaft cluster this node is the only broker, the controller and the one
@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Iterable
 
 from tidegate.clock import Clock
+from tidegate.coordinator.group.group_config import GroupConfigManager
 from tidegate.errors import ErrorCode
 from tidegate.network.request_channel import Request
 from tidegate.protocol.messages._base import ZERO_UUID
@@ -53,7 +55,11 @@ from tidegate.protocol.messages.elect_leaders import (
     PartitionResult,
     ReplicaElectionResult,
 )
-from tidegate.protocol.messages.list_config_resources import ListConfigResourcesResponse
+from tidegate.protocol.messages.list_config_resources import (
+    ConfigResource,
+    ListConfigResourcesRequest,
+    ListConfigResourcesResponse,
+)
 from tidegate.protocol.messages.list_partition_reassignments import (
     ListPartitionReassignmentsResponse,
 )
@@ -64,6 +70,13 @@ from tidegate.protocol.messages.remove_raft_voter import (
 from tidegate.protocol.messages.unregister_broker import (
     UnregisterBrokerRequest,
     UnregisterBrokerResponse,
+)
+from tidegate.server.config_admin import (
+    RESOURCE_BROKER,
+    RESOURCE_BROKER_LOGGER,
+    RESOURCE_CLIENT_METRICS,
+    RESOURCE_GROUP,
+    RESOURCE_TOPIC,
 )
 from tidegate.server.endpoints import Endpoints
 from tidegate.server.metadata import TopicInfo, TopicStore
@@ -85,6 +98,10 @@ ENDPOINT_TYPE_BROKERS = 1
 #: Kafka's default messages (Errors.message()) for the errors answered with them.
 UNKNOWN_TOPIC_OR_PARTITION_MESSAGE = "This server does not host this topic-partition."
 ELECTION_NOT_NEEDED_MESSAGE = "Leader election not needed for topic partition."
+#: The config resource types ListConfigResources v1 lists (Kafka's
+#: ``ListConfigResourcesRequest.supportedResourceTypes``; v0 has CLIENT_METRICS only).
+LIST_CONFIG_RESOURCES_V1 = (RESOURCE_TOPIC, RESOURCE_BROKER, RESOURCE_BROKER_LOGGER,
+                            RESOURCE_CLIENT_METRICS, RESOURCE_GROUP)
 
 
 class ClusterAdminApis:
@@ -96,6 +113,7 @@ class ClusterAdminApis:
         store: TopicStore,
         endpoints: Endpoints,
         clock: Clock,
+        group_configs: GroupConfigManager,
     ) -> None:
         self.node_id = node_id
         self.cluster_id = cluster_id
@@ -104,6 +122,8 @@ class ClusterAdminApis:
         self.endpoints = endpoints
         #: its wall clock stamps this voter's fetch times in DescribeQuorum
         self.clock = clock
+        #: the groups with configs (ListConfigResources lists them)
+        self.group_configs = group_configs
 
     # -- DescribeCluster --------------------------------------------------------------------------
     def handle_describe_cluster(self, request: Request) -> DescribeClusterResponse:
@@ -315,8 +335,24 @@ class ClusterAdminApis:
         log.info("UnregisterBroker for this node (%d): nothing to do on a single node", broker_id)
         return UnregisterBrokerResponse()
 
-    # -- ListClientMetricsResources (KIP-714) ----------------------------------------------------
-    def handle_list_client_metrics_resources(self, request: Request) -> ListConfigResourcesResponse:
-        """No client-metrics subscriptions exist (no telemetry receiver): an empty list
-        (ListClientMetricsResources is ListConfigResources v0 since KIP-1142)."""
-        return ListConfigResourcesResponse()
+    # -- ListConfigResources (KIP-1142; v0 is KIP-714's ListClientMetricsResources) -------------
+    def handle_list_config_resources(self, request: Request) -> ListConfigResourcesResponse:
+        """The config resources of the requested types (none: every type the version has),
+        as Kafka's ``KafkaApis.handleListConfigResources``: groups with configs set, no
+        client-metrics subscriptions (no telemetry receiver), this node as BROKER_LOGGER and
+        BROKER, every topic. A type the version lacks is UNSUPPORTED_VERSION."""
+        supported = LIST_CONFIG_RESOURCES_V1 if request.header.api_version >= 1 else (RESOURCE_CLIENT_METRICS,)
+        wanted = request.body_as(ListConfigResourcesRequest).resource_types or list(supported)
+        if any(t not in supported for t in wanted):
+            return ListConfigResourcesResponse(error_code=ErrorCode.unsupported_version)
+        names: list[tuple[int, Iterable[str]]] = [
+            (RESOURCE_GROUP, self.group_configs.group_ids()),
+            (RESOURCE_CLIENT_METRICS, ()),
+            (RESOURCE_BROKER_LOGGER, (str(self.node_id),)),
+            (RESOURCE_BROKER, (str(self.node_id),)),
+            (RESOURCE_TOPIC, self.store.topic_names()),
+        ]
+        return ListConfigResourcesResponse(config_resources=[
+            ConfigResource(resource_name=name, resource_type=rtype)
+            for rtype, of_type in names if rtype in wanted for name in of_type
+        ])

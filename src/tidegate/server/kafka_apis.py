@@ -250,7 +250,7 @@ class KafkaApis:
             ApiKey.UNREGISTER_BROKER: cluster_admin.handle_unregister_broker,
             ApiKey.ADD_RAFT_VOTER: cluster_admin.handle_add_raft_voter,
             ApiKey.REMOVE_RAFT_VOTER: cluster_admin.handle_remove_raft_voter,
-            ApiKey.LIST_CLIENT_METRICS_RESOURCES: cluster_admin.handle_list_client_metrics_resources,
+            ApiKey.LIST_CONFIG_RESOURCES: cluster_admin.handle_list_config_resources,
             ApiKey.DESCRIBE_PRODUCERS: cluster_admin.handle_describe_producers,
             ApiKey.FIND_COORDINATOR: self.handle_find_coordinator,
             ApiKey.JOIN_GROUP: groups.handle_join_group,

@@ -131,6 +131,10 @@ class GroupConfigManager:
                 raise ValueError(f"{self.path}: unknown format version {doc.get('version')!r}")
             self._groups = {g: dict(c) for g, c in doc["groups"].items()}
 
+    def group_ids(self) -> list[str]:
+        """The groups with configs set (Kafka's ``GroupConfigManager.groupIds``)."""
+        return list(self._groups)
+
     def configs(self, group_id: str) -> dict[str, str]:
         """What ``group_id`` has set."""
         return dict(self._groups.get(group_id, {}))
