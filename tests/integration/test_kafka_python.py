@@ -17,7 +17,7 @@ import pytest
 warnings.filterwarnings("ignore", r".* is deprecated\. Use files\(\) instead", DeprecationWarning)
 
 from kafka import KafkaConsumer, TopicPartition
-from kafka.admin import OffsetSpec
+from kafka.admin import ConfigResource, OffsetSpec
 from kafka.errors import UnknownTopicOrPartitionError
 
 from .clients import (
@@ -188,3 +188,32 @@ def test_keyed_records_across_partitions(broker):
         assert c.end_offsets(tps) == {tp: len(by_partition[tp.partition]) for tp in tps}
     finally:
         c.close()
+
+
+def test_check_version_reads_kafka_40(broker):
+    """kafka-python infers the broker's version from ApiVersions: 4.0, because tidegate
+    serves neither ListOffsets v11 (Kafka 4.2) nor Produce v13 (4.1) (docs/protocol.md)."""
+    admin = admin_client(broker.bootstrap, client=KP)
+    try:
+        assert admin._client.check_version() == (4, 0)
+    finally:
+        admin.close()
+
+
+def test_list_config_resources_by_type(broker):
+    """ListConfigResources v1 (KIP-1142): topics, this broker, groups with configs."""
+    admin = admin_client(broker.bootstrap, client=KP)
+    try:
+        topic = create_topic(broker.bootstrap)
+        group = f"configured-{time.monotonic_ns()}"
+        admin.alter_configs([ConfigResource("GROUP", group, {"consumer.session.timeout.ms": "50000"})])
+        listed = admin.list_config_resources()
+        assert topic in listed["topic"]
+        assert group in listed["group"]
+        assert (listed["broker"], listed["broker_logger"]) == (["1"], ["1"])
+        assert "client_metrics" not in listed  # no subscriptions
+        only_topics = admin.list_config_resources(["TOPIC"])
+        assert list(only_topics) == ["topic"] and topic in only_topics["topic"]
+        assert admin.list_config_resources(["GROUP", "BROKER"]).keys() == {"group", "broker"}
+    finally:
+        admin.close()
