@@ -43,8 +43,9 @@ class RecordingProcessor(Processor):
         self.server = None
 
     def handle(self, request):
+        payload = bytes(request.payload)  # release_buffer drops the bytes of a parked request
         request.release_buffer()
-        self.requests.append((bytes(request.payload), request.context.principal, request))
+        self.requests.append((payload, request.context.principal, request))
         return PARKED
 
     def answer(self, i, data):
