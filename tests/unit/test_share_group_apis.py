@@ -226,6 +226,17 @@ def test_acls_read_on_the_group_and_topics(tmp_path):
     assert d.groups[0].error_code == E.group_authorization_failed
     assert call_as(h, ADMIN, DESCRIBE, 1, {"group_ids": ["g"], "include_authorized_operations": False}
                    ).groups[0].error_code == E.none
+    # a group assigning a topic the principal may not DESCRIBE is hidden without its members
+    assert add_acls(h, creation("User:bob", Op.DESCRIBE, "g", Res.GROUP)) == [E.none]
+    r = call_as(h, ALICE, HB, 1, hb())
+    for _ in range(3):  # the topic's share-partitions initialized, the member assigned
+        r = call_as(h, ALICE, HB, 1, hb(epoch=r.member_epoch))
+    assert r.error_code == E.none
+    hidden = call_as(h, BOB, DESCRIBE, 1, {"group_ids": ["g"], "include_authorized_operations": False}).groups[0]
+    assert (hidden.error_code, hidden.members) == (E.topic_authorization_failed, ())
+    assert add_acls(h, creation("User:bob", Op.DESCRIBE, "t")) == [E.none]
+    shown = call_as(h, BOB, DESCRIBE, 1, {"group_ids": ["g"], "include_authorized_operations": False}).groups[0]
+    assert (shown.error_code, [tp.topic_name for tp in shown.members[0].assignment.topic_partitions]) == (E.none, ["t"])
     h.close()
 
 

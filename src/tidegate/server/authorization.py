@@ -30,7 +30,7 @@ from __future__ import annotations
 import functools
 import ipaddress
 from collections.abc import Callable, Iterable
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from tidegate.errors import ErrorCode
 from tidegate.network.request_channel import (
@@ -397,6 +397,14 @@ Decision = Message | Response | None
 Check = Callable[[Session, Request, "AuthorizationStep"], Decision]
 
 
+class DescribedGroupLike(Protocol):
+    """A described consumer or share group (the two messages' DescribedGroup)."""
+
+    error_code: int
+    error_message: str | None
+    members: Any
+
+
 class AuthorizationStep:
     def __init__(
         self,
@@ -438,6 +446,16 @@ class AuthorizationStep:
             return list(names)
         s = self.session(request)
         return [name for name in names if s.allow(DESCRIBE, TOPIC, name, audit=False)]
+
+    def hide_undescribable_group(self, request: Request, group: DescribedGroupLike, topics: set[str]) -> None:
+        """Kafka's check for ConsumerGroupDescribe and ShareGroupDescribe: a topic of the
+        group's assignments (``topics``) the principal may not DESCRIBE makes the group
+        TOPIC_AUTHORIZATION_FAILED, without its members."""
+        if len(self.describable_topics(request, topics)) == len(topics):
+            return
+        group.error_code = ErrorCode.topic_authorization_failed
+        group.error_message = "The group has described topic(s) that the client is not authorized to describe."
+        group.members = []
 
     def authorize(self, request: Request) -> Decision:
         """Run the request's check: None lets it through (maybe with a filtered body and

@@ -116,21 +116,9 @@ class ConsumerGroupApis:
         groups = self.consumer_groups.consumer_group_describe(req.group_ids)
         if self.authorization.authorizer is not None:
             for group in groups:
-                self._hide_undescribable(request, group)
+                self.authorization.hide_undescribable_group(request, group, {
+                    tp.topic_name
+                    for m in group.members
+                    for tp in (*m.assignment.topic_partitions, *m.target_assignment.topic_partitions)
+                })  # fmt: skip
         return ConsumerGroupDescribeResponse(groups=groups)
-
-    def _hide_undescribable(self, request: Request, group: DescribedGroup) -> None:
-        """Kafka's check: a topic of any member's assignment or target the principal may
-        not DESCRIBE makes the group TOPIC_AUTHORIZATION_FAILED, without its members."""
-        names = {
-            tp.topic_name
-            for m in group.members
-            for tp in (*m.assignment.topic_partitions, *m.target_assignment.topic_partitions)
-        }
-        if len(self.authorization.describable_topics(request, names)) == len(names):
-            return
-        group.error_code = ErrorCode.topic_authorization_failed
-        group.error_message = (
-            "The group has described topic(s) that the client is not authorized to describe."
-        )
-        group.members = []
