@@ -542,12 +542,12 @@ def test_describe_metadata_quorum_with_kafka_python(mb):
 # -- ApiVersions -------------------------------------------------------------------------------
 
 
-def test_kafka_python_infers_kafka_40_and_works_when_told_it(mb):
+def test_kafka_python_infers_kafka_42_and_works_when_told_40(mb):
     topic = create_topic(mb.bootstrap, client="kafka-python")
     produce(mb.bootstrap, topic, values(3), client="kafka-python", partition=0)
     inferred = admin_client(mb.bootstrap, client="kafka-python")
     try:
-        assert inferred.get_broker_version_data(NODE).broker_version == (4, 0)
+        assert inferred.get_broker_version_data(NODE).broker_version == (4, 2)
     finally:
         inferred.close()
     # Told the broker is Kafka 4.0, kafka-python uses Kafka 4.0's versions without asking.

@@ -190,12 +190,12 @@ def test_keyed_records_across_partitions(broker):
         c.close()
 
 
-def test_check_version_reads_kafka_40(broker):
-    """kafka-python infers the broker's version from ApiVersions: 4.0, because tidegate
-    serves neither ListOffsets v11 (Kafka 4.2) nor Produce v13 (4.1) (docs/protocol.md)."""
+def test_check_version_reads_kafka_42(broker):
+    """kafka-python infers the broker's version from ApiVersions: 4.2, from ListOffsets v11
+    (Kafka 4.2) and Produce v13 (4.1) (docs/protocol.md)."""
     admin = admin_client(broker.bootstrap, client=KP)
     try:
-        assert admin._client.check_version() == (4, 0)
+        assert admin._client.check_version() == (4, 2)
     finally:
         admin.close()
 

@@ -43,9 +43,11 @@ LEFT_OUT = {
 
 #: Where tidegate's range differs from Kafka 4.0's, and why (docs/protocol.md says it too).
 DIFFERENCES = {
-    # Kafka 4.0 advertises Produce from v0 (KAFKA-18659, for old librdkafka) and rejects
-    # v0-2 anyway; tidegate advertises what it serves
-    0: (3, 12),
+    # Kafka advertises Produce from v0 (KAFKA-18659, for old librdkafka) and rejects
+    # v0-2 anyway; tidegate advertises what it serves, to 4.1's v13 (topics by id)
+    0: (3, 13),
+    # ListOffsets v11 (KIP-1023, Kafka 4.2): the earliest-pending-upload timestamp
+    2: (1, 11),
     # Kafka 4.0 dropped JoinGroup v0-1 (KIP-896; 4.1 serves them again); tidegate serves
     # 0-9, the range its client-needs table (kafka-internals.md section 5) asks for
     11: (0, 9),
@@ -75,13 +77,13 @@ def test_every_kafka_40_api_is_advertised_or_deliberately_left_out():
     assert {ApiKey(k).name for k in advertised} <= set(ApiKey.__members__)
 
 
-def test_kafka_python_infers_kafka_40_from_the_table():
-    """4.0, not 4.2: kafka-python looks for ListOffsets v11 (4.2) and Produce v13 (4.1) first,
-    and tidegate advertises neither (docs/protocol.md)."""
+def test_kafka_python_infers_kafka_42_from_the_table():
+    """kafka-python looks for ListOffsets v11 (4.2) and Produce v13 (4.1) first
+    (docs/protocol.md); without them it would read 4.0."""
     versions = {int(k): (r.min_version, r.max_version) for k, r in SUPPORTED_APIS.items()}
-    assert infer_broker_version_from_api_versions(versions) == (4, 0)
-    assert infer_broker_version_from_api_versions(versions | {2: (1, 11)}) == (4, 2)
-    assert infer_broker_version_from_api_versions(versions | {0: (3, 13)}) == (4, 1)
+    assert infer_broker_version_from_api_versions(versions) == (4, 2)
+    assert infer_broker_version_from_api_versions(versions | {2: (1, 10)}) == (4, 1)
+    assert infer_broker_version_from_api_versions(versions | {2: (1, 10), 0: (3, 12)}) == (4, 0)
 
 
 def kafka_releases_with(key: int, versions: tuple[int, int]) -> str:

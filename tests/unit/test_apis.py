@@ -361,6 +361,30 @@ def test_produce_versions_and_multiple_partitions(h, version):
     assert h.replicas.get_log("m", 1).log_end_offset == 0
 
 
+def test_produce_v13_names_topics_by_id_and_unknown_ids_are_unknown_topic_id(h):
+    """KIP-516 in Produce (v13, Kafka 4.1): topics by id, answered by id; an id the broker
+    does not know gets UNKNOWN_TOPIC_ID for each of its partitions, the others append."""
+    topic_id = h.create_topic("m", 2)
+    stranger = uuid.uuid4()
+    body = {"transactional_id": None, "acks": 1, "timeout": 5000, "topic_data": [
+        {"topic_id": topic_id, "partition_data": [{"index": 0, "records": batch(b"x")},
+                                                  {"index": 5, "records": batch(b"y")}]},
+        {"topic_id": stranger, "partition_data": [{"index": 0, "records": batch(b"z")}]},
+    ]}  # fmt: skip
+    resp = h.request(PRODUCE, 13, body)
+    got = {(t.topic_id, p.index): (p.error_code, p.base_offset) for t in resp.responses for p in t.partition_responses}
+    assert got == {
+        (topic_id, 0): (ErrorCode.none, 0),
+        (topic_id, 5): (ErrorCode.unknown_topic_or_partition, -1),
+        (stranger, 0): (ErrorCode.unknown_topic_id, -1),
+    }
+    assert h.replicas.get_log("m", 0).log_end_offset == 1
+    # acks=0: no answer, but the unknown id's error closes the connection as any error does
+    body["acks"] = 0
+    body["topic_data"] = body["topic_data"][1:]
+    assert isinstance(h.send(PRODUCE, 13, body)[1], CloseConnectionResponse)
+
+
 def test_produce_acks_all_waits_for_fsync(h):
     h.create_topic("t")
     body = produce_body("t", {0: batch(b"a", b"b")}, acks=-1)

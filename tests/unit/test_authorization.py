@@ -7,6 +7,7 @@ surviving a restart."""
 from __future__ import annotations
 
 import dataclasses
+import uuid
 
 import pytest
 
@@ -149,6 +150,26 @@ def test_produce_partial_answer_and_transactional_id(h):
     assert resp.responses[0].partition_responses[0].error_code == E.topic_authorization_failed
     resp = h.request(ApiKey.PRODUCE, 9, dict(only, transactional_id="tx"), ctx=ALICE)
     assert resp.responses[0].partition_responses[0].error_code == E.transactional_id_authorization_failed
+
+
+def test_produce_v13_by_topic_id_is_authorized_by_the_topic_name(h):
+    """Produce v13 names topics by id: WRITE is checked on the name the id resolves to; an
+    unknown id is UNKNOWN_TOPIC_ID (Kafka resolves before authorizing), not denied."""
+    create_topic(h, "orders-1")
+    create_topic(h, "payments-1")
+    add_acls(h, creation("User:alice", Op.WRITE, "orders-", pattern=Pat.PREFIXED))
+    ids = {name: h.store.get(name).topic_id for name in ("orders-1", "payments-1")}
+    stranger = uuid.uuid4()
+    body = {"transactional_id": None, "acks": 1, "timeout": 5000, "topic_data": [
+        {"topic_id": topic_id, "partition_data": [{"index": 0, "records": batch(b"x")}]}
+        for topic_id in (ids["orders-1"], ids["payments-1"], stranger)
+    ]}  # fmt: skip
+    resp = h.request(ApiKey.PRODUCE, 13, body, ctx=ALICE)
+    errors = {t.topic_id: t.partition_responses[0].error_code for t in resp.responses}
+    assert errors == {ids["orders-1"]: E.none, ids["payments-1"]: E.topic_authorization_failed,
+                      stranger: E.unknown_topic_id}  # fmt: skip
+    assert h.logs.get_log("orders-1", 0).log_end_offset == 1
+    assert h.logs.get_log("payments-1", 0).log_end_offset == 0
 
 
 def test_produce_acks_0_denied_closes_the_connection(h):
@@ -464,7 +485,11 @@ def test_denials_encode_at_every_version(h, key):
     }
     r = SUPPORTED_APIS[key]
     for version in range(r.min_version, r.max_version + 1):
-        h.request(key, version, bodies[key], ctx=ALICE)  # decodes: the answer was well-formed
+        body = bodies[key]
+        if key == ApiKey.PRODUCE and version >= 13:  # topics by id
+            body = dict(body, topic_data=[{"topic_id": h.store.get("t").topic_id,
+                                           "partition_data": body["topic_data"][0]["partition_data"]}])  # fmt: skip
+        h.request(key, version, body, ctx=ALICE)  # decodes: the answer was well-formed
     assert sum(h.core.authorizer.denied_by_api.values()) >= r.max_version - r.min_version + 1
 
 

@@ -175,7 +175,7 @@ def test_list_offsets_answers_leader_epochs_from_v4(h):
 
 
 @pytest.mark.parametrize(
-    ("timestamp", "first_version"), [(-3, 7), (-4, 8), (-5, 9)]
+    ("timestamp", "first_version"), [(-3, 7), (-4, 8), (-5, 9), (-6, 11)]
 )
 def test_list_offsets_special_timestamps_below_their_version_are_unsupported(h, timestamp, first_version):
     """KafkaApisTest.testListOffsetMaxTimestampWithUnsupportedVersion and its siblings
@@ -188,12 +188,16 @@ def test_list_offsets_special_timestamps_below_their_version_are_unsupported(h, 
     assert p.error_code == E.none
 
 
-def test_list_offsets_latest_tiered_without_tiered_storage_and_unknown_timestamps(h):
+def test_list_offsets_tiered_timestamps_without_tiered_storage_and_unknown_timestamps(h):
+    """LATEST_TIERED (-5, KIP-1005) and EARLIEST_PENDING_UPLOAD (-6, KIP-1023, v11): no
+    offset without tiered storage, as UnifiedLog answers when remote storage is off."""
     h.create_topic("e")
     h.produce("e", 0, batch(b"a"))
     p = h.list_offsets("e", -5, version=9)
     assert (p.error_code, p.offset, p.leader_epoch) == (E.none, -1, -1)
-    p = h.list_offsets("e", -6, version=10)  # no such special timestamp in Kafka 4.0
+    p = h.list_offsets("e", -6, version=11)
+    assert (p.error_code, p.offset, p.timestamp, p.leader_epoch) == (E.none, -1, -1, -1)
+    p = h.list_offsets("e", -7, version=11)  # no such special timestamp in Kafka 4.2
     assert p.error_code == E.unsupported_version
 
 

@@ -2,6 +2,7 @@
 
 import datetime
 import random
+import uuid
 
 import pytest
 
@@ -16,7 +17,7 @@ def encode(version, body, client_id="client-é", correlation_id=99):
     return encode_request(0, version, correlation_id, body, client_id)
 
 
-def sample_body(rng, transactional_id=None):
+def sample_body(rng, transactional_id=None, version=12):
     topics = []
     for t in range(rng.randint(0, 3)):
         parts = []
@@ -27,7 +28,10 @@ def sample_body(rng, transactional_id=None):
             if rng.random() < 0.1:
                 records = None
             parts.append({"index": p * 7 + t, "records": records})
-        topics.append({"name": f"topic-{t}-ü", "partition_data": parts})
+        if version >= 13:  # KIP-516: topics named by id
+            topics.append({"topic_id": uuid.UUID(int=rng.getrandbits(128)), "partition_data": parts})
+        else:
+            topics.append({"name": f"topic-{t}-ü", "partition_data": parts})
     return {
         "transactional_id": transactional_id,
         "acks": rng.choice([0, 1, -1]),
@@ -43,18 +47,22 @@ def kio_decode(raw, version):
     return header, body
 
 
-@pytest.mark.parametrize("version", range(3, 13))
+@pytest.mark.parametrize("version", range(3, 14))
 @pytest.mark.parametrize("seed", range(5))
 def test_same_values_as_kio(version, seed):
     rng = random.Random(seed * 100 + version)
-    raw = encode(version, sample_body(rng, transactional_id=rng.choice([None, "txn-1"])))
+    raw = encode(version, sample_body(rng, transactional_id=rng.choice([None, "txn-1"]), version=version))
     k_header, k_body = kio_decode(raw, version)
     corr, client_id, fast = decode_produce(bytearray(raw))
     assert corr == k_header.correlation_id and client_id == k_header.client_id
     assert fast.transactional_id == k_body.transactional_id
     assert fast.acks == k_body.acks
     assert fast.timeout == k_body.timeout // datetime.timedelta(milliseconds=1)
-    assert [t.name for t in fast.topic_data] == [t.name for t in k_body.topic_data]
+    if version >= 13:
+        assert [t.topic_id for t in fast.topic_data] == [t.topic_id for t in k_body.topic_data]
+        assert {t.name for t in fast.topic_data} <= {""}
+    else:
+        assert [t.name for t in fast.topic_data] == [t.name for t in k_body.topic_data]
     for ft, kt in zip(fast.topic_data, k_body.topic_data, strict=True):
         assert [p.index for p in ft.partition_data] == [p.index for p in kt.partition_data]
         for fp, kp in zip(ft.partition_data, kt.partition_data, strict=True):
@@ -87,9 +95,9 @@ def test_decode_request_uses_it_for_pool_buffers():
     assert body.topic_data[0].partition_data[0].records.obj is raw
 
 
-@pytest.mark.parametrize("version", [3, 9, 12])
+@pytest.mark.parametrize("version", [3, 9, 12, 13])
 def test_truncated_requests_are_invalid(version):
-    raw = encode(version, sample_body(random.Random(5)))
+    raw = encode(version, sample_body(random.Random(5), version=version))
     for cut in (9, len(raw) // 2, len(raw) - 1):
         if cut >= len(raw):
             continue

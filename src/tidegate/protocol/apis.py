@@ -96,9 +96,9 @@ class ApiRange:
 SUPPORTED_APIS: dict[int, ApiRange] = {
     r.key: r
     for r in (
-        ApiRange(ApiKey.PRODUCE, 3, 12),
+        ApiRange(ApiKey.PRODUCE, 3, 13),
         ApiRange(ApiKey.FETCH, 4, 17),
-        ApiRange(ApiKey.LIST_OFFSETS, 1, 10),
+        ApiRange(ApiKey.LIST_OFFSETS, 1, 11),
         ApiRange(ApiKey.METADATA, 0, 13),
         ApiRange(ApiKey.OFFSET_COMMIT, 2, 9),
         ApiRange(ApiKey.OFFSET_FETCH, 1, 9),

@@ -1,4 +1,4 @@
-"""A hand-written decoder for Produce requests (v3-v12), the broker's hottest request.
+"""A hand-written decoder for Produce requests (v3-v13), the broker's hottest request.
 
 kio decodes the ``records`` field of each partition into a fresh ``bytes``
 object, and the log then needs a writable copy to assign offsets: two copies of
@@ -18,8 +18,10 @@ caller turns that into a closed connection, as for any undecodable request).
 from __future__ import annotations
 
 import struct
+import uuid
 from typing import Literal, overload
 
+from tidegate.protocol.messages._base import ZERO_UUID
 from tidegate.protocol.messages.produce import (
     PartitionProduceData,
     ProduceRequest,
@@ -74,6 +76,10 @@ class _Reader:
         start = self.need(n)
         return str(self.buf[start : start + n], "utf-8")
 
+    def uuid(self) -> uuid.UUID:
+        start = self.need(16)
+        return uuid.UUID(bytes=bytes(self.buf[start : start + 16]))
+
     def records(self, flexible: bool) -> memoryview | None:
         if flexible:  # a batch's size: seldom one byte, so no fast path (one call, not two)
             n, self.pos = read_uvarint(self.buf, self.pos, self.end)
@@ -105,8 +111,8 @@ def decode_produce(payload: bytearray | memoryview) -> tuple[int, str | None, Pr
     """
     view = memoryview(payload)
     api_key, version, correlation_id = _HEADER.unpack_from(view, 0)
-    if api_key != 0 or not 3 <= version <= 12:
-        raise ValueError(f"not a Produce v3-v12 request: key {api_key} v{version}")
+    if api_key != 0 or not 3 <= version <= 13:
+        raise ValueError(f"not a Produce v3-v13 request: key {api_key} v{version}")
     flexible = version >= 9
     r = _Reader(view, 8)
     client_id = r.string(False, True)  # header client_id is int16-length in v1 and v2
@@ -116,8 +122,9 @@ def decode_produce(payload: bytearray | memoryview) -> tuple[int, str | None, Pr
     acks = r.int16()
     timeout_ms = r.int32()
     topics = []
+    by_id = version >= 13  # KIP-516: topics named by id
     for _ in range(r.array_length(flexible)):
-        name = r.string(flexible, False)
+        topic_id, name = (r.uuid(), "") if by_id else (ZERO_UUID, r.string(flexible, False))
         partitions = []
         for _ in range(r.array_length(flexible)):
             index = r.int32()
@@ -127,7 +134,7 @@ def decode_produce(payload: bytearray | memoryview) -> tuple[int, str | None, Pr
             partitions.append(PartitionProduceData(index=index, records=records))
         if flexible:
             r.skip_tagged_fields()
-        topics.append(TopicProduceData(name=name, partition_data=partitions))
+        topics.append(TopicProduceData(topic_id=topic_id, name=name, partition_data=partitions))
     if flexible:
         r.skip_tagged_fields()
     request = ProduceRequest(transactional_id=transactional_id, acks=acks, timeout=timeout_ms, topic_data=topics)

@@ -551,7 +551,7 @@ def _partitioned(
 
 # -- the data path --------------------------------------------------------------------------
 def _produce_denied(t: TopicProduceData, error: ErrorCode) -> TopicProduceResponse:
-    return TopicProduceResponse(name=t.name, partition_responses=[
+    return TopicProduceResponse(topic_id=t.topic_id, name=t.name, partition_responses=[
         PartitionProduceResponse(index=p.index, error_code=error, base_offset=-1) for p in t.partition_data
     ])  # fmt: skip
 
@@ -565,8 +565,16 @@ def check_produce(s: Session, request: Request, step: AuthorizationStep) -> Deci
         return ProduceResponse(
             responses=[_produce_denied(t, TRANSACTIONAL_ID_AUTHORIZATION_FAILED) for t in req.topic_data]
         )
+    by_id = request.header.api_version >= 13  # KIP-516
+
+    def name_of(t: TopicProduceData) -> str | None:
+        if by_id:
+            info = step.store.get_by_id(t.topic_id)
+            return info.name if info is not None else None
+        return t.name
+
     out = _partitioned(
-        request, s, WRITE, req.topic_data, lambda t: t.name,
+        request, s, WRITE, req.topic_data, name_of,
         lambda t: _produce_denied(t, TOPIC_AUTHORIZATION_FAILED),
         ProduceResponse, lambda r: r.responses, lambda extra: ProduceResponse(responses=extra),
     )  # fmt: skip

@@ -103,6 +103,7 @@ from tidegate.protocol.messages.produce import (
     PartitionProduceResponse,
     ProduceRequest,
     ProduceResponse,
+    TopicProduceData,
     TopicProduceResponse,
 )
 from tidegate.record.record_batch import is_transactional_batch
@@ -156,6 +157,7 @@ LATEST_TIMESTAMP = -1
 MAX_TIMESTAMP = -3
 EARLIEST_LOCAL_TIMESTAMP = -4
 LATEST_TIERED_TIMESTAMP = -5
+EARLIEST_PENDING_UPLOAD_TIMESTAMP = -6
 #: the first ListOffsets version that accepts each special timestamp (Kafka's
 #: ``ReplicaManager.timestampMinSupportedVersion``); others are UNSUPPORTED_VERSION
 TIMESTAMP_MIN_VERSION = {
@@ -164,6 +166,7 @@ TIMESTAMP_MIN_VERSION = {
     MAX_TIMESTAMP: 7,
     EARLIEST_LOCAL_TIMESTAMP: 8,
     LATEST_TIERED_TIMESTAMP: 9,
+    EARLIEST_PENDING_UPLOAD_TIMESTAMP: 11,
 }
 COORDINATOR_TYPE_GROUP = 0
 COORDINATOR_TYPE_TRANSACTION = 1
@@ -433,12 +436,23 @@ class KafkaApis:
 
     # -- Produce --------------------------------------------------------------------------
     def handle_produce(self, request: Request) -> ProduceResponse | Parked:
+        """Kafka's ``handleProduceRequest``: from v13 (KIP-516) topics are named by id, an
+        unknown id answered UNKNOWN_TOPIC_ID for its partitions (the authorization step
+        resolved the known ones' names first)."""
         req = request.body_as(ProduceRequest)
         acks = req.acks
         entries: dict[tuple[str, int], Records | None] = {}
-        order: list[tuple[str, list[tuple[str, int]]]] = []
+        order: list[tuple[TopicProduceData, list[tuple[str, int]]]] = []
+        unknown_ids: list[TopicProduceData] = []
         has_transactional = False
+        by_id = request.header.api_version >= 13
         for topic in req.topic_data:
+            if by_id:
+                info = self.store.get_by_id(topic.topic_id)
+                if info is None:
+                    unknown_ids.append(topic)
+                    continue
+                topic.name = info.name
             keys = []
             for pd in topic.partition_data:
                 key = (topic.name, pd.index)
@@ -446,7 +460,7 @@ class KafkaApis:
                 records = entries[key] = pd.records
                 if records is not None and is_transactional_batch(records):
                     has_transactional = True
-            order.append((topic.name, keys))
+            order.append((topic, keys))
         helper = self.request_helper
 
         if has_transactional and req.transactional_id is None:
@@ -456,10 +470,10 @@ class KafkaApis:
                 helper.close_connection(request, _ACKS_0_ERROR)
                 return PARKED
             denied = PartitionResponse(ErrorCode.transactional_id_authorization_failed)
-            return self._produce_response(order, dict.fromkeys(entries, denied))
+            return self._produce_response(order, dict.fromkeys(entries, denied), unknown_ids)
 
         def respond(results: dict[tuple[str, int], PartitionResponse]) -> None:
-            response = self._produce_response(order, results)
+            response = self._produce_response(order, results, unknown_ids)
             if acks != 0:
                 helper.send_response(request, response)
                 return
@@ -479,10 +493,12 @@ class KafkaApis:
 
     @staticmethod
     def _produce_response(
-        order: list[tuple[str, list[tuple[str, int]]]], results: dict[tuple[str, int], PartitionResponse]
+        order: list[tuple[TopicProduceData, list[tuple[str, int]]]],
+        results: dict[tuple[str, int], PartitionResponse],
+        unknown_ids: list[TopicProduceData],
     ) -> ProduceResponse:
         responses = []
-        for name, keys in order:
+        for topic, keys in order:
             parts = []
             for key in keys:
                 r = results[key]
@@ -498,7 +514,14 @@ class KafkaApis:
                     ],
                     error_message=r.error_message,
                 ))  # fmt: skip
-            responses.append(TopicProduceResponse(name=name, partition_responses=parts))
+            responses.append(
+                TopicProduceResponse(topic_id=topic.topic_id, name=topic.name, partition_responses=parts)
+            )
+        for topic in unknown_ids:
+            responses.append(TopicProduceResponse(topic_id=topic.topic_id, partition_responses=[
+                PartitionProduceResponse(index=p.index, error_code=ErrorCode.unknown_topic_id, base_offset=-1)
+                for p in topic.partition_data
+            ]))  # fmt: skip
         return ProduceResponse(responses=responses)
 
     # -- Fetch ----------------------------------------------------------------------------
@@ -761,8 +784,8 @@ class KafkaApis:
         upper = plog.last_stable_offset if read_committed else plog.high_watermark
         if ts == LATEST_TIMESTAMP:
             found: TimestampAndOffset | None = TimestampAndOffset(NO_TIMESTAMP, upper, plog.leader_epoch)
-        elif ts == LATEST_TIERED_TIMESTAMP:
-            found = TimestampAndOffset(NO_TIMESTAMP, -1, -1)  # no tiered storage
+        elif ts in (LATEST_TIERED_TIMESTAMP, EARLIEST_PENDING_UPLOAD_TIMESTAMP):
+            found = TimestampAndOffset(NO_TIMESTAMP, -1, -1)  # no tiered storage (KIP-1005, KIP-1023)
         elif ts in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
             found = plog.offset_for_timestamp(EARLIEST_TIMESTAMP)  # local = all: no tiers
         else:
