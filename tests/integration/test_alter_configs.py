@@ -161,6 +161,23 @@ def test_subtracting_the_last_cleanup_policy_leaves_it_empty(broker, cfk):
     assert described["cleanup.policy"] == ("", ConfigSource.DYNAMIC_TOPIC_CONFIG.value, False)
 
 
+def test_the_cluster_default_keeps_min_insync_replicas_as_kafka_4_1(broker, cfk):
+    """KIP-966: a Kafka 4.1+ cluster records min.insync.replicas at the cluster level (the
+    static value) and refuses its removal; every topic describes it as a non-default
+    DYNAMIC_DEFAULT_BROKER_CONFIG (what confluent-kafka's incremental_alter_configs test
+    expects of a 4.2 broker)."""
+    topic = create_topic(broker.bootstrap)
+    described = cfk_describe(cfk, ResourceType.TOPIC, topic)
+    assert described["min.insync.replicas"] == ("1", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value, False)
+    r = _configs(broker, "--describe", "--entity-type", "brokers", "--entity-default")
+    assert "  min.insync.replicas=1 sensitive=false synonyms={DYNAMIC_DEFAULT_BROKER_CONFIG:min.insync.replicas=1}\n" in r.stdout
+    r = _configs(broker, "--alter", "--entity-type", "brokers", "--entity-default", "--delete-config", "min.insync.replicas")
+    assert (r.returncode, r.stderr) == (1, (
+        "tidegate configs: INVALID_CONFIG (40): Cluster-level min.insync.replicas cannot be removed while "
+        "eligible leader replicas are enabled (KIP-966).\n"))  # fmt: skip
+    assert cfk_describe(cfk, ResourceType.TOPIC, topic)["min.insync.replicas"][0] == "1"
+
+
 def test_confluent_validate_only_and_errors(broker, cfk):
     topic = create_topic(broker.bootstrap)
     assert cfk_incremental(cfk, ResourceType.TOPIC, topic, [("retention.ms", SET, "1000")],
@@ -450,6 +467,8 @@ def test_cli_brokers_like_kafka_configs(broker_factory):
         "Default configs for brokers in the cluster are:\n"
         "  log.retention.bytes=2000000 sensitive=false "
         "synonyms={DYNAMIC_DEFAULT_BROKER_CONFIG:log.retention.bytes=2000000}\n"
+        # recorded at start, as a Kafka 4.1+ controller does (KIP-966)
+        "  min.insync.replicas=1 sensitive=false synonyms={DYNAMIC_DEFAULT_BROKER_CONFIG:min.insync.replicas=1}\n"
     )
     r = _configs(b, "--alter", "--entity-type", "brokers", "--entity-name", "1",
                  "--delete-config", "compression.type")  # fmt: skip

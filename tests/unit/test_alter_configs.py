@@ -32,6 +32,9 @@ from tidegate.record.record_batch import HEADER_SIZE, read_header
 from tidegate.record.records import decode_records
 from tidegate.server.metadata import BROKER_CONFIGS_FILE, TopicStore
 
+#: what every broker's cluster default layer holds from its first start (KIP-966)
+MIN_ISR_RECORD = {"min.insync.replicas": "1"}
+
 ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS, DESCRIBE_CONFIGS = 33, 44, 32
 TOPIC, BROKER, BROKER_LOGGER = 2, 4, 8
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
@@ -392,8 +395,8 @@ def test_a_broker_name_other_than_empty_or_this_node(h, name, message):
 def test_dynamic_broker_configs_that_fail_validation(h, ops, message, name):
     code = ErrorCode.invalid_config if "not allowed" in message else ErrorCode.invalid_request
     assert incremental(h, [(BROKER, name, ops)]) == [(code, message, BROKER, name)]
-    assert h.config.dynamic_configs(True) == {} and h.config.dynamic_configs(False) == {}
-    assert not (h.root / BROKER_CONFIGS_FILE).exists()
+    assert h.config.dynamic_configs(True) == {} and h.config.dynamic_configs(False) == MIN_ISR_RECORD
+    assert json.loads((h.root / BROKER_CONFIGS_FILE).read_text())["default"] == MIN_ISR_RECORD  # as at start
 
 
 def test_append_to_an_unknown_broker_key_is_an_unexpected_error(h):
@@ -424,7 +427,8 @@ def test_a_cluster_default_changes_what_topics_without_their_own_value_use(h):
     )  # fmt: skip
     # the cluster-default resource lists what is set there, with its own synonyms only
     assert describe(h, BROKER, "") == {
-        "log.retention.ms": ("60000", 3, False, [("log.retention.ms", "60000", 3)])
+        "log.retention.ms": ("60000", 3, False, [("log.retention.ms", "60000", 3)]),
+        "min.insync.replicas": ("1", 3, False, [("min.insync.replicas", "1", 3)]),
     }
     # this broker's: every key; the dynamic key's source and synonyms
     mine = describe(h, BROKER, "1")
@@ -479,11 +483,36 @@ def test_custom_broker_keys_are_kept_and_reported_as_kafka_reports_them(h):
     assert [(s.name, s.value, int(s.source)) for s in c.synonyms] == [("my.plugin.setting", None, 2)]
 
 
+def test_the_cluster_default_records_min_insync_replicas_and_keeps_it(tmp_path):
+    """KIP-966 (ELR, on in new Kafka 4.1+ clusters): at start the cluster default layer gets
+    min.insync.replicas with the static value unless it has one; removing it is refused;
+    changing it is allowed and survives a restart (not reset to the static value)."""
+    h = CoreHarness(tmp_path / "d", {"min.insync.replicas": "2"})
+    try:
+        assert h.config.dynamic_configs(False) == {"min.insync.replicas": "2"}
+        message = ("Cluster-level min.insync.replicas cannot be removed while eligible leader replicas are "
+                   "enabled (KIP-966).")  # fmt: skip
+        assert incremental(h, [(BROKER, "", [("min.insync.replicas", DELETE, None)])]) == [
+            (ErrorCode.invalid_config, message, BROKER, "")]  # fmt: skip
+        assert legacy(h, [(BROKER, "", {"log.retention.ms": "1"})]) == [
+            (ErrorCode.invalid_config, message, BROKER, "")]  # fmt: skip
+        assert incremental(h, [(BROKER, "", [("min.insync.replicas", SET, "1")])]) == [ok(BROKER, "")]
+        # this broker's own layer may set and delete it freely
+        assert incremental(h, [(BROKER, "1", [("min.insync.replicas", SET, "3")])]) == [ok(BROKER, "1")]
+        assert incremental(h, [(BROKER, "1", [("min.insync.replicas", DELETE, None)])]) == [ok(BROKER, "1")]
+    finally:
+        h.close()
+    h = CoreHarness(tmp_path / "d", {"min.insync.replicas": "2"})
+    try:
+        assert h.config.dynamic_configs(False) == {"min.insync.replicas": "1"}
+    finally:
+        h.close()
+
+
 def test_dynamic_broker_validate_only(h):
     assert incremental(h, [(BROKER, "", [("log.retention.ms", SET, "1")])],
                        validate_only=True) == [ok(BROKER, "")]  # fmt: skip
-    assert h.config.dynamic_configs(False) == {} and h.config.get("log.retention.ms") is None
-    assert not (h.root / BROKER_CONFIGS_FILE).exists()
+    assert h.config.dynamic_configs(False) == MIN_ISR_RECORD and h.config.get("log.retention.ms") is None
 
 
 def test_dynamic_broker_configs_survive_a_restart_and_invalid_ones_are_dropped(tmp_path):
@@ -496,7 +525,7 @@ def test_dynamic_broker_configs_survive_a_restart_and_invalid_ones_are_dropped(t
             ok(BROKER, ""), ok(BROKER, "1")]  # fmt: skip
         assert json.loads((h.root / BROKER_CONFIGS_FILE).read_text()) == {
             "version": 1,
-            "default": {"log.retention.ms": "60000"},
+            "default": {"log.retention.ms": "60000", **MIN_ISR_RECORD},
             "broker": {"compression.type": "lz4", "producer.id.expiration.ms": "1000"},
         }
     finally:
@@ -518,7 +547,7 @@ def test_dynamic_broker_configs_survive_a_restart_and_invalid_ones_are_dropped(t
     path.write_text(json.dumps(doc))
     h = CoreHarness(tmp_path / "d")
     try:
-        assert h.config.dynamic_configs(False) == {}
+        assert h.config.dynamic_configs(False) == MIN_ISR_RECORD
         assert h.config.dynamic_configs(True) == {
             "compression.type": "lz4", "producer.id.expiration.ms": "1000"
         }

@@ -102,6 +102,8 @@ def scala_set(names: Sequence[str]) -> str:
 #: the ``listener.name.<l>.`` keys a per-broker dynamic config may change (Kafka's
 #: ListenerConnectionQuota reconfigurables; the TLS and SASL ones stay static here)
 DYNAMIC_LISTENER_KEYS = ("max.connections", "max.connection.creation.rate")
+#: the key KIP-966 keeps in the cluster default layer (:meth:`BrokerConfig.cluster_min_isr_record`)
+MIN_INSYNC_REPLICAS = "min.insync.replicas"
 
 
 def dynamic_listener_key(name: str) -> tuple[str, str] | None:
@@ -452,6 +454,15 @@ class BrokerConfig:
         self._log_config = topic_log_config(self, {})
         for reconfigure in self.reconfigurables:
             reconfigure()
+
+    def cluster_min_isr_record(self) -> dict[str, str] | None:
+        """KIP-966 (eligible leader replicas, on by default in new Kafka 4.1+ clusters):
+        the cluster default layer always holds ``min.insync.replicas``; when it does not,
+        the new layer with the static value added (what Kafka's controller writes at
+        activation), else None."""
+        if MIN_INSYNC_REPLICAS in self._dynamic_default:
+            return None
+        return {**self._dynamic_default, MIN_INSYNC_REPLICAS: str(self._static_values[MIN_INSYNC_REPLICAS])}
 
     def load_dynamic(self, default: Mapping[str, str], broker: Mapping[str, str]) -> list[str]:
         """Install persisted dynamic configs at start-up. As Kafka's

@@ -128,6 +128,11 @@ class BrokerCore:
         self.broker_configs = BrokerConfigStore(data_dir)
         for dropped in config.load_dynamic(*self.broker_configs.load()):
             log.error("ignoring an invalid persisted dynamic broker config: %s", dropped)
+        min_isr_layer = config.cluster_min_isr_record()
+        if min_isr_layer is not None:  # KIP-966, as a Kafka 4.1+ controller at activation
+            self.broker_configs.save(min_isr_layer, config.dynamic_configs(True))
+            config.set_dynamic(min_isr_layer, per_broker=False)
+            log.info("cluster-level min.insync.replicas=%s recorded (KIP-966)", min_isr_layer["min.insync.replicas"])
         self.logs = LogManager(
             data_dir, self.store, lambda info: topic_log_config(config, info.configs), clock, scheduler
         )

@@ -24,7 +24,7 @@ from tidegate.config import (
     validate_topic_configs,
 )
 from tidegate.config.alter import AlterConfigError, AlterOp, apply_config_ops
-from tidegate.config.broker import BROKER_CONFIG
+from tidegate.config.broker import BROKER_CONFIG, MIN_INSYNC_REPLICAS
 from tidegate.coordinator.group.group_config import GroupConfigManager
 from tidegate.errors import ErrorCode
 from tidegate.network.request_channel import Request
@@ -281,6 +281,13 @@ class ConfigAdminApis:
             else:
                 new = _replaced(item.ops)
             self.config.validate_dynamic(new, per_broker)
+            if not per_broker and MIN_INSYNC_REPLICAS not in new:
+                item.fail(
+                    ErrorCode.invalid_config,
+                    f"Cluster-level {MIN_INSYNC_REPLICAS} cannot be removed while eligible leader replicas "
+                    "are enabled (KIP-966).",
+                )
+                return
         except AlterConfigError as exc:
             item.fail(ErrorCode(exc.error_code), str(exc))
             return
