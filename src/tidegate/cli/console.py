@@ -3,7 +3,8 @@ kafka-console-producer.sh (ConsoleProducer with its LineMessageReader) and
 kafka-console-consumer.sh (ConsoleConsumer with its DefaultMessageFormatter), reading
 stdin and writing stdout so they pipe like kcat. The producer is tidegate's own; the
 consumer reads through :mod:`tidegate.client.fetcher` (KIP-227 sessions) and, with
-``--group``, is a classic-protocol group member (:mod:`tidegate.client.group_member`)."""
+``--group``, is a group member (:mod:`tidegate.client.group_member`) on the classic
+protocol, or on KIP-848's consumer protocol with ``--consumer-property group.protocol=consumer``."""
 
 from __future__ import annotations
 
@@ -311,7 +312,8 @@ def _parse_offset(text: str) -> int:
               help="A formatter property: print.timestamp, print.partition, print.offset, print.headers, "
               "print.key, print.value, key.separator, line.separator, headers.separator, null.literal.")
 @click.option("--consumer-property", "consumer_properties", multiple=True, metavar="K=V",
-              help="A consumer property (auto.offset.reset, security.protocol, sasl.*, ssl.*, client.id, ...).")
+              help="A consumer property (auto.offset.reset, group.protocol, group.instance.id, "
+              "group.remote.assignor, enable.auto.commit, security.protocol, sasl.*, ssl.*, client.id, ...).")
 @click.option("--consumer.config", "consumer_config", metavar="FILE", type=click.Path(exists=True, dir_okay=False),
               help="Consumer properties file.")
 @click.option("--skip-message-on-error", is_flag=True, help="Accepted for Kafka's scripts (records are bytes).")
@@ -330,6 +332,7 @@ def console_consumer(
       tidegate console-consumer --topic greetings --from-beginning \\
           --property print.key=true --property print.offset=true
       tidegate console-consumer --topic events --group audit --max-messages 100
+      tidegate console-consumer --topic events --group audit --consumer-property group.protocol=consumer
       tidegate console-consumer --topic events --partition 0 --offset 42 --timeout-ms 5000
     """
     if (topic is None) == (include is None):
@@ -393,9 +396,14 @@ class _ConsoleConsumer:
         partition: int | None, start: int | None, reset: str, group: str | None, isolation_level: int,
     ) -> None:
         from tidegate.client import KafkaClient, SecurityConfigError
-        from tidegate.client.group_member import GroupMember
+        from tidegate.client.group_member import group_member
 
         client_id = settings.pop("client.id", "console-consumer")
+        self.auto_commit = settings.pop("enable.auto.commit", "true").strip().lower() != "false"
+        interval = settings.pop("auto.commit.interval.ms", str(self.AUTO_COMMIT_INTERVAL_MS))
+        if not interval.isdigit():
+            raise click.UsageError(f"Invalid value {interval} for configuration auto.commit.interval.ms")
+        self.auto_commit_interval_s = int(interval) / 1000
         max_age = settings.pop("metadata.max.age.ms", "300000")  # Kafka's default, 5 min
         if not max_age.isdigit():
             raise click.UsageError(f"Invalid value {max_age} for configuration metadata.max.age.ms")
@@ -418,7 +426,11 @@ class _ConsoleConsumer:
             assert topic is not None
             topics = [topic]
         self.topics = topics
-        self.member = GroupMember(self.client, group, topics) if group is not None else None
+        try:
+            self.member = group_member(self.client, group, topics, settings) if group is not None else None
+        except ValueError as exc:
+            self.client.close()
+            raise click.UsageError(str(exc)) from None
         self._next_commit = 0.0
         if self.member is None:
             cluster = self.client.metadata(topics)
@@ -443,19 +455,31 @@ class _ConsoleConsumer:
         """The position of every partition read (what the group commits)."""
         return {tp: p.offset for tp, p in self.positions.items()}
 
-    def _join(self) -> None:
+    # the group member's RebalanceListener
+    def on_partitions_revoked(self, partitions: list[tuple[str, int]]) -> None:
+        """Commit what was read of ``partitions`` (a commit after a rebalance may fail, as in
+        Kafka) and stop fetching them."""
         assert self.member is not None
-        if self.positions:
-            with contextlib.suppress(Exception):  # a commit after a rebalance may fail, as in Kafka
-                self.member.commit(self.offsets())
-        self.positions = {}
-        assignment = self.member.join()
-        committed = self.member.committed(assignment)
-        if self.reset == "none" and set(assignment) - set(committed):
+        gone = set(partitions)
+        done = {tp: p.offset for tp, p in self.positions.items() if tp in gone}
+        if done and self.auto_commit:
+            with contextlib.suppress(Exception):
+                self.member.commit(done)
+        self.on_partitions_lost(partitions)
+
+    def on_partitions_lost(self, partitions: list[tuple[str, int]]) -> None:
+        for tp in partitions:
+            self.positions.pop(tp, None)
+
+    def on_partitions_assigned(self, partitions: list[tuple[str, int]]) -> None:
+        """Start ``partitions`` from the group's committed offsets, else auto.offset.reset."""
+        assert self.member is not None
+        committed = self.member.committed(partitions)
+        if self.reset == "none" and set(partitions) - set(committed):
             raise click.ClickException("No committed offset and auto.offset.reset=none")
         default = -2 if self.reset == "earliest" else -1
-        self._resolve({tp: committed.get(tp, default) for tp in assignment})
-        self._next_commit = time.monotonic() + self.AUTO_COMMIT_INTERVAL_MS / 1000
+        self._resolve({tp: committed.get(tp, default) for tp in partitions})
+        self._next_commit = time.monotonic() + self.auto_commit_interval_s
 
     def records(self, timeout_ms: int | None) -> Any:
         """(partition, record) in fetch order until ``timeout_ms`` passes without one."""
@@ -463,11 +487,10 @@ class _ConsoleConsumer:
         while True:
             member = self.member
             if member is not None:
-                if member.needs_join or member.poll():
-                    self._join()
-                if time.monotonic() >= self._next_commit:
+                member.poll(self)
+                if self.auto_commit and time.monotonic() >= self._next_commit:
                     member.commit(self.offsets())
-                    self._next_commit = time.monotonic() + self.AUTO_COMMIT_INTERVAL_MS / 1000
+                    self._next_commit = time.monotonic() + self.auto_commit_interval_s
             got = False
             for tp, record in self._fetch_once():
                 got = True
@@ -549,8 +572,9 @@ class _ConsoleConsumer:
     def close(self) -> None:
         try:
             if self.member is not None and self.member.member_id:
-                with contextlib.suppress(Exception):  # closing: the offsets are committed if they can be
-                    self.member.commit(self.offsets())
+                if self.auto_commit:
+                    with contextlib.suppress(Exception):  # closing: the offsets are committed if they can be
+                        self.member.commit(self.offsets())
                 with contextlib.suppress(Exception):
                     self.member.leave()
         finally:

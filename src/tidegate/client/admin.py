@@ -370,12 +370,12 @@ def describe_topics(
             (PartitionInfo(p.partition_index, p.leader_id, tuple(p.replica_nodes), tuple(p.isr_nodes),
                            tuple(getattr(p, "offline_replicas", ()))) for p in t.partitions),
             key=lambda p: p.partition))
-        out.append(TopicDescription(t.name, _kafka_uuid(getattr(t, "topic_id", None)),
+        out.append(TopicDescription(t.name, kafka_uuid(getattr(t, "topic_id", None)),
                                     bool(getattr(t, "is_internal", False)), parts))
     return sorted(out, key=lambda d: d.name)
 
 
-def _kafka_uuid(value: Any) -> str:
+def kafka_uuid(value: Any) -> str:
     """A topic id as Kafka prints it (Uuid.toString: URL-safe base64, no padding)."""
     import base64
     import uuid
@@ -587,13 +587,18 @@ def list_group_offsets(
 OFFSET_FETCH_MAX_VERSION = 9
 
 
-def offset_fetch_body(group: str, topics: Mapping[str, Iterable[int]] | None, require_stable: bool) -> dict:
+def offset_fetch_body(
+    group: str, topics: Mapping[str, Iterable[int]] | None, require_stable: bool, *,
+    member_id: str | None = None, member_epoch: int = -1,
+) -> dict:  # fmt: skip
     """An OffsetFetch body for any version (``topics`` None: all of the group's): the
     group's fields both at the top (v0-v7) and as the one entry of ``groups`` (v8+);
-    building it for a version keeps that version's fields."""
+    building it for a version keeps that version's fields. A member of a consumer-protocol
+    group names itself and its epoch (v9+, KIP-848); an admin or a classic member does not."""
     listed = None if topics is None else [{"name": t, "partition_indexes": list(ps)} for t, ps in topics.items()]
     return {"group_id": group, "topics": listed, "require_stable": require_stable,
-            "groups": [{"group_id": group, "topics": listed}]}  # fmt: skip
+            "groups": [{"group_id": group, "topics": listed, "member_id": member_id,
+                        "member_epoch": member_epoch}]}  # fmt: skip
 
 
 def offset_fetch_result(resp: Any) -> tuple[int, dict[TopicPartition, int]]:
