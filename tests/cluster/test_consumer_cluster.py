@@ -6,9 +6,10 @@ consumer in the same scenarios as the reference.
   REQUEST_TIMED_OUT, while leaders move twice (the position is validated at the new
   leader with OffsetForLeaderEpoch, KIP-320), while the leader being read is down for
   2 s, and with 200 ms RTT on one broker.
-- A consumer group (``tidegate console-consumer --group``, a process; confluent-kafka's
-  Consumer subscribed): records consumed while they are produced, with the group
-  coordinator moved to another broker, Fetch errors, and leaders moved.
+- A consumer group (``tidegate console-consumer --group``, a process, on the classic and
+  on the consumer protocol — the mock answers ConsumerGroupHeartbeat v1 only;
+  confluent-kafka's Consumer subscribed): records consumed while they are produced, with
+  the group coordinator moved to another broker, Fetch errors, and leaders moved.
 
 Checks: every record read exactly once, in order within its partition.
 """
@@ -32,8 +33,8 @@ from .scenarios import FETCH, KEYS, PARTITIONS, RECORDS, TIMEOUT_S, Faults, prod
 pytestmark = pytest.mark.timeout(180)
 
 OFFSET_FOR_LEADER_EPOCH = 23
-#: OffsetCommit, OffsetFetch, JoinGroup, Heartbeat, LeaveGroup, SyncGroup
-GROUP_APIS = (8, 9, 11, 12, 13, 14)
+#: OffsetCommit, OffsetFetch, JoinGroup, Heartbeat, LeaveGroup, SyncGroup, ConsumerGroupHeartbeat
+GROUP_APIS = (8, 9, 11, 12, 13, 14, 68)
 
 
 def _fill(cluster, topic: str) -> None:
@@ -155,7 +156,8 @@ def _coordinator_moved(cluster) -> None:
     assert brokers[0] == 1 and brokers[-1] == 2, brokers
 
 
-def test_consumer_group_console_consumer(mock_cluster, topic_name):
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_consumer_group_console_consumer(mock_cluster, topic_name, protocol):
     group = f"{topic_name}-g"
     mock_cluster.create_topic(topic_name, PARTITIONS)
     mock_cluster.set_coordinator("group", group, 1)
@@ -163,7 +165,8 @@ def test_consumer_group_console_consumer(mock_cluster, topic_name):
     proc = subprocess.Popen(
         [sys.executable, "-m", "tidegate", "console-consumer", "--bootstrap-server", mock_cluster.bootstrap,
          "--topic", topic_name, "--group", group, "--from-beginning", "--max-messages", str(RECORDS),
-         "--timeout-ms", "30000", "--property", "print.partition=true"],
+         "--timeout-ms", "30000", "--property", "print.partition=true",
+         "--consumer-property", f"group.protocol={protocol}"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )  # fmt: skip
     try:
@@ -178,6 +181,8 @@ def test_consumer_group_console_consumer(mock_cluster, topic_name):
         got.append((int(partition.removeprefix("Partition:")), int(value)))
     _check(got)
     _coordinator_moved(mock_cluster)
+    keys = {key for _, key in mock_cluster.requests()}
+    assert (68 in keys, 11 in keys) == ((True, False) if protocol == "consumer" else (False, True))
 
 
 def test_consumer_group_reference(mock_cluster, topic_name):

@@ -65,7 +65,7 @@ def test_the_join_heartbeat_carries_every_field_and_the_client_made_member_id():
     body = m.heartbeat_request(1)
     assert body == {
         "group_id": "grp", "member_id": "m1", "member_epoch": 0, "instance_id": "i1", "rack_id": "r1",
-        "rebalance_timeout": 60_000, "subscribed_topic_names": ["bar", "foo"], "subscribed_topic_regex": None,
+        "rebalance_timeout": 60_000, "subscribed_topic_names": ["bar", "foo"], "subscribed_topic_regex": "",
         "server_assignor": "range", "topic_partitions": [],
     }  # fmt: skip
 
@@ -263,7 +263,8 @@ class Driven:
         request = ConsumerGroupHeartbeat(
             body["group_id"], body["member_id"], body["member_epoch"], instance_id=body["instance_id"],
             rack_id=body["rack_id"], rebalance_timeout_ms=body["rebalance_timeout"],
-            subscribed_topic_names=body["subscribed_topic_names"], server_assignor=body["server_assignor"],
+            subscribed_topic_names=body["subscribed_topic_names"],
+            subscribed_topic_regex=body["subscribed_topic_regex"], server_assignor=body["server_assignor"],
             topic_partitions=None if owned is None else [(tp["topic_id"], tp["partitions"]) for tp in owned],
         )  # fmt: skip
         answers = self.h.send(request)

@@ -177,6 +177,9 @@ class ConsumerMembership:
             body["rebalance_timeout"] = self._sent_rebalance_timeout = self.rebalance_timeout_ms
         if full or self._sent_topics != self.topics:
             body["subscribed_topic_names"] = self._sent_topics = list(self.topics)
+            # no regex, said with the names as librdkafka says it (Kafka's coordinator takes
+            # "" as none; librdkafka's mock cluster wants both fields or neither)
+            body["subscribed_topic_regex"] = ""
         if self.server_assignor is not None and (full or self._sent_assignor != self.server_assignor):
             body["server_assignor"] = self._sent_assignor = self.server_assignor
         owned = (self._owned_epoch, self._owned)
