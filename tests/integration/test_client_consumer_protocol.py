@@ -3,7 +3,7 @@ against a real tidegate broker, side by side with confluent-kafka's consumer-pro
 members: the group member of ``tidegate console-consumer`` in this process (polled in
 turn with the others by test_consumer_protocol's ``poll_all``, its ownership followed by
 the same checker: never two owners of a partition), the console consumer as a process,
-and a static member restarting.
+a static member restarting, a commit at a stale epoch, and ConsumerGroupHeartbeat v0.
 """
 
 from __future__ import annotations
@@ -18,6 +18,10 @@ from confluent_kafka import ConsumerGroupType, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from tidegate.cli.console import _ConsoleConsumer
+from tidegate.client import KafkaClient
+from tidegate.client.admin import create_partitions, find_group_coordinator, list_groups
+from tidegate.client.group_member import ConsumerGroupMember
+from tidegate.protocol.apis import ApiKey
 
 from .clients import create_topic
 from .test_consumer_protocol import (
@@ -223,3 +227,72 @@ def test_a_static_tidegate_member_restarting_gets_its_partitions_back(broker_fac
     assert {m.group_instance_id for m in description.members} == {None, "static-t"}
     a.close()
     back.close()
+
+
+class Recorder:
+    """A RebalanceListener that keeps what it was told."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, list[tuple[str, int]]]] = []
+
+    def on_partitions_revoked(self, partitions: list[tuple[str, int]]) -> None:
+        self.calls.append(("revoked", partitions))
+
+    def on_partitions_assigned(self, partitions: list[tuple[str, int]]) -> None:
+        self.calls.append(("assigned", partitions))
+
+    def on_partitions_lost(self, partitions: list[tuple[str, int]]) -> None:
+        self.calls.append(("lost", partitions))
+
+
+def poll_until(member: ConsumerGroupMember, listener: Recorder, done, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not done():
+        assert time.monotonic() < deadline, (member.membership.state, member.assignment, listener.calls)
+        member.poll(listener)
+        time.sleep(0.02)
+
+
+def test_a_commit_at_a_stale_epoch_learns_the_epoch_and_goes_again(broker_factory):
+    """The answer to a heartbeat that moved the member to a new epoch is lost: its commit
+    at the old epoch gets STALE_MEMBER_EPOCH, a heartbeat (every field, after the loss, so
+    the coordinator takes the previous epoch) learns the new one and the commit is retried."""
+    b = broker_factory(FAST).bootstrap
+    create_topic(b, "stale", 1, client=CFK)
+    with KafkaClient(b) as client:
+        member, listener = ConsumerGroupMember(client, "stale-g", ["stale"]), Recorder()
+        poll_until(member, listener, lambda: member.assignment == [("stale", 0)])
+        epoch = member.member_epoch
+        create_partitions(client, "stale", 2)  # the subscribed topics changed: a new group epoch
+        node = find_group_coordinator(client, "stale-g")
+        deadline = time.monotonic() + 30
+        while True:  # heartbeats whose answers are "lost"
+            resp = client.request(ApiKey.CONSUMER_GROUP_HEARTBEAT, member.membership.heartbeat_request(1),
+                                  node_id=node)  # fmt: skip
+            member.membership.on_heartbeat_failure(client.clock.nanoseconds())
+            if resp.member_epoch > epoch:
+                break
+            assert time.monotonic() < deadline, "the coordinator never bumped the member's epoch"
+            time.sleep(0.2)
+        assert member.member_epoch == epoch
+        member.commit({("stale", 0): 1})
+        assert member.member_epoch == resp.member_epoch
+        assert member.committed([("stale", 0)]) == {("stale", 0): 1}
+        poll_until(member, listener, lambda: member.assignment == [("stale", 0), ("stale", 1)])
+        member.leave()
+
+
+def test_a_member_on_consumer_group_heartbeat_v0_is_named_by_the_coordinator(broker_factory):
+    b = broker_factory(FAST).bootstrap
+    create_topic(b, "v0", 2, client=CFK)
+    with KafkaClient(b) as client:
+        member, listener = ConsumerGroupMember(client, "v0-g", ["v0"]), Recorder()
+        member.HEARTBEAT_MAX_VERSION = 0
+        own_id = member.member_id
+        poll_until(member, listener, lambda: len(member.assignment) == 2)
+        assert member.member_id != own_id and member.member_epoch > 0
+        assert listener.calls == [("assigned", [("v0", 0), ("v0", 1)])]
+        member.commit({("v0", 1): 7})
+        assert member.committed([("v0", 1)]) == {("v0", 1): 7}
+        member.leave()
+        assert {g.group_id: g.state for g in list_groups(client)}["v0-g"] == "Empty"

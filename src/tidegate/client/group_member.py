@@ -358,6 +358,8 @@ class ConsumerGroupMember(_Member):
 
     #: v9 carries the member epoch (KIP-848), which the coordinator checks for this member
     OFFSET_COMMIT_MAX_VERSION = 9
+    #: v1: the member names itself (KIP-1082); v0 when the coordinator has only that
+    HEARTBEAT_MAX_VERSION = 1
     #: how often the member asks for metadata while topic ids of its assignment are unknown
     METADATA_RETRY_MS = 1_000
     #: reconciliation steps one poll may take (each is a heartbeat or a reconciliation)
@@ -415,7 +417,8 @@ class ConsumerGroupMember(_Member):
         try:
             node = self._node()
             self.client.await_ready(node)
-            version = self.client.api_version(node, ApiKey.CONSUMER_GROUP_HEARTBEAT, max_version=1)
+            version = self.client.api_version(node, ApiKey.CONSUMER_GROUP_HEARTBEAT,
+                                              max_version=self.HEARTBEAT_MAX_VERSION)  # fmt: skip
             body = m.heartbeat_request(version)
             resp = self.client.request(ApiKey.CONSUMER_GROUP_HEARTBEAT, body, node_id=node, version=version)
         except KafkaError as exc:
@@ -534,8 +537,8 @@ class ConsumerGroupMember(_Member):
         if body is None:
             return
         try:
-            self.client.request(ApiKey.CONSUMER_GROUP_HEARTBEAT, body, node_id=self._node(), max_version=1,
-                                timeout_ms=5_000)  # fmt: skip
+            self.client.request(ApiKey.CONSUMER_GROUP_HEARTBEAT, body, node_id=self._node(),
+                                max_version=self.HEARTBEAT_MAX_VERSION, timeout_ms=5_000)  # fmt: skip
         except KafkaError as exc:
             log.debug("group %s: leave heartbeat failed (%s)", self.group_id, exc)
         finally:
