@@ -169,6 +169,14 @@ def test_usage_errors_exit_2(broker):
     r = tidegate("console-consumer", "--bootstrap-server", broker.bootstrap, "--topic", "t", "--partition", "0",
                  "--offset", "soon")  # fmt: skip
     assert r.returncode == 2 and b"The provided offset value is incorrect." in r.stderr
+    r = tidegate("console-consumer", "--bootstrap-server", broker.bootstrap, "--topic", "t", "--group", "g",
+                 "--consumer-property", "group.protocol=eager")  # fmt: skip
+    assert r.returncode == 2
+    assert b"Invalid value eager for configuration group.protocol: String must be one of (case insensitive): " \
+           b"CLASSIC, CONSUMER" in r.stderr
+    r = tidegate("console-consumer", "--bootstrap-server", broker.bootstrap, "--topic", "t", "--group", "g",
+                 "--consumer-property", "group.protocol=consumer", "--consumer-property", "session.timeout.ms=9000")
+    assert r.returncode == 2 and b"session.timeout.ms cannot be set when group.protocol=CONSUMER" in r.stderr
 
 
 def test_against_the_peer_broker(peer_bootstrap):

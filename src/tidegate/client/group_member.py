@@ -78,6 +78,8 @@ _COORDINATOR = frozenset({14, 15, 16})  # COORDINATOR_LOAD_IN_PROGRESS, NOT_AVAI
 RETRY_BACKOFF_S = 0.1
 #: Kafka's group.protocol values (the consumer's default is classic)
 GROUP_PROTOCOLS = ("classic", "consumer")
+#: the consumer keys Kafka's consumer refuses with group.protocol=consumer
+CLASSIC_ONLY_KEYS = ("heartbeat.interval.ms", "partition.assignment.strategy", "session.timeout.ms")
 
 
 def _coordinator_error(resp: Any) -> int | None:
@@ -552,7 +554,7 @@ def group_member(
     (classic, the default, or consumer), ``max.poll.interval.ms`` (the rebalance timeout);
     classic: ``session.timeout.ms``, ``heartbeat.interval.ms``; consumer:
     ``group.remote.assignor``, ``group.instance.id``, ``client.rack``. Raises ValueError
-    with Kafka's message for a value it refuses."""
+    with Kafka's message for a value it refuses, or for a key of the other protocol."""
 
     def number(key: str, default: int) -> int:
         value = config.get(key)
@@ -562,10 +564,16 @@ def group_member(
             raise ValueError(f"Invalid value {value} for configuration {key}: Not a number of type INT")
         return int(value)
 
-    protocol = config.get("group.protocol", "classic").strip().lower()
+    given = config.get("group.protocol", "classic")
+    protocol = given.strip().lower()
     if protocol not in GROUP_PROTOCOLS:
-        raise ValueError(f"Invalid value {protocol} for configuration group.protocol: "
-                         f"String must be one of: {', '.join(GROUP_PROTOCOLS)}")  # fmt: skip
+        raise ValueError(f"Invalid value {given} for configuration group.protocol: "
+                         f"String must be one of (case insensitive): {', '.join(GROUP_PROTOCOLS).upper()}")  # fmt: skip
+    # Kafka's ConsumerConfig refuses the other protocol's keys
+    refused = sorted(k for k in CLASSIC_ONLY_KEYS if k in config) if protocol == "consumer" else (
+        ["group.remote.assignor"] if "group.remote.assignor" in config else [])  # fmt: skip
+    if refused:
+        raise ValueError(f"{', '.join(refused)} cannot be set when group.protocol={protocol.upper()}")
     rebalance_timeout_ms = number("max.poll.interval.ms", 300_000)
     if protocol == "classic":
         return GroupMember(client, group_id, topics, rebalance_timeout_ms=rebalance_timeout_ms,
