@@ -303,3 +303,41 @@ def test_share_group_metrics(tmp_path):
     assert "kafka_server_sharesessioncache_sharesessionscount 1.0" in text
     assert 'kafka_server_sharepartitionmetrics_inflightmessagecount{group="g",partition="0",topic="t"} 3.0' in text
     h.close()
+
+
+def test_share_metrics_count_acknowledgements_lock_timeouts_and_requests(tmp_path):
+    """ShareGroupMetrics RecordAcknowledgementsPerSec{ackType} counts the records of
+    applied acknowledgements; SharePartitionMetrics AcquisitionLockTimeoutPerSec the
+    records whose lock expired, InFlightBatchCount the cached batches; BrokerTopicMetrics
+    the share requests per topic, failed ones (an acknowledgement after the lock expired)
+    apart."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from tidegate.metrics.collectors import ShareGroupCollector
+
+    h = Harness(tmp_path, {"group.share.record.lock.duration.ms": "1000",
+                           "group.share.min.record.lock.duration.ms": "1000"})  # fmt: skip
+    topic_id, _ = joined(h)
+    assert acquired(share_fetch(h, fetch(topic_id))) == [(0, 0, 2, 1)]
+    h.loop.advance(1001)  # the lock of all three expires
+    other = "6c8b3f0e-3a36-4c9e-9d3e-1b2a3c4d5e6f"
+    assert acquired(share_fetch(h, fetch(topic_id, member_id=other))) == [(0, 0, 2, 2)]
+    late = call(h, ACK, 1, ack(topic_id, {0: [(0, 2, 1)]}, epoch=1))  # not the owner: INVALID_RECORD_STATE
+    assert late.responses[0].partitions[0].error_code == E.invalid_record_state
+    body = ack(topic_id, {0: [(0, 0, 1), (1, 1, 2)]}, epoch=1, member_id=other)
+    body["topics"][0]["partitions"][0]["acknowledgement_batches"].append(
+        {"first_offset": 2, "last_offset": 2, "acknowledge_types": [3]})
+    assert call(h, ACK, 1, body).responses[0].partitions[0].error_code == E.none
+    registry = CollectorRegistry()
+    registry.register(ShareGroupCollector(h.core.share_group_coordinator, h.core.share_partitions))
+    text = generate_latest(registry).decode()
+    labels = 'group="g",partition="0",topic="t"'
+    assert f"kafka_server_sharepartitionmetrics_acquisitionlocktimeout_total{{{labels}}} 3.0" in text
+    assert f"kafka_server_sharepartitionmetrics_inflightbatchcount{{{labels}}} 1.0" in text  # 1 RELEASEd
+    for ack_type, records in (("Accept", 1), ("Release", 1), ("Reject", 1), ("Renew", 0)):
+        assert f'kafka_server_sharegroupmetrics_recordacknowledgements_total{{ackType="{ack_type}"}} {records}.0' in text
+    assert 'kafka_server_brokertopicmetrics_totalsharefetchrequests_total{topic="t"} 2.0' in text
+    assert 'kafka_server_brokertopicmetrics_failedsharefetchrequests_total{topic="t"} 0.0' in text
+    assert 'kafka_server_brokertopicmetrics_totalshareacknowledgementrequests_total{topic="t"} 2.0' in text
+    assert 'kafka_server_brokertopicmetrics_failedshareacknowledgementrequests_total{topic="t"} 1.0' in text
+    h.close()

@@ -267,14 +267,46 @@ class ShareSessionsState(Protocol):
     def evictions(self) -> int: ...
 
 
+class SharePartitionState(Protocol):
+    """One share-partition (``tidegate.server.share.SharePartition``): its
+    SharePartitionMetrics."""
+
+    @property
+    def in_flight_records(self) -> int: ...
+    @property
+    def in_flight_batches(self) -> int: ...
+    @property
+    def lock_timeouts(self) -> int: ...
+
+
+class ShareTopicState(Protocol):
+    """A topic's share request counters (``tidegate.server.share.metrics.ShareTopicStats``)."""
+
+    total_fetches: int
+    failed_fetches: int
+    total_acknowledgements: int
+    failed_acknowledgements: int
+
+
+class ShareCountersState(Protocol):
+    """The broker's share counters (``tidegate.server.share.metrics.ShareGroupMetrics``)."""
+
+    @property
+    def acknowledgements(self) -> Mapping[str, int]: ...
+    @property
+    def topics(self) -> Mapping[str, ShareTopicState]: ...
+
+
 class SharePartitionsState(Protocol):
-    """The ``SharePartitionManager``: its session cache and each share-partition's
-    in-flight records as (group, topic, partition, records)."""
+    """The ``SharePartitionManager``: its session cache, its share counters and each
+    share-partition as (group, topic, partition, share-partition)."""
 
     @property
     def sessions(self) -> ShareSessionsState: ...
+    @property
+    def metrics(self) -> ShareCountersState: ...
 
-    def in_flight(self) -> Iterable[tuple[str, str, int, int]]: ...
+    def share_partition_metrics(self) -> Iterable[tuple[str, str, int, SharePartitionState]]: ...
 
 
 class ShareGroupsState(Protocol):
@@ -891,12 +923,55 @@ class ShareGroupCollector(Collector):
                                   "Share sessions dropped because their connection closed "
                                   "(ShareSessionCache ShareSessionEvictionsPerSec).",
                                   value=sessions.evictions)  # fmt: skip
-        in_flight = GaugeMetricFamily(
+        yield from self._share_partitions()
+        yield from self._share_counters()
+
+    def _share_partitions(self) -> Iterable[Metric]:
+        labels = ["group", "topic", "partition"]
+        records = GaugeMetricFamily(
             "kafka_server_sharepartitionmetrics_inflightmessagecount",
             "Records between a share-partition's start and end offsets (SharePartitionMetrics "
-            "InFlightMessageCount).",
-            labels=["group", "topic", "partition"],
-        )
-        for group, topic, partition, records in self.partitions.in_flight():
-            in_flight.add_metric([group, topic, str(partition)], records)
-        yield in_flight
+            "InFlightMessageCount).", labels=labels)
+        batches = GaugeMetricFamily(
+            "kafka_server_sharepartitionmetrics_inflightbatchcount",
+            "Cached in-flight batches of a share-partition (SharePartitionMetrics InFlightBatchCount).",
+            labels=labels)
+        timeouts = CounterMetricFamily(
+            "kafka_server_sharepartitionmetrics_acquisitionlocktimeout",
+            "Records whose acquisition lock expired (SharePartitionMetrics AcquisitionLockTimeoutPerSec).",
+            labels=labels)
+        for group, topic, partition, sp in self.partitions.share_partition_metrics():
+            values = [group, topic, str(partition)]
+            records.add_metric(values, sp.in_flight_records)
+            batches.add_metric(values, sp.in_flight_batches)
+            timeouts.add_metric(values, sp.lock_timeouts)
+        yield records
+        yield batches
+        yield timeouts
+
+    def _share_counters(self) -> Iterable[Metric]:
+        counters = self.partitions.metrics
+        acks = CounterMetricFamily(
+            "kafka_server_sharegroupmetrics_recordacknowledgements",
+            "Records acknowledged, per acknowledge type (ShareGroupMetrics RecordAcknowledgementsPerSec).",
+            labels=["ackType"])
+        for ack_type, count in counters.acknowledgements.items():
+            acks.add_metric([ack_type], count)
+        yield acks
+        topics = sorted(counters.topics.items())
+        for name, attr, meter in _SHARE_TOPIC_COUNTERS:
+            family = CounterMetricFamily(
+                f"kafka_server_brokertopicmetrics_{name}",
+                f"Share requests per topic (BrokerTopicMetrics {meter}).", labels=["topic"])
+            for topic, stats in topics:
+                family.add_metric([topic], getattr(stats, attr))
+            yield family
+
+
+#: (Prometheus name, ShareTopicStats attribute, Kafka meter) of the share request counters
+_SHARE_TOPIC_COUNTERS = (
+    ("totalsharefetchrequests", "total_fetches", "TotalShareFetchRequestsPerSec"),
+    ("failedsharefetchrequests", "failed_fetches", "FailedShareFetchRequestsPerSec"),
+    ("totalshareacknowledgementrequests", "total_acknowledgements", "TotalShareAcknowledgementRequestsPerSec"),
+    ("failedshareacknowledgementrequests", "failed_acknowledgements", "FailedShareAcknowledgementRequestsPerSec"),
+)

@@ -534,6 +534,9 @@ class SharePartition:
         self._find_hint = 0
         self._gap_window: _GapWindow | None = None
         self._fetch_lock: object | None = None
+        #: records whose acquisition lock expired (SharePartitionMetrics
+        #: AcquisitionLockTimeoutPerSec: each expiring lock counts the records it held)
+        self.lock_timeouts = 0
 
     # -- introspection ---------------------------------------------------------------
 
@@ -554,6 +557,11 @@ class SharePartition:
         if i >= 0 and self._cache.batches[i].last >= offset:
             return self._cache.batches[i]
         return None
+
+    @property
+    def in_flight_batches(self) -> int:
+        """Cached batches (SharePartitionMetrics InFlightBatchCount)."""
+        return len(self._cache)
 
     @property
     def in_flight_records(self) -> int:
@@ -953,6 +961,7 @@ class SharePartition:
         updates: list[PersisterStateBatch] = []
         offsets = batch.offsets
         if offsets is None:
+            self.lock_timeouts += batch.last - batch.first + 1
             state = batch.state
             if state & TRANSITION:
                 batch.state = state | EXPIRED  # a failed write will not make it ACQUIRED again
@@ -972,6 +981,7 @@ class SharePartition:
                     self._find_from(batch.first)
         else:
             states = offsets.states
+            self.lock_timeouts += offsets.shared
             for i in range(len(states)):
                 if states[i] & SHARED_LOCK:
                     states[i] &= ~SHARED_LOCK
@@ -984,6 +994,7 @@ class SharePartition:
         if offsets is None or offsets.locks.get(lock.index) is not lock:
             return
         del offsets.locks[lock.index]
+        self.lock_timeouts += 1
         updates: list[PersisterStateBatch] = []
         self._expire_offset(batch, offsets, lock.index, updates)
         self._after_expiry(updates)

@@ -60,6 +60,7 @@ from .delayed_share_fetch import (
     TopicIdPartition,
     _Candidate,
 )
+from .metrics import ShareGroupMetrics
 from .persister import Persister, SharePartitionKey
 from .session import ShareSessionCache, release_session
 from .share_partition import ShareAutoOffsetReset, SharePartition, SharePartitionState, ShareResult
@@ -185,6 +186,8 @@ class SharePartitionManager:
         self.purgatory = DelayedOperationPurgatory(
             "ShareFetch", SystemTimer(clock=clock), config.fetch_purge_interval_requests)
         self.sessions = ShareSessionCache(config.max_share_sessions, listener=self)
+        #: ShareGroupMetrics and the share request counters of BrokerTopicMetrics
+        self.metrics = ShareGroupMetrics()
         self._groups: dict[str, dict[TopicIdPartition, SharePartition]] = {}
         #: topic name -> id, for the topics with share-partitions here (appends are told
         #: by name, parked fetches wait by id)
@@ -199,16 +202,20 @@ class SharePartitionManager:
     def share_partitions(self, group_id: str) -> list[SharePartition]:
         return list(self._groups.get(group_id, {}).values())
 
-    def in_flight(self) -> list[tuple[str, str, int, int]]:
-        """(group, topic name, partition, in-flight records) of every cached share-partition
-        of a topic that exists (the SharePartitionMetrics gauge)."""
+    def share_partition_metrics(self) -> list[tuple[str, str, int, SharePartition]]:
+        """(group, topic name, partition, share-partition) of every cached share-partition
+        of a topic that exists (the SharePartitionMetrics series)."""
         out = []
         for group_id, group in self._groups.items():
             for (topic_id, partition), sp in group.items():
                 info = self.topics.get_by_id(topic_id)
                 if info is not None:
-                    out.append((group_id, info.name, partition, sp.in_flight_records))
+                    out.append((group_id, info.name, partition, sp))
         return out
+
+    def _topic_name(self, topic_id: uuid.UUID) -> str | None:
+        info = self.topics.get_by_id(topic_id)
+        return None if info is None else info.name
 
     @property
     def num_share_partitions(self) -> int:
@@ -283,7 +290,14 @@ class SharePartitionManager:
         :mod:`.delayed_share_fetch`). The partitions must exist (the caller answers the
         unknown ones)."""
         settings = self.group_settings(group_id)
-        fetch = ShareFetch(group_id, member_id, params, callback, read_committed=settings.read_committed,
+        names = {(fp.topic_id, fp.partition): fp.topic for fp in partitions}
+
+        def answered(results: FetchResults) -> None:
+            self.metrics.fetch_requested(names.values(), [
+                names[tp] for tp, data in results.items() if data.error_code and tp in names])
+            callback(results)
+
+        fetch = ShareFetch(group_id, member_id, params, answered, read_committed=settings.read_committed,
                            abandoned=abandoned)
         candidates: dict[TopicIdPartition, _Candidate] = {}
         keys: list[object] = []
@@ -365,9 +379,14 @@ class SharePartitionManager:
             nonlocal waiting
             if sp is not None and result.error in _FENCED:
                 self._remove(sp)
+            elif sp is not None and result.error is ErrorCode.none:
+                self.metrics.record_acknowledgements(acknowledgements[tp])
             results[tp] = result
             waiting -= 1
             if not waiting:
+                names = {tp: name for tp in acknowledgements if (name := self._topic_name(tp[0])) is not None}
+                self.metrics.acknowledge_requested(
+                    names.values(), [names[tp] for tp, r in results.items() if r.error and tp in names])
                 callback({t: results[t] for t in acknowledgements})
 
         for tp, batches in acknowledgements.items():
@@ -414,6 +433,7 @@ class SharePartitionManager:
                     self.purgatory.check_and_complete(tp)
         for name in [n for n, tid in self._topic_ids.items() if tid in deleted]:
             del self._topic_ids[name]
+            self.metrics.remove_topic(name)
 
     def drop_share_partitions(self, group_id: str, topic_ids: Iterable[uuid.UUID] | None = None) -> None:
         """The group's persisted share state was deleted or initialized again (DeleteGroups,
