@@ -362,6 +362,80 @@ def test_the_share_groups_command_lists_describes_and_deletes(bootstrap):
     assert "Error: Share group 'g-cli' does not exist." in out
 
 
+def test_the_share_groups_command_resets_and_deletes_offsets(bootstrap):
+    """kafka-share-groups.sh's --reset-offsets (only on an empty group; --dry-run prints,
+    --execute sets, then a ShareConsumer starts there) and --delete-offsets (then the
+    group starts again by share.auto.offset.reset)."""
+    prepared(bootstrap, "reset", "g-reset", 1, 20, batch=20)
+    c = share_consumer(bootstrap, "g-reset", "reset")
+    got: list[Message] = []
+    until(lambda: bool(got.extend(polled(c))) or len(got) >= 20, "20 records")
+    for m in got:
+        c.acknowledge(m)
+    assert all(e is None for e in c.commit_sync().values())
+
+    code, out, _ = share_groups(bootstrap, "--reset-offsets", "--group", "g-reset", "--topic", "reset",
+                                "--to-earliest")  # fmt: skip
+    assert code == 2 and "takes the option: [execute] or [dry-run]" in out + _
+    code, out, _ = share_groups(bootstrap, "--reset-offsets", "--group", "g-reset", "--topic", "reset",
+                                "--to-earliest", "--execute")  # fmt: skip
+    assert code == 1 and "Error: Share group 'g-reset' is not empty." in out
+    c.close()
+
+    def reset(*args: str) -> list[list[str]]:
+        code, out, err = share_groups(bootstrap, "--reset-offsets", "--group", "g-reset", *args)
+        assert code == 0, (out, err)
+        lines = [line.split() for line in out.splitlines() if line.strip()]
+        assert lines[0] == ["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"]
+        return lines[1:]
+
+    def start_offset() -> str:
+        rows = share_groups(bootstrap, "--describe", "--group", "g-reset")[1].splitlines()[2:]
+        return rows[0].split()[3]
+
+    # the persisted start offset (the SPSO's move past the accepted records is written
+    # with the share-partition's next write; the lag says they are done)
+    current = start_offset()
+    assert reset("--topic", "reset", "--to-offset", "5", "--dry-run") == [["g-reset", "reset", "0", "5"]]
+    assert start_offset() == current  # a dry run changes nothing
+    assert reset("--all-topics", "--to-latest", "--dry-run") == [["g-reset", "reset", "0", "20"]]
+    assert reset("--all-topics", "--to-current", "--dry-run") == [["g-reset", "reset", "0", current]]
+    assert reset("--topic", "reset:0", "--to-offset", "500", "--dry-run") == [["g-reset", "reset", "0", "20"]]
+    assert reset("--topic", "reset", "--to-datetime", "2000-01-01T00:00:00.000Z", "--dry-run") == [
+        ["g-reset", "reset", "0", "0"]]
+    assert reset("--topic", "reset", "--to-offset", "15", "--execute") == [["g-reset", "reset", "0", "15"]]
+    assert start_offset() == "15"
+    c = share_consumer(bootstrap, "g-reset", "reset")
+    again: list[Message] = []
+    until(lambda: bool(again.extend(polled(c))) or len(again) >= 5, "records 15-19")
+    assert [(m.offset(), m.delivery_count()) for m in again] == [(o, 1) for o in range(15, 20)]
+    for m in again:
+        c.acknowledge(m)
+    c.commit_sync()
+
+    code, out, _ = share_groups(bootstrap, "--delete-offsets", "--group", "g-reset", "--topic", "reset")
+    assert code == 1 and "Error: " in out  # the group has a member
+    c.close()
+    code, out, _ = share_groups(bootstrap, "--delete-offsets", "--group", "g-reset", "--topic", "reset",
+                                "--topic", "no-such-topic")  # fmt: skip
+    rows = [line.split(maxsplit=1) for line in out.splitlines() if line.strip()]
+    assert rows[0] == ["TOPIC", "STATUS"] and rows[2] == ["reset", "Successful"], out
+    assert rows[1][0] == "no-such-topic" and rows[1][1].startswith("Error: "), out
+    assert "has no offset information" in share_groups(bootstrap, "--describe", "--group", "g-reset")[1]
+    c = share_consumer(bootstrap, "g-reset", "reset")  # earliest again: all 20, first deliveries
+    try:
+        fresh: list[Message] = []
+        until(lambda: bool(fresh.extend(polled(c))) or len(fresh) >= 20, "all 20 records again")
+        assert sorted((m.offset(), m.delivery_count()) for m in fresh) == [(o, 1) for o in range(20)]
+        for m in fresh:
+            c.acknowledge(m)
+        c.commit_sync()
+    finally:
+        c.close()
+    code, out, _ = share_groups(bootstrap, "--delete-offsets", "--group", "g-none", "--topic", "reset")
+    assert code == 1 and "Error: " in out
+
+
 def test_alter_share_group_offsets_sets_where_a_group_starts(bootstrap):
     """AlterShareGroupOffsets on a group that does not exist yet: its share-partitions
     start where it says (here, past the first 15 records), whatever

@@ -1,7 +1,9 @@
 """``tidegate share-groups``: Kafka's kafka-share-groups.sh (ShareGroupCommand) over
 tidegate's admin calls (:mod:`tidegate.client.admin`): list, describe (start offsets and
-lag, members, state) and delete share groups, with Kafka's flags, column layout and
-messages. Not yet: ``--reset-offsets`` and ``--delete-offsets``."""
+lag, members, state) and delete share groups, reset their start offsets
+(AlterShareGroupOffsets) and delete their offsets of topics (DeleteShareGroupOffsets),
+with Kafka's flags, column layout and messages. Not yet: ``--from-file`` and
+``--export``."""
 
 from __future__ import annotations
 
@@ -11,11 +13,15 @@ import click
 
 from tidegate.cli.base import _run_admin, admin_options, main
 from tidegate.cli.consumer_groups import (
+    _KAFKA_ERRORS,
     MISSING,
     _assignment_text,
     _exception_text,
+    _new_offsets,
     _print_error,
     _row,
+    _topic_partitions,
+    parse_datetime,
 )
 
 _STATES = ("Empty", "Stable", "Dead")
@@ -25,6 +31,9 @@ Examples:
   tidegate share-groups --bootstrap-server 127.0.0.1:9092 --describe --group work-queue
   tidegate share-groups --bootstrap-server 127.0.0.1:9092 --describe --group work-queue --members --verbose
   tidegate share-groups --bootstrap-server 127.0.0.1:9092 --delete --group work-queue
+  tidegate share-groups --bootstrap-server 127.0.0.1:9092 --reset-offsets --group work-queue \\
+      --topic orders --to-earliest --execute
+  tidegate share-groups --bootstrap-server 127.0.0.1:9092 --delete-offsets --group work-queue --topic orders
 """
 
 
@@ -33,8 +42,21 @@ Examples:
 @click.option("--list", "list_", is_flag=True, help="List all share groups.")
 @click.option("--describe", is_flag=True, help="Describe the groups: start offsets and lag (default), --members or --state.")
 @click.option("--delete", is_flag=True, help="Delete the groups (they must be empty).")
+@click.option("--reset-offsets", is_flag=True,
+              help="Reset the group's start offsets (the group must be empty); with --dry-run or --execute.")
+@click.option("--delete-offsets", is_flag=True, help="Delete the group's offsets of the --topic topics.")
 @click.option("--group", "groups", multiple=True, metavar="GROUP", help="A share group (repeatable).")
 @click.option("--all-groups", is_flag=True, help="Every share group (--describe, --delete).")
+@click.option("--topic", "topics", multiple=True, metavar="TOPIC[:P,P]",
+              help="A topic, or some of its partitions as topic:0,1 (--reset-offsets); a topic (--delete-offsets).")
+@click.option("--all-topics", is_flag=True, help="--reset-offsets: every topic the group has start offsets for.")
+@click.option("--dry-run", is_flag=True, help="--reset-offsets: show the new offsets only.")
+@click.option("--execute", is_flag=True, help="--reset-offsets: set the new offsets.")
+@click.option("--to-earliest", is_flag=True, help="Reset to the earliest offset.")
+@click.option("--to-latest", is_flag=True, help="Reset to the latest offset.")
+@click.option("--to-current", is_flag=True, help="Reset to the current start offset.")
+@click.option("--to-offset", type=int, metavar="N", help="Reset to offset N (within the log's range).")
+@click.option("--to-datetime", metavar="YYYY-MM-DDTHH:mm:SS.sss", help="Reset to the first offset at or after a time.")
 @click.option("--offsets", is_flag=True, help="--describe: the start offsets and lag (the default).")
 @click.option("--members", is_flag=True, help="--describe: the members.")
 @click.option("--state", "state", is_flag=False, flag_value="", default=None, metavar="[STATES]",
@@ -45,15 +67,22 @@ Examples:
 @click.pass_context
 def share_groups(
     ctx: click.Context, bootstrap_server: str, command_config: str | None, list_: bool, describe: bool,
-    delete: bool, groups: tuple[str, ...], all_groups: bool, offsets: bool, members: bool, state: str | None,
-    verbose: bool, timeout_ms: int,
+    delete: bool, reset_offsets: bool, delete_offsets: bool, groups: tuple[str, ...], all_groups: bool,
+    topics: tuple[str, ...], all_topics: bool, dry_run: bool, execute: bool, to_earliest: bool, to_latest: bool,
+    to_current: bool, to_offset: int | None, to_datetime: str | None, offsets: bool, members: bool,
+    state: str | None, verbose: bool, timeout_ms: int,
 ) -> None:
-    """List, describe and delete share groups, like Kafka's kafka-share-groups.sh."""
-    actions = [a for a, on in (("list", list_), ("describe", describe), ("delete", delete)) if on]
+    """List, describe, delete and reset share groups, like Kafka's kafka-share-groups.sh."""
+    actions = [a for a, on in (("list", list_), ("describe", describe), ("delete", delete),
+                                ("reset-offsets", reset_offsets), ("delete-offsets", delete_offsets)) if on]
     if len(actions) != 1:
-        raise click.UsageError("Command must include exactly one action: --list, --describe, --delete")
+        raise click.UsageError("Command must include exactly one action: --list, --describe, --delete, "
+                               "--reset-offsets, --delete-offsets")
     if (describe or delete) and not groups and not all_groups:
         raise click.UsageError(f"Option [{actions[0]}] takes one of these options: [all-groups], [group]")
+    scenarios = [s for s, on in (("to-earliest", to_earliest), ("to-latest", to_latest), ("to-current", to_current),
+                                 ("to-offset", to_offset is not None), ("to-datetime", to_datetime is not None)) if on]
+    _check_offset_options(reset_offsets, delete_offsets, groups, topics, all_topics, dry_run, execute, scenarios)
     if describe and sum([offsets, members, state is not None]) > 1:
         raise click.UsageError("Option [describe] takes at most one of these options: [members], [offsets], [state]")
     states = [s.strip() for s in (state or "").split(",") if s.strip()]
@@ -82,10 +111,38 @@ def share_groups(
                 click.echo(_row([width, 0], [g.group_id, g.state or "Unknown"]))
         elif describe:
             _describe(client, group_ids(), members, state is not None, verbose, timeout_ms)
-        else:
+        elif delete:
             _delete(client, group_ids(), timeout_ms)
+        elif delete_offsets:
+            _delete_offsets(ctx, client, groups[0], topics, timeout_ms)
+        else:
+            _reset(ctx, client, groups[0], topics, scenarios[0], to_offset,
+                   parse_datetime(to_datetime) if to_datetime else None, execute, timeout_ms)
 
     _run_admin(ctx, "share-groups", bootstrap_server, command_config, work)
+
+
+def _check_offset_options(reset_offsets: bool, delete_offsets: bool, groups: tuple[str, ...], topics: tuple[str, ...],
+                          all_topics: bool, dry_run: bool, execute: bool, scenarios: list[str]) -> None:
+    """ShareGroupCommandOptions' checks of --reset-offsets and --delete-offsets (one
+    group each; a scope, a scenario and --dry-run or --execute for a reset)."""
+    if delete_offsets and (len(groups) != 1 or not topics):
+        raise click.UsageError("Option [delete-offsets] takes the following options: [group], [topic]")
+    if not reset_offsets:
+        if scenarios or dry_run or execute or all_topics:
+            raise click.UsageError("--to-*, --all-topics, --dry-run and --execute go with --reset-offsets")
+        return
+    if dry_run and execute:
+        raise click.UsageError("Option [reset-offsets] only accepts one of [execute] and [dry-run]")
+    if not dry_run and not execute:
+        raise click.UsageError("Option [reset-offsets] takes the option: [execute] or [dry-run]")
+    if len(groups) != 1:
+        raise click.UsageError("Option [reset-offsets] takes the option: [group]")
+    if bool(topics) == all_topics:
+        raise click.UsageError("Option [reset-offsets] takes one of these options: [all-topics], [topic]")
+    if len(scenarios) != 1:
+        raise click.UsageError("Option [reset-offsets] takes one of these options: [to-current], [to-datetime], "
+                               "[to-earliest], [to-latest], [to-offset]")
 
 
 def _should_print(group: str, state: str, rows: int) -> bool:
@@ -192,3 +249,59 @@ def _delete(client: Any, group_ids: list[str], timeout_ms: int) -> None:
         click.echo(f"* Group '{g}' could not be deleted due to: {error}")
     if ok:
         click.echo(f"\nThese share groups were deleted successfully: {', '.join(repr(g) for g in ok)}")
+
+
+def _reset(ctx: click.Context, client: Any, group: str, topics: tuple[str, ...], scenario: str,
+           to_offset: int | None, reset_ms: int | None, execute: bool, timeout_ms: int) -> None:
+    """Kafka's ``ShareGroupService.resetOffsets``: only an empty group (or none yet); the
+    new start offsets of the --topic partitions (or of every partition the group has
+    state for) printed, and set with --execute (AlterShareGroupOffsets)."""
+    from tidegate.client import admin
+
+    (desc,) = admin.describe_share_groups(client, [group], timeout_ms=timeout_ms)
+    if desc.state not in ("Empty", "Dead"):
+        _print_error(f"Share group '{group}' is not empty.")
+        ctx.exit(1)
+    current = {tp: o.start_offset for tp, o in admin.describe_share_group_offsets(
+        client, group, timeout_ms=timeout_ms).items() if o.start_offset >= 0}  # fmt: skip
+    partitions = _topic_partitions(client, topics) if topics else sorted(current)
+    spec = {"to-earliest": -2, "to-latest": -1}.get(scenario)
+    plan = _new_offsets(client, partitions, current, scenario, spec, to_offset, None, reset_ms, timeout_ms)
+    if execute and plan:
+        top, message, results = admin.alter_share_group_offsets(client, group, plan, timeout_ms=timeout_ms)
+        failed = [(tp, code) for tp, code in sorted(results.items()) if code]
+        if top or failed:
+            code = top or failed[0][1]
+            where = "" if top else f" ({failed[0][0][0]}-{failed[0][0][1]})"
+            _print_error(f"Executing share group command failed due to {message or _exception_text(code)}{where}")
+            ctx.exit(1)
+    gw = max(15, len(group))
+    tw = max([15, *(len(t) for t, _ in plan)])
+    click.echo()
+    click.echo(_row([gw, tw, 10, 0], ["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"]))
+    for (t, p), offset in sorted(plan.items()):
+        click.echo(_row([gw, tw, 10, 0], [group, t, p, offset]))
+
+
+def _delete_offsets(ctx: click.Context, client: Any, group: str, topics: tuple[str, ...], timeout_ms: int) -> None:
+    """Kafka's ``ShareGroupService.deleteOffsets``: the group-level error, then each
+    topic's status."""
+    from tidegate.client import admin
+
+    top, message, results = admin.delete_share_group_offsets(client, group, topics, timeout_ms=timeout_ms)
+    default = _KAFKA_ERRORS.get(top, ("", f"error code {top}"))[1]
+    if top in (24, 69, 30, 68):  # INVALID_GROUP_ID, GROUP_ID_NOT_FOUND, GROUP_AUTHORIZATION_FAILED, NON_EMPTY_GROUP
+        _print_error(message or default)
+    elif top and top not in (29, 3):  # topic-level errors are shown per topic
+        _print_error(f"Encounter some unknown error: {message or default}")
+    statuses = {t: results.get(t, (top, message)) for t in topics}
+    if statuses:
+        width = max([15, *(len(t) for t in statuses)])
+        click.echo()
+        click.echo(_row([width, 0], ["TOPIC", "STATUS"]))
+        for t, (code, text) in sorted(statuses.items()):
+            status = "Successful" if code == 0 else \
+                f"Error: {text or _KAFKA_ERRORS.get(code, ('', f'error code {code}'))[1]}"
+            click.echo(_row([width, 0], [t, status]))
+    if top:
+        ctx.exit(1)

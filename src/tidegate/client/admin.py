@@ -567,6 +567,33 @@ def describe_share_group_offsets(
     }  # fmt: skip
 
 
+def alter_share_group_offsets(
+    client: KafkaClient, group: str, offsets: Mapping[TopicPartition, int], *, timeout_ms: float | None = None
+) -> tuple[int, str | None, dict[TopicPartition, int]]:
+    """AlterShareGroupOffsets: set where ``group``'s share-partitions start (the group must
+    be empty); (the top-level error code and message, {(topic, partition): error code})."""
+    node = find_group_coordinator(client, group, timeout_ms=timeout_ms)
+    topics: dict[str, list[dict]] = {}
+    for (t, p), offset in sorted(offsets.items()):
+        topics.setdefault(t, []).append({"partition_index": p, "start_offset": offset})
+    body = {"group_id": group, "topics": [{"topic_name": t, "partitions": ps} for t, ps in topics.items()]}
+    resp = client.request(ApiKey.ALTER_SHARE_GROUP_OFFSETS, body, node_id=node, version=0, timeout_ms=timeout_ms)
+    return int(resp.error_code), resp.error_message, {
+        (t.topic_name, p.partition_index): int(p.error_code) for t in resp.responses for p in t.partitions}
+
+
+def delete_share_group_offsets(
+    client: KafkaClient, group: str, topics: Iterable[str], *, timeout_ms: float | None = None
+) -> tuple[int, str | None, dict[str, tuple[int, str | None]]]:
+    """DeleteShareGroupOffsets: drop ``group``'s share state of ``topics`` (the group must
+    be empty); (the top-level error code and message, {topic: (error code, message)})."""
+    node = find_group_coordinator(client, group, timeout_ms=timeout_ms)
+    body = {"group_id": group, "topics": [{"topic_name": t} for t in dict.fromkeys(topics)]}
+    resp = client.request(ApiKey.DELETE_SHARE_GROUP_OFFSETS, body, node_id=node, version=0, timeout_ms=timeout_ms)
+    return int(resp.error_code), resp.error_message, {
+        t.topic_name: (int(t.error_code), t.error_message) for t in resp.responses}
+
+
 def list_group_offsets(
     client: KafkaClient, group: str, *, require_stable: bool = False, timeout_ms: float | None = None
 ) -> dict[TopicPartition, int]:
