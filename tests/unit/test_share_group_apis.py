@@ -143,14 +143,21 @@ def test_listed_and_deleted_once_empty(tmp_path):
     h.close()
 
 
-def test_a_member_leaving_the_group_releases_its_records(tmp_path):
+def test_a_member_leaving_the_group_keeps_its_records_until_its_session_closes(tmp_path):
+    """librdkafka's close sends the leaving heartbeat and the closing ShareAcknowledge
+    (with the last acknowledgements) at once, on two connections: the heartbeat coming
+    first must not release the records those acknowledgements are for (Kafka releases
+    on the session's end only). The session's close releases what was not acknowledged."""
     h = Harness(tmp_path)
     topic_id, _ = joined(h)
     assert acquired(share_fetch(h, fetch(topic_id))) == [(0, 0, 2, 1)]
     assert call(h, HB, 1, hb(epoch=-1)).error_code == E.none
     other = "6c8b3f0e-3a36-4c9e-9d3e-1b2a3c4d5e6f"
     assert call(h, HB, 1, hb(member_id=other)).error_code == E.none
-    assert acquired(share_fetch(h, fetch(topic_id, member_id=other))) == [(0, 0, 2, 2)]
+    assert acquired(share_fetch(h, fetch(topic_id, member_id=other))) == []
+    closing = call(h, ACK, 1, ack(topic_id, {0: [(0, 0, 1)]}, epoch=-1))
+    assert [(p.partition_index, p.error_code) for t in closing.responses for p in t.partitions] == [(0, E.none)]
+    assert acquired(share_fetch(h, fetch(topic_id, member_id=other, epoch=1))) == [(0, 1, 2, 2)]
     h.close()
 
 

@@ -38,6 +38,7 @@ from tidegate.protocol.messages import share_acknowledge as sa
 from tidegate.protocol.messages import share_fetch as sf
 from tidegate.server.share import (
     InMemoryPersister,
+    RecordState,
     ShareAutoOffsetReset,
     SharePartitionKey,
     SharePartitionState,
@@ -934,3 +935,19 @@ def test_restart_after_kill_keeps_acknowledged_and_redelivers_acquired_with_thei
     assert offsets(ranges) == list(range(2, 8))
     assert {o: c for first, last, c in ranges for o in range(first, last + 1)}[2] == 2
     assert all(c == 1 for first, last, c in ranges if first > 2)
+
+
+def test_a_member_leaving_the_group_keeps_its_records_while_its_session_lives(broker):
+    """librdkafka's close: the leaving heartbeat may come before the closing
+    ShareAcknowledge with the last acknowledgements; those must still apply."""
+    tp = one_partition(broker, 3)
+    a = broker.consumer("a")
+    a.fetch(tp)
+    broker.spm.member_left_group(GROUP, "a")
+    broker.run()
+    assert [b.record_state() for b in broker.spm.share_partitions(GROUP)[0].cached_batches()] == [
+        RecordState.ACQUIRED]
+    broker.spm.release_session(GROUP, "a", lambda _e, _r: None)  # the session's end releases them
+    broker.run()
+    assert [b.record_state() for b in broker.spm.share_partitions(GROUP)[0].cached_batches()] == [
+        RecordState.AVAILABLE]

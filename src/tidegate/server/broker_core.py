@@ -340,7 +340,7 @@ class BrokerCore:
             ShareGroupConfig.from_broker(config), image=self.store, append=self.offsets_log.append, timer=timer,
             clock=clock, persister=self.share_coordinator,
             other_groups=lambda g: self.group_coordinator.group_type(g) or self.consumer_group_coordinator.group_type(g),
-            member_left=self.share_partitions.on_member_leave, state_reset=self.share_partitions.drop_share_partitions,
+            member_left=self.share_partitions.member_left_group, state_reset=self.share_partitions.drop_share_partitions,
             group_configs=self.group_configs.int_configs,
         )  # fmt: skip
 

@@ -62,7 +62,7 @@ from .delayed_share_fetch import (
 )
 from .metrics import ShareGroupMetrics
 from .persister import Persister, SharePartitionKey
-from .session import ShareSessionCache, release_session
+from .session import ShareSessionCache, ShareSessionKey, release_session
 from .share_partition import ShareAutoOffsetReset, SharePartition, SharePartitionState, ShareResult
 
 if TYPE_CHECKING:
@@ -410,6 +410,19 @@ class SharePartitionManager:
         share-partitions becomes acquirable again (ARCHIVED at the delivery limit)."""
         for sp in self.share_partitions(group_id):
             sp.release_acquired_records(member_id, _ignore)
+
+    def member_left_group(self, group_id: str, member_id: str) -> None:
+        """The group coordinator's hook: the member left the group or was fenced. A member
+        that still has a share session keeps its records: its session's end releases them
+        (the closing ShareAcknowledge or ShareFetch, or its connection closing, as Kafka's
+        ShareSessionCache tells its listener), and Kafka's group coordinator releases
+        nothing. librdkafka's close sends the closing ShareAcknowledge, carrying the last
+        acknowledgements, and the leaving heartbeat at once on two connections: releasing
+        here would fail those acknowledgements whenever the heartbeat came first. Without
+        a session (dropped by a new one at epoch 0, say) the records are released now
+        instead of at their locks' expiry."""
+        if self.sessions.get(ShareSessionKey(group_id, member_id)) is None:
+            self.on_member_leave(group_id, member_id)
 
     def on_group_empty(self, group_id: str) -> None:
         """The group has no share session left (nothing to do: its share-partitions keep

@@ -1,0 +1,232 @@
+"""confluent-kafka's ``ShareConsumer`` callbacks against a real tidegate process: the
+acknowledgement-commit callback (``set_acknowledgement_commit_callback``) after an
+explicit ``commit_async``, in implicit mode, after ``commit_sync`` and during ``close``,
+and with the INVALID_RECORD_STATE of an acknowledgement that came after its lock expired
+and another consumer took the records (confluent-kafka's ``callback_*``,
+``lock_steal_with_committed_ack`` and ``per_partition_commit_results_with_lock_expiry``
+cases); and ``throttle_cb`` under a ``consumer_byte_rate`` quota, then its zero event
+once the throttling ends (``throttle_cb_fires_under_quota``,
+``throttle_cb_emits_cleared_zero_event``)."""
+
+from __future__ import annotations
+
+import pytest
+from confluent_kafka import KafkaException, Message, ShareConsumer, TopicPartition
+
+from tests.conftest import metrics_overrides
+
+from .clients import alter_quotas, create_topic, produce, sample, scrape
+from .test_share_consumer import polled, prepared, set_group_config, share_consumer, until
+
+pytestmark = pytest.mark.timeout(180)
+
+#: the lock the lock-expiry cases run with (Kafka's minimum; confluent-kafka's test cluster's)
+ONE_SECOND_LOCKS = {"group.share.record.lock.duration.ms": "1000", "group.share.min.record.lock.duration.ms": "1000"}
+
+Commit = tuple[dict[TopicPartition, set[int]], KafkaException | None]
+
+
+class Commits:
+    """What the acknowledgement-commit callback was called with: ({(topic, partition):
+    offsets}, error text or None) per call."""
+
+    def __init__(self, consumer: ShareConsumer) -> None:
+        self.calls: list[tuple[dict[tuple[str, int], set[int]], str | None]] = []
+        consumer.set_acknowledgement_commit_callback(self)
+
+    def __call__(self, offsets: dict[TopicPartition, set[int]], error: KafkaException | None) -> None:
+        self.calls.append(({(tp.topic, tp.partition): set(o) for tp, o in offsets.items()},
+                           None if error is None else str(error)))  # fmt: skip
+
+    def offsets(self) -> dict[tuple[str, int], set[int]]:
+        """Every offset reported, per partition."""
+        out: dict[tuple[str, int], set[int]] = {}
+        for offsets, _error in self.calls:
+            for tp, o in offsets.items():
+                out.setdefault(tp, set()).update(o)
+        return out
+
+
+def poll_all(c: ShareConsumer, n: int) -> list[Message]:
+    got: list[Message] = []
+    until(lambda: bool(got.extend(polled(c))) or len(got) >= n, f"{n} records")
+    return got
+
+
+@pytest.fixture(scope="module")
+def bootstrap(module_broker_factory) -> str:
+    return module_broker_factory().bootstrap
+
+
+def test_callback_fires_on_explicit_commit_async(bootstrap):
+    prepared(bootstrap, "cb-async", "g-cb-async", 1, 10, batch=10)
+    c = share_consumer(bootstrap, "g-cb-async", "cb-async")
+    commits = Commits(c)
+    try:
+        for m in poll_all(c, 10):
+            c.acknowledge(m)
+        assert c.commit_async() is None
+        until(lambda: bool(polled(c, 0.1)) or bool(commits.calls), "the callback")  # served from poll
+        assert commits.calls == [({("cb-async", 0): set(range(10))}, None)]
+    finally:
+        c.close()
+
+
+def test_callback_fires_in_implicit_mode_on_the_next_poll(bootstrap):
+    prepared(bootstrap, "cb-implicit", "g-cb-implicit", 2, 20, batch=5)
+    c = share_consumer(bootstrap, "g-cb-implicit", "cb-implicit", **{"share.acknowledgement.mode": "implicit"})
+    commits = Commits(c)
+    try:
+        got = poll_all(c, 20)  # each poll accepts what the previous one returned
+        until(lambda: bool(polled(c, 0.1)) or commits.offsets() == {("cb-implicit", 0): set(range(10)),
+                                                                  ("cb-implicit", 1): set(range(10))},
+              "every record's commit reported")  # fmt: skip
+        assert all(error is None for _, error in commits.calls)
+        assert len({(m.partition(), m.offset()) for m in got}) == 20
+    finally:
+        c.close()
+
+
+def test_callback_fires_on_commit_sync_one_entry_per_partition(bootstrap):
+    prepared(bootstrap, "cb-sync", "g-cb-sync", 2, 20, batch=10)
+    c = share_consumer(bootstrap, "g-cb-sync", "cb-sync")
+    commits = Commits(c)
+    try:
+        for m in poll_all(c, 20):
+            c.acknowledge(m)
+        results = c.commit_sync()
+        assert {(tp.topic, tp.partition): e for tp, e in results.items()} == {("cb-sync", 0): None,
+                                                                              ("cb-sync", 1): None}
+        assert sorted(commits.calls, key=str) == sorted(
+            [({("cb-sync", 0): set(range(10))}, None), ({("cb-sync", 1): set(range(10))}, None)], key=str)
+    finally:
+        c.close()
+
+
+def test_callback_fires_during_close(bootstrap):
+    prepared(bootstrap, "cb-close", "g-cb-close", 1, 10, batch=10)
+    c = share_consumer(bootstrap, "g-cb-close", "cb-close")
+    commits = Commits(c)
+    for m in poll_all(c, 10):
+        c.acknowledge(m)
+    c.close()  # the pending acknowledgements go with the closing ShareAcknowledge
+    assert commits.calls == [({("cb-close", 0): set(range(10))}, None)]
+    again = share_consumer(bootstrap, "g-cb-close", "cb-close")
+    try:
+        assert [m.offset() for _ in range(4) for m in polled(again)] == []  # accepted for good
+    finally:
+        again.close()
+
+
+@pytest.fixture(scope="module")
+def short_locks(module_broker_factory):
+    return module_broker_factory({**ONE_SECOND_LOCKS, **metrics_overrides()}, name="short-locks")
+
+
+def stolen(bootstrap: str, topics: list[str], group: str, n: int) -> tuple[ShareConsumer, list[Message]]:
+    """``a`` polls the ``n`` records of ``topics`` and holds them past their 1 s lock
+    while ``b`` takes them all (delivery count 2) and accepts them; ``a`` and its
+    records are returned (every acknowledgement of them is INVALID_RECORD_STATE)."""
+    a = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group, "share.acknowledgement.mode": "explicit",
+                       "log_level": 0})  # fmt: skip
+    a.subscribe(topics)
+    held = poll_all(a, n)
+    b = share_consumer(bootstrap, group, topics[0])
+    b.subscribe(topics)
+    try:
+        got = poll_all(b, n)
+        assert {m.delivery_count() for m in got} == {2}
+        for m in got:
+            b.acknowledge(m)
+        assert all(e is None for e in b.commit_sync().values())
+    finally:
+        b.close()
+    return a, held
+
+
+def test_callback_reports_invalid_record_state_on_commit_async_after_lock_expiry(short_locks):
+    bs = short_locks.bootstrap
+    prepared(bs, "late-async", "g-late-async", 1, 5, batch=5)
+    a, held = stolen(bs, ["late-async"], "g-late-async", 5)
+    commits = Commits(a)
+    try:
+        for m in held:
+            a.acknowledge(m)
+        a.commit_async()
+        until(lambda: bool(polled(a, 0.1)) or bool(commits.calls), "the callback")
+        ((offsets, error),) = commits.calls
+        assert offsets == {("late-async", 0): set(range(5))}
+        assert error is not None and "INVALID_RECORD_STATE" in error, error
+    finally:
+        a.close()
+    samples = scrape(short_locks.metrics_url)
+    labels = {"group": "g-late-async", "topic": "late-async", "partition": "0"}
+    assert sample(samples, "kafka_server_sharepartitionmetrics_acquisitionlocktimeout_total", **labels) == 5
+    assert sample(samples, "kafka_server_brokertopicmetrics_failedshareacknowledgementrequests_total",
+                  topic="late-async") == 1  # fmt: skip
+    assert sample(samples, "kafka_server_sharegroupmetrics_recordacknowledgements_total", ackType="Accept") >= 5
+
+
+def test_callback_reports_invalid_record_state_on_commit_sync_after_lock_expiry(short_locks):
+    """Also confluent-kafka's lock_steal_with_committed_ack: the records are another
+    member's now."""
+    bs = short_locks.bootstrap
+    prepared(bs, "late-sync", "g-late-sync", 1, 5, batch=5)
+    a, held = stolen(bs, ["late-sync"], "g-late-sync", 5)
+    commits = Commits(a)
+    try:
+        for m in held:
+            a.acknowledge(m)
+        ((tp, error),) = a.commit_sync().items()
+        assert (tp.topic, tp.partition) == ("late-sync", 0)
+        assert error is not None and "INVALID_RECORD_STATE" in str(error), error
+        ((offsets, reported),) = commits.calls
+        assert offsets == {("late-sync", 0): set(range(5))} and "INVALID_RECORD_STATE" in str(reported)
+    finally:
+        a.close()
+
+
+def test_per_partition_commit_results_with_lock_expiry(short_locks):
+    bs = short_locks.bootstrap
+    for topic in ("expire-x", "expire-y"):
+        prepared(bs, topic, "g-expire-xy", 1, 4, batch=4)
+    a, held = stolen(bs, ["expire-x", "expire-y"], "g-expire-xy", 8)
+    try:
+        for m in held:
+            a.acknowledge(m)
+        results = {(tp.topic, tp.partition): e for tp, e in a.commit_sync().items()}
+        assert set(results) == {("expire-x", 0), ("expire-y", 0)}
+        assert all(e is not None and "INVALID_RECORD_STATE" in str(e) for e in results.values()), results
+    finally:
+        a.close()
+
+
+def test_throttle_cb_fires_under_a_quota_then_a_zero_event(broker_factory):
+    """ShareFetch answers go on the fetch quota (``consumer_byte_rate``): librdkafka's
+    throttle_cb sees the broker's ThrottleTimeMs, and a 0 once the throttling ends."""
+    broker = broker_factory()
+    bs = broker.bootstrap
+    create_topic(bs, "throttled", 1, client="raw")
+    produce(bs, "throttled", [b"x" * 10_000 for _ in range(60)], client="confluent", flush_every=10)
+    set_group_config(bs, "g-throttled", {"share.auto.offset.reset": "earliest"})
+    alter_quotas(bs, {"client-id": "slow-share"}, {"consumer_byte_rate": 100_000})
+    throttles: list[int] = []
+    c = share_consumer(bs, "g-throttled", "throttled", **{
+        "client.id": "slow-share", "throttle_cb": lambda ev: throttles.append(ev.throttle_time)})  # fmt: skip
+    try:
+        got: list[Message] = []
+
+        def poll_and_accept() -> bool:
+            msgs = polled(c, 0.2)
+            got.extend(msgs)
+            for m in msgs:
+                c.acknowledge(m)
+            return len(got) >= 60
+
+        until(poll_and_accept, "60 records", timeout=60)
+        assert any(t > 0 for t in throttles), throttles
+        until(lambda: bool(polled(c, 0.2)) or (bool(throttles) and throttles[-1] == 0), "the zero event",
+              timeout=30)  # fmt: skip
+        assert len({m.offset() for m in got}) == 60
+    finally:
+        c.close()
