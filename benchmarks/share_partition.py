@@ -14,7 +14,10 @@ share-partitions of 10,000 (``group.share.partition.max.record.locks`` allows at
 * ``100-record batches``: the same with 100-record log batches;
 * ``one lock per record``: the worst case, every record acquired on its own (MaxRecords
   1, or records throttled near their delivery limit): one cached batch and one lock
-  per record;
+  per record, all acquired in the same millisecond (the fake clock stands still), so
+  the locks share their expiration's int;
+* ``one lock per record, 1 ms apart``: the same with the clock moved 1 ms between
+  acquisitions: each lock has an expiration of its own (the worst case of all);
 * ``split, acked piecewise``: 100-record batches in 500-record acquisitions, then every
   other record acknowledged (the rest still in flight): per-offset state, the
   acquisitions' locks shared by what is left;
@@ -110,8 +113,10 @@ def read_from(log: list[FetchedBatch], batch_records: int, offset: int, max_reco
     return ShareFetchRead(log[i:i + n])
 
 
-def fill(world: World, batch_records: int, fetch_records: int) -> None:
-    """Acquire PER_PARTITION records in every partition, ``fetch_records`` per fetch."""
+def fill(world: World, batch_records: int, fetch_records: int, ms_apart: int = 0) -> None:
+    """Acquire PER_PARTITION records in every partition, ``fetch_records`` per fetch,
+    the clock moved ``ms_apart`` between fetches (the locks' timer is not advanced:
+    nothing expires)."""
     for sp in world.partitions:
         log = log_of(PER_PARTITION, batch_records)
         m = 0
@@ -123,6 +128,8 @@ def fill(world: World, batch_records: int, fetch_records: int) -> None:
                              fetch_offset=offset, max_records=fetch_records, batch_size=500)
             assert got.count, (offset, sp.in_flight_records)
             m += 1
+            if ms_apart:
+                world.clock.advance(ms_apart)
 
 
 def ack_every_other(world: World, ack_type: int) -> None:
@@ -147,6 +154,7 @@ SCENARIOS: dict[str, Callable[[World], None]] = {
     "1-record batches": lambda w: fill(w, 1, 500),
     "100-record batches": lambda w: fill(w, 100, 500),
     "one lock per record": lambda w: fill(w, 1, 1),
+    "one lock per record, 1 ms apart": lambda w: fill(w, 1, 1, ms_apart=1),
     "split, acked piecewise": lambda w: (fill(w, 100, 500), ack_every_other(w, ACCEPT)),
     "split, re-acquired": scenario_split_reacquired,
 }
@@ -217,9 +225,9 @@ def main(argv: list[str] | None = None) -> int:
 
     memory = [measure_memory(name) for name in SCENARIOS]
     print(f"memory, {PARTITIONS} share-partitions x {PER_PARTITION:,} records in flight:")
-    print(f"  {'scenario':<24} {'in flight':>10} {'batches':>8} {'locks':>8} {'MiB':>7} {'B/record':>9}")
+    print(f"  {'scenario':<32} {'in flight':>10} {'batches':>8} {'locks':>8} {'MiB':>7} {'B/record':>9}")
     for m in memory:
-        print(f"  {m['scenario']:<24} {m['in_flight_records']:>10,} {m['cached_batches']:>8,} {m['locks']:>8,} "
+        print(f"  {m['scenario']:<32} {m['in_flight_records']:>10,} {m['cached_batches']:>8,} {m['locks']:>8,} "
               f"{m['bytes'] / 2**20:>7.1f} {m['bytes_per_record']:>9.1f}")
 
     throughput = [measure_throughput(b, style, args.records)

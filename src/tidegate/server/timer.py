@@ -128,20 +128,28 @@ class FunctionTask(TimerTask):
         self.fn()
 
 
-class TimerTaskEntry:
+class _Links:
+    """What a bucket links: ``expiration_ms`` (absolute), ``list`` (the bucket, or None)
+    and the neighbours there (:data:`UNLINKED` when in none)."""
+
+    __slots__ = ("expiration_ms", "list", "next", "prev")
+
+    expiration_ms: int
+    list: TimerTaskList | None
+    next: TimerTaskEntry
+    prev: TimerTaskEntry
+
+
+class TimerTaskEntry(_Links):
     """The link cell of a task in a bucket; ``expiration_ms`` is absolute.
 
     ``list`` is the bucket the entry is in, or None; ``next`` and ``prev`` are its
     neighbours there, or :data:`UNLINKED` when it is in none.
     """
 
-    __slots__ = ("expiration_ms", "list", "next", "prev", "task")
+    __slots__ = ("task",)
 
     task: TimerTask
-    expiration_ms: int
-    list: TimerTaskList | None
-    next: TimerTaskEntry
-    prev: TimerTaskEntry
 
     def __init__(self, task: TimerTask, expiration_ms: int) -> None:
         self.task = task
@@ -169,6 +177,69 @@ class TimerTaskEntry:
 
     def __repr__(self) -> str:
         return f"TimerTaskEntry({self.task!r}, expiration_ms={self.expiration_ms})"
+
+
+class SelfTimedTask(_Links):
+    """A timed task that is its own bucket entry: one object where a :class:`TimerTask`
+    takes two (the task and its :class:`TimerTaskEntry`), for timers holding very many
+    tasks (a share-partition's acquisition locks, one per acquired batch). Scheduled with
+    :meth:`SystemTimer.schedule`, cancelled with :meth:`cancel`; subclasses override
+    :meth:`run`.
+
+    ``expiration_ms`` is -1 while no expiry is pending: it is set when scheduled and
+    cleared by :meth:`cancel` and by :meth:`expire` (a subclass's ``run`` calls it
+    first), so a run queued on an executor finds out whether the task was cancelled or
+    scheduled again meanwhile. The timer reads ``task`` and ``_entry`` of what a bucket
+    holds: here both are the task itself (class-level properties, no slot)."""
+
+    __slots__ = ()
+
+    def __init__(self) -> None:
+        self.expiration_ms = -1
+        self.list = None
+        self.next = self.prev = UNLINKED
+
+    @property
+    def task(self) -> SelfTimedTask:
+        return self
+
+    @property
+    def _entry(self) -> SelfTimedTask:
+        return self
+
+    @property
+    def cancelled(self) -> bool:
+        return self.expiration_ms < 0
+
+    @property
+    def pending(self) -> bool:
+        """Scheduled, and neither cancelled nor run since."""
+        return self.expiration_ms >= 0
+
+    def run(self) -> None:
+        raise NotImplementedError
+
+    def expire(self) -> bool:
+        """In ``run``: True if this expiry stands (the task is still due: not cancelled,
+        not scheduled again since the timer handed it out); the task is then no longer
+        pending."""
+        if self.list is not None or self.expiration_ms < 0:
+            return False
+        self.expiration_ms = -1
+        return True
+
+    def cancel(self) -> None:
+        """Unlink the task from its bucket, if any; a queued run will not go ahead. O(1)."""
+        lst = self.list
+        if lst is not None:
+            nxt = self.next
+            prv = self.prev
+            nxt.prev = prv
+            prv.next = nxt
+            self.next = self.prev = UNLINKED
+            self.list = None
+            lst.task_counter.value -= 1
+        self.expiration_ms = -1
 
 
 class _SentinelEntry(TimerTaskEntry):
@@ -489,6 +560,7 @@ class SystemTimer:
         "_executor",
         "_hint_bucket",
         "_hint_expiration",
+        "_last_scheduled",
         "_now",
         "_queue",
         "_wheel",
@@ -528,6 +600,8 @@ class SystemTimer:
         # not looked at (a placeholder until the first add sets it).
         self._hint_expiration: int | None = None
         self._hint_bucket: TimerTaskList = self._wheel.buckets[0]
+        #: the expiration of the last :meth:`schedule` (its int object is shared)
+        self._last_scheduled = -1
 
     @property
     def clock(self) -> Clock:
@@ -619,6 +693,22 @@ class SystemTimer:
         entry.next = entry.prev = UNLINKED
         entry.list = None
         self._execute(task)
+
+    def schedule(self, task: SelfTimedTask, delay_ms: int) -> None:
+        """Schedule ``task`` (its own entry) to run ``delay_ms`` from now, moving it if it
+        is scheduled already; a delay <= 0, or one the wheel refuses as expired, runs it
+        now. Tasks due at the same millisecond share one ``expiration_ms`` int object
+        (a timer of locks acquired many per millisecond keeps one per millisecond)."""
+        if self._closed:
+            raise RuntimeError("timer is shut down")
+        task.cancel()
+        expiration = delay_ms + self._now()
+        last = self._last_scheduled
+        task.expiration_ms = last if expiration == last else expiration
+        self._last_scheduled = task.expiration_ms
+        if delay_ms > 0 and self._wheel.add(task):  # type: ignore[arg-type]  # links as an entry
+            return
+        self._execute(task)  # type: ignore[arg-type]  # runs as a task
 
     def advance_clock(self, timeout_ms: int = 0) -> bool:
         """Expire everything that is due now; True if any bucket was due.

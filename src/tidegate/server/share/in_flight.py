@@ -3,10 +3,11 @@
 
 A cached range is an :class:`InFlightBatch`: one state, delivery count and owner for the
 whole range while it moves as a unit (acquired whole, acknowledged whole, expired
-whole). The batch *is* its acquisition lock: :class:`InFlightBatch` is a
-:class:`~tidegate.server.timer.TimerTask` that the share-partition adds to its timing
-wheel on acquisition and cancels on acknowledgement, so a batch in flight costs one
-object and one timer entry.
+whole). The batch *is* its acquisition lock, and its own timer entry: a
+:class:`~tidegate.server.timer.SelfTimedTask` that the share-partition schedules on its
+timing wheel on acquisition and cancels on acknowledgement, so a batch in flight costs
+one object of eleven slots (about 120 bytes) and nothing else in the timer but the
+expiration's int, shared by the locks taken in the same millisecond.
 
 When a range stops moving as a unit (part of it acknowledged, a subset acquired, the
 start offset moving inside it, ``record_limit`` acquiring part of a log batch) it is
@@ -28,7 +29,7 @@ from __future__ import annotations
 import enum
 from typing import TYPE_CHECKING
 
-from tidegate.server.timer import TimerTask
+from tidegate.server.timer import SelfTimedTask, TimerTask
 
 if TYPE_CHECKING:
     from .share_partition import SharePartition
@@ -99,17 +100,16 @@ class OffsetStates:
         return len(self.states)
 
 
-class InFlightBatch(TimerTask):
+class InFlightBatch(SelfTimedTask):
     """A cached range ``first..last`` with one state, or per-offset state once split
-    (``offsets``). As a timer task it is the range's acquisition lock: ``run`` is the
+    (``offsets``). As a timed task it is the range's acquisition lock: ``run`` is the
     lock expiring."""
 
     __slots__ = ("count", "first", "last", "member", "offsets", "owner", "state")
 
     def __init__(self, owner: SharePartition, first: int, last: int, state: int, count: int,
                  member: str = EMPTY_MEMBER_ID) -> None:
-        self._entry = None
-        self.delay_ms = 0
+        SelfTimedTask.__init__(self)
         self.owner = owner
         self.first = first
         self.last = last
@@ -119,16 +119,13 @@ class InFlightBatch(TimerTask):
         self.offsets: OffsetStates | None = None
 
     def run(self) -> None:
-        entry = self._entry
-        if entry is None or entry.list is not None:
-            return  # acknowledged, or locked again, since this expiry was queued (an executor)
-        self._entry = None  # the lock is gone: "no lock pending" from here on
-        self.owner._batch_lock_expired(self)
+        if self.expire():  # not acknowledged, nor locked again, since this expiry was queued
+            self.owner._batch_lock_expired(self)
 
     @property
     def locked(self) -> bool:
         """The batch's lock is pending (acquired and neither acknowledged nor expired)."""
-        return self._entry is not None
+        return self.expiration_ms >= 0
 
     @property
     def size(self) -> int:
@@ -141,7 +138,7 @@ class InFlightBatch(TimerTask):
         offsets = self.offsets
         if offsets is None:
             state = self.state
-            if self._entry is not None and (state & STATE_MASK == _ACQUIRED or state & TRANSITION):
+            if self.expiration_ms >= 0 and (state & STATE_MASK == _ACQUIRED or state & TRANSITION):
                 state |= SHARED_LOCK
                 offsets = OffsetStates(self.size, state, self.count, self.member)
                 offsets.shared = self.size

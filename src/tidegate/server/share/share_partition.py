@@ -51,6 +51,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import islice
+from operator import attrgetter
 from typing import NamedTuple, Protocol
 
 from tidegate.clock import WallMs
@@ -397,35 +398,40 @@ def _append_state(out: list[PersisterStateBatch], first: int, last: int, state: 
 
 
 class _Cache:
-    """The in-flight batches in offset order: two parallel lists (first offsets, for
-    bisecting, and batches) with a head index, so removing the acknowledged prefix is
-    O(1) amortized (compacted once the dropped prefix is as long as the rest)."""
+    """The in-flight batches in offset order, bisected by first offset, with a head index,
+    so removing the acknowledged prefix is O(1) amortized (compacted once the dropped
+    prefix is as long as the rest). One list: a parallel list of first offsets would
+    cost 8 bytes a batch, a batch per record in the worst case."""
 
-    __slots__ = ("batches", "firsts", "head")
+    __slots__ = ("batches", "head")
 
     def __init__(self) -> None:
-        self.firsts: list[int] = []
         self.batches: list[InFlightBatch] = []
         self.head = 0
 
     def __len__(self) -> int:
-        return len(self.firsts) - self.head
+        return len(self.batches) - self.head
 
     def __bool__(self) -> bool:
-        return len(self.firsts) > self.head
+        return len(self.batches) > self.head
 
     def __iter__(self) -> Iterator[InFlightBatch]:
         return islice(self.batches, self.head, None)
 
     def floor(self, offset: int) -> int:
         """Index of the last batch starting at or before ``offset``; -1 if none."""
-        i = bisect_right(self.firsts, offset, self.head) - 1
+        i = bisect_right(self.batches, offset, self.head, key=_FIRST) - 1
         return i if i >= self.head else -1
+
+    def index_from(self, offset: int) -> int:
+        """Index of the first batch starting at or after ``offset``."""
+        return bisect_left(self.batches, offset, self.head, key=_FIRST)
 
     def span(self, lo: int, hi: int) -> tuple[int, int]:
         """Index range of the batches starting in ``lo..hi`` (both included)."""
-        firsts = self.firsts
-        return bisect_left(firsts, lo, self.head), bisect_right(firsts, hi, self.head)
+        batches = self.batches
+        return (bisect_left(batches, lo, self.head, key=_FIRST),
+                bisect_right(batches, hi, self.head, key=_FIRST))  # fmt: skip
 
     def first(self) -> InFlightBatch:
         return self.batches[self.head]
@@ -434,33 +440,32 @@ class _Cache:
         return self.batches[-1]
 
     def insert(self, batch: InFlightBatch) -> None:
-        firsts = self.firsts
-        if len(firsts) == self.head or batch.first > firsts[-1]:
-            firsts.append(batch.first)
-            self.batches.append(batch)
+        batches = self.batches
+        if len(batches) == self.head or batch.first > batches[-1].first:
+            batches.append(batch)
             return
-        i = bisect_left(firsts, batch.first, self.head)
-        firsts.insert(i, batch.first)
-        self.batches.insert(i, batch)
+        batches.insert(bisect_left(batches, batch.first, self.head, key=_FIRST), batch)
 
     def drop_through(self, index: int) -> None:
         """Forget the batches up to ``index`` (included)."""
         self.head = index + 1
-        if self.head >= 16 and self.head * 2 >= len(self.firsts):
-            del self.firsts[: self.head]
+        if self.head >= 16 and self.head * 2 >= len(self.batches):
             del self.batches[: self.head]
             self.head = 0
 
     def clear(self) -> None:
-        self.firsts.clear()
         self.batches.clear()
         self.head = 0
 
     def get(self, first: int) -> InFlightBatch | None:
         i = self.floor(first)
-        if i >= 0 and self.firsts[i] == first:
+        if i >= 0 and self.batches[i].first == first:
             return self.batches[i]
         return None
+
+
+#: a cached batch's first offset (the cache's bisection key)
+_FIRST = attrgetter("first")
 
 
 class _GapWindow:
@@ -698,7 +703,7 @@ class SharePartition:
         cache = self._cache
         i = cache.floor(base)
         if i >= 0 and cache.batches[i].last >= base:
-            base = cache.firsts[i]  # work on the cached batch's boundaries
+            base = cache.batches[i].first  # work on the cached batch's boundaries
         else:
             # Kafka moves a base below the SPSO up to it only when nothing is cached
             # before it; also when the cached batches before it end earlier, so a record
@@ -797,7 +802,7 @@ class SharePartition:
             if self._gap_window_active() and last_acquired > last:
                 last_acquired = last
         records = self._create_batches(member_id, batches, record_limit, max_records, first, last_acquired, batch_size)
-        if cache.firsts[cache.head] == first:
+        if cache.batches[cache.head].first == first:
             self.start_offset = first
         self.end_offset = max(self.end_offset, last_acquired)
         if record_limit:
@@ -906,7 +911,7 @@ class SharePartition:
             i = cache.floor(fetched.base_offset)
             if i < 0:
                 continue
-            lo, hi = cache.span(cache.firsts[i], fetched.last_offset)
+            lo, hi = cache.span(cache.batches[i].first, fetched.last_offset)
             self._archive(fetched.base_offset, fetched.last_offset + 1, cache.batches[lo:hi], ACQUIRED)
         records = _subtract(acquired.records, removed)
         return ShareAcquiredRecords(records, sum(r.last_offset - r.first_offset + 1 for r in records))
@@ -920,9 +925,9 @@ class SharePartition:
         floor_offset = fetch_offset
         i = cache.floor(fetch_offset)
         if i >= 0 and cache.batches[i].last >= fetch_offset:
-            floor_offset = cache.firsts[i]
-        lo = bisect_left(cache.firsts, floor_offset, cache.head)
-        hi = bisect_left(cache.firsts, base, cache.head)
+            floor_offset = cache.batches[i].first
+        lo = cache.index_from(floor_offset)
+        hi = cache.index_from(base)
         if lo < hi and self._archive(fetch_offset, base, cache.batches[lo:hi], AVAILABLE):
             self._find_from(fetch_offset)
 
@@ -930,9 +935,7 @@ class SharePartition:
 
     def _lock(self, batch: InFlightBatch) -> None:
         """Start (or restart) the batch's acquisition lock, for the duration configured now."""
-        batch.cancel()
-        batch.delay_ms = max(1, self._lock_duration())
-        self.timer.add(batch)
+        self.timer.schedule(batch, max(1, self._lock_duration()))
 
     def _lock_offset(self, batch: InFlightBatch, offsets: OffsetStates, i: int) -> None:
         self._end_offset_lock(batch, offsets, i)
@@ -1067,7 +1070,7 @@ class SharePartition:
         if i < 0:
             return ShareResult(ErrorCode.invalid_record_state,
                                "Batch record not found. The request batch offsets are not found in the cache.")
-        lo, hi = cache.span(cache.firsts[i], ack.last_offset)
+        lo, hi = cache.span(cache.batches[i].first, ack.last_offset)
         last = cache.batches[hi - 1].last
         if last < ack.first_offset:
             return ShareResult(ErrorCode.invalid_request,
@@ -1284,7 +1287,7 @@ class SharePartition:
             return True
         i = cache.floor(last_done)
         if last_done == cache.batches[i].last:
-            self.start_offset = max(self.start_offset, cache.firsts[i + 1])
+            self.start_offset = max(self.start_offset, cache.batches[i + 1].first)
             if self._gap_window_active():
                 assert self._gap_window is not None
                 self.start_offset = min(self._gap_window.gap_start, self.start_offset)
