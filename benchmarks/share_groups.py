@@ -32,7 +32,13 @@ understated. A probe task added to the locks' timer with each acquisition's dead
 gives the timer's own lateness (the loop busy handing records out, or the process not
 scheduled on a loaded machine, delays both).
 
+**Real clients** (``--clients RECORDS``): confluent-kafka's classic ``Consumer`` against
+1, 4 and 16 ``ShareConsumer``s (threads, implicit acknowledgement) on a tidegate broker
+process, the same records, fresh groups, the cases interleaved over ``--rounds``: the
+issue's goal, 16 share consumers together at >= 50 % of one classic consumer.
+
     python benchmarks/share_groups.py                 # about a minute and a half
+    python benchmarks/share_groups.py --clients 400000 --rounds 2
     python benchmarks/share_groups.py --json out.json
 """
 
@@ -322,6 +328,119 @@ def _p99(values: list[int]) -> int:
     return values[min(len(values) - 1, len(values) * 99 // 100)]
 
 
+# -- real clients over sockets ------------------------------------------------------------
+
+
+def _drain(consumers: list[Any], total: int, poll: Callable[[Any], int], timeout_s: float) -> dict:
+    """Poll every consumer (one thread each) until ``total`` records came: records/s from
+    the first record to the last (the groups' joins left out)."""
+    import threading
+
+    lock = threading.Lock()
+    state = {"n": 0, "first": 0.0, "last": 0.0}
+    deadline = time.monotonic() + timeout_s
+
+    def loop(c: Any) -> None:
+        while time.monotonic() < deadline:
+            with lock:
+                if state["n"] >= total:
+                    return
+            got = poll(c)
+            if got:
+                now = time.perf_counter()
+                with lock:
+                    state["first"] = state["first"] or now
+                    state["n"] += got
+                    state["last"] = now
+
+    threads = [threading.Thread(target=loop, args=(c,)) for c in consumers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    n, first, last = state["n"], state["first"], state["last"]
+    assert n >= total, f"{n} of {total} records in {timeout_s} s"
+    return {"records": n, "seconds": last - first, "records_per_s": n / max(last - first, 1e-9)}
+
+
+def _classic_clients(bootstrap: str, topic: str, total: int, run: int) -> dict:
+    from confluent_kafka import Consumer
+
+    # a prefetch queue of 4 MiB, not librdkafka's 64 MiB: the measure starts at the first
+    # record, and the records fetched while the group was joined would be counted free;
+    # a full queue is fetched again after 1 ms, not 1 s
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"classic-{run}", "auto.offset.reset": "earliest",
+                  "enable.auto.commit": False, "queued.max.messages.kbytes": 4096,
+                  "fetch.queue.backoff.ms": 1})  # fmt: skip
+    c.subscribe([topic])
+    try:
+        out = _drain([c], total, lambda c: sum(1 for m in c.consume(1000, 0.5) if not m.error()), 120)
+    finally:
+        c.close()
+    return {"case": "1 classic", **out}
+
+
+def _share_clients(bootstrap: str, topic: str, total: int, members: int, run: int) -> dict:
+    from confluent_kafka import ShareConsumer
+    from confluent_kafka.admin import (
+        AdminClient,
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        ResourceType,
+    )
+
+    group = f"share-{members}-{run}"
+    entry = ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.incremental_alter_configs(
+            [ConfigResource(ResourceType.GROUP, group, incremental_configs=[entry])]).values():
+        future.result(10)
+    consumers = [ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group, "log_level": 0})
+                 for _ in range(members)]  # fmt: skip
+    for c in consumers:
+        c.subscribe([topic])
+    try:
+        out = _drain(consumers, total, lambda c: sum(1 for m in c.poll(0.5) if not m.error()), 180)
+    finally:
+        for c in consumers:
+            c.close()
+    return {"case": f"{members} share", **out}
+
+
+def run_clients(records: int, rounds: int) -> list[dict]:
+    """confluent-kafka against a tidegate broker process: one classic ``Consumer`` and 1,
+    4 and 16 ``ShareConsumer``s (one thread each, implicit acknowledgement: each poll
+    accepts the previous one's records) reading the same ``records`` 100-byte records of
+    one 8-partition topic, each run a fresh group, the cases interleaved ``rounds``
+    times so a loaded machine weighs on them alike."""
+    from confluent_kafka import Producer
+
+    from tidegate.testing import Broker
+
+    results = []
+    # 1 s heartbeats: a member joining is assigned partitions within a second, not five
+    # (the group's join is left out of the measure, but members join one by one)
+    heartbeats = {"group.share.min.heartbeat.interval.ms": 1000, "group.share.heartbeat.interval.ms": 1000}
+    with Broker(mode="subprocess", overrides=heartbeats) as broker:
+        bootstrap = broker.bootstrap_servers
+        broker.create_topic("clients", PARTITIONS)
+        p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.num.messages": 2000})
+        for i in range(records):
+            while True:
+                try:
+                    p.produce("clients", b"v" * 100, key=b"k%d" % i, partition=i % PARTITIONS)
+                    break
+                except BufferError:
+                    p.poll(0.05)
+        p.flush(60)
+        for run in range(rounds):
+            results.append(_classic_clients(bootstrap, "clients", records, run))
+            for members in (16, 4, 1):
+                results.append(_share_clients(bootstrap, "clients", records, members, run))
+    return results
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--records", type=int, default=160_000, help="records in the throughput runs")
@@ -329,7 +448,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--in-flight", type=int, default=100_000, help="records in flight (precision)")
     ap.add_argument("--lock-ms", type=int, default=10_000, help="lock duration (precision)")
     ap.add_argument("--json", metavar="PATH", help="write the results as JSON")
+    ap.add_argument("--clients", type=int, metavar="RECORDS", default=0,
+                    help="also compare confluent-kafka's classic Consumer with 1, 4 and 16 ShareConsumers over "
+                         "RECORDS records on a broker process")  # fmt: skip
+    ap.add_argument("--rounds", type=int, default=2, help="interleaved rounds of the client comparison")
     args = ap.parse_args(argv)
+    clients = run_clients(args.clients, args.rounds) if args.clients else []
+    if clients:
+        print(f"real clients, {args.clients:,} records of 100 bytes, {PARTITIONS} partitions, {args.rounds} "
+              "interleaved rounds (records/s from the first record to the last):")
+        classic = [c["records_per_s"] for c in clients if c["case"] == "1 classic"]
+        for case in dict.fromkeys(c["case"] for c in clients):
+            rates = [c["records_per_s"] for c in clients if c["case"] == case]
+            print(f"  {case:<10} {' '.join(f'{r:>10,.0f}' for r in rates)}   "
+                  f"vs classic {' '.join(f'{r / k:>5.0%}' for r, k in zip(rates, classic, strict=True))}")
+        print()
 
     throughput = []
     with tempfile.TemporaryDirectory() as d:
@@ -360,7 +493,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"throughput": throughput, "precision": precision}, f, indent=2)
+            json.dump({"clients": clients, "throughput": throughput, "precision": precision}, f, indent=2)
     return 0
 
 
