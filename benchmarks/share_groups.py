@@ -59,9 +59,11 @@ from tidegate.clock import SYSTEM_CLOCK, Clock, MockClock
 from tidegate.config import BrokerConfig, topic_log_config
 from tidegate.protocol.codec import RequestHeader, encode_response
 from tidegate.protocol.fetch_fast import encode_fetch_response, release_pieces
+from tidegate.protocol.messages import fetch as fm
 from tidegate.protocol.messages import share_fetch as sf
 from tidegate.record.batch_builder import Record, build_batch
 from tidegate.scheduler import AsyncioScheduler
+from tidegate.server.fetch_session import FetchSessionCache
 from tidegate.server.log_manager import LogManager
 from tidegate.server.metadata import TopicStore
 from tidegate.server.replica_manager import FetchParams, FetchPartition, ReplicaManager
@@ -108,7 +110,7 @@ class World:
         self.logs = LogManager(path, self.topics, lambda info: topic_log_config(BROKER, info.configs), clock,
                                scheduler)
         self.logs.load()
-        self.replicas = ReplicaManager(self.logs, scheduler, clock=clock)
+        self.replicas = ReplicaManager(self.logs, scheduler, clock=clock, fetch_sessions=FetchSessionCache(1000))
         self.persister = InMemoryPersister()
         self.spm = SharePartitionManager(self.replicas, self.topics, self.persister, clock=clock,
                                          group_settings=lambda _g: settings)
@@ -234,10 +236,10 @@ def run_classic(path: Path, records: int, batch_records: int) -> dict:
                 got = n // world.batch_bytes * batch_records
                 positions[p] += got
                 read += got
-            responses.append({"partition_index": p, "error_code": 0, "high_watermark": high,
-                              "last_stable_offset": high, "log_start_offset": 0, "records": data.records})
-        pieces = encode_fetch_response(1, 16, {"responses": [{"topic": "t", "topic_id": uuid.uuid4(),
-                                                               "partitions": responses}]})
+            responses.append(fm.PartitionData(partition_index=p, error_code=0, high_watermark=high,
+                                              last_stable_offset=high, log_start_offset=0, records=data.records))
+        pieces = encode_fetch_response(1, 16, fm.FetchResponse(responses=[
+            fm.FetchableTopicResponse(topic="t", topic_id=uuid.uuid4(), partitions=responses)]))
         sent += sum(len(piece) for piece in pieces)
         release_pieces(pieces)
     elapsed = time.perf_counter() - start
