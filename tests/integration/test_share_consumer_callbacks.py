@@ -134,18 +134,21 @@ def short_locks(module_broker_factory):
     return module_broker_factory({**ONE_SECOND_LOCKS, **metrics_overrides()}, name="short-locks")
 
 
-def stolen(bootstrap: str, topic: str, group: str, n: int
-           ) -> tuple[ShareConsumer, list[Message], ShareConsumer, list[Message]]:
-    """``a`` polls the ``n`` records of ``topic`` (one partition, one poll) and holds them
-    past their 1 s lock while ``b`` takes them (delivery count 2) and holds them too:
-    (a, its records, b, its records). Every acknowledgement of a's is
-    INVALID_RECORD_STATE now."""
+def stolen(bootstrap: str, topic: str, group: str, n: int) -> tuple[ShareConsumer, Commits, ShareConsumer, list[Message]]:
+    """``topic`` with ``n`` records; ``a`` polls them (one partition, one poll) and holds
+    them past their 1 s lock while ``b`` takes them (delivery count 2) and holds them
+    too; then ``a`` acknowledges its records (locally: every acknowledgement of them is
+    INVALID_RECORD_STATE now). (a, a's commit callback calls, b, b's records)."""
+    prepared(bootstrap, topic, group, 1, n, batch=n)
     a = share_consumer(bootstrap, group, topic)
+    commits = Commits(a)
     held = poll_all(a, n)
     b = share_consumer(bootstrap, group, topic)
     got = poll_all(b, n)
     assert {m.delivery_count() for m in got} == {2}
-    return a, held, b, got
+    for m in held:
+        a.acknowledge(m)
+    return a, commits, b, got
 
 
 def accept_all(c: ShareConsumer, msgs: list[Message]) -> None:
@@ -156,13 +159,8 @@ def accept_all(c: ShareConsumer, msgs: list[Message]) -> None:
 
 
 def test_callback_reports_invalid_record_state_on_commit_async_after_lock_expiry(short_locks):
-    bs = short_locks.bootstrap
-    prepared(bs, "late-async", "g-late-async", 1, 5, batch=5)
-    a, held, b, taken = stolen(bs, "late-async", "g-late-async", 5)
-    commits = Commits(a)
+    a, commits, b, taken = stolen(short_locks.bootstrap, "late-async", "g-late-async", 5)
     try:
-        for m in held:
-            a.acknowledge(m)
         a.commit_async()
         until(lambda: bool(polled(a, 0.1)) or bool(commits.calls), "the callback")
         ((offsets, error),) = commits.calls
@@ -181,13 +179,8 @@ def test_callback_reports_invalid_record_state_on_commit_async_after_lock_expiry
 def test_callback_reports_invalid_record_state_on_commit_sync_after_lock_expiry(short_locks):
     """Also confluent-kafka's lock_steal_with_committed_ack: the records are another
     member's now; that member's acknowledgements go through."""
-    bs = short_locks.bootstrap
-    prepared(bs, "late-sync", "g-late-sync", 1, 5, batch=5)
-    a, held, b, taken = stolen(bs, "late-sync", "g-late-sync", 5)
-    commits = Commits(a)
+    a, commits, b, taken = stolen(short_locks.bootstrap, "late-sync", "g-late-sync", 5)
     try:
-        for m in held:
-            a.acknowledge(m)
         ((tp, error),) = a.commit_sync().items()
         assert (tp.topic, tp.partition) == ("late-sync", 0)
         assert error is not None and "INVALID_RECORD_STATE" in str(error), error

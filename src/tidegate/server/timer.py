@@ -232,13 +232,7 @@ class SelfTimedTask(_Links):
         """Unlink the task from its bucket, if any; a queued run will not go ahead. O(1)."""
         lst = self.list
         if lst is not None:
-            nxt = self.next
-            prv = self.prev
-            nxt.prev = prv
-            prv.next = nxt
-            self.next = self.prev = UNLINKED
-            self.list = None
-            lst.task_counter.value -= 1
+            lst.remove(self)  # type: ignore[arg-type]  # linked as an entry
         self.expiration_ms = -1
 
 
