@@ -13,6 +13,7 @@ from tests.fake_loop import clock_at
 from tidegate.clock import MockClock
 from tidegate.server.timer import (
     BucketQueue,
+    SelfTimedTask,
     SystemTimer,
     TaskCounter,
     TimerTask,
@@ -684,3 +685,88 @@ def test_a_task_added_by_a_task_that_runs_during_advance_clock_is_placed_afresh(
     drive(timer, clock)
     assert out == [30, 60, ("other", 60), 90, 120] or out == [30, ("other", 60), 60, 90, 120]
     assert timer.size == 0
+
+
+class SelfTimed(SelfTimedTask):
+    """A task that is its own entry, recording its (effective) runs."""
+
+    __slots__ = ("ran",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ran = 0
+
+    def run(self) -> None:
+        if self.expire():
+            self.ran += 1
+
+
+def test_self_timed_tasks_run_at_their_deadline_across_the_levels():
+    clock = MockClock()
+    timer = SystemTimer(tick_ms=1, wheel_size=20, clock=clock)
+    tasks = {delay: SelfTimed() for delay in (1, 19, 20, 399, 400, 8_000, 30_000)}
+    for delay, task in tasks.items():
+        timer.schedule(task, delay)
+        assert task.pending and timer.size == len([t for t in tasks.values() if t.pending])
+    for delay, task in sorted(tasks.items()):
+        clock.advance(delay - clock.milliseconds() - 1)
+        timer.advance_clock()
+        assert task.ran == 0, delay  # not a millisecond early
+        clock.advance(1)
+        timer.advance_clock()
+        assert task.ran == 1 and not task.pending, delay
+    assert timer.size == 0
+
+
+def test_a_self_timed_task_cancelled_or_scheduled_again_runs_once_at_its_last_deadline():
+    clock = MockClock()
+    timer = SystemTimer(clock=clock)
+    cancelled, moved = SelfTimed(), SelfTimed()
+    timer.schedule(cancelled, 10)
+    timer.schedule(moved, 10)
+    cancelled.cancel()
+    cancelled.cancel()  # twice is harmless
+    timer.schedule(moved, 50)  # moves it: one entry, the later deadline
+    assert timer.size == 1 and not cancelled.pending
+    clock.advance(10)
+    timer.advance_clock()
+    assert (cancelled.ran, moved.ran) == (0, 0)
+    clock.advance(40)
+    timer.advance_clock()
+    assert (cancelled.ran, moved.ran) == (0, 1) and timer.size == 0
+
+
+def test_a_self_timed_run_queued_on_the_executor_does_not_go_ahead_once_cancelled_or_rescheduled():
+    clock = MockClock()
+    queued: list = []
+    timer = SystemTimer(clock=clock, executor=queued.append)
+    a, b, c = SelfTimed(), SelfTimed(), SelfTimed()
+    for task in (a, b, c):
+        timer.schedule(task, 5)
+    clock.advance(5)
+    timer.advance_clock()
+    assert len(queued) == 3 and a.pending  # handed out, not run yet: still pending
+    b.cancel()
+    timer.schedule(c, 100)
+    for run in queued:
+        run()
+    assert (a.ran, b.ran, c.ran) == (1, 0, 0) and timer.size == 1
+
+
+def test_self_timed_tasks_due_in_the_same_millisecond_share_their_expiration_int():
+    clock = MockClock()
+    clock.advance(10**9)  # expirations beyond the small-int cache
+    timer = SystemTimer(clock=clock)
+    a, b, c = SelfTimed(), SelfTimed(), SelfTimed()
+    timer.schedule(a, 30_000)
+    timer.schedule(b, 30_000)
+    clock.advance(1)
+    timer.schedule(c, 29_999)
+    assert a.expiration_ms is b.expiration_ms is c.expiration_ms
+
+
+def test_a_self_timed_task_with_no_delay_runs_at_once():
+    timer = SystemTimer(clock=MockClock())
+    task = SelfTimed()
+    timer.schedule(task, 0)
+    assert task.ran == 1 and timer.size == 0 and not task.pending
