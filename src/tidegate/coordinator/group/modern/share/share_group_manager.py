@@ -322,6 +322,7 @@ class ShareGroupManager(ModernGroupManager[ShareGroup, ShareGroupMember]):
         self.assignor = assignor
         #: told (group id, member id) once a member's removal (a leave, a session
         #: timeout) is written: the share-partition manager releases what it holds
+        #: unless its share session lives on (that session's end releases it)
         self.member_left = member_left
         #: told (group id, topic ids or None: all) once the persister deleted or
         #: initialized again a group's share state (DeleteGroups, DeleteShareGroupOffsets,
