@@ -29,6 +29,7 @@ from tidegate.coordinator.group.modern.consumer.consumer_group_manager import (
 from tidegate.coordinator.group.modern.consumer.consumer_group_member import ConsumerGroupMember
 from tidegate.coordinator.group.modern.consumer.records import (
     CoordinatorRecord,
+    new_classic_group_record,
     new_classic_group_tombstone_record,
 )
 from tidegate.errors import ErrorCode as E
@@ -48,8 +49,8 @@ INTERVAL = 5_000
 
 def _decode(key: bytes, value: bytes | None) -> CoordinatorRecord:
     parsed = parse_key(key)
-    if parsed[0] == "g" and value is None:
-        return new_classic_group_tombstone_record(parsed[1])
+    if parsed[0] == "g":  # the classic coordinator's record: an upgrade's tombstone, a downgrade's group
+        return new_classic_group_tombstone_record(parsed[1]) if value is None else new_classic_group_record(parsed[1], value)
     record = decode_coordinator_record(parsed, value)
     assert record is not None, parsed
     return record

@@ -9,11 +9,13 @@ them."""
 
 from __future__ import annotations
 
+import struct
 from typing import Any
 
 import pytest
 
 from tests.unit.consumer_groups import T0, Harness, mk
+from tidegate.coordinator.group.group_metadata_manager import AppendError, decode_group
 from tidegate.coordinator.group.group_metadata import (
     PREPARING_REBALANCE,
     STABLE,
@@ -24,6 +26,7 @@ from tidegate.coordinator.group.modern.consumer.consumer_group_manager import Co
 from tidegate.coordinator.group.modern.consumer.records import RecordType
 from tidegate.coordinator.group.modern.member_state import MemberState
 from tidegate.errors import ErrorCode as E
+from tidegate.log.replay import replay_batches
 from tidegate.protocol.consumer_protocol import (
     decode_assignment,
     encode_assignment,
@@ -67,9 +70,29 @@ def partitions(data: bytes) -> list[tuple[str, int]]:
     return decode_assignment(data)
 
 
-def stable_classic_group(h: Harness, n: int = 2, partitions_: int = 4) -> tuple[int, list[str]]:
+def subscription(version: int, topics=("foo",)) -> bytes:
+    """A ConsumerProtocol subscription in ``version`` (v1+: no owned partitions; v2+:
+    generation -1; v3+: no rack), as a Java or librdkafka member sends it."""
+    data = struct.pack(">h", version) + encode_subscription(topics)[2:]
+    if version >= 1:
+        data += struct.pack(">i", 0)
+    if version >= 2:
+        data += struct.pack(">i", -1)
+    if version >= 3:
+        data += struct.pack(">h", -1)
+    return data
+
+
+def with_user_data(assignment: bytes, user_data: bytes) -> bytes:
+    """``assignment`` (null user data) carrying an assignor's ``user_data`` instead."""
+    return assignment[:-4] + struct.pack(">i", len(user_data)) + user_data
+
+
+def stable_classic_group(h: Harness, n: int = 2, partitions_: int = 4,
+                         user_data: bytes | None = None) -> tuple[int, list[str]]:  # fmt: skip
     """A Stable classic group of ``n`` members over topic foo's partitions, assigned by
-    its leader (range); (generation, member ids)."""
+    its leader (range; with ``user_data`` in each assignment if given); (generation,
+    member ids)."""
     h.create_topic("foo", partitions_)
     (first,) = join(h)  # the initial delay is 0 here: the first member makes generation 1
     results = [first]
@@ -84,6 +107,8 @@ def stable_classic_group(h: Harness, n: int = 2, partitions_: int = 4) -> tuple[
     assignment = {
         mid: encode_assignment(("foo", p) for p in range(i * share, (i + 1) * share)) for i, mid in enumerate(ids)
     }
+    if user_data is not None:
+        assignment = {mid: with_user_data(data, user_data) for mid, data in assignment.items()}
     leader = next(r.member_id for r in results if r.members)
     for mid in sorted(ids, key=lambda m: m != leader):  # the leader's SyncGroup first
         (answer,) = sync(h, mid, generation, assignments=assignment if mid == leader else None)
@@ -186,6 +211,25 @@ def test_upgrade_refused_by_the_migration_policy(tmp_path, policy):
     assert h.classic.classic_group(G) is not None
 
 
+def test_upgrade_refused_when_an_assignment_carries_a_custom_assignors_user_data(h):
+    """Kafka's ConsumerGroup.fromClassicGroup: user data in a member's assignment would be
+    lost in a consumer group, so the upgrade is refused (GROUP_ID_NOT_FOUND) and the
+    classic group stays as it was."""
+    stable_classic_group(h, user_data=b"sticky-state")
+    r = h.heartbeat(G, "c1", 0, subscribed_topic_names=["foo"])
+    assert r.error is E.group_id_not_found
+    assert "an unsupported custom assignor is in use" in r.error_message
+    classic = h.classic.classic_group(G)
+    assert classic is not None and classic.state is STABLE and G not in h.manager.groups
+
+
+def test_upgrade_accepts_empty_user_data(h):
+    """Empty (not null) user data, as aiokafka writes it, loses nothing: upgraded."""
+    stable_classic_group(h, user_data=b"")
+    assert h.heartbeat(G, "c1", 0, subscribed_topic_names=["foo"]).error is E.none
+    assert h.classic.classic_group(G) is None and len(h.group(G).members) == 3
+
+
 def test_upgrade_refused_when_the_group_exceeds_the_consumer_group_max_size(tmp_path):
     h = Harness(tmp_path, ConsumerGroupConfig(max_size=1))
     stable_classic_group(h)
@@ -217,6 +261,19 @@ def test_classic_members_rejoin_and_reconcile_through_join_and_sync(h):
     foo = h.topics.get("foo").topic_id
     assert c1.assignment == mk((foo, sorted({0, 1, 2, 3} - set(held))))
     assert all(m.state is MemberState.STABLE for m in h.group(G).members.values())
+
+
+@pytest.mark.parametrize(("version", "answered"), [(0, 0), (1, 1), (3, 3), (5, 3)])
+def test_classic_member_sync_answers_in_its_subscriptions_version(h, version, answered):
+    """Kafka's prepareAssignment: the assignment is a ConsumerProtocolAssignment in the
+    version of the member's (first protocol's) subscription, a version past 3 as 3."""
+    _generation, (m1, _m2), _ = upgrade(h)
+    (joined,) = join(h, m1, protocols=[("range", subscription(version))])
+    assert joined.error is E.none
+    (synced,) = sync(h, m1, joined.generation_id)
+    assert synced.error is E.none
+    assert struct.unpack(">h", synced.assignment[:2]) == (answered,)
+    assert partitions(synced.assignment) == target_by_name(h, m1)
 
 
 def test_classic_member_sync_and_heartbeat_errors(h):
@@ -337,6 +394,55 @@ def test_last_consumer_protocol_member_leaving_consumer_group(h):
     results = [a[0] for a in answers]
     assert [r.error for r in results] == [E.none, E.none]
     assert {r.generation_id for r in results} == {epoch + 1}
+
+
+def test_the_downgrade_is_one_write(h):
+    """Kafka's convertToClassicGroup writes one batch: the consumer group's tombstones and
+    the classic group's record, its members' assignments in the version of their
+    subscriptions. A restart replays it into the classic group; nothing else stores it."""
+    _generation, (m1, m2), _ = upgrade(h)
+    for m, version in ((m1, 3), (m2, 1)):  # the classic members rejoin with later subscriptions
+        (joined,) = join(h, m, protocols=[("range", subscription(version))])
+        sync(h, m, joined.generation_id)
+    epoch = h.group(G).group_epoch
+    targets = {m: target_by_name(h, m) for m in (m1, m2)}
+    written_from = h.store.log().log_end_offset
+    h.heartbeat(G, "c1", -1)
+    *tombstones, classic_record = h.last_batch
+    assert tombstones and all(r.value is None and r.type is not RecordType.CLASSIC_GROUP_METADATA for r in tombstones)
+    assert {r.key for r in tombstones} == {m1, m2, "c1", ""}
+    assert classic_record.type is RecordType.CLASSIC_GROUP_METADATA and classic_record.group_id == G
+    stored = decode_group(classic_record.value.data)
+    assert stored["generation"] == epoch and stored["protocol"] == "range"
+    members = {m["member_id"]: m for m in stored["members"]}
+    assert {m: partitions(members[m]["assignment"]) for m in members} == targets
+    assert {m: members[m]["assignment"][:2] for m in members} == {m1: b"\x00\x03", m2: b"\x00\x01"}
+    # the classic group's record is in that batch only: the classic coordinator stored none
+    batches = [b for b in replay_batches(h.store.log()) if b.base_offset >= written_from]
+    assert [len(b.records) for b in batches] == [len(tombstones) + 1]
+    h2 = h.restart()
+    assert G not in h2.manager.groups
+    classic = h2.classic.classic_group(G)
+    assert classic is not None and classic.generation_id == epoch
+    assert {m: partitions(classic.members[m].assignment) for m in (m1, m2)} == targets
+
+
+def test_a_failed_downgrade_write_leaves_the_consumer_group(h):
+    """The downgrade's one batch is not written: nothing changes, the leave answers the
+    write's error, and a restart finds the consumer group (never neither group)."""
+    _generation, (m1, m2), _ = upgrade(h)
+    write = h.manager._append
+
+    def failing(records):
+        raise AppendError("NOT_ENOUGH_REPLICAS", E.not_enough_replicas)
+
+    h.manager._append = failing
+    r = h.heartbeat(G, "c1", -1)
+    assert r.error is E.coordinator_not_available
+    assert set(h.group(G).members) == {m1, m2, "c1"} and h.classic.classic_group(G) is None
+    h.manager._append = write
+    h2 = h.restart()
+    assert set(h2.group(G).members) == {m1, m2, "c1"} and h2.classic.classic_group(G) is None
 
 
 def test_last_consumer_protocol_member_session_timeout_in_consumer_group(h):

@@ -15,6 +15,8 @@ from aiokafka.coordinator.protocol import (
 
 from tidegate.client.admin import _consumer_assignment
 from tidegate.protocol.consumer_protocol import (
+    assignment_user_data,
+    consumer_protocol_version,
     decode_assignment,
     decode_owned_partitions,
     decode_subscription,
@@ -28,6 +30,34 @@ def test_round_trips():
     parts = [("t", 2), ("t", 0), ("u", 1)]
     assert decode_assignment(encode_assignment(parts)) == sorted(parts)
     assert decode_assignment(b"") == [] and decode_assignment(None) == []
+
+
+def test_an_assignment_in_a_later_version():
+    """Every ConsumerProtocolAssignment version has v0's fields: only the header differs;
+    past 3 it is written as 3 (Kafka's checkAssignmentVersion), below 0 refused."""
+    parts = [("t", 0), ("t", 2)]
+    v0 = encode_assignment(parts)
+    for version, written in ((0, 0), (1, 1), (3, 3), (7, 3)):
+        data = encode_assignment(parts, version)
+        assert consumer_protocol_version(data) == written and data[2:] == v0[2:]
+        assert decode_assignment(data) == parts
+    with pytest.raises(ValueError):
+        encode_assignment(parts, -1)
+    assert consumer_protocol_version(encode_subscription(["x"])) == 0
+    with pytest.raises(ValueError):
+        consumer_protocol_version(b"\x00")
+
+
+def test_the_user_data_of_an_assignment():
+    """What a (custom) assignor put beside the partitions: null, empty or bytes."""
+    assert assignment_user_data(encode_assignment([("t", 0)])) is None
+    assert assignment_user_data(b"") is None
+    theirs = ConsumerProtocolMemberAssignment(0, [("t", [0])], b"").encode()
+    assert assignment_user_data(theirs) == b""
+    with_data = ConsumerProtocolMemberAssignment(0, [("t", [0])], b"state").encode()
+    assert assignment_user_data(with_data) == b"state"
+    with pytest.raises(ValueError):
+        assignment_user_data(with_data[:-2])
 
 
 def test_a_later_version_reads_by_its_v0_prefix():

@@ -7,7 +7,10 @@ subscription: ``[topic string]``; of the assignment: ``[topic string, [int32 par
 — and later versions only append fields (user data, owned partitions, generation, rack),
 so the decoders read that prefix of any version and ignore the rest. They check every
 length against the bytes left and raise ``ValueError`` on what does not parse. The
-encoders write version 0 with null user data, which every Kafka consumer reads.
+subscription encoder writes version 0 with null user data, which every Kafka consumer
+reads; the assignment encoder writes the version it is asked for (every version of the
+assignment has the same fields), as Kafka's coordinator answers a classic member in the
+version of its subscription (:func:`consumer_protocol_version`).
 
 Used by the group coordinator (the topics a member subscribes to), the admin client
 (DescribeGroups' member assignments) and tidegate's own group member.
@@ -19,6 +22,9 @@ import struct
 from collections.abc import Iterable
 
 __all__ = [
+    "ASSIGNMENT_HIGHEST_VERSION",
+    "assignment_user_data",
+    "consumer_protocol_version",
     "decode_assignment",
     "decode_owned_partitions",
     "decode_subscription",
@@ -27,6 +33,10 @@ __all__ = [
 ]
 
 TopicPartition = tuple[str, int]
+
+#: ConsumerProtocolAssignment's versions are 0-3, one layout (Kafka's
+#: ``checkAssignmentVersion`` writes a later version as 3)
+ASSIGNMENT_HIGHEST_VERSION = 3
 
 
 def _string(s: str) -> bytes:
@@ -59,12 +69,15 @@ class _Reader:
             raise ValueError(f"bad array length {n}")
         return max(n, 0)
 
-    def skip_bytes(self) -> None:
+    def nullable_bytes(self) -> bytes | None:
         """Nullable bytes (int32 length, -1 = null)."""
         n = self.int32()
         if n < -1 or self.pos + max(n, 0) > len(self.data):
             raise ValueError(f"bad bytes length {n}")
-        self.pos += max(n, 0)
+        if n < 0:
+            return None
+        self.pos += n
+        return bytes(self.data[self.pos - n : self.pos])
 
     def string(self) -> str:
         n = self.int16()
@@ -100,7 +113,7 @@ def decode_owned_partitions(data: bytes) -> list[TopicPartition]:
         r.string()
     if version < 1:
         return []
-    r.skip_bytes()  # user data
+    r.nullable_bytes()  # user data
     out: list[TopicPartition] = []
     for _ in range(r.count(2)):
         topic = r.string()
@@ -108,12 +121,22 @@ def decode_owned_partitions(data: bytes) -> list[TopicPartition]:
     return sorted(out)
 
 
-def encode_assignment(partitions: Iterable[TopicPartition]) -> bytes:
-    """Version 0: [topic, [partition]] (sorted), user data null."""
+def consumer_protocol_version(data: bytes) -> int:
+    """The version a subscription or an assignment starts with (Kafka's
+    ``ConsumerProtocol.deserializeVersion``)."""
+    return _Reader(data).int16()
+
+
+def encode_assignment(partitions: Iterable[TopicPartition], version: int = 0) -> bytes:
+    """[topic, [partition]] (sorted), user data null, in ``version``: a version above
+    :data:`ASSIGNMENT_HIGHEST_VERSION` is written as that one, a negative one is a
+    ValueError (Kafka's ``serializeAssignment``)."""
+    if version < 0:
+        raise ValueError(f"unsupported assignment version {version}")
     by_topic: dict[str, list[int]] = {}
     for t, p in partitions:
         by_topic.setdefault(t, []).append(p)
-    out = [struct.pack(">hi", 0, len(by_topic))]
+    out = [struct.pack(">hi", min(version, ASSIGNMENT_HIGHEST_VERSION), len(by_topic))]
     for t in sorted(by_topic):
         ps = sorted(by_topic[t])
         out.append(_string(t) + struct.pack(f">i{len(ps)}i", len(ps), *ps))
@@ -125,10 +148,23 @@ def decode_assignment(data: bytes | None) -> list[TopicPartition]:
     """The partitions of any version's assignment, sorted (no bytes: none)."""
     if not data:
         return []
+    return sorted(_read_assignment(_Reader(data)))
+
+
+def assignment_user_data(data: bytes | None) -> bytes | None:
+    """The user data an assignor put in an assignment (None: null, or no bytes)."""
+    if not data:
+        return None
     r = _Reader(data)
+    _read_assignment(r)
+    return r.nullable_bytes()
+
+
+def _read_assignment(r: _Reader) -> list[TopicPartition]:
+    """The version and the partitions of an assignment (the reader then at its user data)."""
     r.int16()  # version
     out: list[TopicPartition] = []
     for _ in range(r.count(2)):
         topic = r.string()
         out += [(topic, r.int32()) for _ in range(r.count(4))]
-    return sorted(out)
+    return out

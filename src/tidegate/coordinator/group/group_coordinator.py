@@ -96,10 +96,10 @@ from tidegate.coordinator.group.group_metadata_manager import (
     OffsetAndMetadata,
     OffsetsLog,
     PendingAppend,
+    classic_group_value,
     coordinator_operation_error,
     decode_group,
     decode_offset,
-    encode_group,
     encode_offset,
     group_key,
     offset_key,
@@ -406,16 +406,14 @@ class GroupCoordinator:
     def adopt_downgraded_group(self, group: GroupMetadata) -> None:
         """A consumer group was downgraded (Kafka's ``convertToClassicGroup``): ``group``,
         Stable at its epoch with the classic members and their assignments, replaces the
-        offsets-only entry of its id; it is stored, its members' sessions armed, and it
-        rebalances."""
+        offsets-only entry of its id (its record was written in the batch that tombstoned
+        the consumer group); its members' sessions are armed, and it rebalances."""
         group_id = group.group_id
         old = self.groups.get(group_id)
         if old is not None:
             group.offsets = old.offsets
             group.pending_transactional_offsets = old.pending_transactional_offsets
         self.groups[group_id] = group
-        if self._store_group(group, {m.member_id: m.assignment for m in group.members.values()}) is not ErrorCode.none:
-            log.warning("could not store the downgraded group %s", group_id)
         for member in group.members.values():
             self._complete_and_schedule_next_heartbeat_expiration(group, member)
         self._prepare_rebalance(group, f"downgrade of group {group_id} from consumer to classic")
@@ -442,27 +440,8 @@ class GroupCoordinator:
 
     # -- persistence -------------------------------------------------------------------------
     def _store_group(self, group: GroupMetadata, assignment: dict[str, bytes]) -> ErrorCode:
-        protocol = group.protocol_name
-        value = encode_group(
-            protocol_type=group.protocol_type,
-            generation=group.generation_id,
-            protocol_name=protocol,
-            leader=group.leader_id,
-            state_timestamp=group.state_timestamp if group.state_timestamp is not None else self.clock.wall_milliseconds(),
-            members=[
-                {
-                    "member_id": m.member_id,
-                    "group_instance_id": m.group_instance_id,
-                    "client_id": m.client_id,
-                    "client_host": m.client_host,
-                    "rebalance_timeout_ms": m.rebalance_timeout_ms,
-                    "session_timeout_ms": m.session_timeout_ms,
-                    "subscription": m.metadata(protocol) if protocol is not None else b"",
-                    "assignment": assignment.get(m.member_id, b""),
-                }
-                for m in group.members.values()
-            ],
-        )
+        state_timestamp = group.state_timestamp if group.state_timestamp is not None else self.clock.wall_milliseconds()
+        value = classic_group_value(group, assignment, state_timestamp)
         try:
             self.store.append([(group_key(group.group_id), value)])
         except (OSError, AppendError) as exc:

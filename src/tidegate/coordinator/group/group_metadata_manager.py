@@ -59,6 +59,7 @@ from tidegate.coordinator.group.modern.consumer.consumer_group_member import (
     ClassicProtocol,
 )
 from tidegate.coordinator.group.modern.consumer.records import (
+    ClassicGroupMetadataValue,
     ConsumerGroupCurrentMemberAssignmentValue,
     ConsumerGroupMemberMetadataValue,
 )
@@ -87,6 +88,7 @@ from tidegate.record.records import decode_batch_records, iter_decoded_batches
 from tidegate.utils.topic import GROUP_METADATA_TOPIC_NAME
 
 if TYPE_CHECKING:
+    from tidegate.coordinator.group.group_metadata import GroupMetadata
     from tidegate.coordinator.group.modern.records import RecordValue
     from tidegate.server.replica_manager import PartitionResponse
 
@@ -184,6 +186,32 @@ def encode_group(
     )
 
 
+def classic_group_value(group: GroupMetadata, assignment: Mapping[str, bytes], state_timestamp: int) -> bytes:
+    """A classic group's stored generation (:func:`encode_group`): its members with their
+    subscription to the selected protocol and their ``assignment``."""
+    protocol = group.protocol_name
+    return encode_group(
+        protocol_type=group.protocol_type,
+        generation=group.generation_id,
+        protocol_name=protocol,
+        leader=group.leader_id,
+        state_timestamp=state_timestamp,
+        members=[
+            {
+                "member_id": m.member_id,
+                "group_instance_id": m.group_instance_id,
+                "client_id": m.client_id,
+                "client_host": m.client_host,
+                "rebalance_timeout_ms": m.rebalance_timeout_ms,
+                "session_timeout_ms": m.session_timeout_ms,
+                "subscription": m.metadata(protocol) if protocol is not None else b"",
+                "assignment": assignment.get(m.member_id, b""),
+            }
+            for m in group.members.values()
+        ],
+    )
+
+
 def decode_group(value: bytes) -> dict:
     d = json.loads(value)
     for m in d["members"]:
@@ -274,6 +302,7 @@ def _encode_value(value: RecordValue) -> dict[str, Any]:
         }
     if isinstance(value, ResolvedRegularExpression):
         return {"topics": sorted(value.topics), "version": value.version, "ts": value.timestamp_ms}
+    assert not isinstance(value, ClassicGroupMetadataValue), "stored as the classic coordinator stores it"
     return _encode_share_group_value(value)
 
 
@@ -376,8 +405,10 @@ def _decode_share_group_value(record_type: RecordType, d: dict[str, Any]) -> Rec
 def encode_coordinator_record(record: CoordinatorRecord) -> tuple[bytes, bytes | None]:
     """A modern group record as a ``__consumer_offsets`` (key, value-or-None)."""
     if record.type is RecordType.CLASSIC_GROUP_METADATA:
-        assert record.value is None, "a consumer group writes only the classic tombstone"
-        return group_key(record.group_id), None
+        if record.value is None:
+            return group_key(record.group_id), None
+        assert isinstance(record.value, ClassicGroupMetadataValue), record.value
+        return group_key(record.group_id), record.value.data
     prefix = _MODERN_GROUP_PREFIXES[record.type]
     parts = [prefix, record.group_id] if record.type in _GROUP_LEVEL else [prefix, record.group_id, record.key]
     value = None if record.value is None else _dumps({"v": FORMAT_VERSION, **_encode_value(record.value)})

@@ -15,7 +15,7 @@ do (ConsumerGroupMetadataValue and ShareGroupMetadataValue hold the same fields)
 * :class:`TargetAssignmentMetadataValue` -- the target assignment epoch (6 and 12);
 * :class:`TargetAssignmentMemberValue` -- one member's target (7 and 13).
 
-The member values differ: :mod:`.consumer.records` (5, 8, 16 and the classic tombstone 2)
+The member values differ: :mod:`.consumer.records` (5, 8, 16 and the classic group 2)
 and :mod:`.share.records` (10, 14, 15). How the records are stored (tidegate's JSON format)
 is :mod:`tidegate.coordinator.group.group_metadata_manager`'s business.
 """
@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
     from tidegate.coordinator.group.modern.consumer.records import (
+        ClassicGroupMetadataValue,
         ConsumerGroupCurrentMemberAssignmentValue,
         ConsumerGroupMemberMetadataValue,
     )
@@ -148,6 +149,7 @@ if TYPE_CHECKING:
         | ShareGroupMemberMetadataValue
         | ShareGroupCurrentMemberAssignmentValue
         | ShareGroupStatePartitionMetadataValue
+        | ClassicGroupMetadataValue
     )
 
 

@@ -11,13 +11,17 @@
 * :func:`classic_group_from_consumer` -- the downgrade: a Stable classic group at the
   group epoch whose members (those using the classic protocol, less the leaving ones) get
   their target assignment as a ConsumerProtocol assignment, in the protocol the group
-  selects.
+  selects and the version of their subscription to it (Kafka's).
+* :func:`consumer_protocol_assignment` -- partitions by topic id as the ConsumerProtocol
+  assignment a classic member reads (the downgrade, a SyncGroup in a consumer group).
+
+An upgrade refuses a group whose assignments carry an assignor's user data
+(:class:`CustomAssignorUserDataError`): a consumer group has nowhere to keep it, and
+Kafka refuses it so ("an unsupported custom assignor is in use"). A subscription's rack
+is not carried over (tidegate's decoder does not read it; the member has none).
 
 Only what the conversion is: the coordinator that drives a migration (policies, pending
-JoinGroup/SyncGroup answers, the rebalance after a downgrade) uses these. What tidegate's
-ConsumerProtocol decoder does not read yet is not carried over: a subscription's rack
-(the member has none) and an assignor's user data (Kafka refuses the upgrade when an
-assignment carries some).
+JoinGroup/SyncGroup answers, the rebalance after a downgrade) uses these.
 """
 
 from __future__ import annotations
@@ -48,14 +52,25 @@ from tidegate.coordinator.group.modern.consumer.records import (
 )
 from tidegate.coordinator.group.modern.topics import MetadataImage, compute_metadata_hash
 from tidegate.protocol.consumer_protocol import (
+    assignment_user_data,
+    consumer_protocol_version,
     decode_assignment,
     decode_subscription,
     encode_assignment,
 )
 
 
+class CustomAssignorUserDataError(ValueError):
+    """A classic member's assignment carries user data of a (custom) assignor, which the
+    consumer group would lose (Kafka's UnsupportedVersionException in
+    ``ConsumerGroup.fromClassicGroup``)."""
+
+
 def _assignment_by_id(data: bytes, image: MetadataImage) -> Assignment:
-    """A ConsumerProtocol assignment by topic id; topics that no longer exist are dropped."""
+    """A ConsumerProtocol assignment by topic id; topics that no longer exist are dropped.
+    Raises :class:`CustomAssignorUserDataError` if it carries user data."""
+    if assignment_user_data(data):
+        raise CustomAssignorUserDataError("userData from a custom assignor would be lost")
     out: dict = {}
     for name, partition in decode_assignment(data):
         topic = image.get(name)
@@ -66,7 +81,8 @@ def _assignment_by_id(data: bytes, image: MetadataImage) -> Assignment:
 
 def consumer_group_from_classic(classic: GroupMetadata, image: MetadataImage) -> ConsumerGroup:
     """The consumer group a classic group becomes (its generation as the epochs). Raises
-    ValueError when a member's subscription or assignment does not parse."""
+    ValueError when a member's subscription or assignment does not parse,
+    :class:`CustomAssignorUserDataError` when an assignment carries user data."""
     generation = classic.generation_id
     protocol = classic.protocol_name
     if protocol is None and classic.members:
@@ -151,10 +167,23 @@ def classic_group_from_consumer(
         classic.protocol_name = classic.select_protocol()
     classic.subscribed_topics = classic.compute_subscribed_topics()
     for member_id, m in classic.members.items():
-        m.assignment = encode_assignment(
-            (topic.name, partition)
-            for topic_id, partitions in group.target_assignment_of(member_id).items()
-            if (topic := image.get_by_id(topic_id)) is not None
-            for partition in partitions
+        m.assignment = consumer_protocol_assignment(
+            group.target_assignment_of(member_id),
+            image,
+            consumer_protocol_version(m.metadata(classic.protocol_name or "")),
         )
     return classic
+
+
+def consumer_protocol_assignment(assignment: Assignment, image: MetadataImage, version: int) -> bytes:
+    """``assignment`` (by topic id) as a ConsumerProtocol assignment in ``version`` (that
+    of the member's subscription, as Kafka answers); deleted topics are left out."""
+    return encode_assignment(
+        (
+            (topic.name, partition)
+            for topic_id, partitions in assignment.items()
+            if (topic := image.get_by_id(topic_id)) is not None
+            for partition in partitions
+        ),
+        version,
+    )

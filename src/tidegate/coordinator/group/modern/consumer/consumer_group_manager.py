@@ -62,11 +62,14 @@ from tidegate.coordinator.group.group_metadata import (
     SyncCallback,
     SyncResult,
 )
+from tidegate.coordinator.group.group_metadata_manager import classic_group_value
 from tidegate.coordinator.group.group_type import GroupType, GroupTypeLookup, no_other_groups
 from tidegate.coordinator.group.modern.consumer.classic_conversion import (
+    CustomAssignorUserDataError,
     classic_group_from_consumer,
     consumer_group_from_classic,
     consumer_group_records,
+    consumer_protocol_assignment,
 )
 from tidegate.coordinator.group.modern.consumer.consumer_group import (
     ConsumerGroup,
@@ -87,6 +90,7 @@ from tidegate.coordinator.group.modern.consumer.records import (
     CoordinatorRecord,
     RecordType,
     member_with_assignment,
+    new_classic_group_record,
     new_classic_group_tombstone_record,
     new_consumer_group_current_assignment_record,
     new_consumer_group_current_assignment_tombstone_record,
@@ -127,9 +131,9 @@ from tidegate.coordinator.group.modern.target_assignment_builder import TargetAs
 from tidegate.coordinator.group.modern.topics import MetadataImage
 from tidegate.errors import BrokerResponseError, ErrorCode
 from tidegate.protocol.consumer_protocol import (
+    consumer_protocol_version,
     decode_owned_partitions,
     decode_subscription,
-    encode_assignment,
 )
 from tidegate.protocol.messages import consumer_group_describe
 from tidegate.server.timer import SystemTimer
@@ -179,8 +183,9 @@ class ClassicGroups(Protocol):
         ...
 
     def adopt_downgraded_group(self, group: GroupMetadata) -> None:
-        """A consumer group was downgraded (its records tombstoned): ``group`` is the
-        classic group it became; store it, arm its members' sessions and rebalance."""
+        """A consumer group was downgraded (its records tombstoned and ``group``'s record
+        written in one batch): ``group`` is the classic group it became; take it, arm its
+        members' sessions and rebalance."""
         ...
 
 
@@ -535,6 +540,14 @@ class ConsumerGroupManager(ModernGroupManager[ConsumerGroup, ConsumerGroupMember
             return None
         try:
             group = consumer_group_from_classic(classic, self.image)
+        except CustomAssignorUserDataError as exc:
+            log.warning("[GroupId %s] Cannot upgrade the classic group: %s.", group_id, exc)
+            raise api_error(
+                ErrorCode.group_id_not_found,
+                f"Cannot upgrade classic group {group_id} to consumer group because an unsupported "
+                "custom assignor is in use. Please refer to the documentation or switch to a "
+                "default assignor before re-attempting the upgrade.",
+            ) from exc
         except ValueError as exc:
             raise api_error(
                 ErrorCode.group_id_not_found,
@@ -562,8 +575,9 @@ class ConsumerGroupManager(ModernGroupManager[ConsumerGroup, ConsumerGroupMember
         """Kafka's ``validateOnlineDowngradeWithFencedMember`` and ``convertToClassicGroup``:
         when ``leaving`` is the last member speaking the consumer protocol, classic
         members are left, the policy allows it and they fit in group.max.size, the
-        group's records are tombstoned and the classic coordinator takes the classic group
-        it becomes, which rebalances. None: no downgrade."""
+        group's records are tombstoned and the classic group it becomes written, in one
+        batch; the classic coordinator then takes it, and it rebalances. None: no
+        downgrade."""
         group_id = group.group_id
         if not group.all_members_use_classic_protocol_except(leaving.member_id):
             return None
@@ -580,7 +594,11 @@ class ConsumerGroupManager(ModernGroupManager[ConsumerGroup, ConsumerGroupMember
         except ValueError as exc:
             log.warning("[GroupId %s] Cannot downgrade the consumer group: %s", group_id, exc)
             return None
-        op = CoordinatorOperation(group.create_group_tombstone_records())
+        # one batch, as Kafka's records of convertToClassicGroup: the consumer group's
+        # tombstones and the classic group's record (a crash leaves one group or the other)
+        assignments = {m.member_id: m.assignment for m in classic.members.values()}
+        stored = classic_group_value(classic, assignments, self.clock.wall_milliseconds())
+        op = CoordinatorOperation([*group.create_group_tombstone_records(), new_classic_group_record(group_id, stored)])
         members = list(group.members)
         classic_groups = self.classic_groups
 
@@ -1007,12 +1025,14 @@ class ConsumerGroupManager(ModernGroupManager[ConsumerGroup, ConsumerGroupMember
         except BrokerResponseError as exc:
             callback(SyncResult(error_code_of(exc)))
             return
-        assignment = encode_assignment(
-            (topic.name, partition)
-            for topic_id, partitions in member.assigned_partitions.items()
-            if (topic := self.image.get_by_id(topic_id)) is not None
-            for partition in partitions
-        )
+        # in the version of the member's first protocol's subscription (Kafka's
+        # prepareAssignment); a JoinGroup parsed it, an upgrade may not have (then v0)
+        first = metadata.supported_protocols[0].metadata if metadata.supported_protocols else b""
+        try:
+            version = consumer_protocol_version(first)
+        except ValueError:
+            version = 0
+        assignment = consumer_protocol_assignment(member.assigned_partitions, self.image, version)
 
         def answer() -> None:
             self._cancel(("sync", group_id, member_id))

@@ -16,8 +16,10 @@ type   record                                      value
 7      ConsumerGroupTargetAssignmentMember         :class:`ConsumerGroupTargetAssignmentMemberValue`
 8      ConsumerGroupCurrentMemberAssignment        :class:`ConsumerGroupCurrentMemberAssignmentValue`
 16     ConsumerGroupRegularExpression              a :class:`ResolvedRegularExpression`
-2      (classic) GroupMetadata                     only its tombstone: an empty classic group
-                                                   replaced by a consumer group
+2      (classic) GroupMetadata                     its tombstone (a classic group replaced or
+                                                   upgraded) or :class:`ClassicGroupMetadataValue`
+                                                   (the classic group a downgrade makes, in the
+                                                   batch that tombstones the consumer group)
 =====  ==========================================  ===============================================
 
 How they are stored (tidegate's JSON format) is
@@ -80,6 +82,15 @@ class ConsumerGroupCurrentMemberAssignmentValue:
     state: MemberState
     assigned_partitions: Assignment
     partitions_pending_revocation: Assignment
+
+
+@dataclass(frozen=True, slots=True)
+class ClassicGroupMetadataValue:
+    """A classic group's stored generation, as the classic coordinator stores it
+    (``group_metadata_manager.classic_group_value``): written by a downgrade in the same
+    batch as the consumer group's tombstones, so a crash leaves one group or the other."""
+
+    data: bytes
 
 
 # -- the helpers (Kafka's GroupCoordinatorRecordHelpers) ----------------------------------------
@@ -173,6 +184,12 @@ def new_classic_group_tombstone_record(group_id: str) -> CoordinatorRecord:
     """The tombstone of a classic group's stored generation (an empty classic group that a
     consumer group replaces)."""
     return tombstone(RecordType.CLASSIC_GROUP_METADATA, group_id)
+
+
+def new_classic_group_record(group_id: str, data: bytes) -> CoordinatorRecord:
+    """A classic group's stored generation (a downgraded consumer group; Kafka's
+    ``newGroupMetadataRecord``), ``data`` from ``classic_group_value``."""
+    return CoordinatorRecord(RecordType.CLASSIC_GROUP_METADATA, group_id, value=ClassicGroupMetadataValue(data))
 
 
 def member_with_metadata(
