@@ -1110,6 +1110,24 @@ def alter_quotas(bootstrap: str, entity: dict, ops: dict, validate_only: bool = 
 # -- metrics -----------------------------------------------------------------------------
 
 
+def set_group_config(bootstrap: str, group: str, configs: dict[str, str]) -> None:
+    """IncrementalAlterConfigs SET on the GROUP resource with confluent-kafka's
+    AdminClient, as confluent-kafka's tests do."""
+    from confluent_kafka.admin import (
+        AdminClient,
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        ResourceType,
+    )
+
+    resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
+        ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in configs.items()])  # fmt: skip
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.incremental_alter_configs([resource]).values():
+        future.result(10)
+
+
 def scrape(url: str) -> dict[tuple[str, frozenset], float]:
     """One scrape of a /metrics endpoint (it must answer 200 with Prometheus' text
     format): {(sample name, frozenset of its labels): value}; read with :func:`sample`."""

@@ -22,11 +22,22 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, ResourceType
 from kafka import KafkaConsumer
 
-from .clients import base_timestamp, create_topic, make_records, produce
+from tests.conftest import metrics_overrides, wait_until
+
+from .clients import (
+    base_timestamp,
+    create_topic,
+    make_records,
+    produce,
+    sample,
+    scrape,
+    set_group_config,
+)
+from .rawclient import RawClient
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -39,26 +50,73 @@ FAST = {
 
 class Owners:
     """Who owns which partition, from the consumers' callbacks; a partition given to a
-    consumer while another still owns it fails the test."""
+    consumer while another still owns it fails the test. ``events`` keeps every callback
+    as (consumer, kind, partitions): what the application was handed, increment by
+    increment."""
 
     def __init__(self) -> None:
         self.owner: dict[tuple[str, int], str] = {}
+        self.events: list[tuple[str, str, frozenset[tuple[str, int]]]] = []
 
-    def callbacks(self, name: str) -> dict:
-        def on_assign(_consumer: Consumer, partitions: list[TopicPartition]) -> None:
+    def callbacks(self, name: str, *, lost: bool = True, apply: bool = False) -> dict:
+        """The subscribe() callbacks of consumer ``name``: without ``lost``, lost
+        partitions reach on_revoke (librdkafka's fallback); with ``apply``, the callbacks
+        call incremental_assign/incremental_unassign themselves."""
+
+        def on_assign(consumer: Consumer, partitions: list[TopicPartition]) -> None:
+            self.events.append((name, "assign", _keys(partitions)))
             for tp in partitions:
                 key = (tp.topic, tp.partition)
                 assert self.owner.get(key, name) == name, f"{key} given to {name}, still owned by {self.owner[key]}"
                 self.owner[key] = name
+            if apply:
+                consumer.incremental_assign(partitions)
 
-        def on_revoke(_consumer: Consumer, partitions: list[TopicPartition]) -> None:
-            for tp in partitions:
-                self.owner.pop((tp.topic, tp.partition), None)
+        def released(kind: str) -> Any:
+            def on_release(consumer: Consumer, partitions: list[TopicPartition]) -> None:
+                self.events.append((name, kind, _keys(partitions)))
+                for tp in partitions:
+                    self.owner.pop((tp.topic, tp.partition), None)
+                if apply:
+                    consumer.incremental_unassign(partitions)
 
-        return {"on_assign": on_assign, "on_revoke": on_revoke, "on_lost": on_revoke}
+            return on_release
+
+        out = {"on_assign": on_assign, "on_revoke": released("revoke")}
+        if lost:
+            out["on_lost"] = released("lost")
+        return out
 
     def of(self, name: str) -> set[tuple[str, int]]:
         return {tp for tp, who in self.owner.items() if who == name}
+
+    def forget(self, name: str) -> None:
+        """Consumer ``name`` was closed: it owns nothing (a static member's temporary
+        leave revokes nothing in the application)."""
+        self.owner = {tp: who for tp, who in self.owner.items() if who != name}
+
+    def of_events(self, name: str) -> list[tuple[str, frozenset[tuple[str, int]]]]:
+        return [(kind, parts) for who, kind, parts in self.events if who == name]
+
+    def balanced(self, members: Mapping[str, Consumer], every: set[tuple[str, int]]) -> bool:
+        """Every partition of ``every`` owned (by one member: the callbacks check that),
+        the members' shares within one of each other (the uniform assignor's balance),
+        and each member's own view of its assignment the same as its callbacks'."""
+        owned = {name: self.of(name) for name in members}
+        sizes = sorted(map(len, owned.values()))
+        return (
+            set().union(*owned.values()) == every
+            and sizes[-1] - sizes[0] <= 1
+            and all(_keys(c.assignment()) == owned[name] for name, c in members.items())
+        )
+
+
+def _keys(partitions: Iterable[TopicPartition]) -> frozenset[tuple[str, int]]:
+    return frozenset((tp.topic, tp.partition) for tp in partitions)
+
+
+def partitions_of_topic(topic: str, n: int) -> set[tuple[str, int]]:
+    return {(topic, p) for p in range(n)}
 
 
 def new_member(bootstrap: str, group: str, **conf: object) -> Consumer:
@@ -200,7 +258,7 @@ def test_a_static_member_restarting_gets_its_partitions_back_without_a_rebalance
     kept, static_partitions = owners.of("a"), owners.of("s")
     s.close()  # a temporary leave: its partitions stay its own
     del members["s"]
-    owners.owner = {tp: who for tp, who in owners.owner.items() if who != "s"}
+    owners.forget("s")
     back = new_member(broker.bootstrap, "g4", **{"group.instance.id": "static-1"})
     back.subscribe(["st"], **owners.callbacks("s"))
     members["s"] = back
@@ -236,35 +294,56 @@ while True:
 SESSION_MS = 3000
 
 
+class MemberProcess:
+    """A consumer-protocol member in a process of its own (:data:`KILLED_MEMBER`), to be
+    killed with SIGKILL: it never leaves. ``owned()`` is the size of its assignment as
+    it last reported it."""
+
+    def __init__(self, bootstrap: str, group: str, topic: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", KILLED_MEMBER, bootstrap, group, topic],
+            cwd=Path(__file__).resolve().parents[2], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        )  # fmt: skip
+        self.lines: list[str] = []
+        stdout = self.proc.stdout
+        assert stdout is not None
+        threading.Thread(target=lambda: self.lines.extend(iter(stdout.readline, "")), daemon=True).start()
+
+    def owned(self) -> int | None:
+        return int(self.lines[-1].split()[1]) if self.lines else None
+
+    def kill(self) -> float:
+        """SIGKILL; when it died (time.monotonic())."""
+        os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(10)
+        return time.monotonic()
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+
 def test_a_killed_consumer_is_fenced_when_its_session_expires(broker_factory):
     """kill -9 of a member: it never leaves, its session timeout (on the broker's timing
     wheel) fences it and the survivor gets its partitions (reference 1.8)."""
     broker = broker_factory({**FAST, "group.consumer.min.session.timeout.ms": str(SESSION_MS),
                              "group.consumer.session.timeout.ms": str(SESSION_MS)})  # fmt: skip
     create_topic(broker.bootstrap, "k", 6, client=CFK)
-    proc = subprocess.Popen(
-        [sys.executable, "-c", KILLED_MEMBER, broker.bootstrap, "g5", "k"],
-        cwd=Path(__file__).resolve().parents[2], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-    )  # fmt: skip
-    lines: list[str] = []
-    threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True).start()
+    victim = MemberProcess(broker.bootstrap, "g5", "k")
     owners = Owners()
     survivor = new_member(broker.bootstrap, "g5")
     survivor.subscribe(["k"], **owners.callbacks("s"))
     got: dict[str, list] = {"s": []}
     try:
-        poll_all({"s": survivor}, got, lambda: len(owners.of("s")) == 3 and lines[-1:] == ["ASSIGNED 3\n"])
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(10)
-        killed_at = time.monotonic()
+        poll_all({"s": survivor}, got, lambda: len(owners.of("s")) == 3 and victim.owned() == 3)
+        killed_at = victim.kill()
         poll_all({"s": survivor}, got, lambda: len(owners.of("s")) == 6, timeout=SESSION_MS / 1000 + 30)
         took = time.monotonic() - killed_at
         assert took >= SESSION_MS / 1000 - 1  # not before the session expired: it never left
         assert "fenced from the group because the member session expired" in broker.log_text()
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
+        victim.close()
         survivor.close()
 
 
@@ -464,3 +543,335 @@ def test_a_rolling_upgrade_and_downgrade_between_the_protocols(broker_factory, c
     for name in list(members):
         remove(name)
     assert read_offsets(got) == expected(topic, range(partitions), produced)
+
+
+# -- confluent-kafka's consumer-protocol cases (reference 3.3: consumer_memberid,
+# cooperative_rebalance_1/2, incremental_assign), and more members ---------------------------
+def test_one_to_five_members_join_and_leave_one_by_one(broker_factory):
+    """Members join one at a time up to five, then leave one at a time down to none.
+    After each change the group settles with every partition owned by exactly one member
+    (the callbacks' checker) in balanced shares, each member's id is the one it made
+    before joining (KIP-1082) and the one describe_consumer_groups shows, and the records
+    produced then are each read once, from the offsets committed before the change."""
+    broker = broker_factory(FAST)
+    bootstrap, topic, group, partitions = broker.bootstrap, "many", "g-many", 10
+    create_topic(bootstrap, topic, partitions, client=CFK)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    owners = Owners()
+    members: dict[str, Consumer] = {}
+    got: dict[str, list] = {}
+    produced = 0
+
+    def settle_and_read() -> None:
+        nonlocal produced
+        poll_all(members, got, lambda: owners.balanced(members, partitions_of_topic(topic, partitions)))
+        (description,) = [f.result(10) for f in admin.describe_consumer_groups([group]).values()]
+        assert {m.member_id for m in description.members} == {c.memberid() for c in members.values()}
+        fill(bootstrap, topic, partitions, 5, seed=produced)
+        produced += 5
+        poll_all(members, got, lambda: len(read_offsets(got)) >= produced * partitions)
+
+    ids = {}
+    for i in range(5):
+        name = f"m{i}"
+        c = new_member(bootstrap, group)
+        ids[name] = c.memberid()
+        assert ids[name], "KIP-1082: the member id exists before the first join"
+        c.subscribe([topic], **owners.callbacks(name))
+        members[name], got[name] = c, []
+        settle_and_read()
+    assert {name: c.memberid() for name, c in members.items()} == ids
+    for name in list(members)[:-1]:
+        members.pop(name).close()
+        owners.forget(name)
+        settle_and_read()
+    for c in members.values():
+        c.close()
+    assert read_offsets(got) == expected(topic, range(partitions), produced)
+
+
+def stalled_past_max_poll_interval(consumer: Consumer, seconds: float) -> int | None:
+    """The application does not poll for longer than max.poll.interval.ms (``seconds``):
+    librdkafka leaves the group, and the next poll reports it (an error event here; the
+    confluent-kafka tests' version raised it). The error code of that poll."""
+    time.sleep(seconds + 1)  # the stall itself, not a wait for something
+    try:
+        m = consumer.poll(1)
+    except KafkaException as exc:
+        return exc.args[0].code()
+    return None if m is None or m.error() is None else m.error().code()
+
+
+def test_cooperative_callbacks_hand_the_application_increments(broker_factory):
+    """confluent-kafka's cooperative_rebalance_1 with the consumer protocol: a second
+    subscribed topic is an on_assign of its partition alone; a second member's arrival
+    an on_revoke of only the partitions it takes (the rest stay, never re-assigned) and
+    its leave an on_assign of them back; a consumer that exceeds max.poll.interval.ms
+    loses its partitions (_MAX_POLL_EXCEEDED, then on_lost) and gets them back when it
+    polls again."""
+    broker = broker_factory(FAST)
+    bootstrap = broker.bootstrap
+    for topic, n in (("co1", 1), ("co2", 1), ("co4", 4)):
+        create_topic(bootstrap, topic, n, client=CFK)
+    fill(bootstrap, "co1", 1, 1)
+    owners = Owners()
+    a = new_member(bootstrap, "g-coop", **{"max.poll.interval.ms": 4000})
+    got: dict[str, list] = {"a": [], "b": []}
+    a.subscribe(["co1"], **owners.callbacks("a"))
+    poll_all({"a": a}, got, lambda: len(got["a"]) == 1)
+    a.subscribe(["co1", "co2", "co4"], **owners.callbacks("a"))
+    every = partitions_of_topic("co1", 1) | partitions_of_topic("co2", 1) | partitions_of_topic("co4", 4)
+    poll_all({"a": a}, got, lambda: owners.of("a") == every)
+    assert owners.of_events("a") == [
+        ("assign", {("co1", 0)}), ("assign", frozenset(every - {("co1", 0)}))]  # fmt: skip
+
+    b = new_member(bootstrap, "g-coop")
+    b.subscribe(["co1", "co2", "co4"], **owners.callbacks("b"))
+    members = {"a": a, "b": b}
+    poll_all(members, got, lambda: owners.balanced(members, every))
+    (revoked,) = [parts for kind, parts in owners.of_events("a")[2:] if kind == "revoke"]
+    assert revoked == owners.of("b") and owners.of("a") == every - revoked
+    assert owners.of_events("b") == [("assign", revoked)]
+    b.close()
+    owners.forget("b")
+    del members["b"]
+    poll_all(members, got, lambda: owners.of("a") == every)
+    assert owners.of_events("a")[-1] == ("assign", revoked)
+
+    assert stalled_past_max_poll_interval(a, 4) == KafkaError._MAX_POLL_EXCEEDED
+    before = len(owners.events)
+    poll_all(members, got, lambda: owners.of("a") == every and len(owners.events) > before + 1)
+    assert owners.of_events("a")[-2:] == [("lost", frozenset(every)), ("assign", frozenset(every))]
+    a.close()
+
+
+def test_lost_partitions_reach_on_revoke_without_on_lost(broker_factory):
+    """confluent-kafka's cooperative_rebalance_2: without an on_lost callback, the
+    partitions a consumer lost (max.poll.interval.ms exceeded) reach on_revoke."""
+    broker = broker_factory(FAST)
+    create_topic(broker.bootstrap, "lost", 1, client=CFK)
+    fill(broker.bootstrap, "lost", 1, 1)
+    owners = Owners()
+    c = new_member(broker.bootstrap, "g-lost", **{"max.poll.interval.ms": 4000})
+    c.subscribe(["lost"], **owners.callbacks("c", lost=False))
+    got: dict[str, list] = {"c": []}
+    poll_all({"c": c}, got, lambda: len(got["c"]) == 1)
+    assert stalled_past_max_poll_interval(c, 4) == KafkaError._MAX_POLL_EXCEEDED
+    assert owners.of_events("c") == [("assign", {("lost", 0)})]
+    poll_all({"c": c}, got, lambda: len(owners.of_events("c")) >= 2, timeout=10)
+    assert owners.of_events("c")[1] == ("revoke", {("lost", 0)})
+    c.close()
+
+
+def test_incremental_assign_and_unassign_from_the_callbacks(broker_factory):
+    """The application applies each increment itself (incremental_assign in on_assign,
+    incremental_unassign in on_revoke), as a cooperative application does: two members
+    split the partitions and read every record once, and the survivor of a leave takes
+    the rest incrementally."""
+    broker = broker_factory(FAST)
+    bootstrap, topic, group = broker.bootstrap, "inc", "g-inc"
+    create_topic(bootstrap, topic, 4, client=CFK)
+    fill(bootstrap, topic, 4, 10)
+    owners = Owners()
+    members = {name: new_member(bootstrap, group) for name in ("a", "b")}
+    got: dict[str, list] = {"a": [], "b": []}
+    for name, c in members.items():
+        c.subscribe([topic], **owners.callbacks(name, apply=True))
+    poll_all(members, got, lambda: owners.balanced(members, partitions_of_topic(topic, 4)) and len(read_offsets(got)) >= 40)
+    assert read_offsets(got) == expected(topic, range(4), 10)
+    members.pop("b").close()
+    owners.forget("b")
+    fill(bootstrap, topic, 4, 5, seed=1)
+    poll_all(members, got, lambda: owners.balanced(members, partitions_of_topic(topic, 4)) and len(read_offsets(got)) >= 60)
+    assert read_offsets(got) == expected(topic, range(4), 15)
+    assert all(kind == "assign" for kind, _ in owners.of_events("a"))
+    members["a"].close()
+
+
+def test_incremental_assign_without_a_subscription(broker_factory):
+    """confluent-kafka's incremental_assign with group.protocol=consumer: partitions
+    assigned by the application, offsets committed to the group (an admin-style commit,
+    no member), a partition assigned twice _CONFLICT, unassigned ones no longer read, one
+    not assigned _INVALID_ARG."""
+    broker = broker_factory(FAST)
+    bootstrap = broker.bootstrap
+    for topic in ("ia1", "ia2"):
+        create_topic(bootstrap, topic, 1, client=CFK)
+        produce(bootstrap, topic, [f"{topic}-0".encode()], client=CFK)
+    c = new_member(bootstrap, "g-ia", **{"auto.offset.reset": "error"})
+
+    def one(timeout: float = 10) -> Any:
+        m = c.poll(timeout)
+        assert m is None or m.error() is None, m.error()
+        return m
+
+    c.incremental_assign([TopicPartition("ia1", 0, OFFSET_BEGINNING)])
+    m = one()
+    assert (m.topic(), m.partition(), m.offset()) == ("ia1", 0, 0)
+    c.commit(m, asynchronous=False)
+    with pytest.raises(KafkaException) as exc:
+        c.incremental_assign([TopicPartition("ia1", 0, OFFSET_BEGINNING)])
+    assert exc.value.args[0].code() == KafkaError._CONFLICT
+    c.incremental_assign([TopicPartition("ia2", 0, OFFSET_BEGINNING)])
+    m = one()
+    assert (m.topic(), m.offset()) == ("ia2", 0)
+    c.incremental_unassign([TopicPartition("ia1", 0)])
+    produce(bootstrap, "ia1", [b"ia1-1"], client=CFK)
+    produce(bootstrap, "ia2", [b"ia2-1"], client=CFK)
+    m = one()
+    assert (m.topic(), m.offset(), m.value()) == ("ia2", 1, b"ia2-1")
+    c.incremental_assign([TopicPartition("ia1", 0)])  # from the committed offset
+    m = one()
+    assert (m.topic(), m.offset()) == ("ia1", 1)
+    assert one(1) is None
+    c.incremental_unassign([TopicPartition("ia1", 0)])
+    with pytest.raises(KafkaException) as exc:
+        c.incremental_unassign([TopicPartition("ia1", 0)])
+    assert exc.value.args[0].code() == KafkaError._INVALID_ARG
+    c.unassign()
+    c.close()
+
+
+def heartbeats(broker) -> float:
+    """ConsumerGroupHeartbeat requests the broker answered so far (its request metrics)."""
+    return sample(scrape(broker.metrics_url), "kafka_network_requestmetrics_requests_total",
+                  request="ConsumerGroupHeartbeat") or 0.0  # fmt: skip
+
+
+def test_group_configs_altered_at_run_time_reach_the_members(broker_factory):
+    """IncrementalAlterConfigs on the GROUP resource while the group runs (reference
+    1.15): DescribeConfigs shows the values as GROUP_CONFIG; the member's heartbeats slow
+    to the group's consumer.heartbeat.interval.ms (the broker's request count), and a
+    member killed with SIGKILL is fenced after the group's consumer.session.timeout.ms,
+    not the broker's 45 s."""
+    broker = broker_factory({**FAST, **metrics_overrides(), "group.consumer.min.session.timeout.ms": "1000"})
+    bootstrap, topic, group = broker.bootstrap, "cfg", "g-cfg"
+    create_topic(bootstrap, topic, 6, client=CFK)
+    owners = Owners()
+    survivor = new_member(bootstrap, group)
+    survivor.subscribe([topic], **owners.callbacks("s"))
+    members, got = {"s": survivor}, {"s": []}
+    poll_all(members, got, lambda: len(owners.of("s")) == 6)
+
+    def heartbeats_while_polling(seconds: float) -> float:
+        start, deadline = heartbeats(broker), time.monotonic() + seconds
+        poll_all(members, got, lambda: time.monotonic() >= deadline)
+        return heartbeats(broker) - start
+
+    assert heartbeats_while_polling(2) >= 4  # every 200 ms
+    interval_ms, session_ms = 2000, 4000
+    set_group_config(bootstrap, group, {"consumer.heartbeat.interval.ms": str(interval_ms),
+                                        "consumer.session.timeout.ms": str(session_ms)})  # fmt: skip
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    (future,) = admin.describe_configs([ConfigResource(ResourceType.GROUP, group)]).values()
+    configs = future.result(10)
+    for key, value in (("consumer.heartbeat.interval.ms", interval_ms), ("consumer.session.timeout.ms", session_ms)):
+        assert configs[key].value == str(value) and configs[key].source == ConfigSource.GROUP_CONFIG.value
+    # the next answer carries the new interval; from then on the member heartbeats at it
+    mark = heartbeats(broker)
+    poll_all(members, got, lambda: heartbeats(broker) >= mark + 2, timeout=10)
+    assert heartbeats_while_polling(5) <= 4  # 2 or 3 at 2 s; 25 at the old 200 ms
+
+    victim = MemberProcess(bootstrap, group, topic)
+    try:
+        poll_all(members, got, lambda: len(owners.of("s")) == 3 and victim.owned() == 3)
+        killed_at = victim.kill()
+        poll_all(members, got, lambda: len(owners.of("s")) == 6)
+        took = time.monotonic() - killed_at
+        assert session_ms / 1000 - 1 <= took < 30, took
+    finally:
+        victim.close()
+        survivor.close()
+
+
+def describe_raw(bootstrap: str, group: str) -> Any:
+    """ConsumerGroupDescribe v0 of one group with the raw client: its epochs, and each
+    member's epoch, assignment and target (what confluent-kafka's describe leaves out)."""
+    with RawClient.connect(bootstrap) as c:
+        (described,) = c.request(69, 0, {"group_ids": [group], "include_authorized_operations": False}).groups
+    return described
+
+
+def partitions_of(assignment: Any) -> set[tuple[str, int]]:
+    return {(t.topic_name, p) for t in assignment.topic_partitions for p in t.partitions}
+
+
+def test_broker_killed_mid_reconciliation_resumes_the_group(broker_factory):
+    """kill -9 of the broker while a member must revoke partitions for a newcomer
+    (reference 1.6: the owner keeps its epoch with partitions pending revocation, the
+    newcomer waits for them). Restarted on the same directory, the broker resumes the
+    group from its records: same group epoch, members and pending revocation, no new
+    rebalance; the revocation then completes. No partition is ever owned by two members,
+    every record is read at least once, committed offsets never go back."""
+    broker = broker_factory(FAST)
+    bootstrap, topic, group, partitions = broker.bootstrap, "recon", "g-recon", 6
+    create_topic(bootstrap, topic, partitions, client=CFK)
+    fill(bootstrap, topic, partitions, 20)
+    owners = Owners()
+    got: dict[str, list] = {"a": [], "b": []}
+    a = new_member(bootstrap, group)
+    a.subscribe([topic], **owners.callbacks("a"))
+    poll_all({"a": a}, got, lambda: len(read_offsets(got)) >= 120)
+    tps = [TopicPartition(topic, p) for p in range(partitions)]
+    committed: list[list[int]] = []
+
+    def check_committed(consumer: Consumer) -> None:
+        offsets = [tp.offset for tp in consumer.committed(tps, timeout=10)]
+        assert not committed or all(o >= was for o, was in zip(offsets, committed[-1], strict=True)), (
+            offsets, committed[-1])  # fmt: skip
+        committed.append(offsets)
+
+    check_committed(a)
+    b = new_member(bootstrap, group)
+    b.subscribe([topic], **owners.callbacks("b"))
+    ids = {a.memberid(): "a", b.memberid(): "b"}
+
+    def pending_revocation() -> Any:
+        """The group, once a keeps its epoch revoking what b waits for (a is not polled:
+        its application has not revoked them yet)."""
+        d = describe_raw(bootstrap, group)
+        if d.error_code != 0 or len(d.members) != 2:
+            return None
+        m = {ids[x.member_id]: x for x in d.members}
+        waiting = not partitions_of(m["b"].assignment) and len(partitions_of(m["b"].target_assignment)) == 3
+        revoking = m["a"].member_epoch < d.group_epoch and len(partitions_of(m["a"].assignment)) == 3
+        return d if d.group_state == "Reconciling" and waiting and revoking else None
+
+    before = None
+
+    def caught() -> bool:
+        nonlocal before
+        b.poll(0.1)  # b has nothing to read yet
+        before = pending_revocation()
+        return before is not None
+
+    wait_until(caught, 30, step=lambda: None, what="a revoking the partitions b waits for")
+    assert owners.of("a") == {(topic, p) for p in range(partitions)} and not owners.of("b")
+
+    broker.kill()
+    broker.start()
+
+    def resumed() -> Any:
+        try:
+            d = describe_raw(bootstrap, group)
+        except OSError:
+            return None
+        return d if d.error_code == 0 else None
+
+    wait_until(resumed, 30, what="the coordinator loaded")
+    after = resumed()
+    assert (after.group_epoch, after.assignment_epoch, after.group_state) == (
+        before.group_epoch, before.assignment_epoch, "Reconciling")  # fmt: skip
+    assert {(m.member_id, m.member_epoch) for m in after.members} == {
+        (m.member_id, m.member_epoch) for m in before.members}  # fmt: skip
+
+    members = {"a": a, "b": b}
+    poll_all(members, got, lambda: owners.balanced(members, partitions_of_topic(topic, partitions)))
+    fill(bootstrap, topic, partitions, 10, seed=1)
+    poll_all(members, got, lambda: set(read_offsets(got)) >= set(expected(topic, range(partitions), 30)))
+    check_committed(a)
+    final = describe_raw(bootstrap, group)
+    assert final.group_epoch == before.group_epoch, "a rebalance Kafka would not have made"
+    assert final.group_state == "Stable" and {m.member_id for m in final.members} == set(ids)
+    a.close()
+    b.close()

@@ -20,8 +20,6 @@ from click.testing import CliRunner
 from confluent_kafka import AcknowledgeType, KafkaException, Message, Producer, ShareConsumer
 from confluent_kafka.admin import (
     AdminClient,
-    AlterConfigOpType,
-    ConfigEntry,
     ConfigResource,
     NewPartitions,
     ResourceType,
@@ -30,7 +28,7 @@ from confluent_kafka.admin import (
 from tidegate.cli import main
 from tidegate.protocol.apis import ApiKey
 
-from .clients import create_topic, produce
+from .clients import create_topic, produce, set_group_config
 from .rawclient import RawClient
 
 pytestmark = pytest.mark.timeout(180)
@@ -45,15 +43,6 @@ def prepared(bootstrap: str, topic: str, group: str, partitions: int, n: int, ba
     produce(bootstrap, topic, [f"v{i}".encode() for i in range(n)], client="confluent",
             partition=lambda i: (i // batch) % partitions, flush_every=batch)  # fmt: skip
     set_group_config(bootstrap, group, {"share.auto.offset.reset": "earliest"})
-
-
-def set_group_config(bootstrap: str, group: str, configs: dict[str, str]) -> None:
-    """IncrementalAlterConfigs SET on the GROUP resource, as confluent-kafka's tests do."""
-    resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
-        ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in configs.items()])  # fmt: skip
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for future in admin.incremental_alter_configs([resource]).values():
-        future.result(10)
 
 
 def alter_start_offsets(bootstrap: str, group: str, topic: str, offsets: dict[int, int]) -> None:

@@ -15,13 +15,13 @@ from typing import Any
 import pytest
 
 from tests.unit.consumer_groups import T0, Harness, mk
-from tidegate.coordinator.group.group_metadata_manager import AppendError, decode_group
 from tidegate.coordinator.group.group_metadata import (
     PREPARING_REBALANCE,
     STABLE,
     JoinResult,
     SyncResult,
 )
+from tidegate.coordinator.group.group_metadata_manager import AppendError, decode_group
 from tidegate.coordinator.group.modern.consumer.consumer_group_manager import ConsumerGroupConfig
 from tidegate.coordinator.group.modern.consumer.records import RecordType
 from tidegate.coordinator.group.modern.member_state import MemberState
