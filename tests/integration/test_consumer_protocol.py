@@ -860,6 +860,7 @@ def test_broker_killed_mid_reconciliation_resumes_the_group(broker_factory):
 
     wait_until(resumed, 30, what="the coordinator loaded")
     after = resumed()
+    check_committed(a)
     assert (after.group_epoch, after.assignment_epoch, after.group_state) == (
         before.group_epoch, before.assignment_epoch, "Reconciling")  # fmt: skip
     assert {(m.member_id, m.member_epoch) for m in after.members} == {
