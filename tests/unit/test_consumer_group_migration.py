@@ -70,16 +70,16 @@ def partitions(data: bytes) -> list[tuple[str, int]]:
     return decode_assignment(data)
 
 
-def subscription(version: int, topics=("foo",)) -> bytes:
+def subscription(version: int, topics=("foo",), rack: str | None = None) -> bytes:
     """A ConsumerProtocol subscription in ``version`` (v1+: no owned partitions; v2+:
-    generation -1; v3+: no rack), as a Java or librdkafka member sends it."""
+    generation -1; v3+: ``rack``), as a Java or librdkafka member sends it."""
     data = struct.pack(">h", version) + encode_subscription(topics)[2:]
     if version >= 1:
         data += struct.pack(">i", 0)
     if version >= 2:
         data += struct.pack(">i", -1)
     if version >= 3:
-        data += struct.pack(">h", -1)
+        data += struct.pack(">h", -1) if rack is None else struct.pack(">h", len(rack)) + rack.encode()
     return data
 
 
@@ -228,6 +228,21 @@ def test_upgrade_accepts_empty_user_data(h):
     stable_classic_group(h, user_data=b"")
     assert h.heartbeat(G, "c1", 0, subscribed_topic_names=["foo"]).error is E.none
     assert h.classic.classic_group(G) is None and len(h.group(G).members) == 3
+
+
+def test_the_rack_of_a_classic_members_subscription(h):
+    """Kafka's fromClassicGroup and classic JoinGroup: a v3 subscription's rack becomes
+    the member's rack id in the consumer group, and a later JoinGroup naming another
+    rack updates it (one naming none keeps it)."""
+    h.create_topic("foo", 2)
+    (joined,) = join(h, protocols=[("range", subscription(3, rack="rack-a"))])
+    m1 = joined.member_id
+    sync(h, m1, joined.generation_id, assignments={m1: encode_assignment([("foo", 0), ("foo", 1)])})
+    h.join("c1", group_id=G)
+    assert h.member(m1, G).rack_id == "rack-a"
+    for rack, kept in (("rack-b", "rack-b"), (None, "rack-b")):
+        (again,) = join(h, m1, protocols=[("range", subscription(3, rack=rack))])
+        assert again.error is E.none and h.member(m1, G).rack_id == kept
 
 
 def test_upgrade_refused_when_the_group_exceeds_the_consumer_group_max_size(tmp_path):

@@ -20,6 +20,7 @@ from tidegate.protocol.consumer_protocol import (
     decode_assignment,
     decode_owned_partitions,
     decode_subscription,
+    decode_subscription_rack,
     encode_assignment,
     encode_subscription,
 )
@@ -80,6 +81,18 @@ def test_owned_partitions_of_a_v1_and_later_subscription():
     assert decode_owned_partitions(v3) == [("x", 1), ("x", 3)]
     with pytest.raises(ValueError):
         decode_owned_partitions(v1[:-3])
+
+
+def test_the_rack_of_a_v3_subscription():
+    """After the generation id (v2+): a rack from v3 on, null or absent before."""
+    v0 = encode_subscription(["x"])
+    v2 = b"\x00\x02" + v0[2:] + struct.pack(">ii", 0, 7)
+    v3 = b"\x00\x03" + v2[2:]
+    assert decode_subscription_rack(v0) is None and decode_subscription_rack(v2) is None
+    assert decode_subscription_rack(v3 + struct.pack(">h", 2) + b"r1") == "r1"
+    assert decode_subscription_rack(v3 + struct.pack(">h", -1)) is None
+    with pytest.raises(ValueError):
+        decode_subscription_rack(v3 + struct.pack(">h", 5) + b"r1")
 
 
 def test_bytes_equal_a_real_clients():

@@ -28,6 +28,7 @@ __all__ = [
     "decode_assignment",
     "decode_owned_partitions",
     "decode_subscription",
+    "decode_subscription_rack",
     "encode_assignment",
     "encode_subscription",
 ]
@@ -79,6 +80,13 @@ class _Reader:
         self.pos += n
         return bytes(self.data[self.pos - n : self.pos])
 
+    def nullable_string(self) -> str | None:
+        """A string whose length -1 is null."""
+        if self.pos + 2 <= len(self.data) and self.data[self.pos : self.pos + 2] == b"\xff\xff":
+            self.pos += 2
+            return None
+        return self.string()
+
     def string(self) -> str:
         n = self.int16()
         if n < 0 or self.pos + n > len(self.data):
@@ -107,18 +115,32 @@ def decode_subscription(data: bytes) -> list[str]:
 def decode_owned_partitions(data: bytes) -> list[TopicPartition]:
     """The partitions a subscription says its member owns (v1+, after the user data;
     none before v1), sorted: what a classic member in a consumer group still holds."""
+    return sorted(_read_subscription(data)[0])
+
+
+def decode_subscription_rack(data: bytes) -> str | None:
+    """The rack a v3+ subscription names (after the generation id); None before v3 or
+    null."""
+    return _read_subscription(data)[1]
+
+
+def _read_subscription(data: bytes) -> tuple[list[TopicPartition], str | None]:
+    """The owned partitions (v1+) and the rack (v3+) of a subscription."""
     r = _Reader(data)
     version = r.int16()
     for _ in range(r.count(2)):
         r.string()
+    owned: list[TopicPartition] = []
     if version < 1:
-        return []
+        return owned, None
     r.nullable_bytes()  # user data
-    out: list[TopicPartition] = []
     for _ in range(r.count(2)):
         topic = r.string()
-        out += [(topic, r.int32()) for _ in range(r.count(4))]
-    return sorted(out)
+        owned += [(topic, r.int32()) for _ in range(r.count(4))]
+    if version < 3:
+        return owned, None
+    r.int32()  # generation id (v2+)
+    return owned, r.nullable_string()
 
 
 def consumer_protocol_version(data: bytes) -> int:

@@ -6,7 +6,7 @@
   are the generation; every member is STABLE at it with its last assignment as current
   and target assignment, remembers its session timeout and JoinGroup protocols
   (:class:`ClassicMemberMetadata`: it keeps speaking the classic protocol), and
-  subscribes to its ConsumerProtocol subscription's topics;
+  subscribes to its ConsumerProtocol subscription's topics, in its rack (v3+);
   :func:`consumer_group_records` are the records that write such a group.
 * :func:`classic_group_from_consumer` -- the downgrade: a Stable classic group at the
   group epoch whose members (those using the classic protocol, less the leaving ones) get
@@ -17,8 +17,7 @@
 
 An upgrade refuses a group whose assignments carry an assignor's user data
 (:class:`CustomAssignorUserDataError`): a consumer group has nowhere to keep it, and
-Kafka refuses it so ("an unsupported custom assignor is in use"). A subscription's rack
-is not carried over (tidegate's decoder does not read it; the member has none).
+Kafka refuses it so ("an unsupported custom assignor is in use").
 
 Only what the conversion is: the coordinator that drives a migration (policies, pending
 JoinGroup/SyncGroup answers, the rebalance after a downgrade) uses these.
@@ -56,6 +55,7 @@ from tidegate.protocol.consumer_protocol import (
     consumer_protocol_version,
     decode_assignment,
     decode_subscription,
+    decode_subscription_rack,
     encode_assignment,
 )
 
@@ -92,12 +92,14 @@ def consumer_group_from_classic(classic: GroupMetadata, image: MetadataImage) ->
     group.assignment_epoch = generation
     for m in classic.members.values():
         assigned = _assignment_by_id(m.assignment, image)
-        topics = decode_subscription(m.metadata(protocol)) if protocol is not None else []
+        subscription = m.metadata(protocol) if protocol is not None else None
+        topics = decode_subscription(subscription) if subscription is not None else []
         member = ConsumerGroupMember(
             m.member_id,
             member_epoch=generation,
             previous_member_epoch=generation,
             instance_id=m.group_instance_id,
+            rack_id=decode_subscription_rack(subscription) if subscription is not None else None,
             rebalance_timeout_ms=m.rebalance_timeout_ms,
             client_id=m.client_id,
             client_host=m.client_host,

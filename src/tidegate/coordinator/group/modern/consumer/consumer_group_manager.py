@@ -134,6 +134,7 @@ from tidegate.protocol.consumer_protocol import (
     consumer_protocol_version,
     decode_owned_partitions,
     decode_subscription,
+    decode_subscription_rack,
 )
 from tidegate.protocol.messages import consumer_group_describe
 from tidegate.server.timer import SystemTimer
@@ -893,9 +894,10 @@ class ConsumerGroupManager(ModernGroupManager[ConsumerGroup, ConsumerGroupMember
         try:
             topics = decode_subscription(metadata)
             owned = decode_owned_partitions(metadata)
+            rack = decode_subscription_rack(metadata)
         except ValueError as exc:
             raise api_error(ErrorCode.inconsistent_group_protocol, f"Malformed subscription: {exc}") from exc
-        updated = _updated_classic_member(member, req, topics)
+        updated = _updated_classic_member(member, req, topics, rack)
         names_changed = self._has_member_subscription_changed(group_id, member, updated, op)
         group_epoch, sub_type = group.group_epoch, None
         if names_changed or group.has_metadata_expired(self.clock.milliseconds()):
@@ -1380,10 +1382,11 @@ def _updated_member(member: ConsumerGroupMember, req: ConsumerGroupHeartbeat) ->
 
 
 def _updated_classic_member(
-    member: ConsumerGroupMember, req: ClassicJoinGroup, topics: Iterable[str]
+    member: ConsumerGroupMember, req: ClassicJoinGroup, topics: Iterable[str], rack: str | None
 ) -> ConsumerGroupMember:
-    """The member with what a JoinGroup sets: its subscription, client, and the classic
-    protocol's session timeout and protocols."""
+    """The member with what a JoinGroup sets: its subscription (and its rack, if the
+    subscription names one), client, and the classic protocol's session timeout and
+    protocols."""
     changes: dict[str, object] = {
         "subscribed_topic_names": frozenset(topics),
         "client_id": req.client_id,
@@ -1395,6 +1398,8 @@ def _updated_classic_member(
     }
     if req.instance_id is not None:
         changes["instance_id"] = req.instance_id
+    if rack is not None:
+        changes["rack_id"] = rack
     if req.rebalance_timeout_ms != -1:
         changes["rebalance_timeout_ms"] = req.rebalance_timeout_ms
     return member.replace(**changes)
