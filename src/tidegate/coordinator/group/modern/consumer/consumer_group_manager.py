@@ -481,7 +481,10 @@ class ConsumerGroupManager(ModernGroupManager[ConsumerGroup, ConsumerGroupMember
         send_assignment = (
             member_epoch == 0
             or full
-            or updated.assigned_partitions != member.assigned_partitions
+            or (
+                updated.assigned_partitions is not member.assigned_partitions
+                and updated.assigned_partitions != member.assigned_partitions
+            )
         )
         return op, ConsumerGroupHeartbeatResult(
             member_id=updated.member_id,
@@ -691,7 +694,7 @@ class ConsumerGroupManager(ModernGroupManager[ConsumerGroup, ConsumerGroupMember
         op: CoordinatorOperation,
     ) -> bool:
         """Write the member's record if it changed; whether its topic names did."""
-        if updated != member:
+        if updated is not member and updated != member:
             op.records.append(new_consumer_group_member_subscription_record(group_id, updated))
             return updated.subscribed_topic_names != member.subscribed_topic_names
         return False
@@ -1357,28 +1360,33 @@ class _RegexUpdate(enum.Enum):
 
 
 def _updated_member(member: ConsumerGroupMember, req: ConsumerGroupHeartbeat) -> ConsumerGroupMember:
-    """The member with what the request sets (null / -1 fields leave it unchanged)."""
-    changes: dict[str, object] = {
-        "client_id": req.client_id,
-        "client_host": req.client_host,
-        "classic_member_metadata": None,
-    }
-    if req.instance_id is not None:
+    """The member with what the request sets (null / -1 fields leave it unchanged): the
+    same object when nothing differs (a steady heartbeat copies nothing)."""
+    changes: dict[str, object] = {}
+    if req.client_id != member.client_id:
+        changes["client_id"] = req.client_id
+    if req.client_host != member.client_host:
+        changes["client_host"] = req.client_host
+    if member.classic_member_metadata is not None:
+        changes["classic_member_metadata"] = None
+    if req.instance_id is not None and req.instance_id != member.instance_id:
         changes["instance_id"] = req.instance_id
-    if req.rack_id is not None:
+    if req.rack_id is not None and req.rack_id != member.rack_id:
         changes["rack_id"] = req.rack_id
-    if req.rebalance_timeout_ms != -1:
+    if req.rebalance_timeout_ms != -1 and req.rebalance_timeout_ms != member.rebalance_timeout_ms:
         changes["rebalance_timeout_ms"] = req.rebalance_timeout_ms
-    if req.server_assignor is not None:
+    if req.server_assignor is not None and req.server_assignor != member.server_assignor_name:
         changes["server_assignor_name"] = req.server_assignor
     if req.subscribed_topic_names is not None:
-        changes["subscribed_topic_names"] = frozenset(req.subscribed_topic_names)
-    if req.subscribed_topic_regex is not None:
-        changes["subscribed_topic_regex"] = req.subscribed_topic_regex
-    if member.subscribed_topic_regex is None:
-        changes.setdefault("subscribed_topic_regex", "")
-    updated = member.replace(**changes)
-    return member if updated == member else updated
+        names = frozenset(req.subscribed_topic_names)
+        if names != member.subscribed_topic_names:
+            changes["subscribed_topic_names"] = names
+    regex = req.subscribed_topic_regex
+    if regex is None and member.subscribed_topic_regex is None:
+        regex = ""
+    if regex is not None and regex != member.subscribed_topic_regex:
+        changes["subscribed_topic_regex"] = regex
+    return member.replace(**changes) if changes else member
 
 
 def _updated_classic_member(
