@@ -111,6 +111,25 @@ CASES = ("form", "join", "leave")
 
 
 # -- the broker's core on fake time, and the simulated clients' event queue ----------------
+class TimedLoop(FakeLoop):
+    """FakeLoop that counts the CPU of the work handed to a worker (the flusher's fsync
+    of ``__consumer_offsets``): how much of the broker's CPU is durability."""
+
+    def __init__(self, clock: Any) -> None:
+        super().__init__(clock)
+        self.submitted_ns = 0
+
+    def submit(self, fn: Callable[[], Any], on_done: Callable[[Any, BaseException | None], None]) -> None:
+        def timed() -> Any:
+            start = time.thread_time_ns()
+            try:
+                return fn()
+            finally:
+                self.submitted_ns += time.thread_time_ns() - start
+
+        super().submit(timed, on_done)
+
+
 class World:
     """One broker core (fake clock, real logs in a temporary directory) holding the
     topics; each run uses a group of its own in it."""
@@ -118,7 +137,8 @@ class World:
     def __init__(self, path: Path, partitions: int, topics: int = TOPICS, rtt_ms: int = 1) -> None:
         #: a request's round trip: the members read each answer this long after sending
         self.rtt_ms = rtt_ms
-        self.harness = CoreHarness(path, loop=FakeLoop(clock_at(1_000_000)))
+        self.harness = CoreHarness(path, loop=TimedLoop(clock_at(1_000_000)))
+        self.timed_loop: TimedLoop = self.harness.loop  # type: ignore[assignment]
         core = self.harness.core
         # The broker's periodic maintenance walks every partition each second of fake time
         # whatever the groups do: it would count against the protocol whose case lasts longer.
@@ -156,8 +176,9 @@ class World:
         self._cpu_ns += time.thread_time_ns() - start
         return out
 
-    def cpu_mark(self) -> tuple[int, int]:
-        return self._cpu_ns, self.requests
+    def cpu_mark(self) -> tuple[int, int, int]:
+        """(broker CPU ns, of which fsync ns, requests) so far."""
+        return self._cpu_ns, self.timed_loop.submitted_ns, self.requests
 
     # -- simulated time -------------------------------------------------------------------
     def at(self, at_ms: int, fn: Callable[[], None]) -> None:
@@ -453,6 +474,8 @@ class CaseResult:
     #: partitions revoked from members, and partition-seconds without an owner (join, leave)
     revoked: int = 0
     unowned_s: float = 0.0
+    #: of ``cpu_ms``, the fsync of the records written
+    fsync_ms: float = 0.0
 
 
 @dataclass
@@ -462,6 +485,12 @@ class RunResult:
     #: (KafkaApis.handle: decoded from its bytes, authorized, answered, encoded)
     heartbeat_us: float = 0.0
     request_us: float = 0.0
+
+
+def _case(fake_ms: int, before: tuple[int, int, int], after: tuple[int, int, int], revoked: int = 0,
+          unowned_s: float = 0.0) -> CaseResult:
+    cpu, fsync, requests = (a - b for a, b in zip(after, before, strict=True))
+    return CaseResult(fake_ms, cpu / 1e6, requests, revoked, unowned_s, fsync / 1e6)
 
 
 class Group:
@@ -519,15 +548,13 @@ class Group:
         until the group is stable: fake time from ``at_ms``, broker CPU and requests."""
         w = self.world
         w.run(lambda: w.now() >= at_ms or (bool(w._events) and w._events[0][0] > at_ms and w._quiet_until(at_ms)))
-        cpu0, req0 = w.cpu_mark()
+        mark = w.cpu_mark()
         unowned0, revoked0 = self.ownership.mark()
         start()
         done = w.run(self.stable)
-        cpu1, req1 = w.cpu_mark()
         unowned1, revoked1 = self.ownership.mark()
         self.check_ownership()
-        return CaseResult(done - at_ms, (cpu1 - cpu0) / 1e6, req1 - req0, revoked1 - revoked0,
-                          (unowned1 - unowned0) / 1000)
+        return _case(done - at_ms, mark, w.cpu_mark(), revoked1 - revoked0, (unowned1 - unowned0) / 1000)
 
 
 def run_once(world: World, protocol: str, members: int, rnd: random.Random, group_id: str,
@@ -541,11 +568,10 @@ def run_once(world: World, protocol: str, members: int, rnd: random.Random, grou
     for member, offset in zip(first, offsets, strict=True):
         world.at(t0 + int(offset), member.start)
     last_join = t0 + int(offsets[-1])
-    cpu0, req0 = world.cpu_mark()
+    mark = world.cpu_mark()
     done = world.run(group.stable)
-    cpu1, req1 = world.cpu_mark()
     group.check_ownership()
-    result.cases["form"] = CaseResult(done - last_join, (cpu1 - cpu0) / 1e6, req1 - req0)
+    result.cases["form"] = _case(done - last_join, mark, world.cpu_mark())
 
     world.drain(2 * 5000)
     result.heartbeat_us = steady_heartbeat_us(group, [m.steady_call() for m in group.active()], heartbeat_calls)
@@ -722,12 +748,13 @@ def table(results: dict[tuple[str, int], list[RunResult]], partitions: int = PAR
                     protocol,
                     _stat([r.fake_ms / 1000 for r in rs], ".1f"),
                     _stat([r.cpu_ms for r in rs], ".1f"),
+                    _stat([r.fsync_ms for r in rs], ".1f"),
                     _stat([float(r.requests) for r in rs], ".0f"),
                     _stat([float(r.revoked) for r in rs], ".0f") if moves else "",
                     _stat([r.unowned_s for r in rs], ".0f") if moves else "",
                 ])
     return format_table(
-        ["members x partitions, case", "protocol", "fake s", "broker CPU ms", "requests", "revoked",
+        ["members x partitions, case", "protocol", "fake s", "broker CPU ms", "of which fsync", "requests", "revoked",
          "unowned partition-s"],
         rows,
     )
