@@ -248,3 +248,53 @@ def call_as(h, who, key, version, body):
     if outcome is not PARKED:
         return decode_frame(key, version, response_bytes(outcome), cid)
     return h.answer(request, cid)
+
+
+def test_group_coordinator_metrics(tmp_path):
+    """Kafka's group-coordinator-metrics: groups per protocol and state, one rebalance per
+    group epoch bump, offsets committed (per partition), deleted by OffsetDelete and
+    expired; and each group's members and epoch (what ``tidegate top`` lists)."""
+    from tidegate.metrics.prometheus import BrokerMetrics
+
+    h = CoreHarness(tmp_path, {**GROUP_PROPS, "offsets.retention.minutes": "1"})
+    core = h.core
+    metrics = BrokerMetrics()
+    metrics.register_group_coordinators(
+        core.group_coordinator, core.consumer_group_coordinator, core.share_group_coordinator
+    )
+
+    def value(name: str, **labels: str) -> float | None:
+        return metrics.registry.get_sample_value("kafka_server_group_coordinator_metrics_" + name, labels)
+
+    assert value("consumer_group_rebalance_total") == 0
+    h.create_topic("t", 2)
+    h.create_topic("u", 1)
+    call(h, HB, 1, hb("a"))  # a new group: epoch 1
+    call(h, HB, 1, hb("b"))  # b joins: epoch 2
+    assert value("consumer_group_rebalance_total") == 2
+    assert value("group_count", protocol="consumer") == 1
+    assert value("consumer_group_count", state="reconciling") == 1
+    assert value("consumer_group_count", state="stable") == 0
+    assert metrics.registry.get_sample_value(
+        "tidegate_group_members", {"group": "g", "protocol": "consumer", "state": "reconciling"}) == 2
+    assert metrics.registry.get_sample_value("tidegate_group_epoch", {"group": "g", "protocol": "consumer"}) == 2
+
+    call(h, ApiKey.OFFSET_COMMIT, 9, commit_body("g", "a", 1, {("t", 0): 3, ("u", 0): 4}))
+    call(h, ApiKey.OFFSET_COMMIT, 9, commit_body("simple", "", -1, {("t", 1): 1}))
+    assert value("offset_commit_total") == 3
+    assert value("group_count", protocol="classic") == 1
+    assert value("classic_group_count", state="empty") == 1
+    call(h, ApiKey.OFFSET_DELETE, 0, {"group_id": "g", "topics": [
+        {"name": "t", "partitions": [{"partition_index": 0}]}, {"name": "u", "partitions": [{"partition_index": 0}]},
+    ]})  # fmt: skip
+    assert value("offset_deletion_total") == 1  # t is subscribed: only u's offset goes
+
+    call(h, HB, 1, hb("b", epoch=-1))  # b leaves: epoch 3
+    assert value("consumer_group_rebalance_total") == 3
+    h.clock.advance(120_000)
+    core.group_coordinator.cleanup_group_metadata()
+    assert value("offset_expiration_total") == 1  # the simple group's offset; g has a member
+    assert value("group_count", protocol="classic") == 0
+    assert value("share_group_rebalance_total") == 0
+    assert value("group_count", protocol="share") == 0
+    h.close()

@@ -295,18 +295,21 @@ def test_a_share_fetch_is_on_the_fetch_quota_and_keeps_its_acquired_records(tmp_
 
 
 def test_share_group_metrics(tmp_path):
-    from prometheus_client import CollectorRegistry, generate_latest
-
-    from tidegate.metrics.collectors import ShareGroupCollector
+    from tidegate.metrics.prometheus import BrokerMetrics
 
     h = Harness(tmp_path)
     topic_id, _ = joined(h)
     share_fetch(h, fetch(topic_id))
-    registry = CollectorRegistry()
-    registry.register(ShareGroupCollector(h.core.share_group_coordinator, h.core.share_partitions))
-    text = generate_latest(registry).decode()
+    metrics = BrokerMetrics()
+    core = h.core
+    metrics.register_group_coordinators(core.group_coordinator, core.consumer_group_coordinator,
+                                        core.share_group_coordinator)  # fmt: skip
+    metrics.register_share_partitions(core.share_partitions)
+    text = metrics.exposition().decode()
     assert 'kafka_server_group_coordinator_metrics_group_count{protocol="share"} 1.0' in text
     assert 'kafka_server_group_coordinator_metrics_share_group_count{state="stable"} 1.0' in text
+    assert "kafka_server_group_coordinator_metrics_share_group_rebalance_total 1.0" in text
+    assert 'tidegate_group_members{group="g",protocol="share",state="stable"} 1.0' in text
     assert "kafka_server_sharesessioncache_sharesessionscount 1.0" in text
     assert 'kafka_server_sharepartitionmetrics_inflightmessagecount{group="g",partition="0",topic="t"} 3.0' in text
     h.close()
@@ -336,7 +339,7 @@ def test_share_metrics_count_acknowledgements_lock_timeouts_and_requests(tmp_pat
         {"first_offset": 2, "last_offset": 2, "acknowledge_types": [3]})
     assert call(h, ACK, 1, body).responses[0].partitions[0].error_code == E.none
     registry = CollectorRegistry()
-    registry.register(ShareGroupCollector(h.core.share_group_coordinator, h.core.share_partitions))
+    registry.register(ShareGroupCollector(h.core.share_partitions))
     text = generate_latest(registry).decode()
     labels = 'group="g",partition="0",topic="t"'
     assert f"kafka_server_sharepartitionmetrics_acquisitionlocktimeout_total{{{labels}}} 3.0" in text

@@ -309,10 +309,35 @@ class SharePartitionsState(Protocol):
     def share_partition_metrics(self) -> Iterable[tuple[str, str, int, SharePartitionState]]: ...
 
 
-class ShareGroupsState(Protocol):
-    """The share group coordinator (``ShareGroupManager``): groups per state."""
+class GroupsState(Protocol):
+    """A group coordinator as the metrics read it: its groups per state, and each group's
+    (group id, state, epoch, members)."""
 
     def state_counts(self) -> Mapping[str, int]: ...
+
+    def group_summaries(self) -> Iterable[tuple[str, str, int, int]]: ...
+
+
+class ModernGroupsState(GroupsState, Protocol):
+    """A KIP-848 or KIP-932 coordinator (``ConsumerGroupManager``, ``ShareGroupManager``):
+    also its group epoch bumps."""
+
+    @property
+    def rebalances(self) -> int: ...
+
+
+class ClassicGroupsState(GroupsState, Protocol):
+    """The classic ``GroupCoordinator``, which also keeps every group's committed offsets:
+    its completed rebalances and the offsets committed, expired and deleted."""
+
+    @property
+    def rebalances_completed(self) -> int: ...
+    @property
+    def offsets_committed(self) -> int: ...
+    @property
+    def offsets_expired(self) -> int: ...
+    @property
+    def offsets_deleted(self) -> int: ...
 
 
 def error_name(code: int) -> str:
@@ -885,33 +910,90 @@ class TransactionCoordinatorCollector(Collector):
         )
 
 
-class ShareGroupCollector(Collector):
-    """KIP-932 share groups: Kafka's group-coordinator-metrics counts of share groups
-    (``group-count`` with ``protocol=share``, ``share-group-count`` per state), the
-    ShareSessionCache gauges and each share-partition's InFlightMessageCount
-    (SharePartitionMetrics)."""
+_GROUP_METRICS = "kafka_server_group_coordinator_metrics_"
+#: the states of each protocol's per-state group count, as Kafka registers them
+_CLASSIC_STATES = ("PreparingRebalance", "CompletingRebalance", "Stable", "Dead", "Empty")
+_CONSUMER_STATES = ("Empty", "Assigning", "Reconciling", "Stable", "Dead")
+_SHARE_STATES = ("Empty", "Stable", "Dead")
 
-    def __init__(self, groups: ShareGroupsState, partitions: SharePartitionsState) -> None:
-        self.groups = groups
+
+class GroupCoordinatorCollector(Collector):
+    """Kafka's group-coordinator-metrics (GroupCoordinatorMetrics) read from the three
+    group coordinators: groups per protocol and per state, the rebalance and offset
+    meters as counters; and tidegate's per-group gauges (members and epoch of each group,
+    what ``tidegate top`` lists)."""
+
+    def __init__(self, classic: ClassicGroupsState, consumer: ModernGroupsState, share: ModernGroupsState) -> None:
+        self.classic = classic
+        self.consumer = consumer
+        self.share = share
+
+    def collect(self) -> Iterable[Metric]:
+        protocols = (("classic", self.classic, _CLASSIC_STATES), ("consumer", self.consumer, _CONSUMER_STATES),
+                     ("share", self.share, _SHARE_STATES))  # fmt: skip
+        counts = {name: coordinator.state_counts() for name, coordinator, _ in protocols}
+        total = GaugeMetricFamily(
+            _GROUP_METRICS + "group_count",
+            "Groups per protocol: classic, consumer, share (group-coordinator-metrics group-count).",
+            labels=["protocol"],
+        )
+        for name, _, _ in protocols:
+            total.add_metric([name], sum(counts[name].values()))
+        yield total
+        for name, _, states in protocols:
+            per_state = GaugeMetricFamily(
+                f"{_GROUP_METRICS}{name}_group_count",
+                f"{name.capitalize()} groups per state (group-coordinator-metrics {name}-group-count).",
+                labels=["state"],
+            )
+            for state in states:
+                per_state.add_metric([state.lower()], counts[name].get(state, 0))
+            yield per_state
+        for metric, doc, value in (
+            ("group_completed_rebalance", "Classic group rebalances completed (a new generation)",
+             self.classic.rebalances_completed),
+            ("consumer_group_rebalance", "Consumer group epoch bumps", self.consumer.rebalances),
+            ("share_group_rebalance", "Share group epoch bumps", self.share.rebalances),
+            ("offset_commit", "Offsets committed (OffsetCommit and TxnOffsetCommit, per partition)",
+             self.classic.offsets_committed),
+            ("offset_expiration", "Committed offsets expired (offsets.retention.minutes)",
+             self.classic.offsets_expired),
+            ("offset_deletion", "Committed offsets deleted by OffsetDelete", self.classic.offsets_deleted),
+        ):
+            kafka = metric.replace("_", "-")
+            yield CounterMetricFamily(
+                _GROUP_METRICS + metric,
+                f"{doc} since start (group-coordinator-metrics {kafka}-count; rate() is {kafka}-rate).",
+                value=value,
+            )
+        members = GaugeMetricFamily(
+            "tidegate_group_members",
+            "Members of each group, with its protocol and state (tidegate only).",
+            labels=["group", "protocol", "state"],
+        )
+        epoch = GaugeMetricFamily(
+            "tidegate_group_epoch",
+            "Each group's epoch: the group epoch of a consumer or share group, the generation "
+            "of a classic group (tidegate only).",
+            labels=["group", "protocol"],
+        )
+        for name, coordinator, _ in protocols:
+            for group_id, state, group_epoch, count in sorted(coordinator.group_summaries()):
+                members.add_metric([group_id, name, state.lower()], count)
+                epoch.add_metric([group_id, name], group_epoch)
+        yield members
+        yield epoch
+
+
+class ShareGroupCollector(Collector):
+    """KIP-932 on the broker: the ShareSessionCache gauges, each share-partition's
+    SharePartitionMetrics and the share counters (ShareGroupMetrics, BrokerTopicMetrics);
+    the share groups' counts are the :class:`GroupCoordinatorCollector`'s."""
+
+    def __init__(self, partitions: SharePartitionsState) -> None:
         self.partitions = partitions
 
     def collect(self) -> Iterable[Metric]:
-        counts = self.groups.state_counts()
-        total = GaugeMetricFamily(
-            "kafka_server_group_coordinator_metrics_group_count",
-            "Groups per protocol (group-coordinator-metrics group-count; share groups here).",
-            labels=["protocol"],
-        )
-        total.add_metric(["share"], sum(counts.values()))
-        yield total
-        per_state = GaugeMetricFamily(
-            "kafka_server_group_coordinator_metrics_share_group_count",
-            "Share groups per state (group-coordinator-metrics share-group-count).",
-            labels=["state"],
-        )
-        for state in ("Empty", "Stable", "Dead"):
-            per_state.add_metric([state.lower()], counts.get(state, 0))
-        yield per_state
         sessions = self.partitions.sessions
         yield GaugeMetricFamily("kafka_server_sharesessioncache_sharesessionscount",
                                 "Share sessions in the cache (ShareSessionCache ShareSessionsCount).",

@@ -17,15 +17,18 @@ from tidegate.clock import Clock
 from tidegate.metrics.collectors import (
     AuthorizerCollector,
     AuthorizerState,
+    ClassicGroupsState,
     CleanerState,
     FetchSessionCacheCollector,
     FetchSessionsState,
     FlusherCollector,
     FlusherState,
+    GroupCoordinatorCollector,
     LogCleanerCollector,
     LogCollector,
     LogDirFailureCollector,
     LogDirFailures,
+    ModernGroupsState,
     PartitionLog,
     PurgatoryCollector,
     PurgatoryState,
@@ -33,7 +36,6 @@ from tidegate.metrics.collectors import (
     QuotasState,
     RequestCollector,
     ShareGroupCollector,
-    ShareGroupsState,
     SharePartitionsState,
     SocketServerCollector,
     SocketServerState,
@@ -88,10 +90,16 @@ class BrokerMetrics:
         """Expose the transaction coordinator's load times, marker retries and states."""
         self.registry.register(TransactionCoordinatorCollector(coordinator))
 
-    def register_share_groups(self, groups: ShareGroupsState, partitions: SharePartitionsState) -> None:
-        """Expose the share groups per state, the share sessions and the share-partitions'
-        in-flight records."""
-        self.registry.register(ShareGroupCollector(groups, partitions))
+    def register_group_coordinators(
+        self, classic: ClassicGroupsState, consumer: ModernGroupsState, share: ModernGroupsState
+    ) -> None:
+        """Expose the group-coordinator-metrics of the three group coordinators (groups per
+        protocol and state, rebalances, offsets) and each group's members and epoch."""
+        self.registry.register(GroupCoordinatorCollector(classic, consumer, share))
+
+    def register_share_partitions(self, partitions: SharePartitionsState) -> None:
+        """Expose the share sessions and the share-partitions' in-flight records."""
+        self.registry.register(ShareGroupCollector(partitions))
 
     def register_authorizer(self, authorizer: AuthorizerState) -> None:
         """Expose the authorizer's ACL count and its allowed/denied decisions."""

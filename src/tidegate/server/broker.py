@@ -193,7 +193,10 @@ class Broker:
             metrics.register_log_cleaner(logs.cleaner, core.clock)
         metrics.register_quotas(core.quotas)
         metrics.register_transaction_coordinator(core.transaction_coordinator)
-        metrics.register_share_groups(core.share_group_coordinator, core.share_partitions)
+        metrics.register_group_coordinators(
+            core.group_coordinator, core.consumer_group_coordinator, core.share_group_coordinator
+        )
+        metrics.register_share_partitions(core.share_partitions)
         if core.authorizer is not None:
             metrics.register_authorizer(core.authorizer)
 

@@ -227,8 +227,12 @@ class GroupCoordinator:
         #: the latest group record of each group id seen by the replay at load
         self._stored: dict[str, dict | None] = {}
         self.active = False
+        #: Kafka's group-completed-rebalance-count and offset-commit/-expiration/-deletion-count
+        #: (group-coordinator-metrics), read by the metrics at scrape time
         self.rebalances_completed = 0
+        self.offsets_committed = 0
         self.offsets_expired = 0
+        self.offsets_deleted = 0
 
     # -- lifecycle --------------------------------------------------------------------------
     def replay_batch(self, batch: ReplayedBatch) -> None:
@@ -1232,6 +1236,7 @@ class GroupCoordinator:
             for tp, _ in records:
                 errors[tp] = error
             return errors, None
+        self.offsets_committed += len(records)
         base = wait.base_offset
         for i, (_tp, om) in enumerate(records):
             om.record_offset = base + i
@@ -1287,6 +1292,7 @@ class GroupCoordinator:
             return ErrorCode.non_empty_group, {}
         removed = group.remove_offsets(eligible)
         self._append_tombstones([offset_key(group_id, t, p) for t, p in removed])
+        self.offsets_deleted += len(removed)
         for tp in eligible:
             errors[tp] = ErrorCode.none
         if removed:
@@ -1310,6 +1316,7 @@ class GroupCoordinator:
         if group is not None:
             removed = group.remove_offsets([tp for tp, e in errors.items() if e is ErrorCode.none])
             self._append_tombstones([offset_key(group_id, t, p) for t, p in removed])
+            self.offsets_deleted += len(removed)
         return ErrorCode.none, errors
 
     def remove_offsets_of_topic(self, topic: str) -> int:
@@ -1379,6 +1386,23 @@ class GroupCoordinator:
         if removed:
             log.info("expired %d committed offset(s)", removed)
         return removed
+
+    # -- metrics -----------------------------------------------------------------------------------
+    def _classic_groups(self) -> list[GroupMetadata]:
+        """The classic groups (the ids of consumer and share groups keep only their offsets
+        here)."""
+        return [g for g in self.groups.values() if g.state is not DEAD and self.other_groups(g.group_id) is None]
+
+    def state_counts(self) -> dict[str, int]:
+        """Classic groups per state ("Empty", "Stable", ...): Kafka's classic-group-count."""
+        counts: dict[str, int] = {}
+        for g in self._classic_groups():
+            counts[g.state.value] = counts.get(g.state.value, 0) + 1
+        return counts
+
+    def group_summaries(self) -> list[tuple[str, str, int, int]]:
+        """(group id, state, generation, members) of every classic group, for the metrics."""
+        return [(g.group_id, g.state.value, g.generation_id, len(g.members)) for g in self._classic_groups()]
 
     # -- listing, describing, deleting -------------------------------------------------------------
     def handle_list_groups(

@@ -173,7 +173,7 @@ class ModernGroupManager(Generic[G, M]):
         #: the last append: an operation without records answers once it is durable
         self._last_append: PendingAppend | None = None
         self.active = False
-        #: group epoch bumps (the rebalance-count metric)
+        #: group epoch bumps (Kafka's consumer-/share-group-rebalance-count)
         self.rebalances = 0
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -290,6 +290,19 @@ class ModernGroupManager(Generic[G, M]):
         for task in self._timers.values():
             task.cancel()
         self._timers.clear()
+
+    # -- metrics -------------------------------------------------------------------------------
+    def state_counts(self) -> dict[str, int]:
+        """Groups per state ("Empty", "Stable", ...): Kafka's consumer-/share-group-count."""
+        counts: dict[str, int] = {}
+        for group in self.groups.values():
+            state = str(group.state)
+            counts[state] = counts.get(state, 0) + 1
+        return counts
+
+    def group_summaries(self) -> list[tuple[str, str, int, int]]:
+        """(group id, state, group epoch, members) of every group, for the metrics."""
+        return [(g.group_id, str(g.state), g.group_epoch, len(g.members)) for g in self.groups.values()]
 
     # -- heartbeats ---------------------------------------------------------------------------
     def _heartbeat(

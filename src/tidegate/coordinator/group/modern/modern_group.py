@@ -142,6 +142,11 @@ class ModernGroup(Generic[M]):
         self.metadata_refresh_deadline: tuple[MonotonicMs, int] = (_REFRESH_NOW, 0)
         self.dead = False
 
+    @property
+    def state(self) -> Any:
+        """The group's state (the protocol's enum; its ``str`` is Kafka's state name)."""
+        raise NotImplementedError
+
     def _new_member(self, member_id: str) -> M:
         """A new member of this group's kind (not added)."""
         raise NotImplementedError

@@ -379,13 +379,6 @@ class ShareGroupManager(ModernGroupManager[ShareGroup, ShareGroupMember]):
         if self.other_groups(group_id) is not None:
             raise api_error(ErrorCode.group_id_not_found, f"Group {group_id} is not a share group.")
 
-    def state_counts(self) -> dict[str, int]:
-        """Share groups per state ("Empty", "Stable"), for the metrics."""
-        counts: dict[str, int] = {}
-        for group in self.groups.values():
-            counts[str(group.state)] = counts.get(str(group.state), 0) + 1
-        return counts
-
     def groups_in_state(self, state: ShareGroupState) -> int:
         return sum(1 for g in self.groups.values() if g.state is state)
 
