@@ -11,7 +11,7 @@ import time
 from click.testing import CliRunner
 from confluent_kafka import Consumer, Producer
 
-from tests.conftest import wait_until
+from tests.conftest import metrics_overrides, wait_until
 from tidegate.cli import main
 from tidegate.cli.consumer_groups import parse_datetime, parse_duration
 from tidegate.client import KafkaClient
@@ -30,9 +30,9 @@ def fill(bootstrap: str, topic: str, per_partition: int, partitions: int = 3) ->
     assert p.flush(30) == 0
 
 
-def consumer(bootstrap: str, group: str, topic: str) -> Consumer:
+def consumer(bootstrap: str, group: str, topic: str, **conf: str) -> Consumer:
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
-                  "enable.auto.commit": False, "client.id": "cg-test"})  # fmt: skip
+                  "enable.auto.commit": False, "client.id": "cg-test", **conf})  # fmt: skip
     c.subscribe([topic])
     return c
 
@@ -136,6 +136,94 @@ def test_list_describe_reset_and_delete(broker):
                    "\nThese consumer groups were deleted successfully: 'cg-app'\n")
     assert groups(b, "--describe", "--group", "cg-app") == (
         0, "\nError: Consumer group 'cg-app' does not exist.\n", "")
+
+
+def test_consumer_protocol_groups(broker_factory):
+    """KIP-848 groups as kafka-consumer-groups.sh 4.x shows them: two confluent-kafka
+    consumers with group.protocol=consumer (one static) beside a classic group; --list
+    --type, the offsets view, --members --verbose with member epochs and target
+    assignments, --state with the server-side assignor and (verbose) the epochs; and the
+    broker's group-coordinator-metrics on one Prometheus scrape."""
+    import urllib.request
+
+    broker = broker_factory({**metrics_overrides(), "group.consumer.min.heartbeat.interval.ms": "200",
+                             "group.consumer.heartbeat.interval.ms": "200"})
+    b = broker.bootstrap
+    with KafkaClient(b) as client:
+        create_topic(client, "kip848", 4)
+    fill(b, "kip848", 5, partitions=4)
+    classic = consumer(b, "cg-classic", "kip848")
+    assert len(consume(classic, 20)) == 20
+    modern = [consumer(b, "cg-848", "kip848", **{"group.protocol": "consumer"}),
+              consumer(b, "cg-848", "kip848", **{"group.protocol": "consumer", "group.instance.id": "static-1"})]
+
+    got: list = []
+
+    def stable() -> bool:
+        for c in modern:
+            got.extend(m for m in c.consume(100, 0.1) if not m.error())
+        out = groups(b, "--describe", "--group", "cg-848", "--members")[1]
+        return len(got) == 20 and "Stable" in groups(b, "--describe", "--group", "cg-848", "--state")[1] \
+            and sorted(line.split()[-1] for line in out.splitlines()[2:]) == ["2", "2"]
+
+    wait_until(stable, 60, what=lambda: f"both consumer-protocol members to own two partitions ({len(got)} read): "
+               + groups(b, "--describe", "--group", "cg-848", "--members", "--verbose")[1])  # fmt: skip
+    for c in modern:
+        c.commit(asynchronous=False)
+
+    code, out, _ = groups(b, "--list", "--type")
+    assert code == 0 and out.splitlines()[0] == f"{'GROUP':<25} {'TYPE':<20}"
+    assert f"{'cg-848':<25} {'Consumer':<20}" in out.splitlines()
+    assert f"{'cg-classic':<25} {'Classic':<20}" in out.splitlines()
+    code, out, _ = groups(b, "--list", "--type", "consumer", "--state")
+    assert out.splitlines() == [f"{'GROUP':<25} {'TYPE':<20} {'STATE':<20}",
+                                f"{'cg-848':<25} {'Consumer':<20} {'Stable':<20}"]
+    assert groups(b, "--list", "--type", "classic")[1].split() == ["GROUP", "TYPE", "cg-classic", "Classic"]
+    code, out, err = groups(b, "--list", "--type", "share")
+    assert code == 2 and "Invalid types list 'share'. Valid types are: Classic, Consumer" in err
+
+    # the offsets and lag: each of the four partitions with the member that owns it
+    code, out, err = groups(b, "--describe", "--group", "cg-848")
+    rows = [line.split() for line in out.splitlines()[2:]]
+    assert code == 0 and err == ""
+    assert sorted(r[1:6] for r in rows) == [["kip848", str(p), "5", "5", "0"] for p in range(4)]
+    assert {r[8] for r in rows} == {"cg-test"} and len({r[6] for r in rows}) == 2
+
+    code, out, _ = groups(b, "--describe", "--group", "cg-848", "--members", "--verbose")
+    head, *members = out.splitlines()[1:]
+    assert head.split() == ["GROUP", "CONSUMER-ID", "GROUP-INSTANCE-ID", "HOST", "CLIENT-ID", "#PARTITIONS",
+                            "CURRENT-EPOCH", "CURRENT-ASSIGNMENT", "TARGET-EPOCH", "TARGET-ASSIGNMENT"]  # fmt: skip
+    cells = [m.split() for m in members]
+    assert sorted(len(c) for c in cells) == [9, 10]  # the dynamic member has no instance id
+    static = next(c for c in cells if len(c) == 10)
+    assert static[2] == "static-1"
+    for c in cells:
+        epoch, current, target_epoch, target = c[-4:]
+        assert c[-5] == "2" and current == target and current.startswith("kip848:")
+        assert int(epoch) == int(target_epoch) >= 2
+    code, out, _ = groups(b, "--describe", "--group", "cg-848", "--state", "--verbose")
+    head, row = out.splitlines()[1:]
+    assert head.split() == ["GROUP", "COORDINATOR", "(ID)", "ASSIGNMENT-STRATEGY", "STATE", "GROUP-EPOCH",
+                            "TARGET-ASSIGNMENT-EPOCH", "#MEMBERS"]  # fmt: skip
+    cells = row.split()
+    assert cells[0] == "cg-848" and cells[3:5] == ["uniform", "Stable"] and cells[-1] == "2"
+    assert int(cells[5]) == int(cells[6]) >= 2
+    code, out, _ = groups(b, "--describe", "--group", "cg-classic", "--state", "--verbose")
+    assert out.splitlines()[2].split()[3:] == ["range", "Stable", "-", "-", "1"]
+
+    with urllib.request.urlopen(broker.metrics_url, timeout=10) as resp:
+        text = resp.read().decode()
+    prefix = "kafka_server_group_coordinator_metrics_"
+    for line in (f'{prefix}group_count{{protocol="consumer"}} 1.0', f'{prefix}group_count{{protocol="classic"}} 1.0',
+                 f'{prefix}consumer_group_count{{state="stable"}} 1.0',
+                 f'{prefix}classic_group_count{{state="stable"}} 1.0',
+                 'tidegate_group_members{group="cg-848",protocol="consumer",state="stable"} 2.0'):
+        assert line in text.splitlines(), line
+    samples = {ln.split()[0]: float(ln.split()[1]) for ln in text.splitlines() if ln.startswith(prefix)}
+    assert samples[f"{prefix}consumer_group_rebalance_total"] >= 2  # created, then the second member
+    assert samples[f"{prefix}offset_commit_total"] >= 4
+    for c in (*modern, classic):
+        c.close()
 
 
 def test_usage_errors_exit_2(broker):

@@ -32,9 +32,12 @@ _KAFKA_ERRORS = {
 }
 _STATES = ("PreparingRebalance", "CompletingRebalance", "Stable", "Dead", "Empty",
            "Assigning", "Reconciling")  # fmt: skip
+#: the group types --list --type takes, as Kafka's GroupType prints them
+_TYPES = ("Classic", "Consumer")
 _EPILOG = """\b
 Examples:
   tidegate consumer-groups --bootstrap-server 127.0.0.1:9092 --list --state
+  tidegate consumer-groups --bootstrap-server 127.0.0.1:9092 --list --type consumer
   tidegate consumer-groups --bootstrap-server 127.0.0.1:9092 --describe --group orders-app
   tidegate consumer-groups --bootstrap-server 127.0.0.1:9092 --describe --group orders-app --members --verbose
   tidegate consumer-groups --bootstrap-server 127.0.0.1:9092 --reset-offsets --group orders-app \\
@@ -106,7 +109,10 @@ def parse_duration(text: str) -> int:
 @click.option("--members", is_flag=True, help="--describe: the members.")
 @click.option("--state", "state", is_flag=False, flag_value="", default=None, metavar="[STATES]",
               help="--describe: the groups' state; --list: show the state, or only groups in STATES (comma-separated).")
-@click.option("--verbose", is_flag=True, help="--describe --members: each member's assignment.")
+@click.option("--type", "type_", is_flag=False, flag_value="", default=None, metavar="[TYPES]",
+              help="--list: show the group type, or only groups of TYPES (classic, consumer; comma-separated).")
+@click.option("--verbose", is_flag=True,
+              help="--describe --members: epochs, current and target assignments; --describe --state: epochs.")
 @click.option("--dry-run", is_flag=True, help="--reset-offsets: show the new offsets only (the default).")
 @click.option("--execute", is_flag=True, help="--reset-offsets: commit the new offsets.")
 @click.option("--to-earliest", is_flag=True, help="Reset to the earliest offset.")
@@ -122,7 +128,8 @@ def parse_duration(text: str) -> int:
 def consumer_groups(
     ctx: click.Context, bootstrap_server: str, command_config: str | None, list_: bool, describe: bool,
     delete: bool, reset_offsets: bool, delete_offsets: bool, groups: tuple[str, ...], all_groups: bool,
-    topics: tuple[str, ...], all_topics: bool, offsets: bool, members: bool, state: str | None, verbose: bool,
+    topics: tuple[str, ...], all_topics: bool, offsets: bool, members: bool, state: str | None, type_: str | None,
+    verbose: bool,
     dry_run: bool, execute: bool, to_earliest: bool, to_latest: bool, to_current: bool, to_offset: int | None,
     to_datetime: str | None, by_duration: str | None, shift_by: int | None, timeout_ms: int,
 ) -> None:
@@ -158,6 +165,11 @@ def consumer_groups(
         bad = [s for s in states if s.lower() not in {x.lower() for x in _STATES}]
         if bad:
             raise click.UsageError(f"Invalid state list '{state}'. Valid states are: {', '.join(_STATES)}")
+    if type_ is not None and not list_:
+        raise click.UsageError("Option [type] can be used only with [list]")
+    types = [t.strip().lower() for t in (type_ or "").split(",") if t.strip()]
+    if any(t not in {x.lower() for x in _TYPES} for t in types):
+        raise click.UsageError(f"Invalid types list '{type_}'. Valid types are: {', '.join(_TYPES)}")
     reset_ms = parse_datetime(to_datetime) if to_datetime else None
     if by_duration:
         reset_ms = int(time.time() * 1000) - parse_duration(by_duration)
@@ -172,7 +184,7 @@ def consumer_groups(
             return list(groups)
 
         if list_:
-            _list(client, state, states, timeout_ms)
+            _list(client, state, states, type_, types, timeout_ms)
         elif describe:
             _describe(client, group_ids(), members, state is not None, verbose, timeout_ms)
         elif delete:
@@ -187,20 +199,30 @@ def consumer_groups(
     _run_admin(ctx, "consumer-groups", bootstrap_server, command_config, work)
 
 
-def _list(client: Any, state: str | None, states: list[str], timeout_ms: int) -> None:
+def _list(client: Any, state: str | None, states: list[str], type_: str | None, types: list[str],
+          timeout_ms: int) -> None:
+    """Kafka's ``listGroups``: the ids, or with --state / --type a table of the groups in
+    those states and of those types."""
     from tidegate.client import admin
 
     canonical = {s.lower(): s for s in _STATES}
-    listed = [g for g in admin.list_groups(client, [canonical[s.lower()] for s in states], timeout_ms=timeout_ms)
-              if g.protocol_type in ("consumer", "")]
-    if state is None:
+    listed = [g for g in admin.list_groups(client, [canonical[s.lower()] for s in states], types=types,
+                                           timeout_ms=timeout_ms)
+              if g.protocol_type in ("consumer", "")]  # fmt: skip
+    if state is None and type_ is None:
         for g in listed:
             click.echo(g.group_id)
         return
     width = max([15, *(len(g.group_id) for g in listed)]) + 10
-    click.echo(_row([width, 20], ["GROUP", "STATE"]))
+    columns = [("GROUP", width, lambda g: g.group_id)]
+    if type_ is not None:
+        columns.append(("TYPE", 20, lambda g: g.group_type.capitalize() or "Unknown"))
+    if state is not None:
+        columns.append(("STATE", 20, lambda g: g.state or "Unknown"))
+    widths = [w for _, w, _ in columns]
+    click.echo(_row(widths, [name for name, _, _ in columns]))
     for g in listed:
-        click.echo(_row([width, 20], [g.group_id, g.state or "Unknown"]))
+        click.echo(_row(widths, [cell(g) for _, _, cell in columns]))
 
 
 def _should_print(group: str, state: str, rows: int) -> bool:
@@ -229,21 +251,19 @@ def _end_offsets(client: Any, partitions: Iterable[tuple[str, int]], spec: int, 
 
 
 def _describe(client: Any, group_ids: list[str], members: bool, state: bool, verbose: bool, timeout_ms: int) -> None:
+    """Kafka's ``describeGroups``: each group described as ``Admin.describeConsumerGroups``
+    does (ConsumerGroupDescribe, DescribeGroups for a classic group), then its offsets
+    and lag (the default), its members or its state."""
     from tidegate.client import admin
 
-    for desc in sorted(admin.describe_groups(client, group_ids, timeout_ms=timeout_ms), key=lambda d: d.group_id):
+    described = admin.describe_consumer_groups(client, group_ids, timeout_ms=timeout_ms)
+    for desc in sorted(described, key=lambda d: d.group_id):
         if desc.error_code:
             _print_error(f"Executing consumer group command failed due to {_exception_text(desc.error_code)}")
             continue
         group = desc.group_id
         if state:
-            if _should_print(group, desc.state, 1):
-                node, host, port = desc.coordinator
-                coordinator = f"{host}:{port}  ({node})"
-                widths = [max(15, len(group)), max(25, len(coordinator)), 20, 20, 0]
-                click.echo()
-                click.echo(_row(widths, ["GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS"]))
-                click.echo(_row(widths, [group, coordinator, desc.protocol or MISSING, desc.state, len(desc.members)]))
+            _describe_state(desc, verbose)
             continue
         if members:
             _describe_members(desc, verbose)
@@ -272,6 +292,29 @@ def _describe(client: Any, group_ids: list[str], members: bool, state: bool, ver
             click.echo(_row(widths, r))
 
 
+def _or_missing(value: Any) -> Any:
+    return MISSING if value is None else value
+
+
+def _describe_state(desc: Any, verbose: bool) -> None:
+    """Kafka's ``printStates``; --verbose adds a consumer group's group epoch and target
+    assignment epoch ("-" for a classic group)."""
+    if not _should_print(desc.group_id, desc.state, 1):
+        return
+    node, host, port = desc.coordinator
+    coordinator = f"{host}:{port}  ({node})"
+    widths = [max(15, len(desc.group_id)), max(25, len(coordinator)), 20, 20]
+    head = ["GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE"]
+    row = [desc.group_id, coordinator, desc.protocol or MISSING, desc.state]
+    if verbose:
+        widths += [15, 25]
+        head += ["GROUP-EPOCH", "TARGET-ASSIGNMENT-EPOCH"]
+        row += [_or_missing(desc.group_epoch), _or_missing(desc.target_assignment_epoch)]
+    click.echo()
+    click.echo(_row([*widths, 0], [*head, "#MEMBERS"]))
+    click.echo(_row([*widths, 0], [*row, len(desc.members)]))
+
+
 def _partition_rows(
     client: Any, group: str, partitions: Iterable[tuple[str, int]], committed: dict, member: str, host: str,
     client_id: str, timeout_ms: int,
@@ -298,6 +341,9 @@ def _assignment_text(assignment: Iterable[tuple[str, int]]) -> str:
 
 
 def _describe_members(desc: Any, verbose: bool) -> None:
+    """Kafka's ``printMembers``: --verbose adds each member's epoch and current assignment,
+    the group's target assignment epoch and the member's target ("-" where a classic
+    group has none), and UPGRADED when a consumer group has members of both protocols."""
     group = desc.group_id
     if desc.state == "Dead":
         _should_print(group, desc.state, 0)
@@ -310,20 +356,28 @@ def _describe_members(desc: Any, verbose: bool) -> None:
         widths.append(max([17, *(len(m.group_instance_id or "") for m in ms)]))
     widths += [max([15, *(len(m.host) for m in ms)]), max([15, *(len(m.client_id) for m in ms)]), 15]
     current = [_assignment_text(m.assignment) or MISSING for m in ms]
+    target = [_assignment_text(m.target_assignment or ()) or MISSING for m in ms]
+    migrating = {m.upgraded for m in ms} >= {True, False}
     header = ["GROUP", "CONSUMER-ID", *(["GROUP-INSTANCE-ID"] if with_instance else []), "HOST", "CLIENT-ID",
               "#PARTITIONS"]  # fmt: skip
-    tail_widths = [15, max([20, *(len(c) for c in current)]), 15, 20]
+    tail_widths = [15, max([20, *(len(c) for c in current)]), 15, max([20, *(len(t) for t in target)])]
+    tail = ["CURRENT-EPOCH", "CURRENT-ASSIGNMENT", "TARGET-EPOCH", "TARGET-ASSIGNMENT"]
+    if migrating:
+        tail_widths.append(0)
+        tail.append("UPGRADED")
     line = _row(widths, header) + " "
     if verbose:
-        line += _row(tail_widths, ["CURRENT-EPOCH", "CURRENT-ASSIGNMENT", "TARGET-EPOCH", "TARGET-ASSIGNMENT"])
+        line += _row(tail_widths, tail)
     click.echo()
     click.echo(line)
-    for m, cur in zip(ms, current, strict=True):
+    for m, cur, tgt in zip(ms, current, target, strict=True):
         cells = [group, m.member_id, *([m.group_instance_id or ""] if with_instance else []), m.host, m.client_id,
                  len(m.assignment)]  # fmt: skip
         line = _row(widths, cells) + " "
         if verbose:
-            line += _row(tail_widths, [MISSING, cur, MISSING, MISSING])
+            upgraded = [MISSING if m.upgraded is None else str(m.upgraded).lower()] if migrating else []
+            line += _row(tail_widths, [_or_missing(m.member_epoch), cur, _or_missing(desc.target_assignment_epoch),
+                                       tgt, *upgraded])  # fmt: skip
         click.echo(line)
 
 
@@ -373,7 +427,7 @@ def _reset(
     from tidegate.client import admin
 
     plans: dict[str, dict[tuple[str, int], int]] = {}
-    for desc in admin.describe_groups(client, group_ids, timeout_ms=timeout_ms):
+    for desc in admin.describe_consumer_groups(client, group_ids, timeout_ms=timeout_ms):
         group = desc.group_id
         if desc.state not in ("Empty", "Dead"):
             _print_error(f"Assignments can only be reset if the group '{group}' is inactive, but the current "

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tidegate.errors import BrokerResponseError
+from tidegate.errors import BrokerResponseError, ErrorCode
 from tidegate.protocol.apis import ApiKey
 from tidegate.protocol.consumer_protocol import decode_assignment
 from tidegate.security.authorizer.acl import (
@@ -394,6 +394,8 @@ class GroupListing:
     group_id: str
     protocol_type: str
     state: str
+    #: "classic", "consumer", "share" (ListGroups v5); "" from an older broker
+    group_type: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -404,6 +406,12 @@ class MemberDescription:
     host: str
     #: the partitions of its assignment (consumer protocol), sorted
     assignment: tuple[TopicPartition, ...]
+    #: a consumer group's member (ConsumerGroupDescribe): its epoch, its target assignment
+    #: (sorted), and whether it speaks the consumer protocol (False: a classic member of
+    #: a consumer group; None: unknown, ConsumerGroupDescribe v0); None for a classic group
+    member_epoch: int | None = None
+    target_assignment: tuple[TopicPartition, ...] | None = None
+    upgraded: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -412,10 +420,16 @@ class GroupDescription:
     error_code: int
     state: str
     protocol_type: str
-    #: the assignor the members agreed on (range, roundrobin, ...)
+    #: the assignor the members agreed on (range, roundrobin, ...), the server-side
+    #: assignor of a consumer group (uniform, range)
     protocol: str
     members: tuple[MemberDescription, ...]
     coordinator: tuple[int, str, int]
+    #: "classic" or "consumer" (Kafka's GroupType)
+    group_type: str = "classic"
+    #: a consumer group's group epoch and target assignment epoch (None for a classic group)
+    group_epoch: int | None = None
+    target_assignment_epoch: int | None = None
 
 
 def find_group_coordinator(client: KafkaClient, group: str, *, timeout_ms: float | None = None) -> int:
@@ -457,7 +471,8 @@ def list_groups(
         if resp.error_code:
             raise BrokerResponseError(int(resp.error_code), "ListGroups")
         for g in resp.groups:
-            out[g.group_id] = GroupListing(g.group_id, g.protocol_type, g.group_state or "")
+            out[g.group_id] = GroupListing(g.group_id, g.protocol_type, g.group_state or "",
+                                           (getattr(g, "group_type", None) or "").lower())
     return [out[k] for k in sorted(out)]
 
 
@@ -494,6 +509,46 @@ def describe_groups(
     return out
 
 
+def _topic_partitions(assignment: Any) -> tuple[TopicPartition, ...]:
+    """The (topic, partition) pairs of a ConsumerGroupDescribe or ShareGroupDescribe
+    assignment, sorted."""
+    return tuple(sorted((tp.topic_name, p) for tp in assignment.topic_partitions for p in tp.partitions))
+
+
+def describe_consumer_groups(
+    client: KafkaClient, groups: Iterable[str], *, timeout_ms: float | None = None
+) -> list[GroupDescription]:
+    """Each group as Kafka's ``Admin.describeConsumerGroups`` describes it: ConsumerGroupDescribe
+    (KIP-848) at its coordinator first, and DescribeGroups (:func:`describe_groups`) for a
+    group it does not know as a consumer group (GROUP_ID_NOT_FOUND: a classic group, or
+    none) or when the broker lacks the API."""
+    out = []
+    for group in groups:
+        where = group_coordinator(client, group, timeout_ms=timeout_ms)
+        client.await_ready(where[0], timeout_ms)  # its ApiVersions say whether it has the API
+        if not client.supports(where[0], ApiKey.CONSUMER_GROUP_DESCRIBE):
+            out += describe_groups(client, [group], timeout_ms=timeout_ms)
+            continue
+        body = {"group_ids": [group], "include_authorized_operations": False}
+        g = client.request(ApiKey.CONSUMER_GROUP_DESCRIBE, body, node_id=where[0], max_version=1,
+                           timeout_ms=timeout_ms).groups[0]  # fmt: skip
+        if g.error_code == ErrorCode.group_id_not_found:
+            out += describe_groups(client, [group], timeout_ms=timeout_ms)
+            continue
+        members = tuple(
+            MemberDescription(
+                m.member_id, m.instance_id, m.client_id, m.client_host, _topic_partitions(m.assignment),
+                m.member_epoch, _topic_partitions(m.target_assignment),
+                {0: False, 1: True}.get(int(getattr(m, "member_type", -1))),
+            )
+            for m in g.members
+        )  # fmt: skip
+        state = g.group_state if not g.error_code else "Dead"
+        out.append(GroupDescription(g.group_id, int(g.error_code), state, "consumer", g.assignor_name, members,
+                                    where, "consumer", g.group_epoch, g.assignment_epoch))  # fmt: skip
+    return out
+
+
 @dataclass(frozen=True, slots=True)
 class ShareMemberDescription:
     member_id: str
@@ -527,8 +582,8 @@ def describe_share_groups(
         g = client.request(ApiKey.SHARE_GROUP_DESCRIBE, body, node_id=where[0], version=1,
                            timeout_ms=timeout_ms).groups[0]  # fmt: skip
         members = tuple(
-            ShareMemberDescription(m.member_id, m.client_id, m.client_host, m.member_epoch, tuple(sorted(
-                (tp.topic_name, p) for tp in m.assignment.topic_partitions for p in tp.partitions)))
+            ShareMemberDescription(m.member_id, m.client_id, m.client_host, m.member_epoch,
+                                   _topic_partitions(m.assignment))
             for m in g.members
         )  # fmt: skip
         state = g.group_state if not g.error_code else "Dead"
