@@ -208,6 +208,10 @@ def test_consumer_protocol_groups(broker_factory):
     cells = row.split()
     assert cells[0] == "cg-848" and cells[3:5] == ["uniform", "Stable"] and cells[-1] == "2"
     assert int(cells[5]) == int(cells[6]) >= 2
+    code, out, _ = groups(b, "--reset-offsets", "--group", "cg-848", "--topic", "kip848", "--to-earliest",
+                          "--execute")  # fmt: skip
+    assert "Error: Assignments can only be reset if the group 'cg-848' is inactive, but the current state is " \
+           "Stable." in out
     code, out, _ = groups(b, "--describe", "--group", "cg-classic", "--state", "--verbose")
     assert out.splitlines()[2].split()[3:] == ["range", "Stable", "-", "-", "1"]
 

@@ -269,3 +269,25 @@ def test_acls_operation_names_are_kafkas():
 
     assert {_acl_operation(name) for name in _ACL_OPERATIONS} == set(AclOperation) - {
         AclOperation.UNKNOWN, AclOperation.ANY}
+
+
+def test_consumer_group_members_while_migrating_show_upgraded(capsys):
+    """kafka-consumer-groups.sh 4.x: --members --verbose of a consumer group with members of
+    both protocols adds UPGRADED (false for a classic member), epochs from the group."""
+    from tidegate.cli.consumer_groups import _describe_members
+    from tidegate.client.admin import GroupDescription, MemberDescription
+
+    members = (
+        MemberDescription("new-1", None, "app", "/10.0.0.1", (("t", 0), ("t", 1)), 5, (("t", 0),), True),
+        MemberDescription("old-1", "i-1", "app", "/10.0.0.2", (("t", 2),), 4, (("t", 1), ("t", 2)), False),
+    )
+    desc = GroupDescription("g", 0, "Reconciling", "consumer", "uniform", members, (1, "h", 9092), "consumer", 6, 6)
+    _describe_members(desc, verbose=True)
+    out, err = capsys.readouterr()
+    assert err == "\nWarning: Consumer group 'g' is rebalancing.\n"
+    head, first, second = out.splitlines()[1:]
+    assert head.split() == ["GROUP", "CONSUMER-ID", "GROUP-INSTANCE-ID", "HOST", "CLIENT-ID", "#PARTITIONS",
+                            "CURRENT-EPOCH", "CURRENT-ASSIGNMENT", "TARGET-EPOCH", "TARGET-ASSIGNMENT", "UPGRADED"]
+    assert first.split() == ["g", "new-1", "/10.0.0.1", "app", "2", "5", "t:0,1", "6", "t:0", "true"]
+    assert second.split() == ["g", "old-1", "i-1", "/10.0.0.2", "app", "1", "4", "t:2", "6", "t:1,2", "false"]
+    assert head.index("CURRENT-EPOCH") == first.index("5 ")  # the columns line up
