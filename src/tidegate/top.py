@@ -2,8 +2,9 @@
 
 Reads the broker's Prometheus endpoint (``metrics.listener``) and shows, from the
 difference between two scrapes, throughput per topic, requests per API, the memory
-pool and muted connections, the purgatories, open transactions, the clients taking the most request
-time, the quota counters (user and client-id) with the most throttle time, and
+pool and muted connections, the purgatories, open transactions, the groups (classic, consumer
+protocol and share: state, epoch, members, a share group's in-flight records), the clients taking
+the most request time, the quota counters (user and client-id) with the most throttle time, and
 connections.
 
 With ``--bootstrap-server`` it asks the broker over the Kafka protocol (through
@@ -250,6 +251,7 @@ def build_view(prev: Snapshot | None, cur: Snapshot, source: str) -> View:
         _memory(cur) if full else _na("Memory pool and muted connections"),
         _purgatories(prev, cur) if full else _na("Purgatories"),
         _transactions(prev, cur) if full else _na("Transactions"),
+        _groups(prev, cur) if full else _na("Groups"),
         _log_cleaner(cur) if full else _na("Log cleaner"),
         _clients(prev, cur) if full else _na("Top clients by request time"),
         _throttled(prev, cur) if full else _na("Top clients by throttle time"),
@@ -426,6 +428,42 @@ def _transactions(prev: Snapshot | None, cur: Snapshot) -> Section:
     ]
     return Section("Transactions", ["", "value"], rows,
                    None if cur.has(base + "transactional_ids") else "no transaction coordinator metrics")
+
+
+#: group types in the order the Groups section lists them
+GROUP_TYPES = ("consumer", "share", "classic")
+GROUPS = "kafka_server_group_coordinator_metrics_"
+
+
+def _groups(prev: Snapshot | None, cur: Snapshot) -> Section:
+    """The groups with the most members (tidegate_group_members and tidegate_group_epoch):
+    type, state, epoch (a classic group's generation), members, and a share group's
+    in-flight records (SharePartitionMetrics InFlightMessageCount over its partitions);
+    the note has the rebalances and offset commits per second."""
+    epochs = {(labels.get("group", ""), labels.get("protocol", "")): v
+              for labels, v in cur.samples.get("tidegate_group_epoch", ())}  # fmt: skip
+    in_flight = cur.values("kafka_server_sharepartitionmetrics_inflightmessagecount", "group")
+    groups = [(labels.get("group", ""), labels.get("protocol", ""), labels.get("state", ""), v)
+              for labels, v in cur.samples.get("tidegate_group_members", ())]  # fmt: skip
+    order = sorted(groups, key=lambda g: (-g[3], GROUP_TYPES.index(g[1]) if g[1] in GROUP_TYPES else 9, g[0]))
+    rows = [
+        [group, kind, state.capitalize(), _num(epochs.get((group, kind), 0.0)), _num(members),
+         _num(in_flight.get(group, 0.0)) if kind == "share" else "-"]
+        for group, kind, state, members in order[:TOP_ROWS]
+    ]  # fmt: skip
+
+    def per_second(metric: str) -> str:
+        return _num(sum(rates(prev, cur, GROUPS + metric + "_total", "").values()))
+
+    counts = cur.values(GROUPS + "group_count", "protocol")
+    note = (f"{', '.join(f'{_num(counts.get(t, 0.0))} {t}' for t in GROUP_TYPES)} group(s); rebalances/s: "
+            f"consumer {per_second('consumer_group_rebalance')}, share {per_second('share_group_rebalance')}, "
+            f"classic {per_second('group_completed_rebalance')}; offset commits/s {per_second('offset_commit')}")
+    if len(groups) > TOP_ROWS:
+        note += f"; the {TOP_ROWS} with the most members shown"
+    if not cur.has(GROUPS + "group_count"):
+        note = "no group coordinator metrics"
+    return Section("Groups", ["group", "type", "state", "epoch", "members", "in-flight"], rows, note)
 
 
 def _log_cleaner(cur: Snapshot) -> Section:

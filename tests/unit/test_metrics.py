@@ -534,7 +534,7 @@ def test_top_protocol_only_view_says_what_is_missing():
     text = top.render_plain(view)
     assert "note: no metrics listener" in text
     assert view.sections[0].rows[0][:3] == ["a", "1", "10"]  # offsets moved by 10 in 1 s
-    assert text.count(top.NO_METRICS) == 8
+    assert text.count(top.NO_METRICS) == 9
 
 
 def test_metrics_url_defaults_the_path():

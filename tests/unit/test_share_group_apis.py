@@ -310,6 +310,22 @@ def test_share_group_metrics(tmp_path):
     assert 'kafka_server_group_coordinator_metrics_share_group_count{state="stable"} 1.0' in text
     assert "kafka_server_group_coordinator_metrics_share_group_rebalance_total 1.0" in text
     assert 'tidegate_group_members{group="g",protocol="share",state="stable"} 1.0' in text
+    # tidegate top lists the groups: a consumer-protocol group beside the share group
+    from tests.unit.test_consumer_group_apis import hb as consumer_hb
+    from tidegate import top
+
+    first = top.Snapshot.parse(text, 10.0)
+    h.create_topic("c", 2)
+    for member in ("m1", "m2"):
+        reply = call(h, ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, consumer_hb(member, group="cg", subscribed_topic_names=["c"]))
+        assert reply.error_code == 0
+    view = top.build_view(first, top.Snapshot.parse(metrics.exposition().decode(), 12.0), "test")
+    (groups,) = [s for s in view.sections if s.title == "Groups"]
+    # the share group's epoch: 1 at its creation by AlterShareGroupOffsets, 2 once joined
+    assert groups.rows == [["cg", "consumer", "Reconciling", "2", "2", "-"], ["g", "share", "Stable", "2", "1", "3"]]
+    assert groups.note is not None and groups.note.startswith("1 consumer, 1 share, 0 classic group(s); "
+                                                              "rebalances/s: consumer 1, share 0, classic 0")
+    assert "Groups" in top.render_plain(view)
     assert "kafka_server_sharesessioncache_sharesessionscount 1.0" in text
     assert 'kafka_server_sharepartitionmetrics_inflightmessagecount{group="g",partition="0",topic="t"} 3.0' in text
     h.close()
