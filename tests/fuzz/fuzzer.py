@@ -139,6 +139,80 @@ def structured(api_key: int, version: int) -> st.SearchStrategy[bytes]:
     )
 
 
+#: the group APIs whose structured cases are also steered (:func:`steered`): KIP-848's and
+#: KIP-932's, and the config APIs on the GROUP resource
+STEERED_APIS = (ApiKey.CONSUMER_GROUP_HEARTBEAT, ApiKey.CONSUMER_GROUP_DESCRIBE, ApiKey.SHARE_GROUP_HEARTBEAT,
+                ApiKey.SHARE_GROUP_DESCRIBE, ApiKey.SHARE_FETCH, ApiKey.SHARE_ACKNOWLEDGE,
+                ApiKey.DESCRIBE_CONFIGS, ApiKey.INCREMENTAL_ALTER_CONFIGS, ApiKey.ALTER_CONFIGS)
+#: ConfigResource.Type.GROUP
+GROUP_RESOURCE = 32
+_GROUPS = ("fuzz-g", "fuzz-corpus", "fuzz-corpus-848", "")
+_MEMBERS = ("fuzz-member-1", "fuzz-member-2", "", "5c8b3f0e-3a36-4c9e-9d3e-1b2a3c4d5e6f")
+_GROUP_CONFIG_KEYS = ("consumer.session.timeout.ms", "consumer.heartbeat.interval.ms", "share.session.timeout.ms",
+                      "share.heartbeat.interval.ms", "share.record.lock.duration.ms", "share.auto.offset.reset",
+                      "share.isolation.level", "no.such.key", "")
+_CONFIG_VALUES = ("45000", "5000", "0", "-1", "2147483648", "earliest", "latest", "by_duration:PT1H",
+                  "by_duration:-PT1H", "read_committed", "x", "")
+#: field name -> the values a steered case draws from (else kio's random value is kept)
+_STEERED_FIELDS: dict[str, st.SearchStrategy[Any]] = {
+    "resource_type": st.sampled_from((GROUP_RESOURCE, GROUP_RESOURCE, GROUP_RESOURCE, 2, 4)),
+    "resource_name": st.sampled_from(_GROUPS),
+    "group_id": st.sampled_from(_GROUPS),
+    "group_ids": st.lists(st.sampled_from(_GROUPS), max_size=3).map(tuple),
+    "member_id": st.sampled_from(_MEMBERS),
+    "member_epoch": st.sampled_from((0, 0, 1, 2, -1, -2, 2**31 - 1)),
+    "share_session_epoch": st.sampled_from((0, 1, -1)),
+    "subscribed_topic_names": st.one_of(st.none(), st.lists(st.sampled_from(("fuzz-health", "nope")), max_size=2)
+                                        .map(tuple)),
+    "subscribed_topic_regex": st.one_of(st.none(), st.sampled_from(("", "fuzz-.*", "(", "a{1000000}", "^.*$"))),
+    "server_assignor": st.one_of(st.none(), st.sampled_from(("uniform", "range", "sticky", ""))),
+    "name": st.sampled_from(_GROUP_CONFIG_KEYS),
+    "value": st.one_of(st.none(), st.sampled_from(_CONFIG_VALUES)),
+    "config_operation": st.sampled_from((0, 1, 2, 3, 3, -1, 9)),
+    "configuration_keys": st.one_of(st.none(), st.lists(st.sampled_from(_GROUP_CONFIG_KEYS), max_size=3).map(tuple)),
+}
+
+
+def _steer(value: Any, draw: Any) -> Any:
+    """``value`` with the fields named in :data:`_STEERED_FIELDS` redrawn from their
+    near-valid values, at every level (the type kio declared is kept where it allows)."""
+    if isinstance(value, tuple):
+        return tuple(_steer(v, draw) for v in value)
+    if not dataclasses.is_dataclass(value) or isinstance(value, type):
+        return value
+    changes: dict[str, Any] = {}
+    for f in dataclasses.fields(value):
+        v = getattr(value, f.name)
+        strategy = _STEERED_FIELDS.get(f.name)
+        if strategy is not None and (v is None or isinstance(v, (int, str, tuple))) and not isinstance(v, bool):
+            new = draw(strategy)
+            if new is not None or v is None or "None" in str(f.type):
+                changes[f.name] = new
+        elif isinstance(v, tuple) or dataclasses.is_dataclass(v):
+            changes[f.name] = _steer(v, draw)
+    return dataclasses.replace(value, **changes) if changes else value
+
+
+def steered(api_key: int, version: int) -> st.SearchStrategy[bytes]:
+    """Frames of one of :data:`STEERED_APIS` whose group ids, member ids and epochs,
+    subscriptions, config resources (mostly GROUP), config keys and values are drawn from
+    small sets of near-valid values, so that the cases reach the coordinators' state
+    machines and the GROUP config validation rather than stopping at the first check."""
+    cls = load_request_schema(api_key, version)
+
+    @st.composite
+    def case(draw: Any) -> bytes:
+        body = _steer(_clamp(draw(st.from_type(cls))), draw)
+        return frame(encode_request(api_key, version, draw(st.integers(0, 2**31 - 1)), body, "fuzz"))
+
+    return case()
+
+
+def steered_pairs() -> list[tuple[int, int]]:
+    """The advertised (API key, version) pairs of :data:`STEERED_APIS`."""
+    return [(k, v) for k, v in advertised() if k in STEERED_APIS]
+
+
 def _mutate_once(data: bytearray, rng: random.Random) -> None:
     n = len(data)
     kind = rng.randrange(9)
@@ -414,8 +488,12 @@ def start_recorded_broker(base: Path, overrides: dict | None = None) -> tuple[An
 def record_client_frames(proxy: RecordingProxy) -> list[bytes]:
     """Frames real clients send through ``proxy``: confluent-kafka, kafka-python and
     aiokafka produce; kafka-python fetches and confluent-kafka consumes in a group and
-    commits; kafka-python's admin client creates a topic, describes configs, groups and
-    log dirs."""
+    commits, with the classic protocol and with KIP-848's (ConsumerGroupHeartbeat,
+    OffsetCommit v9); confluent-kafka's admin client describes that group
+    (ConsumerGroupDescribe) and sets and reads its GROUP configs, and a confluent-kafka
+    share consumer reads and acknowledges (ShareGroupHeartbeat, ShareFetch,
+    ShareAcknowledge); kafka-python's admin client creates a topic, describes configs,
+    groups and log dirs."""
     from tests.integration import clients
 
     bootstrap = proxy.bootstrap
@@ -424,6 +502,8 @@ def record_client_frames(proxy: RecordingProxy) -> list[bytes]:
         clients.produce(bootstrap, topic, [b"v%d" % i for i in range(5)], client=client)
     clients.consume(bootstrap, topic, 15, client="kafka-python", partitions=2)
     _consume_in_a_group(bootstrap, topic, 15)
+    _consume_in_a_group(bootstrap, topic, 15, group="fuzz-corpus-848", protocol="consumer")
+    _administer_consumer_groups(bootstrap, topic)
     admin = clients.admin_client(bootstrap, client="kafka-python")
     try:
         from kafka.admin import ConfigResource, ConfigResourceType
@@ -438,10 +518,12 @@ def record_client_frames(proxy: RecordingProxy) -> list[bytes]:
     return list(proxy.frames)
 
 
-def _consume_in_a_group(bootstrap: str, topic: str, count: int) -> None:
+def _consume_in_a_group(
+    bootstrap: str, topic: str, count: int, group: str = "fuzz-corpus", protocol: str = "classic"
+) -> None:
     from confluent_kafka import Consumer
 
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "fuzz-corpus",
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "group.protocol": protocol,
                          "auto.offset.reset": "earliest", "enable.auto.commit": False})
     try:
         consumer.subscribe([topic])
@@ -455,6 +537,42 @@ def _consume_in_a_group(bootstrap: str, topic: str, count: int) -> None:
         consumer.commit(asynchronous=False)
     finally:
         consumer.close()
+
+
+def _administer_consumer_groups(bootstrap: str, topic: str) -> None:
+    """ConsumerGroupDescribe, IncrementalAlterConfigs and DescribeConfigs on the GROUP
+    resource (confluent-kafka's admin client), then a share consumer's round."""
+    from confluent_kafka import ShareConsumer
+    from confluent_kafka.admin import (
+        AdminClient,
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        ResourceType,
+    )
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.describe_consumer_groups(["fuzz-corpus-848"]).values():
+        future.result(10)
+    for group, key in (("fuzz-corpus-848", "consumer.session.timeout.ms"), ("fuzz-share", "share.auto.offset.reset")):
+        value = "50000" if key.startswith("consumer") else "earliest"
+        resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
+            ConfigEntry(key, value, incremental_operation=AlterConfigOpType.SET)])  # fmt: skip
+        for future in admin.incremental_alter_configs([resource]).values():
+            future.result(10)
+        for future in admin.describe_configs([ConfigResource(ResourceType.GROUP, group)]).values():
+            future.result(10)
+    share = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": "fuzz-share", "log_level": 0})
+    try:
+        share.subscribe([topic])
+        deadline = time.monotonic() + 30
+        got = 0
+        while got == 0 and time.monotonic() < deadline:
+            got += sum(1 for m in share.poll(0.5) if not m.error())
+        assert got, "the share consumer read nothing"
+        share.commit_sync()
+    finally:
+        share.close()
 
 
 def mutated_cases(corpus: list[bytes], seed: int, n: int) -> Iterable[bytes]:
@@ -479,13 +597,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         corpus = record_client_frames(proxy)
         print(f"recorded {len(corpus)} client frames")
-        pairs = advertised()
+        pairs = [(structured, pair) for pair in advertised()] + [(steered, pair) for pair in steered_pairs()]
         per_pair = max(1, args.cases // 2 // len(pairs))
 
-        for api_key, version in pairs:
+        for cases, (api_key, version) in pairs:
             @settings(max_examples=per_pair, deadline=None, database=None, derandomize=False,
                       suppress_health_check=list(HealthCheck))
-            @given(structured(api_key, version))
+            @given(cases(api_key, version))
             def one(data: bytes) -> None:
                 fuzzer.send(data)
 

@@ -23,6 +23,8 @@ from .fuzzer import (
     mutated_cases,
     record_client_frames,
     start_recorded_broker,
+    steered,
+    steered_pairs,
     structured,
 )
 
@@ -60,12 +62,35 @@ def test_structured_requests(target, api_key, version):
     case()
 
 
+#: steered cases per (API, version) of the group APIs (about 20 pairs)
+STEERED_EXAMPLES_PER_VERSION = 40
+
+
+@pytest.mark.parametrize(("api_key", "version"), steered_pairs())
+def test_steered_group_requests(target, api_key, version):
+    """KIP-848's and KIP-932's APIs and the GROUP config resource with near-valid group
+    ids, member ids, epochs, subscriptions, config keys and values: the coordinators'
+    state machines and the group config validation, not only the request parsers."""
+    _broker, fuzzer, _corpus = target
+
+    @settings(max_examples=STEERED_EXAMPLES_PER_VERSION, deadline=None, database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(steered(api_key, version))
+    def case(data: bytes) -> None:
+        fuzzer.send(data)
+
+    case()
+    fuzzer.check_well_behaved_client()
+
+
 def test_mutated_client_frames(target):
     _broker, fuzzer, corpus = target
     keys = {int.from_bytes(f[4:6], "big") for f in corpus}
     # the recorded corpus covers what the clients did: produce, fetch, groups, admin
     assert {ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.METADATA, ApiKey.JOIN_GROUP, ApiKey.SYNC_GROUP,
-            ApiKey.OFFSET_COMMIT, ApiKey.CREATE_TOPICS, ApiKey.DESCRIBE_CONFIGS} <= keys, keys
+            ApiKey.OFFSET_COMMIT, ApiKey.CREATE_TOPICS, ApiKey.DESCRIBE_CONFIGS,
+            ApiKey.CONSUMER_GROUP_HEARTBEAT, ApiKey.CONSUMER_GROUP_DESCRIBE, ApiKey.INCREMENTAL_ALTER_CONFIGS,
+            ApiKey.SHARE_GROUP_HEARTBEAT, ApiKey.SHARE_FETCH, ApiKey.SHARE_ACKNOWLEDGE} <= keys, keys
     for i, data in enumerate(mutated_cases(corpus, seed=7, n=MUTATED_CASES)):
         fuzzer.send(data)
         if i % 250 == 0:
