@@ -208,6 +208,18 @@ def steered(api_key: int, version: int) -> st.SearchStrategy[bytes]:
     return case()
 
 
+def send_cases(fuzzer: Fuzzer, cases: st.SearchStrategy[bytes], examples: int) -> None:
+    """Send ``examples`` frames drawn from ``cases`` (Hypothesis, no example database)."""
+    from hypothesis import HealthCheck, given, settings
+
+    @settings(max_examples=examples, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @given(cases)
+    def one(data: bytes) -> None:
+        fuzzer.send(data)
+
+    one()
+
+
 def steered_pairs() -> list[tuple[int, int]]:
     """The advertised (API key, version) pairs of :data:`STEERED_APIS`."""
     return [(k, v) for k, v in advertised() if k in STEERED_APIS]
@@ -583,8 +595,6 @@ def mutated_cases(corpus: list[bytes], seed: int, n: int) -> Iterable[bytes]:
 
 # -- the long run -----------------------------------------------------------------------------
 def main(argv: list[str] | None = None) -> int:
-    from hypothesis import HealthCheck, given, settings
-
     parser = argparse.ArgumentParser(description="Fuzz a tidegate broker started for the run.")
     parser.add_argument("--cases", type=int, default=100_000, help="cases in all (half structured)")
     parser.add_argument("--seed", type=int, default=1)
@@ -601,13 +611,7 @@ def main(argv: list[str] | None = None) -> int:
         per_pair = max(1, args.cases // 2 // len(pairs))
 
         for cases, (api_key, version) in pairs:
-            @settings(max_examples=per_pair, deadline=None, database=None, derandomize=False,
-                      suppress_health_check=list(HealthCheck))
-            @given(cases(api_key, version))
-            def one(data: bytes) -> None:
-                fuzzer.send(data)
-
-            one()
+            send_cases(fuzzer, cases(api_key, version), per_pair)
             fuzzer.check_well_behaved_client()
             peak = max(peak, check_rss(broker.pid, int(FUZZ_OVERRIDES["queued.max.request.bytes"])))
         for i, data in enumerate(mutated_cases(corpus, args.seed, args.cases // 2)):

@@ -7,7 +7,6 @@ The long run is ``python -m tests.fuzz.fuzzer --cases 100000``."""
 from __future__ import annotations
 
 import pytest
-from hypothesis import HealthCheck, given, settings
 
 from tests.integration.clients import USERS, sasl_overrides
 from tests.integration.rawclient import RawClient
@@ -22,6 +21,7 @@ from .fuzzer import (
     check_segments,
     mutated_cases,
     record_client_frames,
+    send_cases,
     start_recorded_broker,
     steered,
     steered_pairs,
@@ -52,14 +52,7 @@ def target(tmp_path_factory):
 @pytest.mark.parametrize(("api_key", "version"), advertised())
 def test_structured_requests(target, api_key, version):
     _broker, fuzzer, _corpus = target
-
-    @settings(max_examples=EXAMPLES_PER_VERSION, deadline=None, database=None,
-              suppress_health_check=list(HealthCheck))
-    @given(structured(api_key, version))
-    def case(data: bytes) -> None:
-        fuzzer.send(data)
-
-    case()
+    send_cases(fuzzer, structured(api_key, version), EXAMPLES_PER_VERSION)
 
 
 #: steered cases per (API, version) of the group APIs (about 20 pairs)
@@ -72,14 +65,7 @@ def test_steered_group_requests(target, api_key, version):
     ids, member ids, epochs, subscriptions, config keys and values: the coordinators'
     state machines and the group config validation, not only the request parsers."""
     _broker, fuzzer, _corpus = target
-
-    @settings(max_examples=STEERED_EXAMPLES_PER_VERSION, deadline=None, database=None,
-              suppress_health_check=list(HealthCheck))
-    @given(steered(api_key, version))
-    def case(data: bytes) -> None:
-        fuzzer.send(data)
-
-    case()
+    send_cases(fuzzer, steered(api_key, version), STEERED_EXAMPLES_PER_VERSION)
     fuzzer.check_well_behaved_client()
 
 
