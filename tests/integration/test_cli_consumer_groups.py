@@ -226,6 +226,18 @@ def test_consumer_protocol_groups(broker_factory):
     samples = {ln.split()[0]: float(ln.split()[1]) for ln in text.splitlines() if ln.startswith(prefix)}
     assert samples[f"{prefix}consumer_group_rebalance_total"] >= 2  # created, then the second member
     assert samples[f"{prefix}offset_commit_total"] >= 4
+
+    # tidegate top lists both groups
+    from tests.integration.test_metrics import run_top
+
+    result = run_top("--metrics-url", broker.metrics_url)
+    assert result.returncode == 0, result.stderr
+    section = result.stdout.split("== Groups\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert section[0].split() == ["group", "type", "state", "epoch", "members", "in-flight"]
+    rows = {line.split()[0]: line.split()[1:] for line in section[2:-1]}
+    assert rows["cg-848"][:2] == ["consumer", "Stable"] and rows["cg-848"][3:] == ["2", "-"]
+    assert rows["cg-classic"] == ["classic", "Stable", "1", "1", "-"]
+    assert section[-1].startswith("1 consumer, 0 share, 1 classic group(s); rebalances/s:")
     for c in (*modern, classic):
         c.close()
 
