@@ -188,6 +188,10 @@ def test_consumer_protocol_groups(broker_factory):
     assert code == 0 and err == ""
     assert sorted(r[1:6] for r in rows) == [["kip848", str(p), "5", "5", "0"] for p in range(4)]
     assert {r[8] for r in rows} == {"cg-test"} and len({r[6] for r in rows}) == 2
+    code, out, _ = groups(b, "--describe", "--group", "cg-848", "--verbose")
+    head, *rows = [line.split() for line in out.splitlines()[1:]]
+    assert head[:5] == ["GROUP", "TOPIC", "PARTITION", "LEADER-EPOCH", "CURRENT-OFFSET"]
+    assert sorted(r[1:5] for r in rows) == [["kip848", str(p), "0", "5"] for p in range(4)]  # librdkafka's epoch
 
     code, out, _ = groups(b, "--describe", "--group", "cg-848", "--members", "--verbose")
     head, *members = out.splitlines()[1:]

@@ -112,7 +112,8 @@ def parse_duration(text: str) -> int:
 @click.option("--type", "type_", is_flag=False, flag_value="", default=None, metavar="[TYPES]",
               help="--list: show the group type, or only groups of TYPES (classic, consumer; comma-separated).")
 @click.option("--verbose", is_flag=True,
-              help="--describe --members: epochs, current and target assignments; --describe --state: epochs.")
+              help="--describe: the committed leader epochs; with --members the epochs, current and target "
+                   "assignments; with --state the group epochs.")
 @click.option("--dry-run", is_flag=True, help="--reset-offsets: show the new offsets only (the default).")
 @click.option("--execute", is_flag=True, help="--reset-offsets: commit the new offsets.")
 @click.option("--to-earliest", is_flag=True, help="Reset to the earliest offset.")
@@ -268,7 +269,8 @@ def _describe(client: Any, group_ids: list[str], members: bool, state: bool, ver
         if members:
             _describe_members(desc, verbose)
             continue
-        committed = admin.list_group_offsets(client, group, timeout_ms=timeout_ms)
+        epochs: dict[tuple[str, int], int] = {}
+        committed = admin.list_group_offsets(client, group, leader_epochs=epochs, timeout_ms=timeout_ms)
         rows: list[list[Any]] = []
         assigned: set[tuple[str, int]] = set()
         for m in sorted(desc.members, key=lambda m: -len(m.assignment)):
@@ -282,14 +284,25 @@ def _describe(client: Any, group_ids: list[str], members: bool, state: bool, ver
             rows += _partition_rows(client, group, rest, committed, MISSING, MISSING, MISSING, timeout_ms)
         if not _should_print(group, desc.state, len(rows)):
             continue
-        widths = [max([15, *(len(str(r[0])) for r in rows)]), max([15, *(len(str(r[1])) for r in rows)]),
-                  10, 15, 15, 15, max([15, *(len(str(r[6])) for r in rows)]),
-                  max([15, *(len(str(r[7])) for r in rows)]), 0]  # fmt: skip
-        click.echo()
-        click.echo(_row(widths, ["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG",
-                                 "CONSUMER-ID", "HOST", "CLIENT-ID"]))  # fmt: skip
-        for r in rows:
-            click.echo(_row(widths, r))
+        _print_offsets(rows, epochs if verbose else None)
+
+
+def _print_offsets(rows: list[list[Any]], epochs: dict[tuple[str, int], int] | None) -> None:
+    """Kafka's ``printOffsets``; with ``epochs`` (--verbose) the LEADER-EPOCH of each
+    committed offset after PARTITION ("-" where none was committed)."""
+    head = ["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID", "HOST",
+            "CLIENT-ID"]  # fmt: skip
+    widths = [max([15, *(len(str(r[0])) for r in rows)]), max([15, *(len(str(r[1])) for r in rows)]),
+              10, 15, 15, 15, max([15, *(len(str(r[6])) for r in rows)]),
+              max([15, *(len(str(r[7])) for r in rows)]), 0]  # fmt: skip
+    if epochs is not None:
+        head.insert(3, "LEADER-EPOCH")
+        widths.insert(3, 15)
+        rows = [[*r[:3], epochs.get((r[1], r[2]), MISSING), *r[3:]] for r in rows]
+    click.echo()
+    click.echo(_row(widths, head))
+    for r in rows:
+        click.echo(_row(widths, r))
 
 
 def _or_missing(value: Any) -> Any:

@@ -650,16 +650,18 @@ def delete_share_group_offsets(
 
 
 def list_group_offsets(
-    client: KafkaClient, group: str, *, require_stable: bool = False, timeout_ms: float | None = None
+    client: KafkaClient, group: str, *, require_stable: bool = False,
+    leader_epochs: dict[TopicPartition, int] | None = None, timeout_ms: float | None = None,
 ) -> dict[TopicPartition, int]:
     """{(topic, partition): committed offset} of ``group`` (OffsetFetch of all its topics;
     ``require_stable``: wait out offsets of open transactions, KIP-447), at the highest
     version both sides have, as Kafka's admin client asks (v8+ name the group in a list:
-    Tansu answers the older versions' "all topics" with an empty body)."""
+    Tansu answers the older versions' "all topics" with an empty body). ``leader_epochs``,
+    if given, gets the committed leader epoch of each offset that has one."""
     node = find_group_coordinator(client, group, timeout_ms=timeout_ms)
     resp = client.request(ApiKey.OFFSET_FETCH, offset_fetch_body(group, None, require_stable), node_id=node,
                           max_version=OFFSET_FETCH_MAX_VERSION, timeout_ms=timeout_ms)  # fmt: skip
-    code, offsets = offset_fetch_result(resp)
+    code, offsets = offset_fetch_result(resp, leader_epochs)
     if code:
         raise BrokerResponseError(code, f"group '{group}'")
     return offsets
@@ -683,14 +685,21 @@ def offset_fetch_body(
                         "member_epoch": member_epoch}]}  # fmt: skip
 
 
-def offset_fetch_result(resp: Any) -> tuple[int, dict[TopicPartition, int]]:
+def offset_fetch_result(
+    resp: Any, leader_epochs: dict[TopicPartition, int] | None = None
+) -> tuple[int, dict[TopicPartition, int]]:
     """(the group's error code, {(topic, partition): committed offset}) of an OffsetFetch
-    response of any version; partitions without a committed offset are left out."""
+    response of any version; partitions without a committed offset are left out.
+    ``leader_epochs``, if given, gets the committed leader epochs (v5+) that are known."""
     groups = getattr(resp, "groups", None)
     where = groups[0] if groups else resp
     code = int(getattr(where, "error_code", 0) or 0)
     offsets = {(t.name, int(p.partition_index)): int(p.committed_offset)
                for t in where.topics or () for p in t.partitions if p.committed_offset >= 0}  # fmt: skip
+    if leader_epochs is not None:
+        leader_epochs.update({(t.name, int(p.partition_index)): int(p.committed_leader_epoch)
+                              for t in where.topics or () for p in t.partitions
+                              if p.committed_offset >= 0 and getattr(p, "committed_leader_epoch", -1) >= 0})  # fmt: skip
     return code, offsets
 
 
