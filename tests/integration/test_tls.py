@@ -104,7 +104,8 @@ def test_tls_shell_principal_and_muting(pki, client_auth, with_cert, principal):
             client_ctx.load_cert_chain(str(pki["client"]))
         reader, writer = await asyncio.open_connection(host, port, ssl=client_ctx,
                                                        server_hostname="127.0.0.1")
-        # two pipelined requests: the second is not read while the first is in flight
+        # two pipelined requests: the second is read (held, muted RECEIVED) but not
+        # processed while the first is in flight
         writer.write(frame(b"first-request") + frame(b"second-request"))
         await writer.drain()
         for _ in range(100):
@@ -114,7 +115,7 @@ def test_tls_shell_principal_and_muting(pki, client_auth, with_cert, principal):
         await asyncio.sleep(0.2)
         assert [r[0] for r in proc.requests] == [b"first-request"]
         (conn,) = server.connections.values()
-        assert conn.mute_state.has(MuteReason.IN_FLIGHT)
+        assert conn.mute_state.reasons == MuteReason.IN_FLIGHT | MuteReason.RECEIVED
         assert conn.principal == principal and conn.authenticated
         proc.answer(0, frame(b"one"))
         for _ in range(100):

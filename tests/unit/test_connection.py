@@ -1,4 +1,5 @@
-"""The connection state machine with a fake transport: muted for memory vs in flight.
+"""The connection state machine with a fake transport: muted for memory, in flight, a
+request read while another is in flight (held), throttles.
 
 No sockets, no event loop: a fake transport records pause/resume and writes; bytes
 are pushed the way asyncio's BufferedProtocol does (get_buffer, then buffer_updated);
@@ -129,7 +130,7 @@ def test_out_of_memory_mutes_until_release_then_serves_the_second():
         b, tb = connect(server)
         push(a, frame(b"a" * 900))
         assert len(proc.requests) == 1 and pool.available == 0
-        assert a.mute_state.has(MuteReason.IN_FLIGHT) and ta.paused
+        assert a.mute_state.has(MuteReason.IN_FLIGHT) and not ta.paused  # still read
         sent = push(b, frame(b"b" * 900))
         assert sent == 4  # only the size prefix: no memory for the body
         assert b.mute_state.reasons == MuteReason.MEMORY and tb.paused
@@ -622,3 +623,154 @@ def test_idle_connections_are_closed_after_connections_max_idle_ms():
     assert server.idle_closed_total == {"PLAINTEXT": 1}
     idle.connection_lost(None)
     assert server.quotas.total == 1
+
+
+# -- a request in flight: read on, hold the next (network/mute_state.py) ---------------------
+class ParkOrAnswer(Processor):
+    """Parks a request whose bytes start with ``park``; answers any other at once with
+    ``re:`` and its bytes (a throttle of ``throttle_ms`` on the answer of a parked one)."""
+
+    def __init__(self, throttle_ms=0):
+        self.seen = []
+        self.parked = []
+        self.server = None
+        self.throttle_ms = throttle_ms
+
+    def handle(self, request):
+        payload = bytes(request.payload)
+        self.seen.append(payload)
+        request.release_buffer()
+        if payload.startswith(b"park"):
+            self.parked.append(request)
+            return PARKED
+        return SendResponse([b"re:" + payload])
+
+    def answer(self, i):
+        request = self.parked[i]
+        self.server.channel.send_response(
+            request, SendResponse([b"done:%d" % i], throttle_ms=self.throttle_ms))
+
+
+def test_a_parked_request_costs_no_pause_and_resume_of_reading():
+    """The long poll's case: park, answer, park again: the socket is read throughout."""
+    proc = ParkOrAnswer()
+    server, loop = serve(proc, NONE, 100)
+    a, ta = connect(server)
+    for i in range(3):
+        push(a, frame(b"park"))
+        assert a.mute_state.reasons == MuteReason.IN_FLIGHT and a.in_flight is not None
+        proc.answer(i)
+        assert a.mute_state.reasons == MuteReason.NONE and a.in_flight is None
+    assert ta.written == [b"done:0", b"done:1", b"done:2"]
+    assert ta.pauses == 0 and ta.resumes == 0
+
+
+def test_a_request_sent_while_one_is_in_flight_is_read_held_and_answered_after_it():
+    """A client that pipelines: the second request is read into pool memory and held
+    (muted RECEIVED: nothing more is read), processed once the first is answered, and
+    its answer follows the first's."""
+
+    def main():
+        pool = SimpleMemoryPool(1000, 1000, strict=False, debug=True, clock=MockClock())
+        proc = ParkOrAnswer()
+        server, loop = serve(proc, pool, 1000)
+        a, ta = connect(server)
+        second, third = frame(b"two"), frame(b"three")
+        assert push(a, frame(b"park") + second + third) == 8 + len(second)  # not the third
+        assert proc.seen == [b"park"]  # the second is read, not processed
+        assert a.mute_state.reasons == MuteReason.IN_FLIGHT | MuteReason.RECEIVED and ta.paused
+        assert pool.outstanding == 1 and server.request_memory.outstanding == 1  # its body: KIP-72
+        proc.answer(0)
+        assert ta.written == [b"done:0", b"re:two"]  # in order
+        assert a.mute_state.reasons == MuteReason.NONE and not ta.paused
+        assert push(a, third) == len(third)
+        assert ta.written[-1] == b"re:three" and proc.seen == [b"park", b"two", b"three"]
+        loop.run_pending()
+        assert pool.outstanding == 0 and pool.available == 1000
+        assert ta.pauses == 1 and ta.resumes == 1
+
+    main()
+
+
+def test_a_held_request_that_parks_again_keeps_reading_on():
+    proc = ParkOrAnswer()
+    server, _loop = serve(proc, NONE, 100)
+    a, ta = connect(server)
+    push(a, frame(b"park-1") + frame(b"park-2"))
+    assert a.mute_state.has(MuteReason.RECEIVED) and ta.paused
+    proc.answer(0)
+    assert proc.seen == [b"park-1", b"park-2"] and a.in_flight is proc.parked[1]
+    assert a.mute_state.reasons == MuteReason.IN_FLIGHT and not ta.paused
+    proc.answer(1)
+    assert ta.written == [b"done:0", b"done:1"]
+
+
+def test_a_held_request_waits_for_the_throttle_of_the_answer_before_it():
+    """KIP-219: a throttled answer mutes the connection until the throttle ends: not
+    read, and a request read before the answer is not processed either."""
+    proc = ParkOrAnswer(throttle_ms=100)
+    server, _loop = serve(proc, NONE, 100)
+    a, ta = connect(server)
+    push(a, frame(b"park") + frame(b"next"))
+    proc.answer(0)
+    assert ta.written == [b"done:0"] and proc.seen == [b"park"]
+    assert a.mute_state.reasons == MuteReason.THROTTLE | MuteReason.RECEIVED and ta.paused
+    server.channel.end_throttling(a.connection_id)
+    assert proc.seen == [b"park", b"next"] and ta.written == [b"done:0", b"re:next"]
+    assert a.mute_state.reasons == MuteReason.NONE and not ta.paused
+
+
+def test_the_next_request_while_one_is_in_flight_waits_for_memory_like_any_other():
+    """KIP-72 still bounds what a parked connection reads: no pool memory for the next
+    body mutes it MEMORY (reading paused) until a release hands it some."""
+
+    def main():
+        pool = SimpleMemoryPool(100, 100, strict=True, debug=True, clock=MockClock())
+        proc = ParkOrAnswer()
+        server, loop = serve(proc, pool, 100)
+        hog_proc_conn, _ = connect(server)
+        a, ta = connect(server)
+        push(a, frame(b"park"))
+        push(hog_proc_conn, struct.pack(">i", 100))  # takes the whole pool, body unread
+        assert push(a, frame(b"next")) == 4
+        assert a.mute_state.reasons == MuteReason.IN_FLIGHT | MuteReason.MEMORY and ta.paused
+        hog_proc_conn.connection_lost(None)  # its buffer goes back
+        loop.run_pending()
+        assert a.mute_state.reasons == MuteReason.IN_FLIGHT and not ta.paused
+        assert push(a, b"next") == 4 and a.mute_state.has(MuteReason.RECEIVED)
+        proc.answer(0)
+        assert ta.written == [b"done:0", b"re:next"]
+        loop.run_pending()
+        assert pool.outstanding == 0
+
+    main()
+
+
+def test_a_disconnect_with_a_request_parked_and_one_held_gives_both_back():
+    def main():
+        pool = SimpleMemoryPool(1000, 1000, strict=False, debug=True, clock=MockClock())
+        proc = HoldingProcessor()
+        server, loop = serve(proc, pool, 1000)
+        a, ta = connect(server)
+        push(a, frame(b"a" * 100) + frame(b"b" * 200))
+        assert len(proc.requests) == 1 and pool.outstanding == 2
+        a.connection_lost(None)
+        loop.run_pending()
+        assert proc.requests[0][1].abandoned and server.parked == 0
+        assert pool.outstanding == 0 and pool.available == 1000
+        proc.answer(0, b"late")
+        assert ta.written == [] and len(proc.requests) == 1  # the held one never ran
+
+    main()
+
+
+def test_shutdown_stops_reading_a_parked_connection():
+    proc = ParkOrAnswer()
+    server, _loop = serve(proc, NONE, 100)
+    a, ta = connect(server)
+    push(a, frame(b"park"))
+    assert not ta.paused
+    server.stop_reading()
+    assert ta.paused and a.mute_state.reasons == MuteReason.IN_FLIGHT | MuteReason.SHUTDOWN
+    proc.answer(0)  # parked requests still answer
+    assert ta.written == [b"done:0"] and ta.paused

@@ -2,13 +2,15 @@
 
 Each connection is a :class:`KafkaConnection` (an ``asyncio.BufferedProtocol``)
 reading each request straight into a buffer from the memory pool, one request
-processed at a time, responses written in order. Muting is
-``pause_reading``/``resume_reading`` driven by :class:`ChannelMuteState`.
+processed at a time, responses written in order. Muting is :class:`ChannelMuteState`:
+its reasons hold the next request back, and most of them also stop reading
+(``pause_reading``/``resume_reading``); a request in flight does not, so a request
+that arrives meanwhile is read and held (at most one) until the answer went out.
 
 Decoding, handling and encoding live in the sans-IO core: the connection hands a
 :class:`~tidegate.network.request_channel.Request` to the processor (KafkaApis) and
 acts on the outcome it returns, a plain value: write the response pieces, write
-nothing, close, or wait (PARKED: the connection stays muted until the response
+nothing, close, or wait (PARKED: the connection's next request waits until the response
 arrives through the :class:`~tidegate.network.request_channel.RequestChannel` the core
 and this server share, which routes it to the connection). A throttled response mutes
 the connection after it is written until the channel's ``end_throttling``. Time and
@@ -27,6 +29,7 @@ import random
 import resource
 import socket
 import struct
+import sys
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -34,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 from tidegate.clock import Clock, MonotonicMs
 from tidegate.network.connection_quotas import ConnectionQuotas, IdleExpiryManager
 from tidegate.network.memory_pool import MemoryPool, RequestMemory
-from tidegate.network.mute_state import ChannelMuteState, MuteReason
+from tidegate.network.mute_state import RECEIVED_BIT, STOPS_READING, ChannelMuteState, MuteReason
 from tidegate.network.receive import InvalidReceiveError, NetworkReceive
 from tidegate.network.request_channel import (
     PARKED,
@@ -95,7 +98,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.transport: asyncio.Transport | None = None
         self.ctx: RequestContext | None = None
         self.closed = False
-        #: the parked request this connection waits on (muted IN_FLIGHT meanwhile)
+        #: the parked request this connection waits on (muted IN_FLIGHT meanwhile: read,
+        #: but the next request is held)
         self.in_flight: Request | None = None
         self._in_flight_timing: RequestTiming | None = None
         self._reading_paused = False
@@ -108,8 +112,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
         #: for the connection creation rate (ns)
         self.blocked_since_ns: int | None = None
         self.is_admitted = False
-        #: a request read before admission (uvloop may read once despite pause_reading
-        #: in connection_made), processed once admitted
+        #: a request read and not processed yet: before admission (uvloop may read once
+        #: despite pause_reading in connection_made), processed once admitted; or while
+        #: the request before it is in flight or being sent (muted RECEIVED: nothing
+        #: more is read), processed once no reason holds it back (:meth:`unmute`)
         self._held: NetworkReceive | None = None
         #: how responses reach the socket (made with the transport)
         self.transport_layer: TransportLayer | None = None
@@ -148,7 +154,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
             sock_fd = sock.fileno()
         if sock is not None and sock.fileno() >= self.server.max_fds - 1:
             self.server.descriptors_exhausted()
-        self.transport_layer = TransportLayer(transport, sock_fd, self.server.chunk_memory, lambda: self.closed)
+        self.transport_layer = TransportLayer(transport, sock_fd, self.server.chunk_memory, self)
         peer = transport.get_extra_info("peername") or ("?", 0)
         refused = None
         if self.security is not None and self.security.principal_from_certificate:
@@ -160,8 +166,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
                     self.principal = self.security.certificate_principal(dn)
                 except ValueError as exc:
                     refused = f"failed authentication: {exc}"
+        # the address interned: the many connections of one client host share the string
         self.ctx = RequestContext(
-            self.connection_id, self.listener_name, str(peer[0]), int(peer[1]),
+            self.connection_id, self.listener_name, sys.intern(str(peer[0])), int(peer[1]),
             self.principal, self.security_protocol, self.authenticated,
         )
         self.server.accept(self)
@@ -206,6 +213,12 @@ class KafkaConnection(asyncio.BufferedProtocol):
             if not self.is_admitted:
                 self._held = receive
                 self._pause_until_admitted()
+                return
+            if self.mute_state.bits:
+                # The request before it is still in flight (or being sent): this one
+                # waits, read into its pool buffer, and nothing more is read meanwhile.
+                self._held = receive
+                self.mute(MuteReason.RECEIVED)
                 return
             self._process(receive)
         elif not self.is_admitted:
@@ -257,19 +270,28 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if self.transport_layer is not None:
             self.transport_layer.writable_again()
 
-    # -- muting ------------------------------------------------------------
+    # -- muting (network/mute_state.py) --------------------------------------
     def mute(self, reason: MuteReason) -> None:
         self.mute_state.mute(reason)
         self._sync_reading()
 
     def unmute(self, reason: MuteReason) -> None:
-        self.mute_state.unmute(reason)
+        """Drop a reason; a request read meanwhile (``RECEIVED``) is processed once no
+        other reason holds it back."""
+        state = self.mute_state
+        state.unmute(reason)
+        if state.bits == RECEIVED_BIT and self._held is not None and self.is_admitted and not self.closed:
+            held, self._held = self._held, None
+            state.unmute(MuteReason.RECEIVED)
+            self._process(held)
         self._sync_reading()
 
     def _sync_reading(self) -> None:
+        """Pause or resume reading the socket as the reasons that stop reading say
+        (``IN_FLIGHT`` and ``SENDING`` do not)."""
         if self.closed or self.transport is None:
             return
-        want_paused = self.mute_state.muted
+        want_paused = (self.mute_state.bits & STOPS_READING) != 0
         if want_paused and not self._reading_paused:
             self.transport.pause_reading()
             self._reading_paused = True
@@ -339,7 +361,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self.in_flight = request
             self._in_flight_timing = timing
             server.parked += 1
-            self.mute(MuteReason.IN_FLIGHT)
+            # one request at a time; the socket is still read (a reason that does not
+            # stop reading: no pause_reading/resume_reading pair per parked request)
+            self.mute_state.mute(MuteReason.IN_FLIGHT)
             return
         request.release_buffer()
         assert isinstance(outcome, Response)
