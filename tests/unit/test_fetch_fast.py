@@ -152,6 +152,34 @@ def test_partitions_shared_by_a_completion_batch_encode_as_kio(segment, version)
     check()
 
 
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_response_made_of_shared_partitions_is_encoded_once_then_reheaded(version):
+    """A fan-out's answers (the same shared partitions, throttle, error and session):
+    the second and later are the first's pieces with their own correlation id, still
+    kio's bytes; one that differs in its throttle or session is encoded for itself."""
+    big = PartitionData(partition_index=0, high_watermark=9, last_stable_offset=9, log_start_offset=0,
+                        records=os.urandom(5000))
+    small = PartitionData(partition_index=1, high_watermark=3, last_stable_offset=3, log_start_offset=0,
+                          records=b"r" * 70)
+    topic_id = uuid.uuid4()
+
+    def response(throttle=0, session_id=0):
+        return FetchResponse(throttle_time=throttle, session_id=session_id, responses=[
+            FetchableTopicResponse(topic="fan", topic_id=topic_id, partitions=[big, small])])
+
+    shared: dict = {}
+    first = encode_fetch_response(1, version, response(), shared)
+    wholes = [k for k in shared if not isinstance(k[0], int)]
+    assert len(wholes) == 1
+    for cid, resp in [(2, response()), (3, response()), (4, response(throttle=50)), (5, response(session_id=9))]:
+        pieces = encode_fetch_response(cid, version, resp, shared)
+        assert joined(pieces) == kio_bytes(version, cid, resp)
+        assert any(p is big.records for p in pieces)  # the records are never copied
+    assert joined(first) == kio_bytes(version, 1, response())
+    # the throttled and the session's response are kept beside the first
+    assert len([k for k in shared if not isinstance(k[0], int)]) == 3
+
+
 def test_regions_are_pieces_not_bytes(segment):
     region = FileRegion.of(segment, 100, 20000)
     response = FetchResponse(responses=[FetchableTopicResponse(topic="t", topic_id=uuid.uuid4(), partitions=[

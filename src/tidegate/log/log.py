@@ -200,6 +200,18 @@ class Log:
             return hw
         return max(fuo, self._log_start_offset)
 
+    def fetch_offsets(self) -> tuple[int, int, int, int]:
+        """(log start offset, high watermark, last stable offset, log end offset) at
+        once, as the properties give them: what a fetch's read is checked and answered
+        with (each property alone walks to the active segment; a fan-out's wake-up
+        reads them once per answer)."""
+        end = self.local.log_end_offset
+        start = self._log_start_offset
+        fuo = self.producer_state.first_unstable_offset()
+        if fuo is None or fuo >= end:
+            return start, end, end, end
+        return start, end, max(fuo, start), end
+
     def has_ongoing_transaction(self, producer_id: int, producer_epoch: int) -> bool:
         return self.producer_state.has_ongoing_transaction(producer_id, producer_epoch)
 

@@ -41,7 +41,8 @@ class MuteReason(enum.Flag):
 STOPS_READING = (
     MuteReason.SEND_BUFFER | MuteReason.MEMORY | MuteReason.THROTTLE | MuteReason.SHUTDOWN | MuteReason.RECEIVED
 )._value_
-#: the bit of RECEIVED, for the connection's hot path
+#: the bits of IN_FLIGHT and RECEIVED, for the connection's hot path
+IN_FLIGHT_BIT = MuteReason.IN_FLIGHT._value_
 RECEIVED_BIT = MuteReason.RECEIVED._value_
 
 

@@ -37,7 +37,13 @@ from typing import TYPE_CHECKING, Any
 from tidegate.clock import Clock, MonotonicMs
 from tidegate.network.connection_quotas import ConnectionQuotas, IdleExpiryManager
 from tidegate.network.memory_pool import MemoryPool, RequestMemory
-from tidegate.network.mute_state import RECEIVED_BIT, STOPS_READING, ChannelMuteState, MuteReason
+from tidegate.network.mute_state import (
+    IN_FLIGHT_BIT,
+    RECEIVED_BIT,
+    STOPS_READING,
+    ChannelMuteState,
+    MuteReason,
+)
 from tidegate.network.receive import InvalidReceiveError, NetworkReceive
 from tidegate.network.request_channel import (
     PARKED,
@@ -280,10 +286,19 @@ class KafkaConnection(asyncio.BufferedProtocol):
         other reason holds it back."""
         state = self.mute_state
         state.unmute(reason)
-        if state.bits == RECEIVED_BIT and self._held is not None and self.is_admitted and not self.closed:
-            held, self._held = self._held, None
-            state.unmute(MuteReason.RECEIVED)
-            self._process(held)
+        if state.bits == RECEIVED_BIT:
+            self._process_held()
+        self._sync_reading()
+
+    def _process_held(self) -> None:
+        """Only ``RECEIVED`` is left: the request read while another held it back is
+        processed now, and reading goes on."""
+        held = self._held
+        if held is None or not self.is_admitted or self.closed:
+            return
+        self._held = None
+        self.mute_state.unmute(MuteReason.RECEIVED)
+        self._process(held)
         self._sync_reading()
 
     def _sync_reading(self) -> None:
@@ -384,7 +399,11 @@ class KafkaConnection(asyncio.BufferedProtocol):
             return
         self._respond(response, timing)
         if not self.closed:
-            self.unmute(MuteReason.IN_FLIGHT)
+            # IN_FLIGHT does not stop reading: dropping it only lets a held request through
+            state = self.mute_state
+            state.bits = bits = state.bits & ~IN_FLIGHT_BIT
+            if bits == RECEIVED_BIT:
+                self._process_held()
 
     def end_throttling(self) -> None:
         """The throttle's timer task ended (RequestChannel.end_throttling)."""
@@ -399,7 +418,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
             return
         if isinstance(response, SendResponse):
             pieces = response.pieces
-            if any(isinstance(p, FileRegion) for p in pieces):
+            # a response with file regions has its header piece before them
+            if len(pieces) > 1 and any(isinstance(p, FileRegion) for p in pieces):
                 layer = self.transport_layer
                 if self.closed or layer is None:
                     close_regions(pieces)

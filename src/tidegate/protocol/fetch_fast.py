@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
-from typing import TypeAlias
+from typing import Any, TypeAlias, cast
 
 from tidegate.protocol.messages._base import Records
 from tidegate.protocol.messages.fetch import FetchResponse, NodeEndpoint, PartitionData
@@ -41,7 +41,13 @@ MAX_VERSION = 17
 #: (id, version), the partition (kept alive, so its id is not reused), the bytes before
 #: its records piece (all of it when the records are inline), the records piece or
 #: None, the bytes after it.
-SharedPartitions: TypeAlias = dict[tuple[int, int], tuple[PartitionData, bytes, Piece | None, bytes]]
+#: A whole response made only of such partitions is kept too, by (what its bytes after
+#: the correlation id depend on, version): its partitions (kept alive) and its pieces;
+#: another response with the same key costs a copy of its first piece.
+SharedPartitions: TypeAlias = dict[
+    tuple[Any, int],
+    tuple[PartitionData, bytes, Piece | None, bytes] | tuple[tuple[PartitionData, ...], tuple[Piece, ...]],
+]
 
 
 class _Writer:
@@ -150,6 +156,15 @@ def _encode(
     never with ``shared``)."""
     if not MIN_VERSION <= version <= MAX_VERSION:
         raise ValueError(f"Fetch v{version} is not encoded here")
+    whole = _whole_key(version, response) if shared is not None else None
+    if whole is not None:
+        assert shared is not None
+        done = shared.get(whole)
+        if done is not None:  # the same response but for its correlation id
+            pieces = list(cast("tuple[Piece, ...]", done[1]))
+            frame = cast(bytes, pieces[0])
+            pieces[0] = frame[:4] + _I32.pack(correlation_id) + frame[8:]
+            return pieces
     flexible = version >= 12
     w = _Writer(flexible)
     buf = w.buf
@@ -190,7 +205,7 @@ def _encode(
                     if len(w.pieces) != mark + 2:
                         raise AssertionError("a partition's records are one piece")
                 continue
-            _p, prefix, rec, suffix = done
+            _p, prefix, rec, suffix = cast("tuple[PartitionData, bytes, Piece | None, bytes]", done)
             w.buf += prefix
             if rec is not None:
                 w.flush()
@@ -209,7 +224,27 @@ def _encode(
     first = w.pieces[0]
     assert isinstance(first, bytes)
     w.pieces[0] = _I32.pack(w.size - 4 + (sizing[0] if sizing is not None else 0)) + first[4:]
+    if whole is not None:
+        assert shared is not None
+        shared[whole] = (tuple(p for t in responses for p in t.partitions), tuple(w.pieces))
     return w.pieces
+
+
+def _whole_key(version: int, response: FetchResponse) -> tuple[Any, int] | None:
+    """What a response's bytes after its correlation id depend on, when every partition
+    in it has its records in memory (shared by a completion batch, by identity), else
+    None: its throttle, error, session, node endpoints (none), and per topic its name,
+    id and partition objects."""
+    if version >= 16 and response.node_endpoints:
+        return None
+    topics = []
+    for t in response.responses:
+        parts = t.partitions
+        for p in parts:
+            if not isinstance(p.records, bytes):
+                return None
+        topics.append((t.topic, t.topic_id, tuple(map(id, parts))))
+    return (response.throttle_time, response.error_code, response.session_id, tuple(topics)), version
 
 
 def _partition(w: _Writer, p: PartitionData, version: int, sizing: list[int] | None) -> None:

@@ -568,38 +568,35 @@ class ReplicaManager:
             if epoch_error is not ErrorCode.none:
                 data.error = epoch_error  # Kafka answers these with no offsets (-1)
                 continue
-            hw = plog.high_watermark
-            lso = plog.last_stable_offset
+            log_start, hw, lso, log_end = plog.fetch_offsets()
             if fp.last_fetched_epoch >= 0:
                 # KIP-320 (Kafka's Partition.readRecords): the fetcher's last epoch must end
                 # at or after its fetch offset here, else its log diverged from ours.
-                epoch, end = plog.leader_epoch_cache.end_offset_for(
-                    fp.last_fetched_epoch, plog.log_end_offset
-                )
+                epoch, end = plog.leader_epoch_cache.end_offset_for(fp.last_fetched_epoch, log_end)
                 if (
                     end == UNDEFINED_EPOCH_OFFSET
                     or epoch == UNDEFINED_EPOCH
-                    or fp.fetch_offset < plog.log_start_offset
+                    or fp.fetch_offset < log_start
                 ):
                     data.error = ErrorCode.offset_out_of_range
                     continue
                 if epoch < fp.last_fetched_epoch or end < fp.fetch_offset:
                     # answered with the partition's offsets, as Kafka's readRecords does
                     data.high_watermark, data.last_stable_offset = hw, lso
-                    data.log_start_offset = plog.log_start_offset
+                    data.log_start_offset = log_start
                     data.diverging_epoch = (epoch, end)
                     continue
-            if fp.fetch_offset < plog.log_start_offset or fp.fetch_offset > plog.log_end_offset:
+            if fp.fetch_offset < log_start or fp.fetch_offset > log_end:
                 # Kafka's createLogReadResult(e): an error answers no offsets (-1)
                 data.error = ErrorCode.offset_out_of_range
                 continue
             data.high_watermark, data.last_stable_offset = hw, lso
-            data.log_start_offset = plog.log_start_offset
+            data.log_start_offset = log_start
             limit = min(fp.max_bytes, remaining)
             share_key = None
             if batch is not None:
                 read_key = (plog, fp.fetch_offset, limit, total == 0, params.isolation_level, hw, lso,
-                            plog.log_start_offset, plog.log_end_offset)
+                            log_start, log_end)
                 seen = batch.lookup(read_key)
                 if seen is True:  # the second to read it: kept for the others
                     share_key = read_key
