@@ -654,7 +654,7 @@ class ParkOrAnswer(Processor):
 def test_a_parked_request_costs_no_pause_and_resume_of_reading():
     """The long poll's case: park, answer, park again: the socket is read throughout."""
     proc = ParkOrAnswer()
-    server, loop = serve(proc, NONE, 100)
+    server, _loop = serve(proc, NONE, 100)
     a, ta = connect(server)
     for i in range(3):
         push(a, frame(b"park"))
