@@ -681,6 +681,8 @@ def test_a_request_sent_while_one_is_in_flight_is_read_held_and_answered_after_i
         assert a.mute_state.reasons == MuteReason.IN_FLIGHT | MuteReason.RECEIVED and ta.paused
         assert pool.outstanding == 1 and server.request_memory.outstanding == 1  # its body: KIP-72
         proc.answer(0)
+        assert ta.written == [b"done:0"] and proc.seen == [b"park"]
+        loop.run_pending()  # the held request, on the next turn (not inside the answer's call)
         assert ta.written == [b"done:0", b"re:two"]  # in order
         assert a.mute_state.reasons == MuteReason.NONE and not ta.paused
         assert push(a, third) == len(third)
@@ -694,11 +696,12 @@ def test_a_request_sent_while_one_is_in_flight_is_read_held_and_answered_after_i
 
 def test_a_held_request_that_parks_again_keeps_reading_on():
     proc = ParkOrAnswer()
-    server, _loop = serve(proc, NONE, 100)
+    server, loop = serve(proc, NONE, 100)
     a, ta = connect(server)
     push(a, frame(b"park-1") + frame(b"park-2"))
     assert a.mute_state.has(MuteReason.RECEIVED) and ta.paused
     proc.answer(0)
+    loop.run_pending()
     assert proc.seen == [b"park-1", b"park-2"] and a.in_flight is proc.parked[1]
     assert a.mute_state.reasons == MuteReason.IN_FLIGHT and not ta.paused
     proc.answer(1)
@@ -709,13 +712,15 @@ def test_a_held_request_waits_for_the_throttle_of_the_answer_before_it():
     """KIP-219: a throttled answer mutes the connection until the throttle ends: not
     read, and a request read before the answer is not processed either."""
     proc = ParkOrAnswer(throttle_ms=100)
-    server, _loop = serve(proc, NONE, 100)
+    server, loop = serve(proc, NONE, 100)
     a, ta = connect(server)
     push(a, frame(b"park") + frame(b"next"))
     proc.answer(0)
+    loop.run_pending()
     assert ta.written == [b"done:0"] and proc.seen == [b"park"]
     assert a.mute_state.reasons == MuteReason.THROTTLE | MuteReason.RECEIVED and ta.paused
     server.channel.end_throttling(a.connection_id)
+    loop.run_pending()
     assert proc.seen == [b"park", b"next"] and ta.written == [b"done:0", b"re:next"]
     assert a.mute_state.reasons == MuteReason.NONE and not ta.paused
 
@@ -739,6 +744,7 @@ def test_the_next_request_while_one_is_in_flight_waits_for_memory_like_any_other
         assert a.mute_state.reasons == MuteReason.IN_FLIGHT and not ta.paused
         assert push(a, b"next") == 4 and a.mute_state.has(MuteReason.RECEIVED)
         proc.answer(0)
+        loop.run_pending()
         assert ta.written == [b"done:0", b"re:next"]
         loop.run_pending()
         assert pool.outstanding == 0
@@ -774,3 +780,31 @@ def test_shutdown_stops_reading_a_parked_connection():
     assert ta.paused and a.mute_state.reasons == MuteReason.IN_FLIGHT | MuteReason.SHUTDOWN
     proc.answer(0)  # parked requests still answer
     assert ta.written == [b"done:0"] and ta.paused
+
+
+def test_a_held_request_is_not_processed_inside_the_call_that_answers_the_one_before_it():
+    """The answer comes from inside the core (a purgatory's completion, the flusher's end
+    of a round, which is not re-entrant): the held request runs on the next turn, as a
+    read after resume_reading would."""
+    proc = ParkOrAnswer()
+    server, loop = serve(proc, NONE, 100)
+    a, _ta = connect(server)
+    push(a, frame(b"park") + frame(b"next"))
+    proc.answer(0)
+    assert proc.seen == [b"park"]
+    loop.run_pending()
+    assert proc.seen == [b"park", b"next"]
+
+
+def test_a_held_request_scheduled_then_held_back_again_waits_for_that_reason():
+    proc = ParkOrAnswer()
+    server, loop = serve(proc, NONE, 100)
+    a, ta = connect(server)
+    push(a, frame(b"park") + frame(b"next"))
+    proc.answer(0)  # schedules the held request ...
+    a.mute(MuteReason.THROTTLE)  # ... but a throttle comes first
+    loop.run_pending()
+    assert proc.seen == [b"park"] and ta.paused
+    a.unmute(MuteReason.THROTTLE)
+    loop.run_pending()
+    assert proc.seen == [b"park", b"next"] and not ta.paused

@@ -287,15 +287,18 @@ class KafkaConnection(asyncio.BufferedProtocol):
         state = self.mute_state
         state.unmute(reason)
         if state.bits == RECEIVED_BIT:
-            self._process_held()
+            self.server.scheduler.call_soon(self._process_held)
         self._sync_reading()
 
     def _process_held(self) -> None:
         """Only ``RECEIVED`` is left: the request read while another held it back is
-        processed now, and reading goes on."""
+        processed, and reading goes on. Run on the next turn of the loop, as a read
+        after ``resume_reading`` would be: an unmute happens inside the core's
+        callbacks (a purgatory's completion, the flusher's end of round), which must
+        not see a new request handled in the middle of them."""
         held = self._held
-        if held is None or not self.is_admitted or self.closed:
-            return
+        if held is None or not self.is_admitted or self.closed or self.mute_state.bits != RECEIVED_BIT:
+            return  # gone, or held back again meanwhile (that unmute schedules it anew)
         self._held = None
         self.mute_state.unmute(MuteReason.RECEIVED)
         self._process(held)
@@ -403,7 +406,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
             state = self.mute_state
             state.bits = bits = state.bits & ~IN_FLIGHT_BIT
             if bits == RECEIVED_BIT:
-                self._process_held()
+                self.server.scheduler.call_soon(self._process_held)
 
     def end_throttling(self) -> None:
         """The throttle's timer task ended (RequestChannel.end_throttling)."""
