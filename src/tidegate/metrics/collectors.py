@@ -541,7 +541,8 @@ class SocketServerCollector(Collector):
         yield conns
         muted_fam = GaugeMetricFamily(
             "tidegate_network_socketserver_mutedconnections",
-            "Connections not being read, per mute reason (a connection may have several).",
+            "Connections whose next request waits, per mute reason (a connection may have several; all "
+            "but IN_FLIGHT and SENDING also stop reading its socket).",
             labels=["reason"],
         )
         for reason, n in muted.items():

@@ -555,18 +555,17 @@ class ReplicaManager:
         out = []
         logs = self.logs.logs
         for fp in partitions:
-            data = FetchPartitionData()
-            out.append(data)
             plog = logs.get(fp.key) if fp.key is not None else None
             if plog is None:
-                data.error = ErrorCode.unknown_topic_or_partition
+                out.append(FetchPartitionData(ErrorCode.unknown_topic_or_partition))
                 continue
             if self.failure_channel.offline:
-                data.error = ErrorCode.kafka_storage_error  # Kafka: an offline log dir's partitions
+                # Kafka: an offline log dir's partitions
+                out.append(FetchPartitionData(ErrorCode.kafka_storage_error))
                 continue
             epoch_error = check_leader_epoch(plog, fp.current_leader_epoch)
             if epoch_error is not ErrorCode.none:
-                data.error = epoch_error  # Kafka answers these with no offsets (-1)
+                out.append(FetchPartitionData(epoch_error))  # Kafka answers these with no offsets (-1)
                 continue
             log_start, hw, lso, log_end = plog.fetch_offsets()
             if fp.last_fetched_epoch >= 0:
@@ -578,20 +577,17 @@ class ReplicaManager:
                     or epoch == UNDEFINED_EPOCH
                     or fp.fetch_offset < log_start
                 ):
-                    data.error = ErrorCode.offset_out_of_range
+                    out.append(FetchPartitionData(ErrorCode.offset_out_of_range))
                     continue
                 if epoch < fp.last_fetched_epoch or end < fp.fetch_offset:
                     # answered with the partition's offsets, as Kafka's readRecords does
-                    data.high_watermark, data.last_stable_offset = hw, lso
-                    data.log_start_offset = log_start
-                    data.diverging_epoch = (epoch, end)
+                    out.append(FetchPartitionData(high_watermark=hw, last_stable_offset=lso,
+                                                  log_start_offset=log_start, diverging_epoch=(epoch, end)))
                     continue
             if fp.fetch_offset < log_start or fp.fetch_offset > log_end:
                 # Kafka's createLogReadResult(e): an error answers no offsets (-1)
-                data.error = ErrorCode.offset_out_of_range
+                out.append(FetchPartitionData(ErrorCode.offset_out_of_range))
                 continue
-            data.high_watermark, data.last_stable_offset = hw, lso
-            data.log_start_offset = log_start
             limit = min(fp.max_bytes, remaining)
             share_key = None
             if batch is not None:
@@ -600,11 +596,13 @@ class ReplicaManager:
                 seen = batch.lookup(read_key)
                 if seen is True:  # the second to read it: kept for the others
                     share_key = read_key
-                elif seen is not False:
-                    out[-1] = seen
+                elif seen is not False:  # another fetch's read, as is
+                    out.append(seen)
                     total += len(seen.records)
                     remaining -= len(seen.records)
                     continue
+            data = FetchPartitionData(high_watermark=hw, last_stable_offset=lso, log_start_offset=log_start)
+            out.append(data)
             records: bytes | FileRegion = b""
             try:
                 if params.isolation_level == READ_COMMITTED:
