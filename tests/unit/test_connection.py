@@ -670,28 +670,25 @@ def test_a_request_sent_while_one_is_in_flight_is_read_held_and_answered_after_i
     (muted RECEIVED: nothing more is read), processed once the first is answered, and
     its answer follows the first's."""
 
-    def main():
-        pool = SimpleMemoryPool(1000, 1000, strict=False, debug=True, clock=MockClock())
-        proc = ParkOrAnswer()
-        server, loop = serve(proc, pool, 1000)
-        a, ta = connect(server)
-        second, third = frame(b"two"), frame(b"three")
-        assert push(a, frame(b"park") + second + third) == 8 + len(second)  # not the third
-        assert proc.seen == [b"park"]  # the second is read, not processed
-        assert a.mute_state.reasons == MuteReason.IN_FLIGHT | MuteReason.RECEIVED and ta.paused
-        assert pool.outstanding == 1 and server.request_memory.outstanding == 1  # its body: KIP-72
-        proc.answer(0)
-        assert ta.written == [b"done:0"] and proc.seen == [b"park"]
-        loop.run_pending()  # the held request, on the next turn (not inside the answer's call)
-        assert ta.written == [b"done:0", b"re:two"]  # in order
-        assert a.mute_state.reasons == MuteReason.NONE and not ta.paused
-        assert push(a, third) == len(third)
-        assert ta.written[-1] == b"re:three" and proc.seen == [b"park", b"two", b"three"]
-        loop.run_pending()
-        assert pool.outstanding == 0 and pool.available == 1000
-        assert ta.pauses == 1 and ta.resumes == 1
-
-    main()
+    pool = SimpleMemoryPool(1000, 1000, strict=False, debug=True, clock=MockClock())
+    proc = ParkOrAnswer()
+    server, loop = serve(proc, pool, 1000)
+    a, ta = connect(server)
+    second, third = frame(b"two"), frame(b"three")
+    assert push(a, frame(b"park") + second + third) == 8 + len(second)  # not the third
+    assert proc.seen == [b"park"]  # the second is read, not processed
+    assert a.mute_state.reasons == MuteReason.IN_FLIGHT | MuteReason.RECEIVED and ta.paused
+    assert pool.outstanding == 1 and server.request_memory.outstanding == 1  # its body: KIP-72
+    proc.answer(0)
+    assert ta.written == [b"done:0"] and proc.seen == [b"park"]
+    loop.run_pending()  # the held request, on the next turn (not inside the answer's call)
+    assert ta.written == [b"done:0", b"re:two"]  # in order
+    assert a.mute_state.reasons == MuteReason.NONE and not ta.paused
+    assert push(a, third) == len(third)
+    assert ta.written[-1] == b"re:three" and proc.seen == [b"park", b"two", b"three"]
+    loop.run_pending()
+    assert pool.outstanding == 0 and pool.available == 1000
+    assert ta.pauses == 1 and ta.resumes == 1
 
 
 def test_a_held_request_that_parks_again_keeps_reading_on():
@@ -729,45 +726,39 @@ def test_the_next_request_while_one_is_in_flight_waits_for_memory_like_any_other
     """KIP-72 still bounds what a parked connection reads: no pool memory for the next
     body mutes it MEMORY (reading paused) until a release hands it some."""
 
-    def main():
-        pool = SimpleMemoryPool(100, 100, strict=True, debug=True, clock=MockClock())
-        proc = ParkOrAnswer()
-        server, loop = serve(proc, pool, 100)
-        hog_proc_conn, _ = connect(server)
-        a, ta = connect(server)
-        push(a, frame(b"park"))
-        push(hog_proc_conn, struct.pack(">i", 100))  # takes the whole pool, body unread
-        assert push(a, frame(b"next")) == 4
-        assert a.mute_state.reasons == MuteReason.IN_FLIGHT | MuteReason.MEMORY and ta.paused
-        hog_proc_conn.connection_lost(None)  # its buffer goes back
-        loop.run_pending()
-        assert a.mute_state.reasons == MuteReason.IN_FLIGHT and not ta.paused
-        assert push(a, b"next") == 4 and a.mute_state.has(MuteReason.RECEIVED)
-        proc.answer(0)
-        loop.run_pending()
-        assert ta.written == [b"done:0", b"re:next"]
-        loop.run_pending()
-        assert pool.outstanding == 0
-
-    main()
+    pool = SimpleMemoryPool(100, 100, strict=True, debug=True, clock=MockClock())
+    proc = ParkOrAnswer()
+    server, loop = serve(proc, pool, 100)
+    hog_proc_conn, _ = connect(server)
+    a, ta = connect(server)
+    push(a, frame(b"park"))
+    push(hog_proc_conn, struct.pack(">i", 100))  # takes the whole pool, body unread
+    assert push(a, frame(b"next")) == 4
+    assert a.mute_state.reasons == MuteReason.IN_FLIGHT | MuteReason.MEMORY and ta.paused
+    hog_proc_conn.connection_lost(None)  # its buffer goes back
+    loop.run_pending()
+    assert a.mute_state.reasons == MuteReason.IN_FLIGHT and not ta.paused
+    assert push(a, b"next") == 4 and a.mute_state.has(MuteReason.RECEIVED)
+    proc.answer(0)
+    loop.run_pending()
+    assert ta.written == [b"done:0", b"re:next"]
+    loop.run_pending()
+    assert pool.outstanding == 0
 
 
 def test_a_disconnect_with_a_request_parked_and_one_held_gives_both_back():
-    def main():
-        pool = SimpleMemoryPool(1000, 1000, strict=False, debug=True, clock=MockClock())
-        proc = HoldingProcessor()
-        server, loop = serve(proc, pool, 1000)
-        a, ta = connect(server)
-        push(a, frame(b"a" * 100) + frame(b"b" * 200))
-        assert len(proc.requests) == 1 and pool.outstanding == 2
-        a.connection_lost(None)
-        loop.run_pending()
-        assert proc.requests[0][1].abandoned and server.parked == 0
-        assert pool.outstanding == 0 and pool.available == 1000
-        proc.answer(0, b"late")
-        assert ta.written == [] and len(proc.requests) == 1  # the held one never ran
-
-    main()
+    pool = SimpleMemoryPool(1000, 1000, strict=False, debug=True, clock=MockClock())
+    proc = HoldingProcessor()
+    server, loop = serve(proc, pool, 1000)
+    a, ta = connect(server)
+    push(a, frame(b"a" * 100) + frame(b"b" * 200))
+    assert len(proc.requests) == 1 and pool.outstanding == 2
+    a.connection_lost(None)
+    loop.run_pending()
+    assert proc.requests[0][1].abandoned and server.parked == 0
+    assert pool.outstanding == 0 and pool.available == 1000
+    proc.answer(0, b"late")
+    assert ta.written == [] and len(proc.requests) == 1  # the held one never ran
 
 
 def test_shutdown_stops_reading_a_parked_connection():
