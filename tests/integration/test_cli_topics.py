@@ -35,7 +35,9 @@ def test_create_list_describe_alter_delete(broker):
     assert code == 0 and len(lines) == 4, out
     assert re.fullmatch(r"Topic: orders\tTopicId: [A-Za-z0-9_-]{22}\tPartitionCount: 3\tReplicationFactor: 1"
                         r"\tConfigs: (cleanup.policy=compact,retention.ms=86400000"
-                        r"|retention.ms=86400000,cleanup.policy=compact)", lines[0]), lines[0]
+                        r"|retention.ms=86400000,cleanup.policy=compact)"
+                        # the cluster-level record a Kafka 4.1+ cluster keeps (KIP-966): not a default
+                        r",min.insync.replicas=1", lines[0]), lines[0]
     for p, line in enumerate(lines[1:]):
         assert line == (f"\tTopic: orders\tPartition: {p}\tLeader: 1\tReplicas: 1\tIsr: 1"
                         "\tElr: N/A\tLastKnownElr: N/A")

@@ -263,12 +263,12 @@ def test_truncated_frame_keeps_waiting_for_the_rest(broker):
 
 @pytest.mark.parametrize(
     "api_key,version",
-    [(9999, 0), (-1, 0), (0, 2), (0, 13), (3, 99), (1, 3), (60, 3)],
+    [(9999, 0), (-1, 0), (0, 2), (0, 14), (3, 99), (1, 3), (60, 3)],
     ids=[
         "unknown-9999",
         "unknown-negative",
         "produce-v2",
-        "produce-v13",
+        "produce-v14",
         "metadata-v99",
         "fetch-v3",
         "describe-cluster-v3",
