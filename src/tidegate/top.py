@@ -438,17 +438,20 @@ GROUPS = "kafka_server_group_coordinator_metrics_"
 def _groups(prev: Snapshot | None, cur: Snapshot) -> Section:
     """The groups with the most members (tidegate_group_members and tidegate_group_epoch):
     type, state, epoch (a classic group's generation), members, and a share group's
-    in-flight records (SharePartitionMetrics InFlightMessageCount over its partitions);
+    in-flight records (SharePartitionMetrics InFlightMessageCount over its partitions) and
+    acquisition locks (tidegate_share_partition_acquired_records: records held now);
     the note has the rebalances and offset commits per second."""
     epochs = {(labels.get("group", ""), labels.get("protocol", "")): v
               for labels, v in cur.samples.get("tidegate_group_epoch", ())}  # fmt: skip
     in_flight = cur.values("kafka_server_sharepartitionmetrics_inflightmessagecount", "group")
+    locked = cur.values("tidegate_share_partition_acquired_records", "group")
     groups = [(labels.get("group", ""), labels.get("protocol", ""), labels.get("state", ""), v)
               for labels, v in cur.samples.get("tidegate_group_members", ())]  # fmt: skip
     order = sorted(groups, key=lambda g: (-g[3], GROUP_TYPES.index(g[1]) if g[1] in GROUP_TYPES else 9, g[0]))
     rows = [
         [group, kind, state.capitalize(), _num(epochs.get((group, kind), 0.0)), _num(members),
-         _num(in_flight.get(group, 0.0)) if kind == "share" else "-"]
+         _num(in_flight.get(group, 0.0)) if kind == "share" else "-",
+         _num(locked.get(group, 0.0)) if kind == "share" else "-"]
         for group, kind, state, members in order[:TOP_ROWS]
     ]  # fmt: skip
 
@@ -463,7 +466,7 @@ def _groups(prev: Snapshot | None, cur: Snapshot) -> Section:
         note += f"; the {TOP_ROWS} with the most members shown"
     if not cur.has(GROUPS + "group_count"):
         note = "no group coordinator metrics"
-    return Section("Groups", ["group", "type", "state", "epoch", "members", "in-flight"], rows, note)
+    return Section("Groups", ["group", "type", "state", "epoch", "members", "in-flight", "locked"], rows, note)
 
 
 def _log_cleaner(cur: Snapshot) -> Section:

@@ -237,10 +237,10 @@ def test_consumer_protocol_groups(broker_factory):
     result = run_top("--metrics-url", broker.metrics_url)
     assert result.returncode == 0, result.stderr
     section = result.stdout.split("== Groups\n", 1)[1].split("\n\n", 1)[0].splitlines()
-    assert section[0].split() == ["group", "type", "state", "epoch", "members", "in-flight"]
+    assert section[0].split() == ["group", "type", "state", "epoch", "members", "in-flight", "locked"]
     rows = {line.split()[0]: line.split()[1:] for line in section[2:-1]}
-    assert rows["cg-848"][:2] == ["consumer", "Stable"] and rows["cg-848"][3:] == ["2", "-"]
-    assert rows["cg-classic"] == ["classic", "Stable", "1", "1", "-"]
+    assert rows["cg-848"][:2] == ["consumer", "Stable"] and rows["cg-848"][3:] == ["2", "-", "-"]
+    assert rows["cg-classic"] == ["classic", "Stable", "1", "1", "-", "-"]
     assert section[-1].startswith("1 consumer, 0 share, 1 classic group(s); rebalances/s:")
     for c in (*modern, classic):
         c.close()

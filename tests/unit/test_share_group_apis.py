@@ -322,12 +322,18 @@ def test_share_group_metrics(tmp_path):
     view = top.build_view(first, top.Snapshot.parse(metrics.exposition().decode(), 12.0), "test")
     (groups,) = [s for s in view.sections if s.title == "Groups"]
     # the share group's epoch: 1 at its creation by AlterShareGroupOffsets, 2 once joined
-    assert groups.rows == [["cg", "consumer", "Reconciling", "2", "2", "-"], ["g", "share", "Stable", "2", "1", "3"]]
+    assert groups.rows == [["cg", "consumer", "Reconciling", "2", "2", "-", "-"],
+                           ["g", "share", "Stable", "2", "1", "3", "3"]]  # fmt: skip
     assert groups.note is not None and groups.note.startswith("1 consumer, 1 share, 0 classic group(s); "
                                                               "rebalances/s: consumer 1, share 0, classic 0")
     assert "Groups" in top.render_plain(view)
     assert "kafka_server_sharesessioncache_sharesessionscount 1.0" in text
     assert 'kafka_server_sharepartitionmetrics_inflightmessagecount{group="g",partition="0",topic="t"} 3.0' in text
+    assert 'tidegate_share_partition_acquired_records{group="g",partition="0",topic="t"} 3.0' in text
+    # one record of the batch accepted (the batch is split: per-offset states): two still locked
+    share_fetch(h, fetch(topic_id, epoch=1, max_wait=0, acks={0: [(1, 1, 1)]}))
+    text = metrics.exposition().decode()
+    assert 'tidegate_share_partition_acquired_records{group="g",partition="0",topic="t"} 2.0' in text
     h.close()
 
 

@@ -276,6 +276,8 @@ class SharePartitionState(Protocol):
     @property
     def in_flight_batches(self) -> int: ...
     @property
+    def acquired_records(self) -> int: ...
+    @property
     def lock_timeouts(self) -> int: ...
 
 
@@ -1019,6 +1021,10 @@ class ShareGroupCollector(Collector):
             "kafka_server_sharepartitionmetrics_inflightbatchcount",
             "Cached in-flight batches of a share-partition (SharePartitionMetrics InFlightBatchCount).",
             labels=labels)
+        locked = GaugeMetricFamily(
+            "tidegate_share_partition_acquired_records",
+            "Records of a share-partition held under an acquisition lock now (tidegate's own: "
+            "Kafka has no such gauge).", labels=labels)
         timeouts = CounterMetricFamily(
             "kafka_server_sharepartitionmetrics_acquisitionlocktimeout",
             "Records whose acquisition lock expired (SharePartitionMetrics AcquisitionLockTimeoutPerSec).",
@@ -1027,9 +1033,11 @@ class ShareGroupCollector(Collector):
             values = [group, topic, str(partition)]
             records.add_metric(values, sp.in_flight_records)
             batches.add_metric(values, sp.in_flight_batches)
+            locked.add_metric(values, sp.acquired_records)
             timeouts.add_metric(values, sp.lock_timeouts)
         yield records
         yield batches
+        yield locked
         yield timeouts
 
     def _share_counters(self) -> Iterable[Metric]:

@@ -574,6 +574,21 @@ class SharePartition:
         return self.end_offset - self.start_offset + 1 if self._cache else 0
 
     @property
+    def acquired_records(self) -> int:
+        """Records held under an acquisition lock now (ACQUIRED, or acknowledged with the
+        share-state write still pending): what ``tidegate top`` shows as locks. Walks the
+        cache: a metrics scrape's work, never the request path's."""
+        n = 0
+        for batch in self._cache.batches:
+            offsets = batch.offsets
+            if offsets is None:
+                if batch.state & STATE_MASK == ACQUIRED or batch.state & TRANSITION:
+                    n += batch.last - batch.first + 1
+            else:
+                n += sum(1 for state in offsets.states if state & STATE_MASK == ACQUIRED or state & TRANSITION)
+        return n
+
+    @property
     def cached_until(self) -> int:
         """The last offset of the cached range still in flight (SPEO while anything at or
         after the SPSO is cached); -1 when nothing is: a read past it finds new records."""
