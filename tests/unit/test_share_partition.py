@@ -1062,6 +1062,47 @@ def test_renew_acknowledge_with_per_offset_ack(env):
     assert offset_states(sp, 0)[1] == ("AVAILABLE", 1, "")
 
 
+def test_renew_runs_from_the_acknowledgement_while_its_write_waits(env):
+    """51. Issue 28 (the state machine's sequence, shrunk): a RENEW in a request whose other
+    acknowledgements wait for their write restarts the lock when the request is applied, as
+    Kafka's acknowledgePerOffsetBatchRecords renews the timer while it walks the offsets (no
+    rollback state, nothing to write). The renewed lock can expire before the write answers;
+    the record is then AVAILABLE and another member takes it, and the write's answer leaves
+    it with that member."""
+    sp = env.partition(lock_ms=3, max_delivery_count=2)
+    acquire(sp, records(0, 4), 4)
+    env.advance(1)
+    env.persister.hold_writes = True
+    assert ack(sp, (0, 3, (GAP, GAP, GAP, RENEW))) is None  # the write of 0-2 waits
+    env.advance(2)  # 3 ms after the acquisition: the batch's lock, not offset 3's renewed one
+    assert offset_states(sp, 0)[3] == ("ACQUIRED", 1, MEMBER_ID)
+    env.advance(1)  # 3 ms after the renewal
+    assert offset_states(sp, 0)[3] == ("AVAILABLE", 1, "")
+    assert acquire(sp, records(0, 4), 1, member="m2", fetch_offset=sp.next_fetch_offset()) == ranges((3, 3, 2))
+    env.persister.hold_writes = False
+    assert env.persister.complete_held() == 2  # the acknowledgement's write, then the expiry's
+    assert offset_states(sp, 0) == {0: ("ARCHIVED", 1, ""), 1: ("ARCHIVED", 1, ""), 2: ("ARCHIVED", 1, ""),
+                                    3: ("ACQUIRED", 2, "m2")}
+    assert error(ack(sp, (3, 3, ACCEPT))) is IRS  # no longer the first member's
+    assert ack(sp, (3, 3, ACCEPT), member="m2") == OK
+
+
+def test_renew_stands_when_the_write_fails(env):
+    """51. The renewal is not part of what a failed write rolls back: the other offsets go
+    back to ACQUIRED under the batch's lock, the renewed one keeps its later deadline."""
+    sp = env.partition(lock_ms=10, max_delivery_count=2)
+    acquire(sp, records(0, 2), 2)
+    env.advance(5)
+    env.persister.hold_writes = True
+    assert ack(sp, (0, 1, (ACCEPT, RENEW))) is None
+    assert env.persister.fail_held(ErrorCode.group_id_not_found) == 1
+    assert offset_states(sp, 0) == {0: ("ACQUIRED", 1, MEMBER_ID), 1: ("ACQUIRED", 1, MEMBER_ID)}
+    env.advance(5)  # the batch's lock ends
+    assert offset_states(sp, 0) == {0: ("AVAILABLE", 1, ""), 1: ("ACQUIRED", 1, MEMBER_ID)}
+    env.advance(5)  # offset 1's renewed lock ends
+    assert offset_states(sp, 0)[1] == ("AVAILABLE", 1, "")
+
+
 # -- 55, 56: wake-ups, the delivery limit, sharing ----------------------------------------------
 
 

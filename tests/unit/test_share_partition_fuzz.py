@@ -122,11 +122,8 @@ class SharePartitionMachine(RuleBasedStateMachine):
                 types = ack.acknowledge_types
                 for offset in range(ack.first_offset, ack.last_offset + 1):
                     ack_type = types[0] if len(types) == 1 else types[offset - ack.first_offset]
-                    if offset < start or offset not in self.held:
-                        continue
-                    if ack_type == AcknowledgeType.RENEW:
-                        self.held[offset] = (member, self.now + self.lock_ms)
-                        continue
+                    if offset < start or offset not in self.held or ack_type == AcknowledgeType.RENEW:
+                        continue  # a renewal took effect when the acknowledgement came
                     del self.held[offset]
                     if ack_type != AcknowledgeType.RELEASE or self.counts[offset] >= self.max_delivery:
                         self.done.add(offset)
@@ -151,9 +148,20 @@ class SharePartitionMachine(RuleBasedStateMachine):
         cached = [o for o in range(first, last + 1) if self.sp.batch_of(o) is not None]
         before = {o: self._state(o) for o in cached}
         holders = {o: self.holder(o) for o in cached}
+        renewed = [o for o in range(first, last + 1) if o >= start and self.holder(o) == member
+                   and (types[0] if len(types) == 1 else types[o - first]) == AcknowledgeType.RENEW]
         results: list[ShareResult] = []
         done = self._ack_done(member, acks, start)
         self.sp.acknowledge(member, acks, lambda r: (done(r), results.append(r)))
+        # RENEW restarts the lock as the acknowledgement is applied, whatever becomes of the
+        # write of the other records' new states (Kafka renews while it walks the batches and
+        # keeps no rollback state for it); after an error found before the write, the offsets
+        # walked before it are renewed and the rest not
+        deadline = self.now + self.lock_ms
+        for offset in renewed:
+            if results and results[0].error is not ErrorCode.none and self._lock_deadline(offset) != deadline:
+                continue
+            self.held[offset] = (member, deadline)
         if not results:
             return  # the write waits
         if results[0].error is ErrorCode.none:
@@ -162,6 +170,17 @@ class SharePartitionMachine(RuleBasedStateMachine):
         elif not self.env.persister.held:
             # all or nothing: an error found before the write changes no record
             assert {o: self._state(o) for o in cached} == before
+
+    def _lock_deadline(self, offset: int) -> int:
+        """When the lock ``offset`` is under expires (-1: none)."""
+        batch = self.sp.batch_of(offset)
+        assert batch is not None
+        offsets = batch.offsets
+        if offsets is None or offsets.states[offset - batch.first] & SHARED_LOCK:
+            return batch.expiration_ms
+        lock = offsets.locks.get(offset - batch.first)
+        entry = None if lock is None else lock.timer_task_entry
+        return -1 if entry is None else entry.expiration_ms
 
     def _state(self, offset: int) -> tuple[RecordState, int, str]:
         batch = self.sp.batch_of(offset)
