@@ -521,7 +521,8 @@ def describe_consumer_groups(
     """Each group as Kafka's ``Admin.describeConsumerGroups`` describes it: ConsumerGroupDescribe
     (KIP-848) at its coordinator first, and DescribeGroups (:func:`describe_groups`) for a
     group it does not know as a consumer group (GROUP_ID_NOT_FOUND: a classic group, or
-    none) or when the broker lacks the API."""
+    none; or no error with a negative group epoch, as Tansu answers) or when the broker
+    lacks the API."""
     out = []
     for group in groups:
         where = group_coordinator(client, group, timeout_ms=timeout_ms)
@@ -532,7 +533,9 @@ def describe_consumer_groups(
         body = {"group_ids": [group], "include_authorized_operations": False}
         g = client.request(ApiKey.CONSUMER_GROUP_DESCRIBE, body, node_id=where[0], max_version=1,
                            timeout_ms=timeout_ms).groups[0]  # fmt: skip
-        if g.error_code == ErrorCode.group_id_not_found:
+        if g.error_code == ErrorCode.group_id_not_found or (g.error_code == ErrorCode.none and g.group_epoch < 0):
+            # not a consumer group; a broker may say so with no error and epoch -1 (Tansu
+            # answers a classic group so): no consumer group has a negative epoch
             out += describe_groups(client, [group], timeout_ms=timeout_ms)
             continue
         members = tuple(
