@@ -8,14 +8,17 @@ from __future__ import annotations
 import re
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta, timezone
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 
 from tidegate.cli.base import _run_admin, admin_options, main
 from tidegate.utils import durations
+
+#: a click command function (what the options decorate)
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 MISSING = "-"
 #: Kafka's Errors: (exception class, message) of the codes these commands print
@@ -92,6 +95,34 @@ def parse_duration(text: str) -> int:
         raise click.UsageError(str(exc)) from None
 
 
+def reset_target_options(current: str) -> Callable[[_F], _F]:
+    """The --to-* options of ``--reset-offsets`` both group tools take (kafka-consumer-groups.sh's
+    and kafka-share-groups.sh's), in their order; ``current``: what --to-current resets to."""
+    options = [
+        click.option("--to-earliest", is_flag=True, help="Reset to the earliest offset."),
+        click.option("--to-latest", is_flag=True, help="Reset to the latest offset."),
+        click.option("--to-current", is_flag=True, help=f"Reset to {current}."),
+        click.option("--to-offset", type=int, metavar="N", help="Reset to offset N (within the log's range)."),
+        click.option("--to-datetime", metavar="YYYY-MM-DDTHH:mm:SS.sss",
+                     help="Reset to the first offset at or after a time."),
+    ]
+
+    def decorate(f: _F) -> _F:
+        for option in reversed(options):
+            f = option(f)
+        return f
+
+    return decorate
+
+
+def reset_scenarios(
+    to_earliest: bool, to_latest: bool, to_current: bool, to_offset: int | None, to_datetime: str | None
+) -> list[str]:
+    """The --to-* options given, by name (``--reset-offsets`` takes exactly one scenario)."""
+    return [s for s, on in (("to-earliest", to_earliest), ("to-latest", to_latest), ("to-current", to_current),
+                            ("to-offset", to_offset is not None), ("to-datetime", to_datetime is not None)) if on]
+
+
 @main.command("consumer-groups", context_settings={"max_content_width": 120}, epilog=_EPILOG)
 @admin_options
 @click.option("--list", "list_", is_flag=True, help="List all consumer groups.")
@@ -116,11 +147,7 @@ def parse_duration(text: str) -> int:
                    "assignments; with --state the group epochs.")
 @click.option("--dry-run", is_flag=True, help="--reset-offsets: show the new offsets only (the default).")
 @click.option("--execute", is_flag=True, help="--reset-offsets: commit the new offsets.")
-@click.option("--to-earliest", is_flag=True, help="Reset to the earliest offset.")
-@click.option("--to-latest", is_flag=True, help="Reset to the latest offset.")
-@click.option("--to-current", is_flag=True, help="Reset to the current (committed) offset.")
-@click.option("--to-offset", type=int, metavar="N", help="Reset to offset N (within the log's range).")
-@click.option("--to-datetime", metavar="YYYY-MM-DDTHH:mm:SS.sss", help="Reset to the first offset at or after a time.")
+@reset_target_options(current="the current (committed) offset")
 @click.option("--by-duration", metavar="PnDTnHnMnS", help="Reset to the first offset at or after now minus a duration.")
 @click.option("--shift-by", type=int, metavar="N", help="Move the committed offsets by N (may be negative).")
 @click.option("--timeout", "timeout_ms", type=int, default=5000, show_default=True, metavar="MS",
@@ -146,9 +173,8 @@ def consumer_groups(
         raise click.UsageError("Option [delete-offsets] takes the [group] option once")
     if delete_offsets and not topics:
         raise click.UsageError("Option [delete-offsets] takes the [topic] option")
-    scenarios = [s for s, on in (("to-earliest", to_earliest), ("to-latest", to_latest), ("to-current", to_current),
-                                 ("to-offset", to_offset is not None), ("to-datetime", to_datetime is not None),
-                                 ("by-duration", by_duration is not None), ("shift-by", shift_by is not None)) if on]
+    scenarios = reset_scenarios(to_earliest, to_latest, to_current, to_offset, to_datetime) + [
+        s for s, on in (("by-duration", by_duration is not None), ("shift-by", shift_by is not None)) if on]
     if reset_offsets:
         if len(scenarios) != 1:
             raise click.UsageError("Option [reset-offsets] takes exactly one of: --to-earliest, --to-latest, "

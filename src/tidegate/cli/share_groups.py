@@ -22,6 +22,8 @@ from tidegate.cli.consumer_groups import (
     _row,
     _topic_partitions,
     parse_datetime,
+    reset_scenarios,
+    reset_target_options,
 )
 
 _STATES = ("Empty", "Stable", "Dead")
@@ -52,11 +54,7 @@ Examples:
 @click.option("--all-topics", is_flag=True, help="--reset-offsets: every topic the group has start offsets for.")
 @click.option("--dry-run", is_flag=True, help="--reset-offsets: show the new offsets only.")
 @click.option("--execute", is_flag=True, help="--reset-offsets: set the new offsets.")
-@click.option("--to-earliest", is_flag=True, help="Reset to the earliest offset.")
-@click.option("--to-latest", is_flag=True, help="Reset to the latest offset.")
-@click.option("--to-current", is_flag=True, help="Reset to the current start offset.")
-@click.option("--to-offset", type=int, metavar="N", help="Reset to offset N (within the log's range).")
-@click.option("--to-datetime", metavar="YYYY-MM-DDTHH:mm:SS.sss", help="Reset to the first offset at or after a time.")
+@reset_target_options(current="the current start offset")
 @click.option("--offsets", is_flag=True, help="--describe: the start offsets and lag (the default).")
 @click.option("--members", is_flag=True, help="--describe: the members.")
 @click.option("--state", "state", is_flag=False, flag_value="", default=None, metavar="[STATES]",
@@ -80,8 +78,7 @@ def share_groups(
                                "--reset-offsets, --delete-offsets")
     if (describe or delete) and not groups and not all_groups:
         raise click.UsageError(f"Option [{actions[0]}] takes one of these options: [all-groups], [group]")
-    scenarios = [s for s, on in (("to-earliest", to_earliest), ("to-latest", to_latest), ("to-current", to_current),
-                                 ("to-offset", to_offset is not None), ("to-datetime", to_datetime is not None)) if on]
+    scenarios = reset_scenarios(to_earliest, to_latest, to_current, to_offset, to_datetime)
     _check_offset_options(reset_offsets, delete_offsets, groups, topics, all_topics, dry_run, execute, scenarios)
     if describe and sum([offsets, members, state is not None]) > 1:
         raise click.UsageError("Option [describe] takes at most one of these options: [members], [offsets], [state]")
