@@ -100,9 +100,15 @@ class AsyncioScheduler:
         self.loop.call_soon(fn)
 
     def call_at(self, at_ms: MonotonicMs, fn: Callable[[], None]) -> Cancellable:
-        # +1 ms: asyncio may run a handle up to its clock resolution early; a timer
-        # bucket polled before its expiration would only re-arm for the same time.
-        delay_s = max(at_ms - self.clock.milliseconds() + 1, 0) / 1000
+        # Whole milliseconds from the clock's current millisecond: uvloop (libuv) arms
+        # its timer in whole ms from its own millisecond of the same monotonic clock, so
+        # the handle runs as that clock reaches ``at_ms``, never before it; asyncio's
+        # loop (a float clock) runs it at most the fraction of the current ms late.
+        # A handle run early anyway is harmless: the timer reaper finds nothing due and
+        # arms again for the same millisecond. (An extra ms of margin here made every
+        # timed wake-up, a lock expiry or a long poll's deadline, 1-2 ms late:
+        # benchmarks/share_groups.py's lock-expiry precision.)
+        delay_s = max(at_ms - self.clock.milliseconds(), 0) / 1000
         return self.loop.call_later(delay_s, fn)
 
     def submit(self, fn: Callable[[], Any], on_done: OnDone) -> None:
