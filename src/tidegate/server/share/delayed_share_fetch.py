@@ -52,6 +52,7 @@ from .share_partition import (
     ShareFetchRead,
     SharePartition,
     SharePartitionState,
+    TopicIdPartition,
     region_batches,
 )
 
@@ -69,8 +70,6 @@ __all__ = [
     "covering",
 ]
 
-#: (topic id, partition)
-TopicIdPartition = tuple[uuid.UUID, int]
 FetchResults = dict[TopicIdPartition, PartitionData]
 
 

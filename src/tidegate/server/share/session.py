@@ -18,7 +18,6 @@ SHARE_SESSION_NOT_FOUND and open a new one.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
@@ -26,7 +25,7 @@ from typing import NamedTuple, Protocol
 from tidegate.errors import ErrorCode
 from tidegate.server.fetch_session import FINAL_EPOCH, INITIAL_EPOCH, next_epoch
 
-from .share_partition import SharePartition, ShareResult
+from .share_partition import SharePartition, ShareResult, TopicIdPartition
 
 __all__ = [
     "FINAL_EPOCH",
@@ -40,9 +39,6 @@ __all__ = [
     "new_context",
     "release_session",
 ]
-
-#: (topic id, partition)
-TopicIdPartition = tuple[uuid.UUID, int]
 
 
 class ShareSessionKey(NamedTuple):

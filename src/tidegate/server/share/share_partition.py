@@ -121,6 +121,10 @@ _MIN_THROTTLE_LIMIT = 2  # Kafka's MINIMUM_THROTTLE_RECORDS_DELIVERY_LIMIT
 _SETTLED_TERMINAL = bytes(1 if b in (ACKNOWLEDGED, ARCHIVED) else 0 for b in range(256))
 
 
+#: (topic id, partition): how share fetching names a partition
+TopicIdPartition = tuple[uuid.UUID, int]
+
+
 class SharePartitionState(enum.Enum):
     """Kafka's ``SharePartitionState``: EMPTY until loaded, INITIALIZING while the
     persisted state is read, then ACTIVE, or FAILED; FENCED once its state epoch or
