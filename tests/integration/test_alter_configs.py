@@ -417,6 +417,26 @@ def _configs(broker, *args: str):
     return configs_cli(broker.bootstrap, *args)
 
 
+def test_cli_groups_like_kafka_configs(broker):
+    """kafka-configs.sh --entity-type groups (and its --group shorthand): a group's dynamic
+    configs (GROUP resources), set before the group exists, described, deleted."""
+    r = _configs(broker, "--alter", "--entity-type", "groups", "--entity-name", "cfg-g",
+                 "--add-config", "share.auto.offset.reset=earliest")  # fmt: skip
+    assert (r.returncode, r.stdout) == (0, "Completed updating config for group cfg-g.\n"), r.stderr
+    # (the broker answers a group config without synonyms)
+    expected = ("Dynamic configs for group cfg-g are:\n  share.auto.offset.reset=earliest sensitive=false "
+                "synonyms={}\n")  # fmt: skip
+    assert _configs(broker, "--describe", "--entity-type", "groups", "--entity-name", "cfg-g").stdout == expected
+    assert _configs(broker, "--describe", "--group", "cfg-g").stdout == expected
+    assert expected in _configs(broker, "--describe", "--entity-type", "groups").stdout
+    r = _configs(broker, "--alter", "--group", "cfg-g", "--delete-config", "share.auto.offset.reset")
+    assert (r.returncode, r.stdout) == (0, "Completed updating config for group cfg-g.\n"), r.stderr
+    r = _configs(broker, "--alter", "--group", "cfg-g", "--delete-config", "share.auto.offset.reset")
+    assert (r.returncode, r.stderr) == (1, "tidegate configs: Invalid config(s): share.auto.offset.reset\n")
+    r = _configs(broker, "--describe", "--group", "no-such-group")
+    assert r.stdout == "The group 'no-such-group' doesn't exist and doesn't have dynamic config.\n"
+
+
 def test_cli_topics_like_kafka_configs(broker):
     topic = create_topic(broker.bootstrap)
     r = _configs(broker, "--alter", "--entity-type", "topics", "--entity-name", topic,

@@ -129,6 +129,9 @@ def test_list_describe_reset_and_delete(broker):
                    f"{'TOPIC':<15} {'PARTITION':<10} {'STATUS':<15}\n{'cg-orders':<15} {'0':<10} {'Successful':<15}\n")
     assert ("cg-orders", 0) not in broker.committed("cg-app")
 
+    code, _, err = groups(b, "--delete", "--group", "cg-app", "--topic", "cg-orders")  # Kafka refuses it
+    assert code == 2 and "The consumer does not support topic-specific offset deletion" in err
+    assert "cg-app" in groups(b, "--list")[1].split()  # not deleted
     code, out, _ = groups(b, "--delete", "--group", "cg-app", "--group", "cg-missing")
     assert out == ("\nError: Deletion of some consumer groups failed:\n"
                    "* Group 'cg-missing' could not be deleted due to: "
@@ -247,7 +250,7 @@ def test_consumer_protocol_groups(broker_factory):
 
 
 def test_usage_errors_exit_2(broker):
-    code, _, err = groups(broker.bootstrap, "--list", "--describe")
+    code, _, err = groups(broker.bootstrap, "--list", "--delete", "--all-groups")
     assert code == 2 and "Command must include exactly one action" in err
     code, _, err = groups(broker.bootstrap, "--reset-offsets", "--group", "g", "--to-earliest")
     assert code == 2 and "One of the reset scopes should be defined: --all-topics, --topic." in err

@@ -344,6 +344,9 @@ def test_the_share_groups_command_lists_describes_and_deletes(bootstrap):
     rows = {int(r.split()[2]): r.split()[3:] for r in lines[2:]}
     assert set(rows) == {0, 1} and all(len(v) == 2 for v in rows.values())
     assert sum(int(lag) for _, lag in rows.values()) == 10
+    code, _, err = share_groups(bootstrap, "--delete", "--group", "g-cli", "--topic", "cli")  # Kafka refuses it
+    assert code == 2 and "Option [delete] does not take the option: [topic]" in err
+    assert "g-cli" in share_groups(bootstrap, "--list")[1].split()  # not deleted
     code, out, _ = share_groups(bootstrap, "--delete", "--group", "g-cli")
     assert code == 0 and out.strip() == "Deletion of requested share groups ('g-cli') was successful."
     assert "g-cli" not in share_groups(bootstrap, "--list")[1].split()
@@ -388,6 +391,7 @@ def test_the_share_groups_command_resets_and_deletes_offsets(bootstrap):
     assert reset("--topic", "reset", "--to-offset", "5", "--dry-run") == [["g-reset", "reset", "0", "5"]]
     assert start_offset() == current  # a dry run changes nothing
     assert reset("--all-topics", "--to-latest", "--dry-run") == [["g-reset", "reset", "0", "20"]]
+    assert reset("--to-latest", "--dry-run") == [["g-reset", "reset", "0", "20"]]  # no scope: all, as Kafka
     assert reset("--all-topics", "--to-current", "--dry-run") == [["g-reset", "reset", "0", current]]
     assert reset("--topic", "reset:0", "--to-offset", "500", "--dry-run") == [["g-reset", "reset", "0", "20"]]
     assert reset("--topic", "reset", "--to-datetime", "2000-01-01T00:00:00.000Z", "--dry-run") == [

@@ -225,7 +225,11 @@ def test_add_config_is_split_as_kafka_configs_splits_it():
         (["--alter", "--entity-type", "topics", "--entity-default", "--add-config", "a=1"],
          "--entity-default is for brokers, users and clients."),
         (["--alter", "--all", "--entity-type", "brokers", "--entity-name", "1", "--add-config", "a=1"],
-         "--all goes with --describe of topics or brokers."),
+         "--all goes with --describe of topics, brokers or groups."),
+        (["--alter", "--entity-type", "groups", "--entity-default", "--add-config", "a=1"],
+         "--entity-default is for brokers, users and clients."),
+        (["--alter", "--group", "g", "--entity-type", "topics", "--entity-name", "t", "--add-config", "a=1"],
+         "--entity-type topics cannot be combined with another."),
         (["--alter", "--entity-type", "topics", "--entity-name", "t", "--add-config", "novalue"],
          'Invalid entity config: all configs to be added must be in the format "key=val".'),
         (["--alter", "--entity-type", "topics", "--entity-name", "t", "--add-config", "a b=1"],
@@ -238,6 +242,99 @@ def test_configs_usage_errors(runner, args, message):
     result = runner.invoke(main, ["configs", "--bootstrap-server", "127.0.0.1:1", *args])
     assert result.exit_code == 2, result.output
     assert message in re.sub(r"\s+", " ", result.output)
+
+
+# ---- tidegate consumer-groups / share-groups: Kafka's option checks, before connecting -------
+_GROUP_TOOLS = ("consumer-groups", "share-groups")
+
+
+def _group_tool(runner, tool, args):
+    return runner.invoke(main, [tool, "--bootstrap-server", "127.0.0.1:1", *args])
+
+
+@pytest.mark.parametrize("tool", _GROUP_TOOLS)
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--describe", "--group", "g", "--all-groups"], 'Option "[group]" can\'t be used with option "[all-groups]"'),
+        (["--list", "--group", "g"], 'Option "[group]" can\'t be used with option "[list]"'),
+        (["--list", "--topic", "t"], 'Option "[topic]" can\'t be used with option "[list]"'),
+        (["--describe", "--group", "g", "--topic", "t"], 'Option "[topic]" can\'t be used with option "[describe]"'),
+        (["--list", "--members"], "Option(s) [members] are unavailable given other options on the command line"),
+        (["--delete", "--group", "g", "--offsets"], "Option(s) [offsets] are unavailable given other options"),
+        (["--list", "--verbose"], "Option(s) [verbose] are unavailable given other options on the command line"),
+        (["--delete", "--group", "g", "--state"], "Option(s) [state] are unavailable given other options"),
+        (["--describe", "--group", "g", "--state", "Stable"], "Option [describe] does not take a value for [state]"),
+        (["--describe", "--group", "g", "--members", "--offsets"],
+         "Option [describe] takes at most one of these options: [members], [offsets], [state]"),
+        (["--describe", "--group", "g", "--state", "--members"],
+         "Option [describe] takes at most one of these options: [members], [offsets], [state]"),
+        (["--describe"], "Option [describe] takes one of these options: [all-groups], [group]"),
+        (["--delete-offsets", "--group", "g"], "Option [delete-offsets] takes the following options: [group], [topic]"),
+        (["--delete-offsets", "--topic", "t"], "Option [delete-offsets] takes the following options: [group], [topic]"),
+        (["--reset-offsets", "--group", "g", "--topic", "t", "--to-earliest", "--dry-run", "--execute"],
+         "Option [reset-offsets] only accepts one of [execute] and [dry-run]"),
+        (["--list", "--delete", "--all-groups"], "Command must include exactly one action"),
+    ],
+)
+def test_group_tools_refuse_what_kafkas_refuse(runner, tool, args, message):
+    result = _group_tool(runner, tool, args)
+    assert result.exit_code == 2, result.output
+    assert message in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("tool", "args", "message"),
+    [
+        ("consumer-groups", ["--delete", "--group", "g", "--topic", "t"],
+         "The consumer does not support topic-specific offset deletion from a consumer group."),
+        ("share-groups", ["--delete", "--group", "g", "--topic", "t"],
+         "Option [delete] does not take the option: [topic]"),
+        ("consumer-groups", ["--delete", "--group", "g", "--all-groups"],
+         'Option "[group]" can\'t be used with option "[all-groups]"'),
+        ("share-groups", ["--delete", "--group", "g", "--all-groups"],
+         "Option [delete] takes either [group] or [all-groups], not both."),
+        ("consumer-groups", ["--delete"], "Option [delete] takes one of these options: [all-groups], [group]"),
+        ("share-groups", ["--delete"], "Option [delete] takes the options [group] or [all-groups]"),
+        ("consumer-groups", ["--reset-offsets", "--group", "g", "--all-groups", "--all-topics", "--to-earliest"],
+         'Option "[group]" can\'t be used with option "[all-groups]"'),
+        ("consumer-groups", ["--reset-offsets", "--to-earliest", "--all-topics"],
+         "Option [reset-offsets] takes one of these options: [all-groups], [group]"),
+        ("share-groups", ["--reset-offsets", "--group", "g", "--to-earliest"],
+         "Option [reset-offsets] takes the option: [execute] or [dry-run]"),
+        ("share-groups", ["--reset-offsets", "--all-groups", "--to-earliest", "--dry-run"],
+         "Option [reset-offsets] takes the option: [group]"),
+        ("consumer-groups", ["--describe", "--group", "g", "--type"],
+         "Option(s) [type] are unavailable given other options on the command line"),
+    ],
+)
+def test_group_tools_messages_of_their_own(runner, tool, args, message):
+    result = _group_tool(runner, tool, args)
+    assert result.exit_code == 2, result.output
+    assert message in result.stderr
+
+
+def test_consumer_groups_reset_without_execute_warns_as_kafka(runner):
+    """kafka-consumer-groups.sh dry-runs a reset without --execute and says so on stderr
+    (its text verbatim); with --dry-run it does not."""
+    warning = ("WARN: No action will be performed as the --execute option is missing.In a future major release, "
+               "the default behavior of this command will be to prompt the user before executing the reset rather "
+               "than doing a dry run. You should add the --dry-run option explicitly if you are scripting this "
+               "command and want to keep the current default behavior without prompting.\n")
+    args = ["--reset-offsets", "--group", "g", "--all-topics", "--to-earliest", "--timeout", "100"]
+    assert _group_tool(runner, "consumer-groups", args).stderr.startswith(warning)
+    assert "WARN" not in _group_tool(runner, "consumer-groups", [*args, "--dry-run"]).stderr
+
+
+def test_share_groups_reset_needs_no_scope_and_waits_as_kafka(runner):
+    """kafka-share-groups.sh resets every partition the group has a start offset for when
+    no --topic is given, and waits 30 s for answers by default (the consumer tool 5 s)."""
+    result = _group_tool(runner, "share-groups", ["--reset-offsets", "--group", "g", "--to-earliest", "--dry-run",
+                                                  "--timeout", "100"])  # fmt: skip
+    assert result.exit_code == 1 and "ECONNREFUSED" in result.stderr  # past the checks, to the broker
+    defaults = {tool: next(p.default for p in main.commands[tool].params if p.name == "timeout_ms")
+                for tool in _GROUP_TOOLS}  # fmt: skip
+    assert defaults == {"consumer-groups": 5000, "share-groups": 30000}
 
 
 @pytest.mark.parametrize(

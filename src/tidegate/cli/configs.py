@@ -1,5 +1,5 @@
-"""``tidegate configs``: Kafka's kafka-configs.sh: describe and alter topic and broker
-configs and client quotas over the wire."""
+"""``tidegate configs``: Kafka's kafka-configs.sh: describe and alter topic, broker and
+group configs and client quotas over the wire."""
 
 from __future__ import annotations
 
@@ -13,8 +13,9 @@ from tidegate.cli.base import _run_admin, admin_options, main
 _ENTITY_TYPES = {"users": "user", "clients": "client-id", "ips": "ip"}
 _ENTITY_LABELS = {"user": "user-principal", "client-id": "client-id", "ip": "ip"}
 _ENTITY_SINGULAR = {"user": "user", "client-id": "client", "ip": "ip"}
-#: entity types whose configs are config resources (DescribeConfigs/AlterConfigs)
-_RESOURCE_TYPES = {"topics": 2, "brokers": 4}
+#: entity types whose configs are config resources (DescribeConfigs/AlterConfigs):
+#: Kafka's ConfigResource.Type TOPIC, BROKER and GROUP (KIP-848/KIP-932 group configs)
+_RESOURCE_TYPES = {"topics": 2, "brokers": 4, "groups": 32}
 #: kafka-configs.sh's split of --add-config: commas outside [...] separate entries
 _ADD_CONFIG_SPLIT = re.compile(r",(?=[^\]]*(?:\[|$))")
 _ADD_CONFIG_PAIR = re.compile(r"\s*=\s*(?=[^\]]*(?:\[|$))")
@@ -72,7 +73,7 @@ def _number(value: float) -> str:
 @admin_options
 @click.option("--entity-type", "entity_types", multiple=True,
               type=click.Choice(sorted([*_ENTITY_TYPES, *_RESOURCE_TYPES])),
-              help="topics, brokers, users, clients or ips; users and clients together (users "
+              help="topics, brokers, groups, users, clients or ips; users and clients together (users "
               "first) for a (user, client-id) entity.")
 @click.option("--entity-name", "entity_names", multiple=True, metavar="NAME",
               help="The entity's name, one per --entity-type, in the same order (a broker's is "
@@ -80,10 +81,12 @@ def _number(value: float) -> str:
 @click.option("--entity-default", "entity_defaults", count=True,
               help="The default entity (<default>; for brokers the cluster-wide default) for the "
               "--entity-type after the named ones.")
+@click.option("--group", "group", metavar="GROUP",
+              help="A group: the same as --entity-type groups --entity-name GROUP.")
 @click.option("--describe", is_flag=True,
               help="List the configs of the entity (or of all entities of the type).")
 @click.option("--all", "describe_all", is_flag=True,
-              help="With --describe of topics or brokers: every config, not only the dynamic ones.")
+              help="With --describe of topics, brokers or groups: every config, not only the dynamic ones.")
 @click.option("--alter", is_flag=True, help="Change the configs of the entity.")
 @click.option("--add-config", "add_config", metavar="K=V[,K=V]",
               help="Configs to set with --alter; a list value in square brackets: "
@@ -100,6 +103,7 @@ def configs(
     entity_types: tuple[str, ...],
     entity_names: tuple[str, ...],
     entity_defaults: int,
+    group: str | None,
     describe: bool,
     describe_all: bool,
     alter: bool,
@@ -108,7 +112,7 @@ def configs(
     delete_config: tuple[str, ...],
     command_config: str | None,
 ) -> None:
-    """Describe or alter topic, broker and client-quota configs over the wire, like
+    """Describe or alter topic, broker, group and client-quota configs over the wire, like
     kafka-configs.sh.
 
     \b
@@ -120,12 +124,15 @@ def configs(
       tidegate configs --alter --entity-type brokers --entity-name 1 \\
           --delete-config compression.type
       tidegate configs --describe --all --entity-type brokers --entity-name 1
+      tidegate configs --alter --entity-type groups --entity-name work-queue \\
+          --add-config share.auto.offset.reset=earliest
+      tidegate configs --describe --group work-queue
       tidegate configs --alter --add-config 'request_percentage=50' \\
           --entity-type users --entity-name alice
       tidegate configs --alter --add-config 'connection_creation_rate=5' \\
           --entity-type ips --entity-name 10.0.0.7
 
-    Topics are changed with IncrementalAlterConfigs, the broker's dynamic configs (per
+    Topics and groups are changed with IncrementalAlterConfigs, the broker's dynamic configs (per
     broker, or the cluster default with --entity-default) with AlterConfigs, quotas with
     AlterClientQuotas (KIP-546); every change applies at once and persists across broker
     restarts. --describe lists what is set on the entity (with --all: every config), each
@@ -133,6 +140,8 @@ def configs(
     """
     if describe == alter:
         raise click.UsageError("Give exactly one of --describe and --alter.")
+    if group is not None:  # kafka-configs.sh's shorthand, after the --entity-type ones
+        entity_types, entity_names = (*entity_types, "groups"), (*entity_names, group)
     names, resource = _entities(entity_types, entity_names, entity_defaults, alter)
     additions, deletes = _changes(add_config, add_config_file, delete_config, resource)
     if alter and not additions and not deletes:
@@ -140,7 +149,7 @@ def configs(
     if describe and (additions or deletes):
         raise click.UsageError("--add-config and --delete-config go with --alter.")
     if describe_all and not (describe and resource):
-        raise click.UsageError("--all goes with --describe of topics or brokers.")
+        raise click.UsageError("--all goes with --describe of topics, brokers or groups.")
 
     def work(client: Any) -> None:
         if resource:
@@ -180,7 +189,7 @@ def _entities(
         raise click.UsageError(
             "--entity-name or --entity-default must be specified with each --entity-type for --alter"
         )
-    if resource == ["topics"] and entity_defaults:
+    if resource in (["topics"], ["groups"]) and entity_defaults:
         raise click.UsageError("--entity-default is for brokers, users and clients.")
     return names, resource
 
@@ -227,8 +236,8 @@ def _resource_configs(
     deletes: list[str],
     alter: bool,
 ) -> None:
-    """kafka-configs.sh on topics and brokers (ConfigCommand's describeResourceConfig and
-    alterConfig): the entity's dynamic configs are those whose source is its own level."""
+    """kafka-configs.sh on topics, brokers and groups (ConfigCommand's describeResourceConfig
+    and alterConfig): the entity's dynamic configs are those whose source is its own level."""
     from tidegate.client.admin import (
         OP_DELETE,
         OP_SET,
@@ -255,7 +264,7 @@ def _resource_configs(
     if missing:
         click.echo(f"tidegate configs: Invalid config(s): {','.join(missing)}", err=True)
         ctx.exit(1)
-    if entity_type == "topics":
+    if entity_type in ("topics", "groups"):
         ops = [(k, OP_SET, v) for k, v in additions.items()]
         ops += [(k, OP_DELETE, "") for k in deletes]
         incremental_alter_configs(client, resource_type, name, ops)
@@ -277,13 +286,15 @@ def _resource_configs(
 
 
 def _config_entries(client: Any, entity_type: str, entity: str, synonyms: bool, everything: bool) -> list:
-    """The configs of a topic or broker (``""``: the brokers' default), by name: all of
-    them, or only the dynamic ones of its own level."""
+    """The configs of a topic, broker (``""``: the brokers' default) or group, by name: all
+    of them, or only the dynamic ones of its own level."""
     from tidegate.client.admin import describe_configs
     from tidegate.config import ConfigSource
 
     if entity_type == "topics":
         own = ConfigSource.DYNAMIC_TOPIC_CONFIG
+    elif entity_type == "groups":
+        own = ConfigSource.GROUP_CONFIG
     elif entity == "":
         own = ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG
     else:
@@ -295,10 +306,20 @@ def _config_entries(client: Any, entity_type: str, entity: str, synonyms: bool, 
 
 
 def _describe_resource_configs(client: Any, entity_type: str, name: str | None, describe_all: bool) -> None:
-    """kafka-configs.sh --describe of a topic or broker (every topic, or every broker and
-    the default, without a name)."""
+    """kafka-configs.sh --describe of a topic, broker or group (without a name: every topic,
+    every broker and the default, every group and every group with configs)."""
+    if entity_type == "groups":
+        from tidegate.client.admin import RESOURCE_GROUP, list_config_resources, list_groups
+
+        known = {g.group_id for g in list_groups(client)}
+        known |= {n for _, n in list_config_resources(client, [RESOURCE_GROUP])}
+        if name is not None and name not in known and not describe_all:
+            click.echo(f"The group '{name}' doesn't exist and doesn't have dynamic config.")
+            return
     if name is not None:
         entities = [name]
+    elif entity_type == "groups":
+        entities = sorted(known)
     elif entity_type == "topics":
         entities = sorted(client.metadata().topics)
     else:

@@ -5,10 +5,11 @@ flags, column layout and messages."""
 
 from __future__ import annotations
 
+import functools
 import re
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any, TypeVar
 
@@ -37,6 +38,14 @@ _STATES = ("PreparingRebalance", "CompletingRebalance", "Stable", "Dead", "Empty
            "Assigning", "Reconciling")  # fmt: skip
 #: the group types --list --type takes, as Kafka's GroupType prints them
 _TYPES = ("Classic", "Consumer")
+#: kafka-consumer-groups.sh's warning for --reset-offsets without --dry-run or --execute
+#: (verbatim, the missing space after "missing." included)
+_NO_EXECUTE_WARNING = (
+    "WARN: No action will be performed as the --execute option is missing.In a future major release, the default "
+    "behavior of this command will be to prompt the user before executing the reset rather than doing a dry run. "
+    "You should add the --dry-run option explicitly if you are scripting this command and want to keep the "
+    "current default behavior without prompting."
+)
 _EPILOG = """\b
 Examples:
   tidegate consumer-groups --bootstrap-server 127.0.0.1:9092 --list --state
@@ -123,6 +132,89 @@ def reset_scenarios(
                             ("to-offset", to_offset is not None), ("to-datetime", to_datetime is not None)) if on]
 
 
+def _unavailable(params: Mapping[str, Any], needs: Mapping[str, tuple[str, ...]]) -> None:
+    """joptsimple's ``availableIf``: an option given without any of the options it needs."""
+    given = [name for name, wanted in needs.items() if _given(params, name)
+             and not any(_given(params, w) for w in wanted)]  # fmt: skip
+    if given:
+        raise click.UsageError(f"Option(s) [{', '.join(given)}] are unavailable given other options on the "
+                               "command line")  # fmt: skip
+
+
+def _given(params: Mapping[str, Any], name: str) -> bool:
+    """Whether option --``name`` is on the command line (a click parameter of that name;
+    one the tool lacks is not)."""
+    value = params.get({"list": "list_", "group": "groups", "topic": "topics", "type": "type_"}.get(
+        name, name.replace("-", "_")))
+    return value not in (None, False, ())
+
+
+def _cant_be_used_with(params: Mapping[str, Any], option: str, others: Iterable[str]) -> None:
+    """Kafka's ``CommandLineUtils.checkInvalidArgs``."""
+    if _given(params, option):
+        for other in others:
+            if _given(params, other):
+                raise click.UsageError(f'Option "[{option}]" can\'t be used with option "[{other}]"')
+
+
+def check_group_options(params: Mapping[str, Any], tool: str) -> None:
+    """The option checks kafka-consumer-groups.sh (``tool`` "consumer":
+    ConsumerGroupCommandOptions) and kafka-share-groups.sh ("share":
+    ShareGroupCommandOptions) share, in their order, with their messages: the sub-options
+    of --describe and --list, --delete's and --delete-offsets' scope, --reset-offsets'
+    execution options, and what --group and --topic go with. ``params``: the command's
+    click parameters."""
+    _unavailable(params, {"members": ("describe",), "offsets": ("describe",), "state": ("describe", "list"),
+                          "verbose": ("describe",), "type": ("list",)})  # fmt: skip
+    has = functools.partial(_given, params)
+    if has("describe"):
+        if not has("group") and not has("all-groups"):
+            raise click.UsageError("Option [describe] takes one of these options: [all-groups], [group]")
+        if sum(map(has, ("members", "offsets", "state"))) > 1:
+            raise click.UsageError("Option [describe] takes at most one of these options: [members], [offsets], "
+                                   "[state]")  # fmt: skip
+        if params["state"]:
+            raise click.UsageError("Option [describe] does not take a value for [state]")
+    if has("delete"):
+        if tool == "share":
+            if not has("group") and not has("all-groups"):
+                raise click.UsageError("Option [delete] takes the options [group] or [all-groups]")
+            if has("group") and has("all-groups"):
+                raise click.UsageError("Option [delete] takes either [group] or [all-groups], not both.")
+            if has("topic"):
+                raise click.UsageError("Option [delete] does not take the option: [topic]")
+        else:
+            if not has("group") and not has("all-groups"):
+                raise click.UsageError("Option [delete] takes one of these options: [all-groups], [group]")
+            if has("topic"):
+                raise click.UsageError("The consumer does not support topic-specific offset deletion from a "
+                                       "consumer group.")  # fmt: skip
+    if has("delete-offsets") and (len(params["groups"]) != 1 or not has("topic")):
+        raise click.UsageError("Option [delete-offsets] takes the following options: [group], [topic]")
+    if has("reset-offsets"):
+        _check_reset_execution(params, tool)
+    _cant_be_used_with(params, "group", ["all-groups", "list"])
+    _cant_be_used_with(params, "topic", ["list", "describe"])
+
+
+def _check_reset_execution(params: Mapping[str, Any], tool: str) -> None:
+    """--reset-offsets' --dry-run / --execute and group: the share tool needs one of the
+    two and one --group; the consumer tool warns that it dry-runs without --execute."""
+    has = functools.partial(_given, params)
+    if has("dry-run") and has("execute"):
+        raise click.UsageError("Option [reset-offsets] only accepts one of [execute] and [dry-run]")
+    if tool == "share":
+        if not has("dry-run") and not has("execute"):
+            raise click.UsageError("Option [reset-offsets] takes the option: [execute] or [dry-run]")
+        if len(params["groups"]) != 1:
+            raise click.UsageError("Option [reset-offsets] takes the option: [group]")
+        return
+    if not has("dry-run") and not has("execute"):
+        click.echo(_NO_EXECUTE_WARNING, err=True)
+    if not has("group") and not has("all-groups"):
+        raise click.UsageError("Option [reset-offsets] takes one of these options: [all-groups], [group]")
+
+
 @main.command("consumer-groups", context_settings={"max_content_width": 120}, epilog=_EPILOG)
 @admin_options
 @click.option("--list", "list_", is_flag=True, help="List all consumer groups.")
@@ -162,17 +254,12 @@ def consumer_groups(
     to_datetime: str | None, by_duration: str | None, shift_by: int | None, timeout_ms: int,
 ) -> None:
     """List, describe, reset and delete consumer groups, like Kafka's kafka-consumer-groups.sh."""
+    check_group_options(ctx.params, "consumer")
     actions = [a for a, on in (("list", list_), ("describe", describe), ("delete", delete),
                                 ("reset-offsets", reset_offsets), ("delete-offsets", delete_offsets)) if on]
     if len(actions) != 1:
         raise click.UsageError("Command must include exactly one action: --list, --describe, --delete, "
                                "--reset-offsets, --delete-offsets")
-    if (describe or delete or reset_offsets) and not groups and not all_groups:
-        raise click.UsageError(f"Option [{actions[0]}] takes one of these options: [all-groups], [group]")
-    if delete_offsets and len(groups) != 1:
-        raise click.UsageError("Option [delete-offsets] takes the [group] option once")
-    if delete_offsets and not topics:
-        raise click.UsageError("Option [delete-offsets] takes the [topic] option")
     scenarios = reset_scenarios(to_earliest, to_latest, to_current, to_offset, to_datetime) + [
         s for s, on in (("by-duration", by_duration is not None), ("shift-by", shift_by is not None)) if on]
     if reset_offsets:
@@ -181,19 +268,13 @@ def consumer_groups(
                                    "--to-current, --to-offset, --to-datetime, --by-duration, --shift-by")
         if not topics and not all_topics:
             raise click.UsageError("One of the reset scopes should be defined: --all-topics, --topic.")
-        if dry_run and execute:
-            raise click.UsageError("Option [reset-offsets] takes at most one of these options: [dry-run], [execute]")
     elif scenarios or dry_run or execute:
         raise click.UsageError("--to-*, --by-duration, --shift-by, --dry-run and --execute go with --reset-offsets")
-    if sum([offsets, members, state is not None]) > 1 and describe:
-        raise click.UsageError("Option [describe] takes at most one of these options: [members], [offsets], [state]")
     states = [s.strip() for s in (state or "").split(",") if s.strip()]
     if list_ and states:
         bad = [s for s in states if s.lower() not in {x.lower() for x in _STATES}]
         if bad:
             raise click.UsageError(f"Invalid state list '{state}'. Valid states are: {', '.join(_STATES)}")
-    if type_ is not None and not list_:
-        raise click.UsageError("Option [type] can be used only with [list]")
     types = [t.strip().lower() for t in (type_ or "").split(",") if t.strip()]
     if any(t not in {x.lower() for x in _TYPES} for t in types):
         raise click.UsageError(f"Invalid types list '{type_}'. Valid types are: {', '.join(_TYPES)}")

@@ -21,6 +21,7 @@ from tidegate.cli.consumer_groups import (
     _print_error,
     _row,
     _topic_partitions,
+    check_group_options,
     parse_datetime,
     reset_scenarios,
     reset_target_options,
@@ -60,7 +61,7 @@ Examples:
 @click.option("--state", "state", is_flag=False, flag_value="", default=None, metavar="[STATES]",
               help="--describe: the groups' state; --list: show the state, or only groups in STATES (comma-separated).")
 @click.option("--verbose", is_flag=True, help="--describe: leader epochs, member and group epochs.")
-@click.option("--timeout", "timeout_ms", type=int, default=5000, show_default=True, metavar="MS",
+@click.option("--timeout", "timeout_ms", type=int, default=30000, show_default=True, metavar="MS",
               help="How long to wait for the broker's answers.")
 @click.pass_context
 def share_groups(
@@ -71,17 +72,14 @@ def share_groups(
     state: str | None, verbose: bool, timeout_ms: int,
 ) -> None:
     """List, describe, delete and reset share groups, like Kafka's kafka-share-groups.sh."""
+    check_group_options(ctx.params, "share")
     actions = [a for a, on in (("list", list_), ("describe", describe), ("delete", delete),
                                 ("reset-offsets", reset_offsets), ("delete-offsets", delete_offsets)) if on]
     if len(actions) != 1:
         raise click.UsageError("Command must include exactly one action: --list, --describe, --delete, "
                                "--reset-offsets, --delete-offsets")
-    if (describe or delete) and not groups and not all_groups:
-        raise click.UsageError(f"Option [{actions[0]}] takes one of these options: [all-groups], [group]")
     scenarios = reset_scenarios(to_earliest, to_latest, to_current, to_offset, to_datetime)
-    _check_offset_options(reset_offsets, delete_offsets, groups, topics, all_topics, dry_run, execute, scenarios)
-    if describe and sum([offsets, members, state is not None]) > 1:
-        raise click.UsageError("Option [describe] takes at most one of these options: [members], [offsets], [state]")
+    _check_offset_options(reset_offsets, scenarios, dry_run or execute or all_topics)
     states = [s.strip() for s in (state or "").split(",") if s.strip()]
     canonical = {s.lower(): s for s in _STATES}
     if list_ and any(s.lower() not in canonical for s in states):
@@ -119,24 +117,15 @@ def share_groups(
     _run_admin(ctx, "share-groups", bootstrap_server, command_config, work)
 
 
-def _check_offset_options(reset_offsets: bool, delete_offsets: bool, groups: tuple[str, ...], topics: tuple[str, ...],
-                          all_topics: bool, dry_run: bool, execute: bool, scenarios: list[str]) -> None:
-    """ShareGroupCommandOptions' checks of --reset-offsets and --delete-offsets (one
-    group each; a scope, a scenario and --dry-run or --execute for a reset)."""
-    if delete_offsets and (len(groups) != 1 or not topics):
-        raise click.UsageError("Option [delete-offsets] takes the following options: [group], [topic]")
+def _check_offset_options(reset_offsets: bool, scenarios: list[str], reset_only: bool) -> None:
+    """The scenario of --reset-offsets (exactly one; its execution options and group are
+    :func:`check_group_options`'); no scope is needed: without --topic, ShareGroupCommand
+    resets every partition the group has a start offset for. ``reset_only``: --dry-run,
+    --execute or --all-topics was given."""
     if not reset_offsets:
-        if scenarios or dry_run or execute or all_topics:
+        if scenarios or reset_only:
             raise click.UsageError("--to-*, --all-topics, --dry-run and --execute go with --reset-offsets")
         return
-    if dry_run and execute:
-        raise click.UsageError("Option [reset-offsets] only accepts one of [execute] and [dry-run]")
-    if not dry_run and not execute:
-        raise click.UsageError("Option [reset-offsets] takes the option: [execute] or [dry-run]")
-    if len(groups) != 1:
-        raise click.UsageError("Option [reset-offsets] takes the option: [group]")
-    if bool(topics) == all_topics:
-        raise click.UsageError("Option [reset-offsets] takes one of these options: [all-topics], [topic]")
     if len(scenarios) != 1:
         raise click.UsageError("Option [reset-offsets] takes one of these options: [to-current], [to-datetime], "
                                "[to-earliest], [to-latest], [to-offset]")
@@ -259,9 +248,9 @@ def _reset(ctx: click.Context, client: Any, group: str, topics: tuple[str, ...],
     if desc.state not in ("Empty", "Dead"):
         _print_error(f"Share group '{group}' is not empty.")
         ctx.exit(1)
-    current = {tp: o.start_offset for tp, o in admin.describe_share_group_offsets(
-        client, group, timeout_ms=timeout_ms).items() if o.start_offset >= 0}  # fmt: skip
-    partitions = _topic_partitions(client, topics) if topics else sorted(current)
+    known = admin.describe_share_group_offsets(client, group, timeout_ms=timeout_ms)
+    current = {tp: o.start_offset for tp, o in known.items() if o.start_offset >= 0}
+    partitions = _topic_partitions(client, topics) if topics else sorted(known)
     spec = {"to-earliest": -2, "to-latest": -1}.get(scenario)
     plan = _new_offsets(client, partitions, current, scenario, spec, to_offset, None, reset_ms, timeout_ms)
     if execute and plan:

@@ -5,8 +5,9 @@ and AlterClientQuotas (49) at the highest version both sides support, with entit
 ``{entity_type: name}`` dicts where ``None`` is the ``<default>`` entity (a null name on
 the wire), as in Kafka's ``ClientQuotaEntity``. ``describe_configs``,
 ``incremental_alter_configs`` and ``alter_configs`` speak DescribeConfigs (32),
-IncrementalAlterConfigs (44) and AlterConfigs (33) on topic and broker resources.
-``tidegate configs`` is built on them.
+IncrementalAlterConfigs (44) and AlterConfigs (33) on topic, broker and group resources,
+``list_config_resources`` ListConfigResources (74, KIP-1142). ``tidegate configs`` is
+built on them.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ MATCH_SPECIFIED = 2
 #: DescribeConfigs/AlterConfigs resource types (Kafka's ConfigResource.Type)
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
+RESOURCE_GROUP = 32
 #: IncrementalAlterConfigs operations (Kafka's AlterConfigOp.OpType)
 OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
 
@@ -95,6 +97,18 @@ def describe_configs(
         )
         for c in result.configs
     ]
+
+
+def list_config_resources(
+    client: KafkaClient, resource_types: Iterable[int], *, timeout_ms: float | None = None
+) -> list[tuple[int, str]]:
+    """The (type, name) of the config resources of ``resource_types`` (KIP-1142's
+    ListConfigResources v1; Kafka's ``Admin.listConfigResources``)."""
+    body = {"resource_types": list(resource_types)}
+    resp = client.request(ApiKey.LIST_CONFIG_RESOURCES, body, timeout_ms=timeout_ms)
+    if resp.error_code:
+        raise BrokerResponseError(int(resp.error_code), "ListConfigResources")
+    return [(int(r.resource_type), r.resource_name) for r in resp.config_resources]
 
 
 def incremental_alter_configs(
