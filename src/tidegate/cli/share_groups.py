@@ -2,8 +2,8 @@
 tidegate's admin calls (:mod:`tidegate.client.admin`): list, describe (start offsets and
 lag, members, state) and delete share groups, reset their start offsets
 (AlterShareGroupOffsets) and delete their offsets of topics (DeleteShareGroupOffsets),
-with Kafka's flags, column layout and messages. Not yet: ``--from-file`` and
-``--export``."""
+with Kafka's flags, column layout and messages. No ``--from-file`` and ``--export``:
+Kafka 4.2's tool has neither."""
 
 from __future__ import annotations
 
