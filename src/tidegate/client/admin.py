@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tidegate.errors import BrokerResponseError, ErrorCode
+from tidegate.errors import BrokerResponseError, ErrorCode, UnsupportedVersionError
 from tidegate.protocol.apis import ApiKey
 from tidegate.protocol.consumer_protocol import decode_assignment
 from tidegate.security.authorizer.acl import (
@@ -101,11 +101,23 @@ def describe_configs(
 
 def list_config_resources(
     client: KafkaClient, resource_types: Iterable[int], *, timeout_ms: float | None = None
-) -> list[tuple[int, str]]:
+) -> list[tuple[int, str]] | None:
     """The (type, name) of the config resources of ``resource_types`` (KIP-1142's
-    ListConfigResources v1; Kafka's ``Admin.listConfigResources``)."""
+    ListConfigResources v1; Kafka's ``Admin.listConfigResources``); None from a broker
+    without v1 (v0 lists client-metrics resources only) or one that answers
+    UNSUPPORTED_VERSION or CLUSTER_AUTHORIZATION_FAILED, which kafka-configs.sh takes as
+    "no such resources known"."""
+    node = client.await_ready(None, timeout_ms)
+    try:
+        version = client.api_version(node, ApiKey.LIST_CONFIG_RESOURCES)
+    except UnsupportedVersionError:
+        return None
+    if version < 1:
+        return None
     body = {"resource_types": list(resource_types)}
-    resp = client.request(ApiKey.LIST_CONFIG_RESOURCES, body, timeout_ms=timeout_ms)
+    resp = client.request(ApiKey.LIST_CONFIG_RESOURCES, body, node_id=node, version=version, timeout_ms=timeout_ms)
+    if resp.error_code in (ErrorCode.unsupported_version, ErrorCode.cluster_authorization_failed):
+        return None
     if resp.error_code:
         raise BrokerResponseError(int(resp.error_code), "ListConfigResources")
     return [(int(r.resource_type), r.resource_name) for r in resp.config_resources]
