@@ -357,6 +357,29 @@ def test_describe_cluster(broker, kp_admin):
     )
 
 
+def test_describe_features_kafka_python(broker, kp_admin):
+    # kafka-python's describe_features: ApiVersions v3+ (kafka-features.sh describe reads
+    # the same fields through Admin.describeFeatures)
+    features = kp_admin.describe_features()
+    assert features == {
+        "metadata.version": {"supported": (29, 29), "finalized": (29, 29), "finalized_epoch": 0},
+        "group.version": {"supported": (0, 1), "finalized": (1, 1), "finalized_epoch": 0},
+        "share.version": {"supported": (0, 1), "finalized": (1, 1), "finalized_epoch": 0},
+    }
+
+
+def test_describe_features_with_consumer_protocol_and_share_groups_off(broker_factory):
+    b = broker_factory({"group.coordinator.rebalance.protocols": "classic", "group.share.enable": "false"})
+    admin = admin_client(b.bootstrap, client="kafka-python")
+    try:
+        features = admin.describe_features()
+    finally:
+        admin.close()
+    assert {name: f.get("finalized") for name, f in features.items()} == {
+        "metadata.version": (29, 29), "group.version": None, "share.version": None,
+    }
+
+
 # -- Metadata auto-creation ------------------------------------------------------------
 
 

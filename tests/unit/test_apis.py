@@ -83,6 +83,45 @@ def test_api_versions_every_version_lists_exactly_the_supported_table(h, version
     assert len(resp.api_keys) == len(SUPPORTED_APIS)
 
 
+def _features(resp):
+    supported = {f.name: (f.min_version, f.max_version) for f in resp.supported_features}
+    finalized = {f.name: (f.min_version_level, f.max_version_level) for f in resp.finalized_features}
+    return supported, finalized
+
+
+def test_api_versions_v4_reports_the_feature_levels_tidegate_implements(h):
+    resp = h.request(API_VERSIONS, 4, {"client_software_name": "unit", "client_software_version": "1.0"})
+    supported, finalized = _features(resp)
+    assert supported == {"metadata.version": (29, 29), "group.version": (0, 1), "share.version": (0, 1)}
+    # min = max = the level; transaction.version (KIP-890 part 2 not implemented),
+    # kraft.version (static voters), ELR and streams are level 0: absent
+    assert finalized == {"metadata.version": (29, 29), "group.version": (1, 1), "share.version": (1, 1)}
+    assert resp.finalized_features_epoch == 0
+
+
+def test_api_versions_v3_leaves_out_supported_features_from_level_0(h):
+    # KAFKA-17492: a v3 client cannot read a supported min level of 0
+    resp = h.request(API_VERSIONS, 3, {"client_software_name": "unit", "client_software_version": "1.0"})
+    supported, finalized = _features(resp)
+    assert supported == {"metadata.version": (29, 29)}
+    assert set(finalized) == {"metadata.version", "group.version", "share.version"}
+
+
+@pytest.mark.harness({"group.coordinator.rebalance.protocols": "classic", "group.share.enable": "false"})
+def test_api_versions_finalizes_no_group_or_share_version_when_they_are_off(h):
+    resp = h.request(API_VERSIONS, 4, {"client_software_name": "unit", "client_software_version": "1.0"})
+    supported, finalized = _features(resp)
+    # the software still supports them; the cluster does not run them
+    assert supported == {"metadata.version": (29, 29), "group.version": (0, 1), "share.version": (0, 1)}
+    assert finalized == {"metadata.version": (29, 29)}
+
+
+@pytest.mark.harness({"group.share.enable": "false"})
+def test_api_versions_share_off_leaves_group_version_finalized(h):
+    resp = h.request(API_VERSIONS, 4, {"client_software_name": "unit", "client_software_version": "1.0"})
+    assert _features(resp)[1] == {"metadata.version": (29, 29), "group.version": (1, 1)}
+
+
 def test_api_versions_unsupported_version_answers_v0_body_with_the_table(h):
     # kio has no v5 schema; hand-craft a v5 header (KIP-511: body is then unparseable).
     payload = bytearray(struct.pack(">hhih", 18, 5, 4242, -1) + b"\x00garbage")

@@ -114,6 +114,12 @@ from tidegate.server.config_admin import ConfigAdminApis
 from tidegate.server.consumer_group_apis import ConsumerGroupApis
 from tidegate.server.delayed_fetch import FetchCompletionBatch
 from tidegate.server.endpoints import Endpoints
+from tidegate.server.features import (
+    FINALIZED_FEATURES_EPOCH,
+    finalized_feature_keys,
+    finalized_features,
+    supported_feature_keys,
+)
 from tidegate.server.fetch_session import (
     INVALID_SESSION_ID,
     FetchContext,
@@ -219,6 +225,10 @@ class KafkaApis:
         self.endpoints = endpoints
         self.groups = groups
         self.transactions = transactions
+        #: the finalized feature levels ApiVersions reports (fixed while the broker runs)
+        self.finalized_features = finalized_features(
+            consumer_protocol=consumer_groups.enabled, share_groups=share_groups.enabled
+        )
         self.handlers: dict[int, Handler] = {
             ApiKey.PRODUCE: self.handle_produce,
             ApiKey.FETCH: self.handle_fetch,
@@ -352,17 +362,21 @@ class KafkaApis:
         return encode_error_only(exc.correlation_id, ErrorCode.unsupported_version.value)
 
     # -- ApiVersions ----------------------------------------------------------------------
-    @staticmethod
-    def _api_versions_response() -> ApiVersionsResponse:
+    def _api_versions_response(self, version: int = 0) -> ApiVersionsResponse:
+        """Every API's range and (v3+) the feature levels (Kafka's ApiVersionManager,
+        server/features.py)."""
         return ApiVersionsResponse(
             api_keys=[
                 ApiVersion(api_key=int(r.key), min_version=r.min_version, max_version=r.max_version)
                 for r in SUPPORTED_APIS.values()
             ],
+            supported_features=supported_feature_keys(version),
+            finalized_features_epoch=FINALIZED_FEATURES_EPOCH,
+            finalized_features=finalized_feature_keys(self.finalized_features),
         )
 
     def handle_api_versions(self, request: Request) -> ApiVersionsResponse:
-        return self._api_versions_response()
+        return self._api_versions_response(request.header.api_version)
 
     # -- Metadata -------------------------------------------------------------------------
     def _topic_metadata(self, info: TopicInfo) -> MetadataResponseTopic:
