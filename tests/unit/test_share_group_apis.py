@@ -15,6 +15,7 @@ import pytest
 
 from tests.core_harness import CoreHarness as Harness
 from tests.core_harness import decode_frame, response_bytes
+from tests.integration.rawclient import produce_body
 from tests.unit.test_apis import batch
 from tests.unit.test_authorization import (
     ADMIN,
@@ -244,6 +245,108 @@ def test_acls_read_on_the_group_and_topics(tmp_path):
     assert add_acls(h, creation("User:bob", Op.DESCRIBE, "t")) == [E.none]
     shown = call_as(h, BOB, DESCRIBE, 1, {"group_ids": ["g"], "include_authorized_operations": False}).groups[0]
     assert (shown.error_code, [tp.topic_name for tp in shown.members[0].assignment.topic_partitions]) == (E.none, ["t"])
+    h.close()
+
+
+def test_acls_of_share_acknowledge_read_on_the_group_then_on_each_topic(tmp_path):
+    # Kafka's handleShareAcknowledgeRequest: READ on the group (top level), then READ on
+    # each acknowledged topic (TOPIC_AUTHORIZATION_FAILED for its partitions)
+    h = Harness(tmp_path, AUTHORIZER)
+    create_topic(h, "t")
+    topic_id = h.core.store.get("t").topic_id
+    produced = h.request(ApiKey.PRODUCE, 9, produce_body("t", {0: batch(b"a", b"b")}, 1), ctx=ADMIN)
+    assert produced.responses[0].partition_responses[0].error_code == E.none
+    assert call_as(h, ADMIN, ALTER_OFFSETS, 0, alter_offsets("g", "t", {0: 0})).error_code == E.none
+    assert add_acls(h, creation("User:alice", Op.READ, "g", Res.GROUP),
+                    creation("User:alice", Op.DESCRIBE, "t")) == [E.none, E.none]
+    r = call_as(h, ALICE, HB, 1, hb())
+    assert (r.error_code, [tp.partitions for tp in r.assignment.topic_partitions]) == (E.none, [(0,)])
+    f = call_as(h, ALICE, FETCH, 1, fetch(topic_id, max_wait=0))  # opens the session
+    assert [p.error_code for t in f.responses for p in t.partitions] == [E.topic_authorization_failed]
+    a = call_as(h, ALICE, ACK, 1, ack(topic_id, {0: [(0, 1, 1)]}, epoch=1))
+    assert a.error_code == E.none
+    assert [(p.partition_index, p.error_code) for t in a.responses for p in t.partitions] == [
+        (0, E.topic_authorization_failed)]
+    assert call_as(h, BOB, ACK, 1, ack(topic_id, {0: [(0, 1, 1)]}, epoch=1)).error_code == (
+        E.group_authorization_failed)
+    # READ on the topic: the records are acquired and the acknowledgement goes through
+    assert add_acls(h, creation("User:alice", Op.READ, "t")) == [E.none]
+    f = call_as(h, ALICE, FETCH, 1, fetch(topic_id, epoch=2))  # the share-partition's first load
+    assert acquired(f) == [(0, 0, 1, 1)]
+    a = call_as(h, ALICE, ACK, 1, ack(topic_id, {0: [(0, 1, 1)]}, epoch=3))
+    assert [(p.partition_index, p.error_code) for t in a.responses for p in t.partitions] == [(0, E.none)]
+    h.close()
+
+
+def test_acls_of_describe_share_group_offsets_describe_on_the_group_and_topics(tmp_path):
+    # Kafka's handleDescribeShareGroupOffsetsRequest: DESCRIBE on each group
+    # (GROUP_AUTHORIZATION_FAILED for that group); named topics without DESCRIBE answer
+    # TOPIC_AUTHORIZATION_FAILED per partition; all topics (null) leaves them out
+    h = Harness(tmp_path, AUTHORIZER)
+    create_topic(h, "t")
+    create_topic(h, "u")
+    for topic in ("t", "u"):
+        assert call_as(h, ADMIN, ALTER_OFFSETS, 0, alter_offsets("g", topic, {0: 0})).error_code == E.none
+
+    def describe(who, topics):
+        return call_as(h, who, DESCRIBE_OFFSETS, 1, {"groups": [
+            {"group_id": "g", "topics": topics}, {"group_id": "other", "topics": None}]}).groups
+
+    groups = describe(BOB, None)
+    assert [(g.group_id, g.error_code) for g in groups] == [
+        ("g", E.group_authorization_failed), ("other", E.group_authorization_failed)]
+    assert add_acls(h, creation("User:bob", Op.DESCRIBE, "g", Res.GROUP),
+                    creation("User:bob", Op.DESCRIBE, "t")) == [E.none, E.none]
+    named = describe(BOB, [{"topic_name": "t", "partitions": [0]}, {"topic_name": "u", "partitions": [0]}])
+    assert [(g.group_id, g.error_code) for g in named] == [("g", E.none), ("other", E.group_authorization_failed)]
+    assert sorted((t.topic_name, p.partition_index, p.error_code, p.start_offset)
+                  for t in named[0].topics for p in t.partitions) == [
+        ("t", 0, E.none, 0), ("u", 0, E.topic_authorization_failed, -1)]  # fmt: skip
+    every = describe(BOB, None)[0]
+    assert (every.error_code, [t.topic_name for t in every.topics]) == (E.none, ["t"])
+    assert sorted(t.topic_name for t in describe(ADMIN, None)[0].topics) == ["t", "u"]
+    h.close()
+
+
+def test_acls_of_alter_share_group_offsets_read_on_the_group_and_topics(tmp_path):
+    # Kafka's handleAlterShareGroupOffsetsRequest: READ on the group (top level; DESCRIBE
+    # is not enough), READ on each topic (TOPIC_AUTHORIZATION_FAILED per partition)
+    h = Harness(tmp_path, AUTHORIZER)
+    create_topic(h, "t")
+    create_topic(h, "u")
+    assert add_acls(h, creation("User:bob", Op.DESCRIBE, "g", Res.GROUP)) == [E.none]
+    assert call_as(h, BOB, ALTER_OFFSETS, 0, alter_offsets("g", "t", {0: 0})).error_code == (
+        E.group_authorization_failed)
+    assert add_acls(h, creation("User:bob", Op.READ, "g", Res.GROUP), creation("User:bob", Op.READ, "t"),
+                    creation("User:bob", Op.DESCRIBE, "u")) == [E.none] * 3
+    body = alter_offsets("g", "t", {0: 0})
+    body["topics"] += alter_offsets("g", "u", {0: 0})["topics"]
+    r = call_as(h, BOB, ALTER_OFFSETS, 0, body)
+    assert r.error_code == E.none
+    assert sorted((t.topic_name, p.partition_index, p.error_code) for t in r.responses for p in t.partitions) == [
+        ("t", 0, E.none), ("u", 0, E.topic_authorization_failed)]
+    h.close()
+
+
+def test_acls_of_delete_share_group_offsets_delete_on_the_group_read_on_topics(tmp_path):
+    # Kafka's handleDeleteShareGroupOffsetsRequest: DELETE on the group (top level; READ
+    # is not enough), READ on each topic (TOPIC_AUTHORIZATION_FAILED for that topic)
+    h = Harness(tmp_path, AUTHORIZER)
+    create_topic(h, "t")
+    create_topic(h, "u")
+    for topic in ("t", "u"):
+        assert call_as(h, ADMIN, ALTER_OFFSETS, 0, alter_offsets("g", topic, {0: 0})).error_code == E.none
+    body = {"group_id": "g", "topics": [{"topic_name": "t"}, {"topic_name": "u"}]}
+    assert add_acls(h, creation("User:bob", Op.READ, "g", Res.GROUP), creation("User:bob", Op.READ, "t"),
+                    creation("User:bob", Op.DESCRIBE, "u")) == [E.none] * 3
+    assert call_as(h, BOB, DELETE_OFFSETS, 0, body).error_code == E.group_authorization_failed
+    assert add_acls(h, creation("User:bob", Op.DELETE, "g", Res.GROUP)) == [E.none]
+    r = call_as(h, BOB, DELETE_OFFSETS, 0, body)
+    assert r.error_code == E.none
+    assert sorted((t.topic_name, t.error_code) for t in r.responses) == [
+        ("t", E.none), ("u", E.topic_authorization_failed)]
+    left = call_as(h, ADMIN, DESCRIBE_OFFSETS, 1, {"groups": [{"group_id": "g", "topics": None}]}).groups[0]
+    assert [t.topic_name for t in left.topics] == ["u"]  # only the authorized topic's state went
     h.close()
 
 

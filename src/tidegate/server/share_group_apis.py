@@ -206,8 +206,9 @@ class ShareGroupApis:
 
     def handle_describe_share_group_offsets(self, request: Request) -> DescribeShareGroupOffsetsResponse | Parked:
         """Each group's share-partitions (the authorization step answered the groups the
-        principal may not DESCRIBE); topics it may not DESCRIBE are
-        TOPIC_AUTHORIZATION_FAILED per partition."""
+        principal may not DESCRIBE); named topics it may not DESCRIBE are
+        TOPIC_AUTHORIZATION_FAILED per partition (start offset and lag -1), and left out
+        of an all-topics (null) answer, as Kafka's KafkaApis."""
         req = request.body_as(DescribeShareGroupOffsetsRequest)
         if not self.enabled:
             return DescribeShareGroupOffsetsResponse(groups=[
@@ -220,6 +221,10 @@ class ShareGroupApis:
 
         def one(i: int, denied: list[DescribeShareGroupOffsetsResponseTopic],
                 group: DescribeShareGroupOffsetsResponseGroup) -> None:  # fmt: skip
+            if req.groups[i].topics is None and self.authorization.authorizer is not None:
+                # all topics: those the principal may not DESCRIBE are left out (Kafka)
+                allowed = set(self.authorization.describable_topics(request, [t.topic_name for t in group.topics]))
+                group.topics = [t for t in group.topics if t.topic_name in allowed]
             group.topics.extend(denied)
             answers[i] = group
             if len(answers) == len(req.groups):
@@ -243,7 +248,7 @@ class ShareGroupApis:
         denied = [
             DescribeShareGroupOffsetsResponseTopic(topic_name=t.topic_name, partitions=[
                 DescribeShareGroupOffsetsResponsePartition(
-                    partition_index=p, error_code=ErrorCode.topic_authorization_failed,
+                    partition_index=p, start_offset=-1, lag=-1, error_code=ErrorCode.topic_authorization_failed,
                     error_message=_TOPIC_AUTHORIZATION_FAILED,
                 ) for p in t.partitions
             ])
