@@ -255,6 +255,48 @@ def test_config_error_carries_key_and_value():
     assert isinstance(info.value, ValueError)
 
 
+# ---- group coordinator bounds (Kafka's GroupCoordinatorConfig / ShareGroupConfig) -----------
+C = "group.consumer."
+
+
+@pytest.mark.parametrize(
+    ("props", "key", "message"),
+    [
+        ({C + "session.timeout.ms": "30000"}, C + "session.timeout.ms",
+         f"{C}session.timeout.ms must be greater than or equal to {C}min.session.timeout.ms"),
+        ({C + "session.timeout.ms": "60001"}, C + "session.timeout.ms",
+         f"{C}session.timeout.ms must be less than or equal to {C}max.session.timeout.ms"),
+        ({C + "max.session.timeout.ms": "40000"}, C + "max.session.timeout.ms",
+         f"{C}max.session.timeout.ms must be greater than or equal to {C}min.session.timeout.ms"),
+        ({C + "heartbeat.interval.ms": "4999"}, C + "heartbeat.interval.ms",
+         f"{C}heartbeat.interval.ms must be greater than or equal to {C}min.heartbeat.interval.ms"),
+        ({C + "heartbeat.interval.ms": "15001"}, C + "heartbeat.interval.ms",
+         f"{C}heartbeat.interval.ms must be less than or equal to {C}max.heartbeat.interval.ms"),
+        ({C + "min.heartbeat.interval.ms": "16000"}, C + "max.heartbeat.interval.ms",
+         f"{C}max.heartbeat.interval.ms must be greater than or equal to {C}min.heartbeat.interval.ms"),
+        # each within its bounds, but the interval not below the timeout
+        ({C + "min.session.timeout.ms": "1000", C + "session.timeout.ms": "10000",
+          C + "heartbeat.interval.ms": "10000"}, C + "heartbeat.interval.ms",
+         f"{C}heartbeat.interval.ms must be less than {C}session.timeout.ms"),
+        ({"group.share.record.lock.duration.ms": "1000"}, "group.share.record.lock.duration.ms",
+         ("group.share.record.lock.duration.ms must be greater than or equal to "
+          "group.share.min.record.lock.duration.ms")),
+        ({"group.share.max.size": "300", "group.share.max.share.sessions": "250"}, "group.share.max.share.sessions",
+         "group.share.max.share.sessions must be greater than or equal to group.share.max.size"),
+    ],
+)  # fmt: skip
+def test_group_bounds_are_checked_at_start_with_kafkas_messages(props, key, message):
+    with pytest.raises(ConfigError) as info:
+        BrokerConfig(props)
+    assert (str(info.value), info.value.name) == (message, key)
+
+
+def test_group_bounds_accept_a_value_on_each_bound():
+    config = BrokerConfig({C + "min.session.timeout.ms": "6000", C + "session.timeout.ms": "6000",
+                           C + "heartbeat.interval.ms": "5000", C + "max.heartbeat.interval.ms": "5000"})  # fmt: skip
+    assert (config.get(C + "session.timeout.ms"), config.get(C + "heartbeat.interval.ms")) == (6000, 5000)
+
+
 # ---- KIP-72: queued.max.request.bytes and queued.max.requests ------------------------------
 MIB = 1024 * 1024
 

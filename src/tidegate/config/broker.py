@@ -283,39 +283,34 @@ class BrokerConfig:
 
     @classmethod
     def _validate_groups(cls, values: Mapping[str, Any]) -> None:
-        """Kafka's GroupCoordinatorConfig and ShareGroupConfig requirements: each
-        protocol's heartbeat interval and session timeout within their bounds, the interval
-        below the timeout; the share groups' record lock duration within its bounds, and
-        as many share sessions as a share group may have members."""
+        """Kafka's GroupCoordinatorConfig and ShareGroupConfig requirements, in their order
+        and with their messages (``Utils.require``): each protocol's heartbeat interval and
+        session timeout within their bounds, the interval below the timeout; the share
+        groups' record lock duration within its bounds, and as many share sessions as a
+        share group may have members."""
         cls._validate_group_timeouts(values, "group.consumer.")
         cls._validate_group_timeouts(values, "group.share.")
-        cls._validate_within(values, "group.share.", "record.lock.duration.ms")
-        sessions, size = values["group.share.max.share.sessions"], values["group.share.max.size"]
-        if sessions < size:
-            raise ConfigError.invalid(
-                "group.share.max.share.sessions", sessions, f"must be at least group.share.max.size ({size})"
-            )  # fmt: skip
+        lock = "group.share.record.lock.duration.ms"
+        _require(values, lock, values[lock] >= values["group.share.min.record.lock.duration.ms"],
+                 f"{lock} must be greater than or equal to group.share.min.record.lock.duration.ms")
+        _require(values, "group.share.max.record.lock.duration.ms",
+                 values["group.share.max.record.lock.duration.ms"] >= values[lock],
+                 f"group.share.max.record.lock.duration.ms must be greater than or equal to {lock}")
+        _require(values, "group.share.max.share.sessions",
+                 values["group.share.max.share.sessions"] >= values["group.share.max.size"],
+                 "group.share.max.share.sessions must be greater than or equal to group.share.max.size")  # fmt: skip
 
     @staticmethod
-    def _validate_within(values: Mapping[str, Any], prefix: str, what: str) -> None:
-        low, high = values[f"{prefix}min.{what}"], values[f"{prefix}max.{what}"]
-        value = values[prefix + what]
-        if high < low:
-            raise ConfigError.invalid(f"{prefix}max.{what}", high, f"must be greater than or equal to {prefix}min.{what}")
-        if not low <= value <= high:
-            raise ConfigError.invalid(
-                prefix + what, value, f"must be within [{prefix}min.{what}, {prefix}max.{what}] ([{low}, {high}])"
-            )  # fmt: skip
-
-    @classmethod
-    def _validate_group_timeouts(cls, values: Mapping[str, Any], prefix: str) -> None:
+    def _validate_group_timeouts(values: Mapping[str, Any], prefix: str) -> None:
         for what in ("heartbeat.interval.ms", "session.timeout.ms"):
-            cls._validate_within(values, prefix, what)
-        if values[f"{prefix}heartbeat.interval.ms"] >= values[f"{prefix}session.timeout.ms"]:
-            raise ConfigError.invalid(
-                f"{prefix}heartbeat.interval.ms", values[f"{prefix}heartbeat.interval.ms"],
-                f"must be less than {prefix}session.timeout.ms",
-            )  # fmt: skip
+            key, low_key, high_key = prefix + what, f"{prefix}min.{what}", f"{prefix}max.{what}"
+            low, high, value = values[low_key], values[high_key], values[key]
+            _require(values, high_key, high >= low, f"{high_key} must be greater than or equal to {low_key}")
+            _require(values, key, value >= low, f"{key} must be greater than or equal to {low_key}")
+            _require(values, key, value <= high, f"{key} must be less than or equal to {high_key}")
+        interval = prefix + "heartbeat.interval.ms"
+        _require(values, interval, values[interval] < values[prefix + "session.timeout.ms"],
+                 f"{interval} must be less than {prefix}session.timeout.ms")  # fmt: skip
 
     def _validate_inter_broker_listener(self, name: str | None) -> None:
         names = [lst.name for lst in self._listeners]
@@ -727,3 +722,9 @@ class BrokerConfig:
             return "[hidden]" if key is not None and key.sensitive else value
 
         return f"BrokerConfig({ {n: shown(n, v) for n, v in self._originals.items()}!r})"
+
+
+def _require(values: Mapping[str, Any], name: str, requirement: bool, message: str) -> None:
+    """Kafka's ``Utils.require`` at broker start: refused with exactly ``message``."""
+    if not requirement:
+        raise ConfigError(message, name=name, value=values[name])
