@@ -11,7 +11,7 @@ import pytest
 from tests.core_harness import CoreHarness
 from tests.unit.test_apis import batch
 from tests.unit.test_group_apis import call
-from tests.unit.test_share_group_apis import acquired, fetch, hb, share_fetch
+from tests.unit.test_share_group_apis import ack, acquired, fetch, hb, share_fetch
 from tidegate.config import BrokerConfig, ConfigError
 from tidegate.coordinator.group.group_config import GROUP_CONFIG_KEYS, GroupConfigManager
 from tidegate.protocol.apis import ApiKey
@@ -86,6 +86,32 @@ def test_a_group_config_sets_the_lock_duration_and_where_a_share_partition_start
     f = share_fetch(h, fetch(topic_id))
     assert f.acquisition_lock_timeout == timedelta(seconds=20)
     assert acquired(f) == [(0, 0, 1, 1)]  # earliest: the records produced before anyone joined
+    h.close()
+
+
+def test_a_group_config_caps_the_in_flight_records_of_that_groups_share_partitions(tmp_path):
+    # share.partition.max.record.locks set on one group: its share-partitions hold at most
+    # that many records in flight; another group keeps the broker's bound (2000)
+    h = CoreHarness(tmp_path)
+    topic_id = h.create_topic("t")
+    for _ in range(3):
+        h.produce("t", 0, batch(*[b"r"] * 100))
+    h.core.group_configs.alter("capped", {"share.auto.offset.reset": "earliest",
+                                          "share.partition.max.record.locks": "100"})  # fmt: skip
+    h.core.group_configs.alter("free", {"share.auto.offset.reset": "earliest"})
+
+    def count(response):
+        return sum(last - first + 1 for _p, first, last, _n in acquired(response))
+
+    for group in ("capped", "free"):
+        assert call(h, ApiKey.SHARE_GROUP_HEARTBEAT, 1, hb(group=group)).error_code == 0
+    assert acquired(share_fetch(h, fetch(topic_id, group="capped"))) == [(0, 0, 99, 1)]
+    assert count(share_fetch(h, fetch(topic_id, group="capped", epoch=1))) == 0  # at the bound
+    assert count(share_fetch(h, fetch(topic_id, group="free"))) == 300
+    # accepting the first 100 moves the start offset: room for the next 100
+    a = call(h, ApiKey.SHARE_ACKNOWLEDGE, 1, ack(topic_id, {0: [(0, 99, 1)]}, epoch=2, group="capped"))
+    assert [p.error_code for t in a.responses for p in t.partitions] == [0]
+    assert acquired(share_fetch(h, fetch(topic_id, group="capped", epoch=3))) == [(0, 100, 199, 1)]
     h.close()
 
 
