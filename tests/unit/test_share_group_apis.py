@@ -278,15 +278,21 @@ def test_acls_of_share_acknowledge_read_on_the_group_then_on_each_topic(tmp_path
     h.close()
 
 
+def group_with_two_topics(tmp_path):
+    """A broker with an authorizer, topics t and u, and share group g at offset 0 of both
+    (set by the super user)."""
+    h = Harness(tmp_path, AUTHORIZER)
+    for topic in ("t", "u"):
+        create_topic(h, topic)
+        assert call_as(h, ADMIN, ALTER_OFFSETS, 0, alter_offsets("g", topic, {0: 0})).error_code == E.none
+    return h
+
+
 def test_acls_of_describe_share_group_offsets_describe_on_the_group_and_topics(tmp_path):
     # Kafka's handleDescribeShareGroupOffsetsRequest: DESCRIBE on each group
     # (GROUP_AUTHORIZATION_FAILED for that group); named topics without DESCRIBE answer
     # TOPIC_AUTHORIZATION_FAILED per partition; all topics (null) leaves them out
-    h = Harness(tmp_path, AUTHORIZER)
-    create_topic(h, "t")
-    create_topic(h, "u")
-    for topic in ("t", "u"):
-        assert call_as(h, ADMIN, ALTER_OFFSETS, 0, alter_offsets("g", topic, {0: 0})).error_code == E.none
+    h = group_with_two_topics(tmp_path)
 
     def describe(who, topics):
         return call_as(h, who, DESCRIBE_OFFSETS, 1, {"groups": [
@@ -331,11 +337,7 @@ def test_acls_of_alter_share_group_offsets_read_on_the_group_and_topics(tmp_path
 def test_acls_of_delete_share_group_offsets_delete_on_the_group_read_on_topics(tmp_path):
     # Kafka's handleDeleteShareGroupOffsetsRequest: DELETE on the group (top level; READ
     # is not enough), READ on each topic (TOPIC_AUTHORIZATION_FAILED for that topic)
-    h = Harness(tmp_path, AUTHORIZER)
-    create_topic(h, "t")
-    create_topic(h, "u")
-    for topic in ("t", "u"):
-        assert call_as(h, ADMIN, ALTER_OFFSETS, 0, alter_offsets("g", topic, {0: 0})).error_code == E.none
+    h = group_with_two_topics(tmp_path)
     body = {"group_id": "g", "topics": [{"topic_name": "t"}, {"topic_name": "u"}]}
     assert add_acls(h, creation("User:bob", Op.READ, "g", Res.GROUP), creation("User:bob", Op.READ, "t"),
                     creation("User:bob", Op.DESCRIBE, "u")) == [E.none] * 3
