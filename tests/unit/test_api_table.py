@@ -48,6 +48,9 @@ DIFFERENCES = {
     0: (3, 13),
     # ListOffsets v11 (KIP-1023, Kafka 4.2): the earliest-pending-upload timestamp
     2: (1, 11),
+    # OffsetCommit v10 and OffsetFetch v10 (Kafka 4.2; unstable in 4.1): topics named by id
+    8: (2, 10),
+    9: (1, 10),
     # Kafka 4.0 dropped JoinGroup v0-1 (KIP-896; 4.1 serves them again); tidegate serves
     # 0-9, the range its client-needs table (kafka-internals.md section 5) asks for
     11: (0, 9),

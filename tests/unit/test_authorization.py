@@ -172,6 +172,44 @@ def test_produce_v13_by_topic_id_is_authorized_by_the_topic_name(h):
     assert h.logs.get_log("payments-1", 0).log_end_offset == 0
 
 
+def test_offset_commit_and_fetch_v10_by_topic_id_are_authorized_by_the_topic_name(h):
+    """OffsetCommit and OffsetFetch v10 name topics by id: READ (commit) and DESCRIBE
+    (fetch) are checked on the name the id resolves to; an unknown id is UNKNOWN_TOPIC_ID
+    (Kafka resolves before authorizing), not denied; a denied topic answers with its id."""
+    create_topic(h, "orders-1")
+    create_topic(h, "payments-1")
+    add_acls(h, creation("User:alice", Op.READ, "orders-", pattern=Pat.PREFIXED),
+             creation("User:alice", Op.READ, "g", rtype=Res.GROUP))  # fmt: skip
+    ids = {name: h.store.get(name).topic_id for name in ("orders-1", "payments-1")}
+    stranger = uuid.uuid4()
+    body = {"group_id": "g", "generation_id_or_member_epoch": -1, "member_id": "", "group_instance_id": None,
+            "topics": [{"topic_id": topic_id, "partitions": [{"partition_index": 0, "committed_offset": 3,
+                                                              "committed_leader_epoch": -1, "committed_metadata": ""}]}
+                       for topic_id in (ids["orders-1"], ids["payments-1"], stranger)]}  # fmt: skip
+    request, cid = h.park(ApiKey.OFFSET_COMMIT, 10, body, ctx=ALICE)
+    resp = h.answer(request, cid, within_ms=6000)
+    expected = {ids["orders-1"]: E.none, ids["payments-1"]: E.topic_authorization_failed,
+                stranger: E.unknown_topic_id}  # fmt: skip
+    assert {t.topic_id: t.partitions[0].error_code for t in resp.topics} == expected
+
+    def fetch(topics):
+        body = {"require_stable": False, "groups": [
+            {"group_id": "g", "member_id": None, "member_epoch": -1, "topics": topics}]}  # fmt: skip
+        return h.request(ApiKey.OFFSET_FETCH, 10, body, ctx=ALICE).groups[0]
+
+    g = fetch([{"topic_id": topic_id, "partition_indexes": [0]} for topic_id in expected])
+    assert {t.topic_id: (t.partitions[0].committed_offset, t.partitions[0].error_code) for t in g.topics} == {
+        ids["orders-1"]: (3, E.none), ids["payments-1"]: (-1, E.topic_authorization_failed),
+        stranger: (-1, E.unknown_topic_id),
+    }  # fmt: skip
+    # ADMIN commits to payments-1 too; ALICE's listing of every topic leaves it out
+    h.request_parked(ApiKey.OFFSET_COMMIT, 10, dict(body, topics=body["topics"][1:2]), ctx=ADMIN)
+    assert [t.topic_id for t in fetch(None).topics] == [ids["orders-1"]]
+    assert sorted(t.topic_id for t in h.request(ApiKey.OFFSET_FETCH, 10, {"require_stable": False, "groups": [
+        {"group_id": "g", "member_id": None, "member_epoch": -1, "topics": None}]}, ctx=ADMIN).groups[0].topics) == (
+        sorted([ids["orders-1"], ids["payments-1"]]))  # fmt: skip
+
+
 def test_produce_acks_0_denied_closes_the_connection(h):
     """acks=0 has no response to carry TOPIC_AUTHORIZATION_FAILED: as Kafka, the allowed
     topics are appended and the connection is closed (entirely denied: closed at once)."""

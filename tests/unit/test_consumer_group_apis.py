@@ -22,7 +22,7 @@ from tests.unit.test_authorization import (
     create_topic,
     creation,
 )
-from tests.unit.test_group_apis import GROUP_PROPS, call, commit_body, join_body
+from tests.unit.test_group_apis import GROUP_PROPS, by_id_commit_body, call, commit_body, join_body
 from tidegate.errors import ErrorCode as E
 from tidegate.network.request_channel import PARKED
 from tidegate.protocol.apis import ApiKey
@@ -152,6 +152,35 @@ def test_offsets_of_a_consumer_group_check_member_epochs_and_survive_a_restart(t
     again = call(h, HB, 1, hb(epoch=1))
     assert (again.error_code, again.member_epoch) == (E.none, 1)  # resumed, no new epoch
     assert fetch("m1", 1).topics[0].partitions[0].committed_offset == 7
+    h.close()
+
+
+def test_offsets_v10_by_topic_id_check_member_epochs(tmp_path):
+    """OffsetCommit and OffsetFetch v10 (topics by id) check a consumer group member's
+    epoch as v9 does."""
+    h = CoreHarness(tmp_path / "data", GROUP_PROPS)
+    t = h.create_topic("t", 1)
+    call(h, HB, 1, hb())
+
+    def commit(member, epoch):
+        r = call(h, ApiKey.OFFSET_COMMIT, 10, by_id_commit_body("g", member, epoch, {(t, 0): 7}))
+        assert r.topics[0].topic_id == t
+        return r.topics[0].partitions[0].error_code
+
+    assert commit("m1", 0) == E.stale_member_epoch
+    assert commit("ghost", 1) == E.unknown_member_id
+    assert commit("m1", 1) == E.none
+
+    def fetch(member, epoch):
+        body = {"groups": [{"group_id": "g", "member_id": member, "member_epoch": epoch,
+                            "topics": [{"topic_id": t, "partition_indexes": [0]}]}],
+                "require_stable": False}  # fmt: skip
+        return call(h, ApiKey.OFFSET_FETCH, 10, body).groups[0]
+
+    assert fetch("m1", 5).error_code == E.stale_member_epoch
+    assert fetch("ghost", 1).error_code == E.unknown_member_id
+    got = fetch("m1", 1)
+    assert (got.error_code, got.topics[0].topic_id, got.topics[0].partitions[0].committed_offset) == (E.none, t, 7)
     h.close()
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import errno
 import struct
+import uuid
 
 import pytest
 
@@ -371,3 +372,58 @@ def test_broker_maintenance_expires_offsets_of_empty_groups(tmp_path):
     h2 = CoreHarness(tmp_path / "data", GROUP_PROPS)
     h2.apis.groups.start()
     assert h2.apis.groups.coordinator.groups == {}
+
+
+def by_id_commit_body(group, member_id, epoch, offsets: dict):
+    """An OffsetCommit v10 body: ``offsets`` keyed by (topic id, partition)."""
+    body = commit_body(group, member_id, epoch, offsets)
+    for t in body["topics"]:
+        t["topic_id"] = t.pop("name")
+    return body
+
+
+def test_offset_commit_and_fetch_v10_name_topics_by_id(h):
+    """KIP-848's v10: topics by id, resolved to their names (offsets are stored by name,
+    so v9 reads what v10 wrote); an unknown id is UNKNOWN_TOPIC_ID for its partitions,
+    answered after the known topics; every answer carries the id, none a name."""
+    t = h.create_topic("t", 2)
+    u = h.create_topic("u", 1)
+    stranger = uuid.uuid4()
+
+    def go():
+        r = call(h, ApiKey.OFFSET_COMMIT, 10, by_id_commit_body(
+            "s", "", -1, {(stranger, 0): 1, (t, 0): 5, (t, 1): 6, (t, 9): 1, (u, 0): 8}))  # fmt: skip
+        assert [(x.topic_id, [(p.partition_index, p.error_code) for p in x.partitions]) for x in r.topics] == [
+            (t, [(0, E.none), (1, E.none), (9, E.unknown_topic_or_partition)]),
+            (u, [(0, E.none)]),
+            (stranger, [(0, E.unknown_topic_id)]),
+        ]
+        assert not hasattr(r.topics[0], "name")  # not on the wire from v10
+        # stored by name: a v9 fetch by name reads them
+        f = call(h, ApiKey.OFFSET_FETCH, 9, {"require_stable": False, "groups": [
+            {"group_id": "s", "member_id": None, "member_epoch": -1, "topics": None}]})  # fmt: skip
+        assert {(x.name, p.partition_index, p.committed_offset) for x in f.groups[0].topics for p in x.partitions} == {
+            ("t", 0, 5), ("t", 1, 6), ("u", 0, 8)
+        }
+
+        def fetch(topics):
+            body = {"require_stable": True, "groups": [
+                {"group_id": "s", "member_id": None, "member_epoch": -1, "topics": topics},
+                {"group_id": "none", "member_id": None, "member_epoch": -1,
+                 "topics": [{"topic_id": stranger, "partition_indexes": [0]}]},
+            ]}  # fmt: skip
+            return call(h, ApiKey.OFFSET_FETCH, 10, body).groups
+
+        s, none = fetch([{"topic_id": stranger, "partition_indexes": [0, 1]},
+                         {"topic_id": t, "partition_indexes": [1, 0]}])  # fmt: skip
+        assert s.error_code == E.none
+        assert [(x.topic_id, [(p.partition_index, p.committed_offset, p.error_code) for p in x.partitions])
+                for x in s.topics] == [
+            (t, [(0, 5, E.none), (1, 6, E.none)]),
+            (stranger, [(0, -1, E.unknown_topic_id), (1, -1, E.unknown_topic_id)]),
+        ]  # fmt: skip
+        assert none.error_code == E.none and [x.topic_id for x in none.topics] == [stranger]
+        s, _ = fetch(None)  # every topic the group has, each by its id
+        assert sorted((x.topic_id, len(x.partitions)) for x in s.topics) == sorted([(t, 2), (u, 1)])
+
+    go()

@@ -568,10 +568,7 @@ def check_produce(s: Session, request: Request, step: AuthorizationStep) -> Deci
     by_id = request.header.api_version >= 13  # KIP-516
 
     def name_of(t: TopicProduceData) -> str | None:
-        if by_id:
-            info = step.store.get_by_id(t.topic_id)
-            return info.name if info is not None else None
-        return t.name
+        return step.store.topic_name(t.topic_id) if by_id else t.name
 
     out = _partitioned(
         request, s, WRITE, req.topic_data, name_of,
@@ -598,10 +595,7 @@ def check_fetch(s: Session, request: Request, step: AuthorizationStep) -> Decisi
     by_id = version >= 13
 
     def name_of(t: FetchTopic) -> str | None:
-        if by_id:
-            info = step.store.get_by_id(t.topic_id)
-            return info.name if info is not None else None
-        return t.topic
+        return step.store.topic_name(t.topic_id) if by_id else t.topic
 
     def denied(t: FetchTopic) -> FetchableTopicResponse:
         parts = [PartitionData(partition_index=p.partition, error_code=error, high_watermark=-1, records=b"")
@@ -726,17 +720,24 @@ def check_leave_group(s: Session, request: Request, step: AuthorizationStep) -> 
 
 
 def check_offset_commit(s: Session, request: Request, step: AuthorizationStep) -> Decision:
+    """READ on the group, then READ on each topic; from v10 a topic is named by id and
+    checked on the name it resolves to (an unknown id: the handler answers
+    UNKNOWN_TOPIC_ID), and a denied topic is answered with its id."""
     req = request.body_as(OffsetCommitRequest)
+    by_id = request.header.api_version >= 10
 
     def denied(t: OffsetCommitRequestTopic, error: ErrorCode) -> OffsetCommitResponseTopic:
-        return OffsetCommitResponseTopic(name=t.name, partitions=[
+        return OffsetCommitResponseTopic(topic_id=t.topic_id, name=t.name, partitions=[
             OffsetCommitResponsePartition(partition_index=p.partition_index, error_code=error) for p in t.partitions
         ])  # fmt: skip
+
+    def name_of(t: OffsetCommitRequestTopic) -> str | None:
+        return step.store.topic_name(t.topic_id) if by_id else t.name
 
     if not s.allow(READ, GROUP, req.group_id):
         return OffsetCommitResponse(topics=[denied(t, GROUP_AUTHORIZATION_FAILED) for t in req.topics])
     return _partitioned(
-        request, s, READ, req.topics, lambda t: t.name, lambda t: denied(t, TOPIC_AUTHORIZATION_FAILED),
+        request, s, READ, req.topics, name_of, lambda t: denied(t, TOPIC_AUTHORIZATION_FAILED),
         OffsetCommitResponse, lambda r: r.topics, lambda extra: OffsetCommitResponse(topics=extra),
     )  # fmt: skip
 
@@ -791,9 +792,11 @@ def check_offset_fetch(s: Session, request: Request, step: AuthorizationStep) ->
     """One group before v8, a batch of groups from v8: a group the principal may not
     DESCRIBE is GROUP_AUTHORIZATION_FAILED; its named topics it may not DESCRIBE are
     answered TOPIC_AUTHORIZATION_FAILED per partition; an unnamed (all partitions)
-    listing leaves them out."""
+    listing leaves them out. From v10 topics are named by id, checked on the name the id
+    resolves to (an unknown id: the handler answers UNKNOWN_TOPIC_ID)."""
     req = request.body_as(OffsetFetchRequest)
-    if request.header.api_version < 8:
+    version = request.header.api_version
+    if version < 8:
         if not s.allow(DESCRIBE, GROUP, req.group_id):
             return OffsetFetchResponse(error_code=GROUP_AUTHORIZATION_FAILED)
         topics = req.topics
@@ -810,6 +813,12 @@ def check_offset_fetch(s: Session, request: Request, step: AuthorizationStep) ->
 
         _add_merge(request, OffsetFetchResponse, merge_one)
         return None
+    by_id = version >= 10
+
+    def topic_allowed(t: OffsetFetchRequestTopics) -> bool:
+        name = step.store.topic_name(t.topic_id) if by_id else t.name
+        return name is None or s.allow(DESCRIBE, TOPIC, name)
+
     groups = []
     denied_groups: list[OffsetFetchResponseGroup] = []
     per_group: dict[str, tuple[list[OffsetFetchResponseTopics], bool]] = {}
@@ -819,7 +828,7 @@ def check_offset_fetch(s: Session, request: Request, step: AuthorizationStep) ->
             continue
         group_answers: list[OffsetFetchResponseTopics] = []
         if g.topics is not None:
-            ok_topics, denied_topics = _split(g.topics, lambda t: s.allow(DESCRIBE, TOPIC, t.name))
+            ok_topics, denied_topics = _split(g.topics, topic_allowed)
             group_answers = [_offset_fetch_group_denied(t) for t in denied_topics]
             if group_answers:
                 g.topics = ok_topics
@@ -849,7 +858,7 @@ def _offset_fetch_denied(t: OffsetFetchRequestTopic) -> OffsetFetchResponseTopic
 
 
 def _offset_fetch_group_denied(t: OffsetFetchRequestTopics) -> OffsetFetchResponseTopics:
-    return OffsetFetchResponseTopics(name=t.name, partitions=[
+    return OffsetFetchResponseTopics(topic_id=t.topic_id, name=t.name, partitions=[
         OffsetFetchResponsePartitions(partition_index=i, committed_offset=-1, metadata="",
                                       error_code=TOPIC_AUTHORIZATION_FAILED)
         for i in t.partition_indexes

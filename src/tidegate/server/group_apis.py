@@ -49,7 +49,7 @@ from tidegate.errors import ErrorCode
 from tidegate.log.dir_failure import StorageError
 from tidegate.log.replay import ReplayedBatch
 from tidegate.network.request_channel import PARKED, Parked, Request
-from tidegate.protocol.messages._base import Message
+from tidegate.protocol.messages._base import ZERO_UUID, Message
 from tidegate.protocol.messages.delete_groups import (
     DeletableGroupResult,
     DeleteGroupsRequest,
@@ -74,6 +74,7 @@ from tidegate.protocol.messages.list_groups import (
 )
 from tidegate.protocol.messages.offset_commit import (
     OffsetCommitRequest,
+    OffsetCommitRequestTopic,
     OffsetCommitResponse,
     OffsetCommitResponsePartition,
     OffsetCommitResponseTopic,
@@ -87,6 +88,7 @@ from tidegate.protocol.messages.offset_delete import (
 from tidegate.protocol.messages.offset_fetch import (
     OffsetFetchRequest,
     OffsetFetchRequestGroup,
+    OffsetFetchRequestTopics,
     OffsetFetchResponse,
     OffsetFetchResponseGroup,
     OffsetFetchResponsePartition,
@@ -102,6 +104,7 @@ from tidegate.protocol.messages.txn_offset_commit import (
     TxnOffsetCommitResponseTopic,
 )
 from tidegate.server.endpoints import Endpoints
+from tidegate.server.metadata import TopicStore
 from tidegate.server.replica_manager import ReplicaManager
 from tidegate.server.request_handler_helper import Respond
 
@@ -146,21 +149,47 @@ class _CommittedTopic(Protocol):
     def partitions(self) -> Sequence[_CommittedPartition]: ...
 
 
+class _TopicById(Protocol):
+    """A topic of an OffsetCommit or OffsetFetch request from v10, named by its id."""
+
+    topic_id: uuid.UUID
+    name: str
+
+
 P = TypeVar("P", bound=Message)
 T = TypeVar("T", bound=Message)
+RT = TypeVar("RT", bound=_RequestedTopic)
+IT = TypeVar("IT", bound=_TopicById)
 
 
 def _partition_errors(
-    topics: Sequence[_RequestedTopic], error_of: Callable[[TopicPartition], ErrorCode],
-    partition: Callable[[int, ErrorCode], P], topic: Callable[[str, list[P]], T],
+    topics: Sequence[RT], error_of: Callable[[TopicPartition], ErrorCode],
+    partition: Callable[[int, ErrorCode], P], topic: Callable[[RT, list[P]], T],
 ) -> list[T]:  # fmt: skip
     """A response's topics, in the request's order, with one error per requested partition
     (OffsetCommit, TxnOffsetCommit, OffsetDelete): ``partition(index, error)`` and
-    ``topic(name, partitions)`` build the API's entities."""
+    ``topic(requested topic, partitions)`` build the API's entities."""
     return [
-        topic(t.name, [partition(p.partition_index, error_of((t.name, p.partition_index))) for p in t.partitions])
+        topic(t, [partition(p.partition_index, error_of((t.name, p.partition_index))) for p in t.partitions])
         for t in topics
     ]
+
+
+def _resolve_topic_ids(store: TopicStore, topics: Sequence[IT]) -> tuple[list[IT], list[IT]]:
+    """The topics of a request that names them by id (OffsetCommit and OffsetFetch v10,
+    KIP-848), split as Kafka's handleOffsetCommitRequest and handleOffsetFetchRequest
+    do: the known ones, their ``name`` set from the id, and the unknown ones (their
+    partitions answered UNKNOWN_TOPIC_ID), each in the request's order."""
+    known: list[IT] = []
+    unknown: list[IT] = []
+    for t in topics:
+        name = store.topic_name(t.topic_id)
+        if name is None:
+            unknown.append(t)
+        else:
+            t.name = name
+            known.append(t)
+    return known, unknown
 
 
 class _FetchedOffset(TypedDict):
@@ -379,19 +408,29 @@ class GroupApis:
         """Answered once the offsets are fsynced; if the write fails or is not durable
         within offsets.commit.timeout.ms, the partitions written answer as Kafka 4's group
         coordinator maps the append's error (handleOperationException: a storage error is
-        NOT_COORDINATOR, a timeout COORDINATOR_NOT_AVAILABLE); v2-4 carry the offsets' retention."""
+        NOT_COORDINATOR, a timeout COORDINATOR_NOT_AVAILABLE); v2-4 carry the offsets' retention.
+        From v10 topics are named by id: an unknown id answers UNKNOWN_TOPIC_ID for its
+        partitions (after the known topics), and every answered topic carries its id."""
         req = request.body_as(OffsetCommitRequest)
         version = request.header.api_version
         now = self.clock.wall_milliseconds()
         retention = req.retention_time
-        errors, offsets = self._requested_offsets(req.topics, now, now + retention if retention != -1 else None)
+        topics, unknown_ids = (
+            _resolve_topic_ids(self.logs.store, req.topics) if version >= 10 else (req.topics, [])
+        )
+        errors, offsets = self._requested_offsets(topics, now, now + retention if retention != -1 else None)
+
+        def partition(index: int, error: ErrorCode) -> OffsetCommitResponsePartition:
+            return OffsetCommitResponsePartition(partition_index=index, error_code=error)
+
+        def topic(t: OffsetCommitRequestTopic, partitions: list[OffsetCommitResponsePartition]) -> OffsetCommitResponseTopic:
+            return OffsetCommitResponseTopic(topic_id=t.topic_id, name=t.name, partitions=partitions)
 
         def response() -> OffsetCommitResponse:
-            return OffsetCommitResponse(topics=_partition_errors(
-                req.topics, errors.__getitem__,
-                lambda index, error: OffsetCommitResponsePartition(partition_index=index, error_code=error),
-                lambda name, partitions: OffsetCommitResponseTopic(name=name, partitions=partitions),
-            ))  # fmt: skip
+            return OffsetCommitResponse(
+                topics=_partition_errors(topics, errors.__getitem__, partition, topic)
+                + _partition_errors(unknown_ids, lambda _: ErrorCode.unknown_topic_id, partition, topic)
+            )
 
         if not offsets:
             return response()
@@ -458,7 +497,7 @@ class GroupApis:
             return TxnOffsetCommitResponse(topics=_partition_errors(
                 req.topics, errors.__getitem__,
                 lambda index, error: TxnOffsetCommitResponsePartition(partition_index=index, error_code=error),
-                lambda name, partitions: TxnOffsetCommitResponseTopic(name=name, partitions=partitions),
+                lambda t, partitions: TxnOffsetCommitResponseTopic(name=t.name, partitions=partitions),
             ))  # fmt: skip
 
         if not offsets:
@@ -519,11 +558,13 @@ class GroupApis:
 
     def handle_offset_fetch(self, request: Request) -> OffsetFetchResponse:
         """One group before v8 (v1: no group-level error, every requested partition carries
-        it), a batch of groups from v8."""
+        it), a batch of groups from v8, their topics named by id from v10."""
         req = request.body_as(OffsetFetchRequest)
         version = request.header.api_version
         if version >= 8:
-            return OffsetFetchResponse(groups=[self._offset_fetch_group(g, req.require_stable) for g in req.groups])
+            return OffsetFetchResponse(groups=[
+                self._offset_fetch_group(g, req.require_stable, version >= 10) for g in req.groups
+            ])  # fmt: skip
         requested = None if req.topics is None else {t.name: t.partition_indexes for t in req.topics}
         error, by_topic = self._fetched_offsets(req.group_id, requested, req.require_stable)
         if error is not ErrorCode.none and version < 2 and requested is not None:
@@ -533,14 +574,38 @@ class GroupApis:
             for name, fetched in by_topic.items()
         ])  # fmt: skip
 
-    def _offset_fetch_group(self, group: OffsetFetchRequestGroup, require_stable: bool) -> OffsetFetchResponseGroup:
-        requested = None if group.topics is None else {t.name: t.partition_indexes for t in group.topics}
+    def _offset_fetch_group(
+        self, group: OffsetFetchRequestGroup, require_stable: bool, by_id: bool
+    ) -> OffsetFetchResponseGroup:
+        """One group of an OffsetFetch from v8. ``by_id`` (v10): the requested topics are
+        named by id, an unknown one answered UNKNOWN_TOPIC_ID for its partitions (after the
+        others, unless the group has an error, as Kafka's fetchPartitionOffsetsForGroup);
+        every topic answered carries its id, and a listing of all the group's topics leaves
+        out one without an id (it could not be named; Kafka's fetchAllOffsetsForGroup)."""
+        topics = group.topics
+        unknown_ids: list[OffsetFetchRequestTopics] = []
+        if by_id and topics is not None:
+            topics, unknown_ids = _resolve_topic_ids(self.logs.store, topics)
+        requested = None if topics is None else {t.name: t.partition_indexes for t in topics}
         error, by_topic = self._fetched_offsets(group.group_id, requested, require_stable, group.member_id,
                                                 group.member_epoch)
-        return OffsetFetchResponseGroup(group_id=group.group_id, error_code=error, topics=[
-            OffsetFetchResponseTopics(name=name, partitions=[OffsetFetchResponsePartitions(**f) for f in fetched])
-            for name, fetched in by_topic.items()
-        ])  # fmt: skip
+        answered = []
+        for name, fetched in by_topic.items():
+            topic_id = ZERO_UUID
+            if by_id:
+                info = self.logs.store.get(name)
+                if info is None:
+                    continue
+                topic_id = info.topic_id
+            answered.append(OffsetFetchResponseTopics(
+                topic_id=topic_id, name=name, partitions=[OffsetFetchResponsePartitions(**f) for f in fetched]
+            ))  # fmt: skip
+        if error is ErrorCode.none:
+            answered += [OffsetFetchResponseTopics(topic_id=t.topic_id, partitions=[
+                OffsetFetchResponsePartitions(**_fetched_offset(p, None, ErrorCode.unknown_topic_id))
+                for p in t.partition_indexes
+            ]) for t in unknown_ids]  # fmt: skip
+        return OffsetFetchResponseGroup(group_id=group.group_id, error_code=error, topics=answered)
 
     def handle_offset_delete(self, request: Request) -> OffsetDeleteResponse:
         req = request.body_as(OffsetDeleteRequest)
@@ -551,7 +616,7 @@ class GroupApis:
         return OffsetDeleteResponse(topics=_partition_errors(
             req.topics, lambda tp: errors.get(tp, ErrorCode.none),
             lambda index, error: OffsetDeleteResponsePartition(partition_index=index, error_code=error),
-            lambda name, partitions: OffsetDeleteResponseTopic(name=name, partitions=partitions),
+            lambda t, partitions: OffsetDeleteResponseTopic(name=t.name, partitions=partitions),
         ))  # fmt: skip
 
     # -- ListGroups / DescribeGroups / DeleteGroups ----------------------------------------------------

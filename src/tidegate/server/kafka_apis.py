@@ -462,11 +462,11 @@ class KafkaApis:
         by_id = request.header.api_version >= 13
         for topic in req.topic_data:
             if by_id:
-                info = self.store.get_by_id(topic.topic_id)
-                if info is None:
+                name = self.store.topic_name(topic.topic_id)
+                if name is None:
                     unknown_ids.append(topic)
                     continue
-                topic.name = info.name
+                topic.name = name
             keys = []
             for pd in topic.partition_data:
                 key = (topic.name, pd.index)

@@ -81,6 +81,14 @@ class TopicStore:
     def get_by_id(self, topic_id: uuid.UUID) -> TopicInfo | None:
         return self.by_id.get(topic_id)
 
+    def topic_name(self, topic_id: uuid.UUID) -> str | None:
+        """The name of the topic with this id, None if there is none (Kafka's
+        ``MetadataCache.getTopicName``): how a request that names topics by id (Produce
+        v13+, Fetch v13+, OffsetCommit/OffsetFetch v10+) is resolved, for its
+        authorization on the name and its handling alike."""
+        info = self.by_id.get(topic_id)
+        return None if info is None else info.name
+
     def partitions_of(self, topic_id: uuid.UUID) -> int | None:
         """The partition count of a topic by id; None if there is none (the share
         coordinator's ``TopicPartitions``)."""
