@@ -1205,12 +1205,12 @@ def test_maybe_acquire_and_release_fetch_lock(env):
     """SPT testMaybeAcquireAndReleaseFetchLock: one acquiring fetch at a time."""
     sp = env.partition()
     first, second = object(), object()
-    assert sp.try_acquire_fetch_lock(first)
-    assert not sp.try_acquire_fetch_lock(second)
-    sp.release_fetch_lock(second)  # not the holder: no effect
-    assert not sp.try_acquire_fetch_lock(second)
-    sp.release_fetch_lock(first)
-    assert sp.try_acquire_fetch_lock(second)
+    assert sp.try_acquire_fetch_lock(first, 0)
+    assert not sp.try_acquire_fetch_lock(second, 0)
+    sp.release_fetch_lock(second, 0)  # not the holder: no effect
+    assert not sp.try_acquire_fetch_lock(second, 0)
+    sp.release_fetch_lock(first, 0)
+    assert sp.try_acquire_fetch_lock(second, 0)
 
 
 def test_can_acquire_records_change_response_post_acknowledgement(env):

@@ -279,6 +279,12 @@ class SharePartitionState(Protocol):
     def acquired_records(self) -> int: ...
     @property
     def lock_timeouts(self) -> int: ...
+    @property
+    def batch_message_count(self) -> Histogram: ...
+    @property
+    def fetch_lock_time(self) -> Histogram: ...
+    @property
+    def fetch_lock_ratio(self) -> Histogram: ...
 
 
 class ShareTopicState(Protocol):
@@ -297,6 +303,12 @@ class ShareCountersState(Protocol):
     def acknowledgements(self) -> Mapping[str, int]: ...
     @property
     def topics(self) -> Mapping[str, ShareTopicState]: ...
+    @property
+    def partition_load_time(self) -> Histogram: ...
+    @property
+    def fetch_ratio(self) -> Mapping[str, Histogram]: ...
+    @property
+    def acquire_time(self) -> Mapping[str, Histogram]: ...
 
 
 class SharePartitionsState(Protocol):
@@ -1029,16 +1041,23 @@ class ShareGroupCollector(Collector):
             "kafka_server_sharepartitionmetrics_acquisitionlocktimeout",
             "Records whose acquisition lock expired (SharePartitionMetrics AcquisitionLockTimeoutPerSec).",
             labels=labels)
+        histograms = [(HistogramMetricFamily(f"kafka_server_sharepartitionmetrics_{name}", doc, labels=labels), attr)
+                      for name, attr, doc in _SHARE_PARTITION_HISTOGRAMS]
         for group, topic, partition, sp in self.partitions.share_partition_metrics():
             values = [group, topic, str(partition)]
             records.add_metric(values, sp.in_flight_records)
             batches.add_metric(values, sp.in_flight_batches)
             locked.add_metric(values, sp.acquired_records)
             timeouts.add_metric(values, sp.lock_timeouts)
+            for family, attr in histograms:
+                h: Histogram = getattr(sp, attr)
+                family.add_metric(values, h.buckets(), h.scaled_sum())
         yield records
         yield batches
         yield locked
         yield timeouts
+        for family, _attr in histograms:
+            yield family
 
     def _share_counters(self) -> Iterable[Metric]:
         counters = self.partitions.metrics
@@ -1049,6 +1068,17 @@ class ShareGroupCollector(Collector):
         for ack_type, count in counters.acknowledgements.items():
             acks.add_metric([ack_type], count)
         yield acks
+        load = counters.partition_load_time
+        loads = HistogramMetricFamily(
+            "kafka_server_sharegroupmetrics_partitionloadtimems",
+            "Time to load a share-partition's state from the persister, ms (ShareGroupMetrics PartitionLoadTimeMs).")
+        loads.add_metric([], load.buckets(), load.scaled_sum())
+        yield loads
+        for name, attr, doc in _SHARE_GROUP_HISTOGRAMS:
+            per_group = HistogramMetricFamily(f"kafka_server_sharegroupmetrics_{name}", doc, labels=["group"])
+            for group, h in sorted(getattr(counters, attr).items()):
+                per_group.add_metric([group], h.buckets(), h.scaled_sum())
+            yield per_group
         topics = sorted(counters.topics.items())
         for name, attr, meter in _SHARE_TOPIC_COUNTERS:
             family = CounterMetricFamily(
@@ -1059,6 +1089,27 @@ class ShareGroupCollector(Collector):
             yield family
 
 
+#: (Prometheus name, SharePartition attribute, help) of the SharePartitionMetrics histograms
+_SHARE_PARTITION_HISTOGRAMS = (
+    ("inflightbatchmessagecount", "batch_message_count",
+     ("Records of each in-flight batch put in a share-partition's cache, by an acquisition of new "
+     "records or a load (SharePartitionMetrics InFlightBatchMessageCount).")),
+    ("fetchlocktimems", "fetch_lock_time",
+     ("How long a share fetch held a share-partition's fetch lock, ms: its log read and acquisition "
+     "(SharePartitionMetrics FetchLockTimeMs).")),
+    ("fetchlockratio", "fetch_lock_ratio",
+     ("Time the fetch lock was held over the time since its previous release, percent, at each release "
+     "(SharePartitionMetrics FetchLockRatio).")),
+)
+#: (Prometheus name, ShareGroupMetrics attribute, help) of the per-group ShareGroupMetrics histograms
+_SHARE_GROUP_HISTOGRAMS = (
+    ("requesttopicpartitionsfetchratio", "fetch_ratio",
+     ("Partitions whose fetch lock a share fetch took over the partitions it asked for, percent, per "
+     "answered share fetch (ShareGroupMetrics RequestTopicPartitionsFetchRatio).")),
+    ("topicpartitionsacquiretimems", "acquire_time",
+     ("Time from a share fetch's arrival to taking its partitions' fetch locks, ms, its long poll "
+     "included (ShareGroupMetrics TopicPartitionsAcquireTimeMs).")),
+)
 #: (Prometheus name, ShareTopicStats attribute, Kafka meter) of the share request counters
 _SHARE_TOPIC_COUNTERS = (
     ("totalsharefetchrequests", "total_fetches", "TotalShareFetchRequestsPerSec"),

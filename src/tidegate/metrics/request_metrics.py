@@ -56,6 +56,17 @@ class Histogram:
         self.counts[bisect_left(self.bounds, value)] += 1
         self.sum += value
 
+    def empty_copy(self) -> Histogram:
+        """A new empty histogram with these buckets, sharing their (immutable) bounds and
+        labels: what an object made many times over (one per share-partition) holds."""
+        h = Histogram.__new__(Histogram)
+        h.scale = self.scale
+        h.bounds = self.bounds
+        h._le = self._le
+        h.counts = [0] * len(self.counts)
+        h.sum = 0
+        return h
+
     @property
     def count(self) -> int:
         return sum(self.counts)

@@ -25,6 +25,9 @@ acquirable by ``max_wait_ms`` is an answer with no records, never an error.
 
 Single-threaded: the share-partition's fetch lock is taken and released within one
 completion (no other acquisition can interleave), as Kafka takes it per acquiring fetch.
+That is where ShareGroupMetrics ``TopicPartitionsAcquireTimeMs`` (since the fetch
+arrived) and ``RequestTopicPartitionsFetchRatio`` (locks taken over partitions asked
+for) are recorded, once per answered fetch (see :mod:`.metrics`).
 """
 
 from __future__ import annotations
@@ -159,16 +162,19 @@ class _Candidate(NamedTuple):
 
 class DelayedShareFetch(DelayedOperation):
     """A ShareFetch waiting for records it can acquire (see the module docstring).
-    ``partitions`` are in the order they are read (rotated by the session epoch)."""
+    ``partitions`` are in the order they are read (rotated by the session epoch);
+    ``requested``: how many the ShareFetch asked for (those without a log included)."""
 
-    __slots__ = ("fetch", "manager", "partitions")
+    __slots__ = ("arrived_ns", "fetch", "manager", "partitions", "requested")
 
     def __init__(self, fetch: ShareFetch, manager: SharePartitionManager,
-                 partitions: dict[TopicIdPartition, _Candidate]) -> None:
+                 partitions: dict[TopicIdPartition, _Candidate], requested: int) -> None:
         super().__init__(fetch.params.max_wait_ms)
         self.fetch = fetch
         self.manager = manager
         self.partitions = partitions
+        self.requested = requested
+        self.arrived_ns = manager.clock.nanoseconds()
 
     def try_complete(self) -> bool:
         fetch = self.fetch
@@ -224,26 +230,30 @@ class DelayedShareFetch(DelayedOperation):
         """Read the partitions that can acquire records and acquire from what was read;
         partitions that cannot be used answer their error."""
         fetch = self.fetch
+        manager = self.manager
         results: FetchResults = {}
         candidates: list[tuple[TopicIdPartition, _Candidate]] = []
+        now_ns = manager.clock.nanoseconds()
         for tp, candidate in self.partitions.items():
             if tp in fetch.erroneous:
                 continue
             sp = candidate.share_partition
             state = sp.state
             if state is SharePartitionState.ACTIVE:
-                if sp.can_acquire_records() and sp.try_acquire_fetch_lock(self):
+                if sp.can_acquire_records() and sp.try_acquire_fetch_lock(self, now_ns):
                     candidates.append((tp, candidate))
             elif state is not SharePartitionState.INITIALIZING:
-                error = self.manager.unusable_error(tp, sp)
+                error = manager.unusable_error(tp, sp)
                 results[tp] = error_partition(tp[1], error)
+        manager.metrics.partitions_acquired(fetch.group_id, len(candidates), self.requested, now_ns - self.arrived_ns)
         if not candidates:
             return results
         try:
             self._read_and_acquire(candidates, results)
         finally:
+            now_ns = manager.clock.nanoseconds()
             for _tp, candidate in candidates:
-                candidate.share_partition.release_fetch_lock(self)
+                candidate.share_partition.release_fetch_lock(self, now_ns)
         return results
 
     def _read_and_acquire(self, candidates: list[tuple[TopicIdPartition, _Candidate]],

@@ -36,10 +36,17 @@ holds (:class:`AcquiredRecords`, the response's ``AcquiredRecords``).
   "gap window" of offsets between persisted batches that were never persisted (acquired
   when the broker stopped): they are fetched again and hold the SPSO back.
 
+SharePartitionMetrics (their series: :class:`~tidegate.metrics.collectors.ShareGroupCollector`):
+the in-flight gauges, ``AcquisitionLockTimeoutPerSec`` (:attr:`~SharePartition.lock_timeouts`),
+``InFlightBatchMessageCount`` (the records of each batch put in the cache, by an
+acquisition of new records or by a load, as Kafka records it), ``FetchLockTimeMs`` and
+``FetchLockRatio`` (see :meth:`~SharePartition.release_fetch_lock`).
+
 Single-threaded (one event loop): Kafka's read/write lock is not needed; a callback of
 the persister or the timer may run inside a call here or later. Time comes from the
 timer's clock (locks) and from the caller (``wall_clock_ms``, a
-:data:`~tidegate.clock.WallMs`, for ``by_duration``: record timestamps are wall-clock).
+:data:`~tidegate.clock.WallMs`, for ``by_duration``: record timestamps are wall-clock;
+``now_ns`` of the fetch lock, :meth:`tidegate.clock.Clock.nanoseconds`).
 """
 
 from __future__ import annotations
@@ -77,6 +84,7 @@ from .in_flight import (
     OffsetStates,
     RecordState,
 )
+from .metrics import BATCH_RECORDS_HISTOGRAM, RATIO_HISTOGRAM, TIME_HISTOGRAM
 from .persister import (
     UNINITIALIZED_START_OFFSET,
     Persister,
@@ -543,9 +551,19 @@ class SharePartition:
         self._find_hint = 0
         self._gap_window: _GapWindow | None = None
         self._fetch_lock: object | None = None
+        #: when the fetch lock was taken, when it was last released (0: never), and how
+        #: long it was free before it was taken (ns)
+        self._fetch_lock_taken_ns = 0
+        self._fetch_lock_released_ns = 0
+        self._fetch_lock_idle_ns = 0
         #: records whose acquisition lock expired (SharePartitionMetrics
         #: AcquisitionLockTimeoutPerSec: each expiring lock counts the records it held)
         self.lock_timeouts = 0
+        #: SharePartitionMetrics InFlightBatchMessageCount: records per batch cached
+        self.batch_message_count = BATCH_RECORDS_HISTOGRAM.empty_copy()
+        #: SharePartitionMetrics FetchLockTimeMs (ns) and FetchLockRatio (percent)
+        self.fetch_lock_time = TIME_HISTOGRAM.empty_copy()
+        self.fetch_lock_ratio = RATIO_HISTOGRAM.empty_copy()
 
     # -- introspection ---------------------------------------------------------------
 
@@ -683,16 +701,38 @@ class SharePartition:
             return True
         return self.in_flight_records < self.max_in_flight_records
 
-    def try_acquire_fetch_lock(self, owner: object) -> bool:
-        """One acquiring fetch at a time per share-partition (Kafka's fetch lock)."""
+    def try_acquire_fetch_lock(self, owner: object, now_ns: int) -> bool:
+        """One acquiring fetch at a time per share-partition (Kafka's fetch lock), taken
+        at ``now_ns``."""
         if self._fetch_lock is not None:
             return False
         self._fetch_lock = owner
+        self._fetch_lock_taken_ns = now_ns
+        released = self._fetch_lock_released_ns
+        self._fetch_lock_idle_ns = now_ns - released if released else 0
         return True
 
-    def release_fetch_lock(self, owner: object) -> None:
-        if self._fetch_lock is owner:
-            self._fetch_lock = None
+    def release_fetch_lock(self, owner: object, now_ns: int) -> None:
+        """Release the fetch lock at ``now_ns`` and record how long it was held
+        (FetchLockTimeMs) and which part of the time since its previous release that was
+        (FetchLockRatio, in percent: held / (held + free before it was taken); 100 the
+        first time, or when both are 0), as Kafka's ``releaseFetchLock`` does.
+
+        Kafka holds the lock across an asynchronous log read; tidegate takes it in
+        :meth:`DelayedShareFetch.on_complete <.delayed_share_fetch.DelayedShareFetch.on_complete>`
+        and releases it once the read and the acquisition are done, in the same call (the
+        event loop runs nothing else meanwhile): what is timed is that read and
+        acquisition. Times are ns, so a hold shorter than a millisecond is not 0: Kafka's
+        special case for a hold of 0 ms (1 / the free ms) is not needed."""
+        if self._fetch_lock is not owner:
+            return
+        self._fetch_lock = None
+        held = now_ns - self._fetch_lock_taken_ns
+        self.fetch_lock_time.observe(held)
+        idle = self._fetch_lock_idle_ns
+        total = held + idle
+        self.fetch_lock_ratio.observe(int(held / total * 100) if total else 100)
+        self._fetch_lock_released_ns = now_ns
 
     def acquire(
         self,
@@ -854,14 +894,17 @@ class SharePartition:
             self._lock(batch)  # the lock of first..target: their SHARED_LOCK
             self._find_from(target + 1)
             self._cache.insert(batch)
+            self.batch_message_count.observe(last - current + 1)
             return [AcquiredRecords(current, target, 1)]
         out = []
+        observe = self.batch_message_count.observe
         for lo, hi in ranges:
             if hi == lo:
                 hi = lo  # one int object for both ends of a one-record batch (32 bytes)
             batch = InFlightBatch(self, lo, hi, ACQUIRED, 1, member_id)
             self._lock(batch)
             self._cache.insert(batch)
+            observe(hi - lo + 1)
             out.append(AcquiredRecords(lo, hi, 1))
         return out
 
@@ -1477,6 +1520,7 @@ class SharePartition:
         self.state_epoch = result.state_epoch
         for batch in batches:
             self._cache.insert(batch)
+            self.batch_message_count.observe(batch.last - batch.first + 1)
         if batches:
             self._find_from(start)
             self.end_offset = batches[-1].last

@@ -314,19 +314,25 @@ class SharePartitionManager:
         if len(fetch.erroneous) >= len(partitions):
             fetch.complete({})
             return
-        self.purgatory.try_complete_else_watch(DelayedShareFetch(fetch, self, candidates), keys)
+        self.purgatory.try_complete_else_watch(DelayedShareFetch(fetch, self, candidates, len(names)), keys)
 
     def _maybe_load(self, sp: SharePartition, plog: Log, settings: ShareGroupSettings, fetch: ShareFetch,
                     tp: TopicIdPartition) -> None:
         """Load ``sp`` if it is not yet: a failure leaves the cache and fails this fetch's
-        partition; a load answered later wakes the fetches waiting for it."""
+        partition; a load answered later wakes the fetches waiting for it. The load's
+        time is ShareGroupMetrics PartitionLoadTimeMs (once per load: Kafka records it
+        for each fetch that waited for the load)."""
         if sp.state is SharePartitionState.ACTIVE:
             return
         calling = True
+        loading = sp.state is SharePartitionState.EMPTY
+        started_ns = self.clock.nanoseconds()
 
         def loaded(result: ShareResult) -> None:
             if result.error is ErrorCode.leader_not_available:
                 return  # loading for another fetch: its end wakes this one too
+            if loading:
+                self.metrics.partition_loaded(self.clock.nanoseconds() - started_ns)
             if result.error is not ErrorCode.none:
                 log.info("share-partition %s failed to load: %s %s", sp.key, result.error.name, result.message)
                 fetch.add_erroneous(tp, result.error, result.message)
