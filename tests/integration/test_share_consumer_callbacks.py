@@ -6,7 +6,8 @@ and another consumer took the records (confluent-kafka's ``callback_*``,
 ``lock_steal_with_committed_ack`` and ``per_partition_commit_results_with_lock_expiry``
 cases); and ``throttle_cb`` under a ``consumer_byte_rate`` quota, then its zero event
 once the throttling ends (``throttle_cb_fires_under_quota``,
-``throttle_cb_emits_cleared_zero_event``)."""
+``throttle_cb_emits_cleared_zero_event``). The share metrics, histograms included, are
+read off the broker's /metrics endpoint after the lock-expiry case."""
 
 from __future__ import annotations
 
@@ -174,6 +175,20 @@ def test_callback_reports_invalid_record_state_on_commit_async_after_lock_expiry
     assert sample(samples, "kafka_server_sharepartitionmetrics_acquisitionlocktimeout_total", **labels) == 5
     assert sample(samples, "kafka_server_brokertopicmetrics_failedshareacknowledgementrequests_total",
                   topic="late-async") == 1  # fmt: skip
+    # the histograms: one batch of five cached (b's redelivery takes it from the cache); every
+    # fetch that took the fetch lock timed it, every answered fetch its acquire time and ratio
+    share = "kafka_server_sharepartitionmetrics_"
+    assert sample(samples, share + "inflightbatchmessagecount_count", **labels) == 1
+    assert sample(samples, share + "inflightbatchmessagecount_sum", **labels) == 5
+    locks = sample(samples, share + "fetchlocktimems_count", **labels)
+    assert locks is not None and locks >= 2, locks  # a's fetch and b's
+    assert sample(samples, share + "fetchlockratio_count", **labels) == locks
+    group = "kafka_server_sharegroupmetrics_"
+    fetches = sample(samples, group + "requesttopicpartitionsfetchratio_count", group="g-late-async")
+    assert fetches is not None and fetches >= 2, fetches
+    assert sample(samples, group + "topicpartitionsacquiretimems_count", group="g-late-async") == fetches
+    assert (sample(samples, group + "topicpartitionsacquiretimems_sum", group="g-late-async") or 0) > 0
+    assert (sample(samples, group + "partitionloadtimems_count") or 0) >= 1
 
 
 def test_callback_reports_invalid_record_state_on_commit_sync_after_lock_expiry(short_locks):

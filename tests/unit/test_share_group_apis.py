@@ -447,7 +447,8 @@ def test_share_metrics_count_acknowledgements_lock_timeouts_and_requests(tmp_pat
     applied acknowledgements; SharePartitionMetrics AcquisitionLockTimeoutPerSec the
     records whose lock expired, InFlightBatchCount the cached batches; BrokerTopicMetrics
     the share requests per topic, failed ones (an acknowledgement after the lock expired)
-    apart."""
+    apart; the histograms of both (values pinned in test_share_metrics,
+    test_share_partition and test_share_partition_manager) under their names."""
     from prometheus_client import CollectorRegistry, generate_latest
 
     from tidegate.metrics.collectors import ShareGroupCollector
@@ -477,4 +478,13 @@ def test_share_metrics_count_acknowledgements_lock_timeouts_and_requests(tmp_pat
     assert 'kafka_server_brokertopicmetrics_failedsharefetchrequests_total{topic="t"} 0.0' in text
     assert 'kafka_server_brokertopicmetrics_totalshareacknowledgementrequests_total{topic="t"} 2.0' in text
     assert 'kafka_server_brokertopicmetrics_failedshareacknowledgementrequests_total{topic="t"} 1.0' in text
+    # the histograms: one batch of three cached (its redelivery adds none), two fetches that
+    # took the fetch lock, one load; both fetches took the lock of all they asked for
+    assert f"kafka_server_sharepartitionmetrics_inflightbatchmessagecount_count{{{labels}}} 1.0" in text
+    assert f"kafka_server_sharepartitionmetrics_inflightbatchmessagecount_sum{{{labels}}} 3.0" in text
+    assert f"kafka_server_sharepartitionmetrics_fetchlocktimems_count{{{labels}}} 2.0" in text
+    assert f"kafka_server_sharepartitionmetrics_fetchlockratio_count{{{labels}}} 2.0" in text
+    assert "kafka_server_sharegroupmetrics_partitionloadtimems_count 1.0" in text
+    assert 'kafka_server_sharegroupmetrics_requesttopicpartitionsfetchratio_sum{group="g"} 200.0' in text
+    assert 'kafka_server_sharegroupmetrics_topicpartitionsacquiretimems_count{group="g"} 2.0' in text
     h.close()

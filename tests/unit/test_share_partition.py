@@ -1213,6 +1213,55 @@ def test_maybe_acquire_and_release_fetch_lock(env):
     assert sp.try_acquire_fetch_lock(second, 0)
 
 
+MS = 1_000_000  # ns
+
+
+def test_fetch_lock_time_and_ratio_metrics(env):
+    """SPT testRecordFetchLockRatioMetric (and FetchLockTimeMs): at each release, the time
+    held and held / (held + free before it was taken), in percent: 100 the first time
+    and when both are 0. Times are ns: a hold of 0 after 1 ms free is 0 % (Kafka's 0 ms
+    case would say 1 / 1 ms = 100 %). A release by a non-holder records nothing."""
+    sp = env.partition()
+    a, b = object(), object()
+    assert sp.try_acquire_fetch_lock(a, 0)
+    sp.release_fetch_lock(a, 4 * MS)  # held 4 ms, the first time: 100 %
+    sp.release_fetch_lock(a, 9 * MS)  # not held: nothing
+    assert sp.try_acquire_fetch_lock(b, 10 * MS)  # free for 6 ms
+    sp.release_fetch_lock(b, 12 * MS)  # held 2 of 8 ms: 25 %
+    assert sp.try_acquire_fetch_lock(a, 12 * MS)
+    sp.release_fetch_lock(a, 12 * MS)  # 0 held, 0 free: 100 %
+    assert sp.try_acquire_fetch_lock(a, 13 * MS)
+    sp.release_fetch_lock(a, 13 * MS)  # 0 held after 1 ms free: 0 %
+    assert sp.try_acquire_fetch_lock(b, 13 * MS + 1)
+    sp.release_fetch_lock(b, 16 * MS + 1)  # 3 ms held after 1 ns free: int(99.99996) = 99 %
+    held = sp.fetch_lock_time
+    assert (held.count, held.scaled_sum()) == (5, 9.0)
+    assert dict(held.buckets())["0.05"] == 2 and dict(held.buckets())["2.5"] == 3
+    ratio = sp.fetch_lock_ratio
+    assert (ratio.count, ratio.sum) == (5, 100 + 25 + 100 + 0 + 99)
+    assert [n for _le, n in ratio.buckets()] == [1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 5, 5]
+
+
+def test_in_flight_batch_message_count_metric(env):
+    """SharePartitionMetrics InFlightBatchMessageCount: the records of each batch put in
+    the cache, as Kafka records it: the batches of new records (cut at batch_size), a
+    record_limit batch whole (not just its acquired prefix), each batch of a load;
+    records acquired again from the cache add nothing."""
+    sp = env.partition()
+    assert acquire(sp, read((0, 2), (2, 3), (5, 10)), 15, batch_size=4, max_records=100) == ranges(
+        (0, 4, 1), (5, 14, 1))
+    assert acquire(sp, records(15, 10), 3, mode=ShareAcquireMode.RECORD_LIMIT, max_records=3) == ranges(
+        (15, 17, 1))
+    assert error(release(sp)) is ErrorCode.none
+    assert acquire(sp, read((0, 2), (2, 3), (5, 10)), 15, batch_size=4, max_records=15) == ranges(
+        (0, 4, 2), (5, 14, 2))
+    counts = sp.batch_message_count
+    assert (counts.count, counts.sum) == (3, 5 + 10 + 10)
+    assert dict(counts.buckets())["5.0"] == 1 and dict(counts.buckets())["10.0"] == 3
+    loaded = Env().loaded(10, [(15, 20, 2, 2), (21, 30, 4, 3), (31, 31, 0, 1)])
+    assert (loaded.batch_message_count.count, loaded.batch_message_count.sum) == (3, 6 + 10 + 1)
+
+
 def test_can_acquire_records_change_response_post_acknowledgement(env):
     """SPT testCanAcquireRecordsChangeResponsePostAcknowledgement."""
     sp = env.partition(max_in_flight_records=100)

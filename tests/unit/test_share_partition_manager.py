@@ -756,6 +756,53 @@ def test_pending_initialization_should_complete_fetch_request(tmp_path):
     assert sorted(offsets(acquired(first.response, tp)) + offsets(acquired(second.response, tp))) == [0, 1, 2, 3]
 
 
+def test_load_and_acquire_metrics_on_a_pending_initialization(tmp_path):
+    """ShareGroupMetrics PartitionLoadTimeMs: the load, once (two fetches waited for it),
+    20 ms of fake time; TopicPartitionsAcquireTimeMs: each fetch took its fetch lock 20 ms
+    after it arrived; RequestTopicPartitionsFetchRatio: each took its one partition's lock
+    (100 %). SharePartitionMetrics: two batches of two records cached; the fetch lock held
+    no fake time, the second fetch found it free since the first released it (ratio 100)."""
+    slow = SlowReads(None)
+    broker = Broker(tmp_path, persister=slow)  # type: ignore[arg-type]
+    slow.store = InMemoryPersister(broker.partitions)
+    tp = one_partition(broker, 0)
+    broker.produce("t", 0, 1, batches=4)
+    first = broker.consumer("a").fetch(tp, max_wait=5_000, max_records=2)
+    second = broker.consumer("b", connection_id=2).fetch(tp, max_wait=5_000, max_records=2)
+    broker.advance(20)
+    slow.release()
+    broker.run()
+    assert first.done and second.done
+    metrics = broker.spm.metrics
+    assert (metrics.partition_load_time.count, metrics.partition_load_time.scaled_sum()) == (1, 20.0)
+    assert (metrics.acquire_time[GROUP].count, metrics.acquire_time[GROUP].scaled_sum()) == (2, 40.0)
+    assert (metrics.fetch_ratio[GROUP].count, metrics.fetch_ratio[GROUP].sum) == (2, 200)
+    sp = broker.spm.share_partition(GROUP, tp)
+    assert sp is not None
+    assert (sp.batch_message_count.count, sp.batch_message_count.sum) == (2, 4)
+    assert (sp.fetch_lock_time.count, sp.fetch_lock_time.sum) == (2, 0)
+    assert (sp.fetch_lock_ratio.count, sp.fetch_lock_ratio.sum) == (2, 200)
+
+
+def test_fetch_ratio_counts_the_partitions_whose_fetch_lock_was_taken(tmp_path):
+    """DSFT's RequestTopicPartitionsFetchRatio: locks taken over partitions asked for, not
+    partitions that answered records: an empty partition that can acquire counts, one at
+    its in-flight bound does not (0 % when none can); the acquire time of a fetch
+    answered at once is 0."""
+    broker = Broker(tmp_path, settings=ShareGroupSettings(
+        record_lock_duration_ms=LOCK_MS, partition_max_record_locks=2, auto_offset_reset=ShareAutoOffsetReset.earliest()))
+    topic_id = broker.create_topic("t", 2)
+    broker.produce("t", 0, 2)
+    p0, p1 = (topic_id, 0), (topic_id, 1)
+    consumer = broker.consumer()
+    assert acquired(consumer.fetch(p0, p1).response) == {p0: [(0, 1, 1)]}  # both locks taken: 100 %
+    assert acquired(consumer.fetch(p0, p1).response) == {}  # p0 at its bound: 50 %
+    assert acquired(broker.consumer("b", connection_id=2).fetch(p0).response) == {}  # 0 %
+    ratio = broker.spm.metrics.fetch_ratio[GROUP]
+    assert (ratio.count, ratio.sum, dict(ratio.buckets())["0.0"], dict(ratio.buckets())["50.0"]) == (3, 150, 1, 2)
+    assert broker.spm.metrics.acquire_time[GROUP].sum == 0
+
+
 def test_share_partition_initialization_exceptions(broker):
     """SPMT testSharePartitionInitializationExceptions: a share-partition the group
     coordinator never initialized fails to load; the partition answers the error, the
