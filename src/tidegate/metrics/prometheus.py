@@ -98,7 +98,8 @@ class BrokerMetrics:
         self.registry.register(GroupCoordinatorCollector(classic, consumer, share))
 
     def register_share_partitions(self, partitions: SharePartitionsState) -> None:
-        """Expose the share sessions and the share-partitions' in-flight records."""
+        """Expose the share metrics: ShareSessionCache, each share-partition's
+        SharePartitionMetrics, ShareGroupMetrics and the share BrokerTopicMetrics."""
         self.registry.register(ShareGroupCollector(partitions))
 
     def register_authorizer(self, authorizer: AuthorizerState) -> None:
