@@ -52,7 +52,7 @@ __all__ = [
 #: times, observed in ns, exposed in ms (the request time buckets)
 TIME_HISTOGRAM = latency_histogram()
 #: ratios in percent (Kafka records ``(int) (ratio * 100)``)
-RATIO_HISTOGRAM = Histogram((0, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100))
+RATIO_HISTOGRAM = Histogram(range(0, 101, 10))
 #: records per in-flight batch (up to group.share.partition.max.record.locks' maximum)
 BATCH_RECORDS_HISTOGRAM = Histogram((1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000))
 

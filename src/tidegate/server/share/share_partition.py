@@ -727,7 +727,7 @@ class SharePartition:
         released = self._fetch_lock_released_ns
         total = now_ns - released if released else held  # held + free before it was taken
         self._fetch_lock_released_ns = now_ns
-        ratio = int(held / total * 100) if total else 100  # Kafka's double, truncated
+        ratio = int(held * (1.0 / total) * 100) if total else 100  # Kafka's double, truncated
         # Histogram.observe inlined twice: this runs for each partition of each share fetch
         h = self.fetch_lock_time
         h.counts[bisect_left(h.bounds, held)] += 1
