@@ -256,8 +256,17 @@ def run_classic(path: Path, records: int, batch_records: int) -> dict:
 # -- lock-expiry precision -----------------------------------------------------------------
 
 
+#: partitions of the precision runs' topic
+PRECISION_PARTITIONS = 10
+
+
 def run_precision(path: Path, in_flight: int, lock_ms: int, per_lock: int) -> dict:
-    partitions = 10
+    partitions = PRECISION_PARTITIONS
+    if in_flight <= 0 or in_flight % (partitions * per_lock):
+        # the topic is written in whole per_lock-record batches per partition: anything
+        # else leaves records unwritten, and the acquiring loop would wait for them forever
+        raise ValueError(f"records in flight ({in_flight}) must be a positive multiple of "
+                         f"{partitions} partitions x {per_lock} records per lock")
     settings = ShareGroupSettings(record_lock_duration_ms=lock_ms, partition_max_record_locks=10_000,
                                   auto_offset_reset=ShareAutoOffsetReset.earliest())
     # as `tidegate serve` does once it listens: what start-up allocated (here the imports
@@ -277,6 +286,7 @@ def run_precision(path: Path, in_flight: int, lock_ms: int, per_lock: int) -> di
         return loop.run_until_complete(_precision(world, tps, in_flight, lock_ms, per_lock))
     finally:
         loop.close()
+        gc.unfreeze()
 
 
 class _Probe(SelfTimedTask):
@@ -493,6 +503,9 @@ def main(argv: list[str] | None = None) -> int:
                          "RECORDS records on a broker process")  # fmt: skip
     ap.add_argument("--rounds", type=int, default=2, help="interleaved rounds of the client comparison")
     args = ap.parse_args(argv)
+    if args.in_flight <= 0 or args.in_flight % (PRECISION_PARTITIONS * 500):
+        ap.error(f"--in-flight must be a positive multiple of {PRECISION_PARTITIONS * 500} "
+                 f"({PRECISION_PARTITIONS} partitions, locks of 10 and of 500 records)")
     clients = run_clients(args.clients, args.rounds) if args.clients else []
     if clients:
         print(f"real clients, {args.clients:,} records of 100 bytes, {PARTITIONS} partitions, {args.rounds} "

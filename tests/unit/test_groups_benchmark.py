@@ -13,8 +13,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 
 
-def load_benchmark():
-    spec = importlib.util.spec_from_file_location("groups_benchmark", REPO / "benchmarks" / "groups.py")
+def load_benchmark(name: str = "groups"):
+    """``benchmarks/<name>.py`` as a module (the benchmarks are scripts, not a package)."""
+    spec = importlib.util.spec_from_file_location(f"{name}_benchmark", REPO / "benchmarks" / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = mod  # its dataclasses look their module up
     spec.loader.exec_module(mod)
