@@ -488,3 +488,30 @@ def test_share_metrics_count_acknowledgements_lock_timeouts_and_requests(tmp_pat
     assert 'kafka_server_sharegroupmetrics_requesttopicpartitionsfetchratio_sum{group="g"} 200.0' in text
     assert 'kafka_server_sharegroupmetrics_topicpartitionsacquiretimems_count{group="g"} 2.0' in text
     h.close()
+
+
+def test_share_metrics_count_acquired_records_and_archiving_at_the_delivery_limit(tmp_path):
+    """tidegate's own share-partition counters: every record handed out under a lock
+    (redeliveries too), and records archived because their delivery count reached
+    group.share.delivery.count.limit (a lock expiry at the limit), not REJECTed ones."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from tidegate.metrics.collectors import ShareGroupCollector
+
+    h = Harness(tmp_path, {"group.share.record.lock.duration.ms": "1000",
+                           "group.share.min.record.lock.duration.ms": "1000",
+                           "group.share.delivery.count.limit": "2"})  # fmt: skip
+    topic_id, _ = joined(h)
+    assert acquired(share_fetch(h, fetch(topic_id))) == [(0, 0, 2, 1)]
+    h.loop.advance(1001)  # first delivery's lock expires: AVAILABLE again
+    assert acquired(share_fetch(h, fetch(topic_id, epoch=1))) == [(0, 0, 2, 2)]
+    h.loop.advance(1001)  # second delivery's lock expires at the limit: ARCHIVED
+    registry = CollectorRegistry()
+    registry.register(ShareGroupCollector(h.core.share_partitions))
+    text = generate_latest(registry).decode()
+    labels = 'group="g",partition="0",topic="t"'
+    assert f"tidegate_share_partition_records_acquired_total{{{labels}}} 6.0" in text
+    assert f"tidegate_share_partition_records_archived_at_delivery_limit_total{{{labels}}} 3.0" in text
+    assert f"kafka_server_sharepartitionmetrics_acquisitionlocktimeout_total{{{labels}}} 6.0" in text
+    assert acquired(share_fetch(h, fetch(topic_id, epoch=2))) == []  # nothing left to deliver
+    h.close()

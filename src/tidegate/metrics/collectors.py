@@ -280,6 +280,10 @@ class SharePartitionState(Protocol):
     @property
     def lock_timeouts(self) -> int: ...
     @property
+    def records_acquired(self) -> int: ...
+    @property
+    def delivery_limit_archived(self) -> int: ...
+    @property
     def batch_message_count(self) -> Histogram: ...
     @property
     def fetch_lock_time(self) -> Histogram: ...
@@ -1041,6 +1045,15 @@ class ShareGroupCollector(Collector):
             "kafka_server_sharepartitionmetrics_acquisitionlocktimeout",
             "Records whose acquisition lock expired (SharePartitionMetrics AcquisitionLockTimeoutPerSec).",
             labels=labels)
+        acquired = CounterMetricFamily(
+            "tidegate_share_partition_records_acquired",
+            "Records handed out under an acquisition lock, redeliveries included (tidegate's own: "
+            "Kafka counts acquisitions in no metric).", labels=labels)
+        archived = CounterMetricFamily(
+            "tidegate_share_partition_records_archived_at_delivery_limit",
+            "Records archived because their delivery count reached share.delivery.count.limit "
+            "(tidegate's own; rejected records are RecordAcknowledgementsPerSec{ackType=Reject}).",
+            labels=labels)
         histograms = [(HistogramMetricFamily(f"kafka_server_sharepartitionmetrics_{name}", doc, labels=labels), attr)
                       for name, attr, doc in _SHARE_PARTITION_HISTOGRAMS]
         for group, topic, partition, sp in self.partitions.share_partition_metrics():
@@ -1049,6 +1062,8 @@ class ShareGroupCollector(Collector):
             batches.add_metric(values, sp.in_flight_batches)
             locked.add_metric(values, sp.acquired_records)
             timeouts.add_metric(values, sp.lock_timeouts)
+            acquired.add_metric(values, sp.records_acquired)
+            archived.add_metric(values, sp.delivery_limit_archived)
             for family, attr in histograms:
                 h: Histogram = getattr(sp, attr)
                 family.add_metric(values, h.buckets(), h.scaled_sum())
@@ -1056,6 +1071,8 @@ class ShareGroupCollector(Collector):
         yield batches
         yield locked
         yield timeouts
+        yield acquired
+        yield archived
         for family, _attr in histograms:
             yield family
 

@@ -557,6 +557,10 @@ class SharePartition:
         #: records whose acquisition lock expired (SharePartitionMetrics
         #: AcquisitionLockTimeoutPerSec: each expiring lock counts the records it held)
         self.lock_timeouts = 0
+        #: records handed out under a lock, and records archived because their delivery
+        #: count reached the limit (tidegate's own counters: Kafka counts neither)
+        self.records_acquired = 0
+        self.delivery_limit_archived = 0
         #: SharePartitionMetrics InFlightBatchMessageCount: records per batch cached
         self.batch_message_count = BATCH_RECORDS_HISTOGRAM.empty_copy()
         #: SharePartitionMetrics FetchLockTimeMs (ns) and FetchLockRatio (percent)
@@ -779,6 +783,7 @@ class SharePartition:
                                             batch_size, max_to_acquire, cache.batches[lo:hi])
         if read_committed and acquired.count and read.aborted_transactions:
             acquired = self._archive_aborted(batches, read.aborted_transactions, acquired)
+        self.records_acquired += acquired.count
         return acquired
 
     def _acquire_bounds(self, fetch_offset: int, max_records: int, last_fetched: int) -> tuple[int, int]:
@@ -1040,7 +1045,7 @@ class SharePartition:
                 for i in range(len(offsets)):
                     self._expire_offset(batch, offsets, i, updates)
             else:
-                new = ARCHIVED if batch.last < self.start_offset else self._released(batch.count)
+                new = ARCHIVED if batch.last < self.start_offset else self._released(batch.count, batch.last - batch.first + 1)
                 batch.state = new
                 batch.member = EMPTY_MEMBER_ID
                 updates.append(PersisterStateBatch(batch.first, batch.last, new, batch.count))
@@ -1094,9 +1099,13 @@ class SharePartition:
         self.persister.write(self._write_of(updates), written)
         self._wake()
 
-    def _released(self, count: int) -> int:
-        """AVAILABLE, or ARCHIVED once the delivery count reached the limit."""
-        return ARCHIVED if count >= self.max_delivery_count else AVAILABLE
+    def _released(self, count: int, records: int = 1) -> int:
+        """AVAILABLE, or ARCHIVED once the delivery count reached the limit (``records``
+        records released together: counted as archived at the limit)."""
+        if count >= self.max_delivery_count:
+            self.delivery_limit_archived += records
+            return ARCHIVED
+        return AVAILABLE
 
     # -- acknowledgement and release --------------------------------------------------
 
@@ -1183,7 +1192,7 @@ class SharePartition:
             return None
         new = ACK_TYPE_STATE[ack_type]
         if new == AVAILABLE:
-            new = self._released(batch.count)
+            new = self._released(batch.count, batch.last - batch.first + 1)
         self._start_transition(batch, new, pending)
         return None
 
@@ -1235,7 +1244,7 @@ class SharePartition:
                 if batch.state != ACQUIRED or batch.member != member_id:
                     continue
                 if not batch.first < start <= batch.last:
-                    new = ARCHIVED if batch.last < start else self._released(batch.count)
+                    new = ARCHIVED if batch.last < start else self._released(batch.count, batch.last - batch.first + 1)
                     self._start_transition(batch, new, pending)
                     continue
                 offsets = batch.split()
