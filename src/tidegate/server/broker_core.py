@@ -420,6 +420,8 @@ class BrokerCore:
         # start 1-2 ms otherwise
         from tidegate.log.cleaner_worker import CleanerWorker, CleanerWorkerDied, CleanJob
 
+        log.info("beginning cleaning of %s: offsets %d to %d, %d dirty byte(s)", ltc.log,
+                 ltc.first_dirty_offset, ltc.first_uncleanable_offset, ltc.cleanable_bytes)
         self._cleaning = True
         cleaner.in_progress = ltc.log
         cleaner.cleaner.throttler.rate = self.config.get("log.cleaner.io.max.bytes.per.second")
