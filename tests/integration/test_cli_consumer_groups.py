@@ -13,7 +13,7 @@ from confluent_kafka import Consumer, Producer
 
 from tests.conftest import metrics_overrides, wait_until
 from tidegate.cli import main
-from tidegate.cli.consumer_groups import parse_datetime, parse_duration
+from tidegate.cli.group_tools import parse_datetime, parse_duration
 from tidegate.client import KafkaClient
 from tidegate.client.admin import create_topic
 

@@ -5,47 +5,35 @@ flags, column layout and messages."""
 
 from __future__ import annotations
 
-import functools
-import re
 import sys
 import time
-from collections.abc import Callable, Iterable, Mapping
-from datetime import UTC, datetime, timedelta, timezone
-from typing import Any, TypeVar
+from collections.abc import Iterable
+from typing import Any
 
 import click
 
 from tidegate.cli.base import _run_admin, admin_options, main
-from tidegate.utils import durations
+from tidegate.cli.group_tools import (
+    KAFKA_ERRORS,
+    MISSING,
+    assignment_text,
+    check_group_options,
+    end_offsets,
+    exception_text,
+    new_offsets,
+    parse_datetime,
+    parse_duration,
+    print_error,
+    reset_scenarios,
+    reset_target_options,
+    table_row,
+    topic_partitions,
+)
 
-#: a click command function (what the options decorate)
-_F = TypeVar("_F", bound=Callable[..., Any])
-
-MISSING = "-"
-#: Kafka's Errors: (exception class, message) of the codes these commands print
-_KAFKA_ERRORS = {
-    3: ("UnknownTopicOrPartitionException", "This server does not host this topic-partition."),
-    15: ("CoordinatorNotAvailableException", "The coordinator is not available."),
-    24: ("InvalidGroupIdException", "The configured groupId is invalid."),
-    25: ("UnknownMemberIdException", "The coordinator is not aware of this member."),
-    29: ("TopicAuthorizationException", "Topic authorization failed."),
-    30: ("GroupAuthorizationException", "Group authorization failed."),
-    68: ("GroupNotEmptyException", "The group is not empty."),
-    69: ("GroupIdNotFoundException", "The group id does not exist."),
-    86: ("GroupSubscribedToTopicException", "The consumer group is actively subscribed to the topic"),
-}
 _STATES = ("PreparingRebalance", "CompletingRebalance", "Stable", "Dead", "Empty",
            "Assigning", "Reconciling")  # fmt: skip
 #: the group types --list --type takes, as Kafka's GroupType prints them
 _TYPES = ("Classic", "Consumer")
-#: kafka-consumer-groups.sh's warning for --reset-offsets without --dry-run or --execute
-#: (verbatim, the missing space after "missing." included)
-_NO_EXECUTE_WARNING = (
-    "WARN: No action will be performed as the --execute option is missing.In a future major release, the default "
-    "behavior of this command will be to prompt the user before executing the reset rather than doing a dry run. "
-    "You should add the --dry-run option explicitly if you are scripting this command and want to keep the "
-    "current default behavior without prompting."
-)
 _EPILOG = """\b
 Examples:
   tidegate consumer-groups --bootstrap-server 127.0.0.1:9092 --list --state
@@ -56,163 +44,6 @@ Examples:
       --topic orders --to-datetime 2026-11-25T00:00:00.000 --execute
   tidegate consumer-groups --bootstrap-server 127.0.0.1:9092 --delete --group orders-app
 """
-
-
-def _exception_text(code: int) -> str:
-    """An error as Kafka's tool prints a thrown exception."""
-    name, message = _KAFKA_ERRORS.get(code, ("KafkaException", f"error code {code}"))
-    return f"org.apache.kafka.common.errors.{name}: {message}"
-
-
-def _print_error(message: str) -> None:
-    click.echo(f"\nError: {message}")
-
-
-def _row(fmt: list[int], values: Iterable[Any]) -> str:
-    """One line of Kafka's ``%-Ns`` columns (the last one unpadded)."""
-    cells = [str(v) for v in values]
-    return " ".join(f"{c:<{w}}" if w else c for c, w in zip(cells, fmt, strict=True))
-
-
-def parse_datetime(text: str) -> int:
-    """Kafka's ``Utils.getDateTime``: yyyy-MM-dd'T'HH:mm:ss.SSS with an optional zone
-    (Z, +hh:mm, -hhmm); without one, the local time zone. Milliseconds since the epoch."""
-    m = re.fullmatch(r"(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d{3})?)(Z|[+-]\d{2}:?\d{2})?", text)
-    if m is None:
-        raise click.UsageError(
-            f"Error parsing timestamp '{text}': expected the format yyyy-MM-dd'T'HH:mm:ss.SSS"
-        )
-    stamp = datetime.fromisoformat(m.group(1))
-    zone = m.group(2)
-    if zone is None:
-        stamp = stamp.astimezone()  # the local zone, as Kafka without one
-    elif zone == "Z":
-        stamp = stamp.replace(tzinfo=UTC)
-    else:
-        z = zone.replace(":", "")
-        sign = 1 if z[0] == "+" else -1
-        stamp = stamp.replace(tzinfo=timezone(sign * timedelta(hours=int(z[1:3]), minutes=int(z[3:5]))))
-    return int(stamp.timestamp() * 1000)
-
-
-def parse_duration(text: str) -> int:
-    """An ISO-8601 duration (:func:`tidegate.utils.durations.parse_duration`), in
-    milliseconds; a usage error if it is not one."""
-    try:
-        return durations.parse_duration(text)
-    except ValueError as exc:
-        raise click.UsageError(str(exc)) from None
-
-
-def reset_target_options(current: str) -> Callable[[_F], _F]:
-    """The --to-* options of ``--reset-offsets`` both group tools take (kafka-consumer-groups.sh's
-    and kafka-share-groups.sh's), in their order; ``current``: what --to-current resets to."""
-    options = [
-        click.option("--to-earliest", is_flag=True, help="Reset to the earliest offset."),
-        click.option("--to-latest", is_flag=True, help="Reset to the latest offset."),
-        click.option("--to-current", is_flag=True, help=f"Reset to {current}."),
-        click.option("--to-offset", type=int, metavar="N", help="Reset to offset N (within the log's range)."),
-        click.option("--to-datetime", metavar="YYYY-MM-DDTHH:mm:SS.sss",
-                     help="Reset to the first offset at or after a time."),
-    ]
-
-    def decorate(f: _F) -> _F:
-        for option in reversed(options):
-            f = option(f)
-        return f
-
-    return decorate
-
-
-def reset_scenarios(
-    to_earliest: bool, to_latest: bool, to_current: bool, to_offset: int | None, to_datetime: str | None
-) -> list[str]:
-    """The --to-* options given, by name (``--reset-offsets`` takes exactly one scenario)."""
-    return [s for s, on in (("to-earliest", to_earliest), ("to-latest", to_latest), ("to-current", to_current),
-                            ("to-offset", to_offset is not None), ("to-datetime", to_datetime is not None)) if on]
-
-
-def _unavailable(params: Mapping[str, Any], needs: Mapping[str, tuple[str, ...]]) -> None:
-    """joptsimple's ``availableIf``: an option given without any of the options it needs."""
-    given = [name for name, wanted in needs.items() if _given(params, name)
-             and not any(_given(params, w) for w in wanted)]  # fmt: skip
-    if given:
-        raise click.UsageError(f"Option(s) [{', '.join(given)}] are unavailable given other options on the "
-                               "command line")  # fmt: skip
-
-
-def _given(params: Mapping[str, Any], name: str) -> bool:
-    """Whether option --``name`` is on the command line (a click parameter of that name;
-    one the tool lacks is not)."""
-    value = params.get({"list": "list_", "group": "groups", "topic": "topics", "type": "type_"}.get(
-        name, name.replace("-", "_")))
-    return value not in (None, False, ())
-
-
-def _cant_be_used_with(params: Mapping[str, Any], option: str, others: Iterable[str]) -> None:
-    """Kafka's ``CommandLineUtils.checkInvalidArgs``."""
-    if _given(params, option):
-        for other in others:
-            if _given(params, other):
-                raise click.UsageError(f'Option "[{option}]" can\'t be used with option "[{other}]"')
-
-
-def check_group_options(params: Mapping[str, Any], tool: str) -> None:
-    """The option checks kafka-consumer-groups.sh (``tool`` "consumer":
-    ConsumerGroupCommandOptions) and kafka-share-groups.sh ("share":
-    ShareGroupCommandOptions) share, in their order, with their messages: the sub-options
-    of --describe and --list, --delete's and --delete-offsets' scope, --reset-offsets'
-    execution options, and what --group and --topic go with. ``params``: the command's
-    click parameters."""
-    _unavailable(params, {"members": ("describe",), "offsets": ("describe",), "state": ("describe", "list"),
-                          "verbose": ("describe",), "type": ("list",)})  # fmt: skip
-    has = functools.partial(_given, params)
-    if has("describe"):
-        if not has("group") and not has("all-groups"):
-            raise click.UsageError("Option [describe] takes one of these options: [all-groups], [group]")
-        if sum(map(has, ("members", "offsets", "state"))) > 1:
-            raise click.UsageError("Option [describe] takes at most one of these options: [members], [offsets], "
-                                   "[state]")  # fmt: skip
-        if params["state"]:
-            raise click.UsageError("Option [describe] does not take a value for [state]")
-    if has("delete"):
-        if tool == "share":
-            if not has("group") and not has("all-groups"):
-                raise click.UsageError("Option [delete] takes the options [group] or [all-groups]")
-            if has("group") and has("all-groups"):
-                raise click.UsageError("Option [delete] takes either [group] or [all-groups], not both.")
-            if has("topic"):
-                raise click.UsageError("Option [delete] does not take the option: [topic]")
-        else:
-            if not has("group") and not has("all-groups"):
-                raise click.UsageError("Option [delete] takes one of these options: [all-groups], [group]")
-            if has("topic"):
-                raise click.UsageError("The consumer does not support topic-specific offset deletion from a "
-                                       "consumer group.")  # fmt: skip
-    if has("delete-offsets") and (len(params["groups"]) != 1 or not has("topic")):
-        raise click.UsageError("Option [delete-offsets] takes the following options: [group], [topic]")
-    if has("reset-offsets"):
-        _check_reset_execution(params, tool)
-    _cant_be_used_with(params, "group", ["all-groups", "list"])
-    _cant_be_used_with(params, "topic", ["list", "describe"])
-
-
-def _check_reset_execution(params: Mapping[str, Any], tool: str) -> None:
-    """--reset-offsets' --dry-run / --execute and group: the share tool needs one of the
-    two and one --group; the consumer tool warns that it dry-runs without --execute."""
-    has = functools.partial(_given, params)
-    if has("dry-run") and has("execute"):
-        raise click.UsageError("Option [reset-offsets] only accepts one of [execute] and [dry-run]")
-    if tool == "share":
-        if not has("dry-run") and not has("execute"):
-            raise click.UsageError("Option [reset-offsets] takes the option: [execute] or [dry-run]")
-        if len(params["groups"]) != 1:
-            raise click.UsageError("Option [reset-offsets] takes the option: [group]")
-        return
-    if not has("dry-run") and not has("execute"):
-        click.echo(_NO_EXECUTE_WARNING, err=True)
-    if not has("group") and not has("all-groups"):
-        raise click.UsageError("Option [reset-offsets] takes one of these options: [all-groups], [group]")
 
 
 @main.command("consumer-groups", context_settings={"max_content_width": 120}, epilog=_EPILOG)
@@ -328,34 +159,21 @@ def _list(client: Any, state: str | None, states: list[str], type_: str | None, 
     if state is not None:
         columns.append(("STATE", 20, lambda g: g.state or "Unknown"))
     widths = [w for _, w, _ in columns]
-    click.echo(_row(widths, [name for name, _, _ in columns]))
+    click.echo(table_row(widths, [name for name, _, _ in columns]))
     for g in listed:
-        click.echo(_row(widths, [cell(g) for _, _, cell in columns]))
+        click.echo(table_row(widths, [cell(g) for _, _, cell in columns]))
 
 
 def _should_print(group: str, state: str, rows: int) -> bool:
     """Kafka's ``shouldPrintMemberState``."""
     if state == "Dead":
-        _print_error(f"Consumer group '{group}' does not exist.")
+        print_error(f"Consumer group '{group}' does not exist.")
         return False
     if state == "Empty":
         click.echo(f"\nConsumer group '{group}' has no active members.", err=True)
     elif state in ("PreparingRebalance", "CompletingRebalance", "Assigning", "Reconciling"):
         click.echo(f"\nWarning: Consumer group '{group}' is rebalancing.", err=True)
     return rows > 0
-
-
-def _end_offsets(client: Any, partitions: Iterable[tuple[str, int]], spec: int, timeout_ms: int) -> dict:
-    """ListOffsets of ``spec``; LATEST checked against a Fetch's high watermark
-    (``end_offsets``: some Kafka-compatible brokers answer ListOffsets short of it)."""
-    from tidegate.client.fetcher import LATEST, end_offsets, list_offsets
-
-    targets = dict.fromkeys(partitions, spec)
-    if not targets:
-        return {}
-    if spec == LATEST:
-        return end_offsets(client, targets, timeout_ms=timeout_ms)
-    return list_offsets(client, targets, timeout_ms=timeout_ms)
 
 
 def _describe(client: Any, group_ids: list[str], members: bool, state: bool, verbose: bool, timeout_ms: int) -> None:
@@ -367,7 +185,7 @@ def _describe(client: Any, group_ids: list[str], members: bool, state: bool, ver
     described = admin.describe_consumer_groups(client, group_ids, timeout_ms=timeout_ms)
     for desc in sorted(described, key=lambda d: d.group_id):
         if desc.error_code:
-            _print_error(f"Executing consumer group command failed due to {_exception_text(desc.error_code)}")
+            print_error(f"Executing consumer group command failed due to {exception_text(desc.error_code)}")
             continue
         group = desc.group_id
         if state:
@@ -407,9 +225,9 @@ def _print_offsets(rows: list[list[Any]], epochs: dict[tuple[str, int], int] | N
         widths.insert(3, 15)
         rows = [[*r[:3], epochs.get((r[1], r[2]), MISSING), *r[3:]] for r in rows]
     click.echo()
-    click.echo(_row(widths, head))
+    click.echo(table_row(widths, head))
     for r in rows:
-        click.echo(_row(widths, r))
+        click.echo(table_row(widths, r))
 
 
 def _or_missing(value: Any) -> Any:
@@ -431,8 +249,8 @@ def _describe_state(desc: Any, verbose: bool) -> None:
         head += ["GROUP-EPOCH", "TARGET-ASSIGNMENT-EPOCH"]
         row += [_or_missing(desc.group_epoch), _or_missing(desc.target_assignment_epoch)]
     click.echo()
-    click.echo(_row([*widths, 0], [*head, "#MEMBERS"]))
-    click.echo(_row([*widths, 0], [*row, len(desc.members)]))
+    click.echo(table_row([*widths, 0], [*head, "#MEMBERS"]))
+    click.echo(table_row([*widths, 0], [*row, len(desc.members)]))
 
 
 def _partition_rows(
@@ -441,7 +259,7 @@ def _partition_rows(
 ) -> list[list[Any]]:
     """Kafka's ``describePartitions``: one row per partition, sorted by topic and partition."""
     parts = sorted(partitions)
-    ends = _end_offsets(client, parts, -1, timeout_ms)
+    ends = end_offsets(client, parts, -1, timeout_ms)
     rows = []
     for tp in parts:
         offset = committed.get(tp)
@@ -451,13 +269,6 @@ def _partition_rows(
                      MISSING if end is None or end < 0 else end, MISSING if lag is None else lag,
                      member, host, client_id])  # fmt: skip
     return rows
-
-
-def _assignment_text(assignment: Iterable[tuple[str, int]]) -> str:
-    by_topic: dict[str, list[int]] = {}
-    for t, p in assignment:
-        by_topic.setdefault(t, []).append(p)
-    return ";".join(sorted(f"{t}:{','.join(map(str, sorted(ps)))}" for t, ps in by_topic.items()))
 
 
 def _describe_members(desc: Any, verbose: bool) -> None:
@@ -475,8 +286,8 @@ def _describe_members(desc: Any, verbose: bool) -> None:
     if with_instance:
         widths.append(max([17, *(len(m.group_instance_id or "") for m in ms)]))
     widths += [max([15, *(len(m.host) for m in ms)]), max([15, *(len(m.client_id) for m in ms)]), 15]
-    current = [_assignment_text(m.assignment) or MISSING for m in ms]
-    target = [_assignment_text(m.target_assignment or ()) or MISSING for m in ms]
+    current = [assignment_text(m.assignment) or MISSING for m in ms]
+    target = [assignment_text(m.target_assignment or ()) or MISSING for m in ms]
     migrating = {m.upgraded for m in ms} >= {True, False}
     header = ["GROUP", "CONSUMER-ID", *(["GROUP-INSTANCE-ID"] if with_instance else []), "HOST", "CLIENT-ID",
               "#PARTITIONS"]  # fmt: skip
@@ -485,18 +296,18 @@ def _describe_members(desc: Any, verbose: bool) -> None:
     if migrating:
         tail_widths.append(0)
         tail.append("UPGRADED")
-    line = _row(widths, header) + " "
+    line = table_row(widths, header) + " "
     if verbose:
-        line += _row(tail_widths, tail)
+        line += table_row(tail_widths, tail)
     click.echo()
     click.echo(line)
     for m, cur, tgt in zip(ms, current, target, strict=True):
         cells = [group, m.member_id, *([m.group_instance_id or ""] if with_instance else []), m.host, m.client_id,
                  len(m.assignment)]  # fmt: skip
-        line = _row(widths, cells) + " "
+        line = table_row(widths, cells) + " "
         if verbose:
             upgraded = [MISSING if m.upgraded is None else str(m.upgraded).lower()] if migrating else []
-            line += _row(tail_widths, [_or_missing(m.member_epoch), cur, _or_missing(desc.target_assignment_epoch),
+            line += table_row(tail_widths, [_or_missing(m.member_epoch), cur, _or_missing(desc.target_assignment_epoch),
                                        tgt, *upgraded])  # fmt: skip
         click.echo(line)
 
@@ -510,33 +321,11 @@ def _delete(client: Any, group_ids: list[str], timeout_ms: int) -> None:
     if not failed:
         click.echo(f"Deletion of requested consumer groups ({', '.join(repr(g) for g in ok)}) was successful.")
         return
-    _print_error("Deletion of some consumer groups failed:")
+    print_error("Deletion of some consumer groups failed:")
     for g, code in failed.items():
-        click.echo(f"* Group '{g}' could not be deleted due to: {_exception_text(code)}")
+        click.echo(f"* Group '{g}' could not be deleted due to: {exception_text(code)}")
     if ok:
         click.echo(f"\nThese consumer groups were deleted successfully: {', '.join(repr(g) for g in ok)}")
-
-
-def _topic_partitions(client: Any, topics: Iterable[str]) -> list[tuple[str, int]]:
-    """Kafka's ``parseTopicPartitionsToReset``: ``topic:0,1`` as given, a bare topic as
-    all of its partitions."""
-    from tidegate.client.admin import describe_topics
-
-    out: list[tuple[str, int]] = []
-    bare = []
-    for arg in topics:
-        if ":" in arg:
-            name, _, parts = arg.partition(":")
-            try:
-                out += [(name, int(p)) for p in parts.split(",")]
-            except ValueError:
-                raise click.UsageError(f"Invalid topic arg '{arg}', expected topic name and partitions") from None
-        else:
-            bare.append(arg)
-    if bare:
-        for d in describe_topics(client, bare):
-            out += [(d.name, p.partition) for p in d.partitions]
-    return out
 
 
 def _reset(
@@ -550,13 +339,13 @@ def _reset(
     for desc in admin.describe_consumer_groups(client, group_ids, timeout_ms=timeout_ms):
         group = desc.group_id
         if desc.state not in ("Empty", "Dead"):
-            _print_error(f"Assignments can only be reset if the group '{group}' is inactive, but the current "
+            print_error(f"Assignments can only be reset if the group '{group}' is inactive, but the current "
                          f"state is {desc.state}.")  # fmt: skip
             plans[group] = {}
             continue
         committed = admin.list_group_offsets(client, group, timeout_ms=timeout_ms)
-        partitions = sorted(committed) if all_topics else _topic_partitions(client, topics)
-        plan = _new_offsets(client, partitions, committed, scenario, spec, to_offset, shift_by, reset_ms,
+        partitions = sorted(committed) if all_topics else topic_partitions(client, topics)
+        plan = new_offsets(client, partitions, committed, scenario, spec, to_offset, shift_by, reset_ms,
                             timeout_ms)  # fmt: skip
         if execute and plan:
             _commit_with_progress(client, group, plan, timeout_ms)
@@ -565,43 +354,10 @@ def _reset(
     tw = max([15, *(len(t) for plan in plans.values() for t, _ in plan)])
     click.echo()
     if plans:
-        click.echo(_row([gw, tw, 10, 0], ["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"]))
+        click.echo(table_row([gw, tw, 10, 0], ["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"]))
     for group, plan in plans.items():
         for (t, p), offset in plan.items():
-            click.echo(_row([gw, tw, 10, 0], [group, t, p, offset]))
-
-
-def _new_offsets(
-    client: Any, partitions: list[tuple[str, int]], committed: dict, scenario: str, spec: int | None,
-    to_offset: int | None, shift_by: int | None, reset_ms: int | None, timeout_ms: int,
-) -> dict[tuple[str, int], int]:
-    """Kafka's GroupOffsetsResetter: the offset of each partition for the scenario, a
-    requested offset kept within the log's range."""
-    if not partitions:
-        return {}
-    if spec is not None:
-        return _end_offsets(client, partitions, spec, timeout_ms)
-    ends = _end_offsets(client, partitions, -1, timeout_ms)
-    if reset_ms is not None:
-        found = _end_offsets(client, partitions, reset_ms, timeout_ms)
-        out = {}
-        for tp in partitions:
-            if found.get(tp, -1) < 0:
-                click.echo(f"\nWarn: Partition {tp[1]} from topic {tp[0]} is empty. Falling back to latest known offset.")
-                out[tp] = ends[tp]
-            else:
-                out[tp] = found[tp]
-        return out
-    if scenario == "to-current":
-        return {tp: committed.get(tp, ends[tp]) for tp in partitions}
-    starts = _end_offsets(client, partitions, -2, timeout_ms)
-    if scenario == "to-offset":
-        assert to_offset is not None
-        wanted = dict.fromkeys(partitions, to_offset)
-    else:
-        assert shift_by is not None
-        wanted = {tp: committed.get(tp, ends[tp]) + shift_by for tp in partitions}
-    return {tp: min(max(o, starts[tp]), ends[tp]) for tp, o in wanted.items()}
+            click.echo(table_row([gw, tw, 10, 0], [group, t, p, offset]))
 
 
 def _commit_with_progress(client: Any, group: str, plan: dict[tuple[str, int], int], timeout_ms: int) -> None:
@@ -627,7 +383,7 @@ def _commit_with_progress(client: Any, group: str, plan: dict[tuple[str, int], i
             if bad:
                 (tp, code), *_ = bad.items()
                 raise click.ClickException(
-                    f"Executing consumer group command failed due to {_exception_text(code)} ({tp[0]}-{tp[1]})"
+                    f"Executing consumer group command failed due to {exception_text(code)} ({tp[0]}-{tp[1]})"
                 )
             if progress is not None:
                 progress.update(task, advance=len(part))
@@ -639,21 +395,21 @@ def _commit_with_progress(client: Any, group: str, plan: dict[tuple[str, int], i
 def _delete_offsets(ctx: click.Context, client: Any, group: str, topics: tuple[str, ...], timeout_ms: int) -> None:
     from tidegate.client import admin
 
-    partitions = _topic_partitions(client, topics)
+    partitions = topic_partitions(client, topics)
     top, results = admin.delete_group_offsets(client, group, partitions, timeout_ms=timeout_ms)
     if top == 0:
         click.echo(f"Request succeeded for deleting offsets from group {group}.")
     elif top in (24, 69, 30, 68):
-        _print_error(_KAFKA_ERRORS[top][1])
+        print_error(KAFKA_ERRORS[top][1])
     elif top in (86, 29, 3):
-        _print_error("Encountered some partition-level error, see the follow-up details.")
+        print_error("Encountered some partition-level error, see the follow-up details.")
     else:
-        _print_error(f"Encountered some unknown error: {top}")
+        print_error(f"Encountered some unknown error: {top}")
     width = max([15, *(len(t) for t, _ in results)])
     click.echo()
-    click.echo(_row([width, 10, 15], ["TOPIC", "PARTITION", "STATUS"]))
+    click.echo(table_row([width, 10, 15], ["TOPIC", "PARTITION", "STATUS"]))
     for (t, p), code in sorted(results.items(), key=lambda kv: kv[0][0] + str(kv[0][1])):
-        status = "Successful" if code == 0 else f"Error: {_KAFKA_ERRORS.get(code, ('', f'error code {code}'))[1]}"
-        click.echo(_row([width, 10, 15], [t, p, status]))
+        status = "Successful" if code == 0 else f"Error: {KAFKA_ERRORS.get(code, ('', f'error code {code}'))[1]}"
+        click.echo(table_row([width, 10, 15], [t, p, status]))
     if top:
         ctx.exit(1)

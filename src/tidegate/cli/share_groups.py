@@ -12,19 +12,19 @@ from typing import Any
 import click
 
 from tidegate.cli.base import _run_admin, admin_options, main
-from tidegate.cli.consumer_groups import (
-    _KAFKA_ERRORS,
+from tidegate.cli.group_tools import (
+    KAFKA_ERRORS,
     MISSING,
-    _assignment_text,
-    _exception_text,
-    _new_offsets,
-    _print_error,
-    _row,
-    _topic_partitions,
+    assignment_text,
     check_group_options,
+    exception_text,
+    new_offsets,
     parse_datetime,
+    print_error,
     reset_scenarios,
     reset_target_options,
+    table_row,
+    topic_partitions,
 )
 
 _STATES = ("Empty", "Stable", "Dead")
@@ -101,9 +101,9 @@ def share_groups(
                     click.echo(g.group_id)
                 return
             width = max([15, *(len(g.group_id) for g in listed)])
-            click.echo(_row([width, 0], ["GROUP", "STATE"]))
+            click.echo(table_row([width, 0], ["GROUP", "STATE"]))
             for g in listed:
-                click.echo(_row([width, 0], [g.group_id, g.state or "Unknown"]))
+                click.echo(table_row([width, 0], [g.group_id, g.state or "Unknown"]))
         elif describe:
             _describe(client, group_ids(), members, state is not None, verbose, timeout_ms)
         elif delete:
@@ -134,7 +134,7 @@ def _check_offset_options(reset_offsets: bool, scenarios: list[str], reset_only:
 def _should_print(group: str, state: str, rows: int) -> bool:
     """Kafka's ``maybePrintEmptyGroupState``."""
     if state == "Dead":
-        _print_error(f"Share group '{group}' does not exist.")
+        print_error(f"Share group '{group}' does not exist.")
     elif state == "Empty":
         click.echo(f"\nShare group '{group}' has no active members.", err=True)
     return state != "Dead" and rows > 0
@@ -146,7 +146,7 @@ def _describe(client: Any, group_ids: list[str], members: bool, state: bool, ver
     for desc in sorted(admin.describe_share_groups(client, group_ids, timeout_ms=timeout_ms), key=lambda d: d.group_id):
         group = desc.group_id
         if desc.error_code and desc.error_code != 69:  # GROUP_ID_NOT_FOUND reads as Dead
-            _print_error(f"Executing share group command failed due to {_exception_text(desc.error_code)}")
+            print_error(f"Executing share group command failed due to {exception_text(desc.error_code)}")
             continue
         if state:
             _describe_state(desc, verbose)
@@ -170,8 +170,8 @@ def _describe_state(desc: Any, verbose: bool) -> None:
         head += ["GROUP-EPOCH", "ASSIGNMENT-EPOCH"]
         row += [desc.group_epoch, desc.assignment_epoch]
     click.echo()
-    click.echo(_row([*widths, 0], [*head, "#MEMBERS"]))
-    click.echo(_row([*widths, 0], [*row, len(desc.members)]))
+    click.echo(table_row([*widths, 0], [*head, "#MEMBERS"]))
+    click.echo(table_row([*widths, 0], [*row, len(desc.members)]))
 
 
 def _describe_offsets(group: str, offsets: dict, verbose: bool) -> None:
@@ -184,13 +184,13 @@ def _describe_offsets(group: str, offsets: dict, verbose: bool) -> None:
         widths.append(13)
         head.append("LEADER-EPOCH")
     click.echo()
-    click.echo(_row([*widths, 13, 0], [*head, "START-OFFSET", "LAG"]))
+    click.echo(table_row([*widths, 13, 0], [*head, "START-OFFSET", "LAG"]))
     for (topic, partition), info in sorted(offsets.items()):
         row: list[Any] = [group, topic, partition]
         if verbose:
             row.append(MISSING if info.leader_epoch < 0 else info.leader_epoch)
         row += [MISSING if info.start_offset < 0 else info.start_offset, MISSING if info.lag < 0 else info.lag]
-        click.echo(_row([*widths, 13, 0], row))
+        click.echo(table_row([*widths, 13, 0], row))
 
 
 def _describe_members(desc: Any, verbose: bool) -> None:
@@ -204,12 +204,12 @@ def _describe_members(desc: Any, verbose: bool) -> None:
         widths.append(13)
         head.append("MEMBER-EPOCH")
     click.echo()
-    click.echo(_row([*widths, 0], [*head, "ASSIGNMENT"]))
+    click.echo(table_row([*widths, 0], [*head, "ASSIGNMENT"]))
     for m in members:
         row: list[Any] = [desc.group_id, m.member_id, m.host, m.client_id, len(m.assignment)]
         if verbose:
             row.append(m.member_epoch)
-        click.echo(_row([*widths, 0], [*row, _assignment_text(m.assignment)]))
+        click.echo(table_row([*widths, 0], [*row, assignment_text(m.assignment)]))
 
 
 def _delete(client: Any, group_ids: list[str], timeout_ms: int) -> None:
@@ -226,11 +226,11 @@ def _delete(client: Any, group_ids: list[str], timeout_ms: int) -> None:
             failed[g] = f"org.apache.kafka.common.errors.GroupNotEmptyException: Share group '{g}' is not EMPTY."
     results = admin.delete_groups(client, [g for g in group_ids if g not in failed], timeout_ms=timeout_ms)
     ok = [g for g, code in results.items() if code == 0]
-    failed |= {g: _exception_text(code) for g, code in results.items() if code != 0}
+    failed |= {g: exception_text(code) for g, code in results.items() if code != 0}
     if not failed:
         click.echo(f"Deletion of requested share groups ({', '.join(repr(g) for g in ok)}) was successful.")
         return
-    _print_error("Deletion of some share groups failed:")
+    print_error("Deletion of some share groups failed:")
     for g, error in failed.items():
         click.echo(f"* Group '{g}' could not be deleted due to: {error}")
     if ok:
@@ -246,27 +246,27 @@ def _reset(ctx: click.Context, client: Any, group: str, topics: tuple[str, ...],
 
     (desc,) = admin.describe_share_groups(client, [group], timeout_ms=timeout_ms)
     if desc.state not in ("Empty", "Dead"):
-        _print_error(f"Share group '{group}' is not empty.")
+        print_error(f"Share group '{group}' is not empty.")
         ctx.exit(1)
     known = admin.describe_share_group_offsets(client, group, timeout_ms=timeout_ms)
     current = {tp: o.start_offset for tp, o in known.items() if o.start_offset >= 0}
-    partitions = _topic_partitions(client, topics) if topics else sorted(known)
+    partitions = topic_partitions(client, topics) if topics else sorted(known)
     spec = {"to-earliest": -2, "to-latest": -1}.get(scenario)
-    plan = _new_offsets(client, partitions, current, scenario, spec, to_offset, None, reset_ms, timeout_ms)
+    plan = new_offsets(client, partitions, current, scenario, spec, to_offset, None, reset_ms, timeout_ms)
     if execute and plan:
         top, message, results = admin.alter_share_group_offsets(client, group, plan, timeout_ms=timeout_ms)
         failed = [(tp, code) for tp, code in sorted(results.items()) if code]
         if top or failed:
             code = top or failed[0][1]
             where = "" if top else f" ({failed[0][0][0]}-{failed[0][0][1]})"
-            _print_error(f"Executing share group command failed due to {message or _exception_text(code)}{where}")
+            print_error(f"Executing share group command failed due to {message or exception_text(code)}{where}")
             ctx.exit(1)
     gw = max(15, len(group))
     tw = max([15, *(len(t) for t, _ in plan)])
     click.echo()
-    click.echo(_row([gw, tw, 10, 0], ["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"]))
+    click.echo(table_row([gw, tw, 10, 0], ["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"]))
     for (t, p), offset in sorted(plan.items()):
-        click.echo(_row([gw, tw, 10, 0], [group, t, p, offset]))
+        click.echo(table_row([gw, tw, 10, 0], [group, t, p, offset]))
 
 
 def _delete_offsets(ctx: click.Context, client: Any, group: str, topics: tuple[str, ...], timeout_ms: int) -> None:
@@ -275,19 +275,19 @@ def _delete_offsets(ctx: click.Context, client: Any, group: str, topics: tuple[s
     from tidegate.client import admin
 
     top, message, results = admin.delete_share_group_offsets(client, group, topics, timeout_ms=timeout_ms)
-    default = _KAFKA_ERRORS.get(top, ("", f"error code {top}"))[1]
+    default = KAFKA_ERRORS.get(top, ("", f"error code {top}"))[1]
     if top in (24, 69, 30, 68):  # INVALID_GROUP_ID, GROUP_ID_NOT_FOUND, GROUP_AUTHORIZATION_FAILED, NON_EMPTY_GROUP
-        _print_error(message or default)
+        print_error(message or default)
     elif top and top not in (29, 3):  # topic-level errors are shown per topic
-        _print_error(f"Encounter some unknown error: {message or default}")
+        print_error(f"Encounter some unknown error: {message or default}")
     statuses = {t: results.get(t, (top, message)) for t in topics}
     if statuses:
         width = max([15, *(len(t) for t in statuses)])
         click.echo()
-        click.echo(_row([width, 0], ["TOPIC", "STATUS"]))
+        click.echo(table_row([width, 0], ["TOPIC", "STATUS"]))
         for t, (code, text) in sorted(statuses.items()):
             status = "Successful" if code == 0 else \
-                f"Error: {text or _KAFKA_ERRORS.get(code, ('', f'error code {code}'))[1]}"
-            click.echo(_row([width, 0], [t, status]))
+                f"Error: {text or KAFKA_ERRORS.get(code, ('', f'error code {code}'))[1]}"
+            click.echo(table_row([width, 0], [t, status]))
     if top:
         ctx.exit(1)
