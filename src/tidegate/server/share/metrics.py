@@ -32,7 +32,6 @@ as the request time histograms are. The share-partitions' own meters
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 
 from tidegate.metrics.request_metrics import Histogram, latency_histogram
@@ -103,13 +102,8 @@ class ShareGroupMetrics:
         if ratio is None:
             ratio = self.fetch_ratio[group_id] = RATIO_HISTOGRAM.empty_copy()
             self.acquire_time[group_id] = TIME_HISTOGRAM.empty_copy()
-        percent = int(acquired / requested * 100) if acquired else 0  # Kafka's double, truncated
-        # Histogram.observe inlined twice: this runs once per share fetch
-        ratio.counts[bisect_left(ratio.bounds, percent)] += 1
-        ratio.sum += percent
-        time = self.acquire_time[group_id]
-        time.counts[bisect_left(time.bounds, elapsed_ns)] += 1
-        time.sum += elapsed_ns
+        ratio.observe(int(acquired / requested * 100) if acquired else 0)  # Kafka's double, truncated
+        self.acquire_time[group_id].observe(elapsed_ns)
 
     def record_acknowledgements(self, batches: Sequence[ShareAcknowledgementBatch]) -> None:
         """A partition's acknowledgement batches were applied."""

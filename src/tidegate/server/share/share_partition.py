@@ -732,13 +732,8 @@ class SharePartition:
         total = now_ns - released if released else held  # held + free before it was taken
         self._fetch_lock_released_ns = now_ns
         ratio = int(held * (1.0 / total) * 100) if total else 100  # Kafka's double, truncated
-        # Histogram.observe inlined twice: this runs for each partition of each share fetch
-        h = self.fetch_lock_time
-        h.counts[bisect_left(h.bounds, held)] += 1
-        h.sum += held
-        h = self.fetch_lock_ratio
-        h.counts[bisect_left(h.bounds, ratio)] += 1
-        h.sum += ratio
+        self.fetch_lock_time.observe(held)
+        self.fetch_lock_ratio.observe(ratio)
 
     def acquire(
         self,
@@ -1045,7 +1040,7 @@ class SharePartition:
                 for i in range(len(offsets)):
                     self._expire_offset(batch, offsets, i, updates)
             else:
-                new = ARCHIVED if batch.last < self.start_offset else self._released(batch.count, batch.last - batch.first + 1)
+                new = ARCHIVED if batch.last < self.start_offset else self._released(batch.count, batch.size)
                 batch.state = new
                 batch.member = EMPTY_MEMBER_ID
                 updates.append(PersisterStateBatch(batch.first, batch.last, new, batch.count))
@@ -1192,7 +1187,7 @@ class SharePartition:
             return None
         new = ACK_TYPE_STATE[ack_type]
         if new == AVAILABLE:
-            new = self._released(batch.count, batch.last - batch.first + 1)
+            new = self._released(batch.count, batch.size)
         self._start_transition(batch, new, pending)
         return None
 
@@ -1244,7 +1239,7 @@ class SharePartition:
                 if batch.state != ACQUIRED or batch.member != member_id:
                     continue
                 if not batch.first < start <= batch.last:
-                    new = ARCHIVED if batch.last < start else self._released(batch.count, batch.last - batch.first + 1)
+                    new = ARCHIVED if batch.last < start else self._released(batch.count, batch.size)
                     self._start_transition(batch, new, pending)
                     continue
                 offsets = batch.split()
