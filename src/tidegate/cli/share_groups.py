@@ -117,13 +117,13 @@ def share_groups(
     _run_admin(ctx, "share-groups", bootstrap_server, command_config, work)
 
 
-def _check_offset_options(reset_offsets: bool, scenarios: list[str], reset_only: bool) -> None:
+def _check_offset_options(reset_offsets: bool, scenarios: list[str], reset_options_given: bool) -> None:
     """The scenario of --reset-offsets (exactly one; its execution options and group are
     :func:`check_group_options`'); no scope is needed: without --topic, ShareGroupCommand
-    resets every partition the group has a start offset for. ``reset_only``: --dry-run,
+    resets every partition the group has a start offset for. ``reset_options_given``: --dry-run,
     --execute or --all-topics was given."""
     if not reset_offsets:
-        if scenarios or reset_only:
+        if scenarios or reset_options_given:
             raise click.UsageError("--to-*, --all-topics, --dry-run and --execute go with --reset-offsets")
         return
     if len(scenarios) != 1:

@@ -353,7 +353,7 @@ class KafkaApis:
             # KIP-511: answer with a v0 body carrying the supported range, so the
             # client can retry with a version both sides know.
             header = RequestHeader(exc.api_key, 0, exc.correlation_id, None, False)
-            response = self._api_versions_response()
+            response = self._api_versions_response(0)
             response.error_code = ErrorCode.unsupported_version
             return encode_response(header, response)
         metrics = self.request_helper.metrics
@@ -362,7 +362,7 @@ class KafkaApis:
         return encode_error_only(exc.correlation_id, ErrorCode.unsupported_version.value)
 
     # -- ApiVersions ----------------------------------------------------------------------
-    def _api_versions_response(self, version: int = 0) -> ApiVersionsResponse:
+    def _api_versions_response(self, version: int) -> ApiVersionsResponse:
         """Every API's range and (v3+) the feature levels (Kafka's ApiVersionManager,
         server/features.py)."""
         return ApiVersionsResponse(
